@@ -1,0 +1,101 @@
+#include "core/allocator.h"
+
+#include <cstdlib>
+#include <mutex>
+
+#include "absl/strings/str_format.h"
+#include "glog/logging.h"
+
+namespace mcc {
+
+void* Allocator::Allocate(size_t bytes) {
+  void* ptr = RawAllocate(bytes);
+  if (ptr == nullptr) return nullptr;
+  const int64_t now = current_.fetch_add(bytes) + static_cast<int64_t>(bytes);
+  int64_t peak = peak_.load();
+  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+  }
+  allocations_.fetch_add(1);
+  return ptr;
+}
+
+void Allocator::Free(void* ptr, size_t bytes) {
+  if (ptr == nullptr) return;
+  RawFree(ptr, bytes);
+  current_.fetch_sub(bytes);
+}
+
+MemoryStats Allocator::Stats() const {
+  MemoryStats stats;
+  stats.current_bytes = current_.load();
+  stats.peak_bytes = peak_.load();
+  stats.total_allocations = allocations_.load();
+  return stats;
+}
+
+void Allocator::ResetPeak() { peak_.store(current_.load()); }
+
+namespace {
+
+class CpuAllocator : public Allocator {
+ public:
+  Device device() const override { return Device::CPU(); }
+
+ protected:
+  void* RawAllocate(size_t bytes) override {
+    // aligned_alloc needs a size that is a multiple of the alignment.
+    size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+    if (rounded == 0) rounded = kCpuAlignment;
+    return std::aligned_alloc(kCpuAlignment, rounded);
+  }
+  void RawFree(void* ptr, size_t) override { std::free(ptr); }
+};
+
+constexpr int kMaxDevices = 64;
+
+struct Registry {
+  std::mutex mu;
+  Allocator* (*cuda_factory)(int) = nullptr;
+  Allocator* cuda[kMaxDevices] = {};
+};
+
+Registry& GetRegistry() {
+  static Registry* registry = new Registry;
+  return *registry;
+}
+
+}  // namespace
+
+Allocator* GetAllocator(Device device) {
+  if (device.is_cpu()) {
+    static Allocator* cpu = new CpuAllocator;
+    return cpu;
+  }
+  Registry& registry = GetRegistry();
+  std::lock_guard<std::mutex> lock(registry.mu);
+  CHECK(device.index >= 0 && device.index < kMaxDevices)
+      << "device index out of range: " << device.ToString();
+  CHECK(registry.cuda_factory != nullptr)
+      << "no allocator for " << device.ToString()
+      << ": link //core:cuda_allocator to use CUDA tensors";
+  Allocator*& slot = registry.cuda[device.index];
+  if (slot == nullptr) slot = registry.cuda_factory(device.index);
+  return slot;
+}
+
+void RegisterAllocator(DeviceType type, Allocator* (*factory)(int index)) {
+  CHECK(type == DeviceType::kCUDA) << "only CUDA allocators are registered";
+  Registry& registry = GetRegistry();
+  std::lock_guard<std::mutex> lock(registry.mu);
+  registry.cuda_factory = factory;
+}
+
+std::string FormatBytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (int64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / (1 << 30));
+  if (bytes >= (int64_t{1} << 20)) return absl::StrFormat("%.2f MiB", b / (1 << 20));
+  if (bytes >= (int64_t{1} << 10)) return absl::StrFormat("%.2f KiB", b / (1 << 10));
+  return absl::StrFormat("%d B", bytes);
+}
+
+}  // namespace mcc

@@ -1,0 +1,372 @@
+#include "core/tensor.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "glog/logging.h"
+
+namespace mcc {
+
+std::string ShapeToString(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+int64_t NumElements(absl::Span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Storage::Storage(size_t bytes, Device device)
+    : bytes_(bytes), device_(device), allocator_(GetAllocator(device)) {
+  data_ = allocator_->Allocate(bytes);
+  if (data_ == nullptr) {
+    const MemoryStats stats = allocator_->Stats();
+    LOG(FATAL) << "out of memory on " << device.ToString() << ": could not allocate "
+               << FormatBytes(bytes) << " (" << bytes << " bytes) with "
+               << FormatBytes(stats.current_bytes) << " in use, peak "
+               << FormatBytes(stats.peak_bytes);
+  }
+}
+
+Storage::~Storage() { allocator_->Free(data_, bytes_); }
+
+Tensor Tensor::Empty(Shape shape, DType dtype, Device device) {
+  for (int64_t d : shape) {
+    CHECK_GE(d, 0) << "negative dimension in shape " << ShapeToString(shape);
+  }
+  Tensor t;
+  t.numel_ = NumElements(shape);
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.storage_ = std::make_shared<Storage>(t.nbytes(), device);
+  return t;
+}
+
+Tensor Tensor::Zeros(Shape shape, DType dtype, Device device) {
+  Tensor t = Empty(std::move(shape), dtype, device);
+  t.Zero();
+  return t;
+}
+
+Tensor Tensor::Full(Shape shape, double value, DType dtype, Device device) {
+  Tensor t = Empty(std::move(shape), dtype, device);
+  t.Fill(value);
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::FromVector(absl::Span<const float> values,
+                                          Shape shape, DType dtype) {
+  if (static_cast<int64_t>(values.size()) != NumElements(shape)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FromVector: ", values.size(), " values for shape ",
+                     ShapeToString(shape), " (", NumElements(shape), " elements)"));
+  }
+  Tensor t = Empty(std::move(shape), dtype);
+  ConvertElements(values.data(), DType::kFloat32, t.raw_data(), dtype,
+                  t.numel());
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::FromInts(absl::Span<const int64_t> values,
+                                        Shape shape, DType dtype) {
+  if (static_cast<int64_t>(values.size()) != NumElements(shape)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FromInts: ", values.size(), " values for shape ",
+                     ShapeToString(shape), " (", NumElements(shape), " elements)"));
+  }
+  Tensor t = Empty(std::move(shape), dtype);
+  ConvertElements(values.data(), DType::kInt64, t.raw_data(), dtype, t.numel());
+  return t;
+}
+
+int64_t Tensor::size(int d) const {
+  const int n = dim();
+  const int idx = d < 0 ? d + n : d;
+  CHECK(idx >= 0 && idx < n) << "dimension " << d << " out of range for "
+                             << Describe();
+  return shape_[idx];
+}
+
+std::string Tensor::Describe() const {
+  if (!defined()) return "undefined tensor";
+  return absl::StrCat(DTypeName(dtype_), ShapeString(), " on ",
+                      device_.ToString());
+}
+
+void Tensor::CheckDType(DType expected) const {
+  CHECK(defined()) << "access to an undefined tensor";
+  CHECK(dtype_ == expected) << "tensor " << Describe() << " accessed as "
+                            << DTypeName(expected);
+}
+
+absl::StatusOr<Tensor> Tensor::Slice(int64_t begin, int64_t end) const {
+  if (!defined() || dim() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Slice needs a tensor with at least one dimension, got ",
+                     Describe()));
+  }
+  if (begin < 0 || end < begin || end > shape_[0]) {
+    return absl::OutOfRangeError(absl::StrCat("Slice [", begin, ", ", end,
+                                              ") out of range for ", Describe()));
+  }
+  Tensor t = *this;
+  const int64_t row = numel_ / (shape_[0] == 0 ? 1 : shape_[0]);
+  t.offset_bytes_ += static_cast<size_t>(begin * row) * DTypeSize(dtype_);
+  t.shape_[0] = end - begin;
+  t.numel_ = NumElements(t.shape_);
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::Reshape(Shape shape) const {
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      if (infer >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Reshape to ", ShapeToString(shape),
+                         ": more than one -1"));
+      }
+      infer = static_cast<int>(i);
+    } else if (shape[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Reshape to ", ShapeToString(shape), ": negative size"));
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0 && known > 0 && numel_ % known == 0) shape[infer] = numel_ / known;
+  if (NumElements(shape) != numel_ || (infer >= 0 && known == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot reshape ", Describe(), " to ", ShapeToString(shape)));
+  }
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::Clone() const {
+  Tensor t = Empty(shape_, dtype_, device_);
+  MCC_CHECK_OK(t.CopyFrom(*this));
+  return t;
+}
+
+absl::Status Tensor::CopyFrom(const Tensor& src) {
+  if (!defined() || !src.defined()) {
+    return absl::InvalidArgumentError("CopyFrom with an undefined tensor");
+  }
+  if (src.numel() != numel_ || src.dtype() != dtype_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CopyFrom: destination ", Describe(), " and source ", src.Describe(),
+        " differ in element count or dtype"));
+  }
+  return CopyBytes(raw_data(), device_, src.raw_data(), src.device(), nbytes());
+}
+
+absl::StatusOr<Tensor> Tensor::To(DType dtype) const {
+  if (!device_.is_cpu()) {
+    return absl::UnimplementedError(
+        absl::StrCat("dtype conversion of ", Describe(), " needs a CPU tensor"));
+  }
+  Tensor t = Empty(shape_, dtype, device_);
+  ConvertElements(raw_data(), dtype_, t.raw_data(), dtype, numel_);
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::To(Device device) const {
+  Tensor t = Empty(shape_, dtype_, device);
+  absl::Status status = t.CopyFrom(*this);
+  if (!status.ok()) return status;
+  return t;
+}
+
+namespace {
+
+template <typename T>
+void FillTyped(void* dst, int64_t n, T value) {
+  T* p = static_cast<T*>(dst);
+  for (int64_t i = 0; i < n; ++i) p[i] = value;
+}
+
+DeviceCopyFn g_device_copy = nullptr;
+
+}  // namespace
+
+void Tensor::Fill(double value) {
+  CHECK(defined());
+  if (device_.is_cpu()) {
+    switch (dtype_) {
+      case DType::kFloat32:
+        FillTyped(raw_data(), numel_, static_cast<float>(value));
+        return;
+      case DType::kBFloat16:
+        FillTyped(raw_data(), numel_, FloatToBFloat16(static_cast<float>(value)));
+        return;
+      case DType::kFloat16:
+        FillTyped(raw_data(), numel_, FloatToFloat16(static_cast<float>(value)));
+        return;
+      case DType::kInt32:
+        FillTyped(raw_data(), numel_, static_cast<int32_t>(value));
+        return;
+      case DType::kInt64:
+        FillTyped(raw_data(), numel_, static_cast<int64_t>(value));
+        return;
+    }
+  }
+  // Other devices: fill on the host, then copy over.
+  Tensor host = Full(shape_, value, dtype_);
+  MCC_CHECK_OK(CopyFrom(host));
+}
+
+void Tensor::Zero() {
+  CHECK(defined());
+  if (device_.is_cpu()) {
+    std::memset(raw_data(), 0, nbytes());
+  } else {
+    Fill(0.0);
+  }
+}
+
+std::vector<double> Tensor::ToDoubles() const {
+  CHECK(defined());
+  Tensor host = device_.is_cpu() ? *this : *To(Device::CPU());
+  std::vector<double> out(numel_);
+  const void* p = host.raw_data();
+  for (int64_t i = 0; i < numel_; ++i) {
+    switch (dtype_) {
+      case DType::kFloat32:
+        out[i] = static_cast<const float*>(p)[i];
+        break;
+      case DType::kBFloat16:
+        out[i] = BFloat16ToFloat(static_cast<const BFloat16*>(p)[i]);
+        break;
+      case DType::kFloat16:
+        out[i] = Float16ToFloat(static_cast<const Float16*>(p)[i]);
+        break;
+      case DType::kInt32:
+        out[i] = static_cast<const int32_t*>(p)[i];
+        break;
+      case DType::kInt64:
+        out[i] = static_cast<double>(static_cast<const int64_t*>(p)[i]);
+        break;
+    }
+  }
+  return out;
+}
+
+std::vector<float> Tensor::ToFloats() const {
+  CHECK(defined());
+  Tensor host = device_.is_cpu() ? *this : *To(Device::CPU());
+  std::vector<float> out(numel_);
+  ConvertElements(host.raw_data(), dtype_, out.data(), DType::kFloat32, numel_);
+  return out;
+}
+
+void RegisterDeviceCopy(DeviceCopyFn fn) { g_device_copy = fn; }
+
+absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
+                       Device src_device, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memmove(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  if (g_device_copy == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "copy from ", src_device.ToString(), " to ", dst_device.ToString(),
+        " needs the CUDA library (//core:cuda_runtime_support) linked in"));
+  }
+  g_device_copy(dst, dst_device, src, src_device, bytes);
+  return absl::OkStatus();
+}
+
+namespace {
+
+template <typename T>
+float LoadAsFloat(const void* p, int64_t i) {
+  return static_cast<float>(static_cast<const T*>(p)[i]);
+}
+
+float LoadFloat(const void* p, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return static_cast<const float*>(p)[i];
+    case DType::kBFloat16:
+      return BFloat16ToFloat(static_cast<const BFloat16*>(p)[i]);
+    case DType::kFloat16:
+      return Float16ToFloat(static_cast<const Float16*>(p)[i]);
+    case DType::kInt32:
+      return LoadAsFloat<int32_t>(p, i);
+    case DType::kInt64:
+      return LoadAsFloat<int64_t>(p, i);
+  }
+  return 0.0f;
+}
+
+}  // namespace
+
+void ConvertElements(const void* src, DType src_dtype, void* dst,
+                     DType dst_dtype, int64_t n) {
+  if (src_dtype == dst_dtype) {
+    std::memmove(dst, src, static_cast<size_t>(n) * DTypeSize(src_dtype));
+    return;
+  }
+  // Integer to integer keeps full precision.
+  if (!IsFloatingPoint(src_dtype) && !IsFloatingPoint(dst_dtype)) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t v = src_dtype == DType::kInt32
+                            ? static_cast<const int32_t*>(src)[i]
+                            : static_cast<const int64_t*>(src)[i];
+      if (dst_dtype == DType::kInt32) {
+        static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(v);
+      } else {
+        static_cast<int64_t*>(dst)[i] = v;
+      }
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = LoadFloat(src, src_dtype, i);
+    switch (dst_dtype) {
+      case DType::kFloat32:
+        static_cast<float*>(dst)[i] = v;
+        break;
+      case DType::kBFloat16:
+        static_cast<BFloat16*>(dst)[i] = FloatToBFloat16(v);
+        break;
+      case DType::kFloat16:
+        static_cast<Float16*>(dst)[i] = FloatToFloat16(v);
+        break;
+      case DType::kInt32:
+        static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(v);
+        break;
+      case DType::kInt64:
+        static_cast<int64_t*>(dst)[i] = static_cast<int64_t>(v);
+        break;
+    }
+  }
+}
+
+absl::Status CheckSameShape(const Tensor& a, const Tensor& b,
+                            absl::string_view what) {
+  if (a.shape() != b.shape()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": shapes differ: ", a.Describe(), " vs ", b.Describe()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDTypeIs(const Tensor& t, DType dtype, absl::string_view what) {
+  if (t.dtype() != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": expected ", DTypeName(dtype), ", got ", t.Describe()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mcc

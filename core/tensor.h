@@ -1,0 +1,177 @@
+#ifndef CORE_TENSOR_H_
+#define CORE_TENSOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/allocator.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/half.h"
+
+namespace mcc {
+
+using Shape = std::vector<int64_t>;
+
+std::string ShapeToString(absl::Span<const int64_t> shape);  // "[4, 64]"
+int64_t NumElements(absl::Span<const int64_t> shape);
+
+// The DType of a C++ element type.
+template <typename T>
+struct DTypeOf;
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::kFloat32;
+};
+template <>
+struct DTypeOf<BFloat16> {
+  static constexpr DType value = DType::kBFloat16;
+};
+template <>
+struct DTypeOf<Float16> {
+  static constexpr DType value = DType::kFloat16;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = DType::kInt32;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = DType::kInt64;
+};
+
+// A block of device memory shared by a tensor and its views.
+class Storage {
+ public:
+  Storage(size_t bytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_;
+  Allocator* allocator_ = nullptr;
+};
+
+// A dense, contiguous, row-major N-d array on one device.
+//
+// Copying a Tensor shares its storage (as PyTorch's tensors do); Clone() makes
+// a deep copy. Views are zero-copy along the first dimension only (Slice) or
+// reinterpret the same elements under another shape (Reshape), so every
+// tensor stays contiguous and kernels need no stride logic.
+class Tensor {
+ public:
+  Tensor() = default;  // An undefined tensor: defined() is false.
+
+  // Uninitialised memory from the device's allocator. Dies with a message that
+  // names the size and the device when the memory cannot be had.
+  static Tensor Empty(Shape shape, DType dtype, Device device = Device::CPU());
+  static Tensor Zeros(Shape shape, DType dtype, Device device = Device::CPU());
+  // value converted to dtype (rounded to nearest even for 16-bit types).
+  static Tensor Full(Shape shape, double value, DType dtype,
+                     Device device = Device::CPU());
+  // A CPU tensor holding values converted to dtype; values.size() must equal
+  // the shape's element count.
+  static absl::StatusOr<Tensor> FromVector(absl::Span<const float> values,
+                                           Shape shape,
+                                           DType dtype = DType::kFloat32);
+  static absl::StatusOr<Tensor> FromInts(absl::Span<const int64_t> values,
+                                         Shape shape,
+                                         DType dtype = DType::kInt64);
+
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  const Shape& shape() const { return shape_; }
+  int dim() const { return static_cast<int>(shape_.size()); }
+  // Size of dimension d; negative d counts from the end.
+  int64_t size(int d) const;
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * DTypeSize(dtype_); }
+  std::string ShapeString() const { return ShapeToString(shape_); }
+  // "fp32[4, 64] on cpu", for error messages.
+  std::string Describe() const;
+
+  void* raw_data() const {
+    return static_cast<char*>(storage_->data()) + offset_bytes_;
+  }
+  // Typed access; dies if T does not match dtype() (a programming error).
+  template <typename T>
+  T* data() const {
+    CheckDType(DTypeOf<T>::value);
+    return static_cast<T*>(raw_data());
+  }
+
+  // Rows [begin, end) of the first dimension, sharing storage.
+  absl::StatusOr<Tensor> Slice(int64_t begin, int64_t end) const;
+  // The same elements under another shape (one -1 is inferred), sharing
+  // storage.
+  absl::StatusOr<Tensor> Reshape(Shape shape) const;
+
+  // A deep copy on the same device.
+  Tensor Clone() const;
+  // Copies src's elements here. Shapes (element counts) and dtypes must
+  // match; devices may differ where a copier for them is registered.
+  absl::Status CopyFrom(const Tensor& src);
+  // A new tensor with the values converted to dtype (CPU).
+  absl::StatusOr<Tensor> To(DType dtype) const;
+  // A copy on another device.
+  absl::StatusOr<Tensor> To(Device device) const;
+
+  // Sets every element to value (converted to dtype).
+  void Fill(double value);
+  void Zero();
+
+  // Values as float64 (CPU tensors of any dtype), for tests and logging.
+  std::vector<double> ToDoubles() const;
+  // Values as float, converted from any floating dtype (CPU).
+  std::vector<float> ToFloats() const;
+
+  // Whether both tensors view the same memory.
+  bool SharesStorageWith(const Tensor& other) const {
+    return storage_ == other.storage_;
+  }
+
+ private:
+  void CheckDType(DType expected) const;
+
+  std::shared_ptr<Storage> storage_;
+  size_t offset_bytes_ = 0;
+  Shape shape_;
+  int64_t numel_ = 0;
+  DType dtype_ = DType::kFloat32;
+  Device device_;
+};
+
+// Copies bytes between devices. CPU to CPU is memcpy; the CUDA library
+// registers a copier for transfers that involve a GPU.
+using DeviceCopyFn = void (*)(void* dst, Device dst_device, const void* src,
+                              Device src_device, size_t bytes);
+void RegisterDeviceCopy(DeviceCopyFn fn);
+absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
+                       Device src_device, size_t bytes);
+
+// Converts n elements between any two dtypes on the CPU (16-bit floats round
+// to nearest even; floats to integers truncate toward zero).
+void ConvertElements(const void* src, DType src_dtype, void* dst,
+                     DType dst_dtype, int64_t n);
+
+// Checks used by kernels; the message names both tensors.
+absl::Status CheckSameShape(const Tensor& a, const Tensor& b,
+                            absl::string_view what);
+absl::Status CheckDTypeIs(const Tensor& t, DType dtype, absl::string_view what);
+
+}  // namespace mcc
+
+#endif  // CORE_TENSOR_H_
