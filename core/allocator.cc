@@ -44,7 +44,8 @@ class CpuAllocator : public Allocator {
  protected:
   void* RawAllocate(size_t bytes) override {
     // aligned_alloc needs a size that is a multiple of the alignment.
-    size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+    size_t rounded =
+        (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
     if (rounded == 0) rounded = kCpuAlignment;
     return std::aligned_alloc(kCpuAlignment, rounded);
   }
@@ -92,9 +93,12 @@ void RegisterAllocator(DeviceType type, Allocator* (*factory)(int index)) {
 
 std::string FormatBytes(int64_t bytes) {
   const double b = static_cast<double>(bytes);
-  if (bytes >= (int64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / (1 << 30));
-  if (bytes >= (int64_t{1} << 20)) return absl::StrFormat("%.2f MiB", b / (1 << 20));
-  if (bytes >= (int64_t{1} << 10)) return absl::StrFormat("%.2f KiB", b / (1 << 10));
+  if (bytes >= (int64_t{1} << 30))
+    return absl::StrFormat("%.2f GiB", b / (1 << 30));
+  if (bytes >= (int64_t{1} << 20))
+    return absl::StrFormat("%.2f MiB", b / (1 << 20));
+  if (bytes >= (int64_t{1} << 10))
+    return absl::StrFormat("%.2f KiB", b / (1 << 10));
   return absl::StrFormat("%d B", bytes);
 }
 

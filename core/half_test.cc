@@ -30,7 +30,8 @@ TEST(HalfTest, BFloat16RoundsToNearestEven) {
         << f;
   }
   // Exactly halfway: 1 + 2^-8 lies between 1 and 1 + 2^-7; even is 1.
-  EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
+  EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8))),
+            1.0f);
   EXPECT_TRUE(std::isnan(BFloat16ToFloat(
       FloatToBFloat16(std::numeric_limits<float>::quiet_NaN()))));
   EXPECT_TRUE(std::isinf(BFloat16ToFloat(FloatToBFloat16(INFINITY))));

@@ -25,10 +25,10 @@ Storage::Storage(size_t bytes, Device device)
   data_ = allocator_->Allocate(bytes);
   if (data_ == nullptr) {
     const MemoryStats stats = allocator_->Stats();
-    LOG(FATAL) << "out of memory on " << device.ToString() << ": could not allocate "
-               << FormatBytes(bytes) << " (" << bytes << " bytes) with "
-               << FormatBytes(stats.current_bytes) << " in use, peak "
-               << FormatBytes(stats.peak_bytes);
+    LOG(FATAL) << "out of memory on " << device.ToString()
+               << ": could not allocate " << FormatBytes(bytes) << " (" << bytes
+               << " bytes) with " << FormatBytes(stats.current_bytes)
+               << " in use, peak " << FormatBytes(stats.peak_bytes);
   }
 }
 
@@ -62,9 +62,9 @@ Tensor Tensor::Full(Shape shape, double value, DType dtype, Device device) {
 absl::StatusOr<Tensor> Tensor::FromVector(absl::Span<const float> values,
                                           Shape shape, DType dtype) {
   if (static_cast<int64_t>(values.size()) != NumElements(shape)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("FromVector: ", values.size(), " values for shape ",
-                     ShapeToString(shape), " (", NumElements(shape), " elements)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FromVector: ", values.size(), " values for shape ",
+        ShapeToString(shape), " (", NumElements(shape), " elements)"));
   }
   Tensor t = Empty(std::move(shape), dtype);
   ConvertElements(values.data(), DType::kFloat32, t.raw_data(), dtype,
@@ -75,9 +75,9 @@ absl::StatusOr<Tensor> Tensor::FromVector(absl::Span<const float> values,
 absl::StatusOr<Tensor> Tensor::FromInts(absl::Span<const int64_t> values,
                                         Shape shape, DType dtype) {
   if (static_cast<int64_t>(values.size()) != NumElements(shape)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("FromInts: ", values.size(), " values for shape ",
-                     ShapeToString(shape), " (", NumElements(shape), " elements)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FromInts: ", values.size(), " values for shape ", ShapeToString(shape),
+        " (", NumElements(shape), " elements)"));
   }
   Tensor t = Empty(std::move(shape), dtype);
   ConvertElements(values.data(), DType::kInt64, t.raw_data(), dtype, t.numel());
@@ -87,8 +87,8 @@ absl::StatusOr<Tensor> Tensor::FromInts(absl::Span<const int64_t> values,
 int64_t Tensor::size(int d) const {
   const int n = dim();
   const int idx = d < 0 ? d + n : d;
-  CHECK(idx >= 0 && idx < n) << "dimension " << d << " out of range for "
-                             << Describe();
+  CHECK(idx >= 0 && idx < n)
+      << "dimension " << d << " out of range for " << Describe();
   return shape_[idx];
 }
 
@@ -100,19 +100,18 @@ std::string Tensor::Describe() const {
 
 void Tensor::CheckDType(DType expected) const {
   CHECK(defined()) << "access to an undefined tensor";
-  CHECK(dtype_ == expected) << "tensor " << Describe() << " accessed as "
-                            << DTypeName(expected);
+  CHECK(dtype_ == expected)
+      << "tensor " << Describe() << " accessed as " << DTypeName(expected);
 }
 
 absl::StatusOr<Tensor> Tensor::Slice(int64_t begin, int64_t end) const {
   if (!defined() || dim() == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Slice needs a tensor with at least one dimension, got ",
-                     Describe()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Slice needs a tensor with at least one dimension, got ", Describe()));
   }
   if (begin < 0 || end < begin || end > shape_[0]) {
-    return absl::OutOfRangeError(absl::StrCat("Slice [", begin, ", ", end,
-                                              ") out of range for ", Describe()));
+    return absl::OutOfRangeError(absl::StrCat(
+        "Slice [", begin, ", ", end, ") out of range for ", Describe()));
   }
   Tensor t = *this;
   const int64_t row = numel_ / (shape_[0] == 0 ? 1 : shape_[0]);
@@ -128,9 +127,8 @@ absl::StatusOr<Tensor> Tensor::Reshape(Shape shape) const {
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       if (infer >= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("Reshape to ", ShapeToString(shape),
-                         ": more than one -1"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Reshape to ", ShapeToString(shape), ": more than one -1"));
       }
       infer = static_cast<int>(i);
     } else if (shape[i] < 0) {
@@ -140,7 +138,8 @@ absl::StatusOr<Tensor> Tensor::Reshape(Shape shape) const {
       known *= shape[i];
     }
   }
-  if (infer >= 0 && known > 0 && numel_ % known == 0) shape[infer] = numel_ / known;
+  if (infer >= 0 && known > 0 && numel_ % known == 0)
+    shape[infer] = numel_ / known;
   if (NumElements(shape) != numel_ || (infer >= 0 && known == 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot reshape ", Describe(), " to ", ShapeToString(shape)));
@@ -161,17 +160,17 @@ absl::Status Tensor::CopyFrom(const Tensor& src) {
     return absl::InvalidArgumentError("CopyFrom with an undefined tensor");
   }
   if (src.numel() != numel_ || src.dtype() != dtype_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CopyFrom: destination ", Describe(), " and source ", src.Describe(),
-        " differ in element count or dtype"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CopyFrom: destination ", Describe(), " and source ",
+                     src.Describe(), " differ in element count or dtype"));
   }
   return CopyBytes(raw_data(), device_, src.raw_data(), src.device(), nbytes());
 }
 
 absl::StatusOr<Tensor> Tensor::To(DType dtype) const {
   if (!device_.is_cpu()) {
-    return absl::UnimplementedError(
-        absl::StrCat("dtype conversion of ", Describe(), " needs a CPU tensor"));
+    return absl::UnimplementedError(absl::StrCat(
+        "dtype conversion of ", Describe(), " needs a CPU tensor"));
   }
   Tensor t = Empty(shape_, dtype, device_);
   ConvertElements(raw_data(), dtype_, t.raw_data(), dtype, numel_);
@@ -205,10 +204,12 @@ void Tensor::Fill(double value) {
         FillTyped(raw_data(), numel_, static_cast<float>(value));
         return;
       case DType::kBFloat16:
-        FillTyped(raw_data(), numel_, FloatToBFloat16(static_cast<float>(value)));
+        FillTyped(raw_data(), numel_,
+                  FloatToBFloat16(static_cast<float>(value)));
         return;
       case DType::kFloat16:
-        FillTyped(raw_data(), numel_, FloatToFloat16(static_cast<float>(value)));
+        FillTyped(raw_data(), numel_,
+                  FloatToFloat16(static_cast<float>(value)));
         return;
       case DType::kInt32:
         FillTyped(raw_data(), numel_, static_cast<int32_t>(value));
@@ -361,7 +362,8 @@ absl::Status CheckSameShape(const Tensor& a, const Tensor& b,
   return absl::OkStatus();
 }
 
-absl::Status CheckDTypeIs(const Tensor& t, DType dtype, absl::string_view what) {
+absl::Status CheckDTypeIs(const Tensor& t, DType dtype,
+                          absl::string_view what) {
   if (t.dtype() != dtype) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": expected ", DTypeName(dtype), ", got ", t.Describe()));

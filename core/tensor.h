@@ -98,7 +98,9 @@ class Tensor {
   // Size of dimension d; negative d counts from the end.
   int64_t size(int d) const;
   int64_t numel() const { return numel_; }
-  size_t nbytes() const { return static_cast<size_t>(numel_) * DTypeSize(dtype_); }
+  size_t nbytes() const {
+    return static_cast<size_t>(numel_) * DTypeSize(dtype_);
+  }
   std::string ShapeString() const { return ShapeToString(shape_); }
   // "fp32[4, 64] on cpu", for error messages.
   std::string Describe() const;

@@ -31,7 +31,8 @@ int EnvThreads(const char* name) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+ThreadPool::ThreadPool(int num_threads)
+    : num_threads_(std::max(1, num_threads)) {
   for (int i = 1; i < num_threads_; ++i) {
     workers_.emplace_back([this, i] { WorkerLoop(i); });
   }
