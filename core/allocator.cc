@@ -78,7 +78,7 @@ Allocator* GetAllocator(Device device) {
       << "device index out of range: " << device.ToString();
   CHECK(registry.cuda_factory != nullptr)
       << "no allocator for " << device.ToString()
-      << ": link //core:cuda_allocator to use CUDA tensors";
+      << ": link //core/cuda:runtime to use CUDA tensors";
   Allocator*& slot = registry.cuda[device.index];
   if (slot == nullptr) slot = registry.cuda_factory(device.index);
   return slot;

@@ -280,7 +280,7 @@ absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
   if (g_device_copy == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "copy from ", src_device.ToString(), " to ", dst_device.ToString(),
-        " needs the CUDA library (//core:cuda_runtime_support) linked in"));
+        " needs the CUDA library (//core/cuda:runtime) linked in"));
   }
   g_device_copy(dst, dst_device, src, src_device, bytes);
   return absl::OkStatus();

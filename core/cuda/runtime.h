@@ -1,0 +1,49 @@
+#ifndef CORE_CUDA_RUNTIME_H_
+#define CORE_CUDA_RUNTIME_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+
+namespace mcc {
+namespace cuda {
+
+// Number of CUDA devices this process can use; 0 (not an error) when there
+// is no driver or no device. Counted once per process.
+int CudaDeviceCount();
+
+// OK when cuda:index exists; otherwise FailedPrecondition naming the device
+// and the number present, e.g. "no CUDA device: cuda:0 requested, 0 present".
+absl::Status CheckDeviceIndex(int index);
+
+// "NVIDIA H200 (sm_90, 139.8 GiB)"; an error when the device is absent.
+absl::StatusOr<std::string> DeviceDescription(int index);
+
+// Waits for all work on the device.
+absl::Status Synchronize(int index);
+
+// Makes `index` the current CUDA device for its scope, restoring the previous
+// one after. Does nothing (and touches no driver) when index < 0.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// Tensor::Empty on a CUDA device with an error instead of a crash when the
+// device does not exist: "no CUDA device: cannot allocate fp32[3, 5] on
+// cuda:0 (0 devices present)". Out-of-memory still dies, with the
+// allocator's statistics, as Tensor::Empty documents.
+absl::StatusOr<Tensor> EmptyOn(Shape shape, DType dtype, Device device);
+
+}  // namespace cuda
+}  // namespace mcc
+
+#endif  // CORE_CUDA_RUNTIME_H_
