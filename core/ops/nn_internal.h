@@ -1,0 +1,197 @@
+#ifndef CORE_OPS_NN_INTERNAL_H_
+#define CORE_OPS_NN_INTERNAL_H_
+
+// Internal pieces shared by the transformer kernels (norms, rotary, attention,
+// cross entropy): AVX2 loads and stores of fp32/bf16 as fp32 vectors, a
+// vector exp, horizontal reductions, dtype dispatch and argument checks.
+// Not part of the public API.
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "core/half.h"
+#include "core/tensor.h"
+
+namespace mcc {
+namespace ops {
+namespace nn {
+
+// ---- Scalar and 8-wide loads/stores, fp32 in registers. ----
+
+inline float LoadS(const float* p) { return *p; }
+inline float LoadS(const BFloat16* p) { return BFloat16ToFloat(*p); }
+inline void StoreS(float* p, float v) { *p = v; }
+inline void StoreS(BFloat16* p, float v) { *p = FloatToBFloat16(v); }
+
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 Load8(const BFloat16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline void Store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+// Round to nearest even, NaN kept a quiet NaN (as FloatToBFloat16).
+inline void Store8(BFloat16* p, __m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb =
+      _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r =
+      _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)),
+                         nan);
+  r = _mm256_srli_epi32(r, 16);
+  const __m256i packed =
+      _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm256_castsi256_si128(packed));
+}
+
+// n elements of src (fp32 or bf16) to fp32, optionally scaled.
+template <typename T>
+inline void ToF32(const T* src, float* dst, int64_t n, float scale = 1.0f) {
+  const __m256 s = _mm256_set1_ps(scale);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(dst + i, _mm256_mul_ps(Load8(src + i), s));
+  }
+  for (; i < n; ++i) dst[i] = LoadS(src + i) * scale;
+}
+
+// n fp32 elements to dst (fp32 or bf16), optionally scaled.
+template <typename T>
+inline void FromF32(const float* src, T* dst, int64_t n, float scale = 1.0f) {
+  const __m256 s = _mm256_set1_ps(scale);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    Store8(dst + i, _mm256_mul_ps(_mm256_loadu_ps(src + i), s));
+  }
+  for (; i < n; ++i) StoreS(dst + i, src[i] * scale);
+}
+
+inline float HSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float HMax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// exp(x), about 2 ulp for x in [-87.3, 88.7] (Cephes' polynomial); inputs
+// below are clamped (the result is then ~1e-38, not 0), -inf included.
+inline __m256 Exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)),
+                    _mm256_set1_ps(88.7f));
+  const __m256 fx =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(fx, _mm256_set1_ps(-0.693359375f), x);
+  r = _mm256_fmadd_ps(fx, _mm256_set1_ps(2.12194440e-4f), r);
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+inline float ExpS(float x) {
+  alignas(32) float v[8] = {x};
+  _mm256_store_ps(v, Exp8(_mm256_load_ps(v)));
+  return v[0];
+}
+
+// Calls f(float{}) or f(BFloat16{}) for a floating dtype checked beforehand.
+template <typename F>
+inline decltype(auto) DispatchFloat(DType dtype, F&& f) {
+  if (dtype == DType::kBFloat16) return f(BFloat16{});
+  return f(float{});
+}
+
+// ---- Argument checks. Messages name the op, the tensor and its shape. ----
+
+inline std::string Desc(const Tensor& t) {
+  return t.defined() ? t.Describe() : "undefined tensor";
+}
+
+inline absl::Status Defined(absl::string_view op, const char* name,
+                            const Tensor* t) {
+  if (t == nullptr || !t->defined()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", name, " is ", t == nullptr ? "null" : "undefined"));
+  }
+  return absl::OkStatus();
+}
+
+inline absl::Status IsFloat(absl::string_view op, const char* name,
+                            const Tensor& t) {
+  if (t.dtype() != DType::kFloat32 && t.dtype() != DType::kBFloat16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", name, " must be fp32 or bf16, got ", t.Describe()));
+  }
+  return absl::OkStatus();
+}
+
+inline absl::Status IsF32(absl::string_view op, const char* name,
+                          const Tensor& t) {
+  if (t.dtype() != DType::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", name, " must be fp32, got ", t.Describe()));
+  }
+  return absl::OkStatus();
+}
+
+inline absl::Status SameShape(absl::string_view op, const char* ref_name,
+                              const Tensor& ref, const char* name,
+                              const Tensor& t) {
+  if (ref.shape() != t.shape()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", name, " ", t.Describe(), " must have the shape of ", ref_name,
+        " ", ref.Describe()));
+  }
+  return absl::OkStatus();
+}
+
+inline absl::Status SameDevice(absl::string_view op, const char* ref_name,
+                               const Tensor& ref, const char* name,
+                               const Tensor& t) {
+  if (ref.device() != t.device()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", name, " ", t.Describe(), " is not on the device of ",
+        ref_name, " ", ref.Describe()));
+  }
+  return absl::OkStatus();
+}
+
+// The op has only a CPU kernel so far.
+inline absl::Status CpuOnly(absl::string_view op, const Tensor& t) {
+  if (!t.device().is_cpu()) {
+    return absl::UnimplementedError(absl::StrCat(
+        op, ": no ", t.device().ToString(),
+        " kernel yet (only CPU tensors are supported), got ", t.Describe()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace nn
+}  // namespace ops
+}  // namespace mcc
+
+#endif  // CORE_OPS_NN_INTERNAL_H_
