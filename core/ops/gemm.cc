@@ -1,0 +1,373 @@
+#include "core/ops/gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "core/ops/kernel_util.h"
+#include "core/status_macros.h"
+#include "core/thread_pool.h"
+#include "dnnl.h"
+#include "dnnl.hpp"
+#include "glog/logging.h"
+
+namespace mcc {
+namespace ops {
+namespace {
+
+// oneDNN (Debian's build) runs on OpenMP, whose thread count is per calling
+// thread: set it to the pool's size before each call, unless a batched loop
+// that already runs on the pool's threads asked for one thread per GEMM.
+thread_local int t_omp_threads = -1;
+thread_local int t_omp_override = 0;
+
+void SyncOmpThreads() {
+  const int want =
+      t_omp_override > 0 ? t_omp_override : ThreadPool::Global().num_threads();
+  if (want != t_omp_threads) {
+    omp_set_num_threads(want);
+    t_omp_threads = want;
+  }
+}
+
+class ScopedSingleThreadedGemm {
+ public:
+  ScopedSingleThreadedGemm() : saved_(t_omp_override) { t_omp_override = 1; }
+  ~ScopedSingleThreadedGemm() { t_omp_override = saved_; }
+
+ private:
+  int saved_;
+};
+
+std::atomic<bool> g_force_matmul{false};
+std::atomic<int64_t> g_primitives_created{0};
+
+// C = beta * C (beta == 0 writes zeros without reading C).
+void ScaleC(float beta, float* c, int64_t m, int64_t n, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = c + i * ldc;
+    if (beta == 0.0f) {
+      std::fill(row, row + n, 0.0f);
+    } else if (beta != 1.0f) {
+      for (int64_t j = 0; j < n; ++j) row[j] *= beta;
+    }
+  }
+}
+
+void CheckLeadingDims(const char* op, bool trans_a, bool trans_b, int64_t m,
+                      int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                      int64_t ldc) {
+  CHECK(m >= 0 && n >= 0 && k >= 0)
+      << op << ": negative size m=" << m << " n=" << n << " k=" << k;
+  CHECK_GE(lda, std::max<int64_t>(1, trans_a ? m : k)) << op << ": lda";
+  CHECK_GE(ldb, std::max<int64_t>(1, trans_b ? k : n)) << op << ": ldb";
+  CHECK_GE(ldc, std::max<int64_t>(1, n)) << op << ": ldc";
+}
+
+// ---- oneDNN matmul primitives, cached per shape ----------------------------
+
+using MatmulKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t,
+                             int64_t, int64_t, int64_t, float, float>;
+
+struct MatmulCache {
+  std::mutex mu;
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  absl::flat_hash_map<MatmulKey, std::shared_ptr<dnnl::matmul>> prims;
+};
+
+MatmulCache& Cache() {
+  static auto* cache = new MatmulCache;
+  return *cache;
+}
+
+void MatmulPrimitive(dnnl::memory::data_type dt, bool trans_a, bool trans_b,
+                     int64_t m, int64_t n, int64_t k, float alpha,
+                     const void* a, int64_t lda, const void* b, int64_t ldb,
+                     float beta, float* c, int64_t ldc) {
+  using dims = dnnl::memory::dims;
+  MatmulCache& cache = Cache();
+  const dnnl::memory::desc a_md({m, k}, dt,
+                                trans_a ? dims{1, lda} : dims{lda, 1});
+  const dnnl::memory::desc b_md({k, n}, dt,
+                                trans_b ? dims{1, ldb} : dims{ldb, 1});
+  const dnnl::memory::desc c_md({m, n}, dnnl::memory::data_type::f32,
+                                dims{ldc, 1});
+  const MatmulKey key(static_cast<int>(dt), trans_a, trans_b, m, n, k, lda, ldb,
+                      ldc, alpha, beta);
+  std::shared_ptr<dnnl::matmul> prim;
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.prims.find(key);
+    if (it != cache.prims.end()) prim = it->second;
+  }
+  if (prim == nullptr) {
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+      dnnl::post_ops ops;
+      ops.append_sum(beta);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::desc desc(a_md, b_md, c_md);
+    const dnnl::matmul::primitive_desc pd(desc, attr, cache.engine);
+    prim = std::make_shared<dnnl::matmul>(pd);
+    g_primitives_created.fetch_add(1);
+    std::lock_guard<std::mutex> lock(cache.mu);
+    cache.prims.emplace(key, prim);
+  }
+  thread_local std::unique_ptr<dnnl::stream> stream;
+  if (stream == nullptr) stream = std::make_unique<dnnl::stream>(cache.engine);
+  dnnl::memory am(a_md, cache.engine, const_cast<void*>(a));
+  dnnl::memory bm(b_md, cache.engine, const_cast<void*>(b));
+  dnnl::memory cm(c_md, cache.engine, c);
+  prim->execute(
+      *stream,
+      {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  stream->wait();
+}
+
+GemmPath DetectBf16Path() {
+  const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  const unsigned bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
+  const GemmPath path =
+      (isa & bf16) == bf16 ? GemmPath::kNativeBF16 : GemmPath::kConvertToF32;
+  LOG(INFO) << "bf16 GEMM path: " << GemmPathName(path)
+            << " (oneDNN effective ISA 0x" << std::hex << isa << std::dec
+            << ")";
+  return path;
+}
+
+// Widens a rows x cols bf16 matrix (row stride ld) into a dense fp32 one.
+void WidenMatrix(const BFloat16* src, int64_t rows, int64_t cols, int64_t ld,
+                 float* dst) {
+  const int64_t grain =
+      std::max<int64_t>(1, kGrain / std::max<int64_t>(1, cols));
+  ThreadPool::Global().ParallelFor(rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      BF16ToF32(src + r * ld, dst + r * cols, cols);
+  });
+}
+
+}  // namespace
+
+const char* GemmPathName(GemmPath path) {
+  switch (path) {
+    case GemmPath::kConvertToF32:
+      return "bf16 widened to fp32, oneDNN sgemm (no AVX512-BF16/AMX)";
+    case GemmPath::kNativeBF16:
+      return "oneDNN bf16 matmul (AVX512-BF16/AMX)";
+  }
+  return "?";
+}
+
+GemmPath Bf16GemmPath() {
+  static const GemmPath path = DetectBf16Path();
+  return path;
+}
+
+void GemmF32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+             float alpha, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float beta, float* c, int64_t ldc) {
+  CheckLeadingDims("GemmF32", trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.0f) {
+    ScaleC(beta, c, m, n, ldc);
+    return;
+  }
+  SyncOmpThreads();
+  if (g_force_matmul.load(std::memory_order_relaxed)) {
+    MatmulPrimitive(dnnl::memory::data_type::f32, trans_a, trans_b, m, n, k,
+                    alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const dnnl_status_t st =
+      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a,
+                 lda, b, ldb, beta, c, ldc);
+  CHECK_EQ(st, dnnl_success)
+      << "dnnl_sgemm failed for m=" << m << " n=" << n << " k=" << k;
+}
+
+void GemmBF16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+              float alpha, const BFloat16* a, int64_t lda, const BFloat16* b,
+              int64_t ldb, float beta, float* c, int64_t ldc) {
+  CheckLeadingDims("GemmBF16", trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.0f) {
+    ScaleC(beta, c, m, n, ldc);
+    return;
+  }
+  if (Bf16GemmPath() == GemmPath::kNativeBF16) {
+    SyncOmpThreads();
+    MatmulPrimitive(dnnl::memory::data_type::bf16, trans_a, trans_b, m, n, k,
+                    alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  thread_local std::vector<float> a32, b32;
+  const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+  const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+  if (static_cast<int64_t>(a32.size()) < a_rows * a_cols)
+    a32.resize(a_rows * a_cols);
+  if (static_cast<int64_t>(b32.size()) < b_rows * b_cols)
+    b32.resize(b_rows * b_cols);
+  WidenMatrix(a, a_rows, a_cols, lda, a32.data());
+  WidenMatrix(b, b_rows, b_cols, ldb, b32.data());
+  GemmF32(trans_a, trans_b, m, n, k, alpha, a32.data(), a_cols, b32.data(),
+          b_cols, beta, c, ldc);
+}
+
+KernelSlot<GemmKernel>& GemmKernels() {
+  static auto* slot = new KernelSlot<GemmKernel>("Gemm");
+  return *slot;
+}
+
+KernelSlot<GemmKernel>& BatchedGemmKernels() {
+  static auto* slot = new KernelSlot<GemmKernel>("BatchedGemm");
+  return *slot;
+}
+
+namespace {
+
+struct GemmDims {
+  int64_t batch = 1;
+  int64_t m = 0, n = 0, k = 0;
+  bool b_shared = false;  // 2-D b used by every batch entry.
+};
+
+absl::Status ValidateGemm(const char* op, const Tensor& a, bool trans_a,
+                          const Tensor& b, bool trans_b, const Tensor* c,
+                          bool batched, GemmDims* d) {
+  MCC_RETURN_IF_ERROR(CheckDefined(op, {{"a", &a}, {"b", &b}, {"c", c}}));
+  MCC_RETURN_IF_ERROR(CheckSameDevice(op, {{"a", &a}, {"b", &b}, {"c", c}}));
+  const int want = batched ? 3 : 2;
+  const std::string ab = absl::StrCat("a ", Brief(a), " and b ", Brief(b));
+  if (a.dim() != want || (b.dim() != want && !(batched && b.dim() == 2))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", ab, ": expected ",
+                     batched ? "3-D a and 3-D or 2-D b" : "2-D matrices"));
+  }
+  if (a.dtype() != b.dtype() ||
+      (a.dtype() != DType::kFloat32 && a.dtype() != DType::kBFloat16)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", ab, ": a and b must both be fp32 or both bf16"));
+  }
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"c", c}));
+  const int ao = batched ? 1 : 0;
+  const int bo = b.dim() == 3 ? 1 : 0;
+  d->batch = batched ? a.size(0) : 1;
+  d->b_shared = batched && b.dim() == 2;
+  d->m = trans_a ? a.size(ao + 1) : a.size(ao);
+  d->k = trans_a ? a.size(ao) : a.size(ao + 1);
+  const int64_t kb = trans_b ? b.size(bo + 1) : b.size(bo);
+  d->n = trans_b ? b.size(bo) : b.size(bo + 1);
+  if (d->k != kb) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", ab, " (trans_a=", trans_a, ", trans_b=", trans_b,
+                     "): inner dimensions differ (", d->k, " vs ", kb, ")"));
+  }
+  if (batched && b.dim() == 3 && b.size(0) != d->batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", ab, ": batch sizes differ"));
+  }
+  const Shape want_c =
+      batched ? Shape{d->batch, d->m, d->n} : Shape{d->m, d->n};
+  if (c->shape() != want_c) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": c ", Brief(*c), " should be ", ShapeToString(want_c), " for ",
+        ab, " (trans_a=", trans_a, ", trans_b=", trans_b, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// Runs a validated (batched) GEMM on CPU tensors.
+void RunCpuGemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                Tensor* c, float alpha, float beta, const GemmDims& d) {
+  const int64_t m = d.m, n = d.n, k = d.k;
+  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
+  const int64_t a_stride = m * k, b_stride = d.b_shared ? 0 : k * n;
+  const int64_t c_stride = m * n;
+  // fp32 destination: c itself, or scratch for a bf16 c.
+  float* out;
+  std::vector<float> scratch;
+  if (c->dtype() == DType::kFloat32) {
+    out = c->data<float>();
+  } else {
+    scratch.resize(c->numel());
+    if (beta != 0.0f)
+      BF16ToF32(c->data<BFloat16>(), scratch.data(), c->numel());
+    out = scratch.data();
+  }
+  const bool bf16 = a.dtype() == DType::kBFloat16;
+  auto run_one = [&](int64_t i) {
+    if (bf16) {
+      GemmBF16(trans_a, trans_b, m, n, k, alpha,
+               a.data<BFloat16>() + i * a_stride, lda,
+               b.data<BFloat16>() + i * b_stride, ldb, beta, out + i * c_stride,
+               n);
+    } else {
+      GemmF32(trans_a, trans_b, m, n, k, alpha, a.data<float>() + i * a_stride,
+              lda, b.data<float>() + i * b_stride, ldb, beta,
+              out + i * c_stride, n);
+    }
+  };
+  ThreadPool& pool = ThreadPool::Global();
+  const double flops = 2.0 * m * n * k;
+  if (d.batch > 1 && pool.num_threads() > 1 && flops < 8e6) {
+    // Small matrices: one single-threaded GEMM per pool thread.
+    pool.ParallelFor(d.batch, 1, [&](int64_t i0, int64_t i1) {
+      ScopedSingleThreadedGemm single;
+      for (int64_t i = i0; i < i1; ++i) run_one(i);
+    });
+  } else {
+    for (int64_t i = 0; i < d.batch; ++i) run_one(i);
+  }
+  if (c->dtype() == DType::kBFloat16) {
+    F32ToBF16(scratch.data(), c->data<BFloat16>(), c->numel());
+  }
+}
+
+absl::Status GemmImpl(const char* op, KernelSlot<GemmKernel>& slot,
+                      bool batched, const Tensor& a, bool trans_a,
+                      const Tensor& b, bool trans_b, Tensor* c, float alpha,
+                      float beta) {
+  GemmDims d;
+  MCC_RETURN_IF_ERROR(ValidateGemm(op, a, trans_a, b, trans_b, c, batched, &d));
+  if (!a.device().is_cpu()) {
+    MCC_ASSIGN_OR_RETURN(GemmKernel kernel, slot.Get(a.device()));
+    return kernel(a, trans_a, b, trans_b, c, alpha, beta);
+  }
+  RunCpuGemm(a, trans_a, b, trans_b, c, alpha, beta, d);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                  Tensor* c, float alpha, float beta) {
+  return GemmImpl("Gemm", GemmKernels(), false, a, trans_a, b, trans_b, c,
+                  alpha, beta);
+}
+
+absl::Status BatchedGemm(const Tensor& a, bool trans_a, const Tensor& b,
+                         bool trans_b, Tensor* c, float alpha, float beta) {
+  return GemmImpl("BatchedGemm", BatchedGemmKernels(), true, a, trans_a, b,
+                  trans_b, c, alpha, beta);
+}
+
+namespace internal {
+
+bool SetForceMatmulPrimitiveForTesting(bool force) {
+  return g_force_matmul.exchange(force);
+}
+
+int64_t MatmulPrimitivesCreated() { return g_primitives_created.load(); }
+
+}  // namespace internal
+}  // namespace ops
+}  // namespace mcc

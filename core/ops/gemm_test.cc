@@ -1,0 +1,331 @@
+#include "core/ops/gemm.h"
+
+#include <cmath>
+#include <limits>
+#include <tuple>
+#include <vector>
+
+#include "core/ops/test_util.h"
+#include "core/thread_pool.h"
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace ops {
+namespace {
+
+using testing::Bytes;
+using testing::RandomTensor;
+
+// Element (i, j) of op(X) for a row-major X with leading dimension ld.
+double At(const std::vector<double>& x, bool trans, int64_t ld, int64_t i,
+          int64_t j) {
+  return trans ? x[j * ld + i] : x[i * ld + j];
+}
+
+// float64 reference: returns alpha * op(A) op(B) + beta * C and, per element,
+// alpha * sum |a||b| + |beta c| (the scale of the rounding error).
+void RefGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+             const std::vector<double>& a, int64_t lda,
+             const std::vector<double>& b, int64_t ldb, double beta,
+             const std::vector<double>& c, int64_t ldc,
+             std::vector<double>* out, std::vector<double>* scale) {
+  out->assign(c.begin(), c.end());
+  scale->assign(c.size(), 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0, sa = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double v = At(a, ta, lda, i, p) * At(b, tb, ldb, p, j);
+        s += v;
+        sa += std::fabs(v);
+      }
+      const double c0 = beta == 0 ? 0.0 : c[i * ldc + j];
+      (*out)[i * ldc + j] = alpha * s + beta * c0;
+      (*scale)[i * ldc + j] = std::fabs(alpha) * sa + std::fabs(beta * c0);
+    }
+  }
+}
+
+void ExpectWithin(const std::vector<double>& got,
+                  const std::vector<double>& want,
+                  const std::vector<double>& scale, double rel,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  int failures = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = rel * scale[i] + 1e-30;
+    if (!(std::fabs(got[i] - want[i]) <= tol)) {
+      ADD_FAILURE() << what << " element " << i << ": got " << got[i]
+                    << " want " << want[i] << " tol " << tol;
+      if (++failures > 4) return;
+    }
+  }
+}
+
+// fp32 accumulation over k terms: each partial sum rounds with relative error
+// 2^-24, so |error| <= k * 2^-24 * sum|a b| (a loose bound; oneDNN blocks
+// its sums, so real errors are far smaller).
+double F32Tol(int64_t k) { return (k + 2) * std::ldexp(1.0, -24); }
+
+// bf16 keeps 8 significant bits (7 stored + the implicit one): rounding an
+// input changes it by at most 2^-9 relative, a product of two rounded inputs
+// by at most 2^-8 (plus 2^-18), so against the unrounded fp32 inputs
+// |error| <= (2^-8 + 2^-17) * sum|a b| + the fp32 accumulation error.
+double Bf16InputTol(int64_t k) {
+  return std::ldexp(1.0, -8) + std::ldexp(1.0, -17) + F32Tol(k);
+}
+
+class RawGemmTest
+    : public ::testing::TestWithParam<std::tuple<bool, bool, int, bool>> {};
+
+TEST_P(RawGemmTest, MatchesFloat64Reference) {
+  const bool ta = std::get<0>(GetParam());
+  const bool tb = std::get<1>(GetParam());
+  const int size_case = std::get<2>(GetParam());
+  const bool force_matmul = std::get<3>(GetParam());
+  const bool saved = internal::SetForceMatmulPrimitiveForTesting(force_matmul);
+  const int64_t sizes[][3] = {{1, 1, 1},    {7, 33, 1},   {33, 7, 129},
+                              {129, 33, 7}, {1, 129, 33}, {65, 70, 300}};
+  const int64_t m = sizes[size_case][0], n = sizes[size_case][1],
+                k = sizes[size_case][2];
+  // Leading dimensions larger than the rows need, to exercise strides.
+  const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+  const int64_t a_rows = ta ? k : m, b_rows = tb ? n : k;
+  uint32_t seed = 100 * size_case + 10 * ta + tb;
+  for (float alpha : {1.0f, -0.5f}) {
+    for (float beta : {0.0f, 1.0f, 0.25f}) {
+      for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+        Tensor a = RandomTensor({a_rows, lda}, dt, ++seed);
+        Tensor b = RandomTensor({b_rows, ldb}, dt, ++seed);
+        Tensor c = RandomTensor({m, ldc}, DType::kFloat32, ++seed);
+        if (beta == 0.0f) c.Fill(std::numeric_limits<double>::quiet_NaN());
+        std::vector<double> want, scale;
+        RefGemm(ta, tb, m, n, k, alpha, a.ToDoubles(), lda, b.ToDoubles(), ldb,
+                beta, c.ToDoubles(), ldc, &want, &scale);
+        if (dt == DType::kFloat32) {
+          GemmF32(ta, tb, m, n, k, alpha, a.data<float>(), lda, b.data<float>(),
+                  ldb, beta, c.data<float>(), ldc);
+        } else {
+          GemmBF16(ta, tb, m, n, k, alpha, a.data<BFloat16>(), lda,
+                   b.data<BFloat16>(), ldb, beta, c.data<float>(), ldc);
+        }
+        std::vector<double> got = c.ToDoubles();
+        // Padding columns of c (j >= n) must be unchanged: compare them too
+        // (the reference copies them); with beta == 0 they hold NaN.
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = n; j < ldc; ++j) {
+            if (std::isnan(want[i * ldc + j])) {
+              EXPECT_TRUE(std::isnan(got[i * ldc + j]));
+              got[i * ldc + j] = want[i * ldc + j] = 0;
+            }
+          }
+        }
+        ExpectWithin(got, want, scale, F32Tol(k),
+                     ::testing::PrintToString(std::make_tuple(
+                         DTypeName(dt), m, n, k, ta, tb, alpha, beta)));
+      }
+    }
+  }
+  internal::SetForceMatmulPrimitiveForTesting(saved);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTransposes, RawGemmTest,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Bool(),
+                                            ::testing::Range(0, 6),
+                                            ::testing::Bool()));
+
+TEST(GemmTest, MatmulPrimitivesAreCachedPerShape) {
+  const bool saved = internal::SetForceMatmulPrimitiveForTesting(true);
+  Tensor a = RandomTensor({9, 11}, DType::kFloat32, 1);
+  Tensor b = RandomTensor({11, 13}, DType::kFloat32, 2);
+  Tensor c = Tensor::Zeros({9, 13}, DType::kFloat32);
+  ASSERT_TRUE(Gemm(a, false, b, false, &c).ok());
+  const int64_t created = internal::MatmulPrimitivesCreated();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Gemm(a, false, b, false, &c).ok());
+  EXPECT_EQ(internal::MatmulPrimitivesCreated(), created);
+  ASSERT_TRUE(Gemm(a, false, b, false, &c, 1.0f, 1.0f).ok());  // New beta.
+  EXPECT_EQ(internal::MatmulPrimitivesCreated(), created + 1);
+  internal::SetForceMatmulPrimitiveForTesting(saved);
+}
+
+TEST(GemmTest, TensorGemmBf16AgainstUnroundedInputs) {
+  // Inputs drawn in fp32, rounded to bf16, multiplied; compared with the
+  // float64 product of the unrounded fp32 values.
+  const int64_t m = 33, n = 17, k = 129;
+  Tensor a32 = RandomTensor({m, k}, DType::kFloat32, 7);
+  Tensor b32 = RandomTensor({n, k}, DType::kFloat32, 8);
+  Tensor a16 = a32.To(DType::kBFloat16).value();
+  Tensor b16 = b32.To(DType::kBFloat16).value();
+  Tensor c = Tensor::Zeros({m, n}, DType::kFloat32);
+  ASSERT_TRUE(Gemm(a16, false, b16, true, &c).ok());
+  std::vector<double> want, scale;
+  RefGemm(false, true, m, n, k, 1, a32.ToDoubles(), k, b32.ToDoubles(), k, 0,
+          std::vector<double>(m * n), n, &want, &scale);
+  ExpectWithin(c.ToDoubles(), want, scale, Bf16InputTol(k), "bf16 gemm");
+
+  // bf16 output: one more rounding of the result, |error| <= 2^-9 |c|.
+  Tensor c16 = Tensor::Zeros({m, n}, DType::kBFloat16);
+  ASSERT_TRUE(Gemm(a16, false, b16, true, &c16).ok());
+  std::vector<double> got = c16.ToDoubles();
+  for (size_t i = 0; i < got.size(); ++i) scale[i] += std::fabs(want[i]);
+  ExpectWithin(got, want, scale, Bf16InputTol(k) + std::ldexp(1.0, -9),
+               "bf16 gemm, bf16 output");
+}
+
+TEST(GemmTest, Bf16OutputWithBetaAccumulates) {
+  const int64_t m = 7, n = 9, k = 5;
+  Tensor a = RandomTensor({m, k}, DType::kFloat32, 3);
+  Tensor b = RandomTensor({k, n}, DType::kFloat32, 4);
+  Tensor c = RandomTensor({m, n}, DType::kBFloat16, 5);
+  std::vector<double> want, scale;
+  RefGemm(false, false, m, n, k, 2, a.ToDoubles(), k, b.ToDoubles(), n, 1,
+          c.ToDoubles(), n, &want, &scale);
+  ASSERT_TRUE(Gemm(a, false, b, false, &c, 2.0f, 1.0f).ok());
+  for (size_t i = 0; i < scale.size(); ++i) scale[i] += std::fabs(want[i]);
+  ExpectWithin(c.ToDoubles(), want, scale, std::ldexp(1.0, -9) + F32Tol(k),
+               "bf16 c");
+}
+
+TEST(GemmTest, BatchedMatchesPerEntryReference) {
+  for (bool shared_b : {false, true}) {
+    for (int64_t size : {5, 129}) {  // Small: parallel over the batch.
+      for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+        const int64_t batch = 3, m = size, n = 7, k = size + 1;
+        Tensor a = RandomTensor({batch, k, m}, dt, 11);  // trans_a
+        Tensor b = shared_b ? RandomTensor({k, n}, dt, 12)
+                            : RandomTensor({batch, k, n}, dt, 12);
+        Tensor c = RandomTensor({batch, m, n}, DType::kFloat32, 13);
+        const std::vector<double> av = a.ToDoubles(), bv = b.ToDoubles(),
+                                  cv = c.ToDoubles();
+        ASSERT_TRUE(BatchedGemm(a, true, b, false, &c, 1.0f, 0.5f).ok());
+        const std::vector<double> got = c.ToDoubles();
+        for (int64_t e = 0; e < batch; ++e) {
+          std::vector<double> ae(av.begin() + e * k * m,
+                                 av.begin() + (e + 1) * k * m);
+          std::vector<double> be =
+              shared_b ? bv
+                       : std::vector<double>(bv.begin() + e * k * n,
+                                             bv.begin() + (e + 1) * k * n);
+          std::vector<double> ce(cv.begin() + e * m * n,
+                                 cv.begin() + (e + 1) * m * n);
+          std::vector<double> ge(got.begin() + e * m * n,
+                                 got.begin() + (e + 1) * m * n);
+          std::vector<double> want, scale;
+          RefGemm(true, false, m, n, k, 1, ae, m, be, n, 0.5, ce, n, &want,
+                  &scale);
+          ExpectWithin(ge, want, scale, F32Tol(k), "batched entry");
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmTest, ParameterGradientAccumulates) {
+  // dW += dY^T X twice equals 2 dY^T X (gradient-accumulation fusion).
+  Tensor dy = RandomTensor({33, 7}, DType::kBFloat16, 21);
+  Tensor x = RandomTensor({33, 5}, DType::kBFloat16, 22);
+  Tensor dw = Tensor::Zeros({7, 5}, DType::kFloat32);
+  Tensor once = Tensor::Zeros({7, 5}, DType::kFloat32);
+  ASSERT_TRUE(Gemm(dy, true, x, false, &once).ok());
+  ASSERT_TRUE(Gemm(dy, true, x, false, &dw, 1, 1).ok());
+  ASSERT_TRUE(Gemm(dy, true, x, false, &dw, 1, 1).ok());
+  const std::vector<double> a = once.ToDoubles(), b = dw.ToDoubles();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], 2 * a[i], 1e-5);
+}
+
+TEST(GemmTest, ThreadCountDoesNotChangeResults) {
+  Tensor a = RandomTensor({64, 96}, DType::kFloat32, 31);
+  Tensor b = RandomTensor({96, 80}, DType::kFloat32, 32);
+  Tensor c1 = Tensor::Zeros({64, 80}, DType::kFloat32);
+  Tensor c2 = Tensor::Zeros({64, 80}, DType::kFloat32);
+  const int threads = ThreadPool::Global().num_threads();
+  ThreadPool::SetGlobalThreads(1);
+  ASSERT_TRUE(Gemm(a, false, b, false, &c1).ok());
+  ThreadPool::SetGlobalThreads(threads);
+  ASSERT_TRUE(Gemm(a, false, b, false, &c2).ok());
+  testing::ExpectAllNear(c1.ToDoubles(), c2.ToDoubles(), 1e-5, 1e-5,
+                         "1 thread vs many");
+}
+
+TEST(GemmTest, BadInputsNameShapesAndLeaveOutputUntouched) {
+  Tensor a = RandomTensor({4, 8}, DType::kFloat32, 1);
+  Tensor b = RandomTensor({7, 3}, DType::kFloat32, 2);
+  Tensor c = RandomTensor({4, 3}, DType::kFloat32, 3);
+  const auto before = Bytes(c);
+  absl::Status s = Gemm(a, false, b, false, &c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("a fp32[4, 8] and b fp32[7, 3]"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("inner dimensions differ"), std::string::npos)
+      << s;
+  EXPECT_EQ(Bytes(c), before);
+
+  Tensor b_ok = RandomTensor({8, 3}, DType::kFloat32, 4);
+  Tensor c_bad = RandomTensor({4, 4}, DType::kFloat32, 5);
+  const auto before_bad = Bytes(c_bad);
+  s = Gemm(a, false, b_ok, false, &c_bad);
+  EXPECT_NE(s.message().find("c fp32[4, 4] should be [4, 3]"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("b fp32[8, 3]"), std::string::npos) << s;
+  EXPECT_EQ(Bytes(c_bad), before_bad);
+
+  Tensor b16 = RandomTensor({8, 3}, DType::kBFloat16, 6);
+  s = Gemm(a, false, b16, false, &c);
+  EXPECT_NE(s.message().find("a fp32[4, 8] and b bf16[8, 3]"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(Bytes(c), before);
+
+  Tensor a3 = RandomTensor({2, 4, 8}, DType::kFloat32, 7);
+  s = Gemm(a3, false, b_ok, false, &c);
+  EXPECT_NE(s.message().find("a fp32[2, 4, 8] and b fp32[8, 3]"),
+            std::string::npos)
+      << s;
+  Tensor b3 = RandomTensor({3, 8, 3}, DType::kFloat32, 8);
+  Tensor c3 = RandomTensor({2, 4, 3}, DType::kFloat32, 9);
+  const auto before3 = Bytes(c3);
+  s = BatchedGemm(a3, false, b3, false, &c3);
+  EXPECT_NE(s.message().find("batch sizes differ"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("b fp32[3, 8, 3]"), std::string::npos) << s;
+  EXPECT_EQ(Bytes(c3), before3);
+
+  Tensor ints = Tensor::Zeros({4, 3}, DType::kInt32);
+  s = Gemm(a, false, b_ok, false, &ints);
+  EXPECT_NE(s.message().find("int32[4, 3]"), std::string::npos) << s;
+  s = Gemm(a, false, b_ok, false, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GemmTest, CudaTensorsNeedARegisteredKernel) {
+  Tensor a = testing::FakeCudaTensor({4, 8}, DType::kFloat32);
+  Tensor b = testing::FakeCudaTensor({8, 3}, DType::kFloat32);
+  Tensor c = testing::FakeCudaTensor({4, 3}, DType::kFloat32);
+  absl::Status s = Gemm(a, false, b, false, &c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_NE(s.message().find("Gemm"), std::string::npos) << s;
+  // Mixed devices are refused before dispatch.
+  Tensor cpu_b = RandomTensor({8, 3}, DType::kFloat32, 1);
+  s = Gemm(a, false, cpu_b, false, &c);
+  EXPECT_NE(s.message().find("different devices"), std::string::npos) << s;
+  // A registered kernel receives the validated call.
+  static int calls = 0;
+  GemmKernels().Register(
+      DeviceType::kCUDA,
+      [](const Tensor&, bool, const Tensor&, bool, Tensor*, float, float) {
+        ++calls;
+        return absl::OkStatus();
+      });
+  EXPECT_TRUE(Gemm(a, false, b, false, &c).ok());
+  EXPECT_EQ(calls, 1);
+  Tensor c_bad = testing::FakeCudaTensor({4, 4}, DType::kFloat32);
+  EXPECT_FALSE(Gemm(a, false, b, false, &c_bad).ok());
+  EXPECT_EQ(calls, 1);
+  GemmKernels().Register(DeviceType::kCUDA, nullptr);
+}
+
+}  // namespace
+}  // namespace ops
+}  // namespace mcc

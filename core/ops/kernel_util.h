@@ -1,0 +1,107 @@
+#ifndef CORE_OPS_KERNEL_UTIL_H_
+#define CORE_OPS_KERNEL_UTIL_H_
+
+// Shared pieces of the CPU kernels: argument checks with messages that name
+// the op and the tensors, vectorised bf16 <-> fp32 conversion, a vectorisable
+// exp, and the blocked parallel loop the elementwise kernels run in.
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "core/half.h"
+#include "core/tensor.h"
+
+namespace mcc {
+namespace ops {
+
+// "fp32[4, 8]" (plus " on cuda:0" for non-CPU tensors), for error messages.
+std::string Brief(const Tensor& t);
+
+// A named tensor argument, for the checks below.
+struct Arg {
+  const char* name;
+  const Tensor* tensor;
+};
+
+// Every tensor defined.
+absl::Status CheckDefined(absl::string_view op,
+                          std::initializer_list<Arg> args);
+// Every tensor on the same device as the first.
+absl::Status CheckSameDevice(absl::string_view op,
+                             std::initializer_list<Arg> args);
+// fp32 or bf16.
+absl::Status CheckFloatDType(absl::string_view op, const Arg& arg);
+// Exactly this dtype.
+absl::Status CheckDType(absl::string_view op, const Arg& arg, DType dtype);
+// Same shape as the reference tensor.
+absl::Status CheckShapeMatches(absl::string_view op, const Arg& ref,
+                               const Arg& arg);
+
+// n elements between bf16 and fp32 (round to nearest even; NaN stays NaN).
+void BF16ToF32(const BFloat16* src, float* dst, int64_t n);
+void F32ToBF16(const float* src, BFloat16* dst, int64_t n);
+
+inline void LoadF32(const float* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+inline void LoadF32(const BFloat16* src, float* dst, int64_t n) {
+  BF16ToF32(src, dst, n);
+}
+inline void StoreF32(const float* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+inline void StoreF32(const float* src, BFloat16* dst, int64_t n) {
+  F32ToBF16(src, dst, n);
+}
+
+// exp(x) to about 2 ulp for |x| < 87, written without branches so the
+// compiler vectorises loops that call it (Cephes' polynomial).
+inline float VecExp(float x) {
+  x = x < -87.3f ? -87.3f : x;
+  x = x > 88.7f ? 88.7f : x;
+  // Round to nearest by the 1.5 * 2^23 trick (plain arithmetic vectorises).
+  const float fx = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = std::fma(fx, -0.693359375f, x);
+  r = std::fma(fx, 2.12194440e-4f, r);
+  const float r2 = r * r;
+  float p = 1.9875691500e-4f;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3334519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  p = std::fma(p, r2, r) + 1.0f;
+  int32_t e = static_cast<int32_t>(fx) + 127;
+  uint32_t bits = static_cast<uint32_t>(e) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+// tanh(x) = 1 - 2 / (exp(2x) + 1), vectorisable.
+inline float VecTanh(float x) {
+  return 1.0f - 2.0f / (VecExp(2.0f * x) + 1.0f);
+}
+
+// Elements per block of the blocked elementwise loops (fits L1 for a few
+// fp32 scratch arrays).
+inline constexpr int64_t kBlock = 1024;
+// Elements per parallel chunk: below this, threads cost more than they give.
+inline constexpr int64_t kGrain = 32 * 1024;
+
+// Calls fn(begin, end) over [0, n) on the global thread pool in chunks of at
+// least kGrain elements (multiples of kBlock).
+void ParallelForElements(int64_t n,
+                         const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace ops
+}  // namespace mcc
+
+#endif  // CORE_OPS_KERNEL_UTIL_H_

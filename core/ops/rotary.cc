@@ -1,0 +1,138 @@
+#include "core/ops/rotary.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/nn_internal.h"
+#include "core/status_macros.h"
+#include "core/thread_pool.h"
+
+namespace mcc {
+namespace ops {
+namespace {
+
+using nn::Load8;
+using nn::LoadS;
+using nn::Store8;
+using nn::StoreS;
+
+// sign = +1 rotates by theta (forward), -1 by -theta (backward).
+template <typename TI, typename TO>
+void RotaryCpu(const TI* x, TO* y, int64_t batch, int64_t seq, int64_t heads,
+               int64_t d, int64_t rd, const float* cs, float sign) {
+  const int64_t half = rd / 2;
+  const bool same = static_cast<const void*>(x) == static_cast<const void*>(y);
+  const int64_t row = heads * d;
+  ThreadPool::Global().ParallelFor(
+      batch * seq, std::max<int64_t>(1, 8192 / std::max<int64_t>(row, 1)),
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t t = r % seq;
+          const float* c = cs + t * 2 * half;
+          const float* s = c + half;
+          for (int64_t hh = 0; hh < heads; ++hh) {
+            const TI* xr = x + r * row + hh * d;
+            TO* yr = y + r * row + hh * d;
+            int64_t i = 0;
+            const __m256 vsign = _mm256_set1_ps(sign);
+            for (; i + 8 <= half; i += 8) {
+              const __m256 x1 = Load8(xr + i);
+              const __m256 x2 = Load8(xr + half + i);
+              const __m256 vc = _mm256_loadu_ps(c + i);
+              const __m256 vs = _mm256_mul_ps(_mm256_loadu_ps(s + i), vsign);
+              Store8(yr + i, _mm256_fmsub_ps(x1, vc, _mm256_mul_ps(x2, vs)));
+              Store8(yr + half + i,
+                     _mm256_fmadd_ps(x2, vc, _mm256_mul_ps(x1, vs)));
+            }
+            for (; i < half; ++i) {
+              const float x1 = LoadS(xr + i);
+              const float x2 = LoadS(xr + half + i);
+              const float sn = s[i] * sign;
+              StoreS(yr + i, x1 * c[i] - x2 * sn);
+              StoreS(yr + half + i, x2 * c[i] + x1 * sn);
+            }
+            if (!same) {
+              for (int64_t j = rd; j < d; ++j) StoreS(yr + j, LoadS(xr + j));
+            }
+          }
+        }
+      });
+}
+
+absl::Status Rotary(absl::string_view op, const Tensor& x,
+                    const RotaryOptions& options, Tensor* y, float sign) {
+  const char* in = sign > 0 ? "x" : "dy";
+  const char* out = sign > 0 ? "y" : "dx";
+  MCC_RETURN_IF_ERROR(nn::Defined(op, in, &x));
+  MCC_RETURN_IF_ERROR(nn::Defined(op, out, y));
+  MCC_RETURN_IF_ERROR(nn::IsFloat(op, in, x));
+  MCC_RETURN_IF_ERROR(nn::IsFloat(op, out, *y));
+  if (x.dim() != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", in, " must be [batch, seq, heads, head_dim], got ",
+                     x.Describe()));
+  }
+  MCC_RETURN_IF_ERROR(nn::SameShape(op, in, x, out, *y));
+  MCC_RETURN_IF_ERROR(nn::SameDevice(op, in, x, out, *y));
+  const int64_t d = x.size(3);
+  const int64_t rd = options.rotary_dim == 0 ? d : options.rotary_dim;
+  if (rd < 0 || rd > d || rd % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": rotary_dim ", options.rotary_dim,
+        " must be even and at most head_dim ", d, " of ", x.Describe()));
+  }
+  if (!(options.base > 0.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": base must be positive, got ", options.base));
+  }
+  if (options.position_offset < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": position_offset must be >= 0, got ", options.position_offset));
+  }
+  if (x.SharesStorageWith(*y) && x.raw_data() != y->raw_data()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", out, " overlaps ", in, " without being the same tensor"));
+  }
+  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, x));
+  const int64_t batch = x.size(0), seq = x.size(1), heads = x.size(2);
+  if (x.numel() == 0) return absl::OkStatus();
+  const int64_t half = rd / 2;
+  // cos then sin of each position's angles, [seq, 2, half].
+  Tensor table = Tensor::Empty({seq, 2, std::max<int64_t>(half, 1)},
+                               DType::kFloat32);
+  float* cs = table.data<float>();
+  for (int64_t t = 0; t < seq; ++t) {
+    const double pos = static_cast<double>(t + options.position_offset);
+    for (int64_t i = 0; i < half; ++i) {
+      const double inv_freq =
+          std::pow(options.base, -2.0 * static_cast<double>(i) / rd);
+      const double theta = pos * inv_freq;
+      cs[t * 2 * half + i] = static_cast<float>(std::cos(theta));
+      cs[t * 2 * half + half + i] = static_cast<float>(std::sin(theta));
+    }
+  }
+  nn::DispatchFloat(x.dtype(), [&](auto ti) {
+    using TI = decltype(ti);
+    nn::DispatchFloat(y->dtype(), [&](auto to) {
+      using TO = decltype(to);
+      RotaryCpu(x.data<TI>(), y->data<TO>(), batch, seq, heads, d, rd, cs,
+                sign);
+    });
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RotaryForward(const Tensor& x, const RotaryOptions& options,
+                           Tensor* y) {
+  return Rotary("RotaryForward", x, options, y, 1.0f);
+}
+
+absl::Status RotaryBackward(const Tensor& dy, const RotaryOptions& options,
+                            Tensor* dx) {
+  return Rotary("RotaryBackward", dy, options, dx, -1.0f);
+}
+
+}  // namespace ops
+}  // namespace mcc
