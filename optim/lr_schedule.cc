@@ -1,0 +1,92 @@
+#include "optim/lr_schedule.h"
+
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace mcc {
+namespace optim {
+
+absl::StatusOr<LrDecayStyle> ParseLrDecayStyle(absl::string_view name) {
+  if (name == "constant") return LrDecayStyle::kConstant;
+  if (name == "linear") return LrDecayStyle::kLinear;
+  if (name == "cosine") return LrDecayStyle::kCosine;
+  if (name == "inverse-square-root") return LrDecayStyle::kInverseSquareRoot;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--lr-decay-style: unknown style '", name,
+      "' (expected constant, linear, cosine or inverse-square-root)"));
+}
+
+absl::StatusOr<LrSchedule> LrSchedule::Create(LrScheduleConfig config) {
+  if (config.lr < 0 || config.min_lr < 0 || config.init_lr < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("learning rates must be non-negative: --lr ", config.lr,
+                     ", --min-lr ", config.min_lr));
+  }
+  if (config.min_lr > config.lr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--min-lr (", config.min_lr, ") exceeds --lr (", config.lr, ")"));
+  }
+  if (config.decay_iters < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lr-decay-iters must be non-negative, got ", config.decay_iters));
+  }
+  LrSchedule s;
+  s.config_ = config;
+  if (config.warmup_fraction >= 0) {
+    if (config.warmup_fraction > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--lr-warmup-fraction must be in [0, 1], got ",
+                       config.warmup_fraction));
+    }
+    s.warmup_iters_ =
+        static_cast<int64_t>(config.warmup_fraction * config.decay_iters);
+  } else {
+    s.warmup_iters_ = config.warmup_iters;
+  }
+  if (s.warmup_iters_ < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lr-warmup-iters must be non-negative, got ", s.warmup_iters_));
+  }
+  if (config.decay_style != LrDecayStyle::kConstant &&
+      config.decay_style != LrDecayStyle::kInverseSquareRoot &&
+      s.warmup_iters_ > config.decay_iters) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr-warmup-iters (", s.warmup_iters_,
+                     ") exceeds --lr-decay-iters (", config.decay_iters, ")"));
+  }
+  return s;
+}
+
+double LrSchedule::LearningRate(int64_t iteration) const {
+  const LrScheduleConfig& c = config_;
+  if (warmup_iters_ > 0 && iteration <= warmup_iters_) {
+    return c.init_lr + (c.lr - c.init_lr) * static_cast<double>(iteration) /
+                           static_cast<double>(warmup_iters_);
+  }
+  switch (c.decay_style) {
+    case LrDecayStyle::kConstant:
+      return c.lr;
+    case LrDecayStyle::kInverseSquareRoot: {
+      const double warmup = std::max<int64_t>(warmup_iters_, 1);
+      const double lr =
+          c.lr * std::sqrt(warmup) / std::sqrt(std::max<int64_t>(iteration, 1));
+      return std::max(c.min_lr, lr);
+    }
+    case LrDecayStyle::kLinear:
+    case LrDecayStyle::kCosine:
+      break;
+  }
+  if (iteration > c.decay_iters) return c.min_lr;
+  const double span = static_cast<double>(c.decay_iters - warmup_iters_);
+  const double ratio =
+      span <= 0 ? 1.0 : static_cast<double>(iteration - warmup_iters_) / span;
+  const double coeff = c.decay_style == LrDecayStyle::kLinear
+                           ? 1.0 - ratio
+                           : 0.5 * (std::cos(M_PI * ratio) + 1.0);
+  return c.min_lr + coeff * (c.lr - c.min_lr);
+}
+
+}  // namespace optim
+}  // namespace mcc
