@@ -25,11 +25,15 @@ __device__ __forceinline__ uint16_t FloatToBf16Bits(float f) {
   return static_cast<uint16_t>((u + bias) >> 16);
 }
 
-__device__ __forceinline__ float Load(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float Load(const float* p, int64_t i) {
+  return p[i];
+}
 __device__ __forceinline__ float Load(const uint16_t* p, int64_t i) {
   return Bf16BitsToFloat(p[i]);
 }
-__device__ __forceinline__ void Store(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void Store(float* p, int64_t i, float v) {
+  p[i] = v;
+}
 __device__ __forceinline__ void Store(uint16_t* p, int64_t i, float v) {
   p[i] = FloatToBf16Bits(v);
 }
@@ -50,7 +54,8 @@ __device__ __forceinline__ float WarpSum(float v) {
 }
 
 __device__ __forceinline__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
