@@ -1,0 +1,299 @@
+#include "checkpoint/checkpoint_reader.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/crc32c.h"
+#include "checkpoint/file_util.h"
+#include "checkpoint/region.h"
+#include "core/status_macros.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/text_format.h"
+
+namespace mcc {
+namespace {
+
+using checkpoint::ShardRecord;
+using checkpoint::TensorRecord;
+
+Shape ToShape(const google::protobuf::RepeatedField<int64_t>& f) {
+  return Shape(f.begin(), f.end());
+}
+
+bool ValidDType(int d) {
+  return d >= 0 && d <= static_cast<int>(DType::kInt64);
+}
+
+}  // namespace
+
+CheckpointReader::~CheckpointReader() {
+  for (auto& [name, fd] : fds_) ::close(fd);
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
+    const std::string& dir, std::optional<int64_t> iteration) {
+  int64_t it;
+  if (iteration.has_value()) {
+    it = *iteration;
+  } else {
+    auto latest = LatestIteration(dir);
+    if (!latest.ok()) {
+      return absl::Status(latest.status().code(),
+                          absl::StrCat("no checkpoint to load in ", dir, ": ",
+                                       latest.status().message()));
+    }
+    it = *latest;
+  }
+  std::unique_ptr<CheckpointReader> r(new CheckpointReader());
+  r->path_ = file_util::JoinPath(dir, IterationDirName(it));
+  const std::string meta_path =
+      file_util::JoinPath(r->path_, kMetadataFileName);
+  auto bytes = file_util::ReadFileToString(meta_path);
+  if (!bytes.ok()) {
+    return absl::Status(
+        bytes.status().code(),
+        absl::StrCat("checkpoint of iteration ", it, " in ", dir,
+                     " is missing or incomplete: ", bytes.status().message()));
+  }
+  if (!r->metadata_.ParseFromString(*bytes)) {
+    return absl::DataLossError(
+        absl::StrCat(meta_path, " is not a valid CheckpointMetadata"));
+  }
+  if (r->metadata_.format_version() != kFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        meta_path, " has format version ", r->metadata_.format_version(),
+        "; this build reads version ", kFormatVersion));
+  }
+  if (r->metadata_.iteration() != it) {
+    return absl::DataLossError(absl::StrCat(meta_path, " records iteration ",
+                                            r->metadata_.iteration()));
+  }
+  for (int i = 0; i < r->metadata_.tensors_size(); ++i) {
+    r->index_[r->metadata_.tensors(i).name()] = i;
+  }
+  MCC_RETURN_IF_ERROR(r->Validate());
+  return r;
+}
+
+absl::Status CheckpointReader::Validate() const {
+  for (const TensorRecord& t : metadata_.tensors()) {
+    if (!ValidDType(t.dtype())) {
+      return absl::DataLossError(absl::StrCat(
+          path_, ": tensor ", t.name(), " has unknown dtype ", t.dtype()));
+    }
+    const Shape g = ToShape(t.global_shape());
+    const size_t esize = DTypeSize(static_cast<DType>(t.dtype()));
+    for (const ShardRecord& s : t.shards()) {
+      const Box b{ToShape(s.global_offsets()), ToShape(s.local_shape())};
+      if (b.offsets.size() != g.size() || b.shape.size() != g.size() ||
+          !Contains(Box{Shape(g.size(), 0), g}, b)) {
+        return absl::DataLossError(
+            absl::StrCat(path_, ": tensor ", t.name(), " ", ShapeToString(g),
+                         " has shard ", b.ToString(), " outside it"));
+      }
+      if (s.byte_length() != static_cast<uint64_t>(b.NumElements()) * esize) {
+        return absl::DataLossError(
+            absl::StrCat(path_, ": tensor ", t.name(), " shard ", b.ToString(),
+                         " in ", s.file(), " has ", s.byte_length(),
+                         " bytes, expected ", b.NumElements() * esize));
+      }
+      if (s.file().empty() || s.file().find('/') != std::string::npos) {
+        return absl::DataLossError(absl::StrCat(path_, ": tensor ", t.name(),
+                                                " names bad file \"", s.file(),
+                                                "\""));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<checkpoint::RankState> CheckpointReader::RankStateOf(
+    int rank) const {
+  for (const auto& r : metadata_.ranks()) {
+    if (r.rank() == rank) return r;
+  }
+  return absl::NotFoundError(absl::StrCat(path_, " holds no state of rank ",
+                                          rank, " (saved by ",
+                                          metadata_.world_size(), " ranks)"));
+}
+
+std::vector<std::string> CheckpointReader::TensorNames() const {
+  std::vector<std::string> names;
+  for (const auto& t : metadata_.tensors()) names.push_back(t.name());
+  return names;
+}
+
+absl::StatusOr<const TensorRecord*> CheckpointReader::FindTensor(
+    absl::string_view name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("tensor ", name, " is not in checkpoint ", path_));
+  }
+  return &metadata_.tensors(it->second);
+}
+
+absl::StatusOr<int> CheckpointReader::FileFor(const std::string& file,
+                                              absl::string_view tensor) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = fds_.find(file);
+  if (it != fds_.end()) return it->second;
+  const std::string path = file_util::JoinPath(path_, file);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    const std::string msg =
+        absl::StrCat("cannot open shard file ", path, " of tensor ", tensor,
+                     ": ", std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(msg) : absl::InternalError(msg);
+  }
+  fds_[file] = fd;
+  return fd;
+}
+
+absl::Status CheckpointReader::ReadShard(const TensorRecord& t,
+                                         const ShardRecord& s,
+                                         std::string* buf) {
+  MCC_ASSIGN_OR_RETURN(int fd, FileFor(s.file(), t.name()));
+  const std::string path = file_util::JoinPath(path_, s.file());
+  const Box b{ToShape(s.global_offsets()), ToShape(s.local_shape())};
+  buf->resize(s.byte_length());
+  uint64_t done = 0;
+  while (done < s.byte_length()) {
+    const ssize_t r = ::pread(fd, buf->data() + done, s.byte_length() - done,
+                              s.byte_offset() + done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+    }
+    if (r == 0) {
+      return absl::DataLossError(absl::StrCat(
+          "shard file ", path, " is truncated: tensor ", t.name(), " shard ",
+          b.ToString(), " needs bytes [", s.byte_offset(), ", ",
+          s.byte_offset() + s.byte_length(), ")"));
+    }
+    done += r;
+  }
+  const uint32_t crc = Crc32c(buf->data(), buf->size());
+  if (crc != s.crc32c()) {
+    return absl::DataLossError(absl::StrFormat(
+        "checksum mismatch in %s: tensor %s shard %s (bytes %d..%d): stored "
+        "CRC32C 0x%08x, computed 0x%08x",
+        path, t.name(), b.ToString(), s.byte_offset(),
+        s.byte_offset() + s.byte_length(), s.crc32c(), crc));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointReader::ReadRegion(
+    absl::string_view name, absl::Span<const int64_t> global_offsets,
+    Tensor* out) {
+  MCC_ASSIGN_OR_RETURN(const TensorRecord* t, FindTensor(name));
+  if (out == nullptr || !out->defined()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReadRegion(", name, "): output tensor is undefined"));
+  }
+  if (!out->device().is_cpu()) {
+    Tensor host = Tensor::Empty(out->shape(), out->dtype());
+    MCC_RETURN_IF_ERROR(ReadRegion(name, global_offsets, &host));
+    return out->CopyFrom(host);
+  }
+  const Shape g = ToShape(t->global_shape());
+  const Box want{Shape(global_offsets.begin(), global_offsets.end()),
+                 out->shape()};
+  if (want.offsets.size() != g.size() || want.shape.size() != g.size() ||
+      !Contains(Box{Shape(g.size(), 0), g}, want)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReadRegion(", name, "): region ", ShapeToString(want.offsets), " + ",
+        ShapeToString(want.shape), " is not inside the stored global shape ",
+        ShapeToString(g)));
+  }
+  const DType src_dtype = static_cast<DType>(t->dtype());
+  const size_t src_size = DTypeSize(src_dtype);
+  const size_t dst_size = DTypeSize(out->dtype());
+  char* dst = static_cast<char*>(out->raw_data());
+  int64_t filled = 0;
+  std::string buf;
+  for (const ShardRecord& s : t->shards()) {
+    const Box sb{ToShape(s.global_offsets()), ToShape(s.local_shape())};
+    if (Intersect(sb, want).Empty()) continue;
+    MCC_RETURN_IF_ERROR(ReadShard(*t, s, &buf));
+    ForEachOverlapRun(sb, want, [&](int64_t si, int64_t di, int64_t n) {
+      if (src_dtype == out->dtype()) {
+        std::memcpy(dst + di * dst_size, buf.data() + si * src_size,
+                    n * src_size);
+      } else {
+        ConvertElements(buf.data() + si * src_size, src_dtype,
+                        dst + di * dst_size, out->dtype(), n);
+      }
+      filled += n;
+    });
+  }
+  if (filled != want.NumElements()) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", path_, ": the stored shards of tensor ", name,
+        " cover only ", filled, " of the ", want.NumElements(),
+        " elements of region ", want.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> CheckpointReader::ReadTensor(absl::string_view name) {
+  MCC_ASSIGN_OR_RETURN(const TensorRecord* t, FindTensor(name));
+  Tensor out =
+      Tensor::Empty(ToShape(t->global_shape()), static_cast<DType>(t->dtype()));
+  MCC_RETURN_IF_ERROR(ReadRegion(name, Shape(t->global_shape_size(), 0), &out));
+  return out;
+}
+
+absl::Status CheckpointReader::Load(const std::vector<ShardedTensorRef>& refs) {
+  for (const ShardedTensorRef& ref : refs) {
+    MCC_RETURN_IF_ERROR(ref.Validate());
+    MCC_ASSIGN_OR_RETURN(const TensorRecord* t, FindTensor(ref.name));
+    const Shape g = ToShape(t->global_shape());
+    if (g != ref.global_shape) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor ", ref.name, ": checkpoint ", path_, " stores global shape ",
+          ShapeToString(g), " but the model expects ",
+          ShapeToString(ref.global_shape),
+          " (does the model configuration match the checkpoint's?)"));
+    }
+    Tensor local = ref.local;
+    MCC_RETURN_IF_ERROR(ReadRegion(ref.name, ref.global_offsets, &local));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointReader::CheckModelConfig(
+    const checkpoint::ModelConfig& run) const {
+  const checkpoint::ModelConfig& saved = metadata_.common().model();
+  const auto* desc = saved.GetDescriptor();
+  const auto* refl = saved.GetReflection();
+  std::vector<std::string> diffs;
+  for (int i = 0; i < desc->field_count(); ++i) {
+    const auto* field = desc->field(i);
+    std::string a, b;
+    google::protobuf::TextFormat::PrintFieldValueToString(saved, field, -1, &a);
+    google::protobuf::TextFormat::PrintFieldValueToString(run, field, -1, &b);
+    if (a != b) {
+      diffs.push_back(
+          absl::StrCat(field->name(), ": checkpoint ", a, ", run ", b));
+    }
+  }
+  (void)refl;
+  if (diffs.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("model configuration of checkpoint ", path_,
+                   " differs from this run's: ", absl::StrJoin(diffs, "; ")));
+}
+
+}  // namespace mcc

@@ -1,0 +1,81 @@
+#ifndef CHECKPOINT_CHECKPOINT_READER_H_
+#define CHECKPOINT_CHECKPOINT_READER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "checkpoint/checkpoint.pb.h"
+#include "checkpoint/config.pb.h"
+#include "checkpoint/sharded_tensor.h"
+#include "core/tensor.h"
+
+namespace mcc {
+
+// Reads one complete checkpoint, under any layout: every read names a box of
+// a global tensor and is assembled from whichever stored shards overlap it,
+// each verified against its CRC32C.
+class CheckpointReader {
+ public:
+  // Opens DIR/iter_N for iteration N, or the iteration that
+  // DIR/latest_checkpointed_iteration.txt names when none is given.
+  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(
+      const std::string& dir, std::optional<int64_t> iteration = std::nullopt);
+  ~CheckpointReader();
+
+  int64_t iteration() const { return metadata_.iteration(); }
+  const std::string& path() const { return path_; }  // DIR/iter_N
+  const checkpoint::CheckpointMetadata& metadata() const { return metadata_; }
+  const checkpoint::CommonState& common_state() const {
+    return metadata_.common();
+  }
+  // The RNG states rank `rank` saved; NotFound when the checkpoint had
+  // fewer ranks.
+  absl::StatusOr<checkpoint::RankState> RankStateOf(int rank) const;
+
+  std::vector<std::string> TensorNames() const;
+  // NotFound, naming the tensor, when it was not saved.
+  absl::StatusOr<const checkpoint::TensorRecord*> FindTensor(
+      absl::string_view name) const;
+
+  // Fills *out (any dtype: values are converted; any device) with the box of
+  // tensor `name` that starts at global_offsets and has out's shape.
+  absl::Status ReadRegion(absl::string_view name,
+                          absl::Span<const int64_t> global_offsets,
+                          Tensor* out);
+  // The whole tensor in its stored dtype.
+  absl::StatusOr<Tensor> ReadTensor(absl::string_view name);
+  // For each ref: checks that the stored global shape equals
+  // ref.global_shape, then reads the ref's box into ref.local.
+  absl::Status Load(const std::vector<ShardedTensorRef>& refs);
+
+  // An error listing every field that differs between the stored model
+  // configuration and `run` (e.g. "hidden_size: checkpoint 1024, run 2048").
+  absl::Status CheckModelConfig(const checkpoint::ModelConfig& run) const;
+
+ private:
+  CheckpointReader() = default;
+  absl::Status Validate() const;
+  absl::StatusOr<int> FileFor(const std::string& file,
+                              absl::string_view tensor);
+  absl::Status ReadShard(const checkpoint::TensorRecord& t,
+                         const checkpoint::ShardRecord& s, std::string* buf);
+
+  std::string path_;
+  checkpoint::CheckpointMetadata metadata_;
+  std::map<std::string, int, std::less<>> index_;  // Name to tensors() index.
+  std::mutex mu_;
+  std::map<std::string, int> fds_;
+};
+
+}  // namespace mcc
+
+#endif  // CHECKPOINT_CHECKPOINT_READER_H_

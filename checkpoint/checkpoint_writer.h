@@ -1,0 +1,50 @@
+#ifndef CHECKPOINT_CHECKPOINT_WRITER_H_
+#define CHECKPOINT_CHECKPOINT_WRITER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "checkpoint/checkpoint.pb.h"
+#include "checkpoint/dist_context.h"
+#include "checkpoint/sharded_tensor.h"
+
+namespace mcc {
+
+struct SaveOptions {
+  // After a successful save, delete all but the newest keep_last complete
+  // checkpoints (never the one `latest` names). 0 keeps all.
+  int keep_last = 0;
+  // Alignment of each shard inside its file.
+  int64_t alignment = 64;
+  // Called on the saving thread after each step ("shard <name>" after each
+  // shard is written, "files_synced", "metadata_written", "committed");
+  // tests use it to pause or kill a save part-way.
+  std::function<void(absl::string_view event)> progress_hook;
+};
+
+// Saves one checkpoint of `iteration` under dir, collectively: every rank of
+// dist calls it with its own shards (and RNG states in rank_state); the
+// common state of rank 0 is stored.
+//
+// Shards held by several ranks (data-parallel replicas, replicated layer
+// norms) are written once, by one of their holders, spreading the bytes
+// evenly. Each rank writes its shards to iter_N.tmp/shard_rRRRRR.bin and
+// fsyncs; rank 0 then writes metadata.pb, renames iter_N.tmp to iter_N and
+// rewrites latest_checkpointed_iteration.txt (temporary file, fsync,
+// rename). A save that dies part-way leaves the previous checkpoint and the
+// latest file untouched. Every rank returns the same status; an error names
+// the rank, file and tensor at fault.
+absl::Status SaveCheckpoint(const std::string& dir, int64_t iteration,
+                            const std::vector<ShardedTensorRef>& tensors,
+                            const checkpoint::CommonState& common,
+                            const checkpoint::RankState& rank_state,
+                            const DistContext& dist,
+                            const SaveOptions& options = {});
+
+}  // namespace mcc
+
+#endif  // CHECKPOINT_CHECKPOINT_WRITER_H_
