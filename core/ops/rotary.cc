@@ -1,8 +1,12 @@
 #include "core/ops/rotary.h"
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "core/ops/nn_internal.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
@@ -15,6 +19,46 @@ using nn::Load8;
 using nn::LoadS;
 using nn::Store8;
 using nn::StoreS;
+
+// cos then sin of each position's angles, [seq, 2, half], computed in
+// float64. The last table is kept: every layer asks for the same one.
+std::shared_ptr<const std::vector<float>> AngleTable(
+    int64_t seq, int64_t half, int64_t rd, const RotaryOptions& options) {
+  static absl::Mutex mu(absl::kConstInit);
+  static std::shared_ptr<const std::vector<float>>* last =
+      new std::shared_ptr<const std::vector<float>>();
+  static int64_t last_key[4] = {-1, -1, -1, -1};
+  static double last_base = 0.0;
+  const int64_t key[4] = {seq, half, rd, options.position_offset};
+  {
+    absl::MutexLock lock(&mu);
+    if (*last != nullptr && std::equal(key, key + 4, last_key) &&
+        last_base == options.base) {
+      return *last;
+    }
+  }
+  auto table = std::make_shared<std::vector<float>>(seq * 2 * half);
+  std::vector<double> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[i] = std::pow(options.base, -2.0 * static_cast<double>(i) / rd);
+  }
+  float* cs = table->data();
+  ThreadPool::Global().ParallelFor(seq, 16, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const double pos = static_cast<double>(t + options.position_offset);
+      for (int64_t i = 0; i < half; ++i) {
+        const double theta = pos * inv_freq[i];
+        cs[t * 2 * half + i] = static_cast<float>(std::cos(theta));
+        cs[t * 2 * half + half + i] = static_cast<float>(std::sin(theta));
+      }
+    }
+  });
+  absl::MutexLock lock(&mu);
+  *last = table;
+  std::copy(key, key + 4, last_key);
+  last_base = options.base;
+  return table;
+}
 
 // sign = +1 rotates by theta (forward), -1 by -theta (backward).
 template <typename TI, typename TO>
@@ -68,9 +112,9 @@ absl::Status Rotary(absl::string_view op, const Tensor& x,
   MCC_RETURN_IF_ERROR(nn::IsFloat(op, in, x));
   MCC_RETURN_IF_ERROR(nn::IsFloat(op, out, *y));
   if (x.dim() != 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", in, " must be [batch, seq, heads, head_dim], got ",
-                     x.Describe()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", in, " must be [batch, seq, heads, head_dim], got ",
+        x.Describe()));
   }
   MCC_RETURN_IF_ERROR(nn::SameShape(op, in, x, out, *y));
   MCC_RETURN_IF_ERROR(nn::SameDevice(op, in, x, out, *y));
@@ -89,7 +133,8 @@ absl::Status Rotary(absl::string_view op, const Tensor& x,
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": position_offset must be >= 0, got ", options.position_offset));
   }
-  if (x.SharesStorageWith(*y) && x.raw_data() != y->raw_data()) {
+  if (x.SharesStorageWith(*y) &&
+      (x.raw_data() != y->raw_data() || x.dtype() != y->dtype())) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": ", out, " overlaps ", in, " without being the same tensor"));
   }
@@ -97,20 +142,9 @@ absl::Status Rotary(absl::string_view op, const Tensor& x,
   const int64_t batch = x.size(0), seq = x.size(1), heads = x.size(2);
   if (x.numel() == 0) return absl::OkStatus();
   const int64_t half = rd / 2;
-  // cos then sin of each position's angles, [seq, 2, half].
-  Tensor table = Tensor::Empty({seq, 2, std::max<int64_t>(half, 1)},
-                               DType::kFloat32);
-  float* cs = table.data<float>();
-  for (int64_t t = 0; t < seq; ++t) {
-    const double pos = static_cast<double>(t + options.position_offset);
-    for (int64_t i = 0; i < half; ++i) {
-      const double inv_freq =
-          std::pow(options.base, -2.0 * static_cast<double>(i) / rd);
-      const double theta = pos * inv_freq;
-      cs[t * 2 * half + i] = static_cast<float>(std::cos(theta));
-      cs[t * 2 * half + half + i] = static_cast<float>(std::sin(theta));
-    }
-  }
+  const std::shared_ptr<const std::vector<float>> table =
+      AngleTable(seq, half, rd, options);
+  const float* cs = table->data();
   nn::DispatchFloat(x.dtype(), [&](auto ti) {
     using TI = decltype(ti);
     nn::DispatchFloat(y->dtype(), [&](auto to) {

@@ -1,0 +1,139 @@
+#include "core/ops/rotary.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/ops/nn_test_util.h"
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace ops {
+namespace {
+
+using testing::ExpectClose;
+using testing::NumericGrad;
+
+// float64 reference on [b, s, h, d], written independently of the kernel as
+// Megatron's y = x * cos(emb) + rotate_half(x) * sin(emb) with
+// emb = cat(freqs, freqs).
+std::vector<double> RopeRef(const std::vector<double>& x, int64_t b, int64_t s,
+                            int64_t h, int64_t d, int64_t rd, int64_t offset,
+                            double base = 10000.0) {
+  std::vector<double> y = x;
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t t = 0; t < s; ++t) {
+      for (int64_t hh = 0; hh < h; ++hh) {
+        const int64_t o = ((bi * s + t) * h + hh) * d;
+        for (int64_t j = 0; j < rd; ++j) {
+          const int64_t i = j % (rd / 2);
+          const double freq = 1.0 / std::pow(base, (2.0 * i) / rd);
+          const double emb = (t + offset) * freq;
+          const double rot =
+              j < rd / 2 ? -x[o + j + rd / 2] : x[o + j - rd / 2];
+          y[o + j] = x[o + j] * std::cos(emb) + rot * std::sin(emb);
+        }
+      }
+    }
+  }
+  return y;
+}
+
+struct RopeCase {
+  int64_t b, s, h, d, rd, offset;
+};
+
+class RotaryTest : public ::testing::TestWithParam<RopeCase> {};
+
+TEST_P(RotaryTest, ForwardAndBackwardMatchFloat64) {
+  const RopeCase c = GetParam();
+  const Shape shape = {c.b, c.s, c.h, c.d};
+  Tensor x = testing::RandomTensor(shape, DType::kFloat32, 1 + c.s * 7 + c.d);
+  Tensor w = testing::RandomTensor(shape, DType::kFloat32, 2 + c.s * 7 + c.d);
+  const std::vector<double> xd = x.ToDoubles(), wd = w.ToDoubles();
+  RotaryOptions opt;
+  opt.rotary_dim = c.rd;
+  opt.position_offset = c.offset;
+  const int64_t rd = c.rd == 0 ? c.d : c.rd;
+  Tensor y = Tensor::Full(shape, 9.0, DType::kFloat32);
+  ASSERT_TRUE(RotaryForward(x, opt, &y).ok());
+  ExpectClose(y.ToDoubles(), RopeRef(xd, c.b, c.s, c.h, c.d, rd, c.offset),
+              2e-6, 1e-5, "rope y");
+
+  // d/dx sum(rope(x) * w) by central differences.
+  auto loss = [&](const std::vector<double>& v) {
+    const std::vector<double> yy = RopeRef(v, c.b, c.s, c.h, c.d, rd, c.offset);
+    double acc = 0.0;
+    for (size_t i = 0; i < yy.size(); ++i) acc += yy[i] * wd[i];
+    return acc;
+  };
+  Tensor dx = Tensor::Full(shape, 9.0, DType::kFloat32);
+  ASSERT_TRUE(RotaryBackward(w, opt, &dx).ok());
+  ExpectClose(dx.ToDoubles(), NumericGrad(xd, loss), 1e-5, 1e-5, "rope dx");
+
+  // In place gives the same as out of place.
+  Tensor xi = x.Clone();
+  ASSERT_TRUE(RotaryForward(xi, opt, &xi).ok());
+  ExpectClose(xi.ToDoubles(), y.ToDoubles(), 0, 0, "rope in place");
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, RotaryTest,
+                         ::testing::Values(RopeCase{1, 1, 1, 8, 0, 0},
+                                           RopeCase{2, 5, 3, 8, 0, 3},
+                                           RopeCase{2, 5, 2, 24, 0, 0},
+                                           RopeCase{1, 67, 2, 24, 8, 0},
+                                           RopeCase{2, 67, 1, 24, 18, 100},
+                                           RopeCase{1, 5, 2, 8, 2, 0}));
+
+TEST(RotaryTest, OffsetMatchesLaterPositionsOfLongerSequence) {
+  Tensor full = testing::RandomTensor({1, 12, 2, 24}, DType::kFloat32, 5);
+  Tensor yfull = Tensor::Empty(full.shape(), DType::kFloat32);
+  ASSERT_TRUE(RotaryForward(full, {}, &yfull).ok());
+  // Positions 9..11 alone, offset 9 (generation with a KV cache).
+  const std::vector<float> all = full.ToFloats();
+  std::vector<float> tail(all.begin() + 9 * 48, all.end());
+  Tensor x = Tensor::FromVector(tail, {1, 3, 2, 24}).value();
+  Tensor y = Tensor::Empty(x.shape(), DType::kFloat32);
+  RotaryOptions opt;
+  opt.position_offset = 9;
+  ASSERT_TRUE(RotaryForward(x, opt, &y).ok());
+  const std::vector<double> yall = yfull.ToDoubles();
+  std::vector<double> want(yall.begin() + 9 * 48, yall.end());
+  ExpectClose(y.ToDoubles(), want, 0, 0, "offset");
+}
+
+TEST(RotaryTest, Bf16WithinRounding) {
+  const Shape shape = {2, 33, 2, 24};
+  Tensor x = testing::RandomTensor(shape, DType::kBFloat16, 8);
+  Tensor y = Tensor::Empty(shape, DType::kBFloat16);
+  ASSERT_TRUE(RotaryForward(x, {}, &y).ok());
+  ExpectClose(y.ToDoubles(), RopeRef(x.ToDoubles(), 2, 33, 2, 24, 24, 0), 4e-3,
+              8e-3, "rope bf16");
+  Tensor dx = Tensor::Empty(shape, DType::kFloat32);  // bf16 in, fp32 out
+  ASSERT_TRUE(RotaryBackward(y, {}, &dx).ok());
+  ExpectClose(dx.ToDoubles(), x.ToDoubles(), 8e-3, 8e-3, "rope round trip");
+}
+
+TEST(RotaryTest, BadInputsNameShapesAndLeaveOutputAlone) {
+  Tensor x = Tensor::Full({2, 5, 3, 8}, 1.0, DType::kFloat32);
+  Tensor y = Tensor::Full({2, 5, 3, 9}, 4.0, DType::kFloat32);
+  absl::Status s = RotaryForward(x, {}, &y);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("[2, 5, 3, 8]"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("[2, 5, 3, 9]"), std::string::npos) << s;
+  EXPECT_TRUE(testing::AllEqual(y, 4.0));
+  Tensor y2 = Tensor::Full({2, 5, 3, 8}, 4.0, DType::kFloat32);
+  RotaryOptions odd;
+  odd.rotary_dim = 5;
+  s = RotaryForward(x, odd, &y2);
+  EXPECT_NE(s.message().find("rotary_dim 5"), std::string::npos) << s;
+  EXPECT_TRUE(testing::AllEqual(y2, 4.0));
+  Tensor x3 = Tensor::Full({10, 3, 8}, 1.0, DType::kFloat32);
+  Tensor y3 = Tensor::Full({10, 3, 8}, 4.0, DType::kFloat32);
+  s = RotaryForward(x3, {}, &y3);
+  EXPECT_NE(s.message().find("[10, 3, 8]"), std::string::npos) << s;
+  EXPECT_TRUE(testing::AllEqual(y3, 4.0));
+}
+
+}  // namespace
+}  // namespace ops
+}  // namespace mcc
