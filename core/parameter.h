@@ -1,0 +1,44 @@
+#ifndef CORE_PARAMETER_H_
+#define CORE_PARAMETER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mcc {
+
+// A trainable tensor with what the optimizer, data parallelism and
+// checkpoints need to know about it.
+//
+// `value` holds the weights in the training dtype (fp32, bf16 or fp16);
+// `main_grad` is an fp32 buffer the backward accumulates into (Megatron's
+// gradient-accumulation fusion), possibly a view into a data-parallel
+// bucket. How the local tensor maps onto the full (unsharded) one is recorded
+// so checkpoints can reshard and gradient norms count each element once.
+struct Parameter {
+  std::string name;  // Global name, e.g. "decoder.layers.0.mlp.linear_fc1.weight".
+  Tensor value;
+  Tensor main_grad;
+  Shape global_shape;        // Shape of the full tensor across TP ranks.
+  int partition_dim = -1;    // Dimension split across TP ranks, -1 if none.
+  int partition_rank = 0;    // This rank's index along that split.
+  int partition_count = 1;   // Number of pieces along that split.
+  bool weight_decay = true;  // False for biases and norm weights.
+  // Replicated across TP but its gradient differs per rank under sequence
+  // parallelism (norm weights, biases of row-parallel layers): the gradient
+  // is all-reduced over TP before use.
+  bool sequence_parallel = false;
+  // Also held by another rank's parameter (the tied word embedding on the
+  // first and last pipeline stage); counted once in norms and checkpoints.
+  bool shared_with_other_stage = false;
+
+  bool is_tensor_parallel() const { return partition_dim >= 0; }
+};
+
+using ParameterList = std::vector<std::shared_ptr<Parameter>>;
+
+}  // namespace mcc
+
+#endif  // CORE_PARAMETER_H_
