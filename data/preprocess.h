@@ -1,0 +1,47 @@
+#ifndef DATA_PREPROCESS_H_
+#define DATA_PREPROCESS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "data/tokenizer.h"
+
+namespace mcc::data {
+
+struct PreprocessOptions {
+  std::string input;                           // --input file.jsonl
+  std::vector<std::string> json_keys{"text"};  // --json-keys
+  std::string output_prefix;                   // --output-prefix
+  bool append_eod = false;                     // --append-eod
+  int workers = 1;                             // --workers
+  // Skip (and count) records that are not valid JSON, lack a key, hold
+  // invalid UTF-8 or an empty text, instead of failing on the first one.
+  bool skip_bad_records = false;
+  int64_t log_interval = 10000;  // documents between progress lines; 0: none
+};
+
+struct PreprocessStats {
+  int64_t documents = 0;  // records written
+  int64_t skipped = 0;    // records skipped (skip_bad_records)
+  int64_t tokens = 0;
+  int64_t input_bytes = 0;
+  double seconds = 0;
+  std::vector<std::string> output_prefixes;  // one per key
+};
+
+// Megatron's output name for a key: "<prefix>_<key>_document".
+std::string PreprocessOutputPrefix(const std::string& prefix,
+                                   const std::string& key);
+
+// Tokenizes every line of a jsonl file into one Megatron indexed dataset per
+// key (each record one document; with append_eod the document ends in eod).
+// Errors name the file and the line (and byte offset where it applies).
+// Outputs appear under their final names only when all went well.
+absl::StatusOr<PreprocessStats> PreprocessJsonl(
+    const PreprocessOptions& options, const Tokenizer& tokenizer);
+
+}  // namespace mcc::data
+
+#endif  // DATA_PREPROCESS_H_

@@ -1,0 +1,41 @@
+#ifndef DATA_SAMPLE_DATASET_H_
+#define DATA_SAMPLE_DATASET_H_
+
+#include <cstdint>
+#include <functional>
+
+namespace mcc::data {
+
+// Token id that fills the tail of a sample shorter than sequence_length + 1
+// (only the last validation sample, when partial samples are kept). The
+// loader turns it into token 0 with loss mask 0, as Megatron does.
+inline constexpr int64_t kPadTokenId = -1;
+
+// A dataset of fixed-length token samples (sequence_length + 1 tokens: the
+// inputs and, shifted by one, the labels).
+class SampleDataset {
+ public:
+  virtual ~SampleDataset() = default;
+  virtual int64_t size() const = 0;
+  virtual int64_t sequence_length() const = 0;
+  // Writes sample idx's sequence_length() + 1 tokens to out.
+  virtual void GetSample(int64_t idx, int64_t* out) const = 0;
+};
+
+// How the ranks of a job share an index build: rank() says which rank this
+// is and barrier() waits for all of them. Either may be empty (one process:
+// rank 0, no barrier). Taken as callbacks so //data needs no communication
+// library.
+struct RankSync {
+  std::function<int()> rank;
+  std::function<void()> barrier;
+
+  int Rank() const { return rank ? rank() : 0; }
+  void Barrier() const {
+    if (barrier) barrier();
+  }
+};
+
+}  // namespace mcc::data
+
+#endif  // DATA_SAMPLE_DATASET_H_

@@ -1,0 +1,468 @@
+#include "data/tokenizer.h"
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "data/json.h"
+#include "data/unicode_tables.h"
+
+namespace mcc::data {
+
+// ------------------------------------------------------------------- UTF-8
+
+namespace {
+
+// Decodes one code point at text[i]; returns its length, or 0 when the
+// bytes there are not valid UTF-8.
+int DecodeUtf8(absl::string_view text, size_t i, uint32_t* cp) {
+  const unsigned char c = text[i];
+  const size_t n = text.size();
+  if (c < 0x80) {
+    *cp = c;
+    return 1;
+  }
+  int len;
+  uint32_t v;
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+    v = c & 0x1F;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    v = c & 0x0F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    v = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + len > n) return 0;
+  for (int k = 1; k < len; ++k) {
+    const unsigned char d = text[i + k];
+    if ((d & 0xC0) != 0x80) return 0;
+    v = (v << 6) | (d & 0x3F);
+  }
+  if ((len == 3 && (v < 0x800 || (v >= 0xD800 && v <= 0xDFFF))) ||
+      (len == 4 && (v < 0x10000 || v > 0x10FFFF))) {
+    return 0;
+  }
+  *cp = v;
+  return len;
+}
+
+bool InRanges(uint32_t cp, const CodePointRange* r, size_t n) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (cp > r[mid].last) {
+      lo = mid + 1;
+    } else if (cp < r[mid].first) {
+      hi = mid;
+    } else {
+      return true;
+    }
+  }
+  return false;
+}
+
+enum CharClass : uint8_t { kLetter, kNumber, kSpace, kOther };
+
+// White_Space as Python's `regex` module (which Megatron's GPT-2 tokenizer
+// uses) defines \s.
+bool IsSpace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+         cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+CharClass Classify(uint32_t cp) {
+  if (cp < 0x80) {
+    if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return kLetter;
+    if (cp >= '0' && cp <= '9') return kNumber;
+    if (IsSpace(cp)) return kSpace;
+    return kOther;
+  }
+  if (IsSpace(cp)) return kSpace;
+  if (InRanges(cp, kLetterRanges, kLetterRangesSize)) return kLetter;
+  if (InRanges(cp, kNumberRanges, kNumberRangesSize)) return kNumber;
+  return kOther;
+}
+
+}  // namespace
+
+size_t FindInvalidUtf8(absl::string_view text) {
+  size_t i = 0;
+  uint32_t cp;
+  while (i < text.size()) {
+    if (static_cast<unsigned char>(text[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const int len = DecodeUtf8(text, i, &cp);
+    if (len == 0) return i;
+    i += len;
+  }
+  return absl::string_view::npos;
+}
+
+std::vector<absl::string_view> GPT2PreTokenize(absl::string_view text) {
+  // Code points with their byte offsets; an invalid byte counts as one
+  // "other" character.
+  std::vector<uint32_t> cps;
+  std::vector<CharClass> cls;
+  std::vector<size_t> offs;
+  cps.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp;
+    int len = DecodeUtf8(text, i, &cp);
+    if (len == 0) {
+      cp = 0xFFFD;
+      len = 1;
+      cls.push_back(kOther);
+    } else {
+      cls.push_back(Classify(cp));
+    }
+    cps.push_back(cp);
+    offs.push_back(i);
+    i += len;
+  }
+  const size_t n = cps.size();
+  offs.push_back(text.size());
+  std::vector<absl::string_view> pieces;
+  size_t i = 0;
+  while (i < n) {
+    size_t j = i;
+    const uint32_t c = cps[i];
+    // 's 't 're 've 'm 'll 'd
+    if (c == '\'' && i + 1 < n) {
+      const uint32_t a = cps[i + 1];
+      if (a == 's' || a == 't' || a == 'm' || a == 'd') {
+        j = i + 2;
+      } else if (i + 2 < n) {
+        const uint32_t b = cps[i + 2];
+        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') ||
+            (a == 'l' && b == 'l')) {
+          j = i + 3;
+        }
+      }
+    }
+    if (j == i) {
+      const bool lead_space = c == ' ' && i + 1 < n;
+      const CharClass next = lead_space ? cls[i + 1] : kSpace;
+      CharClass run = kSpace;
+      if (cls[i] == kLetter || (lead_space && next == kLetter)) {
+        run = kLetter;
+      } else if (cls[i] == kNumber || (lead_space && next == kNumber)) {
+        run = kNumber;
+      } else if (cls[i] == kOther || (lead_space && next == kOther)) {
+        run = kOther;
+      }
+      if (run != kSpace) {
+        j = (cls[i] == kSpace) ? i + 1 : i;  // the optional leading space
+        while (j < n && cls[j] == run) ++j;
+      } else {
+        // \s+(?!\S) then \s+: a whitespace run keeps its last character for
+        // the next piece unless the run ends the text or is one long.
+        size_t r = i;
+        while (r < n && cls[r] == kSpace) ++r;
+        if (r == n) {
+          j = n;
+        } else if (r - i >= 2) {
+          j = r - 1;
+        } else {
+          j = i + 1;
+        }
+      }
+    }
+    pieces.push_back(text.substr(offs[i], offs[j] - offs[i]));
+    i = j;
+  }
+  return pieces;
+}
+
+// --------------------------------------------------------------- Tokenizer
+
+void Tokenizer::EncodeWithSpecial(absl::string_view text,
+                                  std::vector<int32_t>* out) {
+  size_t start = 0;
+  while (true) {
+    const size_t at = text.find(kEndOfText, start);
+    if (at == absl::string_view::npos) {
+      Encode(text.substr(start), out);
+      return;
+    }
+    Encode(text.substr(start, at - start), out);
+    out->push_back(static_cast<int32_t>(eod()));
+    start = at + kEndOfText.size();
+  }
+}
+
+absl::StatusOr<std::string> Tokenizer::Decode(
+    absl::Span<const int32_t> ids) const {
+  std::vector<int64_t> wide(ids.begin(), ids.end());
+  return Decode(absl::Span<const int64_t>(wide));
+}
+
+namespace {
+
+class ByteTokenizer : public Tokenizer {
+ public:
+  std::string name() const override { return "ByteTokenizer"; }
+  int64_t vocab_size() const override { return 257; }
+  int64_t eod() const override { return 256; }
+  void Encode(absl::string_view text, std::vector<int32_t>* out) override {
+    out->reserve(out->size() + text.size());
+    for (unsigned char c : text) out->push_back(c);
+  }
+  absl::StatusOr<std::string> Decode(
+      absl::Span<const int64_t> ids) const override {
+    std::string s;
+    s.reserve(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int64_t id = ids[i];
+      if (id >= 0 && id < 256) {
+        s.push_back(static_cast<char>(id));
+      } else if (id == 256) {
+        s.append(kEndOfText.data(), kEndOfText.size());
+      } else {
+        return absl::OutOfRangeError(
+            absl::StrCat("ByteTokenizer: token ", id, " at position ", i,
+                         " is outside the vocabulary of 257"));
+      }
+    }
+    return s;
+  }
+  std::unique_ptr<Tokenizer> Clone() const override {
+    return std::make_unique<ByteTokenizer>();
+  }
+};
+
+// GPT-2's reversible map from bytes to printable code points.
+std::vector<uint32_t> BytesToUnicode() {
+  std::vector<uint32_t> map(256, 0);
+  std::vector<bool> direct(256, false);
+  for (int b = '!'; b <= '~'; ++b) direct[b] = true;
+  for (int b = 0xA1; b <= 0xAC; ++b) direct[b] = true;
+  for (int b = 0xAE; b <= 0xFF; ++b) direct[b] = true;
+  int n = 0;
+  for (int b = 0; b < 256; ++b) map[b] = direct[b] ? b : 256 + n++;
+  return map;
+}
+
+struct GPT2Vocab {
+  std::vector<std::string> id_to_bytes;
+  absl::flat_hash_map<std::string, int32_t> bytes_to_id;
+  int32_t byte_id[256];
+  // (left id << 32 | right id) -> (rank, merged id)
+  absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>> merges;
+  int32_t eod = -1;
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     absl::string_view flag) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    return absl::NotFoundError(
+        absl::StrCat(flag, ": cannot open ", path.empty() ? "(empty)" : path));
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class GPT2BPETokenizer : public Tokenizer {
+ public:
+  explicit GPT2BPETokenizer(std::shared_ptr<const GPT2Vocab> v)
+      : v_(std::move(v)) {}
+  std::string name() const override { return "GPT2BPETokenizer"; }
+  int64_t vocab_size() const override { return v_->id_to_bytes.size(); }
+  int64_t eod() const override { return v_->eod; }
+
+  void Encode(absl::string_view text, std::vector<int32_t>* out) override {
+    for (absl::string_view piece : GPT2PreTokenize(text)) {
+      auto it = cache_.find(piece);
+      if (it == cache_.end()) {
+        if (cache_.size() > (1 << 20)) cache_.clear();
+        it = cache_.emplace(std::string(piece), Bpe(piece)).first;
+      }
+      out->insert(out->end(), it->second.begin(), it->second.end());
+    }
+  }
+
+  absl::StatusOr<std::string> Decode(
+      absl::Span<const int64_t> ids) const override {
+    std::string s;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int64_t id = ids[i];
+      if (id < 0 || id >= vocab_size()) {
+        return absl::OutOfRangeError(
+            absl::StrCat("GPT2BPETokenizer: token ", id, " at position ", i,
+                         " is outside the vocabulary of ", vocab_size()));
+      }
+      s += v_->id_to_bytes[id];
+    }
+    return s;
+  }
+
+  std::unique_ptr<Tokenizer> Clone() const override {
+    return std::make_unique<GPT2BPETokenizer>(v_);
+  }
+
+ private:
+  std::vector<int32_t> Bpe(absl::string_view piece) const {
+    std::vector<int32_t> w;
+    w.reserve(piece.size());
+    for (unsigned char c : piece) w.push_back(v_->byte_id[c]);
+    std::vector<int32_t> next;
+    while (w.size() > 1) {
+      int32_t best_rank = std::numeric_limits<int32_t>::max();
+      int32_t a = -1, b = -1, merged = -1;
+      for (size_t i = 0; i + 1 < w.size(); ++i) {
+        auto it = v_->merges.find((static_cast<uint64_t>(w[i]) << 32) |
+                                  static_cast<uint32_t>(w[i + 1]));
+        if (it != v_->merges.end() && it->second.first < best_rank) {
+          best_rank = it->second.first;
+          a = w[i];
+          b = w[i + 1];
+          merged = it->second.second;
+        }
+      }
+      if (merged < 0) break;
+      next.clear();
+      for (size_t i = 0; i < w.size();) {
+        if (w[i] == a && i + 1 < w.size() && w[i + 1] == b) {
+          next.push_back(merged);
+          i += 2;
+        } else {
+          next.push_back(w[i]);
+          ++i;
+        }
+      }
+      w.swap(next);
+    }
+    return w;
+  }
+
+  std::shared_ptr<const GPT2Vocab> v_;
+  absl::flat_hash_map<std::string, std::vector<int32_t>> cache_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> MakeByteTokenizer() {
+  return std::make_unique<ByteTokenizer>();
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizer(
+    const std::string& vocab_file, const std::string& merge_file) {
+  auto vocab_text = ReadFile(vocab_file, "--vocab-file");
+  if (!vocab_text.ok()) return vocab_text.status();
+  auto merge_text = ReadFile(merge_file, "--merge-file");
+  if (!merge_text.ok()) return merge_text.status();
+
+  // Inverse of the byte-to-unicode map, code point -> byte.
+  const std::vector<uint32_t> b2u = BytesToUnicode();
+  absl::flat_hash_map<uint32_t, uint8_t> u2b;
+  for (int b = 0; b < 256; ++b) u2b[b2u[b]] = static_cast<uint8_t>(b);
+  auto to_bytes = [&](absl::string_view mapped, std::string* out) -> bool {
+    out->clear();
+    for (size_t i = 0; i < mapped.size();) {
+      uint32_t cp;
+      const int len = DecodeUtf8(mapped, i, &cp);
+      if (len == 0) return false;
+      auto it = u2b.find(cp);
+      if (it == u2b.end()) return false;
+      out->push_back(static_cast<char>(it->second));
+      i += len;
+    }
+    return true;
+  };
+
+  auto v = std::make_shared<GPT2Vocab>();
+  std::vector<std::pair<std::string, int64_t>> entries;
+  absl::Status s = ParseJsonStringToInt(*vocab_text, &entries);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--vocab-file ", vocab_file, ": ", s.message()));
+  }
+  v->id_to_bytes.resize(entries.size());
+  std::vector<bool> seen(entries.size(), false);
+  std::string bytes;
+  for (const auto& [key, id] : entries) {
+    if (id < 0 || id >= static_cast<int64_t>(entries.size()) || seen[id]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--vocab-file ", vocab_file, ": id ", id, " of \"", key,
+          "\" is duplicated or outside [0, ", entries.size(), ")"));
+    }
+    if (!to_bytes(key, &bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--vocab-file ", vocab_file, ": token \"", key,
+                       "\" is not in GPT-2's byte-to-unicode alphabet"));
+    }
+    seen[id] = true;
+    v->id_to_bytes[id] = bytes;
+    v->bytes_to_id[bytes] = static_cast<int32_t>(id);
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = v->bytes_to_id.find(std::string(1, static_cast<char>(b)));
+    if (it == v->bytes_to_id.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--vocab-file ", vocab_file, ": no token for byte ", b));
+    }
+    v->byte_id[b] = it->second;
+  }
+  auto eod = v->bytes_to_id.find(std::string(kEndOfText));
+  if (eod == v->bytes_to_id.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--vocab-file ", vocab_file, ": no \"<|endoftext|>\" token"));
+  }
+  v->eod = eod->second;
+
+  int32_t rank = 0;
+  int line_no = 0;
+  std::string left, right;
+  for (absl::string_view line : absl::StrSplit(*merge_text, '\n')) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.find(' ');
+    if (sp == absl::string_view::npos || sp == 0 || sp + 1 == line.size() ||
+        !to_bytes(line.substr(0, sp), &left) ||
+        !to_bytes(line.substr(sp + 1), &right)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--merge-file ", merge_file, " line ", line_no,
+          ": expected two tokens of GPT-2's alphabet separated by a space"));
+    }
+    auto l = v->bytes_to_id.find(left);
+    auto r = v->bytes_to_id.find(right);
+    auto m = v->bytes_to_id.find(left + right);
+    if (l == v->bytes_to_id.end() || r == v->bytes_to_id.end() ||
+        m == v->bytes_to_id.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--merge-file ", merge_file, " line ", line_no,
+          ": the merge or its parts are not in --vocab-file ", vocab_file));
+    }
+    const uint64_t key = (static_cast<uint64_t>(l->second) << 32) |
+                         static_cast<uint32_t>(r->second);
+    v->merges.emplace(key, std::make_pair(rank++, m->second));
+  }
+  return std::unique_ptr<Tokenizer>(new GPT2BPETokenizer(std::move(v)));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> CreateTokenizer(
+    absl::string_view type, const std::string& vocab_file,
+    const std::string& merge_file) {
+  if (type == "GPT2BPETokenizer") {
+    return MakeGPT2BPETokenizer(vocab_file, merge_file);
+  }
+  if (type == "ByteTokenizer" || type == "byte") return MakeByteTokenizer();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--tokenizer-type ", type,
+      " is not supported (use GPT2BPETokenizer or ByteTokenizer)"));
+}
+
+}  // namespace mcc::data
