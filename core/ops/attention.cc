@@ -1,0 +1,499 @@
+#include "core/ops/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/nn_internal.h"
+#include "core/status_macros.h"
+#include "core/thread_pool.h"
+
+namespace mcc {
+namespace ops {
+namespace {
+
+using nn::Load8;
+using nn::LoadS;
+
+// Query rows and key columns per block. Equal, so a causal diagonal block
+// always has at least one visible key per row.
+constexpr int64_t kBlock = 64;
+
+// Lane masks: Mask(n) enables the first n (0..8) lanes.
+inline __m256i Mask(int64_t n) {
+  alignas(32) static const int32_t kTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                                 0,  0,  0,  0,  0,  0,  0,  0};
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kTable + 8 - n));
+}
+
+// Register-blocked micro-kernel: C[MR x n] (=|+=) A[MR x k] * B[k x n] with
+// n <= 16, A(i, p) = a[i * a_rs + p * a_cs] (so A may be read transposed),
+// B and C row-major.
+template <int MR, bool kFull>
+inline void MicroKernel(int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
+                        const float* b, int64_t ldb, float* c, int64_t ldc,
+                        int64_t n, bool accumulate) {
+  __m256 c0[MR], c1[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    c0[r] = _mm256_setzero_ps();
+    c1[r] = _mm256_setzero_ps();
+  }
+  const __m256i m0 = Mask(kFull ? 8 : std::min<int64_t>(n, 8));
+  const __m256i m1 = Mask(kFull ? 8 : std::max<int64_t>(n - 8, 0));
+  for (int64_t p = 0; p < k; ++p) {
+    const float* bp = b + p * ldb;
+    const __m256 b0 = kFull ? _mm256_loadu_ps(bp) : _mm256_maskload_ps(bp, m0);
+    const __m256 b1 =
+        kFull ? _mm256_loadu_ps(bp + 8) : _mm256_maskload_ps(bp + 8, m1);
+    const float* ap = a + p * a_cs;
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m256 av = _mm256_broadcast_ss(ap + r * a_rs);
+      c0[r] = _mm256_fmadd_ps(av, b0, c0[r]);
+      c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    float* cr = c + r * ldc;
+    if (kFull) {
+      if (accumulate) {
+        c0[r] = _mm256_add_ps(c0[r], _mm256_loadu_ps(cr));
+        c1[r] = _mm256_add_ps(c1[r], _mm256_loadu_ps(cr + 8));
+      }
+      _mm256_storeu_ps(cr, c0[r]);
+      _mm256_storeu_ps(cr + 8, c1[r]);
+    } else {
+      if (accumulate) {
+        c0[r] = _mm256_add_ps(c0[r], _mm256_maskload_ps(cr, m0));
+        c1[r] = _mm256_add_ps(c1[r], _mm256_maskload_ps(cr + 8, m1));
+      }
+      _mm256_maskstore_ps(cr, m0, c0[r]);
+      _mm256_maskstore_ps(cr + 8, m1, c1[r]);
+    }
+  }
+}
+
+template <bool kFull>
+void RowPanel(int64_t m, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
+              const float* b, int64_t ldb, float* c, int64_t ldc, int64_t n,
+              bool acc) {
+  int64_t i = 0;
+  for (; i + 6 <= m; i += 6) {
+    MicroKernel<6, kFull>(k, a + i * a_rs, a_rs, a_cs, b, ldb, c + i * ldc, ldc,
+                          n, acc);
+  }
+  const float* ai = a + i * a_rs;
+  float* ci = c + i * ldc;
+  switch (m - i) {
+    case 5:
+      MicroKernel<5, kFull>(k, ai, a_rs, a_cs, b, ldb, ci, ldc, n, acc);
+      break;
+    case 4:
+      MicroKernel<4, kFull>(k, ai, a_rs, a_cs, b, ldb, ci, ldc, n, acc);
+      break;
+    case 3:
+      MicroKernel<3, kFull>(k, ai, a_rs, a_cs, b, ldb, ci, ldc, n, acc);
+      break;
+    case 2:
+      MicroKernel<2, kFull>(k, ai, a_rs, a_cs, b, ldb, ci, ldc, n, acc);
+      break;
+    case 1:
+      MicroKernel<1, kFull>(k, ai, a_rs, a_cs, b, ldb, ci, ldc, n, acc);
+      break;
+    default:
+      break;
+  }
+}
+
+// C[m x n] (=|+=) A[m x k] * B[k x n] for the small blocks of attention.
+void BlockGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs,
+               int64_t a_cs, const float* b, int64_t ldb, float* c, int64_t ldc,
+               bool accumulate) {
+  for (int64_t j = 0; j < n; j += 16) {
+    const int64_t nn = std::min<int64_t>(16, n - j);
+    if (nn == 16) {
+      RowPanel<true>(m, k, a, a_rs, a_cs, b + j, ldb, c + j, ldc, 16,
+                     accumulate);
+    } else {
+      RowPanel<false>(m, k, a, a_rs, a_cs, b + j, ldb, c + j, ldc, nn,
+                      accumulate);
+    }
+  }
+}
+
+// src rows [rows, d] at row stride `stride` (elements) -> dst [rows, d] fp32.
+template <typename T>
+void PackRows(const T* src, int64_t stride, int64_t rows, int64_t d,
+              float scale, float* dst) {
+  for (int64_t t = 0; t < rows; ++t)
+    nn::ToF32(src + t * stride, dst + t * d, d, scale);
+}
+
+// src rows [rows, d] at row stride `stride` -> dst [d, ld] fp32 (transposed).
+template <typename T>
+void PackTransposed(const T* src, int64_t stride, int64_t rows, int64_t d,
+                    float* dst, int64_t ld) {
+  for (int64_t t0 = 0; t0 < rows; t0 += 8) {
+    const int64_t t1 = std::min(rows, t0 + 8);
+    for (int64_t x = 0; x < d; ++x) {
+      for (int64_t t = t0; t < t1; ++t)
+        dst[x * ld + t] = LoadS(src + t * stride + x);
+    }
+  }
+}
+
+// Softmax numerators of one score row in place: row[c] = exp(row[c] - sub)
+// for c < valid, 0 for valid <= c < n. Returns the sum over c < valid.
+// The row must have room for n rounded up to 8.
+inline float ExpRow(float* row, int64_t valid, int64_t n, float sub) {
+  const __m256 vs = _mm256_set1_ps(sub);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= valid; c += 8) {
+    const __m256 e = nn::Exp8(_mm256_sub_ps(_mm256_loadu_ps(row + c), vs));
+    _mm256_storeu_ps(row + c, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (c < valid) {
+    const __m256 keep = _mm256_castsi256_ps(Mask(valid - c));
+    __m256 e = nn::Exp8(_mm256_sub_ps(_mm256_loadu_ps(row + c), vs));
+    e = _mm256_and_ps(e, keep);
+    _mm256_storeu_ps(row + c, e);
+    acc = _mm256_add_ps(acc, e);
+    c += 8;
+  }
+  for (; c < n; ++c) row[c] = 0.0f;
+  return nn::HSum(acc);
+}
+
+inline float RowMax(const float* row, int64_t valid) {
+  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t c = 0;
+  for (; c + 8 <= valid; c += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(row + c));
+  float mx = nn::HMax(m);
+  for (; c < valid; ++c) mx = std::max(mx, row[c]);
+  return mx;
+}
+
+struct Dims {
+  int64_t b, s, hq, hkv, d;
+  float scale;
+  bool causal;
+};
+
+// Keys visible to query row `row` within the key block starting at j0.
+inline int64_t Visible(const Dims& dm, int64_t row, int64_t j0, int64_t bc) {
+  if (!dm.causal) return bc;
+  return std::max<int64_t>(0, std::min<int64_t>(bc, row - j0 + 1));
+}
+
+template <typename TQ, typename TO>
+void ForwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v, TO* out,
+                float* lse) {
+  const int64_t s = dm.s, d = dm.d, group = dm.hq / dm.hkv;
+  const int64_t nqb = (s + kBlock - 1) / kBlock;
+  const int64_t bh = dm.b * dm.hq;
+  const int64_t q_stride = dm.hq * d, kv_stride = dm.hkv * d;
+  ThreadPool::Global().ParallelFor(nqb * bh, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t task = t0; task < t1; ++task) {
+      // Longest (last) query blocks first for balance.
+      const int64_t qb = nqb - 1 - task / bh;
+      const int64_t bi = (task % bh) / dm.hq, h = task % dm.hq;
+      const int64_t kvh = h / group;
+      const int64_t i0 = qb * kBlock, br = std::min(kBlock, s - i0);
+      const int64_t kend = dm.causal ? i0 + br : s;
+      // Scratch: K^T [d, kend], V [kend, d], Q block, scores, O accumulator.
+      Tensor scratch = Tensor::Empty(
+          {2 * kend * d + 2 * kBlock * d + kBlock * kBlock + 2 * kBlock},
+          DType::kFloat32);
+      float* kt = scratch.data<float>();
+      float* vp = kt + kend * d;
+      float* qp = vp + kend * d;
+      float* oacc = qp + kBlock * d;
+      float* sc = oacc + kBlock * d;
+      float* mrow = sc + kBlock * kBlock;
+      float* lrow = mrow + kBlock;
+      const TQ* kh = k + bi * s * kv_stride + kvh * d;
+      const TQ* vh = v + bi * s * kv_stride + kvh * d;
+      const TQ* qh = q + (bi * s + i0) * q_stride + h * d;
+      PackTransposed(kh, kv_stride, kend, d, kt, kend);
+      PackRows(vh, kv_stride, kend, d, 1.0f, vp);
+      PackRows(qh, q_stride, br, d, dm.scale, qp);
+      std::fill(oacc, oacc + br * d, 0.0f);
+      std::fill(mrow, mrow + br, -std::numeric_limits<float>::infinity());
+      std::fill(lrow, lrow + br, 0.0f);
+      for (int64_t j0 = 0; j0 < kend; j0 += kBlock) {
+        const int64_t bc = std::min(kBlock, kend - j0);
+        BlockGemm(br, bc, d, qp, d, 1, kt + j0, kend, sc, kBlock, false);
+        for (int64_t r = 0; r < br; ++r) {
+          float* row = sc + r * kBlock;
+          const int64_t valid = Visible(dm, i0 + r, j0, bc);
+          const float mnew = std::max(mrow[r], RowMax(row, valid));
+          const float alpha = nn::ExpS(mrow[r] - mnew);
+          const float sum = ExpRow(row, valid, bc, mnew);
+          lrow[r] = lrow[r] * alpha + sum;
+          mrow[r] = mnew;
+          if (alpha != 1.0f) {
+            float* o = oacc + r * d;
+            for (int64_t x = 0; x < d; ++x) o[x] *= alpha;
+          }
+        }
+        BlockGemm(br, d, bc, sc, kBlock, 1, vp + j0 * d, d, oacc, d, true);
+      }
+      for (int64_t r = 0; r < br; ++r) {
+        TO* orow = out + (bi * s + i0 + r) * q_stride + h * d;
+        nn::FromF32(oacc + r * d, orow, d, 1.0f / lrow[r]);
+        lse[(bi * dm.hq + h) * s + i0 + r] = mrow[r] + std::log(lrow[r]);
+      }
+    }
+  });
+}
+
+template <typename TQ, typename TO, typename TG, typename TD>
+void BackwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v,
+                 const TO* out, const TO* dout, const float* lse, TG* dq,
+                 TD* dk, TD* dv) {
+  const int64_t s = dm.s, d = dm.d, group = dm.hq / dm.hkv;
+  const int64_t q_stride = dm.hq * d, kv_stride = dm.hkv * d;
+  ThreadPool::Global().ParallelFor(
+      dm.b * dm.hkv, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t task = t0; task < t1; ++task) {
+          const int64_t bi = task / dm.hkv, kvh = task % dm.hkv;
+          // Scratch: K, K^T, V^T, dK, dV, Q (scaled), dO, dQ (each [s, d]), the
+          // row terms D, and two score blocks.
+          Tensor scratch = Tensor::Empty({8 * s * d + s + 2 * kBlock * kBlock},
+                                         DType::kFloat32);
+          float* kp = scratch.data<float>();
+          float* kt = kp + s * d;
+          float* vt = kt + s * d;
+          float* dkp = vt + s * d;
+          float* dvp = dkp + s * d;
+          float* qp = dvp + s * d;
+          float* dop = qp + s * d;
+          float* dqp = dop + s * d;
+          float* drow = dqp + s * d;
+          float* pb = drow + s;
+          float* dsb = pb + kBlock * kBlock;
+          const TQ* kh = k + bi * s * kv_stride + kvh * d;
+          const TQ* vh = v + bi * s * kv_stride + kvh * d;
+          PackRows(kh, kv_stride, s, d, 1.0f, kp);
+          PackTransposed(kh, kv_stride, s, d, kt, s);
+          PackTransposed(vh, kv_stride, s, d, vt, s);
+          std::fill(dkp, dkp + 2 * s * d, 0.0f);
+          for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+            const int64_t off = bi * s * q_stride + h * d;
+            PackRows(q + off, q_stride, s, d, dm.scale, qp);
+            PackRows(dout + off, q_stride, s, d, 1.0f, dop);
+            for (int64_t t = 0; t < s; ++t) {
+              const TO* orow = out + off + t * q_stride;
+              const float* g = dop + t * d;
+              __m256 acc = _mm256_setzero_ps();
+              int64_t x = 0;
+              for (; x + 8 <= d; x += 8) {
+                acc = _mm256_fmadd_ps(Load8(orow + x), _mm256_loadu_ps(g + x),
+                                      acc);
+              }
+              float sum = nn::HSum(acc);
+              for (; x < d; ++x) sum += LoadS(orow + x) * g[x];
+              drow[t] = sum;
+            }
+            std::fill(dqp, dqp + s * d, 0.0f);
+            const float* lh = lse + (bi * dm.hq + h) * s;
+            for (int64_t j0 = 0; j0 < s; j0 += kBlock) {
+              const int64_t bc = std::min(kBlock, s - j0);
+              for (int64_t i0 = dm.causal ? j0 : 0; i0 < s; i0 += kBlock) {
+                const int64_t br = std::min(kBlock, s - i0);
+                // P = exp(S - lse), S = (scale q) k^T.
+                BlockGemm(br, bc, d, qp + i0 * d, d, 1, kt + j0, s, pb, kBlock,
+                          false);
+                for (int64_t r = 0; r < br; ++r) {
+                  ExpRow(pb + r * kBlock, Visible(dm, i0 + r, j0, bc), bc,
+                         lh[i0 + r]);
+                }
+                // dV_j += P^T dO_i.
+                BlockGemm(bc, d, br, pb, 1, kBlock, dop + i0 * d, d,
+                          dvp + j0 * d, d, true);
+                // dP = dO_i V_j^T; dS = P * (dP - D).
+                BlockGemm(br, bc, d, dop + i0 * d, d, 1, vt + j0, s, dsb,
+                          kBlock, false);
+                for (int64_t r = 0; r < br; ++r) {
+                  float* ds = dsb + r * kBlock;
+                  const float* p = pb + r * kBlock;
+                  const __m256 dr = _mm256_set1_ps(drow[i0 + r]);
+                  for (int64_t c = 0; c < bc; c += 8) {
+                    _mm256_storeu_ps(
+                        ds + c,
+                        _mm256_mul_ps(
+                            _mm256_loadu_ps(p + c),
+                            _mm256_sub_ps(_mm256_loadu_ps(ds + c), dr)));
+                  }
+                }
+                // dQ_i += dS K_j (times scale at the end); dK_j += dS^T (scale
+                // q).
+                BlockGemm(br, d, bc, dsb, kBlock, 1, kp + j0 * d, d,
+                          dqp + i0 * d, d, true);
+                BlockGemm(bc, d, br, dsb, 1, kBlock, qp + i0 * d, d,
+                          dkp + j0 * d, d, true);
+              }
+            }
+            for (int64_t t = 0; t < s; ++t) {
+              nn::FromF32(dqp + t * d, dq + off + t * q_stride, d, dm.scale);
+            }
+          }
+          for (int64_t t = 0; t < s; ++t) {
+            const int64_t o = (bi * s + t) * kv_stride + kvh * d;
+            nn::FromF32(dkp + t * d, dk + o, d);
+            nn::FromF32(dvp + t * d, dv + o, d);
+          }
+        }
+      });
+}
+
+absl::Status CheckQkv(absl::string_view op, const Tensor& q, const Tensor& k,
+                      const Tensor& v, const AttentionOptions& options,
+                      Dims* dm) {
+  MCC_RETURN_IF_ERROR(nn::Defined(op, "q", &q));
+  MCC_RETURN_IF_ERROR(nn::Defined(op, "k", &k));
+  MCC_RETURN_IF_ERROR(nn::Defined(op, "v", &v));
+  MCC_RETURN_IF_ERROR(nn::IsFloat(op, "q", q));
+  if (q.dim() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": q must be [batch, seq, heads, head_dim], got ", q.Describe()));
+  }
+  if (k.dim() != 4 || k.size(0) != q.size(0) || k.size(1) != q.size(1) ||
+      k.size(3) != q.size(3) || k.size(2) == 0 || q.size(2) % k.size(2) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": k ", k.Describe(), " must be [batch, seq, kv_heads, head_dim] ",
+        "with kv_heads dividing the heads of q ", q.Describe()));
+  }
+  MCC_RETURN_IF_ERROR(nn::SameShape(op, "k", k, "v", v));
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": q ", q.Describe(), ", k ", k.Describe(), " and v ",
+                     v.Describe(), " must have the same dtype"));
+  }
+  MCC_RETURN_IF_ERROR(nn::SameDevice(op, "q", q, "k", k));
+  MCC_RETURN_IF_ERROR(nn::SameDevice(op, "q", q, "v", v));
+  if (!(options.softmax_scale >= 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": softmax_scale must be >= 0 (0: 1/sqrt(head_dim)), got ",
+        options.softmax_scale));
+  }
+  dm->b = q.size(0);
+  dm->s = q.size(1);
+  dm->hq = q.size(2);
+  dm->hkv = k.size(2);
+  dm->d = q.size(3);
+  dm->causal = options.causal;
+  dm->scale =
+      options.softmax_scale > 0.0f
+          ? options.softmax_scale
+          : 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(dm->d, 1)));
+  return absl::OkStatus();
+}
+
+absl::Status CheckOut(absl::string_view op, const char* ref_name,
+                      const Tensor& ref, const char* name, const Tensor* t) {
+  MCC_RETURN_IF_ERROR(nn::Defined(op, name, t));
+  MCC_RETURN_IF_ERROR(nn::IsFloat(op, name, *t));
+  MCC_RETURN_IF_ERROR(nn::SameShape(op, ref_name, ref, name, *t));
+  return nn::SameDevice(op, ref_name, ref, name, *t);
+}
+
+absl::Status CheckLse(absl::string_view op, const Tensor& q, const Dims& dm,
+                      const Tensor* lse) {
+  MCC_RETURN_IF_ERROR(nn::Defined(op, "lse", lse));
+  MCC_RETURN_IF_ERROR(nn::IsF32(op, "lse", *lse));
+  if (lse->shape() != Shape{dm.b, dm.hq, dm.s}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": lse ", lse->Describe(), " must be [batch, heads, seq] = ",
+        ShapeToString({dm.b, dm.hq, dm.s}), " for q ", q.Describe()));
+  }
+  return nn::SameDevice(op, "q", q, "lse", *lse);
+}
+
+}  // namespace
+
+absl::Status FlashAttentionForward(const Tensor& q, const Tensor& k,
+                                   const Tensor& v,
+                                   const AttentionOptions& options, Tensor* out,
+                                   Tensor* lse) {
+  constexpr absl::string_view op = "FlashAttentionForward";
+  Dims dm;
+  MCC_RETURN_IF_ERROR(CheckQkv(op, q, k, v, options, &dm));
+  MCC_RETURN_IF_ERROR(CheckOut(op, "q", q, "out", out));
+  MCC_RETURN_IF_ERROR(CheckLse(op, q, dm, lse));
+  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, q));
+  if (q.numel() == 0) return absl::OkStatus();
+  nn::DispatchFloat(q.dtype(), [&](auto tq) {
+    using TQ = decltype(tq);
+    nn::DispatchFloat(out->dtype(), [&](auto to) {
+      using TO = decltype(to);
+      ForwardCpu(dm, q.data<TQ>(), k.data<TQ>(), v.data<TQ>(), out->data<TO>(),
+                 lse->data<float>());
+    });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status FlashAttentionBackward(const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& out,
+                                    const Tensor& dout, const Tensor& lse,
+                                    const AttentionOptions& options, Tensor* dq,
+                                    Tensor* dk, Tensor* dv) {
+  constexpr absl::string_view op = "FlashAttentionBackward";
+  Dims dm;
+  MCC_RETURN_IF_ERROR(CheckQkv(op, q, k, v, options, &dm));
+  MCC_RETURN_IF_ERROR(CheckOut(op, "q", q, "out", &out));
+  MCC_RETURN_IF_ERROR(CheckOut(op, "q", q, "dout", &dout));
+  if (dout.dtype() != out.dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": dout ", dout.Describe(), " and out ",
+                     out.Describe(), " must have the same dtype"));
+  }
+  MCC_RETURN_IF_ERROR(CheckLse(op, q, dm, &lse));
+  MCC_RETURN_IF_ERROR(CheckOut(op, "q", q, "dq", dq));
+  MCC_RETURN_IF_ERROR(CheckOut(op, "k", k, "dk", dk));
+  MCC_RETURN_IF_ERROR(CheckOut(op, "v", v, "dv", dv));
+  if (dk->dtype() != dv->dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": dk ", dk->Describe(), " and dv ", dv->Describe(),
+                     " must have the same dtype"));
+  }
+  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, q));
+  if (q.numel() == 0) return absl::OkStatus();
+  nn::DispatchFloat(q.dtype(), [&](auto tq) {
+    using TQ = decltype(tq);
+    nn::DispatchFloat(out.dtype(), [&](auto to) {
+      using TO = decltype(to);
+      nn::DispatchFloat(dq->dtype(), [&](auto tg) {
+        using TG = decltype(tg);
+        nn::DispatchFloat(dk->dtype(), [&](auto td) {
+          using TD = decltype(td);
+          BackwardCpu(dm, q.data<TQ>(), k.data<TQ>(), v.data<TQ>(),
+                      out.data<TO>(), dout.data<TO>(), lse.data<float>(),
+                      dq->data<TG>(), dk->data<TD>(), dv->data<TD>());
+        });
+      });
+    });
+  });
+  return absl::OkStatus();
+}
+
+double FlashAttentionForwardFlops(int64_t batch, int64_t seq, int64_t heads,
+                                  int64_t head_dim, bool causal) {
+  const double f =
+      4.0 * batch * heads * static_cast<double>(seq) * seq * head_dim;
+  return causal ? f / 2 : f;
+}
+
+double FlashAttentionBackwardFlops(int64_t batch, int64_t seq, int64_t heads,
+                                   int64_t head_dim, bool causal) {
+  return 2.5 * FlashAttentionForwardFlops(batch, seq, heads, head_dim, causal);
+}
+
+}  // namespace ops
+}  // namespace mcc

@@ -1,0 +1,61 @@
+#ifndef CORE_OPS_ATTENTION_H_
+#define CORE_OPS_ATTENTION_H_
+
+// Fused multi-head self-attention, flash-style (FlashAttention-2 on the CPU):
+// softmax(scale * q k^T [+ causal mask]) v without ever materialising a
+// [seq, seq] matrix. Memory is linear in the sequence length.
+//
+// Layout (the whole attention stack uses it): [batch, seq, heads, head_dim].
+//   q    [b, s, num_heads, d]      fp32 or bf16
+//   k, v [b, s, num_kv_heads, d]   fp32 or bf16 (num_kv_heads divides
+//                                  num_heads: grouped-query attention; query
+//                                  head h reads kv head h / (num_heads /
+//                                  num_kv_heads), as Megatron's GQA)
+//   out  [b, s, num_heads, d]      fp32 or bf16; reshapes to [b*s, h*d] for
+//                                  the output projection with no copy
+//   lse  [b, num_heads, s]         fp32, the per-row logsumexp of the scaled
+//                                  scores, saved for the backward
+// The backward recomputes the probabilities block by block from q, k and lse
+// (D = rowsum(dout * out)) and overwrites dq, dk, dv (shapes and dtype rules
+// of q, k, v). No attention dropout (apply dropout elsewhere or not at all).
+// Everything is validated before anything is written; CUDA tensors get an
+// Unimplemented error naming the op until a CUDA kernel is registered.
+//
+// Parallelism: the forward runs (batch, head, query block) tasks; the
+// backward runs one task per (batch, kv head), so it uses at most
+// b * num_kv_heads threads.
+
+#include "absl/status/status.h"
+#include "core/tensor.h"
+
+namespace mcc {
+namespace ops {
+
+struct AttentionOptions {
+  bool causal = true;          // Query i sees keys 0..i.
+  float softmax_scale = 0.0f;  // 0: 1 / sqrt(head_dim).
+};
+
+absl::Status FlashAttentionForward(const Tensor& q, const Tensor& k,
+                                   const Tensor& v,
+                                   const AttentionOptions& options, Tensor* out,
+                                   Tensor* lse);
+
+absl::Status FlashAttentionBackward(const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& out,
+                                    const Tensor& dout, const Tensor& lse,
+                                    const AttentionOptions& options, Tensor* dq,
+                                    Tensor* dk, Tensor* dv);
+
+// Useful floating-point operations of one call (causal counts the lower
+// triangle only), for benchmarks: forward 4*b*h*s*s*d (halved when causal),
+// backward 2.5 times that.
+double FlashAttentionForwardFlops(int64_t batch, int64_t seq, int64_t heads,
+                                  int64_t head_dim, bool causal);
+double FlashAttentionBackwardFlops(int64_t batch, int64_t seq, int64_t heads,
+                                   int64_t head_dim, bool causal);
+
+}  // namespace ops
+}  // namespace mcc
+
+#endif  // CORE_OPS_ATTENTION_H_
