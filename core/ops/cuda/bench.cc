@@ -1,0 +1,217 @@
+// GPU benchmark: cuBLAS GEMM TFLOP/s through ops::cuda::Gemm beside a direct
+// cublasGemmEx call, and GB/s of the memory-bound kernels beside a
+// device-to-device cudaMemcpy. Prints "no CUDA device" and exits 0 without a
+// GPU.
+//
+//   bench [--iters=20] [--gemm=true] [--memory=true] [--mem_elements=67108864]
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "core/cuda/cuda_status.h"
+#include "core/cuda/event.h"
+#include "core/cuda/runtime.h"
+#include "core/ops/cuda/gemm.h"
+#include "core/ops/cuda/ops.h"
+#include "core/status_macros.h"
+
+ABSL_FLAG(int, iters, 20, "timed iterations per measurement");
+ABSL_FLAG(bool, gemm, true, "run the GEMM benchmarks");
+ABSL_FLAG(bool, memory, true, "run the memory-bound kernel benchmarks");
+ABSL_FLAG(int64_t, mem_elements, int64_t{1} << 26,
+          "elements per tensor in the memory-bound benchmarks");
+
+namespace mcc {
+namespace {
+
+namespace oc = ::mcc::ops::cuda;
+
+// Mean milliseconds of fn over --iters runs after two warm-up runs.
+double TimeMs(const std::function<void()>& fn) {
+  fn();
+  fn();
+  cuda::Event start = *cuda::Event::Create(0);
+  cuda::Event end = *cuda::Event::Create(0);
+  const int iters = absl::GetFlag(FLAGS_iters);
+  MCC_CHECK_OK(start.Record());
+  for (int i = 0; i < iters; ++i) fn();
+  MCC_CHECK_OK(end.Record());
+  MCC_CHECK_OK(end.Synchronize());
+  return *end.ElapsedMsSince(start) / iters;
+}
+
+Tensor Random(const Shape& shape, DType dtype, float lo = -1.0f,
+              float hi = 1.0f) {
+  // Deterministic pseudo-random values built on the host, then copied.
+  const int64_t n = NumElements(shape);
+  std::vector<float> v(n);
+  uint32_t s = 12345;
+  for (int64_t i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    v[i] = lo + (hi - lo) * ((s >> 8) * (1.0f / 16777216.0f));
+  }
+  return *Tensor::FromVector(v, shape, dtype)->To(Device::CUDA(0));
+}
+
+struct GemmShape {
+  const char* name;
+  int64_t m, n, k;
+};
+
+void BenchGemm() {
+  const std::vector<GemmShape> shapes = {
+      {"square", 4096, 4096, 4096},
+      {"qkv (8192 tok, h4096)", 8192, 12288, 4096},
+      {"attn-out", 8192, 4096, 4096},
+      {"mlp-up", 8192, 16384, 4096},
+      {"mlp-down", 8192, 4096, 16384},
+  };
+  struct Kind {
+    const char* name;
+    DType dtype;
+    bool tf32;
+  };
+  const Kind kinds[] = {{"fp32", DType::kFloat32, false},
+                        {"tf32", DType::kFloat32, true},
+                        {"bf16", DType::kBFloat16, false}};
+  std::printf("%-24s %-5s %-20s %12s %12s\n", "gemm", "type", "MxNxK",
+              "ours TF/s", "cublas TF/s");
+  cublasHandle_t handle = *oc::CublasHandle(0);
+  for (const GemmShape& g : shapes) {
+    for (const Kind& kind : kinds) {
+      Tensor a = Random({g.m, g.k}, kind.dtype);
+      Tensor b = Random({g.k, g.n}, kind.dtype);
+      Tensor c = Tensor::Empty({g.m, g.n}, kind.dtype, Device::CUDA(0));
+      oc::GemmOptions o;
+      o.allow_tf32 = kind.tf32;
+      const double ours = TimeMs([&] { MCC_CHECK_OK(oc::Gemm(a, b, c, o)); });
+      const cudaDataType_t t =
+          kind.dtype == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
+      const cublasComputeType_t compute =
+          kind.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      const float alpha = 1.0f, beta = 0.0f;
+      const double direct = TimeMs([&] {
+        MCC_CHECK_OK(oc::CublasToStatus(
+            cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, g.n, g.m, g.k,
+                         &alpha, b.raw_data(), t, g.n, a.raw_data(), t, g.k,
+                         &beta, c.raw_data(), t, g.n, compute,
+                         CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx"));
+      });
+      const double flops = 2.0 * g.m * g.n * g.k;
+      std::printf("%-24s %-5s %-20s %12.1f %12.1f\n", g.name, kind.name,
+                  absl::StrFormat("%dx%dx%d", g.m, g.n, g.k).c_str(),
+                  flops / ours / 1e9, flops / direct / 1e9);
+      std::fflush(stdout);
+    }
+  }
+}
+
+void Report(const char* name, double bytes, double ms) {
+  std::printf("%-34s %10.3f ms %10.1f GB/s\n", name, ms, bytes / ms / 1e6);
+  std::fflush(stdout);
+}
+
+void BenchMemory() {
+  const int64_t n = absl::GetFlag(FLAGS_mem_elements);
+  const int64_t cols = 4096, rows = n / cols;
+  std::printf(
+      "memory-bound kernels, %lld elements (%lld x %lld), bytes = minimal "
+      "traffic\n",
+      static_cast<long long>(rows * cols), static_cast<long long>(rows),
+      static_cast<long long>(cols));
+  const double e = static_cast<double>(rows * cols);
+  Tensor x32 = Random({rows, cols}, DType::kFloat32);
+  Tensor y32 = Tensor::Empty({rows, cols}, DType::kFloat32, Device::CUDA(0));
+  Report(
+      "cudaMemcpy D2D fp32", 8 * e, TimeMs([&] {
+        MCC_CUDA_CHECK(cudaMemcpyAsync(y32.raw_data(), x32.raw_data(),
+                                       x32.nbytes(), cudaMemcpyDeviceToDevice));
+      }));
+  Tensor x16 = Random({rows, cols}, DType::kBFloat16);
+  Tensor dy32 = Random({rows, cols}, DType::kFloat32);
+  Tensor dy16 = Random({rows, cols}, DType::kBFloat16);
+  Report("gelu fwd fp32", 8 * e, TimeMs([&] { (void)*oc::GeluForward(x32); }));
+  Report("gelu fwd bf16", 4 * e, TimeMs([&] { (void)*oc::GeluForward(x16); }));
+  Report("gelu bwd fp32", 12 * e,
+         TimeMs([&] { (void)*oc::GeluBackward(dy32, x32); }));
+  Report("gelu bwd bf16", 6 * e,
+         TimeMs([&] { (void)*oc::GeluBackward(dy16, x16); }));
+  Tensor b32 = Random({cols}, DType::kFloat32);
+  Tensor b16 = Random({cols}, DType::kBFloat16);
+  Report("bias add fp32", 8 * e, TimeMs([&] { (void)*oc::BiasAdd(x32, b32); }));
+  Report("bias add bf16", 4 * e, TimeMs([&] { (void)*oc::BiasAdd(x16, b16); }));
+  Report("bias grad fp32", 4 * e, TimeMs([&] { (void)*oc::BiasGrad(dy32); }));
+  Report("bias grad bf16", 2 * e, TimeMs([&] { (void)*oc::BiasGrad(dy16); }));
+  Report("convert fp32->bf16", 6 * e,
+         TimeMs([&] { (void)*oc::Convert(x32, DType::kBFloat16); }));
+  Report("convert bf16->fp32", 6 * e,
+         TimeMs([&] { (void)*oc::Convert(x16, DType::kFloat32); }));
+  {
+    Tensor p = Random({rows * cols}, DType::kFloat32);
+    Tensor g = Random({rows * cols}, DType::kFloat32);
+    Tensor m = Tensor::Zeros({rows * cols}, DType::kFloat32, Device::CUDA(0));
+    Tensor v = Tensor::Zeros({rows * cols}, DType::kFloat32, Device::CUDA(0));
+    Tensor p16 =
+        Tensor::Empty({rows * cols}, DType::kBFloat16, Device::CUDA(0));
+    int64_t step = 0;
+    Report("adamw fp32 (+bf16 copy)", 30 * e, TimeMs([&] {
+             MCC_CHECK_OK(
+                 oc::AdamWStep(p, g, m, v, oc::AdamWConfig(), ++step, &p16));
+           }));
+  }
+  Tensor gamma = Random({cols}, DType::kFloat32, 0.5f, 1.5f);
+  Tensor beta = Random({cols}, DType::kFloat32);
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    const Tensor& x = dt == DType::kFloat32 ? x32 : x16;
+    const Tensor& dy = dt == DType::kFloat32 ? dy32 : dy16;
+    const double s = static_cast<double>(DTypeSize(dt));
+    oc::LayerNormOutput out = *oc::LayerNormForward(x, gamma, beta, 1e-5f);
+    Report(dt == DType::kFloat32 ? "layernorm fwd fp32" : "layernorm fwd bf16",
+           2 * s * e,
+           TimeMs([&] { (void)*oc::LayerNormForward(x, gamma, beta, 1e-5f); }));
+    Report(dt == DType::kFloat32 ? "layernorm bwd fp32" : "layernorm bwd bf16",
+           3 * s * e, TimeMs([&] {
+             (void)*oc::LayerNormBackward(dy, x, gamma, out.mean, out.rstd);
+           }));
+  }
+  {
+    const int64_t vocab = 50304, tokens = std::max<int64_t>(1, n / vocab);
+    Tensor logits = Random({tokens, vocab}, DType::kBFloat16, -5.0f, 5.0f);
+    std::vector<int64_t> labels(tokens);
+    for (int64_t i = 0; i < tokens; ++i) labels[i] = (i * 7919) % vocab;
+    Tensor lab = *Tensor::FromInts(labels, {tokens})->To(Device::CUDA(0));
+    Tensor dloss =
+        Tensor::Full({tokens}, 1.0 / tokens, DType::kFloat32, Device::CUDA(0));
+    oc::CrossEntropyOutput out = *oc::SoftmaxCrossEntropyForward(logits, lab);
+    const double le = static_cast<double>(tokens * vocab);
+    Report("cross-entropy fwd bf16 (v=50304)", 2 * le,
+           TimeMs([&] { (void)*oc::SoftmaxCrossEntropyForward(logits, lab); }));
+    Report("cross-entropy bwd bf16 (v=50304)", 4 * le, TimeMs([&] {
+             (void)*oc::SoftmaxCrossEntropyBackward(dloss, logits, lab,
+                                                    out.lse);
+           }));
+  }
+  MCC_CHECK_OK(cuda::Synchronize(0));
+}
+
+}  // namespace
+}  // namespace mcc
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (mcc::cuda::CudaDeviceCount() == 0) {
+    std::printf("no CUDA device: bench skipped\n");
+    return 0;
+  }
+  std::printf("device: %s\n", mcc::cuda::DeviceDescription(0)->c_str());
+  if (absl::GetFlag(FLAGS_gemm)) mcc::BenchGemm();
+  if (absl::GetFlag(FLAGS_memory)) mcc::BenchMemory();
+  return 0;
+}
