@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Gathers the prebuilt GPU test binaries and the CUDA bench, with the shared
+# libraries they load, into one folder to carry to a GPU machine that has no
+# Bazel (see tools/gpu/run_checks.sh).
+#
+#   tools/gpu/collect_libs.sh [--with-cuda] DEST [BINARY...]
+#
+# BINARYs default to the gpu-tagged tests and the bench under
+# bazel-out/k8-opt/bin (build them first:
+#   tools/bazel build //core/cuda/... //core/ops/cuda/...).
+# Binaries land in DEST/bin/<package path>/, libraries in DEST/lib/. The C
+# runtime (libc, libm, ld-linux, ...) and the NVIDIA driver (libcuda) stay
+# behind: they must come from the GPU machine. CUDA toolkit libraries
+# (libcudart, libcublas, libcublasLt: ~700 MB) are copied only with
+# --with-cuda; without it the GPU machine's /usr/local/cuda/lib64 is used.
+set -euo pipefail
+
+with_cuda=0
+if [[ "${1:-}" == "--with-cuda" ]]; then
+  with_cuda=1
+  shift
+fi
+if [[ $# -lt 1 ]]; then
+  echo "usage: $0 [--with-cuda] DEST [BINARY...]" >&2
+  exit 2
+fi
+dest="$1"
+shift
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+bin_root="${root}/bazel-out/k8-opt/bin"
+binaries=("$@")
+if [[ ${#binaries[@]} -eq 0 ]]; then
+  binaries=(
+    "${bin_root}/core/cuda/runtime_test"
+    "${bin_root}/core/cuda/runtime_nodevice_test"
+    "${bin_root}/core/ops/cuda/ops_test"
+    "${bin_root}/core/ops/cuda/gemm_test"
+    "${bin_root}/core/ops/cuda/ops_nodevice_test"
+    "${bin_root}/core/ops/cuda/bench"
+  )
+fi
+
+mkdir -p "${dest}/bin" "${dest}/lib"
+declare -A copied=()
+for binary in "${binaries[@]}"; do
+  if [[ ! -x "${binary}" ]]; then
+    echo "collect_libs: missing binary ${binary} (build it first)" >&2
+    exit 1
+  fi
+  rel="${binary#"${bin_root}/"}"
+  mkdir -p "${dest}/bin/$(dirname "${rel}")"
+  cp -L "${binary}" "${dest}/bin/${rel}"
+  # ldd lines: "libfoo.so.1 => /path/libfoo.so.1 (0x...)".
+  while read -r name arrow path _; do
+    [[ "${arrow}" == "=>" && -f "${path}" ]] || continue
+    case "${name}" in
+      linux-vdso* | ld-linux* | libc.so* | libm.so* | libdl.so* | libpthread.so* | \
+        librt.so* | libcuda.so* | libnvidia*) continue ;;
+      libcudart* | libcublas* | libnccl*) ((with_cuda)) || continue ;;
+    esac
+    if [[ -z "${copied[${name}]:-}" ]]; then
+      cp -L "${path}" "${dest}/lib/${name}"
+      copied[${name}]=1
+    fi
+  done < <(ldd "${binary}")
+done
+echo "collect_libs: ${#binaries[@]} binaries, ${#copied[@]} libraries into ${dest}" \
+  "($(du -sh "${dest}" | cut -f1))"
