@@ -88,8 +88,7 @@ TEST(CudaRuntimeTest, AllocatorCachesAndCounts) {
             static_cast<int64_t>(CudaAllocator::RoundSize(12000)));
   alloc->EmptyCache();
   EXPECT_EQ(alloc->CachedBytes(), 0);
-  EXPECT_EQ(alloc->ReservedBytes(),
-            alloc->Stats().current_bytes == 0 ? 0 : alloc->ReservedBytes());
+  EXPECT_GE(alloc->ReservedBytes(), alloc->Stats().current_bytes);
   // Two live tensors of one size class get different blocks.
   Tensor a = Tensor::Zeros({100}, DType::kFloat32, Device::CUDA(0));
   Tensor b = Tensor::Full({100}, 1.0, DType::kFloat32, Device::CUDA(0));
