@@ -1,0 +1,56 @@
+#ifndef CORE_OPS_CROSS_ENTROPY_H_
+#define CORE_OPS_CROSS_ENTROPY_H_
+
+// Fused softmax cross-entropy over the vocabulary, forward and backward,
+// without storing the softmax.
+//
+//   logits  [tokens, vocab]  fp32 or bf16
+//   targets [tokens]         int32 or int64; ignore_index (default -100)
+//                            marks tokens without a loss
+//   loss    [tokens]         fp32: logsumexp(logits[t]) - logits[t, target];
+//                            0 for ignored tokens
+//   lse     [tokens]         fp32 per-row logsumexp, saved for the backward
+// Backward: dlogits = (softmax(logits) - onehot(target)) * dloss[t], zero
+// rows for ignored tokens; dlogits is fp32 or bf16 and may be logits itself
+// (in place). A target outside [0, vocab) (other than ignore_index) is an
+// error naming the token position, the target and the vocab size. Everything
+// is validated before anything is written; CUDA tensors get an Unimplemented
+// error naming the op.
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+
+namespace mcc {
+namespace ops {
+
+inline constexpr int64_t kDefaultIgnoreIndex = -100;
+
+absl::Status CrossEntropyForward(const Tensor& logits, const Tensor& targets,
+                                 Tensor* loss, Tensor* lse,
+                                 int64_t ignore_index = kDefaultIgnoreIndex);
+
+absl::Status CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
+                                  const Tensor& lse, const Tensor& dloss,
+                                  Tensor* dlogits,
+                                  int64_t ignore_index = kDefaultIgnoreIndex);
+
+// The mean of the per-token losses over the non-ignored tokens only. Its
+// gradient for CrossEntropyBackward is dloss = 1 / count for every token
+// (ignored tokens get zero gradient regardless); with data parallelism,
+// all-reduce sum and count first and use the global count.
+struct MeanLoss {
+  double sum = 0.0;
+  int64_t count = 0;  // Non-ignored tokens.
+  double mean = 0.0;  // sum / count, 0 when count is 0.
+};
+absl::StatusOr<MeanLoss> CrossEntropyMeanLoss(
+    const Tensor& loss, const Tensor& targets,
+    int64_t ignore_index = kDefaultIgnoreIndex);
+
+}  // namespace ops
+}  // namespace mcc
+
+#endif  // CORE_OPS_CROSS_ENTROPY_H_

@@ -1,0 +1,171 @@
+#include "core/ops/cross_entropy.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/ops/nn_test_util.h"
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace ops {
+namespace {
+
+using testing::ExpectClose;
+using testing::NumericGrad;
+
+// float64 per-token loss; 0 for ignored tokens.
+std::vector<double> LossRef(const std::vector<double>& x,
+                            const std::vector<int64_t>& t, int64_t vocab,
+                            std::vector<double>* lse = nullptr) {
+  const int64_t rows = t.size();
+  std::vector<double> loss(rows, 0.0);
+  if (lse) lse->assign(rows, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double mx = -1e300;
+    for (int64_t c = 0; c < vocab; ++c) mx = std::max(mx, x[r * vocab + c]);
+    double s = 0.0;
+    for (int64_t c = 0; c < vocab; ++c) s += std::exp(x[r * vocab + c] - mx);
+    const double l = mx + std::log(s);
+    if (lse) (*lse)[r] = l;
+    if (t[r] != kDefaultIgnoreIndex) loss[r] = l - x[r * vocab + t[r]];
+  }
+  return loss;
+}
+
+std::vector<int64_t> Targets(int64_t rows, int64_t vocab, uint32_t seed) {
+  std::vector<int64_t> t(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    t[r] = (r % 4 == 2) ? kDefaultIgnoreIndex : (r * 7 + seed) % vocab;
+  }
+  return t;
+}
+
+class CrossEntropyTest
+    : public ::testing::TestWithParam<std::tuple<int64_t, DType>> {};
+
+TEST_P(CrossEntropyTest, MatchesFloat64AndFiniteDifferences) {
+  const int64_t vocab = std::get<0>(GetParam());
+  const DType tdtype = std::get<1>(GetParam());
+  const int64_t rows = 7;
+  // Offsets far from 0 check the max-subtraction.
+  Tensor logits = testing::RandomTensor({rows, vocab}, DType::kFloat32, vocab,
+                                        20.0f, 26.0f);
+  const std::vector<int64_t> t = Targets(rows, vocab, 3);
+  Tensor targets = Tensor::FromInts(t, {rows}, tdtype).value();
+  Tensor loss = Tensor::Full({rows}, 9.0, DType::kFloat32);
+  Tensor lse = Tensor::Full({rows}, 9.0, DType::kFloat32);
+  ASSERT_TRUE(CrossEntropyForward(logits, targets, &loss, &lse).ok());
+  const std::vector<double> x = logits.ToDoubles();
+  std::vector<double> lse_ref;
+  ExpectClose(loss.ToDoubles(), LossRef(x, t, vocab, &lse_ref), 1e-5, 1e-5,
+              "loss");
+  ExpectClose(lse.ToDoubles(), lse_ref, 1e-5, 1e-6, "lse");
+
+  Tensor dloss = testing::RandomTensor({rows}, DType::kFloat32, 5, 0.5f, 2.0f);
+  const std::vector<double> w = dloss.ToDoubles();
+  Tensor dlogits = Tensor::Full({rows, vocab}, 9.0, DType::kFloat32);
+  ASSERT_TRUE(CrossEntropyBackward(logits, targets, lse, dloss, &dlogits).ok());
+  const auto g = NumericGrad(x, [&](const std::vector<double>& v) {
+    const auto l = LossRef(v, t, vocab);
+    double acc = 0.0;
+    for (int64_t r = 0; r < rows; ++r) acc += l[r] * w[r];
+    return acc;
+  });
+  ExpectClose(dlogits.ToDoubles(), g, 1e-5, 1e-4, "dlogits");
+
+  // In place: dlogits written over logits.
+  Tensor inplace = logits.Clone();
+  ASSERT_TRUE(
+      CrossEntropyBackward(inplace, targets, lse, dloss, &inplace).ok());
+  ExpectClose(inplace.ToDoubles(), dlogits.ToDoubles(), 0, 0, "in place");
+
+  const MeanLoss m = CrossEntropyMeanLoss(loss, targets).value();
+  double sum = 0.0;
+  int64_t count = 0;
+  const auto ref = LossRef(x, t, vocab);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (t[r] == kDefaultIgnoreIndex) continue;
+    sum += ref[r];
+    ++count;
+  }
+  EXPECT_EQ(m.count, count);
+  EXPECT_NEAR(m.mean, sum / count, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocab, CrossEntropyTest,
+                         ::testing::Combine(::testing::Values(1, 7, 33, 130),
+                                            ::testing::Values(DType::kInt32,
+                                                              DType::kInt64)));
+
+TEST(CrossEntropyBf16Test, WithinBf16Rounding) {
+  const int64_t rows = 9, vocab = 1000;
+  Tensor logits =
+      testing::RandomTensor({rows, vocab}, DType::kBFloat16, 3, -4, 4);
+  const std::vector<int64_t> t = Targets(rows, vocab, 11);
+  Tensor targets = Tensor::FromInts(t, {rows}, DType::kInt64).value();
+  Tensor loss = Tensor::Empty({rows}, DType::kFloat32);
+  Tensor lse = Tensor::Empty({rows}, DType::kFloat32);
+  ASSERT_TRUE(CrossEntropyForward(logits, targets, &loss, &lse).ok());
+  const auto x = logits.ToDoubles();
+  // Inputs are exactly the bf16 values; only fp32 math differs.
+  ExpectClose(loss.ToDoubles(), LossRef(x, t, vocab), 1e-5, 1e-5, "loss bf16");
+  Tensor dloss = Tensor::Full({rows}, 1.0, DType::kFloat32);
+  Tensor dlogits = Tensor::Empty({rows, vocab}, DType::kBFloat16);
+  ASSERT_TRUE(CrossEntropyBackward(logits, targets, lse, dloss, &dlogits).ok());
+  std::vector<double> lse_ref;
+  LossRef(x, t, vocab, &lse_ref);
+  std::vector<double> want(x.size(), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (t[r] == kDefaultIgnoreIndex) continue;
+    for (int64_t c = 0; c < vocab; ++c) {
+      want[r * vocab + c] =
+          std::exp(x[r * vocab + c] - lse_ref[r]) - (c == t[r]);
+    }
+  }
+  ExpectClose(dlogits.ToDoubles(), want, 1e-6, 8e-3, "dlogits bf16");
+}
+
+TEST(CrossEntropyErrorsTest, OutOfRangeTargetNamesPositionTargetAndVocab) {
+  Tensor logits = Tensor::Zeros({4, 10}, DType::kFloat32);
+  Tensor targets =
+      Tensor::FromInts({1, -100, 10, 3}, {4}, DType::kInt64).value();
+  Tensor loss = Tensor::Full({4}, 9.0, DType::kFloat32);
+  Tensor lse = Tensor::Full({4}, 9.0, DType::kFloat32);
+  absl::Status s = CrossEntropyForward(logits, targets, &loss, &lse);
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("target 10 at token position 2"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("[0, 10)"), std::string::npos) << s;
+  EXPECT_TRUE(testing::AllEqual(loss, 9.0));
+  EXPECT_TRUE(testing::AllEqual(lse, 9.0));
+  Tensor dlogits = Tensor::Full({4, 10}, 9.0, DType::kFloat32);
+  s = CrossEntropyBackward(logits, targets, lse, lse, &dlogits);
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_TRUE(testing::AllEqual(dlogits, 9.0));
+}
+
+TEST(CrossEntropyErrorsTest, BadShapesNameBoth) {
+  Tensor logits = Tensor::Zeros({4, 10}, DType::kFloat32);
+  Tensor targets = Tensor::FromInts({1, 2, 3}, {3}, DType::kInt32).value();
+  Tensor loss = Tensor::Full({4}, 9.0, DType::kFloat32);
+  Tensor lse = Tensor::Full({4}, 9.0, DType::kFloat32);
+  absl::Status s = CrossEntropyForward(logits, targets, &loss, &lse);
+  EXPECT_NE(s.message().find("[3]"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("[4, 10]"), std::string::npos) << s;
+  EXPECT_TRUE(testing::AllEqual(loss, 9.0));
+  Tensor targets4 = Tensor::FromInts({1, 2, 3, 4}, {4}, DType::kInt32).value();
+  Tensor dlogits = Tensor::Full({4, 11}, 9.0, DType::kFloat32);
+  s = CrossEntropyBackward(logits, targets4, lse, lse, &dlogits);
+  EXPECT_NE(s.message().find("[4, 11]"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("[4, 10]"), std::string::npos) << s;
+  EXPECT_TRUE(testing::AllEqual(dlogits, 9.0));
+  Tensor loss_bad = Tensor::Full({5}, 9.0, DType::kFloat32);
+  s = CrossEntropyForward(logits, targets4, &loss_bad, &lse);
+  EXPECT_NE(s.message().find("[5]"), std::string::npos) << s;
+  EXPECT_TRUE(testing::AllEqual(lse, 9.0));
+}
+
+}  // namespace
+}  // namespace ops
+}  // namespace mcc
