@@ -1,0 +1,42 @@
+#ifndef CORE_COMM_ENV_H_
+#define CORE_COMM_ENV_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace mcc {
+namespace comm {
+
+// Where this process sits in the job, as the launcher described it.
+struct DistEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::string source;  // "torchrun", "slurm", "openmpi"
+};
+
+// Reads the environment, trying in order:
+//  torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+//            MASTER_PORT;
+//  SLURM:    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
+//            SLURM_NTASKS_PER_NODE (or SLURM_TASKS_PER_NODE);
+//  Open MPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+//            OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE.
+// For SLURM and Open MPI the store address still comes from MASTER_ADDR and
+// MASTER_PORT (SLURM: MASTER_ADDR defaults to the first host of
+// SLURM_JOB_NODELIST when it is a plain name). The error lists every
+// variable looked for.
+absl::StatusOr<DistEnv> DistEnvFromEnvironment();
+// The same with a custom lookup (nullptr for an unset variable), for tests.
+absl::StatusOr<DistEnv> DistEnvFromLookup(
+    const std::function<const char*(const char*)>& getenv_fn);
+
+}  // namespace comm
+}  // namespace mcc
+
+#endif  // CORE_COMM_ENV_H_

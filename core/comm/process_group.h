@@ -1,0 +1,257 @@
+#ifndef CORE_COMM_PROCESS_GROUP_H_
+#define CORE_COMM_PROCESS_GROUP_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "core/comm/store.h"
+#include "core/tensor.h"
+
+namespace mcc {
+namespace comm {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+absl::string_view ReduceOpName(ReduceOp op);  // "sum", "avg", "max", "min"
+
+struct CollectiveOptions {
+  // Zero: the group's default timeout.
+  absl::Duration timeout = absl::ZeroDuration();
+};
+
+// Whether collective checking is on: --debug_collectives (also spelled
+// --debug-collectives by binaries that translate Megatron's names) or the
+// environment variable MCC_DEBUG_COLLECTIVES=1.
+bool DebugCollectivesDefault();
+
+struct GroupOptions {
+  // Default timeout of every collective (and of the group's rendezvous).
+  absl::Duration timeout = absl::Minutes(5);
+  // Exchange a fingerprint of every collective through the store before any
+  // data moves, and fail on every rank when the ranks disagree.
+  bool debug_collectives = DebugCollectivesDefault();
+  // A store connection used only to ask which ranks were lost, when a
+  // collective fails (may be null).
+  std::shared_ptr<Store> liveness_store;
+};
+
+// The handle of one asynchronous operation. Wait() may be called from any
+// thread, any number of times; every call returns the same final status
+// once the operation has finished.
+class Work {
+ public:
+  // `what` names the operation, group, rank and sequence number for errors.
+  Work(std::string what, absl::Duration default_timeout);
+  // A work completed by polling: waiter(timeout, &finished) waits up to
+  // timeout and sets finished once the operation is over (successfully or
+  // not), returning its status (used for point-to-point transfers and CUDA
+  // streams). It may be called again while not finished.
+  using Waiter = std::function<absl::Status(absl::Duration, bool*)>;
+  Work(std::string what, absl::Duration default_timeout, Waiter waiter);
+  static std::shared_ptr<Work> Done(absl::Status status);
+
+  // Waits up to timeout; DeadlineExceeded (naming the operation) when the
+  // operation has not finished by then.
+  absl::Status Wait(absl::Duration timeout);
+  // Waits until the operation finishes: it fails by itself once its own
+  // timeout passes, so this never hangs.
+  absl::Status Wait();
+  bool IsCompleted();
+  const std::string& what() const { return what_; }
+
+  // Marks the operation finished (backends call this once).
+  void MarkDone(absl::Status status);
+
+ private:
+  std::string what_;
+  absl::Duration default_timeout_;
+  Waiter waiter_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  absl::Status status_;
+};
+
+// A set of processes that run collectives together, as
+// torch.distributed's ProcessGroup. Every collective is asynchronous and
+// returns a Work; the *Sync wrappers wait for it. Calls are issued in
+// program order and every rank of the group must make the same calls in
+// the same order. Tensor arguments must stay alive until the work is done
+// (the Work holds a reference to their storage).
+//
+// Buffer sizes, dtypes and devices are checked before anything moves. A
+// collective that does not finish within its timeout fails with an error
+// naming the operation, the group, the rank and the sequence number, and
+// the ranks that were lost, if any. After a failure the group is unusable:
+// later calls fail at once with the first error.
+class ProcessGroup {
+ public:
+  ProcessGroup(int rank, int size, std::string name,
+               std::vector<int> global_ranks, std::shared_ptr<Store> store,
+               GroupOptions options);
+  virtual ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }
+  // The ranks of the world group that make up this group, in group order.
+  const std::vector<int>& global_ranks() const { return global_ranks_; }
+  virtual absl::string_view backend() const = 0;
+  // The device whose tensors this group moves (cpu for gloo).
+  virtual Device device() const = 0;
+  const GroupOptions& options() const { return options_; }
+  int64_t sequence_number() const { return seq_; }
+
+  // In place on every rank: t = op(t over all ranks).
+  std::shared_ptr<Work> AllReduce(Tensor* t, ReduceOp op,
+                                  const CollectiveOptions& opts = {});
+  // out = the ranks' `in` concatenated along dim 0 (out: size x in).
+  std::shared_ptr<Work> AllGather(const Tensor& in, Tensor* out,
+                                  const CollectiveOptions& opts = {});
+  // Uneven all-gather: rank r contributes rows_per_rank[r] rows (dim 0).
+  std::shared_ptr<Work> AllGatherV(const Tensor& in, Tensor* out,
+                                   const std::vector<int64_t>& rows_per_rank,
+                                   const CollectiveOptions& opts = {});
+  // out = block `rank` (along dim 0) of op(in over all ranks); in: size x out.
+  std::shared_ptr<Work> ReduceScatter(const Tensor& in, Tensor* out,
+                                      ReduceOp op,
+                                      const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> Broadcast(Tensor* t, int root,
+                                  const CollectiveOptions& opts = {});
+  // Block j (along dim 0) of `in` goes to rank j, and block i of `out` comes
+  // from rank i. in and out have the same shape, dim 0 divisible by size.
+  std::shared_ptr<Work> AllToAll(const Tensor& in, Tensor* out,
+                                 const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> Barrier(const CollectiveOptions& opts = {});
+  // Point to point; a Send matches the Recv with the same tag, in order.
+  std::shared_ptr<Work> Send(const Tensor& t, int dst, uint32_t tag = 0,
+                             const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> Recv(Tensor* t, int src, uint32_t tag = 0,
+                             const CollectiveOptions& opts = {});
+
+  absl::Status AllReduceSync(Tensor* t, ReduceOp op,
+                             const CollectiveOptions& opts = {}) {
+    return AllReduce(t, op, opts)->Wait();
+  }
+  absl::Status AllGatherSync(const Tensor& in, Tensor* out,
+                             const CollectiveOptions& opts = {}) {
+    return AllGather(in, out, opts)->Wait();
+  }
+  absl::Status AllGatherVSync(const Tensor& in, Tensor* out,
+                              const std::vector<int64_t>& rows_per_rank,
+                              const CollectiveOptions& opts = {}) {
+    return AllGatherV(in, out, rows_per_rank, opts)->Wait();
+  }
+  absl::Status ReduceScatterSync(const Tensor& in, Tensor* out, ReduceOp op,
+                                 const CollectiveOptions& opts = {}) {
+    return ReduceScatter(in, out, op, opts)->Wait();
+  }
+  absl::Status BroadcastSync(Tensor* t, int root,
+                             const CollectiveOptions& opts = {}) {
+    return Broadcast(t, root, opts)->Wait();
+  }
+  absl::Status AllToAllSync(const Tensor& in, Tensor* out,
+                            const CollectiveOptions& opts = {}) {
+    return AllToAll(in, out, opts)->Wait();
+  }
+  absl::Status BarrierSync(const CollectiveOptions& opts = {}) {
+    return Barrier(opts)->Wait();
+  }
+  absl::Status SendSync(const Tensor& t, int dst, uint32_t tag = 0,
+                        const CollectiveOptions& opts = {}) {
+    return Send(t, dst, tag, opts)->Wait();
+  }
+  absl::Status RecvSync(Tensor* t, int src, uint32_t tag = 0,
+                        const CollectiveOptions& opts = {}) {
+    return Recv(t, src, tag, opts)->Wait();
+  }
+
+  // Called collectively by every rank of this group, with the same list of
+  // this group's ranks in the same order (as torch.distributed.new_group).
+  // Members get the new group (its rank i is ranks[i]); the others get null.
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> NewSubgroup(
+      std::vector<int> ranks, const GroupOptions* options = nullptr);
+
+  // What a collective is, for errors and fingerprints.
+  struct Call {
+    std::string op;           // "AllReduce"
+    std::string signature;    // "AllReduce(sum, fp32[3, 5])"
+    std::string fingerprint;  // what must agree across ranks
+    int64_t seq = -1;         // sequence number in this group (-1: p2p)
+    absl::Duration timeout;
+    // "AllReduce(sum, fp32[3, 5]) #7 in group 'world' on rank 1 of 4"
+    std::string what;
+  };
+
+ protected:
+  // Backends implement these; arguments are already checked.
+  virtual std::shared_ptr<Work> DoAllReduce(const Call& call, Tensor t,
+                                            ReduceOp op) = 0;
+  virtual std::shared_ptr<Work> DoAllGather(const Call& call, Tensor in,
+                                            Tensor out) = 0;
+  virtual std::shared_ptr<Work> DoAllGatherV(
+      const Call& call, Tensor in, Tensor out,
+      std::vector<int64_t> elements_per_rank) = 0;
+  virtual std::shared_ptr<Work> DoReduceScatter(const Call& call, Tensor in,
+                                                Tensor out, ReduceOp op) = 0;
+  virtual std::shared_ptr<Work> DoBroadcast(const Call& call, Tensor t,
+                                            int root) = 0;
+  virtual std::shared_ptr<Work> DoAllToAll(const Call& call, Tensor in,
+                                           Tensor out) = 0;
+  virtual std::shared_ptr<Work> DoBarrier(const Call& call) = 0;
+  virtual std::shared_ptr<Work> DoSend(const Call& call, Tensor t, int dst,
+                                       uint32_t tag) = 0;
+  virtual std::shared_ptr<Work> DoRecv(const Call& call, Tensor t, int src,
+                                       uint32_t tag) = 0;
+  // Creates this backend's group over `store` (already prefixed for it).
+  virtual absl::StatusOr<std::shared_ptr<ProcessGroup>> CreateSubgroup(
+      int rank, int size, std::string name, std::vector<int> global_ranks,
+      std::shared_ptr<Store> store, GroupOptions options) = 0;
+
+  // Turns a backend failure into the error every caller sees: names the
+  // call, and the lost ranks when the store knows of any, and marks the
+  // group broken.
+  absl::Status Fail(const Call& call, absl::StatusCode code,
+                    absl::string_view detail);
+  // The first error that broke the group (OK while healthy).
+  absl::Status broken_status();
+  const std::shared_ptr<Store>& store() const { return store_; }
+  // Global ranks the liveness store reports lost, within this group.
+  std::vector<int> LostGroupMembers(absl::Duration wait);
+
+ private:
+  absl::StatusOr<Call> Begin(std::string op, std::string signature,
+                             std::string fingerprint, bool collective,
+                             const CollectiveOptions& opts);
+  absl::Status CheckFingerprints(const Call& call);
+  absl::Status CheckTensor(const Tensor& t, absl::string_view what,
+                           absl::string_view role);
+
+  const int rank_;
+  const int size_;
+  const std::string name_;
+  const std::vector<int> global_ranks_;
+  std::shared_ptr<Store> store_;
+  GroupOptions options_;
+  std::atomic<int64_t> seq_{0};
+  std::atomic<int64_t> p2p_seq_{0};
+  int subgroups_ = 0;
+  std::mutex broken_mu_;
+  absl::Status broken_;
+};
+
+}  // namespace comm
+}  // namespace mcc
+
+#endif  // CORE_COMM_PROCESS_GROUP_H_

@@ -1,0 +1,35 @@
+#ifndef CORE_COMM_SOCKET_H_
+#define CORE_COMM_SOCKET_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace mcc {
+namespace comm {
+
+// Small blocking-TCP helpers for the store and the launcher.
+
+// Listens on host:port (port 0: the kernel picks one). Returns the socket
+// and writes the bound port to *bound_port.
+absl::StatusOr<int> ListenTcp(absl::string_view host, int port,
+                              int* bound_port);
+// A port that was free a moment ago (bind to port 0, read it, close).
+absl::StatusOr<int> FindFreePort();
+// Connects to host:port, retrying until the deadline (the server may not be
+// up yet).
+absl::StatusOr<int> ConnectTcp(absl::string_view host, int port,
+                               absl::Time deadline);
+// Writes or reads exactly n bytes before the deadline. A closed connection
+// or the deadline gives an error (Unavailable / DeadlineExceeded).
+absl::Status SendAll(int fd, const void* data, size_t n, absl::Time deadline);
+absl::Status RecvAll(int fd, void* data, size_t n, absl::Time deadline);
+
+}  // namespace comm
+}  // namespace mcc
+
+#endif  // CORE_COMM_SOCKET_H_

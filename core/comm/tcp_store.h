@@ -1,0 +1,112 @@
+#ifndef CORE_COMM_TCP_STORE_H_
+#define CORE_COMM_TCP_STORE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/comm/store.h"
+
+namespace mcc {
+namespace comm {
+
+// The server side of the rendezvous store: an in-memory key-value map served
+// over TCP, one thread per client. Rank 0 hosts it at MASTER_ADDR:MASTER_PORT.
+//
+// Clients may announce their rank; when such a connection drops without a
+// goodbye (the process died), the rank is recorded as lost, so the other
+// ranks can name it in their errors.
+class TcpStoreServer {
+ public:
+  // Listens on host:port; port 0 picks a free port (see port()).
+  static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(
+      const std::string& host, int port);
+  ~TcpStoreServer();
+
+  int port() const { return port_; }
+
+ private:
+  TcpStoreServer() = default;
+  void AcceptLoop();
+  void Serve(int fd);
+
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread accept_thread_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::string> data_;
+  std::set<int> lost_ranks_;
+  std::set<int> client_fds_;
+  std::vector<std::thread> client_threads_;
+};
+
+// A client of TcpStoreServer. Calls are serialised per client object; use
+// one client per thread that blocks in Wait/Get for long.
+class TcpStore : public Store {
+ public:
+  struct Options {
+    std::string host = "127.0.0.1";
+    int port = 0;
+    // Whether this process hosts the server (rank 0 does).
+    bool is_server = false;
+    // The rank this connection reports for liveness tracking; -1 for none.
+    int rank = -1;
+    absl::Duration timeout = absl::Minutes(5);
+  };
+
+  // Starts the server when options.is_server, then connects (retrying until
+  // the timeout while the server comes up).
+  static absl::StatusOr<std::shared_ptr<TcpStore>> Connect(
+      const Options& options);
+  ~TcpStore() override;
+
+  // A second connection to the same server (for another thread), without
+  // the liveness announcement and sharing the hosted server, if any.
+  absl::StatusOr<std::shared_ptr<TcpStore>> Clone() const;
+
+  absl::Duration default_timeout() const override { return options_.timeout; }
+  absl::Status Set(absl::string_view key, absl::string_view value) override;
+  using Store::Get;
+  using Store::Wait;
+  absl::StatusOr<std::string> Get(absl::string_view key,
+                                  absl::Duration timeout) override;
+  absl::Status Wait(absl::Span<const std::string> keys,
+                    absl::Duration timeout) override;
+  absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
+  absl::StatusOr<bool> Check(absl::Span<const std::string> keys) override;
+  absl::Status Delete(absl::string_view key) override;
+  absl::StatusOr<std::vector<int>> LostRanks() override;
+
+  const Options& options() const { return options_; }
+  // The port the server listens on (the chosen one when options.port was 0).
+  int port() const { return options_.port; }
+
+ private:
+  TcpStore() = default;
+  // Sends one request and reads the reply; `wait` is how long the server
+  // may take to answer (blocking Get/Wait).
+  absl::StatusOr<std::vector<std::string>> Call(
+      char op, const std::vector<std::string>& args, absl::Duration wait);
+
+  Options options_;
+  std::shared_ptr<TcpStoreServer> server_;
+  std::mutex mu_;
+  int fd_ = -1;
+};
+
+}  // namespace comm
+}  // namespace mcc
+
+#endif  // CORE_COMM_TCP_STORE_H_
