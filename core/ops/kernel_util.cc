@@ -129,5 +129,27 @@ void ParallelForElements(int64_t n,
   });
 }
 
+void LoadF32Any(const Tensor& t, float* dst) {
+  if (t.dtype() == DType::kFloat32) {
+    const float* src = t.data<float>();
+    ParallelForElements(t.numel(), [&](int64_t b, int64_t e) {
+      std::memcpy(dst + b, src + b, (e - b) * sizeof(float));
+    });
+  } else {
+    const BFloat16* src = t.data<BFloat16>();
+    ParallelForElements(t.numel(), [&](int64_t b, int64_t e) {
+      BF16ToF32(src + b, dst + b, e - b);
+    });
+  }
+}
+
+void ParallelForRows(int64_t rows, int64_t cols,
+                     const std::function<void(int64_t, int64_t)>& fn) {
+  if (rows <= 0) return;
+  const int64_t grain =
+      std::max<int64_t>(1, kGrain / std::max<int64_t>(1, cols));
+  ThreadPool::Global().ParallelFor(rows, grain, fn);
+}
+
 }  // namespace ops
 }  // namespace mcc

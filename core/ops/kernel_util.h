@@ -61,6 +61,9 @@ inline void StoreF32(const float* src, BFloat16* dst, int64_t n) {
   F32ToBF16(src, dst, n);
 }
 
+// All of an fp32 or bf16 CPU tensor's elements as fp32, in parallel.
+void LoadF32Any(const Tensor& t, float* dst);
+
 // exp(x) to about 2 ulp for |x| < 87, written without branches so the
 // compiler vectorises loops that call it (Cephes' polynomial).
 inline float VecExp(float x) {
@@ -90,6 +93,33 @@ inline float VecTanh(float x) {
   return 1.0f - 2.0f / (VecExp(2.0f * x) + 1.0f);
 }
 
+// Calls fn(float{}) or fn(BFloat16{}) for an fp32 or bf16 dtype, so kernels
+// template on the element type: DispatchFloat(t.dtype(), [&](auto tag) {
+// using T = decltype(tag); ... }).
+template <typename Fn>
+void DispatchFloat(DType dtype, Fn&& fn) {
+  if (dtype == DType::kBFloat16) {
+    fn(BFloat16{});
+  } else {
+    fn(float{});
+  }
+}
+
+// n inputs as fp32: p itself for fp32, else widened into buf.
+inline const float* AsF32(const float* p, int64_t, float*) { return p; }
+inline const float* AsF32(const BFloat16* p, int64_t n, float* buf) {
+  BF16ToF32(p, buf, n);
+  return buf;
+}
+// Where to compute n outputs in fp32: p itself for fp32, else buf; then
+// FinishF32 narrows buf into p for bf16.
+inline float* OutF32(float* p, float*) { return p; }
+inline float* OutF32(BFloat16*, float* buf) { return buf; }
+inline void FinishF32(const float*, float*, int64_t) {}
+inline void FinishF32(const float* buf, BFloat16* p, int64_t n) {
+  F32ToBF16(buf, p, n);
+}
+
 // Elements per block of the blocked elementwise loops (fits L1 for a few
 // fp32 scratch arrays).
 inline constexpr int64_t kBlock = 1024;
@@ -100,6 +130,29 @@ inline constexpr int64_t kGrain = 32 * 1024;
 // least kGrain elements (multiples of kBlock).
 void ParallelForElements(int64_t n,
                          const std::function<void(int64_t, int64_t)>& fn);
+
+// Calls fn(row_begin, row_end) over [0, rows) rows of `cols` elements each,
+// with chunks of about kGrain elements.
+void ParallelForRows(int64_t rows, int64_t cols,
+                     const std::function<void(int64_t, int64_t)>& fn);
+
+// Calls fn(offset, col, n) over [0, numel) in parallel, in pieces of at most
+// kBlock elements that never cross a row of h elements: the piece covers
+// flat elements [offset, offset + n), columns [col, col + n) of one row.
+template <typename Fn>
+void ForEachBlock(int64_t numel, int64_t h, const Fn& fn) {
+  if (numel <= 0 || h <= 0) return;
+  ParallelForElements(numel, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e;) {
+      const int64_t col = i % h;
+      int64_t n = e - i;
+      if (n > kBlock) n = kBlock;
+      if (n > h - col) n = h - col;
+      fn(i, col, n);
+      i += n;
+    }
+  });
+}
 
 }  // namespace ops
 }  // namespace mcc

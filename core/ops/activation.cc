@@ -1,0 +1,291 @@
+#include "core/ops/activation.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/bias.h"
+#include "core/ops/kernel_util.h"
+#include "core/status_macros.h"
+
+namespace mcc {
+namespace ops {
+
+#define MCC_DEFINE_SLOT(Type, Name, op)           \
+  KernelSlot<Type>& Name() {                      \
+    static auto* slot = new KernelSlot<Type>(op); \
+    return *slot;                                 \
+  }
+MCC_DEFINE_SLOT(UnaryKernel, GeluKernels, "Gelu")
+MCC_DEFINE_SLOT(UnaryBackwardKernel, GeluBackwardKernels, "GeluBackward")
+MCC_DEFINE_SLOT(BiasGeluKernel, BiasGeluKernels, "BiasGelu")
+MCC_DEFINE_SLOT(BiasGeluBackwardKernel, BiasGeluBackwardKernels,
+                "BiasGeluBackward")
+MCC_DEFINE_SLOT(UnaryKernel, SwiGLUKernels, "SwiGLU")
+MCC_DEFINE_SLOT(UnaryBackwardKernel, SwiGLUBackwardKernels, "SwiGLUBackward")
+#undef MCC_DEFINE_SLOT
+
+namespace {
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoeff = 0.044715f;
+
+// y = gelu(x (+ b)); b may be null.
+inline void GeluBlock(const float* x, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = b ? x[i] + b[i] : x[i];
+    const float t = VecTanh(kSqrt2OverPi * v * (1.0f + kGeluCoeff * v * v));
+    y[i] = 0.5f * v * (1.0f + t);
+  }
+}
+
+// dx = dy * gelu'(x (+ b)).
+inline void GeluGradBlock(const float* dy, const float* x, const float* b,
+                          float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = b ? x[i] + b[i] : x[i];
+    const float v2 = v * v;
+    const float t = VecTanh(kSqrt2OverPi * v * (1.0f + kGeluCoeff * v2));
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * v2);
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  }
+}
+
+absl::Status CheckUnary(const char* op, const char* xn, const Tensor& x,
+                        const char* yn, const Tensor* y) {
+  MCC_RETURN_IF_ERROR(CheckDefined(op, {{xn, &x}, {yn, y}}));
+  MCC_RETURN_IF_ERROR(CheckSameDevice(op, {{xn, &x}, {yn, y}}));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {xn, &x}));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {yn, y}));
+  return CheckShapeMatches(op, {xn, &x}, {yn, y});
+}
+
+// Forward GELU, with or without bias (bias32 null), on CPU tensors.
+void GeluForwardCpu(const Tensor& x, const float* bias32, Tensor* y) {
+  const int64_t h = bias32 ? x.size(-1) : x.numel();
+  DispatchFloat(x.dtype(), [&](auto xt) {
+    DispatchFloat(y->dtype(), [&](auto yt) {
+      using TX = decltype(xt);
+      using TY = decltype(yt);
+      const TX* xp = x.data<TX>();
+      TY* yp = y->data<TY>();
+      ForEachBlock(x.numel(), h, [&](int64_t off, int64_t col, int64_t n) {
+        float xbuf[kBlock], ybuf[kBlock];
+        const float* xf = AsF32(xp + off, n, xbuf);
+        float* yf = OutF32(yp + off, ybuf);
+        GeluBlock(xf, bias32 ? bias32 + col : nullptr, yf, n);
+        FinishF32(yf, yp + off, n);
+      });
+    });
+  });
+}
+
+// dx = dy * gelu'(x + bias); with dx32 non-null, also writes dx in fp32 there
+// (for the bias gradient).
+void GeluBackwardCpu(const Tensor& dy, const Tensor& x, const float* bias32,
+                     Tensor* dx, float* dx32) {
+  const int64_t h = bias32 ? x.size(-1) : x.numel();
+  DispatchFloat(x.dtype(), [&](auto xt) {
+    DispatchFloat(dy.dtype(), [&](auto dyt) {
+      DispatchFloat(dx->dtype(), [&](auto dxt) {
+        using TX = decltype(xt);
+        using TDY = decltype(dyt);
+        using TDX = decltype(dxt);
+        const TX* xp = x.data<TX>();
+        const TDY* dyp = dy.data<TDY>();
+        TDX* dxp = dx->data<TDX>();
+        ForEachBlock(x.numel(), h, [&](int64_t off, int64_t col, int64_t n) {
+          float xbuf[kBlock], dybuf[kBlock], dxbuf[kBlock];
+          const float* xf = AsF32(xp + off, n, xbuf);
+          const float* dyf = AsF32(dyp + off, n, dybuf);
+          float* dxf = dx32 ? dx32 + off : OutF32(dxp + off, dxbuf);
+          GeluGradBlock(dyf, xf, bias32 ? bias32 + col : nullptr, dxf, n);
+          if (dx32) {
+            StoreF32(dxf, dxp + off, n);
+          } else {
+            FinishF32(dxf, dxp + off, n);
+          }
+        });
+      });
+    });
+  });
+}
+
+}  // namespace
+
+absl::Status Gelu(const Tensor& x, Tensor* y) {
+  MCC_RETURN_IF_ERROR(CheckUnary("Gelu", "x", x, "y", y));
+  if (!x.device().is_cpu()) {
+    MCC_ASSIGN_OR_RETURN(UnaryKernel k, GeluKernels().Get(x.device()));
+    return k(x, y);
+  }
+  GeluForwardCpu(x, nullptr, y);
+  return absl::OkStatus();
+}
+
+absl::Status GeluBackward(const Tensor& dy, const Tensor& x, Tensor* dx) {
+  const char* op = "GeluBackward";
+  MCC_RETURN_IF_ERROR(CheckUnary(op, "x", x, "dx", dx));
+  MCC_RETURN_IF_ERROR(CheckUnary(op, "x", x, "dy", &dy));
+  if (!x.device().is_cpu()) {
+    MCC_ASSIGN_OR_RETURN(UnaryBackwardKernel k,
+                         GeluBackwardKernels().Get(x.device()));
+    return k(dy, x, dx);
+  }
+  GeluBackwardCpu(dy, x, nullptr, dx, nullptr);
+  return absl::OkStatus();
+}
+
+absl::Status BiasGelu(const Tensor& x, const Tensor& bias, Tensor* y) {
+  const char* op = "BiasGelu";
+  MCC_RETURN_IF_ERROR(CheckUnary(op, "x", x, "y", y));
+  MCC_RETURN_IF_ERROR(CheckDefined(op, {{"bias", &bias}}));
+  MCC_RETURN_IF_ERROR(CheckSameDevice(op, {{"x", &x}, {"bias", &bias}}));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"bias", &bias}));
+  MCC_RETURN_IF_ERROR(internal::CheckBias(op, x, "x", bias));
+  if (!x.device().is_cpu()) {
+    MCC_ASSIGN_OR_RETURN(BiasGeluKernel k, BiasGeluKernels().Get(x.device()));
+    return k(x, bias, y);
+  }
+  std::vector<float> b32(bias.numel());
+  LoadF32Any(bias, b32.data());
+  GeluForwardCpu(x, b32.data(), y);
+  return absl::OkStatus();
+}
+
+absl::Status BiasGeluBackward(const Tensor& dy, const Tensor& x,
+                              const Tensor& bias, Tensor* dx, Tensor* dbias) {
+  const char* op = "BiasGeluBackward";
+  MCC_RETURN_IF_ERROR(CheckUnary(op, "x", x, "dx", dx));
+  MCC_RETURN_IF_ERROR(CheckUnary(op, "x", x, "dy", &dy));
+  MCC_RETURN_IF_ERROR(CheckDefined(op, {{"bias", &bias}, {"dbias", dbias}}));
+  MCC_RETURN_IF_ERROR(
+      CheckSameDevice(op, {{"x", &x}, {"bias", &bias}, {"dbias", dbias}}));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"bias", &bias}));
+  MCC_RETURN_IF_ERROR(CheckDType(op, {"dbias", dbias}, DType::kFloat32));
+  MCC_RETURN_IF_ERROR(internal::CheckBias(op, x, "x", bias));
+  MCC_RETURN_IF_ERROR(CheckShapeMatches(op, {"bias", &bias}, {"dbias", dbias}));
+  if (!x.device().is_cpu()) {
+    MCC_ASSIGN_OR_RETURN(BiasGeluBackwardKernel k,
+                         BiasGeluBackwardKernels().Get(x.device()));
+    return k(dy, x, bias, dx, dbias);
+  }
+  std::vector<float> b32(bias.numel());
+  LoadF32Any(bias, b32.data());
+  const int64_t h = x.size(-1);
+  const int64_t rows = h == 0 ? 0 : x.numel() / h;
+  if (dx->dtype() == DType::kFloat32) {
+    GeluBackwardCpu(dy, x, b32.data(), dx, nullptr);
+    internal::AccumulateColumnSums(dx->data<float>(), rows, h,
+                                   dbias->data<float>());
+  } else {
+    std::vector<float> dx32(x.numel());
+    GeluBackwardCpu(dy, x, b32.data(), dx, dx32.data());
+    internal::AccumulateColumnSums(dx32.data(), rows, h, dbias->data<float>());
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status CheckSwiGLU(const char* op, const Tensor& x, const char* yn,
+                         const Tensor* y) {
+  MCC_RETURN_IF_ERROR(CheckDefined(op, {{"x", &x}, {yn, y}}));
+  MCC_RETURN_IF_ERROR(CheckSameDevice(op, {{"x", &x}, {yn, y}}));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"x", &x}));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {yn, y}));
+  Shape want = x.shape();
+  if (x.dim() < 1 || x.size(-1) % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": x ", Brief(x), " and ", yn, " ", Brief(*y),
+                     ": x's last dimension must be even (two halves)"));
+  }
+  want.back() /= 2;
+  if (y->shape() != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": x ", Brief(x), " and ", yn, " ", Brief(*y), ": ",
+                     yn, " should be ", ShapeToString(want)));
+  }
+  return absl::OkStatus();
+}
+
+inline float Sigmoid(float a) { return 1.0f / (1.0f + VecExp(-a)); }
+
+}  // namespace
+
+absl::Status SwiGLU(const Tensor& x, Tensor* y) {
+  MCC_RETURN_IF_ERROR(CheckSwiGLU("SwiGLU", x, "y", y));
+  if (!x.device().is_cpu()) {
+    MCC_ASSIGN_OR_RETURN(UnaryKernel k, SwiGLUKernels().Get(x.device()));
+    return k(x, y);
+  }
+  const int64_t h = y->size(-1);
+  DispatchFloat(x.dtype(), [&](auto xt) {
+    DispatchFloat(y->dtype(), [&](auto yt) {
+      using TX = decltype(xt);
+      using TY = decltype(yt);
+      const TX* xp = x.data<TX>();
+      TY* yp = y->data<TY>();
+      ForEachBlock(y->numel(), h, [&](int64_t off, int64_t col, int64_t n) {
+        float abuf[kBlock], bbuf[kBlock], ybuf[kBlock];
+        const int64_t row = off / h;
+        const float* a = AsF32(xp + row * 2 * h + col, n, abuf);
+        const float* b = AsF32(xp + row * 2 * h + h + col, n, bbuf);
+        float* yf = OutF32(yp + off, ybuf);
+        for (int64_t i = 0; i < n; ++i) yf[i] = a[i] * Sigmoid(a[i]) * b[i];
+        FinishF32(yf, yp + off, n);
+      });
+    });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status SwiGLUBackward(const Tensor& dy, const Tensor& x, Tensor* dx) {
+  const char* op = "SwiGLUBackward";
+  MCC_RETURN_IF_ERROR(CheckSwiGLU(op, x, "dy", &dy));
+  MCC_RETURN_IF_ERROR(CheckDefined(op, {{"dx", dx}}));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"dx", dx}));
+  MCC_RETURN_IF_ERROR(CheckSameDevice(op, {{"x", &x}, {"dx", dx}}));
+  MCC_RETURN_IF_ERROR(CheckShapeMatches(op, {"x", &x}, {"dx", dx}));
+  if (!x.device().is_cpu()) {
+    MCC_ASSIGN_OR_RETURN(UnaryBackwardKernel k,
+                         SwiGLUBackwardKernels().Get(x.device()));
+    return k(dy, x, dx);
+  }
+  const int64_t h = dy.size(-1);
+  DispatchFloat(x.dtype(), [&](auto xt) {
+    DispatchFloat(dy.dtype(), [&](auto dyt) {
+      DispatchFloat(dx->dtype(), [&](auto dxt) {
+        using TX = decltype(xt);
+        using TDY = decltype(dyt);
+        using TDX = decltype(dxt);
+        const TX* xp = x.data<TX>();
+        const TDY* dyp = dy.data<TDY>();
+        TDX* dxp = dx->data<TDX>();
+        ForEachBlock(dy.numel(), h, [&](int64_t off, int64_t col, int64_t n) {
+          float abuf[kBlock], bbuf[kBlock], dybuf[kBlock], dabuf[kBlock],
+              dbbuf[kBlock];
+          const int64_t row = off / h;
+          const int64_t a_off = row * 2 * h + col, b_off = a_off + h;
+          const float* a = AsF32(xp + a_off, n, abuf);
+          const float* b = AsF32(xp + b_off, n, bbuf);
+          const float* g = AsF32(dyp + off, n, dybuf);
+          float* da = OutF32(dxp + a_off, dabuf);
+          float* db = OutF32(dxp + b_off, dbbuf);
+          for (int64_t i = 0; i < n; ++i) {
+            const float s = Sigmoid(a[i]);
+            const float silu = a[i] * s;
+            da[i] = g[i] * b[i] * s * (1.0f + a[i] * (1.0f - s));
+            db[i] = g[i] * silu;
+          }
+          FinishF32(da, dxp + a_off, n);
+          FinishF32(db, dxp + b_off, n);
+        });
+      });
+    });
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace ops
+}  // namespace mcc

@@ -1,0 +1,54 @@
+#ifndef CORE_OPS_ACTIVATION_H_
+#define CORE_OPS_ACTIVATION_H_
+
+// Activations of the transformer MLP, forward and backward: GELU (tanh form,
+// as Megatron's), GELU fused with the preceding bias (Megatron's
+// bias_gelu_fusion), and SwiGLU. Inputs and outputs are fp32 or bf16 each;
+// the arithmetic is fp32. Input gradients are overwritten; the bias gradient
+// (fp32) is accumulated.
+
+#include "absl/status/status.h"
+#include "core/ops/dispatch.h"
+#include "core/tensor.h"
+
+namespace mcc {
+namespace ops {
+
+// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); y has x's shape and
+// may be x itself.
+absl::Status Gelu(const Tensor& x, Tensor* y);
+// dx = dy * gelu'(x).
+absl::Status GeluBackward(const Tensor& dy, const Tensor& x, Tensor* dx);
+
+// y = gelu(x + bias), bias [h] over x [..., h].
+absl::Status BiasGelu(const Tensor& x, const Tensor& bias, Tensor* y);
+// dx = dy * gelu'(x + bias); dbias (fp32 [h]) += dx summed over rows.
+absl::Status BiasGeluBackward(const Tensor& dy, const Tensor& x,
+                              const Tensor& bias, Tensor* dx, Tensor* dbias);
+
+// x [..., 2h] split into halves a = x[..., :h], b = x[..., h:];
+// y [..., h] = silu(a) * b, silu(a) = a * sigmoid(a) (Megatron's swiglu).
+absl::Status SwiGLU(const Tensor& x, Tensor* y);
+// dx [..., 2h] = [dy * b * silu'(a), dy * silu(a)].
+absl::Status SwiGLUBackward(const Tensor& dy, const Tensor& x, Tensor* dx);
+
+using UnaryKernel = absl::Status (*)(const Tensor& x, Tensor* y);
+using UnaryBackwardKernel = absl::Status (*)(const Tensor& dy, const Tensor& x,
+                                             Tensor* dx);
+using BiasGeluKernel = absl::Status (*)(const Tensor& x, const Tensor& bias,
+                                        Tensor* y);
+using BiasGeluBackwardKernel = absl::Status (*)(const Tensor& dy,
+                                                const Tensor& x,
+                                                const Tensor& bias, Tensor* dx,
+                                                Tensor* dbias);
+KernelSlot<UnaryKernel>& GeluKernels();
+KernelSlot<UnaryBackwardKernel>& GeluBackwardKernels();
+KernelSlot<BiasGeluKernel>& BiasGeluKernels();
+KernelSlot<BiasGeluBackwardKernel>& BiasGeluBackwardKernels();
+KernelSlot<UnaryKernel>& SwiGLUKernels();
+KernelSlot<UnaryBackwardKernel>& SwiGLUBackwardKernels();
+
+}  // namespace ops
+}  // namespace mcc
+
+#endif  // CORE_OPS_ACTIVATION_H_

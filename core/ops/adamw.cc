@@ -1,0 +1,98 @@
+#include "core/ops/adamw.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/kernel_util.h"
+#include "core/status_macros.h"
+
+namespace mcc {
+namespace ops {
+
+KernelSlot<AdamWKernel>& AdamWKernels() {
+  static auto* slot = new KernelSlot<AdamWKernel>("AdamWStep");
+  return *slot;
+}
+
+absl::Status AdamWStep(const AdamWConfig& cfg, const Tensor& grad,
+                       Tensor* param, Tensor* exp_avg, Tensor* exp_avg_sq,
+                       Tensor* param_bf16) {
+  const char* op = "AdamWStep";
+  MCC_RETURN_IF_ERROR(CheckDefined(op, {{"grad", &grad},
+                                        {"param", param},
+                                        {"exp_avg", exp_avg},
+                                        {"exp_avg_sq", exp_avg_sq}}));
+  MCC_RETURN_IF_ERROR(CheckSameDevice(op, {{"param", param},
+                                           {"grad", &grad},
+                                           {"exp_avg", exp_avg},
+                                           {"exp_avg_sq", exp_avg_sq}}));
+  MCC_RETURN_IF_ERROR(CheckDType(op, {"param", param}, DType::kFloat32));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"grad", &grad}));
+  MCC_RETURN_IF_ERROR(CheckDType(op, {"exp_avg", exp_avg}, DType::kFloat32));
+  MCC_RETURN_IF_ERROR(
+      CheckDType(op, {"exp_avg_sq", exp_avg_sq}, DType::kFloat32));
+  MCC_RETURN_IF_ERROR(CheckShapeMatches(op, {"param", param}, {"grad", &grad}));
+  MCC_RETURN_IF_ERROR(
+      CheckShapeMatches(op, {"param", param}, {"exp_avg", exp_avg}));
+  MCC_RETURN_IF_ERROR(
+      CheckShapeMatches(op, {"param", param}, {"exp_avg_sq", exp_avg_sq}));
+  if (param_bf16 != nullptr) {
+    MCC_RETURN_IF_ERROR(CheckDefined(op, {{"param_bf16", param_bf16}}));
+    MCC_RETURN_IF_ERROR(
+        CheckSameDevice(op, {{"param", param}, {"param_bf16", param_bf16}}));
+    MCC_RETURN_IF_ERROR(
+        CheckDType(op, {"param_bf16", param_bf16}, DType::kBFloat16));
+    MCC_RETURN_IF_ERROR(
+        CheckShapeMatches(op, {"param", param}, {"param_bf16", param_bf16}));
+  }
+  if (cfg.step < 1 || !(cfg.beta1 >= 0 && cfg.beta1 < 1) ||
+      !(cfg.beta2 >= 0 && cfg.beta2 < 1) || !(cfg.eps > 0) ||
+      !std::isfinite(cfg.lr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, " on param ", Brief(*param), ": bad hyperparameters: step ",
+        cfg.step, " (>= 1), beta1 ", cfg.beta1, ", beta2 ", cfg.beta2,
+        " (in [0, 1)), eps ", cfg.eps, " (> 0), lr ", cfg.lr));
+  }
+  if (!param->device().is_cpu()) {
+    MCC_ASSIGN_OR_RETURN(AdamWKernel k, AdamWKernels().Get(param->device()));
+    return k(cfg, grad, param, exp_avg, exp_avg_sq, param_bf16);
+  }
+  const double bc1 = 1.0 - std::pow(static_cast<double>(cfg.beta1), cfg.step);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(cfg.beta2), cfg.step);
+  const float step_size = static_cast<float>(cfg.lr / bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  const float decay = 1.0f - cfg.lr * cfg.weight_decay;
+  const float b1 = cfg.beta1, b2 = cfg.beta2, eps = cfg.eps;
+  const float gs = cfg.grad_scale;
+  float* p = param->data<float>();
+  float* m = exp_avg->data<float>();
+  float* v = exp_avg_sq->data<float>();
+  BFloat16* p16 = param_bf16 ? param_bf16->data<BFloat16>() : nullptr;
+  DispatchFloat(grad.dtype(), [&](auto tag) {
+    using TG = decltype(tag);
+    const TG* gp = grad.data<TG>();
+    ForEachBlock(param->numel(), param->numel(),
+                 [&](int64_t off, int64_t, int64_t n) {
+                   float gbuf[kBlock];
+                   const float* g = AsF32(gp + off, n, gbuf);
+                   float* pp = p + off;
+                   float* mp = m + off;
+                   float* vp = v + off;
+                   for (int64_t i = 0; i < n; ++i) {
+                     const float gi = g[i] * gs;
+                     const float mi = b1 * mp[i] + (1.0f - b1) * gi;
+                     const float vi = b2 * vp[i] + (1.0f - b2) * gi * gi;
+                     mp[i] = mi;
+                     vp[i] = vi;
+                     const float denom = std::sqrt(vi) * inv_sqrt_bc2 + eps;
+                     pp[i] = pp[i] * decay - step_size * mi / denom;
+                   }
+                   if (p16) F32ToBF16(pp, p16 + off, n);
+                 });
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace ops
+}  // namespace mcc

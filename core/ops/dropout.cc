@@ -1,0 +1,182 @@
+#include "core/ops/dropout.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/kernel_util.h"
+#include "core/status_macros.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace mcc {
+namespace ops {
+namespace {
+
+constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+
+#if defined(__AVX2__)
+// hi and lo 32-bit halves of the 8 products c * m.
+inline void MulHiLo(__m256i c, __m256i m, __m256i* hi, __m256i* lo) {
+  const __m256i even = _mm256_mul_epu32(c, m);
+  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(c, 32), m);
+  *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+  *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+}
+
+// 8 Philox blocks for counters j .. j + 7: 32 words in stream order.
+inline void Philox8(uint64_t j, uint32_t k0, uint32_t k1, uint32_t* out) {
+  alignas(32) uint32_t lo[8], hi[8];
+  for (int i = 0; i < 8; ++i) {
+    lo[i] = static_cast<uint32_t>(j + i);
+    hi[i] = static_cast<uint32_t>((j + i) >> 32);
+  }
+  __m256i c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
+  __m256i c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
+  __m256i c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kM0));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kM1));
+  for (int r = 0; r < 10; ++r) {
+    __m256i hi0, lo0, hi1, lo1;
+    MulHiLo(c0, m0, &hi0, &lo0);
+    MulHiLo(c2, m1, &hi1, &lo1);
+    const __m256i key0 = _mm256_set1_epi32(static_cast<int>(k0));
+    const __m256i key1 = _mm256_set1_epi32(static_cast<int>(k1));
+    c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), key0);
+    c1 = lo1;
+    c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), key1);
+    c3 = lo0;
+    k0 += kW0;
+    k1 += kW1;
+  }
+  // Transpose 4 x 8 (word r of block i) to stream order (block i, word r).
+  const __m256i t0 = _mm256_unpacklo_epi32(c0, c1);
+  const __m256i t1 = _mm256_unpackhi_epi32(c0, c1);
+  const __m256i t2 = _mm256_unpacklo_epi32(c2, c3);
+  const __m256i t3 = _mm256_unpackhi_epi32(c2, c3);
+  const __m256i u0 = _mm256_unpacklo_epi64(t0, t2);  // blocks 0 | 4
+  const __m256i u1 = _mm256_unpackhi_epi64(t0, t2);  // blocks 1 | 5
+  const __m256i u2 = _mm256_unpacklo_epi64(t1, t3);  // blocks 2 | 6
+  const __m256i u3 = _mm256_unpackhi_epi64(t1, t3);  // blocks 3 | 7
+  __m256i* o = reinterpret_cast<__m256i*>(out);
+  _mm256_storeu_si256(o + 0, _mm256_permute2x128_si256(u0, u1, 0x20));
+  _mm256_storeu_si256(o + 1, _mm256_permute2x128_si256(u2, u3, 0x20));
+  _mm256_storeu_si256(o + 2, _mm256_permute2x128_si256(u0, u1, 0x31));
+  _mm256_storeu_si256(o + 3, _mm256_permute2x128_si256(u2, u3, 0x31));
+}
+#endif
+
+}  // namespace
+
+std::array<uint32_t, 4> Philox4x32_10(std::array<uint32_t, 4> c,
+                                      std::array<uint32_t, 2> k) {
+  for (int r = 0; r < 10; ++r) {
+    const uint64_t p0 = static_cast<uint64_t>(kM0) * c[0];
+    const uint64_t p1 = static_cast<uint64_t>(kM1) * c[2];
+    c = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k[0],
+         static_cast<uint32_t>(p1),
+         static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k[1],
+         static_cast<uint32_t>(p0)};
+    k[0] += kW0;
+    k[1] += kW1;
+  }
+  return c;
+}
+
+void PhiloxStream(uint64_t seed, uint64_t first, int64_t n, uint32_t* out) {
+  const uint32_t k0 = static_cast<uint32_t>(seed);
+  const uint32_t k1 = static_cast<uint32_t>(seed >> 32);
+  auto block = [&](uint64_t j) {
+    return Philox4x32_10(
+        {static_cast<uint32_t>(j), static_cast<uint32_t>(j >> 32), 0, 0},
+        {k0, k1});
+  };
+  int64_t i = 0;
+  // Leading words up to a block boundary.
+  while (i < n && (first + i) % 4 != 0) {
+    const uint64_t w = first + i;
+    out[i++] = block(w / 4)[w % 4];
+  }
+#if defined(__AVX2__)
+  for (; i + 32 <= n; i += 32) Philox8((first + i) / 4, k0, k1, out + i);
+#endif
+  for (; i + 4 <= n; i += 4) {
+    const auto b = block((first + i) / 4);
+    std::copy(b.begin(), b.end(), out + i);
+  }
+  if (i < n) {
+    const auto b = block((first + i) / 4);
+    for (int r = 0; i < n; ++i, ++r) out[i] = b[r];
+  }
+}
+
+KernelSlot<DropoutKernel>& DropoutKernels() {
+  static auto* slot = new KernelSlot<DropoutKernel>("Dropout");
+  return *slot;
+}
+
+namespace {
+
+absl::Status DropoutImpl(const char* op, const char* xn, const char* yn,
+                         const Tensor& x, float p, uint64_t seed,
+                         uint64_t offset, Tensor* y) {
+  MCC_RETURN_IF_ERROR(CheckDefined(op, {{xn, &x}, {yn, y}}));
+  MCC_RETURN_IF_ERROR(CheckSameDevice(op, {{xn, &x}, {yn, y}}));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {xn, &x}));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {yn, y}));
+  MCC_RETURN_IF_ERROR(CheckShapeMatches(op, {xn, &x}, {yn, y}));
+  if (!(p >= 0.0f && p < 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": probability ", p,
+                                                   " for ", xn, " ", Brief(x),
+                                                   " must be in [0, 1)"));
+  }
+  if (!x.device().is_cpu()) {
+    MCC_ASSIGN_OR_RETURN(DropoutKernel k, DropoutKernels().Get(x.device()));
+    return k(x, p, seed, offset, y);
+  }
+  const uint32_t threshold =
+      static_cast<uint32_t>(std::lround(static_cast<double>(p) * (1 << 24)));
+  const float scale = 1.0f / (1.0f - p);
+  DispatchFloat(x.dtype(), [&](auto xt) {
+    DispatchFloat(y->dtype(), [&](auto yt) {
+      using TX = decltype(xt);
+      using TY = decltype(yt);
+      const TX* xp = x.data<TX>();
+      TY* yp = y->data<TY>();
+      ForEachBlock(x.numel(), x.numel(), [&](int64_t off, int64_t, int64_t n) {
+        float xbuf[kBlock], ybuf[kBlock];
+        alignas(32) uint32_t words[kBlock];
+        const float* xf = AsF32(xp + off, n, xbuf);
+        float* yf = OutF32(yp + off, ybuf);
+        if (p == 0.0f) {
+          for (int64_t i = 0; i < n; ++i) yf[i] = xf[i];
+        } else {
+          PhiloxStream(seed, offset + off, n, words);
+          for (int64_t i = 0; i < n; ++i) {
+            yf[i] = (words[i] >> 8) >= threshold ? xf[i] * scale : 0.0f;
+          }
+        }
+        FinishF32(yf, yp + off, n);
+      });
+    });
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset,
+                     Tensor* y) {
+  return DropoutImpl("Dropout", "x", "y", x, p, seed, offset, y);
+}
+
+absl::Status DropoutBackward(const Tensor& dy, float p, uint64_t seed,
+                             uint64_t offset, Tensor* dx) {
+  return DropoutImpl("DropoutBackward", "dy", "dx", dy, p, seed, offset, dx);
+}
+
+}  // namespace ops
+}  // namespace mcc

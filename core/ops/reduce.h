@@ -1,0 +1,25 @@
+#ifndef CORE_OPS_REDUCE_H_
+#define CORE_OPS_REDUCE_H_
+
+// Whole-tensor reductions with float64 accumulation, for gradient norms,
+// loss sums and checks. Results are independent of the thread count (fixed
+// blocks summed in order). Any inf or NaN element makes the result inf or
+// NaN, which is how callers detect non-finite gradients.
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+
+namespace mcc {
+namespace ops {
+
+// Sum of the elements of an fp32 or bf16 tensor.
+absl::StatusOr<double> Sum(const Tensor& x);
+// Sum of squares.
+absl::StatusOr<double> SumOfSquares(const Tensor& x);
+// sqrt(SumOfSquares(x)).
+absl::StatusOr<double> L2Norm(const Tensor& x);
+
+}  // namespace ops
+}  // namespace mcc
+
+#endif  // CORE_OPS_REDUCE_H_
