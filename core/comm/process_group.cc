@@ -518,7 +518,10 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewSubgroup(
       store_->Set(absl::StrCat(sub_id, "/ranks/", rank_), list));
   auto it = std::find(ranks.begin(), ranks.end(), rank_);
   if (it == ranks.end()) return std::shared_ptr<ProcessGroup>();
-  for (int q : ranks) {
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::string> mismatches;
+  for (int q : sorted) {
     if (q == rank_) continue;
     absl::StatusOr<std::string> theirs =
         store_->Get(absl::StrCat(sub_id, "/ranks/", q), call->timeout);
@@ -528,12 +531,16 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewSubgroup(
                                theirs.status().message()));
     }
     if (*theirs != list) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "subgroup mismatch in group '", name_, "': this rank ", rank_,
-          " called NewSubgroup([", list, "]) but rank ", q,
-          " called NewSubgroup([", *theirs,
-          "]); every rank must pass the same ranks in the same order"));
+      mismatches.push_back(
+          absl::StrCat("rank ", q, " called NewSubgroup([", *theirs, "])"));
     }
+  }
+  if (!mismatches.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "subgroup mismatch in group '", name_, "': this rank ", rank_,
+        " called NewSubgroup([", list, "]) but ",
+        absl::StrJoin(mismatches, "; "),
+        "; every rank must pass the same ranks in the same order"));
   }
   std::vector<int> global;
   for (int r : ranks) global.push_back(global_ranks_[r]);

@@ -1,0 +1,136 @@
+#include "core/comm/tcp_store.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace comm {
+namespace {
+
+std::shared_ptr<TcpStore> Server(int rank = 0) {
+  TcpStore::Options o;
+  o.is_server = true;
+  o.rank = rank;
+  o.timeout = absl::Seconds(10);
+  return TcpStore::Connect(o).value();
+}
+
+std::shared_ptr<TcpStore> Client(int port, int rank = -1) {
+  TcpStore::Options o;
+  o.port = port;
+  o.rank = rank;
+  o.timeout = absl::Seconds(10);
+  return TcpStore::Connect(o).value();
+}
+
+TEST(TcpStoreTest, SetGetCheckDelete) {
+  auto server = Server();
+  auto client = Client(server->port());
+  ASSERT_TRUE(client->Set("a", std::string("x\0y", 3)).ok());
+  EXPECT_EQ(server->Get("a").value(), std::string("x\0y", 3));
+  EXPECT_TRUE(server->Check({"a"}).value());
+  EXPECT_FALSE(server->Check({"a", "b"}).value());
+  ASSERT_TRUE(client->Delete("a").ok());
+  EXPECT_FALSE(server->Check({"a"}).value());
+}
+
+TEST(TcpStoreTest, GetWaitsForTheKey) {
+  auto server = Server();
+  auto client = Client(server->port());
+  std::thread setter([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    auto other = Client(server->port());
+    ASSERT_TRUE(other->Set("late", "v").ok());
+  });
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(client->Get("late", absl::Seconds(5)).value(), "v");
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(90));
+  EXPECT_TRUE(client->Wait({"late"}, absl::Seconds(1)).ok());
+  setter.join();
+}
+
+TEST(TcpStoreTest, GetAndWaitTimeOutNamingTheKeys) {
+  auto server = Server();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::string> v = server->Get("never", absl::Milliseconds(200));
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(v.status().message().find("never"), std::string::npos);
+  absl::Status s = server->Wait({"x", "y"}, absl::Milliseconds(100));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("x, y"), std::string::npos) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+TEST(TcpStoreTest, AddIsAtomicAcrossClients) {
+  auto server = Server();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      auto c = Client(server->port());
+      for (int i = 0; i < 50; ++i) ASSERT_TRUE(c->Add("n", 2).ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(server->Add("n", 0).value(), 400);
+  ASSERT_TRUE(server->Set("s", "abc").ok());
+  EXPECT_FALSE(server->Add("s", 1).ok());
+}
+
+TEST(TcpStoreTest, LostRankIsRecordedCleanExitIsNot) {
+  auto server = Server();
+  { auto clean = Client(server->port(), 3); }  // Says goodbye.
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    TcpStore::Options o;
+    o.port = server->port();
+    o.rank = 5;
+    auto c = TcpStore::Connect(o);
+    _exit(c.ok() ? 0 : 1);  // Dies without a goodbye.
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  std::vector<int> lost;
+  for (int i = 0; i < 100 && lost.empty(); ++i) {
+    lost = server->LostRanks().value();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(lost, std::vector<int>({5}));
+}
+
+TEST(TcpStoreTest, LostServerIsAClearError) {
+  auto server = Server();
+  auto client = Client(server->port());
+  server.reset();
+  absl::StatusOr<std::string> v = client->Get("k", absl::Seconds(5));
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(v.status().message().find("rank 0"), std::string::npos);
+}
+
+TEST(TcpStoreTest, UnreachableServerTimesOut) {
+  TcpStore::Options o;
+  o.port = 1;  // Nothing listens there.
+  o.timeout = absl::Milliseconds(200);
+  absl::StatusOr<std::shared_ptr<TcpStore>> c = TcpStore::Connect(o);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(c.status().message().find("127.0.0.1:1"), std::string::npos);
+}
+
+TEST(PrefixStoreTest, KeysAreNamespaced) {
+  auto server = Server();
+  PrefixStore a("a", server), b("b", server);
+  ASSERT_TRUE(a.Set("k", "1").ok());
+  ASSERT_TRUE(b.Set("k", "2").ok());
+  EXPECT_EQ(a.Get("k").value(), "1");
+  EXPECT_EQ(server->Get("b/k").value(), "2");
+}
+
+}  // namespace
+}  // namespace comm
+}  // namespace mcc
