@@ -20,6 +20,10 @@ using nn::LoadS;
 // always has at least one visible key per row.
 constexpr int64_t kBlock = 64;
 
+// Leading dimension of a transposed [d, n] panel: padded so its rows do not
+// all fall into the same L1 sets when n is a power of two.
+inline int64_t PaddedLd(int64_t n) { return (n + 15) / 16 * 16 + 16; }
+
 // Lane masks: Mask(n) enables the first n (0..8) lanes.
 inline __m256i Mask(int64_t n) {
   alignas(32) static const int32_t kTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
@@ -197,7 +201,32 @@ void ForwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v, TO* out,
   const int64_t nqb = (s + kBlock - 1) / kBlock;
   const int64_t bh = dm.b * dm.hq;
   const int64_t q_stride = dm.hq * d, kv_stride = dm.hkv * d;
+  // K^T [d, ldk] and V [s, d] in fp32 for every (batch, kv head), packed
+  // once and shared by the query-block tasks (linear in s).
+  const int64_t ldk = PaddedLd(s);
+  const int64_t per_kv = ldk * d + s * d;
+  Tensor packed = Tensor::Empty({dm.b * dm.hkv * per_kv}, DType::kFloat32);
+  float* packed_data = packed.data<float>();
+  ThreadPool::Global().ParallelFor(
+      dm.b * dm.hkv, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t task = t0; task < t1; ++task) {
+          const int64_t bi = task / dm.hkv, kvh = task % dm.hkv;
+          float* kt = packed_data + task * per_kv;
+          PackTransposed(k + bi * s * kv_stride + kvh * d, kv_stride, s, d, kt,
+                         ldk);
+          PackRows(v + bi * s * kv_stride + kvh * d, kv_stride, s, d, 1.0f,
+                   kt + ldk * d);
+        }
+      });
   ThreadPool::Global().ParallelFor(nqb * bh, 1, [&](int64_t t0, int64_t t1) {
+    // Scratch: Q block, scores, O accumulator, running max and sum.
+    Tensor scratch = Tensor::Empty(
+        {2 * kBlock * d + kBlock * kBlock + 2 * kBlock}, DType::kFloat32);
+    float* qp = scratch.data<float>();
+    float* oacc = qp + kBlock * d;
+    float* sc = oacc + kBlock * d;
+    float* mrow = sc + kBlock * kBlock;
+    float* lrow = mrow + kBlock;
     for (int64_t task = t0; task < t1; ++task) {
       // Longest (last) query blocks first for balance.
       const int64_t qb = nqb - 1 - task / bh;
@@ -205,29 +234,16 @@ void ForwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v, TO* out,
       const int64_t kvh = h / group;
       const int64_t i0 = qb * kBlock, br = std::min(kBlock, s - i0);
       const int64_t kend = dm.causal ? i0 + br : s;
-      // Scratch: K^T [d, kend], V [kend, d], Q block, scores, O accumulator.
-      Tensor scratch = Tensor::Empty(
-          {2 * kend * d + 2 * kBlock * d + kBlock * kBlock + 2 * kBlock},
-          DType::kFloat32);
-      float* kt = scratch.data<float>();
-      float* vp = kt + kend * d;
-      float* qp = vp + kend * d;
-      float* oacc = qp + kBlock * d;
-      float* sc = oacc + kBlock * d;
-      float* mrow = sc + kBlock * kBlock;
-      float* lrow = mrow + kBlock;
-      const TQ* kh = k + bi * s * kv_stride + kvh * d;
-      const TQ* vh = v + bi * s * kv_stride + kvh * d;
+      const float* kt = packed_data + (bi * dm.hkv + kvh) * per_kv;
+      const float* vp = kt + ldk * d;
       const TQ* qh = q + (bi * s + i0) * q_stride + h * d;
-      PackTransposed(kh, kv_stride, kend, d, kt, kend);
-      PackRows(vh, kv_stride, kend, d, 1.0f, vp);
       PackRows(qh, q_stride, br, d, dm.scale, qp);
       std::fill(oacc, oacc + br * d, 0.0f);
       std::fill(mrow, mrow + br, -std::numeric_limits<float>::infinity());
       std::fill(lrow, lrow + br, 0.0f);
       for (int64_t j0 = 0; j0 < kend; j0 += kBlock) {
         const int64_t bc = std::min(kBlock, kend - j0);
-        BlockGemm(br, bc, d, qp, d, 1, kt + j0, kend, sc, kBlock, false);
+        BlockGemm(br, bc, d, qp, d, 1, kt + j0, ldk, sc, kBlock, false);
         for (int64_t r = 0; r < br; ++r) {
           float* row = sc + r * kBlock;
           const int64_t valid = Visible(dm, i0 + r, j0, bc);
@@ -264,12 +280,14 @@ void BackwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v,
           const int64_t bi = task / dm.hkv, kvh = task % dm.hkv;
           // Scratch: K, K^T, V^T, dK, dV, Q (scaled), dO, dQ (each [s, d]), the
           // row terms D, and two score blocks.
-          Tensor scratch = Tensor::Empty({8 * s * d + s + 2 * kBlock * kBlock},
-                                         DType::kFloat32);
+          const int64_t ldt = PaddedLd(s);
+          Tensor scratch =
+              Tensor::Empty({6 * s * d + 2 * ldt * d + s + 2 * kBlock * kBlock},
+                            DType::kFloat32);
           float* kp = scratch.data<float>();
           float* kt = kp + s * d;
-          float* vt = kt + s * d;
-          float* dkp = vt + s * d;
+          float* vt = kt + ldt * d;
+          float* dkp = vt + ldt * d;
           float* dvp = dkp + s * d;
           float* qp = dvp + s * d;
           float* dop = qp + s * d;
@@ -280,8 +298,8 @@ void BackwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v,
           const TQ* kh = k + bi * s * kv_stride + kvh * d;
           const TQ* vh = v + bi * s * kv_stride + kvh * d;
           PackRows(kh, kv_stride, s, d, 1.0f, kp);
-          PackTransposed(kh, kv_stride, s, d, kt, s);
-          PackTransposed(vh, kv_stride, s, d, vt, s);
+          PackTransposed(kh, kv_stride, s, d, kt, ldt);
+          PackTransposed(vh, kv_stride, s, d, vt, ldt);
           std::fill(dkp, dkp + 2 * s * d, 0.0f);
           for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
             const int64_t off = bi * s * q_stride + h * d;
@@ -307,8 +325,8 @@ void BackwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v,
               for (int64_t i0 = dm.causal ? j0 : 0; i0 < s; i0 += kBlock) {
                 const int64_t br = std::min(kBlock, s - i0);
                 // P = exp(S - lse), S = (scale q) k^T.
-                BlockGemm(br, bc, d, qp + i0 * d, d, 1, kt + j0, s, pb, kBlock,
-                          false);
+                BlockGemm(br, bc, d, qp + i0 * d, d, 1, kt + j0, ldt, pb,
+                          kBlock, false);
                 for (int64_t r = 0; r < br; ++r) {
                   ExpRow(pb + r * kBlock, Visible(dm, i0 + r, j0, bc), bc,
                          lh[i0 + r]);
@@ -317,7 +335,7 @@ void BackwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v,
                 BlockGemm(bc, d, br, pb, 1, kBlock, dop + i0 * d, d,
                           dvp + j0 * d, d, true);
                 // dP = dO_i V_j^T; dS = P * (dP - D).
-                BlockGemm(br, bc, d, dop + i0 * d, d, 1, vt + j0, s, dsb,
+                BlockGemm(br, bc, d, dop + i0 * d, d, 1, vt + j0, ldt, dsb,
                           kBlock, false);
                 for (int64_t r = 0; r < br; ++r) {
                   float* ds = dsb + r * kBlock;

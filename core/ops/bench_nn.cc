@@ -1,0 +1,176 @@
+#include "core/ops/bench_nn.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "core/ops/attention.h"
+#include "core/ops/cross_entropy.h"
+#include "core/ops/gemm.h"
+#include "core/ops/norm.h"
+#include "core/ops/rotary.h"
+#include "core/status_macros.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace mcc {
+namespace ops {
+namespace {
+
+// Best seconds per call over a few timed repetitions after one warm-up.
+double Time(const std::function<void()>& fn, int reps = 5) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    const auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+  }
+  return best;
+}
+
+Tensor Random(const Shape& shape, DType dtype) {
+  Tensor t = Tensor::Empty(shape, DType::kFloat32);
+  float* p = t.data<float>();
+  uint32_t s = 12345;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    p[i] = static_cast<float>(s >> 8) / 16777216.0f * 2.0f - 1.0f;
+  }
+  return dtype == DType::kFloat32 ? t : t.To(dtype).value();
+}
+
+void Line(const char* name, const char* size, double sec, double amount,
+          const char* unit) {
+  std::printf("  %-34s %-26s %9.3f ms %9.1f %s\n", name, size, sec * 1e3,
+              amount / sec / 1e9, unit);
+}
+
+}  // namespace
+
+void RunNnBenchmarks(bool quick) {
+  std::printf("transformer kernels (%d threads)\n",
+              ThreadPool::Global().num_threads());
+  // Baselines: memcpy bandwidth (read + write) and an fp32 GEMM.
+  {
+    const size_t bytes = quick ? (16u << 20) : (128u << 20);
+    std::vector<char> a(bytes, 1), b(bytes, 0);
+    const double t = Time([&] { std::memcpy(b.data(), a.data(), bytes); });
+    Line("memcpy (read+write)", quick ? "16 MiB" : "128 MiB", t, 2.0 * bytes,
+         "GB/s");
+    const int64_t n = quick ? 256 : 1024;
+    Tensor x = Random({n, n}, DType::kFloat32),
+           y = Random({n, n}, DType::kFloat32);
+    Tensor z = Tensor::Empty({n, n}, DType::kFloat32);
+    const double tg = Time([&] {
+      GemmF32(false, false, n, n, n, 1.0f, x.data<float>(), n, y.data<float>(),
+              n, 0.0f, z.data<float>(), n);
+    });
+    Line("GemmF32 (oneDNN)", quick ? "256^3" : "1024^3", tg, 2.0 * n * n * n,
+         "GFLOP/s");
+  }
+  // Norms: rows x hidden; bytes moved = inputs read + outputs written.
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    const int64_t rows = quick ? 256 : 4096, h = 4096;
+    const double e = static_cast<double>(DTypeSize(dt));
+    const char* size =
+        dt == DType::kFloat32 ? "[4096, 4096] fp32" : "[4096, 4096] bf16";
+    Tensor x = Random({rows, h}, dt), dy = Random({rows, h}, dt);
+    Tensor g = Random({h}, DType::kFloat32), b = Random({h}, DType::kFloat32);
+    Tensor y = Tensor::Empty({rows, h}, dt), dx = Tensor::Empty({rows, h}, dt);
+    Tensor mean = Tensor::Empty({rows}, DType::kFloat32);
+    Tensor rstd = Tensor::Empty({rows}, DType::kFloat32);
+    Tensor dg = Tensor::Zeros({h}, DType::kFloat32),
+           db = Tensor::Zeros({h}, DType::kFloat32);
+    const double n = static_cast<double>(rows * h);
+    Line("LayerNormForward", size, Time([&] {
+           MCC_CHECK_OK(LayerNormForward(x, g, b, 1e-5f, &y, &mean, &rstd));
+         }),
+         2 * n * e, "GB/s");
+    Line("LayerNormBackward", size, Time([&] {
+           MCC_CHECK_OK(LayerNormBackward(dy, x, g, mean, rstd, &dx, &dg, &db));
+         }),
+         3 * n * e, "GB/s");
+    Line("RMSNormForward", size,
+         Time([&] { MCC_CHECK_OK(RMSNormForward(x, g, 1e-5f, &y, &rstd)); }),
+         2 * n * e, "GB/s");
+    Line("RMSNormBackward", size,
+         Time([&] { MCC_CHECK_OK(RMSNormBackward(dy, x, g, rstd, &dx, &dg)); }),
+         3 * n * e, "GB/s");
+  }
+  // Rotary on [b, s, h, d].
+  {
+    const Shape shape = {quick ? 1 : 4, 1024, 32, 128};
+    Tensor x = Random(shape, DType::kFloat32);
+    Tensor y = Tensor::Empty(shape, DType::kFloat32);
+    const double n = static_cast<double>(x.numel());
+    Line("RotaryForward", "[4, 1024, 32, 128] fp32",
+         Time([&] { MCC_CHECK_OK(RotaryForward(x, {}, &y)); }), 8 * n, "GB/s");
+    Line("RotaryBackward", "[4, 1024, 32, 128] fp32",
+         Time([&] { MCC_CHECK_OK(RotaryBackward(x, {}, &y)); }), 8 * n, "GB/s");
+  }
+  // Flash attention, causal.
+  for (int64_t d : {64, 128}) {
+    const int64_t b = quick ? 1 : 2, s = quick ? 512 : 2048, h = quick ? 2 : 8;
+    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      const Shape shape = {b, s, h, d};
+      Tensor q = Random(shape, dt), k = Random(shape, dt),
+             v = Random(shape, dt);
+      Tensor dout = Random(shape, dt);
+      Tensor out = Tensor::Empty(shape, dt),
+             lse = Tensor::Empty({b, h, s}, DType::kFloat32);
+      Tensor dq = Tensor::Empty(shape, dt), dk = Tensor::Empty(shape, dt),
+             dv = Tensor::Empty(shape, dt);
+      char size[64];
+      std::snprintf(size, sizeof(size), "b%lld s%lld h%lld d%lld %s",
+                    static_cast<long long>(b), static_cast<long long>(s),
+                    static_cast<long long>(h), static_cast<long long>(d),
+                    dt == DType::kFloat32 ? "fp32" : "bf16");
+      Line("FlashAttentionForward (causal)", size,
+           Time(
+               [&] {
+                 MCC_CHECK_OK(FlashAttentionForward(q, k, v, {}, &out, &lse));
+               },
+               3),
+           FlashAttentionForwardFlops(b, s, h, d, true), "GFLOP/s");
+      Line("FlashAttentionBackward (causal)", size,
+           Time(
+               [&] {
+                 MCC_CHECK_OK(FlashAttentionBackward(q, k, v, out, dout, lse,
+                                                     {}, &dq, &dk, &dv));
+               },
+               3),
+           FlashAttentionBackwardFlops(b, s, h, d, true), "GFLOP/s");
+    }
+  }
+  // Cross entropy over a GPT-2-sized (padded) vocabulary.
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    const int64_t tokens = quick ? 64 : 512, vocab = 50304;
+    Tensor logits = Random({tokens, vocab}, dt);
+    std::vector<int64_t> t(tokens);
+    for (int64_t i = 0; i < tokens; ++i) t[i] = (i * 7919) % vocab;
+    Tensor targets = Tensor::FromInts(t, {tokens}).value();
+    Tensor loss = Tensor::Empty({tokens}, DType::kFloat32);
+    Tensor lse = Tensor::Empty({tokens}, DType::kFloat32);
+    Tensor dloss = Tensor::Full({tokens}, 1.0 / tokens, DType::kFloat32);
+    Tensor dlogits = Tensor::Empty({tokens, vocab}, dt);
+    const double n = static_cast<double>(tokens * vocab) * DTypeSize(dt);
+    const char* size =
+        dt == DType::kFloat32 ? "[512, 50304] fp32" : "[512, 50304] bf16";
+    Line("CrossEntropyForward", size, Time([&] {
+           MCC_CHECK_OK(CrossEntropyForward(logits, targets, &loss, &lse));
+         }),
+         n, "GB/s");
+    Line("CrossEntropyBackward", size, Time([&] {
+           MCC_CHECK_OK(
+               CrossEntropyBackward(logits, targets, lse, dloss, &dlogits));
+         }),
+         2 * n, "GB/s");
+  }
+}
+
+}  // namespace ops
+}  // namespace mcc

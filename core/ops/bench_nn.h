@@ -1,0 +1,16 @@
+#ifndef CORE_OPS_BENCH_NN_H_
+#define CORE_OPS_BENCH_NN_H_
+
+namespace mcc {
+namespace ops {
+
+// Times the transformer kernels (LayerNorm, RMSNorm, rotary, flash attention,
+// cross entropy; forward and backward) and prints one line each: GB/s for
+// the memory-bound kernels beside memcpy, GFLOP/s for attention beside an
+// fp32 GEMM. `quick` shrinks the sizes (for smoke runs).
+void RunNnBenchmarks(bool quick);
+
+}  // namespace ops
+}  // namespace mcc
+
+#endif  // CORE_OPS_BENCH_NN_H_
