@@ -1,0 +1,243 @@
+#include "checkpoint/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/file_util.h"
+#include "checkpoint/json.h"
+#include "core/status_macros.h"
+
+namespace mcc {
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100 << 20;  // As the reference reader.
+
+}  // namespace
+
+const Tensor* SafetensorsFile::Find(absl::string_view name) const {
+  for (const auto& [n, t] : tensors) {
+    if (n == name) return &t;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::string> SafetensorsDTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return std::string("F32");
+    case DType::kBFloat16:
+      return std::string("BF16");
+    case DType::kFloat16:
+      return std::string("F16");
+    case DType::kInt32:
+      return std::string("I32");
+    case DType::kInt64:
+      return std::string("I64");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("no safetensors dtype for ", static_cast<int>(dtype)));
+}
+
+absl::StatusOr<DType> ParseSafetensorsDType(absl::string_view name) {
+  if (name == "F32") return DType::kFloat32;
+  if (name == "BF16") return DType::kBFloat16;
+  if (name == "F16") return DType::kFloat16;
+  if (name == "I32") return DType::kInt32;
+  if (name == "I64") return DType::kInt64;
+  return absl::UnimplementedError(
+      absl::StrCat("unsupported safetensors dtype \"", name,
+                   "\" (supported: F32, BF16, F16, I32, I64)"));
+}
+
+absl::Status WriteSafetensors(
+    const std::string& path, const NamedTensors& tensors,
+    const std::map<std::string, std::string>& metadata) {
+  std::vector<std::pair<std::string, Tensor>> sorted = tensors;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string header = "{";
+  bool first = true;
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    for (const auto& [k, v] : metadata) {
+      if (!first) header += ",";
+      first = false;
+      absl::StrAppend(&header, json::Quote(k), ":", json::Quote(v));
+    }
+    header += "}";
+  }
+  uint64_t offset = 0;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const auto& [name, t] = sorted[i];
+    if (name == "__metadata__" || (i > 0 && name == sorted[i - 1].first)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": tensor name \"", name, "\" is reserved or repeated"));
+    }
+    if (!t.defined()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor ", name, " is undefined"));
+    }
+    MCC_ASSIGN_OR_RETURN(std::string dtype, SafetensorsDTypeName(t.dtype()));
+    std::string shape;
+    for (int d = 0; d < t.dim(); ++d)
+      absl::StrAppend(&shape, d ? "," : "", t.size(d));
+    absl::StrAppend(&header, first ? "" : ",", json::Quote(name),
+                    ":{\"dtype\":\"", dtype, "\",\"shape\":[", shape,
+                    "],\"data_offsets\":[", offset, ",", offset + t.nbytes(),
+                    "]}");
+    first = false;
+    offset += t.nbytes();
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+
+  const std::string tmp = path + ".tmp";
+  {
+    MCC_ASSIGN_OR_RETURN(auto file, file_util::WritableFile::Create(tmp));
+    uint8_t len[8];
+    const uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+    absl::Status s = file.Append(len, 8);
+    if (s.ok()) s = file.Append(header.data(), header.size());
+    for (size_t i = 0; s.ok() && i < sorted.size(); ++i) {
+      Tensor host = sorted[i].second;
+      if (!host.device().is_cpu()) {
+        auto h = host.To(Device::CPU());
+        if (!h.ok()) {
+          s = h.status();
+          break;
+        }
+        host = *h;
+      }
+      s = file.Append(host.raw_data(), host.nbytes());
+    }
+    if (s.ok()) s = file.Close();
+    if (!s.ok()) {
+      (void)file_util::RemoveAll(tmp);
+      return s;
+    }
+  }
+  return file_util::Rename(tmp, path);
+}
+
+absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
+                                                 const std::string& path) {
+  if (bytes.size() < 8) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": ", bytes.size(), " bytes, too short for safetensors"));
+  }
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= uint64_t{static_cast<uint8_t>(bytes[i])} << (8 * i);
+  if (n > kMaxHeaderBytes || n > bytes.size() - 8) {
+    return absl::DataLossError(absl::StrCat(path, ": header length ", n,
+                                            " exceeds the file (", bytes.size(),
+                                            " bytes) or 100 MB"));
+  }
+  auto header = json::Parse(bytes.substr(8, n));
+  if (!header.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": bad header: ", header.status().message()));
+  }
+  if (header->kind != json::Value::Kind::kObject) {
+    return absl::DataLossError(absl::StrCat(path, ": header is not an object"));
+  }
+  const absl::string_view data = bytes.substr(8 + n);
+  SafetensorsFile out;
+  struct Span {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Span> spans;
+  for (const auto& [name, v] : header->object) {
+    if (name == "__metadata__") {
+      if (v.kind != json::Value::Kind::kObject) {
+        return absl::DataLossError(
+            absl::StrCat(path, ": __metadata__ is not an object"));
+      }
+      for (const auto& [k, s] : v.object) {
+        if (s.kind != json::Value::Kind::kString) {
+          return absl::DataLossError(absl::StrCat(
+              path, ": __metadata__ value of \"", k, "\" is not a string"));
+        }
+        out.metadata[k] = s.text;
+      }
+      continue;
+    }
+    auto bad = [&](absl::string_view what) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": tensor ", name, ": ", what));
+    };
+    const json::Value* dtype = v.Find("dtype");
+    const json::Value* shape = v.Find("shape");
+    const json::Value* offsets = v.Find("data_offsets");
+    if (v.kind != json::Value::Kind::kObject || !dtype || !shape || !offsets ||
+        dtype->kind != json::Value::Kind::kString ||
+        shape->kind != json::Value::Kind::kArray ||
+        offsets->kind != json::Value::Kind::kArray ||
+        offsets->array.size() != 2) {
+      return bad("needs dtype, shape and data_offsets [begin, end]");
+    }
+    auto dt = ParseSafetensorsDType(dtype->text);
+    if (!dt.ok())
+      return absl::Status(
+          dt.status().code(),
+          absl::StrCat(path, ": tensor ", name, ": ", dt.status().message()));
+    Shape dims;
+    for (const auto& d : shape->array) {
+      auto x = d.AsInt();
+      if (!x.ok() || *x < 0) return bad("bad shape");
+      dims.push_back(*x);
+    }
+    auto b = offsets->array[0].AsInt();
+    auto e = offsets->array[1].AsInt();
+    if (!b.ok() || !e.ok() || *b < 0 || *e < *b) return bad("bad data_offsets");
+    const uint64_t want = NumElements(dims) * DTypeSize(*dt);
+    if (static_cast<uint64_t>(*e - *b) != want) {
+      return bad(absl::StrCat("data_offsets [", *b, ", ", *e, "] hold ",
+                              *e - *b, " bytes but ", dtype->text,
+                              ShapeToString(dims), " needs ", want));
+    }
+    if (static_cast<uint64_t>(*e) > data.size()) {
+      return bad(absl::StrCat("data_offsets end ", *e, " is past the data (",
+                              data.size(), " bytes): truncated file?"));
+    }
+    Tensor t = Tensor::Empty(dims, *dt);
+    std::memcpy(t.raw_data(), data.data() + *b, want);
+    spans.push_back(
+        {static_cast<uint64_t>(*b), static_cast<uint64_t>(*e), name});
+    out.tensors.emplace_back(name, std::move(t));
+  }
+  // The tensors must tile the data without gaps or overlap.
+  std::vector<size_t> order(spans.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return spans[a].begin != spans[b].begin ? spans[a].begin < spans[b].begin
+                                            : spans[a].end < spans[b].end;
+  });
+  uint64_t pos = 0;
+  NamedTensors ordered;
+  for (size_t i : order) {
+    if (spans[i].begin != pos) {
+      return absl::DataLossError(absl::StrCat(
+          path, ": tensor ", spans[i].name, " starts at byte ", spans[i].begin,
+          " of the data, expected ", pos, " (gap or overlap)"));
+    }
+    pos = spans[i].end;
+    ordered.push_back(std::move(out.tensors[i]));
+  }
+  if (pos != data.size()) {
+    return absl::DataLossError(absl::StrCat(path, ": ", data.size() - pos,
+                                            " bytes after the last tensor"));
+  }
+  out.tensors = std::move(ordered);
+  return out;
+}
+
+absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
+  MCC_ASSIGN_OR_RETURN(std::string bytes, file_util::ReadFileToString(path));
+  return ParseSafetensors(bytes, path);
+}
+
+}  // namespace mcc
