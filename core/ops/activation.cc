@@ -31,23 +31,107 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoeff = 0.044715f;
 
 // y = gelu(x (+ b)); b may be null.
+inline float GeluF(float v) {
+  const float t = VecTanh(kSqrt2OverPi * v * (1.0f + kGeluCoeff * v * v));
+  return 0.5f * v * (1.0f + t);
+}
+
+inline float GeluGradF(float v) {
+  const float v2 = v * v;
+  const float t = VecTanh(kSqrt2OverPi * v * (1.0f + kGeluCoeff * v2));
+  const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * v2);
+  return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+}
+
+#if defined(__AVX2__)
+inline __m256 Gelu8(__m256 v) {
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  const __m256 v2 = _mm256_mul_ps(v, v);
+  const __m256 u =
+      _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi), v),
+                    _mm256_fmadd_ps(_mm256_set1_ps(kGeluCoeff), v2, one));
+  return _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, Tanh8(u)));
+}
+
+inline __m256 GeluGrad8(__m256 v) {
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  const __m256 s = _mm256_set1_ps(kSqrt2OverPi);
+  const __m256 v2 = _mm256_mul_ps(v, v);
+  const __m256 t = Tanh8(
+      _mm256_mul_ps(_mm256_mul_ps(s, v),
+                    _mm256_fmadd_ps(_mm256_set1_ps(kGeluCoeff), v2, one)));
+  const __m256 du = _mm256_mul_ps(
+      s, _mm256_fmadd_ps(_mm256_set1_ps(3.0f * kGeluCoeff), v2, one));
+  const __m256 sech2 = _mm256_fnmadd_ps(t, t, one);  // 1 - t^2
+  return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(half, v), sech2), du,
+                         _mm256_mul_ps(half, _mm256_add_ps(one, t)));
+}
+#endif
+
 inline void GeluBlock(const float* x, const float* b, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = b ? x[i] + b[i] : x[i];
-    const float t = VecTanh(kSqrt2OverPi * v * (1.0f + kGeluCoeff * v * v));
-    y[i] = 0.5f * v * (1.0f + t);
+  int64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    if (b != nullptr) v = _mm256_add_ps(v, _mm256_loadu_ps(b + i));
+    _mm256_storeu_ps(y + i, Gelu8(v));
   }
+#endif
+  for (; i < n; ++i) y[i] = GeluF(b ? x[i] + b[i] : x[i]);
 }
 
 // dx = dy * gelu'(x (+ b)).
 inline void GeluGradBlock(const float* dy, const float* x, const float* b,
                           float* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = b ? x[i] + b[i] : x[i];
-    const float v2 = v * v;
-    const float t = VecTanh(kSqrt2OverPi * v * (1.0f + kGeluCoeff * v2));
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * v2);
-    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  int64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    if (b != nullptr) v = _mm256_add_ps(v, _mm256_loadu_ps(b + i));
+    _mm256_storeu_ps(dx + i,
+                     _mm256_mul_ps(_mm256_loadu_ps(dy + i), GeluGrad8(v)));
+  }
+#endif
+  for (; i < n; ++i) dx[i] = dy[i] * GeluGradF(b ? x[i] + b[i] : x[i]);
+}
+
+// y = silu(a) * b.
+inline void SwiGLUBlock(const float* a, const float* b, float* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    const __m256 av = _mm256_loadu_ps(a + i);
+    const __m256 silu = _mm256_mul_ps(av, Sigmoid8(av));
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(silu, _mm256_loadu_ps(b + i)));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float s = 1.0f / (1.0f + VecExp(-a[i]));
+    y[i] = a[i] * s * b[i];
+  }
+}
+
+// da = g * b * silu'(a), db = g * silu(a); silu'(a) = s (1 + a (1 - s)).
+inline void SwiGLUGradBlock(const float* g, const float* a, const float* b,
+                            float* da, float* db, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 av = _mm256_loadu_ps(a + i);
+    const __m256 bv = _mm256_loadu_ps(b + i);
+    const __m256 gv = _mm256_loadu_ps(g + i);
+    const __m256 s = Sigmoid8(av);
+    const __m256 dsilu =
+        _mm256_mul_ps(s, _mm256_fmadd_ps(av, _mm256_sub_ps(one, s), one));
+    _mm256_storeu_ps(da + i, _mm256_mul_ps(_mm256_mul_ps(gv, bv), dsilu));
+    _mm256_storeu_ps(db + i, _mm256_mul_ps(gv, _mm256_mul_ps(av, s)));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float s = 1.0f / (1.0f + VecExp(-a[i]));
+    da[i] = g[i] * b[i] * s * (1.0f + a[i] * (1.0f - s));
+    db[i] = g[i] * a[i] * s;
   }
 }
 
@@ -209,8 +293,6 @@ absl::Status CheckSwiGLU(const char* op, const Tensor& x, const char* yn,
   return absl::OkStatus();
 }
 
-inline float Sigmoid(float a) { return 1.0f / (1.0f + VecExp(-a)); }
-
 }  // namespace
 
 absl::Status SwiGLU(const Tensor& x, Tensor* y) {
@@ -232,7 +314,7 @@ absl::Status SwiGLU(const Tensor& x, Tensor* y) {
         const float* a = AsF32(xp + row * 2 * h + col, n, abuf);
         const float* b = AsF32(xp + row * 2 * h + h + col, n, bbuf);
         float* yf = OutF32(yp + off, ybuf);
-        for (int64_t i = 0; i < n; ++i) yf[i] = a[i] * Sigmoid(a[i]) * b[i];
+        SwiGLUBlock(a, b, yf, n);
         FinishF32(yf, yp + off, n);
       });
     });
@@ -272,12 +354,7 @@ absl::Status SwiGLUBackward(const Tensor& dy, const Tensor& x, Tensor* dx) {
           const float* g = AsF32(dyp + off, n, dybuf);
           float* da = OutF32(dxp + a_off, dabuf);
           float* db = OutF32(dxp + b_off, dbbuf);
-          for (int64_t i = 0; i < n; ++i) {
-            const float s = Sigmoid(a[i]);
-            const float silu = a[i] * s;
-            da[i] = g[i] * b[i] * s * (1.0f + a[i] * (1.0f - s));
-            db[i] = g[i] * silu;
-          }
+          SwiGLUGradBlock(g, a, b, da, db, n);
           FinishF32(da, dxp + a_off, n);
           FinishF32(db, dxp + b_off, n);
         });

@@ -60,11 +60,11 @@ absl::Status AdamWStep(const AdamWConfig& cfg, const Tensor& grad,
   }
   const double bc1 = 1.0 - std::pow(static_cast<double>(cfg.beta1), cfg.step);
   const double bc2 = 1.0 - std::pow(static_cast<double>(cfg.beta2), cfg.step);
-  const float step_size = static_cast<float>(cfg.lr / bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  const float decay = 1.0f - cfg.lr * cfg.weight_decay;
-  const float b1 = cfg.beta1, b2 = cfg.beta2, eps = cfg.eps;
-  const float gs = cfg.grad_scale;
+  const float cfg_step = static_cast<float>(cfg.lr / bc1);
+  const float cfg_ibc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  const float cfg_decay = 1.0f - cfg.lr * cfg.weight_decay;
+  const float cfg_b1 = cfg.beta1, cfg_b2 = cfg.beta2, cfg_eps = cfg.eps;
+  const float cfg_gs = cfg.grad_scale;
   float* p = param->data<float>();
   float* m = exp_avg->data<float>();
   float* v = exp_avg_sq->data<float>();
@@ -79,6 +79,11 @@ absl::Status AdamWStep(const AdamWConfig& cfg, const Tensor& grad,
                    float* pp = p + off;
                    float* mp = m + off;
                    float* vp = v + off;
+                   // Locals, not captures: stores through pp/mp/vp could
+                   // alias captured references and block vectorisation.
+                   const float b1 = cfg_b1, b2 = cfg_b2, eps = cfg_eps;
+                   const float gs = cfg_gs, decay = cfg_decay;
+                   const float step_size = cfg_step, inv_sqrt_bc2 = cfg_ibc2;
                    for (int64_t i = 0; i < n; ++i) {
                      const float gi = g[i] * gs;
                      const float mi = b1 * mp[i] + (1.0f - b1) * gi;

@@ -36,20 +36,27 @@ absl::Status CheckBias(const char* op, const Tensor& x, const char* x_name,
 // row order in float64, make the result independent of the thread count.
 constexpr int64_t kRowsPerPartial = 64;
 
-void AccumulateColumnSums(const float* dy, int64_t rows, int64_t h,
-                          float* dbias) {
+namespace {
+
+template <typename T>
+void ColumnSums(const T* dy, int64_t rows, int64_t h, float* dbias) {
   const int64_t parts = (rows + kRowsPerPartial - 1) / kRowsPerPartial;
   std::vector<float> partial(parts * h);
   ThreadPool::Global().ParallelFor(
       parts, std::max<int64_t>(1, kGrain / (kRowsPerPartial * h + 1)),
       [&](int64_t p0, int64_t p1) {
+        float buf[kBlock];
         for (int64_t p = p0; p < p1; ++p) {
           float* acc = partial.data() + p * h;
           std::fill(acc, acc + h, 0.0f);
           const int64_t r1 = std::min(rows, (p + 1) * kRowsPerPartial);
           for (int64_t r = p * kRowsPerPartial; r < r1; ++r) {
-            const float* row = dy + r * h;
-            for (int64_t j = 0; j < h; ++j) acc[j] += row[j];
+            for (int64_t j0 = 0; j0 < h; j0 += kBlock) {
+              const int64_t n = std::min(kBlock, h - j0);
+              const float* row = AsF32(dy + r * h + j0, n, buf);
+              float* a = acc + j0;
+              for (int64_t j = 0; j < n; ++j) a[j] += row[j];
+            }
           }
         }
       });
@@ -63,6 +70,18 @@ void AccumulateColumnSums(const float* dy, int64_t rows, int64_t h,
       dbias[j] = static_cast<float>(dbias[j] + sum[j - j0]);
     }
   });
+}
+
+}  // namespace
+
+void AccumulateColumnSums(const float* dy, int64_t rows, int64_t h,
+                          float* dbias) {
+  ColumnSums(dy, rows, h, dbias);
+}
+
+void AccumulateColumnSums(const BFloat16* dy, int64_t rows, int64_t h,
+                          float* dbias) {
+  ColumnSums(dy, rows, h, dbias);
 }
 
 }  // namespace internal
@@ -124,14 +143,10 @@ absl::Status BiasAddBackward(const Tensor& dy, Tensor* dbias) {
   }
   const int64_t h = dy.size(-1);
   const int64_t rows = h == 0 ? 0 : dy.numel() / h;
-  if (dy.dtype() == DType::kFloat32) {
-    internal::AccumulateColumnSums(dy.data<float>(), rows, h,
-                                   dbias->data<float>());
-  } else {
-    std::vector<float> dy32(dy.numel());
-    LoadF32Any(dy, dy32.data());
-    internal::AccumulateColumnSums(dy32.data(), rows, h, dbias->data<float>());
-  }
+  DispatchFloat(dy.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    internal::AccumulateColumnSums(dy.data<T>(), rows, h, dbias->data<float>());
+  });
   return absl::OkStatus();
 }
 

@@ -32,6 +32,8 @@ absl::Status CheckBias(const char* op, const Tensor& x, const char* x_name,
 // dbias [h] += column sums of the fp32 rows x h matrix dy, deterministic.
 void AccumulateColumnSums(const float* dy, int64_t rows, int64_t h,
                           float* dbias);
+void AccumulateColumnSums(const BFloat16* dy, int64_t rows, int64_t h,
+                          float* dbias);
 }  // namespace internal
 
 }  // namespace ops

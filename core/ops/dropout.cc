@@ -155,8 +155,13 @@ absl::Status DropoutImpl(const char* op, const char* xn, const char* yn,
           for (int64_t i = 0; i < n; ++i) yf[i] = xf[i];
         } else {
           PhiloxStream(seed, offset + off, n, words);
+          const uint32_t thr = threshold;
+          const float sc = scale;
           for (int64_t i = 0; i < n; ++i) {
-            yf[i] = (words[i] >> 8) >= threshold ? xf[i] * scale : 0.0f;
+            // Multiply by 0 or 1/(1-p) (branch-free, vectorises; a NaN
+            // input stays NaN, as in PyTorch's x * mask * scale).
+            const float keep = (words[i] >> 8) >= thr ? sc : 0.0f;
+            yf[i] = xf[i] * keep;
           }
         }
         FinishF32(yf, yp + off, n);

@@ -18,6 +18,10 @@
 #include "core/half.h"
 #include "core/tensor.h"
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 namespace mcc {
 namespace ops {
 
@@ -92,6 +96,45 @@ inline float VecExp(float x) {
 inline float VecTanh(float x) {
   return 1.0f - 2.0f / (VecExp(2.0f * x) + 1.0f);
 }
+
+#if defined(__AVX2__)
+// VecExp on 8 lanes.
+inline __m256 Exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)),
+                    _mm256_set1_ps(88.7f));
+  const __m256 fx =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(fx, _mm256_set1_ps(-0.693359375f), x);
+  r = _mm256_fmadd_ps(fx, _mm256_set1_ps(2.12194440e-4f), r);
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// VecTanh on 8 lanes.
+inline __m256 Tanh8(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = Exp8(_mm256_add_ps(x, x));
+  return _mm256_sub_ps(
+      one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+}
+
+// 1 / (1 + exp(-x)) on 8 lanes.
+inline __m256 Sigmoid8(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = Exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  return _mm256_div_ps(one, _mm256_add_ps(one, e));
+}
+#endif
 
 // Calls fn(float{}) or fn(BFloat16{}) for an fp32 or bf16 dtype, so kernels
 // template on the element type: DispatchFloat(t.dtype(), [&](auto tag) {

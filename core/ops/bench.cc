@@ -1,0 +1,365 @@
+// Benchmarks of the CPU kernels: GEMM GFLOP/s at transformer shapes beside
+// the raw oneDNN call, and GB/s of the memory-bound kernels beside memcpy,
+// all measured in the same run.
+//
+//   tools/bazel run //core/ops:bench                      # table
+//   tools/bazel run //core/ops:bench -- --format=json     # JSON lines
+//
+// JSON lines carry name, dtype, shape, value, unit; the raw references are
+// lines of their own (names ending in ".raw" and "memcpy").
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/ops/activation.h"
+#include "core/ops/adamw.h"
+#include "core/ops/bias.h"
+#include "core/ops/dropout.h"
+#include "core/ops/embedding.h"
+#include "core/ops/gemm.h"
+#include "core/ops/kernel_util.h"
+#include "core/ops/reduce.h"
+#include "core/status_macros.h"
+#include "core/thread_pool.h"
+#include "dnnl.h"
+#include "dnnl.hpp"
+#include "glog/logging.h"
+
+ABSL_FLAG(std::string, format, "table", "table or json");
+ABSL_FLAG(double, min_seconds, 0.25,
+          "Minimum measuring time per case (at least 3 repetitions)");
+
+namespace mcc {
+namespace ops {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Row {
+  std::string name, dtype, shape;
+  double value;
+  std::string unit;
+  std::string versus;  // Reference row's name, for the ratio column.
+  double ratio = 0;
+};
+
+std::vector<Row> g_rows;
+
+// Best time in seconds of fn over repetitions (after one warm-up).
+double BestTime(const std::function<void()>& fn) {
+  fn();
+  double best = 1e30, total = 0;
+  int reps = 0;
+  while (reps < 3 || total < absl::GetFlag(FLAGS_min_seconds)) {
+    const auto t0 = Clock::now();
+    fn();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::min(best, s);
+    total += s;
+    ++reps;
+  }
+  return best;
+}
+
+// Times a and b alternately (so both see the same machine load); returns
+// best times.
+std::pair<double, double> BestTimes(const std::function<void()>& a,
+                                    const std::function<void()>& b) {
+  a();
+  b();
+  double ba = 1e30, bb = 1e30, total = 0;
+  int reps = 0;
+  while (reps < 3 || total < 2 * absl::GetFlag(FLAGS_min_seconds)) {
+    auto t0 = Clock::now();
+    a();
+    const double sa = std::chrono::duration<double>(Clock::now() - t0).count();
+    t0 = Clock::now();
+    b();
+    const double sb = std::chrono::duration<double>(Clock::now() - t0).count();
+    ba = std::min(ba, sa);
+    bb = std::min(bb, sb);
+    total += sa + sb;
+    ++reps;
+  }
+  return {ba, bb};
+}
+
+void Check(const absl::Status& s) { CHECK(s.ok()) << s; }
+
+// ---- GEMM ----------------------------------------------------------------
+
+struct GemmCase {
+  const char* name;
+  bool ta, tb;
+  int64_t m, n, k;
+  float beta;
+};
+
+// Raw oneDNN bf16 matmul (only where the CPU runs bf16 natively).
+class RawBf16Matmul {
+ public:
+  RawBf16Matmul(const GemmCase& g, const Tensor& a, const Tensor& b, Tensor* c)
+      : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+    using dims = dnnl::memory::dims;
+    using dt = dnnl::memory::data_type;
+    const int64_t lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
+    dnnl::memory::desc a_md({g.m, g.k}, dt::bf16,
+                            g.ta ? dims{1, lda} : dims{lda, 1});
+    dnnl::memory::desc b_md({g.k, g.n}, dt::bf16,
+                            g.tb ? dims{1, ldb} : dims{ldb, 1});
+    dnnl::memory::desc c_md({g.m, g.n}, dt::f32, dims{g.n, 1});
+    dnnl::primitive_attr attr;
+    if (g.beta != 0) {
+      dnnl::post_ops po;
+      po.append_sum(g.beta);
+      attr.set_post_ops(po);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr,
+                                    engine_);
+    prim_ = dnnl::matmul(pd);
+    am_ = dnnl::memory(a_md, engine_, a.raw_data());
+    bm_ = dnnl::memory(b_md, engine_, b.raw_data());
+    cm_ = dnnl::memory(c_md, engine_, c->raw_data());
+  }
+  void Run() {
+    prim_.execute(
+        stream_,
+        {{DNNL_ARG_SRC, am_}, {DNNL_ARG_WEIGHTS, bm_}, {DNNL_ARG_DST, cm_}});
+    stream_.wait();
+  }
+
+ private:
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  dnnl::matmul prim_;
+  dnnl::memory am_, bm_, cm_;
+};
+
+void BenchGemm(const GemmCase& g) {
+  const Shape a_shape = g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k};
+  const Shape b_shape = g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n};
+  const double flops = 2.0 * g.m * g.n * g.k;
+  const std::string shape =
+      absl::StrFormat("m=%d n=%d k=%d %c%c%s", g.m, g.n, g.k, g.ta ? 'T' : 'N',
+                      g.tb ? 'T' : 'N', g.beta != 0 ? " beta=1" : "");
+  Tensor a32 = Tensor::Full(a_shape, 0.01, DType::kFloat32);
+  Tensor b32 = Tensor::Full(b_shape, 0.02, DType::kFloat32);
+  Tensor c = Tensor::Zeros({g.m, g.n}, DType::kFloat32);
+  const int64_t lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
+  const int threads = ThreadPool::Global().num_threads();
+  auto raw_sgemm = [&] {
+    omp_set_num_threads(threads);
+    CHECK_EQ(dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f,
+                        a32.data<float>(), lda, b32.data<float>(), ldb, g.beta,
+                        c.data<float>(), g.n),
+             dnnl_success);
+  };
+  auto ours32 = [&] { Check(Gemm(a32, g.ta, b32, g.tb, &c, 1.0f, g.beta)); };
+  auto [t_ours, t_raw] = BestTimes(ours32, raw_sgemm);
+  const std::string raw_name = absl::StrCat("gemm.", g.name, ".raw");
+  g_rows.push_back(
+      {raw_name, "fp32", shape, flops / t_raw / 1e9, "GFLOP/s", "dnnl_sgemm"});
+  g_rows.push_back({absl::StrCat("gemm.", g.name), "fp32", shape,
+                    flops / t_ours / 1e9, "GFLOP/s", raw_name, t_raw / t_ours});
+
+  Tensor a16 = a32.To(DType::kBFloat16).value();
+  Tensor b16 = b32.To(DType::kBFloat16).value();
+  auto ours16 = [&] { Check(Gemm(a16, g.ta, b16, g.tb, &c, 1.0f, g.beta)); };
+  std::pair<double, double> t16;
+  std::string raw16_what;
+  if (Bf16GemmPath() == GemmPath::kNativeBF16) {
+    RawBf16Matmul raw(g, a16, b16, &c);
+    t16 = BestTimes(ours16, [&] {
+      omp_set_num_threads(threads);
+      raw.Run();
+    });
+    raw16_what = "dnnl bf16 matmul";
+  } else {
+    // No native bf16: the best oneDNN can do is sgemm on fp32 copies, which
+    // is what we run after widening; the ratio shows the widening's cost.
+    t16 = BestTimes(ours16, raw_sgemm);
+    raw16_what = "dnnl_sgemm on fp32 copies";
+  }
+  const std::string raw16_name = absl::StrCat("gemm.", g.name, ".raw");
+  g_rows.push_back({raw16_name, "bf16", shape, flops / t16.second / 1e9,
+                    "GFLOP/s", raw16_what});
+  g_rows.push_back({absl::StrCat("gemm.", g.name), "bf16", shape,
+                    flops / t16.first / 1e9, "GFLOP/s", raw16_name,
+                    t16.second / t16.first});
+}
+
+// ---- Memory-bound kernels --------------------------------------------------
+
+double g_memcpy_gbs = 0;
+
+void BenchMemcpy(int64_t bytes) {
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  auto par_copy = [&] {
+    ParallelForElements(bytes / 64, [&](int64_t b, int64_t e) {
+      std::memcpy(dst.data() + b * 64, src.data() + b * 64, (e - b) * 64);
+    });
+  };
+  const double t = BestTime(par_copy);
+  const double t1 =
+      BestTime([&] { std::memcpy(dst.data(), src.data(), bytes); });
+  g_memcpy_gbs = 2.0 * bytes / t / 1e9;
+  const std::string shape = absl::StrCat(bytes >> 20, " MiB");
+  g_rows.push_back({"memcpy.1thread", "byte", shape, 2.0 * bytes / t1 / 1e9,
+                    "GB/s", "read+write"});
+  g_rows.push_back(
+      {"memcpy", "byte", shape, g_memcpy_gbs, "GB/s",
+       absl::StrCat("read+write, ", ThreadPool::Global().num_threads(),
+                    " threads")});
+}
+
+void AddMem(const std::string& name, DType dt, const Shape& shape, double bytes,
+            const std::function<void()>& fn) {
+  const double t = BestTime(fn);
+  const double gbs = bytes / t / 1e9;
+  g_rows.push_back({name, std::string(DTypeName(dt)), ShapeToString(shape), gbs,
+                    "GB/s", "memcpy", gbs / g_memcpy_gbs});
+}
+
+void BenchMemoryBound() {
+  const int64_t rows = 4096, h = 4096;  // 16M elements: 64 MiB in fp32.
+  const Shape s{rows, h};
+  const double n = static_cast<double>(rows * h);
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    const double e = static_cast<double>(DTypeSize(dt));
+    Tensor x = Tensor::Full(s, 0.5, dt);
+    Tensor y = Tensor::Zeros(s, dt);
+    Tensor dy = Tensor::Full(s, 0.25, dt);
+    Tensor bias = Tensor::Full({h}, 0.1, DType::kFloat32);
+    Tensor dbias = Tensor::Zeros({h}, DType::kFloat32);
+    AddMem("bias_add", dt, s, 2 * n * e, [&] { Check(BiasAdd(x, bias, &y)); });
+    AddMem("bias_add.backward", dt, s, n * e,
+           [&] { Check(BiasAddBackward(dy, &dbias)); });
+    AddMem("gelu", dt, s, 2 * n * e, [&] { Check(Gelu(x, &y)); });
+    AddMem("gelu.backward", dt, s, 3 * n * e,
+           [&] { Check(GeluBackward(dy, x, &y)); });
+    AddMem("bias_gelu", dt, s, 2 * n * e,
+           [&] { Check(BiasGelu(x, bias, &y)); });
+    AddMem("bias_gelu.backward", dt, s, 3 * n * e,
+           [&] { Check(BiasGeluBackward(dy, x, bias, &y, &dbias)); });
+    Tensor half = Tensor::Zeros({rows, h / 2}, dt);
+    Tensor dhalf = Tensor::Full({rows, h / 2}, 0.25, dt);
+    AddMem("swiglu", dt, s, 1.5 * n * e, [&] { Check(SwiGLU(x, &half)); });
+    AddMem("swiglu.backward", dt, s, 2.5 * n * e,
+           [&] { Check(SwiGLUBackward(dhalf, x, &y)); });
+    uint64_t offset = 0;
+    AddMem("dropout", dt, s, 2 * n * e, [&] {
+      Check(Dropout(x, 0.1f, 1234, offset, &y));
+      offset += x.numel();
+    });
+    AddMem("sum_of_squares", dt, s, n * e,
+           [&] { CHECK(SumOfSquares(x).ok()); });
+  }
+  // Embedding: 8192 tokens of 2048 from a 32000-row table.
+  {
+    const int64_t tokens = 8192, hidden = 2048, vocab = 32000;
+    std::vector<int64_t> idv(tokens);
+    for (int64_t i = 0; i < tokens; ++i) idv[i] = (i * 7919) % vocab;
+    Tensor ids = Tensor::FromInts(idv, {tokens}, DType::kInt32).value();
+    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      Tensor table = Tensor::Full({vocab, hidden}, 0.5, dt);
+      Tensor out = Tensor::Zeros({tokens, hidden}, dt);
+      const double bytes = 2.0 * tokens * hidden * DTypeSize(dt);
+      AddMem("embedding", dt, {tokens, hidden}, bytes,
+             [&] { Check(EmbeddingLookup(ids, table, &out)); });
+    }
+    Tensor dtable = Tensor::Zeros({vocab, hidden}, DType::kFloat32);
+    Tensor dout = Tensor::Full({tokens, hidden}, 0.5, DType::kFloat32);
+    // Reads dout and read-modify-writes one table row per token.
+    AddMem("embedding.backward", DType::kFloat32, {tokens, hidden},
+           3.0 * tokens * hidden * 4,
+           [&] { Check(EmbeddingBackward(ids, dout, &dtable)); });
+  }
+  // AdamW on 16M fp32 parameters: reads p, g, m, v; writes p, m, v (+ bf16).
+  {
+    const Shape ps{rows * h};
+    Tensor p = Tensor::Full(ps, 0.5, DType::kFloat32);
+    Tensor g = Tensor::Full(ps, 0.01, DType::kFloat32);
+    Tensor m = Tensor::Zeros(ps, DType::kFloat32);
+    Tensor v = Tensor::Zeros(ps, DType::kFloat32);
+    Tensor p16 = Tensor::Zeros(ps, DType::kBFloat16);
+    AdamWConfig c;
+    c.weight_decay = 0.1f;
+    AddMem("adamw", DType::kFloat32, ps, 7.0 * n * 4, [&] {
+      Check(AdamWStep(c, g, &p, &m, &v));
+      ++c.step;
+    });
+    AddMem("adamw+bf16_copy", DType::kFloat32, ps, 7.0 * n * 4 + 2 * n, [&] {
+      Check(AdamWStep(c, g, &p, &m, &v, &p16));
+      ++c.step;
+    });
+  }
+}
+
+void Print(bool json) {
+  if (json) {
+    for (const Row& r : g_rows) {
+      std::printf(
+          "{\"name\": \"%s\", \"dtype\": \"%s\", \"shape\": \"%s\", "
+          "\"value\": %.3f, \"unit\": \"%s\"}\n",
+          r.name.c_str(), r.dtype.c_str(), r.shape.c_str(), r.value,
+          r.unit.c_str());
+    }
+    return;
+  }
+  std::printf("%-30s %-5s %-28s %10s %-8s %s\n", "name", "dtype", "shape",
+              "value", "unit", "vs reference");
+  for (const Row& r : g_rows) {
+    std::string vs = r.versus;
+    if (r.ratio > 0)
+      vs = absl::StrFormat("%5.1f%% of %s", 100 * r.ratio, r.versus);
+    std::printf("%-30s %-5s %-28s %10.2f %-8s %s\n", r.name.c_str(),
+                r.dtype.c_str(), r.shape.c_str(), r.value, r.unit.c_str(),
+                vs.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace ops
+}  // namespace mcc
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format != "table" && format != "json") {
+    std::fprintf(stderr, "--format must be table or json, got %s\n",
+                 format.c_str());
+    return 2;
+  }
+  using mcc::ops::GemmCase;
+  const int64_t t = 2048, h = 512;  // tokens, hidden (ffn 4h, qkv 3h)
+  const GemmCase cases[] = {
+      {"qkv.fwd", false, true, t, 3 * h, h, 0},
+      {"qkv.dgrad", false, false, t, h, 3 * h, 0},
+      {"qkv.wgrad", true, false, 3 * h, h, t, 1},
+      {"proj.fwd", false, true, t, h, h, 0},
+      {"fc1.fwd", false, true, t, 4 * h, h, 0},
+      {"fc1.dgrad", false, false, t, h, 4 * h, 0},
+      {"fc1.wgrad", true, false, 4 * h, h, t, 1},
+      {"fc2.fwd", false, true, t, h, 4 * h, 0},
+      {"square", false, false, 2048, 2048, 2048, 0},
+  };
+  LOG(INFO) << "threads: " << mcc::ThreadPool::Global().num_threads()
+            << ", bf16 GEMM path: "
+            << mcc::ops::GemmPathName(mcc::ops::Bf16GemmPath());
+  for (const GemmCase& g : cases) mcc::ops::BenchGemm(g);
+  mcc::ops::BenchMemcpy(int64_t{64} << 20);
+  mcc::ops::BenchMemoryBound();
+  mcc::ops::Print(format == "json");
+  return 0;
+}
