@@ -1,0 +1,248 @@
+#include "checkpoint/hf_gpt2.h"
+
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace mcc {
+namespace {
+
+using checkpoint::ModelConfig;
+
+// out[j, i] = in[i, j] for a 2-d CPU tensor.
+Tensor Transpose(const Tensor& in) {
+  const int64_t rows = in.size(0), cols = in.size(1);
+  Tensor out = Tensor::Empty({cols, rows}, in.dtype());
+  const size_t es = DTypeSize(in.dtype());
+  const char* src = static_cast<const char*>(in.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      std::memcpy(dst + (j * rows + i) * es, src + (i * cols + j) * es, es);
+    }
+  }
+  return out;
+}
+
+// Reorders the leading dimension (3 * heads * head_dim rows of `row` elements
+// each) between Megatron's [heads, 3, head_dim] and Hugging Face's
+// [3, heads, head_dim]. to_hf picks the direction.
+Tensor PermuteQkv(const Tensor& in, int64_t heads, bool to_hf) {
+  const int64_t n = in.size(0);
+  const int64_t head_dim = n / (3 * heads);
+  const int64_t row = in.numel() / n;
+  const size_t bytes = row * DTypeSize(in.dtype());
+  Tensor out = Tensor::Empty(in.shape(), in.dtype());
+  const char* src = static_cast<const char*>(in.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t w = 0; w < 3; ++w) {
+      for (int64_t d = 0; d < head_dim; ++d) {
+        const int64_t meg = (h * 3 + w) * head_dim + d;
+        const int64_t hf = (w * heads + h) * head_dim + d;
+        const int64_t from = to_hf ? meg : hf;
+        const int64_t to = to_hf ? hf : meg;
+        std::memcpy(dst + to * bytes, src + from * bytes, bytes);
+      }
+    }
+  }
+  return out;
+}
+
+enum class Kind { kCopy, kLinear, kQkvWeight, kQkvBias, kVocab };
+
+struct Entry {
+  std::string ours;
+  std::string hf;
+  Kind kind;
+  Shape shape;  // Our shape.
+};
+
+std::vector<Entry> Table(const ModelConfig& c) {
+  const int64_t h = c.hidden_size(), f = c.ffn_hidden_size();
+  const int64_t v = c.padded_vocab_size(), p = c.max_position_embeddings();
+  std::vector<Entry> t = {
+      {"embedding.word_embeddings.weight",
+       "transformer.wte.weight",
+       Kind::kVocab,
+       {v, h}},
+      {"embedding.position_embeddings.weight",
+       "transformer.wpe.weight",
+       Kind::kCopy,
+       {p, h}},
+  };
+  for (int i = 0; i < c.num_layers(); ++i) {
+    const std::string a = absl::StrCat("decoder.layers.", i, ".");
+    const std::string b = absl::StrCat("transformer.h.", i, ".");
+    for (const char* wb : {"weight", "bias"}) {
+      const bool w = std::string(wb) == "weight";
+      t.push_back(
+          {a + "input_layernorm." + wb, b + "ln_1." + wb, Kind::kCopy, {h}});
+      t.push_back({a + "self_attention.linear_qkv." + wb,
+                   b + "attn.c_attn." + wb,
+                   w ? Kind::kQkvWeight : Kind::kQkvBias,
+                   w ? Shape{3 * h, h} : Shape{3 * h}});
+      t.push_back({a + "self_attention.linear_proj." + wb,
+                   b + "attn.c_proj." + wb, w ? Kind::kLinear : Kind::kCopy,
+                   w ? Shape{h, h} : Shape{h}});
+      t.push_back(
+          {a + "pre_mlp_layernorm." + wb, b + "ln_2." + wb, Kind::kCopy, {h}});
+      t.push_back({a + "mlp.linear_fc1." + wb, b + "mlp.c_fc." + wb,
+                   w ? Kind::kLinear : Kind::kCopy,
+                   w ? Shape{f, h} : Shape{f}});
+      t.push_back({a + "mlp.linear_fc2." + wb, b + "mlp.c_proj." + wb,
+                   w ? Kind::kLinear : Kind::kCopy,
+                   w ? Shape{h, f} : Shape{h}});
+    }
+  }
+  t.push_back({"decoder.final_layernorm.weight",
+               "transformer.ln_f.weight",
+               Kind::kCopy,
+               {h}});
+  t.push_back({"decoder.final_layernorm.bias",
+               "transformer.ln_f.bias",
+               Kind::kCopy,
+               {h}});
+  if (!c.tied_embeddings()) {
+    t.push_back(
+        {"output_layer.weight", "lm_head.weight", Kind::kVocab, {v, h}});
+  }
+  return t;
+}
+
+int64_t HfVocab(const ModelConfig& c) {
+  return c.vocab_size() > 0 && c.vocab_size() < c.padded_vocab_size()
+             ? c.vocab_size()
+             : c.padded_vocab_size();
+}
+
+}  // namespace
+
+absl::Status CheckGpt2Compatible(const ModelConfig& c) {
+  std::vector<std::string> why;
+  if (c.position_embedding_type() !=
+      checkpoint::POSITION_EMBEDDING_LEARNED_ABSOLUTE) {
+    why.push_back("position embeddings are not learned absolute");
+  }
+  if (c.normalization() != checkpoint::NORMALIZATION_LAYER_NORM) {
+    why.push_back("normalization is not LayerNorm");
+  }
+  if (c.activation() != checkpoint::ACTIVATION_GELU) {
+    why.push_back("activation is not GELU");
+  }
+  if (!c.add_bias_linear()) why.push_back("linear layers have no biases");
+  if (c.num_query_groups() != 0 &&
+      c.num_query_groups() != c.num_attention_heads()) {
+    why.push_back(absl::StrCat("num_query_groups ", c.num_query_groups(),
+                               " != num_attention_heads ",
+                               c.num_attention_heads()));
+  }
+  if (c.num_attention_heads() <= 0 || c.hidden_size() <= 0 ||
+      c.hidden_size() % c.num_attention_heads() != 0) {
+    why.push_back(absl::StrCat("hidden_size ", c.hidden_size(),
+                               " is not a multiple of num_attention_heads ",
+                               c.num_attention_heads()));
+  }
+  if (why.empty()) return absl::OkStatus();
+  std::string msg = "model cannot be expressed as GPT2LMHeadModel:";
+  for (const auto& w : why) absl::StrAppend(&msg, " ", w, ";");
+  return absl::FailedPreconditionError(msg);
+}
+
+absl::StatusOr<NamedTensors> ExportGpt2(
+    const std::map<std::string, Tensor>& params, const ModelConfig& config) {
+  MCC_RETURN_IF_ERROR(CheckGpt2Compatible(config));
+  NamedTensors out;
+  for (const Entry& e : Table(config)) {
+    auto it = params.find(e.ours);
+    if (it == params.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("GPT-2 export: parameter ", e.ours, " is missing"));
+    }
+    Tensor t = it->second;
+    if (!t.device().is_cpu()) {
+      MCC_ASSIGN_OR_RETURN(t, t.To(Device::CPU()));
+    }
+    if (t.shape() != e.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GPT-2 export: parameter ", e.ours, " is ", t.Describe(),
+                       ", the configuration needs ", ShapeToString(e.shape)));
+    }
+    switch (e.kind) {
+      case Kind::kCopy:
+        break;
+      case Kind::kLinear:
+        t = Transpose(t);
+        break;
+      case Kind::kQkvWeight:
+        t = Transpose(PermuteQkv(t, config.num_attention_heads(), true));
+        break;
+      case Kind::kQkvBias:
+        t = PermuteQkv(t, config.num_attention_heads(), true);
+        break;
+      case Kind::kVocab:
+        MCC_ASSIGN_OR_RETURN(t, t.Slice(0, HfVocab(config)));
+        t = t.Clone();
+        break;
+    }
+    out.emplace_back(e.hf, t);
+  }
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, Tensor>> ImportGpt2(
+    const NamedTensors& hf, const ModelConfig& config) {
+  MCC_RETURN_IF_ERROR(CheckGpt2Compatible(config));
+  std::map<std::string, Tensor> by_name;
+  for (const auto& [name, t] : hf) {
+    const bool bare = !absl::StartsWith(name, "transformer.") &&
+                      !absl::StartsWith(name, "lm_head.");
+    by_name[bare ? "transformer." + name : name] = t;
+  }
+  std::map<std::string, Tensor> out;
+  for (const Entry& e : Table(config)) {
+    auto it = by_name.find(e.hf);
+    if (it == by_name.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("GPT-2 import: tensor ", e.hf, " is missing"));
+    }
+    const Tensor& t = it->second;
+    Shape hf_shape = e.shape;
+    if (e.kind == Kind::kLinear || e.kind == Kind::kQkvWeight) {
+      hf_shape = {e.shape[1], e.shape[0]};
+    } else if (e.kind == Kind::kVocab) {
+      hf_shape[0] = HfVocab(config);
+    }
+    if (t.shape() != hf_shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GPT-2 import: tensor ", e.hf, " is ", t.Describe(),
+                       ", the configuration needs ", ShapeToString(hf_shape)));
+    }
+    Tensor r;
+    switch (e.kind) {
+      case Kind::kCopy:
+        r = t.Clone();
+        break;
+      case Kind::kLinear:
+        r = Transpose(t);
+        break;
+      case Kind::kQkvWeight:
+        r = PermuteQkv(Transpose(t), config.num_attention_heads(), false);
+        break;
+      case Kind::kQkvBias:
+        r = PermuteQkv(t, config.num_attention_heads(), false);
+        break;
+      case Kind::kVocab: {
+        r = Tensor::Zeros(e.shape, t.dtype());
+        std::memcpy(r.raw_data(), t.raw_data(), t.nbytes());
+        break;
+      }
+    }
+    out[e.ours] = r;
+  }
+  return out;
+}
+
+}  // namespace mcc

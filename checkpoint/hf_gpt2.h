@@ -1,0 +1,56 @@
+#ifndef CHECKPOINT_HF_GPT2_H_
+#define CHECKPOINT_HF_GPT2_H_
+
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "checkpoint/config.pb.h"
+#include "checkpoint/safetensors.h"
+#include "core/tensor.h"
+
+namespace mcc {
+
+// Maps our GPT parameters to Hugging Face's GPT2LMHeadModel and back.
+//
+// Our names (Megatron-core's), full unsharded tensors, Linear weights stored
+// [out, in]:
+//   embedding.word_embeddings.weight        [padded_vocab, hidden]
+//   embedding.position_embeddings.weight    [max_positions, hidden]
+//   decoder.layers.{i}.input_layernorm.weight/bias          [hidden]
+//   decoder.layers.{i}.self_attention.linear_qkv.weight     [3*hidden, hidden]
+//   decoder.layers.{i}.self_attention.linear_qkv.bias       [3*hidden]
+//       rows interleaved per head: [heads, 3 (q,k,v), head_dim]
+//   decoder.layers.{i}.self_attention.linear_proj.weight    [hidden, hidden]
+//   decoder.layers.{i}.self_attention.linear_proj.bias      [hidden]
+//   decoder.layers.{i}.pre_mlp_layernorm.weight/bias        [hidden]
+//   decoder.layers.{i}.mlp.linear_fc1.weight/bias           [ffn, hidden]/[ffn]
+//   decoder.layers.{i}.mlp.linear_fc2.weight/bias           [hidden,
+//   ffn]/[hidden] decoder.final_layernorm.weight/bias [hidden]
+//   output_layer.weight                      [padded_vocab, hidden], untied
+//   only
+// Hugging Face's (Conv1D weights stored [in, out], i.e. transposed):
+//   transformer.wte.weight [vocab, hidden], transformer.wpe.weight,
+//   transformer.h.{i}.ln_1, .attn.c_attn [hidden, 3*hidden] (columns q|k|v,
+//   each [heads, head_dim]), .attn.c_proj, .ln_2, .mlp.c_fc [hidden, ffn],
+//   .mlp.c_proj [ffn, hidden], transformer.ln_f, lm_head.weight (untied only).
+//
+// GPT-2 needs learned absolute positions, LayerNorm, GELU, biases and
+// num_query_groups == num_attention_heads; other configurations are refused.
+absl::Status CheckGpt2Compatible(const checkpoint::ModelConfig& config);
+
+// Export: the word embedding keeps its first config.vocab_size rows (when set
+// and smaller than the padded vocabulary).
+absl::StatusOr<NamedTensors> ExportGpt2(
+    const std::map<std::string, Tensor>& params,
+    const checkpoint::ModelConfig& config);
+
+// Import: accepts names with or without the "transformer." prefix (the Hub's
+// files use both); pads the vocabulary with zero rows to padded_vocab_size.
+absl::StatusOr<std::map<std::string, Tensor>> ImportGpt2(
+    const NamedTensors& hf, const checkpoint::ModelConfig& config);
+
+}  // namespace mcc
+
+#endif  // CHECKPOINT_HF_GPT2_H_
