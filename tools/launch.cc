@@ -1,0 +1,311 @@
+// tools/launch: starts N local processes of a distributed job with
+// torchrun's environment variables, prefixes their output with their rank,
+// forwards SIGINT and SIGTERM, and when one rank fails stops the others and
+// exits with the failing rank's code.
+//
+//   tools/launch --nproc_per_node N [--nnodes M --node_rank R
+//       --master_addr A --master_port P] -- PROGRAM ARGS...
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/comm/socket.h"
+
+ABSL_FLAG(int, nproc_per_node, 1, "Processes to start on this node.");
+ABSL_FLAG(int, nnodes, 1, "Number of nodes.");
+ABSL_FLAG(int, node_rank, 0, "This node's index, 0..nnodes-1.");
+ABSL_FLAG(std::string, master_addr, "127.0.0.1",
+          "Host of rank 0, which serves the rendezvous store.");
+ABSL_FLAG(int, master_port, 0,
+          "Port of the rendezvous store; 0 picks a free one (one node only).");
+ABSL_FLAG(double, grace_period_s, 10,
+          "Seconds between SIGTERM and SIGKILL when stopping ranks (at most "
+          "25).");
+
+namespace {
+
+int signal_pipe[2] = {-1, -1};
+
+void OnSignal(int sig) {
+  const char c = static_cast<char>(sig);
+  (void)!write(signal_pipe[1], &c, 1);
+}
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  int out_fd = -1;
+  int err_fd = -1;
+  std::string out_buf, err_buf;
+  bool running = false;
+  int exit_code = 0;
+};
+
+void WriteAll(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t w = write(fd, s.data() + off, s.size() - off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    off += static_cast<size_t>(w);
+  }
+}
+
+// Writes the complete lines of buf (all of it when flush), each prefixed.
+void EmitLines(int rank, std::string* buf, int fd, bool flush) {
+  std::string out;
+  size_t start = 0;
+  while (true) {
+    size_t nl = buf->find('\n', start);
+    if (nl == std::string::npos) break;
+    absl::StrAppend(&out, "[rank ", rank, "] ",
+                    absl::string_view(*buf).substr(start, nl - start + 1));
+    start = nl + 1;
+  }
+  buf->erase(0, start);
+  if (flush && !buf->empty()) {
+    absl::StrAppend(&out, "[rank ", rank, "] ", *buf, "\n");
+    buf->clear();
+  }
+  WriteAll(fd, out);
+}
+
+void Log(const std::string& s) { WriteAll(2, "[launch] " + s + "\n"); }
+
+// Moves the child's output into the launcher's; false at EOF.
+bool Drain(Child* c, int* fd, std::string* buf, int out) {
+  char tmp[65536];
+  ssize_t n = read(*fd, tmp, sizeof(tmp));
+  if (n > 0) {
+    buf->append(tmp, static_cast<size_t>(n));
+    EmitLines(c->rank, buf, out, false);
+    return true;
+  }
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  EmitLines(c->rank, buf, out, true);
+  close(*fd);
+  *fd = -1;
+  return false;
+}
+
+// Each child leads its own process group, so signals reach its children too.
+void SignalAll(std::vector<Child>& children, int sig) {
+  for (Child& c : children) {
+    if (c.running) kill(-c.pid, sig);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Accept torchrun's dashed spellings (--nproc-per-node) before "--".
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+    std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) continue;
+    for (size_t j = 2; j < a.size() && a[j] != '='; ++j) {
+      if (a[j] == '-') a[j] = '_';
+    }
+  }
+  std::vector<char*> fixed;
+  for (std::string& a : args) fixed.push_back(&a[0]);
+  absl::SetProgramUsageMessage(
+      "tools/launch --nproc_per_node N [--nnodes M --node_rank R "
+      "--master_addr A --master_port P] -- PROGRAM ARGS...");
+  std::vector<char*> rest =
+      absl::ParseCommandLine(static_cast<int>(fixed.size()), fixed.data());
+  // rest[0] is the launcher; the program follows "--".
+  std::vector<char*> program(rest.begin() + 1, rest.end());
+  if (program.empty()) {
+    Log("no program given: tools/launch --nproc_per_node N -- PROGRAM ARGS...");
+    return 2;
+  }
+  const int nproc = absl::GetFlag(FLAGS_nproc_per_node);
+  const int nnodes = absl::GetFlag(FLAGS_nnodes);
+  const int node_rank = absl::GetFlag(FLAGS_node_rank);
+  if (nproc < 1 || nnodes < 1 || node_rank < 0 || node_rank >= nnodes) {
+    Log(absl::StrCat("bad sizes: --nproc_per_node ", nproc, " --nnodes ",
+                     nnodes, " --node_rank ", node_rank));
+    return 2;
+  }
+  int port = absl::GetFlag(FLAGS_master_port);
+  if (port == 0) {
+    if (nnodes > 1) {
+      Log("--master_port is required with more than one node");
+      return 2;
+    }
+    absl::StatusOr<int> free_port = mcc::comm::FindFreePort();
+    if (!free_port.ok()) {
+      Log(std::string(free_port.status().message()));
+      return 2;
+    }
+    port = *free_port;
+  }
+  const absl::Duration grace = absl::Seconds(
+      std::min(25.0, std::max(0.0, absl::GetFlag(FLAGS_grace_period_s))));
+
+  if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return 2;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  const int world = nproc * nnodes;
+  std::vector<Child> children(nproc);
+  for (int local = 0; local < nproc; ++local) {
+    Child& c = children[local];
+    c.rank = node_rank * nproc + local;
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return 2;
+    pid_t pid = fork();
+    if (pid < 0) {
+      Log(absl::StrCat("fork failed: ", strerror(errno)));
+      SignalAll(children, SIGKILL);
+      return 2;
+    }
+    if (pid == 0) {
+      setpgid(0, 0);
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      signal(SIGPIPE, SIG_DFL);
+      dup2(out[1], 1);
+      dup2(err[1], 2);
+      setenv("RANK", std::to_string(c.rank).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("GROUP_RANK", std::to_string(node_rank).c_str(), 1);
+      setenv("NODE_RANK", std::to_string(node_rank).c_str(), 1);
+      setenv("MASTER_ADDR", absl::GetFlag(FLAGS_master_addr).c_str(), 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      std::vector<char*> cargv = program;
+      cargv.push_back(nullptr);
+      execvp(cargv[0], cargv.data());
+      fprintf(stderr, "cannot run %s: %s\n", cargv[0], strerror(errno));
+      _exit(127);
+    }
+    setpgid(pid, pid);
+    close(out[1]);
+    close(err[1]);
+    c.pid = pid;
+    c.out_fd = out[0];
+    c.err_fd = err[0];
+    c.running = true;
+  }
+
+  int running = nproc;
+  int failed_rank = -1;
+  int exit_code = 0;
+  int received_signal = 0;
+  absl::Time kill_at = absl::InfiniteFuture();
+  bool killed = false;
+  absl::Time all_exited_at = absl::InfiniteFuture();
+  while (true) {
+    std::vector<struct pollfd> fds;
+    std::vector<std::pair<Child*, bool>> owners;  // (child, is_stdout)
+    fds.push_back({signal_pipe[0], POLLIN, 0});
+    owners.push_back({nullptr, false});
+    for (Child& c : children) {
+      if (c.out_fd >= 0) {
+        fds.push_back({c.out_fd, POLLIN, 0});
+        owners.push_back({&c, true});
+      }
+      if (c.err_fd >= 0) {
+        fds.push_back({c.err_fd, POLLIN, 0});
+        owners.push_back({&c, false});
+      }
+    }
+    if (running == 0 && fds.size() == 1) break;
+    poll(fds.data(), fds.size(), 50);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (owners[i].first == nullptr) {
+        char sig = 0;
+        while (read(signal_pipe[0], &sig, 1) == 1) {
+          Log(absl::StrCat("got signal ", static_cast<int>(sig),
+                           ", forwarding it to the ranks"));
+          if (received_signal != 0) {
+            SignalAll(children, SIGKILL);
+            killed = true;
+          } else {
+            SignalAll(children, sig);
+            kill_at = std::min(kill_at, absl::Now() + grace);
+          }
+          received_signal = sig;
+        }
+        continue;
+      }
+      Child* c = owners[i].first;
+      if (owners[i].second) {
+        Drain(c, &c->out_fd, &c->out_buf, 1);
+      } else {
+        Drain(c, &c->err_fd, &c->err_buf, 2);
+      }
+    }
+    // Reap.
+    while (running > 0) {
+      int status = 0;
+      pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      for (Child& c : children) {
+        if (c.pid != pid || !c.running) continue;
+        c.running = false;
+        --running;
+        c.exit_code =
+            WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (c.exit_code != 0 && failed_rank < 0 && received_signal == 0) {
+          failed_rank = c.rank;
+          exit_code = c.exit_code;
+          Log(absl::StrCat("rank ", c.rank, " (pid ", c.pid,
+                           ") exited with code ", c.exit_code,
+                           "; stopping the other ranks"));
+          SignalAll(children, SIGTERM);
+          kill_at = absl::Now() + grace;
+        }
+      }
+    }
+    if (!killed && running > 0 && absl::Now() >= kill_at) {
+      Log(absl::StrCat("ranks still running after the grace period of ",
+                       absl::FormatDuration(grace), "; sending SIGKILL"));
+      SignalAll(children, SIGKILL);
+      killed = true;
+    }
+    // Output pipes may be held open by grandchildren after a rank is gone.
+    if (running == 0 && all_exited_at == absl::InfiniteFuture()) {
+      all_exited_at = absl::Now();
+    }
+    if (running == 0 && absl::Now() >= all_exited_at + absl::Seconds(2)) {
+      for (Child& c : children) {
+        EmitLines(c.rank, &c.out_buf, 1, true);
+        EmitLines(c.rank, &c.err_buf, 2, true);
+      }
+      break;
+    }
+  }
+  if (failed_rank >= 0) return exit_code;
+  if (received_signal != 0) {
+    for (Child& c : children) {
+      if (c.exit_code != 0) return c.exit_code;
+    }
+    return 128 + received_signal;
+  }
+  return 0;
+}

@@ -1,0 +1,168 @@
+// Runs tools/launch with launch_test_prog and checks rank prefixes, the
+// environment, failure propagation and signal forwarding.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string g_launch, g_prog;
+
+struct LaunchResult {
+  int exit_code = -1;
+  std::string output;
+  absl::Duration elapsed;
+};
+
+// Runs the launcher; after `ready` appears in its output (when given) sends
+// it `sig`.
+LaunchResult Launch(std::vector<std::string> args,
+                    const std::string& ready = "", int sig = 0,
+                    int ready_count = 1) {
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  const absl::Time start = absl::Now();
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(g_launch.c_str()));
+    for (std::string& a : args) argv.push_back(&a[0]);
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  LaunchResult run;
+  bool signalled = false;
+  char buf[4096];
+  while (true) {
+    struct pollfd p = {fds[0], POLLIN, 0};
+    poll(&p, 1, 100);
+    if (p.revents) {
+      ssize_t n = read(fds[0], buf, sizeof(buf));
+      if (n <= 0) break;
+      run.output.append(buf, n);
+    }
+    if (sig != 0 && !signalled) {
+      int seen = 0;
+      for (size_t at = 0;
+           (at = run.output.find(ready, at)) != std::string::npos; ++at) {
+        ++seen;
+      }
+      if (seen >= ready_count) {
+        kill(pid, sig);
+        signalled = true;
+      }
+    }
+    if (absl::Now() - start > absl::Seconds(50)) kill(pid, SIGKILL);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  run.exit_code =
+      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  run.elapsed = absl::Now() - start;
+  close(fds[0]);
+  return run;
+}
+
+TEST(LaunchTest, StartsRanksWithTheirVariablesAndPrefixesOutput) {
+  LaunchResult run = Launch({"--nproc_per_node=3", "--", g_prog, "ok"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_THAT(run.output,
+                HasSubstr(absl::StrCat("[rank ", r, "] rank=", r,
+                                       " world=3 local_rank=", r,
+                                       " local_world=3 master=127.0.0.1:")));
+    EXPECT_THAT(run.output,
+                HasSubstr(absl::StrCat("[rank ", r, "] to stderr")));
+  }
+  EXPECT_FALSE(absl::StrContains(run.output, ":0\n")) << "port 0 passed on";
+}
+
+TEST(LaunchTest, MultiNodeRanksAndDashedFlags) {
+  LaunchResult run =
+      Launch({"--nproc-per-node", "2", "--nnodes=3", "--node-rank=1",
+              "--master-port=1234", "--", g_prog, "ok"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output,
+              HasSubstr("[rank 2] rank=2 world=6 local_rank=0 local_world=2 "
+                        "master=127.0.0.1:1234"));
+  EXPECT_THAT(run.output, HasSubstr("[rank 3] rank=3 world=6 local_rank=1"));
+}
+
+TEST(LaunchTest, RanksRendezvousAndAllReduce) {
+  LaunchResult run = Launch({"--nproc_per_node=4", "--", g_prog, "allreduce"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_THAT(run.output, HasSubstr(absl::StrCat("[rank ", r, "] sum=10")));
+  }
+}
+
+TEST(LaunchTest, FailingRankStopsTheOthersAndSetsTheExitCode) {
+  LaunchResult run =
+      Launch({"--nproc_per_node=3", "--", g_prog, "fail", "1", "13"});
+  EXPECT_EQ(run.exit_code, 13) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("[rank 1] failing now"));
+  EXPECT_THAT(run.output, HasSubstr("rank 1 (pid"));
+  EXPECT_THAT(run.output, HasSubstr("exited with code 13"));
+  EXPECT_LT(run.elapsed, absl::Seconds(10)) << run.output;
+}
+
+TEST(LaunchTest, RanksIgnoringSigtermAreKilledAfterTheGracePeriod) {
+  LaunchResult run = Launch({"--nproc_per_node=2", "--grace_period_s=1", "--",
+                             g_prog, "stubborn", "0", "7"});
+  EXPECT_EQ(run.exit_code, 7) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("sending SIGKILL"));
+  EXPECT_LT(run.elapsed, absl::Seconds(10)) << run.output;
+}
+
+TEST(LaunchTest, ForwardsSigint) {
+  LaunchResult run = Launch({"--nproc_per_node=2", "--", g_prog, "wait_signal"},
+                            "] ready", SIGINT, 2);
+  EXPECT_THAT(run.output, HasSubstr("[rank 0] got signal 2"));
+  EXPECT_THAT(run.output, HasSubstr("[rank 1] got signal 2"));
+  EXPECT_EQ(run.exit_code, 130) << run.output;
+}
+
+TEST(LaunchTest, ForwardsSigterm) {
+  LaunchResult run = Launch({"--nproc_per_node=2", "--", g_prog, "wait_signal"},
+                            "] ready", SIGTERM, 2);
+  EXPECT_THAT(run.output, HasSubstr("[rank 1] got signal 15"));
+  EXPECT_EQ(run.exit_code, 143) << run.output;
+}
+
+TEST(LaunchTest, MissingProgramIsAnError) {
+  LaunchResult run = Launch({"--nproc_per_node=2"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.output, HasSubstr("no program given"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc != 3) {
+    fprintf(stderr, "usage: launch_test LAUNCH PROGRAM\n");
+    return 2;
+  }
+  g_launch = argv[1];
+  g_prog = argv[2];
+  return RUN_ALL_TESTS();
+}
