@@ -1,0 +1,79 @@
+#include "models/gpt/gpt_config.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace mcc {
+namespace gpt {
+
+absl::Status GPTConfig::Validate(int tp, bool sequence_parallel) const {
+  auto bad = [](auto... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(parts...));
+  };
+  if (num_layers <= 0 || hidden_size <= 0 || num_attention_heads <= 0 ||
+      vocab_size <= 0 || seq_length <= 0) {
+    return bad("--num-layers (", num_layers, "), --hidden-size (", hidden_size,
+               "), --num-attention-heads (", num_attention_heads,
+               "), vocabulary (", vocab_size, ") and --seq-length (",
+               seq_length, ") must be positive");
+  }
+  if (hidden_size % num_attention_heads != 0) {
+    return bad("--hidden-size (", hidden_size,
+               ") is not divisible by --num-attention-heads (",
+               num_attention_heads, ")");
+  }
+  if (num_attention_heads % query_groups() != 0) {
+    return bad("--num-attention-heads (", num_attention_heads,
+               ") is not divisible by --num-query-groups (", query_groups(),
+               ")");
+  }
+  if (num_attention_heads % tp != 0) {
+    return bad("--num-attention-heads (", num_attention_heads,
+               ") is not divisible by --tensor-model-parallel-size (", tp, ")");
+  }
+  if (query_groups() % tp != 0) {
+    return bad("--num-query-groups (", query_groups(),
+               ") is not divisible by --tensor-model-parallel-size (", tp, ")");
+  }
+  if (ffn() % tp != 0) {
+    return bad("--ffn-hidden-size (", ffn(),
+               ") is not divisible by --tensor-model-parallel-size (", tp, ")");
+  }
+  if (vocab_size % tp != 0) {
+    return bad("vocabulary size (", vocab_size,
+               ") is not divisible by --tensor-model-parallel-size (", tp,
+               "); pad it with --make-vocab-size-divisible-by");
+  }
+  if (sequence_parallel && seq_length % tp != 0) {
+    return bad("--seq-length (", seq_length,
+               ") is not divisible by --tensor-model-parallel-size (", tp,
+               ") as --sequence-parallel needs");
+  }
+  if (seq_length > max_positions()) {
+    return bad("--seq-length (", seq_length,
+               ") exceeds --max-position-embeddings (", max_positions(), ")");
+  }
+  if (attention_dropout != 0.0) {
+    return bad("--attention-dropout ", attention_dropout,
+               ": the fused attention kernel has no dropout; use 0");
+  }
+  if (hidden_dropout < 0.0 || hidden_dropout >= 1.0) {
+    return bad("--hidden-dropout ", hidden_dropout, " is not in [0, 1)");
+  }
+  if (position_embedding == PositionEmbedding::kRope && head_dim() % 2 != 0) {
+    return bad("rotary embeddings need an even head dimension, got ",
+               head_dim());
+  }
+  if (activation == Activation::kSwiGLU && tp > 1) {
+    return bad(
+        "--swiglu with --tensor-model-parallel-size > 1 is not "
+        "supported yet");
+  }
+  if (recompute_num_layers <= 0) {
+    return bad("--recompute-num-layers (", recompute_num_layers,
+               ") must be positive");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpt
+}  // namespace mcc

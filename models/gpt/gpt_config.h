@@ -1,0 +1,62 @@
+#ifndef MODELS_GPT_GPT_CONFIG_H_
+#define MODELS_GPT_GPT_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace mcc {
+namespace gpt {
+
+enum class PositionEmbedding { kLearned, kRope };
+enum class Normalization { kLayerNorm, kRMSNorm };
+enum class Activation { kGelu, kSwiGLU };
+enum class RecomputeGranularity { kNone, kSelective, kFull };
+enum class RecomputeMethod { kUniform, kBlock };
+
+// The model's shape and options, with Megatron's flag names beside each.
+struct GPTConfig {
+  int num_layers = 2;                   // --num-layers
+  int64_t hidden_size = 64;             // --hidden-size
+  int num_attention_heads = 4;          // --num-attention-heads
+  int num_query_groups = 0;             // --num-query-groups (GQA); 0: heads
+  int64_t ffn_hidden_size = 0;          // --ffn-hidden-size; 0: 4 * hidden
+  int64_t vocab_size = 128;             // padded vocabulary size
+  int64_t seq_length = 32;              // --seq-length
+  int64_t max_position_embeddings = 0;  // 0: seq_length
+  PositionEmbedding position_embedding = PositionEmbedding::kLearned;
+  double rotary_base = 10000.0;                             // --rotary-base
+  Normalization normalization = Normalization::kLayerNorm;  // --normalization
+  double norm_epsilon = 1e-5;                               // --norm-epsilon
+  Activation activation = Activation::kGelu;  // --swiglu selects SwiGLU
+  bool untie_embeddings_and_output_weights = false;
+  bool add_bias_linear = true;     // --disable-bias-linear clears it
+  double hidden_dropout = 0.0;     // --hidden-dropout
+  double attention_dropout = 0.0;  // --attention-dropout (must be 0 here)
+  double init_method_std = 0.02;   // --init-method-std
+  uint64_t seed = 1234;            // --seed
+  RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;
+  RecomputeMethod recompute_method = RecomputeMethod::kUniform;
+  int recompute_num_layers = 1;  // --recompute-num-layers
+
+  int64_t ffn() const {
+    return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size;
+  }
+  int query_groups() const {
+    return num_query_groups > 0 ? num_query_groups : num_attention_heads;
+  }
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t max_positions() const {
+    return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
+  }
+
+  // Checks the shape against itself and against the tensor-parallel size
+  // (and sequence parallelism); the message names the flags at fault.
+  absl::Status Validate(int tensor_parallel_size, bool sequence_parallel) const;
+};
+
+}  // namespace gpt
+}  // namespace mcc
+
+#endif  // MODELS_GPT_GPT_CONFIG_H_

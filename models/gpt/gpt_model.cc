@@ -1,0 +1,296 @@
+#include "models/gpt/gpt_model.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/dropout.h"
+#include "core/ops/embedding.h"
+#include "core/status_macros.h"
+#include "models/gpt/residual.h"
+#include "parallel/mappings.h"
+
+namespace mcc {
+namespace gpt {
+
+using parallel::GroupRank;
+using parallel::GroupSize;
+using parallel::InitSpec;
+
+absl::StatusOr<std::unique_ptr<GPTModel>> GPTModel::Create(
+    const GPTConfig& config, const parallel::LayerContext& context) {
+  MCC_RETURN_IF_ERROR(
+      config.Validate(GroupSize(context.tp_group), context.sequence_parallel));
+  auto model = std::unique_ptr<GPTModel>(new GPTModel);
+  model->config_ = config;
+  model->context_ = context;
+  const auto init =
+      InitSpec::Normal(static_cast<float>(config.init_method_std));
+  MCC_ASSIGN_OR_RETURN(
+      model->word_embeddings_,
+      parallel::VocabParallelEmbedding::Create(
+          "embedding.word_embeddings.weight", config.vocab_size,
+          config.hidden_size, init, context));
+  model->parameters_.push_back(model->word_embeddings_->weight());
+  if (config.position_embedding == PositionEmbedding::kLearned) {
+    MCC_ASSIGN_OR_RETURN(
+        model->position_embeddings_,
+        parallel::MakeParameter("embedding.position_embeddings.weight",
+                                {config.max_positions(), config.hidden_size},
+                                -1, init, context, /*weight_decay=*/true));
+    model->parameters_.push_back(model->position_embeddings_);
+  }
+  for (int i = 0; i < config.num_layers; ++i) {
+    MCC_ASSIGN_OR_RETURN(auto layer,
+                         TransformerLayer::Create(i, config, context));
+    layer->AppendParameters(&model->parameters_);
+    model->layers_.push_back(std::move(layer));
+  }
+  MCC_ASSIGN_OR_RETURN(
+      model->final_norm_,
+      Norm::Create("decoder.final_layernorm", config, context));
+  model->final_norm_->AppendParameters(&model->parameters_);
+  if (config.untie_embeddings_and_output_weights) {
+    parallel::LinearOptions options;
+    options.bias = false;
+    options.weight_init = init;
+    MCC_ASSIGN_OR_RETURN(model->output_layer_,
+                         parallel::ColumnParallelLinear::Create(
+                             "output_layer", config.hidden_size,
+                             config.vocab_size, options, context));
+    model->output_layer_->AppendParameters(&model->parameters_);
+  } else {
+    MCC_ASSIGN_OR_RETURN(
+        model->output_layer_,
+        parallel::ColumnParallelLinear::CreateTied(
+            "output_layer", model->word_embeddings_->weight(), context));
+  }
+  return model;
+}
+
+void GPTModel::ZeroGradients() {
+  for (const auto& p : parameters_) p->main_grad.Zero();
+}
+
+absl::Status GPTModel::FinalizeGradients() {
+  if (GroupSize(context_.tp_group) == 1) return absl::OkStatus();
+  for (const auto& p : parameters_) {
+    if (p->sequence_parallel) {
+      MCC_RETURN_IF_ERROR(context_.tp_group->AllReduceSync(
+          &p->main_grad, comm::ReduceOp::kSum));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GPTModel::CheckBatch(const MicroBatch& batch) const {
+  const Tensor& t = batch.tokens;
+  if (t.dim() != 2 || t.dtype() != DType::kInt64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro-batch tokens ", t.Describe(), " must be int64 [batch, seq]"));
+  }
+  if (t.size(1) > config_.max_positions()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro-batch sequence length ", t.size(1),
+        " exceeds the position table (", config_.max_positions(), ")"));
+  }
+  if (context_.sequence_parallel && t.size(1) % GroupSize(context_.tp_group)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence length ", t.size(1),
+                     " is not divisible by the tensor-parallel size under SP"));
+  }
+  if (batch.labels.shape() != t.shape() ||
+      batch.labels.dtype() != DType::kInt64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("micro-batch labels ", batch.labels.Describe(),
+                     " do not match tokens ", t.Describe()));
+  }
+  if (batch.loss_mask.defined() &&
+      (batch.loss_mask.shape() != t.shape() ||
+       batch.loss_mask.dtype() != DType::kFloat32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("micro-batch loss mask ", batch.loss_mask.Describe(),
+                     " must be fp32 shaped as tokens ", t.Describe()));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// [b, s] -> [s * b] in sequence-major order (int64 or fp32).
+template <typename T>
+Tensor SeqMajor(const Tensor& x) {
+  const int64_t b = x.size(0), s = x.size(1);
+  Tensor out = Tensor::Empty({s * b}, x.dtype());
+  const T* src = x.data<T>();
+  T* dst = out.data<T>();
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t si = 0; si < s; ++si) dst[si * b + bi] = src[bi * s + si];
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<LossSum> GPTModel::ForwardBackward(const MicroBatch& batch,
+                                                  float grad_scale) {
+  return Run(batch, /*backward=*/true, grad_scale);
+}
+
+absl::StatusOr<LossSum> GPTModel::Forward(const MicroBatch& batch) {
+  return Run(batch, /*backward=*/false, 0.0f);
+}
+
+absl::StatusOr<LossSum> GPTModel::Run(const MicroBatch& batch, bool backward,
+                                      float grad_scale) {
+  MCC_RETURN_IF_ERROR(CheckBatch(batch));
+  comm::ProcessGroup* tp = context_.tp_group;
+  const bool sp = context_.sequence_parallel;
+  const int64_t b = batch.tokens.size(0), s = batch.tokens.size(1);
+  const int64_t h = config_.hidden_size;
+  const int num_layers = static_cast<int>(layers_.size());
+  const uint64_t full_numel = static_cast<uint64_t>(s * b * h);
+  // Each forward call owns a disjoint stretch of the dropout stream: two
+  // sites per layer plus the embedding's.
+  const uint64_t call = forward_calls_++;
+  auto offset_of = [&](int site_block) {
+    return (call * (num_layers + 1) + site_block) * 2 * full_numel;
+  };
+
+  // Embeddings, in sequence-major order.
+  Tensor ids = SeqMajor<int64_t>(batch.tokens);
+  MCC_ASSIGN_OR_RETURN(Tensor emb, word_embeddings_->Forward(ids));
+  Tensor positions = Tensor::Empty({s * b}, DType::kInt64);
+  for (int64_t si = 0; si < s; ++si) {
+    for (int64_t bi = 0; bi < b; ++bi)
+      positions.data<int64_t>()[si * b + bi] = si;
+  }
+  if (position_embeddings_ != nullptr) {
+    Tensor pos = Tensor::Empty(emb.shape(), emb.dtype());
+    MCC_RETURN_IF_ERROR(
+        ops::EmbeddingLookup(positions, position_embeddings_->value, &pos));
+    MCC_RETURN_IF_ERROR(AddResidual(emb, pos, &emb));
+  }
+  const float p = static_cast<float>(config_.hidden_dropout);
+  const uint64_t emb_offset = offset_of(num_layers);
+  if (p > 0)
+    MCC_RETURN_IF_ERROR(ops::Dropout(emb, p, config_.seed, emb_offset, &emb));
+  MCC_ASSIGN_OR_RETURN(Tensor x,
+                       parallel::ScatterToSequenceParallelRegion::Forward(
+                           sp ? tp : nullptr, emb));
+  if (sp) x = x.Clone();  // Own storage: the full embedding can be freed.
+
+  // Which layers start a recomputed chunk, and how long it is.
+  std::vector<int> chunk_len(num_layers, 0);
+  if (config_.recompute_granularity == RecomputeGranularity::kFull) {
+    const int n = config_.recompute_num_layers;
+    if (config_.recompute_method == RecomputeMethod::kUniform) {
+      for (int i = 0; i < num_layers; i += n) {
+        chunk_len[i] = std::min(n, num_layers - i);
+      }
+    } else {
+      for (int i = 0; i < std::min(n, num_layers); ++i) chunk_len[i] = 1;
+    }
+  }
+  std::vector<TransformerLayer::Activations> records(num_layers);
+  std::vector<Tensor> chunk_inputs(num_layers);
+  for (int i = 0; i < num_layers;) {
+    if (chunk_len[i] > 0 && backward) {
+      // Keep only the chunk's input; its records are rebuilt in backward.
+      chunk_inputs[i] = x;
+      for (int j = i; j < i + chunk_len[i]; ++j) {
+        TransformerLayer::Activations scratch;
+        MCC_ASSIGN_OR_RETURN(x,
+                             layers_[j]->Forward(x, b, offset_of(j), &scratch));
+      }
+      i += chunk_len[i];
+    } else {
+      MCC_ASSIGN_OR_RETURN(
+          x, layers_[i]->Forward(x, b, offset_of(i), &records[i]));
+      if (!backward) records[i] = TransformerLayer::Activations();
+      ++i;
+    }
+  }
+  Norm::Activations final_act;
+  MCC_ASSIGN_OR_RETURN(Tensor final_out, final_norm_->Forward(x, &final_act));
+  parallel::ColumnParallelLinear::Activations head_act;
+  MCC_ASSIGN_OR_RETURN(Tensor logits,
+                       output_layer_->Forward(final_out, &head_act));
+  Tensor labels = SeqMajor<int64_t>(batch.labels);
+  parallel::VocabParallelCrossEntropy::Activations ce_act;
+  MCC_ASSIGN_OR_RETURN(Tensor losses,
+                       parallel::VocabParallelCrossEntropy::Forward(
+                           tp, logits, labels, word_embeddings_->vocab_start(),
+                           config_.vocab_size, &ce_act));
+  logits = Tensor();
+  Tensor mask;
+  if (batch.loss_mask.defined()) {
+    mask = SeqMajor<float>(batch.loss_mask);
+  } else {
+    mask = Tensor::Full({s * b}, 1.0, DType::kFloat32);
+  }
+  LossSum result;
+  const float* lp = losses.data<float>();
+  const float* mp = mask.data<float>();
+  const int64_t* yp = labels.data<int64_t>();
+  for (int64_t t = 0; t < s * b; ++t) {
+    if (yp[t] == -100) continue;
+    result.sum += static_cast<double>(lp[t]) * mp[t];
+    result.tokens += mp[t];
+  }
+  if (!backward) return result;
+
+  // Backward.
+  Tensor dloss = Tensor::Empty({s * b}, DType::kFloat32);
+  const float scale =
+      result.tokens > 0 ? grad_scale / static_cast<float>(result.tokens) : 0.0f;
+  for (int64_t t = 0; t < s * b; ++t) dloss.data<float>()[t] = mp[t] * scale;
+  MCC_ASSIGN_OR_RETURN(
+      Tensor dlogits,
+      parallel::VocabParallelCrossEntropy::Backward(
+          dloss, ce_act, word_embeddings_->vocab_start(), context_.dtype));
+  ce_act = {};
+  MCC_ASSIGN_OR_RETURN(Tensor dfinal,
+                       output_layer_->Backward(dlogits, head_act));
+  dlogits = Tensor();
+  MCC_ASSIGN_OR_RETURN(Tensor dx, final_norm_->Backward(dfinal, final_act));
+  for (int i = num_layers - 1; i >= 0;) {
+    // The recomputed chunk that holds layer i, if any.
+    int start = i;
+    for (int j = 0; j <= i; ++j) {
+      if (chunk_len[j] > 0 && j + chunk_len[j] - 1 >= i) start = j;
+    }
+    if (chunk_len[start] > 0 && start + chunk_len[start] - 1 >= i) {
+      Tensor y = chunk_inputs[start];
+      for (int j = start; j <= i; ++j) {
+        MCC_ASSIGN_OR_RETURN(
+            y, layers_[j]->Forward(y, b, offset_of(j), &records[j]));
+      }
+      for (int j = i; j >= start; --j) {
+        MCC_ASSIGN_OR_RETURN(dx, layers_[j]->Backward(dx, b, &records[j]));
+        records[j] = TransformerLayer::Activations();
+      }
+      chunk_inputs[start] = Tensor();
+      i = start - 1;
+    } else {
+      MCC_ASSIGN_OR_RETURN(dx, layers_[i]->Backward(dx, b, &records[i]));
+      records[i] = TransformerLayer::Activations();
+      --i;
+    }
+  }
+  MCC_ASSIGN_OR_RETURN(Tensor demb,
+                       parallel::ScatterToSequenceParallelRegion::Backward(
+                           sp ? tp : nullptr, dx));
+  if (p > 0) {
+    Tensor d = Tensor::Empty(demb.shape(), demb.dtype());
+    MCC_RETURN_IF_ERROR(
+        ops::DropoutBackward(demb, p, config_.seed, emb_offset, &d));
+    demb = d;
+  }
+  MCC_RETURN_IF_ERROR(word_embeddings_->Backward(ids, demb));
+  if (position_embeddings_ != nullptr) {
+    MCC_RETURN_IF_ERROR(ops::EmbeddingBackward(
+        positions, demb, &position_embeddings_->main_grad));
+  }
+  return result;
+}
+
+}  // namespace gpt
+}  // namespace mcc

@@ -1,0 +1,78 @@
+#ifndef MODELS_GPT_GPT_MODEL_H_
+#define MODELS_GPT_GPT_MODEL_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/parameter.h"
+#include "core/tensor.h"
+#include "models/gpt/gpt_config.h"
+#include "models/gpt/transformer_layer.h"
+#include "parallel/linear.h"
+#include "parallel/vocab_parallel.h"
+
+namespace mcc {
+namespace gpt {
+
+// One micro-batch of token ids, as the loader yields them.
+struct MicroBatch {
+  Tensor tokens;     // int64 [b, s]
+  Tensor labels;     // int64 [b, s]; -100 ignores a position
+  Tensor loss_mask;  // fp32 [b, s]; undefined means all ones
+};
+
+// The summed loss of a micro-batch and the number of tokens it covers.
+struct LossSum {
+  double sum = 0.0;
+  double tokens = 0.0;
+  double mean() const { return tokens > 0 ? sum / tokens : 0.0; }
+};
+
+// A GPT decoder built from the tensor- and sequence-parallel layers: word
+// (vocab-parallel) and learned position embeddings, pre-norm blocks, a final
+// norm and the output layer (tied to the word embedding unless untied), with
+// vocab-parallel cross entropy. Every tensor-parallel layout starts from the
+// serial model's weights and computes the same loss.
+class GPTModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<GPTModel>> Create(
+      const GPTConfig& config, const parallel::LayerContext& context);
+
+  // Forward and backward of one micro-batch: the parameters' main_grad
+  // accumulate d(mean loss)/dparam * grad_scale. Returns the loss sum.
+  absl::StatusOr<LossSum> ForwardBackward(const MicroBatch& batch,
+                                          float grad_scale);
+  // Forward only (evaluation).
+  absl::StatusOr<LossSum> Forward(const MicroBatch& batch);
+
+  // After the last micro-batch's backward: sums over TP the gradients that
+  // sequence parallelism leaves partial (norm weights, row-parallel biases).
+  absl::Status FinalizeGradients();
+  void ZeroGradients();
+
+  const ParameterList& parameters() const { return parameters_; }
+  const GPTConfig& config() const { return config_; }
+  const parallel::LayerContext& context() const { return context_; }
+
+ private:
+  struct Record;
+  absl::StatusOr<LossSum> Run(const MicroBatch& batch, bool backward,
+                              float grad_scale);
+  absl::Status CheckBatch(const MicroBatch& batch) const;
+
+  GPTConfig config_;
+  parallel::LayerContext context_;
+  std::unique_ptr<parallel::VocabParallelEmbedding> word_embeddings_;
+  std::shared_ptr<Parameter> position_embeddings_;
+  std::vector<std::unique_ptr<TransformerLayer>> layers_;
+  std::unique_ptr<Norm> final_norm_;
+  std::unique_ptr<parallel::ColumnParallelLinear> output_layer_;
+  ParameterList parameters_;
+  uint64_t forward_calls_ = 0;
+};
+
+}  // namespace gpt
+}  // namespace mcc
+
+#endif  // MODELS_GPT_GPT_MODEL_H_

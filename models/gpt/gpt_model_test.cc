@@ -1,0 +1,295 @@
+// The GPT model against itself: serial gradients against finite
+// differences, and every tensor/sequence-parallel layout (real processes
+// over gloo) against the serial run.
+#include "models/gpt/gpt_model.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/comm/init.h"
+#include "core/comm/mp_test_util.h"
+#include "core/status_macros.h"
+#include "gtest/gtest.h"
+#include "parallel/mappings.h"
+
+namespace mcc {
+namespace gpt {
+namespace {
+
+GPTConfig TinyConfig() {
+  GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.vocab_size = 128;
+  c.seq_length = 16;
+  c.seed = 7;
+  return c;
+}
+
+constexpr int64_t kBatch = 2;
+
+MicroBatch FixedBatch(const GPTConfig& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int64_t> tokens(kBatch * c.seq_length);
+  std::vector<int64_t> labels(tokens.size());
+  for (auto& t : tokens) t = rng() % c.vocab_size;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    labels[i] =
+        (i % 7 == 3) ? -100 : static_cast<int64_t>(rng() % c.vocab_size);
+  }
+  MicroBatch b;
+  b.tokens = *Tensor::FromInts(tokens, {kBatch, c.seq_length});
+  b.labels = *Tensor::FromInts(labels, {kBatch, c.seq_length});
+  return b;
+}
+
+// The variants every layout runs: name -> config change.
+std::vector<std::pair<std::string, GPTConfig>> Variants() {
+  std::vector<std::pair<std::string, GPTConfig>> v;
+  GPTConfig base = TinyConfig();
+  v.push_back({"plain", base});
+  GPTConfig sel = base;
+  sel.recompute_granularity = RecomputeGranularity::kSelective;
+  v.push_back({"selective", sel});
+  GPTConfig full = base;
+  full.recompute_granularity = RecomputeGranularity::kFull;
+  full.recompute_num_layers = 2;
+  v.push_back({"full_uniform", full});
+  GPTConfig block = full;
+  block.recompute_method = RecomputeMethod::kBlock;
+  block.recompute_num_layers = 1;
+  v.push_back({"full_block", block});
+  GPTConfig rope = base;
+  rope.position_embedding = PositionEmbedding::kRope;
+  rope.normalization = Normalization::kRMSNorm;
+  rope.untie_embeddings_and_output_weights = true;
+  rope.hidden_dropout = 0.1;
+  v.push_back({"rope_rmsnorm_untied_dropout", rope});
+  return v;
+}
+
+// Loss and full (gathered) gradients of one run, in parameter order.
+struct RunResult {
+  double loss = 0;
+  std::vector<std::string> names;
+  std::vector<std::vector<float>> grads;
+};
+
+absl::StatusOr<RunResult> RunModel(const GPTConfig& config,
+                                   comm::ProcessGroup* tp, bool sp) {
+  parallel::LayerContext ctx;
+  ctx.tp_group = tp;
+  ctx.sequence_parallel = sp;
+  ctx.seed = config.seed;
+  MCC_ASSIGN_OR_RETURN(auto model, GPTModel::Create(config, ctx));
+  RunResult result;
+  // Two micro-batches accumulate, as in training.
+  for (uint32_t mb = 0; mb < 2; ++mb) {
+    MCC_ASSIGN_OR_RETURN(LossSum loss, model->ForwardBackward(
+                                           FixedBatch(config, 11 + mb), 0.5f));
+    result.loss += loss.mean() / 2;
+  }
+  MCC_RETURN_IF_ERROR(model->FinalizeGradients());
+  for (const auto& p : model->parameters()) {
+    Tensor g = p->main_grad;
+    if (p->partition_dim == 0) {
+      MCC_ASSIGN_OR_RETURN(g, parallel::GatherFirstDim(tp, g));
+    } else if (p->partition_dim == 1) {
+      MCC_ASSIGN_OR_RETURN(g, parallel::GatherLastDim(tp, g));
+    }
+    result.names.push_back(p->name);
+    result.grads.push_back(g.ToFloats());
+  }
+  return result;
+}
+
+std::string ResultPath(int tp, bool sp, const std::string& variant) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir ? dir : "/tmp", "/gpt_tp", tp, "_sp", sp, "_",
+                      variant, ".bin");
+}
+
+void WriteResult(const std::string& path, const RunResult& r) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&r.loss), sizeof(r.loss));
+  const int64_t n = r.grads.size();
+  out.write(reinterpret_cast<const char*>(&n), sizeof(n));
+  for (const auto& g : r.grads) {
+    const int64_t m = g.size();
+    out.write(reinterpret_cast<const char*>(&m), sizeof(m));
+    out.write(reinterpret_cast<const char*>(g.data()), m * sizeof(float));
+  }
+}
+
+bool ReadResult(const std::string& path, RunResult* r) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  int64_t n = 0;
+  in.read(reinterpret_cast<char*>(&r->loss), sizeof(r->loss));
+  in.read(reinterpret_cast<char*>(&n), sizeof(n));
+  r->grads.resize(n);
+  for (auto& g : r->grads) {
+    int64_t m = 0;
+    in.read(reinterpret_cast<char*>(&m), sizeof(m));
+    g.resize(m);
+    in.read(reinterpret_cast<char*>(g.data()), m * sizeof(float));
+  }
+  return static_cast<bool>(in);
+}
+
+MCC_WORKER(gpt_parity) {
+  comm::GroupOptions options;
+  options.timeout = absl::Seconds(60);
+  auto world = comm::InitWorldFromEnvironment(options);
+  if (!world.ok()) {
+    std::fprintf(stderr, "init: %s\n", world.status().ToString().c_str());
+    return 3;
+  }
+  const bool sp = std::getenv("MCC_TEST_SP")[0] == '1';
+  const int tp = world->group->size();
+  for (const auto& [name, config] : Variants()) {
+    auto result = RunModel(config, world->group.get(), sp);
+    if (!result.ok()) {
+      std::fprintf(stderr, "%s: %s\n", name.c_str(),
+                   result.status().ToString().c_str());
+      return 4;
+    }
+    if (world->group->rank() == 0)
+      WriteResult(ResultPath(tp, sp, name), *result);
+  }
+  return 0;
+}
+
+// Relative error of a against b, measured in b's norm.
+double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff +=
+        (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    ref += static_cast<double>(b[i]) * b[i];
+  }
+  return ref == 0 ? std::sqrt(diff) : std::sqrt(diff / ref);
+}
+
+class GPTParityTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(GPTParityTest, EqualsSerial) {
+  const auto [tp, sp] = GetParam();
+  auto results = comm::testing::RunWorkers(
+      tp, "gpt_parity", absl::Seconds(120), [sp = sp](int) {
+        return std::map<std::string, std::string>{
+            {"MCC_TEST_SP", sp ? "1" : "0"}};
+      });
+  for (const auto& r : results) {
+    ASSERT_EQ(r.exit_code, 0) << comm::testing::Describe(results);
+  }
+  for (const auto& [name, config] : Variants()) {
+    SCOPED_TRACE(name);
+    auto serial = RunModel(config, nullptr, false);
+    ASSERT_TRUE(serial.ok()) << serial.status();
+    RunResult parallel;
+    ASSERT_TRUE(ReadResult(ResultPath(tp, sp, name), &parallel));
+    EXPECT_NEAR(parallel.loss, serial->loss, 1e-5 * std::abs(serial->loss));
+    ASSERT_EQ(parallel.grads.size(), serial->grads.size());
+    for (size_t i = 0; i < serial->grads.size(); ++i) {
+      ASSERT_EQ(parallel.grads[i].size(), serial->grads[i].size())
+          << serial->names[i];
+      EXPECT_LE(RelativeError(parallel.grads[i], serial->grads[i]), 1e-4)
+          << serial->names[i];
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, GPTParityTest,
+    ::testing::Values(std::make_tuple(1, false), std::make_tuple(2, false),
+                      std::make_tuple(2, true), std::make_tuple(4, false),
+                      std::make_tuple(4, true)),
+    [](const auto& info) {
+      return absl::StrCat("tp", std::get<0>(info.param),
+                          std::get<1>(info.param) ? "_sp" : "");
+    });
+
+TEST(GPTModelTest, RecomputationDoesNotChangeTheResult) {
+  const auto variants = Variants();
+  auto plain = RunModel(variants[0].second, nullptr, false);
+  ASSERT_TRUE(plain.ok());
+  for (size_t v = 1; v <= 3; ++v) {
+    auto other = RunModel(variants[v].second, nullptr, false);
+    ASSERT_TRUE(other.ok());
+    EXPECT_EQ(other->loss, plain->loss) << variants[v].first;
+    for (size_t i = 0; i < plain->grads.size(); ++i) {
+      EXPECT_EQ(other->grads[i], plain->grads[i])
+          << variants[v].first << " " << plain->names[i];
+    }
+  }
+}
+
+// Central finite differences of the serial loss against the analytic
+// gradient, on a micro model. The model computes in fp32, so the step is
+// large and the tolerance relative to the gradient's largest entry.
+TEST(GPTModelTest, GradientsMatchFiniteDifferences) {
+  GPTConfig c;
+  c.num_layers = 1;
+  c.hidden_size = 16;
+  c.num_attention_heads = 2;
+  c.vocab_size = 24;
+  c.seq_length = 6;
+  c.init_method_std = 0.2;
+  parallel::LayerContext ctx;
+  auto model = *GPTModel::Create(c, ctx);
+  const MicroBatch batch = FixedBatch(c, 3);
+  ASSERT_TRUE(model->ForwardBackward(batch, 1.0f).ok());
+  std::mt19937 rng(5);
+  int checked = 0;
+  for (const auto& p : model->parameters()) {
+    const std::vector<float> grad = p->main_grad.ToFloats();
+    float gmax = 0;
+    for (float g : grad) gmax = std::max(gmax, std::abs(g));
+    float* w = p->value.data<float>();
+    for (int trial = 0; trial < 4; ++trial) {
+      const int64_t i = rng() % p->value.numel();
+      const float saved = w[i];
+      const float h = 1e-2f;
+      w[i] = saved + h;
+      const double up = model->Forward(batch)->mean();
+      w[i] = saved - h;
+      const double down = model->Forward(batch)->mean();
+      w[i] = saved;
+      const double fd = (up - down) / (2 * h);
+      EXPECT_NEAR(fd, grad[i], 2e-2 * gmax + 2e-4)
+          << p->name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 40);
+}
+
+TEST(GPTModelTest, BadShapesGiveOneClearMessage) {
+  GPTConfig c = TinyConfig();
+  c.num_attention_heads = 3;
+  c.hidden_size = 63;
+  EXPECT_NE(c.Validate(2, false).message().find("--num-attention-heads (3)"),
+            std::string::npos);
+  GPTConfig v = TinyConfig();
+  v.vocab_size = 130;
+  EXPECT_NE(v.Validate(4, false).message().find("vocabulary size (130)"),
+            std::string::npos);
+  GPTConfig s = TinyConfig();
+  s.seq_length = 18;
+  EXPECT_NE(s.Validate(4, true).message().find("--sequence-parallel"),
+            std::string::npos);
+  EXPECT_TRUE(s.Validate(4, false).ok());
+}
+
+}  // namespace
+}  // namespace gpt
+}  // namespace mcc

@@ -1,0 +1,376 @@
+#include "models/gpt/transformer_layer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/activation.h"
+#include "core/ops/attention.h"
+#include "core/ops/bias.h"
+#include "core/ops/dropout.h"
+#include "core/ops/norm.h"
+#include "core/ops/rotary.h"
+#include "core/status_macros.h"
+#include "core/thread_pool.h"
+#include "models/gpt/residual.h"
+#include "parallel/mappings.h"
+
+namespace mcc {
+namespace gpt {
+
+using parallel::ColumnParallelLinear;
+using parallel::GroupRank;
+using parallel::GroupSize;
+using parallel::InitSpec;
+using parallel::LinearOptions;
+using parallel::MakeParameter;
+using parallel::RowParallelLinear;
+
+absl::StatusOr<std::unique_ptr<Norm>> Norm::Create(
+    const std::string& name, const GPTConfig& config,
+    const parallel::LayerContext& context) {
+  auto norm = std::unique_ptr<Norm>(new Norm);
+  norm->kind_ = config.normalization;
+  norm->eps_ = static_cast<float>(config.norm_epsilon);
+  const bool sp = context.sequence_parallel && GroupSize(context.tp_group) > 1;
+  MCC_ASSIGN_OR_RETURN(norm->weight_,
+                       MakeParameter(name + ".weight", {config.hidden_size}, -1,
+                                     InitSpec::Ones(), context, false));
+  norm->weight_->sequence_parallel = sp;
+  if (config.normalization == Normalization::kLayerNorm) {
+    MCC_ASSIGN_OR_RETURN(norm->bias_,
+                         MakeParameter(name + ".bias", {config.hidden_size}, -1,
+                                       InitSpec::Zeros(), context, false));
+    norm->bias_->sequence_parallel = sp;
+  }
+  return norm;
+}
+
+absl::StatusOr<Tensor> Norm::Forward(const Tensor& x, Activations* act) const {
+  Tensor y = Tensor::Empty(x.shape(), x.dtype(), x.device());
+  act->input = x;
+  act->rstd = Tensor::Empty({x.size(0)}, DType::kFloat32, x.device());
+  if (kind_ == Normalization::kLayerNorm) {
+    act->mean = Tensor::Empty({x.size(0)}, DType::kFloat32, x.device());
+    MCC_RETURN_IF_ERROR(ops::LayerNormForward(
+        x, weight_->value, bias_->value, eps_, &y, &act->mean, &act->rstd));
+  } else {
+    MCC_RETURN_IF_ERROR(
+        ops::RMSNormForward(x, weight_->value, eps_, &y, &act->rstd));
+  }
+  return y;
+}
+
+absl::StatusOr<Tensor> Norm::Backward(const Tensor& dy,
+                                      const Activations& act) const {
+  Tensor dx =
+      Tensor::Empty(act.input.shape(), act.input.dtype(), act.input.device());
+  if (kind_ == Normalization::kLayerNorm) {
+    MCC_RETURN_IF_ERROR(ops::LayerNormBackward(
+        dy, act.input, weight_->value, act.mean, act.rstd, &dx,
+        &weight_->main_grad, &bias_->main_grad));
+  } else {
+    MCC_RETURN_IF_ERROR(ops::RMSNormBackward(
+        dy, act.input, weight_->value, act.rstd, &dx, &weight_->main_grad));
+  }
+  return dx;
+}
+
+void Norm::AppendParameters(ParameterList* out) const {
+  out->push_back(weight_);
+  if (bias_ != nullptr) out->push_back(bias_);
+}
+
+absl::StatusOr<std::unique_ptr<TransformerLayer>> TransformerLayer::Create(
+    int layer_number, const GPTConfig& config,
+    const parallel::LayerContext& context) {
+  const int tp = GroupSize(context.tp_group);
+  MCC_RETURN_IF_ERROR(config.Validate(tp, context.sequence_parallel));
+  auto layer = std::unique_ptr<TransformerLayer>(new TransformerLayer);
+  layer->config_ = config;
+  layer->context_ = context;
+  layer->local_heads_ = config.num_attention_heads / tp;
+  layer->local_groups_ = config.query_groups() / tp;
+  const std::string prefix = absl::StrCat("decoder.layers.", layer_number, ".");
+  const float std = static_cast<float>(config.init_method_std);
+  // Megatron scales the init of the layers that write into the residual
+  // stream by 1 / sqrt(2 * layers).
+  const float out_std = std / std::sqrt(2.0f * config.num_layers);
+  const int64_t h = config.hidden_size;
+  const int64_t d = config.head_dim();
+  const int64_t heads_per_group =
+      config.num_attention_heads / config.query_groups();
+  const int64_t qkv_out = config.query_groups() * (heads_per_group + 2) * d;
+
+  MCC_ASSIGN_OR_RETURN(
+      layer->ln1_, Norm::Create(prefix + "input_layernorm", config, context));
+  MCC_ASSIGN_OR_RETURN(
+      layer->ln2_, Norm::Create(prefix + "pre_mlp_layernorm", config, context));
+  LinearOptions qkv_options;
+  qkv_options.bias = config.add_bias_linear;
+  qkv_options.weight_init = InitSpec::Normal(std);
+  MCC_ASSIGN_OR_RETURN(layer->qkv_, ColumnParallelLinear::Create(
+                                        prefix + "self_attention.linear_qkv", h,
+                                        qkv_out, qkv_options, context));
+  LinearOptions proj_options;
+  proj_options.bias = config.add_bias_linear;
+  proj_options.weight_init = InitSpec::Normal(out_std);
+  MCC_ASSIGN_OR_RETURN(layer->proj_, RowParallelLinear::Create(
+                                         prefix + "self_attention.linear_proj",
+                                         config.num_attention_heads * d, h,
+                                         proj_options, context));
+  const bool swiglu = config.activation == Activation::kSwiGLU;
+  LinearOptions fc1_options;
+  fc1_options.bias = config.add_bias_linear;
+  fc1_options.weight_init = InitSpec::Normal(std);
+  // GELU fuses its bias; SwiGLU takes the biased output.
+  fc1_options.skip_bias_add = !swiglu && config.add_bias_linear;
+  MCC_ASSIGN_OR_RETURN(
+      layer->fc1_,
+      ColumnParallelLinear::Create(prefix + "mlp.linear_fc1", h,
+                                   swiglu ? 2 * config.ffn() : config.ffn(),
+                                   fc1_options, context));
+  MCC_ASSIGN_OR_RETURN(layer->fc2_, RowParallelLinear::Create(
+                                        prefix + "mlp.linear_fc2", config.ffn(),
+                                        h, proj_options, context));
+  return layer;
+}
+
+void TransformerLayer::AppendParameters(ParameterList* out) const {
+  ln1_->AppendParameters(out);
+  qkv_->AppendParameters(out);
+  proj_->AppendParameters(out);
+  ln2_->AppendParameters(out);
+  fc1_->AppendParameters(out);
+  fc2_->AppendParameters(out);
+}
+
+namespace {
+
+// Row t of a [s * b, ...] tensor is (sequence t / b, batch t % b). These
+// move head blocks of d elements between that order and [b, s, heads, d].
+struct QkvLayout {
+  int64_t b, s, groups, heads_per_group, d;
+  int64_t row() const { return groups * (heads_per_group + 2) * d; }
+};
+
+void SplitQkv(const Tensor& qkv, const QkvLayout& l, Tensor* q, Tensor* k,
+              Tensor* v, bool merge) {
+  const size_t es = DTypeSize(qkv.dtype());
+  const int64_t hpg = l.heads_per_group;
+  char* base = static_cast<char*>(qkv.raw_data());
+  char* qp = static_cast<char*>(q->raw_data());
+  char* kp = static_cast<char*>(k->raw_data());
+  char* vp = static_cast<char*>(v->raw_data());
+  const size_t block = l.d * es;
+  ThreadPool::Global().ParallelFor(l.s * l.b, 8, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t si = t / l.b, bi = t % l.b;
+      char* row = base + t * l.row() * es;
+      const int64_t tok = bi * l.s + si;
+      for (int64_t g = 0; g < l.groups; ++g) {
+        char* grp = row + g * (hpg + 2) * block;
+        for (int64_t j = 0; j < hpg; ++j) {
+          char* dst = qp + ((tok * l.groups + g) * hpg + j) * block;
+          merge ? std::memcpy(grp + j * block, dst, block)
+                : std::memcpy(dst, grp + j * block, block);
+        }
+        char* kd = kp + (tok * l.groups + g) * block;
+        char* vd = vp + (tok * l.groups + g) * block;
+        if (merge) {
+          std::memcpy(grp + hpg * block, kd, block);
+          std::memcpy(grp + (hpg + 1) * block, vd, block);
+        } else {
+          std::memcpy(kd, grp + hpg * block, block);
+          std::memcpy(vd, grp + (hpg + 1) * block, block);
+        }
+      }
+    }
+  });
+}
+
+// [b, s, heads * d] <-> [s * b, heads * d].
+void TransposeBatchSeq(const Tensor& src, int64_t b, int64_t s, Tensor* dst,
+                       bool to_seq_major) {
+  const size_t row = src.numel() / (b * s) * DTypeSize(src.dtype());
+  const char* sp = static_cast<const char*>(src.raw_data());
+  char* dp = static_cast<char*>(dst->raw_data());
+  ThreadPool::Global().ParallelFor(s * b, 16, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t si = t / b, bi = t % b;
+      const int64_t bs = bi * s + si;
+      if (to_seq_major) {
+        std::memcpy(dp + t * row, sp + bs * row, row);
+      } else {
+        std::memcpy(dp + bs * row, sp + t * row, row);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> TransformerLayer::Dropout(const Tensor& x,
+                                                 uint64_t offset) const {
+  if (config_.hidden_dropout == 0.0) return x;
+  Tensor y = Tensor::Empty(x.shape(), x.dtype(), x.device());
+  MCC_RETURN_IF_ERROR(ops::Dropout(
+      x, static_cast<float>(config_.hidden_dropout), config_.seed, offset, &y));
+  return y;
+}
+
+absl::StatusOr<Tensor> TransformerLayer::DropoutBackward(
+    const Tensor& dy, uint64_t offset) const {
+  if (config_.hidden_dropout == 0.0) return dy;
+  Tensor dx = Tensor::Empty(dy.shape(), dy.dtype(), dy.device());
+  MCC_RETURN_IF_ERROR(
+      ops::DropoutBackward(dy, static_cast<float>(config_.hidden_dropout),
+                           config_.seed, offset, &dx));
+  return dx;
+}
+
+absl::Status TransformerLayer::Attention(int64_t micro_batch,
+                                         Activations* act) const {
+  const int64_t s = act->q.size(1);
+  act->attn_out =
+      Tensor::Empty(act->q.shape(), act->q.dtype(), act->q.device());
+  act->lse = Tensor::Empty({micro_batch, local_heads_, s}, DType::kFloat32,
+                           act->q.device());
+  ops::AttentionOptions options;
+  options.causal = true;
+  return ops::FlashAttentionForward(act->q, act->k, act->v, options,
+                                    &act->attn_out, &act->lse);
+}
+
+absl::StatusOr<Tensor> TransformerLayer::Forward(const Tensor& x,
+                                                 int64_t micro_batch,
+                                                 uint64_t dropout_offset,
+                                                 Activations* act) const {
+  const int64_t b = micro_batch;
+  const int64_t d = config_.head_dim();
+  const bool sp = context_.sequence_parallel;
+  const int tp = GroupSize(context_.tp_group);
+  // Under SP this rank holds rows [rank * n, (rank + 1) * n) of the sequence;
+  // its dropout masks continue the serial model's stream at that place.
+  const uint64_t sp_shift =
+      sp ? static_cast<uint64_t>(GroupRank(context_.tp_group)) * x.numel() : 0;
+  const uint64_t stride = static_cast<uint64_t>(x.numel()) * (sp ? tp : 1);
+  act->dropout_offset = dropout_offset;
+
+  MCC_ASSIGN_OR_RETURN(Tensor ln1, ln1_->Forward(x, &act->ln1));
+  MCC_ASSIGN_OR_RETURN(Tensor qkv, qkv_->Forward(ln1, &act->qkv));
+  const int64_t s = qkv.size(0) / b;
+  const QkvLayout layout{b, s, local_groups_, local_heads_ / local_groups_, d};
+  act->q = Tensor::Empty({b, s, local_heads_, d}, qkv.dtype(), qkv.device());
+  act->k = Tensor::Empty({b, s, local_groups_, d}, qkv.dtype(), qkv.device());
+  act->v = Tensor::Empty({b, s, local_groups_, d}, qkv.dtype(), qkv.device());
+  SplitQkv(qkv, layout, &act->q, &act->k, &act->v, /*merge=*/false);
+  if (config_.position_embedding == PositionEmbedding::kRope) {
+    ops::RotaryOptions rope;
+    rope.base = config_.rotary_base;
+    MCC_RETURN_IF_ERROR(ops::RotaryForward(act->q, rope, &act->q));
+    MCC_RETURN_IF_ERROR(ops::RotaryForward(act->k, rope, &act->k));
+  }
+  MCC_RETURN_IF_ERROR(Attention(b, act));
+  Tensor ctx =
+      Tensor::Empty({s * b, local_heads_ * d}, qkv.dtype(), qkv.device());
+  TransposeBatchSeq(act->attn_out, b, s, &ctx, /*to_seq_major=*/true);
+  if (config_.recompute_granularity == RecomputeGranularity::kSelective) {
+    act->attn_out = Tensor();  // Rebuilt from q, k, v in the backward.
+    act->lse = Tensor();
+  }
+  MCC_ASSIGN_OR_RETURN(Tensor attn, proj_->Forward(ctx, &act->proj));
+  MCC_ASSIGN_OR_RETURN(attn, Dropout(attn, dropout_offset + sp_shift));
+  Tensor h1 = Tensor::Empty(x.shape(), x.dtype(), x.device());
+  MCC_RETURN_IF_ERROR(AddResidual(x, attn, &h1));
+
+  MCC_ASSIGN_OR_RETURN(Tensor ln2, ln2_->Forward(h1, &act->ln2));
+  MCC_ASSIGN_OR_RETURN(act->fc1_out, fc1_->Forward(ln2, &act->fc1));
+  Tensor hidden;
+  if (config_.activation == Activation::kSwiGLU) {
+    hidden = Tensor::Empty({act->fc1_out.size(0), act->fc1_out.size(1) / 2},
+                           x.dtype(), x.device());
+    MCC_RETURN_IF_ERROR(ops::SwiGLU(act->fc1_out, &hidden));
+  } else {
+    hidden = Tensor::Empty(act->fc1_out.shape(), x.dtype(), x.device());
+    if (fc1_->bias() != nullptr) {
+      MCC_RETURN_IF_ERROR(
+          ops::BiasGelu(act->fc1_out, fc1_->bias()->value, &hidden));
+    } else {
+      MCC_RETURN_IF_ERROR(ops::Gelu(act->fc1_out, &hidden));
+    }
+  }
+  MCC_ASSIGN_OR_RETURN(Tensor mlp, fc2_->Forward(hidden, &act->fc2));
+  MCC_ASSIGN_OR_RETURN(mlp, Dropout(mlp, dropout_offset + stride + sp_shift));
+  Tensor out = Tensor::Empty(x.shape(), x.dtype(), x.device());
+  MCC_RETURN_IF_ERROR(AddResidual(h1, mlp, &out));
+  return out;
+}
+
+absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
+                                                  int64_t micro_batch,
+                                                  Activations* act) const {
+  const int64_t b = micro_batch;
+  const int64_t d = config_.head_dim();
+  const bool sp = context_.sequence_parallel;
+  const int tp = GroupSize(context_.tp_group);
+  const uint64_t sp_shift =
+      sp ? static_cast<uint64_t>(GroupRank(context_.tp_group)) * dy.numel() : 0;
+  const uint64_t stride = static_cast<uint64_t>(dy.numel()) * (sp ? tp : 1);
+
+  // MLP branch.
+  MCC_ASSIGN_OR_RETURN(Tensor dmlp, DropoutBackward(dy, act->dropout_offset +
+                                                            stride + sp_shift));
+  MCC_ASSIGN_OR_RETURN(Tensor dhidden, fc2_->Backward(dmlp, act->fc2));
+  Tensor dfc1 = Tensor::Empty(act->fc1_out.shape(), act->fc1_out.dtype(),
+                              act->fc1_out.device());
+  if (config_.activation == Activation::kSwiGLU) {
+    MCC_RETURN_IF_ERROR(ops::SwiGLUBackward(dhidden, act->fc1_out, &dfc1));
+  } else if (fc1_->bias() != nullptr) {
+    MCC_RETURN_IF_ERROR(ops::BiasGeluBackward(dhidden, act->fc1_out,
+                                              fc1_->bias()->value, &dfc1,
+                                              &fc1_->bias()->main_grad));
+  } else {
+    MCC_RETURN_IF_ERROR(ops::GeluBackward(dhidden, act->fc1_out, &dfc1));
+  }
+  MCC_ASSIGN_OR_RETURN(Tensor dln2, fc1_->Backward(dfc1, act->fc1));
+  MCC_ASSIGN_OR_RETURN(Tensor dh1_norm, ln2_->Backward(dln2, act->ln2));
+  Tensor dh1 = Tensor::Empty(dy.shape(), dy.dtype(), dy.device());
+  MCC_RETURN_IF_ERROR(AddResidual(dy, dh1_norm, &dh1));
+
+  // Attention branch.
+  MCC_ASSIGN_OR_RETURN(Tensor dattn,
+                       DropoutBackward(dh1, act->dropout_offset + sp_shift));
+  MCC_ASSIGN_OR_RETURN(Tensor dctx, proj_->Backward(dattn, act->proj));
+  const int64_t s = dctx.size(0) / b;
+  if (!act->attn_out.defined()) MCC_RETURN_IF_ERROR(Attention(b, act));
+  Tensor dout =
+      Tensor::Empty(act->attn_out.shape(), dctx.dtype(), dctx.device());
+  TransposeBatchSeq(dctx, b, s, &dout, /*to_seq_major=*/false);
+  Tensor dq = Tensor::Empty(act->q.shape(), dctx.dtype(), dctx.device());
+  Tensor dk = Tensor::Empty(act->k.shape(), dctx.dtype(), dctx.device());
+  Tensor dv = Tensor::Empty(act->v.shape(), dctx.dtype(), dctx.device());
+  ops::AttentionOptions options;
+  options.causal = true;
+  MCC_RETURN_IF_ERROR(ops::FlashAttentionBackward(act->q, act->k, act->v,
+                                                  act->attn_out, dout, act->lse,
+                                                  options, &dq, &dk, &dv));
+  if (config_.position_embedding == PositionEmbedding::kRope) {
+    ops::RotaryOptions rope;
+    rope.base = config_.rotary_base;
+    MCC_RETURN_IF_ERROR(ops::RotaryBackward(dq, rope, &dq));
+    MCC_RETURN_IF_ERROR(ops::RotaryBackward(dk, rope, &dk));
+  }
+  const QkvLayout layout{b, s, local_groups_, local_heads_ / local_groups_, d};
+  Tensor dqkv =
+      Tensor::Empty({s * b, layout.row()}, dctx.dtype(), dctx.device());
+  SplitQkv(dqkv, layout, &dq, &dk, &dv, /*merge=*/true);
+  MCC_ASSIGN_OR_RETURN(Tensor dln1, qkv_->Backward(dqkv, act->qkv));
+  MCC_ASSIGN_OR_RETURN(Tensor dx_norm, ln1_->Backward(dln1, act->ln1));
+  Tensor dx = Tensor::Empty(dy.shape(), dy.dtype(), dy.device());
+  MCC_RETURN_IF_ERROR(AddResidual(dh1, dx_norm, &dx));
+  return dx;
+}
+
+}  // namespace gpt
+}  // namespace mcc

@@ -1,0 +1,88 @@
+#ifndef MODELS_GPT_TRANSFORMER_LAYER_H_
+#define MODELS_GPT_TRANSFORMER_LAYER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/parameter.h"
+#include "core/tensor.h"
+#include "models/gpt/gpt_config.h"
+#include "parallel/linear.h"
+
+namespace mcc {
+namespace gpt {
+
+// A normalisation layer (LayerNorm or RMSNorm) over the last dimension, its
+// weights replicated over tensor-parallel ranks.
+class Norm {
+ public:
+  struct Activations {
+    Tensor input, mean, rstd;
+  };
+  static absl::StatusOr<std::unique_ptr<Norm>> Create(
+      const std::string& name, const GPTConfig& config,
+      const parallel::LayerContext& context);
+  absl::StatusOr<Tensor> Forward(const Tensor& x, Activations* act) const;
+  // Returns dx; accumulates the weight (and bias) gradients.
+  absl::StatusOr<Tensor> Backward(const Tensor& dy,
+                                  const Activations& act) const;
+  void AppendParameters(ParameterList* out) const;
+
+ private:
+  Normalization kind_ = Normalization::kLayerNorm;
+  float eps_ = 1e-5f;
+  std::shared_ptr<Parameter> weight_, bias_;
+};
+
+// One pre-norm decoder block: x + attn(norm(x)), then + mlp(norm(.)).
+// Hidden states are [s * b, hidden] in sequence-major order ([s, b, h]
+// flattened), or this rank's [s / TP * b, hidden] under sequence
+// parallelism. Forward records what backward needs in an Activations owned
+// by the caller, so several micro-batches can be in flight and a caller can
+// drop a record and rebuild it (full recomputation).
+class TransformerLayer {
+ public:
+  struct Activations {
+    Norm::Activations ln1, ln2;
+    parallel::ColumnParallelLinear::Activations qkv, fc1;
+    parallel::RowParallelLinear::Activations proj, fc2;
+    Tensor q, k, v;        // [b, s, heads / TP, d], after rotary
+    Tensor attn_out, lse;  // dropped and recomputed under selective
+    Tensor fc1_out;        // before the bias and activation
+    uint64_t dropout_offset = 0;
+  };
+
+  static absl::StatusOr<std::unique_ptr<TransformerLayer>> Create(
+      int layer_number, const GPTConfig& config,
+      const parallel::LayerContext& context);
+
+  // dropout_offset: where this call's dropout masks start in the generator's
+  // stream (the same number on every TP rank).
+  absl::StatusOr<Tensor> Forward(const Tensor& x, int64_t micro_batch,
+                                 uint64_t dropout_offset,
+                                 Activations* act) const;
+  absl::StatusOr<Tensor> Backward(const Tensor& dy, int64_t micro_batch,
+                                  Activations* act) const;
+
+  void AppendParameters(ParameterList* out) const;
+
+ private:
+  absl::Status Attention(int64_t micro_batch, Activations* act) const;
+  absl::StatusOr<Tensor> Dropout(const Tensor& x, uint64_t offset) const;
+  absl::StatusOr<Tensor> DropoutBackward(const Tensor& dy,
+                                         uint64_t offset) const;
+
+  GPTConfig config_;
+  parallel::LayerContext context_;
+  int64_t local_heads_ = 0;
+  int64_t local_groups_ = 0;
+  std::unique_ptr<Norm> ln1_, ln2_;
+  std::unique_ptr<parallel::ColumnParallelLinear> qkv_, fc1_;
+  std::unique_ptr<parallel::RowParallelLinear> proj_, fc2_;
+};
+
+}  // namespace gpt
+}  // namespace mcc
+
+#endif  // MODELS_GPT_TRANSFORMER_LAYER_H_

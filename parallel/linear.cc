@@ -1,0 +1,241 @@
+#include "parallel/linear.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/bias.h"
+#include "core/ops/gemm.h"
+#include "core/status_macros.h"
+#include "parallel/mappings.h"
+
+namespace mcc {
+namespace parallel {
+
+absl::StatusOr<std::shared_ptr<Parameter>> MakeParameter(
+    const std::string& name, const Shape& global_shape, int partition_dim,
+    const InitSpec& init, const LayerContext& context, bool weight_decay) {
+  const int tp = GroupSize(context.tp_group);
+  const int rank = GroupRank(context.tp_group);
+  auto p = std::make_shared<Parameter>();
+  p->name = name;
+  p->global_shape = global_shape;
+  p->partition_dim = tp > 1 ? partition_dim : -1;
+  p->partition_rank = tp > 1 && partition_dim >= 0 ? rank : 0;
+  p->partition_count = tp > 1 && partition_dim >= 0 ? tp : 1;
+  p->weight_decay = weight_decay;
+  MCC_ASSIGN_OR_RETURN(
+      p->value,
+      InitShard(name, context.seed, init, global_shape, p->partition_dim,
+                p->partition_rank, p->partition_count, context.dtype));
+  p->main_grad = Tensor::Zeros(p->value.shape(), DType::kFloat32);
+  return p;
+}
+
+namespace {
+
+absl::Status CheckInput(const std::string& layer, const Tensor& x,
+                        int64_t features) {
+  if (x.dim() != 2 || x.size(1) != features) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        layer, ": input ", x.Describe(), " is not [tokens, ", features, "]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ColumnParallelLinear>>
+ColumnParallelLinear::Create(const std::string& name, int64_t in_features,
+                             int64_t out_features, const LinearOptions& options,
+                             const LayerContext& context) {
+  const int tp = GroupSize(context.tp_group);
+  if (out_features % tp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": output size ", out_features,
+                     " is not divisible by the tensor-parallel size ", tp));
+  }
+  auto layer = std::unique_ptr<ColumnParallelLinear>(new ColumnParallelLinear);
+  layer->name_ = name;
+  layer->in_ = in_features;
+  layer->local_out_ = out_features / tp;
+  layer->options_ = options;
+  layer->context_ = context;
+  MCC_ASSIGN_OR_RETURN(
+      layer->weight_,
+      MakeParameter(name + ".weight", {out_features, in_features}, 0,
+                    options.weight_init, context, /*weight_decay=*/true));
+  if (options.bias) {
+    MCC_ASSIGN_OR_RETURN(layer->bias_,
+                         MakeParameter(name + ".bias", {out_features}, 0,
+                                       InitSpec::Zeros(), context, false));
+  }
+  return layer;
+}
+
+absl::StatusOr<std::unique_ptr<ColumnParallelLinear>>
+ColumnParallelLinear::CreateTied(const std::string& name,
+                                 std::shared_ptr<Parameter> weight,
+                                 const LayerContext& context) {
+  auto layer = std::unique_ptr<ColumnParallelLinear>(new ColumnParallelLinear);
+  layer->name_ = name;
+  layer->in_ = weight->value.size(1);
+  layer->local_out_ = weight->value.size(0);
+  layer->options_.bias = false;
+  layer->context_ = context;
+  layer->weight_ = std::move(weight);
+  layer->tied_ = true;
+  return layer;
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x,
+                                                     Activations* act) const {
+  MCC_RETURN_IF_ERROR(CheckInput(name_, x, in_));
+  comm::ProcessGroup* g = context_.tp_group;
+  Tensor full = x;
+  if (context_.sequence_parallel) {
+    MCC_ASSIGN_OR_RETURN(full, GatherFromSequenceParallelRegion::Forward(g, x));
+  }
+  Tensor y = Tensor::Empty({full.size(0), local_out_}, x.dtype(), x.device());
+  MCC_RETURN_IF_ERROR(ops::Gemm(full, false, weight_->value, true, &y));
+  if (bias_ != nullptr && !options_.skip_bias_add) {
+    MCC_RETURN_IF_ERROR(ops::BiasAdd(y, bias_->value, &y));
+  }
+  act->input = x;
+  if (options_.gather_output) {
+    return GatherFromTensorParallelRegion::Forward(g, y);
+  }
+  return y;
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::Backward(
+    const Tensor& dy_in, const Activations& act) const {
+  comm::ProcessGroup* g = context_.tp_group;
+  Tensor dy = dy_in;
+  if (options_.gather_output) {
+    MCC_ASSIGN_OR_RETURN(dy,
+                         GatherFromTensorParallelRegion::Backward(g, dy_in));
+  }
+  // Under SP the full input is gathered again (not kept from the forward),
+  // overlapped with the input-gradient GEMM.
+  Tensor full = act.input;
+  std::shared_ptr<comm::Work> gather;
+  const bool sp = context_.sequence_parallel && GroupSize(g) > 1;
+  if (sp) {
+    full = Tensor::Empty({act.input.size(0) * g->size(), in_},
+                         act.input.dtype(), act.input.device());
+    gather = g->AllGather(act.input, &full);
+  }
+  if (dy.dim() != 2 || dy.size(1) != local_out_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": output gradient ", dy.Describe(),
+                     " is not [tokens, ", local_out_, "]"));
+  }
+  Tensor dx_full = Tensor::Empty({dy.size(0), in_}, dy.dtype(), dy.device());
+  MCC_RETURN_IF_ERROR(ops::Gemm(dy, false, weight_->value, false, &dx_full));
+  // The input gradient's reduction runs while the weight gradient computes.
+  std::shared_ptr<comm::Work> reduce;
+  Tensor dx = dx_full;
+  if (sp) {
+    MCC_RETURN_IF_ERROR(gather->Wait());
+    dx = Tensor::Empty(act.input.shape(), dy.dtype(), dy.device());
+    reduce = g->ReduceScatter(dx_full, &dx, comm::ReduceOp::kSum);
+  } else if (GroupSize(g) > 1) {
+    reduce = g->AllReduce(&dx, comm::ReduceOp::kSum);
+  }
+  MCC_RETURN_IF_ERROR(
+      ops::Gemm(dy, true, full, false, &weight_->main_grad, 1.0f, 1.0f));
+  // With skip_bias_add the caller added the bias, and owns its gradient.
+  if (bias_ != nullptr && !options_.skip_bias_add) {
+    MCC_RETURN_IF_ERROR(ops::BiasAddBackward(dy, &bias_->main_grad));
+  }
+  if (reduce != nullptr) MCC_RETURN_IF_ERROR(reduce->Wait());
+  return dx;
+}
+
+void ColumnParallelLinear::AppendParameters(ParameterList* out) const {
+  if (!tied_) out->push_back(weight_);
+  if (bias_ != nullptr) out->push_back(bias_);
+}
+
+absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
+    const std::string& name, int64_t in_features, int64_t out_features,
+    const LinearOptions& options, const LayerContext& context) {
+  const int tp = GroupSize(context.tp_group);
+  if (in_features % tp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": input size ", in_features,
+                     " is not divisible by the tensor-parallel size ", tp));
+  }
+  auto layer = std::unique_ptr<RowParallelLinear>(new RowParallelLinear);
+  layer->name_ = name;
+  layer->local_in_ = in_features / tp;
+  layer->out_ = out_features;
+  layer->options_ = options;
+  layer->context_ = context;
+  MCC_ASSIGN_OR_RETURN(
+      layer->weight_,
+      MakeParameter(name + ".weight", {out_features, in_features}, 1,
+                    options.weight_init, context, /*weight_decay=*/true));
+  if (options.bias) {
+    MCC_ASSIGN_OR_RETURN(layer->bias_,
+                         MakeParameter(name + ".bias", {out_features}, -1,
+                                       InitSpec::Zeros(), context, false));
+    // Under SP each rank sees a different part of the sequence, so the bias
+    // gradient is partial and is summed over TP before the optimizer.
+    layer->bias_->sequence_parallel =
+        context.sequence_parallel && GroupSize(context.tp_group) > 1;
+  }
+  return layer;
+}
+
+absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x,
+                                                  Activations* act) const {
+  MCC_RETURN_IF_ERROR(CheckInput(name_, x, local_in_));
+  comm::ProcessGroup* g = context_.tp_group;
+  Tensor partial = Tensor::Empty({x.size(0), out_}, x.dtype(), x.device());
+  MCC_RETURN_IF_ERROR(ops::Gemm(x, false, weight_->value, true, &partial));
+  Tensor y;
+  if (context_.sequence_parallel) {
+    MCC_ASSIGN_OR_RETURN(
+        y, ReduceScatterToSequenceParallelRegion::Forward(g, partial));
+  } else {
+    if (GroupSize(g) > 1) {
+      MCC_RETURN_IF_ERROR(g->AllReduceSync(&partial, comm::ReduceOp::kSum));
+    }
+    y = partial;
+  }
+  if (bias_ != nullptr && !options_.skip_bias_add) {
+    MCC_RETURN_IF_ERROR(ops::BiasAdd(y, bias_->value, &y));
+  }
+  act->input = x;
+  return y;
+}
+
+absl::StatusOr<Tensor> RowParallelLinear::Backward(
+    const Tensor& dy_in, const Activations& act) const {
+  comm::ProcessGroup* g = context_.tp_group;
+  if (bias_ != nullptr && !options_.skip_bias_add) {
+    MCC_RETURN_IF_ERROR(ops::BiasAddBackward(dy_in, &bias_->main_grad));
+  }
+  Tensor dy = dy_in;
+  if (context_.sequence_parallel) {
+    MCC_ASSIGN_OR_RETURN(
+        dy, ReduceScatterToSequenceParallelRegion::Backward(g, dy_in));
+  }
+  if (dy.dim() != 2 || dy.size(1) != out_ || dy.size(0) != act.input.size(0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": output gradient ", dy.Describe(),
+                     " does not match input ", act.input.Describe()));
+  }
+  Tensor dx = Tensor::Empty(act.input.shape(), dy.dtype(), dy.device());
+  MCC_RETURN_IF_ERROR(ops::Gemm(dy, false, weight_->value, false, &dx));
+  MCC_RETURN_IF_ERROR(
+      ops::Gemm(dy, true, act.input, false, &weight_->main_grad, 1.0f, 1.0f));
+  return dx;
+}
+
+void RowParallelLinear::AppendParameters(ParameterList* out) const {
+  out->push_back(weight_);
+  if (bias_ != nullptr) out->push_back(bias_);
+}
+
+}  // namespace parallel
+}  // namespace mcc

@@ -1,0 +1,119 @@
+#ifndef PARALLEL_LINEAR_H_
+#define PARALLEL_LINEAR_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/comm/process_group.h"
+#include "core/parameter.h"
+#include "core/tensor.h"
+#include "parallel/init.h"
+
+namespace mcc {
+namespace parallel {
+
+// What every parallel layer is built with.
+struct LayerContext {
+  comm::ProcessGroup* tp_group = nullptr;  // Null: serial.
+  bool sequence_parallel = false;
+  DType dtype = DType::kFloat32;  // Parameters and activations.
+  uint64_t seed = 1234;           // Initialisation seed of the full tensors.
+};
+
+struct LinearOptions {
+  bool bias = true;
+  InitSpec weight_init = InitSpec::Normal(0.02f);
+  // Column: all-gather the output's last dimension (Megatron's gather_output).
+  bool gather_output = false;
+  // Return y without the bias; the caller adds it (fused with what follows,
+  // e.g. bias-GELU) and accumulates the bias gradient itself.
+  bool skip_bias_add = false;
+};
+
+// Y = X W^T + b with W [out, in] split along `out` across tensor-parallel
+// ranks (Megatron's ColumnParallelLinear). X is [tokens, in]: replicated over
+// TP, or under sequence parallelism this rank's [tokens / TP, in], gathered
+// before the GEMM. The backward reduces the input gradient over TP
+// (reduce-scatter under SP) asynchronously while the weight gradient GEMM
+// runs; weight gradients accumulate into the parameters' fp32 main_grad.
+class ColumnParallelLinear {
+ public:
+  struct Activations {
+    Tensor input;  // As given to Forward (the local chunk under SP).
+  };
+
+  static absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> Create(
+      const std::string& name, int64_t in_features, int64_t out_features,
+      const LinearOptions& options, const LayerContext& context);
+
+  // The same layer over an existing weight [out / TP, in] (the output layer
+  // tied to the word embedding); no bias.
+  static absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> CreateTied(
+      const std::string& name, std::shared_ptr<Parameter> weight,
+      const LayerContext& context);
+
+  absl::StatusOr<Tensor> Forward(const Tensor& x, Activations* act) const;
+  // dy: [tokens, out / TP] (or [tokens, out] with gather_output).
+  absl::StatusOr<Tensor> Backward(const Tensor& dy,
+                                  const Activations& act) const;
+
+  const std::shared_ptr<Parameter>& weight() const { return weight_; }
+  const std::shared_ptr<Parameter>& bias() const { return bias_; }
+  // The parameters this layer owns (a tied weight belongs to its owner).
+  void AppendParameters(ParameterList* out) const;
+  int64_t local_out_features() const { return local_out_; }
+
+ private:
+  std::string name_;
+  int64_t in_ = 0;
+  int64_t local_out_ = 0;
+  LinearOptions options_;
+  LayerContext context_;
+  std::shared_ptr<Parameter> weight_;
+  std::shared_ptr<Parameter> bias_;
+  bool tied_ = false;
+};
+
+// Y = X W^T + b with W [out, in] split along `in` (Megatron's
+// RowParallelLinear, input_is_parallel): X is [tokens, in / TP]; the partial
+// products are all-reduced (reduce-scattered along tokens under SP) and the
+// replicated bias added after.
+class RowParallelLinear {
+ public:
+  struct Activations {
+    Tensor input;
+  };
+
+  static absl::StatusOr<std::unique_ptr<RowParallelLinear>> Create(
+      const std::string& name, int64_t in_features, int64_t out_features,
+      const LinearOptions& options, const LayerContext& context);
+
+  absl::StatusOr<Tensor> Forward(const Tensor& x, Activations* act) const;
+  absl::StatusOr<Tensor> Backward(const Tensor& dy,
+                                  const Activations& act) const;
+
+  const std::shared_ptr<Parameter>& weight() const { return weight_; }
+  const std::shared_ptr<Parameter>& bias() const { return bias_; }
+  void AppendParameters(ParameterList* out) const;
+
+ private:
+  std::string name_;
+  int64_t local_in_ = 0;
+  int64_t out_ = 0;
+  LinearOptions options_;
+  LayerContext context_;
+  std::shared_ptr<Parameter> weight_;
+  std::shared_ptr<Parameter> bias_;
+};
+
+// Builds a Parameter from this rank's piece of a deterministically
+// initialised full tensor; main_grad is an fp32 zero buffer.
+absl::StatusOr<std::shared_ptr<Parameter>> MakeParameter(
+    const std::string& name, const Shape& global_shape, int partition_dim,
+    const InitSpec& init, const LayerContext& context, bool weight_decay);
+
+}  // namespace parallel
+}  // namespace mcc
+
+#endif  // PARALLEL_LINEAR_H_

@@ -1,0 +1,180 @@
+#include "parallel/mappings.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace mcc {
+namespace parallel {
+
+absl::StatusOr<Tensor> AllReduceSum(comm::ProcessGroup* group,
+                                    const Tensor& x) {
+  Tensor out = x.Clone();
+  if (GroupSize(group) == 1) return out;
+  MCC_RETURN_IF_ERROR(group->AllReduceSync(&out, comm::ReduceOp::kSum));
+  return out;
+}
+
+absl::StatusOr<Tensor> GatherFirstDim(comm::ProcessGroup* group,
+                                      const Tensor& x) {
+  if (GroupSize(group) == 1) return x;
+  Shape shape = x.shape();
+  shape[0] *= group->size();
+  Tensor out = Tensor::Empty(shape, x.dtype(), x.device());
+  MCC_RETURN_IF_ERROR(group->AllGatherSync(x, &out));
+  return out;
+}
+
+absl::StatusOr<Tensor> ReduceScatterFirstDim(comm::ProcessGroup* group,
+                                             const Tensor& x) {
+  if (GroupSize(group) == 1) return x;
+  if (x.dim() == 0 || x.size(0) % group->size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reduce-scatter along the sequence: first dimension of ", x.Describe(),
+        " is not divisible by the tensor-parallel size ", group->size()));
+  }
+  Shape shape = x.shape();
+  shape[0] /= group->size();
+  Tensor out = Tensor::Empty(shape, x.dtype(), x.device());
+  MCC_RETURN_IF_ERROR(
+      group->ReduceScatter(x, &out, comm::ReduceOp::kSum)->Wait());
+  return out;
+}
+
+absl::StatusOr<Tensor> SplitFirstDim(comm::ProcessGroup* group,
+                                     const Tensor& x) {
+  const int n = GroupSize(group);
+  if (n == 1) return x;
+  if (x.dim() == 0 || x.size(0) % n != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "split along the sequence: first dimension of ", x.Describe(),
+        " is not divisible by the tensor-parallel size ", n));
+  }
+  const int64_t rows = x.size(0) / n;
+  return x.Slice(rows * group->rank(), rows * (group->rank() + 1));
+}
+
+namespace {
+
+// Copies the column block [col0, col0 + cols) of every row of src (row length
+// src_cols) into dst (row length dst_cols) at column dst_col0.
+void CopyColumns(const Tensor& src, int64_t src_cols, int64_t col0,
+                 int64_t cols, Tensor* dst, int64_t dst_cols,
+                 int64_t dst_col0) {
+  const size_t es = DTypeSize(src.dtype());
+  const int64_t rows = src.numel() / src_cols;
+  const char* s = static_cast<const char*>(src.raw_data());
+  char* d = static_cast<char*>(dst->raw_data());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(d + (r * dst_cols + dst_col0) * es,
+                s + (r * src_cols + col0) * es, cols * es);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> GatherLastDim(comm::ProcessGroup* group,
+                                     const Tensor& x) {
+  const int n = GroupSize(group);
+  if (n == 1) return x;
+  // Gather rank blocks along dim 0, then interleave them along the last dim.
+  const int64_t cols = x.size(-1);
+  Shape stacked_shape = {n * x.numel() / cols, cols};
+  Tensor stacked = Tensor::Empty(stacked_shape, x.dtype(), x.device());
+  MCC_ASSIGN_OR_RETURN(Tensor flat, x.Reshape({-1, cols}));
+  MCC_RETURN_IF_ERROR(group->AllGatherSync(flat, &stacked));
+  Shape shape = x.shape();
+  shape.back() *= n;
+  Tensor out = Tensor::Empty(shape, x.dtype(), x.device());
+  for (int r = 0; r < n; ++r) {
+    MCC_ASSIGN_OR_RETURN(
+        Tensor block, stacked.Slice(r * flat.size(0), (r + 1) * flat.size(0)));
+    CopyColumns(block, cols, 0, cols, &out, cols * n, r * cols);
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> SplitLastDim(comm::ProcessGroup* group,
+                                    const Tensor& x) {
+  const int n = GroupSize(group);
+  if (n == 1) return x;
+  const int64_t total = x.size(-1);
+  if (total % n != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("split along the last dimension: ", x.Describe(),
+                     " is not divisible by the tensor-parallel size ", n));
+  }
+  const int64_t cols = total / n;
+  Shape shape = x.shape();
+  shape.back() = cols;
+  Tensor out = Tensor::Empty(shape, x.dtype(), x.device());
+  CopyColumns(x, total, cols * group->rank(), cols, &out, cols, 0);
+  return out;
+}
+
+absl::StatusOr<Tensor> CopyToTensorParallelRegion::Forward(comm::ProcessGroup*,
+                                                           const Tensor& x) {
+  return x;
+}
+absl::StatusOr<Tensor> CopyToTensorParallelRegion::Backward(
+    comm::ProcessGroup* g, const Tensor& dy) {
+  return AllReduceSum(g, dy);
+}
+
+absl::StatusOr<Tensor> ReduceFromTensorParallelRegion::Forward(
+    comm::ProcessGroup* g, const Tensor& x) {
+  return AllReduceSum(g, x);
+}
+absl::StatusOr<Tensor> ReduceFromTensorParallelRegion::Backward(
+    comm::ProcessGroup*, const Tensor& dy) {
+  return dy;
+}
+
+absl::StatusOr<Tensor> ScatterToTensorParallelRegion::Forward(
+    comm::ProcessGroup* g, const Tensor& x) {
+  return SplitLastDim(g, x);
+}
+absl::StatusOr<Tensor> ScatterToTensorParallelRegion::Backward(
+    comm::ProcessGroup* g, const Tensor& dy) {
+  return GatherLastDim(g, dy);
+}
+
+absl::StatusOr<Tensor> GatherFromTensorParallelRegion::Forward(
+    comm::ProcessGroup* g, const Tensor& x) {
+  return GatherLastDim(g, x);
+}
+absl::StatusOr<Tensor> GatherFromTensorParallelRegion::Backward(
+    comm::ProcessGroup* g, const Tensor& dy) {
+  return SplitLastDim(g, dy);
+}
+
+absl::StatusOr<Tensor> ScatterToSequenceParallelRegion::Forward(
+    comm::ProcessGroup* g, const Tensor& x) {
+  return SplitFirstDim(g, x);
+}
+absl::StatusOr<Tensor> ScatterToSequenceParallelRegion::Backward(
+    comm::ProcessGroup* g, const Tensor& dy) {
+  return GatherFirstDim(g, dy);
+}
+
+absl::StatusOr<Tensor> GatherFromSequenceParallelRegion::Forward(
+    comm::ProcessGroup* g, const Tensor& x) {
+  return GatherFirstDim(g, x);
+}
+absl::StatusOr<Tensor> GatherFromSequenceParallelRegion::Backward(
+    comm::ProcessGroup* g, const Tensor& dy) {
+  return ReduceScatterFirstDim(g, dy);
+}
+
+absl::StatusOr<Tensor> ReduceScatterToSequenceParallelRegion::Forward(
+    comm::ProcessGroup* g, const Tensor& x) {
+  return ReduceScatterFirstDim(g, x);
+}
+absl::StatusOr<Tensor> ReduceScatterToSequenceParallelRegion::Backward(
+    comm::ProcessGroup* g, const Tensor& dy) {
+  return GatherFirstDim(g, dy);
+}
+
+}  // namespace parallel
+}  // namespace mcc

@@ -1,0 +1,182 @@
+#include "parallel/vocab_parallel.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/embedding.h"
+#include "core/status_macros.h"
+#include "core/thread_pool.h"
+#include "parallel/mappings.h"
+
+namespace mcc {
+namespace parallel {
+
+absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>>
+VocabParallelEmbedding::Create(const std::string& name, int64_t vocab_size,
+                               int64_t hidden, const InitSpec& init,
+                               const LayerContext& context) {
+  const int tp = GroupSize(context.tp_group);
+  if (vocab_size % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": vocabulary size ", vocab_size,
+        " is not divisible by the tensor-parallel size ", tp,
+        " (pad it, as Megatron's --make-vocab-size-divisible-by does)"));
+  }
+  auto layer =
+      std::unique_ptr<VocabParallelEmbedding>(new VocabParallelEmbedding);
+  layer->context_ = context;
+  layer->local_vocab_ = vocab_size / tp;
+  layer->vocab_start_ = layer->local_vocab_ * GroupRank(context.tp_group);
+  MCC_ASSIGN_OR_RETURN(layer->weight_,
+                       MakeParameter(name, {vocab_size, hidden}, 0, init,
+                                     context, /*weight_decay=*/true));
+  return layer;
+}
+
+absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(
+    const Tensor& ids) const {
+  const int64_t hidden = weight_->value.size(1);
+  Tensor out = Tensor::Empty({ids.numel(), hidden}, weight_->value.dtype(),
+                             weight_->value.device());
+  ops::EmbeddingShard shard;
+  shard.vocab_start = vocab_start_;
+  shard.mask_outside = GroupSize(context_.tp_group) > 1;
+  MCC_ASSIGN_OR_RETURN(Tensor flat_ids, ids.Reshape({-1}));
+  MCC_RETURN_IF_ERROR(
+      ops::EmbeddingLookup(flat_ids, weight_->value, &out, shard));
+  if (GroupSize(context_.tp_group) > 1) {
+    MCC_RETURN_IF_ERROR(
+        context_.tp_group->AllReduceSync(&out, comm::ReduceOp::kSum));
+  }
+  return out;
+}
+
+absl::Status VocabParallelEmbedding::Backward(const Tensor& ids,
+                                              const Tensor& dout) const {
+  ops::EmbeddingShard shard;
+  shard.vocab_start = vocab_start_;
+  shard.mask_outside = GroupSize(context_.tp_group) > 1;
+  MCC_ASSIGN_OR_RETURN(Tensor flat_ids, ids.Reshape({-1}));
+  return ops::EmbeddingBackward(flat_ids, dout, &weight_->main_grad, shard);
+}
+
+namespace {
+
+int64_t TargetAt(const Tensor& targets, int64_t i) {
+  return targets.dtype() == DType::kInt32 ? targets.data<int32_t>()[i]
+                                          : targets.data<int64_t>()[i];
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(
+    comm::ProcessGroup* tp, const Tensor& logits, const Tensor& targets,
+    int64_t vocab_start, int64_t vocab_size, Activations* act,
+    int64_t ignore_index) {
+  if (logits.dim() != 2 || targets.numel() != logits.size(0) ||
+      (targets.dtype() != DType::kInt32 && targets.dtype() != DType::kInt64)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab-parallel cross entropy: logits ", logits.Describe(),
+                     " and targets ", targets.Describe(),
+                     " must be [tokens, vocab] and integer [tokens]"));
+  }
+  const int64_t tokens = logits.size(0);
+  const int64_t local = logits.size(1);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t y = TargetAt(targets, t);
+    if (y != ignore_index && (y < 0 || y >= vocab_size)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cross entropy: target ", y, " at token ", t,
+                       " is outside the vocabulary of ", vocab_size));
+    }
+  }
+  // A private fp32 copy, turned into the softmax in place.
+  MCC_ASSIGN_OR_RETURN(Tensor z, logits.To(DType::kFloat32));
+  float* zp = z.data<float>();
+  // Row maxima, reduced over TP.
+  Tensor row_max = Tensor::Empty({tokens}, DType::kFloat32);
+  float* mp = row_max.data<float>();
+  ThreadPool::Global().ParallelFor(tokens, 16, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float m = -std::numeric_limits<float>::infinity();
+      const float* row = zp + t * local;
+      for (int64_t j = 0; j < local; ++j) m = std::max(m, row[j]);
+      mp[t] = m;
+    }
+  });
+  if (GroupSize(tp) > 1) {
+    MCC_RETURN_IF_ERROR(tp->AllReduceSync(&row_max, comm::ReduceOp::kMax));
+  }
+  // exp(z - max) in place; the sums and the target logits reduce together.
+  Tensor sums = Tensor::Zeros({2, tokens}, DType::kFloat32);
+  float* sum_exp = sums.data<float>();
+  float* target_logit = sum_exp + tokens;
+  ThreadPool::Global().ParallelFor(tokens, 16, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* row = zp + t * local;
+      const int64_t y = TargetAt(targets, t) - vocab_start;
+      if (y >= 0 && y < local) target_logit[t] = row[y] - mp[t];
+      double s = 0;
+      for (int64_t j = 0; j < local; ++j) {
+        row[j] = std::exp(row[j] - mp[t]);
+        s += row[j];
+      }
+      sum_exp[t] = static_cast<float>(s);
+    }
+  });
+  if (GroupSize(tp) > 1) {
+    MCC_RETURN_IF_ERROR(tp->AllReduceSync(&sums, comm::ReduceOp::kSum));
+  }
+  Tensor loss = Tensor::Empty({tokens}, DType::kFloat32);
+  float* lp = loss.data<float>();
+  ThreadPool::Global().ParallelFor(tokens, 16, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const bool ignored = TargetAt(targets, t) == ignore_index;
+      lp[t] = ignored ? 0.0f : std::log(sum_exp[t]) - target_logit[t];
+      const float inv = 1.0f / sum_exp[t];
+      float* row = zp + t * local;
+      for (int64_t j = 0; j < local; ++j) row[j] *= inv;
+    }
+  });
+  act->softmax = z;
+  act->targets = targets;
+  return loss;
+}
+
+absl::StatusOr<Tensor> VocabParallelCrossEntropy::Backward(
+    const Tensor& dloss, const Activations& act, int64_t vocab_start,
+    DType dtype, int64_t ignore_index) {
+  const int64_t tokens = act.softmax.size(0);
+  const int64_t local = act.softmax.size(1);
+  if (dloss.numel() != tokens || dloss.dtype() != DType::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cross entropy backward: dloss ", dloss.Describe(),
+                     " does not match ", tokens, " tokens"));
+  }
+  Tensor grad = Tensor::Empty({tokens, local}, DType::kFloat32);
+  const float* sp = act.softmax.data<float>();
+  const float* dl = dloss.data<float>();
+  float* gp = grad.data<float>();
+  ThreadPool::Global().ParallelFor(tokens, 16, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t target = TargetAt(act.targets, t);
+      float* row = gp + t * local;
+      if (target == ignore_index) {
+        for (int64_t j = 0; j < local; ++j) row[j] = 0.0f;
+        continue;
+      }
+      const float d = dl[t];
+      const float* s = sp + t * local;
+      for (int64_t j = 0; j < local; ++j) row[j] = s[j] * d;
+      const int64_t y = target - vocab_start;
+      if (y >= 0 && y < local) row[y] -= d;
+    }
+  });
+  if (dtype == DType::kFloat32) return grad;
+  return grad.To(dtype);
+}
+
+}  // namespace parallel
+}  // namespace mcc

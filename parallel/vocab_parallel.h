@@ -1,0 +1,69 @@
+#ifndef PARALLEL_VOCAB_PARALLEL_H_
+#define PARALLEL_VOCAB_PARALLEL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/parameter.h"
+#include "core/tensor.h"
+#include "parallel/linear.h"
+
+namespace mcc {
+namespace parallel {
+
+// Word embedding with the vocabulary split across tensor-parallel ranks
+// (Megatron's VocabParallelEmbedding): each rank looks up the ids in its
+// range, zero rows elsewhere, and the partial rows are summed over TP.
+class VocabParallelEmbedding {
+ public:
+  static absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>> Create(
+      const std::string& name, int64_t vocab_size, int64_t hidden,
+      const InitSpec& init, const LayerContext& context);
+
+  // ids: int32/int64 [tokens]; returns [tokens, hidden] on every TP rank.
+  absl::StatusOr<Tensor> Forward(const Tensor& ids) const;
+  // dout: [tokens, hidden], the same on every TP rank.
+  absl::Status Backward(const Tensor& ids, const Tensor& dout) const;
+
+  const std::shared_ptr<Parameter>& weight() const { return weight_; }
+  int64_t vocab_start() const { return vocab_start_; }
+  int64_t local_vocab() const { return local_vocab_; }
+
+ private:
+  LayerContext context_;
+  int64_t vocab_start_ = 0;
+  int64_t local_vocab_ = 0;
+  std::shared_ptr<Parameter> weight_;
+};
+
+// Cross entropy over logits whose vocabulary is split across TP ranks,
+// without ever gathering the full logits: the row maximum, the target logit
+// and the sum of exponentials are each reduced over TP.
+class VocabParallelCrossEntropy {
+ public:
+  struct Activations {
+    Tensor softmax;  // fp32 [tokens, local vocab]
+    Tensor targets;
+  };
+
+  // logits [tokens, vocab / TP] (fp32 or bf16) for vocabulary rows
+  // [vocab_start, vocab_start + local); targets int32/int64 [tokens], where
+  // ignore_index gives loss 0. Returns fp32 [tokens] per-token losses.
+  static absl::StatusOr<Tensor> Forward(comm::ProcessGroup* tp,
+                                        const Tensor& logits,
+                                        const Tensor& targets,
+                                        int64_t vocab_start, int64_t vocab_size,
+                                        Activations* act,
+                                        int64_t ignore_index = -100);
+  // dloss fp32 [tokens] -> dlogits [tokens, local vocab] in `dtype`.
+  static absl::StatusOr<Tensor> Backward(const Tensor& dloss,
+                                         const Activations& act,
+                                         int64_t vocab_start, DType dtype,
+                                         int64_t ignore_index = -100);
+};
+
+}  // namespace parallel
+}  // namespace mcc
+
+#endif  // PARALLEL_VOCAB_PARALLEL_H_
