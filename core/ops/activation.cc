@@ -258,15 +258,37 @@ absl::Status BiasGeluBackward(const Tensor& dy, const Tensor& x,
   LoadF32Any(bias, b32.data());
   const int64_t h = x.size(-1);
   const int64_t rows = h == 0 ? 0 : x.numel() / h;
-  if (dx->dtype() == DType::kFloat32) {
-    GeluBackwardCpu(dy, x, b32.data(), dx, nullptr);
-    internal::AccumulateColumnSums(dx->data<float>(), rows, h,
-                                   dbias->data<float>());
-  } else {
-    std::vector<float> dx32(x.numel());
-    GeluBackwardCpu(dy, x, b32.data(), dx, dx32.data());
-    internal::AccumulateColumnSums(dx32.data(), rows, h, dbias->data<float>());
-  }
+  // One pass: each row's dx is computed in fp32 blocks, stored, and added
+  // to its row group's partial bias gradient.
+  DispatchFloat(x.dtype(), [&](auto xt) {
+    DispatchFloat(dy.dtype(), [&](auto dyt) {
+      DispatchFloat(dx->dtype(), [&](auto dxt) {
+        using TX = decltype(xt);
+        using TDY = decltype(dyt);
+        using TDX = decltype(dxt);
+        const TX* xp = x.data<TX>();
+        const TDY* dyp = dy.data<TDY>();
+        TDX* dxp = dx->data<TDX>();
+        const float* bp = b32.data();
+        internal::ForRowsWithColumnSums(
+            rows, h,
+            [&](int64_t r, float* acc) {
+              float xbuf[kBlock], dybuf[kBlock], dxbuf[kBlock];
+              for (int64_t j0 = 0; j0 < h; j0 += kBlock) {
+                const int64_t n = std::min(kBlock, h - j0);
+                const int64_t off = r * h + j0;
+                const float* xf = AsF32(xp + off, n, xbuf);
+                const float* dyf = AsF32(dyp + off, n, dybuf);
+                GeluGradBlock(dyf, xf, bp + j0, dxbuf, n);
+                StoreF32(dxbuf, dxp + off, n);
+                float* a = acc + j0;
+                for (int64_t j = 0; j < n; ++j) a[j] += dxbuf[j];
+              }
+            },
+            dbias->data<float>());
+      });
+    });
+  });
   return absl::OkStatus();
 }
 

@@ -36,28 +36,20 @@ absl::Status CheckBias(const char* op, const Tensor& x, const char* x_name,
 // row order in float64, make the result independent of the thread count.
 constexpr int64_t kRowsPerPartial = 64;
 
-namespace {
-
-template <typename T>
-void ColumnSums(const T* dy, int64_t rows, int64_t h, float* dbias) {
+void ForRowsWithColumnSums(
+    int64_t rows, int64_t h,
+    const std::function<void(int64_t row, float* acc)>& row_fn, float* dbias) {
+  if (rows <= 0 || h <= 0) return;
   const int64_t parts = (rows + kRowsPerPartial - 1) / kRowsPerPartial;
   std::vector<float> partial(parts * h);
   ThreadPool::Global().ParallelFor(
       parts, std::max<int64_t>(1, kGrain / (kRowsPerPartial * h + 1)),
       [&](int64_t p0, int64_t p1) {
-        float buf[kBlock];
         for (int64_t p = p0; p < p1; ++p) {
           float* acc = partial.data() + p * h;
           std::fill(acc, acc + h, 0.0f);
           const int64_t r1 = std::min(rows, (p + 1) * kRowsPerPartial);
-          for (int64_t r = p * kRowsPerPartial; r < r1; ++r) {
-            for (int64_t j0 = 0; j0 < h; j0 += kBlock) {
-              const int64_t n = std::min(kBlock, h - j0);
-              const float* row = AsF32(dy + r * h + j0, n, buf);
-              float* a = acc + j0;
-              for (int64_t j = 0; j < n; ++j) a[j] += row[j];
-            }
-          }
+          for (int64_t r = p * kRowsPerPartial; r < r1; ++r) row_fn(r, acc);
         }
       });
   ThreadPool::Global().ParallelFor(h, 256, [&](int64_t j0, int64_t j1) {
@@ -70,6 +62,24 @@ void ColumnSums(const T* dy, int64_t rows, int64_t h, float* dbias) {
       dbias[j] = static_cast<float>(dbias[j] + sum[j - j0]);
     }
   });
+}
+
+namespace {
+
+template <typename T>
+void ColumnSums(const T* dy, int64_t rows, int64_t h, float* dbias) {
+  ForRowsWithColumnSums(
+      rows, h,
+      [&](int64_t r, float* acc) {
+        float buf[kBlock];
+        for (int64_t j0 = 0; j0 < h; j0 += kBlock) {
+          const int64_t n = std::min(kBlock, h - j0);
+          const float* row = AsF32(dy + r * h + j0, n, buf);
+          float* a = acc + j0;
+          for (int64_t j = 0; j < n; ++j) a[j] += row[j];
+        }
+      },
+      dbias);
 }
 
 }  // namespace

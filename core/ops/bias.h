@@ -3,7 +3,11 @@
 
 // Bias addition over the last dimension.
 
+#include <cstdint>
+#include <functional>
+
 #include "absl/status/status.h"
+#include "core/half.h"
 #include "core/ops/dispatch.h"
 #include "core/tensor.h"
 
@@ -29,7 +33,14 @@ namespace internal {
 // Shared with the fused bias kernels: checks bias [h] against x [..., h].
 absl::Status CheckBias(const char* op, const Tensor& x, const char* x_name,
                        const Tensor& bias);
-// dbias [h] += column sums of the fp32 rows x h matrix dy, deterministic.
+// Calls row_fn(r, acc) for every row r of a rows x h matrix, where acc
+// (fp32 [h]) is the partial column sum of r's group of rows, to which row_fn
+// adds row r; then dbias += the partials summed in group order in float64.
+// Rows run in parallel by group; the result ignores the thread count.
+void ForRowsWithColumnSums(
+    int64_t rows, int64_t h,
+    const std::function<void(int64_t row, float* acc)>& row_fn, float* dbias);
+// dbias [h] += column sums of the rows x h matrix dy, deterministic.
 void AccumulateColumnSums(const float* dy, int64_t rows, int64_t h,
                           float* dbias);
 void AccumulateColumnSums(const BFloat16* dy, int64_t rows, int64_t h,

@@ -27,36 +27,43 @@ inline void MulHiLo(__m256i c, __m256i m, __m256i* hi, __m256i* lo) {
   *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
 }
 
-// 8 Philox blocks for counters j .. j + 7: 32 words in stream order.
-inline void Philox8(uint64_t j, uint32_t k0, uint32_t k1, uint32_t* out) {
-  alignas(32) uint32_t lo[8], hi[8];
+// The 10 round keys of a seed, broadcast to 8 lanes.
+struct RoundKeys {
+  __m256i k0[10], k1[10];
+  RoundKeys(uint32_t a, uint32_t b) {
+    for (int r = 0; r < 10; ++r) {
+      k0[r] = _mm256_set1_epi32(static_cast<int>(a));
+      k1[r] = _mm256_set1_epi32(static_cast<int>(b));
+      a += kW0;
+      b += kW1;
+    }
+  }
+};
+
+// Counters j .. j + 7 as (low words, high words).
+inline void Counters8(uint64_t j, __m256i* lo_out, __m256i* hi_out) {
+  const uint32_t lo = static_cast<uint32_t>(j);
+  if (lo <= 0xffffffffu - 7) {
+    *lo_out = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(lo)),
+                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    *hi_out = _mm256_set1_epi32(static_cast<int>(j >> 32));
+    return;
+  }
+  alignas(32) uint32_t l[8], h[8];  // The low word wraps in this group.
   for (int i = 0; i < 8; ++i) {
-    lo[i] = static_cast<uint32_t>(j + i);
-    hi[i] = static_cast<uint32_t>((j + i) >> 32);
+    l[i] = static_cast<uint32_t>(j + i);
+    h[i] = static_cast<uint32_t>((j + i) >> 32);
   }
-  __m256i c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
-  __m256i c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
-  __m256i c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
-  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kM0));
-  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kM1));
-  for (int r = 0; r < 10; ++r) {
-    __m256i hi0, lo0, hi1, lo1;
-    MulHiLo(c0, m0, &hi0, &lo0);
-    MulHiLo(c2, m1, &hi1, &lo1);
-    const __m256i key0 = _mm256_set1_epi32(static_cast<int>(k0));
-    const __m256i key1 = _mm256_set1_epi32(static_cast<int>(k1));
-    c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), key0);
-    c1 = lo1;
-    c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), key1);
-    c3 = lo0;
-    k0 += kW0;
-    k1 += kW1;
-  }
-  // Transpose 4 x 8 (word r of block i) to stream order (block i, word r).
-  const __m256i t0 = _mm256_unpacklo_epi32(c0, c1);
-  const __m256i t1 = _mm256_unpackhi_epi32(c0, c1);
-  const __m256i t2 = _mm256_unpacklo_epi32(c2, c3);
-  const __m256i t3 = _mm256_unpackhi_epi32(c2, c3);
+  *lo_out = _mm256_load_si256(reinterpret_cast<const __m256i*>(l));
+  *hi_out = _mm256_load_si256(reinterpret_cast<const __m256i*>(h));
+}
+
+// Stores 8 blocks (word r of block i in c[r], lane i) in stream order.
+inline void Store8(const __m256i c[4], uint32_t* out) {
+  const __m256i t0 = _mm256_unpacklo_epi32(c[0], c[1]);
+  const __m256i t1 = _mm256_unpackhi_epi32(c[0], c[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(c[2], c[3]);
+  const __m256i t3 = _mm256_unpackhi_epi32(c[2], c[3]);
   const __m256i u0 = _mm256_unpacklo_epi64(t0, t2);  // blocks 0 | 4
   const __m256i u1 = _mm256_unpackhi_epi64(t0, t2);  // blocks 1 | 5
   const __m256i u2 = _mm256_unpacklo_epi64(t1, t3);  // blocks 2 | 6
@@ -66,6 +73,34 @@ inline void Philox8(uint64_t j, uint32_t k0, uint32_t k1, uint32_t* out) {
   _mm256_storeu_si256(o + 1, _mm256_permute2x128_si256(u2, u3, 0x20));
   _mm256_storeu_si256(o + 2, _mm256_permute2x128_si256(u0, u1, 0x31));
   _mm256_storeu_si256(o + 3, _mm256_permute2x128_si256(u2, u3, 0x31));
+}
+
+// 16 Philox blocks for counters j .. j + 15: 64 words in stream order. Two
+// independent groups of 8 interleave, hiding the multiplies' latency.
+inline void Philox16(uint64_t j, const RoundKeys& keys, uint32_t* out) {
+  __m256i a[4], b[4];
+  Counters8(j, &a[0], &a[1]);
+  Counters8(j + 8, &b[0], &b[1]);
+  a[2] = a[3] = b[2] = b[3] = _mm256_setzero_si256();
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kM0));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kM1));
+  for (int r = 0; r < 10; ++r) {
+    __m256i ahi0, alo0, ahi1, alo1, bhi0, blo0, bhi1, blo1;
+    MulHiLo(a[0], m0, &ahi0, &alo0);
+    MulHiLo(b[0], m0, &bhi0, &blo0);
+    MulHiLo(a[2], m1, &ahi1, &alo1);
+    MulHiLo(b[2], m1, &bhi1, &blo1);
+    a[0] = _mm256_xor_si256(_mm256_xor_si256(ahi1, a[1]), keys.k0[r]);
+    b[0] = _mm256_xor_si256(_mm256_xor_si256(bhi1, b[1]), keys.k0[r]);
+    a[1] = alo1;
+    b[1] = blo1;
+    a[2] = _mm256_xor_si256(_mm256_xor_si256(ahi0, a[3]), keys.k1[r]);
+    b[2] = _mm256_xor_si256(_mm256_xor_si256(bhi0, b[3]), keys.k1[r]);
+    a[3] = alo0;
+    b[3] = blo0;
+  }
+  Store8(a, out);
+  Store8(b, out + 32);
 }
 #endif
 
@@ -101,7 +136,10 @@ void PhiloxStream(uint64_t seed, uint64_t first, int64_t n, uint32_t* out) {
     out[i++] = block(w / 4)[w % 4];
   }
 #if defined(__AVX2__)
-  for (; i + 32 <= n; i += 32) Philox8((first + i) / 4, k0, k1, out + i);
+  if (n - i >= 64) {
+    const RoundKeys keys(k0, k1);
+    for (; i + 64 <= n; i += 64) Philox16((first + i) / 4, keys, out + i);
+  }
 #endif
   for (; i + 4 <= n; i += 4) {
     const auto b = block((first + i) / 4);
