@@ -80,6 +80,13 @@ absl::Status GPTModel::FinalizeGradients() {
   return absl::OkStatus();
 }
 
+absl::Status GPTModel::GradsReady(const ParameterList& params) const {
+  if (!grad_ready_hook_) return absl::OkStatus();
+  std::vector<Parameter*> ready;
+  for (const auto& p : params) ready.push_back(p.get());
+  return grad_ready_hook_(ready);
+}
+
 absl::Status GPTModel::CheckBatch(const MicroBatch& batch) const {
   const Tensor& t = batch.tokens;
   if (t.dim() != 2 || t.dtype() != DType::kInt64) {
@@ -250,7 +257,17 @@ absl::StatusOr<LossSum> GPTModel::Run(const MicroBatch& batch, bool backward,
   MCC_ASSIGN_OR_RETURN(Tensor dfinal,
                        output_layer_->Backward(dlogits, head_act));
   dlogits = Tensor();
+  if (config_.untie_embeddings_and_output_weights) {
+    ParameterList head;
+    output_layer_->AppendParameters(&head);
+    MCC_RETURN_IF_ERROR(GradsReady(head));
+  }
   MCC_ASSIGN_OR_RETURN(Tensor dx, final_norm_->Backward(dfinal, final_act));
+  {
+    ParameterList norm;
+    final_norm_->AppendParameters(&norm);
+    MCC_RETURN_IF_ERROR(GradsReady(norm));
+  }
   for (int i = num_layers - 1; i >= 0;) {
     // The recomputed chunk that holds layer i, if any.
     int start = i;
@@ -266,12 +283,18 @@ absl::StatusOr<LossSum> GPTModel::Run(const MicroBatch& batch, bool backward,
       for (int j = i; j >= start; --j) {
         MCC_ASSIGN_OR_RETURN(dx, layers_[j]->Backward(dx, b, &records[j]));
         records[j] = TransformerLayer::Activations();
+        ParameterList done;
+        layers_[j]->AppendParameters(&done);
+        MCC_RETURN_IF_ERROR(GradsReady(done));
       }
       chunk_inputs[start] = Tensor();
       i = start - 1;
     } else {
       MCC_ASSIGN_OR_RETURN(dx, layers_[i]->Backward(dx, b, &records[i]));
       records[i] = TransformerLayer::Activations();
+      ParameterList done;
+      layers_[i]->AppendParameters(&done);
+      MCC_RETURN_IF_ERROR(GradsReady(done));
       --i;
     }
   }
@@ -289,6 +312,11 @@ absl::StatusOr<LossSum> GPTModel::Run(const MicroBatch& batch, bool backward,
     MCC_RETURN_IF_ERROR(ops::EmbeddingBackward(
         positions, demb, &position_embeddings_->main_grad));
   }
+  ParameterList embeddings = {word_embeddings_->weight()};
+  if (position_embeddings_ != nullptr) {
+    embeddings.push_back(position_embeddings_);
+  }
+  MCC_RETURN_IF_ERROR(GradsReady(embeddings));
   return result;
 }
 

@@ -1,6 +1,7 @@
 #ifndef MODELS_GPT_GPT_MODEL_H_
 #define MODELS_GPT_GPT_MODEL_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -51,6 +52,15 @@ class GPTModel {
   absl::Status FinalizeGradients();
   void ZeroGradients();
 
+  // Called during backward with the parameters whose gradient for this
+  // micro-batch is complete (a layer's as soon as its backward ends), so
+  // data parallelism can start reducing them while backward goes on.
+  using GradReadyHook =
+      std::function<absl::Status(const std::vector<Parameter*>& ready)>;
+  void SetGradReadyHook(GradReadyHook hook) {
+    grad_ready_hook_ = std::move(hook);
+  }
+
   const ParameterList& parameters() const { return parameters_; }
   const GPTConfig& config() const { return config_; }
   const parallel::LayerContext& context() const { return context_; }
@@ -68,7 +78,10 @@ class GPTModel {
   std::vector<std::unique_ptr<TransformerLayer>> layers_;
   std::unique_ptr<Norm> final_norm_;
   std::unique_ptr<parallel::ColumnParallelLinear> output_layer_;
+  absl::Status GradsReady(const ParameterList& params) const;
+
   ParameterList parameters_;
+  GradReadyHook grad_ready_hook_;
   uint64_t forward_calls_ = 0;
 };
 
