@@ -1,0 +1,113 @@
+// Tokenizes a jsonl corpus into Megatron indexed datasets (.bin/.idx), as
+// Megatron-LM's tools/preprocess_data.py does:
+//
+//   preprocess_data --input corpus.jsonl --json-keys text
+//     --output-prefix out/corpus --tokenizer-type GPT2BPETokenizer
+//     --vocab-file data/gpt2/encoder.json --merge-file data/gpt2/vocab.bpe
+//     --append-eod --workers 2
+//
+// writes out/corpus_text_document.{bin,idx}. Dashed (Megatron) and
+// underscored flag names are both accepted.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "data/preprocess.h"
+#include "data/tokenizer.h"
+#include "glog/logging.h"
+
+ABSL_FLAG(std::string, input, "", "Input jsonl file, one JSON object a line.");
+ABSL_FLAG(std::vector<std::string>, json_keys, {"text"},
+          "Keys to extract (space- or comma-separated); one output each.");
+ABSL_FLAG(std::string, output_prefix, "",
+          "Output prefix: writes <prefix>_<key>_document.{bin,idx}.");
+ABSL_FLAG(std::string, tokenizer_type, "GPT2BPETokenizer",
+          "GPT2BPETokenizer or ByteTokenizer.");
+ABSL_FLAG(std::string, vocab_file, "", "GPT-2 encoder.json.");
+ABSL_FLAG(std::string, merge_file, "", "GPT-2 vocab.bpe (merges).");
+ABSL_FLAG(bool, append_eod, false, "End every document with the eod token.");
+ABSL_FLAG(int, workers, 1, "Tokenizer threads.");
+ABSL_FLAG(bool, skip_bad_records, false,
+          "Skip and count records that are not valid JSON, lack a key, hold "
+          "invalid UTF-8 or an empty text, instead of stopping at the first.");
+ABSL_FLAG(int64_t, log_interval, 10000, "Documents between progress lines.");
+
+namespace {
+
+// "--json-keys text title" and "--json-keys=text" -> "--json_keys=text,title".
+std::vector<std::string> TranslateArgs(int argc, char** argv) {
+  std::vector<std::string> out = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) == 0) {
+      const size_t eq = a.find('=');
+      std::string name =
+          a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      std::replace(name.begin(), name.end(), '-', '_');
+      a = "--" + name + (eq == std::string::npos ? "" : a.substr(eq));
+      if (name == "json_keys" && eq == std::string::npos) {
+        std::vector<std::string> keys;
+        while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
+          keys.push_back(argv[++i]);
+        }
+        a += "=" + absl::StrJoin(keys, ",");
+      }
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "preprocess_data --input file.jsonl --json-keys text --output-prefix P "
+      "--tokenizer-type GPT2BPETokenizer --vocab-file encoder.json "
+      "--merge-file vocab.bpe --append-eod --workers N");
+  std::vector<std::string> args = TranslateArgs(argc, argv);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  absl::ParseCommandLine(static_cast<int>(cargs.size()), cargs.data());
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+
+  auto tok = mcc::data::CreateTokenizer(absl::GetFlag(FLAGS_tokenizer_type),
+                                        absl::GetFlag(FLAGS_vocab_file),
+                                        absl::GetFlag(FLAGS_merge_file));
+  if (!tok.ok()) {
+    std::fprintf(stderr, "preprocess_data: %s\n",
+                 std::string(tok.status().message()).c_str());
+    return 1;
+  }
+  mcc::data::PreprocessOptions o;
+  o.input = absl::GetFlag(FLAGS_input);
+  o.json_keys = absl::GetFlag(FLAGS_json_keys);
+  o.output_prefix = absl::GetFlag(FLAGS_output_prefix);
+  o.append_eod = absl::GetFlag(FLAGS_append_eod);
+  o.workers = absl::GetFlag(FLAGS_workers);
+  o.skip_bad_records = absl::GetFlag(FLAGS_skip_bad_records);
+  o.log_interval = absl::GetFlag(FLAGS_log_interval);
+  auto stats = mcc::data::PreprocessJsonl(o, **tok);
+  if (!stats.ok()) {
+    std::fprintf(stderr, "preprocess_data: %s\n",
+                 std::string(stats.status().message()).c_str());
+    return 1;
+  }
+  std::printf(
+      "preprocess_data: %lld documents (%lld skipped), %lld tokens, %.2f MB "
+      "in %.2f s: %.0f docs/s, %.2f MB/s -> %s.{bin,idx}\n",
+      static_cast<long long>(stats->documents),
+      static_cast<long long>(stats->skipped),
+      static_cast<long long>(stats->tokens), stats->input_bytes / 1e6,
+      stats->seconds, stats->documents / stats->seconds,
+      stats->input_bytes / 1e6 / stats->seconds,
+      absl::StrJoin(stats->output_prefixes, ",").c_str());
+  return 0;
+}
