@@ -222,11 +222,18 @@ absl::Status CheckpointReader::ReadRegion(
   const size_t dst_size = DTypeSize(out->dtype());
   char* dst = static_cast<char*>(out->raw_data());
   int64_t filled = 0;
-  std::string buf;
   for (const ShardRecord& s : t->shards()) {
     const Box sb{ToShape(s.global_offsets()), ToShape(s.local_shape())};
     if (Intersect(sb, want).Empty()) continue;
-    MCC_RETURN_IF_ERROR(ReadShard(*t, s, &buf));
+    // The last shard read stays cached, verified: reading a shard's column
+    // blocks one after another reads and checks it once.
+    const std::string key = absl::StrCat(s.file(), ":", s.byte_offset());
+    if (key != cache_key_) {
+      cache_key_.clear();
+      MCC_RETURN_IF_ERROR(ReadShard(*t, s, &cache_));
+      cache_key_ = key;
+    }
+    const std::string& buf = cache_;
     ForEachOverlapRun(sb, want, [&](int64_t si, int64_t di, int64_t n) {
       if (src_dtype == out->dtype()) {
         std::memcpy(dst + di * dst_size, buf.data() + si * src_size,

@@ -22,7 +22,7 @@ namespace mcc {
 
 // Reads one complete checkpoint, under any layout: every read names a box of
 // a global tensor and is assembled from whichever stored shards overlap it,
-// each verified against its CRC32C.
+// each verified against its CRC32C. One thread at a time may read.
 class CheckpointReader {
  public:
   // Opens DIR/iter_N for iteration N, or the iteration that
@@ -74,6 +74,9 @@ class CheckpointReader {
   std::map<std::string, int, std::less<>> index_;  // Name to tensors() index.
   std::mutex mu_;
   std::map<std::string, int> fds_;
+  // The last shard read and verified (file:offset) and its bytes.
+  std::string cache_key_;
+  std::string cache_;
 };
 
 }  // namespace mcc

@@ -1,0 +1,56 @@
+#include "checkpoint/flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+
+ABSL_FLAG(std::string, save, "",
+          "Directory to save checkpoints in (iter_NNNNNNN/ per save).");
+ABSL_FLAG(int64_t, save_interval, 0,
+          "Save a checkpoint every this many iterations (needs --save).");
+ABSL_FLAG(std::string, load, "",
+          "Directory to load the latest checkpoint from "
+          "(latest_checkpointed_iteration.txt names it).");
+ABSL_FLAG(bool, async_save, false,
+          "Copy tensors to host memory and write them in a background thread "
+          "while training continues.");
+ABSL_FLAG(int32_t, keep_last, 0,
+          "Keep only the newest K checkpoints under --save (0: keep all).");
+ABSL_FLAG(bool, no_load_rng, false, "Do not restore RNG states on load.");
+ABSL_FLAG(bool, no_load_optim, false,
+          "Do not restore optimizer state on load.");
+
+namespace mcc {
+
+bool CheckpointFlags::ShouldSave(int64_t iteration, int64_t train_iters) const {
+  if (save.empty()) return false;
+  if (iteration == train_iters) return true;
+  return save_interval > 0 && iteration % save_interval == 0;
+}
+
+absl::StatusOr<CheckpointFlags> CheckpointFlagsFromCommandLine() {
+  CheckpointFlags f;
+  f.save = absl::GetFlag(FLAGS_save);
+  f.save_interval = absl::GetFlag(FLAGS_save_interval);
+  f.load = absl::GetFlag(FLAGS_load);
+  f.async_save = absl::GetFlag(FLAGS_async_save);
+  f.keep_last = absl::GetFlag(FLAGS_keep_last);
+  f.no_load_rng = absl::GetFlag(FLAGS_no_load_rng);
+  f.no_load_optim = absl::GetFlag(FLAGS_no_load_optim);
+  if (f.save_interval < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--save-interval ", f.save_interval, " is negative"));
+  }
+  if (f.save_interval > 0 && f.save.empty()) {
+    return absl::InvalidArgumentError("--save-interval needs --save DIR");
+  }
+  if (f.keep_last < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--keep-last ", f.keep_last, " is negative"));
+  }
+  if (f.async_save && f.save.empty()) {
+    return absl::InvalidArgumentError("--async-save needs --save DIR");
+  }
+  return f;
+}
+
+}  // namespace mcc
