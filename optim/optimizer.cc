@@ -1,0 +1,277 @@
+#include "optim/optimizer.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/reduce.h"
+#include "core/status_macros.h"
+#include "glog/logging.h"
+
+namespace mcc {
+namespace optim {
+
+bool CountsInGradNorm(const Parameter& p, int tensor_rank, int pipeline_rank) {
+  if (!p.is_tensor_parallel() && tensor_rank != 0) return false;
+  if (p.shared_with_other_stage && pipeline_rank != 0) return false;
+  return true;
+}
+
+namespace {
+
+int RankOf(const comm::ProcessGroup* g) { return g == nullptr ? 0 : g->rank(); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
+    const ParameterList& params, const OptimizerConfig& config,
+    const OptimizerGroups& groups) {
+  std::vector<data_parallel::ParamShard> shards;
+  for (const auto& p : params) {
+    if (p == nullptr || !p->value.defined()) {
+      return absl::InvalidArgumentError(
+          "optimizer: a parameter is null or has no value");
+    }
+    data_parallel::ParamShard s;
+    s.param = p;
+    s.begin = 0;
+    s.end = p->value.numel();
+    shards.push_back(s);
+  }
+  return Build(std::move(shards), /*sharded=*/false, nullptr, config, groups);
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
+    data_parallel::DistributedDataParallel* ddp, const OptimizerConfig& config,
+    const OptimizerGroups& groups) {
+  if (ddp == nullptr) {
+    return absl::InvalidArgumentError("optimizer: null DDP");
+  }
+  return Build(ddp->local_shards(), ddp->config().use_distributed_optimizer,
+               ddp, config, groups);
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
+    std::vector<data_parallel::ParamShard> shards, bool sharded,
+    data_parallel::DistributedDataParallel* ddp, const OptimizerConfig& config,
+    const OptimizerGroups& groups) {
+  if (!(config.clip_grad >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--clip-grad ", config.clip_grad, " must be >= 0 (0: no clipping)"));
+  }
+  if (!(config.weight_decay >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--weight-decay ", config.weight_decay, " must be >= 0"));
+  }
+  auto opt = std::unique_ptr<Optimizer>(new Optimizer);
+  opt->config_ = config;
+  opt->groups_ = groups;
+  opt->ddp_ = ddp;
+  opt->sharded_ = sharded;
+  switch (config.type) {
+    case OptimizerType::kAdam:
+      if (!(config.adam_beta1 >= 0 && config.adam_beta1 < 1 &&
+            config.adam_beta2 >= 0 && config.adam_beta2 < 1 &&
+            config.adam_eps > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--adam-beta1 ", config.adam_beta1, " and --adam-beta2 ",
+            config.adam_beta2, " must lie in [0, 1), --adam-eps ",
+            config.adam_eps, " must be positive"));
+      }
+      opt->rule_ = MakeAdamW(static_cast<float>(config.adam_beta1),
+                             static_cast<float>(config.adam_beta2),
+                             static_cast<float>(config.adam_eps));
+      break;
+    case OptimizerType::kSgd:
+      if (!(config.sgd_momentum >= 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--sgd-momentum ", config.sgd_momentum, " must be >= 0"));
+      }
+      opt->rule_ = MakeSgd(static_cast<float>(config.sgd_momentum));
+      break;
+  }
+  if (config.loss_scaling) {
+    MCC_ASSIGN_OR_RETURN(LossScaler scaler,
+                         LossScaler::Create(config.loss_scaler));
+    opt->scaler_ = scaler;
+  }
+  const int tp_rank = RankOf(groups.tensor);
+  const int pp_rank = RankOf(groups.pipeline);
+  const std::vector<std::string> names = opt->rule_->StateNames();
+  for (const auto& s : shards) {
+    Range r;
+    r.param = s.param;
+    r.begin = s.begin;
+    r.end = s.end;
+    const Tensor& value = s.param->value;
+    if (!value.device().is_cpu() || !IsFloatingPoint(value.dtype()) ||
+        s.begin < 0 || s.end > value.numel() || s.begin >= s.end) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer: parameter '", s.param->name, "' ",
+                       value.Describe(), " with range [", s.begin, ", ", s.end,
+                       ") is not a floating-point CPU tensor piece"));
+    }
+    if (!s.param->main_grad.defined() ||
+        s.param->main_grad.dtype() != DType::kFloat32 ||
+        s.param->main_grad.numel() != value.numel()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer: parameter '", s.param->name, "' main_grad ",
+          s.param->main_grad.defined() ? s.param->main_grad.Describe()
+                                       : "undefined",
+          " must be fp32 shaped as ", value.Describe()));
+    }
+    MCC_ASSIGN_OR_RETURN(Tensor model, opt->View(value, r));
+    if (value.dtype() == DType::kFloat32) {
+      r.master = model;
+    } else {
+      MCC_ASSIGN_OR_RETURN(r.master, model.To(DType::kFloat32));
+      r.own_master = true;
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      r.state.push_back(Tensor::Zeros({r.end - r.begin}, DType::kFloat32));
+    }
+    r.counted = CountsInGradNorm(*s.param, tp_rank, pp_rank);
+    opt->ranges_.push_back(std::move(r));
+  }
+  return opt;
+}
+
+absl::StatusOr<Tensor> Optimizer::View(const Tensor& t, const Range& r) const {
+  MCC_ASSIGN_OR_RETURN(Tensor flat, t.Reshape({t.numel()}));
+  return flat.Slice(r.begin, r.end);
+}
+
+double Optimizer::loss_scale() const {
+  return scaler_ ? scaler_->scale() : 1.0;
+}
+
+absl::Status Optimizer::ReduceSum(Tensor* t) {
+  if (sharded_ && ddp_ != nullptr && ddp_->dp_size() > 1) {
+    MCC_RETURN_IF_ERROR(
+        ddp_->dp_group()->AllReduceSync(t, comm::ReduceOp::kSum));
+  }
+  comm::ProcessGroup* mp = groups_.model ? groups_.model : groups_.tensor;
+  if (mp != nullptr && mp->size() > 1) {
+    MCC_RETURN_IF_ERROR(mp->AllReduceSync(t, comm::ReduceOp::kSum));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepInfo> Optimizer::Step(double lr) {
+  StepInfo info;
+  info.lr = lr;
+  info.loss_scale = loss_scale();
+  const double inv_scale = 1.0 / info.loss_scale;
+
+  // Local sum of squares of the counted gradients; any inf or NaN anywhere
+  // makes the global sum infinite.
+  double sq = 0.0, zeros = 0.0;
+  bool bad = false;
+  for (const Range& r : ranges_) {
+    MCC_ASSIGN_OR_RETURN(Tensor g, View(r.param->main_grad, r));
+    MCC_ASSIGN_OR_RETURN(double s, ops::SumOfSquares(g));
+    if (!std::isfinite(s)) {
+      bad = true;
+    } else if (r.counted) {
+      sq += s;
+    }
+    if (config_.log_num_zeros_in_grad && r.counted) {
+      const float* gp = g.data<float>();
+      int64_t z = 0;
+      for (int64_t i = 0; i < g.numel(); ++i) z += gp[i] == 0.0f;
+      zeros += static_cast<double>(z);
+    }
+  }
+  sq *= inv_scale * inv_scale;
+  // fp64 sums travel as two fp32 halves.
+  Tensor buf = Tensor::Zeros({4}, DType::kFloat32);
+  float* b = buf.data<float>();
+  if (bad) {
+    b[0] = std::numeric_limits<float>::infinity();
+  } else {
+    b[0] = static_cast<float>(sq);
+    b[1] = static_cast<float>(sq - static_cast<double>(b[0]));
+  }
+  b[2] = static_cast<float>(zeros);
+  b[3] = static_cast<float>(zeros - static_cast<double>(b[2]));
+  MCC_RETURN_IF_ERROR(ReduceSum(&buf));
+  const double total = static_cast<double>(b[0]) + static_cast<double>(b[1]);
+  info.grad_norm = std::sqrt(total);
+  if (config_.log_num_zeros_in_grad) {
+    info.num_zeros = static_cast<int64_t>(
+        std::llround(static_cast<double>(b[2]) + static_cast<double>(b[3])));
+  }
+  if (!std::isfinite(total)) {
+    info.skipped = true;
+    if (scaler_) scaler_->Update(true);
+    LOG(WARNING) << "optimizer: found inf or NaN in the gradients at step "
+                 << step_ + 1 << "; skipping the update"
+                 << (scaler_ ? absl::StrCat(" (loss scale ", info.loss_scale,
+                                            " -> ", scaler_->scale(), ")")
+                             : std::string());
+    return info;
+  }
+
+  float grad_scale = static_cast<float>(inv_scale);
+  if (config_.clip_grad > 0) {
+    const double coef = config_.clip_grad / (info.grad_norm + 1e-6);
+    if (coef < 1.0) grad_scale = static_cast<float>(inv_scale * coef);
+  }
+  ++step_;
+  for (Range& r : ranges_) {
+    MCC_ASSIGN_OR_RETURN(Tensor g, View(r.param->main_grad, r));
+    MCC_ASSIGN_OR_RETURN(Tensor model, View(r.param->value, r));
+    UpdateHyper h;
+    h.lr = static_cast<float>(lr);
+    h.weight_decay =
+        r.param->weight_decay ? static_cast<float>(config_.weight_decay) : 0.f;
+    h.grad_scale = grad_scale;
+    h.step = step_;
+    const bool write_bf16 = r.own_master && model.dtype() == DType::kBFloat16 &&
+                            rule_->WritesBf16Copy();
+    MCC_RETURN_IF_ERROR(
+        rule_->Apply(h, g, &r.master, &r.state, write_bf16 ? &model : nullptr));
+    if (r.own_master && !write_bf16) {
+      ConvertElements(r.master.raw_data(), DType::kFloat32, model.raw_data(),
+                      model.dtype(), model.numel());
+    }
+  }
+  if (scaler_) scaler_->Update(false);
+  if (sharded_ && ddp_ != nullptr) {
+    MCC_RETURN_IF_ERROR(ddp_->StartParamGather());
+  }
+  return info;
+}
+
+std::vector<StateTensor> Optimizer::StateTensors() {
+  std::vector<StateTensor> out;
+  const std::vector<std::string> names = rule_->StateNames();
+  for (Range& r : ranges_) {
+    auto add = [&](const std::string& state, const Tensor& t) {
+      StateTensor s;
+      s.name = absl::StrCat(r.param->name, ".", state);
+      s.param_name = r.param->name;
+      s.state = state;
+      s.tensor = t;
+      s.offset = r.begin;
+      s.param_shape = r.param->value.shape();
+      s.global_shape = r.param->global_shape;
+      out.push_back(std::move(s));
+    };
+    add("main_param", r.master);
+    for (size_t i = 0; i < names.size(); ++i) add(names[i], r.state[i]);
+  }
+  return out;
+}
+
+int64_t Optimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const Range& r : ranges_) {
+    if (r.own_master) bytes += static_cast<int64_t>(r.master.nbytes());
+    for (const Tensor& t : r.state) bytes += static_cast<int64_t>(t.nbytes());
+  }
+  return bytes;
+}
+
+}  // namespace optim
+}  // namespace mcc

@@ -1,0 +1,151 @@
+#ifndef OPTIM_OPTIMIZER_H_
+#define OPTIM_OPTIMIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/comm/process_group.h"
+#include "core/parameter.h"
+#include "core/tensor.h"
+#include "optim/loss_scaler.h"
+#include "optim/update_rule.h"
+#include "parallel/data_parallel/distributed_data_parallel.h"
+
+namespace mcc {
+namespace optim {
+
+// Megatron's optimizer flags.
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdam;  // --optimizer
+  double weight_decay = 0.01;                 // --weight-decay
+  double adam_beta1 = 0.9;                    // --adam-beta1
+  double adam_beta2 = 0.999;                  // --adam-beta2
+  double adam_eps = 1e-8;                     // --adam-eps
+  double sgd_momentum = 0.9;                  // --sgd-momentum
+  double clip_grad = 1.0;                     // --clip-grad (0: no clipping)
+  // Loss scaling (--fp16 turns it on; dynamic unless --loss-scale is set).
+  bool loss_scaling = false;
+  LossScalerConfig loss_scaler;
+  bool log_num_zeros_in_grad = false;  // --log-num-zeros-in-grad
+};
+
+// The groups gradient norms and inf checks are reduced over. All may be
+// null (serial).
+struct OptimizerGroups {
+  // Tensor-parallel group: parameters replicated over TP are counted only
+  // on its rank 0.
+  comm::ProcessGroup* tensor = nullptr;
+  // Pipeline group: parameters marked shared_with_other_stage are counted
+  // only on its rank 0.
+  comm::ProcessGroup* pipeline = nullptr;
+  // Model-parallel group (tensor x pipeline) the norm is summed over; null
+  // means `tensor`.
+  comm::ProcessGroup* model = nullptr;
+};
+
+// What one step did, for the log.
+struct StepInfo {
+  double grad_norm = 0.0;   // Global, unscaled, before clipping.
+  bool skipped = false;     // inf or NaN in a gradient: no update.
+  double loss_scale = 1.0;  // Scale that was in effect for this step.
+  double lr = 0.0;
+  int64_t num_zeros = -1;  // With log_num_zeros_in_grad.
+};
+
+// One named piece of optimizer state, for checkpoints: `tensor` is a flat
+// fp32 view of elements [offset, offset + tensor.numel()) of the flattened
+// TP-local parameter `param_name` (local shape `param_shape`, global shape
+// `global_shape`). Writing into it (on load) sets the state.
+struct StateTensor {
+  std::string name;  // "<param>.exp_avg", "<param>.main_param", ...
+  std::string param_name;
+  std::string
+      state;  // "exp_avg", "exp_avg_sq", "momentum_buffer", "main_param"
+  Tensor tensor;
+  int64_t offset = 0;
+  Shape param_shape;
+  Shape global_shape;
+};
+
+// A mixed-precision optimizer (Megatron's MixedPrecisionOptimizer and, over
+// a DDP with the distributed optimizer, DistributedOptimizer): fp32 main
+// parameters (copies of 16-bit weights; fp32 weights are updated in place),
+// gradients read from the fp32 main_grad, unscaled by the loss scale,
+// checked for inf/NaN (the step is skipped and the scaler backs off), the
+// global norm computed with every parameter counted once and clipped, the
+// update applied, and the 16-bit weights refreshed. Under the distributed
+// optimizer each data-parallel rank updates only its shards and the DDP
+// all-gathers the updated parameters.
+class Optimizer {
+ public:
+  // Every parameter whole (no data parallelism, or the DDP's all-reduced
+  // gradients of a plain optimizer).
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
+      const ParameterList& params, const OptimizerConfig& config,
+      const OptimizerGroups& groups);
+  // Over a DDP: with use_distributed_optimizer, only this rank's shards,
+  // the norm summed over DP too, and parameters all-gathered after each
+  // step (see DdpConfig::overlap_param_gather). Create after the DDP.
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
+      data_parallel::DistributedDataParallel* ddp,
+      const OptimizerConfig& config, const OptimizerGroups& groups);
+
+  // The multiplier of the loss before backward (1 without loss scaling):
+  // pass loss_scale() / num_microbatches as ForwardBackward's grad_scale.
+  double loss_scale() const;
+
+  // One optimizer step at learning rate lr, after the gradients are synced
+  // (DDP FinishGradSync, then the model's FinalizeGradients).
+  absl::StatusOr<StepInfo> Step(double lr);
+
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t step) { step_ = step; }
+  LossScaler* loss_scaler() { return scaler_ ? &*scaler_ : nullptr; }
+  const OptimizerConfig& config() const { return config_; }
+  bool sharded() const { return sharded_; }
+
+  // The state, for checkpoints (see StateTensor); main_param entries view
+  // the parameters themselves when those are fp32.
+  std::vector<StateTensor> StateTensors();
+  // Bytes this optimizer allocated (fp32 main copies and state).
+  int64_t state_bytes() const;
+
+ private:
+  struct Range {
+    std::shared_ptr<Parameter> param;
+    int64_t begin = 0, end = 0;
+    Tensor master;  // fp32 [end - begin]; a view of the value when fp32.
+    bool own_master = false;
+    std::vector<Tensor> state;
+    bool counted = true;  // Counts in the global norm on this rank.
+  };
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Build(
+      std::vector<data_parallel::ParamShard> shards, bool sharded,
+      data_parallel::DistributedDataParallel* ddp,
+      const OptimizerConfig& config, const OptimizerGroups& groups);
+  absl::StatusOr<Tensor> View(const Tensor& t, const Range& r) const;
+  absl::Status ReduceSum(Tensor* t);
+
+  OptimizerConfig config_;
+  OptimizerGroups groups_;
+  data_parallel::DistributedDataParallel* ddp_ = nullptr;
+  bool sharded_ = false;
+  std::unique_ptr<UpdateRule> rule_;
+  std::optional<LossScaler> scaler_;
+  std::vector<Range> ranges_;
+  int64_t step_ = 0;
+};
+
+// Whether a parameter counts in the global gradient norm on this rank:
+// TP-partitioned ones on every TP rank, replicated ones on TP rank 0; ones
+// shared with another pipeline stage only on pipeline rank 0.
+bool CountsInGradNorm(const Parameter& p, int tensor_rank, int pipeline_rank);
+
+}  // namespace optim
+}  // namespace mcc
+
+#endif  // OPTIM_OPTIMIZER_H_
