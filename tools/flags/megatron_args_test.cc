@@ -1,0 +1,95 @@
+#include "tools/flags/megatron_args.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tools/flags/train_config.pb.h"
+#include "tools/flags/training_flags.h"
+
+namespace mcc {
+namespace flags {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<ParsedArgs> Parse(std::vector<std::string> words) {
+  std::vector<char*> argv;
+  static std::string program = "train";
+  argv.push_back(program.data());
+  for (auto& w : words) argv.push_back(w.data());
+  return ParseMegatronArgs(static_cast<int>(argv.size()), argv.data(),
+                           {"data_path"});
+}
+
+TEST(MegatronArgsTest, DashedUnderscoredAndEqualsForms) {
+  auto parsed = Parse({"--num-layers", "6", "--hidden_size=96", "--bf16",
+                       "--nosequence-parallel", "--seq-length=64"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(absl::GetFlag(FLAGS_num_layers), 6);
+  EXPECT_EQ(absl::GetFlag(FLAGS_hidden_size), 96);
+  EXPECT_TRUE(absl::GetFlag(FLAGS_bf16));
+  EXPECT_FALSE(absl::GetFlag(FLAGS_sequence_parallel));
+  EXPECT_EQ(absl::GetFlag(FLAGS_seq_length), 64);
+  EXPECT_TRUE(parsed->explicitly_set.count("num_layers"));
+  absl::SetFlag(&FLAGS_bf16, false);
+}
+
+TEST(MegatronArgsTest, MultiWordDataPath) {
+  auto parsed =
+      Parse({"--data-path", "0.3", "a/b", "0.7", "c/d", "--split", "98,2,0"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(absl::GetFlag(FLAGS_data_path), "0.3 a/b 0.7 c/d");
+  EXPECT_EQ(absl::GetFlag(FLAGS_split), "98,2,0");
+}
+
+TEST(MegatronArgsTest, ErrorsNameTheFlag) {
+  EXPECT_THAT(std::string(Parse({"--num-layrs", "2"}).status().message()),
+              HasSubstr("unknown flag --num-layrs"));
+  EXPECT_THAT(std::string(Parse({"--num-layers", "two"}).status().message()),
+              HasSubstr("--num-layers"));
+  EXPECT_THAT(std::string(Parse({"--hidden-size"}).status().message()),
+              HasSubstr("--hidden-size needs a value"));
+}
+
+TEST(MegatronArgsTest, ConfigFileIsOverriddenByFlags) {
+  const std::string path =
+      std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
+      "/train.textproto";
+  std::ofstream(path) << "num_layers: 3\nhidden_size: 80\n"
+                         "data_path: \"0.5 x 0.5 y\"\n";
+  auto parsed = Parse({"--hidden-size", "48"});
+  ASSERT_TRUE(parsed.ok());
+  ASSERT_TRUE(
+      ApplyConfigFile(path, tools::TrainConfig(), parsed->explicitly_set).ok());
+  EXPECT_EQ(absl::GetFlag(FLAGS_num_layers), 3);
+  EXPECT_EQ(absl::GetFlag(FLAGS_hidden_size), 48);
+  EXPECT_EQ(absl::GetFlag(FLAGS_data_path), "0.5 x 0.5 y");
+
+  std::ofstream(path) << "num_layers: \"many\"\n";
+  absl::Status bad = ApplyConfigFile(path, tools::TrainConfig(), {});
+  EXPECT_THAT(std::string(bad.message()), HasSubstr(path));
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("line 1"));
+}
+
+TEST(TrainingFlagsTest, GPTConfigChecksDivisibility) {
+  absl::SetFlag(&FLAGS_num_layers, 2);
+  absl::SetFlag(&FLAGS_hidden_size, 64);
+  absl::SetFlag(&FLAGS_num_attention_heads, 6);
+  absl::SetFlag(&FLAGS_tensor_model_parallel_size, 4);
+  absl::Status s = GPTConfigFromFlags(257).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--hidden-size (64)"));
+  absl::SetFlag(&FLAGS_num_attention_heads, 4);
+  auto ok = GPTConfigFromFlags(257);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->vocab_size, 512);  // 257 padded to a multiple of 128 x 4.
+  absl::SetFlag(&FLAGS_tensor_model_parallel_size, 1);
+}
+
+}  // namespace
+}  // namespace flags
+}  // namespace mcc

@@ -1,0 +1,153 @@
+#include "tools/flags/training_flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+
+ABSL_FLAG(int32_t, num_layers, 4, "Transformer layers.");
+ABSL_FLAG(int64_t, hidden_size, 128, "Hidden size.");
+ABSL_FLAG(int32_t, num_attention_heads, 4, "Attention heads.");
+ABSL_FLAG(int32_t, num_query_groups, 0,
+          "Key/value head groups with --group-query-attention.");
+ABSL_FLAG(bool, group_query_attention, false, "Grouped-query attention.");
+ABSL_FLAG(int64_t, ffn_hidden_size, 0, "MLP hidden size (0: 4 x hidden).");
+ABSL_FLAG(int64_t, seq_length, 128, "Sequence length.");
+ABSL_FLAG(int64_t, max_position_embeddings, 0,
+          "Position table size (0: --seq-length).");
+ABSL_FLAG(std::string, position_embedding_type, "learned_absolute",
+          "learned_absolute or rope.");
+ABSL_FLAG(double, rotary_base, 10000.0, "Rotary embedding base.");
+ABSL_FLAG(std::string, normalization, "LayerNorm", "LayerNorm or RMSNorm.");
+ABSL_FLAG(double, norm_epsilon, 1e-5, "Normalization epsilon.");
+ABSL_FLAG(bool, swiglu, false, "SwiGLU MLP instead of GELU.");
+ABSL_FLAG(bool, untie_embeddings_and_output_weights, false,
+          "Separate output layer weights.");
+ABSL_FLAG(bool, disable_bias_linear, false, "No biases in linear layers.");
+ABSL_FLAG(double, hidden_dropout, 0.0, "Dropout on hidden states.");
+ABSL_FLAG(double, attention_dropout, 0.0,
+          "Attention dropout (must be 0: the fused kernel has none).");
+ABSL_FLAG(double, init_method_std, 0.02, "Weight init standard deviation.");
+ABSL_FLAG(int64_t, vocab_size, 0,
+          "Vocabulary size for --mock-data (0: the tokenizer's).");
+ABSL_FLAG(int32_t, make_vocab_size_divisible_by, 128,
+          "Pad the vocabulary to a multiple of this times TP.");
+ABSL_FLAG(std::string, recompute_granularity, "",
+          "Activation recomputation: full or selective (empty: none).");
+ABSL_FLAG(std::string, recompute_method, "uniform",
+          "uniform or block (with --recompute-granularity full).");
+ABSL_FLAG(int32_t, recompute_num_layers, 1,
+          "Layers per recomputed chunk (uniform) or recomputed (block).");
+ABSL_FLAG(int32_t, seed, 1234, "Seed for initialisation, data and dropout.");
+ABSL_FLAG(bool, bf16, false, "bf16 parameters and activations.");
+ABSL_FLAG(bool, fp16, false, "fp16 training with a dynamic loss scaler.");
+
+ABSL_FLAG(int32_t, tensor_model_parallel_size, 1, "Tensor-parallel size.");
+ABSL_FLAG(int32_t, pipeline_model_parallel_size, 1, "Pipeline-parallel size.");
+ABSL_FLAG(int32_t, context_parallel_size, 1, "Context-parallel size.");
+ABSL_FLAG(bool, sequence_parallel, false,
+          "Split norm and dropout regions along the sequence over TP.");
+
+ABSL_FLAG(std::string, data_path, "",
+          "Data prefix, or weights and prefixes: '0.3 A 0.7 B'. Empty: the "
+          "embedded default corpus.");
+ABSL_FLAG(std::string, split, "969,30,1", "Train, valid, test split weights.");
+ABSL_FLAG(bool, mock_data, false, "Synthetic tokens, no files.");
+ABSL_FLAG(std::string, tokenizer_type, "ByteTokenizer",
+          "ByteTokenizer or GPT2BPETokenizer.");
+ABSL_FLAG(std::string, vocab_file, "", "GPT-2 encoder.json.");
+ABSL_FLAG(std::string, merge_file, "", "GPT-2 vocab.bpe.");
+ABSL_FLAG(std::string, data_cache_path, "",
+          "Where dataset indices are cached (default: beside the data).");
+ABSL_FLAG(bool, eod_mask_loss, false, "No loss on end-of-document tokens.");
+ABSL_FLAG(int32_t, micro_batch_size, 8, "Micro-batch size per DP rank.");
+
+ABSL_FLAG(std::string, load, "", "Checkpoint directory to load.");
+
+namespace mcc {
+namespace flags {
+
+int64_t PaddedVocabSize(int64_t vocab_size) {
+  const int64_t multiple =
+      static_cast<int64_t>(absl::GetFlag(FLAGS_make_vocab_size_divisible_by)) *
+      absl::GetFlag(FLAGS_tensor_model_parallel_size);
+  if (multiple <= 0) return vocab_size;
+  return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size) {
+  gpt::GPTConfig c;
+  c.num_layers = absl::GetFlag(FLAGS_num_layers);
+  c.hidden_size = absl::GetFlag(FLAGS_hidden_size);
+  c.num_attention_heads = absl::GetFlag(FLAGS_num_attention_heads);
+  if (absl::GetFlag(FLAGS_group_query_attention)) {
+    c.num_query_groups = absl::GetFlag(FLAGS_num_query_groups);
+  }
+  c.ffn_hidden_size = absl::GetFlag(FLAGS_ffn_hidden_size);
+  c.seq_length = absl::GetFlag(FLAGS_seq_length);
+  c.max_position_embeddings = absl::GetFlag(FLAGS_max_position_embeddings);
+  const std::string pos = absl::GetFlag(FLAGS_position_embedding_type);
+  if (pos == "rope") {
+    c.position_embedding = gpt::PositionEmbedding::kRope;
+  } else if (pos != "learned_absolute") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--position-embedding-type: '", pos,
+                     "' is not learned_absolute or rope"));
+  }
+  c.rotary_base = absl::GetFlag(FLAGS_rotary_base);
+  const std::string norm = absl::GetFlag(FLAGS_normalization);
+  if (norm == "RMSNorm") {
+    c.normalization = gpt::Normalization::kRMSNorm;
+  } else if (norm != "LayerNorm") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--normalization: '", norm, "' is not LayerNorm or RMSNorm"));
+  }
+  c.norm_epsilon = absl::GetFlag(FLAGS_norm_epsilon);
+  if (absl::GetFlag(FLAGS_swiglu)) c.activation = gpt::Activation::kSwiGLU;
+  c.untie_embeddings_and_output_weights =
+      absl::GetFlag(FLAGS_untie_embeddings_and_output_weights);
+  c.add_bias_linear = !absl::GetFlag(FLAGS_disable_bias_linear);
+  c.hidden_dropout = absl::GetFlag(FLAGS_hidden_dropout);
+  c.attention_dropout = absl::GetFlag(FLAGS_attention_dropout);
+  c.init_method_std = absl::GetFlag(FLAGS_init_method_std);
+  c.vocab_size = PaddedVocabSize(vocab_size);
+  c.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+  const std::string granularity = absl::GetFlag(FLAGS_recompute_granularity);
+  if (granularity == "full") {
+    c.recompute_granularity = gpt::RecomputeGranularity::kFull;
+  } else if (granularity == "selective") {
+    c.recompute_granularity = gpt::RecomputeGranularity::kSelective;
+  } else if (!granularity.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--recompute-granularity: '", granularity,
+                     "' is not full or selective"));
+  }
+  const std::string method = absl::GetFlag(FLAGS_recompute_method);
+  if (method == "block") {
+    c.recompute_method = gpt::RecomputeMethod::kBlock;
+  } else if (method != "uniform") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--recompute-method: '", method, "' is not uniform or block"));
+  }
+  c.recompute_num_layers = absl::GetFlag(FLAGS_recompute_num_layers);
+  if (absl::GetFlag(FLAGS_bf16) && absl::GetFlag(FLAGS_fp16)) {
+    return absl::InvalidArgumentError("--bf16 and --fp16 exclude each other");
+  }
+  if (absl::GetFlag(FLAGS_pipeline_model_parallel_size) != 1) {
+    return absl::UnimplementedError(
+        "--pipeline-model-parallel-size > 1: pipeline parallelism is not "
+        "built yet");
+  }
+  if (absl::GetFlag(FLAGS_context_parallel_size) != 1) {
+    return absl::UnimplementedError(
+        "--context-parallel-size > 1: context parallelism is not built yet");
+  }
+  if (absl::Status s =
+          c.Validate(absl::GetFlag(FLAGS_tensor_model_parallel_size),
+                     absl::GetFlag(FLAGS_sequence_parallel));
+      !s.ok()) {
+    return s;
+  }
+  return c;
+}
+
+}  // namespace flags
+}  // namespace mcc

@@ -1,0 +1,76 @@
+#ifndef TOOLS_FLAGS_TRAINING_FLAGS_H_
+#define TOOLS_FLAGS_TRAINING_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+#include "models/gpt/gpt_config.h"
+
+// Megatron-LM's flags shared by the train and eval binaries. Abseil names use
+// underscores; the binaries also accept Megatron's dashed spelling.
+
+// Model.
+ABSL_DECLARE_FLAG(int32_t, num_layers);
+ABSL_DECLARE_FLAG(int64_t, hidden_size);
+ABSL_DECLARE_FLAG(int32_t, num_attention_heads);
+ABSL_DECLARE_FLAG(int32_t, num_query_groups);
+ABSL_DECLARE_FLAG(bool, group_query_attention);
+ABSL_DECLARE_FLAG(int64_t, ffn_hidden_size);
+ABSL_DECLARE_FLAG(int64_t, seq_length);
+ABSL_DECLARE_FLAG(int64_t, max_position_embeddings);
+ABSL_DECLARE_FLAG(std::string, position_embedding_type);
+ABSL_DECLARE_FLAG(double, rotary_base);
+ABSL_DECLARE_FLAG(std::string, normalization);
+ABSL_DECLARE_FLAG(double, norm_epsilon);
+ABSL_DECLARE_FLAG(bool, swiglu);
+ABSL_DECLARE_FLAG(bool, untie_embeddings_and_output_weights);
+ABSL_DECLARE_FLAG(bool, disable_bias_linear);
+ABSL_DECLARE_FLAG(double, hidden_dropout);
+ABSL_DECLARE_FLAG(double, attention_dropout);
+ABSL_DECLARE_FLAG(double, init_method_std);
+ABSL_DECLARE_FLAG(int64_t, vocab_size);
+ABSL_DECLARE_FLAG(int32_t, make_vocab_size_divisible_by);
+ABSL_DECLARE_FLAG(std::string, recompute_granularity);
+ABSL_DECLARE_FLAG(std::string, recompute_method);
+ABSL_DECLARE_FLAG(int32_t, recompute_num_layers);
+ABSL_DECLARE_FLAG(int32_t, seed);
+ABSL_DECLARE_FLAG(bool, bf16);
+ABSL_DECLARE_FLAG(bool, fp16);
+
+// Parallelism.
+ABSL_DECLARE_FLAG(int32_t, tensor_model_parallel_size);
+ABSL_DECLARE_FLAG(int32_t, pipeline_model_parallel_size);
+ABSL_DECLARE_FLAG(int32_t, context_parallel_size);
+ABSL_DECLARE_FLAG(bool, sequence_parallel);
+
+// Data.
+ABSL_DECLARE_FLAG(std::string, data_path);
+ABSL_DECLARE_FLAG(std::string, split);
+ABSL_DECLARE_FLAG(bool, mock_data);
+ABSL_DECLARE_FLAG(std::string, tokenizer_type);
+ABSL_DECLARE_FLAG(std::string, vocab_file);
+ABSL_DECLARE_FLAG(std::string, merge_file);
+ABSL_DECLARE_FLAG(std::string, data_cache_path);
+ABSL_DECLARE_FLAG(bool, eod_mask_loss);
+ABSL_DECLARE_FLAG(int32_t, micro_batch_size);
+
+// Checkpoints.
+ABSL_DECLARE_FLAG(std::string, load);
+
+namespace mcc {
+namespace flags {
+
+// The vocabulary padded as Megatron pads it: up to a multiple of
+// --make-vocab-size-divisible-by x --tensor-model-parallel-size.
+int64_t PaddedVocabSize(int64_t vocab_size);
+
+// The model configuration the flags describe, for a tokenizer vocabulary of
+// vocab_size (padded here); errors name the flag.
+absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size);
+
+}  // namespace flags
+}  // namespace mcc
+
+#endif  // TOOLS_FLAGS_TRAINING_FLAGS_H_
