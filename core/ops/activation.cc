@@ -44,27 +44,31 @@ inline float GeluGradF(float v) {
 }
 
 #if defined(__AVX2__)
+// 0.5 v (1 + tanh(u)) = v * sigmoid(2u): one exp and one division.
 inline __m256 Gelu8(__m256 v) {
-  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 v2 = _mm256_mul_ps(v, v);
-  const __m256 u =
-      _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi), v),
+  const __m256 u2 =
+      _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f * kSqrt2OverPi), v),
                     _mm256_fmadd_ps(_mm256_set1_ps(kGeluCoeff), v2, one));
-  return _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, Tanh8(u)));
+  return _mm256_mul_ps(v, Sigmoid8(u2));
 }
 
+// With s = sigmoid(2u): tanh(u) = 2s - 1 and 1 - tanh(u)^2 = 4 s (1 - s).
 inline __m256 GeluGrad8(__m256 v) {
-  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
-  const __m256 s = _mm256_set1_ps(kSqrt2OverPi);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 c = _mm256_set1_ps(kSqrt2OverPi);
   const __m256 v2 = _mm256_mul_ps(v, v);
-  const __m256 t = Tanh8(
-      _mm256_mul_ps(_mm256_mul_ps(s, v),
-                    _mm256_fmadd_ps(_mm256_set1_ps(kGeluCoeff), v2, one)));
+  const __m256 u2 =
+      _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(c, c), v),
+                    _mm256_fmadd_ps(_mm256_set1_ps(kGeluCoeff), v2, one));
+  const __m256 s = Sigmoid8(u2);
   const __m256 du = _mm256_mul_ps(
-      s, _mm256_fmadd_ps(_mm256_set1_ps(3.0f * kGeluCoeff), v2, one));
-  const __m256 sech2 = _mm256_fnmadd_ps(t, t, one);  // 1 - t^2
-  return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(half, v), sech2), du,
-                         _mm256_mul_ps(half, _mm256_add_ps(one, t)));
+      c, _mm256_fmadd_ps(_mm256_set1_ps(3.0f * kGeluCoeff), v2, one));
+  // 0.5 (1 + t) = s;  0.5 v (1 - t^2) du = 2 v s (1 - s) du.
+  const __m256 sech = _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(v, v), s),
+                                    _mm256_sub_ps(one, s));
+  return _mm256_fmadd_ps(sech, du, s);
 }
 #endif
 
