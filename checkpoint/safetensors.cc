@@ -54,8 +54,13 @@ absl::Status WriteSafetensors(
     const std::string& path, const NamedTensors& tensors,
     const std::map<std::string, std::string>& metadata) {
   std::vector<std::pair<std::string, Tensor>> sorted = tensors;
-  std::sort(sorted.begin(), sorted.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Widest dtype first, then by name (as the reference writer): every
+  // tensor's data stays aligned to its element size.
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    const size_t sa = a.second.defined() ? DTypeSize(a.second.dtype()) : 0;
+    const size_t sb = b.second.defined() ? DTypeSize(b.second.dtype()) : 0;
+    return sa != sb ? sa > sb : a.first < b.first;
+  });
   std::string header = "{";
   bool first = true;
   if (!metadata.empty()) {
@@ -70,7 +75,9 @@ absl::Status WriteSafetensors(
   uint64_t offset = 0;
   for (size_t i = 0; i < sorted.size(); ++i) {
     const auto& [name, t] = sorted[i];
-    if (name == "__metadata__" || (i > 0 && name == sorted[i - 1].first)) {
+    bool repeated = false;
+    for (size_t j = 0; j < i; ++j) repeated |= sorted[j].first == name;
+    if (name == "__metadata__" || repeated) {
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": tensor name \"", name, "\" is reserved or repeated"));
     }

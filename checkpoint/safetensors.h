@@ -32,7 +32,8 @@ struct SafetensorsFile {
 absl::StatusOr<std::string> SafetensorsDTypeName(DType dtype);  // "F32"
 absl::StatusOr<DType> ParseSafetensorsDType(absl::string_view name);
 
-// Writes the tensors (CPU or not; copied to host) sorted by name, atomically
+// Writes the tensors (CPU or not; copied to host), widest dtype first then
+// by name (so each tensor's data is aligned to its element size), atomically
 // (temporary file, fsync, rename).
 absl::Status WriteSafetensors(
     const std::string& path, const NamedTensors& tensors,

@@ -76,6 +76,15 @@ TEST(SafetensorsTest, RoundTripAndLayout) {
   EXPECT_EQ(header->Find("b.weight")->Find("dtype")->text, "F32");
   EXPECT_EQ(header->Find("a.bias")->Find("dtype")->text, "BF16");
   EXPECT_EQ(header->Find("__metadata__")->Find("format")->text, "pt");
+  for (const auto& [name, t] : tensors) {
+    const json::Value* entry = header->Find(name);
+    ASSERT_NE(entry, nullptr) << name;
+    const int64_t begin = *entry->Find("data_offsets")->array[0].AsInt();
+    EXPECT_EQ(begin % DTypeSize(t.dtype()), 0) << name << " is misaligned";
+  }
+  // A repeated name is refused.
+  NamedTensors twice = {tensors[0], tensors[0]};
+  EXPECT_FALSE(WriteSafetensors(path + ".2", twice).ok());
 
   auto file = ReadSafetensors(path);
   ASSERT_TRUE(file.ok()) << file.status();
