@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/ops/dropout.h"
 #include "core/ops/embedding.h"
+#include "core/ops/gemm.h"
 #include "core/status_macros.h"
 #include "models/gpt/residual.h"
 #include "parallel/mappings.h"
@@ -136,6 +137,64 @@ Tensor SeqMajor(const Tensor& x) {
 
 }  // namespace
 
+absl::StatusOr<Tensor> GPTModel::Embed(const Tensor& ids,
+                                       const Tensor& positions, uint64_t offset,
+                                       bool dropout) const {
+  MCC_ASSIGN_OR_RETURN(Tensor emb, word_embeddings_->Forward(ids));
+  if (position_embeddings_ != nullptr) {
+    Tensor pos = Tensor::Empty(emb.shape(), emb.dtype());
+    MCC_RETURN_IF_ERROR(
+        ops::EmbeddingLookup(positions, position_embeddings_->value, &pos));
+    MCC_RETURN_IF_ERROR(AddResidual(emb, pos, &emb));
+  }
+  const float p = static_cast<float>(config_.hidden_dropout);
+  if (dropout && p > 0) {
+    MCC_RETURN_IF_ERROR(ops::Dropout(emb, p, config_.seed, offset, &emb));
+  }
+  const bool sp = context_.sequence_parallel;
+  MCC_ASSIGN_OR_RETURN(Tensor x,
+                       parallel::ScatterToSequenceParallelRegion::Forward(
+                           sp ? context_.tp_group : nullptr, emb));
+  if (sp) x = x.Clone();  // Own storage: the full embedding can be freed.
+  return x;
+}
+
+absl::StatusOr<Tensor> GPTModel::LastTokenLogits(const Tensor& tokens) {
+  MicroBatch batch;
+  batch.tokens = tokens;
+  batch.labels = tokens;
+  MCC_RETURN_IF_ERROR(CheckBatch(batch));
+  comm::ProcessGroup* tp = context_.tp_group;
+  const int64_t b = tokens.size(0), s = tokens.size(1);
+  Tensor ids = SeqMajor<int64_t>(tokens);
+  Tensor positions = Tensor::Empty({s * b}, DType::kInt64);
+  for (int64_t si = 0; si < s; ++si) {
+    for (int64_t bi = 0; bi < b; ++bi) {
+      positions.data<int64_t>()[si * b + bi] = si;
+    }
+  }
+  // Evaluation runs without dropout.
+  for (const auto& layer : layers_) layer->set_training(false);
+  MCC_ASSIGN_OR_RETURN(Tensor x, Embed(ids, positions, 0, false));
+  for (const auto& layer : layers_) {
+    TransformerLayer::Activations act;
+    MCC_ASSIGN_OR_RETURN(x, layer->Forward(x, b, 0, &act));
+  }
+  Norm::Activations norm_act;
+  MCC_ASSIGN_OR_RETURN(Tensor h, final_norm_->Forward(x, &norm_act));
+  if (context_.sequence_parallel) {
+    MCC_ASSIGN_OR_RETURN(h, parallel::GatherFirstDim(tp, h));
+  }
+  MCC_ASSIGN_OR_RETURN(Tensor last, h.Slice((s - 1) * b, s * b));
+  // The output layer without its SP gather: `last` is already whole.
+  const Tensor& w = output_layer_->weight()->value;
+  Tensor logits = Tensor::Empty({b, w.size(0)}, DType::kFloat32);
+  MCC_ASSIGN_OR_RETURN(Tensor last32, last.To(DType::kFloat32));
+  MCC_ASSIGN_OR_RETURN(Tensor w32, w.To(DType::kFloat32));
+  MCC_RETURN_IF_ERROR(ops::Gemm(last32, false, w32, true, &logits));
+  return parallel::GatherLastDim(tp, logits);
+}
+
 absl::StatusOr<LossSum> GPTModel::ForwardBackward(const MicroBatch& batch,
                                                   float grad_scale) {
   return Run(batch, /*backward=*/true, grad_scale);
@@ -163,26 +222,17 @@ absl::StatusOr<LossSum> GPTModel::Run(const MicroBatch& batch, bool backward,
 
   // Embeddings, in sequence-major order.
   Tensor ids = SeqMajor<int64_t>(batch.tokens);
-  MCC_ASSIGN_OR_RETURN(Tensor emb, word_embeddings_->Forward(ids));
   Tensor positions = Tensor::Empty({s * b}, DType::kInt64);
   for (int64_t si = 0; si < s; ++si) {
-    for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t bi = 0; bi < b; ++bi) {
       positions.data<int64_t>()[si * b + bi] = si;
-  }
-  if (position_embeddings_ != nullptr) {
-    Tensor pos = Tensor::Empty(emb.shape(), emb.dtype());
-    MCC_RETURN_IF_ERROR(
-        ops::EmbeddingLookup(positions, position_embeddings_->value, &pos));
-    MCC_RETURN_IF_ERROR(AddResidual(emb, pos, &emb));
+    }
   }
   const float p = static_cast<float>(config_.hidden_dropout);
   const uint64_t emb_offset = offset_of(num_layers);
-  if (p > 0)
-    MCC_RETURN_IF_ERROR(ops::Dropout(emb, p, config_.seed, emb_offset, &emb));
-  MCC_ASSIGN_OR_RETURN(Tensor x,
-                       parallel::ScatterToSequenceParallelRegion::Forward(
-                           sp ? tp : nullptr, emb));
-  if (sp) x = x.Clone();  // Own storage: the full embedding can be freed.
+  // Dropout only while training; Forward() alone is evaluation.
+  for (const auto& layer : layers_) layer->set_training(backward);
+  MCC_ASSIGN_OR_RETURN(Tensor x, Embed(ids, positions, emb_offset, backward));
 
   // Which layers start a recomputed chunk, and how long it is.
   std::vector<int> chunk_len(num_layers, 0);
@@ -301,7 +351,7 @@ absl::StatusOr<LossSum> GPTModel::Run(const MicroBatch& batch, bool backward,
   MCC_ASSIGN_OR_RETURN(Tensor demb,
                        parallel::ScatterToSequenceParallelRegion::Backward(
                            sp ? tp : nullptr, dx));
-  if (p > 0) {
+  if (p > 0 && backward) {
     Tensor d = Tensor::Empty(demb.shape(), demb.dtype());
     MCC_RETURN_IF_ERROR(
         ops::DropoutBackward(demb, p, config_.seed, emb_offset, &d));

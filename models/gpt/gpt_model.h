@@ -47,6 +47,11 @@ class GPTModel {
   // Forward only (evaluation).
   absl::StatusOr<LossSum> Forward(const MicroBatch& batch);
 
+  // Logits of the last position of every sequence: fp32 [b, vocab] with the
+  // full (gathered) vocabulary on every rank, for generation. tokens: int64
+  // [b, s]; no dropout.
+  absl::StatusOr<Tensor> LastTokenLogits(const Tensor& tokens);
+
   // After the last micro-batch's backward: sums over TP the gradients that
   // sequence parallelism leaves partial (norm weights, row-parallel biases).
   absl::Status FinalizeGradients();
@@ -70,6 +75,10 @@ class GPTModel {
   absl::StatusOr<LossSum> Run(const MicroBatch& batch, bool backward,
                               float grad_scale);
   absl::Status CheckBatch(const MicroBatch& batch) const;
+  // Word plus position embeddings of sequence-major ids, with dropout at
+  // `offset` when p > 0, split along the sequence under SP.
+  absl::StatusOr<Tensor> Embed(const Tensor& ids, const Tensor& positions,
+                               uint64_t offset, bool dropout) const;
 
   GPTConfig config_;
   parallel::LayerContext context_;

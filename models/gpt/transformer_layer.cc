@@ -212,7 +212,7 @@ void TransposeBatchSeq(const Tensor& src, int64_t b, int64_t s, Tensor* dst,
 
 absl::StatusOr<Tensor> TransformerLayer::Dropout(const Tensor& x,
                                                  uint64_t offset) const {
-  if (config_.hidden_dropout == 0.0) return x;
+  if (config_.hidden_dropout == 0.0 || !training_) return x;
   Tensor y = Tensor::Empty(x.shape(), x.dtype(), x.device());
   MCC_RETURN_IF_ERROR(ops::Dropout(
       x, static_cast<float>(config_.hidden_dropout), config_.seed, offset, &y));

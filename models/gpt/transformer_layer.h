@@ -66,6 +66,8 @@ class TransformerLayer {
                                   Activations* act) const;
 
   void AppendParameters(ParameterList* out) const;
+  // Dropout applies only while training (the default).
+  void set_training(bool training) { training_ = training; }
 
  private:
   absl::Status Attention(int64_t micro_batch, Activations* act) const;
@@ -80,6 +82,7 @@ class TransformerLayer {
   std::unique_ptr<Norm> ln1_, ln2_;
   std::unique_ptr<parallel::ColumnParallelLinear> qkv_, fc1_;
   std::unique_ptr<parallel::RowParallelLinear> proj_, fc2_;
+  bool training_ = true;
 };
 
 }  // namespace gpt
