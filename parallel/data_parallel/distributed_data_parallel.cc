@@ -172,6 +172,7 @@ void DistributedDataParallel::BeginTrace() {
   trace_ = GradSyncTrace();
   trace_.launched.assign(buckets_.size(), absl::InfinitePast());
   trace_.launched_in_backward.assign(buckets_.size(), false);
+  trace_.done_when_all_ready.assign(buckets_.size(), false);
 }
 
 void DistributedDataParallel::ResetReady() {
@@ -237,6 +238,10 @@ absl::Status DistributedDataParallel::OnGradsReady(
   }
   if (ready_count_ == static_cast<int>(slots_.size())) {
     trace_.all_grads_ready = absl::Now();
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      trace_.done_when_all_ready[b] =
+          grad_work_[b] != nullptr && grad_work_[b]->IsCompleted();
+    }
   }
   return absl::OkStatus();
 }

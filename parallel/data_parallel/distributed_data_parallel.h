@@ -71,8 +71,11 @@ struct GradSyncTrace {
   std::vector<absl::Time> launched;        // Per bucket; InfinitePast if never.
   std::vector<bool> launched_in_backward;  // From the grad-ready hook.
   absl::Time all_grads_ready = absl::InfinitePast();  // Last hook call.
-  absl::Time finish_called = absl::InfinitePast();    // FinishGradSync().
-  absl::Time finished = absl::InfinitePast();         // All buckets done.
+  // Per bucket: whether its collective had already completed when the last
+  // gradient became ready (reduction overlapped with backward).
+  std::vector<bool> done_when_all_ready;
+  absl::Time finish_called = absl::InfinitePast();  // FinishGradSync().
+  absl::Time finished = absl::InfinitePast();       // All buckets done.
 };
 
 // Data parallelism as Megatron's DistributedDataParallel: every

@@ -1,0 +1,172 @@
+#include "optim/train_test_util.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "parallel/data_parallel/weight_hash.h"
+
+namespace mcc {
+namespace optim {
+namespace testing {
+
+gpt::GPTConfig TinyConfig() {
+  gpt::GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.vocab_size = 128;
+  c.seq_length = 16;
+  c.seed = 7;
+  return c;
+}
+
+gpt::MicroBatch FixedBatch(const gpt::GPTConfig& c, int step, int index) {
+  // A few distinct batches recur, so the loss can fall over 50 steps.
+  std::mt19937 rng(1000 + 17 * (step % 5) + index);
+  constexpr int64_t kBatch = 2;
+  std::vector<int64_t> tokens(kBatch * c.seq_length), labels(tokens.size());
+  for (auto& t : tokens) t = rng() % (c.vocab_size / 2);
+  for (size_t i = 0; i < labels.size(); ++i) {
+    // Next-token labels of a simple rule, with some positions ignored.
+    labels[i] = (i % 7 == 3) ? -100 : (tokens[i] * 3 + 1) % c.vocab_size;
+  }
+  gpt::MicroBatch b;
+  b.tokens = *Tensor::FromInts(tokens, {kBatch, c.seq_length});
+  b.labels = *Tensor::FromInts(labels, {kBatch, c.seq_length});
+  return b;
+}
+
+absl::StatusOr<TrainResult> Train(const TrainOptions& o,
+                                  parallel::ParallelState* state) {
+  parallel::LayerContext ctx;
+  ctx.tp_group = state ? state->tensor() : nullptr;
+  if (ctx.tp_group != nullptr && ctx.tp_group->size() == 1) {
+    ctx.tp_group = nullptr;
+  }
+  ctx.sequence_parallel = o.sequence_parallel && ctx.tp_group != nullptr;
+  ctx.dtype = o.dtype;
+  ctx.seed = o.model.seed;
+  MCC_ASSIGN_OR_RETURN(auto model, gpt::GPTModel::Create(o.model, ctx));
+  comm::ProcessGroup* dp = state ? state->data() : nullptr;
+  const int dp_size = dp ? dp->size() : 1;
+  const int dp_rank = dp ? dp->rank() : 0;
+  if (o.global_microbatches % dp_size != 0) {
+    return absl::InvalidArgumentError("global batch not divisible by DP");
+  }
+  const int local_mb = o.global_microbatches / dp_size;
+
+  OptimizerGroups groups;
+  if (state != nullptr) {
+    groups.tensor = state->tensor();
+    groups.pipeline = state->pipeline();
+    groups.model = state->model();
+  }
+  std::unique_ptr<data_parallel::DistributedDataParallel> ddp;
+  std::unique_ptr<Optimizer> opt;
+  if (o.use_ddp) {
+    MCC_ASSIGN_OR_RETURN(ddp, data_parallel::DistributedDataParallel::Create(
+                                  model->parameters(), dp, o.ddp));
+    model->SetGradReadyHook(ddp->GradReadyHook());
+    MCC_ASSIGN_OR_RETURN(opt,
+                         Optimizer::Create(ddp.get(), o.optimizer, groups));
+  } else {
+    MCC_ASSIGN_OR_RETURN(
+        opt, Optimizer::Create(model->parameters(), o.optimizer, groups));
+  }
+  MCC_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::Create(o.lr));
+
+  TrainResult result;
+  for (int step = 0; step < o.steps; ++step) {
+    if (ddp) {
+      // Parameters gathered after the last step must be in place first.
+      MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
+      ddp->ZeroGrads();
+    } else {
+      model->ZeroGradients();
+    }
+    const float grad_scale = static_cast<float>(opt->loss_scale() / local_mb);
+    double local_loss = 0;
+    for (int i = 0; i < local_mb; ++i) {
+      if (ddp) ddp->set_is_last_microbatch(i == local_mb - 1);
+      MCC_ASSIGN_OR_RETURN(
+          gpt::LossSum loss,
+          model->ForwardBackward(
+              FixedBatch(o.model, step, dp_rank * local_mb + i), grad_scale));
+      local_loss += loss.mean() / local_mb;
+    }
+    if (ddp) MCC_RETURN_IF_ERROR(ddp->FinishGradSync());
+    MCC_RETURN_IF_ERROR(model->FinalizeGradients());
+    for (int s : o.inject_inf_steps) {
+      if (s == step && (state == nullptr || state->world()->rank() == 0)) {
+        model->parameters()[0]->main_grad.data<float>()[0] = INFINITY;
+      }
+    }
+    MCC_ASSIGN_OR_RETURN(StepInfo info,
+                         opt->Step(schedule.LearningRate(step + 1)));
+    double loss = local_loss;
+    if (dp_size > 1) {
+      Tensor t = Tensor::Full({2}, 0.0, DType::kFloat32);
+      t.data<float>()[0] = static_cast<float>(local_loss);
+      t.data<float>()[1] = static_cast<float>(local_loss - t.data<float>()[0]);
+      MCC_RETURN_IF_ERROR(dp->AllReduceSync(&t, comm::ReduceOp::kSum));
+      loss = (static_cast<double>(t.data<float>()[0]) + t.data<float>()[1]) /
+             dp_size;
+    }
+    result.loss.push_back(loss);
+    result.steps.push_back(info);
+    if (o.weight_hash_interval > 0 &&
+        (step + 1) % o.weight_hash_interval == 0) {
+      if (ddp) MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
+      MCC_RETURN_IF_ERROR(data_parallel::CheckWeightHashAcrossReplicas(
+          model->parameters(), dp));
+    }
+  }
+  if (ddp) MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
+  return result;
+}
+
+double RelDiff(double a, double b) {
+  return std::abs(a - b) / std::max(std::abs(b), 1e-30);
+}
+
+absl::Status WriteResult(const std::string& path, const TrainResult& r) {
+  std::ofstream out(path);
+  out.precision(17);
+  for (size_t i = 0; i < r.loss.size(); ++i) {
+    out << r.loss[i] << " " << r.steps[i].grad_norm << " " << r.steps[i].skipped
+        << " " << r.steps[i].loss_scale << "\n";
+  }
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainResult> ReadResult(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  TrainResult r;
+  double loss, norm, scale;
+  int skipped;
+  while (in >> loss >> norm >> skipped >> scale) {
+    r.loss.push_back(loss);
+    StepInfo info;
+    info.grad_norm = norm;
+    info.skipped = skipped != 0;
+    info.loss_scale = scale;
+    r.steps.push_back(info);
+  }
+  return r;
+}
+
+std::string TmpPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir ? dir : "/tmp", "/", name);
+}
+
+}  // namespace testing
+}  // namespace optim
+}  // namespace mcc

@@ -1,0 +1,67 @@
+#ifndef OPTIM_TRAIN_TEST_UTIL_H_
+#define OPTIM_TRAIN_TEST_UTIL_H_
+
+// A small training loop (tiny GPT, fixed synthetic batches, model + DDP +
+// optimizer wired as the train binary wires them) for the optimizer and
+// data-parallel tests, serial or in real processes.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "models/gpt/gpt_config.h"
+#include "models/gpt/gpt_model.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "parallel/data_parallel/distributed_data_parallel.h"
+#include "parallel/parallel_state.h"
+
+namespace mcc {
+namespace optim {
+namespace testing {
+
+gpt::GPTConfig TinyConfig();
+// Micro-batch `index` of step `step`: 2 sequences of config.seq_length.
+gpt::MicroBatch FixedBatch(const gpt::GPTConfig& config, int step, int index);
+
+struct TrainOptions {
+  gpt::GPTConfig model = TinyConfig();
+  bool sequence_parallel = false;
+  DType dtype = DType::kFloat32;
+  bool use_ddp = true;  // False: model and optimizer only (serial).
+  data_parallel::DdpConfig ddp;
+  OptimizerConfig optimizer;
+  LrScheduleConfig lr;
+  int steps = 10;
+  int global_microbatches = 4;  // Split evenly over DP.
+  // Steps (0-based) after whose backward rank 0 writes inf into a gradient.
+  std::vector<int> inject_inf_steps;
+  // Check weight hashes across DP every this many steps (0: never).
+  int weight_hash_interval = 0;
+};
+
+struct TrainResult {
+  std::vector<double> loss;  // Mean over the global batch, per step.
+  std::vector<StepInfo> steps;
+};
+
+// Trains on `state`'s groups (null: one process). Every rank returns the
+// same result.
+absl::StatusOr<TrainResult> Train(const TrainOptions& options,
+                                  parallel::ParallelState* state);
+
+// Relative difference |a - b| / |b|.
+double RelDiff(double a, double b);
+
+// Writes/reads a result as text (loss, norm, skipped, scale per line).
+absl::Status WriteResult(const std::string& path, const TrainResult& r);
+absl::StatusOr<TrainResult> ReadResult(const std::string& path);
+std::string TmpPath(const std::string& name);
+
+}  // namespace testing
+}  // namespace optim
+}  // namespace mcc
+
+#endif  // OPTIM_TRAIN_TEST_UTIL_H_
