@@ -48,6 +48,8 @@ class ScopedSingleThreadedGemm {
 
 std::atomic<bool> g_force_matmul{false};
 std::atomic<int64_t> g_primitives_created{0};
+// Largest bf16 operand panel widened to fp32 at once (elements): 16 MiB.
+std::atomic<int64_t> g_widen_panel{int64_t{4} << 20};
 
 // C = beta * C (beta == 0 writes zeros without reading C).
 void ScaleC(float beta, float* c, int64_t m, int64_t n, int64_t ldc) {
@@ -209,17 +211,35 @@ void GemmBF16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                     alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
+  // Widen panels of at most g_widen_panel elements (m-panels of A, n-panels
+  // of B) into per-thread scratch, so a large operand (an LM head's
+  // [vocab, hidden] weight) never needs a whole fp32 copy. B is widened once
+  // per panel pair; that costs k*nb against 2*mb*nb*k flops of GEMM.
   thread_local std::vector<float> a32, b32;
-  const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
-  const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
-  if (static_cast<int64_t>(a32.size()) < a_rows * a_cols)
-    a32.resize(a_rows * a_cols);
-  if (static_cast<int64_t>(b32.size()) < b_rows * b_cols)
-    b32.resize(b_rows * b_cols);
-  WidenMatrix(a, a_rows, a_cols, lda, a32.data());
-  WidenMatrix(b, b_rows, b_cols, ldb, b32.data());
-  GemmF32(trans_a, trans_b, m, n, k, alpha, a32.data(), a_cols, b32.data(),
-          b_cols, beta, c, ldc);
+  const int64_t panel = std::max<int64_t>(1, g_widen_panel.load());
+  const int64_t mb = std::max<int64_t>(1, std::min(m, panel / k));
+  const int64_t nb = std::max<int64_t>(1, std::min(n, panel / k));
+  if (static_cast<int64_t>(a32.size()) < mb * k) a32.resize(mb * k);
+  if (static_cast<int64_t>(b32.size()) < nb * k) b32.resize(nb * k);
+  for (int64_t m0 = 0; m0 < m; m0 += mb) {
+    const int64_t mm = std::min(mb, m - m0);
+    // op(A) rows [m0, m0 + mm): stored rows (no trans) or columns (trans).
+    if (trans_a) {
+      WidenMatrix(a + m0, k, mm, lda, a32.data());  // k x mm, ld mm
+    } else {
+      WidenMatrix(a + m0 * lda, mm, k, lda, a32.data());  // mm x k, ld k
+    }
+    for (int64_t n0 = 0; n0 < n; n0 += nb) {
+      const int64_t nn = std::min(nb, n - n0);
+      if (trans_b) {
+        WidenMatrix(b + n0 * ldb, nn, k, ldb, b32.data());  // nn x k, ld k
+      } else {
+        WidenMatrix(b + n0, k, nn, ldb, b32.data());  // k x nn, ld nn
+      }
+      GemmF32(trans_a, trans_b, mm, nn, k, alpha, a32.data(), trans_a ? mm : k,
+              b32.data(), trans_b ? k : nn, beta, c + m0 * ldc + n0, ldc);
+    }
+  }
 }
 
 KernelSlot<GemmKernel>& GemmKernels() {
@@ -367,6 +387,10 @@ bool SetForceMatmulPrimitiveForTesting(bool force) {
 }
 
 int64_t MatmulPrimitivesCreated() { return g_primitives_created.load(); }
+
+int64_t SetBf16WidenPanelForTesting(int64_t elements) {
+  return g_widen_panel.exchange(elements);
+}
 
 }  // namespace internal
 }  // namespace ops

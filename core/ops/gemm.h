@@ -69,6 +69,9 @@ namespace internal {
 bool SetForceMatmulPrimitiveForTesting(bool force);
 // Primitives created so far by the matmul-primitive path (cache misses).
 int64_t MatmulPrimitivesCreated();
+// For tests: the widening path converts bf16 operands in panels of at most
+// this many elements (default 4M); returns the previous value.
+int64_t SetBf16WidenPanelForTesting(int64_t elements);
 }  // namespace internal
 
 }  // namespace ops

@@ -136,6 +136,29 @@ INSTANTIATE_TEST_SUITE_P(AllTransposes, RawGemmTest,
                                             ::testing::Range(0, 6),
                                             ::testing::Bool()));
 
+TEST(GemmTest, Bf16WidenedInPanelsMatchesReference) {
+  // Panels of 100 elements: several m- and n-panels, ragged last ones.
+  const int64_t saved = internal::SetBf16WidenPanelForTesting(100);
+  const int64_t m = 33, n = 29, k = 7;
+  uint32_t seed = 500;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 3;
+      Tensor a = RandomTensor({ta ? k : m, lda}, DType::kBFloat16, ++seed);
+      Tensor b = RandomTensor({tb ? n : k, ldb}, DType::kBFloat16, ++seed);
+      Tensor c = RandomTensor({m, ldc}, DType::kFloat32, ++seed);
+      std::vector<double> want, scale;
+      RefGemm(ta, tb, m, n, k, 1.5, a.ToDoubles(), lda, b.ToDoubles(), ldb, 0.5,
+              c.ToDoubles(), ldc, &want, &scale);
+      GemmBF16(ta, tb, m, n, k, 1.5f, a.data<BFloat16>(), lda,
+               b.data<BFloat16>(), ldb, 0.5f, c.data<float>(), ldc);
+      ExpectWithin(c.ToDoubles(), want, scale, F32Tol(k),
+                   ::testing::PrintToString(std::make_tuple(ta, tb)));
+    }
+  }
+  internal::SetBf16WidenPanelForTesting(saved);
+}
+
 TEST(GemmTest, MatmulPrimitivesAreCachedPerShape) {
   const bool saved = internal::SetForceMatmulPrimitiveForTesting(true);
   Tensor a = RandomTensor({9, 11}, DType::kFloat32, 1);
