@@ -102,7 +102,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     if (ddp) MCC_RETURN_IF_ERROR(ddp->FinishGradSync());
     MCC_RETURN_IF_ERROR(model->FinalizeGradients());
     for (int s : o.inject_inf_steps) {
-      if (s == step && (state == nullptr || state->world()->rank() == 0)) {
+      if (s == step) {
         model->parameters()[0]->main_grad.data<float>()[0] = INFINITY;
       }
     }
@@ -149,14 +149,14 @@ absl::StatusOr<TrainResult> ReadResult(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
   TrainResult r;
-  double loss, norm, scale;
-  int skipped;
+  std::string loss, norm, skipped, scale;
+  // strtod reads "inf" and "nan" too.
   while (in >> loss >> norm >> skipped >> scale) {
-    r.loss.push_back(loss);
+    r.loss.push_back(std::strtod(loss.c_str(), nullptr));
     StepInfo info;
-    info.grad_norm = norm;
-    info.skipped = skipped != 0;
-    info.loss_scale = scale;
+    info.grad_norm = std::strtod(norm.c_str(), nullptr);
+    info.skipped = skipped != "0";
+    info.loss_scale = std::strtod(scale.c_str(), nullptr);
     r.steps.push_back(info);
   }
   return r;

@@ -36,7 +36,8 @@ struct TrainOptions {
   LrScheduleConfig lr;
   int steps = 10;
   int global_microbatches = 4;  // Split evenly over DP.
-  // Steps (0-based) after whose backward rank 0 writes inf into a gradient.
+  // Steps (0-based) after whose gradient sync every rank writes inf into
+  // element 0 of the first parameter's gradient.
   std::vector<int> inject_inf_steps;
   // Check weight hashes across DP every this many steps (0: never).
   int weight_hash_interval = 0;
