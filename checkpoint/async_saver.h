@@ -37,6 +37,7 @@ class AsyncCheckpointSaver {
                      const DistContext& dist, const SaveOptions& options = {});
   // Waits for the save in flight (if any) and returns its status.
   absl::Status Wait();
+  // A save was started and not yet waited for (it may have finished).
   bool in_flight() const { return thread_.joinable(); }
   // Iteration of the save in flight or last finished; -1 before any.
   int64_t iteration() const { return iteration_; }

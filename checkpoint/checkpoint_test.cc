@@ -268,6 +268,34 @@ TEST(CheckpointTest, AsyncSaveSnapshotsTensorsAtStart) {
   EXPECT_EQ((*r3)->ReadTensor("w")->ToDoubles()[0], -2.0);
 }
 
+TEST(CheckpointTest, AsyncSaveAcrossRanks) {
+  // Each rank's saver runs the collectives from its background thread.
+  const std::string dir = FreshDir("async_ranks");
+  Tensor full = RandomTensor({8, 6}, DType::kFloat32, 21);
+  InProcessGroup group(2);
+  std::vector<absl::Status> status(2);
+  RunRanks(2, [&](int rank) {
+    AsyncCheckpointSaver saver;
+    Tensor mine = testing_util::SliceDim(full, 1, 3 * rank, 3);
+    for (int it = 1; it <= 2; ++it) {
+      absl::Status s = saver.Start(
+          dir, it, {ShardedTensorRef::SplitAlong("w", mine, 1, rank, 2)},
+          MakeCommon(), MakeRankState(rank), group.Context(rank));
+      if (!s.ok()) status[rank] = s;
+      mine.Fill(0.0);  // Changed after the snapshot: not saved.
+      mine.CopyFrom(testing_util::SliceDim(full, 1, 3 * rank, 3)).IgnoreError();
+    }
+    absl::Status s = saver.Wait();
+    if (!s.ok()) status[rank] = s;
+  });
+  ASSERT_TRUE(status[0].ok()) << status[0];
+  ASSERT_TRUE(status[1].ok()) << status[1];
+  EXPECT_EQ(*LatestIteration(dir), 2);
+  auto reader = CheckpointReader::Open(dir);
+  ASSERT_TRUE(reader.ok());
+  ExpectSameValues(*(*reader)->ReadTensor("w"), full);
+}
+
 TEST(SavePlanTest, WritersBalanceBytes) {
   // 8 replicas of 16 equal shards: each rank should write 2.
   std::vector<checkpoint::RankManifest> manifests(8);

@@ -245,4 +245,18 @@ absl::StatusOr<std::map<std::string, Tensor>> ImportGpt2(
   return out;
 }
 
+absl::Status ExportCheckpointToHfGpt2(CheckpointReader& reader,
+                                      const std::string& path) {
+  const ModelConfig& config = reader.common_state().model();
+  std::map<std::string, Tensor> params;
+  for (const Entry& e : Table(config)) {
+    MCC_ASSIGN_OR_RETURN(params[e.ours], reader.ReadTensor(e.ours));
+  }
+  MCC_ASSIGN_OR_RETURN(NamedTensors hf, ExportGpt2(params, config));
+  return WriteSafetensors(path, hf,
+                          {{"format", "pt"},
+                           {"source", reader.path()},
+                           {"iteration", absl::StrCat(reader.iteration())}});
+}
+
 }  // namespace mcc

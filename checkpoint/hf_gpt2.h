@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/config.pb.h"
 #include "checkpoint/safetensors.h"
 #include "core/tensor.h"
@@ -50,6 +51,13 @@ absl::StatusOr<NamedTensors> ExportGpt2(
 // files use both); pads the vocabulary with zero rows to padded_vocab_size.
 absl::StatusOr<std::map<std::string, Tensor>> ImportGpt2(
     const NamedTensors& hf, const checkpoint::ModelConfig& config);
+
+// Reads every parameter of a sharded checkpoint (any layout) whole, maps it
+// with ExportGpt2 under the checkpoint's own ModelConfig and writes a
+// safetensors file for GPT2LMHeadModel. Tensors the mapping does not use
+// (optimizer state, ...) are skipped.
+absl::Status ExportCheckpointToHfGpt2(CheckpointReader& reader,
+                                      const std::string& path);
 
 }  // namespace mcc
 

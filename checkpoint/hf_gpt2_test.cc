@@ -1,8 +1,11 @@
 #include "checkpoint/hf_gpt2.h"
 
 #include <set>
+#include <thread>
 
 #include "absl/strings/match.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/in_process_group.h"
 #include "checkpoint/test_util.h"
 #include "gtest/gtest.h"
 
@@ -202,6 +205,63 @@ TEST(HfGpt2Test, ErrorsNameTheProblem) {
   absl::Status s = CheckGpt2Compatible(config);
   EXPECT_NE(s.message().find("LayerNorm"), std::string::npos) << s;
   EXPECT_NE(s.message().find("num_query_groups 1"), std::string::npos) << s;
+}
+
+TEST(HfGpt2Test, ExportsATensorParallelCheckpoint) {
+  // Saved by 2 tensor-parallel ranks (Megatron's splits: qkv and fc1 by rows,
+  // proj and fc2 by columns, the rest replicated), exported whole.
+  auto config = SmallConfig(/*tied=*/true);
+  const auto params = RandomParams(config);
+  checkpoint::CommonState common;
+  *common.mutable_model() = config;
+  const std::string dir = testing_util::FreshDir("hf_export");
+  InProcessGroup group(2);
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::vector<ShardedTensorRef> refs;
+      for (const auto& [name, t] : params) {
+        int dim = -1;
+        if (absl::StrContains(name, "linear_qkv") ||
+            absl::StrContains(name, "linear_fc1") ||
+            name == "embedding.word_embeddings.weight") {
+          dim = 0;
+        } else if (absl::StrContains(name, ".weight") &&
+                   (absl::StrContains(name, "linear_proj") ||
+                    absl::StrContains(name, "linear_fc2"))) {
+          dim = 1;
+        }
+        if (dim < 0) {
+          refs.push_back(ShardedTensorRef::Replicated(name, t));
+        } else {
+          const int64_t len = t.size(dim) / 2;
+          refs.push_back(ShardedTensorRef::SplitAlong(
+              name, testing_util::SliceDim(t, dim, rank * len, len), dim, rank,
+              2));
+        }
+      }
+      status[rank] =
+          SaveCheckpoint(dir, 10, refs, common, {}, group.Context(rank));
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(status[0].ok()) << status[0];
+  auto reader = CheckpointReader::Open(dir);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const std::string out = dir + "/model.safetensors";
+  ASSERT_TRUE(ExportCheckpointToHfGpt2(**reader, out).ok());
+  auto file = ReadSafetensors(out);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata.at("iteration"), "10");
+  auto want = ExportGpt2(params, config);
+  ASSERT_TRUE(want.ok());
+  ASSERT_EQ(file->tensors.size(), want->size());
+  for (const auto& [name, t] : *want) {
+    const Tensor* got = file->Find(name);
+    ASSERT_NE(got, nullptr) << name;
+    EXPECT_EQ(got->ToDoubles(), t.ToDoubles()) << name;
+  }
 }
 
 }  // namespace
