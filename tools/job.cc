@@ -1,0 +1,185 @@
+#include "tools/job.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/comm/env.h"
+#include "core/status_macros.h"
+#include "core/thread_pool.h"
+#include "data/blended_dataset.h"
+#include "data/default_corpus.h"
+#include "data/mock_dataset.h"
+#include "glog/logging.h"
+#include "tools/flags/training_flags.h"
+
+ABSL_DECLARE_FLAG(int32_t, num_threads);
+
+namespace mcc {
+namespace tools {
+namespace {
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+absl::Status Job::Barrier() const {
+  if (!world.has_value()) return absl::OkStatus();
+  return world->group->Barrier()->Wait();
+}
+
+int WorldSizeFromEnvironment() {
+  auto env = comm::DistEnvFromEnvironment();
+  return env.ok() ? env->world_size : 1;
+}
+
+void ConfigureThreads() {
+  if (absl::GetFlag(FLAGS_num_threads) > 0) {
+    ThreadPool::SetGlobalThreads(absl::GetFlag(FLAGS_num_threads));
+    return;
+  }
+  if (std::getenv("MCC_NUM_THREADS") != nullptr ||
+      std::getenv("OMP_NUM_THREADS") != nullptr) {
+    return;
+  }
+  auto env = comm::DistEnvFromEnvironment();
+  const int local = env.ok() ? std::max(1, env->local_world_size) : 1;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int threads = std::max(1, cores / local);
+  // Before any kernel library reads it, so oneDNN follows too.
+  setenv("MCC_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+}
+
+absl::Status CheckFlagsBeforeLaunch(int world_size) {
+  const int tp = absl::GetFlag(FLAGS_tensor_model_parallel_size);
+  const int pp = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
+  const int cp = absl::GetFlag(FLAGS_context_parallel_size);
+  MCC_RETURN_IF_ERROR(
+      parallel::RankLayout::Create(world_size, {tp, pp, cp}).status());
+  if (absl::GetFlag(FLAGS_micro_batch_size) <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--micro-batch-size must be positive, got ",
+                     absl::GetFlag(FLAGS_micro_batch_size)));
+  }
+  int64_t vocab = 257;
+  if (absl::GetFlag(FLAGS_mock_data)) {
+    if (absl::GetFlag(FLAGS_vocab_size) > 0)
+      vocab = absl::GetFlag(FLAGS_vocab_size);
+  } else {
+    MCC_ASSIGN_OR_RETURN(
+        auto tokenizer,
+        data::CreateTokenizer(absl::GetFlag(FLAGS_tokenizer_type),
+                              absl::GetFlag(FLAGS_vocab_file),
+                              absl::GetFlag(FLAGS_merge_file)));
+    vocab = tokenizer->vocab_size();
+    const std::string path = absl::GetFlag(FLAGS_data_path);
+    if (!path.empty()) {
+      MCC_ASSIGN_OR_RETURN(data::Blend blend, data::ParseDataPath(path));
+      for (const std::string& prefix : blend.prefixes) {
+        for (const char* ext : {".bin", ".idx"}) {
+          if (!FileExists(prefix + ext)) {
+            return absl::NotFoundError(
+                absl::StrCat("--data-path: ", prefix, ext, " does not exist"));
+          }
+        }
+      }
+    }
+    MCC_RETURN_IF_ERROR(data::ParseSplit(absl::GetFlag(FLAGS_split)).status());
+  }
+  return flags::GPTConfigFromFlags(vocab).status();
+}
+
+absl::StatusOr<std::unique_ptr<Job>> SetupJob() {
+  auto job = std::make_unique<Job>();
+  auto env = comm::DistEnvFromEnvironment();
+  if (env.ok() && env->world_size > 1) {
+    comm::GroupOptions options;
+    options.timeout = absl::Minutes(5);
+    MCC_ASSIGN_OR_RETURN(comm::World world, comm::InitWorld(*env, options));
+    job->world = std::move(world);
+    job->rank = env->rank;
+    job->world_size = env->world_size;
+    job->local_world_size = env->local_world_size;
+    MCC_ASSIGN_OR_RETURN(job->state,
+                         parallel::ParallelState::Create(
+                             job->world->group,
+                             {absl::GetFlag(FLAGS_tensor_model_parallel_size),
+                              absl::GetFlag(FLAGS_pipeline_model_parallel_size),
+                              absl::GetFlag(FLAGS_context_parallel_size)}));
+    if (job->is_logging_rank()) LOG(INFO) << job->state->ToString();
+  }
+  if (absl::GetFlag(FLAGS_mock_data)) {
+    job->vocab_size = absl::GetFlag(FLAGS_vocab_size) > 0
+                          ? absl::GetFlag(FLAGS_vocab_size)
+                          : 257;
+  } else {
+    MCC_ASSIGN_OR_RETURN(
+        job->tokenizer,
+        data::CreateTokenizer(absl::GetFlag(FLAGS_tokenizer_type),
+                              absl::GetFlag(FLAGS_vocab_file),
+                              absl::GetFlag(FLAGS_merge_file)));
+    job->vocab_size = job->tokenizer->vocab_size();
+  }
+  MCC_ASSIGN_OR_RETURN(job->config, flags::GPTConfigFromFlags(job->vocab_size));
+  job->context.tp_group = job->tp();
+  job->context.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
+  job->context.dtype = absl::GetFlag(FLAGS_bf16)   ? DType::kBFloat16
+                       : absl::GetFlag(FLAGS_fp16) ? DType::kFloat16
+                                                   : DType::kFloat32;
+  job->context.seed = job->config.seed;
+  MCC_ASSIGN_OR_RETURN(job->model,
+                       gpt::GPTModel::Create(job->config, job->context));
+  return job;
+}
+
+std::string DefaultRunDir() {
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  return absl::StrCat(workspace != nullptr ? workspace : ".", "/runs/default");
+}
+
+absl::StatusOr<std::array<std::shared_ptr<const data::SampleDataset>, 3>>
+BuildDatasets(const Job& job, const std::array<int64_t, 3>& samples) {
+  std::array<std::shared_ptr<const data::SampleDataset>, 3> out;
+  const int64_t seq = job.config.seq_length;
+  if (absl::GetFlag(FLAGS_mock_data)) {
+    for (int i = 0; i < 3; ++i) {
+      out[i] = std::make_shared<data::MockDataset>(
+          samples[i], seq, job.vocab_size, job.config.seed + 1000 * i);
+    }
+    return out;
+  }
+  std::string path = absl::GetFlag(FLAGS_data_path);
+  if (path.empty()) {
+    MCC_ASSIGN_OR_RETURN(path,
+                         data::EnsureDefaultCorpus(DefaultRunDir() + "/data"));
+  }
+  MCC_ASSIGN_OR_RETURN(data::Blend blend, data::ParseDataPath(path));
+  data::GPTDatasetConfig config;
+  config.sequence_length = static_cast<int32_t>(seq);
+  config.random_seed = static_cast<uint32_t>(job.config.seed);
+  if (!absl::GetFlag(FLAGS_data_cache_path).empty()) {
+    config.path_to_cache = absl::GetFlag(FLAGS_data_cache_path);
+  }
+  data::RankSync sync;
+  sync.rank = [&job] { return job.rank; };
+  sync.barrier = [&job] {
+    absl::Status s = job.Barrier();
+    if (!s.ok()) LOG(FATAL) << "barrier while building dataset indices: " << s;
+  };
+  std::array<std::optional<int64_t>, 3> sizes;
+  for (int i = 0; i < 3; ++i) sizes[i] = samples[i];
+  return data::BuildGPTDatasets(blend, absl::GetFlag(FLAGS_split), sizes,
+                                config, sync);
+}
+
+}  // namespace tools
+}  // namespace mcc

@@ -1,0 +1,68 @@
+#ifndef TOOLS_JOB_H_
+#define TOOLS_JOB_H_
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/comm/init.h"
+#include "data/sample_dataset.h"
+#include "data/tokenizer.h"
+#include "models/gpt/gpt_model.h"
+#include "parallel/parallel_state.h"
+
+namespace mcc {
+namespace tools {
+
+// What the train and eval binaries share: where this process sits, its
+// groups, the tokenizer and the model, all from the flags.
+struct Job {
+  int rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  std::optional<comm::World> world;  // Unset for a single process.
+  std::unique_ptr<parallel::ParallelState> state;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  int64_t vocab_size = 0;  // The tokenizer's (or --vocab-size for mock data).
+  gpt::GPTConfig config;
+  parallel::LayerContext context;
+  std::unique_ptr<gpt::GPTModel> model;
+
+  comm::ProcessGroup* tp() const { return state ? state->tensor() : nullptr; }
+  comm::ProcessGroup* dp() const { return state ? state->data() : nullptr; }
+  int dp_size() const { return state ? state->layout().data_size() : 1; }
+  int dp_rank() const { return state ? state->data_rank() : 0; }
+  bool is_logging_rank() const { return rank == 0; }
+  // A barrier over the world (nothing for one process).
+  absl::Status Barrier() const;
+};
+
+// Everything that can be checked before any process group forms: the flags
+// against each other and the world size from the launcher's environment,
+// the tokenizer files and the data paths. Errors name the flag at fault.
+absl::Status CheckFlagsBeforeLaunch(int world_size);
+
+// The world size the launcher's environment describes (1 without one).
+int WorldSizeFromEnvironment();
+
+// Splits the CPU cores among the local ranks unless --num-threads is given.
+void ConfigureThreads();
+
+// Joins the world, creates the groups, the tokenizer and the model.
+absl::StatusOr<std::unique_ptr<Job>> SetupJob();
+
+// Where runs without --save or --data-path keep their files: the workspace
+// (under `bazel run`) or the current directory, plus "runs/default".
+std::string DefaultRunDir();
+
+// Train, valid and test datasets from --data-path (or the embedded corpus,
+// or --mock-data), sized for `samples` per split as Megatron sizes them.
+absl::StatusOr<std::array<std::shared_ptr<const data::SampleDataset>, 3>>
+BuildDatasets(const Job& job, const std::array<int64_t, 3>& samples);
+
+}  // namespace tools
+}  // namespace mcc
+
+#endif  // TOOLS_JOB_H_

@@ -1,0 +1,453 @@
+// tools/train: trains a GPT with Megatron-LM's flags. With no flags it runs
+// the default: a small GPT on the embedded English corpus, a few hundred
+// steps, then saves, evaluates and says how to generate from the result.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "checkpoint/flags.h"
+#include "core/allocator.h"
+#include "core/ops/gemm.h"
+#include "core/status_macros.h"
+#include "data/loader.h"
+#include "glog/logging.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "parallel/data_parallel/distributed_data_parallel.h"
+#include "tools/flags/megatron_args.h"
+#include "tools/flags/train_config.pb.h"
+#include "tools/flags/training_flags.h"
+#include "tools/job.h"
+#include "tools/training_metrics.h"
+
+ABSL_FLAG(std::string, config, "",
+          "Text-format TrainConfig protobuf; flags given override it.");
+ABSL_FLAG(std::string, preset, "",
+          "Named settings for unset flags: 'bench' (6 layers, hidden 512, 8 "
+          "heads, vocabulary 8192, sequence 512, micro-batch 4, mock data).");
+ABSL_FLAG(int32_t, global_batch_size, 0,
+          "Samples per step over all DP ranks (0: micro-batch x DP).");
+ABSL_FLAG(int64_t, train_iters, 300, "Training iterations.");
+ABSL_FLAG(int32_t, eval_iters, 10, "Micro-batches per evaluation.");
+ABSL_FLAG(int32_t, eval_interval, 100, "Iterations between evaluations.");
+ABSL_FLAG(std::string, optimizer, "adam", "adam (AdamW) or sgd.");
+ABSL_FLAG(double, lr, 1e-3, "Peak learning rate.");
+ABSL_FLAG(double, min_lr, 1e-4, "Learning rate at the end of the decay.");
+ABSL_FLAG(int64_t, lr_warmup_iters, 0, "Linear warmup iterations.");
+ABSL_FLAG(double, lr_warmup_fraction, -1.0,
+          "Warmup as a fraction of --lr-decay-iters (overrides iters).");
+ABSL_FLAG(int64_t, lr_decay_iters, 0, "Decay iterations (0: --train-iters).");
+ABSL_FLAG(std::string, lr_decay_style, "cosine",
+          "constant, linear, cosine or inverse-square-root.");
+ABSL_FLAG(double, weight_decay, 0.01, "Decoupled weight decay.");
+ABSL_FLAG(double, adam_beta1, 0.9, "Adam beta1.");
+ABSL_FLAG(double, adam_beta2, 0.95, "Adam beta2.");
+ABSL_FLAG(double, adam_eps, 1e-8, "Adam epsilon.");
+ABSL_FLAG(double, sgd_momentum, 0.9, "SGD momentum.");
+ABSL_FLAG(double, clip_grad, 1.0, "Global gradient-norm clip (0: none).");
+ABSL_FLAG(double, loss_scale, 0.0, "Static fp16 loss scale (0: dynamic).");
+ABSL_FLAG(double, initial_loss_scale, 4294967296.0, "Initial dynamic scale.");
+ABSL_FLAG(double, min_loss_scale, 1.0, "Minimum dynamic scale.");
+ABSL_FLAG(int32_t, loss_scale_window, 1000, "Clean steps before growing.");
+ABSL_FLAG(int32_t, hysteresis, 2, "Overflows tolerated before backing off.");
+ABSL_FLAG(bool, accumulate_allreduce_grads_in_fp32, true,
+          "Gradients accumulate and reduce in fp32 (always so here).");
+ABSL_FLAG(bool, use_distributed_optimizer, false,
+          "Shard fp32 main parameters and optimizer state over DP (ZeRO-1).");
+ABSL_FLAG(bool, overlap_grad_reduce, false,
+          "Reduce gradient buckets during backward.");
+ABSL_FLAG(bool, overlap_param_gather, false,
+          "Gather updated parameters during the next forward.");
+ABSL_FLAG(int32_t, check_weight_hash_across_dp_replicas_interval, 0,
+          "Compare parameter hashes across DP replicas every N steps.");
+ABSL_FLAG(int32_t, log_interval, 10, "Iterations between log lines.");
+ABSL_FLAG(int32_t, timing_log_level, 0,
+          "0: none; 1: forward-backward, grad sync, optimizer, data times.");
+ABSL_FLAG(std::string, metrics_file, "",
+          "Append one JSON line per logged iteration.");
+ABSL_FLAG(double, peak_tflops, 0.0,
+          "Peak TFLOP/s for MFU (0: measure the GEMM peak at start).");
+
+namespace mcc {
+namespace tools {
+namespace {
+
+constexpr int kFlagError = 2;
+
+// Settings a preset gives to flags the user did not set.
+absl::Status ApplyPreset(const std::set<std::string>& explicitly_set) {
+  const std::string preset = absl::GetFlag(FLAGS_preset);
+  if (preset.empty()) return absl::OkStatus();
+  std::vector<std::pair<std::string, std::string>> values;
+  if (preset == "bench") {
+    values = {{"num_layers", "6"},
+              {"hidden_size", "512"},
+              {"num_attention_heads", "8"},
+              {"vocab_size", "8192"},
+              {"seq_length", "512"},
+              {"micro_batch_size", "4"},
+              {"mock_data", "true"},
+              {"train_iters", "20"},
+              {"log_interval", "5"},
+              {"eval_iters", "0"},
+              {"make_vocab_size_divisible_by", "1"}};
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--preset: unknown preset '", preset, "' (known: bench)"));
+  }
+  for (const auto& [name, value] : values) {
+    if (explicitly_set.count(name)) continue;
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    std::string error;
+    if (flag == nullptr || !flag->ParseFrom(value, &error)) {
+      return absl::InternalError(
+          absl::StrCat("preset sets --", name, ": ", error));
+    }
+  }
+  return absl::OkStatus();
+}
+
+struct Batching {
+  int64_t global_batch = 0;
+  int num_microbatches = 1;
+};
+
+absl::StatusOr<Batching> PlanBatches(int dp) {
+  Batching b;
+  const int64_t mbs = absl::GetFlag(FLAGS_micro_batch_size);
+  b.global_batch = absl::GetFlag(FLAGS_global_batch_size) > 0
+                       ? absl::GetFlag(FLAGS_global_batch_size)
+                       : mbs * dp;
+  if (b.global_batch % (mbs * dp) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--global-batch-size (", b.global_batch,
+                     ") is not divisible by --micro-batch-size (", mbs,
+                     ") x data-parallel size (", dp, ")"));
+  }
+  b.num_microbatches = static_cast<int>(b.global_batch / (mbs * dp));
+  return b;
+}
+
+absl::StatusOr<optim::OptimizerConfig> OptimizerConfigFromFlags() {
+  optim::OptimizerConfig c;
+  const std::string type = absl::GetFlag(FLAGS_optimizer);
+  if (type == "adam" || type == "adamw") {
+    c.type = optim::OptimizerType::kAdam;
+  } else if (type == "sgd") {
+    c.type = optim::OptimizerType::kSgd;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer: '", type, "' is not adam or sgd"));
+  }
+  c.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  c.adam_beta1 = absl::GetFlag(FLAGS_adam_beta1);
+  c.adam_beta2 = absl::GetFlag(FLAGS_adam_beta2);
+  c.adam_eps = absl::GetFlag(FLAGS_adam_eps);
+  c.sgd_momentum = absl::GetFlag(FLAGS_sgd_momentum);
+  c.clip_grad = absl::GetFlag(FLAGS_clip_grad);
+  c.loss_scaling = absl::GetFlag(FLAGS_fp16);
+  c.loss_scaler.initial_scale = absl::GetFlag(FLAGS_initial_loss_scale);
+  c.loss_scaler.min_scale = absl::GetFlag(FLAGS_min_loss_scale);
+  c.loss_scaler.growth_interval = absl::GetFlag(FLAGS_loss_scale_window);
+  c.loss_scaler.hysteresis = absl::GetFlag(FLAGS_hysteresis);
+  c.loss_scaler.static_scale = absl::GetFlag(FLAGS_loss_scale);
+  return c;
+}
+
+absl::StatusOr<optim::LrSchedule> ScheduleFromFlags() {
+  optim::LrScheduleConfig c;
+  c.lr = absl::GetFlag(FLAGS_lr);
+  c.min_lr = std::min(absl::GetFlag(FLAGS_min_lr), c.lr);
+  c.warmup_iters = absl::GetFlag(FLAGS_lr_warmup_iters);
+  c.warmup_fraction = absl::GetFlag(FLAGS_lr_warmup_fraction);
+  c.decay_iters = absl::GetFlag(FLAGS_lr_decay_iters) > 0
+                      ? absl::GetFlag(FLAGS_lr_decay_iters)
+                      : absl::GetFlag(FLAGS_train_iters);
+  MCC_ASSIGN_OR_RETURN(c.decay_style, optim::ParseLrDecayStyle(
+                                          absl::GetFlag(FLAGS_lr_decay_style)));
+  return optim::LrSchedule::Create(c);
+}
+
+// Every check that needs no process group; errors are flag errors.
+absl::Status CheckTrainFlags(int world_size) {
+  MCC_RETURN_IF_ERROR(CheckFlagsBeforeLaunch(world_size));
+  const int model_parallel = absl::GetFlag(FLAGS_tensor_model_parallel_size) *
+                             absl::GetFlag(FLAGS_pipeline_model_parallel_size) *
+                             absl::GetFlag(FLAGS_context_parallel_size);
+  MCC_RETURN_IF_ERROR(PlanBatches(world_size / model_parallel).status());
+  MCC_RETURN_IF_ERROR(OptimizerConfigFromFlags().status());
+  MCC_RETURN_IF_ERROR(ScheduleFromFlags().status());
+  MCC_RETURN_IF_ERROR(CheckpointFlagsFromCommandLine().status());
+  if (absl::GetFlag(FLAGS_train_iters) <= 0) {
+    return absl::InvalidArgumentError("--train-iters must be positive");
+  }
+  if (absl::GetFlag(FLAGS_log_interval) <= 0) {
+    return absl::InvalidArgumentError("--log-interval must be positive");
+  }
+  return absl::OkStatus();
+}
+
+// Sums (loss, tokens) over the DP group.
+absl::StatusOr<std::pair<double, double>> ReduceLoss(const Job& job, double sum,
+                                                     double tokens) {
+  if (job.dp() == nullptr || job.dp()->size() == 1)
+    return std::make_pair(sum, tokens);
+  Tensor t = *Tensor::FromVector(
+      {static_cast<float>(sum), static_cast<float>(tokens)}, {2});
+  Tensor d = *t.To(DType::kFloat32);
+  MCC_RETURN_IF_ERROR(job.dp()->AllReduceSync(&d, comm::ReduceOp::kSum));
+  return std::make_pair(static_cast<double>(d.data<float>()[0]),
+                        static_cast<double>(d.data<float>()[1]));
+}
+
+// Mean loss over `iters` micro-batches of a split (no gradients).
+absl::StatusOr<double> Evaluate(Job& job, data::DataLoader* loader, int iters) {
+  double sum = 0, tokens = 0;
+  for (int i = 0; i < iters; ++i) {
+    auto mb = loader->Next();
+    if (absl::IsOutOfRange(mb.status())) break;
+    MCC_RETURN_IF_ERROR(mb.status());
+    gpt::MicroBatch batch{mb->tokens, mb->labels, mb->loss_mask};
+    MCC_ASSIGN_OR_RETURN(gpt::LossSum loss, job.model->Forward(batch));
+    sum += loss.sum;
+    tokens += loss.tokens;
+  }
+  MCC_ASSIGN_OR_RETURN(auto reduced, ReduceLoss(job, sum, tokens));
+  return reduced.second > 0 ? reduced.first / reduced.second : 0.0;
+}
+
+absl::Status Train() {
+  MCC_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, SetupJob());
+  const int dp = job->dp_size();
+  MCC_ASSIGN_OR_RETURN(Batching batching, PlanBatches(dp));
+  const int64_t train_iters = absl::GetFlag(FLAGS_train_iters);
+  const int64_t seq = job->config.seq_length;
+  const bool log = job->is_logging_rank();
+
+  // Peak for MFU: measured on rank 0 alone while the others wait.
+  double peak_flops = absl::GetFlag(FLAGS_peak_tflops) * 1e12;
+  if (peak_flops <= 0 && log) {
+    peak_flops = MeasureGemmPeakFlops(job->context.dtype);
+  }
+  MCC_RETURN_IF_ERROR(job->Barrier());
+
+  // Data parallelism and the optimizer.
+  data_parallel::DdpConfig ddp_config;
+  ddp_config.overlap_grad_reduce = absl::GetFlag(FLAGS_overlap_grad_reduce);
+  ddp_config.use_distributed_optimizer =
+      absl::GetFlag(FLAGS_use_distributed_optimizer);
+  ddp_config.overlap_param_gather = absl::GetFlag(FLAGS_overlap_param_gather);
+  MCC_ASSIGN_OR_RETURN(auto ddp,
+                       data_parallel::DistributedDataParallel::Create(
+                           job->model->parameters(), job->dp(), ddp_config));
+  job->model->SetGradReadyHook(ddp->GradReadyHook());
+  MCC_ASSIGN_OR_RETURN(optim::OptimizerConfig opt_config,
+                       OptimizerConfigFromFlags());
+  optim::OptimizerGroups groups;
+  groups.tensor = job->tp();
+  groups.pipeline = job->state ? job->state->pipeline() : nullptr;
+  groups.model = job->state ? job->state->model() : nullptr;
+  MCC_ASSIGN_OR_RETURN(auto optimizer,
+                       optim::Optimizer::Create(ddp.get(), opt_config, groups));
+  MCC_ASSIGN_OR_RETURN(optim::LrSchedule schedule, ScheduleFromFlags());
+
+  // Data.
+  const int eval_iters = absl::GetFlag(FLAGS_eval_iters);
+  const int eval_interval = std::max(1, absl::GetFlag(FLAGS_eval_interval));
+  const int64_t eval_samples =
+      std::max<int64_t>(1, (train_iters / eval_interval + 1) * eval_iters *
+                               batching.global_batch);
+  MCC_ASSIGN_OR_RETURN(
+      auto datasets,
+      BuildDatasets(
+          *job, {train_iters * batching.global_batch, eval_samples,
+                 std::max<int64_t>(1, eval_iters * batching.global_batch)}));
+  data::LoaderConfig loader_config;
+  loader_config.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
+  loader_config.dp_rank = job->dp_rank();
+  loader_config.dp_size = dp;
+  if (job->tokenizer != nullptr) {
+    loader_config.eod = job->tokenizer->eod();
+    loader_config.eod_mask_loss = absl::GetFlag(FLAGS_eod_mask_loss);
+  }
+  MCC_ASSIGN_OR_RETURN(auto train_loader,
+                       data::DataLoader::Create(datasets[0], loader_config));
+  std::unique_ptr<data::DataLoader> valid_loader;
+  if (datasets[1] != nullptr && eval_iters > 0) {
+    MCC_ASSIGN_OR_RETURN(valid_loader,
+                         data::DataLoader::Create(datasets[1], loader_config));
+  }
+
+  MetricsLogger logger(log, absl::GetFlag(FLAGS_metrics_file));
+  const double flops_per_iteration =
+      TrainingFlopsPerToken(job->config) * batching.global_batch * seq;
+  if (log) {
+    int64_t params = 0;
+    for (const auto& p : job->model->parameters())
+      params += NumElements(p->global_shape);
+    LOG(INFO) << absl::StrFormat(
+        "training a GPT: %d layers, hidden %d, %d heads, vocabulary %d, "
+        "sequence %d; %.2fM parameters; world %d (TP %d, DP %d); global "
+        "batch %d = micro-batch %d x DP %d x %d accumulation steps; %s",
+        job->config.num_layers, job->config.hidden_size,
+        job->config.num_attention_heads, job->config.vocab_size, seq,
+        params / 1e6, job->world_size,
+        absl::GetFlag(FLAGS_tensor_model_parallel_size), dp,
+        batching.global_batch, absl::GetFlag(FLAGS_micro_batch_size), dp,
+        batching.num_microbatches, DTypeName(job->context.dtype));
+    LOG(INFO) << absl::StrFormat("GEMM peak for MFU: %.1f GFLOP/s",
+                                 peak_flops / 1e9);
+  }
+
+  Timers timers;
+  int64_t skipped = 0;
+  const absl::Time start = absl::Now();
+  absl::Time window_start = start;
+  double window_loss = 0;
+  int window_steps = 0;
+  for (int64_t iteration = 1; iteration <= train_iters; ++iteration) {
+    ddp->ZeroGrads();
+    double loss_sum = 0, loss_tokens = 0;
+    for (int m = 0; m < batching.num_microbatches; ++m) {
+      timers.Start("data");
+      MCC_ASSIGN_OR_RETURN(data::MicroBatch mb, train_loader->Next());
+      timers.Stop("data");
+      ddp->set_is_last_microbatch(m == batching.num_microbatches - 1);
+      timers.Start("forward-backward");
+      gpt::MicroBatch batch{mb.tokens, mb.labels, mb.loss_mask};
+      MCC_ASSIGN_OR_RETURN(
+          gpt::LossSum loss,
+          job->model->ForwardBackward(
+              batch, static_cast<float>(optimizer->loss_scale() /
+                                        batching.num_microbatches)));
+      timers.Stop("forward-backward");
+      // Megatron's loss: the mean over micro-batches of each one's mean.
+      loss_sum += loss.mean() / batching.num_microbatches;
+      loss_tokens += 1.0 / batching.num_microbatches;
+    }
+    timers.Start("grad-sync");
+    MCC_RETURN_IF_ERROR(ddp->FinishGradSync());
+    MCC_RETURN_IF_ERROR(job->model->FinalizeGradients());
+    timers.Stop("grad-sync");
+    timers.Start("optimizer");
+    MCC_ASSIGN_OR_RETURN(optim::StepInfo step,
+                         optimizer->Step(schedule.LearningRate(iteration)));
+    timers.Stop("optimizer");
+    if (step.skipped) {
+      ++skipped;
+      if (log) {
+        LOG(WARNING) << "iteration " << iteration
+                     << ": inf or NaN in the gradients, step skipped (loss "
+                        "scale now "
+                     << optimizer->loss_scale() << ")";
+      }
+    }
+    MCC_ASSIGN_OR_RETURN(auto reduced, ReduceLoss(*job, loss_sum, loss_tokens));
+    const double loss = reduced.first / reduced.second;
+    if (!std::isfinite(loss)) {
+      return absl::InternalError(absl::StrCat(
+          "iteration ", iteration, ": the loss is ", loss, "; stopping"));
+    }
+    window_loss += loss;
+    ++window_steps;
+    if (iteration % absl::GetFlag(FLAGS_log_interval) == 0 ||
+        iteration == train_iters) {
+      const absl::Time now = absl::Now();
+      const double seconds =
+          absl::ToDoubleSeconds(now - window_start) / window_steps;
+      IterationMetrics m;
+      m.iteration = iteration;
+      m.train_iters = train_iters;
+      m.consumed_samples = iteration * batching.global_batch;
+      m.loss = window_loss / window_steps;
+      m.lr = step.lr;
+      m.grad_norm = step.grad_norm;
+      m.loss_scale = step.loss_scale;
+      m.skipped = skipped;
+      m.seconds_per_iteration = seconds;
+      m.tokens_per_sec = batching.global_batch * seq / seconds;
+      m.tflops = flops_per_iteration / seconds / 1e12;
+      m.mfu = peak_flops > 0 ? flops_per_iteration / seconds / peak_flops : 0;
+      const MemoryStats mem = GetAllocator(Device::CPU())->Stats();
+      m.mem_current_bytes = mem.current_bytes;
+      m.mem_peak_bytes = mem.peak_bytes;
+      m.eta_seconds = seconds * (train_iters - iteration);
+      logger.Log(m,
+                 absl::GetFlag(FLAGS_timing_log_level) > 0 ? &timers : nullptr);
+      timers.Reset();
+      window_start = now;
+      window_loss = 0;
+      window_steps = 0;
+    }
+    if (valid_loader != nullptr && iteration % eval_interval == 0) {
+      MCC_ASSIGN_OR_RETURN(double vloss,
+                           Evaluate(*job, valid_loader.get(), eval_iters));
+      if (log) {
+        LOG(INFO) << absl::StrFormat(
+            "validation loss at iteration %d: %.4f | perplexity %.2f",
+            iteration, vloss, std::exp(std::min(vloss, 20.0)));
+      }
+    }
+  }
+  if (log) {
+    LOG(INFO) << absl::StrFormat("trained %d iterations in %.1f s", train_iters,
+                                 absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return job->Barrier();
+}
+
+}  // namespace
+}  // namespace tools
+}  // namespace mcc
+
+int main(int argc, char** argv) {
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  auto parsed = mcc::flags::ParseMegatronArgs(argc, argv, {"data_path"});
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "train: %s\n",
+                 std::string(parsed.status().message()).c_str());
+    return mcc::tools::kFlagError;
+  }
+  for (const std::string& arg : parsed->positional) {
+    if (arg == "help" || arg == "-h") {
+      std::printf("usage: train [--flag value ...]\n%s\n",
+                  mcc::flags::Usage("tools/").c_str());
+      return 0;
+    }
+  }
+  if (!parsed->positional.empty()) {
+    std::fprintf(stderr, "train: unexpected argument '%s'\n",
+                 parsed->positional[0].c_str());
+    return mcc::tools::kFlagError;
+  }
+  absl::Status status;
+  if (!absl::GetFlag(FLAGS_config).empty()) {
+    status = mcc::flags::ApplyConfigFile(absl::GetFlag(FLAGS_config),
+                                         mcc::tools::TrainConfig(),
+                                         parsed->explicitly_set);
+  }
+  if (status.ok()) status = mcc::tools::ApplyPreset(parsed->explicitly_set);
+  const int world_size = mcc::tools::WorldSizeFromEnvironment();
+  if (status.ok()) status = mcc::tools::CheckTrainFlags(world_size);
+  if (!status.ok()) {
+    std::fprintf(stderr, "train: %s\n", std::string(status.message()).c_str());
+    return mcc::tools::kFlagError;
+  }
+  mcc::tools::ConfigureThreads();
+  status = mcc::tools::Train();
+  if (!status.ok()) {
+    LOG(ERROR) << "training failed: " << status;
+    return 1;
+  }
+  return 0;
+}

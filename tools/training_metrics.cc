@@ -1,0 +1,118 @@
+#include "tools/training_metrics.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "core/allocator.h"
+#include "core/ops/gemm.h"
+#include "core/tensor.h"
+#include "glog/logging.h"
+
+namespace mcc {
+namespace tools {
+
+double TrainingFlopsPerToken(const gpt::GPTConfig& c) {
+  const double h = static_cast<double>(c.hidden_size);
+  const double d = static_cast<double>(c.head_dim());
+  const double kv = static_cast<double>(c.query_groups()) * d;
+  const double ffn = static_cast<double>(c.ffn());
+  const double mlp_in =
+      c.activation == gpt::Activation::kSwiGLU ? 2 * ffn : ffn;
+  // Multiply-adds per token: QKV, output projection, MLP in and out.
+  const double gemm = h * (h + 2 * kv) + h * h + h * mlp_in + ffn * h;
+  // Attention scores and weighted values over the sequence.
+  const double attention = 2.0 * c.seq_length * h;
+  const double forward = 2.0 * (c.num_layers * (gemm + attention) +
+                                h * static_cast<double>(c.vocab_size));
+  return 3.0 * forward;
+}
+
+double MeasureGemmPeakFlops(DType dtype) {
+  const int64_t n = 1024;
+  const DType in =
+      dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
+  Tensor a = Tensor::Full({n, n}, 0.5, in);
+  Tensor b = Tensor::Full({n, n}, 0.25, in);
+  Tensor c = Tensor::Empty({n, n}, DType::kFloat32);
+  double best = 0;
+  for (int i = 0; i < 6; ++i) {
+    const absl::Time t0 = absl::Now();
+    absl::Status s = ops::Gemm(a, false, b, false, &c);
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+    if (!s.ok()) {
+      LOG(WARNING) << "GEMM peak measurement failed: " << s;
+      return 0;
+    }
+    if (i > 0) best = std::max(best, 2.0 * n * n * n / seconds);
+  }
+  return best;
+}
+
+void Timers::Start(const std::string& name) { started_[name] = absl::Now(); }
+
+void Timers::Stop(const std::string& name) {
+  totals_[name] += absl::Now() - started_[name];
+}
+
+std::string Timers::ToString() const {
+  std::vector<std::string> parts;
+  for (const auto& [name, total] : totals_) {
+    parts.push_back(
+        absl::StrFormat("%s %.1f ms", name, absl::ToDoubleMilliseconds(total)));
+  }
+  return absl::StrJoin(parts, " | ");
+}
+
+MetricsLogger::MetricsLogger(bool enabled, const std::string& metrics_file)
+    : enabled_(enabled) {
+  if (enabled_ && !metrics_file.empty()) {
+    metrics_.open(metrics_file, std::ios::app);
+    if (!metrics_) LOG(ERROR) << "--metrics-file: cannot open " << metrics_file;
+  }
+}
+
+std::string MetricsLogger::FormatLine(const IterationMetrics& m) {
+  const int64_t eta = static_cast<int64_t>(m.eta_seconds);
+  return absl::StrFormat(
+      " iteration %6d/%6d | consumed samples: %9d | elapsed time per "
+      "iteration (ms): %.1f | learning rate: %.3E | lm loss: %.6E | loss "
+      "scale: %.1f | grad norm: %.3f | skipped iterations: %d | tokens/s: "
+      "%.0f | TFLOP/s: %.3f | MFU: %.1f%% | memory: %s (peak %s) | ETA "
+      "%d:%02d:%02d",
+      m.iteration, m.train_iters, m.consumed_samples,
+      m.seconds_per_iteration * 1e3, m.lr, m.loss, m.loss_scale, m.grad_norm,
+      m.skipped, m.tokens_per_sec, m.tflops, 100 * m.mfu,
+      FormatBytes(m.mem_current_bytes), FormatBytes(m.mem_peak_bytes),
+      eta / 3600, eta / 60 % 60, eta % 60);
+}
+
+std::string MetricsLogger::FormatJson(const IterationMetrics& m) {
+  return absl::StrFormat(
+      "{\"iteration\": %d, \"consumed_samples\": %d, \"loss\": %.8g, \"lr\": "
+      "%.8g, \"grad_norm\": %.8g, \"loss_scale\": %.8g, \"skipped\": %d, "
+      "\"seconds_per_iteration\": %.6g, \"tokens_per_sec\": %.6g, \"tflops\": "
+      "%.6g, \"mfu\": %.6g, \"mem_current_bytes\": %d, \"mem_peak_bytes\": "
+      "%d}",
+      m.iteration, m.consumed_samples, m.loss, m.lr, m.grad_norm, m.loss_scale,
+      m.skipped, m.seconds_per_iteration, m.tokens_per_sec, m.tflops, m.mfu,
+      m.mem_current_bytes, m.mem_peak_bytes);
+}
+
+void MetricsLogger::Log(const IterationMetrics& m, const Timers* timers) {
+  if (!enabled_) return;
+  std::string line = FormatLine(m);
+  if (timers != nullptr)
+    absl::StrAppend(&line, "\n    timers: ", timers->ToString());
+  LOG(INFO) << line;
+  if (metrics_.is_open()) {
+    metrics_ << FormatJson(m) << "\n";
+    metrics_.flush();
+  }
+}
+
+}  // namespace tools
+}  // namespace mcc

@@ -1,0 +1,64 @@
+#ifndef TOOLS_TRAINING_METRICS_H_
+#define TOOLS_TRAINING_METRICS_H_
+
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "absl/time/time.h"
+#include "core/dtype.h"
+#include "models/gpt/gpt_config.h"
+
+namespace mcc {
+namespace tools {
+
+// Model FLOPs of one training token (forward and backward, 3x forward) as
+// Megatron counts them: the GEMMs of every layer, attention scores over
+// the full sequence, and the output layer.
+double TrainingFlopsPerToken(const gpt::GPTConfig& config);
+
+// The best of a few GEMMs at 1024^3 (2048^3 when fast) in `dtype`, in
+// FLOP/s: the peak that MFU is measured against.
+double MeasureGemmPeakFlops(DType dtype);
+
+// Wall-clock time per named region, summed between Reset() calls.
+class Timers {
+ public:
+  void Start(const std::string& name);
+  void Stop(const std::string& name);
+  void Reset() { totals_.clear(); }
+  // "forward-backward 812.3 ms | grad-sync 3.1 ms | ..."
+  std::string ToString() const;
+
+ private:
+  std::map<std::string, absl::Time> started_;
+  std::map<std::string, absl::Duration> totals_;
+};
+
+struct IterationMetrics {
+  int64_t iteration = 0, train_iters = 0, consumed_samples = 0, skipped = 0;
+  double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
+  double seconds_per_iteration = 0, tokens_per_sec = 0, tflops = 0, mfu = 0;
+  int64_t mem_current_bytes = 0, mem_peak_bytes = 0;
+  double eta_seconds = 0;
+};
+
+// The log line of every --log-interval, and the --metrics-file JSON line.
+class MetricsLogger {
+ public:
+  MetricsLogger(bool enabled, const std::string& metrics_file);
+  void Log(const IterationMetrics& m, const Timers* timers);
+
+  static std::string FormatLine(const IterationMetrics& m);
+  static std::string FormatJson(const IterationMetrics& m);
+
+ private:
+  bool enabled_;
+  std::ofstream metrics_;
+};
+
+}  // namespace tools
+}  // namespace mcc
+
+#endif  // TOOLS_TRAINING_METRICS_H_
