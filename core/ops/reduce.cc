@@ -40,8 +40,8 @@ absl::StatusOr<double> Reduce(const char* op, const Tensor& x) {
   MCC_RETURN_IF_ERROR(CheckDefined(op, {{"x", &x}}));
   MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"x", &x}));
   if (!x.device().is_cpu()) {
-    return absl::UnimplementedError(absl::StrCat(
-        op, ": no kernel for ", Brief(x), " (CUDA reductions not registered)"));
+    MCC_ASSIGN_OR_RETURN(ReduceKernel k, ReduceKernels().Get(x.device()));
+    return k(x, kSquare);
   }
   const int64_t n = x.numel();
   const int64_t parts = (n + kPartial - 1) / kPartial;
@@ -68,6 +68,11 @@ absl::StatusOr<double> Reduce(const char* op, const Tensor& x) {
 }
 
 }  // namespace
+
+KernelSlot<ReduceKernel>& ReduceKernels() {
+  static auto* slot = new KernelSlot<ReduceKernel>("Sum/SumOfSquares");
+  return *slot;
+}
 
 absl::StatusOr<double> Sum(const Tensor& x) { return Reduce<false>("Sum", x); }
 

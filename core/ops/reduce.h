@@ -7,6 +7,7 @@
 // NaN, which is how callers detect non-finite gradients.
 
 #include "absl/status/statusor.h"
+#include "core/ops/dispatch.h"
 #include "core/tensor.h"
 
 namespace mcc {
@@ -18,6 +19,10 @@ absl::StatusOr<double> Sum(const Tensor& x);
 absl::StatusOr<double> SumOfSquares(const Tensor& x);
 // sqrt(SumOfSquares(x)).
 absl::StatusOr<double> L2Norm(const Tensor& x);
+
+// Device kernels: the sum (square = false) or sum of squares of x.
+using ReduceKernel = absl::StatusOr<double> (*)(const Tensor& x, bool square);
+KernelSlot<ReduceKernel>& ReduceKernels();
 
 }  // namespace ops
 }  // namespace mcc
