@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/flags.h"
 #include "core/allocator.h"
 #include "core/ops/gemm.h"
@@ -23,10 +24,12 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
+#include "tools/comm_dist_context.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/train_config.pb.h"
 #include "tools/flags/training_flags.h"
 #include "tools/job.h"
+#include "tools/training_checkpoint.h"
 #include "tools/training_metrics.h"
 
 ABSL_FLAG(std::string, config, "",
@@ -240,6 +243,20 @@ absl::Status Train() {
   }
   MCC_RETURN_IF_ERROR(job->Barrier());
 
+  // Resume: the model first, so data parallelism and the optimizer take
+  // their copies from the loaded weights.
+  MCC_ASSIGN_OR_RETURN(CheckpointFlags ckpt, CheckpointFlagsFromCommandLine());
+  TrainingProgress progress;
+  bool resumed = false;
+  if (!ckpt.load.empty() && LatestIteration(ckpt.load).ok()) {
+    MCC_ASSIGN_OR_RETURN(
+        progress, LoadModelCheckpoint(ckpt.load, *job, !ckpt.no_load_rng));
+    resumed = true;
+  } else if (!ckpt.load.empty() && log) {
+    LOG(WARNING) << "--load " << ckpt.load
+                 << " holds no checkpoint yet; starting from scratch";
+  }
+
   // Data parallelism and the optimizer.
   data_parallel::DdpConfig ddp_config;
   ddp_config.overlap_grad_reduce = absl::GetFlag(FLAGS_overlap_grad_reduce);
@@ -259,6 +276,20 @@ absl::Status Train() {
   MCC_ASSIGN_OR_RETURN(auto optimizer,
                        optim::Optimizer::Create(ddp.get(), opt_config, groups));
   MCC_ASSIGN_OR_RETURN(optim::LrSchedule schedule, ScheduleFromFlags());
+  if (resumed && !ckpt.no_load_optim) {
+    MCC_RETURN_IF_ERROR(
+        LoadOptimizerCheckpoint(ckpt.load, *job, optimizer.get()));
+  }
+  // Checkpoints travel over a group of their own, so an asynchronous save
+  // never interleaves with training's collectives.
+  std::shared_ptr<comm::ProcessGroup> ckpt_group;
+  if (!ckpt.save.empty() && job->world.has_value()) {
+    std::vector<int> all(job->world_size);
+    for (int r = 0; r < job->world_size; ++r) all[r] = r;
+    MCC_ASSIGN_OR_RETURN(ckpt_group, job->world->group->NewSubgroup(all));
+  }
+  const DistContext dist = MakeDistContext(ckpt_group.get());
+  AsyncCheckpointSaver async_saver;
 
   // Data.
   const int eval_iters = absl::GetFlag(FLAGS_eval_iters);
@@ -275,17 +306,15 @@ absl::Status Train() {
   loader_config.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
   loader_config.dp_rank = job->dp_rank();
   loader_config.dp_size = dp;
+  loader_config.consumed_samples = progress.consumed_train_samples;
   if (job->tokenizer != nullptr) {
     loader_config.eod = job->tokenizer->eod();
     loader_config.eod_mask_loss = absl::GetFlag(FLAGS_eod_mask_loss);
   }
   MCC_ASSIGN_OR_RETURN(auto train_loader,
                        data::DataLoader::Create(datasets[0], loader_config));
-  std::unique_ptr<data::DataLoader> valid_loader;
-  if (datasets[1] != nullptr && eval_iters > 0) {
-    MCC_ASSIGN_OR_RETURN(valid_loader,
-                         data::DataLoader::Create(datasets[1], loader_config));
-  }
+  data::LoaderConfig eval_loader_config = loader_config;
+  eval_loader_config.consumed_samples = 0;
 
   MetricsLogger logger(log, absl::GetFlag(FLAGS_metrics_file));
   const double flops_per_iteration =
@@ -314,7 +343,12 @@ absl::Status Train() {
   absl::Time window_start = start;
   double window_loss = 0;
   int window_steps = 0;
-  for (int64_t iteration = 1; iteration <= train_iters; ++iteration) {
+  if (progress.iteration >= train_iters && log) {
+    LOG(INFO) << "the loaded checkpoint is at iteration " << progress.iteration
+              << " of --train-iters " << train_iters << ": nothing to train";
+  }
+  for (int64_t iteration = progress.iteration + 1; iteration <= train_iters;
+       ++iteration) {
     ddp->ZeroGrads();
     double loss_sum = 0, loss_tokens = 0;
     for (int m = 0; m < batching.num_microbatches; ++m) {
@@ -388,7 +422,12 @@ absl::Status Train() {
       window_loss = 0;
       window_steps = 0;
     }
-    if (valid_loader != nullptr && iteration % eval_interval == 0) {
+    if (datasets[1] != nullptr && eval_iters > 0 &&
+        iteration % eval_interval == 0) {
+      // The same validation micro-batches every time, so values compare.
+      MCC_ASSIGN_OR_RETURN(
+          auto valid_loader,
+          data::DataLoader::Create(datasets[1], eval_loader_config));
       MCC_ASSIGN_OR_RETURN(double vloss,
                            Evaluate(*job, valid_loader.get(), eval_iters));
       if (log) {
@@ -396,6 +435,32 @@ absl::Status Train() {
             "validation loss at iteration %d: %.4f | perplexity %.2f",
             iteration, vloss, std::exp(std::min(vloss, 20.0)));
       }
+    }
+    if (ckpt.ShouldSave(iteration, train_iters)) {
+      timers.Start("save-checkpoint");
+      TrainingProgress now{iteration, iteration * batching.global_batch};
+      MCC_RETURN_IF_ERROR(SaveTrainingCheckpoint(
+          ckpt.save, *job, optimizer.get(), schedule, now, dist,
+          ckpt.async_save ? &async_saver : nullptr, ckpt.keep_last));
+      timers.Stop("save-checkpoint");
+      if (log) {
+        LOG(INFO) << (ckpt.async_save ? "saving (in the background) "
+                                      : "saved ")
+                  << ckpt.save << "/" << IterationDirName(iteration);
+      }
+    }
+  }
+  MCC_RETURN_IF_ERROR(async_saver.Wait());
+  // The test split, once, at the end.
+  if (datasets[2] != nullptr && eval_iters > 0) {
+    MCC_ASSIGN_OR_RETURN(
+        auto test_loader,
+        data::DataLoader::Create(datasets[2], eval_loader_config));
+    MCC_ASSIGN_OR_RETURN(double tloss,
+                         Evaluate(*job, test_loader.get(), eval_iters));
+    if (log) {
+      LOG(INFO) << absl::StrFormat("test loss: %.4f | perplexity %.2f", tloss,
+                                   std::exp(std::min(tloss, 20.0)));
     }
   }
   if (log) {

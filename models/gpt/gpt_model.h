@@ -67,6 +67,10 @@ class GPTModel {
   }
 
   const ParameterList& parameters() const { return parameters_; }
+  // Where the dropout stream stands (forward calls so far): part of the RNG
+  // state a checkpoint saves, so a resumed run draws the same masks.
+  uint64_t rng_calls() const { return forward_calls_; }
+  void set_rng_calls(uint64_t calls) { forward_calls_ = calls; }
   const GPTConfig& config() const { return config_; }
   const parallel::LayerContext& context() const { return context_; }
 

@@ -60,7 +60,6 @@ ABSL_FLAG(std::string, data_cache_path, "",
 ABSL_FLAG(bool, eod_mask_loss, false, "No loss on end-of-document tokens.");
 ABSL_FLAG(int32_t, micro_batch_size, 8, "Micro-batch size per DP rank.");
 
-ABSL_FLAG(std::string, load, "", "Checkpoint directory to load.");
 
 namespace mcc {
 namespace flags {

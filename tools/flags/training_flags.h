@@ -56,8 +56,6 @@ ABSL_DECLARE_FLAG(std::string, data_cache_path);
 ABSL_DECLARE_FLAG(bool, eod_mask_loss);
 ABSL_DECLARE_FLAG(int32_t, micro_batch_size);
 
-// Checkpoints.
-ABSL_DECLARE_FLAG(std::string, load);
 
 namespace mcc {
 namespace flags {

@@ -1,0 +1,64 @@
+#include "tools/model_config_proto.h"
+
+namespace mcc {
+namespace tools {
+
+checkpoint::ModelConfig ToProto(const gpt::GPTConfig& c,
+                                int64_t tokenizer_vocab, DType dtype) {
+  checkpoint::ModelConfig p;
+  p.set_num_layers(c.num_layers);
+  p.set_hidden_size(static_cast<int32_t>(c.hidden_size));
+  p.set_num_attention_heads(c.num_attention_heads);
+  p.set_num_query_groups(c.query_groups());
+  p.set_ffn_hidden_size(static_cast<int32_t>(c.ffn()));
+  p.set_padded_vocab_size(static_cast<int32_t>(c.vocab_size));
+  p.set_vocab_size(static_cast<int32_t>(tokenizer_vocab));
+  p.set_seq_length(static_cast<int32_t>(c.seq_length));
+  p.set_max_position_embeddings(static_cast<int32_t>(c.max_positions()));
+  p.set_position_embedding_type(
+      c.position_embedding == gpt::PositionEmbedding::kRope
+          ? checkpoint::POSITION_EMBEDDING_ROPE
+          : checkpoint::POSITION_EMBEDDING_LEARNED_ABSOLUTE);
+  p.set_normalization(c.normalization == gpt::Normalization::kRMSNorm
+                          ? checkpoint::NORMALIZATION_RMS_NORM
+                          : checkpoint::NORMALIZATION_LAYER_NORM);
+  p.set_activation(c.activation == gpt::Activation::kSwiGLU
+                       ? checkpoint::ACTIVATION_SWIGLU
+                       : checkpoint::ACTIVATION_GELU);
+  p.set_tied_embeddings(!c.untie_embeddings_and_output_weights);
+  p.set_add_bias_linear(c.add_bias_linear);
+  p.set_layernorm_epsilon(c.norm_epsilon);
+  p.set_rotary_base(c.rotary_base);
+  p.set_params_dtype(static_cast<int32_t>(dtype));
+  return p;
+}
+
+absl::StatusOr<gpt::GPTConfig> FromProto(const checkpoint::ModelConfig& p) {
+  gpt::GPTConfig c;
+  c.num_layers = p.num_layers();
+  c.hidden_size = p.hidden_size();
+  c.num_attention_heads = p.num_attention_heads();
+  c.num_query_groups = p.num_query_groups();
+  c.ffn_hidden_size = p.ffn_hidden_size();
+  c.vocab_size = p.padded_vocab_size();
+  c.seq_length = p.seq_length();
+  c.max_position_embeddings = p.max_position_embeddings();
+  c.position_embedding =
+      p.position_embedding_type() == checkpoint::POSITION_EMBEDDING_ROPE
+          ? gpt::PositionEmbedding::kRope
+          : gpt::PositionEmbedding::kLearned;
+  c.normalization = p.normalization() == checkpoint::NORMALIZATION_RMS_NORM
+                        ? gpt::Normalization::kRMSNorm
+                        : gpt::Normalization::kLayerNorm;
+  c.activation = p.activation() == checkpoint::ACTIVATION_SWIGLU
+                     ? gpt::Activation::kSwiGLU
+                     : gpt::Activation::kGelu;
+  c.untie_embeddings_and_output_weights = !p.tied_embeddings();
+  c.add_bias_linear = p.add_bias_linear();
+  c.norm_epsilon = p.layernorm_epsilon();
+  c.rotary_base = p.rotary_base();
+  return c;
+}
+
+}  // namespace tools
+}  // namespace mcc

@@ -1,0 +1,229 @@
+#include "tools/training_checkpoint.h"
+
+#include <cstring>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "core/status_macros.h"
+#include "glog/logging.h"
+#include "parallel/mappings.h"
+#include "tools/model_config_proto.h"
+
+namespace mcc {
+namespace tools {
+namespace {
+
+constexpr char kRngKey[] = "dropout_forward_calls";
+
+ShardedTensorRef RefFor(const std::string& name, const Parameter& p,
+                        const Tensor& local) {
+  if (p.partition_dim >= 0) {
+    return ShardedTensorRef::SplitAlong(name, local, p.partition_dim,
+                                        p.partition_rank, p.partition_count);
+  }
+  return ShardedTensorRef::Replicated(name, local);
+}
+
+// The optimizer's state tensors grouped by (parameter, state).
+std::map<std::pair<std::string, std::string>, optim::StateTensor> StateIndex(
+    optim::Optimizer* optimizer) {
+  std::map<std::pair<std::string, std::string>, optim::StateTensor> index;
+  if (optimizer == nullptr) return index;
+  for (auto& s : optimizer->StateTensors()) {
+    index[{s.param_name, s.state}] = s;
+  }
+  return index;
+}
+
+std::vector<std::string> StateNames(optim::Optimizer* optimizer) {
+  std::vector<std::string> names;
+  if (optimizer == nullptr) return names;
+  for (const auto& s : optimizer->StateTensors()) {
+    if (std::find(names.begin(), names.end(), s.state) == names.end()) {
+      names.push_back(s.state);
+    }
+  }
+  return names;
+}
+
+// The whole local (TP-piece) tensor of one state: this rank's flat range,
+// all-gathered over DP when the optimizer is sharded.
+absl::StatusOr<Tensor> WholeLocalState(const Job& job,
+                                       optim::Optimizer* optimizer,
+                                       const Parameter& p,
+                                       const optim::StateTensor* s) {
+  const int64_t n = p.value.numel();
+  if (!optimizer->sharded() || job.dp_size() == 1) {
+    if (s == nullptr || s->tensor.numel() != n) {
+      return absl::InternalError(absl::StrCat("optimizer state of ", p.name,
+                                              " does not cover the parameter"));
+    }
+    Tensor t = s->tensor.Clone();
+    return t.Reshape(p.value.shape());
+  }
+  comm::ProcessGroup* dp = job.dp();
+  Tensor mine = s != nullptr ? s->tensor : Tensor::Empty({0}, DType::kFloat32);
+  MCC_ASSIGN_OR_RETURN(mine, mine.Reshape({-1}));
+  Tensor count =
+      Tensor::Full({1}, static_cast<double>(mine.numel()), DType::kInt64);
+  Tensor counts = Tensor::Empty({dp->size()}, DType::kInt64);
+  MCC_RETURN_IF_ERROR(dp->AllGatherSync(count, &counts));
+  std::vector<int64_t> rows(dp->size());
+  int64_t total = 0;
+  for (int r = 0; r < dp->size(); ++r)
+    total += rows[r] = counts.data<int64_t>()[r];
+  if (total != n) {
+    return absl::InternalError(absl::StrCat("distributed optimizer shards of ",
+                                            p.name, " hold ", total, " of ", n,
+                                            " elements"));
+  }
+  Tensor whole = Tensor::Empty({n}, DType::kFloat32);
+  MCC_RETURN_IF_ERROR(dp->AllGatherVSync(mine, &whole, rows));
+  return whole.Reshape(p.value.shape());
+}
+
+}  // namespace
+
+absl::Status SaveTrainingCheckpoint(
+    const std::string& dir, const Job& job, optim::Optimizer* optimizer,
+    const optim::LrSchedule& schedule, const TrainingProgress& progress,
+    const DistContext& dist, AsyncCheckpointSaver* async, int keep_last) {
+  std::vector<ShardedTensorRef> refs;
+  auto index = StateIndex(optimizer);
+  const std::vector<std::string> states = StateNames(optimizer);
+  for (const auto& p : job.model->parameters()) {
+    refs.push_back(RefFor(p->name, *p, p->value));
+    for (const std::string& state : states) {
+      auto it = index.find({p->name, state});
+      MCC_ASSIGN_OR_RETURN(
+          Tensor whole,
+          WholeLocalState(job, optimizer, *p,
+                          it == index.end() ? nullptr : &it->second));
+      refs.push_back(
+          RefFor(absl::StrCat("optimizer.", state, ".", p->name), *p, whole));
+    }
+  }
+  checkpoint::CommonState common;
+  common.set_iteration(progress.iteration);
+  common.set_consumed_train_samples(progress.consumed_train_samples);
+  *common.mutable_model() =
+      ToProto(job.config, job.vocab_size, job.context.dtype);
+  auto* parallel = common.mutable_parallel();
+  parallel->set_tensor_model_parallel_size(parallel::GroupSize(job.tp()));
+  parallel->set_pipeline_model_parallel_size(1);
+  parallel->set_data_parallel_size(job.dp_size());
+  parallel->set_context_parallel_size(1);
+  parallel->set_sequence_parallel(job.context.sequence_parallel);
+  parallel->set_use_distributed_optimizer(optimizer != nullptr &&
+                                          optimizer->sharded());
+  parallel->set_world_size(job.world_size);
+  auto* lr = common.mutable_lr_scheduler();
+  lr->set_max_lr(schedule.config().lr);
+  lr->set_min_lr(schedule.config().min_lr);
+  lr->set_warmup_steps(schedule.warmup_iters());
+  lr->set_decay_steps(schedule.config().decay_iters);
+  lr->set_num_steps(progress.iteration);
+  lr->set_current_lr(schedule.LearningRate(progress.iteration));
+  if (optimizer != nullptr) {
+    (*common.mutable_extra())["optimizer_step"] =
+        std::to_string(optimizer->step_count());
+    if (optim::LossScaler* scaler = optimizer->loss_scaler()) {
+      auto* ls = common.mutable_loss_scaler();
+      ls->set_dynamic(scaler->is_dynamic());
+      ls->set_scale(scaler->state().scale);
+      ls->set_growth_tracker(scaler->state().growth_tracker);
+      ls->set_hysteresis_tracker(
+          static_cast<int32_t>(scaler->state().hysteresis_tracker));
+    }
+  }
+  checkpoint::RankState rank_state;
+  rank_state.set_rank(job.rank);
+  (*rank_state.mutable_rng_states())[kRngKey] =
+      std::to_string(job.model->rng_calls());
+  SaveOptions options;
+  options.keep_last = keep_last;
+  if (async != nullptr) {
+    return async->Start(dir, progress.iteration, refs, common, rank_state, dist,
+                        options);
+  }
+  return SaveCheckpoint(dir, progress.iteration, refs, common, rank_state, dist,
+                        options);
+}
+
+absl::StatusOr<TrainingProgress> LoadModelCheckpoint(const std::string& dir,
+                                                     Job& job, bool load_rng) {
+  MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(dir));
+  MCC_RETURN_IF_ERROR(reader->CheckModelConfig(
+      ToProto(job.config, job.vocab_size, job.context.dtype)));
+  std::vector<ShardedTensorRef> refs;
+  for (const auto& p : job.model->parameters()) {
+    refs.push_back(RefFor(p->name, *p, p->value));
+  }
+  MCC_RETURN_IF_ERROR(reader->Load(refs));
+  const checkpoint::CommonState& common = reader->common_state();
+  if (load_rng) {
+    // Ranks beyond the saved world continue rank 0's stream (the dropout
+    // stream is the same on every rank by construction).
+    auto state = reader->RankStateOf(job.rank);
+    if (!state.ok()) state = reader->RankStateOf(0);
+    if (state.ok()) {
+      auto it = state->rng_states().find(kRngKey);
+      if (it != state->rng_states().end()) {
+        job.model->set_rng_calls(std::stoull(it->second));
+      }
+    }
+  }
+  TrainingProgress progress;
+  progress.iteration = common.iteration();
+  progress.consumed_train_samples = common.consumed_train_samples();
+  if (job.is_logging_rank()) {
+    LOG(INFO) << "loaded " << reader->path() << " (iteration "
+              << progress.iteration << ", " << progress.consumed_train_samples
+              << " samples consumed)";
+  }
+  return progress;
+}
+
+absl::Status LoadOptimizerCheckpoint(const std::string& dir, const Job& job,
+                                     optim::Optimizer* optimizer) {
+  MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(dir));
+  const checkpoint::CommonState& common = reader->common_state();
+  auto index = StateIndex(optimizer);
+  for (const auto& p : job.model->parameters()) {
+    for (auto& [key, s] : index) {
+      if (key.first != p->name) continue;
+      const std::string name =
+          absl::StrCat("optimizer.", s.state, ".", p->name);
+      if (!reader->FindTensor(name).ok()) {
+        return absl::NotFoundError(absl::StrCat(
+            dir, " holds no ", name,
+            " (saved with another optimizer? use --no-load-optim)"));
+      }
+      Tensor whole = Tensor::Empty(p->value.shape(), DType::kFloat32);
+      MCC_RETURN_IF_ERROR(reader->Load({RefFor(name, *p, whole)}));
+      MCC_ASSIGN_OR_RETURN(Tensor flat, whole.Reshape({-1}));
+      MCC_ASSIGN_OR_RETURN(Tensor piece,
+                           flat.Slice(s.offset, s.offset + s.tensor.numel()));
+      MCC_ASSIGN_OR_RETURN(Tensor target, s.tensor.Reshape({-1}));
+      MCC_RETURN_IF_ERROR(target.CopyFrom(piece));
+    }
+  }
+  auto step = common.extra().find("optimizer_step");
+  if (step != common.extra().end()) {
+    optimizer->set_step_count(std::stoll(step->second));
+  }
+  if (optim::LossScaler* scaler = optimizer->loss_scaler();
+      scaler != nullptr && common.has_loss_scaler()) {
+    optim::LossScaler::State st;
+    st.scale = common.loss_scaler().scale();
+    st.growth_tracker = common.loss_scaler().growth_tracker();
+    st.hysteresis_tracker = common.loss_scaler().hysteresis_tracker();
+    scaler->set_state(st);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tools
+}  // namespace mcc
