@@ -24,6 +24,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
+#include "parallel/data_parallel/weight_hash.h"
 #include "tools/comm_dist_context.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/train_config.pb.h"
@@ -68,6 +69,8 @@ ABSL_FLAG(bool, use_distributed_optimizer, false,
           "Shard fp32 main parameters and optimizer state over DP (ZeRO-1).");
 ABSL_FLAG(bool, overlap_grad_reduce, false,
           "Reduce gradient buckets during backward.");
+ABSL_FLAG(int64_t, ddp_bucket_size, 40000000,
+          "Gradient bucket size in elements.");
 ABSL_FLAG(bool, overlap_param_gather, false,
           "Gather updated parameters during the next forward.");
 ABSL_FLAG(int32_t, check_weight_hash_across_dp_replicas_interval, 0,
@@ -190,6 +193,10 @@ absl::Status CheckTrainFlags(int world_size) {
   MCC_RETURN_IF_ERROR(OptimizerConfigFromFlags().status());
   MCC_RETURN_IF_ERROR(ScheduleFromFlags().status());
   MCC_RETURN_IF_ERROR(CheckpointFlagsFromCommandLine().status());
+  if (absl::GetFlag(FLAGS_fp16)) {
+    return absl::UnimplementedError(
+        "--fp16: the CPU kernels compute in fp32 and bf16 only; use --bf16");
+  }
   if (absl::GetFlag(FLAGS_train_iters) <= 0) {
     return absl::InvalidArgumentError("--train-iters must be positive");
   }
@@ -263,6 +270,7 @@ absl::Status Train() {
   ddp_config.use_distributed_optimizer =
       absl::GetFlag(FLAGS_use_distributed_optimizer);
   ddp_config.overlap_param_gather = absl::GetFlag(FLAGS_overlap_param_gather);
+  ddp_config.bucket_size_bytes = absl::GetFlag(FLAGS_ddp_bucket_size) * 4;
   MCC_ASSIGN_OR_RETURN(auto ddp,
                        data_parallel::DistributedDataParallel::Create(
                            job->model->parameters(), job->dp(), ddp_config));
@@ -347,8 +355,16 @@ absl::Status Train() {
     LOG(INFO) << "the loaded checkpoint is at iteration " << progress.iteration
               << " of --train-iters " << train_iters << ": nothing to train";
   }
+  const int hash_interval =
+      absl::GetFlag(FLAGS_check_weight_hash_across_dp_replicas_interval);
   for (int64_t iteration = progress.iteration + 1; iteration <= train_iters;
        ++iteration) {
+    // The distributed optimizer's updated parameters must have arrived.
+    MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
+    if (hash_interval > 0 && iteration % hash_interval == 0) {
+      MCC_RETURN_IF_ERROR(data_parallel::CheckWeightHashAcrossReplicas(
+          job->model->parameters(), job->dp()));
+    }
     ddp->ZeroGrads();
     double loss_sum = 0, loss_tokens = 0;
     for (int m = 0; m < batching.num_microbatches; ++m) {
@@ -422,6 +438,7 @@ absl::Status Train() {
       window_loss = 0;
       window_steps = 0;
     }
+    MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
     if (datasets[1] != nullptr && eval_iters > 0 &&
         iteration % eval_interval == 0) {
       // The same validation micro-batches every time, so values compare.
@@ -471,6 +488,32 @@ absl::Status Train() {
 }
 
 }  // namespace
+
+void DescribeDefaultRun() {
+  const std::string dir = DefaultRunDir();
+  const std::string metrics = absl::GetFlag(FLAGS_metrics_file);
+  const std::string png = dir + "/loss.png";
+  // The loss curve, through Debian's matplotlib, when it is installed.
+  const std::string plot =
+      absl::StrCat("/usr/bin/python3 tools/plot_loss.py '", metrics, "' '", png,
+                   "' > /dev/null 2>&1");
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  const std::string in_workspace =
+      workspace != nullptr ? absl::StrCat("cd '", workspace, "' && ") : "";
+  const bool plotted = std::system((in_workspace + plot).c_str()) == 0;
+  std::printf(
+      "\nDefault run done.\n"
+      "  checkpoint:   %s (latest iteration in "
+      "latest_checkpointed_iteration.txt)\n"
+      "  metrics:      %s\n"
+      "  loss curve:   %s\n"
+      "Generate text from it:\n"
+      "  tools/bazel run //:eval -- --load %s --prompt 'The meaning of life'\n",
+      absl::GetFlag(FLAGS_save).c_str(), metrics.c_str(),
+      plotted ? png.c_str() : "(needs python3-matplotlib)",
+      absl::GetFlag(FLAGS_save).c_str());
+}
+
 }  // namespace tools
 }  // namespace mcc
 
@@ -502,6 +545,15 @@ int main(int argc, char** argv) {
                                          parsed->explicitly_set);
   }
   if (status.ok()) status = mcc::tools::ApplyPreset(parsed->explicitly_set);
+  // No flags at all: the default run keeps its files under runs/default.
+  const bool default_run =
+      parsed->explicitly_set.empty() && absl::GetFlag(FLAGS_config).empty();
+  if (default_run) {
+    const std::string dir = mcc::tools::DefaultRunDir();
+    absl::SetFlag(&FLAGS_save, dir + "/checkpoints");
+    absl::SetFlag(&FLAGS_metrics_file, dir + "/metrics.jsonl");
+    std::remove((dir + "/metrics.jsonl").c_str());
+  }
   const int world_size = mcc::tools::WorldSizeFromEnvironment();
   if (status.ok()) status = mcc::tools::CheckTrainFlags(world_size);
   if (!status.ok()) {
@@ -513,6 +565,9 @@ int main(int argc, char** argv) {
   if (!status.ok()) {
     LOG(ERROR) << "training failed: " << status;
     return 1;
+  }
+  if (default_run && mcc::tools::WorldSizeFromEnvironment() == 1) {
+    mcc::tools::DescribeDefaultRun();
   }
   return 0;
 }
