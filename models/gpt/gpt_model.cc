@@ -164,7 +164,6 @@ absl::StatusOr<Tensor> GPTModel::LastTokenLogits(const Tensor& tokens) {
   batch.tokens = tokens;
   batch.labels = tokens;
   MCC_RETURN_IF_ERROR(CheckBatch(batch));
-  comm::ProcessGroup* tp = context_.tp_group;
   const int64_t b = tokens.size(0), s = tokens.size(1);
   Tensor ids = SeqMajor<int64_t>(tokens);
   Tensor positions = Tensor::Empty({s * b}, DType::kInt64);
@@ -180,6 +179,12 @@ absl::StatusOr<Tensor> GPTModel::LastTokenLogits(const Tensor& tokens) {
     TransformerLayer::Activations act;
     MCC_ASSIGN_OR_RETURN(x, layer->Forward(x, b, 0, &act));
   }
+  return LastPositionLogits(x, b, s);
+}
+
+absl::StatusOr<Tensor> GPTModel::LastPositionLogits(const Tensor& x, int64_t b,
+                                                    int64_t s) const {
+  comm::ProcessGroup* tp = context_.tp_group;
   Norm::Activations norm_act;
   MCC_ASSIGN_OR_RETURN(Tensor h, final_norm_->Forward(x, &norm_act));
   if (context_.sequence_parallel) {
@@ -190,9 +195,104 @@ absl::StatusOr<Tensor> GPTModel::LastTokenLogits(const Tensor& tokens) {
   const Tensor& w = output_layer_->weight()->value;
   Tensor logits = Tensor::Empty({b, w.size(0)}, DType::kFloat32);
   MCC_ASSIGN_OR_RETURN(Tensor last32, last.To(DType::kFloat32));
-  MCC_ASSIGN_OR_RETURN(Tensor w32, w.To(DType::kFloat32));
-  MCC_RETURN_IF_ERROR(ops::Gemm(last32, false, w32, true, &logits));
+  if (w.dtype() == DType::kFloat32) {
+    MCC_RETURN_IF_ERROR(ops::Gemm(last32, false, w, true, &logits));
+  } else {
+    MCC_ASSIGN_OR_RETURN(Tensor w32, w.To(DType::kFloat32));
+    MCC_RETURN_IF_ERROR(ops::Gemm(last32, false, w32, true, &logits));
+  }
   return parallel::GatherLastDim(tp, logits);
+}
+
+absl::StatusOr<KvCache> GPTModel::NewKvCache(int64_t batch,
+                                             int64_t capacity) const {
+  if (batch <= 0 || capacity <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache: batch ", batch,
+                                                   " and capacity ", capacity,
+                                                   " must be positive"));
+  }
+  if (config_.position_embedding == PositionEmbedding::kLearned &&
+      capacity > config_.max_positions()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache capacity ", capacity, " exceeds the position table (",
+        config_.max_positions(), " positions)"));
+  }
+  const int64_t groups = config_.query_groups() / GroupSize(context_.tp_group);
+  KvCache cache;
+  cache.batch = batch;
+  cache.capacity = capacity;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    LayerKvCache layer;
+    layer.k = Tensor::Zeros({batch, capacity, groups, config_.head_dim()},
+                            DType::kFloat32);
+    layer.v = Tensor::Zeros(layer.k.shape(), DType::kFloat32);
+    cache.layers.push_back(std::move(layer));
+  }
+  return cache;
+}
+
+absl::StatusOr<Tensor> GPTModel::Extend(const Tensor& tokens, KvCache* cache) {
+  if (context_.sequence_parallel && GroupSize(context_.tp_group) > 1) {
+    return absl::FailedPreconditionError(
+        "KV-cache decoding needs a model built without sequence parallelism "
+        "(one new token cannot be split along the sequence); the weights are "
+        "the same, so build the decoding model with sequence_parallel=false");
+  }
+  if (tokens.dim() != 2 || tokens.dtype() != DType::kInt64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "decoding tokens ", tokens.Describe(), " must be int64 [batch, seq]"));
+  }
+  const int64_t b = tokens.size(0), n = tokens.size(1);
+  const int64_t p0 = cache->length;
+  if (b != cache->batch || p0 + n > cache->capacity ||
+      cache->layers.size() != layers_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "decoding tokens ", tokens.Describe(), " at position ", p0,
+        " do not fit a KV cache of batch ", cache->batch, ", capacity ",
+        cache->capacity, " and ", cache->layers.size(),
+        " layers (model: ", layers_.size(), ")"));
+  }
+  const int64_t* tp = tokens.data<int64_t>();
+  for (int64_t i = 0; i < b * n; ++i) {
+    if (tp[i] < 0 || tp[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "decoding token ", tp[i], " is outside the vocabulary [0, ",
+          config_.vocab_size, ")"));
+    }
+  }
+  Tensor ids = SeqMajor<int64_t>(tokens);
+  Tensor positions = Tensor::Empty({n * b}, DType::kInt64);
+  for (int64_t si = 0; si < n; ++si) {
+    for (int64_t bi = 0; bi < b; ++bi) {
+      positions.data<int64_t>()[si * b + bi] = p0 + si;
+    }
+  }
+  for (const auto& layer : layers_) layer->set_training(false);
+  MCC_ASSIGN_OR_RETURN(Tensor x, Embed(ids, positions, 0, false));
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    TransformerLayer::Activations act;
+    MCC_ASSIGN_OR_RETURN(
+        x, layers_[i]->Forward(x, b, 0, &act, &cache->layers[i], p0));
+  }
+  cache->length = p0 + n;
+  return LastPositionLogits(x, b, n);
+}
+
+absl::StatusOr<Tensor> GPTModel::Prefill(const Tensor& tokens, KvCache* cache) {
+  cache->length = 0;
+  return Extend(tokens, cache);
+}
+
+absl::StatusOr<Tensor> GPTModel::DecodeStep(const Tensor& next_tokens,
+                                            KvCache* cache) {
+  if (next_tokens.dim() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("decode step tokens ",
+                                                   next_tokens.Describe(),
+                                                   " must be int64 [batch]"));
+  }
+  MCC_ASSIGN_OR_RETURN(Tensor column,
+                       next_tokens.Reshape({next_tokens.size(0), 1}));
+  return Extend(column, cache);
 }
 
 absl::StatusOr<LossSum> GPTModel::ForwardBackward(const MicroBatch& batch,

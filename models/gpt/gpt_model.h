@@ -9,6 +9,7 @@
 #include "core/parameter.h"
 #include "core/tensor.h"
 #include "models/gpt/gpt_config.h"
+#include "models/gpt/kv_cache.h"
 #include "models/gpt/transformer_layer.h"
 #include "parallel/linear.h"
 #include "parallel/vocab_parallel.h"
@@ -52,6 +53,18 @@ class GPTModel {
   // [b, s]; no dropout.
   absl::StatusOr<Tensor> LastTokenLogits(const Tensor& tokens);
 
+  // Incremental decoding with a KV cache (no dropout; the model must be
+  // built without sequence parallelism, which cannot split one new token:
+  // the weights are the same, so build another model for decoding).
+  // An empty cache for `batch` sequences of up to `capacity` positions.
+  absl::StatusOr<KvCache> NewKvCache(int64_t batch, int64_t capacity) const;
+  // Runs tokens int64 [b, s] from position 0, filling the cache, and
+  // returns the last position's logits: fp32 [b, vocab], gathered over TP.
+  absl::StatusOr<Tensor> Prefill(const Tensor& tokens, KvCache* cache);
+  // Appends one token per sequence (int64 [b]) at position cache->length
+  // and returns its logits as Prefill does.
+  absl::StatusOr<Tensor> DecodeStep(const Tensor& next_tokens, KvCache* cache);
+
   // After the last micro-batch's backward: sums over TP the gradients that
   // sequence parallelism leaves partial (norm weights, row-parallel biases).
   absl::Status FinalizeGradients();
@@ -81,6 +94,12 @@ class GPTModel {
   absl::Status CheckBatch(const MicroBatch& batch) const;
   // Word plus position embeddings of sequence-major ids, with dropout at
   // `offset` when p > 0, split along the sequence under SP.
+  // tokens [b, n] at positions [cache->length, + n), through the cache.
+  absl::StatusOr<Tensor> Extend(const Tensor& tokens, KvCache* cache);
+  // Final norm and output layer of the last position of sequence-major
+  // hidden states x [s * b, h] (this rank's rows under SP): fp32 [b, vocab].
+  absl::StatusOr<Tensor> LastPositionLogits(const Tensor& x, int64_t b,
+                                            int64_t s) const;
   absl::StatusOr<Tensor> Embed(const Tensor& ids, const Tensor& positions,
                                uint64_t offset, bool dropout) const;
 

@@ -1,7 +1,10 @@
 #include "models/gpt/transformer_layer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/activation.h"
@@ -208,6 +211,84 @@ void TransposeBatchSeq(const Tensor& src, int64_t b, int64_t s, Tensor* dst,
   });
 }
 
+// Copies k and v ([b, n, kv heads, d], fp32 or bf16) into the cache's fp32
+// [b, capacity, kv heads, d] tensors at positions [position, position + n).
+absl::Status WriteKvCache(const Tensor& k, const Tensor& v, int64_t position,
+                          LayerKvCache* cache) {
+  const int64_t b = k.size(0), n = k.size(1);
+  const int64_t row = k.size(2) * k.size(3);
+  if (cache->k.dim() != 4 || cache->k.size(0) != b ||
+      cache->k.size(2) * cache->k.size(3) != row ||
+      position + n > cache->k.size(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache ", cache->k.Describe(), " cannot take keys ",
+                     k.Describe(), " at position ", position));
+  }
+  const int64_t cap = cache->k.size(1);
+  for (const auto& [src, dst] :
+       {std::make_pair(&k, &cache->k), std::make_pair(&v, &cache->v)}) {
+    MCC_ASSIGN_OR_RETURN(Tensor f, src->To(DType::kFloat32));
+    const float* sp = f.data<float>();
+    float* dp = dst->data<float>();
+    for (int64_t bi = 0; bi < b; ++bi) {
+      std::memcpy(dp + (bi * cap + position) * row, sp + bi * n * row,
+                  n * row * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// softmax(q k^T / sqrt(d)) v for queries q [b, n, heads, d] at positions
+// [position, position + n), over the cache's keys 0..(own position), in
+// fp32. Grouped-query attention as the flash kernel: head h reads kv head
+// h / (heads / kv heads).
+absl::Status CachedAttention(const Tensor& q, const LayerKvCache& cache,
+                             int64_t position, Tensor* out) {
+  const int64_t b = q.size(0), n = q.size(1), heads = q.size(2), d = q.size(3);
+  const int64_t groups = cache.k.size(2), cap = cache.k.size(1);
+  const int64_t per_group = heads / groups;
+  MCC_ASSIGN_OR_RETURN(Tensor qf, q.To(DType::kFloat32));
+  Tensor of = Tensor::Empty(q.shape(), DType::kFloat32);
+  const float* qp = qf.data<float>();
+  const float* kp = cache.k.data<float>();
+  const float* vp = cache.v.data<float>();
+  float* op = of.data<float>();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  ThreadPool::Global().ParallelFor(
+      b * n * heads, 1, [&](int64_t t0, int64_t t1) {
+        std::vector<float> scores(position + n);
+        std::vector<float> acc(d);
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t h = t % heads, i = (t / heads) % n,
+                        bi = t / (heads * n);
+          const int64_t g = h / per_group;
+          const int64_t keys = position + i + 1;
+          const float* qrow = qp + ((bi * n + i) * heads + h) * d;
+          float max_score = -INFINITY;
+          for (int64_t j = 0; j < keys; ++j) {
+            const float* krow = kp + ((bi * cap + j) * groups + g) * d;
+            float dot = 0;
+            for (int64_t e = 0; e < d; ++e) dot += qrow[e] * krow[e];
+            scores[j] = dot * scale;
+            max_score = std::max(max_score, scores[j]);
+          }
+          float sum = 0;
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (int64_t j = 0; j < keys; ++j) {
+            const float p = std::exp(scores[j] - max_score);
+            sum += p;
+            const float* vrow = vp + ((bi * cap + j) * groups + g) * d;
+            for (int64_t e = 0; e < d; ++e) acc[e] += p * vrow[e];
+          }
+          float* orow = op + ((bi * n + i) * heads + h) * d;
+          for (int64_t e = 0; e < d; ++e) orow[e] = acc[e] / sum;
+        }
+      });
+  if (out->dtype() == DType::kFloat32) return out->CopyFrom(of);
+  MCC_ASSIGN_OR_RETURN(Tensor converted, of.To(out->dtype()));
+  return out->CopyFrom(converted);
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> TransformerLayer::Dropout(const Tensor& x,
@@ -242,10 +323,9 @@ absl::Status TransformerLayer::Attention(int64_t micro_batch,
                                     &act->attn_out, &act->lse);
 }
 
-absl::StatusOr<Tensor> TransformerLayer::Forward(const Tensor& x,
-                                                 int64_t micro_batch,
-                                                 uint64_t dropout_offset,
-                                                 Activations* act) const {
+absl::StatusOr<Tensor> TransformerLayer::Forward(
+    const Tensor& x, int64_t micro_batch, uint64_t dropout_offset,
+    Activations* act, LayerKvCache* cache, int64_t cache_position) const {
   const int64_t b = micro_batch;
   const int64_t d = config_.head_dim();
   const bool sp = context_.sequence_parallel;
@@ -268,10 +348,22 @@ absl::StatusOr<Tensor> TransformerLayer::Forward(const Tensor& x,
   if (config_.position_embedding == PositionEmbedding::kRope) {
     ops::RotaryOptions rope;
     rope.base = config_.rotary_base;
+    rope.position_offset = cache_position;
     MCC_RETURN_IF_ERROR(ops::RotaryForward(act->q, rope, &act->q));
     MCC_RETURN_IF_ERROR(ops::RotaryForward(act->k, rope, &act->k));
   }
-  MCC_RETURN_IF_ERROR(Attention(b, act));
+  if (cache != nullptr) {
+    MCC_RETURN_IF_ERROR(WriteKvCache(act->k, act->v, cache_position, cache));
+  }
+  if (cache != nullptr && cache_position > 0) {
+    // Queries over cached keys: the flash kernel needs equal lengths.
+    act->attn_out =
+        Tensor::Empty(act->q.shape(), act->q.dtype(), act->q.device());
+    MCC_RETURN_IF_ERROR(
+        CachedAttention(act->q, *cache, cache_position, &act->attn_out));
+  } else {
+    MCC_RETURN_IF_ERROR(Attention(b, act));
+  }
   Tensor ctx =
       Tensor::Empty({s * b, local_heads_ * d}, qkv.dtype(), qkv.device());
   TransposeBatchSeq(act->attn_out, b, s, &ctx, /*to_seq_major=*/true);

@@ -8,6 +8,7 @@
 #include "core/parameter.h"
 #include "core/tensor.h"
 #include "models/gpt/gpt_config.h"
+#include "models/gpt/kv_cache.h"
 #include "parallel/linear.h"
 
 namespace mcc {
@@ -59,9 +60,15 @@ class TransformerLayer {
 
   // dropout_offset: where this call's dropout masks start in the generator's
   // stream (the same number on every TP rank).
+  //
+  // With a cache (incremental decoding, no sequence parallelism): x holds
+  // the tokens at positions [cache_position, cache_position + s); their keys
+  // and values are written into the cache there, and each query attends
+  // causally to every cached position up to its own.
   absl::StatusOr<Tensor> Forward(const Tensor& x, int64_t micro_batch,
-                                 uint64_t dropout_offset,
-                                 Activations* act) const;
+                                 uint64_t dropout_offset, Activations* act,
+                                 LayerKvCache* cache = nullptr,
+                                 int64_t cache_position = 0) const;
   absl::StatusOr<Tensor> Backward(const Tensor& dy, int64_t micro_batch,
                                   Activations* act) const;
 
