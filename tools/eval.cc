@@ -1,0 +1,573 @@
+// tools/eval: a trained GPT from a checkpoint (--load DIR), with Megatron's
+// flags. The model configuration comes from the checkpoint's metadata; the
+// parallel layout from the flags and the launcher, so any layout can load
+// any checkpoint.
+//   evaluation: validation and test loss and perplexity over --eval-iters
+//               micro-batches of --data-path (or the embedded corpus, or
+//               --mock-data), split as tools/train splits it;
+//   generation: --prompt TEXT continues the text, with a KV cache, greedily
+//               (--temperature 0) or by sampling (--top-k, --top-p, --seed),
+//               stopping at the tokenizer's end of document.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/flags.h"
+#include "checkpoint/sharded_tensor.h"
+#include "core/comm/env.h"
+#include "core/status_macros.h"
+#include "data/blended_dataset.h"
+#include "data/loader.h"
+#include "glog/logging.h"
+#include "parallel/mappings.h"
+#include "parallel/rank_layout.h"
+#include "tools/flags/megatron_args.h"
+#include "tools/flags/training_flags.h"
+#include "tools/job.h"
+#include "tools/model_config_proto.h"
+
+ABSL_FLAG(int32_t, eval_iters, 10,
+          "Micro-batches of the valid and test splits to evaluate (with "
+          "--prompt: only when given).");
+ABSL_FLAG(std::string, prompt, "", "Text to continue (generation mode).");
+ABSL_FLAG(int32_t, max_new_tokens, 64, "Tokens to generate at most.");
+ABSL_FLAG(double, temperature, 1.0,
+          "Sampling temperature; 0 is greedy (the most likely token).");
+ABSL_FLAG(int32_t, top_k, 0, "Sample among the k most likely tokens (0: all).");
+ABSL_FLAG(double, top_p, 0.0,
+          "Sample among the most likely tokens whose probabilities sum to p "
+          "(0: all).");
+ABSL_FLAG(bool, no_kv_cache, false,
+          "Recompute the whole prefix for every new token (for comparison).");
+
+namespace mcc {
+namespace tools {
+namespace {
+
+constexpr int kFlagError = 2;
+
+// What the checks before any process group forms find out.
+struct Plan {
+  std::string load_dir;
+  checkpoint::ModelConfig stored;
+  std::string checkpoint_path;  // DIR/iter_N
+  gpt::GPTConfig config;
+  DType dtype = DType::kFloat32;
+  std::unique_ptr<data::Tokenizer> tokenizer;  // For --prompt.
+  std::vector<int64_t> prompt_ids;
+  int64_t max_new_tokens = 0;
+  bool evaluate = false;
+  bool generate = false;
+};
+
+// --load, relative to the workspace under `bazel run`.
+std::string LoadDir() {
+  std::string dir = absl::GetFlag(FLAGS_load);
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  if (!dir.empty() && dir[0] != '/' && workspace != nullptr) {
+    dir = absl::StrCat(workspace, "/", dir);
+  }
+  return dir;
+}
+
+std::string Dashed(const std::string& name) {
+  return absl::StrReplaceAll(name, {{"_", "-"}});
+}
+
+// Every model flag given on the command line must agree with the
+// checkpoint; the message names each flag and both values.
+absl::Status CheckModelFlags(const Plan& plan,
+                             const std::set<std::string>& explicitly_set) {
+  const checkpoint::ModelConfig& m = plan.stored;
+  std::vector<std::string> errors;
+  auto check = [&](const std::string& flag, const std::string& field,
+                   const std::string& given, const std::string& stored) {
+    if (explicitly_set.count(flag) == 0 || given == stored) return;
+    errors.push_back(absl::StrCat("--", Dashed(flag), " ", given,
+                                  " disagrees with the checkpoint's ", field,
+                                  " ", stored));
+  };
+  auto str = [](auto v) { return absl::StrCat(v); };
+  auto boolean = [](bool v) { return std::string(v ? "true" : "false"); };
+  check("num_layers", "num_layers", str(absl::GetFlag(FLAGS_num_layers)),
+        str(m.num_layers()));
+  check("hidden_size", "hidden_size", str(absl::GetFlag(FLAGS_hidden_size)),
+        str(m.hidden_size()));
+  check("num_attention_heads", "num_attention_heads",
+        str(absl::GetFlag(FLAGS_num_attention_heads)),
+        str(m.num_attention_heads()));
+  check("num_query_groups", "num_query_groups",
+        str(absl::GetFlag(FLAGS_num_query_groups)), str(m.num_query_groups()));
+  if (absl::GetFlag(FLAGS_ffn_hidden_size) > 0) {
+    check("ffn_hidden_size", "ffn_hidden_size",
+          str(absl::GetFlag(FLAGS_ffn_hidden_size)), str(m.ffn_hidden_size()));
+  }
+  check("seq_length", "seq_length", str(absl::GetFlag(FLAGS_seq_length)),
+        str(m.seq_length()));
+  if (absl::GetFlag(FLAGS_max_position_embeddings) > 0) {
+    check("max_position_embeddings", "max_position_embeddings",
+          str(absl::GetFlag(FLAGS_max_position_embeddings)),
+          str(m.max_position_embeddings()));
+  }
+  check("position_embedding_type", "position_embedding_type",
+        absl::GetFlag(FLAGS_position_embedding_type),
+        m.position_embedding_type() == checkpoint::POSITION_EMBEDDING_ROPE
+            ? "rope"
+            : "learned_absolute");
+  check("rotary_base", "rotary_base", str(absl::GetFlag(FLAGS_rotary_base)),
+        str(m.rotary_base()));
+  check("normalization", "normalization", absl::GetFlag(FLAGS_normalization),
+        m.normalization() == checkpoint::NORMALIZATION_RMS_NORM ? "RMSNorm"
+                                                                : "LayerNorm");
+  check("norm_epsilon", "layernorm_epsilon",
+        str(absl::GetFlag(FLAGS_norm_epsilon)), str(m.layernorm_epsilon()));
+  check("swiglu", "activation", boolean(absl::GetFlag(FLAGS_swiglu)),
+        boolean(m.activation() == checkpoint::ACTIVATION_SWIGLU));
+  check("untie_embeddings_and_output_weights", "tied_embeddings (negated)",
+        boolean(absl::GetFlag(FLAGS_untie_embeddings_and_output_weights)),
+        boolean(!m.tied_embeddings()));
+  check("disable_bias_linear", "add_bias_linear (negated)",
+        boolean(absl::GetFlag(FLAGS_disable_bias_linear)),
+        boolean(!m.add_bias_linear()));
+  check("vocab_size", "vocab_size", str(absl::GetFlag(FLAGS_vocab_size)),
+        str(m.vocab_size()));
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      absl::StrJoin(errors, "; "), " (", plan.checkpoint_path,
+      "); eval takes the model configuration from the checkpoint"));
+}
+
+// Every check that needs no process group; errors are flag errors.
+absl::StatusOr<Plan> PlanFromFlags(
+    int world_size, const std::set<std::string>& explicitly_set) {
+  Plan plan;
+  plan.load_dir = LoadDir();
+  if (plan.load_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--load DIR is required: the checkpoint directory to evaluate");
+  }
+  auto reader = CheckpointReader::Open(plan.load_dir);
+  if (!reader.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--load ", plan.load_dir, ": ", reader.status().message()));
+  }
+  plan.stored = (*reader)->common_state().model();
+  plan.checkpoint_path = (*reader)->path();
+  MCC_RETURN_IF_ERROR(CheckModelFlags(plan, explicitly_set));
+  MCC_ASSIGN_OR_RETURN(plan.config, FromProto(plan.stored));
+  plan.config.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+
+  const int tp = absl::GetFlag(FLAGS_tensor_model_parallel_size);
+  MCC_RETURN_IF_ERROR(
+      parallel::RankLayout::Create(
+          world_size, {tp, absl::GetFlag(FLAGS_pipeline_model_parallel_size),
+                       absl::GetFlag(FLAGS_context_parallel_size)})
+          .status());
+  if (absl::GetFlag(FLAGS_pipeline_model_parallel_size) != 1 ||
+      absl::GetFlag(FLAGS_context_parallel_size) != 1) {
+    return absl::UnimplementedError(
+        "--pipeline-model-parallel-size and --context-parallel-size must be "
+        "1: only tensor and data parallelism are built");
+  }
+  if (absl::Status s = plan.config.Validate(tp, /*sequence_parallel=*/false);
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tensor-model-parallel-size ", tp, " cannot hold ",
+                     plan.checkpoint_path, "'s model: ", s.message()));
+  }
+  if (absl::GetFlag(FLAGS_fp16)) {
+    return absl::UnimplementedError(
+        "--fp16: the CPU kernels compute in fp32 and bf16 only; use --bf16");
+  }
+  // Parameters in the checkpoint's dtype unless --bf16 says otherwise.
+  plan.dtype = static_cast<DType>(plan.stored.params_dtype());
+  if (explicitly_set.count("bf16")) {
+    plan.dtype = absl::GetFlag(FLAGS_bf16) ? DType::kBFloat16 : DType::kFloat32;
+  }
+  if (plan.dtype != DType::kFloat32 && plan.dtype != DType::kBFloat16) {
+    plan.dtype = DType::kFloat32;
+  }
+  if (absl::GetFlag(FLAGS_micro_batch_size) <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--micro-batch-size must be positive, got ",
+                     absl::GetFlag(FLAGS_micro_batch_size)));
+  }
+
+  plan.generate = !absl::GetFlag(FLAGS_prompt).empty();
+  plan.evaluate = plan.generate ? explicitly_set.count("eval_iters") > 0 &&
+                                      absl::GetFlag(FLAGS_eval_iters) > 0
+                                : absl::GetFlag(FLAGS_eval_iters) > 0;
+  if (!plan.generate && !plan.evaluate) {
+    return absl::InvalidArgumentError(
+        "nothing to do: give --prompt TEXT or a positive --eval-iters");
+  }
+  if (absl::GetFlag(FLAGS_eval_iters) < 0) {
+    return absl::InvalidArgumentError("--eval-iters must not be negative");
+  }
+  if (plan.evaluate && !absl::GetFlag(FLAGS_mock_data)) {
+    const std::string path = absl::GetFlag(FLAGS_data_path);
+    if (!path.empty()) {
+      MCC_ASSIGN_OR_RETURN(data::Blend blend, data::ParseDataPath(path));
+      for (const std::string& prefix : blend.prefixes) {
+        for (const char* ext : {".bin", ".idx"}) {
+          if (std::FILE* f = std::fopen((prefix + ext).c_str(), "rb")) {
+            std::fclose(f);
+          } else {
+            return absl::NotFoundError(
+                absl::StrCat("--data-path: ", prefix, ext, " does not exist"));
+          }
+        }
+      }
+    }
+    MCC_RETURN_IF_ERROR(data::ParseSplit(absl::GetFlag(FLAGS_split)).status());
+  }
+  if (plan.generate || !absl::GetFlag(FLAGS_mock_data)) {
+    MCC_ASSIGN_OR_RETURN(
+        plan.tokenizer,
+        data::CreateTokenizer(absl::GetFlag(FLAGS_tokenizer_type),
+                              absl::GetFlag(FLAGS_vocab_file),
+                              absl::GetFlag(FLAGS_merge_file)));
+    if (plan.tokenizer->vocab_size() > plan.config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tokenizer-type ", plan.tokenizer->name(), " has ",
+          plan.tokenizer->vocab_size(), " tokens but ", plan.checkpoint_path,
+          " was trained with a vocabulary of ", plan.config.vocab_size));
+    }
+  }
+  if (plan.generate) {
+    const double temperature = absl::GetFlag(FLAGS_temperature);
+    const double top_p = absl::GetFlag(FLAGS_top_p);
+    if (temperature < 0 || !std::isfinite(temperature)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--temperature must be >= 0, got ", temperature));
+    }
+    if (absl::GetFlag(FLAGS_top_k) < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--top-k must be >= 0, got ", absl::GetFlag(FLAGS_top_k)));
+    }
+    if (top_p < 0 || top_p > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--top-p must be in [0, 1], got ", top_p));
+    }
+    if (absl::GetFlag(FLAGS_max_new_tokens) <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--max-new-tokens must be positive, got ",
+                       absl::GetFlag(FLAGS_max_new_tokens)));
+    }
+    std::vector<int32_t> ids;
+    plan.tokenizer->Encode(absl::GetFlag(FLAGS_prompt), &ids);
+    plan.prompt_ids.assign(ids.begin(), ids.end());
+    // The model was trained on positions [0, max_positions).
+    const int64_t room = plan.config.max_positions();
+    if (static_cast<int64_t>(plan.prompt_ids.size()) >= room) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--prompt is ", plan.prompt_ids.size(), " tokens; the model (",
+          plan.checkpoint_path, ") holds ", room, " positions, so at most ",
+          room - 1, " leave room to generate"));
+    }
+    plan.max_new_tokens =
+        std::min<int64_t>(absl::GetFlag(FLAGS_max_new_tokens),
+                          room - static_cast<int64_t>(plan.prompt_ids.size()));
+  }
+  return plan;
+}
+
+// The job (world, groups, model) for the plan: the checkpoint's model, built
+// without sequence parallelism (decoding one token cannot split the
+// sequence; the weights do not depend on it).
+absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
+  auto job = std::make_unique<Job>();
+  auto env = comm::DistEnvFromEnvironment();
+  if (env.ok() && env->world_size > 1) {
+    comm::GroupOptions options;
+    options.timeout = absl::Minutes(5);
+    MCC_ASSIGN_OR_RETURN(comm::World world, comm::InitWorld(*env, options));
+    job->world = std::move(world);
+    job->rank = env->rank;
+    job->world_size = env->world_size;
+    job->local_world_size = env->local_world_size;
+    MCC_ASSIGN_OR_RETURN(job->state,
+                         parallel::ParallelState::Create(
+                             job->world->group,
+                             {absl::GetFlag(FLAGS_tensor_model_parallel_size),
+                              absl::GetFlag(FLAGS_pipeline_model_parallel_size),
+                              absl::GetFlag(FLAGS_context_parallel_size)}));
+    if (job->is_logging_rank()) LOG(INFO) << job->state->ToString();
+  }
+  if (!absl::GetFlag(FLAGS_mock_data)) job->tokenizer = plan.tokenizer->Clone();
+  job->vocab_size = plan.stored.vocab_size();
+  job->config = plan.config;
+  job->context.tp_group = job->tp();
+  // Decoding one token cannot split the sequence; the weights are the same.
+  job->context.sequence_parallel = false;
+  if (absl::GetFlag(FLAGS_sequence_parallel) && job->is_logging_rank()) {
+    LOG(INFO) << "--sequence-parallel: eval runs without it (same weights)";
+  }
+  job->context.dtype = plan.dtype;
+  job->context.seed = job->config.seed;
+  MCC_ASSIGN_OR_RETURN(job->model,
+                       gpt::GPTModel::Create(job->config, job->context));
+  // The weights: this rank's box of every global tensor.
+  MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(plan.load_dir));
+  std::vector<ShardedTensorRef> refs;
+  for (const auto& p : job->model->parameters()) {
+    refs.push_back(p->partition_dim >= 0
+                       ? ShardedTensorRef::SplitAlong(
+                             p->name, p->value, p->partition_dim,
+                             p->partition_rank, p->partition_count)
+                       : ShardedTensorRef::Replicated(p->name, p->value));
+  }
+  MCC_RETURN_IF_ERROR(reader->Load(refs));
+  if (job->is_logging_rank()) {
+    int64_t params = 0;
+    for (const auto& p : job->model->parameters())
+      params += NumElements(p->global_shape);
+    LOG(INFO) << absl::StrFormat(
+        "loaded %s: %d layers, hidden %d, %d heads, vocabulary %d, sequence "
+        "%d; %.2fM parameters; %s; world %d (TP %d, DP %d)",
+        reader->path(), job->config.num_layers, job->config.hidden_size,
+        job->config.num_attention_heads, job->config.vocab_size,
+        job->config.seq_length, params / 1e6, DTypeName(plan.dtype),
+        job->world_size, parallel::GroupSize(job->tp()), job->dp_size());
+  }
+  return job;
+}
+
+// Mean loss over `iters` micro-batches of a split, summed over DP.
+absl::StatusOr<double> Evaluate(Job& job, data::DataLoader* loader, int iters) {
+  double sum = 0, tokens = 0;
+  for (int i = 0; i < iters; ++i) {
+    auto mb = loader->Next();
+    if (absl::IsOutOfRange(mb.status())) break;
+    MCC_RETURN_IF_ERROR(mb.status());
+    gpt::MicroBatch batch{mb->tokens, mb->labels, mb->loss_mask};
+    MCC_ASSIGN_OR_RETURN(gpt::LossSum loss, job.model->Forward(batch));
+    sum += loss.sum;
+    tokens += loss.tokens;
+  }
+  if (job.dp() != nullptr && job.dp()->size() > 1) {
+    Tensor t = *Tensor::FromVector(
+        {static_cast<float>(sum), static_cast<float>(tokens)}, {2});
+    MCC_RETURN_IF_ERROR(job.dp()->AllReduceSync(&t, comm::ReduceOp::kSum));
+    sum = t.data<float>()[0];
+    tokens = t.data<float>()[1];
+  }
+  return tokens > 0 ? sum / tokens : 0.0;
+}
+
+absl::Status RunEvaluation(Job& job) {
+  const int iters = absl::GetFlag(FLAGS_eval_iters);
+  const int64_t mbs = absl::GetFlag(FLAGS_micro_batch_size);
+  const int64_t samples = static_cast<int64_t>(iters) * mbs * job.dp_size();
+  MCC_ASSIGN_OR_RETURN(auto datasets,
+                       BuildDatasets(job, {1, samples, samples}));
+  data::LoaderConfig loader_config;
+  loader_config.micro_batch_size = mbs;
+  loader_config.dp_rank = job.dp_rank();
+  loader_config.dp_size = job.dp_size();
+  if (job.tokenizer != nullptr) {
+    loader_config.eod = job.tokenizer->eod();
+    loader_config.eod_mask_loss = absl::GetFlag(FLAGS_eod_mask_loss);
+  }
+  const char* names[] = {"", "validation", "test"};
+  for (int split : {1, 2}) {
+    if (datasets[split] == nullptr) {
+      if (job.is_logging_rank()) {
+        std::printf("%s: empty split (--split %s)\n", names[split],
+                    absl::GetFlag(FLAGS_split).c_str());
+      }
+      continue;
+    }
+    MCC_ASSIGN_OR_RETURN(
+        auto loader, data::DataLoader::Create(datasets[split], loader_config));
+    const absl::Time start = absl::Now();
+    MCC_ASSIGN_OR_RETURN(double loss, Evaluate(job, loader.get(), iters));
+    if (job.is_logging_rank()) {
+      LOG(INFO) << absl::StrFormat("%s: %d micro-batches of %d in %.2f s",
+                                   names[split], iters, mbs,
+                                   absl::ToDoubleSeconds(absl::Now() - start));
+      std::printf("%s loss %.4f | perplexity %.2f\n", names[split], loss,
+                  std::exp(std::min(loss, 20.0)));
+      std::fflush(stdout);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The next token from fp32 logits [vocab] (only ids below `limit`, the
+// tokenizer's vocabulary: the padding never wins). Deterministic for a given
+// rng state, so every rank draws the same token.
+int64_t SampleToken(const float* logits, int64_t limit, double temperature,
+                    int top_k, double top_p, std::mt19937_64* rng) {
+  if (temperature == 0) {
+    return std::max_element(logits, logits + limit) - logits;
+  }
+  std::vector<int64_t> order(limit);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+  int64_t keep = limit;
+  if (top_k > 0) keep = std::min<int64_t>(keep, top_k);
+  std::vector<double> probs(keep);
+  const double max_logit = logits[order[0]];
+  double total = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    probs[i] = std::exp((logits[order[i]] - max_logit) / temperature);
+    total += probs[i];
+  }
+  if (top_p > 0) {
+    // The smallest prefix whose probability reaches top_p.
+    double cumulative = 0;
+    for (int64_t i = 0; i < keep; ++i) {
+      cumulative += probs[i] / total;
+      if (cumulative >= top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
+  }
+  // 53 random bits as a double in [0, total).
+  const double u = static_cast<double>((*rng)() >> 11) * 0x1.0p-53 * total;
+  double cumulative = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    cumulative += probs[i];
+    if (u < cumulative) return order[i];
+  }
+  return order[keep - 1];
+}
+
+absl::Status RunGeneration(Job& job, const Plan& plan) {
+  gpt::GPTModel& model = *job.model;
+  const bool use_cache = !absl::GetFlag(FLAGS_no_kv_cache);
+  const double temperature = absl::GetFlag(FLAGS_temperature);
+  const int top_k = absl::GetFlag(FLAGS_top_k);
+  const double top_p = absl::GetFlag(FLAGS_top_p);
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  const int64_t eod = plan.tokenizer->eod();
+  const int64_t limit = plan.tokenizer->vocab_size();
+
+  std::vector<int64_t> tokens = plan.prompt_ids;
+  if (tokens.empty()) tokens.push_back(eod);  // Start a new document.
+  const int64_t prompt_len = static_cast<int64_t>(tokens.size());
+  gpt::KvCache cache;
+  if (use_cache) {
+    MCC_ASSIGN_OR_RETURN(cache,
+                         model.NewKvCache(1, prompt_len + plan.max_new_tokens));
+  }
+  auto whole = [&]() {
+    return *Tensor::FromInts(tokens, {1, static_cast<int64_t>(tokens.size())});
+  };
+  MCC_RETURN_IF_ERROR(job.Barrier());
+  const absl::Time start = absl::Now();
+  Tensor logits;
+  if (use_cache) {
+    MCC_ASSIGN_OR_RETURN(logits, model.Prefill(whole(), &cache));
+  } else {
+    MCC_ASSIGN_OR_RETURN(logits, model.LastTokenLogits(whole()));
+  }
+  const absl::Time prefilled = absl::Now();
+  std::vector<int64_t> generated;
+  bool stopped_at_eod = false;
+  int64_t decode_steps = 0;
+  while (true) {
+    const int64_t next = SampleToken(logits.data<float>(), limit, temperature,
+                                     top_k, top_p, &rng);
+    if (next == eod) {
+      stopped_at_eod = true;
+      break;
+    }
+    generated.push_back(next);
+    tokens.push_back(next);
+    if (static_cast<int64_t>(generated.size()) == plan.max_new_tokens) break;
+    if (use_cache) {
+      MCC_ASSIGN_OR_RETURN(
+          logits, model.DecodeStep(*Tensor::FromInts({next}, {1}), &cache));
+    } else {
+      MCC_ASSIGN_OR_RETURN(logits, model.LastTokenLogits(whole()));
+    }
+    ++decode_steps;
+  }
+  const absl::Time done = absl::Now();
+  if (!job.is_logging_rank()) return absl::OkStatus();
+  MCC_ASSIGN_OR_RETURN(std::string text,
+                       plan.tokenizer->Decode(absl::MakeConstSpan(generated)));
+  const double decode_s = absl::ToDoubleSeconds(done - prefilled);
+  std::printf("prompt: %s\ncontinuation: %s\n",
+              absl::GetFlag(FLAGS_prompt).c_str(), text.c_str());
+  std::printf(
+      "generated %zu tokens (%s): prefill %d tokens in %.1f ms; decoding "
+      "%.1f tokens/s (%s)\n",
+      generated.size(),
+      stopped_at_eod ? "stopped at end of document" : "token limit",
+      static_cast<int>(prompt_len),
+      absl::ToDoubleMilliseconds(prefilled - start),
+      decode_steps > 0 && decode_s > 0 ? decode_steps / decode_s : 0.0,
+      use_cache ? "KV cache" : "full recompute, --no-kv-cache");
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tools
+}  // namespace mcc
+
+int main(int argc, char** argv) {
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  auto parsed = mcc::flags::ParseMegatronArgs(argc, argv, {"data_path"});
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "eval: %s\n",
+                 std::string(parsed.status().message()).c_str());
+    return mcc::tools::kFlagError;
+  }
+  for (const std::string& arg : parsed->positional) {
+    if (arg == "help" || arg == "-h") {
+      std::printf(
+          "usage: eval --load DIR [--prompt TEXT] [--flag value ...]\n%s\n",
+          mcc::flags::Usage("tools/").c_str());
+      return 0;
+    }
+  }
+  if (!parsed->positional.empty()) {
+    std::fprintf(stderr, "eval: unexpected argument '%s'\n",
+                 parsed->positional[0].c_str());
+    return mcc::tools::kFlagError;
+  }
+  auto plan = mcc::tools::PlanFromFlags(mcc::tools::WorldSizeFromEnvironment(),
+                                        parsed->explicitly_set);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "eval: %s\n",
+                 std::string(plan.status().message()).c_str());
+    return mcc::tools::kFlagError;
+  }
+  mcc::tools::ConfigureThreads();
+  auto job = mcc::tools::SetupEvalJob(*plan);
+  absl::Status status = job.status();
+  if (status.ok() && plan->evaluate) {
+    status = mcc::tools::RunEvaluation(**job);
+  }
+  if (status.ok() && plan->generate) {
+    status = mcc::tools::RunGeneration(**job, *plan);
+  }
+  if (status.ok()) status = (*job)->Barrier();
+  if (!status.ok()) {
+    LOG(ERROR) << "eval failed: " << status;
+    return 1;
+  }
+  return 0;
+}
