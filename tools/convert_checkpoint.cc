@@ -1,0 +1,205 @@
+// tools/convert_checkpoint: a checkpoint of any layout to Hugging Face's
+// GPT-2 layout (model.safetensors + config.json for GPT2LMHeadModel), and
+// back into a checkpoint that loads under any layout.
+//
+//   convert_checkpoint --load DIR --export-hf OUT_DIR
+//   convert_checkpoint --import-hf IN_DIR --save DIR
+//   [--make-vocab-size-divisible-by 128]
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/dist_context.h"
+#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/json.h"
+#include "checkpoint/safetensors.h"
+#include "core/status_macros.h"
+#include "glog/logging.h"
+#include "tools/flags/megatron_args.h"
+
+ABSL_FLAG(std::string, load, "", "Checkpoint directory to export.");
+ABSL_FLAG(std::string, export_hf, "",
+          "Write model.safetensors and config.json for GPT2LMHeadModel here.");
+ABSL_FLAG(std::string, import_hf, "",
+          "Read model.safetensors and config.json (GPT-2) from here.");
+ABSL_FLAG(std::string, save, "", "Checkpoint directory to write (import).");
+ABSL_FLAG(int32_t, make_vocab_size_divisible_by, 128,
+          "Pad the imported vocabulary to a multiple of this.");
+
+namespace mcc {
+namespace tools {
+namespace {
+
+constexpr int kFlagError = 2;
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+    if (!out.flush()) {
+      return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+std::string Gpt2ConfigJson(const checkpoint::ModelConfig& c) {
+  const int64_t vocab =
+      c.vocab_size() > 0 ? c.vocab_size() : c.padded_vocab_size();
+  return absl::StrFormat(
+      "{\n"
+      "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+      "  \"model_type\": \"gpt2\",\n"
+      "  \"vocab_size\": %d,\n"
+      "  \"n_positions\": %d,\n"
+      "  \"n_ctx\": %d,\n"
+      "  \"n_embd\": %d,\n"
+      "  \"n_layer\": %d,\n"
+      "  \"n_head\": %d,\n"
+      "  \"n_inner\": %d,\n"
+      "  \"activation_function\": \"gelu_new\",\n"
+      "  \"layer_norm_epsilon\": %g,\n"
+      "  \"tie_word_embeddings\": %s,\n"
+      "  \"resid_pdrop\": 0.0,\n"
+      "  \"embd_pdrop\": 0.0,\n"
+      "  \"attn_pdrop\": 0.0,\n"
+      "  \"torch_dtype\": \"float32\"\n"
+      "}\n",
+      vocab, c.max_position_embeddings(), c.max_position_embeddings(),
+      c.hidden_size(), c.num_layers(), c.num_attention_heads(),
+      c.ffn_hidden_size(), c.layernorm_epsilon(),
+      c.tied_embeddings() ? "true" : "false");
+}
+
+absl::Status Export() {
+  const std::string out = absl::GetFlag(FLAGS_export_hf);
+  MCC_ASSIGN_OR_RETURN(auto reader,
+                       CheckpointReader::Open(absl::GetFlag(FLAGS_load)));
+  const checkpoint::ModelConfig& config = reader->common_state().model();
+  MCC_RETURN_IF_ERROR(CheckGpt2Compatible(config));
+  mkdir(out.c_str(), 0755);
+  MCC_RETURN_IF_ERROR(
+      ExportCheckpointToHfGpt2(*reader, out + "/model.safetensors"));
+  MCC_RETURN_IF_ERROR(WriteText(out + "/config.json", Gpt2ConfigJson(config)));
+  std::printf(
+      "exported %s (iteration %lld) to %s/model.safetensors and config.json\n",
+      reader->path().c_str(), static_cast<long long>(reader->iteration()),
+      out.c_str());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> IntField(
+    const json::Value& config, absl::string_view key, const std::string& path,
+    std::optional<int64_t> fallback = std::nullopt) {
+  const json::Value* v = config.Find(key);
+  if (v == nullptr || v->kind == json::Value::Kind::kNull) {
+    if (fallback.has_value()) return *fallback;
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": missing \"", key, "\""));
+  }
+  return v->AsInt();
+}
+
+absl::Status Import() {
+  const std::string in = absl::GetFlag(FLAGS_import_hf);
+  const std::string config_path = in + "/config.json";
+  std::ifstream file(config_path);
+  if (!file)
+    return absl::NotFoundError(absl::StrCat("cannot read ", config_path));
+  std::stringstream text;
+  text << file.rdbuf();
+  MCC_ASSIGN_OR_RETURN(json::Value hf, json::Parse(text.str()));
+  checkpoint::ModelConfig config;
+  MCC_ASSIGN_OR_RETURN(int64_t vocab, IntField(hf, "vocab_size", config_path));
+  MCC_ASSIGN_OR_RETURN(int64_t hidden, IntField(hf, "n_embd", config_path));
+  MCC_ASSIGN_OR_RETURN(int64_t layers, IntField(hf, "n_layer", config_path));
+  MCC_ASSIGN_OR_RETURN(int64_t heads, IntField(hf, "n_head", config_path));
+  MCC_ASSIGN_OR_RETURN(int64_t positions,
+                       IntField(hf, "n_positions", config_path));
+  MCC_ASSIGN_OR_RETURN(int64_t inner,
+                       IntField(hf, "n_inner", config_path, 4 * hidden));
+  const json::Value* eps = hf.Find("layer_norm_epsilon");
+  const json::Value* tie = hf.Find("tie_word_embeddings");
+  const int64_t multiple = absl::GetFlag(FLAGS_make_vocab_size_divisible_by);
+  config.set_num_layers(layers);
+  config.set_hidden_size(hidden);
+  config.set_num_attention_heads(heads);
+  config.set_num_query_groups(heads);
+  config.set_ffn_hidden_size(inner);
+  config.set_vocab_size(vocab);
+  config.set_padded_vocab_size(
+      multiple > 0 ? (vocab + multiple - 1) / multiple * multiple : vocab);
+  config.set_seq_length(positions);
+  config.set_max_position_embeddings(positions);
+  config.set_tied_embeddings(tie == nullptr || tie->boolean);
+  config.set_add_bias_linear(true);
+  config.set_layernorm_epsilon(eps != nullptr ? std::stod(eps->text) : 1e-5);
+  config.set_rotary_base(10000.0);
+  MCC_ASSIGN_OR_RETURN(SafetensorsFile st,
+                       ReadSafetensors(in + "/model.safetensors"));
+  MCC_ASSIGN_OR_RETURN(auto params, ImportGpt2(st.tensors, config));
+  std::vector<ShardedTensorRef> refs;
+  for (auto& [name, tensor] : params) {
+    refs.push_back(ShardedTensorRef::Replicated(name, tensor));
+  }
+  checkpoint::CommonState common;
+  common.set_iteration(0);
+  *common.mutable_model() = config;
+  common.mutable_parallel()->set_tensor_model_parallel_size(1);
+  common.mutable_parallel()->set_pipeline_model_parallel_size(1);
+  common.mutable_parallel()->set_data_parallel_size(1);
+  common.mutable_parallel()->set_world_size(1);
+  checkpoint::RankState rank_state;
+  MCC_RETURN_IF_ERROR(SaveCheckpoint(absl::GetFlag(FLAGS_save), 0, refs, common,
+                                     rank_state, DistContext::Single()));
+  std::printf("imported %s into %s (iteration 0, %zu tensors)\n", in.c_str(),
+              absl::GetFlag(FLAGS_save).c_str(), refs.size());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tools
+}  // namespace mcc
+
+int main(int argc, char** argv) {
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  auto parsed = mcc::flags::ParseMegatronArgs(argc, argv);
+  absl::Status flags_ok = parsed.status();
+  const bool exporting = !absl::GetFlag(FLAGS_export_hf).empty();
+  const bool importing = !absl::GetFlag(FLAGS_import_hf).empty();
+  if (flags_ok.ok() && exporting == importing) {
+    flags_ok = absl::InvalidArgumentError(
+        "give exactly one of --export-hf (with --load) or --import-hf (with "
+        "--save)");
+  } else if (flags_ok.ok() && exporting && absl::GetFlag(FLAGS_load).empty()) {
+    flags_ok = absl::InvalidArgumentError("--export-hf needs --load DIR");
+  } else if (flags_ok.ok() && importing && absl::GetFlag(FLAGS_save).empty()) {
+    flags_ok = absl::InvalidArgumentError("--import-hf needs --save DIR");
+  }
+  if (!flags_ok.ok()) {
+    std::fprintf(stderr, "convert_checkpoint: %s\n",
+                 std::string(flags_ok.message()).c_str());
+    return mcc::tools::kFlagError;
+  }
+  absl::Status s = exporting ? mcc::tools::Export() : mcc::tools::Import();
+  if (!s.ok()) {
+    std::fprintf(stderr, "convert_checkpoint: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
