@@ -282,6 +282,12 @@ absl::StatusOr<Plan> PlanFromFlags(
     plan.max_new_tokens =
         std::min<int64_t>(absl::GetFlag(FLAGS_max_new_tokens),
                           room - static_cast<int64_t>(plan.prompt_ids.size()));
+    if (plan.max_new_tokens < absl::GetFlag(FLAGS_max_new_tokens)) {
+      LOG(WARNING) << "--max-new-tokens " << absl::GetFlag(FLAGS_max_new_tokens)
+                   << ": only " << plan.max_new_tokens
+                   << " fit after the prompt in the model's " << room
+                   << " positions";
+    }
   }
   return plan;
 }
