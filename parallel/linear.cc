@@ -47,10 +47,12 @@ ColumnParallelLinear::Create(const std::string& name, int64_t in_features,
                              int64_t out_features, const LinearOptions& options,
                              const LayerContext& context) {
   const int tp = GroupSize(context.tp_group);
-  if (out_features % tp != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": output size ", out_features,
-                     " is not divisible by the tensor-parallel size ", tp));
+  const int stacked = std::max(1, options.stacked);
+  if (out_features % (tp * stacked) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": output size ", out_features,
+        " is not divisible by the tensor-parallel size ", tp,
+        stacked > 1 ? absl::StrCat(" x ", stacked, " stacked matrices") : ""));
   }
   auto layer = std::unique_ptr<ColumnParallelLinear>(new ColumnParallelLinear);
   layer->name_ = name;
@@ -58,16 +60,30 @@ ColumnParallelLinear::Create(const std::string& name, int64_t in_features,
   layer->local_out_ = out_features / tp;
   layer->options_ = options;
   layer->context_ = context;
+  const Shape weight_shape =
+      stacked > 1 ? Shape{stacked, out_features / stacked, in_features}
+                  : Shape{out_features, in_features};
+  const Shape bias_shape = stacked > 1 ? Shape{stacked, out_features / stacked}
+                                       : Shape{out_features};
+  const int split_dim = stacked > 1 ? 1 : 0;
   MCC_ASSIGN_OR_RETURN(
       layer->weight_,
-      MakeParameter(name + ".weight", {out_features, in_features}, 0,
+      MakeParameter(name + ".weight", weight_shape, split_dim,
                     options.weight_init, context, /*weight_decay=*/true));
   if (options.bias) {
     MCC_ASSIGN_OR_RETURN(layer->bias_,
-                         MakeParameter(name + ".bias", {out_features}, 0,
+                         MakeParameter(name + ".bias", bias_shape, split_dim,
                                        InitSpec::Zeros(), context, false));
   }
   return layer;
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::Matrix(const Tensor& t) const {
+  return t.Reshape({local_out_, in_});
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::Vector(const Tensor& t) const {
+  return t.Reshape({local_out_});
 }
 
 absl::StatusOr<std::unique_ptr<ColumnParallelLinear>>
@@ -94,9 +110,11 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x,
     MCC_ASSIGN_OR_RETURN(full, GatherFromSequenceParallelRegion::Forward(g, x));
   }
   Tensor y = Tensor::Empty({full.size(0), local_out_}, x.dtype(), x.device());
-  MCC_RETURN_IF_ERROR(ops::Gemm(full, false, weight_->value, true, &y));
+  MCC_ASSIGN_OR_RETURN(Tensor w, Matrix(weight_->value));
+  MCC_RETURN_IF_ERROR(ops::Gemm(full, false, w, true, &y));
   if (bias_ != nullptr && !options_.skip_bias_add) {
-    MCC_RETURN_IF_ERROR(ops::BiasAdd(y, bias_->value, &y));
+    MCC_ASSIGN_OR_RETURN(Tensor b, Vector(bias_->value));
+    MCC_RETURN_IF_ERROR(ops::BiasAdd(y, b, &y));
   }
   act->input = x;
   if (options_.gather_output) {
@@ -129,7 +147,8 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(
                      " is not [tokens, ", local_out_, "]"));
   }
   Tensor dx_full = Tensor::Empty({dy.size(0), in_}, dy.dtype(), dy.device());
-  MCC_RETURN_IF_ERROR(ops::Gemm(dy, false, weight_->value, false, &dx_full));
+  MCC_ASSIGN_OR_RETURN(Tensor w, Matrix(weight_->value));
+  MCC_RETURN_IF_ERROR(ops::Gemm(dy, false, w, false, &dx_full));
   // The input gradient's reduction runs while the weight gradient computes.
   std::shared_ptr<comm::Work> reduce;
   Tensor dx = dx_full;
@@ -140,11 +159,12 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(
   } else if (GroupSize(g) > 1) {
     reduce = g->AllReduce(&dx, comm::ReduceOp::kSum);
   }
-  MCC_RETURN_IF_ERROR(
-      ops::Gemm(dy, true, full, false, &weight_->main_grad, 1.0f, 1.0f));
+  MCC_ASSIGN_OR_RETURN(Tensor dw, Matrix(weight_->main_grad));
+  MCC_RETURN_IF_ERROR(ops::Gemm(dy, true, full, false, &dw, 1.0f, 1.0f));
   // With skip_bias_add the caller added the bias, and owns its gradient.
   if (bias_ != nullptr && !options_.skip_bias_add) {
-    MCC_RETURN_IF_ERROR(ops::BiasAddBackward(dy, &bias_->main_grad));
+    MCC_ASSIGN_OR_RETURN(Tensor db, Vector(bias_->main_grad));
+    MCC_RETURN_IF_ERROR(ops::BiasAddBackward(dy, &db));
   }
   if (reduce != nullptr) MCC_RETURN_IF_ERROR(reduce->Wait());
   return dx;

@@ -29,6 +29,11 @@ struct LinearOptions {
   // Return y without the bias; the caller adds it (fused with what follows,
   // e.g. bias-GELU) and accumulates the bias gradient itself.
   bool skip_bias_add = false;
+  // Column-parallel only: the output is `stacked` matrices one above the
+  // other (SwiGLU's gate and up projections: 2). The weight's global shape
+  // is then [stacked, out / stacked, in], split along dimension 1, so each
+  // rank holds its slice of every matrix and any TP size reshards.
+  int stacked = 1;
 };
 
 // Y = X W^T + b with W [out, in] split along `out` across tensor-parallel
@@ -60,6 +65,10 @@ class ColumnParallelLinear {
 
   const std::shared_ptr<Parameter>& weight() const { return weight_; }
   const std::shared_ptr<Parameter>& bias() const { return bias_; }
+  // A weight-shaped (bias-shaped) tensor as the GEMM's [out / TP, in]
+  // matrix ([out / TP] vector): a zero-copy view.
+  absl::StatusOr<Tensor> Matrix(const Tensor& t) const;
+  absl::StatusOr<Tensor> Vector(const Tensor& t) const;
   // The parameters this layer owns (a tied weight belongs to its owner).
   void AppendParameters(ParameterList* out) const;
   int64_t local_out_features() const { return local_out_; }

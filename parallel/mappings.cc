@@ -74,25 +74,39 @@ void CopyColumns(const Tensor& src, int64_t src_cols, int64_t col0,
 
 }  // namespace
 
-absl::StatusOr<Tensor> GatherLastDim(comm::ProcessGroup* group,
-                                     const Tensor& x) {
+absl::StatusOr<Tensor> GatherAlongDim(comm::ProcessGroup* group,
+                                      const Tensor& x, int dim) {
   const int n = GroupSize(group);
   if (n == 1) return x;
-  // Gather rank blocks along dim 0, then interleave them along the last dim.
-  const int64_t cols = x.size(-1);
-  Shape stacked_shape = {n * x.numel() / cols, cols};
-  Tensor stacked = Tensor::Empty(stacked_shape, x.dtype(), x.device());
-  MCC_ASSIGN_OR_RETURN(Tensor flat, x.Reshape({-1, cols}));
+  if (dim < 0 || dim >= x.dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gather along dimension ", dim, " of ", x.Describe()));
+  }
+  // Gather rank blocks along dim 0, then interleave them along `dim`.
+  Tensor stacked = Tensor::Empty({n * x.numel()}, x.dtype(), x.device());
+  MCC_ASSIGN_OR_RETURN(Tensor flat, x.Reshape({-1}));
   MCC_RETURN_IF_ERROR(group->AllGatherSync(flat, &stacked));
+  int64_t outer = 1;
+  for (int d = 0; d < dim; ++d) outer *= x.size(d);
+  const int64_t inner = outer == 0 ? 0 : x.numel() / outer;
   Shape shape = x.shape();
-  shape.back() *= n;
+  shape[dim] *= n;
   Tensor out = Tensor::Empty(shape, x.dtype(), x.device());
-  for (int r = 0; r < n; ++r) {
-    MCC_ASSIGN_OR_RETURN(
-        Tensor block, stacked.Slice(r * flat.size(0), (r + 1) * flat.size(0)));
-    CopyColumns(block, cols, 0, cols, &out, cols * n, r * cols);
+  const size_t es = DTypeSize(x.dtype());
+  const char* src = static_cast<const char*>(stacked.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int r = 0; r < n; ++r) {
+      std::memcpy(dst + (o * n + r) * inner * es,
+                  src + (r * x.numel() + o * inner) * es, inner * es);
+    }
   }
   return out;
+}
+
+absl::StatusOr<Tensor> GatherLastDim(comm::ProcessGroup* group,
+                                     const Tensor& x) {
+  return GatherAlongDim(group, x, x.dim() - 1);
 }
 
 absl::StatusOr<Tensor> SplitLastDim(comm::ProcessGroup* group,

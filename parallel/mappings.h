@@ -26,6 +26,10 @@ absl::StatusOr<Tensor> ReduceScatterFirstDim(comm::ProcessGroup* group,
 // [size * n, ...] -> this rank's block (a view).
 absl::StatusOr<Tensor> SplitFirstDim(comm::ProcessGroup* group,
                                      const Tensor& x);
+// Each rank's piece along dimension `dim` -> the whole tensor, pieces in
+// rank order (a tensor-parallel parameter's full value, for example).
+absl::StatusOr<Tensor> GatherAlongDim(comm::ProcessGroup* group,
+                                      const Tensor& x, int dim);
 // [..., n] on each rank -> [..., size * n].
 absl::StatusOr<Tensor> GatherLastDim(comm::ProcessGroup* group,
                                      const Tensor& x);

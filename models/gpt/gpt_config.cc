@@ -63,11 +63,6 @@ absl::Status GPTConfig::Validate(int tp, bool sequence_parallel) const {
     return bad("rotary embeddings need an even head dimension, got ",
                head_dim());
   }
-  if (activation == Activation::kSwiGLU && tp > 1) {
-    return bad(
-        "--swiglu with --tensor-model-parallel-size > 1 is not "
-        "supported yet");
-  }
   if (recompute_num_layers <= 0) {
     return bad("--recompute-num-layers (", recompute_num_layers,
                ") must be positive");

@@ -73,6 +73,10 @@ std::vector<std::pair<std::string, GPTConfig>> Variants() {
   rope.untie_embeddings_and_output_weights = true;
   rope.hidden_dropout = 0.1;
   v.push_back({"rope_rmsnorm_untied_dropout", rope});
+  GPTConfig swiglu = base;
+  swiglu.activation = Activation::kSwiGLU;
+  swiglu.ffn_hidden_size = 96;
+  v.push_back({"swiglu", swiglu});
   return v;
 }
 
@@ -100,10 +104,9 @@ absl::StatusOr<RunResult> RunModel(const GPTConfig& config,
   MCC_RETURN_IF_ERROR(model->FinalizeGradients());
   for (const auto& p : model->parameters()) {
     Tensor g = p->main_grad;
-    if (p->partition_dim == 0) {
-      MCC_ASSIGN_OR_RETURN(g, parallel::GatherFirstDim(tp, g));
-    } else if (p->partition_dim == 1) {
-      MCC_ASSIGN_OR_RETURN(g, parallel::GatherLastDim(tp, g));
+    if (p->partition_dim >= 0) {
+      MCC_ASSIGN_OR_RETURN(g,
+                           parallel::GatherAlongDim(tp, g, p->partition_dim));
     }
     result.names.push_back(p->name);
     result.grads.push_back(g.ToFloats());

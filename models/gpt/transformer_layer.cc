@@ -128,6 +128,8 @@ absl::StatusOr<std::unique_ptr<TransformerLayer>> TransformerLayer::Create(
   fc1_options.weight_init = InitSpec::Normal(std);
   // GELU fuses its bias; SwiGLU takes the biased output.
   fc1_options.skip_bias_add = !swiglu && config.add_bias_linear;
+  // SwiGLU's gate and up projections, each split over TP.
+  fc1_options.stacked = swiglu ? 2 : 1;
   MCC_ASSIGN_OR_RETURN(
       layer->fc1_,
       ColumnParallelLinear::Create(prefix + "mlp.linear_fc1", h,
