@@ -313,6 +313,7 @@ float LoadFloat(const void* p, DType dtype, int64_t i) {
 
 void ConvertElements(const void* src, DType src_dtype, void* dst,
                      DType dst_dtype, int64_t n) {
+  if (n <= 0) return;  // Empty tensors may carry null pointers.
   if (src_dtype == dst_dtype) {
     std::memmove(dst, src, static_cast<size_t>(n) * DTypeSize(src_dtype));
     return;
