@@ -43,6 +43,10 @@ absl::StatusOr<ParsedArgs> ParseMegatronArgs(
   ParsedArgs parsed;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h" || arg == "--helpfull") {
+      parsed.positional.push_back("help");  // The binary prints its usage.
+      continue;
+    }
     if (arg == "--") {
       for (++i; i < argc; ++i) parsed.positional.push_back(argv[i]);
       break;

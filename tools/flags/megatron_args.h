@@ -16,7 +16,8 @@ namespace flags {
 //   --bf16, --bf16=false, --nobf16                     (booleans)
 //   --data-path 0.3 prefixA 0.7 prefixB                (several words: flags
 //                                                      named in multi_word)
-// Every flag must be known; any error names the flag and comes back as a
+// --help (or -h) comes back as the positional word "help". Every flag must
+// be known; any error names the flag and comes back as a
 // status (binaries print it on one line and exit with code 2).
 struct ParsedArgs {
   std::vector<std::string> positional;

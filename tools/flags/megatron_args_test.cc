@@ -39,6 +39,12 @@ TEST(MegatronArgsTest, DashedUnderscoredAndEqualsForms) {
   absl::SetFlag(&FLAGS_bf16, false);
 }
 
+TEST(MegatronArgsTest, HelpIsAPositionalWord) {
+  auto parsed = Parse({"--help"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->positional, std::vector<std::string>{"help"});
+}
+
 TEST(MegatronArgsTest, MultiWordDataPath) {
   auto parsed =
       Parse({"--data-path", "0.3", "a/b", "0.7", "c/d", "--split", "98,2,0"});
