@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/dropout.h"
 #include "core/ops/nn_internal.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
@@ -186,7 +188,32 @@ struct Dims {
   int64_t b, s, hq, hkv, d;
   float scale;
   bool causal;
+  // Attention dropout (see AttentionOptions).
+  float dropout_p = 0.0f;
+  uint64_t seed = 0, offset = 0;
+  int64_t head_offset = 0, total_heads = 0;
 };
+
+// Multiplies row[c] (c < n) by keep / (1 - p) for query row i of head h,
+// keys j0.. of batch entry bi, drawing the words as AttentionOptions says.
+inline void DropRow(const Dims& dm, int64_t bi, int64_t h, int64_t i,
+                    int64_t j0, int64_t n, float* row, uint32_t* words) {
+  if (n <= 0) return;
+  const uint64_t first =
+      dm.offset +
+      ((static_cast<uint64_t>(bi) * dm.total_heads + dm.head_offset + h) *
+           dm.s +
+       i) *
+          dm.s +
+      j0;
+  PhiloxStream(dm.seed, first, n, words);
+  const uint32_t threshold =
+      static_cast<uint32_t>(std::lround(dm.dropout_p * 16777216.0));
+  const float scale = 1.0f / (1.0f - dm.dropout_p);
+  for (int64_t c = 0; c < n; ++c) {
+    row[c] = (words[c] >> 8) >= threshold ? row[c] * scale : 0.0f;
+  }
+}
 
 // Keys visible to query row `row` within the key block starting at j0.
 inline int64_t Visible(const Dims& dm, int64_t row, int64_t j0, int64_t bc) {
@@ -227,6 +254,8 @@ void ForwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v, TO* out,
     float* sc = oacc + kBlock * d;
     float* mrow = sc + kBlock * kBlock;
     float* lrow = mrow + kBlock;
+    std::vector<uint32_t> word_buffer(dm.dropout_p > 0 ? kBlock : 0);
+    uint32_t* words = word_buffer.data();
     for (int64_t task = t0; task < t1; ++task) {
       // Longest (last) query blocks first for balance.
       const int64_t qb = nqb - 1 - task / bh;
@@ -252,6 +281,10 @@ void ForwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v, TO* out,
           const float sum = ExpRow(row, valid, bc, mnew);
           lrow[r] = lrow[r] * alpha + sum;
           mrow[r] = mnew;
+          // The normaliser counts every probability; only the values that
+          // reach the output are dropped.
+          if (dm.dropout_p > 0)
+            DropRow(dm, bi, h, i0 + r, j0, valid, row, words);
           if (alpha != 1.0f) {
             float* o = oacc + r * d;
             for (int64_t x = 0; x < d; ++x) o[x] *= alpha;
@@ -295,6 +328,8 @@ void BackwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v,
           float* drow = dqp + s * d;
           float* pb = drow + s;
           float* dsb = pb + kBlock * kBlock;
+          std::vector<uint32_t> words(dm.dropout_p > 0 ? kBlock : 0);
+          std::vector<float> mask(dm.dropout_p > 0 ? kBlock : 0);
           const TQ* kh = k + bi * s * kv_stride + kvh * d;
           const TQ* vh = v + bi * s * kv_stride + kvh * d;
           PackRows(kh, kv_stride, s, d, 1.0f, kp);
@@ -330,6 +365,33 @@ void BackwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v,
                 for (int64_t r = 0; r < br; ++r) {
                   ExpRow(pb + r * kBlock, Visible(dm, i0 + r, j0, bc), bc,
                          lh[i0 + r]);
+                }
+                if (dm.dropout_p > 0) {
+                  // With dropout (mask M, keep scale c): O = (P*M*c) V, so
+                  // dV uses P*M*c and dP = (dO V^T)*M*c; D = rowsum(dO*O)
+                  // still equals rowsum(P * dP).
+                  BlockGemm(br, bc, d, dop + i0 * d, d, 1, vt + j0, ldt, dsb,
+                            kBlock, false);
+                  for (int64_t r = 0; r < br; ++r) {
+                    float* p = pb + r * kBlock;
+                    float* ds = dsb + r * kBlock;
+                    const int64_t valid = Visible(dm, i0 + r, j0, bc);
+                    std::fill(mask.begin(), mask.end(), 1.0f);
+                    DropRow(dm, bi, h, i0 + r, j0, valid, mask.data(),
+                            words.data());
+                    for (int64_t c = 0; c < bc; ++c) {
+                      const float m = c < valid ? mask[c] : 0.0f;
+                      ds[c] = p[c] * (ds[c] * m - drow[i0 + r]);
+                      p[c] *= m;
+                    }
+                  }
+                  BlockGemm(bc, d, br, pb, 1, kBlock, dop + i0 * d, d,
+                            dvp + j0 * d, d, true);
+                  BlockGemm(br, d, bc, dsb, kBlock, 1, kp + j0 * d, d,
+                            dqp + i0 * d, d, true);
+                  BlockGemm(bc, d, br, dsb, 1, kBlock, qp + i0 * d, d,
+                            dkp + j0 * d, d, true);
+                  continue;
                 }
                 // dV_j += P^T dO_i.
                 BlockGemm(bc, d, br, pb, 1, kBlock, dop + i0 * d, d,
@@ -410,6 +472,20 @@ absl::Status CheckQkv(absl::string_view op, const Tensor& q, const Tensor& k,
       options.softmax_scale > 0.0f
           ? options.softmax_scale
           : 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(dm->d, 1)));
+  if (!(options.dropout_p >= 0.0f && options.dropout_p < 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": dropout_p must be in [0, 1), got ", options.dropout_p));
+  }
+  dm->dropout_p = options.dropout_p;
+  dm->seed = options.dropout_seed;
+  dm->offset = options.dropout_offset;
+  dm->total_heads = options.total_heads > 0 ? options.total_heads : dm->hq;
+  dm->head_offset = options.head_offset;
+  if (dm->head_offset < 0 || dm->head_offset + dm->hq > dm->total_heads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": heads [", dm->head_offset, ", ", dm->head_offset + dm->hq,
+        ") are not within total_heads ", dm->total_heads));
+  }
   return absl::OkStatus();
 }
 

@@ -34,6 +34,20 @@ namespace ops {
 struct AttentionOptions {
   bool causal = true;          // Query i sees keys 0..i.
   float softmax_scale = 0.0f;  // 0: 1 / sqrt(head_dim).
+  // Dropout on the attention probabilities (Megatron's attention dropout),
+  // with the counter-based generator of core/ops/dropout.h: probability
+  // (b, head, i, j) is kept when word
+  //   dropout_offset + ((b * total_heads + head_offset + head) * s + i) * s + j
+  // of dropout_seed's stream passes, as ops::Dropout decides. Heads are
+  // numbered globally (head_offset: this tensor-parallel rank's first head,
+  // total_heads: all of them; 0 means num_heads), so every TP rank draws the
+  // serial model's masks for its own heads. The backward must get the same
+  // options.
+  float dropout_p = 0.0f;
+  uint64_t dropout_seed = 0;
+  uint64_t dropout_offset = 0;
+  int64_t head_offset = 0;
+  int64_t total_heads = 0;
 };
 
 absl::Status FlashAttentionForward(const Tensor& q, const Tensor& k,
