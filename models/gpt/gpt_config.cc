@@ -52,9 +52,8 @@ absl::Status GPTConfig::Validate(int tp, bool sequence_parallel) const {
     return bad("--seq-length (", seq_length,
                ") exceeds --max-position-embeddings (", max_positions(), ")");
   }
-  if (attention_dropout != 0.0) {
-    return bad("--attention-dropout ", attention_dropout,
-               ": the fused attention kernel has no dropout; use 0");
+  if (attention_dropout < 0.0 || attention_dropout >= 1.0) {
+    return bad("--attention-dropout ", attention_dropout, " is not in [0, 1)");
   }
   if (hidden_dropout < 0.0 || hidden_dropout >= 1.0) {
     return bad("--hidden-dropout ", hidden_dropout, " is not in [0, 1)");

@@ -33,7 +33,7 @@ struct GPTConfig {
   bool untie_embeddings_and_output_weights = false;
   bool add_bias_linear = true;     // --disable-bias-linear clears it
   double hidden_dropout = 0.0;     // --hidden-dropout
-  double attention_dropout = 0.0;  // --attention-dropout (must be 0 here)
+  double attention_dropout = 0.0;  // --attention-dropout
   double init_method_std = 0.02;   // --init-method-std
   uint64_t seed = 1234;            // --seed
   RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;

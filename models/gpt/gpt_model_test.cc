@@ -72,6 +72,7 @@ std::vector<std::pair<std::string, GPTConfig>> Variants() {
   rope.normalization = Normalization::kRMSNorm;
   rope.untie_embeddings_and_output_weights = true;
   rope.hidden_dropout = 0.1;
+  rope.attention_dropout = 0.1;
   v.push_back({"rope_rmsnorm_untied_dropout", rope});
   GPTConfig swiglu = base;
   swiglu.activation = Activation::kSwiGLU;

@@ -319,10 +319,33 @@ absl::Status TransformerLayer::Attention(int64_t micro_batch,
       Tensor::Empty(act->q.shape(), act->q.dtype(), act->q.device());
   act->lse = Tensor::Empty({micro_batch, local_heads_, s}, DType::kFloat32,
                            act->q.device());
+  return ops::FlashAttentionForward(act->q, act->k, act->v,
+                                    AttentionOptionsFor(micro_batch, s, *act),
+                                    &act->attn_out, &act->lse);
+}
+
+ops::AttentionOptions TransformerLayer::AttentionOptionsFor(
+    int64_t micro_batch, int64_t s, const Activations& act) const {
   ops::AttentionOptions options;
   options.causal = true;
-  return ops::FlashAttentionForward(act->q, act->k, act->v, options,
-                                    &act->attn_out, &act->lse);
+  if (!training_ || config_.attention_dropout == 0.0) return options;
+  // The model gives each (forward call, layer) a slot of 2 * s * b * h words
+  // for the hidden dropouts; attention dropout uses the same slot number in
+  // a stream of its own (another key), b * heads * s * s words a slot. Heads
+  // are numbered globally, so tensor-parallel ranks draw the serial masks of
+  // their own heads (Megatron's model-parallel RNG: different on every TP
+  // rank inside the TP region, identical to the serial run).
+  const uint64_t hidden_slot =
+      2 * static_cast<uint64_t>(s * micro_batch * config_.hidden_size);
+  const uint64_t slot = act.dropout_offset / hidden_slot;
+  options.dropout_p = static_cast<float>(config_.attention_dropout);
+  options.dropout_seed = config_.seed ^ 0xA7713D70F5EEDull;
+  options.dropout_offset =
+      slot *
+      static_cast<uint64_t>(micro_batch * config_.num_attention_heads * s * s);
+  options.head_offset = GroupRank(context_.tp_group) * local_heads_;
+  options.total_heads = config_.num_attention_heads;
+  return options;
 }
 
 absl::StatusOr<Tensor> TransformerLayer::Forward(
@@ -444,11 +467,9 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
   Tensor dq = Tensor::Empty(act->q.shape(), dctx.dtype(), dctx.device());
   Tensor dk = Tensor::Empty(act->k.shape(), dctx.dtype(), dctx.device());
   Tensor dv = Tensor::Empty(act->v.shape(), dctx.dtype(), dctx.device());
-  ops::AttentionOptions options;
-  options.causal = true;
-  MCC_RETURN_IF_ERROR(ops::FlashAttentionBackward(act->q, act->k, act->v,
-                                                  act->attn_out, dout, act->lse,
-                                                  options, &dq, &dk, &dv));
+  MCC_RETURN_IF_ERROR(ops::FlashAttentionBackward(
+      act->q, act->k, act->v, act->attn_out, dout, act->lse,
+      AttentionOptionsFor(b, s, *act), &dq, &dk, &dv));
   if (config_.position_embedding == PositionEmbedding::kRope) {
     ops::RotaryOptions rope;
     rope.base = config_.rotary_base;

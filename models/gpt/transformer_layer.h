@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/ops/attention.h"
 #include "core/parameter.h"
 #include "core/tensor.h"
 #include "models/gpt/gpt_config.h"
@@ -78,6 +79,9 @@ class TransformerLayer {
 
  private:
   absl::Status Attention(int64_t micro_batch, Activations* act) const;
+  // Causal attention, with attention dropout while training.
+  ops::AttentionOptions AttentionOptionsFor(int64_t micro_batch, int64_t s,
+                                            const Activations& act) const;
   absl::StatusOr<Tensor> Dropout(const Tensor& x, uint64_t offset) const;
   absl::StatusOr<Tensor> DropoutBackward(const Tensor& dy,
                                          uint64_t offset) const;

@@ -24,7 +24,7 @@ ABSL_FLAG(bool, untie_embeddings_and_output_weights, false,
 ABSL_FLAG(bool, disable_bias_linear, false, "No biases in linear layers.");
 ABSL_FLAG(double, hidden_dropout, 0.0, "Dropout on hidden states.");
 ABSL_FLAG(double, attention_dropout, 0.0,
-          "Attention dropout (must be 0: the fused kernel has none).");
+          "Dropout on the attention probabilities.");
 ABSL_FLAG(double, init_method_std, 0.02, "Weight init standard deviation.");
 ABSL_FLAG(int64_t, vocab_size, 0,
           "Vocabulary size for --mock-data (0: the tokenizer's).");
@@ -59,7 +59,6 @@ ABSL_FLAG(std::string, data_cache_path, "",
           "Where dataset indices are cached (default: beside the data).");
 ABSL_FLAG(bool, eod_mask_loss, false, "No loss on end-of-document tokens.");
 ABSL_FLAG(int32_t, micro_batch_size, 8, "Micro-batch size per DP rank.");
-
 
 namespace mcc {
 namespace flags {
