@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "core/json_text.h"
 
 namespace mcc::data {
 
@@ -29,7 +30,7 @@ absl::Status ParseJsonStringToInt(
     absl::string_view text, std::vector<std::pair<std::string, int64_t>>* out);
 
 // Appends text to out as a JSON string literal (quotes included).
-void AppendJsonString(absl::string_view text, std::string* out);
+using ::mcc::AppendJsonString;
 
 }  // namespace mcc::data
 
