@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/half.h"
+#include "core/ops/kernel_util.h"
 #include "core/tensor.h"
 
 namespace mcc {
@@ -89,28 +90,10 @@ inline float HMax(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// exp(x), about 2 ulp for x in [-87.3, 88.7] (Cephes' polynomial); inputs
-// below are clamped (the result is then ~1e-38, not 0), -inf included.
-inline __m256 Exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)),
-                    _mm256_set1_ps(88.7f));
-  const __m256 fx =
-      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fmadd_ps(fx, _mm256_set1_ps(-0.693359375f), x);
-  r = _mm256_fmadd_ps(fx, _mm256_set1_ps(2.12194440e-4f), r);
-  const __m256 r2 = _mm256_mul_ps(r, r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
+// exp(x) on 8 lanes: kernel_util's Exp8 (Cephes' polynomial, about 2 ulp
+// for x in [-87.3, 88.7]; inputs below are clamped, so the result is then
+// ~1e-38, not 0, -inf included).
+using ::mcc::ops::Exp8;
 
 inline float ExpS(float x) {
   alignas(32) float v[8] = {x};
