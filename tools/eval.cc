@@ -297,23 +297,7 @@ absl::StatusOr<Plan> PlanFromFlags(
 // sequence; the weights do not depend on it).
 absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
   auto job = std::make_unique<Job>();
-  auto env = comm::DistEnvFromEnvironment();
-  if (env.ok() && env->world_size > 1) {
-    comm::GroupOptions options;
-    options.timeout = absl::Minutes(5);
-    MCC_ASSIGN_OR_RETURN(comm::World world, comm::InitWorld(*env, options));
-    job->world = std::move(world);
-    job->rank = env->rank;
-    job->world_size = env->world_size;
-    job->local_world_size = env->local_world_size;
-    MCC_ASSIGN_OR_RETURN(job->state,
-                         parallel::ParallelState::Create(
-                             job->world->group,
-                             {absl::GetFlag(FLAGS_tensor_model_parallel_size),
-                              absl::GetFlag(FLAGS_pipeline_model_parallel_size),
-                              absl::GetFlag(FLAGS_context_parallel_size)}));
-    if (job->is_logging_rank()) LOG(INFO) << job->state->ToString();
-  }
+  MCC_RETURN_IF_ERROR(JoinWorld(job.get()));
   if (!absl::GetFlag(FLAGS_mock_data)) job->tokenizer = plan.tokenizer->Clone();
   job->vocab_size = plan.stored.vocab_size();
   job->config = plan.config;

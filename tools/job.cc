@@ -133,8 +133,7 @@ absl::Status CheckFlagsBeforeLaunch(int world_size) {
   return flags::GPTConfigFromFlags(vocab).status();
 }
 
-absl::StatusOr<std::unique_ptr<Job>> SetupJob() {
-  auto job = std::make_unique<Job>();
+absl::Status JoinWorld(Job* job) {
   auto env = comm::DistEnvFromEnvironment();
   if (env.ok() && env->world_size > 1) {
     comm::GroupOptions options;
@@ -152,6 +151,12 @@ absl::StatusOr<std::unique_ptr<Job>> SetupJob() {
                               absl::GetFlag(FLAGS_context_parallel_size)}));
     if (job->is_logging_rank()) LOG(INFO) << job->state->ToString();
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Job>> SetupJob() {
+  auto job = std::make_unique<Job>();
+  MCC_RETURN_IF_ERROR(JoinWorld(job.get()));
   if (absl::GetFlag(FLAGS_mock_data)) {
     job->vocab_size = absl::GetFlag(FLAGS_vocab_size) > 0
                           ? absl::GetFlag(FLAGS_vocab_size)

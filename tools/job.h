@@ -50,6 +50,10 @@ int WorldSizeFromEnvironment();
 // Splits the CPU cores among the local ranks unless --num-threads is given.
 void ConfigureThreads();
 
+// Under a launcher (world size above 1): joins the world and creates the
+// groups of the flags' layout into *job. A single process stays alone.
+absl::Status JoinWorld(Job* job);
+
 // Joins the world, creates the groups, the tokenizer and the model.
 absl::StatusOr<std::unique_ptr<Job>> SetupJob();
 
