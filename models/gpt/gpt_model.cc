@@ -194,13 +194,9 @@ absl::StatusOr<Tensor> GPTModel::LastPositionLogits(const Tensor& x, int64_t b,
   // The output layer without its SP gather: `last` is already whole.
   const Tensor& w = output_layer_->weight()->value;
   Tensor logits = Tensor::Empty({b, w.size(0)}, DType::kFloat32);
-  MCC_ASSIGN_OR_RETURN(Tensor last32, last.To(DType::kFloat32));
-  if (w.dtype() == DType::kFloat32) {
-    MCC_RETURN_IF_ERROR(ops::Gemm(last32, false, w, true, &logits));
-  } else {
-    MCC_ASSIGN_OR_RETURN(Tensor w32, w.To(DType::kFloat32));
-    MCC_RETURN_IF_ERROR(ops::Gemm(last32, false, w32, true, &logits));
-  }
+  // Hidden states and weight share the model's dtype; the GEMM accumulates
+  // in fp32 either way, so no copy of the vocabulary-sized weight is made.
+  MCC_RETURN_IF_ERROR(ops::Gemm(last, false, w, true, &logits));
   return parallel::GatherLastDim(tp, logits);
 }
 
