@@ -135,6 +135,17 @@ Tensor SeqMajor(const Tensor& x) {
   return out;
 }
 
+// Positions first, first + 1, ... of b sequences of length s, in the same
+// sequence-major order.
+Tensor SeqMajorPositions(int64_t b, int64_t s, int64_t first) {
+  Tensor positions = Tensor::Empty({s * b}, DType::kInt64);
+  int64_t* p = positions.data<int64_t>();
+  for (int64_t si = 0; si < s; ++si) {
+    for (int64_t bi = 0; bi < b; ++bi) p[si * b + bi] = first + si;
+  }
+  return positions;
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> GPTModel::Embed(const Tensor& ids,
@@ -166,12 +177,7 @@ absl::StatusOr<Tensor> GPTModel::LastTokenLogits(const Tensor& tokens) {
   MCC_RETURN_IF_ERROR(CheckBatch(batch));
   const int64_t b = tokens.size(0), s = tokens.size(1);
   Tensor ids = SeqMajor<int64_t>(tokens);
-  Tensor positions = Tensor::Empty({s * b}, DType::kInt64);
-  for (int64_t si = 0; si < s; ++si) {
-    for (int64_t bi = 0; bi < b; ++bi) {
-      positions.data<int64_t>()[si * b + bi] = si;
-    }
-  }
+  Tensor positions = SeqMajorPositions(b, s, 0);
   // Evaluation runs without dropout.
   for (const auto& layer : layers_) layer->set_training(false);
   MCC_ASSIGN_OR_RETURN(Tensor x, Embed(ids, positions, 0, false));
@@ -257,12 +263,7 @@ absl::StatusOr<Tensor> GPTModel::Extend(const Tensor& tokens, KvCache* cache) {
     }
   }
   Tensor ids = SeqMajor<int64_t>(tokens);
-  Tensor positions = Tensor::Empty({n * b}, DType::kInt64);
-  for (int64_t si = 0; si < n; ++si) {
-    for (int64_t bi = 0; bi < b; ++bi) {
-      positions.data<int64_t>()[si * b + bi] = p0 + si;
-    }
-  }
+  Tensor positions = SeqMajorPositions(b, n, p0);
   for (const auto& layer : layers_) layer->set_training(false);
   MCC_ASSIGN_OR_RETURN(Tensor x, Embed(ids, positions, 0, false));
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -318,12 +319,7 @@ absl::StatusOr<LossSum> GPTModel::Run(const MicroBatch& batch, bool backward,
 
   // Embeddings, in sequence-major order.
   Tensor ids = SeqMajor<int64_t>(batch.tokens);
-  Tensor positions = Tensor::Empty({s * b}, DType::kInt64);
-  for (int64_t si = 0; si < s; ++si) {
-    for (int64_t bi = 0; bi < b; ++bi) {
-      positions.data<int64_t>()[si * b + bi] = si;
-    }
-  }
+  Tensor positions = SeqMajorPositions(b, s, 0);
   const float p = static_cast<float>(config_.hidden_dropout);
   const uint64_t emb_offset = offset_of(num_layers);
   // Dropout only while training; Forward() alone is evaluation.
