@@ -16,54 +16,111 @@ using parallel::GroupSize;
 using parallel::InitSpec;
 
 absl::StatusOr<std::unique_ptr<GPTModel>> GPTModel::Create(
-    const GPTConfig& config, const parallel::LayerContext& context) {
+    const GPTConfig& config, const parallel::LayerContext& context,
+    const ModelChunkSpec& chunk) {
   MCC_RETURN_IF_ERROR(
       config.Validate(GroupSize(context.tp_group), context.sequence_parallel));
+  const int num_layers = chunk.num_layers >= 0
+                             ? chunk.num_layers
+                             : config.num_layers - chunk.first_layer;
+  if (chunk.first_layer < 0 || num_layers < 0 ||
+      chunk.first_layer + num_layers > config.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model chunk: layers [", chunk.first_layer, ", ",
+        chunk.first_layer + num_layers, ") are outside the model's ",
+        config.num_layers, " layers"));
+  }
   auto model = std::unique_ptr<GPTModel>(new GPTModel);
   model->config_ = config;
   model->context_ = context;
+  model->chunk_ = chunk;
+  model->chunk_.num_layers = num_layers;
+  const bool tied = !config.untie_embeddings_and_output_weights;
   const auto init =
       InitSpec::Normal(static_cast<float>(config.init_method_std));
-  MCC_ASSIGN_OR_RETURN(
-      model->word_embeddings_,
-      parallel::VocabParallelEmbedding::Create(
-          "embedding.word_embeddings.weight", config.vocab_size,
-          config.hidden_size, init, context));
-  model->parameters_.push_back(model->word_embeddings_->weight());
-  if (config.position_embedding == PositionEmbedding::kLearned) {
+  if (chunk.pre_process || (chunk.post_process && tied)) {
+    // The last stage of a tied pipeline owns a copy of the word embedding
+    // (same name, same initial values) as its output weight.
     MCC_ASSIGN_OR_RETURN(
-        model->position_embeddings_,
-        parallel::MakeParameter("embedding.position_embeddings.weight",
-                                {config.max_positions(), config.hidden_size},
-                                -1, init, context, /*weight_decay=*/true));
-    model->parameters_.push_back(model->position_embeddings_);
+        model->word_embeddings_,
+        parallel::VocabParallelEmbedding::Create(
+            "embedding.word_embeddings.weight", config.vocab_size,
+            config.hidden_size, init, context));
+    if (tied && chunk.share_embedding_with_other_stage) {
+      model->word_embeddings_->weight()->shared_with_other_stage = true;
+    }
   }
-  for (int i = 0; i < config.num_layers; ++i) {
+  if (chunk.pre_process) {
+    ParameterList unit = {model->word_embeddings_->weight()};
+    if (config.position_embedding == PositionEmbedding::kLearned) {
+      MCC_ASSIGN_OR_RETURN(
+          model->position_embeddings_,
+          parallel::MakeParameter("embedding.position_embeddings.weight",
+                                  {config.max_positions(), config.hidden_size},
+                                  -1, init, context, /*weight_decay=*/true));
+      unit.push_back(model->position_embeddings_);
+    }
+    model->embedding_unit_ = 0;
+    model->units_.push_back(unit);
+  }
+  model->first_layer_unit_ = static_cast<int>(model->units_.size());
+  for (int i = chunk.first_layer; i < chunk.first_layer + num_layers; ++i) {
     MCC_ASSIGN_OR_RETURN(auto layer,
                          TransformerLayer::Create(i, config, context));
-    layer->AppendParameters(&model->parameters_);
+    ParameterList unit;
+    layer->AppendParameters(&unit);
+    model->units_.push_back(unit);
     model->layers_.push_back(std::move(layer));
   }
-  MCC_ASSIGN_OR_RETURN(
-      model->final_norm_,
-      Norm::Create("decoder.final_layernorm", config, context));
-  model->final_norm_->AppendParameters(&model->parameters_);
-  if (config.untie_embeddings_and_output_weights) {
-    parallel::LinearOptions options;
-    options.bias = false;
-    options.weight_init = init;
-    MCC_ASSIGN_OR_RETURN(model->output_layer_,
-                         parallel::ColumnParallelLinear::Create(
-                             "output_layer", config.hidden_size,
-                             config.vocab_size, options, context));
-    model->output_layer_->AppendParameters(&model->parameters_);
-  } else {
+  if (chunk.post_process) {
+    ParameterList unit;
     MCC_ASSIGN_OR_RETURN(
-        model->output_layer_,
-        parallel::ColumnParallelLinear::CreateTied(
-            "output_layer", model->word_embeddings_->weight(), context));
+        model->final_norm_,
+        Norm::Create("decoder.final_layernorm", config, context));
+    model->final_norm_->AppendParameters(&unit);
+    if (!tied) {
+      parallel::LinearOptions options;
+      options.bias = false;
+      options.weight_init = init;
+      MCC_ASSIGN_OR_RETURN(model->output_layer_,
+                           parallel::ColumnParallelLinear::Create(
+                               "output_layer", config.hidden_size,
+                               config.vocab_size, options, context));
+      model->output_layer_->AppendParameters(&unit);
+    } else {
+      MCC_ASSIGN_OR_RETURN(
+          model->output_layer_,
+          parallel::ColumnParallelLinear::CreateTied(
+              "output_layer", model->word_embeddings_->weight(), context));
+      if (!chunk.pre_process) unit.push_back(model->word_embeddings_->weight());
+    }
+    model->head_unit_ = static_cast<int>(model->units_.size());
+    model->units_.push_back(unit);
+  }
+  model->vocab_start_ =
+      GroupRank(context.tp_group) *
+      (config.vocab_size / std::max(1, GroupSize(context.tp_group)));
+  // The flat list keeps the order of the whole model: embeddings, layers,
+  // final norm, output layer, the owned tied copy last.
+  for (const ParameterList& unit : model->units_) {
+    for (const auto& p : unit) {
+      if (!chunk.pre_process && model->word_embeddings_ != nullptr &&
+          p == model->word_embeddings_->weight()) {
+        continue;
+      }
+      model->parameters_.push_back(p);
+    }
+  }
+  if (!chunk.pre_process && model->word_embeddings_ != nullptr) {
+    model->parameters_.push_back(model->word_embeddings_->weight());
   }
   return model;
+}
+
+Shape GPTModel::HiddenShape(int64_t b, int64_t s) const {
+  const int64_t tokens =
+      context_.sequence_parallel ? s * b / GroupSize(context_.tp_group) : s * b;
+  return {tokens, config_.hidden_size};
 }
 
 void GPTModel::ZeroGradients() {
@@ -84,8 +141,33 @@ absl::Status GPTModel::FinalizeGradients() {
 absl::Status GPTModel::GradsReady(const ParameterList& params) const {
   if (!grad_ready_hook_) return absl::OkStatus();
   std::vector<Parameter*> ready;
-  for (const auto& p : params) ready.push_back(p.get());
+  for (const auto& p : params) {
+    // A shared weight is ready only once summed with the other stage's.
+    if (!p->shared_with_other_stage) ready.push_back(p.get());
+  }
+  if (ready.empty()) return absl::OkStatus();
   return grad_ready_hook_(ready);
+}
+
+absl::Status GPTModel::SyncSharedGradients(
+    comm::ProcessGroup* embedding_group) {
+  if (word_embeddings_ == nullptr ||
+      !word_embeddings_->weight()->shared_with_other_stage) {
+    return absl::OkStatus();
+  }
+  Parameter* shared = word_embeddings_->weight().get();
+  if (embedding_group != nullptr && embedding_group->size() > 1) {
+    MCC_RETURN_IF_ERROR(embedding_group->AllReduceSync(&shared->main_grad,
+                                                       comm::ReduceOp::kSum));
+  }
+  if (!grad_ready_hook_) return absl::OkStatus();
+  return grad_ready_hook_({shared});
+}
+
+absl::Status GPTModel::Hook(absl::Status (UnitHooks::*fn)(int),
+                            int unit) const {
+  if (unit_hooks_ == nullptr || unit < 0) return absl::OkStatus();
+  return (unit_hooks_->*fn)(unit);
 }
 
 absl::Status GPTModel::CheckBatch(const MicroBatch& batch) const {
@@ -170,7 +252,16 @@ absl::StatusOr<Tensor> GPTModel::Embed(const Tensor& ids,
   return x;
 }
 
+absl::Status GPTModel::CheckWholeModel(const char* what) const {
+  if (chunk_.pre_process && chunk_.post_process) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      what,
+      " needs the whole model; this one holds a pipeline chunk (load "
+      "the checkpoint with --pipeline-model-parallel-size 1)"));
+}
+
 absl::StatusOr<Tensor> GPTModel::LastTokenLogits(const Tensor& tokens) {
+  MCC_RETURN_IF_ERROR(CheckWholeModel("generation"));
   MicroBatch batch;
   batch.tokens = tokens;
   batch.labels = tokens;
@@ -234,6 +325,7 @@ absl::StatusOr<KvCache> GPTModel::NewKvCache(int64_t batch,
 }
 
 absl::StatusOr<Tensor> GPTModel::Extend(const Tensor& tokens, KvCache* cache) {
+  MCC_RETURN_IF_ERROR(CheckWholeModel("KV-cache decoding"));
   if (context_.sequence_parallel && GroupSize(context_.tp_group) > 1) {
     return absl::FailedPreconditionError(
         "KV-cache decoding needs a model built without sequence parallelism "
@@ -303,71 +395,143 @@ absl::StatusOr<LossSum> GPTModel::Forward(const MicroBatch& batch) {
 
 absl::StatusOr<LossSum> GPTModel::Run(const MicroBatch& batch, bool backward,
                                       float grad_scale) {
+  MCC_RETURN_IF_ERROR(
+      CheckWholeModel("ForwardBackward (use a pipeline schedule's ForwardStep "
+                      "/ BackwardStep)"));
+  ChunkRecord record;
+  MCC_RETURN_IF_ERROR(ForwardStep(batch, Tensor(), backward, &record).status());
+  if (backward) {
+    MCC_RETURN_IF_ERROR(BackwardStep(Tensor(), grad_scale, &record).status());
+  }
+  return record.loss;
+}
+
+uint64_t GPTModel::DropoutOffset(uint64_t call, int site_block, int64_t b,
+                                 int64_t s) const {
+  // Each forward call owns a disjoint stretch of the dropout stream: two
+  // sites per layer plus the embedding's, numbered over the whole model so
+  // that every pipeline split draws the serial model's masks.
+  const uint64_t full_numel =
+      static_cast<uint64_t>(s * b * config_.hidden_size);
+  return (call * (config_.num_layers + 1) + site_block) * 2 * full_numel;
+}
+
+absl::Status GPTModel::LayerForward(int i, const Tensor& x,
+                                    const ChunkRecord& rec,
+                                    TransformerLayer::Activations* act,
+                                    Tensor* out) {
+  MCC_ASSIGN_OR_RETURN(
+      *out,
+      layers_[i]->Forward(
+          x, rec.b,
+          DropoutOffset(rec.call, chunk_.first_layer + i, rec.b, rec.s), act));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> GPTModel::ForwardStep(const MicroBatch& batch,
+                                             const Tensor& input,
+                                             bool backward_after,
+                                             ChunkRecord* rec) {
   MCC_RETURN_IF_ERROR(CheckBatch(batch));
   comm::ProcessGroup* tp = context_.tp_group;
-  const bool sp = context_.sequence_parallel;
   const int64_t b = batch.tokens.size(0), s = batch.tokens.size(1);
-  const int64_t h = config_.hidden_size;
   const int num_layers = static_cast<int>(layers_.size());
-  const uint64_t full_numel = static_cast<uint64_t>(s * b * h);
-  // Each forward call owns a disjoint stretch of the dropout stream: two
-  // sites per layer plus the embedding's.
-  const uint64_t call = forward_calls_++;
-  auto offset_of = [&](int site_block) {
-    return (call * (num_layers + 1) + site_block) * 2 * full_numel;
-  };
+  *rec = ChunkRecord();
+  rec->b = b;
+  rec->s = s;
+  rec->call = forward_calls_++;
+  // Dropout only while training; a forward without backward is evaluation.
+  for (const auto& layer : layers_) layer->set_training(backward_after);
 
-  // Embeddings, in sequence-major order.
-  Tensor ids = SeqMajor<int64_t>(batch.tokens);
-  Tensor positions = SeqMajorPositions(b, s, 0);
-  const float p = static_cast<float>(config_.hidden_dropout);
-  const uint64_t emb_offset = offset_of(num_layers);
-  // Dropout only while training; Forward() alone is evaluation.
-  for (const auto& layer : layers_) layer->set_training(backward);
-  MCC_ASSIGN_OR_RETURN(Tensor x, Embed(ids, positions, emb_offset, backward));
+  Tensor x;
+  if (chunk_.pre_process) {
+    // Embeddings, in sequence-major order.
+    Tensor ids = SeqMajor<int64_t>(batch.tokens);
+    Tensor positions = SeqMajorPositions(b, s, 0);
+    MCC_RETURN_IF_ERROR(Hook(&UnitHooks::BeforeForward, embedding_unit_));
+    MCC_ASSIGN_OR_RETURN(
+        x, Embed(ids, positions,
+                 DropoutOffset(rec->call, config_.num_layers, b, s),
+                 backward_after));
+    MCC_RETURN_IF_ERROR(Hook(&UnitHooks::AfterForward, embedding_unit_));
+    if (backward_after) {
+      rec->ids = ids;
+      rec->positions = positions;
+    }
+  } else {
+    if (input.shape() != HiddenShape(b, s) || input.dtype() != context_.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model chunk from layer ", chunk_.first_layer, ": input ",
+          input.Describe(), " is not the previous stage's hidden states ",
+          ShapeToString(HiddenShape(b, s)), " ", DTypeName(context_.dtype)));
+    }
+    x = input;
+  }
 
   // Which layers start a recomputed chunk, and how long it is.
-  std::vector<int> chunk_len(num_layers, 0);
+  rec->chunk_len.assign(num_layers, 0);
   if (config_.recompute_granularity == RecomputeGranularity::kFull) {
     const int n = config_.recompute_num_layers;
     if (config_.recompute_method == RecomputeMethod::kUniform) {
       for (int i = 0; i < num_layers; i += n) {
-        chunk_len[i] = std::min(n, num_layers - i);
+        rec->chunk_len[i] = std::min(n, num_layers - i);
       }
     } else {
-      for (int i = 0; i < std::min(n, num_layers); ++i) chunk_len[i] = 1;
+      for (int i = 0; i < std::min(n, num_layers); ++i) rec->chunk_len[i] = 1;
     }
   }
-  std::vector<TransformerLayer::Activations> records(num_layers);
-  std::vector<Tensor> chunk_inputs(num_layers);
+  rec->layers.assign(num_layers, TransformerLayer::Activations());
+  rec->chunk_inputs.assign(num_layers, Tensor());
   for (int i = 0; i < num_layers;) {
-    if (chunk_len[i] > 0 && backward) {
+    if (rec->chunk_len[i] > 0 && backward_after) {
       // Keep only the chunk's input; its records are rebuilt in backward.
-      chunk_inputs[i] = x;
-      for (int j = i; j < i + chunk_len[i]; ++j) {
+      rec->chunk_inputs[i] = x;
+      for (int j = i; j < i + rec->chunk_len[i]; ++j) {
         TransformerLayer::Activations scratch;
-        MCC_ASSIGN_OR_RETURN(x,
-                             layers_[j]->Forward(x, b, offset_of(j), &scratch));
+        MCC_RETURN_IF_ERROR(
+            Hook(&UnitHooks::BeforeForward, first_layer_unit_ + j));
+        MCC_RETURN_IF_ERROR(LayerForward(j, x, *rec, &scratch, &x));
+        MCC_RETURN_IF_ERROR(
+            Hook(&UnitHooks::AfterForward, first_layer_unit_ + j));
       }
-      i += chunk_len[i];
+      i += rec->chunk_len[i];
     } else {
-      MCC_ASSIGN_OR_RETURN(
-          x, layers_[i]->Forward(x, b, offset_of(i), &records[i]));
-      if (!backward) records[i] = TransformerLayer::Activations();
+      MCC_RETURN_IF_ERROR(
+          Hook(&UnitHooks::BeforeForward, first_layer_unit_ + i));
+      MCC_RETURN_IF_ERROR(LayerForward(i, x, *rec, &rec->layers[i], &x));
+      MCC_RETURN_IF_ERROR(
+          Hook(&UnitHooks::AfterForward, first_layer_unit_ + i));
+      if (!backward_after) rec->layers[i] = TransformerLayer::Activations();
       ++i;
     }
   }
-  Norm::Activations final_act;
-  MCC_ASSIGN_OR_RETURN(Tensor final_out, final_norm_->Forward(x, &final_act));
-  parallel::ColumnParallelLinear::Activations head_act;
+  if (!chunk_.post_process) {
+    rec->pending = backward_after;
+    return x;
+  }
+
+  // Head: final norm, output layer (tied: the embedding unit's weight) and
+  // the loss.
+  const bool tied_here =
+      !config_.untie_embeddings_and_output_weights && chunk_.pre_process;
+  MCC_RETURN_IF_ERROR(Hook(&UnitHooks::BeforeForward, head_unit_));
+  MCC_ASSIGN_OR_RETURN(Tensor final_out,
+                       final_norm_->Forward(x, &rec->final_act));
+  x = Tensor();
+  if (tied_here) {
+    MCC_RETURN_IF_ERROR(Hook(&UnitHooks::BeforeForward, embedding_unit_));
+  }
   MCC_ASSIGN_OR_RETURN(Tensor logits,
-                       output_layer_->Forward(final_out, &head_act));
+                       output_layer_->Forward(final_out, &rec->head_act));
+  if (tied_here) {
+    MCC_RETURN_IF_ERROR(Hook(&UnitHooks::AfterForward, embedding_unit_));
+  }
+  MCC_RETURN_IF_ERROR(Hook(&UnitHooks::AfterForward, head_unit_));
   Tensor labels = SeqMajor<int64_t>(batch.labels);
-  parallel::VocabParallelCrossEntropy::Activations ce_act;
-  MCC_ASSIGN_OR_RETURN(Tensor losses,
-                       parallel::VocabParallelCrossEntropy::Forward(
-                           tp, logits, labels, word_embeddings_->vocab_start(),
-                           config_.vocab_size, &ce_act));
+  MCC_ASSIGN_OR_RETURN(
+      Tensor losses,
+      parallel::VocabParallelCrossEntropy::Forward(
+          tp, logits, labels, vocab_start_, config_.vocab_size, &rec->ce_act));
   logits = Tensor();
   Tensor mask;
   if (batch.loss_mask.defined()) {
@@ -384,82 +548,126 @@ absl::StatusOr<LossSum> GPTModel::Run(const MicroBatch& batch, bool backward,
     result.sum += static_cast<double>(lp[t]) * mp[t];
     result.tokens += mp[t];
   }
-  if (!backward) return result;
+  rec->loss = result;
+  if (backward_after) {
+    rec->mask = mask;
+    rec->labels = labels;
+    rec->pending = true;
+  } else {
+    *rec = ChunkRecord{};
+    rec->loss = result;
+  }
+  return Tensor();
+}
 
-  // Backward.
-  Tensor dloss = Tensor::Empty({s * b}, DType::kFloat32);
-  const float scale =
-      result.tokens > 0 ? grad_scale / static_cast<float>(result.tokens) : 0.0f;
-  for (int64_t t = 0; t < s * b; ++t) dloss.data<float>()[t] = mp[t] * scale;
-  MCC_ASSIGN_OR_RETURN(
-      Tensor dlogits,
-      parallel::VocabParallelCrossEntropy::Backward(
-          dloss, ce_act, word_embeddings_->vocab_start(), context_.dtype));
-  ce_act = {};
-  MCC_ASSIGN_OR_RETURN(Tensor dfinal,
-                       output_layer_->Backward(dlogits, head_act));
-  dlogits = Tensor();
-  if (config_.untie_embeddings_and_output_weights) {
-    ParameterList head;
-    output_layer_->AppendParameters(&head);
-    MCC_RETURN_IF_ERROR(GradsReady(head));
+absl::StatusOr<Tensor> GPTModel::BackwardStep(const Tensor& output_grad,
+                                              float grad_scale,
+                                              ChunkRecord* rec) {
+  if (!rec->pending) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model chunk from layer ", chunk_.first_layer,
+        ": backward without a pending forward (was it run for evaluation?)"));
   }
-  MCC_ASSIGN_OR_RETURN(Tensor dx, final_norm_->Backward(dfinal, final_act));
-  {
-    ParameterList norm;
-    final_norm_->AppendParameters(&norm);
-    MCC_RETURN_IF_ERROR(GradsReady(norm));
+  const int64_t b = rec->b, s = rec->s;
+  const int num_layers = static_cast<int>(layers_.size());
+  const bool tied_here =
+      !config_.untie_embeddings_and_output_weights && chunk_.pre_process;
+  Tensor dx;
+  if (chunk_.post_process) {
+    Tensor dloss = Tensor::Empty({s * b}, DType::kFloat32);
+    const float scale = rec->loss.tokens > 0
+                            ? grad_scale / static_cast<float>(rec->loss.tokens)
+                            : 0.0f;
+    const float* mp = rec->mask.data<float>();
+    for (int64_t t = 0; t < s * b; ++t) dloss.data<float>()[t] = mp[t] * scale;
+    MCC_ASSIGN_OR_RETURN(Tensor dlogits,
+                         parallel::VocabParallelCrossEntropy::Backward(
+                             dloss, rec->ce_act, vocab_start_, context_.dtype));
+    rec->ce_act = {};
+    MCC_RETURN_IF_ERROR(Hook(&UnitHooks::BeforeBackward, head_unit_));
+    // The tied weight's unit stays open until the embeddings' backward.
+    if (tied_here) {
+      MCC_RETURN_IF_ERROR(Hook(&UnitHooks::BeforeBackward, embedding_unit_));
+    }
+    MCC_ASSIGN_OR_RETURN(Tensor dfinal,
+                         output_layer_->Backward(dlogits, rec->head_act));
+    rec->head_act = {};
+    dlogits = Tensor();
+    MCC_ASSIGN_OR_RETURN(dx, final_norm_->Backward(dfinal, rec->final_act));
+    rec->final_act = {};
+    MCC_RETURN_IF_ERROR(Hook(&UnitHooks::AfterBackward, head_unit_));
+    MCC_RETURN_IF_ERROR(GradsReady(units_[head_unit_]));
+  } else {
+    if (output_grad.shape() != HiddenShape(b, s) ||
+        output_grad.dtype() != context_.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model chunk from layer ", chunk_.first_layer, ": output gradient ",
+          output_grad.Describe(), " is not the hidden states' ",
+          ShapeToString(HiddenShape(b, s)), " ", DTypeName(context_.dtype)));
+    }
+    dx = output_grad;
   }
+  const std::vector<int>& chunk_len = rec->chunk_len;
   for (int i = num_layers - 1; i >= 0;) {
     // The recomputed chunk that holds layer i, if any.
     int start = i;
     for (int j = 0; j <= i; ++j) {
       if (chunk_len[j] > 0 && j + chunk_len[j] - 1 >= i) start = j;
     }
-    if (chunk_len[start] > 0 && start + chunk_len[start] - 1 >= i) {
-      Tensor y = chunk_inputs[start];
-      for (int j = start; j <= i; ++j) {
-        MCC_ASSIGN_OR_RETURN(
-            y, layers_[j]->Forward(y, b, offset_of(j), &records[j]));
-      }
-      for (int j = i; j >= start; --j) {
-        MCC_ASSIGN_OR_RETURN(dx, layers_[j]->Backward(dx, b, &records[j]));
-        records[j] = TransformerLayer::Activations();
-        ParameterList done;
-        layers_[j]->AppendParameters(&done);
-        MCC_RETURN_IF_ERROR(GradsReady(done));
-      }
-      chunk_inputs[start] = Tensor();
-      i = start - 1;
-    } else {
-      MCC_ASSIGN_OR_RETURN(dx, layers_[i]->Backward(dx, b, &records[i]));
-      records[i] = TransformerLayer::Activations();
-      ParameterList done;
-      layers_[i]->AppendParameters(&done);
-      MCC_RETURN_IF_ERROR(GradsReady(done));
-      --i;
+    const bool recomputed =
+        chunk_len[start] > 0 && start + chunk_len[start] - 1 >= i;
+    if (!recomputed) start = i;
+    for (int j = start; j <= i; ++j) {
+      MCC_RETURN_IF_ERROR(
+          Hook(&UnitHooks::BeforeBackward, first_layer_unit_ + j));
     }
+    if (recomputed) {
+      Tensor y = rec->chunk_inputs[start];
+      for (int j = start; j <= i; ++j) {
+        MCC_RETURN_IF_ERROR(LayerForward(j, y, *rec, &rec->layers[j], &y));
+      }
+      rec->chunk_inputs[start] = Tensor();
+    }
+    for (int j = i; j >= start; --j) {
+      MCC_ASSIGN_OR_RETURN(dx, layers_[j]->Backward(dx, b, &rec->layers[j]));
+      rec->layers[j] = TransformerLayer::Activations();
+      MCC_RETURN_IF_ERROR(
+          Hook(&UnitHooks::AfterBackward, first_layer_unit_ + j));
+      MCC_RETURN_IF_ERROR(GradsReady(units_[first_layer_unit_ + j]));
+    }
+    i = start - 1;
+  }
+  rec->pending = false;
+  if (!chunk_.pre_process) return dx;
+
+  comm::ProcessGroup* tp = context_.tp_group;
+  const bool sp = context_.sequence_parallel;
+  if (!tied_here) {
+    MCC_RETURN_IF_ERROR(Hook(&UnitHooks::BeforeBackward, embedding_unit_));
   }
   MCC_ASSIGN_OR_RETURN(Tensor demb,
                        parallel::ScatterToSequenceParallelRegion::Backward(
                            sp ? tp : nullptr, dx));
-  if (p > 0 && backward) {
+  dx = Tensor();
+  const float p = static_cast<float>(config_.hidden_dropout);
+  if (p > 0) {
     Tensor d = Tensor::Empty(demb.shape(), demb.dtype());
-    MCC_RETURN_IF_ERROR(
-        ops::DropoutBackward(demb, p, config_.seed, emb_offset, &d));
+    MCC_RETURN_IF_ERROR(ops::DropoutBackward(
+        demb, p, config_.seed,
+        DropoutOffset(rec->call, config_.num_layers, b, s), &d));
     demb = d;
   }
-  MCC_RETURN_IF_ERROR(word_embeddings_->Backward(ids, demb));
+  MCC_RETURN_IF_ERROR(word_embeddings_->Backward(rec->ids, demb));
   if (position_embeddings_ != nullptr) {
     MCC_RETURN_IF_ERROR(ops::EmbeddingBackward(
-        positions, demb, &position_embeddings_->main_grad));
+        rec->positions, demb, &position_embeddings_->main_grad));
   }
-  ParameterList embeddings = {word_embeddings_->weight()};
-  if (position_embeddings_ != nullptr) {
-    embeddings.push_back(position_embeddings_);
-  }
-  MCC_RETURN_IF_ERROR(GradsReady(embeddings));
-  return result;
+  const LossSum loss = rec->loss;
+  *rec = ChunkRecord{};
+  rec->loss = loss;
+  MCC_RETURN_IF_ERROR(Hook(&UnitHooks::AfterBackward, embedding_unit_));
+  MCC_RETURN_IF_ERROR(GradsReady(units_[embedding_unit_]));
+  return Tensor();
 }
 
 }  // namespace gpt
