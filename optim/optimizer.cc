@@ -26,13 +26,13 @@ int RankOf(const comm::ProcessGroup* g) { return g == nullptr ? 0 : g->rank(); }
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
     const ParameterList& params, const OptimizerConfig& config,
     const OptimizerGroups& groups) {
-  std::vector<data_parallel::ParamShard> shards;
+  std::vector<ExternalShard> shards;
   for (const auto& p : params) {
     if (p == nullptr || !p->value.defined()) {
       return absl::InvalidArgumentError(
           "optimizer: a parameter is null or has no value");
     }
-    data_parallel::ParamShard s;
+    ExternalShard s;
     s.param = p;
     s.begin = 0;
     s.end = p->value.numel();
@@ -47,12 +47,48 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
   if (ddp == nullptr) {
     return absl::InvalidArgumentError("optimizer: null DDP");
   }
-  return Build(ddp->local_shards(), ddp->config().use_distributed_optimizer,
-               ddp, config, groups);
+  std::vector<ExternalShard> shards;
+  for (const auto& ps : ddp->local_shards()) {
+    ExternalShard s;
+    s.param = ps.param;
+    s.begin = ps.begin;
+    s.end = ps.end;
+    shards.push_back(s);
+  }
+  const bool sharded = ddp->config().use_distributed_optimizer;
+  MCC_ASSIGN_OR_RETURN(auto opt,
+                       Build(std::move(shards), sharded, ddp, config, groups));
+  if (sharded) opt->shard_group_ = ddp->dp_group();
+  return opt;
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::CreateExternal(
+    std::vector<ExternalShard> shards, comm::ProcessGroup* shard_group,
+    const OptimizerConfig& config, const OptimizerGroups& groups,
+    std::function<absl::Status()> after_update) {
+  for (const ExternalShard& s : shards) {
+    const int64_t n = s.end - s.begin;
+    if (s.param == nullptr || !s.value.defined() || !s.grad.defined() ||
+        s.value.dtype() != DType::kFloat32 ||
+        s.grad.dtype() != DType::kFloat32 || s.value.numel() != n ||
+        s.grad.numel() != n || s.begin < 0 ||
+        s.end > NumElements(s.param_shape)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer: external shard [", s.begin, ", ", s.end, ") of '",
+          s.param ? s.param->name : "null", "' (shape ",
+          ShapeToString(s.param_shape),
+          ") needs fp32 value and gradient pieces of that many elements"));
+    }
+  }
+  MCC_ASSIGN_OR_RETURN(auto opt, Build(std::move(shards), /*sharded=*/true,
+                                       nullptr, config, groups));
+  opt->shard_group_ = shard_group;
+  opt->after_update_ = std::move(after_update);
+  return opt;
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
-    std::vector<data_parallel::ParamShard> shards, bool sharded,
+    std::vector<ExternalShard> shards, bool sharded,
     data_parallel::DistributedDataParallel* ddp, const OptimizerConfig& config,
     const OptimizerGroups& groups) {
   if (!(config.clip_grad >= 0)) {
@@ -103,7 +139,20 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
     r.param = s.param;
     r.begin = s.begin;
     r.end = s.end;
+    if (s.value.defined()) {
+      // Held outside the parameter: the fp32 piece is the main copy.
+      r.master = s.value;
+      r.grad = s.grad;
+      r.shape = s.param_shape;
+      for (size_t i = 0; i < names.size(); ++i) {
+        r.state.push_back(Tensor::Zeros({r.end - r.begin}, DType::kFloat32));
+      }
+      r.counted = CountsInGradNorm(*s.param, tp_rank, pp_rank);
+      opt->ranges_.push_back(std::move(r));
+      continue;
+    }
     const Tensor& value = s.param->value;
+    r.shape = value.shape();
     if (!value.device().is_cpu() || !IsFloatingPoint(value.dtype()) ||
         s.begin < 0 || s.end > value.numel() || s.begin >= s.end) {
       return absl::InvalidArgumentError(
@@ -141,14 +190,18 @@ absl::StatusOr<Tensor> Optimizer::View(const Tensor& t, const Range& r) const {
   return flat.Slice(r.begin, r.end);
 }
 
+absl::StatusOr<Tensor> Optimizer::GradOf(const Range& r) const {
+  if (r.grad.defined()) return r.grad;
+  return View(r.param->main_grad, r);
+}
+
 double Optimizer::loss_scale() const {
   return scaler_ ? scaler_->scale() : 1.0;
 }
 
 absl::Status Optimizer::ReduceSum(Tensor* t) {
-  if (sharded_ && ddp_ != nullptr && ddp_->dp_size() > 1) {
-    MCC_RETURN_IF_ERROR(
-        ddp_->dp_group()->AllReduceSync(t, comm::ReduceOp::kSum));
+  if (sharded_ && shard_group_ != nullptr && shard_group_->size() > 1) {
+    MCC_RETURN_IF_ERROR(shard_group_->AllReduceSync(t, comm::ReduceOp::kSum));
   }
   comm::ProcessGroup* mp = groups_.model ? groups_.model : groups_.tensor;
   if (mp != nullptr && mp->size() > 1) {
@@ -168,7 +221,7 @@ absl::StatusOr<StepInfo> Optimizer::Step(double lr) {
   double sq = 0.0, zeros = 0.0;
   bool bad = false;
   for (const Range& r : ranges_) {
-    MCC_ASSIGN_OR_RETURN(Tensor g, View(r.param->main_grad, r));
+    MCC_ASSIGN_OR_RETURN(Tensor g, GradOf(r));
     MCC_ASSIGN_OR_RETURN(double s, ops::SumOfSquares(g));
     if (!std::isfinite(s)) {
       bad = true;
@@ -219,8 +272,11 @@ absl::StatusOr<StepInfo> Optimizer::Step(double lr) {
   }
   ++step_;
   for (Range& r : ranges_) {
-    MCC_ASSIGN_OR_RETURN(Tensor g, View(r.param->main_grad, r));
-    MCC_ASSIGN_OR_RETURN(Tensor model, View(r.param->value, r));
+    MCC_ASSIGN_OR_RETURN(Tensor g, GradOf(r));
+    Tensor model = r.master;  // External pieces: the main copy is the model.
+    if (!r.grad.defined()) {
+      MCC_ASSIGN_OR_RETURN(model, View(r.param->value, r));
+    }
     UpdateHyper h;
     h.lr = static_cast<float>(lr);
     h.weight_decay =
@@ -240,6 +296,7 @@ absl::StatusOr<StepInfo> Optimizer::Step(double lr) {
   if (sharded_ && ddp_ != nullptr) {
     MCC_RETURN_IF_ERROR(ddp_->StartParamGather());
   }
+  if (after_update_) MCC_RETURN_IF_ERROR(after_update_());
   return info;
 }
 
@@ -254,7 +311,7 @@ std::vector<StateTensor> Optimizer::StateTensors() {
       s.state = state;
       s.tensor = t;
       s.offset = r.begin;
-      s.param_shape = r.param->value.shape();
+      s.param_shape = r.shape;
       s.global_shape = r.param->global_shape;
       out.push_back(std::move(s));
     };

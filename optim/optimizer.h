@@ -2,6 +2,7 @@
 #define OPTIM_OPTIMIZER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,19 @@ struct StepInfo {
   int64_t num_zeros = -1;  // With log_num_zeros_in_grad.
 };
 
+// A piece of a parameter whose fp32 values and gradient live outside the
+// parameter (a fully sharded wrapper's flat shards, where the parameter
+// itself is resident only while its unit computes): elements [begin, end)
+// of the flattened TP-local parameter of shape `param_shape`.
+struct ExternalShard {
+  std::shared_ptr<Parameter> param;
+  int64_t begin = 0;
+  int64_t end = 0;
+  Shape param_shape;
+  Tensor value;  // fp32 [end - begin], updated in place: the main copy.
+  Tensor grad;   // fp32 [end - begin]
+};
+
 // One named piece of optimizer state, for checkpoints: `tensor` is a flat
 // fp32 view of elements [offset, offset + tensor.numel()) of the flattened
 // TP-local parameter `param_name` (local shape `param_shape`, global shape
@@ -94,6 +108,14 @@ class Optimizer {
       data_parallel::DistributedDataParallel* ddp,
       const OptimizerConfig& config, const OptimizerGroups& groups);
 
+  // Over pieces held outside the parameters (see ExternalShard): the norm
+  // is summed over `shard_group` too, and `after_update` (may be null) runs
+  // after every applied update, where the owner re-gathers its parameters.
+  static absl::StatusOr<std::unique_ptr<Optimizer>> CreateExternal(
+      std::vector<ExternalShard> shards, comm::ProcessGroup* shard_group,
+      const OptimizerConfig& config, const OptimizerGroups& groups,
+      std::function<absl::Status()> after_update);
+
   // The multiplier of the loss before backward (1 without loss scaling):
   // pass loss_scale() / num_microbatches as ForwardBackward's grad_scale.
   double loss_scale() const;
@@ -119,20 +141,26 @@ class Optimizer {
     std::shared_ptr<Parameter> param;
     int64_t begin = 0, end = 0;
     Tensor master;  // fp32 [end - begin]; a view of the value when fp32.
+    Tensor grad;    // External shards only: the fp32 gradient piece.
+    Shape shape;    // The TP-local parameter's shape.
     bool own_master = false;
     std::vector<Tensor> state;
     bool counted = true;  // Counts in the global norm on this rank.
   };
+  // Pieces without value/grad tensors view the parameter's own.
   static absl::StatusOr<std::unique_ptr<Optimizer>> Build(
-      std::vector<data_parallel::ParamShard> shards, bool sharded,
+      std::vector<ExternalShard> shards, bool sharded,
       data_parallel::DistributedDataParallel* ddp,
       const OptimizerConfig& config, const OptimizerGroups& groups);
   absl::StatusOr<Tensor> View(const Tensor& t, const Range& r) const;
+  absl::StatusOr<Tensor> GradOf(const Range& r) const;
   absl::Status ReduceSum(Tensor* t);
 
   OptimizerConfig config_;
   OptimizerGroups groups_;
   data_parallel::DistributedDataParallel* ddp_ = nullptr;
+  comm::ProcessGroup* shard_group_ = nullptr;  // The norm sums over it.
+  std::function<absl::Status()> after_update_;
   bool sharded_ = false;
   std::unique_ptr<UpdateRule> rule_;
   std::optional<LossScaler> scaler_;
