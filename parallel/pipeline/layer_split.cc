@@ -1,0 +1,135 @@
+#include "parallel/pipeline/layer_split.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace mcc {
+namespace pipeline {
+
+absl::Status ValidatePipelineConfig(const PipelineConfig& c) {
+  const int p = c.pipeline_size;
+  if (p < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-model-parallel-size must be at least 1, not ", p));
+  }
+  if (c.num_layers < p) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num-layers ", c.num_layers, " is fewer than the ", p,
+                     " pipeline stages (--pipeline-model-parallel-size)"));
+  }
+  const bool uneven = c.first_stage_layers > 0 || c.last_stage_layers > 0;
+  if (c.first_stage_layers < 0 || c.last_stage_layers < 0) {
+    return absl::InvalidArgumentError(
+        "--decoder-first-pipeline-num-layers and "
+        "--decoder-last-pipeline-num-layers must not be negative");
+  }
+  if (c.layers_per_virtual_stage != 0) {
+    if (p < 2) {
+      return absl::InvalidArgumentError(
+          "--num-layers-per-virtual-pipeline-stage needs "
+          "--pipeline-model-parallel-size of at least 2");
+    }
+    if (uneven) {
+      return absl::InvalidArgumentError(
+          "--num-layers-per-virtual-pipeline-stage cannot be combined with "
+          "--decoder-first-pipeline-num-layers / "
+          "--decoder-last-pipeline-num-layers");
+    }
+    if (c.layers_per_virtual_stage < 0 ||
+        c.num_layers % (p * c.layers_per_virtual_stage) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--num-layers ", c.num_layers,
+                       " is not divisible by --pipeline-model-parallel-size ",
+                       p, " x --num-layers-per-virtual-pipeline-stage ",
+                       c.layers_per_virtual_stage));
+    }
+    return absl::OkStatus();
+  }
+  if (!uneven) {
+    if (c.num_layers % p != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--num-layers ", c.num_layers,
+          " is not divisible by --pipeline-model-parallel-size ", p,
+          "; set --decoder-first-pipeline-num-layers and/or "
+          "--decoder-last-pipeline-num-layers for an uneven split"));
+    }
+    return absl::OkStatus();
+  }
+  int rest = c.num_layers - c.first_stage_layers - c.last_stage_layers;
+  int middle = p;
+  if (c.first_stage_layers > 0) --middle;
+  if (c.last_stage_layers > 0) --middle;
+  if (p == 1 || rest < 0 || (middle == 0 && rest != 0) ||
+      (middle > 0 && rest % middle != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--decoder-first-pipeline-num-layers ", c.first_stage_layers,
+        " and --decoder-last-pipeline-num-layers ", c.last_stage_layers,
+        " leave ", rest, " of --num-layers ", c.num_layers,
+        " layers, which do not split evenly over the other ", middle, " of ", p,
+        " stages"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<LayerRange>> StageLayers(const PipelineConfig& c,
+                                                    int stage) {
+  MCC_RETURN_IF_ERROR(ValidatePipelineConfig(c));
+  const int p = c.pipeline_size;
+  if (stage < 0 || stage >= p) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline stage ", stage, " is outside [0, ", p, ")"));
+  }
+  std::vector<LayerRange> ranges;
+  if (c.layers_per_virtual_stage > 0) {
+    const int n = c.layers_per_virtual_stage;
+    for (int v = 0; v < c.virtual_stages(); ++v) {
+      ranges.push_back({(v * p + stage) * n, n});
+    }
+    return ranges;
+  }
+  std::vector<int> counts(p, 0);
+  int rest = c.num_layers, middle = p;
+  if (c.first_stage_layers > 0) {
+    counts[0] = c.first_stage_layers;
+    rest -= counts[0];
+    --middle;
+  }
+  if (c.last_stage_layers > 0) {
+    counts[p - 1] = c.last_stage_layers;
+    rest -= counts[p - 1];
+    --middle;
+  }
+  for (int i = 0; i < p; ++i) {
+    const bool fixed = (i == 0 && c.first_stage_layers > 0) ||
+                       (i == p - 1 && c.last_stage_layers > 0);
+    if (!fixed) counts[i] = rest / middle;
+  }
+  int first = 0;
+  for (int i = 0; i < stage; ++i) first += counts[i];
+  ranges.push_back({first, counts[stage]});
+  return ranges;
+}
+
+absl::Status ValidateMicroBatches(const PipelineConfig& c,
+                                  int num_microbatches) {
+  if (num_microbatches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the step has ", num_microbatches,
+        " micro-batches (--global-batch-size / (--micro-batch-size x "
+        "data-parallel size)); it needs at least one"));
+  }
+  if (c.layers_per_virtual_stage > 0 &&
+      num_microbatches % c.pipeline_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the interleaved schedule (--num-layers-per-virtual-pipeline-stage) "
+        "needs the number of micro-batches (",
+        num_microbatches,
+        " = --global-batch-size / (--micro-batch-size x data-parallel size)) "
+        "to be a multiple of --pipeline-model-parallel-size ",
+        c.pipeline_size));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pipeline
+}  // namespace mcc

@@ -1,0 +1,91 @@
+#ifndef PARALLEL_PIPELINE_PIPELINE_EXECUTOR_H_
+#define PARALLEL_PIPELINE_PIPELINE_EXECUTOR_H_
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/comm/process_group.h"
+#include "models/gpt/gpt_model.h"
+#include "parallel/pipeline/p2p.h"
+#include "parallel/pipeline/schedules.h"
+
+namespace mcc {
+namespace pipeline {
+
+struct PipelineOptions {
+  ScheduleKind schedule = ScheduleKind::kOneFOneB;
+  // Post the next action's receive before computing the current one and
+  // let sends complete in the background (Megatron's overlapped p2p;
+  // --no-overlap-p2p-communication turns it off: each action's sends and
+  // the next action's receive are issued together and waited for).
+  bool overlap_p2p = true;
+};
+
+// What one step did on this stage.
+struct PipelineStats {
+  double forward_seconds = 0;   // Computing forwards.
+  double backward_seconds = 0;  // Computing backwards.
+  double wait_seconds = 0;      // Blocked on neighbours' transfers.
+  double total_seconds = 0;     // The whole schedule.
+  // Most micro-batches whose activations this stage held at once.
+  int max_in_flight = 0;
+  // Share of the step this stage did not compute, and the schedule's
+  // theoretical bubble (TheoreticalBubble).
+  double measured_bubble = 0;
+  double theoretical_bubble = 0;
+};
+
+struct PipelineStepResult {
+  // Per micro-batch, computed by the last stage and broadcast to all.
+  std::vector<gpt::LossSum> losses;
+  PipelineStats stats;
+};
+
+// Runs a pipeline schedule over this stage's model chunks (one, or one per
+// virtual stage in order), moving activations and gradients between
+// neighbouring stages. The chunks' parameter gradients accumulate as
+// ForwardBackward's do; the caller then sums shared embedding gradients
+// (GPTModel::SyncSharedGradients) and syncs data parallelism.
+class PipelineExecutor {
+ public:
+  // pipeline may be null for a single stage.
+  static absl::StatusOr<std::unique_ptr<PipelineExecutor>> Create(
+      std::vector<gpt::GPTModel*> chunks, comm::ProcessGroup* pipeline,
+      PipelineOptions options);
+
+  // Called before each backward with whether it is the chunk's last
+  // micro-batch of the step (data parallelism reduces only then).
+  void SetLastMicrobatchCallback(std::function<void(bool)> callback) {
+    last_microbatch_ = std::move(callback);
+  }
+
+  // One step over `batches` (every stage passes the same micro-batches; the
+  // first stage reads their tokens, the last their labels). grad_scale as
+  // GPTModel::ForwardBackward's. forward_only: evaluation, no dropout.
+  absl::StatusOr<PipelineStepResult> Run(
+      const std::vector<gpt::MicroBatch>& batches, float grad_scale,
+      bool forward_only = false);
+
+  int stages() const { return stages_; }
+  int stage() const { return stage_; }
+  const PipelineOptions& options() const { return options_; }
+
+ private:
+  PipelineExecutor() = default;
+  bool NeedsRecv(const Action& a) const;
+  absl::Status BroadcastLosses(std::vector<gpt::LossSum>* losses);
+
+  std::vector<gpt::GPTModel*> chunks_;
+  comm::ProcessGroup* pipeline_ = nullptr;
+  std::unique_ptr<PipelineP2P> p2p_;
+  PipelineOptions options_;
+  int stages_ = 1, stage_ = 0;
+  std::function<void(bool)> last_microbatch_;
+};
+
+}  // namespace pipeline
+}  // namespace mcc
+
+#endif  // PARALLEL_PIPELINE_PIPELINE_EXECUTOR_H_
