@@ -51,7 +51,20 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   ctx.sequence_parallel = o.sequence_parallel && ctx.tp_group != nullptr;
   ctx.dtype = o.dtype;
   ctx.seed = o.model.seed;
-  MCC_ASSIGN_OR_RETURN(auto model, gpt::GPTModel::Create(o.model, ctx));
+  pipeline::PipelineConfig split = o.pipeline;
+  split.num_layers = o.model.num_layers;
+  comm::ProcessGroup* pp = state ? state->pipeline() : nullptr;
+  if (pp != nullptr && pp->size() != split.pipeline_size) {
+    return absl::InvalidArgumentError("pipeline size does not match state");
+  }
+  MCC_ASSIGN_OR_RETURN(
+      auto model, pipeline::StageModel::Create(o.model, ctx, split,
+                                               pp ? pp->rank() : 0));
+  MCC_ASSIGN_OR_RETURN(
+      auto executor,
+      pipeline::PipelineExecutor::Create(
+          model->chunks(), pp != nullptr && pp->size() > 1 ? pp : nullptr,
+          o.schedule));
   comm::ProcessGroup* dp = state ? state->data() : nullptr;
   const int dp_size = dp ? dp->size() : 1;
   const int dp_rank = dp ? dp->rank() : 0;
@@ -72,6 +85,8 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     MCC_ASSIGN_OR_RETURN(ddp, data_parallel::DistributedDataParallel::Create(
                                   model->parameters(), dp, o.ddp));
     model->SetGradReadyHook(ddp->GradReadyHook());
+    executor->SetLastMicrobatchCallback(
+        [d = ddp.get()](bool last) { d->set_is_last_microbatch(last); });
     MCC_ASSIGN_OR_RETURN(opt,
                          Optimizer::Create(ddp.get(), o.optimizer, groups));
   } else {
@@ -91,14 +106,20 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     }
     const float grad_scale = static_cast<float>(opt->loss_scale() / local_mb);
     double local_loss = 0;
+    std::vector<gpt::MicroBatch> batches;
     for (int i = 0; i < local_mb; ++i) {
-      if (ddp) ddp->set_is_last_microbatch(i == local_mb - 1);
-      MCC_ASSIGN_OR_RETURN(
-          gpt::LossSum loss,
-          model->ForwardBackward(
-              FixedBatch(o.model, step, dp_rank * local_mb + i), grad_scale));
+      batches.push_back(FixedBatch(o.model, step, dp_rank * local_mb + i));
+    }
+    MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
+                         executor->Run(batches, grad_scale));
+    for (const gpt::LossSum& loss : run.losses) {
       local_loss += loss.mean() / local_mb;
     }
+    result.max_in_flight =
+        std::max(result.max_in_flight, run.stats.max_in_flight);
+    if (ddp) ddp->set_is_last_microbatch(true);
+    MCC_RETURN_IF_ERROR(
+        model->SyncSharedGradients(state ? state->embedding() : nullptr));
     if (ddp) MCC_RETURN_IF_ERROR(ddp->FinishGradSync());
     MCC_RETURN_IF_ERROR(model->FinalizeGradients());
     for (int s : o.inject_inf_steps) {

@@ -17,6 +17,9 @@
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
 #include "parallel/parallel_state.h"
+#include "parallel/pipeline/layer_split.h"
+#include "parallel/pipeline/pipeline_executor.h"
+#include "parallel/pipeline/stage_model.h"
 
 namespace mcc {
 namespace optim {
@@ -41,11 +44,16 @@ struct TrainOptions {
   std::vector<int> inject_inf_steps;
   // Check weight hashes across DP every this many steps (0: never).
   int weight_hash_interval = 0;
+  // Pipeline parallelism over state->pipeline() (its size must match
+  // pipeline.pipeline_size; num_layers is taken from the model).
+  pipeline::PipelineConfig pipeline;
+  pipeline::PipelineOptions schedule;
 };
 
 struct TrainResult {
   std::vector<double> loss;  // Mean over the global batch, per step.
   std::vector<StepInfo> steps;
+  int max_in_flight = 0;  // Most micro-batches held at once on this stage.
 };
 
 // Trains on `state`'s groups (null: one process). Every rank returns the

@@ -1,0 +1,71 @@
+#include "parallel/pipeline/stage_model.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace mcc {
+namespace pipeline {
+
+absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(
+    const gpt::GPTConfig& config, const parallel::LayerContext& context,
+    const PipelineConfig& split, int stage) {
+  if (split.num_layers != config.num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline split of ", split.num_layers,
+                     " layers for a model of ", config.num_layers));
+  }
+  MCC_ASSIGN_OR_RETURN(std::vector<LayerRange> ranges,
+                       StageLayers(split, stage));
+  auto model = std::unique_ptr<StageModel>(new StageModel);
+  const int p = split.pipeline_size;
+  const int v = static_cast<int>(ranges.size());
+  for (int i = 0; i < v; ++i) {
+    gpt::ModelChunkSpec spec;
+    spec.first_layer = ranges[i].first;
+    spec.num_layers = ranges[i].count;
+    spec.pre_process = stage == 0 && i == 0;
+    spec.post_process = stage == p - 1 && i == v - 1;
+    spec.share_embedding_with_other_stage = p > 1;
+    MCC_ASSIGN_OR_RETURN(auto chunk,
+                         gpt::GPTModel::Create(config, context, spec));
+    for (const auto& param : chunk->parameters()) {
+      model->parameters_.push_back(param);
+    }
+    model->chunks_.push_back(std::move(chunk));
+  }
+  return model;
+}
+
+std::vector<gpt::GPTModel*> StageModel::chunks() const {
+  std::vector<gpt::GPTModel*> out;
+  for (const auto& c : chunks_) out.push_back(c.get());
+  return out;
+}
+
+void StageModel::SetGradReadyHook(gpt::GPTModel::GradReadyHook hook) {
+  for (const auto& c : chunks_) c->SetGradReadyHook(hook);
+}
+
+absl::Status StageModel::SyncSharedGradients(
+    comm::ProcessGroup* embedding_group) {
+  for (const auto& c : chunks_) {
+    MCC_RETURN_IF_ERROR(c->SyncSharedGradients(embedding_group));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageModel::FinalizeGradients() {
+  for (const auto& c : chunks_) MCC_RETURN_IF_ERROR(c->FinalizeGradients());
+  return absl::OkStatus();
+}
+
+void StageModel::ZeroGradients() {
+  for (const auto& c : chunks_) c->ZeroGradients();
+}
+
+void StageModel::set_rng_calls(uint64_t calls) {
+  for (const auto& c : chunks_) c->set_rng_calls(calls);
+}
+
+}  // namespace pipeline
+}  // namespace mcc

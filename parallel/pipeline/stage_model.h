@@ -1,0 +1,53 @@
+#ifndef PARALLEL_PIPELINE_STAGE_MODEL_H_
+#define PARALLEL_PIPELINE_STAGE_MODEL_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/comm/process_group.h"
+#include "core/parameter.h"
+#include "models/gpt/gpt_model.h"
+#include "parallel/pipeline/layer_split.h"
+
+namespace mcc {
+namespace pipeline {
+
+// The part of a GPT one pipeline stage holds: one model chunk, or one per
+// virtual stage. With tied embeddings and more than one stage, the first
+// stage's word embedding and the last stage's output weight are two copies
+// of one parameter, kept equal by summing their gradients.
+class StageModel {
+ public:
+  // The chunks of `stage` (config.num_layers must equal split.num_layers).
+  static absl::StatusOr<std::unique_ptr<StageModel>> Create(
+      const gpt::GPTConfig& config, const parallel::LayerContext& context,
+      const PipelineConfig& split, int stage);
+
+  std::vector<gpt::GPTModel*> chunks() const;
+  gpt::GPTModel* chunk(int i) const { return chunks_[i].get(); }
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  // Every chunk's parameters, chunk by chunk.
+  const ParameterList& parameters() const { return parameters_; }
+
+  void SetGradReadyHook(gpt::GPTModel::GradReadyHook hook);
+  // Sums the shared embedding gradients over `embedding_group` (null or a
+  // stage without them: nothing); call after the schedule, before the
+  // data-parallel gradient sync.
+  absl::Status SyncSharedGradients(comm::ProcessGroup* embedding_group);
+  // Each chunk's FinalizeGradients (after the data-parallel sync).
+  absl::Status FinalizeGradients();
+  void ZeroGradients();
+  // The dropout stream position (every chunk advances it alike).
+  uint64_t rng_calls() const { return chunks_[0]->rng_calls(); }
+  void set_rng_calls(uint64_t calls);
+
+ private:
+  std::vector<std::unique_ptr<gpt::GPTModel>> chunks_;
+  ParameterList parameters_;
+};
+
+}  // namespace pipeline
+}  // namespace mcc
+
+#endif  // PARALLEL_PIPELINE_STAGE_MODEL_H_
