@@ -445,6 +445,11 @@ std::shared_ptr<Work> PostP2p(
                     absl::Duration timeout, bool* finished) -> absl::Status {
     const absl::Time now = absl::Now();
     const bool final_wait = now + timeout >= deadline;
+    // gloo closes the pair when a wait times out, so a zero-timeout poll
+    // (Work::IsCompleted) must not reach it: it reports "not yet".
+    if (timeout <= absl::ZeroDuration() && !final_wait) {
+      return absl::DeadlineExceededError("not finished");
+    }
     const absl::Duration wait = final_wait ? deadline - now : timeout;
     try {
       const auto ms = std::chrono::milliseconds(

@@ -159,7 +159,6 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(
       }
     } else {
       if (last_microbatch_) last_microbatch_(a.microbatch == m - 1);
-      result.losses[a.microbatch] = record.loss;
       auto dx = chunk->BackwardStep(input, grad_scale, &record);
       if (!dx.ok()) {
         return absl::Status(dx.status().code(),
@@ -184,11 +183,9 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(
         }
       }
     } else if (sent != nullptr) {
+      // Sends complete in the background; their buffers are held until the
+      // step ends (gloo cannot be polled without closing the connection).
       sends.push_back({out, sent});
-      // Drop the buffers of sends that have completed.
-      for (auto it = sends.begin(); it != sends.end();) {
-        it = it->work->IsCompleted() ? sends.erase(it) : std::next(it);
-      }
     }
   }
   for (Transfer& t : sends) MCC_RETURN_IF_ERROR(wait(t.work));

@@ -1,0 +1,206 @@
+// Pipeline parallelism in real processes (gloo) against the serial run:
+// PP 2 and 4, with TP 2 (and SP) and DP 2 where the world allows, the
+// interleaved schedule with 2 virtual stages, uneven splits, p2p without
+// overlap, recomputation, the distributed optimizer and untied embeddings,
+// with dropout on, over 10 steps. Also counts how many micro-batches'
+// activations each stage holds at once under each schedule.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/comm/init.h"
+#include "core/comm/mp_test_util.h"
+#include "core/status_macros.h"
+#include "gtest/gtest.h"
+#include "optim/train_test_util.h"
+#include "parallel/parallel_state.h"
+
+namespace mcc {
+namespace pipeline {
+namespace {
+
+using optim::testing::TrainOptions;
+using optim::testing::TrainResult;
+
+struct Case {
+  std::string name;
+  int world = 1;
+  int tp = 1;
+  int pp = 1;
+  int layers_per_virtual_stage = 0;
+  int first = 0, last = 0;  // Uneven split.
+  bool overlap_p2p = true;
+  bool distopt = false;
+  bool recompute = false;
+  bool untied = false;
+  ScheduleKind schedule = ScheduleKind::kOneFOneB;
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> v;
+  v.push_back({"pp2", 2, 1, 2});
+  v.push_back({"pp4", 4, 1, 4});
+  v.push_back({"pp2_interleaved", 2, 1, 2, 1});
+  v.push_back({"pp2_tp2_sp", 4, 2, 2});
+  v.push_back({"pp2_dp2_distopt", 4, 1, 2, 0, 0, 0, true, true});
+  v.push_back({"pp2_tp2_dp2", 8, 2, 2});
+  v.push_back({"pp4_uneven_no_overlap", 4, 1, 4, 0, 1, 0, false});
+  Case recompute{"pp2_recompute_untied", 2, 1, 2};
+  recompute.recompute = true;
+  recompute.untied = true;
+  v.push_back(recompute);
+  Case fill{"pp4_all_forward_all_backward", 4, 1, 4};
+  fill.schedule = ScheduleKind::kAllForwardAllBackward;
+  v.push_back(fill);
+  return v;
+}
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+constexpr int kLayers = 4;
+constexpr int kGlobalMicrobatches = 8;
+
+TrainOptions Options(const Case& c) {
+  TrainOptions o;
+  o.model.num_layers = kLayers;
+  // Dropout masks follow each rank's count of forward calls, which is the
+  // serial run's only without data parallelism (each DP rank then sees
+  // other micro-batches than the serial run's first ones).
+  const bool dropout = c.world == c.tp * c.pp;
+  o.model.hidden_dropout = dropout ? 0.1 : 0.0;
+  o.model.attention_dropout = dropout ? 0.1 : 0.0;
+  o.model.untie_embeddings_and_output_weights = c.untied;
+  if (c.recompute) {
+    o.model.recompute_granularity = gpt::RecomputeGranularity::kFull;
+    o.model.recompute_num_layers = 1;
+  }
+  o.steps = 10;
+  o.global_microbatches = kGlobalMicrobatches;
+  o.sequence_parallel = c.tp > 1;
+  o.ddp.overlap_grad_reduce = true;
+  o.ddp.use_distributed_optimizer = c.distopt;
+  o.optimizer.clip_grad = 1.0;
+  o.lr.lr = 2e-3;
+  o.lr.min_lr = 2e-4;
+  o.lr.warmup_iters = 2;
+  o.lr.decay_iters = 10;
+  o.pipeline.pipeline_size = c.pp;
+  o.pipeline.layers_per_virtual_stage = c.layers_per_virtual_stage;
+  o.pipeline.first_stage_layers = c.first;
+  o.pipeline.last_stage_layers = c.last;
+  o.schedule.schedule = c.schedule;
+  o.schedule.overlap_p2p = c.overlap_p2p;
+  return o;
+}
+
+const Case& FindCase(const std::string& name) {
+  static const auto* cases = new std::vector<Case>(Cases());
+  for (const auto& c : *cases) {
+    if (c.name == name) return c;
+  }
+  std::fprintf(stderr, "unknown case %s\n", name.c_str());
+  std::abort();
+}
+
+MCC_WORKER(pp_train) {
+  const Case& c = FindCase(std::getenv("MCC_TEST_CASE"));
+  comm::GroupOptions options;
+  options.timeout = absl::Seconds(60);
+  auto world = comm::InitWorldFromEnvironment(options);
+  if (!world.ok()) return 3;
+  parallel::ParallelSizes sizes;
+  sizes.tensor = c.tp;
+  sizes.pipeline = c.pp;
+  auto state = parallel::ParallelState::Create(world->group, sizes);
+  if (!state.ok()) return 3;
+  auto result = optim::testing::Train(Options(c), state->get());
+  if (!result.ok()) {
+    std::fprintf(stderr, "train: %s\n", result.status().ToString().c_str());
+    return 4;
+  }
+  const int rank = (*state)->world()->rank();
+  if (rank == 0) {
+    auto s = optim::testing::WriteResult(
+        optim::testing::TmpPath(c.name + ".txt"), *result);
+    if (!s.ok()) return 5;
+  }
+  std::ofstream(optim::testing::TmpPath(
+      absl::StrCat(c.name, ".inflight.", (*state)->pipeline_rank(), ".", rank)))
+      << result->max_in_flight;
+  return 0;
+}
+
+// The same model and optimizer in one process, without pipelining.
+TrainResult Serial(const Case& c) {
+  Case serial = c;
+  serial.world = serial.tp = serial.pp = 1;
+  serial.layers_per_virtual_stage = serial.first = serial.last = 0;
+  serial.distopt = false;
+  serial.schedule = ScheduleKind::kNoPipelining;
+  TrainOptions o = Options(serial);
+  const bool dropout = c.world == c.tp * c.pp;
+  o.model.hidden_dropout = dropout ? 0.1 : 0.0;
+  o.model.attention_dropout = dropout ? 0.1 : 0.0;
+  o.use_ddp = false;
+  auto r = optim::testing::Train(o, nullptr);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : TrainResult();
+}
+
+class PipelineParityTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PipelineParityTest, EqualsSerial) {
+  const Case& c = GetParam();
+  auto results = comm::testing::RunWorkers(
+      c.world, "pp_train", absl::Seconds(120), [&](int) {
+        return std::map<std::string, std::string>{{"MCC_TEST_CASE", c.name}};
+      });
+  for (const auto& r : results) {
+    ASSERT_EQ(r.exit_code, 0) << comm::testing::Describe(results);
+  }
+  auto parallel =
+      optim::testing::ReadResult(optim::testing::TmpPath(c.name + ".txt"));
+  ASSERT_TRUE(parallel.ok()) << parallel.status();
+  const TrainResult serial = Serial(c);
+  ASSERT_EQ(parallel->loss.size(), 10u);
+  ASSERT_EQ(serial.loss.size(), 10u);
+  for (int s = 0; s < 10; ++s) {
+    SCOPED_TRACE(absl::StrCat("step ", s));
+    EXPECT_LE(optim::testing::RelDiff(parallel->loss[s], serial.loss[s]), 1e-5)
+        << parallel->loss[s] << " vs serial " << serial.loss[s];
+    EXPECT_LE(optim::testing::RelDiff(parallel->steps[s].grad_norm,
+                                      serial.steps[s].grad_norm),
+              1e-5)
+        << parallel->steps[s].grad_norm << " vs serial "
+        << serial.steps[s].grad_norm;
+  }
+  EXPECT_LT(parallel->loss[9], parallel->loss[0]);
+
+  // Activations held at once on the first stage (tp 0, dp 0 is rank 0).
+  std::ifstream in(
+      optim::testing::TmpPath(absl::StrCat(c.name, ".inflight.0.0")));
+  int held = -1;
+  in >> held;
+  const int dp = c.world / (c.tp * c.pp);
+  const int m = kGlobalMicrobatches / dp;
+  if (c.schedule == ScheduleKind::kAllForwardAllBackward) {
+    EXPECT_EQ(held, m);
+  } else if (c.layers_per_virtual_stage == 0) {
+    EXPECT_LE(held, c.pp);
+    EXPECT_EQ(held, std::min(c.pp, m));
+  } else {
+    EXPECT_LT(held, 2 * m);  // Never every micro-batch of both chunks.
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, PipelineParityTest,
+                         ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace pipeline
+}  // namespace mcc
