@@ -309,8 +309,10 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
   }
   job->context.dtype = plan.dtype;
   job->context.seed = job->config.seed;
+  job->pipeline.num_layers = job->config.num_layers;
   MCC_ASSIGN_OR_RETURN(job->model,
-                       gpt::GPTModel::Create(job->config, job->context));
+                       pipeline::StageModel::Create(job->config, job->context,
+                                                    job->pipeline, 0));
   // The weights: this rank's box of every global tensor.
   MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(plan.load_dir));
   std::vector<ShardedTensorRef> refs;
@@ -345,7 +347,8 @@ absl::StatusOr<double> Evaluate(Job& job, data::DataLoader* loader, int iters) {
     if (absl::IsOutOfRange(mb.status())) break;
     MCC_RETURN_IF_ERROR(mb.status());
     gpt::MicroBatch batch{mb->tokens, mb->labels, mb->loss_mask};
-    MCC_ASSIGN_OR_RETURN(gpt::LossSum loss, job.model->Forward(batch));
+    MCC_ASSIGN_OR_RETURN(gpt::LossSum loss,
+                         job.model->chunk(0)->Forward(batch));
     sum += loss.sum;
     tokens += loss.tokens;
   }
@@ -442,7 +445,7 @@ int64_t SampleToken(const float* logits, int64_t limit, double temperature,
 }
 
 absl::Status RunGeneration(Job& job, const Plan& plan) {
-  gpt::GPTModel& model = *job.model;
+  gpt::GPTModel& model = *job.model->chunk(0);
   const bool use_cache = !absl::GetFlag(FLAGS_no_kv_cache);
   const double temperature = absl::GetFlag(FLAGS_temperature);
   const int top_k = absl::GetFlag(FLAGS_top_k);

@@ -130,6 +130,7 @@ absl::Status CheckFlagsBeforeLaunch(int world_size) {
     }
     MCC_RETURN_IF_ERROR(data::ParseSplit(absl::GetFlag(FLAGS_split)).status());
   }
+  MCC_RETURN_IF_ERROR(flags::PipelineConfigFromFlags().status());
   return flags::GPTConfigFromFlags(vocab).status();
 }
 
@@ -176,8 +177,10 @@ absl::StatusOr<std::unique_ptr<Job>> SetupJob() {
                        : absl::GetFlag(FLAGS_fp16) ? DType::kFloat16
                                                    : DType::kFloat32;
   job->context.seed = job->config.seed;
-  MCC_ASSIGN_OR_RETURN(job->model,
-                       gpt::GPTModel::Create(job->config, job->context));
+  MCC_ASSIGN_OR_RETURN(job->pipeline, flags::PipelineConfigFromFlags());
+  MCC_ASSIGN_OR_RETURN(
+      job->model, pipeline::StageModel::Create(job->config, job->context,
+                                               job->pipeline, job->pp_rank()));
   return job;
 }
 

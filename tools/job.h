@@ -12,6 +12,8 @@
 #include "data/tokenizer.h"
 #include "models/gpt/gpt_model.h"
 #include "parallel/parallel_state.h"
+#include "parallel/pipeline/layer_split.h"
+#include "parallel/pipeline/stage_model.h"
 
 namespace mcc {
 namespace tools {
@@ -28,10 +30,18 @@ struct Job {
   int64_t vocab_size = 0;  // The tokenizer's (or --vocab-size for mock data).
   gpt::GPTConfig config;
   parallel::LayerContext context;
-  std::unique_ptr<gpt::GPTModel> model;
+  pipeline::PipelineConfig pipeline;  // How the layers split over stages.
+  // This stage's model chunks (the whole model without pipelining).
+  std::unique_ptr<pipeline::StageModel> model;
 
   comm::ProcessGroup* tp() const { return state ? state->tensor() : nullptr; }
   comm::ProcessGroup* dp() const { return state ? state->data() : nullptr; }
+  // Null without pipelining.
+  comm::ProcessGroup* pp() const {
+    return state && state->layout().pipeline_size() > 1 ? state->pipeline()
+                                                        : nullptr;
+  }
+  int pp_rank() const { return state ? state->pipeline_rank() : 0; }
   int dp_size() const { return state ? state->layout().data_size() : 1; }
   int dp_rank() const { return state ? state->data_rank() : 0; }
   bool is_logging_rank() const { return rank == 0; }

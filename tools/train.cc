@@ -25,6 +25,7 @@
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
 #include "parallel/data_parallel/weight_hash.h"
+#include "parallel/pipeline/pipeline_executor.h"
 #include "tools/comm_dist_context.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/train_config.pb.h"
@@ -189,7 +190,12 @@ absl::Status CheckTrainFlags(int world_size) {
   const int model_parallel = absl::GetFlag(FLAGS_tensor_model_parallel_size) *
                              absl::GetFlag(FLAGS_pipeline_model_parallel_size) *
                              absl::GetFlag(FLAGS_context_parallel_size);
-  MCC_RETURN_IF_ERROR(PlanBatches(world_size / model_parallel).status());
+  MCC_ASSIGN_OR_RETURN(Batching batching,
+                       PlanBatches(world_size / model_parallel));
+  MCC_ASSIGN_OR_RETURN(pipeline::PipelineConfig split,
+                       flags::PipelineConfigFromFlags());
+  MCC_RETURN_IF_ERROR(
+      pipeline::ValidateMicroBatches(split, batching.num_microbatches));
   MCC_RETURN_IF_ERROR(OptimizerConfigFromFlags().status());
   MCC_RETURN_IF_ERROR(ScheduleFromFlags().status());
   MCC_RETURN_IF_ERROR(CheckpointFlagsFromCommandLine().status());
@@ -219,20 +225,60 @@ absl::StatusOr<std::pair<double, double>> ReduceLoss(const Job& job, double sum,
                         static_cast<double>(d.data<float>()[1]));
 }
 
-// Mean loss over `iters` micro-batches of a split (no gradients).
-absl::StatusOr<double> Evaluate(Job& job, data::DataLoader* loader, int iters) {
-  double sum = 0, tokens = 0;
+// Mean loss over `iters` micro-batches of a split (no gradients), through
+// the pipeline when there is one.
+absl::StatusOr<double> Evaluate(Job& job, pipeline::PipelineExecutor* executor,
+                                data::DataLoader* loader, int iters) {
+  std::vector<gpt::MicroBatch> batches;
   for (int i = 0; i < iters; ++i) {
     auto mb = loader->Next();
     if (absl::IsOutOfRange(mb.status())) break;
     MCC_RETURN_IF_ERROR(mb.status());
-    gpt::MicroBatch batch{mb->tokens, mb->labels, mb->loss_mask};
-    MCC_ASSIGN_OR_RETURN(gpt::LossSum loss, job.model->Forward(batch));
-    sum += loss.sum;
-    tokens += loss.tokens;
+    batches.push_back({mb->tokens, mb->labels, mb->loss_mask});
+  }
+  double sum = 0, tokens = 0;
+  if (!batches.empty()) {
+    MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
+                         executor->Run(batches, 0.0f, /*forward_only=*/true));
+    for (const gpt::LossSum& loss : run.losses) {
+      sum += loss.sum;
+      tokens += loss.tokens;
+    }
   }
   MCC_ASSIGN_OR_RETURN(auto reduced, ReduceLoss(job, sum, tokens));
   return reduced.second > 0 ? reduced.first / reduced.second : 0.0;
+}
+
+// Per-stage pipeline timers over a logging window, gathered to every rank
+// and logged by the logging rank beside the schedule's theoretical bubble.
+absl::Status LogPipelineStats(const Job& job,
+                              const pipeline::PipelineStats& window,
+                              const std::string& schedule) {
+  comm::ProcessGroup* pp = job.pp();
+  if (pp == nullptr) return absl::OkStatus();
+  Tensor mine =
+      *Tensor::FromVector({static_cast<float>(window.forward_seconds),
+                           static_cast<float>(window.backward_seconds),
+                           static_cast<float>(window.wait_seconds),
+                           static_cast<float>(window.total_seconds),
+                           static_cast<float>(window.max_in_flight)},
+                          {5});
+  Tensor all = Tensor::Empty({pp->size() * 5}, DType::kFloat32);
+  MCC_RETURN_IF_ERROR(pp->AllGatherSync(mine, &all));
+  if (!job.is_logging_rank()) return absl::OkStatus();
+  const float* a = all.data<float>();
+  for (int s = 0; s < pp->size(); ++s) {
+    const float* v = a + 5 * s;
+    const double bubble =
+        v[3] > 0 ? std::max(0.0, 1.0 - (v[0] + v[1]) / v[3]) : 0;
+    LOG(INFO) << absl::StrFormat(
+        "pipeline stage %d/%d (%s): forward %.3f s | backward %.3f s | "
+        "waiting on neighbours %.3f s | schedule %.3f s | activations held "
+        "<= %d micro-batches | bubble measured %.3f, theoretical %.3f",
+        s, pp->size(), schedule, v[0], v[1], v[2], v[3], static_cast<int>(v[4]),
+        bubble, window.theoretical_bubble);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Train() {
@@ -275,6 +321,22 @@ absl::Status Train() {
                        data_parallel::DistributedDataParallel::Create(
                            job->model->parameters(), job->dp(), ddp_config));
   job->model->SetGradReadyHook(ddp->GradReadyHook());
+  // The schedule: 1F1B across stages (interleaved with virtual stages),
+  // plain gradient accumulation on one.
+  pipeline::PipelineOptions pipeline_options;
+  pipeline_options.schedule = job->pp() != nullptr
+                                  ? pipeline::ScheduleKind::kOneFOneB
+                                  : pipeline::ScheduleKind::kNoPipelining;
+  pipeline_options.overlap_p2p =
+      !absl::GetFlag(FLAGS_no_overlap_p2p_communication);
+  MCC_ASSIGN_OR_RETURN(auto executor,
+                       pipeline::PipelineExecutor::Create(
+                           job->model->chunks(), job->pp(), pipeline_options));
+  executor->SetLastMicrobatchCallback(
+      [d = ddp.get()](bool last) { d->set_is_last_microbatch(last); });
+  const std::string schedule_name = pipeline::ScheduleName(
+      job->model->num_chunks() > 1 ? pipeline::ScheduleKind::kInterleaved
+                                   : pipeline_options.schedule);
   MCC_ASSIGN_OR_RETURN(optim::OptimizerConfig opt_config,
                        OptimizerConfigFromFlags());
   optim::OptimizerGroups groups;
@@ -333,19 +395,22 @@ absl::Status Train() {
       params += NumElements(p->global_shape);
     LOG(INFO) << absl::StrFormat(
         "training a GPT: %d layers, hidden %d, %d heads, vocabulary %d, "
-        "sequence %d; %.2fM parameters; world %d (TP %d, DP %d); global "
-        "batch %d = micro-batch %d x DP %d x %d accumulation steps; %s",
+        "sequence %d; %.2fM parameters on this stage; world %d (TP %d, PP "
+        "%d, DP %d; %s); global batch %d = micro-batch %d x DP %d x %d "
+        "micro-batches; %s",
         job->config.num_layers, job->config.hidden_size,
         job->config.num_attention_heads, job->config.vocab_size, seq,
         params / 1e6, job->world_size,
-        absl::GetFlag(FLAGS_tensor_model_parallel_size), dp,
-        batching.global_batch, absl::GetFlag(FLAGS_micro_batch_size), dp,
-        batching.num_microbatches, DTypeName(job->context.dtype));
+        absl::GetFlag(FLAGS_tensor_model_parallel_size),
+        job->pipeline.pipeline_size, dp, schedule_name, batching.global_batch,
+        absl::GetFlag(FLAGS_micro_batch_size), dp, batching.num_microbatches,
+        DTypeName(job->context.dtype));
     LOG(INFO) << absl::StrFormat("GEMM peak for MFU: %.1f GFLOP/s",
                                  peak_flops / 1e9);
   }
 
   Timers timers;
+  pipeline::PipelineStats pipeline_window;
   int64_t skipped = 0;
   const absl::Time start = absl::Now();
   absl::Time window_start = start;
@@ -367,24 +432,36 @@ absl::Status Train() {
     }
     ddp->ZeroGrads();
     double loss_sum = 0, loss_tokens = 0;
+    std::vector<gpt::MicroBatch> batches;
+    timers.Start("data");
     for (int m = 0; m < batching.num_microbatches; ++m) {
-      timers.Start("data");
       MCC_ASSIGN_OR_RETURN(data::MicroBatch mb, train_loader->Next());
-      timers.Stop("data");
-      ddp->set_is_last_microbatch(m == batching.num_microbatches - 1);
-      timers.Start("forward-backward");
-      gpt::MicroBatch batch{mb.tokens, mb.labels, mb.loss_mask};
-      MCC_ASSIGN_OR_RETURN(
-          gpt::LossSum loss,
-          job->model->ForwardBackward(
-              batch, static_cast<float>(optimizer->loss_scale() /
-                                        batching.num_microbatches)));
-      timers.Stop("forward-backward");
+      batches.push_back({mb.tokens, mb.labels, mb.loss_mask});
+    }
+    timers.Stop("data");
+    timers.Start("forward-backward");
+    MCC_ASSIGN_OR_RETURN(
+        pipeline::PipelineStepResult run,
+        executor->Run(batches, static_cast<float>(optimizer->loss_scale() /
+                                                  batching.num_microbatches)));
+    timers.Stop("forward-backward");
+    for (const gpt::LossSum& loss : run.losses) {
       // Megatron's loss: the mean over micro-batches of each one's mean.
       loss_sum += loss.mean() / batching.num_microbatches;
       loss_tokens += 1.0 / batching.num_microbatches;
     }
+    pipeline_window.forward_seconds += run.stats.forward_seconds;
+    pipeline_window.backward_seconds += run.stats.backward_seconds;
+    pipeline_window.wait_seconds += run.stats.wait_seconds;
+    pipeline_window.total_seconds += run.stats.total_seconds;
+    pipeline_window.max_in_flight =
+        std::max(pipeline_window.max_in_flight, run.stats.max_in_flight);
+    pipeline_window.theoretical_bubble = run.stats.theoretical_bubble;
     timers.Start("grad-sync");
+    ddp->set_is_last_microbatch(true);
+    // Tied embedding and output weights on the first and last stages.
+    MCC_RETURN_IF_ERROR(job->model->SyncSharedGradients(
+        job->pp() != nullptr ? job->state->embedding() : nullptr));
     MCC_RETURN_IF_ERROR(ddp->FinishGradSync());
     MCC_RETURN_IF_ERROR(job->model->FinalizeGradients());
     timers.Stop("grad-sync");
@@ -433,6 +510,9 @@ absl::Status Train() {
       m.eta_seconds = seconds * (train_iters - iteration);
       logger.Log(m,
                  absl::GetFlag(FLAGS_timing_log_level) > 0 ? &timers : nullptr);
+      MCC_RETURN_IF_ERROR(
+          LogPipelineStats(*job, pipeline_window, schedule_name));
+      pipeline_window = pipeline::PipelineStats();
       timers.Reset();
       window_start = now;
       window_loss = 0;
@@ -445,8 +525,9 @@ absl::Status Train() {
       MCC_ASSIGN_OR_RETURN(
           auto valid_loader,
           data::DataLoader::Create(datasets[1], eval_loader_config));
-      MCC_ASSIGN_OR_RETURN(double vloss,
-                           Evaluate(*job, valid_loader.get(), eval_iters));
+      MCC_ASSIGN_OR_RETURN(
+          double vloss,
+          Evaluate(*job, executor.get(), valid_loader.get(), eval_iters));
       if (log) {
         LOG(INFO) << absl::StrFormat(
             "validation loss at iteration %d: %.4f | perplexity %.2f",
@@ -473,8 +554,8 @@ absl::Status Train() {
     MCC_ASSIGN_OR_RETURN(
         auto test_loader,
         data::DataLoader::Create(datasets[2], eval_loader_config));
-    MCC_ASSIGN_OR_RETURN(double tloss,
-                         Evaluate(*job, test_loader.get(), eval_iters));
+    MCC_ASSIGN_OR_RETURN(double tloss, Evaluate(*job, executor.get(),
+                                                test_loader.get(), eval_iters));
     if (log) {
       LOG(INFO) << absl::StrFormat("test loss: %.4f | perplexity %.2f", tloss,
                                    std::exp(std::min(tloss, 20.0)));

@@ -112,7 +112,7 @@ absl::Status SaveTrainingCheckpoint(
       ToProto(job.config, job.vocab_size, job.context.dtype);
   auto* parallel = common.mutable_parallel();
   parallel->set_tensor_model_parallel_size(parallel::GroupSize(job.tp()));
-  parallel->set_pipeline_model_parallel_size(1);
+  parallel->set_pipeline_model_parallel_size(job.pipeline.pipeline_size);
   parallel->set_data_parallel_size(job.dp_size());
   parallel->set_context_parallel_size(1);
   parallel->set_sequence_parallel(job.context.sequence_parallel);

@@ -63,6 +63,18 @@ absl::StatusOr<std::vector<Action>> BuildSchedule(ScheduleKind kind, int stages,
   std::vector<Action> out;
   auto fwd = [](int mb, int c) { return Action{Action::kForward, mb, c}; };
   auto bwd = [](int mb, int c) { return Action{Action::kBackward, mb, c}; };
+  if (kind == ScheduleKind::kInterleaved && forward_only) {
+    // Groups of P micro-batches pass through every chunk in turn; the last
+    // group may be short.
+    for (int g = 0; g < m; g += stages) {
+      for (int c = 0; c < chunks; ++c) {
+        for (int mb = g; mb < std::min(m, g + stages); ++mb) {
+          out.push_back(fwd(mb, c));
+        }
+      }
+    }
+    return out;
+  }
   if (kind == ScheduleKind::kInterleaved) {
     if (m % stages != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -71,7 +83,7 @@ absl::StatusOr<std::vector<Action>> BuildSchedule(ScheduleKind kind, int stages,
     }
     const int total = m * chunks;
     int warmup;
-    if (forward_only || m == stages) {
+    if (m == stages) {
       warmup = total;
     } else {
       warmup =
@@ -80,7 +92,6 @@ absl::StatusOr<std::vector<Action>> BuildSchedule(ScheduleKind kind, int stages,
     for (int k = 0; k < warmup; ++k) {
       out.push_back(InterleavedAction(k, stages, chunks, true));
     }
-    if (forward_only) return out;
     for (int k = 0; k < total - warmup; ++k) {
       out.push_back(InterleavedAction(warmup + k, stages, chunks, true));
       out.push_back(InterleavedAction(k, stages, chunks, false));

@@ -143,6 +143,12 @@ TEST(SchedulesTest, ForwardOnlyIsAllForwards) {
   EXPECT_EQ(a->size(), 8u);
   for (const Action& x : *a) EXPECT_EQ(x.kind, Action::kForward);
   EXPECT_EQ((*a)[2], (Action{Action::kForward, 0, 1}));
+  // Evaluation may use a micro-batch count the training schedule cannot.
+  a = BuildSchedule(ScheduleKind::kInterleaved, 2, 0, 2, 3, true);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->size(), 6u);
+  EXPECT_EQ((*a)[4], (Action{Action::kForward, 2, 0}));
+  EXPECT_EQ((*a)[5], (Action{Action::kForward, 2, 1}));
 }
 
 TEST(SchedulesTest, RejectsWhatItCannotRun) {

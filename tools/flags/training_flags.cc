@@ -2,6 +2,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 ABSL_FLAG(int32_t, num_layers, 4, "Transformer layers.");
 ABSL_FLAG(int64_t, hidden_size, 128, "Hidden size.");
@@ -42,6 +43,16 @@ ABSL_FLAG(bool, fp16, false, "fp16 training with a dynamic loss scaler.");
 
 ABSL_FLAG(int32_t, tensor_model_parallel_size, 1, "Tensor-parallel size.");
 ABSL_FLAG(int32_t, pipeline_model_parallel_size, 1, "Pipeline-parallel size.");
+ABSL_FLAG(int32_t, num_layers_per_virtual_pipeline_stage, 0,
+          "Layers per virtual pipeline stage: the interleaved 1F1B schedule "
+          "(0: one chunk per stage).");
+ABSL_FLAG(int32_t, decoder_first_pipeline_num_layers, 0,
+          "Layers on the first pipeline stage (0: an even split).");
+ABSL_FLAG(int32_t, decoder_last_pipeline_num_layers, 0,
+          "Layers on the last pipeline stage (0: an even split).");
+ABSL_FLAG(bool, no_overlap_p2p_communication, false,
+          "Wait for each pipeline transfer instead of overlapping it with "
+          "compute.");
 ABSL_FLAG(int32_t, context_parallel_size, 1, "Context-parallel size.");
 ABSL_FLAG(bool, sequence_parallel, false,
           "Split norm and dropout regions along the sequence over TP.");
@@ -129,11 +140,6 @@ absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size) {
   if (absl::GetFlag(FLAGS_bf16) && absl::GetFlag(FLAGS_fp16)) {
     return absl::InvalidArgumentError("--bf16 and --fp16 exclude each other");
   }
-  if (absl::GetFlag(FLAGS_pipeline_model_parallel_size) != 1) {
-    return absl::UnimplementedError(
-        "--pipeline-model-parallel-size > 1: pipeline parallelism is not "
-        "built yet");
-  }
   if (absl::GetFlag(FLAGS_context_parallel_size) != 1) {
     return absl::UnimplementedError(
         "--context-parallel-size > 1: context parallelism is not built yet");
@@ -144,6 +150,18 @@ absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size) {
       !s.ok()) {
     return s;
   }
+  return c;
+}
+
+absl::StatusOr<pipeline::PipelineConfig> PipelineConfigFromFlags() {
+  pipeline::PipelineConfig c;
+  c.num_layers = absl::GetFlag(FLAGS_num_layers);
+  c.pipeline_size = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
+  c.layers_per_virtual_stage =
+      absl::GetFlag(FLAGS_num_layers_per_virtual_pipeline_stage);
+  c.first_stage_layers = absl::GetFlag(FLAGS_decoder_first_pipeline_num_layers);
+  c.last_stage_layers = absl::GetFlag(FLAGS_decoder_last_pipeline_num_layers);
+  MCC_RETURN_IF_ERROR(pipeline::ValidatePipelineConfig(c));
   return c;
 }
 

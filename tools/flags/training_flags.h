@@ -7,6 +7,7 @@
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "models/gpt/gpt_config.h"
+#include "parallel/pipeline/layer_split.h"
 
 // Megatron-LM's flags shared by the train and eval binaries. Abseil names use
 // underscores; the binaries also accept Megatron's dashed spelling.
@@ -44,6 +45,10 @@ ABSL_DECLARE_FLAG(int32_t, tensor_model_parallel_size);
 ABSL_DECLARE_FLAG(int32_t, pipeline_model_parallel_size);
 ABSL_DECLARE_FLAG(int32_t, context_parallel_size);
 ABSL_DECLARE_FLAG(bool, sequence_parallel);
+ABSL_DECLARE_FLAG(int32_t, num_layers_per_virtual_pipeline_stage);
+ABSL_DECLARE_FLAG(int32_t, decoder_first_pipeline_num_layers);
+ABSL_DECLARE_FLAG(int32_t, decoder_last_pipeline_num_layers);
+ABSL_DECLARE_FLAG(bool, no_overlap_p2p_communication);
 
 // Data.
 ABSL_DECLARE_FLAG(std::string, data_path);
@@ -56,7 +61,6 @@ ABSL_DECLARE_FLAG(std::string, data_cache_path);
 ABSL_DECLARE_FLAG(bool, eod_mask_loss);
 ABSL_DECLARE_FLAG(int32_t, micro_batch_size);
 
-
 namespace mcc {
 namespace flags {
 
@@ -67,6 +71,10 @@ int64_t PaddedVocabSize(int64_t vocab_size);
 // The model configuration the flags describe, for a tokenizer vocabulary of
 // vocab_size (padded here); errors name the flag.
 absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size);
+
+// How --num-layers splits over --pipeline-model-parallel-size stages (and
+// virtual stages), checked; errors name the flag.
+absl::StatusOr<pipeline::PipelineConfig> PipelineConfigFromFlags();
 
 }  // namespace flags
 }  // namespace mcc
