@@ -58,8 +58,8 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     return absl::InvalidArgumentError("pipeline size does not match state");
   }
   MCC_ASSIGN_OR_RETURN(
-      auto model, pipeline::StageModel::Create(o.model, ctx, split,
-                                               pp ? pp->rank() : 0));
+      auto model,
+      pipeline::StageModel::Create(o.model, ctx, split, pp ? pp->rank() : 0));
   MCC_ASSIGN_OR_RETURN(
       auto executor,
       pipeline::PipelineExecutor::Create(
@@ -123,7 +123,8 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     if (ddp) MCC_RETURN_IF_ERROR(ddp->FinishGradSync());
     MCC_RETURN_IF_ERROR(model->FinalizeGradients());
     for (int s : o.inject_inf_steps) {
-      if (s == step) {
+      if (s == step && (o.inject_inf_stage < 0 ||
+                        o.inject_inf_stage == (pp ? pp->rank() : 0))) {
         model->parameters()[0]->main_grad.data<float>()[0] = INFINITY;
       }
     }

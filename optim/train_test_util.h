@@ -42,6 +42,8 @@ struct TrainOptions {
   // Steps (0-based) after whose gradient sync every rank writes inf into
   // element 0 of the first parameter's gradient.
   std::vector<int> inject_inf_steps;
+  // Only on this pipeline stage (-1: every stage).
+  int inject_inf_stage = -1;
   // Check weight hashes across DP every this many steps (0: never).
   int weight_hash_interval = 0;
   // Pipeline parallelism over state->pipeline() (its size must match
