@@ -1,0 +1,130 @@
+#include "parallel/fsdp/checkpoint_interop.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace mcc {
+namespace fsdp {
+namespace {
+
+std::string StateKey(const std::string& state, const std::string& param) {
+  return absl::StrCat("optimizer.", state, ".", param);
+}
+
+// The whole flat state of one parameter from this rank's piece (if any):
+// the pieces of the DP ranks follow each other in rank order.
+absl::StatusOr<Tensor> WholeState(const optim::StateTensor* mine, int64_t n,
+                                  bool sharded, comm::ProcessGroup* dp) {
+  if (!sharded) {
+    if (mine == nullptr || mine->tensor.numel() != n) {
+      return absl::InternalError(
+          "optimizer state does not cover the whole "
+          "parameter on an unsharded optimizer");
+    }
+    return mine->tensor.Clone();
+  }
+  Tensor piece =
+      mine != nullptr ? mine->tensor : Tensor::Empty({0}, DType::kFloat32);
+  MCC_ASSIGN_OR_RETURN(piece, piece.Reshape({-1}));
+  Tensor count =
+      Tensor::Full({1}, static_cast<double>(piece.numel()), DType::kInt64);
+  Tensor counts = Tensor::Empty({dp->size()}, DType::kInt64);
+  MCC_RETURN_IF_ERROR(dp->AllGatherSync(count, &counts));
+  std::vector<int64_t> rows(dp->size());
+  int64_t total = 0;
+  for (int r = 0; r < dp->size(); ++r) {
+    total += rows[r] = counts.data<int64_t>()[r];
+  }
+  if (total != n) {
+    return absl::InternalError(absl::StrCat("sharded optimizer state holds ",
+                                            total, " of ", n, " elements"));
+  }
+  Tensor whole = Tensor::Empty({n}, DType::kFloat32);
+  MCC_RETURN_IF_ERROR(dp->AllGatherVSync(piece, &whole, rows));
+  return whole;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainingTensors> GatherTrainingTensors(
+    const ParameterList& params, FullyShardedDataParallel* fsdp,
+    optim::Optimizer* optimizer, comm::ProcessGroup* dp) {
+  if (fsdp != nullptr) MCC_RETURN_IF_ERROR(fsdp->GatherFullParams());
+  TrainingTensors out;
+  for (const auto& p : params) out[p->name] = p->value.Clone();
+  if (optimizer != nullptr) {
+    std::map<std::pair<std::string, std::string>, optim::StateTensor> index;
+    std::vector<std::string> states;
+    for (auto& s : optimizer->StateTensors()) {
+      if (std::find(states.begin(), states.end(), s.state) == states.end()) {
+        states.push_back(s.state);
+      }
+      index[{s.param_name, s.state}] = s;
+    }
+    const bool sharded =
+        optimizer->sharded() && dp != nullptr && dp->size() > 1;
+    for (const auto& p : params) {
+      for (const std::string& state : states) {
+        auto it = index.find({p->name, state});
+        auto whole = WholeState(it == index.end() ? nullptr : &it->second,
+                                p->value.numel(), sharded, dp);
+        if (!whole.ok()) {
+          return absl::Status(whole.status().code(),
+                              absl::StrCat(StateKey(state, p->name), ": ",
+                                           whole.status().message()));
+        }
+        MCC_ASSIGN_OR_RETURN(out[StateKey(state, p->name)],
+                             whole->Reshape(p->value.shape()));
+      }
+    }
+  }
+  if (fsdp != nullptr) MCC_RETURN_IF_ERROR(fsdp->ReleaseFullParams());
+  return out;
+}
+
+absl::Status ScatterTrainingTensors(const TrainingTensors& tensors,
+                                    const ParameterList& params,
+                                    FullyShardedDataParallel* fsdp,
+                                    optim::Optimizer* optimizer) {
+  if (fsdp != nullptr) MCC_RETURN_IF_ERROR(fsdp->GatherFullParams());
+  for (const auto& p : params) {
+    auto it = tensors.find(p->name);
+    if (it == tensors.end() || it->second.numel() != p->value.numel()) {
+      return absl::NotFoundError(absl::StrCat(
+          "no tensor of ", p->value.numel(), " elements for parameter '",
+          p->name, "'",
+          it == tensors.end()
+              ? ""
+              : absl::StrCat(" (found ", it->second.Describe(), ")")));
+    }
+    ConvertElements(it->second.raw_data(), it->second.dtype(),
+                    p->value.raw_data(), p->value.dtype(), p->value.numel());
+  }
+  if (fsdp != nullptr) MCC_RETURN_IF_ERROR(fsdp->ScatterFullParams());
+  if (optimizer != nullptr) {
+    for (auto& s : optimizer->StateTensors()) {
+      const std::string key = StateKey(s.state, s.param_name);
+      auto it = tensors.find(key);
+      if (it == tensors.end() ||
+          it->second.numel() < s.offset + s.tensor.numel()) {
+        return absl::NotFoundError(
+            absl::StrCat("no optimizer state '", key, "' covering elements [",
+                         s.offset, ", ", s.offset + s.tensor.numel(), ")"));
+      }
+      MCC_ASSIGN_OR_RETURN(Tensor flat, it->second.Reshape({-1}));
+      MCC_ASSIGN_OR_RETURN(Tensor piece,
+                           flat.Slice(s.offset, s.offset + s.tensor.numel()));
+      ConvertElements(piece.raw_data(), piece.dtype(), s.tensor.raw_data(),
+                      s.tensor.dtype(), s.tensor.numel());
+    }
+  }
+  if (fsdp != nullptr) MCC_RETURN_IF_ERROR(fsdp->ReleaseFullParams());
+  return absl::OkStatus();
+}
+
+}  // namespace fsdp
+}  // namespace mcc

@@ -1,0 +1,583 @@
+#include "parallel/fsdp/fully_sharded_data_parallel.h"
+
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "glog/logging.h"
+
+namespace mcc {
+namespace fsdp {
+namespace {
+
+// The flat view of elements [begin, end) of a tensor.
+absl::StatusOr<Tensor> FlatSlice(const Tensor& t, int64_t begin, int64_t end) {
+  MCC_ASSIGN_OR_RETURN(Tensor flat, t.Reshape({t.numel()}));
+  return flat.Slice(begin, end);
+}
+
+// Converts n elements of src (from element src_off) into dst (at dst_off).
+void ConvertRange(const Tensor& src, int64_t src_off, const Tensor& dst,
+                  int64_t dst_off, int64_t n) {
+  const size_t ss = DTypeSize(src.dtype()), ds = DTypeSize(dst.dtype());
+  ConvertElements(
+      static_cast<const char*>(src.raw_data()) + src_off * ss, src.dtype(),
+      static_cast<char*>(dst.raw_data()) + dst_off * ds, dst.dtype(), n);
+}
+
+// Keeps a step's unit order bounded when no step boundary comes (an
+// evaluation-only loop).
+constexpr size_t kMaxRecordedRequests = 1 << 20;
+
+// DrainReductions: take only the finished ones.
+constexpr size_t kAnyPending = ~size_t{0};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>>
+FullyShardedDataParallel::Create(const ParameterList& params,
+                                 const std::vector<ParameterList>& units,
+                                 comm::ProcessGroup* dp, comm::ProcessGroup* tp,
+                                 FsdpConfig config) {
+  if (params.empty()) {
+    return absl::InvalidArgumentError("FSDP: no parameters");
+  }
+  if (config.max_prefetched_units < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FSDP: max_prefetched_units ", config.max_prefetched_units,
+                     " must be >= 0"));
+  }
+  auto f =
+      std::unique_ptr<FullyShardedDataParallel>(new FullyShardedDataParallel);
+  f->config_ = config;
+  f->dp_ = dp;
+  f->tp_ = tp != nullptr && tp->size() > 1 ? tp : nullptr;
+  f->params_ = params;
+  f->dtype_ = params[0] ? params[0]->value.dtype() : DType::kFloat32;
+  if (!f->sharded()) {
+    data_parallel::DdpConfig ddp = config.ddp;
+    ddp.use_distributed_optimizer = config.strategy == ShardingStrategy::kOptim;
+    MCC_ASSIGN_OR_RETURN(
+        f->ddp_,
+        data_parallel::DistributedDataParallel::Create(params, dp, ddp));
+    return f;
+  }
+
+  // Every parameter in exactly one unit.
+  std::unordered_map<const Parameter*, int> unit_of;
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (const auto& p : units[u]) {
+      if (p == nullptr || !p->value.defined()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "FSDP: unit ", u, " holds a null parameter or one without value"));
+      }
+      if (!unit_of.emplace(p.get(), static_cast<int>(u)).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("FSDP: parameter '", p->name, "' is in units ",
+                         unit_of[p.get()], " and ", u));
+      }
+      if (p->value.dtype() != f->dtype_ || !p->value.device().is_cpu()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "FSDP: parameter '", p->name, "' is ", p->value.Describe(),
+            "; all must be CPU tensors of one dtype (", DTypeName(f->dtype_),
+            ")"));
+      }
+    }
+  }
+  for (const auto& p : params) {
+    if (p == nullptr || unit_of.count(p.get()) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "FSDP: parameter '", p ? p->name : "null", "' is in no unit"));
+    }
+  }
+  if (unit_of.size() != params.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FSDP: the units hold ", unit_of.size(),
+                     " parameters, the model ", params.size()));
+  }
+
+  const int n = f->dp_size(), r = f->dp_rank();
+  for (const ParameterList& unit_params : units) {
+    Unit unit;
+    MCC_ASSIGN_OR_RETURN(unit.layout, UnitLayout::Create(unit_params, n));
+    unit.pieces = unit.layout.Pieces(r);
+    const int64_t shard = unit.layout.shard_numel();
+    unit.main_shard = Tensor::Zeros({shard}, DType::kFloat32);
+    unit.grad_shard = Tensor::Zeros({shard}, DType::kFloat32);
+    for (const auto& piece : unit.pieces) {
+      ConvertRange(unit.layout.params[piece.param]->value, piece.begin,
+                   unit.main_shard, piece.shard_offset,
+                   piece.end - piece.begin);
+    }
+    if (config.strategy == ShardingStrategy::kOptimGrads) {
+      // Whole parameters stay, as views of one flat buffer the updated
+      // shards are gathered into.
+      unit.full = Tensor::Zeros({unit.layout.padded_numel}, f->dtype_);
+      for (size_t i = 0; i < unit.layout.params.size(); ++i) {
+        const Tensor& v = unit.layout.params[i]->value;
+        ConvertRange(v, 0, unit.full, unit.layout.offsets[i], v.numel());
+      }
+      unit.resident = true;
+    }
+    for (const auto& p : unit.layout.params) {
+      // Dropped here; bound to unit buffers while the unit computes.
+      p->main_grad = Tensor();
+      if (config.strategy == ShardingStrategy::kOptimGradsParams) {
+        p->value = Tensor();
+      }
+    }
+    f->units_.push_back(std::move(unit));
+  }
+  for (int u = 0; u < f->num_units(); ++u) {
+    if (f->units_[u].resident) f->BindValues(u);
+  }
+  VLOG(1) << "FSDP " << ShardingStrategyName(config.strategy) << ": "
+          << f->num_units() << " units over DP " << n;
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>>
+FullyShardedDataParallel::Wrap(gpt::GPTModel* model, comm::ProcessGroup* dp,
+                               FsdpConfig config) {
+  if (model == nullptr) return absl::InvalidArgumentError("FSDP: null model");
+  MCC_ASSIGN_OR_RETURN(auto f, Create(model->parameters(), model->units(), dp,
+                                      model->context().tp_group, config));
+  f->model_ = model;
+  if (f->sharded()) {
+    model->SetGradReadyHook(nullptr);
+    model->SetUnitHooks(f.get());
+  } else {
+    model->SetGradReadyHook(f->GradReadyHook());
+  }
+  return f;
+}
+
+FullyShardedDataParallel::~FullyShardedDataParallel() {
+  if (model_ != nullptr && sharded()) model_->SetUnitHooks(nullptr);
+  for (Unit& u : units_) {
+    if (u.gather) u.gather->Wait().IgnoreError();
+  }
+  for (PendingReduce& p : pending_) p.work->Wait().IgnoreError();
+}
+
+absl::StatusOr<std::unique_ptr<optim::Optimizer>>
+FullyShardedDataParallel::CreateOptimizer(
+    const optim::OptimizerConfig& config,
+    const optim::OptimizerGroups& groups) {
+  if (ddp_) return optim::Optimizer::Create(ddp_.get(), config, groups);
+  std::vector<optim::ExternalShard> shards;
+  for (Unit& unit : units_) {
+    for (const auto& piece : unit.pieces) {
+      optim::ExternalShard s;
+      s.param = unit.layout.params[piece.param];
+      s.begin = piece.begin;
+      s.end = piece.end;
+      s.param_shape = unit.layout.shapes[piece.param];
+      const int64_t lo = piece.shard_offset, hi = lo + piece.end - piece.begin;
+      MCC_ASSIGN_OR_RETURN(s.value, unit.main_shard.Slice(lo, hi));
+      MCC_ASSIGN_OR_RETURN(s.grad, unit.grad_shard.Slice(lo, hi));
+      shards.push_back(std::move(s));
+    }
+  }
+  return optim::Optimizer::CreateExternal(
+      std::move(shards), dp_, config, groups,
+      [this] { return AfterOptimizerStep(); });
+}
+
+void FullyShardedDataParallel::Trace(FsdpEvent::Kind kind, int unit,
+                                     bool prefetch, bool ready) {
+  if (!config_.record_trace) return;
+  trace_.push_back(
+      FsdpEvent{kind, unit, absl::Now(), prefetch, ready,
+                GetAllocator(Device::CPU())->Stats().current_bytes});
+}
+
+int FullyShardedDataParallel::ResidentUnits() const {
+  if (!shards_params()) return 0;
+  int n = 0;
+  for (const Unit& u : units_) n += u.resident;
+  return n;
+}
+
+int FullyShardedDataParallel::IdleResidentUnits() const {
+  if (!shards_params()) return 0;
+  int n = 0;
+  for (const Unit& u : units_) n += u.resident && u.open == 0;
+  return n;
+}
+
+void FullyShardedDataParallel::ResetStats() {
+  stats_ = FsdpStats();
+  stats_.gathered_units = stats_.peak_gathered_units = ResidentUnits();
+}
+
+void FullyShardedDataParallel::BindValues(int u) {
+  Unit& unit = units_[u];
+  for (size_t i = 0; i < unit.layout.params.size(); ++i) {
+    const int64_t off = unit.layout.offsets[i];
+    const Shape& shape = unit.layout.shapes[i];
+    Tensor v = *unit.full.Slice(off, off + NumElements(shape));
+    unit.layout.params[i]->value = *v.Reshape(shape);
+  }
+}
+
+absl::Status FullyShardedDataParallel::CheckUnit(int unit,
+                                                 const char* hook) const {
+  if (unit < 0 || unit >= num_units()) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "FSDP ", hook, "(", unit, "): the model has ", num_units(), " units"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FullyShardedDataParallel::LaunchGather(int u, bool prefetch) {
+  Unit& unit = units_[u];
+  const int64_t shard = unit.layout.shard_numel();
+  if (unit.gather) MCC_RETURN_IF_ERROR(WaitGather(u));
+  if (dtype_ == DType::kFloat32) {
+    unit.send = unit.main_shard;
+  } else {
+    // Gathered in the model dtype: half the bytes moved and held.
+    unit.send = Tensor::Empty({shard}, dtype_);
+    ConvertRange(unit.main_shard, 0, unit.send, 0, shard);
+  }
+  if (!unit.full.defined()) {
+    unit.full = Tensor::Empty({unit.layout.padded_numel}, dtype_);
+  }
+  if (dp_size() == 1) {
+    MCC_RETURN_IF_ERROR(unit.full.CopyFrom(unit.send));
+    unit.send = Tensor();
+  } else {
+    unit.gather = dp_->AllGather(unit.send, &unit.full);
+  }
+  const bool was_resident = unit.resident;
+  unit.resident = true;
+  if (!was_resident) BindValues(u);
+  ++stats_.gathers;
+  if (prefetch) ++stats_.prefetched_gathers;
+  stats_.gathered_units = ResidentUnits();
+  stats_.peak_gathered_units =
+      std::max(stats_.peak_gathered_units, stats_.gathered_units);
+  Trace(FsdpEvent::kGatherLaunched, u, prefetch);
+  return absl::OkStatus();
+}
+
+absl::Status FullyShardedDataParallel::WaitGather(int u) {
+  Unit& unit = units_[u];
+  if (!unit.gather) return absl::OkStatus();
+  const bool ready = unit.gather->IsCompleted();
+  stats_.gathers_ready_on_use += ready;
+  absl::Status s = unit.gather->Wait();
+  unit.gather.reset();
+  unit.send = Tensor();
+  Trace(FsdpEvent::kGatherDone, u, false, ready);
+  if (!s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("FSDP parameter all-gather of unit ", u,
+                               " on DP rank ", dp_rank(), ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FullyShardedDataParallel::Release(int u) {
+  Unit& unit = units_[u];
+  if (!shards_params() || pinned_ || !unit.resident || unit.open > 0) {
+    return absl::OkStatus();
+  }
+  MCC_RETURN_IF_ERROR(WaitGather(u));
+  for (const auto& p : unit.layout.params) p->value = Tensor();
+  unit.full = Tensor();
+  unit.resident = false;
+  stats_.gathered_units = ResidentUnits();
+  Trace(FsdpEvent::kReleased, u);
+  return absl::OkStatus();
+}
+
+int FullyShardedDataParallel::NextUnit(int64_t k, const Request& now) const {
+  if (order_valid_) {
+    return k + 1 < static_cast<int64_t>(order_.size()) ? order_[k + 1].unit
+                                                       : -1;
+  }
+  // No order known yet (the first step): the neighbour in the pass's
+  // direction, unless this unit runs nested inside another (a tied head).
+  for (int v = 0; v < num_units(); ++v) {
+    if (v != now.unit && units_[v].open > 0) return -1;
+  }
+  if (!now.backward) {
+    // After the last unit's forward comes its backward.
+    return now.unit + 1 < num_units() ? now.unit + 1 : now.unit;
+  }
+  return now.unit - 1;
+}
+
+absl::Status FullyShardedDataParallel::Open(int u, bool backward) {
+  if (!sharded()) return absl::OkStatus();
+  MCC_RETURN_IF_ERROR(
+      CheckUnit(u, backward ? "BeforeBackward" : "BeforeForward"));
+  Trace(backward ? FsdpEvent::kBackwardBegin : FsdpEvent::kForwardBegin, u);
+  const Request req{u, backward};
+  const int64_t k = request_index_++;
+  if (recording_.size() < kMaxRecordedRequests) recording_.push_back(req);
+  if (order_valid_ &&
+      (k >= static_cast<int64_t>(order_.size()) || !(order_[k] == req))) {
+    order_valid_ = false;  // This step departs from the last one's order.
+  }
+  Unit& unit = units_[u];
+  if (shards_params() && !unit.resident) {
+    MCC_RETURN_IF_ERROR(LaunchGather(u, /*prefetch=*/false));
+  }
+  MCC_RETURN_IF_ERROR(WaitGather(u));
+  ++unit.open;
+  if (backward && unit.open_backward++ == 0) {
+    // At most one earlier unit's full gradient stays in flight, so
+    // gradient memory is 1/DP plus two units.
+    MCC_RETURN_IF_ERROR(DrainReductions(1));
+    unit.full_grad = Tensor::Zeros({unit.layout.padded_numel}, DType::kFloat32);
+    for (size_t i = 0; i < unit.layout.params.size(); ++i) {
+      const int64_t off = unit.layout.offsets[i];
+      const Shape& shape = unit.layout.shapes[i];
+      MCC_ASSIGN_OR_RETURN(Tensor g,
+                           unit.full_grad.Slice(off, off + NumElements(shape)));
+      MCC_ASSIGN_OR_RETURN(unit.layout.params[i]->main_grad, g.Reshape(shape));
+    }
+  }
+  expected_next_ = NextUnit(k, req);
+  if (shards_params()) {
+    // Units gathered for an order that did not come are freed first.
+    for (int v = 0; v < num_units(); ++v) {
+      if (v != u && v != expected_next_) MCC_RETURN_IF_ERROR(Release(v));
+    }
+    const int next = expected_next_;
+    if (config_.prefetch && next >= 0 && !units_[next].resident &&
+        IdleResidentUnits() < config_.max_prefetched_units) {
+      MCC_RETURN_IF_ERROR(LaunchGather(next, /*prefetch=*/true));
+    }
+  }
+  return DrainReductions(kAnyPending);
+}
+
+absl::Status FullyShardedDataParallel::Close(int u, bool backward) {
+  if (!sharded()) return absl::OkStatus();
+  const char* hook = backward ? "AfterBackward" : "AfterForward";
+  MCC_RETURN_IF_ERROR(CheckUnit(u, hook));
+  Unit& unit = units_[u];
+  if (unit.open == 0 || (backward && unit.open_backward == 0)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("FSDP ", hook, "(", u, ") without its ",
+                     backward ? "BeforeBackward" : "BeforeForward"));
+  }
+  --unit.open;
+  Trace(backward ? FsdpEvent::kBackwardEnd : FsdpEvent::kForwardEnd, u);
+  if (backward && --unit.open_backward == 0) {
+    MCC_RETURN_IF_ERROR(LaunchReduceScatter(u));
+  }
+  // Kept when the recorded order says this unit comes next (the last
+  // layer's forward, then its backward).
+  if (unit.open == 0 && u != expected_next_) MCC_RETURN_IF_ERROR(Release(u));
+  return DrainReductions(kAnyPending);
+}
+
+absl::Status FullyShardedDataParallel::BeforeForward(int unit) {
+  return Open(unit, false);
+}
+absl::Status FullyShardedDataParallel::AfterForward(int unit) {
+  return Close(unit, false);
+}
+absl::Status FullyShardedDataParallel::BeforeBackward(int unit) {
+  return Open(unit, true);
+}
+absl::Status FullyShardedDataParallel::AfterBackward(int unit) {
+  return Close(unit, true);
+}
+
+absl::Status FullyShardedDataParallel::LaunchReduceScatter(int u) {
+  Unit& unit = units_[u];
+  PendingReduce pr;
+  pr.unit = u;
+  pr.in = std::move(unit.full_grad);
+  unit.full_grad = Tensor();
+  for (const auto& p : unit.layout.params) p->main_grad = Tensor();
+  const int n = dp_size();
+  if (n == 1) {
+    pr.out = pr.in;
+    pr.work = comm::Work::Done(absl::OkStatus());
+  } else {
+    comm::ReduceOp op = comm::ReduceOp::kAvg;
+    if (!config_.ddp.average_in_collective) {
+      // As DDP: scale by 1/DP, then sum.
+      op = comm::ReduceOp::kSum;
+      float* g = pr.in.data<float>();
+      const float scale = 1.0f / static_cast<float>(n);
+      for (int64_t i = 0; i < unit.layout.numel; ++i) g[i] *= scale;
+    }
+    pr.out = Tensor::Empty({unit.layout.shard_numel()}, DType::kFloat32);
+    pr.work = dp_->ReduceScatter(pr.in, &pr.out, op);
+  }
+  ++stats_.reduce_scatters;
+  Trace(FsdpEvent::kReduceScatterLaunched, u);
+  pending_.push_back(std::move(pr));
+  return absl::OkStatus();
+}
+
+absl::Status FullyShardedDataParallel::DrainReductions(size_t max_pending) {
+  while (!pending_.empty()) {
+    PendingReduce& pr = pending_.front();
+    if (pending_.size() <= max_pending && !pr.work->IsCompleted()) break;
+    absl::Status s = pr.work->Wait();
+    if (!s.ok()) {
+      return absl::Status(
+          s.code(),
+          absl::StrCat("FSDP gradient reduce-scatter of unit ", pr.unit,
+                       " on DP rank ", dp_rank(), ": ", s.message()));
+    }
+    Tensor& shard = units_[pr.unit].grad_shard;
+    float* dst = shard.data<float>();
+    const float* src = pr.out.data<float>();
+    for (int64_t i = 0; i < shard.numel(); ++i) dst[i] += src[i];
+    pending_.pop_front();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FullyShardedDataParallel::FinishParamGather() {
+  if (ddp_) return ddp_->FinishParamGather();
+  if (!shards_params()) {
+    for (int u = 0; u < num_units(); ++u) MCC_RETURN_IF_ERROR(WaitGather(u));
+  }
+  return absl::OkStatus();
+}
+
+void FullyShardedDataParallel::ZeroGrads() {
+  if (ddp_) {
+    ddp_->ZeroGrads();
+    return;
+  }
+  for (Unit& u : units_) u.grad_shard.Zero();
+  // A step starts: record its order, prefetch by the last one's.
+  recording_.clear();
+  request_index_ = 0;
+  order_valid_ = !order_.empty();
+}
+
+void FullyShardedDataParallel::set_is_last_microbatch(bool last) {
+  // The sharded strategies reduce every micro-batch's gradients.
+  if (ddp_) ddp_->set_is_last_microbatch(last);
+}
+
+std::function<absl::Status(const std::vector<Parameter*>&)>
+FullyShardedDataParallel::GradReadyHook() {
+  if (ddp_) return ddp_->GradReadyHook();
+  return nullptr;
+}
+
+absl::Status FullyShardedDataParallel::FinishGradSync() {
+  if (ddp_) return ddp_->FinishGradSync();
+  for (int u = 0; u < num_units(); ++u) {
+    if (units_[u].open > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("FSDP FinishGradSync: unit ", u,
+                       " is still open (a Before* hook without its After*)"));
+    }
+  }
+  MCC_RETURN_IF_ERROR(DrainReductions(0));
+  // The optimizer changes the shards: no gathered copy stays valid.
+  for (int u = 0; u < num_units(); ++u) MCC_RETURN_IF_ERROR(Release(u));
+  if (!recording_.empty()) order_ = recording_;
+  recording_.clear();
+  order_valid_ = false;
+  expected_next_ = -1;
+  return absl::OkStatus();
+}
+
+absl::Status FullyShardedDataParallel::FinalizeGradients() {
+  if (tp_ == nullptr) return absl::OkStatus();
+  if (ddp_) {
+    for (const auto& p : params_) {
+      if (p->sequence_parallel) {
+        MCC_RETURN_IF_ERROR(
+            tp_->AllReduceSync(&p->main_grad, comm::ReduceOp::kSum));
+      }
+    }
+    return absl::OkStatus();
+  }
+  // The shards' pieces of sequence-parallel parameters, summed over TP in
+  // one buffer (TP ranks' layouts agree, so the pieces match).
+  std::vector<std::pair<float*, int64_t>> pieces;
+  int64_t total = 0;
+  for (Unit& unit : units_) {
+    for (const auto& piece : unit.pieces) {
+      if (!unit.layout.params[piece.param]->sequence_parallel) continue;
+      const int64_t n = piece.end - piece.begin;
+      pieces.push_back({unit.grad_shard.data<float>() + piece.shard_offset, n});
+      total += n;
+    }
+  }
+  Tensor buf = Tensor::Empty({std::max<int64_t>(total, 1)}, DType::kFloat32);
+  if (total == 0) buf.Zero();
+  float* b = buf.data<float>();
+  int64_t at = 0;
+  for (auto& [ptr, n] : pieces) {
+    std::copy(ptr, ptr + n, b + at);
+    at += n;
+  }
+  MCC_RETURN_IF_ERROR(tp_->AllReduceSync(&buf, comm::ReduceOp::kSum));
+  at = 0;
+  for (auto& [ptr, n] : pieces) {
+    std::copy(b + at, b + at + n, ptr);
+    at += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FullyShardedDataParallel::AfterOptimizerStep() {
+  if (config_.strategy == ShardingStrategy::kOptimGrads) {
+    // Refresh the whole parameters from the updated shards; the first
+    // forward of each unit (or FinishParamGather) waits.
+    for (int u = 0; u < num_units(); ++u) {
+      MCC_RETURN_IF_ERROR(LaunchGather(u, /*prefetch=*/true));
+    }
+  } else if (shards_params() && config_.prefetch && !pinned_) {
+    const int first = order_.empty() ? 0 : order_[0].unit;
+    MCC_RETURN_IF_ERROR(LaunchGather(first, /*prefetch=*/true));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FullyShardedDataParallel::GatherFullParams() {
+  if (ddp_) return ddp_->FinishParamGather();
+  if (!shards_params()) return FinishParamGather();
+  pinned_ = true;
+  for (int u = 0; u < num_units(); ++u) {
+    if (!units_[u].resident) MCC_RETURN_IF_ERROR(LaunchGather(u, false));
+  }
+  for (int u = 0; u < num_units(); ++u) MCC_RETURN_IF_ERROR(WaitGather(u));
+  return absl::OkStatus();
+}
+
+absl::Status FullyShardedDataParallel::ScatterFullParams() {
+  if (ddp_) return absl::OkStatus();
+  for (Unit& unit : units_) {
+    for (const auto& piece : unit.pieces) {
+      const auto& p = unit.layout.params[piece.param];
+      if (!p->value.defined()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("FSDP ScatterFullParams: parameter '", p->name,
+                         "' is not gathered (call GatherFullParams first)"));
+      }
+      ConvertRange(p->value, piece.begin, unit.main_shard, piece.shard_offset,
+                   piece.end - piece.begin);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FullyShardedDataParallel::ReleaseFullParams() {
+  if (!shards_params()) return absl::OkStatus();
+  pinned_ = false;
+  for (int u = 0; u < num_units(); ++u) MCC_RETURN_IF_ERROR(Release(u));
+  return absl::OkStatus();
+}
+
+}  // namespace fsdp
+}  // namespace mcc

@@ -1,0 +1,233 @@
+#ifndef PARALLEL_FSDP_FULLY_SHARDED_DATA_PARALLEL_H_
+#define PARALLEL_FSDP_FULLY_SHARDED_DATA_PARALLEL_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/comm/process_group.h"
+#include "core/parameter.h"
+#include "core/tensor.h"
+#include "models/gpt/gpt_model.h"
+#include "optim/optimizer.h"
+#include "parallel/data_parallel/distributed_data_parallel.h"
+#include "parallel/fsdp/sharding_strategy.h"
+#include "parallel/fsdp/unit_layout.h"
+
+namespace mcc {
+namespace fsdp {
+
+struct FsdpConfig {
+  ShardingStrategy strategy = ShardingStrategy::kOptimGradsParams;
+  // no_shard and optim run Megatron's DDP with these settings
+  // (use_distributed_optimizer follows the strategy);
+  // average_in_collective applies to every strategy.
+  data_parallel::DdpConfig ddp;
+  // optim_grads_params: gather the next unit's parameters while the current
+  // one computes, with at most `max_prefetched_units` gathered ahead of
+  // use, so parameter memory stays 1/DP plus the units in use (one, or two
+  // nested: a tied model's embedding stays open through the backward) plus
+  // the prefetched one.
+  bool prefetch = true;
+  int max_prefetched_units = 1;
+  // Record FsdpEvents (for overlap tests and traces).
+  bool record_trace = false;
+};
+
+// One timestamped step of the sharded strategies' schedule.
+struct FsdpEvent {
+  enum Kind {
+    kGatherLaunched,  // A unit's parameter all-gather was issued.
+    kGatherDone,      // ... and waited for before the unit computed.
+    kForwardBegin,
+    kForwardEnd,
+    kBackwardBegin,
+    kBackwardEnd,
+    kReduceScatterLaunched,
+    kReleased,  // A unit's gathered parameters were freed.
+  };
+  Kind kind;
+  int unit = 0;
+  absl::Time time;
+  bool prefetch = false;  // kGatherLaunched ahead of the unit's use.
+  // kGatherDone: the data had arrived before the unit asked for it (the
+  // gather ran entirely behind other work).
+  bool ready = false;
+  int64_t bytes = 0;  // The allocator's current bytes on this device.
+};
+
+struct FsdpStats {
+  int gathered_units = 0;       // Now.
+  int peak_gathered_units = 0;  // Since the last ResetStats.
+  int64_t gathers = 0;
+  int64_t prefetched_gathers = 0;
+  // Gathers whose data had arrived when their unit first waited for them.
+  int64_t gathers_ready_on_use = 0;
+  int64_t reduce_scatters = 0;
+};
+
+// Fully sharded data parallelism as Megatron's custom FSDP, over a model
+// split into units (the embeddings, each transformer layer, the head),
+// driven by the model's UnitHooks.
+//
+// no_shard and optim wrap DistributedDataParallel (optim: its distributed
+// optimizer). optim_grads and optim_grads_params keep, per unit, a flat
+// fp32 gradient shard of 1/DP and an fp32 main-parameter shard (which the
+// optimizer updates in place as its main copy): a unit's full fp32 gradient
+// buffer exists only while its backward runs and is reduce-scattered into
+// the shard as soon as the unit's backward ends (every micro-batch).
+// optim_grads keeps whole parameters in the model dtype, all-gathered from
+// the updated shards after each optimizer step; optim_grads_params keeps
+// none: a unit's parameters are all-gathered in the model dtype just before
+// its forward and again before its backward, and freed after, while the
+// next unit's gather (in the order recorded over the previous step) runs
+// ahead.
+//
+// Under the sharded strategies parameters' `value` (optim_grads_params) and
+// `main_grad` are undefined outside their unit's compute: use ZeroGrads,
+// FinishGradSync and FinalizeGradients here instead of the model's, and
+// GatherFullParams around code that reads whole parameters (checkpoints).
+class FullyShardedDataParallel : public gpt::UnitHooks {
+ public:
+  // `params`: every parameter (the DDP's order); `units`: the same
+  // parameters grouped per unit in forward order, each in exactly one. dp
+  // may be null (DP 1); tp is the group sequence-parallel gradients are
+  // summed over (may be null).
+  static absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> Create(
+      const ParameterList& params, const std::vector<ParameterList>& units,
+      comm::ProcessGroup* dp, comm::ProcessGroup* tp, FsdpConfig config);
+  // Wraps a GPT model: its parameters and units, its TP group, and installs
+  // the unit hooks (sharded strategies) or the DDP's grad-ready hook.
+  static absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> Wrap(
+      gpt::GPTModel* model, comm::ProcessGroup* dp, FsdpConfig config);
+  ~FullyShardedDataParallel() override;
+
+  // The optimizer over this rank's shards (or the DDP's local shards).
+  absl::StatusOr<std::unique_ptr<optim::Optimizer>> CreateOptimizer(
+      const optim::OptimizerConfig& config,
+      const optim::OptimizerGroups& groups);
+
+  // The training step, as with DistributedDataParallel: FinishParamGather
+  // (parameters updated by the last step are in place), ZeroGrads (also
+  // starts recording the step's unit order), the micro-batches,
+  // FinishGradSync (gradients averaged over DP), FinalizeGradients (summed
+  // over TP where sequence parallelism leaves them partial; replaces the
+  // model's), then the optimizer's Step.
+  absl::Status FinishParamGather();
+  void ZeroGrads();
+  void set_is_last_microbatch(bool last);
+  absl::Status FinishGradSync();
+  absl::Status FinalizeGradients();
+  // The DDP's grad-ready hook (no_shard, optim), else null.
+  std::function<absl::Status(const std::vector<Parameter*>&)> GradReadyHook();
+
+  // gpt::UnitHooks.
+  absl::Status BeforeForward(int unit) override;
+  absl::Status AfterForward(int unit) override;
+  absl::Status BeforeBackward(int unit) override;
+  absl::Status AfterBackward(int unit) override;
+
+  // Checkpoints. GatherFullParams makes every parameter's `value` whole (in
+  // the model dtype) until ReleaseFullParams; ScatterFullParams copies those
+  // values (after a load wrote them) into the fp32 main shards. Both
+  // collective over DP; nothing to do for no_shard and optim beyond waiting
+  // for the parameter gather.
+  absl::Status GatherFullParams();
+  absl::Status ScatterFullParams();
+  absl::Status ReleaseFullParams();
+
+  ShardingStrategy strategy() const { return config_.strategy; }
+  const FsdpConfig& config() const { return config_; }
+  int num_units() const { return static_cast<int>(units_.size()); }
+  const UnitLayout& layout(int unit) const { return units_[unit].layout; }
+  comm::ProcessGroup* dp_group() const { return dp_; }
+  int dp_size() const { return dp_ == nullptr ? 1 : dp_->size(); }
+  int dp_rank() const { return dp_ == nullptr ? 0 : dp_->rank(); }
+  data_parallel::DistributedDataParallel* ddp() const { return ddp_.get(); }
+  const ParameterList& parameters() const { return params_; }
+  const std::vector<FsdpEvent>& trace() const { return trace_; }
+  void ClearTrace() { trace_.clear(); }
+  const FsdpStats& stats() const { return stats_; }
+  void ResetStats();
+
+ private:
+  struct Unit {
+    UnitLayout layout;
+    std::vector<UnitLayout::Piece> pieces;  // This rank's.
+    Tensor main_shard;  // fp32 [shard]: the optimizer's main copy.
+    Tensor grad_shard;  // fp32 [shard]: reduced gradients of the step.
+    Tensor full;        // Model dtype [padded]: the gathered parameters.
+    Tensor send;        // The gather's input while it runs.
+    std::shared_ptr<comm::Work> gather;
+    bool resident = false;  // `full` holds (or is receiving) the values.
+    int open = 0;           // Unit hook calls open (forward and backward).
+    int open_backward = 0;
+    Tensor full_grad;  // fp32 [padded] while a backward is open.
+  };
+  struct PendingReduce {
+    int unit = 0;
+    std::shared_ptr<comm::Work> work;
+    Tensor in, out;
+  };
+  struct Request {
+    int unit = 0;
+    bool backward = false;
+    bool operator==(const Request& o) const {
+      return unit == o.unit && backward == o.backward;
+    }
+  };
+
+  FullyShardedDataParallel() = default;
+  bool sharded() const { return ShardsGradients(config_.strategy); }
+  bool shards_params() const {
+    return config_.strategy == ShardingStrategy::kOptimGradsParams;
+  }
+  absl::Status CheckUnit(int unit, const char* hook) const;
+  absl::Status Open(int unit, bool backward);
+  absl::Status Close(int unit, bool backward);
+  // Issues the all-gather of a unit's parameters from the main shards.
+  absl::Status LaunchGather(int unit, bool prefetch);
+  absl::Status WaitGather(int unit);
+  absl::Status Release(int unit);
+  void BindValues(int unit);
+  absl::Status LaunchReduceScatter(int unit);
+  // Adds finished reduce-scatters into the gradient shards, in issue order,
+  // waiting for the oldest until at most `max_pending` remain in flight.
+  absl::Status DrainReductions(size_t max_pending);
+  // The unit the recorded order expects after request k (-1: none known).
+  int NextUnit(int64_t k, const Request& now) const;
+  absl::Status AfterOptimizerStep();
+  void Trace(FsdpEvent::Kind kind, int unit, bool prefetch = false,
+             bool ready = false);
+  int ResidentUnits() const;
+  int IdleResidentUnits() const;  // Gathered but not in use.
+
+  FsdpConfig config_;
+  comm::ProcessGroup* dp_ = nullptr;
+  comm::ProcessGroup* tp_ = nullptr;
+  gpt::GPTModel* model_ = nullptr;  // Set by Wrap: hooks to detach.
+  DType dtype_ = DType::kFloat32;
+  ParameterList params_;
+  std::unique_ptr<data_parallel::DistributedDataParallel> ddp_;
+  std::vector<Unit> units_;
+  std::deque<PendingReduce> pending_;
+  // The order of unit requests (Before* calls) of the last complete step
+  // and of the current one; prefetching follows the last while the current
+  // agrees with it.
+  std::vector<Request> order_, recording_;
+  int64_t request_index_ = 0;
+  bool order_valid_ = false;
+  int expected_next_ = -1;  // The unit the order says comes next.
+  bool pinned_ = false;     // GatherFullParams: release nothing.
+  std::vector<FsdpEvent> trace_;
+  FsdpStats stats_;
+};
+
+}  // namespace fsdp
+}  // namespace mcc
+
+#endif  // PARALLEL_FSDP_FULLY_SHARDED_DATA_PARALLEL_H_
