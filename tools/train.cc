@@ -25,6 +25,7 @@
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
 #include "parallel/data_parallel/weight_hash.h"
+#include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "parallel/pipeline/pipeline_executor.h"
 #include "tools/comm_dist_context.h"
 #include "tools/flags/megatron_args.h"
@@ -68,6 +69,10 @@ ABSL_FLAG(bool, accumulate_allreduce_grads_in_fp32, true,
           "Gradients accumulate and reduce in fp32 (always so here).");
 ABSL_FLAG(bool, use_distributed_optimizer, false,
           "Shard fp32 main parameters and optimizer state over DP (ZeRO-1).");
+ABSL_FLAG(std::string, data_parallel_sharding_strategy, "no_shard",
+          "no_shard, optim (as --use-distributed-optimizer), optim_grads "
+          "(also gradients: ZeRO-2) or optim_grads_params (also parameters, "
+          "gathered per layer: ZeRO-3), as Megatron's FSDP.");
 ABSL_FLAG(bool, overlap_grad_reduce, false,
           "Reduce gradient buckets during backward.");
 ABSL_FLAG(int64_t, ddp_bucket_size, 40000000,
@@ -227,6 +232,37 @@ absl::StatusOr<std::pair<double, double>> ReduceLoss(const Job& job, double sum,
 
 // Mean loss over `iters` micro-batches of a split (no gradients), through
 // the pipeline when there is one.
+// Data parallelism by --data-parallel-sharding-strategy (optim is DDP with
+// the distributed optimizer, as --use-distributed-optimizer).
+absl::StatusOr<std::unique_ptr<fsdp::FullyShardedDataParallel>>
+MakeDataParallel(Job& job, const data_parallel::DdpConfig& ddp_config) {
+  MCC_ASSIGN_OR_RETURN(fsdp::ShardingStrategy strategy,
+                       fsdp::ParseShardingStrategy(absl::GetFlag(
+                           FLAGS_data_parallel_sharding_strategy)));
+  if (strategy == fsdp::ShardingStrategy::kNoShard &&
+      ddp_config.use_distributed_optimizer) {
+    strategy = fsdp::ShardingStrategy::kOptim;
+  }
+  fsdp::FsdpConfig config;
+  config.strategy = strategy;
+  config.ddp = ddp_config;
+  if (!fsdp::ShardsGradients(strategy)) {
+    MCC_ASSIGN_OR_RETURN(
+        auto dp, fsdp::FullyShardedDataParallel::Create(
+                     job.model->parameters(), {}, job.dp(), job.tp(), config));
+    job.model->SetGradReadyHook(dp->GradReadyHook());
+    return dp;
+  }
+  if (job.model->num_chunks() != 1 || job.pp() != nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--data-parallel-sharding-strategy ",
+        fsdp::ShardingStrategyName(strategy),
+        " does not run with pipeline parallelism yet; use optim or no_shard"));
+  }
+  return fsdp::FullyShardedDataParallel::Wrap(job.model->chunk(0), job.dp(),
+                                              config);
+}
+
 absl::StatusOr<double> Evaluate(Job& job, pipeline::PipelineExecutor* executor,
                                 data::DataLoader* loader, int iters) {
   std::vector<gpt::MicroBatch> batches;
@@ -317,10 +353,7 @@ absl::Status Train() {
       absl::GetFlag(FLAGS_use_distributed_optimizer);
   ddp_config.overlap_param_gather = absl::GetFlag(FLAGS_overlap_param_gather);
   ddp_config.bucket_size_bytes = absl::GetFlag(FLAGS_ddp_bucket_size) * 4;
-  MCC_ASSIGN_OR_RETURN(auto ddp,
-                       data_parallel::DistributedDataParallel::Create(
-                           job->model->parameters(), job->dp(), ddp_config));
-  job->model->SetGradReadyHook(ddp->GradReadyHook());
+  MCC_ASSIGN_OR_RETURN(auto ddp, MakeDataParallel(*job, ddp_config));
   // The schedule: 1F1B across stages (interleaved with virtual stages),
   // plain gradient accumulation on one.
   pipeline::PipelineOptions pipeline_options;
@@ -344,11 +377,14 @@ absl::Status Train() {
   groups.pipeline = job->state ? job->state->pipeline() : nullptr;
   groups.model = job->state ? job->state->model() : nullptr;
   MCC_ASSIGN_OR_RETURN(auto optimizer,
-                       optim::Optimizer::Create(ddp.get(), opt_config, groups));
+                       ddp->CreateOptimizer(opt_config, groups));
   MCC_ASSIGN_OR_RETURN(optim::LrSchedule schedule, ScheduleFromFlags());
   if (resumed && !ckpt.no_load_optim) {
+    // Sharded parameters are made whole around loads and saves.
+    MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
     MCC_RETURN_IF_ERROR(
         LoadOptimizerCheckpoint(ckpt.load, *job, optimizer.get()));
+    MCC_RETURN_IF_ERROR(ddp->ReleaseFullParams());
   }
   // Checkpoints travel over a group of their own, so an asynchronous save
   // never interleaves with training's collectives.
@@ -427,8 +463,10 @@ absl::Status Train() {
     // The distributed optimizer's updated parameters must have arrived.
     MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
     if (hash_interval > 0 && iteration % hash_interval == 0) {
+      MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
       MCC_RETURN_IF_ERROR(data_parallel::CheckWeightHashAcrossReplicas(
           job->model->parameters(), job->dp()));
+      MCC_RETURN_IF_ERROR(ddp->ReleaseFullParams());
     }
     ddp->ZeroGrads();
     double loss_sum = 0, loss_tokens = 0;
@@ -463,7 +501,7 @@ absl::Status Train() {
     MCC_RETURN_IF_ERROR(job->model->SyncSharedGradients(
         job->pp() != nullptr ? job->state->embedding() : nullptr));
     MCC_RETURN_IF_ERROR(ddp->FinishGradSync());
-    MCC_RETURN_IF_ERROR(job->model->FinalizeGradients());
+    MCC_RETURN_IF_ERROR(ddp->FinalizeGradients());
     timers.Stop("grad-sync");
     timers.Start("optimizer");
     MCC_ASSIGN_OR_RETURN(optim::StepInfo step,
@@ -537,9 +575,11 @@ absl::Status Train() {
     if (ckpt.ShouldSave(iteration, train_iters)) {
       timers.Start("save-checkpoint");
       TrainingProgress now{iteration, iteration * batching.global_batch};
+      MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
       MCC_RETURN_IF_ERROR(SaveTrainingCheckpoint(
           ckpt.save, *job, optimizer.get(), schedule, now, dist,
           ckpt.async_save ? &async_saver : nullptr, ckpt.keep_last));
+      MCC_RETURN_IF_ERROR(ddp->ReleaseFullParams());
       timers.Stop("save-checkpoint");
       if (log) {
         LOG(INFO) << (ckpt.async_save ? "saving (in the background) "
