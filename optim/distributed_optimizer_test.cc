@@ -120,6 +120,23 @@ MCC_WORKER(dp_train) {
     std::fprintf(stderr, "train: %s\n", result.status().ToString().c_str());
     return 4;
   }
+  if (c.overlap_param_gather) {
+    // Every bucket was still being gathered when the forward began, and
+    // the forward's hooks waited for them one unit at a time.
+    const auto& trace = result->param_gather;
+    std::fprintf(stderr,
+                 "param gather: %d buckets, %d pending and %d incomplete at "
+                 "the first forward hook, %zu waited by hooks\n",
+                 result->num_buckets, trace.pending_at_first_wait,
+                 trace.incomplete_at_first_wait,
+                 trace.waited_in_forward.size());
+    if (result->num_buckets < 2 ||
+        trace.pending_at_first_wait != result->num_buckets ||
+        static_cast<int>(trace.waited_in_forward.size()) !=
+            result->num_buckets) {
+      return 6;
+    }
+  }
   if ((*state)->world()->rank() == 0) {
     auto s = testing::WriteResult(testing::TmpPath(c.name + ".txt"), *result);
     if (!s.ok()) return 5;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "parallel/data_parallel/param_gather_hooks.h"
 #include "parallel/data_parallel/weight_hash.h"
 
 namespace mcc {
@@ -80,6 +81,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     groups.model = state->model();
   }
   std::unique_ptr<data_parallel::DistributedDataParallel> ddp;
+  std::vector<std::unique_ptr<data_parallel::ParamGatherHooks>> gather_hooks;
   std::unique_ptr<Optimizer> opt;
   if (o.use_ddp) {
     MCC_ASSIGN_OR_RETURN(ddp, data_parallel::DistributedDataParallel::Create(
@@ -87,6 +89,14 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     model->SetGradReadyHook(ddp->GradReadyHook());
     executor->SetLastMicrobatchCallback(
         [d = ddp.get()](bool last) { d->set_is_last_microbatch(last); });
+    if (o.ddp.overlap_param_gather && o.ddp.use_distributed_optimizer) {
+      for (gpt::GPTModel* chunk : model->chunks()) {
+        gather_hooks.push_back(
+            std::make_unique<data_parallel::ParamGatherHooks>(ddp.get(),
+                                                              chunk->units()));
+        chunk->SetUnitHooks(gather_hooks.back().get());
+      }
+    }
     MCC_ASSIGN_OR_RETURN(opt,
                          Optimizer::Create(ddp.get(), o.optimizer, groups));
   } else {
@@ -98,8 +108,9 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   TrainResult result;
   for (int step = 0; step < o.steps; ++step) {
     if (ddp) {
-      // Parameters gathered after the last step must be in place first.
-      MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
+      // Parameters gathered after the last step must be in place first
+      // (with the hooks, each unit's just before its forward).
+      if (gather_hooks.empty()) MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
       ddp->ZeroGrads();
     } else {
       model->ZeroGradients();
@@ -117,7 +128,12 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     }
     result.max_in_flight =
         std::max(result.max_in_flight, run.stats.max_in_flight);
-    if (ddp) ddp->set_is_last_microbatch(true);
+    if (ddp) {
+      MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
+      result.param_gather = ddp->param_gather_trace();
+      result.num_buckets = static_cast<int>(ddp->buckets().size());
+      ddp->set_is_last_microbatch(true);
+    }
     MCC_RETURN_IF_ERROR(
         model->SyncSharedGradients(state ? state->embedding() : nullptr));
     if (ddp) MCC_RETURN_IF_ERROR(ddp->FinishGradSync());

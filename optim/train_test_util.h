@@ -56,6 +56,9 @@ struct TrainResult {
   std::vector<double> loss;  // Mean over the global batch, per step.
   std::vector<StepInfo> steps;
   int max_in_flight = 0;  // Most micro-batches held at once on this stage.
+  // The last step's parameter all-gather waits (overlap_param_gather).
+  data_parallel::ParamGatherTrace param_gather;
+  int num_buckets = 0;
 };
 
 // Trains on `state`'s groups (null: one process). Every rank returns the

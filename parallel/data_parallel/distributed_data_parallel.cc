@@ -287,6 +287,7 @@ absl::Status DistributedDataParallel::StartParamGather() {
     MCC_RETURN_IF_ERROR(gather_input_[b].CopyFrom(mine));
     param_work_[b] = dp_->AllGather(gather_input_[b], &bucket.param_data);
   }
+  param_trace_ = ParamGatherTrace();
   if (!config_.overlap_param_gather) return FinishParamGather();
   return absl::OkStatus();
 }
@@ -305,6 +306,33 @@ absl::Status DistributedDataParallel::FinishParamGather() {
     }
   }
   return status;
+}
+
+absl::Status DistributedDataParallel::WaitParamGather(
+    const ParameterList& params) {
+  for (const auto& p : params) {
+    auto it = slots_.find(p.get());
+    if (it == slots_.end()) continue;
+    const int b = it->second.bucket;
+    if (!param_work_[b]) continue;
+    if (param_trace_.waited_in_forward.empty()) {
+      for (const auto& work : param_work_) {
+        if (!work) continue;
+        ++param_trace_.pending_at_first_wait;
+        if (!work->IsCompleted()) ++param_trace_.incomplete_at_first_wait;
+      }
+    }
+    param_trace_.waited_in_forward.push_back(b);
+    absl::Status s = param_work_[b]->Wait();
+    param_work_[b].reset();
+    if (!s.ok()) {
+      return absl::Status(
+          s.code(),
+          absl::StrCat("data-parallel parameter all-gather of bucket ", b,
+                       " (holding ", p->name, "): ", s.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace data_parallel

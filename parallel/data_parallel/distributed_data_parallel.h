@@ -78,6 +78,17 @@ struct GradSyncTrace {
   absl::Time finished = absl::InfinitePast();       // All buckets done.
 };
 
+// How the distributed optimizer's parameter all-gathers were waited for in
+// the last step (with overlap_param_gather, from the forward's hooks).
+struct ParamGatherTrace {
+  // Buckets in the order a forward pre-hook waited for them.
+  std::vector<int> waited_in_forward;
+  // When the first hook waited: buckets launched and not yet waited for,
+  // and of those, how many had not completed (real overlap with forward).
+  int pending_at_first_wait = 0;
+  int incomplete_at_first_wait = 0;
+};
+
 // Data parallelism as Megatron's DistributedDataParallel: every
 // parameter's main_grad becomes a view into a contiguous fp32 bucket
 // buffer; buckets are all-reduced (reduce-scattered under the distributed
@@ -122,6 +133,10 @@ class DistributedDataParallel {
   // the distributed optimizer both do nothing.
   absl::Status StartParamGather();
   absl::Status FinishParamGather();
+  // Waits only for the buckets that hold these parameters (a forward
+  // pre-hook, so later layers' gathers overlap earlier layers' compute).
+  absl::Status WaitParamGather(const ParameterList& params);
+  const ParamGatherTrace& param_gather_trace() const { return param_trace_; }
 
   // The pieces of parameters this rank updates (see ParamShard).
   const std::vector<ParamShard>& local_shards() const { return shards_; }
@@ -158,6 +173,7 @@ class DistributedDataParallel {
   bool is_last_microbatch_ = true;
   int ready_count_ = 0;
   GradSyncTrace trace_;
+  ParamGatherTrace param_trace_;
 };
 
 }  // namespace data_parallel
