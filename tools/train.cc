@@ -24,6 +24,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
+#include "parallel/data_parallel/param_gather_hooks.h"
 #include "parallel/data_parallel/weight_hash.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "parallel/pipeline/pipeline_executor.h"
@@ -230,8 +231,6 @@ absl::StatusOr<std::pair<double, double>> ReduceLoss(const Job& job, double sum,
                         static_cast<double>(d.data<float>()[1]));
 }
 
-// Mean loss over `iters` micro-batches of a split (no gradients), through
-// the pipeline when there is one.
 // Data parallelism by --data-parallel-sharding-strategy (optim is DDP with
 // the distributed optimizer, as --use-distributed-optimizer).
 absl::StatusOr<std::unique_ptr<fsdp::FullyShardedDataParallel>>
@@ -263,6 +262,8 @@ MakeDataParallel(Job& job, const data_parallel::DdpConfig& ddp_config) {
                                               config);
 }
 
+// Mean loss over `iters` micro-batches of a split (no gradients), through
+// the pipeline when there is one.
 absl::StatusOr<double> Evaluate(Job& job, pipeline::PipelineExecutor* executor,
                                 data::DataLoader* loader, int iters) {
   std::vector<gpt::MicroBatch> batches;
@@ -354,6 +355,17 @@ absl::Status Train() {
   ddp_config.overlap_param_gather = absl::GetFlag(FLAGS_overlap_param_gather);
   ddp_config.bucket_size_bytes = absl::GetFlag(FLAGS_ddp_bucket_size) * 4;
   MCC_ASSIGN_OR_RETURN(auto ddp, MakeDataParallel(*job, ddp_config));
+  // --overlap-param-gather: each unit waits for its own parameters' gather
+  // just before its forward instead of all of them at the step's start.
+  std::vector<std::unique_ptr<data_parallel::ParamGatherHooks>> gather_hooks;
+  if (ddp->ddp() != nullptr && ddp_config.overlap_param_gather &&
+      ddp->ddp()->config().use_distributed_optimizer) {
+    for (gpt::GPTModel* chunk : job->model->chunks()) {
+      gather_hooks.push_back(std::make_unique<data_parallel::ParamGatherHooks>(
+          ddp->ddp(), chunk->units()));
+      chunk->SetUnitHooks(gather_hooks.back().get());
+    }
+  }
   // The schedule: 1F1B across stages (interleaved with virtual stages),
   // plain gradient accumulation on one.
   pipeline::PipelineOptions pipeline_options;
@@ -460,9 +472,11 @@ absl::Status Train() {
       absl::GetFlag(FLAGS_check_weight_hash_across_dp_replicas_interval);
   for (int64_t iteration = progress.iteration + 1; iteration <= train_iters;
        ++iteration) {
-    // The distributed optimizer's updated parameters must have arrived.
-    MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
+    // The distributed optimizer's updated parameters must have arrived
+    // (with the hooks, each unit's just before its forward).
+    if (gather_hooks.empty()) MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
     if (hash_interval > 0 && iteration % hash_interval == 0) {
+      MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
       MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
       MCC_RETURN_IF_ERROR(data_parallel::CheckWeightHashAcrossReplicas(
           job->model->parameters(), job->dp()));
@@ -496,6 +510,7 @@ absl::Status Train() {
         std::max(pipeline_window.max_in_flight, run.stats.max_in_flight);
     pipeline_window.theoretical_bubble = run.stats.theoretical_bubble;
     timers.Start("grad-sync");
+    MCC_RETURN_IF_ERROR(ddp->FinishParamGather());  // Any not yet waited.
     ddp->set_is_last_microbatch(true);
     // Tied embedding and output weights on the first and last stages.
     MCC_RETURN_IF_ERROR(job->model->SyncSharedGradients(

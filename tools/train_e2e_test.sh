@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End to end, in real processes: a 4-process run (TP 2 with sequence
 # parallelism, DP 2) matches the serial run's losses within 1e-5 relative,
-# saves, and resumes under TP 1, DP 4 with the distributed optimizer,
+# saves, and resumes under TP 1, DP 4 with the distributed optimizer (its
+# parameter all-gathers overlapped with the forward),
 # continuing to match. Resumed in the same layout (4 processes, and one) the
 # losses are bit-identical to an uninterrupted run.
 set -euo pipefail
@@ -37,7 +38,7 @@ compare "$work/serial.jsonl" "$work/tp2dp2.jsonl" 1e-5
 [[ "$(cat "$work/ckpt/latest_checkpointed_iteration.txt")" == 10 ]]
 
 "$launch" --nproc_per_node 4 -- "$train" "${common[@]}" \
-  --tensor-model-parallel-size 1 --use-distributed-optimizer \
+  --tensor-model-parallel-size 1 --use-distributed-optimizer --overlap-param-gather \
   --load "$work/ckpt" --metrics-file "$work/dp4.jsonl" > "$work/dp4.log" 2>&1 \
   || { cat "$work/dp4.log"; exit 1; }
 [[ "$(losses "$work/dp4.jsonl" | head -1 | cut -d' ' -f1)" == 11 ]]
