@@ -45,16 +45,22 @@ constexpr double kF32Atol = 2e-6, kF32Rtol = 1e-5;
 // bf16 output: one rounding to 8 significant bits, at most 2^-8 relative
 // (bf16's unit roundoff), on top of the fp32 error.
 constexpr double kBf16Rtol = 1.0 / 256 + 1e-5;
+// fp16 output: 11 significant bits, at most 2^-11 relative.
+constexpr double kF16Rtol = 1.0 / 2048 + 1e-5;
+// The output tolerance for dt, f32 for fp32.
+double Rtol(DType dt, double f32) {
+  if (dt == DType::kFloat32) return f32;
+  return dt == DType::kBFloat16 ? kBf16Rtol : kF16Rtol;
+}
 
 TEST(ActivationTest, GeluForward) {
-  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     for (const Shape& shape : {Shape{1}, Shape{7, 33}, Shape{129, 300}}) {
       Tensor x = RandomTensor(shape, dt, 1, -6.0f, 6.0f);
       Tensor y = Tensor::Zeros(shape, dt);
       ASSERT_TRUE(Gelu(x, &y).ok());
-      testing::ExpectAllNear(
-          y.ToDoubles(), RefBiasGelu(x.ToDoubles(), {}), kF32Atol,
-          dt == DType::kFloat32 ? kF32Rtol : kBf16Rtol, y.Describe());
+      testing::ExpectAllNear(y.ToDoubles(), RefBiasGelu(x.ToDoubles(), {}),
+                             kF32Atol, Rtol(dt, kF32Rtol), y.Describe());
     }
   }
 }
@@ -74,13 +80,13 @@ TEST(ActivationTest, GeluBackwardMatchesFiniteDifferences) {
 }
 
 TEST(ActivationTest, BiasGeluForwardAndBackward) {
-  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     const Shape shape{9, 129};
     Tensor x = RandomTensor(shape, dt, 4, -3.0f, 3.0f);
     Tensor b = RandomTensor({129}, dt, 5);
     Tensor y = Tensor::Zeros(shape, dt);
     ASSERT_TRUE(BiasGelu(x, b, &y).ok());
-    const double rtol = dt == DType::kFloat32 ? kF32Rtol : kBf16Rtol;
+    const double rtol = Rtol(dt, kF32Rtol);
     testing::ExpectAllNear(y.ToDoubles(),
                            RefBiasGelu(x.ToDoubles(), b.ToDoubles()), kF32Atol,
                            rtol, "bias gelu");
@@ -98,7 +104,7 @@ TEST(ActivationTest, BiasGeluForwardAndBackward) {
       return testing::Dot(dyv, RefBiasGelu(xv, v));
     };
     testing::ExpectAllNear(dx.ToDoubles(), NumericGrad(loss_x, xv), 1e-5,
-                           dt == DType::kFloat32 ? 1e-5 : kBf16Rtol, "dx");
+                           Rtol(dt, 1e-5), "dx");
     std::vector<double> want_db = NumericGrad(loss_b, bv);
     for (size_t i = 0; i < want_db.size(); ++i) want_db[i] += db0[i];
     // dbias sums fp32 dx (before any bf16 rounding) over 9 rows.
@@ -107,13 +113,13 @@ TEST(ActivationTest, BiasGeluForwardAndBackward) {
 }
 
 TEST(ActivationTest, SwiGLUForwardAndBackward) {
-  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     for (int64_t h : {1, 7, 33}) {
       const Shape xs{5, 2 * h}, ys{5, h};
       Tensor x = RandomTensor(xs, dt, 8, -4.0f, 4.0f);
       Tensor y = Tensor::Zeros(ys, dt);
       ASSERT_TRUE(SwiGLU(x, &y).ok());
-      const double rtol = dt == DType::kFloat32 ? kF32Rtol : kBf16Rtol;
+      const double rtol = Rtol(dt, kF32Rtol);
       testing::ExpectAllNear(y.ToDoubles(), RefSwiGLU(x.ToDoubles(), h),
                              kF32Atol, rtol, "swiglu");
       Tensor dy = RandomTensor(ys, dt, 9);
@@ -124,8 +130,7 @@ TEST(ActivationTest, SwiGLUForwardAndBackward) {
         return testing::Dot(dyv, RefSwiGLU(v, h));
       };
       testing::ExpectAllNear(dx.ToDoubles(), NumericGrad(loss, x.ToDoubles()),
-                             1e-5, dt == DType::kFloat32 ? 1e-5 : kBf16Rtol,
-                             "swiglu dx");
+                             1e-5, Rtol(dt, 1e-5), "swiglu dx");
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/kernel_util.h"
@@ -17,7 +18,7 @@ KernelSlot<AdamWKernel>& AdamWKernels() {
 
 absl::Status AdamWStep(const AdamWConfig& cfg, const Tensor& grad,
                        Tensor* param, Tensor* exp_avg, Tensor* exp_avg_sq,
-                       Tensor* param_bf16) {
+                       Tensor* param16) {
   const char* op = "AdamWStep";
   MCC_RETURN_IF_ERROR(CheckDefined(op, {{"grad", &grad},
                                         {"param", param},
@@ -37,14 +38,17 @@ absl::Status AdamWStep(const AdamWConfig& cfg, const Tensor& grad,
       CheckShapeMatches(op, {"param", param}, {"exp_avg", exp_avg}));
   MCC_RETURN_IF_ERROR(
       CheckShapeMatches(op, {"param", param}, {"exp_avg_sq", exp_avg_sq}));
-  if (param_bf16 != nullptr) {
-    MCC_RETURN_IF_ERROR(CheckDefined(op, {{"param_bf16", param_bf16}}));
+  if (param16 != nullptr) {
+    MCC_RETURN_IF_ERROR(CheckDefined(op, {{"param16", param16}}));
     MCC_RETURN_IF_ERROR(
-        CheckSameDevice(op, {{"param", param}, {"param_bf16", param_bf16}}));
+        CheckSameDevice(op, {{"param", param}, {"param16", param16}}));
+    if (param16->dtype() != DType::kBFloat16 &&
+        param16->dtype() != DType::kFloat16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": param16 ", Brief(*param16), " must be bf16 or fp16"));
+    }
     MCC_RETURN_IF_ERROR(
-        CheckDType(op, {"param_bf16", param_bf16}, DType::kBFloat16));
-    MCC_RETURN_IF_ERROR(
-        CheckShapeMatches(op, {"param", param}, {"param_bf16", param_bf16}));
+        CheckShapeMatches(op, {"param", param}, {"param16", param16}));
   }
   if (cfg.step < 1 || !(cfg.beta1 >= 0 && cfg.beta1 < 1) ||
       !(cfg.beta2 >= 0 && cfg.beta2 < 1) || !(cfg.eps > 0) ||
@@ -56,7 +60,7 @@ absl::Status AdamWStep(const AdamWConfig& cfg, const Tensor& grad,
   }
   if (!param->device().is_cpu()) {
     MCC_ASSIGN_OR_RETURN(AdamWKernel k, AdamWKernels().Get(param->device()));
-    return k(cfg, grad, param, exp_avg, exp_avg_sq, param_bf16);
+    return k(cfg, grad, param, exp_avg, exp_avg_sq, param16);
   }
   const double bc1 = 1.0 - std::pow(static_cast<double>(cfg.beta1), cfg.step);
   const double bc2 = 1.0 - std::pow(static_cast<double>(cfg.beta2), cfg.step);
@@ -68,33 +72,41 @@ absl::Status AdamWStep(const AdamWConfig& cfg, const Tensor& grad,
   float* p = param->data<float>();
   float* m = exp_avg->data<float>();
   float* v = exp_avg_sq->data<float>();
-  BFloat16* p16 = param_bf16 ? param_bf16->data<BFloat16>() : nullptr;
-  DispatchFloat(grad.dtype(), [&](auto tag) {
-    using TG = decltype(tag);
-    const TG* gp = grad.data<TG>();
-    ForEachBlock(param->numel(), param->numel(),
-                 [&](int64_t off, int64_t, int64_t n) {
-                   float gbuf[kBlock];
-                   const float* g = AsF32(gp + off, n, gbuf);
-                   float* pp = p + off;
-                   float* mp = m + off;
-                   float* vp = v + off;
-                   // Locals, not captures: stores through pp/mp/vp could
-                   // alias captured references and block vectorisation.
-                   const float b1 = cfg_b1, b2 = cfg_b2, eps = cfg_eps;
-                   const float gs = cfg_gs, decay = cfg_decay;
-                   const float step_size = cfg_step, inv_sqrt_bc2 = cfg_ibc2;
-                   for (int64_t i = 0; i < n; ++i) {
-                     const float gi = g[i] * gs;
-                     const float mi = b1 * mp[i] + (1.0f - b1) * gi;
-                     const float vi = b2 * vp[i] + (1.0f - b2) * gi * gi;
-                     mp[i] = mi;
-                     vp[i] = vi;
-                     const float denom = std::sqrt(vi) * inv_sqrt_bc2 + eps;
-                     pp[i] = pp[i] * decay - step_size * mi / denom;
-                   }
-                   if (p16) F32ToBF16(pp, p16 + off, n);
-                 });
+  // The 16-bit copy's element type, float when there is none.
+  const DType copy_dtype = param16 ? param16->dtype() : DType::kFloat32;
+  DispatchFloat(copy_dtype, [&](auto ctag) {
+    using TC = decltype(ctag);
+    TC* p16 = nullptr;
+    if constexpr (!std::is_same<TC, float>::value) p16 = param16->data<TC>();
+    DispatchFloat(grad.dtype(), [&](auto tag) {
+      using TG = decltype(tag);
+      const TG* gp = grad.data<TG>();
+      ForEachBlock(param->numel(), param->numel(),
+                   [&](int64_t off, int64_t, int64_t n) {
+                     float gbuf[kBlock];
+                     const float* g = AsF32(gp + off, n, gbuf);
+                     float* pp = p + off;
+                     float* mp = m + off;
+                     float* vp = v + off;
+                     // Locals, not captures: stores through pp/mp/vp could
+                     // alias captured references and block vectorisation.
+                     const float b1 = cfg_b1, b2 = cfg_b2, eps = cfg_eps;
+                     const float gs = cfg_gs, decay = cfg_decay;
+                     const float step_size = cfg_step, inv_sqrt_bc2 = cfg_ibc2;
+                     for (int64_t i = 0; i < n; ++i) {
+                       const float gi = g[i] * gs;
+                       const float mi = b1 * mp[i] + (1.0f - b1) * gi;
+                       const float vi = b2 * vp[i] + (1.0f - b2) * gi * gi;
+                       mp[i] = mi;
+                       vp[i] = vi;
+                       const float denom = std::sqrt(vi) * inv_sqrt_bc2 + eps;
+                       pp[i] = pp[i] * decay - step_size * mi / denom;
+                     }
+                     if constexpr (!std::is_same<TC, float>::value) {
+                       StoreF32(pp, p16 + off, n);
+                     }
+                   });
+    });
   });
   return absl::OkStatus();
 }

@@ -11,8 +11,8 @@
 //   v      = beta2 v + (1 - beta2) g^2
 //   param -= lr / (1 - beta1^step) * m / (sqrt(v / (1 - beta2^step)) + eps)
 //
-// and, when a bf16 copy is given, writes the updated parameters to it too
-// (the model's bf16 weights in mixed-precision training).
+// and, when a bf16 or fp16 copy is given, writes the updated parameters to it
+// too (the model's 16-bit weights in mixed-precision training).
 
 #include <cstdint>
 
@@ -33,16 +33,16 @@ struct AdamWConfig {
   float grad_scale = 1.0f;  // Folds in 1 / loss_scale and a clip factor.
 };
 
-// param, exp_avg, exp_avg_sq: fp32, same shape; grad fp32 or bf16, same
-// shape; param_bf16 (optional) bf16, same shape.
+// param, exp_avg, exp_avg_sq: fp32, same shape; grad fp32, bf16 or fp16,
+// same shape; param16 (optional) bf16 or fp16, same shape.
 absl::Status AdamWStep(const AdamWConfig& config, const Tensor& grad,
                        Tensor* param, Tensor* exp_avg, Tensor* exp_avg_sq,
-                       Tensor* param_bf16 = nullptr);
+                       Tensor* param16 = nullptr);
 
 using AdamWKernel = absl::Status (*)(const AdamWConfig& config,
                                      const Tensor& grad, Tensor* param,
                                      Tensor* exp_avg, Tensor* exp_avg_sq,
-                                     Tensor* param_bf16);
+                                     Tensor* param16);
 KernelSlot<AdamWKernel>& AdamWKernels();
 
 }  // namespace ops

@@ -29,31 +29,34 @@ void RefStep(const AdamWConfig& c, const std::vector<double>& g,
 }
 
 TEST(AdamWTest, ThreeStepsMatchFloat64Reference) {
-  for (DType gd : {DType::kFloat32, DType::kBFloat16}) {
-    for (int64_t n : {1, 7, 33, 129, 100003}) {
-      Tensor p = RandomTensor({n}, DType::kFloat32, 1);
-      Tensor m = Tensor::Zeros({n}, DType::kFloat32);
-      Tensor v = Tensor::Zeros({n}, DType::kFloat32);
-      Tensor p16 = Tensor::Zeros({n}, DType::kBFloat16);
-      std::vector<double> rp = p.ToDoubles(), rm(n, 0.0), rv(n, 0.0);
-      AdamWConfig c;
-      c.lr = 1e-2f;
-      c.weight_decay = 0.1f;
-      c.grad_scale = 0.5f;
-      for (int64_t step = 1; step <= 3; ++step) {
-        c.step = step;
-        Tensor g = RandomTensor({n}, gd, 10 + step, -2.0f, 2.0f);
-        ASSERT_TRUE(AdamWStep(c, g, &p, &m, &v, &p16).ok());
-        RefStep(c, g.ToDoubles(), &rp, &rm, &rv);
+  for (DType gd : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    // The 16-bit model copy: bf16 or fp16 (--bf16 or --fp16 training).
+    for (DType cd : {DType::kBFloat16, DType::kFloat16}) {
+      for (int64_t n : {1, 7, 33, 129, 100003}) {
+        Tensor p = RandomTensor({n}, DType::kFloat32, 1);
+        Tensor m = Tensor::Zeros({n}, DType::kFloat32);
+        Tensor v = Tensor::Zeros({n}, DType::kFloat32);
+        Tensor p16 = Tensor::Zeros({n}, cd);
+        std::vector<double> rp = p.ToDoubles(), rm(n, 0.0), rv(n, 0.0);
+        AdamWConfig c;
+        c.lr = 1e-2f;
+        c.weight_decay = 0.1f;
+        c.grad_scale = 0.5f;
+        for (int64_t step = 1; step <= 3; ++step) {
+          c.step = step;
+          Tensor g = RandomTensor({n}, gd, 10 + step, -2.0f, 2.0f);
+          ASSERT_TRUE(AdamWStep(c, g, &p, &m, &v, &p16).ok());
+          RefStep(c, g.ToDoubles(), &rp, &rm, &rv);
+        }
+        // fp32 arithmetic, a few roundings per step on O(1) values; the
+        // update itself is lr-sized, so absolute 1e-6 is ~1e-4 of an update.
+        testing::ExpectAllNear(p.ToDoubles(), rp, 1e-6, 1e-6, "param");
+        testing::ExpectAllNear(m.ToDoubles(), rm, 1e-6, 1e-5, "exp_avg");
+        testing::ExpectAllNear(v.ToDoubles(), rv, 1e-7, 1e-5, "exp_avg_sq");
+        // The 16-bit copy is the fp32 result rounded to nearest even.
+        Tensor want16 = p.To(cd).value();
+        EXPECT_EQ(Bytes(p16), Bytes(want16));
       }
-      // fp32 arithmetic, a few roundings per step on O(1) values; the
-      // update itself is lr-sized, so absolute 1e-6 is ~1e-4 of an update.
-      testing::ExpectAllNear(p.ToDoubles(), rp, 1e-6, 1e-6, "param");
-      testing::ExpectAllNear(m.ToDoubles(), rm, 1e-6, 1e-5, "exp_avg");
-      testing::ExpectAllNear(v.ToDoubles(), rv, 1e-7, 1e-5, "exp_avg_sq");
-      // The bf16 copy is the fp32 result rounded to nearest even.
-      Tensor want16 = p.To(DType::kBFloat16).value();
-      EXPECT_EQ(Bytes(p16), Bytes(want16));
     }
   }
 }
@@ -80,7 +83,7 @@ TEST(AdamWTest, BadInputsNameShapesAndLeaveStateUntouched) {
   c.step = 1;
   Tensor p16 = Tensor::Zeros({4, 7}, DType::kBFloat16);
   s = AdamWStep(c, g_ok, &p, &m, &v, &p16);
-  EXPECT_NE(s.message().find("param fp32[4, 8] and param_bf16 bf16[4, 7]"),
+  EXPECT_NE(s.message().find("param fp32[4, 8] and param16 bf16[4, 7]"),
             std::string::npos)
       << s;
   EXPECT_EQ(Bytes(p), bp);

@@ -559,21 +559,27 @@ absl::Status FlashAttentionBackward(const Tensor& q, const Tensor& k,
   }
   MCC_RETURN_IF_ERROR(nn::CpuOnly(op, q));
   if (q.numel() == 0) return absl::OkStatus();
-  nn::DispatchFloat(q.dtype(), [&](auto tq) {
-    using TQ = decltype(tq);
-    nn::DispatchFloat(out.dtype(), [&](auto to) {
-      using TO = decltype(to);
-      nn::DispatchFloat(dq->dtype(), [&](auto tg) {
-        using TG = decltype(tg);
-        nn::DispatchFloat(dk->dtype(), [&](auto td) {
-          using TD = decltype(td);
-          BackwardCpu(dm, q.data<TQ>(), k.data<TQ>(), v.data<TQ>(),
-                      out.data<TO>(), dout.data<TO>(), lse.data<float>(),
-                      dq->data<TG>(), dk->data<TD>(), dv->data<TD>());
+  MCC_RETURN_IF_ERROR(CheckOne16BitType(
+      op, {{"q", &q}, {"out", &out}, {"dq", dq}, {"dk", dk}}));
+  Dispatch16BitType(
+      {q.dtype(), out.dtype(), dq->dtype(), dk->dtype()}, [&](auto th) {
+        using H = decltype(th);
+        DispatchFloatOr<H>(q.dtype(), [&](auto tq) {
+          using TQ = decltype(tq);
+          DispatchFloatOr<H>(out.dtype(), [&](auto to) {
+            using TO = decltype(to);
+            DispatchFloatOr<H>(dq->dtype(), [&](auto tg) {
+              using TG = decltype(tg);
+              DispatchFloatOr<H>(dk->dtype(), [&](auto td) {
+                using TD = decltype(td);
+                BackwardCpu(dm, q.data<TQ>(), k.data<TQ>(), v.data<TQ>(),
+                            out.data<TO>(), dout.data<TO>(), lse.data<float>(),
+                            dq->data<TG>(), dk->data<TD>(), dv->data<TD>());
+              });
+            });
+          });
         });
       });
-    });
-  });
   return absl::OkStatus();
 }
 

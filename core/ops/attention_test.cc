@@ -221,6 +221,21 @@ TEST(AttentionBf16Test, WithinBf16Tolerance) {
   ExpectClose(r.dv.ToDoubles(), av, 3e-2, 3e-2, "dv bf16");
 }
 
+// fp16 in and out: as bf16 with 11 significant bits, tolerances 8x tighter.
+TEST(AttentionFp16Test, WithinFp16Tolerance) {
+  const Cfg c{1, 90, 2, 1, 24, true};
+  AttnRun r = RunKernel(c, DType::kFloat16, 7);
+  const auto qd = r.q.ToDoubles(), kd = r.k.ToDoubles(), vd = r.v.ToDoubles(),
+             wd = r.dout.ToDoubles();
+  ExpectClose(r.out.ToDoubles(), AttnRef(c, qd, kd, vd), 1.25e-3, 1.25e-3,
+              "out fp16");
+  std::vector<double> aq, ak, av;
+  AttnGradRef(c, qd, kd, vd, wd, &aq, &ak, &av);
+  ExpectClose(r.dq.ToDoubles(), aq, 4e-3, 4e-3, "dq fp16");
+  ExpectClose(r.dk.ToDoubles(), ak, 4e-3, 4e-3, "dk fp16");
+  ExpectClose(r.dv.ToDoubles(), av, 4e-3, 4e-3, "dv fp16");
+}
+
 // Peak allocator bytes during forward + backward grow linearly in T.
 TEST(AttentionMemoryTest, PeakGrowsLinearlyWithSequence) {
   auto peak_for = [](int64_t s) {

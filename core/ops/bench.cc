@@ -204,6 +204,16 @@ void BenchGemm(const GemmCase& g) {
   g_rows.push_back({absl::StrCat("gemm.", g.name), "bf16", shape,
                     flops / t16.first / 1e9, "GFLOP/s", raw16_name,
                     t16.second / t16.first});
+
+  // fp16 is always widened (F16C) and run as sgemm.
+  Tensor a_h = a32.To(DType::kFloat16).value();
+  Tensor b_h = b32.To(DType::kFloat16).value();
+  auto ours_h = [&] { Check(Gemm(a_h, g.ta, b_h, g.tb, &c, 1.0f, g.beta)); };
+  auto [t_h, t_h_raw] = BestTimes(ours_h, raw_sgemm);
+  g_rows.push_back({raw16_name, "fp16", shape, flops / t_h_raw / 1e9, "GFLOP/s",
+                    "dnnl_sgemm on fp32 copies"});
+  g_rows.push_back({absl::StrCat("gemm.", g.name), "fp16", shape,
+                    flops / t_h / 1e9, "GFLOP/s", raw16_name, t_h_raw / t_h});
 }
 
 // ---- Memory-bound kernels --------------------------------------------------
@@ -257,7 +267,7 @@ void BenchMemoryBound() {
   const int64_t rows = 4096, h = 4096;  // 16M elements: 64 MiB in fp32.
   const Shape s{rows, h};
   const double n = static_cast<double>(rows * h);
-  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     const double e = static_cast<double>(DTypeSize(dt));
     Tensor x = Tensor::Full(s, 0.5, dt);
     Tensor y = Tensor::Zeros(s, dt);
@@ -293,7 +303,7 @@ void BenchMemoryBound() {
     std::vector<int64_t> idv(tokens);
     for (int64_t i = 0; i < tokens; ++i) idv[i] = (i * 7919) % vocab;
     Tensor ids = Tensor::FromInts(idv, {tokens}, DType::kInt32).value();
-    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
       Tensor table = Tensor::Full({vocab, hidden}, 0.5, dt);
       Tensor out = Tensor::Zeros({tokens, hidden}, dt);
       const double bytes = 2.0 * tokens * hidden * DTypeSize(dt);
@@ -323,6 +333,11 @@ void BenchMemoryBound() {
     });
     AddMem("adamw+bf16_copy", DType::kFloat32, ps, 7.0 * n * 4 + 2 * n, [&] {
       Check(AdamWStep(c, g, &p, &m, &v, &p16));
+      ++c.step;
+    });
+    Tensor p_h = Tensor::Zeros(ps, DType::kFloat16);
+    AddMem("adamw+fp16_copy", DType::kFloat32, ps, 7.0 * n * 4 + 2 * n, [&] {
+      Check(AdamWStep(c, g, &p, &m, &v, &p_h));
       ++c.step;
     });
   }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/ops/attention.h"
@@ -73,11 +74,11 @@ void RunNnBenchmarks(bool quick) {
          "GFLOP/s");
   }
   // Norms: rows x hidden; bytes moved = inputs read + outputs written.
-  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     const int64_t rows = quick ? 256 : 4096, h = 4096;
     const double e = static_cast<double>(DTypeSize(dt));
-    const char* size =
-        dt == DType::kFloat32 ? "[4096, 4096] fp32" : "[4096, 4096] bf16";
+    const std::string size_s = "[4096, 4096] " + std::string(DTypeName(dt));
+    const char* size = size_s.c_str();
     Tensor x = Random({rows, h}, dt), dy = Random({rows, h}, dt);
     Tensor g = Random({h}, DType::kFloat32), b = Random({h}, DType::kFloat32);
     Tensor y = Tensor::Empty({rows, h}, dt), dx = Tensor::Empty({rows, h}, dt);
@@ -115,7 +116,7 @@ void RunNnBenchmarks(bool quick) {
   // Flash attention, causal.
   for (int64_t d : {64, 128}) {
     const int64_t b = quick ? 1 : 2, s = quick ? 512 : 2048, h = quick ? 2 : 8;
-    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
       const Shape shape = {b, s, h, d};
       Tensor q = Random(shape, dt), k = Random(shape, dt),
              v = Random(shape, dt);
@@ -128,7 +129,7 @@ void RunNnBenchmarks(bool quick) {
       std::snprintf(size, sizeof(size), "b%lld s%lld h%lld d%lld %s",
                     static_cast<long long>(b), static_cast<long long>(s),
                     static_cast<long long>(h), static_cast<long long>(d),
-                    dt == DType::kFloat32 ? "fp32" : "bf16");
+                    std::string(DTypeName(dt)).c_str());
       Line("FlashAttentionForward (causal)", size,
            Time(
                [&] {
@@ -147,7 +148,7 @@ void RunNnBenchmarks(bool quick) {
     }
   }
   // Cross entropy over a GPT-2-sized (padded) vocabulary.
-  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     const int64_t tokens = quick ? 64 : 512, vocab = 50304;
     Tensor logits = Random({tokens, vocab}, dt);
     std::vector<int64_t> t(tokens);
@@ -158,8 +159,8 @@ void RunNnBenchmarks(bool quick) {
     Tensor dloss = Tensor::Full({tokens}, 1.0 / tokens, DType::kFloat32);
     Tensor dlogits = Tensor::Empty({tokens, vocab}, dt);
     const double n = static_cast<double>(tokens * vocab) * DTypeSize(dt);
-    const char* size =
-        dt == DType::kFloat32 ? "[512, 50304] fp32" : "[512, 50304] bf16";
+    const std::string size_s = "[512, 50304] " + std::string(DTypeName(dt));
+    const char* size = size_s.c_str();
     Line("CrossEntropyForward", size, Time([&] {
            MCC_CHECK_OK(CrossEntropyForward(logits, targets, &loss, &lse));
          }),

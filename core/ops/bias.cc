@@ -94,6 +94,11 @@ void AccumulateColumnSums(const BFloat16* dy, int64_t rows, int64_t h,
   ColumnSums(dy, rows, h, dbias);
 }
 
+void AccumulateColumnSums(const Float16* dy, int64_t rows, int64_t h,
+                          float* dbias) {
+  ColumnSums(dy, rows, h, dbias);
+}
+
 }  // namespace internal
 
 absl::Status BiasAdd(const Tensor& x, const Tensor& bias, Tensor* y) {

@@ -45,6 +45,8 @@ void AccumulateColumnSums(const float* dy, int64_t rows, int64_t h,
                           float* dbias);
 void AccumulateColumnSums(const BFloat16* dy, int64_t rows, int64_t h,
                           float* dbias);
+void AccumulateColumnSums(const Float16* dy, int64_t rows, int64_t h,
+                          float* dbias);
 }  // namespace internal
 
 }  // namespace ops

@@ -23,17 +23,19 @@ std::vector<double> RefBiasAdd(const std::vector<double>& x,
 TEST(BiasTest, ForwardMatchesReferenceAllDTypes) {
   for (const Shape& shape :
        {Shape{1, 1}, Shape{7, 33}, Shape{3, 5, 129}, Shape{300, 1030}}) {
-    for (DType xd : {DType::kFloat32, DType::kBFloat16}) {
-      for (DType bd : {DType::kFloat32, DType::kBFloat16}) {
-        for (DType yd : {DType::kFloat32, DType::kBFloat16}) {
+    for (DType xd : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      for (DType bd : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+        for (DType yd : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
           Tensor x = RandomTensor(shape, xd, 1);
           Tensor b = RandomTensor({shape.back()}, bd, 2);
           Tensor y = Tensor::Zeros(shape, yd);
           ASSERT_TRUE(BiasAdd(x, b, &y).ok());
           // fp32: exact up to one fp32 rounding; bf16 output: one bf16
           // rounding, at most 2^-8 relative (unit roundoff of 8 significant
-          // bits).
-          const double rtol = yd == DType::kFloat32 ? 1e-7 : 1.0 / 256;
+          // bits); fp16 output: 2^-11 (11 significant bits).
+          const double rtol = yd == DType::kFloat32    ? 1e-7
+                              : yd == DType::kBFloat16 ? 1.0 / 256
+                                                       : 1.0 / 2048;
           testing::ExpectAllNear(y.ToDoubles(),
                                  RefBiasAdd(x.ToDoubles(), b.ToDoubles()),
                                  1e-30, rtol, y.Describe());
@@ -52,7 +54,7 @@ TEST(BiasTest, InPlace) {
 }
 
 TEST(BiasTest, BackwardMatchesFiniteDifferencesAndAccumulates) {
-  for (DType dd : {DType::kFloat32, DType::kBFloat16}) {
+  for (DType dd : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     const Shape shape{9, 33};
     Tensor x = RandomTensor(shape, DType::kFloat32, 5);
     Tensor dy = RandomTensor(shape, dd, 6);

@@ -97,32 +97,39 @@ INSTANTIATE_TEST_SUITE_P(Vocab, CrossEntropyTest,
                                             ::testing::Values(DType::kInt32,
                                                               DType::kInt64)));
 
-TEST(CrossEntropyBf16Test, WithinBf16Rounding) {
-  const int64_t rows = 9, vocab = 1000;
-  Tensor logits =
-      testing::RandomTensor({rows, vocab}, DType::kBFloat16, 3, -4, 4);
-  const std::vector<int64_t> t = Targets(rows, vocab, 11);
-  Tensor targets = Tensor::FromInts(t, {rows}, DType::kInt64).value();
-  Tensor loss = Tensor::Empty({rows}, DType::kFloat32);
-  Tensor lse = Tensor::Empty({rows}, DType::kFloat32);
-  ASSERT_TRUE(CrossEntropyForward(logits, targets, &loss, &lse).ok());
-  const auto x = logits.ToDoubles();
-  // Inputs are exactly the bf16 values; only fp32 math differs.
-  ExpectClose(loss.ToDoubles(), LossRef(x, t, vocab), 1e-5, 1e-5, "loss bf16");
-  Tensor dloss = Tensor::Full({rows}, 1.0, DType::kFloat32);
-  Tensor dlogits = Tensor::Empty({rows, vocab}, DType::kBFloat16);
-  ASSERT_TRUE(CrossEntropyBackward(logits, targets, lse, dloss, &dlogits).ok());
-  std::vector<double> lse_ref;
-  LossRef(x, t, vocab, &lse_ref);
-  std::vector<double> want(x.size(), 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    if (t[r] == kDefaultIgnoreIndex) continue;
-    for (int64_t c = 0; c < vocab; ++c) {
-      want[r * vocab + c] =
-          std::exp(x[r * vocab + c] - lse_ref[r]) - (c == t[r]);
+// bf16 and fp16 logits (fp32 math): the loss within fp32 error of the
+// rounded inputs' loss, dlogits within one rounding (2^-8 or 2^-11).
+TEST(CrossEntropy16BitTest, WithinRounding) {
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    const int64_t rows = 9, vocab = 1000;
+    Tensor logits = testing::RandomTensor({rows, vocab}, dt, 3, -4, 4);
+    const std::vector<int64_t> t = Targets(rows, vocab, 11);
+    Tensor targets = Tensor::FromInts(t, {rows}, DType::kInt64).value();
+    Tensor loss = Tensor::Empty({rows}, DType::kFloat32);
+    Tensor lse = Tensor::Empty({rows}, DType::kFloat32);
+    ASSERT_TRUE(CrossEntropyForward(logits, targets, &loss, &lse).ok());
+    const auto x = logits.ToDoubles();
+    // Inputs are exactly the bf16 values; only fp32 math differs.
+    ExpectClose(loss.ToDoubles(), LossRef(x, t, vocab), 1e-5, 1e-5,
+                std::string(DTypeName(dt)));
+    Tensor dloss = Tensor::Full({rows}, 1.0, DType::kFloat32);
+    Tensor dlogits = Tensor::Empty({rows, vocab}, dt);
+    ASSERT_TRUE(
+        CrossEntropyBackward(logits, targets, lse, dloss, &dlogits).ok());
+    std::vector<double> lse_ref;
+    LossRef(x, t, vocab, &lse_ref);
+    std::vector<double> want(x.size(), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (t[r] == kDefaultIgnoreIndex) continue;
+      for (int64_t c = 0; c < vocab; ++c) {
+        want[r * vocab + c] =
+            std::exp(x[r * vocab + c] - lse_ref[r]) - (c == t[r]);
+      }
     }
+    const double rtol = dt == DType::kBFloat16 ? 8e-3 : 1e-3;
+    ExpectClose(dlogits.ToDoubles(), want, 1e-6, rtol,
+                std::string(DTypeName(dt)));
   }
-  ExpectClose(dlogits.ToDoubles(), want, 1e-6, 8e-3, "dlogits bf16");
 }
 
 TEST(CrossEntropyErrorsTest, OutOfRangeTargetNamesPositionTargetAndVocab) {

@@ -54,7 +54,7 @@ TEST(PhiloxTest, StreamMatchesDefinitionAtAnyAlignment) {
 TEST(DropoutTest, MaskFollowsTheStreamAndScales) {
   const float p = 0.3f;
   const uint64_t seed = 42, offset = 1001;
-  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     Tensor x = RandomTensor({7, 129}, dt, 1);
     Tensor y = Tensor::Zeros({7, 129}, dt);
     ASSERT_TRUE(Dropout(x, p, seed, offset, &y).ok());
@@ -64,10 +64,12 @@ TEST(DropoutTest, MaskFollowsTheStreamAndScales) {
       const bool keep = (Word(seed, offset + i) >> 8) >= thr;
       const double want = keep ? xv[i] / (1.0 - p) : 0.0;
       // fp32: scale by a rounded 1/(1-p), then one rounding; bf16 output:
-      // one rounding to 8 significant bits, at most 2^-8 relative.
-      EXPECT_NEAR(yv[i], want,
-                  std::fabs(want) * (dt == DType::kFloat32 ? 3e-7 : 1.0 / 256))
-          << i;
+      // one rounding to 8 significant bits, at most 2^-8 relative; fp16: 11
+      // bits, 2^-11.
+      const double rtol = dt == DType::kFloat32    ? 3e-7
+                          : dt == DType::kBFloat16 ? 1.0 / 256
+                                                   : 1.0 / 2048;
+      EXPECT_NEAR(yv[i], want, std::fabs(want) * rtol) << i;
     }
   }
 }

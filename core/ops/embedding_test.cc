@@ -16,8 +16,8 @@ TEST(EmbeddingTest, LookupMatchesTableRows) {
   const int64_t vocab = 33, hidden = 129;
   const std::vector<int64_t> idv = {0, 5, 32, 5, 7, 1};
   for (DType id_dt : {DType::kInt32, DType::kInt64}) {
-    for (DType td : {DType::kFloat32, DType::kBFloat16}) {
-      for (DType od : {DType::kFloat32, DType::kBFloat16}) {
+    for (DType td : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      for (DType od : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
         Tensor ids = Tensor::FromInts(idv, {2, 3}, id_dt).value();
         Tensor table = RandomTensor({vocab, hidden}, td, 1);
         Tensor out = Tensor::Zeros({2, 3, hidden}, od);
@@ -25,7 +25,8 @@ TEST(EmbeddingTest, LookupMatchesTableRows) {
         const std::vector<double> t = table.ToDoubles(), o = out.ToDoubles();
         for (size_t r = 0; r < idv.size(); ++r) {
           for (int64_t j = 0; j < hidden; ++j) {
-            // Exact, except one bf16 rounding for fp32 -> bf16.
+            // Exact, except one rounding for fp32 -> bf16 or fp16 (bf16
+            // values of this range are exact in fp16).
             const double want = t[idv[r] * hidden + j];
             EXPECT_NEAR(o[r * hidden + j], want, std::fabs(want) / 256);
             if (td == od) EXPECT_EQ(o[r * hidden + j], want);
@@ -40,7 +41,7 @@ TEST(EmbeddingTest, BackwardMatchesFiniteDifferencesAndAccumulates) {
   const int64_t vocab = 7, hidden = 5;
   const std::vector<int64_t> idv = {3, 1, 3, 6, 3, 0, 1};  // Repeats.
   Tensor ids = Tensor::FromInts(idv, {7}, DType::kInt32).value();
-  for (DType gd : {DType::kFloat32, DType::kBFloat16}) {
+  for (DType gd : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     Tensor dout = RandomTensor({7, hidden}, gd, 2);
     Tensor dtable = RandomTensor({vocab, hidden}, DType::kFloat32, 3);
     const std::vector<double> d0 = dtable.ToDoubles(), g = dout.ToDoubles();

@@ -146,14 +146,16 @@ GemmPath DetectBf16Path() {
   return path;
 }
 
-// Widens a rows x cols bf16 matrix (row stride ld) into a dense fp32 one.
-void WidenMatrix(const BFloat16* src, int64_t rows, int64_t cols, int64_t ld,
+// Widens a rows x cols bf16 or fp16 matrix (row stride ld) into a dense fp32
+// one.
+template <typename T>
+void WidenMatrix(const T* src, int64_t rows, int64_t cols, int64_t ld,
                  float* dst) {
   const int64_t grain =
       std::max<int64_t>(1, kGrain / std::max<int64_t>(1, cols));
   ThreadPool::Global().ParallelFor(rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      BF16ToF32(src + r * ld, dst + r * cols, cols);
+      LoadF32(src + r * ld, dst + r * cols, cols);
   });
 }
 
@@ -196,21 +198,14 @@ void GemmF32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
       << "dnnl_sgemm failed for m=" << m << " n=" << n << " k=" << k;
 }
 
-void GemmBF16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-              float alpha, const BFloat16* a, int64_t lda, const BFloat16* b,
-              int64_t ldb, float beta, float* c, int64_t ldc) {
-  CheckLeadingDims("GemmBF16", trans_a, trans_b, m, n, k, lda, ldb, ldc);
-  if (m == 0 || n == 0) return;
-  if (k == 0 || alpha == 0.0f) {
-    ScaleC(beta, c, m, n, ldc);
-    return;
-  }
-  if (Bf16GemmPath() == GemmPath::kNativeBF16) {
-    SyncOmpThreads();
-    MatmulPrimitive(dnnl::memory::data_type::bf16, trans_a, trans_b, m, n, k,
-                    alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
+namespace {
+
+// op(A) op(B) for bf16 or fp16 operands through the fp32 GEMM, after the
+// checks and early returns of the callers.
+template <typename T>
+void GemmWidened(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                 float alpha, const T* a, int64_t lda, const T* b, int64_t ldb,
+                 float beta, float* c, int64_t ldc) {
   // Widen panels of at most g_widen_panel elements (m-panels of A, n-panels
   // of B) into per-thread scratch, so a large operand (an LM head's
   // [vocab, hidden] weight) never needs a whole fp32 copy. B is widened once
@@ -240,6 +235,38 @@ void GemmBF16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
               b32.data(), trans_b ? k : nn, beta, c + m0 * ldc + n0, ldc);
     }
   }
+}
+
+}  // namespace
+
+void GemmBF16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+              float alpha, const BFloat16* a, int64_t lda, const BFloat16* b,
+              int64_t ldb, float beta, float* c, int64_t ldc) {
+  CheckLeadingDims("GemmBF16", trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.0f) {
+    ScaleC(beta, c, m, n, ldc);
+    return;
+  }
+  if (Bf16GemmPath() == GemmPath::kNativeBF16) {
+    SyncOmpThreads();
+    MatmulPrimitive(dnnl::memory::data_type::bf16, trans_a, trans_b, m, n, k,
+                    alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  GemmWidened(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void GemmF16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+             float alpha, const Float16* a, int64_t lda, const Float16* b,
+             int64_t ldb, float beta, float* c, int64_t ldc) {
+  CheckLeadingDims("GemmF16", trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.0f) {
+    ScaleC(beta, c, m, n, ldc);
+    return;
+  }
+  GemmWidened(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 KernelSlot<GemmKernel>& GemmKernels() {
@@ -273,9 +300,10 @@ absl::Status ValidateGemm(const char* op, const Tensor& a, bool trans_a,
                      batched ? "3-D a and 3-D or 2-D b" : "2-D matrices"));
   }
   if (a.dtype() != b.dtype() ||
-      (a.dtype() != DType::kFloat32 && a.dtype() != DType::kBFloat16)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", ab, ": a and b must both be fp32 or both bf16"));
+      (a.dtype() != DType::kFloat32 && a.dtype() != DType::kBFloat16 &&
+       a.dtype() != DType::kFloat16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", ab, ": a and b must both be fp32, both bf16 or both fp16"));
   }
   MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"c", c}));
   const int ao = batched ? 1 : 0;
@@ -312,24 +340,27 @@ void RunCpuGemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
   const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
   const int64_t a_stride = m * k, b_stride = d.b_shared ? 0 : k * n;
   const int64_t c_stride = m * n;
-  // fp32 destination: c itself, or scratch for a bf16 c.
+  // fp32 destination: c itself, or scratch for a 16-bit c.
   float* out;
   std::vector<float> scratch;
   if (c->dtype() == DType::kFloat32) {
     out = c->data<float>();
   } else {
     scratch.resize(c->numel());
-    if (beta != 0.0f)
-      BF16ToF32(c->data<BFloat16>(), scratch.data(), c->numel());
+    if (beta != 0.0f) LoadF32Any(*c, scratch.data());
     out = scratch.data();
   }
-  const bool bf16 = a.dtype() == DType::kBFloat16;
   auto run_one = [&](int64_t i) {
-    if (bf16) {
+    if (a.dtype() == DType::kBFloat16) {
       GemmBF16(trans_a, trans_b, m, n, k, alpha,
                a.data<BFloat16>() + i * a_stride, lda,
                b.data<BFloat16>() + i * b_stride, ldb, beta, out + i * c_stride,
                n);
+    } else if (a.dtype() == DType::kFloat16) {
+      GemmF16(trans_a, trans_b, m, n, k, alpha,
+              a.data<Float16>() + i * a_stride, lda,
+              b.data<Float16>() + i * b_stride, ldb, beta, out + i * c_stride,
+              n);
     } else {
       GemmF32(trans_a, trans_b, m, n, k, alpha, a.data<float>() + i * a_stride,
               lda, b.data<float>() + i * b_stride, ldb, beta,
@@ -349,6 +380,8 @@ void RunCpuGemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
   }
   if (c->dtype() == DType::kBFloat16) {
     F32ToBF16(scratch.data(), c->data<BFloat16>(), c->numel());
+  } else if (c->dtype() == DType::kFloat16) {
+    F32ToF16(scratch.data(), c->data<Float16>(), c->numel());
   }
 }
 

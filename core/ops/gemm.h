@@ -14,7 +14,8 @@
 // oneDNN's bf16 matmul runs natively; elsewhere (AVX2 machines) the inputs
 // are widened to fp32 (vectorised) and the fp32 GEMM runs. Bf16GemmPath()
 // says which, and the first bf16 GEMM logs it. oneDNN's OpenMP threads follow
-// ThreadPool::Global().num_threads().
+// ThreadPool::Global().num_threads(). fp16 inputs are always widened to fp32
+// (F16C) and run the fp32 GEMM.
 
 #include <cstdint>
 
@@ -34,6 +35,11 @@ void GemmBF16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
               float alpha, const BFloat16* a, int64_t lda, const BFloat16* b,
               int64_t ldb, float beta, float* c, int64_t ldc);
 
+// fp16 operands, widened to fp32 in panels; fp32 accumulation and output.
+void GemmF16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+             float alpha, const Float16* a, int64_t lda, const Float16* b,
+             int64_t ldb, float beta, float* c, int64_t ldc);
+
 enum class GemmPath {
   kConvertToF32,  // bf16 widened to fp32, fp32 GEMM (no native bf16 on CPU).
   kNativeBF16,    // oneDNN bf16 matmul (AVX512-BF16 / AMX).
@@ -42,10 +48,11 @@ GemmPath Bf16GemmPath();
 const char* GemmPathName(GemmPath path);
 
 // c = alpha * op(a) * op(b) + beta * c for 2-D tensors: op(a) [m, k],
-// op(b) [k, n], c [m, n]. a and b are both fp32 or both bf16; c is fp32 or
-// bf16 (bf16 c is computed in fp32 and rounded once). Parameter-gradient
-// accumulation (Megatron's gradient-accumulation fusion) is beta = 1 into an
-// fp32 c, e.g. dW += dY^T X: Gemm(dy, true, x, false, &dw, 1, 1).
+// op(b) [k, n], c [m, n]. a and b are both fp32, both bf16 or both fp16; c
+// is fp32, bf16 or fp16 (a 16-bit c is computed in fp32 and rounded once).
+// Parameter-gradient accumulation (Megatron's gradient-accumulation fusion) is
+// beta = 1 into an fp32 c, e.g. dW += dY^T X: Gemm(dy, true, x, false, &dw, 1,
+// 1).
 absl::Status Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                   Tensor* c, float alpha = 1.0f, float beta = 0.0f);
 

@@ -95,7 +95,7 @@ TEST_P(RawGemmTest, MatchesFloat64Reference) {
   uint32_t seed = 100 * size_case + 10 * ta + tb;
   for (float alpha : {1.0f, -0.5f}) {
     for (float beta : {0.0f, 1.0f, 0.25f}) {
-      for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
         Tensor a = RandomTensor({a_rows, lda}, dt, ++seed);
         Tensor b = RandomTensor({b_rows, ldb}, dt, ++seed);
         Tensor c = RandomTensor({m, ldc}, DType::kFloat32, ++seed);
@@ -106,9 +106,12 @@ TEST_P(RawGemmTest, MatchesFloat64Reference) {
         if (dt == DType::kFloat32) {
           GemmF32(ta, tb, m, n, k, alpha, a.data<float>(), lda, b.data<float>(),
                   ldb, beta, c.data<float>(), ldc);
-        } else {
+        } else if (dt == DType::kBFloat16) {
           GemmBF16(ta, tb, m, n, k, alpha, a.data<BFloat16>(), lda,
                    b.data<BFloat16>(), ldb, beta, c.data<float>(), ldc);
+        } else {
+          GemmF16(ta, tb, m, n, k, alpha, a.data<Float16>(), lda,
+                  b.data<Float16>(), ldb, beta, c.data<float>(), ldc);
         }
         std::vector<double> got = c.ToDoubles();
         // Padding columns of c (j >= n) must be unchanged: compare them too
@@ -159,6 +162,29 @@ TEST(GemmTest, Bf16WidenedInPanelsMatchesReference) {
   internal::SetBf16WidenPanelForTesting(saved);
 }
 
+TEST(GemmTest, Fp16WidenedInPanelsMatchesReference) {
+  // The fp16 path shares the bf16 panel widening; panels of 100 elements.
+  const int64_t saved = internal::SetBf16WidenPanelForTesting(100);
+  const int64_t m = 33, n = 29, k = 7;
+  uint32_t seed = 600;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 3;
+      Tensor a = RandomTensor({ta ? k : m, lda}, DType::kFloat16, ++seed);
+      Tensor b = RandomTensor({tb ? n : k, ldb}, DType::kFloat16, ++seed);
+      Tensor c = RandomTensor({m, ldc}, DType::kFloat32, ++seed);
+      std::vector<double> want, scale;
+      RefGemm(ta, tb, m, n, k, 1.5, a.ToDoubles(), lda, b.ToDoubles(), ldb, 0.5,
+              c.ToDoubles(), ldc, &want, &scale);
+      GemmF16(ta, tb, m, n, k, 1.5f, a.data<Float16>(), lda, b.data<Float16>(),
+              ldb, 0.5f, c.data<float>(), ldc);
+      ExpectWithin(c.ToDoubles(), want, scale, F32Tol(k),
+                   ::testing::PrintToString(std::make_tuple(ta, tb)));
+    }
+  }
+  internal::SetBf16WidenPanelForTesting(saved);
+}
+
 TEST(GemmTest, MatmulPrimitivesAreCachedPerShape) {
   const bool saved = internal::SetForceMatmulPrimitiveForTesting(true);
   Tensor a = RandomTensor({9, 11}, DType::kFloat32, 1);
@@ -197,6 +223,41 @@ TEST(GemmTest, TensorGemmBf16AgainstUnroundedInputs) {
                "bf16 gemm, bf16 output");
 }
 
+TEST(GemmTest, TensorGemmFp16AgainstUnroundedInputs) {
+  // As the bf16 case: fp16 has 11 significant bits, so each input carries a
+  // relative rounding error of at most 2^-11 and the output one more.
+  const int64_t m = 33, n = 17, k = 129;
+  Tensor a32 = RandomTensor({m, k}, DType::kFloat32, 7);
+  Tensor b32 = RandomTensor({n, k}, DType::kFloat32, 8);
+  Tensor a16 = a32.To(DType::kFloat16).value();
+  Tensor b16 = b32.To(DType::kFloat16).value();
+  Tensor c = Tensor::Zeros({m, n}, DType::kFloat32);
+  ASSERT_TRUE(Gemm(a16, false, b16, true, &c).ok());
+  std::vector<double> want, scale;
+  RefGemm(false, true, m, n, k, 1, a32.ToDoubles(), k, b32.ToDoubles(), k, 0,
+          std::vector<double>(m * n), n, &want, &scale);
+  const double input_tol =
+      std::ldexp(1.0, -10) + std::ldexp(1.0, -22) + F32Tol(k);
+  ExpectWithin(c.ToDoubles(), want, scale, input_tol, "fp16 gemm");
+
+  Tensor c16 = Tensor::Zeros({m, n}, DType::kFloat16);
+  ASSERT_TRUE(Gemm(a16, false, b16, true, &c16).ok());
+  std::vector<double> got = c16.ToDoubles();
+  for (size_t i = 0; i < got.size(); ++i) scale[i] += std::fabs(want[i]);
+  ExpectWithin(got, want, scale, input_tol + std::ldexp(1.0, -11),
+               "fp16 gemm, fp16 output");
+
+  // fp16 c with beta accumulates through fp32.
+  Tensor c2 = RandomTensor({m, n}, DType::kFloat16, 9);
+  std::vector<double> want2, scale2;
+  RefGemm(false, true, m, n, k, 1, a16.ToDoubles(), k, b16.ToDoubles(), k, 1,
+          c2.ToDoubles(), n, &want2, &scale2);
+  ASSERT_TRUE(Gemm(a16, false, b16, true, &c2, 1.0f, 1.0f).ok());
+  for (size_t i = 0; i < scale2.size(); ++i) scale2[i] += std::fabs(want2[i]);
+  ExpectWithin(c2.ToDoubles(), want2, scale2, std::ldexp(1.0, -11) + F32Tol(k),
+               "fp16 c, beta 1");
+}
+
 TEST(GemmTest, Bf16OutputWithBetaAccumulates) {
   const int64_t m = 7, n = 9, k = 5;
   Tensor a = RandomTensor({m, k}, DType::kFloat32, 3);
@@ -214,7 +275,7 @@ TEST(GemmTest, Bf16OutputWithBetaAccumulates) {
 TEST(GemmTest, BatchedMatchesPerEntryReference) {
   for (bool shared_b : {false, true}) {
     for (int64_t size : {5, 129}) {  // Small: parallel over the batch.
-      for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
         const int64_t batch = 3, m = size, n = 7, k = size + 1;
         Tensor a = RandomTensor({batch, k, m}, dt, 11);  // trans_a
         Tensor b = shared_b ? RandomTensor({k, n}, dt, 12)

@@ -45,9 +45,27 @@ absl::Status CheckSameDevice(absl::string_view op,
 
 absl::Status CheckFloatDType(absl::string_view op, const Arg& a) {
   const DType d = a.tensor->dtype();
-  if (d != DType::kFloat32 && d != DType::kBFloat16) {
+  if (d != DType::kFloat32 && d != DType::kBFloat16 && d != DType::kFloat16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", a.name, " ", Brief(*a.tensor),
+                     " must be fp32, bf16 or fp16"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOne16BitType(absl::string_view op,
+                               std::initializer_list<Arg> args) {
+  const Arg* bf16 = nullptr;
+  const Arg* fp16 = nullptr;
+  for (const Arg& a : args) {
+    if (a.tensor == nullptr || !a.tensor->defined()) continue;
+    if (a.tensor->dtype() == DType::kBFloat16 && bf16 == nullptr) bf16 = &a;
+    if (a.tensor->dtype() == DType::kFloat16 && fp16 == nullptr) fp16 = &a;
+  }
+  if (bf16 != nullptr && fp16 != nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        op, ": ", a.name, " ", Brief(*a.tensor), " must be fp32 or bf16"));
+        op, ": ", bf16->name, " ", Brief(*bf16->tensor), " and ", fp16->name,
+        " ", Brief(*fp16->tensor), ": bf16 and fp16 cannot be mixed"));
   }
   return absl::OkStatus();
 }
@@ -114,6 +132,30 @@ void F32ToBF16(const float* src, BFloat16* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = FloatToBFloat16(src[i]);
 }
 
+void F16ToF32(const Float16* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = Float16ToFloat(src[i]);
+}
+
+void F32ToF16(const float* src, Float16* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h =
+        _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+#endif
+  for (; i < n; ++i) dst[i] = FloatToFloat16(src[i]);
+}
+
 void ParallelForElements(int64_t n,
                          const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
@@ -134,6 +176,11 @@ void LoadF32Any(const Tensor& t, float* dst) {
     const float* src = t.data<float>();
     ParallelForElements(t.numel(), [&](int64_t b, int64_t e) {
       std::memcpy(dst + b, src + b, (e - b) * sizeof(float));
+    });
+  } else if (t.dtype() == DType::kFloat16) {
+    const Float16* src = t.data<Float16>();
+    ParallelForElements(t.numel(), [&](int64_t b, int64_t e) {
+      F16ToF32(src + b, dst + b, e - b);
     });
   } else {
     const BFloat16* src = t.data<BFloat16>();

@@ -2,8 +2,9 @@
 #define CORE_OPS_KERNEL_UTIL_H_
 
 // Shared pieces of the CPU kernels: argument checks with messages that name
-// the op and the tensors, vectorised bf16 <-> fp32 conversion, a vectorisable
-// exp, and the blocked parallel loop the elementwise kernels run in.
+// the op and the tensors, vectorised bf16/fp16 <-> fp32 conversion, a
+// vectorisable exp, and the blocked parallel loop the elementwise kernels run
+// in.
 
 #include <cmath>
 #include <cstdint>
@@ -40,7 +41,7 @@ absl::Status CheckDefined(absl::string_view op,
 // Every tensor on the same device as the first.
 absl::Status CheckSameDevice(absl::string_view op,
                              std::initializer_list<Arg> args);
-// fp32 or bf16.
+// fp32, bf16 or fp16.
 absl::Status CheckFloatDType(absl::string_view op, const Arg& arg);
 // Exactly this dtype.
 absl::Status CheckDType(absl::string_view op, const Arg& arg, DType dtype);
@@ -51,6 +52,10 @@ absl::Status CheckShapeMatches(absl::string_view op, const Arg& ref,
 // n elements between bf16 and fp32 (round to nearest even; NaN stays NaN).
 void BF16ToF32(const BFloat16* src, float* dst, int64_t n);
 void F32ToBF16(const float* src, BFloat16* dst, int64_t n);
+// n elements between IEEE fp16 and fp32 (F16C; round to nearest even,
+// overflow to infinity, subnormals kept).
+void F16ToF32(const Float16* src, float* dst, int64_t n);
+void F32ToF16(const float* src, Float16* dst, int64_t n);
 
 inline void LoadF32(const float* src, float* dst, int64_t n) {
   std::memcpy(dst, src, n * sizeof(float));
@@ -58,14 +63,20 @@ inline void LoadF32(const float* src, float* dst, int64_t n) {
 inline void LoadF32(const BFloat16* src, float* dst, int64_t n) {
   BF16ToF32(src, dst, n);
 }
+inline void LoadF32(const Float16* src, float* dst, int64_t n) {
+  F16ToF32(src, dst, n);
+}
 inline void StoreF32(const float* src, float* dst, int64_t n) {
   std::memcpy(dst, src, n * sizeof(float));
 }
 inline void StoreF32(const float* src, BFloat16* dst, int64_t n) {
   F32ToBF16(src, dst, n);
 }
+inline void StoreF32(const float* src, Float16* dst, int64_t n) {
+  F32ToF16(src, dst, n);
+}
 
-// All of an fp32 or bf16 CPU tensor's elements as fp32, in parallel.
+// All of an fp32, bf16 or fp16 CPU tensor's elements as fp32, in parallel.
 void LoadF32Any(const Tensor& t, float* dst);
 
 // exp(x) to about 2 ulp for |x| < 87, written without branches so the
@@ -136,15 +147,44 @@ inline __m256 Sigmoid8(__m256 x) {
 }
 #endif
 
-// Calls fn(float{}) or fn(BFloat16{}) for an fp32 or bf16 dtype, so kernels
-// template on the element type: DispatchFloat(t.dtype(), [&](auto tag) {
-// using T = decltype(tag); ... }).
+// Calls fn(float{}), fn(BFloat16{}) or fn(Float16{}) for an fp32, bf16 or
+// fp16 dtype, so kernels template on the element type:
+// DispatchFloat(t.dtype(), [&](auto tag) { using T = decltype(tag); ... }).
 template <typename Fn>
 void DispatchFloat(DType dtype, Fn&& fn) {
   if (dtype == DType::kBFloat16) {
     fn(BFloat16{});
+  } else if (dtype == DType::kFloat16) {
+    fn(Float16{});
   } else {
     fn(float{});
+  }
+}
+
+// Kernels with several tensor arguments of independent dtypes would need 3^k
+// instantiations under nested DispatchFloat. One op never mixes bf16 with
+// fp16 (CheckOne16BitType refuses it), so they dispatch once on the op's
+// 16-bit type H and then per tensor on {float, H}: 2^(k+1) instantiations.
+// Dispatch16BitType calls fn(Float16{}) if any dtype is fp16, else
+// fn(BFloat16{}); DispatchFloatOr<H> calls fn(float{}) or fn(H{}).
+absl::Status CheckOne16BitType(absl::string_view op,
+                               std::initializer_list<Arg> args);
+template <typename Fn>
+void Dispatch16BitType(std::initializer_list<DType> dtypes, Fn&& fn) {
+  for (DType d : dtypes) {
+    if (d == DType::kFloat16) {
+      fn(Float16{});
+      return;
+    }
+  }
+  fn(BFloat16{});
+}
+template <typename H, typename Fn>
+void DispatchFloatOr(DType dtype, Fn&& fn) {
+  if (dtype == DType::kFloat32) {
+    fn(float{});
+  } else {
+    fn(H{});
   }
 }
 
@@ -154,13 +194,21 @@ inline const float* AsF32(const BFloat16* p, int64_t n, float* buf) {
   BF16ToF32(p, buf, n);
   return buf;
 }
+inline const float* AsF32(const Float16* p, int64_t n, float* buf) {
+  F16ToF32(p, buf, n);
+  return buf;
+}
 // Where to compute n outputs in fp32: p itself for fp32, else buf; then
-// FinishF32 narrows buf into p for bf16.
+// FinishF32 narrows buf into p for bf16 and fp16.
 inline float* OutF32(float* p, float*) { return p; }
 inline float* OutF32(BFloat16*, float* buf) { return buf; }
+inline float* OutF32(Float16*, float* buf) { return buf; }
 inline void FinishF32(const float*, float*, int64_t) {}
 inline void FinishF32(const float* buf, BFloat16* p, int64_t n) {
   F32ToBF16(buf, p, n);
+}
+inline void FinishF32(const float* buf, Float16* p, int64_t n) {
+  F32ToF16(buf, p, n);
 }
 
 // Elements per block of the blocked elementwise loops (fits L1 for a few

@@ -2,7 +2,7 @@
 #define CORE_OPS_NN_INTERNAL_H_
 
 // Internal pieces shared by the transformer kernels (norms, rotary, attention,
-// cross entropy): AVX2 loads and stores of fp32/bf16 as fp32 vectors, a
+// cross entropy): AVX2 loads and stores of fp32/bf16/fp16 as fp32 vectors, a
 // vector exp, horizontal reductions, dtype dispatch and argument checks.
 // Not part of the public API.
 
@@ -30,13 +30,23 @@ inline float LoadS(const float* p) { return *p; }
 inline float LoadS(const BFloat16* p) { return BFloat16ToFloat(*p); }
 inline void StoreS(float* p, float v) { *p = v; }
 inline void StoreS(BFloat16* p, float v) { *p = FloatToBFloat16(v); }
+inline float LoadS(const Float16* p) { return Float16ToFloat(*p); }
+inline void StoreS(Float16* p, float v) { *p = FloatToFloat16(v); }
 
 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 Load8(const BFloat16* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
+inline __m256 Load8(const Float16* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 inline void Store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+// Round to nearest even; overflow to infinity (F16C).
+inline void Store8(Float16* p, __m256 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
 // Round to nearest even, NaN kept a quiet NaN (as FloatToBFloat16).
 inline void Store8(BFloat16* p, __m256 v) {
   const __m256i u = _mm256_castps_si256(v);
@@ -54,7 +64,7 @@ inline void Store8(BFloat16* p, __m256 v) {
                    _mm256_castsi256_si128(packed));
 }
 
-// n elements of src (fp32 or bf16) to fp32, optionally scaled.
+// n elements of src (fp32, bf16 or fp16) to fp32, optionally scaled.
 template <typename T>
 inline void ToF32(const T* src, float* dst, int64_t n, float scale = 1.0f) {
   const __m256 s = _mm256_set1_ps(scale);
@@ -65,7 +75,7 @@ inline void ToF32(const T* src, float* dst, int64_t n, float scale = 1.0f) {
   for (; i < n; ++i) dst[i] = LoadS(src + i) * scale;
 }
 
-// n fp32 elements to dst (fp32 or bf16), optionally scaled.
+// n fp32 elements to dst (fp32, bf16 or fp16), optionally scaled.
 template <typename T>
 inline void FromF32(const float* src, T* dst, int64_t n, float scale = 1.0f) {
   const __m256 s = _mm256_set1_ps(scale);
@@ -101,10 +111,12 @@ inline float ExpS(float x) {
   return v[0];
 }
 
-// Calls f(float{}) or f(BFloat16{}) for a floating dtype checked beforehand.
+// Calls f(float{}), f(BFloat16{}) or f(Float16{}) for a floating dtype
+// checked beforehand.
 template <typename F>
 inline decltype(auto) DispatchFloat(DType dtype, F&& f) {
   if (dtype == DType::kBFloat16) return f(BFloat16{});
+  if (dtype == DType::kFloat16) return f(Float16{});
   return f(float{});
 }
 
@@ -125,9 +137,10 @@ inline absl::Status Defined(absl::string_view op, const char* name,
 
 inline absl::Status IsFloat(absl::string_view op, const char* name,
                             const Tensor& t) {
-  if (t.dtype() != DType::kFloat32 && t.dtype() != DType::kBFloat16) {
+  if (t.dtype() != DType::kFloat32 && t.dtype() != DType::kBFloat16 &&
+      t.dtype() != DType::kFloat16) {
     return absl::InvalidArgumentError(absl::StrCat(
-        op, ": ", name, " must be fp32 or bf16, got ", t.Describe()));
+        op, ": ", name, " must be fp32, bf16 or fp16, got ", t.Describe()));
   }
   return absl::OkStatus();
 }

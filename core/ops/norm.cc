@@ -289,22 +289,28 @@ absl::Status NormBackward(absl::string_view op, const Tensor& dy,
   if (rows == 0) return absl::OkStatus();
   float* dg = dgamma != nullptr ? dgamma->data<float>() : nullptr;
   float* db = kLayer && dbeta != nullptr ? dbeta->data<float>() : nullptr;
-  nn::DispatchFloat(dy.dtype(), [&](auto td) {
-    using TD = decltype(td);
-    nn::DispatchFloat(x.dtype(), [&](auto tx) {
-      using TX = decltype(tx);
-      nn::DispatchFloat(gamma.dtype(), [&](auto tg) {
-        using TG = decltype(tg);
-        nn::DispatchFloat(dx->dtype(), [&](auto to) {
-          using TO = decltype(to);
-          NormBackwardCpu<kLayer>(dy.data<TD>(), x.data<TX>(), gamma.data<TG>(),
-                                  kLayer ? mean->data<float>() : nullptr,
-                                  rstd.data<float>(), rows, h, dx->data<TO>(),
-                                  dg, db);
+  MCC_RETURN_IF_ERROR(CheckOne16BitType(
+      op, {{"dy", &dy}, {"x", &x}, {"gamma", &gamma}, {"dx", dx}}));
+  Dispatch16BitType(
+      {dy.dtype(), x.dtype(), gamma.dtype(), dx->dtype()}, [&](auto th) {
+        using H = decltype(th);
+        DispatchFloatOr<H>(dy.dtype(), [&](auto td) {
+          using TD = decltype(td);
+          DispatchFloatOr<H>(x.dtype(), [&](auto tx) {
+            using TX = decltype(tx);
+            DispatchFloatOr<H>(gamma.dtype(), [&](auto tg) {
+              using TG = decltype(tg);
+              DispatchFloatOr<H>(dx->dtype(), [&](auto to) {
+                using TO = decltype(to);
+                NormBackwardCpu<kLayer>(
+                    dy.data<TD>(), x.data<TX>(), gamma.data<TG>(),
+                    kLayer ? mean->data<float>() : nullptr, rstd.data<float>(),
+                    rows, h, dx->data<TO>(), dg, db);
+              });
+            });
+          });
         });
       });
-    });
-  });
   return absl::OkStatus();
 }
 

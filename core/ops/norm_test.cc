@@ -129,40 +129,47 @@ INSTANTIATE_TEST_SUITE_P(
                       NormCase{false, 5, 7}, NormCase{false, 4, 33},
                       NormCase{false, 3, 130}, NormCase{false, 70, 16}));
 
-// bf16 activations and parameters, fp32 math: within bf16 rounding.
-TEST(NormBf16Test, MatchesFloat64WithinBf16Rounding) {
+// 16-bit activations and parameters, fp32 math: within one rounding of the
+// output (bf16 8 significant bits, fp16 11: tolerances 8x tighter).
+TEST(Norm16BitTest, MatchesFloat64WithinRounding) {
   const int64_t rows = 9, h = 130;
-  for (bool layer : {true, false}) {
-    Tensor x = testing::RandomTensor({rows, h}, DType::kBFloat16, 11, -2, 2);
-    Tensor g = testing::RandomTensor({h}, DType::kBFloat16, 12, 0.5, 1.5);
-    Tensor b = testing::RandomTensor({h}, DType::kBFloat16, 13);
-    Tensor dy = testing::RandomTensor({rows, h}, DType::kBFloat16, 14);
-    Tensor y = Tensor::Empty({rows, h}, DType::kBFloat16);
-    Tensor mean = Tensor::Empty({rows}, DType::kFloat32);
-    Tensor rstd = Tensor::Empty({rows}, DType::kFloat32);
-    const auto xd = x.ToDoubles(), gd = g.ToDoubles(), bd = b.ToDoubles(),
-               wd = dy.ToDoubles();
-    const auto y_ref = NormRef(layer, xd, gd, bd, rows, h);
-    if (layer) {
-      ASSERT_TRUE(LayerNormForward(x, g, b, kEps, &y, &mean, &rstd).ok());
-    } else {
-      ASSERT_TRUE(RMSNormForward(x, g, kEps, &y, &rstd).ok());
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    const double f = dt == DType::kBFloat16 ? 1.0 : 1.0 / 8;
+    for (bool layer : {true, false}) {
+      Tensor x = testing::RandomTensor({rows, h}, dt, 11, -2, 2);
+      Tensor g = testing::RandomTensor({h}, dt, 12, 0.5, 1.5);
+      Tensor b = testing::RandomTensor({h}, dt, 13);
+      Tensor dy = testing::RandomTensor({rows, h}, dt, 14);
+      Tensor y = Tensor::Empty({rows, h}, dt);
+      Tensor mean = Tensor::Empty({rows}, DType::kFloat32);
+      Tensor rstd = Tensor::Empty({rows}, DType::kFloat32);
+      const auto xd = x.ToDoubles(), gd = g.ToDoubles(), bd = b.ToDoubles(),
+                 wd = dy.ToDoubles();
+      const auto y_ref = NormRef(layer, xd, gd, bd, rows, h);
+      if (layer) {
+        ASSERT_TRUE(LayerNormForward(x, g, b, kEps, &y, &mean, &rstd).ok());
+      } else {
+        ASSERT_TRUE(RMSNormForward(x, g, kEps, &y, &rstd).ok());
+      }
+      // bf16 has 8 significant bits: relative rounding 2^-9.
+      ExpectClose(
+          y.ToDoubles(), y_ref, 1e-2 * f, 8e-3 * f,
+          std::string(layer ? "ln y " : "rms y ") + std::string(DTypeName(dt)));
+      Tensor dx = Tensor::Empty({rows, h}, dt);
+      Tensor dgamma = Tensor::Zeros({h}, DType::kFloat32);
+      auto loss_x = [&](const std::vector<double>& v) {
+        return Dot(NormRef(layer, v, gd, bd, rows, h), wd);
+      };
+      if (layer) {
+        ASSERT_TRUE(
+            LayerNormBackward(dy, x, g, mean, rstd, &dx, &dgamma, nullptr)
+                .ok());
+      } else {
+        ASSERT_TRUE(RMSNormBackward(dy, x, g, rstd, &dx, &dgamma).ok());
+      }
+      ExpectClose(dx.ToDoubles(), NumericGrad(xd, loss_x), 2e-2 * f, 1e-2 * f,
+                  std::string("dx ") + std::string(DTypeName(dt)));
     }
-    // bf16 has 8 significant bits: relative rounding 2^-9.
-    ExpectClose(y.ToDoubles(), y_ref, 1e-2, 8e-3,
-                layer ? "ln y bf16" : "rms y bf16");
-    Tensor dx = Tensor::Empty({rows, h}, DType::kBFloat16);
-    Tensor dgamma = Tensor::Zeros({h}, DType::kFloat32);
-    auto loss_x = [&](const std::vector<double>& v) {
-      return Dot(NormRef(layer, v, gd, bd, rows, h), wd);
-    };
-    if (layer) {
-      ASSERT_TRUE(
-          LayerNormBackward(dy, x, g, mean, rstd, &dx, &dgamma, nullptr).ok());
-    } else {
-      ASSERT_TRUE(RMSNormBackward(dy, x, g, rstd, &dx, &dgamma).ok());
-    }
-    ExpectClose(dx.ToDoubles(), NumericGrad(xd, loss_x), 2e-2, 1e-2, "dx bf16");
   }
 }
 
@@ -198,6 +205,16 @@ TEST(NormErrorsTest, BadShapesNameBothAndLeaveOutputsAlone) {
   Tensor dg_bf16 = Tensor::Zeros({8}, DType::kBFloat16);
   s = RMSNormBackward(x, x, g8, rstd, &dx, &dg_bf16);
   EXPECT_NE(s.message().find("dgamma"), std::string::npos) << s;
+  EXPECT_TRUE(testing::AllEqual(dx, 3.0));
+
+  // bf16 and fp16 do not mix in one op.
+  Tensor x16 = Tensor::Full({4, 8}, 1.0, DType::kFloat16);
+  Tensor dy16 = Tensor::Full({4, 8}, 1.0, DType::kBFloat16);
+  Tensor dg = Tensor::Zeros({8}, DType::kFloat32);
+  s = RMSNormBackward(dy16, x16, g8, rstd, &dx, &dg);
+  EXPECT_NE(s.message().find("bf16 and fp16 cannot be mixed"),
+            std::string::npos)
+      << s;
   EXPECT_TRUE(testing::AllEqual(dx, 3.0));
 
   Tensor xi = Tensor::Zeros({4, 8}, DType::kInt32);

@@ -27,7 +27,7 @@ double KahanSum(const std::vector<double>& v, bool square) {
 }
 
 TEST(ReduceTest, MatchesFloat64Reference) {
-  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     for (int64_t n : {1, 7, 33, 129, 1000003}) {
       // Offset values so the sum does not cancel to ~0.
       Tensor x = RandomTensor({n}, dt, static_cast<uint32_t>(n), -0.5f, 1.0f);

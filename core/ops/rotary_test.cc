@@ -101,16 +101,20 @@ TEST(RotaryTest, OffsetMatchesLaterPositionsOfLongerSequence) {
   ExpectClose(y.ToDoubles(), want, 0, 0, "offset");
 }
 
-TEST(RotaryTest, Bf16WithinRounding) {
+TEST(RotaryTest, SixteenBitWithinRounding) {
   const Shape shape = {2, 33, 2, 24};
-  Tensor x = testing::RandomTensor(shape, DType::kBFloat16, 8);
-  Tensor y = Tensor::Empty(shape, DType::kBFloat16);
-  ASSERT_TRUE(RotaryForward(x, {}, &y).ok());
-  ExpectClose(y.ToDoubles(), RopeRef(x.ToDoubles(), 2, 33, 2, 24, 24, 0), 4e-3,
-              8e-3, "rope bf16");
-  Tensor dx = Tensor::Empty(shape, DType::kFloat32);  // bf16 in, fp32 out
-  ASSERT_TRUE(RotaryBackward(y, {}, &dx).ok());
-  ExpectClose(dx.ToDoubles(), x.ToDoubles(), 8e-3, 8e-3, "rope round trip");
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    // One output rounding: 2^-8 (bf16) or 2^-11 (fp16) relative.
+    const double tol = dt == DType::kBFloat16 ? 8e-3 : 1e-3;
+    Tensor x = testing::RandomTensor(shape, dt, 8);
+    Tensor y = Tensor::Empty(shape, dt);
+    ASSERT_TRUE(RotaryForward(x, {}, &y).ok());
+    ExpectClose(y.ToDoubles(), RopeRef(x.ToDoubles(), 2, 33, 2, 24, 24, 0),
+                tol / 2, tol, std::string(DTypeName(dt)));
+    Tensor dx = Tensor::Empty(shape, DType::kFloat32);  // 16-bit in, fp32 out
+    ASSERT_TRUE(RotaryBackward(y, {}, &dx).ok());
+    ExpectClose(dx.ToDoubles(), x.ToDoubles(), tol, tol, "rope round trip");
+  }
 }
 
 TEST(RotaryTest, BadInputsNameShapesAndLeaveOutputAlone) {

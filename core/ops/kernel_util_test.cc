@@ -1,0 +1,108 @@
+#include "core/ops/kernel_util.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/half.h"
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace ops {
+namespace {
+
+// The vectorised (F16C) conversions agree bit for bit with core/half.h's
+// scalar ones, which the tails use, so a value's rounding never depends on
+// its position in a block.
+TEST(KernelUtilTest, F16ToF32MatchesScalarForEveryHalf) {
+  std::vector<Float16> h(65536 + 5);  // Odd length: vector body and tail.
+  for (size_t i = 0; i < h.size(); ++i) h[i].bits = static_cast<uint16_t>(i);
+  std::vector<float> f(h.size());
+  F16ToF32(h.data(), f.data(), static_cast<int64_t>(h.size()));
+  for (size_t i = 0; i < h.size(); ++i) {
+    const float want = Float16ToFloat(h[i]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(f[i])) << i;
+    } else {
+      EXPECT_EQ(FloatBits(f[i]), FloatBits(want)) << i;
+    }
+  }
+}
+
+TEST(KernelUtilTest, F32ToF16RoundsToNearestEvenAsScalar) {
+  std::vector<float> f = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          65504.0f,  // Largest half.
+                          65519.0f,  // Rounds down to 65504.
+                          65520.0f,  // Rounds to infinity.
+                          1e6f,      // Overflow: infinity.
+                          -1e6f,
+                          std::numeric_limits<float>::infinity(),
+                          6.1035156e-5f,       // Smallest normal half.
+                          3.0e-5f,             // Subnormal half.
+                          5.9604645e-8f,       // Smallest subnormal half.
+                          2.9802322e-8f,       // Half of it: ties to even (0).
+                          1e-9f,               // Underflow to zero.
+                          1.0f + 1.0f / 2048,  // Tie: to even (1.0).
+                          1.0f + 3.0f / 2048,  // Tie: to even (1 + 2^-9).
+                          std::numeric_limits<float>::quiet_NaN()};
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-30, 20);
+  for (int i = 0; i < 10000; ++i) {
+    f.push_back(std::ldexp(mant(gen), ex(gen)));
+  }
+  std::vector<Float16> h(f.size());
+  F32ToF16(f.data(), h.data(), static_cast<int64_t>(f.size()));
+  for (size_t i = 0; i < f.size(); ++i) {
+    const Float16 want = FloatToFloat16(f[i]);
+    if (std::isnan(f[i])) {
+      EXPECT_TRUE(std::isnan(Float16ToFloat(h[i]))) << i;
+    } else {
+      EXPECT_EQ(h[i].bits, want.bits) << i << " " << f[i];
+    }
+  }
+  EXPECT_EQ(Float16ToFloat(h[4]), 65504.0f);
+  EXPECT_TRUE(std::isinf(Float16ToFloat(h[5])));
+  EXPECT_EQ(Float16ToFloat(h[14]), 1.0f);
+}
+
+TEST(KernelUtilTest, DispatchFloatAndCheckFloatDTypeCoverFp16) {
+  int which = -1;
+  for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    DispatchFloat(d, [&](auto tag) {
+      using T = decltype(tag);
+      which = std::is_same<T, float>::value      ? 0
+              : std::is_same<T, BFloat16>::value ? 1
+                                                 : 2;
+    });
+    EXPECT_EQ(which, d == DType::kFloat32 ? 0 : d == DType::kBFloat16 ? 1 : 2);
+    Tensor t = Tensor::Zeros({2}, d);
+    EXPECT_TRUE(CheckFloatDType("Op", {"x", &t}).ok());
+  }
+  Tensor i = Tensor::Zeros({2}, DType::kInt32);
+  const absl::Status s = CheckFloatDType("Op", {"x", &i});
+  EXPECT_NE(s.message().find("must be fp32, bf16 or fp16"), std::string::npos)
+      << s;
+  Tensor a = Tensor::Zeros({2}, DType::kBFloat16);
+  Tensor b = Tensor::Zeros({2}, DType::kFloat16);
+  EXPECT_FALSE(CheckOne16BitType("Op", {{"a", &a}, {"b", &b}}).ok());
+  EXPECT_TRUE(CheckOne16BitType("Op", {{"a", &a}, {"i", &i}}).ok());
+}
+
+TEST(KernelUtilTest, LoadF32AnyReadsFp16) {
+  std::vector<float> v = {1.5f, -2.25f, 1024.0f, 0.0f, 3.0e-5f};
+  Tensor t = Tensor::FromVector(v, {5}, DType::kFloat16).value();
+  std::vector<float> out(5);
+  LoadF32Any(t, out.data());
+  for (size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(out[i], Float16ToFloat(FloatToFloat16(v[i]))) << i;
+  }
+}
+
+}  // namespace
+}  // namespace ops
+}  // namespace mcc
