@@ -283,11 +283,13 @@ absl::StatusOr<StepInfo> Optimizer::Step(double lr) {
         r.param->weight_decay ? static_cast<float>(config_.weight_decay) : 0.f;
     h.grad_scale = grad_scale;
     h.step = step_;
-    const bool write_bf16 = r.own_master && model.dtype() == DType::kBFloat16 &&
-                            rule_->WritesBf16Copy();
+    const bool write16 = r.own_master &&
+                         (model.dtype() == DType::kBFloat16 ||
+                          model.dtype() == DType::kFloat16) &&
+                         rule_->Writes16BitCopy();
     MCC_RETURN_IF_ERROR(
-        rule_->Apply(h, g, &r.master, &r.state, write_bf16 ? &model : nullptr));
-    if (r.own_master && !write_bf16) {
+        rule_->Apply(h, g, &r.master, &r.state, write16 ? &model : nullptr));
+    if (r.own_master && !write16) {
       ConvertElements(r.master.raw_data(), DType::kFloat32, model.raw_data(),
                       model.dtype(), model.numel());
     }

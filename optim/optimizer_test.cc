@@ -1,6 +1,7 @@
 // The optimizer in one process: AdamW and SGD against float64 references
 // (with clipping and per-parameter weight decay), bf16 and fp16 main
-// parameters, loss-scaler skips, and bf16 GPT training tracking fp32.
+// parameters, loss-scaler skips, and bf16 and fp16 GPT training tracking
+// fp32.
 #include "optim/optimizer.h"
 
 #include <cmath>
@@ -309,6 +310,96 @@ TEST(OptimizerTest, Bf16GptTracksFp32) {
       "bf16 vs fp32 over 50 steps: worst relative loss gap %.4f, "
       "loss %.4f -> %.4f (fp32) / %.4f (bf16)\n",
       worst, fp32->loss[0], fp32->loss[49], bf16->loss[49]);
+}
+
+// fp16 weights and activations with the dynamic loss scaler track the fp32
+// run within 2% over 50 steps. The initial scale is 4096 rather than
+// Megatron's 2^32, whose first steps overflow and are skipped by design
+// (Fp16GptBacksOffFromOverflowingScale), which would shift the comparison.
+TEST(OptimizerTest, Fp16GptTracksFp32) {
+  testing::TrainOptions o;
+  o.use_ddp = false;
+  o.steps = 50;
+  o.global_microbatches = 1;
+  o.lr.lr = 2e-3;
+  o.lr.min_lr = 2e-4;
+  o.lr.warmup_iters = 5;
+  o.lr.decay_iters = 50;
+  o.lr.decay_style = LrDecayStyle::kCosine;
+  auto fp32 = testing::Train(o, nullptr);
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  o.dtype = DType::kFloat16;
+  o.optimizer.loss_scaling = true;
+  o.optimizer.loss_scaler.initial_scale = 4096;
+  auto fp16 = testing::Train(o, nullptr);
+  ASSERT_TRUE(fp16.ok()) << fp16.status();
+  double worst = 0;
+  for (int s = 0; s < 50; ++s) {
+    worst = std::max(worst, testing::RelDiff(fp16->loss[s], fp32->loss[s]));
+    EXPECT_FALSE(fp16->steps[s].skipped) << s;
+    EXPECT_TRUE(std::isfinite(fp16->loss[s])) << s;
+  }
+  EXPECT_LE(worst, 0.02);
+  EXPECT_LT(fp32->loss[49], 0.7 * fp32->loss[0]);
+  std::printf(
+      "fp16 vs fp32 over 50 steps: worst relative loss gap %.4f, "
+      "loss %.4f -> %.4f (fp32) / %.4f (fp16)\n",
+      worst, fp32->loss[0], fp32->loss[49], fp16->loss[49]);
+}
+
+// fp16 tiny GPT: an inf injected into the gradients at step 3 is skipped
+// (scale halved with hysteresis 1) and training carries on.
+TEST(OptimizerTest, Fp16GptSkipsInjectedInfAndRecovers) {
+  testing::TrainOptions o;
+  o.use_ddp = false;
+  o.dtype = DType::kFloat16;
+  o.steps = 10;
+  o.global_microbatches = 1;
+  o.optimizer.loss_scaling = true;
+  o.optimizer.loss_scaler.initial_scale = 4096;
+  o.optimizer.loss_scaler.hysteresis = 1;
+  o.lr.lr = 1e-3;
+  o.lr.decay_style = LrDecayStyle::kConstant;
+  o.inject_inf_steps = {3};
+  auto r = testing::Train(o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (int s = 0; s < 10; ++s) {
+    EXPECT_EQ(r->steps[s].skipped, s == 3) << s;
+    EXPECT_TRUE(std::isfinite(r->loss[s])) << s;
+  }
+  EXPECT_EQ(r->steps[3].loss_scale, 4096);
+  EXPECT_EQ(r->steps[4].loss_scale, 2048);
+  EXPECT_LT(r->loss[9], r->loss[0]);
+}
+
+// fp16 with a scale far too large for fp16 activation gradients (2^24): the
+// first steps overflow for real (the scaled loss gradient exceeds 65504),
+// are skipped while the scale halves, and then training proceeds.
+TEST(OptimizerTest, Fp16GptBacksOffFromOverflowingScale) {
+  testing::TrainOptions o;
+  o.use_ddp = false;
+  o.dtype = DType::kFloat16;
+  o.steps = 16;
+  o.global_microbatches = 1;
+  o.optimizer.loss_scaling = true;
+  o.optimizer.loss_scaler.initial_scale = 16777216;
+  o.optimizer.loss_scaler.hysteresis = 1;
+  o.lr.lr = 1e-3;
+  o.lr.decay_style = LrDecayStyle::kConstant;
+  auto r = testing::Train(o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  int skipped = 0;
+  while (skipped < 16 && r->steps[skipped].skipped) ++skipped;
+  EXPECT_GE(skipped, 1);
+  EXPECT_LE(skipped, 10);
+  for (int s = skipped; s < 16; ++s) {
+    EXPECT_FALSE(r->steps[s].skipped) << s;
+    EXPECT_TRUE(std::isfinite(r->loss[s])) << s;
+  }
+  EXPECT_EQ(r->steps[skipped].loss_scale, 16777216.0 / (1 << skipped));
+  EXPECT_LT(r->loss[15], r->loss[skipped]);
+  std::printf("fp16 from scale 2^24: %d steps skipped, scale then %.0f\n",
+              skipped, r->steps[skipped].loss_scale);
 }
 
 }  // namespace

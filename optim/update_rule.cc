@@ -37,10 +37,10 @@ class AdamW : public UpdateRule {
   std::vector<std::string> StateNames() const override {
     return {"exp_avg", "exp_avg_sq"};
   }
-  bool WritesBf16Copy() const override { return true; }
+  bool Writes16BitCopy() const override { return true; }
   absl::Status Apply(const UpdateHyper& h, const Tensor& grad, Tensor* param,
                      std::vector<Tensor>* state,
-                     Tensor* param_bf16) const override {
+                     Tensor* param16) const override {
     if (state->size() != 2) {
       return absl::InvalidArgumentError("AdamW needs two state tensors");
     }
@@ -52,8 +52,7 @@ class AdamW : public UpdateRule {
     c.weight_decay = h.weight_decay;
     c.step = h.step;
     c.grad_scale = h.grad_scale;
-    return ops::AdamWStep(c, grad, param, &(*state)[0], &(*state)[1],
-                          param_bf16);
+    return ops::AdamWStep(c, grad, param, &(*state)[0], &(*state)[1], param16);
   }
 
  private:

@@ -35,12 +35,12 @@ class UpdateRule {
   // Names of the state tensors, e.g. {"exp_avg", "exp_avg_sq"}.
   virtual std::vector<std::string> StateNames() const = 0;
   // grad: fp32; param: fp32 main parameters; state: StateNames() tensors.
-  // param_bf16 (optional, bf16) receives the updated parameters.
+  // param16 (optional, bf16 or fp16) receives the updated parameters.
   virtual absl::Status Apply(const UpdateHyper& hyper, const Tensor& grad,
                              Tensor* param, std::vector<Tensor>* state,
-                             Tensor* param_bf16) const = 0;
-  // Whether Apply writes param_bf16 itself (else the caller converts).
-  virtual bool WritesBf16Copy() const { return false; }
+                             Tensor* param16) const = 0;
+  // Whether Apply writes param16 itself (else the caller converts).
+  virtual bool Writes16BitCopy() const { return false; }
 };
 
 // AdamW (Loshchilov & Hutter), through ops::AdamWStep:
