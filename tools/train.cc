@@ -205,10 +205,6 @@ absl::Status CheckTrainFlags(int world_size) {
   MCC_RETURN_IF_ERROR(OptimizerConfigFromFlags().status());
   MCC_RETURN_IF_ERROR(ScheduleFromFlags().status());
   MCC_RETURN_IF_ERROR(CheckpointFlagsFromCommandLine().status());
-  if (absl::GetFlag(FLAGS_fp16)) {
-    return absl::UnimplementedError(
-        "--fp16: the CPU kernels compute in fp32 and bf16 only; use --bf16");
-  }
   if (absl::GetFlag(FLAGS_train_iters) <= 0) {
     return absl::InvalidArgumentError("--train-iters must be positive");
   }
