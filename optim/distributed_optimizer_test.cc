@@ -37,6 +37,7 @@ struct Case {
   OptimizerType type = OptimizerType::kAdam;
   int64_t bucket_bytes = 40000;  // A few buckets for the tiny model.
   bool inject_inf = false;
+  DType dtype = DType::kFloat32;
 };
 
 std::vector<Case> Cases() {
@@ -56,6 +57,12 @@ std::vector<Case> Cases() {
   Case inf{"dp2_distopt_scaler_inf", 2, 1, false, true, true};
   inf.inject_inf = true;
   v.push_back(inf);
+  // fp16 weights and activations, fp32 grads reduced in fp32, the scaler
+  // skipping the injected inf on both ranks.
+  Case fp16{"dp2_distopt_fp16_scaler_inf", 2, 1, false, true, true};
+  fp16.inject_inf = true;
+  fp16.dtype = DType::kFloat16;
+  v.push_back(fp16);
   return v;
 }
 
@@ -80,6 +87,7 @@ TrainOptions Options(const Case& c) {
   o.lr.decay_iters = 10;
   o.lr.decay_style = LrDecayStyle::kCosine;
   o.weight_hash_interval = 5;
+  o.dtype = c.dtype;
   if (c.inject_inf) {
     o.optimizer.loss_scaling = true;
     o.optimizer.loss_scaler.initial_scale = 4096;
@@ -181,9 +189,13 @@ TEST_P(DataParallelParityTest, EqualsSerialWithGradientAccumulation) {
         << parallel->loss[s] << " vs serial " << serial.loss[s];
     EXPECT_EQ(parallel->steps[s].skipped, serial.steps[s].skipped);
     if (serial.steps[s].skipped) continue;
+    // fp16: each rank scales its loss by scale / 2 micro-batches, the
+    // serial run by scale / 4, so the fp16 activation gradients that fall
+    // into fp16's subnormal range round differently (powers of two are
+    // otherwise exact); the norms then differ by about 1e-4.
     EXPECT_LE(testing::RelDiff(parallel->steps[s].grad_norm,
                                serial.steps[s].grad_norm),
-              1e-5);
+              c.dtype == DType::kFloat16 ? 5e-4 : 1e-5);
     clipped += serial.steps[s].grad_norm > 2.4;
   }
   // The clip must have acted on some steps, and not on all.
