@@ -8,27 +8,14 @@
 set -euo pipefail
 launch=$1
 train=$2
+source "$3"
 work=${TEST_TMPDIR:-$(mktemp -d)}
 common=(--mock-data --vocab-size 512 --num-layers 2 --hidden-size 64
         --num-attention-heads 4 --seq-length 64 --micro-batch-size 2
         --global-batch-size 8 --eval-iters 0 --log-interval 1
         --train-iters 20 --lr-decay-iters 20 --num-threads 1)
 
-losses() { sed -n 's/.*"iteration": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/p' "$1"; }
-
-# Compares "iteration loss" lines of two files within a relative tolerance.
-compare() {
-  local tol=$3
-  awk -v tol="$tol" -v a="$1" -v b="$2" '
-    NR == FNR { ref[$1] = $2; next }
-    ($1 in ref) { d = ref[$1] - $2; if (d < 0) d = -d; m = ref[$1] < 0 ? -ref[$1] : ref[$1];
-      n++; if (d > tol * m) { printf "iteration %d: %s %s vs %s %s\n", $1, a, ref[$1], b, $2; bad++ } }
-    END { if (n == 0) { print "no common iterations"; exit 1 } if (bad) exit 1 }' \
-    <(losses "$1") <(losses "$2")
-}
-
-"$train" "${common[@]}" --metrics-file "$work/serial.jsonl" > "$work/serial.log" 2>&1 \
-  || { cat "$work/serial.log"; exit 1; }
+run serial 1
 
 "$launch" --nproc_per_node 4 -- "$train" "${common[@]}" \
   --tensor-model-parallel-size 2 --sequence-parallel --train-iters 10 \
@@ -41,7 +28,7 @@ compare "$work/serial.jsonl" "$work/tp2dp2.jsonl" 1e-5
   --tensor-model-parallel-size 1 --use-distributed-optimizer --overlap-param-gather \
   --load "$work/ckpt" --metrics-file "$work/dp4.jsonl" > "$work/dp4.log" 2>&1 \
   || { cat "$work/dp4.log"; exit 1; }
-[[ "$(losses "$work/dp4.jsonl" | head -1 | cut -d' ' -f1)" == 11 ]]
+[[ "$(first_iteration "$work/dp4.jsonl")" == 11 ]]
 compare "$work/serial.jsonl" "$work/dp4.jsonl" 1e-5
 
 # Same multi-process layout: resuming the TP 2 x DP 2 checkpoint under TP 2 x

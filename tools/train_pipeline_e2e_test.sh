@@ -8,38 +8,13 @@
 set -euo pipefail
 launch=$1
 train=$2
+source "$3"
 work=${TEST_TMPDIR:-$(mktemp -d)}
 common=(--mock-data --vocab-size 512 --num-layers 4 --hidden-size 64
         --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
         --global-batch-size 8 --eval-iters 2 --eval-interval 10
         --log-interval 1 --train-iters 20 --lr-decay-iters 20
         --hidden-dropout 0.1 --num-threads 1)
-
-losses() { sed -n 's/.*"iteration": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/p' "$1"; }
-
-# Compares "iteration loss" lines of two files within a relative tolerance.
-compare() {
-  local tol=$3
-  awk -v tol="$tol" -v a="$1" -v b="$2" '
-    NR == FNR { ref[$1] = $2; next }
-    ($1 in ref) { d = ref[$1] - $2; if (d < 0) d = -d; m = ref[$1] < 0 ? -ref[$1] : ref[$1];
-      n++; if (d > tol * m) { printf "iteration %d: %s %s vs %s %s\n", $1, a, ref[$1], b, $2; bad++ } }
-    END { if (n == 0) { print "no common iterations"; exit 1 } if (bad) exit 1 }' \
-    <(losses "$1") <(losses "$2")
-}
-
-run() {  # name nproc flags...
-  local name=$1 nproc=$2
-  shift 2
-  if [[ $nproc == 1 ]]; then
-    "$train" "${common[@]}" "$@" --metrics-file "$work/$name.jsonl" > "$work/$name.log" 2>&1 \
-      || { cat "$work/$name.log"; exit 1; }
-  else
-    "$launch" --nproc_per_node "$nproc" -- "$train" "${common[@]}" "$@" \
-      --metrics-file "$work/$name.jsonl" > "$work/$name.log" 2>&1 \
-      || { cat "$work/$name.log"; exit 1; }
-  fi
-}
 
 run serial 1
 run pp2 2 --pipeline-model-parallel-size 2 --save "$work/ckpt" --save-interval 10
@@ -65,7 +40,7 @@ mkdir -p "$work/ckpt10"
 cp -r "$work/ckpt/iter_0000010" "$work/ckpt10/"
 echo 10 > "$work/ckpt10/latest_checkpointed_iteration.txt"
 run resumed_pp1 1 --load "$work/ckpt10"
-[[ "$(losses "$work/resumed_pp1.jsonl" | head -1 | cut -d' ' -f1)" == 11 ]]
+[[ "$(first_iteration "$work/resumed_pp1.jsonl")" == 11 ]]
 compare "$work/pp2.jsonl" "$work/resumed_pp1.jsonl" 1e-6
 run resumed_pp4 4 --pipeline-model-parallel-size 4 --load "$work/ckpt10"
 compare "$work/pp2.jsonl" "$work/resumed_pp4.jsonl" 1e-6

@@ -1,0 +1,37 @@
+# Shared by the train end-to-end tests (sourced; not run on its own).
+# The sourcing script sets: launch, train (binaries), work (a directory) and
+# the array common (flags every run takes).
+
+# "iteration loss" lines of a --metrics-file.
+losses() { sed -n 's/.*"iteration": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/p' "$1"; }
+
+# The first logged iteration of a --metrics-file.
+first_iteration() { losses "$1" | head -1 | cut -d' ' -f1; }
+
+# Compares the losses of two metrics files at their common iterations within
+# a relative tolerance; prints the iterations that differ, fails on any.
+compare() {
+  local tol=$3
+  awk -v tol="$tol" -v a="$1" -v b="$2" '
+    NR == FNR { ref[$1] = $2; next }
+    ($1 in ref) { d = ref[$1] - $2; if (d < 0) d = -d; m = ref[$1] < 0 ? -ref[$1] : ref[$1];
+      n++; if (d > tol * m) { printf "iteration %d: %s %s vs %s %s\n", $1, a, ref[$1], b, $2; bad++ } }
+    END { if (n == 0) { print "no common iterations"; exit 1 } if (bad) exit 1 }' \
+    <(losses "$1") <(losses "$2")
+}
+
+# run NAME NPROC FLAGS...: trains with common + FLAGS in NPROC processes
+# (one: without the launcher), writing $work/NAME.jsonl and NAME.log; on
+# failure prints the log and exits.
+run() {
+  local name=$1 nproc=$2
+  shift 2
+  if [[ $nproc == 1 ]]; then
+    "$train" "${common[@]}" "$@" --metrics-file "$work/$name.jsonl" \
+      > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
+  else
+    "$launch" --nproc_per_node "$nproc" -- "$train" "${common[@]}" "$@" \
+      --metrics-file "$work/$name.jsonl" > "$work/$name.log" 2>&1 \
+      || { cat "$work/$name.log"; exit 1; }
+  fi
+}
