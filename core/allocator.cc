@@ -1,5 +1,7 @@
 #include "core/allocator.h"
 
+#include <malloc.h>
+
 #include <cstdlib>
 #include <mutex>
 
@@ -37,8 +39,21 @@ void Allocator::ResetPeak() { peak_.store(current_.load()); }
 
 namespace {
 
+// Blocks up to this size come from the heap, not from fresh mappings.
+constexpr int kHeapUpTo = 1 << 30;
+
 class CpuAllocator : public Allocator {
  public:
+  CpuAllocator() {
+    // glibc maps every block above its mmap threshold (at most 32 MiB)
+    // afresh and unmaps it on free, so the large activation buffers a
+    // training step frees and takes again (the [tokens, vocabulary] logits
+    // are 64 MiB at the bench preset) cost page faults on every step. Keep
+    // them in the heap instead, and keep freed memory instead of trimming
+    // it, as a caching allocator would (the counters below are unaffected).
+    mallopt(M_MMAP_THRESHOLD, kHeapUpTo);
+    mallopt(M_TRIM_THRESHOLD, 2 * kHeapUpTo);
+  }
   Device device() const override { return Device::CPU(); }
 
  protected:
