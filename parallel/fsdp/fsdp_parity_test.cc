@@ -12,6 +12,7 @@
 #include "core/comm/mp_test_util.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
+#include "optim/parity_test_util.h"
 #include "optim/train_test_util.h"
 #include "parallel/fsdp/fsdp_test_util.h"
 #include "parallel/parallel_state.h"
@@ -86,13 +87,9 @@ TrainOptions Options(const Case& c) {
 }
 
 absl::StatusOr<std::unique_ptr<parallel::ParallelState>> Init(int tp) {
-  comm::GroupOptions options;
-  options.timeout = absl::Seconds(60);
-  static auto* world = new comm::World;
-  MCC_ASSIGN_OR_RETURN(*world, comm::InitWorldFromEnvironment(options));
   parallel::ParallelSizes sizes;
   sizes.tensor = tp;
-  return parallel::ParallelState::Create(world->group, sizes);
+  return optim::testing::InitWorkerState(sizes);
 }
 
 MCC_WORKER(fsdp_train) {
@@ -144,31 +141,12 @@ class FsdpParityTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FsdpParityTest, EqualsSerialLosses) {
   const Case& c = GetParam();
-  auto results = comm::testing::RunWorkers(
-      c.world, "fsdp_train", absl::Seconds(90), [&](int) {
-        return std::map<std::string, std::string>{{"MCC_TEST_CASE", c.name}};
-      });
-  for (const auto& r : results) {
-    ASSERT_EQ(r.exit_code, 0) << comm::testing::Describe(results);
-  }
-  std::printf("%s", results[0].output.c_str());
-  auto parallel =
-      optim::testing::ReadResult(optim::testing::TmpPath(c.name + ".txt"));
+  auto parallel = optim::testing::RunParityWorkers(c.world, "fsdp_train",
+                                                   c.name, absl::Seconds(90));
   ASSERT_TRUE(parallel.ok()) << parallel.status();
   const TrainResult serial = Serial(c);
-  ASSERT_EQ(parallel->loss.size(), 10u);
-  ASSERT_EQ(serial.loss.size(), 10u);
-  double worst = 0;
-  for (int s = 0; s < 10; ++s) {
-    SCOPED_TRACE(absl::StrCat("step ", s));
-    const double d = optim::testing::RelDiff(parallel->loss[s], serial.loss[s]);
-    worst = std::max(worst, d);
-    EXPECT_LE(d, c.tolerance)
-        << parallel->loss[s] << " vs serial " << serial.loss[s];
-    EXPECT_LE(optim::testing::RelDiff(parallel->steps[s].grad_norm,
-                                      serial.steps[s].grad_norm),
-              c.tolerance * 10);
-  }
+  const double worst = optim::testing::ExpectMatchesSerial(
+      *parallel, serial, 10, c.tolerance, c.tolerance * 10);
   std::printf("%s: worst relative loss difference %.3g over 10 steps\n",
               c.name.c_str(), worst);
   EXPECT_LT(parallel->loss[9], parallel->loss[0]);

@@ -1,0 +1,45 @@
+#ifndef OPTIM_PARITY_TEST_UTIL_H_
+#define OPTIM_PARITY_TEST_UTIL_H_
+
+// What the multi-process parity tests (data parallel, pipeline, FSDP)
+// share: joining the world in a worker, running a case's workers and reading
+// rank 0's result, and comparing it step by step with the serial run.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "optim/train_test_util.h"
+#include "parallel/parallel_state.h"
+
+namespace mcc {
+namespace optim {
+namespace testing {
+
+// In a worker: joins the world from the launcher's environment (60 s
+// timeouts) and creates the groups of `sizes`.
+absl::StatusOr<std::unique_ptr<parallel::ParallelState>> InitWorkerState(
+    parallel::ParallelSizes sizes);
+
+// Runs `world` workers named `worker` with MCC_TEST_CASE=case_name; each
+// must exit 0, and rank 0 must have written its TrainResult to
+// TmpPath(case_name + ".txt") (WriteResult). Returns that result, or an
+// error with every worker's output.
+absl::StatusOr<TrainResult> RunParityWorkers(int world,
+                                             const std::string& worker,
+                                             const std::string& case_name,
+                                             absl::Duration timeout);
+
+// Compares the first `steps` steps: loss within loss_tol and, on steps the
+// serial run did not skip, grad norm within norm_tol (relative); EXPECTs
+// with the step named. Returns the worst relative loss difference.
+double ExpectMatchesSerial(const TrainResult& parallel,
+                           const TrainResult& serial, int steps,
+                           double loss_tol, double norm_tol);
+
+}  // namespace testing
+}  // namespace optim
+}  // namespace mcc
+
+#endif  // OPTIM_PARITY_TEST_UTIL_H_
