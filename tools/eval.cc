@@ -189,16 +189,16 @@ absl::StatusOr<Plan> PlanFromFlags(
         absl::StrCat("--tensor-model-parallel-size ", tp, " cannot hold ",
                      plan.checkpoint_path, "'s model: ", s.message()));
   }
-  if (absl::GetFlag(FLAGS_fp16)) {
-    return absl::UnimplementedError(
-        "--fp16: the CPU kernels compute in fp32 and bf16 only; use --bf16");
-  }
-  // Parameters in the checkpoint's dtype unless --bf16 says otherwise.
+  // Parameters in the checkpoint's dtype unless --bf16 or --fp16 says
+  // otherwise (either set to false: fp32).
   plan.dtype = static_cast<DType>(plan.stored.params_dtype());
-  if (explicitly_set.count("bf16")) {
-    plan.dtype = absl::GetFlag(FLAGS_bf16) ? DType::kBFloat16 : DType::kFloat32;
+  if (explicitly_set.count("bf16") || explicitly_set.count("fp16")) {
+    plan.dtype = absl::GetFlag(FLAGS_bf16)   ? DType::kBFloat16
+                 : absl::GetFlag(FLAGS_fp16) ? DType::kFloat16
+                                             : DType::kFloat32;
   }
-  if (plan.dtype != DType::kFloat32 && plan.dtype != DType::kBFloat16) {
+  if (plan.dtype != DType::kFloat32 && plan.dtype != DType::kBFloat16 &&
+      plan.dtype != DType::kFloat16) {
     plan.dtype = DType::kFloat32;
   }
   if (absl::GetFlag(FLAGS_micro_batch_size) <= 0) {
