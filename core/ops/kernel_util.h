@@ -145,6 +145,54 @@ inline __m256 Sigmoid8(__m256 x) {
   const __m256 e = Exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
   return _mm256_div_ps(one, _mm256_add_ps(one, e));
 }
+
+// 8 elements as fp32 straight into a register: the fused elementwise loops
+// convert in place instead of round-tripping through scratch buffers.
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 Load8(const BFloat16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline __m256 Load8(const Float16* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline void Store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+// Round to nearest even, NaN kept quiet: bit-identical to FloatToBFloat16.
+inline void Store8(BFloat16* p, __m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i hi = _mm256_srli_epi32(u, 16);
+  const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)),
+      16);
+  const __m256i nan_bits = _mm256_or_si256(hi, _mm256_set1_epi32(0x0040));
+  const __m256i r = _mm256_blendv_epi8(
+      rounded, nan_bits,
+      _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm_packus_epi32(_mm256_castsi256_si128(r),
+                                    _mm256_extracti128_si256(r, 1)));
+}
+inline void Store8(Float16* p, __m256 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+// The first n < 8 elements (the rest read as 0 / not written), for tails.
+inline float ToF32(float v) { return v; }
+inline float ToF32(BFloat16 v) { return BFloat16ToFloat(v); }
+inline float ToF32(Float16 v) { return Float16ToFloat(v); }
+template <typename T>
+inline __m256 LoadPartial8(const T* p, int64_t n) {
+  alignas(32) float buf[8] = {};
+  for (int64_t i = 0; i < n; ++i) buf[i] = ToF32(p[i]);
+  return _mm256_load_ps(buf);
+}
+template <typename T>
+inline void StorePartial8(T* p, __m256 v, int64_t n) {
+  T buf[8];
+  Store8(buf, v);
+  for (int64_t i = 0; i < n; ++i) p[i] = buf[i];
+}
 #endif
 
 // Calls fn(float{}), fn(BFloat16{}) or fn(Float16{}) for an fp32, bf16 or

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -102,6 +103,44 @@ TEST(KernelUtilTest, LoadF32AnyReadsFp16) {
     EXPECT_EQ(out[i], Float16ToFloat(FloatToFloat16(v[i]))) << i;
   }
 }
+
+#if defined(__AVX2__)
+// The in-register conversions of the fused loops (Store8 / Load8) round
+// exactly as the scalar ones, infinities included (fp16 NaN stays NaN).
+TEST(KernelUtilTest, Store8AndLoad8MatchScalarConversions) {
+  std::mt19937 rng(7);
+  std::vector<float> f(4096);
+  for (float& v : f) {
+    uint32_t u = static_cast<uint32_t>(rng());
+    std::memcpy(&v, &u, sizeof(v));  // Any bit pattern: NaN, inf, subnormal.
+  }
+  f[0] = std::numeric_limits<float>::infinity();
+  f[1] = -std::numeric_limits<float>::quiet_NaN();
+  f[2] = 65520.0f;
+  for (size_t i = 0; i < f.size(); i += 8) {
+    const __m256 v = _mm256_loadu_ps(f.data() + i);
+    BFloat16 b[8];
+    Float16 h[8];
+    Store8(b, v);
+    Store8(h, v);
+    alignas(32) float back_b[8], back_h[8];
+    _mm256_store_ps(back_b, Load8(b));
+    _mm256_store_ps(back_h, Load8(h));
+    for (int j = 0; j < 8; ++j) {
+      EXPECT_EQ(b[j].bits, FloatToBFloat16(f[i + j]).bits) << f[i + j];
+      if (std::isnan(f[i + j])) {  // F16C keeps NaN payloads; still NaN.
+        EXPECT_TRUE(std::isnan(Float16ToFloat(h[j])));
+      } else {
+        EXPECT_EQ(h[j].bits, FloatToFloat16(f[i + j]).bits) << f[i + j];
+      }
+      EXPECT_EQ(FloatBits(back_b[j]), FloatBits(BFloat16ToFloat(b[j])));
+      if (!std::isnan(back_h[j])) {
+        EXPECT_EQ(FloatBits(back_h[j]), FloatBits(Float16ToFloat(h[j])));
+      }
+    }
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace ops
