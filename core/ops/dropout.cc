@@ -59,7 +59,7 @@ inline void Counters8(uint64_t j, __m256i* lo_out, __m256i* hi_out) {
 }
 
 // Stores 8 blocks (word r of block i in c[r], lane i) in stream order.
-inline void Store8(const __m256i c[4], uint32_t* out) {
+inline void StoreBlocks8(const __m256i c[4], uint32_t* out) {
   const __m256i t0 = _mm256_unpacklo_epi32(c[0], c[1]);
   const __m256i t1 = _mm256_unpackhi_epi32(c[0], c[1]);
   const __m256i t2 = _mm256_unpacklo_epi32(c[2], c[3]);
@@ -99,8 +99,8 @@ inline void Philox16(uint64_t j, const RoundKeys& keys, uint32_t* out) {
     a[3] = alo0;
     b[3] = blo0;
   }
-  Store8(a, out);
-  Store8(b, out + 32);
+  StoreBlocks8(a, out);
+  StoreBlocks8(b, out + 32);
 }
 #endif
 
@@ -158,6 +158,92 @@ KernelSlot<DropoutKernel>& DropoutKernels() {
 
 namespace {
 
+#if defined(__AVX2__)
+// y = x * (0 or scale) for m <= 8 elements whose stream words are w.
+template <typename TX, typename TY>
+inline void Mask8(const TX* x, TY* y, const uint32_t* w, int64_t m,
+                  __m256i thr_minus_1, __m256 scale) {
+  if (m == 8) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+    // (w >> 8) >= thr, as a signed compare: both sides are below 2^24 and
+    // thr - 1 = -1 keeps everything when thr = 0.
+    const __m256 keep = _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_srli_epi32(wv, 8), thr_minus_1));
+    // Multiply by 0 or 1/(1-p) (a NaN input stays NaN, as in PyTorch's
+    // x * mask * scale).
+    Store8(y, _mm256_mul_ps(Load8(x), _mm256_and_ps(keep, scale)));
+    return;
+  }
+  alignas(32) uint32_t wb[8] = {};
+  for (int64_t i = 0; i < m; ++i) wb[i] = w[i];
+  const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+      _mm256_srli_epi32(_mm256_load_si256(reinterpret_cast<__m256i*>(wb)), 8),
+      thr_minus_1));
+  StorePartial8(
+      y, _mm256_mul_ps(LoadPartial8(x, m), _mm256_and_ps(keep, scale)), m);
+}
+#endif
+
+// Dropout of n elements whose stream words start at `first`: the Philox
+// words are generated 64 at a time into L1 and applied at once, and the
+// 16-bit dtypes convert in registers, so each element is read and written
+// once.
+template <typename TX, typename TY>
+void DropoutBlock(const TX* x, TY* y, int64_t n, bool identity, uint64_t seed,
+                  uint64_t first, uint32_t threshold, float scale) {
+#if defined(__AVX2__)
+  int64_t i = 0;
+  if (identity) {
+    for (; i + 8 <= n; i += 8) Store8(y + i, Load8(x + i));
+    if (i < n) StorePartial8(y + i, LoadPartial8(x + i, n - i), n - i);
+    return;
+  }
+  alignas(32) uint32_t words[64];
+  const __m256i thr = _mm256_set1_epi32(static_cast<int>(threshold) - 1);
+  const __m256 sc = _mm256_set1_ps(scale);
+  auto masked = [&](int64_t at, int64_t m) {  // m <= 64 words at i = at.
+    for (int64_t k = 0; k < m; k += 8) {
+      Mask8(x + at + k, y + at + k, words + k, std::min<int64_t>(8, m - k), thr,
+            sc);
+    }
+  };
+  // Up to the first whole Philox block, then 16 blocks at a time.
+  const int64_t head = std::min<int64_t>(n, (4 - first % 4) % 4);
+  if (head > 0) {
+    PhiloxStream(seed, first, head, words);
+    masked(0, head);
+    i = head;
+  }
+  const RoundKeys keys(static_cast<uint32_t>(seed),
+                       static_cast<uint32_t>(seed >> 32));
+  for (; i + 64 <= n; i += 64) {
+    Philox16((first + i) / 4, keys, words);
+    for (int64_t k = 0; k < 64; k += 8) {
+      Mask8(x + i + k, y + i + k, words + k, 8, thr, sc);
+    }
+  }
+  if (i < n) {
+    PhiloxStream(seed, first + i, n - i, words);
+    masked(i, n - i);
+  }
+#else
+  float xbuf[kBlock], ybuf[kBlock];
+  uint32_t words[kBlock];
+  const float* xf = AsF32(x, n, xbuf);
+  float* yf = OutF32(y, ybuf);
+  if (identity) {
+    for (int64_t i = 0; i < n; ++i) yf[i] = xf[i];
+  } else {
+    PhiloxStream(seed, first, n, words);
+    for (int64_t i = 0; i < n; ++i) {
+      const float keep = (words[i] >> 8) >= threshold ? scale : 0.0f;
+      yf[i] = xf[i] * keep;
+    }
+  }
+  FinishF32(yf, y, n);
+#endif
+}
+
 absl::Status DropoutImpl(const char* op, const char* xn, const char* yn,
                          const Tensor& x, float p, uint64_t seed,
                          uint64_t offset, Tensor* y) {
@@ -185,24 +271,8 @@ absl::Status DropoutImpl(const char* op, const char* xn, const char* yn,
       const TX* xp = x.data<TX>();
       TY* yp = y->data<TY>();
       ForEachBlock(x.numel(), x.numel(), [&](int64_t off, int64_t, int64_t n) {
-        float xbuf[kBlock], ybuf[kBlock];
-        alignas(32) uint32_t words[kBlock];
-        const float* xf = AsF32(xp + off, n, xbuf);
-        float* yf = OutF32(yp + off, ybuf);
-        if (p == 0.0f) {
-          for (int64_t i = 0; i < n; ++i) yf[i] = xf[i];
-        } else {
-          PhiloxStream(seed, offset + off, n, words);
-          const uint32_t thr = threshold;
-          const float sc = scale;
-          for (int64_t i = 0; i < n; ++i) {
-            // Multiply by 0 or 1/(1-p) (branch-free, vectorises; a NaN
-            // input stays NaN, as in PyTorch's x * mask * scale).
-            const float keep = (words[i] >> 8) >= thr ? sc : 0.0f;
-            yf[i] = xf[i] * keep;
-          }
-        }
-        FinishF32(yf, yp + off, n);
+        DropoutBlock(xp + off, yp + off, n, p == 0.0f, seed, offset + off,
+                     threshold, scale);
       });
     });
   });

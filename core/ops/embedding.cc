@@ -1,6 +1,7 @@
 #include "core/ops/embedding.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -88,6 +89,40 @@ absl::Status Validate(const char* op, const Tensor& ids, const Tensor& table,
   return absl::OkStatus();
 }
 
+// dst[c0, c1) += the dout rows of `count` tokens (order[k].second), one
+// after another in token order; 32 columns at a time stay in registers.
+template <typename TG>
+void ScatterAddRow(const TG* dout, int64_t hidden,
+                   const std::pair<int64_t, int64_t>* order, int64_t count,
+                   int64_t c0, int64_t c1, float* dst) {
+  int64_t c = c0;
+#if defined(__AVX2__)
+  for (; c + 32 <= c1; c += 32) {
+    __m256 a0 = _mm256_loadu_ps(dst + c), a1 = _mm256_loadu_ps(dst + c + 8);
+    __m256 a2 = _mm256_loadu_ps(dst + c + 16);
+    __m256 a3 = _mm256_loadu_ps(dst + c + 24);
+    for (int64_t k = 0; k < count; ++k) {
+      const TG* g = dout + order[k].second * hidden + c;
+      a0 = _mm256_add_ps(a0, Load8(g));
+      a1 = _mm256_add_ps(a1, Load8(g + 8));
+      a2 = _mm256_add_ps(a2, Load8(g + 16));
+      a3 = _mm256_add_ps(a3, Load8(g + 24));
+    }
+    _mm256_storeu_ps(dst + c, a0);
+    _mm256_storeu_ps(dst + c + 8, a1);
+    _mm256_storeu_ps(dst + c + 16, a2);
+    _mm256_storeu_ps(dst + c + 24, a3);
+  }
+#endif
+  for (; c < c1; ++c) {
+    float a = dst[c];
+    for (int64_t k = 0; k < count; ++k) {
+      a += ToF32(dout[order[k].second * hidden + c]);
+    }
+    dst[c] = a;
+  }
+}
+
 }  // namespace
 
 absl::Status EmbeddingLookup(const Tensor& ids, const Tensor& table,
@@ -154,33 +189,55 @@ absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dout,
   }
   const int64_t vocab = dtable->size(0), hidden = dtable->size(1);
   MCC_RETURN_IF_ERROR(CheckIds(op, ids, vocab, shard));
-  // Threads own disjoint column ranges and walk the tokens in order: no two
-  // threads touch one element, and each sum runs in token order.
+  // Tokens are grouped by row (a stable sort keeps token order within a row)
+  // and threads own disjoint rows: each dtable row is read and written once,
+  // every dout row read once, and each element's sum still runs in token
+  // order, so the result is bit-identical to a serial scatter-add for any
+  // thread count. A row with many tokens is split into column tiles.
   const int64_t tokens = ids.numel();
-  constexpr int64_t kCols = 256;  // Column tile.
-  const int64_t tiles = (hidden + kCols - 1) / kCols;
   float* dt = dtable->data<float>();
   DispatchIds(ids.dtype(), [&](auto it) {
+    using I = decltype(it);
+    const I* idp = ids.data<I>();
+    std::vector<std::pair<int64_t, int64_t>> order;  // (row, token)
+    order.reserve(tokens);
+    for (int64_t r = 0; r < tokens; ++r) {
+      const int64_t local = static_cast<int64_t>(idp[r]) - shard.vocab_start;
+      if (local >= 0 && local < vocab) order.emplace_back(local, r);
+    }
+    std::sort(order.begin(), order.end());  // (row, token): token order kept.
+    // Work items: [begin, end) of `order` (one row), columns [c0, c1).
+    struct Item {
+      int64_t begin, end, c0, c1;
+    };
+    std::vector<Item> items;
+    constexpr int64_t kMinTile = 256;
+    for (size_t b = 0; b < order.size();) {
+      size_t e = b + 1;
+      while (e < order.size() && order[e].first == order[b].first) ++e;
+      const int64_t len = static_cast<int64_t>(e - b);
+      int64_t tiles =
+          std::min<int64_t>((len * hidden) / (4 * kGrain) + 1,
+                            std::max<int64_t>(1, hidden / kMinTile));
+      const int64_t step = (hidden + tiles - 1) / tiles;
+      for (int64_t c = 0; c < hidden; c += step) {
+        items.push_back({static_cast<int64_t>(b), static_cast<int64_t>(e), c,
+                         std::min(hidden, c + step)});
+      }
+      b = e;
+    }
     DispatchFloat(dout.dtype(), [&](auto gt) {
-      using I = decltype(it);
       using TG = decltype(gt);
-      const I* idp = ids.data<I>();
       const TG* gp = dout.data<TG>();
       ThreadPool::Global().ParallelFor(
-          tiles, std::max<int64_t>(1, kGrain / (kCols * tokens + 1)),
-          [&](int64_t t0, int64_t t1) {
-            const int64_t c0 = t0 * kCols, c1 = std::min(hidden, t1 * kCols);
-            float buf[kBlock];
-            for (int64_t r = 0; r < tokens; ++r) {
-              const int64_t local =
-                  static_cast<int64_t>(idp[r]) - shard.vocab_start;
-              if (local < 0 || local >= vocab) continue;
-              float* dst = dt + local * hidden;
-              for (int64_t c = c0; c < c1; c += kBlock) {
-                const int64_t n = std::min(kBlock, c1 - c);
-                const float* g = AsF32(gp + r * hidden + c, n, buf);
-                for (int64_t j = 0; j < n; ++j) dst[c + j] += g[j];
-              }
+          static_cast<int64_t>(items.size()),
+          std::max<int64_t>(1, kGrain / std::max<int64_t>(1, hidden)),
+          [&](int64_t i0, int64_t i1) {
+            for (int64_t w = i0; w < i1; ++w) {
+              const Item& item = items[w];
+              float* dst = dt + order[item.begin].first * hidden;
+              ScatterAddRow(gp, hidden, order.data() + item.begin,
+                            item.end - item.begin, item.c0, item.c1, dst);
             }
           });
     });

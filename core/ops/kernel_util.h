@@ -108,6 +108,11 @@ inline float VecTanh(float x) {
   return 1.0f - 2.0f / (VecExp(2.0f * x) + 1.0f);
 }
 
+// One element as fp32.
+inline float ToF32(float v) { return v; }
+inline float ToF32(BFloat16 v) { return BFloat16ToFloat(v); }
+inline float ToF32(Float16 v) { return Float16ToFloat(v); }
+
 #if defined(__AVX2__)
 // VecExp on 8 lanes.
 inline __m256 Exp8(__m256 x) {
@@ -178,9 +183,6 @@ inline void Store8(Float16* p, __m256 v) {
                    _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 // The first n < 8 elements (the rest read as 0 / not written), for tails.
-inline float ToF32(float v) { return v; }
-inline float ToF32(BFloat16 v) { return BFloat16ToFloat(v); }
-inline float ToF32(Float16 v) { return Float16ToFloat(v); }
 template <typename T>
 inline __m256 LoadPartial8(const T* p, int64_t n) {
   alignas(32) float buf[8] = {};
