@@ -71,13 +71,16 @@ void ColumnSums(const T* dy, int64_t rows, int64_t h, float* dbias) {
   ForRowsWithColumnSums(
       rows, h,
       [&](int64_t r, float* acc) {
-        float buf[kBlock];
-        for (int64_t j0 = 0; j0 < h; j0 += kBlock) {
-          const int64_t n = std::min(kBlock, h - j0);
-          const float* row = AsF32(dy + r * h + j0, n, buf);
-          float* a = acc + j0;
-          for (int64_t j = 0; j < n; ++j) a[j] += row[j];
+        const T* row = dy + r * h;
+        int64_t j = 0;
+#if defined(__AVX2__)
+        // Widen in registers: no scratch round trip for 16-bit dy.
+        for (; j + 8 <= h; j += 8) {
+          _mm256_storeu_ps(
+              acc + j, _mm256_add_ps(_mm256_loadu_ps(acc + j), Load8(row + j)));
         }
+#endif
+        for (; j < h; ++j) acc[j] += ToF32(row[j]);
       },
       dbias);
 }
@@ -126,6 +129,25 @@ absl::Status BiasAdd(const Tensor& x, const Tensor& bias, Tensor* y) {
       const TX* xp = x.data<TX>();
       TY* yp = y->data<TY>();
       ParallelForRows(rows, h, [&](int64_t r0, int64_t r1) {
+#if defined(__AVX2__)
+        // Convert in registers: each element read and written once.
+        const float* bp = b32.data();
+        for (int64_t r = r0; r < r1; ++r) {
+          const TX* xr = xp + r * h;
+          TY* yr = yp + r * h;
+          int64_t j = 0;
+          for (; j + 8 <= h; j += 8) {
+            Store8(yr + j,
+                   _mm256_add_ps(Load8(xr + j), _mm256_loadu_ps(bp + j)));
+          }
+          if (j < h) {
+            StorePartial8(yr + j,
+                          _mm256_add_ps(LoadPartial8(xr + j, h - j),
+                                        LoadPartial8(bp + j, h - j)),
+                          h - j);
+          }
+        }
+#else
         float xbuf[kBlock], ybuf[kBlock];
         for (int64_t r = r0; r < r1; ++r) {
           for (int64_t j0 = 0; j0 < h; j0 += kBlock) {
@@ -138,6 +160,7 @@ absl::Status BiasAdd(const Tensor& x, const Tensor& bias, Tensor* y) {
             FinishF32(yf, yp + off, n);
           }
         }
+#endif
       });
     });
   });

@@ -151,6 +151,21 @@ absl::Status EmbeddingLookup(const Tensor& ids, const Tensor& table,
           for (int64_t r = r0; r < r1; ++r) {
             const int64_t local =
                 static_cast<int64_t>(idp[r]) - shard.vocab_start;
+            // Rows are scattered across the table: start fetching the next
+            // token's row while this one copies (the hardware prefetcher
+            // restarts at each row).
+            if (r + 1 < r1) {
+              const int64_t next =
+                  static_cast<int64_t>(idp[r + 1]) - shard.vocab_start;
+              if (next >= 0 && next < vocab) {
+                const char* np =
+                    reinterpret_cast<const char*>(tp + next * hidden);
+                const int64_t row_bytes = hidden * sizeof(TT);
+                for (int64_t b = 0; b < row_bytes; b += 64) {
+                  __builtin_prefetch(np + b);
+                }
+              }
+            }
             TO* dst = outp + r * hidden;
             if (local < 0 || local >= vocab) {
               std::fill(dst, dst + hidden, TO{});
