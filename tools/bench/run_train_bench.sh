@@ -9,7 +9,9 @@
 # Environment: TRAIN_ITERS (ours, default 20; the first log interval of 5 is
 # warm-up and left out), TORCH_WARMUP / TORCH_ITERS (default 2 / 5 for fp32),
 # TORCH_BF16_WARMUP / TORCH_BF16_ITERS (default 1 / 2: PyTorch's bf16 GEMM
-# has no fast path on AVX2), THREADS (default 2), SKIP_BF16=1.
+# has no fast path on AVX2), THREADS (default 2), SKIP_BF16=1, ROUNDS
+# (default 3: alternating short fp32 runs of ours and PyTorch, so both see
+# the same load on a shared machine; the median round's ratio is printed).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -99,3 +101,23 @@ for p in fp32 bf16; do
   ratio="$(awk -v a="${tps}" -v b="${ref:-0}" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }')"
   echo "| ${p} | ${tps} | ${mfu}% | ${peak:-given} | ${ref:-n/a} | ${ratio} | >= ${goal}x, MFU >= 50% |"
 done
+
+# Alternating rounds: ours (10 iterations, the second log interval timed)
+# then PyTorch (1 warm-up, 3 timed steps), ROUNDS times.
+rounds="${ROUNDS:-3}"
+if (( rounds > 0 )); then
+  echo
+  echo "alternating fp32 rounds (ours 10 iterations, PyTorch 3 steps, one after the other):"
+  ratios=()
+  for ((r = 1; r <= rounds; r++)); do
+    "${train}" --preset bench --train-iters 10 >"${log_dir}/round.log" 2>&1
+    ours="$(summarise_ours "${log_dir}/round.log" | cut -d' ' -f1)"
+    theirs="$("${python}" "${script}" --threads "${threads}" --precision fp32 \
+      --warmup 1 --iters 3 | awk '$1 == "pytorch" && $2 == "fp32" { print $4 }')"
+    ratio="$(awk -v a="${ours}" -v b="${theirs}" 'BEGIN { printf "%.2f", a / b }')"
+    ratios+=("${ratio}")
+    echo "  round ${r}: ours ${ours} tokens/s, PyTorch ${theirs} tokens/s, ratio ${ratio}x (load $(cut -d' ' -f1 /proc/loadavg))"
+  done
+  median="$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')"
+  echo "  median ratio ${median}x (goal >= 2x)"
+fi
