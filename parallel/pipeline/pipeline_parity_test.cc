@@ -168,9 +168,12 @@ TEST_P(PipelineParityTest, EqualsSerial) {
                                                    absl::Seconds(120));
   ASSERT_TRUE(parallel.ok()) << parallel.status();
   const TrainResult serial = Serial(c);
-  // With an overflow only the pipeline saw, the runs part at step 4.
+  // With an overflow only the pipeline saw, the runs part at step 4. The
+  // grad norm sums squares in another order over TP x PP x DP; under the
+  // sanitizer build's code generation it moved by up to 4e-5 at TP 2 x DP 2
+  // while the losses stayed within 1e-5.
   optim::testing::ExpectMatchesSerial(*parallel, serial,
-                                      c.inf_on_last_stage ? 4 : 10, 1e-5, 1e-5);
+                                      c.inf_on_last_stage ? 4 : 10, 1e-5, 1e-4);
   EXPECT_LT(parallel->loss[9], parallel->loss[0]);
   if (c.inf_on_last_stage) {
     // Written by stage 0, which saw no overflow itself: the step was
