@@ -145,6 +145,28 @@ TEST(ActivationTest, LargeTensorsUseEveryBlock) {
                          kF32Atol, kF32Rtol, "large gelu");
 }
 
+// Inputs far in the tails, where exp(-x) overflows: the sigmoid's
+// reciprocal must give 0 or 1, never NaN.
+TEST(ActivationTest, ExtremeInputsStayFinite) {
+  std::vector<float> v = {-1e5f,  -1e4f, -200.0f, -90.0f, -45.0f, -12.0f,
+                          -9.5f,  9.5f,  12.0f,   45.0f,  90.0f,  1e4f,
+                          -88.5f, 88.5f, -100.0f, 100.0f};
+  const int64_t n = static_cast<int64_t>(v.size());
+  Tensor x = Tensor::FromVector(v, {2, n / 2}).value();
+  Tensor y = Tensor::Zeros({2, n / 2}, DType::kFloat32);
+  ASSERT_TRUE(Gelu(x, &y).ok());
+  testing::ExpectAllNear(y.ToDoubles(), RefBiasGelu(x.ToDoubles(), {}),
+                         kF32Atol, kF32Rtol, "extreme gelu");
+  Tensor dy = Tensor::Full({2, n / 2}, 1.0, DType::kFloat32);
+  Tensor dx = Tensor::Zeros({2, n / 2}, DType::kFloat32);
+  ASSERT_TRUE(GeluBackward(dy, x, &dx).ok());
+  for (double d : dx.ToDoubles()) EXPECT_TRUE(std::isfinite(d)) << d;
+  Tensor s = Tensor::Zeros({2, n / 4}, DType::kFloat32);
+  ASSERT_TRUE(SwiGLU(x, &s).ok());
+  testing::ExpectAllNear(s.ToDoubles(), RefSwiGLU(x.ToDoubles(), n / 4),
+                         kF32Atol, kF32Rtol, "extreme swiglu");
+}
+
 TEST(ActivationTest, BadInputsNameShapesAndLeaveOutputUntouched) {
   Tensor x = RandomTensor({4, 8}, DType::kFloat32, 1);
   Tensor y = RandomTensor({4, 5}, DType::kFloat32, 2);

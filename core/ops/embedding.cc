@@ -89,6 +89,32 @@ absl::Status Validate(const char* op, const Tensor& ids, const Tensor& table,
   return absl::OkStatus();
 }
 
+// One table row's bytes: plain 32-byte moves (glibc's memcpy picks
+// `rep movsb` for rows of a few KiB, slower here on scattered rows).
+inline void CopyRow(const void* src, void* dst, int64_t bytes) {
+  int64_t b = 0;
+#if defined(__AVX2__)
+  const char* s = static_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+  for (; b + 128 <= bytes; b += 128) {
+    const __m256i v0 =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + b));
+    const __m256i v1 =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + b + 32));
+    const __m256i v2 =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + b + 64));
+    const __m256i v3 =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + b + 96));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + b), v0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + b + 32), v1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + b + 64), v2);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + b + 96), v3);
+  }
+#endif
+  std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b,
+              bytes - b);
+}
+
 // dst[c0, c1) += the dout rows of `count` tokens (order[k].second), one
 // after another in token order; 32 columns at a time stay in registers.
 template <typename TG>
@@ -173,14 +199,23 @@ absl::Status EmbeddingLookup(const Tensor& ids, const Tensor& table,
             }
             const TT* src = tp + local * hidden;
             if constexpr (std::is_same<TT, TO>::value) {
-              std::memcpy(dst, src, hidden * sizeof(TT));
+              CopyRow(src, dst, hidden * sizeof(TT));
             } else {
+#if defined(__AVX2__)
+              int64_t j = 0;
+              for (; j + 8 <= hidden; j += 8) Store8(dst + j, Load8(src + j));
+              if (j < hidden) {
+                StorePartial8(dst + j, LoadPartial8(src + j, hidden - j),
+                              hidden - j);
+              }
+#else
               float buf[kBlock];
               for (int64_t j = 0; j < hidden; j += kBlock) {
                 const int64_t n = std::min(kBlock, hidden - j);
                 const float* f = AsF32(src + j, n, buf);
                 StoreF32(f, dst + j, n);
               }
+#endif
             }
           }
         });
