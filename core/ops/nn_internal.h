@@ -33,36 +33,9 @@ inline void StoreS(BFloat16* p, float v) { *p = FloatToBFloat16(v); }
 inline float LoadS(const Float16* p) { return Float16ToFloat(*p); }
 inline void StoreS(Float16* p, float v) { *p = FloatToFloat16(v); }
 
-inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 Load8(const BFloat16* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-inline __m256 Load8(const Float16* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-inline void Store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
-// Round to nearest even; overflow to infinity (F16C).
-inline void Store8(Float16* p, __m256 v) {
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                   _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-}
-// Round to nearest even, NaN kept a quiet NaN (as FloatToBFloat16).
-inline void Store8(BFloat16* p, __m256 v) {
-  const __m256i u = _mm256_castps_si256(v);
-  const __m256i lsb =
-      _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i r =
-      _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
-  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)),
-                         nan);
-  r = _mm256_srli_epi32(r, 16);
-  const __m256i packed =
-      _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                   _mm256_castsi256_si128(packed));
-}
+// 8 elements to and from fp32 registers: kernel_util.h's.
+using ops::Load8;
+using ops::Store8;
 
 // n elements of src (fp32, bf16 or fp16) to fp32, optionally scaled.
 template <typename T>
