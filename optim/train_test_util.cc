@@ -146,15 +146,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     }
     MCC_ASSIGN_OR_RETURN(StepInfo info,
                          opt->Step(schedule.LearningRate(step + 1)));
-    double loss = local_loss;
-    if (dp_size > 1) {
-      Tensor t = Tensor::Full({2}, 0.0, DType::kFloat32);
-      t.data<float>()[0] = static_cast<float>(local_loss);
-      t.data<float>()[1] = static_cast<float>(local_loss - t.data<float>()[0]);
-      MCC_RETURN_IF_ERROR(dp->AllReduceSync(&t, comm::ReduceOp::kSum));
-      loss = (static_cast<double>(t.data<float>()[0]) + t.data<float>()[1]) /
-             dp_size;
-    }
+    MCC_ASSIGN_OR_RETURN(const double loss, MeanOverDp(local_loss, dp));
     result.loss.push_back(loss);
     result.steps.push_back(info);
     if (o.weight_hash_interval > 0 &&
@@ -166,6 +158,17 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   }
   if (ddp) MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
   return result;
+}
+
+absl::StatusOr<double> MeanOverDp(double local, comm::ProcessGroup* dp) {
+  if (dp == nullptr || dp->size() == 1) return local;
+  // An fp64 value travels as two fp32 halves.
+  Tensor t = Tensor::Full({2}, 0.0, DType::kFloat32);
+  t.data<float>()[0] = static_cast<float>(local);
+  t.data<float>()[1] = static_cast<float>(local - t.data<float>()[0]);
+  MCC_RETURN_IF_ERROR(dp->AllReduceSync(&t, comm::ReduceOp::kSum));
+  return (static_cast<double>(t.data<float>()[0]) + t.data<float>()[1]) /
+         dp->size();
 }
 
 double RelDiff(double a, double b) {

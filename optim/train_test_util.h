@@ -66,6 +66,10 @@ struct TrainResult {
 absl::StatusOr<TrainResult> Train(const TrainOptions& options,
                                   parallel::ParallelState* state);
 
+// The mean of `local` over the data-parallel group (null: local itself),
+// kept to about fp64 precision.
+absl::StatusOr<double> MeanOverDp(double local, comm::ProcessGroup* dp);
+
 // Relative difference |a - b| / |b|.
 double RelDiff(double a, double b);
 

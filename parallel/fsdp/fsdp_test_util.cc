@@ -99,15 +99,8 @@ absl::StatusOr<optim::testing::TrainResult> TrainFsdp(
     }
     MCC_ASSIGN_OR_RETURN(optim::StepInfo info,
                          opt->Step(schedule.LearningRate(step + 1)));
-    double loss = local_loss;
-    if (dp_size > 1) {
-      Tensor t = Tensor::Full({2}, 0.0, DType::kFloat32);
-      t.data<float>()[0] = static_cast<float>(local_loss);
-      t.data<float>()[1] = static_cast<float>(local_loss - t.data<float>()[0]);
-      MCC_RETURN_IF_ERROR(dp->AllReduceSync(&t, comm::ReduceOp::kSum));
-      loss = (static_cast<double>(t.data<float>()[0]) + t.data<float>()[1]) /
-             dp_size;
-    }
+    MCC_ASSIGN_OR_RETURN(const double loss,
+                         optim::testing::MeanOverDp(local_loss, dp));
     result.loss.push_back(loss);
     result.steps.push_back(info);
     if (o.after_step) MCC_RETURN_IF_ERROR(o.after_step(step, fsdp.get()));
