@@ -11,12 +11,6 @@ namespace mcc {
 namespace fsdp {
 namespace {
 
-// The flat view of elements [begin, end) of a tensor.
-absl::StatusOr<Tensor> FlatSlice(const Tensor& t, int64_t begin, int64_t end) {
-  MCC_ASSIGN_OR_RETURN(Tensor flat, t.Reshape({t.numel()}));
-  return flat.Slice(begin, end);
-}
-
 // Converts n elements of src (from element src_off) into dst (at dst_off).
 void ConvertRange(const Tensor& src, int64_t src_off, const Tensor& dst,
                   int64_t dst_off, int64_t n) {
