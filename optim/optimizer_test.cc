@@ -282,8 +282,9 @@ TEST(OptimizerTest, GptLossScalerSkipsInjectedInfStep) {
   EXPECT_LT(r->loss[7], r->loss[0]);
 }
 
-// bf16 weights and activations track the fp32 run within 2% over 50 steps.
-TEST(OptimizerTest, Bf16GptTracksFp32) {
+// 50 serial steps with warm-up and cosine decay: the 16-bit runs are
+// compared with fp32 over them.
+testing::TrainOptions FiftyStepOptions() {
   testing::TrainOptions o;
   o.use_ddp = false;
   o.steps = 50;
@@ -293,6 +294,12 @@ TEST(OptimizerTest, Bf16GptTracksFp32) {
   o.lr.warmup_iters = 5;
   o.lr.decay_iters = 50;
   o.lr.decay_style = LrDecayStyle::kCosine;
+  return o;
+}
+
+// bf16 weights and activations track the fp32 run within 2% over 50 steps.
+TEST(OptimizerTest, Bf16GptTracksFp32) {
+  testing::TrainOptions o = FiftyStepOptions();
   auto fp32 = testing::Train(o, nullptr);
   ASSERT_TRUE(fp32.ok()) << fp32.status();
   o.dtype = DType::kBFloat16;
@@ -317,15 +324,7 @@ TEST(OptimizerTest, Bf16GptTracksFp32) {
 // Megatron's 2^32, whose first steps overflow and are skipped by design
 // (Fp16GptBacksOffFromOverflowingScale), which would shift the comparison.
 TEST(OptimizerTest, Fp16GptTracksFp32) {
-  testing::TrainOptions o;
-  o.use_ddp = false;
-  o.steps = 50;
-  o.global_microbatches = 1;
-  o.lr.lr = 2e-3;
-  o.lr.min_lr = 2e-4;
-  o.lr.warmup_iters = 5;
-  o.lr.decay_iters = 50;
-  o.lr.decay_style = LrDecayStyle::kCosine;
+  testing::TrainOptions o = FiftyStepOptions();
   auto fp32 = testing::Train(o, nullptr);
   ASSERT_TRUE(fp32.ok()) << fp32.status();
   o.dtype = DType::kFloat16;
