@@ -100,11 +100,7 @@ TrainOptions Options(const Case& c) {
 
 const Case& FindCase(const std::string& name) {
   static const auto* cases = new std::vector<Case>(Cases());
-  for (const auto& c : *cases) {
-    if (c.name == name) return c;
-  }
-  std::fprintf(stderr, "unknown case %s\n", name.c_str());
-  std::abort();
+  return testing::FindCase(*cases, name);
 }
 
 absl::StatusOr<std::unique_ptr<parallel::ParallelState>> Init(int tp) {

@@ -5,8 +5,11 @@
 // share: joining the world in a worker, running a case's workers and reading
 // rank 0's result, and comparing it step by step with the serial run.
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -16,6 +19,17 @@
 namespace mcc {
 namespace optim {
 namespace testing {
+
+// The case called `name` (a worker's MCC_TEST_CASE); an unknown name aborts
+// the worker, saying so.
+template <typename Case>
+const Case& FindCase(const std::vector<Case>& cases, const std::string& name) {
+  for (const Case& c : cases) {
+    if (c.name == name) return c;
+  }
+  std::fprintf(stderr, "unknown case %s\n", name.c_str());
+  std::abort();
+}
 
 // In a worker: joins the world from the launcher's environment (60 s
 // timeouts) and creates the groups of `sizes`.

@@ -67,11 +67,7 @@ std::vector<Case> Cases() {
 
 const Case& FindCase(const std::string& name) {
   static const auto* cases = new std::vector<Case>(Cases());
-  for (const auto& c : *cases) {
-    if (c.name == name) return c;
-  }
-  std::fprintf(stderr, "unknown case %s\n", name.c_str());
-  std::abort();
+  return optim::testing::FindCase(*cases, name);
 }
 
 TrainOptions Options(const Case& c) {
