@@ -1,6 +1,7 @@
 #include "core/ops/activation.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -44,131 +45,204 @@ inline float GeluGradF(float v) {
 }
 
 #if defined(__AVX2__)
-// 1 / (1 + exp(-x)) with the division replaced by a reciprocal estimate and
-// one Newton step (relative error about 2^-22, far inside the 1e-5 the tests
-// ask): vdivps was the bottleneck of the 16-bit kernels.
-// exp(x) as 2^i * 2^f, i = round(x log2 e), f in [-1/2, 1/2]: a degree-5 fit
-// of 2^f (relative error 1.5e-7, fitted for this file) and no Cody-Waite
-// step, 4 fewer vector operations than Exp8; x log2 e - i is formed with
-// two FMAs (log2 e split in hi + lo) so large |x| loses no accuracy.
-// The upper clamp keeps exp(x) finite: 1 + inf would make the Newton step
-// below inf * 0 = NaN.
-inline __m256 Exp2Poly8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)),
-                    _mm256_set1_ps(88.0f));
-  const __m256 l2e_hi = _mm256_set1_ps(1.44269502162933349609375f);
-  const __m256 l2e_lo = _mm256_set1_ps(1.925963033500011079e-8f);
-  const __m256 i = _mm256_round_ps(
-      _mm256_mul_ps(x, l2e_hi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 f = _mm256_fmsub_ps(x, l2e_hi, i);
-  f = _mm256_fmadd_ps(x, l2e_lo, f);
-  __m256 p = _mm256_set1_ps(1.3266970636323094e-3f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.675459936261177e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550742521882057e-2f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022121727466583e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931469440460205e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0000001192092896f));
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(i), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+// How closely 1 / (1 + 2^t) is computed: kFull (relative error about 3e-6)
+// for fp32 and fp16 results, whose tests allow 1e-5 beyond the output's own
+// rounding; kBf16 (about 4.5e-4, a quarter of bf16's 2^-9 rounding error)
+// for bf16 forward results, where the operations it saves are a third of the
+// kernel's arithmetic. The backward passes always use kFull: their
+// derivatives subtract nearly equal terms (gelu' near its zero at x = -0.75,
+// silu' near a = -1.28), which would magnify the error past bf16's, and the
+// bias gradient sums the unrounded fp32 values.
+enum class Accuracy { kFull, kBf16 };
+template <typename TOut>
+constexpr Accuracy kAccuracyFor =
+    std::is_same<TOut, BFloat16>::value ? Accuracy::kBf16 : Accuracy::kFull;
+
+// r = 1 / (1 + 2^t), and 1 - r as 2^t r (no cancellation where r is near 1:
+// the derivatives need both). 2^t = 2^i 2^f with i = round(t) by the
+// 1.5 * 2^23 trick: i then sits in the low mantissa bits of t + 1.5 * 2^23,
+// and shifting those bits into the exponent field and adding them to 2^f's
+// bits scales by 2^i without a float multiply or conversion. 2^f on
+// [-1/2, 1/2] is a minimax fit (degree 4, relative error 2.6e-6, or degree
+// 3, 7.5e-5), fitted for this file; the reciprocal is a division for kFull
+// and vrcpps (3.7e-4) for kBf16. Callers fold log2(e) into t's constants.
+template <Accuracy A>
+inline __m256 RecipOnePlusExp2(__m256 t, __m256* one_minus) {
+  // 2^i stays a normal float's scale and 1 + 2^t stays finite.
+  t = _mm256_min_ps(_mm256_max_ps(t, _mm256_set1_ps(-125.0f)),
+                    _mm256_set1_ps(126.0f));
+  const __m256 magic = _mm256_set1_ps(12582912.0f);
+  const __m256 s = _mm256_add_ps(t, magic);
+  const __m256 f = _mm256_sub_ps(t, _mm256_sub_ps(s, magic));
+  __m256 p;
+  if constexpr (A == Accuracy::kFull) {
+    p = _mm256_set1_ps(9.569964864e-3f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.591750652e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402474477e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931218604e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.999992627e-1f));
+  } else {
+    p = _mm256_set1_ps(5.517024989e-2f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.426079015e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.932609265e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.999282809e-1f));
+  }
+  const __m256 e = _mm256_castsi256_ps(_mm256_add_epi32(
+      _mm256_castps_si256(p), _mm256_slli_epi32(_mm256_castps_si256(s), 23)));
+  const __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), e);
+  // vdivps measured faster here than vrcpps plus a Newton step, and exact.
+  const __m256 r = A == Accuracy::kFull ? _mm256_div_ps(_mm256_set1_ps(1.0f), d)
+                                        : _mm256_rcp_ps(d);
+  if (one_minus != nullptr) *one_minus = _mm256_mul_ps(e, r);
+  return r;
 }
 
-inline __m256 FastSigmoid8(__m256 x) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 d =
-      _mm256_add_ps(one, Exp2Poly8(_mm256_sub_ps(_mm256_setzero_ps(), x)));
-  const __m256 r = _mm256_rcp_ps(d);
-  // r (2 - d r); exp overflow (d = inf) gives r = 0, as the division did.
-  return _mm256_mul_ps(r, _mm256_fnmadd_ps(d, r, _mm256_set1_ps(2.0f)));
+// GELU's sigmoid(2u), u = sqrt(2/pi) (v + 0.044715 v^3), as 1 / (1 + 2^t)
+// with t = v (kA + kB v^2) (log2(e) folded into the constants).
+constexpr float kGeluT1 = -2.0f * kSqrt2OverPi * 1.4426950408889634f;
+constexpr float kGeluT3 = kGeluT1 * kGeluCoeff;
+template <Accuracy A>
+inline __m256 GeluSigmoid8(__m256 v, __m256* one_minus) {
+  const __m256 t = _mm256_mul_ps(
+      v, _mm256_fmadd_ps(_mm256_set1_ps(kGeluT3), _mm256_mul_ps(v, v),
+                         _mm256_set1_ps(kGeluT1)));
+  return RecipOnePlusExp2<A>(t, one_minus);
 }
 
-// 0.5 v (1 + tanh(u)) = v * sigmoid(2u): one exp and one reciprocal.
+// 0.5 v (1 + tanh(u)) = v sigmoid(2u).
+template <Accuracy A>
 inline __m256 Gelu8(__m256 v) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 v2 = _mm256_mul_ps(v, v);
-  const __m256 u2 =
-      _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f * kSqrt2OverPi), v),
-                    _mm256_fmadd_ps(_mm256_set1_ps(kGeluCoeff), v2, one));
-  return _mm256_mul_ps(v, FastSigmoid8(u2));
+  return _mm256_mul_ps(v, GeluSigmoid8<A>(v, nullptr));
 }
 
-// With s = sigmoid(2u): tanh(u) = 2s - 1 and 1 - tanh(u)^2 = 4 s (1 - s).
+// With s = sigmoid(2u): 0.5 (1 + tanh(u)) = s and
+// 0.5 v (1 - tanh(u)^2) du/dv = 2 v s (1 - s) du/dv.
+template <Accuracy A>
 inline __m256 GeluGrad8(__m256 v) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 c = _mm256_set1_ps(kSqrt2OverPi);
-  const __m256 v2 = _mm256_mul_ps(v, v);
-  const __m256 u2 =
-      _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(c, c), v),
-                    _mm256_fmadd_ps(_mm256_set1_ps(kGeluCoeff), v2, one));
-  const __m256 s = FastSigmoid8(u2);
-  const __m256 du = _mm256_mul_ps(
-      c, _mm256_fmadd_ps(_mm256_set1_ps(3.0f * kGeluCoeff), v2, one));
-  // 0.5 (1 + t) = s;  0.5 v (1 - t^2) du = 2 v s (1 - s) du.
-  const __m256 sech = _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(v, v), s),
-                                    _mm256_sub_ps(one, s));
+  __m256 oms;
+  const __m256 s = GeluSigmoid8<A>(v, &oms);
+  const __m256 du =
+      _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi),
+                    _mm256_fmadd_ps(_mm256_set1_ps(3.0f * kGeluCoeff),
+                                    _mm256_mul_ps(v, v), _mm256_set1_ps(1.0f)));
+  const __m256 sech = _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(v, v), s), oms);
   return _mm256_fmadd_ps(sech, du, s);
 }
 
-// The blocks below read and write their tensors' own dtypes, converting in
-// registers (Load8 / Store8), so each element is read and written once; the
-// tail of fewer than 8 elements goes through the same vector code.
+// sigmoid(a) = 1 / (1 + 2^(-a log2 e)).
+template <Accuracy A>
+inline __m256 SigmoidAndComplement8(__m256 a, __m256* one_minus) {
+  return RecipOnePlusExp2<A>(
+      _mm256_mul_ps(a, _mm256_set1_ps(-1.4426950408889634f)), one_minus);
+}
 
-// y = gelu(x (+ b)); b may be null.
-template <typename TX, typename TY>
-inline void GeluBlock(const TX* x, const float* b, TY* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 v = Load8(x + i);
-    if (b != nullptr) v = _mm256_add_ps(v, _mm256_loadu_ps(b + i));
-    Store8(y + i, Gelu8(v));
+// The blocks below read and write their tensors' own dtypes 16 elements at a
+// time, converting in registers (Load16 / Store16 in one lane order per op),
+// so each element is read and written once; the tail of fewer than 16
+// elements goes through the same vector code.
+
+// Loads 16 (or the last m < 16) per-column fp32 values: b and acc below are
+// in ShuffleLanes16's layout when `shuffled` (see ColumnLayout).
+inline void LoadColumns16(const float* p, int64_t m, bool shuffled, __m256* lo,
+                          __m256* hi) {
+  if (shuffled && m == 16) {
+    LoadShuffled16(p, lo, hi);
+  } else {
+    LoadUpTo16<Lanes16::kUnpacked>(p, m, lo, hi);
   }
-  if (i < n) {
-    __m256 v = LoadPartial8(x + i, n - i);
-    if (b != nullptr) v = _mm256_add_ps(v, LoadPartial8(b + i, n - i));
-    StorePartial8(y + i, Gelu8(v), n - i);
+}
+inline void StoreColumns16(float* p, __m256 lo, __m256 hi, int64_t m,
+                           bool shuffled) {
+  if (shuffled && m == 16) {
+    StoreShuffled16(p, lo, hi);
+  } else {
+    StoreUpTo16<Lanes16::kUnpacked>(p, lo, hi, m);
+  }
+}
+
+// y = gelu(x (+ b)); b may be null. `b_shuffled`: b is in ShuffleLanes16's
+// layout (only with bf16 operands, in kUnpacked order).
+template <typename TX, typename TY>
+inline void GeluBlock(const TX* x, const float* b, bool b_shuffled, TY* y,
+                      int64_t n) {
+  constexpr Lanes16 L = kLanes16For<TX, TY>;
+  constexpr Accuracy A = kAccuracyFor<TY>;
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = std::min<int64_t>(16, n - i);
+    __m256 lo, hi;
+    LoadUpTo16<L>(x + i, m, &lo, &hi);
+    if (b != nullptr) {
+      __m256 blo, bhi;
+      if (L == Lanes16::kUnpacked) {
+        LoadColumns16(b + i, m, b_shuffled, &blo, &bhi);
+      } else {
+        LoadUpTo16<L>(b + i, m, &blo, &bhi);
+      }
+      lo = _mm256_add_ps(lo, blo);
+      hi = _mm256_add_ps(hi, bhi);
+    }
+    StoreUpTo16<L>(y + i, Gelu8<A>(lo), Gelu8<A>(hi), m);
   }
 }
 
 // dx = dy * gelu'(x (+ b)); with acc non-null also acc += dx (in fp32, before
 // dx's rounding to its dtype), for the bias gradient.
+// `cols_shuffled`: b and acc are in ShuffleLanes16's layout (as above).
 template <typename TDY, typename TX, typename TDX>
 inline void GeluGradBlock(const TDY* dy, const TX* x, const float* b, TDX* dx,
-                          float* acc, int64_t n) {
-  auto one8 = [&](__m256 g, __m256 v, int64_t i, int64_t m) {
-    if (b != nullptr) {
-      v = _mm256_add_ps(
-          v, m == 8 ? _mm256_loadu_ps(b + i) : LoadPartial8(b + i, m));
-    }
-    const __m256 d = _mm256_mul_ps(g, GeluGrad8(v));
-    if (m == 8) {
-      Store8(dx + i, d);
-      if (acc)
-        _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), d));
+                          float* acc, bool cols_shuffled, int64_t n) {
+  constexpr Lanes16 L = kLanes16For<TDY, TX, TDX>;
+  constexpr Accuracy A = Accuracy::kFull;  // see kAccuracyFor
+  auto load_cols = [&](const float* p, int64_t m, __m256* lo, __m256* hi) {
+    if (L == Lanes16::kUnpacked) {
+      LoadColumns16(p, m, cols_shuffled, lo, hi);
     } else {
-      StorePartial8(dx + i, d, m);
-      if (acc) {
-        StorePartial8(acc + i, _mm256_add_ps(LoadPartial8(acc + i, m), d), m);
-      }
+      LoadUpTo16<L>(p, m, lo, hi);
     }
   };
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) one8(Load8(dy + i), Load8(x + i), i, 8);
-  if (i < n) {
-    one8(LoadPartial8(dy + i, n - i), LoadPartial8(x + i, n - i), i, n - i);
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = std::min<int64_t>(16, n - i);
+    __m256 glo, ghi, lo, hi;
+    LoadUpTo16<L>(dy + i, m, &glo, &ghi);
+    LoadUpTo16<L>(x + i, m, &lo, &hi);
+    if (b != nullptr) {
+      __m256 blo, bhi;
+      load_cols(b + i, m, &blo, &bhi);
+      lo = _mm256_add_ps(lo, blo);
+      hi = _mm256_add_ps(hi, bhi);
+    }
+    const __m256 dlo = _mm256_mul_ps(glo, GeluGrad8<A>(lo));
+    const __m256 dhi = _mm256_mul_ps(ghi, GeluGrad8<A>(hi));
+    StoreUpTo16<L>(dx + i, dlo, dhi, m);
+    if (acc != nullptr) {
+      __m256 alo, ahi;
+      load_cols(acc + i, m, &alo, &ahi);
+      alo = _mm256_add_ps(alo, dlo);
+      ahi = _mm256_add_ps(ahi, dhi);
+      if (L == Lanes16::kUnpacked) {
+        StoreColumns16(acc + i, alo, ahi, m, cols_shuffled);
+      } else {
+        StoreUpTo16<L>(acc + i, alo, ahi, m);
+      }
+    }
   }
 }
 
 // y = silu(a) * b.
 template <typename TX, typename TY>
 inline void SwiGLUBlock(const TX* a, const TX* b, TY* y, int64_t n) {
+  constexpr Lanes16 L = kLanes16For<TX, TY>;
+  constexpr Accuracy A = kAccuracyFor<TY>;
   auto f = [](__m256 av, __m256 bv) {
-    return _mm256_mul_ps(_mm256_mul_ps(av, FastSigmoid8(av)), bv);
+    return _mm256_mul_ps(
+        _mm256_mul_ps(av, SigmoidAndComplement8<A>(av, nullptr)), bv);
   };
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) Store8(y + i, f(Load8(a + i), Load8(b + i)));
-  if (i < n) {
-    const int64_t m = n - i;
-    StorePartial8(y + i, f(LoadPartial8(a + i, m), LoadPartial8(b + i, m)), m);
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = std::min<int64_t>(16, n - i);
+    __m256 alo, ahi, blo, bhi;
+    LoadUpTo16<L>(a + i, m, &alo, &ahi);
+    LoadUpTo16<L>(b + i, m, &blo, &bhi);
+    StoreUpTo16<L>(y + i, f(alo, blo), f(ahi, bhi), m);
   }
 }
 
@@ -176,33 +250,33 @@ inline void SwiGLUBlock(const TX* a, const TX* b, TY* y, int64_t n) {
 template <typename TDY, typename TX, typename TDX>
 inline void SwiGLUGradBlock(const TDY* g, const TX* a, const TX* b, TDX* da,
                             TDX* db, int64_t n) {
+  constexpr Lanes16 L = kLanes16For<TDY, TX, TDX>;
+  constexpr Accuracy A = Accuracy::kFull;  // see kAccuracyFor
   const __m256 one = _mm256_set1_ps(1.0f);
   auto f = [&](__m256 gv, __m256 av, __m256 bv, __m256* dav, __m256* dbv) {
-    const __m256 s = FastSigmoid8(av);
-    const __m256 dsilu =
-        _mm256_mul_ps(s, _mm256_fmadd_ps(av, _mm256_sub_ps(one, s), one));
+    __m256 oms;
+    const __m256 s = SigmoidAndComplement8<A>(av, &oms);
+    const __m256 dsilu = _mm256_mul_ps(s, _mm256_fmadd_ps(av, oms, one));
     *dav = _mm256_mul_ps(_mm256_mul_ps(gv, bv), dsilu);
     *dbv = _mm256_mul_ps(gv, _mm256_mul_ps(av, s));
   };
-  int64_t i = 0;
-  __m256 dav, dbv;
-  for (; i + 8 <= n; i += 8) {
-    f(Load8(g + i), Load8(a + i), Load8(b + i), &dav, &dbv);
-    Store8(da + i, dav);
-    Store8(db + i, dbv);
-  }
-  if (i < n) {
-    const int64_t m = n - i;
-    f(LoadPartial8(g + i, m), LoadPartial8(a + i, m), LoadPartial8(b + i, m),
-      &dav, &dbv);
-    StorePartial8(da + i, dav, m);
-    StorePartial8(db + i, dbv, m);
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = std::min<int64_t>(16, n - i);
+    __m256 glo, ghi, alo, ahi, blo, bhi, dalo, dahi, dblo, dbhi;
+    LoadUpTo16<L>(g + i, m, &glo, &ghi);
+    LoadUpTo16<L>(a + i, m, &alo, &ahi);
+    LoadUpTo16<L>(b + i, m, &blo, &bhi);
+    f(glo, alo, blo, &dalo, &dblo);
+    f(ghi, ahi, bhi, &dahi, &dbhi);
+    StoreUpTo16<L>(da + i, dalo, dahi, m);
+    StoreUpTo16<L>(db + i, dblo, dbhi, m);
   }
 }
 #else
 // Portable fallback: widen into fp32 scratch, compute, narrow.
 template <typename TX, typename TY>
-inline void GeluBlock(const TX* x, const float* b, TY* y, int64_t n) {
+inline void GeluBlock(const TX* x, const float* b, bool /*b_shuffled*/, TY* y,
+                      int64_t n) {
   float xbuf[kBlock], ybuf[kBlock];
   const float* xf = AsF32(x, n, xbuf);
   float* yf = OutF32(y, ybuf);
@@ -212,7 +286,7 @@ inline void GeluBlock(const TX* x, const float* b, TY* y, int64_t n) {
 
 template <typename TDY, typename TX, typename TDX>
 inline void GeluGradBlock(const TDY* dy, const TX* x, const float* b, TDX* dx,
-                          float* acc, int64_t n) {
+                          float* acc, bool /*cols_shuffled*/, int64_t n) {
   float xbuf[kBlock], dybuf[kBlock], dxbuf[kBlock];
   const float* xf = AsF32(x, n, xbuf);
   const float* dyf = AsF32(dy, n, dybuf);
@@ -261,8 +335,22 @@ absl::Status CheckUnary(const char* op, const char* xn, const Tensor& x,
   return CheckShapeMatches(op, {xn, &x}, {yn, y});
 }
 
-// Forward GELU, with or without bias (bias32 null), on CPU tensors.
-void GeluForwardCpu(const Tensor& x, const float* bias32, Tensor* y) {
+// Whether an op on these element types takes its per-column fp32 operands
+// (bias, bias-gradient partials) in ShuffleLanes16's layout: only the AVX2
+// blocks with bf16 operands read them so, and only when h % 16 == 0, so that
+// every 16-element chunk starts at a multiple of 16 within its row.
+template <typename... T>
+bool ShuffleColumns(int64_t h) {
+#if defined(__AVX2__)
+  return kLanes16For<T...> == Lanes16::kUnpacked && h % 16 == 0;
+#else
+  return false;
+#endif
+}
+
+// Forward GELU, with or without bias (bias32 null: fp32 [h], shuffled here
+// for the bf16 blocks), on CPU tensors.
+void GeluForwardCpu(const Tensor& x, std::vector<float>* bias32, Tensor* y) {
   const int64_t h = bias32 ? x.size(-1) : x.numel();
   DispatchFloat(x.dtype(), [&](auto xt) {
     DispatchFloat(y->dtype(), [&](auto yt) {
@@ -270,17 +358,19 @@ void GeluForwardCpu(const Tensor& x, const float* bias32, Tensor* y) {
       using TY = decltype(yt);
       const TX* xp = x.data<TX>();
       TY* yp = y->data<TY>();
+      const bool shuffled = bias32 != nullptr && ShuffleColumns<TX, TY>(h);
+      if (shuffled) ShuffleLanes16(bias32->data(), h);
+      const float* bp = bias32 ? bias32->data() : nullptr;
       ForEachBlock(x.numel(), h, [&](int64_t off, int64_t col, int64_t n) {
-        GeluBlock(xp + off, bias32 ? bias32 + col : nullptr, yp + off, n);
+        GeluBlock(xp + off, bp ? bp + col : nullptr, shuffled, yp + off, n);
       });
     });
   });
 }
 
-// dx = dy * gelu'(x + bias).
-void GeluBackwardCpu(const Tensor& dy, const Tensor& x, const float* bias32,
-                     Tensor* dx) {
-  const int64_t h = bias32 ? x.size(-1) : x.numel();
+// dx = dy * gelu'(x).
+void GeluBackwardCpu(const Tensor& dy, const Tensor& x, Tensor* dx) {
+  const int64_t h = x.numel();
   DispatchFloat(x.dtype(), [&](auto xt) {
     DispatchFloat(dy.dtype(), [&](auto dyt) {
       DispatchFloat(dx->dtype(), [&](auto dxt) {
@@ -291,8 +381,8 @@ void GeluBackwardCpu(const Tensor& dy, const Tensor& x, const float* bias32,
         const TDY* dyp = dy.data<TDY>();
         TDX* dxp = dx->data<TDX>();
         ForEachBlock(x.numel(), h, [&](int64_t off, int64_t col, int64_t n) {
-          GeluGradBlock(dyp + off, xp + off, bias32 ? bias32 + col : nullptr,
-                        dxp + off, nullptr, n);
+          GeluGradBlock(dyp + off, xp + off, nullptr, dxp + off, nullptr, false,
+                        n);
         });
       });
     });
@@ -320,7 +410,7 @@ absl::Status GeluBackward(const Tensor& dy, const Tensor& x, Tensor* dx) {
                          GeluBackwardKernels().Get(x.device()));
     return k(dy, x, dx);
   }
-  GeluBackwardCpu(dy, x, nullptr, dx);
+  GeluBackwardCpu(dy, x, dx);
   return absl::OkStatus();
 }
 
@@ -337,7 +427,7 @@ absl::Status BiasGelu(const Tensor& x, const Tensor& bias, Tensor* y) {
   }
   std::vector<float> b32(bias.numel());
   LoadF32Any(bias, b32.data());
-  GeluForwardCpu(x, b32.data(), y);
+  GeluForwardCpu(x, &b32, y);
   return absl::OkStatus();
 }
 
@@ -373,6 +463,18 @@ absl::Status BiasGeluBackward(const Tensor& dy, const Tensor& x,
         const TX* xp = x.data<TX>();
         const TDY* dyp = dy.data<TDY>();
         TDX* dxp = dx->data<TDX>();
+        // Bias and the partial sums in the bf16 blocks' layout: dbias is
+        // accumulated in a shuffled copy (the same sums in the same order)
+        // and put back in place at the end.
+        const bool shuffled = ShuffleColumns<TDY, TX, TDX>(h);
+        std::vector<float> db_shuffled;
+        float* db = dbias->data<float>();
+        if (shuffled) {
+          ShuffleLanes16(b32.data(), h);
+          db_shuffled.assign(db, db + h);
+          ShuffleLanes16(db_shuffled.data(), h);
+          db = db_shuffled.data();
+        }
         const float* bp = b32.data();
         internal::ForRowsWithColumnSums(
             rows, h,
@@ -381,10 +483,14 @@ absl::Status BiasGeluBackward(const Tensor& dy, const Tensor& x,
                 const int64_t n = std::min(kBlock, h - j0);
                 const int64_t off = r * h + j0;
                 GeluGradBlock(dyp + off, xp + off, bp + j0, dxp + off, acc + j0,
-                              n);
+                              shuffled, n);
               }
             },
-            dbias->data<float>());
+            db);
+        if (shuffled) {
+          ShuffleLanes16(db, h);
+          std::copy(db, db + h, dbias->data<float>());
+        }
       });
     });
   });

@@ -80,36 +80,40 @@ TEST(ActivationTest, GeluBackwardMatchesFiniteDifferences) {
 }
 
 TEST(ActivationTest, BiasGeluForwardAndBackward) {
-  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
-    const Shape shape{9, 129};
-    Tensor x = RandomTensor(shape, dt, 4, -3.0f, 3.0f);
-    Tensor b = RandomTensor({129}, dt, 5);
-    Tensor y = Tensor::Zeros(shape, dt);
-    ASSERT_TRUE(BiasGelu(x, b, &y).ok());
-    const double rtol = Rtol(dt, kF32Rtol);
-    testing::ExpectAllNear(y.ToDoubles(),
-                           RefBiasGelu(x.ToDoubles(), b.ToDoubles()), kF32Atol,
-                           rtol, "bias gelu");
+  // h = 160: whole 16-element chunks (the bf16 blocks then read the bias and
+  // bias-gradient partials in their shuffled layout); 129: a tail per row.
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16})
+    for (int64_t h : {129, 160}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dt) << " h=" << h);
+      const Shape shape{9, h};
+      Tensor x = RandomTensor(shape, dt, 4, -3.0f, 3.0f);
+      Tensor b = RandomTensor({h}, dt, 5);
+      Tensor y = Tensor::Zeros(shape, dt);
+      ASSERT_TRUE(BiasGelu(x, b, &y).ok());
+      const double rtol = Rtol(dt, kF32Rtol);
+      testing::ExpectAllNear(y.ToDoubles(),
+                             RefBiasGelu(x.ToDoubles(), b.ToDoubles()),
+                             kF32Atol, rtol, "bias gelu");
 
-    Tensor dy = RandomTensor(shape, dt, 6);
-    Tensor dx = Tensor::Zeros(shape, dt);
-    Tensor db = RandomTensor({129}, DType::kFloat32, 7);
-    const std::vector<double> db0 = db.ToDoubles(), dyv = dy.ToDoubles(),
-                              xv = x.ToDoubles(), bv = b.ToDoubles();
-    ASSERT_TRUE(BiasGeluBackward(dy, x, b, &dx, &db).ok());
-    auto loss_x = [&](const std::vector<double>& v) {
-      return testing::Dot(dyv, RefBiasGelu(v, bv));
-    };
-    auto loss_b = [&](const std::vector<double>& v) {
-      return testing::Dot(dyv, RefBiasGelu(xv, v));
-    };
-    testing::ExpectAllNear(dx.ToDoubles(), NumericGrad(loss_x, xv), 1e-5,
-                           Rtol(dt, 1e-5), "dx");
-    std::vector<double> want_db = NumericGrad(loss_b, bv);
-    for (size_t i = 0; i < want_db.size(); ++i) want_db[i] += db0[i];
-    // dbias sums fp32 dx (before any bf16 rounding) over 9 rows.
-    testing::ExpectAllNear(db.ToDoubles(), want_db, 1e-5, 1e-5, "dbias");
-  }
+      Tensor dy = RandomTensor(shape, dt, 6);
+      Tensor dx = Tensor::Zeros(shape, dt);
+      Tensor db = RandomTensor({h}, DType::kFloat32, 7);
+      const std::vector<double> db0 = db.ToDoubles(), dyv = dy.ToDoubles(),
+                                xv = x.ToDoubles(), bv = b.ToDoubles();
+      ASSERT_TRUE(BiasGeluBackward(dy, x, b, &dx, &db).ok());
+      auto loss_x = [&](const std::vector<double>& v) {
+        return testing::Dot(dyv, RefBiasGelu(v, bv));
+      };
+      auto loss_b = [&](const std::vector<double>& v) {
+        return testing::Dot(dyv, RefBiasGelu(xv, v));
+      };
+      testing::ExpectAllNear(dx.ToDoubles(), NumericGrad(loss_x, xv), 1e-5,
+                             Rtol(dt, 1e-5), "dx");
+      std::vector<double> want_db = NumericGrad(loss_b, bv);
+      for (size_t i = 0; i < want_db.size(); ++i) want_db[i] += db0[i];
+      // dbias sums fp32 dx (before any bf16 rounding) over 9 rows.
+      testing::ExpectAllNear(db.ToDoubles(), want_db, 1e-5, 1e-5, "dbias");
+    }
 }
 
 TEST(ActivationTest, SwiGLUForwardAndBackward) {

@@ -6,12 +6,14 @@
 // vectorisable exp, and the blocked parallel loop the elementwise kernels run
 // in.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -162,8 +164,9 @@ inline __m256 Load8(const Float16* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 inline void Store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
-// Round to nearest even, NaN kept quiet: bit-identical to FloatToBFloat16.
-inline void Store8(BFloat16* p, __m256 v) {
+// The bf16 bits of 8 floats in the low half of each 32-bit lane: round to
+// nearest even, NaN kept quiet, bit-identical to FloatToBFloat16.
+inline __m256i BF16Bits8(__m256 v) {
   const __m256i u = _mm256_castps_si256(v);
   const __m256i hi = _mm256_srli_epi32(u, 16);
   const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
@@ -171,9 +174,12 @@ inline void Store8(BFloat16* p, __m256 v) {
       _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)),
       16);
   const __m256i nan_bits = _mm256_or_si256(hi, _mm256_set1_epi32(0x0040));
-  const __m256i r = _mm256_blendv_epi8(
+  return _mm256_blendv_epi8(
       rounded, nan_bits,
       _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+inline void Store8(BFloat16* p, __m256 v) {
+  const __m256i r = BF16Bits8(v);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                    _mm_packus_epi32(_mm256_castsi256_si128(r),
                                     _mm256_extracti128_si256(r, 1)));
@@ -194,6 +200,103 @@ inline void StorePartial8(T* p, __m256 v, int64_t n) {
   T buf[8];
   Store8(buf, v);
   for (int64_t i = 0; i < n; ++i) p[i] = buf[i];
+}
+
+// Sixteen elements as two vectors, in one of two lane orders. kUnpacked is
+// the order vpunpck{l,h}wd gives bf16 for free and vpackusdw undoes (lo =
+// elements 0-3 and 8-11, hi = 4-7 and 12-15: 128-bit lanes never mix), so
+// bf16 operands skip the widening shifts and cross-lane shuffles that made
+// the 16-bit elementwise kernels slower than fp32 ones; fp32 and fp16
+// operands pay one vperm2f128 per vector to match. An elementwise op loads
+// and stores every operand in the same order, so each result lands where its
+// inputs came from. kNatural (lo = 0-7, hi = 8-15) is for ops without bf16.
+enum class Lanes16 { kNatural, kUnpacked };
+template <typename... T>
+constexpr Lanes16 kLanes16For = (std::is_same<T, BFloat16>::value || ...)
+                                    ? Lanes16::kUnpacked
+                                    : Lanes16::kNatural;
+
+template <Lanes16 L, typename T>
+inline void Load16(const T* p, __m256* lo, __m256* hi) {
+  if constexpr (L == Lanes16::kUnpacked && std::is_same<T, BFloat16>::value) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i zero = _mm256_setzero_si256();
+    *lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w));
+    *hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w));
+  } else {
+    const __m256 a = Load8(p), b = Load8(p + 8);
+    if constexpr (L == Lanes16::kNatural) {
+      *lo = a;
+      *hi = b;
+    } else {
+      *lo = _mm256_permute2f128_ps(a, b, 0x20);
+      *hi = _mm256_permute2f128_ps(a, b, 0x31);
+    }
+  }
+}
+
+template <Lanes16 L, typename T>
+inline void Store16(T* p, __m256 lo, __m256 hi) {
+  if constexpr (L == Lanes16::kUnpacked && std::is_same<T, BFloat16>::value) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm256_packus_epi32(BF16Bits8(lo), BF16Bits8(hi)));
+  } else if constexpr (L == Lanes16::kNatural) {
+    Store8(p, lo);
+    Store8(p + 8, hi);
+  } else {
+    Store8(p, _mm256_permute2f128_ps(lo, hi, 0x20));
+    Store8(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+  }
+}
+
+// The first n < 16 elements (the rest read as 0 / not written), for tails.
+template <Lanes16 L, typename T>
+inline void LoadPartial16(const T* p, int64_t n, __m256* lo, __m256* hi) {
+  T buf[16] = {};
+  std::memcpy(buf, p, n * sizeof(T));
+  Load16<L>(buf, lo, hi);
+}
+template <Lanes16 L, typename T>
+inline void StorePartial16(T* p, __m256 lo, __m256 hi, int64_t n) {
+  T buf[16];
+  Store16<L>(buf, lo, hi);
+  std::memcpy(p, buf, n * sizeof(T));
+}
+// Per-column fp32 operands (a bias, its gradient's partial sums) are reused
+// by every row: ShuffleLanes16 lays each whole 16-element chunk out in
+// kUnpacked order (elements 0-3, 8-11, 4-7, 12-15; its own inverse), so
+// LoadShuffled16 / StoreShuffled16 move them with plain loads instead of a
+// vperm2f128 per vector per row. The last n % 16 elements stay in place.
+inline void ShuffleLanes16(float* v, int64_t n) {
+  for (int64_t i = 0; i + 16 <= n; i += 16) {
+    std::swap_ranges(v + i + 4, v + i + 8, v + i + 8);
+  }
+}
+inline void LoadShuffled16(const float* p, __m256* lo, __m256* hi) {
+  *lo = _mm256_loadu_ps(p);
+  *hi = _mm256_loadu_ps(p + 8);
+}
+inline void StoreShuffled16(float* p, __m256 lo, __m256 hi) {
+  _mm256_storeu_ps(p, lo);
+  _mm256_storeu_ps(p + 8, hi);
+}
+
+// n <= 16 elements: the whole-vector path for 16, the partial one below.
+template <Lanes16 L, typename T>
+inline void LoadUpTo16(const T* p, int64_t n, __m256* lo, __m256* hi) {
+  if (n == 16) {
+    Load16<L>(p, lo, hi);
+  } else {
+    LoadPartial16<L>(p, n, lo, hi);
+  }
+}
+template <Lanes16 L, typename T>
+inline void StoreUpTo16(T* p, __m256 lo, __m256 hi, int64_t n) {
+  if (n == 16) {
+    Store16<L>(p, lo, hi);
+  } else {
+    StorePartial16<L>(p, lo, hi, n);
+  }
 }
 #endif
 

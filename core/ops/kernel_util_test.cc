@@ -140,6 +140,95 @@ TEST(KernelUtilTest, Store8AndLoad8MatchScalarConversions) {
     }
   }
 }
+
+// Load16 / Store16: every dtype puts element e in the same lane for a given
+// order (so ops can mix fp32, bf16 and fp16 operands), a store undoes its
+// load bit for bit, and the bf16 rounding is the scalar one.
+template <typename T>
+void ExpectLanes16RoundTrip(T (*from_float)(float)) {
+  std::vector<float> f(16);
+  for (int e = 0; e < 16; ++e) f[e] = 1.0f + e;  // exact in every dtype
+  std::vector<T> src(16);
+  for (int e = 0; e < 16; ++e) src[e] = from_float(f[e]);
+  const int unpacked[16] = {0, 1, 2, 3, 8,  9,  10, 11,
+                            4, 5, 6, 7, 12, 13, 14, 15};
+  __m256 lo, hi;
+  alignas(32) float lanes[16];
+  Load16<Lanes16::kUnpacked>(src.data(), &lo, &hi);
+  _mm256_store_ps(lanes, lo);
+  _mm256_store_ps(lanes + 8, hi);
+  for (int k = 0; k < 16; ++k) EXPECT_EQ(lanes[k], f[unpacked[k]]) << k;
+  Load16<Lanes16::kNatural>(src.data(), &lo, &hi);
+  _mm256_store_ps(lanes, lo);
+  _mm256_store_ps(lanes + 8, hi);
+  for (int k = 0; k < 16; ++k) EXPECT_EQ(lanes[k], f[k]) << k;
+  for (Lanes16 order : {Lanes16::kNatural, Lanes16::kUnpacked}) {
+    std::vector<T> dst(16);
+    if (order == Lanes16::kNatural) {
+      Load16<Lanes16::kNatural>(src.data(), &lo, &hi);
+      Store16<Lanes16::kNatural>(dst.data(), lo, hi);
+    } else {
+      Load16<Lanes16::kUnpacked>(src.data(), &lo, &hi);
+      Store16<Lanes16::kUnpacked>(dst.data(), lo, hi);
+    }
+    EXPECT_EQ(std::memcmp(dst.data(), src.data(), sizeof(T) * 16), 0);
+    // A tail of 5: the rest of the destination is left alone.
+    std::vector<T> tail(16, from_float(-7.0f));
+    LoadUpTo16<Lanes16::kUnpacked>(src.data(), 5, &lo, &hi);
+    StoreUpTo16<Lanes16::kUnpacked>(tail.data(), lo, hi, 5);
+    for (int e = 0; e < 16; ++e) {
+      EXPECT_EQ(ToF32(tail[e]), e < 5 ? f[e] : -7.0f) << e;
+    }
+  }
+}
+
+TEST(KernelUtilTest, Load16AndStore16AgreeOnLanesAcrossDTypes) {
+  ExpectLanes16RoundTrip<float>([](float v) { return v; });
+  ExpectLanes16RoundTrip<BFloat16>(FloatToBFloat16);
+  ExpectLanes16RoundTrip<Float16>(FloatToFloat16);
+}
+
+TEST(KernelUtilTest, Store16RoundsBf16AsScalar) {
+  std::mt19937 rng(11);
+  std::vector<float> f(4096);
+  for (float& v : f) {
+    uint32_t u = static_cast<uint32_t>(rng());
+    std::memcpy(&v, &u, sizeof(v));
+  }
+  for (size_t i = 0; i < f.size(); i += 16) {
+    __m256 lo, hi;
+    Load16<Lanes16::kUnpacked>(f.data() + i, &lo, &hi);
+    BFloat16 b[16];
+    Store16<Lanes16::kUnpacked>(b, lo, hi);
+    for (int j = 0; j < 16; ++j) {
+      EXPECT_EQ(b[j].bits, FloatToBFloat16(f[i + j]).bits) << f[i + j];
+    }
+  }
+}
+
+// ShuffleLanes16's layout is what two plain loads need to match
+// Load16<kUnpacked>, and shuffling twice restores the row.
+TEST(KernelUtilTest, ShuffleLanes16MatchesUnpackedLoads) {
+  std::vector<float> row(37);
+  for (size_t i = 0; i < row.size(); ++i) row[i] = static_cast<float>(i);
+  std::vector<float> shuffled = row;
+  ShuffleLanes16(shuffled.data(), 37);
+  for (int64_t c = 0; c + 16 <= 37; c += 16) {
+    __m256 a, b, lo, hi;
+    LoadShuffled16(shuffled.data() + c, &a, &b);
+    Load16<Lanes16::kUnpacked>(row.data() + c, &lo, &hi);
+    alignas(32) float x[8], y[8];
+    _mm256_store_ps(x, a);
+    _mm256_store_ps(y, lo);
+    EXPECT_EQ(std::memcmp(x, y, sizeof(x)), 0) << c;
+    _mm256_store_ps(x, b);
+    _mm256_store_ps(y, hi);
+    EXPECT_EQ(std::memcmp(x, y, sizeof(x)), 0) << c;
+  }
+  for (int64_t i = 32; i < 37; ++i) EXPECT_EQ(shuffled[i], row[i]);  // tail
+  ShuffleLanes16(shuffled.data(), 37);
+  EXPECT_EQ(shuffled, row);
+}
 #endif
 
 }  // namespace
