@@ -454,6 +454,7 @@ absl::Status Train() {
   }
 
   Timers timers;
+  bool warned_mfu_above_peak = false;
   pipeline::PipelineStats pipeline_window;
   int64_t skipped = 0;
   const absl::Time start = absl::Now();
@@ -553,6 +554,19 @@ absl::Status Train() {
       m.tokens_per_sec = batching.global_batch * seq / seconds;
       m.tflops = flops_per_iteration / seconds / 1e12;
       m.mfu = peak_flops > 0 ? flops_per_iteration / seconds / peak_flops : 0;
+      if (m.mfu > 1.0 && !warned_mfu_above_peak) {
+        warned_mfu_above_peak = true;
+        const bool given = absl::GetFlag(FLAGS_peak_tflops) > 0;
+        LOG(WARNING) << absl::StrFormat(
+            "MFU above 100%%: training reached %.1f GFLOP/s, more than %s "
+            "%.1f GFLOP/s; %s",
+            flops_per_iteration / seconds / 1e9,
+            given ? "--peak-tflops" : "the GEMM peak measured at start,",
+            peak_flops / 1e9,
+            given ? "check the flag"
+                  : "the machine was likely busy then: pass --peak-tflops "
+                    "for a fixed reference");
+      }
       const MemoryStats mem = GetAllocator(Device::CPU())->Stats();
       m.mem_current_bytes = mem.current_bytes;
       m.mem_peak_bytes = mem.peak_bytes;

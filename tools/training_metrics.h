@@ -18,7 +18,7 @@ namespace tools {
 // the full sequence, and the output layer.
 double TrainingFlopsPerToken(const gpt::GPTConfig& config);
 
-// The best of a few GEMMs at 1024^3 (2048^3 when fast) in `dtype`, in
+// The best of the 1024^3 GEMMs in `dtype` run over about half a second, in
 // FLOP/s: the peak that MFU is measured against.
 double MeasureGemmPeakFlops(DType dtype);
 
