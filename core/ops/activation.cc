@@ -98,7 +98,7 @@ inline __m256 RecipOnePlusExp2(__m256 t, __m256* one_minus) {
 }
 
 // GELU's sigmoid(2u), u = sqrt(2/pi) (v + 0.044715 v^3), as 1 / (1 + 2^t)
-// with t = v (kA + kB v^2) (log2(e) folded into the constants).
+// with t = v (kGeluT1 + kGeluT3 v^2) (log2(e) folded into the constants).
 constexpr float kGeluT1 = -2.0f * kSqrt2OverPi * 1.4426950408889634f;
 constexpr float kGeluT3 = kGeluT1 * kGeluCoeff;
 template <Accuracy A>
@@ -142,7 +142,7 @@ inline __m256 SigmoidAndComplement8(__m256 a, __m256* one_minus) {
 // elements goes through the same vector code.
 
 // Loads 16 (or the last m < 16) per-column fp32 values: b and acc below are
-// in ShuffleLanes16's layout when `shuffled` (see ColumnLayout).
+// in ShuffleLanes16's layout when `shuffled` (see ShuffleColumns).
 inline void LoadColumns16(const float* p, int64_t m, bool shuffled, __m256* lo,
                           __m256* hi) {
   if (shuffled && m == 16) {
