@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 
 #include "absl/strings/str_format.h"
@@ -52,7 +53,9 @@ class CpuAllocator : public Allocator {
     // them in the heap instead, and keep freed memory instead of trimming
     // it, as a caching allocator would (the counters below are unaffected).
     mallopt(M_MMAP_THRESHOLD, kHeapUpTo);
-    mallopt(M_TRIM_THRESHOLD, 2 * kHeapUpTo);
+    // (The largest threshold mallopt's int takes; 2 * kHeapUpTo overflowed
+    // to a negative int, which glibc read as an even larger unsigned one.)
+    mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
   }
   Device device() const override { return Device::CPU(); }
 

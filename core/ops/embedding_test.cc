@@ -29,7 +29,9 @@ TEST(EmbeddingTest, LookupMatchesTableRows) {
             // values of this range are exact in fp16).
             const double want = t[idv[r] * hidden + j];
             EXPECT_NEAR(o[r * hidden + j], want, std::fabs(want) / 256);
-            if (td == od) EXPECT_EQ(o[r * hidden + j], want);
+            if (td == od) {
+              EXPECT_EQ(o[r * hidden + j], want);
+            }
           }
         }
       }

@@ -211,8 +211,9 @@ int Worker() {
         "GPT %d layers, hidden %d, %d heads, vocabulary %d, sequence %d, %s; "
         "DP %d, global batch %d (micro-batch %d); best of %d rounds of %d "
         "steps\n\n",
-        c.num_layers, c.hidden_size, c.num_attention_heads, c.vocab_size,
-        c.seq_length, absl::GetFlag(FLAGS_bf16) ? "bf16" : "fp32", n,
+        c.num_layers, static_cast<int>(c.hidden_size), c.num_attention_heads,
+        static_cast<int>(c.vocab_size), static_cast<int>(c.seq_length),
+        absl::GetFlag(FLAGS_bf16) ? "bf16" : "fp32", n,
         absl::GetFlag(FLAGS_global_batch_size),
         absl::GetFlag(FLAGS_micro_batch_size), absl::GetFlag(FLAGS_rounds),
         absl::GetFlag(FLAGS_steps));
