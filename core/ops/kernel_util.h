@@ -138,21 +138,6 @@ inline __m256 Exp8(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-// VecTanh on 8 lanes.
-inline __m256 Tanh8(__m256 x) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 e = Exp8(_mm256_add_ps(x, x));
-  return _mm256_sub_ps(
-      one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
-}
-
-// 1 / (1 + exp(-x)) on 8 lanes.
-inline __m256 Sigmoid8(__m256 x) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 e = Exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
-  return _mm256_div_ps(one, _mm256_add_ps(one, e));
-}
-
 // 8 elements as fp32 straight into a register: the fused elementwise loops
 // convert in place instead of round-tripping through scratch buffers.
 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
