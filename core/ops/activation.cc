@@ -141,22 +141,25 @@ inline __m256 SigmoidAndComplement8(__m256 a, __m256* one_minus) {
 // so each element is read and written once; the tail of fewer than 16
 // elements goes through the same vector code.
 
-// Loads 16 (or the last m < 16) per-column fp32 values: b and acc below are
-// in ShuffleLanes16's layout when `shuffled` (see ShuffleColumns).
+// Loads / stores 16 (or the last m < 16) per-column fp32 values in lane
+// order L; `shuffled` (only ever set with L = kUnpacked, see ShuffleColumns):
+// they are in ShuffleLanes16's layout, so whole chunks need plain loads.
+template <Lanes16 L>
 inline void LoadColumns16(const float* p, int64_t m, bool shuffled, __m256* lo,
                           __m256* hi) {
   if (shuffled && m == 16) {
-    LoadShuffled16(p, lo, hi);
+    Load16<Lanes16::kNatural>(p, lo, hi);
   } else {
-    LoadUpTo16<Lanes16::kUnpacked>(p, m, lo, hi);
+    LoadUpTo16<L>(p, m, lo, hi);
   }
 }
+template <Lanes16 L>
 inline void StoreColumns16(float* p, __m256 lo, __m256 hi, int64_t m,
                            bool shuffled) {
   if (shuffled && m == 16) {
-    StoreShuffled16(p, lo, hi);
+    Store16<Lanes16::kNatural>(p, lo, hi);
   } else {
-    StoreUpTo16<Lanes16::kUnpacked>(p, lo, hi, m);
+    StoreUpTo16<L>(p, lo, hi, m);
   }
 }
 
@@ -173,11 +176,7 @@ inline void GeluBlock(const TX* x, const float* b, bool b_shuffled, TY* y,
     LoadUpTo16<L>(x + i, m, &lo, &hi);
     if (b != nullptr) {
       __m256 blo, bhi;
-      if (L == Lanes16::kUnpacked) {
-        LoadColumns16(b + i, m, b_shuffled, &blo, &bhi);
-      } else {
-        LoadUpTo16<L>(b + i, m, &blo, &bhi);
-      }
+      LoadColumns16<L>(b + i, m, b_shuffled, &blo, &bhi);
       lo = _mm256_add_ps(lo, blo);
       hi = _mm256_add_ps(hi, bhi);
     }
@@ -193,13 +192,6 @@ inline void GeluGradBlock(const TDY* dy, const TX* x, const float* b, TDX* dx,
                           float* acc, bool cols_shuffled, int64_t n) {
   constexpr Lanes16 L = kLanes16For<TDY, TX, TDX>;
   constexpr Accuracy A = Accuracy::kFull;  // see kAccuracyFor
-  auto load_cols = [&](const float* p, int64_t m, __m256* lo, __m256* hi) {
-    if (L == Lanes16::kUnpacked) {
-      LoadColumns16(p, m, cols_shuffled, lo, hi);
-    } else {
-      LoadUpTo16<L>(p, m, lo, hi);
-    }
-  };
   for (int64_t i = 0; i < n; i += 16) {
     const int64_t m = std::min<int64_t>(16, n - i);
     __m256 glo, ghi, lo, hi;
@@ -207,7 +199,7 @@ inline void GeluGradBlock(const TDY* dy, const TX* x, const float* b, TDX* dx,
     LoadUpTo16<L>(x + i, m, &lo, &hi);
     if (b != nullptr) {
       __m256 blo, bhi;
-      load_cols(b + i, m, &blo, &bhi);
+      LoadColumns16<L>(b + i, m, cols_shuffled, &blo, &bhi);
       lo = _mm256_add_ps(lo, blo);
       hi = _mm256_add_ps(hi, bhi);
     }
@@ -216,14 +208,9 @@ inline void GeluGradBlock(const TDY* dy, const TX* x, const float* b, TDX* dx,
     StoreUpTo16<L>(dx + i, dlo, dhi, m);
     if (acc != nullptr) {
       __m256 alo, ahi;
-      load_cols(acc + i, m, &alo, &ahi);
-      alo = _mm256_add_ps(alo, dlo);
-      ahi = _mm256_add_ps(ahi, dhi);
-      if (L == Lanes16::kUnpacked) {
-        StoreColumns16(acc + i, alo, ahi, m, cols_shuffled);
-      } else {
-        StoreUpTo16<L>(acc + i, alo, ahi, m);
-      }
+      LoadColumns16<L>(acc + i, m, cols_shuffled, &alo, &ahi);
+      StoreColumns16<L>(acc + i, _mm256_add_ps(alo, dlo),
+                        _mm256_add_ps(ahi, dhi), m, cols_shuffled);
     }
   }
 }

@@ -249,21 +249,14 @@ inline void StorePartial16(T* p, __m256 lo, __m256 hi, int64_t n) {
 }
 // Per-column fp32 operands (a bias, its gradient's partial sums) are reused
 // by every row: ShuffleLanes16 lays each whole 16-element chunk out in
-// kUnpacked order (elements 0-3, 8-11, 4-7, 12-15; its own inverse), so
-// LoadShuffled16 / StoreShuffled16 move them with plain loads instead of a
-// vperm2f128 per vector per row. The last n % 16 elements stay in place.
+// kUnpacked order (elements 0-3, 8-11, 4-7, 12-15; its own inverse), so that
+// Load16<kNatural> / Store16<kNatural> (plain loads) move them in kUnpacked
+// order without a vperm2f128 per vector per row. The last n % 16 elements
+// stay in place.
 inline void ShuffleLanes16(float* v, int64_t n) {
   for (int64_t i = 0; i + 16 <= n; i += 16) {
     std::swap_ranges(v + i + 4, v + i + 8, v + i + 8);
   }
-}
-inline void LoadShuffled16(const float* p, __m256* lo, __m256* hi) {
-  *lo = _mm256_loadu_ps(p);
-  *hi = _mm256_loadu_ps(p + 8);
-}
-inline void StoreShuffled16(float* p, __m256 lo, __m256 hi) {
-  _mm256_storeu_ps(p, lo);
-  _mm256_storeu_ps(p + 8, hi);
 }
 
 // n <= 16 elements: the whole-vector path for 16, the partial one below.

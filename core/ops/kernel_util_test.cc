@@ -215,7 +215,7 @@ TEST(KernelUtilTest, ShuffleLanes16MatchesUnpackedLoads) {
   ShuffleLanes16(shuffled.data(), 37);
   for (int64_t c = 0; c + 16 <= 37; c += 16) {
     __m256 a, b, lo, hi;
-    LoadShuffled16(shuffled.data() + c, &a, &b);
+    Load16<Lanes16::kNatural>(shuffled.data() + c, &a, &b);
     Load16<Lanes16::kUnpacked>(row.data() + c, &lo, &hi);
     alignas(32) float x[8], y[8];
     _mm256_store_ps(x, a);
