@@ -192,12 +192,11 @@ template <typename TX, typename TY>
 void DropoutBlock(const TX* x, TY* y, int64_t n, bool identity, uint64_t seed,
                   uint64_t first, uint32_t threshold, float scale) {
 #if defined(__AVX2__)
-  int64_t i = 0;
   if (identity) {
-    for (; i + 8 <= n; i += 8) Store8(y + i, Load8(x + i));
-    if (i < n) StorePartial8(y + i, LoadPartial8(x + i, n - i), n - i);
+    ConvertInRegisters(x, y, n);
     return;
   }
+  int64_t i = 0;
   alignas(32) uint32_t words[64];
   const __m256i thr = _mm256_set1_epi32(static_cast<int>(threshold) - 1);
   const __m256 sc = _mm256_set1_ps(scale);

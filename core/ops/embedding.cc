@@ -202,12 +202,7 @@ absl::Status EmbeddingLookup(const Tensor& ids, const Tensor& table,
               CopyRow(src, dst, hidden * sizeof(TT));
             } else {
 #if defined(__AVX2__)
-              int64_t j = 0;
-              for (; j + 8 <= hidden; j += 8) Store8(dst + j, Load8(src + j));
-              if (j < hidden) {
-                StorePartial8(dst + j, LoadPartial8(src + j, hidden - j),
-                              hidden - j);
-              }
+              ConvertInRegisters(src, dst, hidden);
 #else
               float buf[kBlock];
               for (int64_t j = 0; j < hidden; j += kBlock) {

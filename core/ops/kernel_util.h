@@ -186,6 +186,14 @@ inline void StorePartial8(T* p, __m256 v, int64_t n) {
   Store8(buf, v);
   for (int64_t i = 0; i < n; ++i) p[i] = buf[i];
 }
+// n elements from one float dtype to another (or a copy), through
+// registers, rounding as the scalar conversions do.
+template <typename TS, typename TD>
+inline void ConvertInRegisters(const TS* src, TD* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) Store8(dst + i, Load8(src + i));
+  if (i < n) StorePartial8(dst + i, LoadPartial8(src + i, n - i), n - i);
+}
 
 // Sixteen elements as two vectors, in one of two lane orders. kUnpacked is
 // the order vpunpck{l,h}wd gives bf16 for free and vpackusdw undoes (lo =
