@@ -560,7 +560,7 @@ absl::Status Train() {
         LOG(WARNING) << absl::StrFormat(
             "MFU above 100%%: training reached %.1f GFLOP/s, more than %s "
             "%.1f GFLOP/s; %s",
-            flops_per_iteration / seconds / 1e9,
+            m.tflops * 1e3,
             given ? "--peak-tflops" : "the GEMM peak measured at start,",
             peak_flops / 1e9,
             given ? "check the flag"
