@@ -144,6 +144,24 @@ TEST(KernelUtilTest, Store8AndLoad8MatchScalarConversions) {
 // Load16 / Store16: every dtype puts element e in the same lane for a given
 // order (so ops can mix fp32, bf16 and fp16 operands), a store undoes its
 // load bit for bit, and the bf16 rounding is the scalar one.
+// In order L, Store16 undoes Load16 bit for bit, and a tail of 5 elements
+// leaves the rest of the destination (filled with `filler`) alone.
+template <Lanes16 L, typename T>
+void ExpectStoreUndoesLoad(const std::vector<T>& src,
+                           const std::vector<float>& f, T filler) {
+  __m256 lo, hi;
+  std::vector<T> dst(16);
+  Load16<L>(src.data(), &lo, &hi);
+  Store16<L>(dst.data(), lo, hi);
+  EXPECT_EQ(std::memcmp(dst.data(), src.data(), sizeof(T) * 16), 0);
+  std::vector<T> tail(16, filler);
+  LoadUpTo16<L>(src.data(), 5, &lo, &hi);
+  StoreUpTo16<L>(tail.data(), lo, hi, 5);
+  for (int e = 0; e < 16; ++e) {
+    EXPECT_EQ(ToF32(tail[e]), e < 5 ? f[e] : ToF32(filler)) << e;
+  }
+}
+
 template <typename T>
 void ExpectLanes16RoundTrip(T (*from_float)(float)) {
   std::vector<float> f(16);
@@ -162,24 +180,8 @@ void ExpectLanes16RoundTrip(T (*from_float)(float)) {
   _mm256_store_ps(lanes, lo);
   _mm256_store_ps(lanes + 8, hi);
   for (int k = 0; k < 16; ++k) EXPECT_EQ(lanes[k], f[k]) << k;
-  for (Lanes16 order : {Lanes16::kNatural, Lanes16::kUnpacked}) {
-    std::vector<T> dst(16);
-    if (order == Lanes16::kNatural) {
-      Load16<Lanes16::kNatural>(src.data(), &lo, &hi);
-      Store16<Lanes16::kNatural>(dst.data(), lo, hi);
-    } else {
-      Load16<Lanes16::kUnpacked>(src.data(), &lo, &hi);
-      Store16<Lanes16::kUnpacked>(dst.data(), lo, hi);
-    }
-    EXPECT_EQ(std::memcmp(dst.data(), src.data(), sizeof(T) * 16), 0);
-    // A tail of 5: the rest of the destination is left alone.
-    std::vector<T> tail(16, from_float(-7.0f));
-    LoadUpTo16<Lanes16::kUnpacked>(src.data(), 5, &lo, &hi);
-    StoreUpTo16<Lanes16::kUnpacked>(tail.data(), lo, hi, 5);
-    for (int e = 0; e < 16; ++e) {
-      EXPECT_EQ(ToF32(tail[e]), e < 5 ? f[e] : -7.0f) << e;
-    }
-  }
+  ExpectStoreUndoesLoad<Lanes16::kNatural>(src, f, from_float(-7.0f));
+  ExpectStoreUndoesLoad<Lanes16::kUnpacked>(src, f, from_float(-7.0f));
 }
 
 TEST(KernelUtilTest, Load16AndStore16AgreeOnLanesAcrossDTypes) {
