@@ -163,6 +163,19 @@ inline void StoreColumns16(float* p, __m256 lo, __m256 hi, int64_t m,
   }
 }
 
+// x + b for 16 (or the last m < 16) elements, or x alone when b is null.
+template <Lanes16 L, typename TX>
+inline void LoadPlusBias16(const TX* x, const float* b, int64_t m,
+                           bool b_shuffled, __m256* lo, __m256* hi) {
+  LoadUpTo16<L>(x, m, lo, hi);
+  if (b != nullptr) {
+    __m256 blo, bhi;
+    LoadColumns16<L>(b, m, b_shuffled, &blo, &bhi);
+    *lo = _mm256_add_ps(*lo, blo);
+    *hi = _mm256_add_ps(*hi, bhi);
+  }
+}
+
 // y = gelu(x (+ b)); b may be null. `b_shuffled`: b is in ShuffleLanes16's
 // layout (only with bf16 operands, in kUnpacked order).
 template <typename TX, typename TY>
@@ -173,13 +186,7 @@ inline void GeluBlock(const TX* x, const float* b, bool b_shuffled, TY* y,
   for (int64_t i = 0; i < n; i += 16) {
     const int64_t m = std::min<int64_t>(16, n - i);
     __m256 lo, hi;
-    LoadUpTo16<L>(x + i, m, &lo, &hi);
-    if (b != nullptr) {
-      __m256 blo, bhi;
-      LoadColumns16<L>(b + i, m, b_shuffled, &blo, &bhi);
-      lo = _mm256_add_ps(lo, blo);
-      hi = _mm256_add_ps(hi, bhi);
-    }
+    LoadPlusBias16<L>(x + i, b ? b + i : nullptr, m, b_shuffled, &lo, &hi);
     StoreUpTo16<L>(y + i, Gelu8<A>(lo), Gelu8<A>(hi), m);
   }
 }
@@ -196,13 +203,7 @@ inline void GeluGradBlock(const TDY* dy, const TX* x, const float* b, TDX* dx,
     const int64_t m = std::min<int64_t>(16, n - i);
     __m256 glo, ghi, lo, hi;
     LoadUpTo16<L>(dy + i, m, &glo, &ghi);
-    LoadUpTo16<L>(x + i, m, &lo, &hi);
-    if (b != nullptr) {
-      __m256 blo, bhi;
-      LoadColumns16<L>(b + i, m, cols_shuffled, &blo, &bhi);
-      lo = _mm256_add_ps(lo, blo);
-      hi = _mm256_add_ps(hi, bhi);
-    }
+    LoadPlusBias16<L>(x + i, b ? b + i : nullptr, m, cols_shuffled, &lo, &hi);
     const __m256 dlo = _mm256_mul_ps(glo, GeluGrad8<A>(lo));
     const __m256 dhi = _mm256_mul_ps(ghi, GeluGrad8<A>(hi));
     StoreUpTo16<L>(dx + i, dlo, dhi, m);
