@@ -627,6 +627,7 @@ absl::Status Train() {
     }
   }
   if (log) {
+    LogBf16GemmChoices();
     LOG(INFO) << absl::StrFormat("trained %d iterations in %.1f s", train_iters,
                                  absl::ToDoubleSeconds(absl::Now() - start));
   }

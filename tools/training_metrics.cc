@@ -57,6 +57,16 @@ double MeasureGemmPeakFlops(DType dtype) {
   return best;
 }
 
+void LogBf16GemmChoices() {
+  const std::vector<ops::Bf16GemmChoice> choices = ops::Bf16GemmChoices();
+  if (choices.empty()) return;
+  LOG(INFO) << "bf16 GEMM path per shape class (native: oneDNN bf16 matmul ("
+            << ops::NativeBf16Isa() << "); widened: sgemm on fp32 copies):";
+  for (const ops::Bf16GemmChoice& c : choices) {
+    LOG(INFO) << "  " << ops::FormatBf16GemmChoice(c);
+  }
+}
+
 void Timers::Start(const std::string& name) { started_[name] = absl::Now(); }
 
 void Timers::Stop(const std::string& name) {

@@ -22,6 +22,10 @@ double TrainingFlopsPerToken(const gpt::GPTConfig& config);
 // FLOP/s: the peak that MFU is measured against.
 double MeasureGemmPeakFlops(DType dtype);
 
+// Logs the bf16 GEMM path chosen for each shape class so far (nothing when no
+// choice was measured: fp32 runs, or CPUs without native bf16).
+void LogBf16GemmChoices();
+
 // Wall-clock time per named region, summed between Reset() calls.
 class Timers {
  public:

@@ -180,30 +180,68 @@ void BenchGemm(const GemmCase& g) {
   g_rows.push_back({absl::StrCat("gemm.", g.name), "fp32", shape,
                     flops / t_ours / 1e9, "GFLOP/s", raw_name, t_raw / t_ours});
 
+  // bf16: each path alone (pinned), then the automatic choice. The
+  // reference is the faster raw call: oneDNN's bf16 matmul where the CPU
+  // has one, else sgemm on fp32 copies (what the widened path runs).
   Tensor a16 = a32.To(DType::kBFloat16).value();
   Tensor b16 = b32.To(DType::kBFloat16).value();
   auto ours16 = [&] { Check(Gemm(a16, g.ta, b16, g.tb, &c, 1.0f, g.beta)); };
-  std::pair<double, double> t16;
-  std::string raw16_what;
-  if (Bf16GemmPath() == GemmPath::kNativeBF16) {
+  auto pinned = [&](Bf16PathPolicy policy) {
+    const Bf16PathPolicy saved = internal::SetBf16PathPolicyForTesting(policy);
+    auto [t_ours, t_ref] = BestTimes(ours16, raw_sgemm);
+    internal::SetBf16PathPolicyForTesting(saved);
+    return std::make_pair(t_ours, t_ref);
+  };
+  const std::string raw16_name = absl::StrCat("gemm.", g.name, ".raw");
+  auto [t_wide, t_wide_raw] = pinned(Bf16PathPolicy::kWidened);
+  double t_best_raw = t_wide_raw;
+  std::string best_raw_what = "dnnl_sgemm on fp32 copies";
+  g_rows.push_back({raw16_name, "bf16", shape, flops / t_wide_raw / 1e9,
+                    "GFLOP/s", "dnnl_sgemm on fp32 copies"});
+  g_rows.push_back({absl::StrCat("gemm.", g.name, ".widened"), "bf16", shape,
+                    flops / t_wide / 1e9, "GFLOP/s", "sgemm on fp32 copies",
+                    t_wide_raw / t_wide});
+  if (NativeBf16Available()) {
     RawBf16Matmul raw(g, a16, b16, &c);
-    t16 = BestTimes(ours16, [&] {
+    const Bf16PathPolicy saved =
+        internal::SetBf16PathPolicyForTesting(Bf16PathPolicy::kNative);
+    auto [t_native, t_native_raw] = BestTimes(ours16, [&] {
       omp_set_num_threads(threads);
       raw.Run();
     });
-    raw16_what = "dnnl bf16 matmul";
+    internal::SetBf16PathPolicyForTesting(saved);
+    const std::string native_raw = absl::StrCat("gemm.", g.name, ".raw_native");
+    g_rows.push_back(
+        {native_raw, "bf16", shape, flops / t_native_raw / 1e9, "GFLOP/s",
+         absl::StrCat("dnnl bf16 matmul (", NativeBf16Isa(), ")")});
+    g_rows.push_back({absl::StrCat("gemm.", g.name, ".native"), "bf16", shape,
+                      flops / t_native / 1e9, "GFLOP/s", native_raw,
+                      t_native_raw / t_native});
+    if (t_native_raw < t_best_raw) {
+      t_best_raw = t_native_raw;
+      best_raw_what = native_raw;
+    } else {
+      best_raw_what = raw16_name;
+    }
   } else {
-    // No native bf16: the best oneDNN can do is sgemm on fp32 copies, which
-    // is what we run after widening; the ratio shows the widening's cost.
-    t16 = BestTimes(ours16, raw_sgemm);
-    raw16_what = "dnnl_sgemm on fp32 copies";
+    best_raw_what = raw16_name;
   }
-  const std::string raw16_name = absl::StrCat("gemm.", g.name, ".raw");
-  g_rows.push_back({raw16_name, "bf16", shape, flops / t16.second / 1e9,
-                    "GFLOP/s", raw16_what});
+  // The automatic choice, measured on first use inside Gemm.
+  const Bf16PathPolicy saved =
+      internal::SetBf16PathPolicyForTesting(Bf16PathPolicy::kAuto);
+  const double t_auto = BestTime(ours16);
+  internal::SetBf16PathPolicyForTesting(saved);
+  std::string chosen = "widened (no native bf16 or under 4 MFLOP)";
+  for (const Bf16GemmChoice& ch : Bf16GemmChoices()) {
+    if (ch.shape.m == g.m && ch.shape.n == g.n && ch.shape.k == g.k &&
+        ch.shape.trans_a == g.ta && ch.shape.trans_b == g.tb) {
+      chosen = GemmPathName(ch.path);
+    }
+  }
   g_rows.push_back({absl::StrCat("gemm.", g.name), "bf16", shape,
-                    flops / t16.first / 1e9, "GFLOP/s", raw16_name,
-                    t16.second / t16.first});
+                    flops / t_auto / 1e9, "GFLOP/s",
+                    absl::StrCat(best_raw_what, "; chose ", chosen),
+                    t_best_raw / t_auto});
 
   // fp16 is always widened (F16C) and run as sgemm.
   Tensor a_h = a32.To(DType::kFloat16).value();
@@ -405,8 +443,7 @@ int main(int argc, char** argv) {
       {"square", false, false, 2048, 2048, 2048, 0},
   };
   LOG(INFO) << "threads: " << mcc::ThreadPool::Global().num_threads()
-            << ", bf16 GEMM path: "
-            << mcc::ops::GemmPathName(mcc::ops::Bf16GemmPath());
+            << ", native bf16 GEMM: " << mcc::ops::NativeBf16Isa();
   for (const GemmCase& g : cases) mcc::ops::BenchGemm(g);
   mcc::ops::BenchMemcpy(int64_t{224} << 20);
   mcc::ops::BenchMemoryBound();

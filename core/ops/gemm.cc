@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <tuple>
@@ -11,6 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/ops/kernel_util.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
@@ -135,15 +138,43 @@ void MatmulPrimitive(dnnl::memory::data_type dt, bool trans_a, bool trans_b,
   stream->wait();
 }
 
-GemmPath DetectBf16Path() {
+// oneDNN has bf16 kernels (AVX512-BF16 or AMX) on this CPU.
+bool DetectNativeBf16() {
   const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
   const unsigned bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
-  const GemmPath path =
-      (isa & bf16) == bf16 ? GemmPath::kNativeBF16 : GemmPath::kConvertToF32;
-  LOG(INFO) << "bf16 GEMM path: " << GemmPathName(path)
-            << " (oneDNN effective ISA 0x" << std::hex << isa << std::dec
-            << ")";
-  return path;
+  return (isa & bf16) == bf16;
+}
+
+const char* DetectNativeBf16Isa() {
+  const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  const unsigned amx = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_amx);
+  if ((isa & amx) == amx) return "AMX";
+  return DetectNativeBf16() ? "AVX512-BF16" : "none";
+}
+
+Bf16PathPolicy PolicyFromEnv() {
+  const char* v = std::getenv("MCC_BF16_GEMM_PATH");
+  if (v == nullptr || *v == '\0' || std::string(v) == "auto") {
+    return Bf16PathPolicy::kAuto;
+  }
+  if (std::string(v) == "native") return Bf16PathPolicy::kNative;
+  if (std::string(v) == "widened") return Bf16PathPolicy::kWidened;
+  LOG(FATAL) << "MCC_BF16_GEMM_PATH must be auto, native or widened, got '" << v
+             << "'";
+  return Bf16PathPolicy::kAuto;
+}
+
+std::atomic<int> g_policy{-1};  // -1: not read from the environment yet.
+
+Bf16PathPolicy CurrentPolicy() {
+  int p = g_policy.load(std::memory_order_acquire);
+  if (p < 0) {
+    int expected = -1;
+    g_policy.compare_exchange_strong(expected,
+                                     static_cast<int>(PolicyFromEnv()));
+    p = g_policy.load(std::memory_order_acquire);
+  }
+  return static_cast<Bf16PathPolicy>(p);
 }
 
 // Widens a rows x cols bf16 or fp16 matrix (row stride ld) into a dense fp32
@@ -164,16 +195,21 @@ void WidenMatrix(const T* src, int64_t rows, int64_t cols, int64_t ld,
 const char* GemmPathName(GemmPath path) {
   switch (path) {
     case GemmPath::kConvertToF32:
-      return "bf16 widened to fp32, oneDNN sgemm (no AVX512-BF16/AMX)";
+      return "widened";
     case GemmPath::kNativeBF16:
-      return "oneDNN bf16 matmul (AVX512-BF16/AMX)";
+      return "native";
   }
   return "?";
 }
 
-GemmPath Bf16GemmPath() {
-  static const GemmPath path = DetectBf16Path();
-  return path;
+bool NativeBf16Available() {
+  static const bool available = DetectNativeBf16();
+  return available;
+}
+
+const char* NativeBf16Isa() {
+  static const char* isa = DetectNativeBf16Isa();
+  return isa;
 }
 
 void GemmF32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
@@ -237,6 +273,126 @@ void GemmWidened(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
   }
 }
 
+void GemmNativeBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                    float alpha, const BFloat16* a, int64_t lda,
+                    const BFloat16* b, int64_t ldb, float beta, float* c,
+                    int64_t ldc) {
+  SyncOmpThreads();
+  MatmulPrimitive(dnnl::memory::data_type::bf16, trans_a, trans_b, m, n, k,
+                  alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// Below this many flops a GEMM takes microseconds: measuring would cost more
+// than any difference, and the widened path needs no primitive, so it runs
+// widened.
+constexpr double kMinTunedFlops = 1 << 22;
+// The native path must beat the widened one by this factor to be chosen: the
+// widened path is the reference (plain fp32 arithmetic on exact widened
+// inputs), and a margin keeps timing noise from flipping the choice between
+// runs of the same job.
+constexpr double kNativeMargin = 0.9;
+
+struct Bf16ChoiceTable {
+  std::mutex mu;       // Guards choices and order.
+  std::mutex tune_mu;  // One measurement at a time (they would compete).
+  absl::flat_hash_map<Bf16GemmShape, Bf16GemmChoice> choices;
+  std::vector<Bf16GemmShape> order;  // First-use order, for reports.
+};
+
+Bf16ChoiceTable& Choices() {
+  static auto* table = new Bf16ChoiceTable;
+  return *table;
+}
+
+int CurrentGemmThreads() {
+  return t_omp_override > 0 ? t_omp_override
+                            : ThreadPool::Global().num_threads();
+}
+
+// Times both paths on the call's own operands into scratch (so c and its
+// beta are untouched), alternating, best of a few runs each.
+Bf16GemmChoice MeasureBf16Paths(const Bf16GemmShape& shape, float alpha,
+                                const BFloat16* a, int64_t lda,
+                                const BFloat16* b, int64_t ldb) {
+  const int64_t m = shape.m, n = shape.n, k = shape.k;
+  std::vector<float> scratch(static_cast<size_t>(m * n));
+  auto native = [&] {
+    GemmNativeBf16(shape.trans_a, shape.trans_b, m, n, k, alpha, a, lda, b, ldb,
+                   0.0f, scratch.data(), n);
+  };
+  auto widened = [&] {
+    GemmWidened(shape.trans_a, shape.trans_b, m, n, k, alpha, a, lda, b, ldb,
+                0.0f, scratch.data(), n);
+  };
+  auto seconds = [](const auto& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+        .count();
+  };
+  // The first runs create the primitive and grow the scratch panels.
+  const double warm = seconds(native) + seconds(widened);
+  const int reps =
+      static_cast<int>(std::clamp(0.04 / std::max(warm, 1e-9), 2.0, 5.0));
+  double t_native = 1e30, t_widened = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    t_native = std::min(t_native, seconds(native));
+    t_widened = std::min(t_widened, seconds(widened));
+  }
+  Bf16GemmChoice choice;
+  choice.shape = shape;
+  choice.measured = true;
+  const double flops = 2.0 * m * n * k;
+  choice.native_gflops = flops / t_native / 1e9;
+  choice.widened_gflops = flops / t_widened / 1e9;
+  choice.path = t_native < kNativeMargin * t_widened ? GemmPath::kNativeBF16
+                                                     : GemmPath::kConvertToF32;
+  return choice;
+}
+
+GemmPath ChooseBf16Path(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                        int64_t k, float alpha, const BFloat16* a, int64_t lda,
+                        const BFloat16* b, int64_t ldb) {
+  if (!NativeBf16Available()) return GemmPath::kConvertToF32;
+  switch (CurrentPolicy()) {
+    case Bf16PathPolicy::kNative:
+      return GemmPath::kNativeBF16;
+    case Bf16PathPolicy::kWidened:
+      return GemmPath::kConvertToF32;
+    case Bf16PathPolicy::kAuto:
+      break;
+  }
+  if (2.0 * m * n * k < kMinTunedFlops) return GemmPath::kConvertToF32;
+  const Bf16GemmShape shape{trans_a, trans_b, m, n, k, CurrentGemmThreads()};
+  Bf16ChoiceTable& table = Choices();
+  {
+    std::lock_guard<std::mutex> lock(table.mu);
+    auto it = table.choices.find(shape);
+    if (it != table.choices.end()) return it->second.path;
+  }
+  std::lock_guard<std::mutex> tune_lock(table.tune_mu);
+  {
+    // Another thread may have measured this shape while we waited.
+    std::lock_guard<std::mutex> lock(table.mu);
+    auto it = table.choices.find(shape);
+    if (it != table.choices.end()) return it->second.path;
+  }
+  const Bf16GemmChoice choice = MeasureBf16Paths(shape, alpha, a, lda, b, ldb);
+  static std::once_flag logged;
+  std::call_once(logged, [] {
+    LOG(INFO) << "bf16 GEMMs: choosing per shape between oneDNN's native bf16 "
+                 "matmul ("
+              << NativeBf16Isa()
+              << ") and fp32 sgemm on widened copies, by timing both on first "
+                 "use (MCC_BF16_GEMM_PATH=native|widened pins one)";
+  });
+  VLOG(1) << "bf16 GEMM " << FormatBf16GemmChoice(choice);
+  std::lock_guard<std::mutex> lock(table.mu);
+  table.choices.emplace(shape, choice);
+  table.order.push_back(shape);
+  return choice.path;
+}
+
 }  // namespace
 
 void GemmBF16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
@@ -248,10 +404,10 @@ void GemmBF16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
     ScaleC(beta, c, m, n, ldc);
     return;
   }
-  if (Bf16GemmPath() == GemmPath::kNativeBF16) {
-    SyncOmpThreads();
-    MatmulPrimitive(dnnl::memory::data_type::bf16, trans_a, trans_b, m, n, k,
-                    alpha, a, lda, b, ldb, beta, c, ldc);
+  if (ChooseBf16Path(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb) ==
+      GemmPath::kNativeBF16) {
+    GemmNativeBf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                   ldc);
     return;
   }
   GemmWidened(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -413,6 +569,25 @@ absl::Status BatchedGemm(const Tensor& a, bool trans_a, const Tensor& b,
                   trans_b, c, alpha, beta);
 }
 
+std::vector<Bf16GemmChoice> Bf16GemmChoices() {
+  Bf16ChoiceTable& table = Choices();
+  std::lock_guard<std::mutex> lock(table.mu);
+  std::vector<Bf16GemmChoice> out;
+  out.reserve(table.order.size());
+  for (const Bf16GemmShape& s : table.order) out.push_back(table.choices[s]);
+  return out;
+}
+
+std::string FormatBf16GemmChoice(const Bf16GemmChoice& c) {
+  const Bf16GemmShape& s = c.shape;
+  return absl::StrFormat(
+      "m=%d n=%d k=%d %c%c (%d thread%s): native %.1f GFLOP/s, widened %.1f "
+      "GFLOP/s -> %s",
+      s.m, s.n, s.k, s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N', s.threads,
+      s.threads == 1 ? "" : "s", c.native_gflops, c.widened_gflops,
+      GemmPathName(c.path));
+}
+
 namespace internal {
 
 bool SetForceMatmulPrimitiveForTesting(bool force) {
@@ -420,6 +595,19 @@ bool SetForceMatmulPrimitiveForTesting(bool force) {
 }
 
 int64_t MatmulPrimitivesCreated() { return g_primitives_created.load(); }
+
+Bf16PathPolicy SetBf16PathPolicyForTesting(Bf16PathPolicy policy) {
+  CurrentPolicy();  // Reads the environment first, so it cannot override.
+  return static_cast<Bf16PathPolicy>(
+      g_policy.exchange(static_cast<int>(policy)));
+}
+
+void ClearBf16GemmChoicesForTesting() {
+  Bf16ChoiceTable& table = Choices();
+  std::lock_guard<std::mutex> lock(table.mu);
+  table.choices.clear();
+  table.order.clear();
+}
 
 int64_t SetBf16WidenPanelForTesting(int64_t elements) {
   return g_widen_panel.exchange(elements);

@@ -10,14 +10,19 @@
 // Tensor:  the same on 2-D (Gemm) or 3-D (BatchedGemm) tensors, with every
 //          argument checked before anything is written.
 //
-// bf16 inputs accumulate in fp32. Where the CPU has AVX512-BF16 or AMX,
-// oneDNN's bf16 matmul runs natively; elsewhere (AVX2 machines) the inputs
-// are widened to fp32 (vectorised) and the fp32 GEMM runs. Bf16GemmPath()
-// says which, and the first bf16 GEMM logs it. oneDNN's OpenMP threads follow
+// bf16 inputs accumulate in fp32, through one of two paths: oneDNN's native
+// bf16 matmul (where the CPU has AVX512-BF16 or AMX) or the fp32 GEMM on
+// inputs widened to fp32 (vectorised, in panels). Neither is always faster:
+// on one AVX512-BF16 Xeon the native path ran at half the widened one's
+// rate. So the path is chosen per shape class by timing (Bf16PathPolicy
+// below); AVX2-only machines always widen. oneDNN's OpenMP threads follow
 // ThreadPool::Global().num_threads(). fp16 inputs are always widened to fp32
 // (F16C) and run the fp32 GEMM.
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/half.h"
@@ -41,11 +46,54 @@ void GemmF16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
              int64_t ldb, float beta, float* c, int64_t ldc);
 
 enum class GemmPath {
-  kConvertToF32,  // bf16 widened to fp32, fp32 GEMM (no native bf16 on CPU).
-  kNativeBF16,    // oneDNN bf16 matmul (AVX512-BF16 / AMX).
+  kConvertToF32,  // 16-bit operands widened to fp32, oneDNN sgemm.
+  kNativeBF16,    // oneDNN bf16 matmul (AVX512-BF16 or AMX kernels).
 };
-GemmPath Bf16GemmPath();
+// "widened" or "native".
 const char* GemmPathName(GemmPath path);
+
+// Whether oneDNN has native bf16 kernels on this CPU, and which ("AMX",
+// "AVX512-BF16" or "none").
+bool NativeBf16Available();
+const char* NativeBf16Isa();
+
+// How GemmBF16 picks its path. kAuto (the default) times both paths on the
+// first GEMM of each shape class (transposes, m, n, k and thread count) and
+// keeps the faster one for the rest of the process; the native path must be
+// at least 10% faster to be chosen. GEMMs under 4 MFLOP and CPUs without
+// native bf16 always run widened. The environment variable
+// MCC_BF16_GEMM_PATH=auto|native|widened sets the policy for the process.
+// Thread-safe: concurrent callers of a new shape wait for one measurement.
+enum class Bf16PathPolicy { kAuto, kNative, kWidened };
+
+struct Bf16GemmShape {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  int threads = 1;  // oneDNN threads the GEMM runs on.
+
+  bool operator==(const Bf16GemmShape& o) const {
+    return trans_a == o.trans_a && trans_b == o.trans_b && m == o.m &&
+           n == o.n && k == o.k && threads == o.threads;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const Bf16GemmShape& s) {
+    return H::combine(std::move(h), s.trans_a, s.trans_b, s.m, s.n, s.k,
+                      s.threads);
+  }
+};
+
+struct Bf16GemmChoice {
+  Bf16GemmShape shape;
+  GemmPath path = GemmPath::kConvertToF32;
+  bool measured = false;
+  double native_gflops = 0, widened_gflops = 0;  // As measured on first use.
+};
+
+// The shape classes measured so far in this process, in first-use order.
+std::vector<Bf16GemmChoice> Bf16GemmChoices();
+// "m=2048 n=1536 k=512 NT (2 threads): native 170.2 GFLOP/s, widened 301.5
+// GFLOP/s -> widened".
+std::string FormatBf16GemmChoice(const Bf16GemmChoice& choice);
 
 // c = alpha * op(a) * op(b) + beta * c for 2-D tensors: op(a) [m, k],
 // op(b) [k, n], c [m, n]. a and b are both fp32, both bf16 or both fp16; c
@@ -79,6 +127,11 @@ int64_t MatmulPrimitivesCreated();
 // For tests: the widening path converts bf16 operands in panels of at most
 // this many elements (default 4M); returns the previous value.
 int64_t SetBf16WidenPanelForTesting(int64_t elements);
+// For tests: sets the bf16 path policy (overriding MCC_BF16_GEMM_PATH);
+// returns the previous one.
+Bf16PathPolicy SetBf16PathPolicyForTesting(Bf16PathPolicy policy);
+// For tests: forgets every measured choice.
+void ClearBf16GemmChoicesForTesting();
 }  // namespace internal
 
 }  // namespace ops

@@ -1,6 +1,7 @@
 #include "core/ops/gemm.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <tuple>
 #include <vector>
@@ -331,6 +332,104 @@ TEST(GemmTest, ThreadCountDoesNotChangeResults) {
   ASSERT_TRUE(Gemm(a, false, b, false, &c2).ok());
   testing::ExpectAllNear(c1.ToDoubles(), c2.ToDoubles(), 1e-5, 1e-5,
                          "1 thread vs many");
+}
+
+// Restores the bf16 path policy and forgets measured choices on exit.
+class ScopedBf16Policy {
+ public:
+  explicit ScopedBf16Policy(Bf16PathPolicy policy)
+      : saved_(internal::SetBf16PathPolicyForTesting(policy)) {
+    internal::ClearBf16GemmChoicesForTesting();
+  }
+  ~ScopedBf16Policy() {
+    internal::SetBf16PathPolicyForTesting(saved_);
+    internal::ClearBf16GemmChoicesForTesting();
+  }
+
+ private:
+  Bf16PathPolicy saved_;
+};
+
+// Both bf16 paths, pinned, on every transpose with beta = 0 and 1: same
+// float64 reference and bound as RawGemmTest (bf16 products are exact in
+// fp32, so only the fp32 accumulation rounds).
+TEST(GemmTest, EachBf16PathMatchesReference) {
+  std::vector<Bf16PathPolicy> policies = {Bf16PathPolicy::kWidened};
+  if (NativeBf16Available()) {
+    policies.push_back(Bf16PathPolicy::kNative);
+  } else {
+    std::printf("no native bf16 on this CPU: only the widened path runs\n");
+  }
+  const int64_t m = 70, n = 65, k = 300;
+  uint32_t seed = 500;
+  for (Bf16PathPolicy policy : policies) {
+    ScopedBf16Policy scoped(policy);
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (float beta : {0.0f, 1.0f}) {
+          const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+          Tensor a = RandomTensor({ta ? k : m, lda}, DType::kBFloat16, ++seed);
+          Tensor b = RandomTensor({tb ? n : k, ldb}, DType::kBFloat16, ++seed);
+          Tensor c = RandomTensor({m, n}, DType::kFloat32, ++seed);
+          std::vector<double> want, scale;
+          RefGemm(ta, tb, m, n, k, 0.5, a.ToDoubles(), lda, b.ToDoubles(), ldb,
+                  beta, c.ToDoubles(), n, &want, &scale);
+          GemmBF16(ta, tb, m, n, k, 0.5f, a.data<BFloat16>(), lda,
+                   b.data<BFloat16>(), ldb, beta, c.data<float>(), n);
+          ExpectWithin(c.ToDoubles(), want, scale, F32Tol(k),
+                       ::testing::PrintToString(std::make_tuple(
+                           static_cast<int>(policy), ta, tb, beta)));
+        }
+      }
+    }
+  }
+}
+
+// The automatic choice measures both paths on the first GEMM of a shape
+// class, into scratch: the call's own c (here accumulated with beta = 1) must
+// come out exactly as one GEMM would leave it, and later calls of the shape
+// reuse the recorded choice.
+TEST(GemmTest, AutomaticBf16ChoiceIsMeasuredOnceAndLeavesCAlone) {
+  ScopedBf16Policy scoped(Bf16PathPolicy::kAuto);
+  const int64_t m = 128, n = 96, k = 256;  // 6.3 MFLOP: above the threshold.
+  Tensor a = RandomTensor({m, k}, DType::kBFloat16, 41);
+  Tensor b = RandomTensor({n, k}, DType::kBFloat16, 42);
+  Tensor c = RandomTensor({m, n}, DType::kFloat32, 43);
+  std::vector<double> want, scale;
+  RefGemm(false, true, m, n, k, 1, a.ToDoubles(), k, b.ToDoubles(), k, 1,
+          c.ToDoubles(), n, &want, &scale);
+  ASSERT_TRUE(Gemm(a, false, b, true, &c, 1.0f, 1.0f).ok());
+  ExpectWithin(c.ToDoubles(), want, scale, F32Tol(k), "first (measured) call");
+  std::vector<Bf16GemmChoice> choices = Bf16GemmChoices();
+  if (!NativeBf16Available()) {
+    EXPECT_TRUE(choices.empty()) << "nothing to choose without native bf16";
+    return;
+  }
+  ASSERT_EQ(choices.size(), 1u);
+  const Bf16GemmChoice& ch = choices[0];
+  EXPECT_TRUE(ch.measured);
+  EXPECT_EQ(ch.shape.m, m);
+  EXPECT_EQ(ch.shape.n, n);
+  EXPECT_EQ(ch.shape.k, k);
+  EXPECT_FALSE(ch.shape.trans_a);
+  EXPECT_TRUE(ch.shape.trans_b);
+  EXPECT_GT(ch.native_gflops, 0);
+  EXPECT_GT(ch.widened_gflops, 0);
+  // The rule: native only when at least 10% faster.
+  EXPECT_EQ(ch.path, ch.native_gflops * 0.9 > ch.widened_gflops
+                         ? GemmPath::kNativeBF16
+                         : GemmPath::kConvertToF32)
+      << FormatBf16GemmChoice(ch);
+  std::printf("%s\n", FormatBf16GemmChoice(ch).c_str());
+  // Same shape again: no new measurement.
+  ASSERT_TRUE(Gemm(a, false, b, true, &c, 1.0f, 0.0f).ok());
+  EXPECT_EQ(Bf16GemmChoices().size(), 1u);
+  // Below the threshold: widened, not measured.
+  Tensor small_a = RandomTensor({8, 16}, DType::kBFloat16, 44);
+  Tensor small_b = RandomTensor({16, 8}, DType::kBFloat16, 45);
+  Tensor small_c = Tensor::Zeros({8, 8}, DType::kFloat32);
+  ASSERT_TRUE(Gemm(small_a, false, small_b, false, &small_c).ok());
+  EXPECT_EQ(Bf16GemmChoices().size(), 1u);
 }
 
 TEST(GemmTest, BadInputsNameShapesAndLeaveOutputUntouched) {
