@@ -17,6 +17,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/flags.h"
 #include "core/allocator.h"
+#include "core/op_profile.h"
 #include "core/ops/gemm.h"
 #include "core/status_macros.h"
 #include "data/loader.h"
@@ -84,7 +85,9 @@ ABSL_FLAG(int32_t, check_weight_hash_across_dp_replicas_interval, 0,
           "Compare parameter hashes across DP replicas every N steps.");
 ABSL_FLAG(int32_t, log_interval, 10, "Iterations between log lines.");
 ABSL_FLAG(int32_t, timing_log_level, 0,
-          "0: none; 1: forward-backward, grad sync, optimizer, data times.");
+          "0: none; 1: forward-backward, grad sync, optimizer, data times; "
+          "2: also the time per op (GEMM, attention, norms, ...) and outside "
+          "ops, per iteration.");
 ABSL_FLAG(std::string, metrics_file, "",
           "Append one JSON line per logged iteration.");
 ABSL_FLAG(double, peak_tflops, 0.0,
@@ -454,6 +457,9 @@ absl::Status Train() {
   }
 
   Timers timers;
+  const bool profile_ops = absl::GetFlag(FLAGS_timing_log_level) >= 2;
+  OpProfile::Enable(profile_ops);
+  OpProfile::Reset();
   bool warned_mfu_above_peak = false;
   pipeline::PipelineStats pipeline_window;
   int64_t skipped = 0;
@@ -573,6 +579,10 @@ absl::Status Train() {
       m.eta_seconds = seconds * (train_iters - iteration);
       logger.Log(m,
                  absl::GetFlag(FLAGS_timing_log_level) > 0 ? &timers : nullptr);
+      if (profile_ops) {
+        if (log) LogOpProfile(window_steps, seconds * window_steps);
+        OpProfile::Reset();
+      }
       MCC_RETURN_IF_ERROR(
           LogPipelineStats(*job, pipeline_window, schedule_name));
       pipeline_window = pipeline::PipelineStats();

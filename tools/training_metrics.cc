@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "core/allocator.h"
+#include "core/op_profile.h"
 #include "core/ops/gemm.h"
 #include "core/tensor.h"
 #include "glog/logging.h"
@@ -65,6 +66,15 @@ void LogBf16GemmChoices() {
   for (const ops::Bf16GemmChoice& c : choices) {
     LOG(INFO) << "  " << ops::FormatBf16GemmChoice(c);
   }
+}
+
+void LogOpProfile(int iterations, double seconds) {
+  std::vector<OpProfile::Entry> entries = OpProfile::Snapshot();
+  const int n = std::max(iterations, 1);
+  for (OpProfile::Entry& e : entries) e.seconds /= n;
+  LOG(INFO) << absl::StrFormat("time per iteration by op (%.1f ms): ",
+                               1e3 * seconds / n)
+            << OpProfile::Format(entries, seconds / n, 16);
 }
 
 void Timers::Start(const std::string& name) { started_[name] = absl::Now(); }

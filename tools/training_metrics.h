@@ -26,6 +26,10 @@ double MeasureGemmPeakFlops(DType dtype);
 // choice was measured: fp32 runs, or CPUs without native bf16).
 void LogBf16GemmChoices();
 
+// Logs OpProfile's entries (collected over `iterations` iterations that took
+// `seconds` in all) as time per iteration by op, and the time outside ops.
+void LogOpProfile(int iterations, double seconds);
+
 // Wall-clock time per named region, summed between Reset() calls.
 class Timers {
  public:

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/op_profile.h"
 #include "core/ops/bias.h"
 #include "core/ops/kernel_util.h"
 #include "core/status_macros.h"
@@ -380,6 +381,7 @@ void GeluBackwardCpu(const Tensor& dy, const Tensor& x, Tensor* dx) {
 }  // namespace
 
 absl::Status Gelu(const Tensor& x, Tensor* y) {
+  ScopedOpTimer op_timer("Gelu");
   MCC_RETURN_IF_ERROR(CheckUnary("Gelu", "x", x, "y", y));
   if (!x.device().is_cpu()) {
     MCC_ASSIGN_OR_RETURN(UnaryKernel k, GeluKernels().Get(x.device()));
@@ -390,6 +392,7 @@ absl::Status Gelu(const Tensor& x, Tensor* y) {
 }
 
 absl::Status GeluBackward(const Tensor& dy, const Tensor& x, Tensor* dx) {
+  ScopedOpTimer op_timer("GeluBackward");
   const char* op = "GeluBackward";
   MCC_RETURN_IF_ERROR(CheckUnary(op, "x", x, "dx", dx));
   MCC_RETURN_IF_ERROR(CheckUnary(op, "x", x, "dy", &dy));
@@ -403,6 +406,7 @@ absl::Status GeluBackward(const Tensor& dy, const Tensor& x, Tensor* dx) {
 }
 
 absl::Status BiasGelu(const Tensor& x, const Tensor& bias, Tensor* y) {
+  ScopedOpTimer op_timer("BiasGelu");
   const char* op = "BiasGelu";
   MCC_RETURN_IF_ERROR(CheckUnary(op, "x", x, "y", y));
   MCC_RETURN_IF_ERROR(CheckDefined(op, {{"bias", &bias}}));
@@ -421,6 +425,7 @@ absl::Status BiasGelu(const Tensor& x, const Tensor& bias, Tensor* y) {
 
 absl::Status BiasGeluBackward(const Tensor& dy, const Tensor& x,
                               const Tensor& bias, Tensor* dx, Tensor* dbias) {
+  ScopedOpTimer op_timer("BiasGeluBackward");
   const char* op = "BiasGeluBackward";
   MCC_RETURN_IF_ERROR(CheckUnary(op, "x", x, "dx", dx));
   MCC_RETURN_IF_ERROR(CheckUnary(op, "x", x, "dy", &dy));
@@ -511,6 +516,7 @@ absl::Status CheckSwiGLU(const char* op, const Tensor& x, const char* yn,
 }  // namespace
 
 absl::Status SwiGLU(const Tensor& x, Tensor* y) {
+  ScopedOpTimer op_timer("SwiGLU");
   MCC_RETURN_IF_ERROR(CheckSwiGLU("SwiGLU", x, "y", y));
   if (!x.device().is_cpu()) {
     MCC_ASSIGN_OR_RETURN(UnaryKernel k, SwiGLUKernels().Get(x.device()));
@@ -534,6 +540,7 @@ absl::Status SwiGLU(const Tensor& x, Tensor* y) {
 }
 
 absl::Status SwiGLUBackward(const Tensor& dy, const Tensor& x, Tensor* dx) {
+  ScopedOpTimer op_timer("SwiGLUBackward");
   const char* op = "SwiGLUBackward";
   MCC_RETURN_IF_ERROR(CheckSwiGLU(op, x, "dy", &dy));
   MCC_RETURN_IF_ERROR(CheckDefined(op, {{"dx", dx}}));

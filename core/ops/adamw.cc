@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "core/op_profile.h"
 #include "core/ops/kernel_util.h"
 #include "core/status_macros.h"
 
@@ -19,6 +20,7 @@ KernelSlot<AdamWKernel>& AdamWKernels() {
 absl::Status AdamWStep(const AdamWConfig& cfg, const Tensor& grad,
                        Tensor* param, Tensor* exp_avg, Tensor* exp_avg_sq,
                        Tensor* param16) {
+  ScopedOpTimer op_timer("AdamWStep");
   const char* op = "AdamWStep";
   MCC_RETURN_IF_ERROR(CheckDefined(op, {{"grad", &grad},
                                         {"param", param},

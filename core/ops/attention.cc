@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/op_profile.h"
 #include "core/ops/dropout.h"
 #include "core/ops/nn_internal.h"
 #include "core/status_macros.h"
@@ -515,6 +516,7 @@ absl::Status FlashAttentionForward(const Tensor& q, const Tensor& k,
                                    const Tensor& v,
                                    const AttentionOptions& options, Tensor* out,
                                    Tensor* lse) {
+  ScopedOpTimer op_timer("FlashAttentionForward");
   constexpr absl::string_view op = "FlashAttentionForward";
   Dims dm;
   MCC_RETURN_IF_ERROR(CheckQkv(op, q, k, v, options, &dm));
@@ -538,6 +540,7 @@ absl::Status FlashAttentionBackward(const Tensor& q, const Tensor& k,
                                     const Tensor& dout, const Tensor& lse,
                                     const AttentionOptions& options, Tensor* dq,
                                     Tensor* dk, Tensor* dv) {
+  ScopedOpTimer op_timer("FlashAttentionBackward");
   constexpr absl::string_view op = "FlashAttentionBackward";
   Dims dm;
   MCC_RETURN_IF_ERROR(CheckQkv(op, q, k, v, options, &dm));

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/op_profile.h"
 #include "core/ops/kernel_util.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
@@ -105,6 +106,7 @@ void AccumulateColumnSums(const Float16* dy, int64_t rows, int64_t h,
 }  // namespace internal
 
 absl::Status BiasAdd(const Tensor& x, const Tensor& bias, Tensor* y) {
+  ScopedOpTimer op_timer("BiasAdd");
   const char* op = "BiasAdd";
   MCC_RETURN_IF_ERROR(CheckDefined(op, {{"x", &x}, {"bias", &bias}, {"y", y}}));
   MCC_RETURN_IF_ERROR(
@@ -168,6 +170,7 @@ absl::Status BiasAdd(const Tensor& x, const Tensor& bias, Tensor* y) {
 }
 
 absl::Status BiasAddBackward(const Tensor& dy, Tensor* dbias) {
+  ScopedOpTimer op_timer("BiasAddBackward");
   const char* op = "BiasAddBackward";
   MCC_RETURN_IF_ERROR(CheckDefined(op, {{"dy", &dy}, {"dbias", dbias}}));
   MCC_RETURN_IF_ERROR(CheckSameDevice(op, {{"dy", &dy}, {"dbias", dbias}}));

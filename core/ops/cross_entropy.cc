@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/op_profile.h"
 #include "core/ops/nn_internal.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
@@ -155,6 +156,7 @@ void DispatchTargets(DType dtype, F&& f) {
 absl::Status CrossEntropyForward(const Tensor& logits, const Tensor& targets,
                                  Tensor* loss, Tensor* lse,
                                  int64_t ignore_index) {
+  ScopedOpTimer op_timer("CrossEntropyForward");
   constexpr absl::string_view op = "CrossEntropyForward";
   MCC_RETURN_IF_ERROR(CheckLogitsTargets(op, logits, targets, ignore_index));
   MCC_RETURN_IF_ERROR(CheckPerToken(op, "loss", loss, logits));
@@ -180,6 +182,7 @@ absl::Status CrossEntropyForward(const Tensor& logits, const Tensor& targets,
 absl::Status CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
                                   const Tensor& lse, const Tensor& dloss,
                                   Tensor* dlogits, int64_t ignore_index) {
+  ScopedOpTimer op_timer("CrossEntropyBackward");
   constexpr absl::string_view op = "CrossEntropyBackward";
   MCC_RETURN_IF_ERROR(CheckLogitsTargets(op, logits, targets, ignore_index));
   MCC_RETURN_IF_ERROR(CheckPerToken(op, "lse", &lse, logits));

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/op_profile.h"
 #include "core/ops/kernel_util.h"
 #include "core/status_macros.h"
 
@@ -246,6 +247,7 @@ void DropoutBlock(const TX* x, TY* y, int64_t n, bool identity, uint64_t seed,
 absl::Status DropoutImpl(const char* op, const char* xn, const char* yn,
                          const Tensor& x, float p, uint64_t seed,
                          uint64_t offset, Tensor* y) {
+  ScopedOpTimer op_timer(op);
   MCC_RETURN_IF_ERROR(CheckDefined(op, {{xn, &x}, {yn, y}}));
   MCC_RETURN_IF_ERROR(CheckSameDevice(op, {{xn, &x}, {yn, y}}));
   MCC_RETURN_IF_ERROR(CheckFloatDType(op, {xn, &x}));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/op_profile.h"
 #include "core/ops/kernel_util.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
@@ -153,6 +154,7 @@ void ScatterAddRow(const TG* dout, int64_t hidden,
 
 absl::Status EmbeddingLookup(const Tensor& ids, const Tensor& table,
                              Tensor* out, const EmbeddingShard& shard) {
+  ScopedOpTimer op_timer("EmbeddingLookup");
   const char* op = "EmbeddingLookup";
   MCC_RETURN_IF_ERROR(Validate(op, ids, table, "table", out, "out"));
   MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"table", &table}));
@@ -222,6 +224,7 @@ absl::Status EmbeddingLookup(const Tensor& ids, const Tensor& table,
 
 absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dout,
                                Tensor* dtable, const EmbeddingShard& shard) {
+  ScopedOpTimer op_timer("EmbeddingBackward");
   const char* op = "EmbeddingBackward";
   MCC_RETURN_IF_ERROR(CheckDefined(op, {{"dtable", dtable}}));
   MCC_RETURN_IF_ERROR(Validate(op, ids, *dtable, "dtable", &dout, "dout"));

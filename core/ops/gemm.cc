@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/op_profile.h"
 #include "core/ops/kernel_util.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
@@ -559,12 +560,14 @@ absl::Status GemmImpl(const char* op, KernelSlot<GemmKernel>& slot,
 
 absl::Status Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                   Tensor* c, float alpha, float beta) {
+  ScopedOpTimer op_timer("Gemm");
   return GemmImpl("Gemm", GemmKernels(), false, a, trans_a, b, trans_b, c,
                   alpha, beta);
 }
 
 absl::Status BatchedGemm(const Tensor& a, bool trans_a, const Tensor& b,
                          bool trans_b, Tensor* c, float alpha, float beta) {
+  ScopedOpTimer op_timer("BatchedGemm");
   return GemmImpl("BatchedGemm", BatchedGemmKernels(), true, a, trans_a, b,
                   trans_b, c, alpha, beta);
 }

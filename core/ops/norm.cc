@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/op_profile.h"
 #include "core/ops/nn_internal.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
@@ -237,6 +238,7 @@ template <bool kLayer>
 absl::Status NormForward(absl::string_view op, const Tensor& x,
                          const Tensor& gamma, const Tensor* beta, float eps,
                          Tensor* y, Tensor* mean, Tensor* rstd) {
+  ScopedOpTimer op_timer("Norm");
   int64_t rows = 0, h = 0;
   MCC_RETURN_IF_ERROR(CheckNormArgs(op, x, gamma, beta, &rows, &h));
   MCC_RETURN_IF_ERROR(CheckLikeX(op, "y", y, x));
@@ -274,6 +276,7 @@ absl::Status NormBackward(absl::string_view op, const Tensor& dy,
                           const Tensor& x, const Tensor& gamma,
                           const Tensor* mean, const Tensor& rstd, Tensor* dx,
                           Tensor* dgamma, Tensor* dbeta) {
+  ScopedOpTimer op_timer("NormBackward");
   int64_t rows = 0, h = 0;
   MCC_RETURN_IF_ERROR(CheckNormArgs(op, x, gamma, nullptr, &rows, &h));
   MCC_RETURN_IF_ERROR(nn::Defined(op, "dy", &dy));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/op_profile.h"
 #include "core/ops/kernel_util.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
@@ -55,6 +56,7 @@ double SumF32(const T* x, int64_t n) {
 
 template <bool kSquare>
 absl::StatusOr<double> Reduce(const char* op, const Tensor& x) {
+  ScopedOpTimer op_timer(op);
   MCC_RETURN_IF_ERROR(CheckDefined(op, {{"x", &x}}));
   MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"x", &x}));
   if (!x.device().is_cpu()) {

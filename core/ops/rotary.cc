@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/op_profile.h"
 #include "core/ops/nn_internal.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
@@ -105,6 +106,7 @@ void RotaryCpu(const TI* x, TO* y, int64_t batch, int64_t seq, int64_t heads,
 
 absl::Status Rotary(absl::string_view op, const Tensor& x,
                     const RotaryOptions& options, Tensor* y, float sign) {
+  ScopedOpTimer op_timer("Rotary");
   const char* in = sign > 0 ? "x" : "dy";
   const char* out = sign > 0 ? "y" : "dx";
   MCC_RETURN_IF_ERROR(nn::Defined(op, in, &x));
