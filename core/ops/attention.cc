@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/op_profile.h"
+#include "core/ops/cpu_isa.h"
 #include "core/ops/dropout.h"
 #include "core/ops/nn_internal.h"
 #include "core/status_macros.h"
@@ -115,10 +116,108 @@ void RowPanel(int64_t m, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
   }
 }
 
-// C[m x n] (=|+=) A[m x k] * B[k x n] for the small blocks of attention.
+// The same micro-kernel with 512-bit vectors: C[MR x n] with n <= 32. Each
+// element is the same chain of FMAs over p as in MicroKernel (then one add
+// of the old C when accumulating), so both give bit-identical results.
+#define MCC_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq")))
+template <int MR, bool kFull>
+MCC_AVX512 inline void MicroKernel512(int64_t k, const float* a, int64_t a_rs,
+                                      int64_t a_cs, const float* b, int64_t ldb,
+                                      float* c, int64_t ldc, int64_t n,
+                                      bool accumulate) {
+  __m512 c0[MR], c1[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    c0[r] = _mm512_setzero_ps();
+    c1[r] = _mm512_setzero_ps();
+  }
+  const __mmask16 m0 =
+      kFull ? 0xFFFF
+            : static_cast<__mmask16>((1u << std::min<int64_t>(n, 16)) - 1);
+  const __mmask16 m1 =
+      kFull ? 0xFFFF
+            : static_cast<__mmask16>((1u << std::max<int64_t>(n - 16, 0)) - 1);
+  for (int64_t p = 0; p < k; ++p) {
+    const float* bp = b + p * ldb;
+    const __m512 b0 =
+        kFull ? _mm512_loadu_ps(bp) : _mm512_maskz_loadu_ps(m0, bp);
+    const __m512 b1 =
+        kFull ? _mm512_loadu_ps(bp + 16) : _mm512_maskz_loadu_ps(m1, bp + 16);
+    const float* ap = a + p * a_cs;
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512 av = _mm512_set1_ps(ap[r * a_rs]);
+      c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
+      c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    float* cr = c + r * ldc;
+    if (accumulate) {
+      c0[r] = _mm512_add_ps(c0[r], _mm512_maskz_loadu_ps(m0, cr));
+      c1[r] = _mm512_add_ps(c1[r], _mm512_maskz_loadu_ps(m1, cr + 16));
+    }
+    _mm512_mask_storeu_ps(cr, m0, c0[r]);
+    _mm512_mask_storeu_ps(cr + 16, m1, c1[r]);
+  }
+}
+
+template <bool kFull>
+MCC_AVX512 void RowPanel512(int64_t m, int64_t k, const float* a, int64_t a_rs,
+                            int64_t a_cs, const float* b, int64_t ldb, float* c,
+                            int64_t ldc, int64_t n, bool acc) {
+  int64_t i = 0;
+  for (; i + 8 <= m; i += 8) {
+    MicroKernel512<8, kFull>(k, a + i * a_rs, a_rs, a_cs, b, ldb, c + i * ldc,
+                             ldc, n, acc);
+  }
+  const float* ai = a + i * a_rs;
+  float* ci = c + i * ldc;
+  switch (m - i) {
+#define MCC_ROWS_CASE(R)                                                  \
+  case R:                                                                 \
+    MicroKernel512<R, kFull>(k, ai, a_rs, a_cs, b, ldb, ci, ldc, n, acc); \
+    break;
+    MCC_ROWS_CASE(7)
+    MCC_ROWS_CASE(6)
+    MCC_ROWS_CASE(5)
+    MCC_ROWS_CASE(4)
+    MCC_ROWS_CASE(3)
+    MCC_ROWS_CASE(2)
+    MCC_ROWS_CASE(1)
+#undef MCC_ROWS_CASE
+    default:
+      break;
+  }
+}
+
+MCC_AVX512 void BlockGemm512(int64_t m, int64_t n, int64_t k, const float* a,
+                             int64_t a_rs, int64_t a_cs, const float* b,
+                             int64_t ldb, float* c, int64_t ldc,
+                             bool accumulate) {
+  for (int64_t j = 0; j < n; j += 32) {
+    const int64_t nn = std::min<int64_t>(32, n - j);
+    if (nn == 32) {
+      RowPanel512<true>(m, k, a, a_rs, a_cs, b + j, ldb, c + j, ldc, 32,
+                        accumulate);
+    } else {
+      RowPanel512<false>(m, k, a, a_rs, a_cs, b + j, ldb, c + j, ldc, nn,
+                         accumulate);
+    }
+  }
+}
+#undef MCC_AVX512
+
+// C[m x n] (=|+=) A[m x k] * B[k x n] for the small blocks of attention,
+// in 512-bit vectors where the CPU has them (same results either way).
 void BlockGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs,
                int64_t a_cs, const float* b, int64_t ldb, float* c, int64_t ldc,
                bool accumulate) {
+  if (KernelIsa() == CpuIsa::kAvx512) {
+    BlockGemm512(m, n, k, a, a_rs, a_cs, b, ldb, c, ldc, accumulate);
+    return;
+  }
   for (int64_t j = 0; j < n; j += 16) {
     const int64_t nn = std::min<int64_t>(16, n - j);
     if (nn == 16) {

@@ -1,10 +1,14 @@
 #include "core/ops/attention.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/ops/cpu_isa.h"
 #include "core/ops/nn_test_util.h"
 #include "gtest/gtest.h"
 
@@ -237,6 +241,36 @@ TEST(AttentionFp16Test, WithinFp16Tolerance) {
 }
 
 // Peak allocator bytes during forward + backward grow linearly in T.
+// The AVX-512 block GEMMs run the same FMA chains as the AVX2 ones, so
+// every output is bit-identical; head sizes and lengths cover full and
+// partial 16- and 32-column panels and 8-row tails.
+TEST(AttentionIsaTest, Avx512AndAvx2AgreeBitForBit) {
+  if (!CpuSupportsAvx512()) {
+    std::printf("no AVX-512 on this CPU: only the AVX2 kernels run\n");
+    GTEST_SKIP() << "no AVX-512 on this CPU";
+  }
+  const Cfg cfgs[] = {{1, 67, 2, 1, 24, true},
+                      {2, 130, 2, 2, 64, true},
+                      {1, 75, 1, 1, 40, false},
+                      {1, 64, 3, 1, 80, true}};
+  for (const Cfg& c : cfgs) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      const CpuIsa saved = internal::SetKernelIsaForTesting(CpuIsa::kAvx2);
+      AttnRun narrow = RunKernel(c, dt, 91);
+      internal::SetKernelIsaForTesting(CpuIsa::kAvx512);
+      AttnRun wide = RunKernel(c, dt, 91);
+      internal::SetKernelIsaForTesting(saved);
+      const std::string what = ::testing::PrintToString(
+          std::make_tuple(c.b, c.s, c.hq, c.hkv, c.d, c.causal, DTypeName(dt)));
+      EXPECT_EQ(narrow.out.ToDoubles(), wide.out.ToDoubles()) << what;
+      EXPECT_EQ(narrow.lse.ToDoubles(), wide.lse.ToDoubles()) << what;
+      EXPECT_EQ(narrow.dq.ToDoubles(), wide.dq.ToDoubles()) << what;
+      EXPECT_EQ(narrow.dk.ToDoubles(), wide.dk.ToDoubles()) << what;
+      EXPECT_EQ(narrow.dv.ToDoubles(), wide.dv.ToDoubles()) << what;
+    }
+  }
+}
+
 TEST(AttentionMemoryTest, PeakGrowsLinearlyWithSequence) {
   auto peak_for = [](int64_t s) {
     // One kv head: the backward is one task, so the peak does not depend on
