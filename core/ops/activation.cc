@@ -46,28 +46,76 @@ inline float GeluGradF(float v) {
 }
 
 #if defined(__AVX2__)
-// How closely 1 / (1 + 2^t) is computed: kFull (relative error about 3e-6)
-// for fp32 and fp16 results, whose tests allow 1e-5 beyond the output's own
-// rounding; kBf16 (about 4.5e-4, a quarter of bf16's 2^-9 rounding error)
-// for bf16 forward results, where the operations it saves are a third of the
-// kernel's arithmetic. The backward passes always use kFull: their
-// derivatives subtract nearly equal terms (gelu' near its zero at x = -0.75,
-// silu' near a = -1.28), which would magnify the error past bf16's, and the
-// bias gradient sums the unrounded fp32 values.
-enum class Accuracy { kFull, kBf16 };
-template <typename TOut>
-constexpr Accuracy kAccuracyFor =
-    std::is_same<TOut, BFloat16>::value ? Accuracy::kBf16 : Accuracy::kFull;
+// How closely 1 / (1 + 2^t) is computed, as a policy: kDegree, the degree
+// of 2^f's polynomial, and Recip(d) ~ 1 / d. FullPrecision for fp32 and fp16
+// results and every backward pass; Bf16Precision for bf16 forward results,
+// where a degree-3 polynomial (one FMA fewer) is precise enough. The
+// backward passes always use FullPrecision: their derivatives subtract nearly
+// equal terms (gelu' near its zero at x = -0.75, silu' near a = -1.28), which
+// would magnify the error past bf16's, and the bias gradient sums the
+// unrounded fp32 values.
+//
+// Relative error of r = 1 / (1 + 2^t) before the callers' own roundings, for
+// |t| <= 125 (t is clamped beyond, where r is within 2^-125 of 0 or 1):
+// P (2^f's polynomial, evaluated in fp32) + u (1 + 2^t rounds once;
+// u = 2^-24) + R (the reciprocal), plus ln(2) |dt| from the caller's error
+// dt in t (2^t's scaling by 2^i is exact).
+//   FullPrecision: P = 2.71e-6, R = u.
+//   Bf16Precision: P = 7.54e-5, R = u: 7.55e-5 + ln(2) |dt| in all, under
+//   a twentieth of the 2^-9 that keeps a bf16 result within one ulp of the
+//   exact value (activation_test derives its tolerances from these bounds).
+// R = u because the reciprocal is vdivps, correctly rounded on every CPU.
+// vrcpps is documented only to a relative error of 1.5 * 2^-12 (3.7e-4) and
+// vendors differ within that (Intel's parts near it, AMD's closer), so with
+// it a bf16 result near a rounding midpoint rounded differently on Intel
+// (issue 16). vrcpps plus one Newton step would square its bound (R =
+// 2.25 u + u, tested through the seam below), but ran 10% slower than the
+// division on the bench machine (Zen 5); raw vrcpps saved only 4%.
+struct FullPrecision {
+  static constexpr int kDegree = 4;
+  static __m256 Recip(__m256 d) {
+    return _mm256_div_ps(_mm256_set1_ps(1.0f), d);
+  }
+};
+
+// vrcpps, as this CPU implements it.
+struct HardwareRcp {
+  static __m256 Rcp(__m256 d) { return _mm256_rcp_ps(d); }
+};
+
+// How Bf16Precision takes 1 / d: kDivide as shipped; kRcp (the path before
+// issue 16) and kRcpNewton, with Approx standing in for vrcpps, only for
+// the tests' seam (internal::GeluBf16PathForTesting).
+enum class RecipMethod { kDivide, kRcp, kRcpNewton };
+template <RecipMethod M = RecipMethod::kDivide, typename Approx = HardwareRcp>
+struct Bf16Precision {
+  static constexpr int kDegree = 3;
+  static __m256 Recip(__m256 d) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    if constexpr (M == RecipMethod::kDivide) return _mm256_div_ps(one, d);
+    const __m256 r = Approx::Rcp(d);
+    if constexpr (M == RecipMethod::kRcp) return r;
+    // r = (1 + e) / d: r + r (1 - d r) = (1 - e^2) / d, and the FMA that
+    // forms 1 - d r = -e rounds only e's low bits.
+    return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(d, r, one), r);
+  }
+};
+
+// The policy for results of type TY.
+template <typename TY>
+using PrecisionFor = std::conditional_t<std::is_same<TY, BFloat16>::value,
+                                        Bf16Precision<>, FullPrecision>;
 
 // r = 1 / (1 + 2^t), and 1 - r as 2^t r (no cancellation where r is near 1:
 // the derivatives need both). 2^t = 2^i 2^f with i = round(t) by the
 // 1.5 * 2^23 trick: i then sits in the low mantissa bits of t + 1.5 * 2^23,
 // and shifting those bits into the exponent field and adding them to 2^f's
 // bits scales by 2^i without a float multiply or conversion. 2^f on
-// [-1/2, 1/2] is a minimax fit (degree 4, relative error 2.6e-6, or degree
-// 3, 7.5e-5), fitted for this file; the reciprocal is a division for kFull
-// and vrcpps (3.7e-4) for kBf16. Callers fold log2(e) into t's constants.
-template <Accuracy A>
+// [-1/2, 1/2] is a minimax fit, fitted for this file: relative error at most
+// 2.71e-6 (degree 4) or 7.54e-5 (degree 3), evaluated in fp32 as below,
+// measured over every float f in [-1/2, 1/2]. Callers fold log2(e) into t's
+// constants.
+template <typename P>
 inline __m256 RecipOnePlusExp2(__m256 t, __m256* one_minus) {
   // 2^i stays a normal float's scale and 1 + 2^t stays finite.
   t = _mm256_min_ps(_mm256_max_ps(t, _mm256_set1_ps(-125.0f)),
@@ -76,7 +124,7 @@ inline __m256 RecipOnePlusExp2(__m256 t, __m256* one_minus) {
   const __m256 s = _mm256_add_ps(t, magic);
   const __m256 f = _mm256_sub_ps(t, _mm256_sub_ps(s, magic));
   __m256 p;
-  if constexpr (A == Accuracy::kFull) {
+  if constexpr (P::kDegree == 4) {
     p = _mm256_set1_ps(9.569964864e-3f);
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.591750652e-2f));
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402474477e-1f));
@@ -91,9 +139,7 @@ inline __m256 RecipOnePlusExp2(__m256 t, __m256* one_minus) {
   const __m256 e = _mm256_castsi256_ps(_mm256_add_epi32(
       _mm256_castps_si256(p), _mm256_slli_epi32(_mm256_castps_si256(s), 23)));
   const __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), e);
-  // vdivps measured faster here than vrcpps plus a Newton step, and exact.
-  const __m256 r = A == Accuracy::kFull ? _mm256_div_ps(_mm256_set1_ps(1.0f), d)
-                                        : _mm256_rcp_ps(d);
+  const __m256 r = P::Recip(d);
   if (one_minus != nullptr) *one_minus = _mm256_mul_ps(e, r);
   return r;
 }
@@ -102,26 +148,26 @@ inline __m256 RecipOnePlusExp2(__m256 t, __m256* one_minus) {
 // with t = v (kGeluT1 + kGeluT3 v^2) (log2(e) folded into the constants).
 constexpr float kGeluT1 = -2.0f * kSqrt2OverPi * 1.4426950408889634f;
 constexpr float kGeluT3 = kGeluT1 * kGeluCoeff;
-template <Accuracy A>
+template <typename P>
 inline __m256 GeluSigmoid8(__m256 v, __m256* one_minus) {
   const __m256 t = _mm256_mul_ps(
       v, _mm256_fmadd_ps(_mm256_set1_ps(kGeluT3), _mm256_mul_ps(v, v),
                          _mm256_set1_ps(kGeluT1)));
-  return RecipOnePlusExp2<A>(t, one_minus);
+  return RecipOnePlusExp2<P>(t, one_minus);
 }
 
 // 0.5 v (1 + tanh(u)) = v sigmoid(2u).
-template <Accuracy A>
+template <typename P>
 inline __m256 Gelu8(__m256 v) {
-  return _mm256_mul_ps(v, GeluSigmoid8<A>(v, nullptr));
+  return _mm256_mul_ps(v, GeluSigmoid8<P>(v, nullptr));
 }
 
 // With s = sigmoid(2u): 0.5 (1 + tanh(u)) = s and
 // 0.5 v (1 - tanh(u)^2) du/dv = 2 v s (1 - s) du/dv.
-template <Accuracy A>
+template <typename P>
 inline __m256 GeluGrad8(__m256 v) {
   __m256 oms;
-  const __m256 s = GeluSigmoid8<A>(v, &oms);
+  const __m256 s = GeluSigmoid8<P>(v, &oms);
   const __m256 du =
       _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi),
                     _mm256_fmadd_ps(_mm256_set1_ps(3.0f * kGeluCoeff),
@@ -131,9 +177,9 @@ inline __m256 GeluGrad8(__m256 v) {
 }
 
 // sigmoid(a) = 1 / (1 + 2^(-a log2 e)).
-template <Accuracy A>
+template <typename P>
 inline __m256 SigmoidAndComplement8(__m256 a, __m256* one_minus) {
-  return RecipOnePlusExp2<A>(
+  return RecipOnePlusExp2<P>(
       _mm256_mul_ps(a, _mm256_set1_ps(-1.4426950408889634f)), one_minus);
 }
 
@@ -179,16 +225,15 @@ inline void LoadPlusBias16(const TX* x, const float* b, int64_t m,
 
 // y = gelu(x (+ b)); b may be null. `b_shuffled`: b is in ShuffleLanes16's
 // layout (only with bf16 operands, in kUnpacked order).
-template <typename TX, typename TY>
+template <typename P, typename TX, typename TY>
 inline void GeluBlock(const TX* x, const float* b, bool b_shuffled, TY* y,
                       int64_t n) {
   constexpr Lanes16 L = kLanes16For<TX, TY>;
-  constexpr Accuracy A = kAccuracyFor<TY>;
   for (int64_t i = 0; i < n; i += 16) {
     const int64_t m = std::min<int64_t>(16, n - i);
     __m256 lo, hi;
     LoadPlusBias16<L>(x + i, b ? b + i : nullptr, m, b_shuffled, &lo, &hi);
-    StoreUpTo16<L>(y + i, Gelu8<A>(lo), Gelu8<A>(hi), m);
+    StoreUpTo16<L>(y + i, Gelu8<P>(lo), Gelu8<P>(hi), m);
   }
 }
 
@@ -199,14 +244,14 @@ template <typename TDY, typename TX, typename TDX>
 inline void GeluGradBlock(const TDY* dy, const TX* x, const float* b, TDX* dx,
                           float* acc, bool cols_shuffled, int64_t n) {
   constexpr Lanes16 L = kLanes16For<TDY, TX, TDX>;
-  constexpr Accuracy A = Accuracy::kFull;  // see kAccuracyFor
+  using P = FullPrecision;  // see FullPrecision
   for (int64_t i = 0; i < n; i += 16) {
     const int64_t m = std::min<int64_t>(16, n - i);
     __m256 glo, ghi, lo, hi;
     LoadUpTo16<L>(dy + i, m, &glo, &ghi);
     LoadPlusBias16<L>(x + i, b ? b + i : nullptr, m, cols_shuffled, &lo, &hi);
-    const __m256 dlo = _mm256_mul_ps(glo, GeluGrad8<A>(lo));
-    const __m256 dhi = _mm256_mul_ps(ghi, GeluGrad8<A>(hi));
+    const __m256 dlo = _mm256_mul_ps(glo, GeluGrad8<P>(lo));
+    const __m256 dhi = _mm256_mul_ps(ghi, GeluGrad8<P>(hi));
     StoreUpTo16<L>(dx + i, dlo, dhi, m);
     if (acc != nullptr) {
       __m256 alo, ahi;
@@ -218,13 +263,12 @@ inline void GeluGradBlock(const TDY* dy, const TX* x, const float* b, TDX* dx,
 }
 
 // y = silu(a) * b.
-template <typename TX, typename TY>
+template <typename P, typename TX, typename TY>
 inline void SwiGLUBlock(const TX* a, const TX* b, TY* y, int64_t n) {
   constexpr Lanes16 L = kLanes16For<TX, TY>;
-  constexpr Accuracy A = kAccuracyFor<TY>;
   auto f = [](__m256 av, __m256 bv) {
     return _mm256_mul_ps(
-        _mm256_mul_ps(av, SigmoidAndComplement8<A>(av, nullptr)), bv);
+        _mm256_mul_ps(av, SigmoidAndComplement8<P>(av, nullptr)), bv);
   };
   for (int64_t i = 0; i < n; i += 16) {
     const int64_t m = std::min<int64_t>(16, n - i);
@@ -240,11 +284,11 @@ template <typename TDY, typename TX, typename TDX>
 inline void SwiGLUGradBlock(const TDY* g, const TX* a, const TX* b, TDX* da,
                             TDX* db, int64_t n) {
   constexpr Lanes16 L = kLanes16For<TDY, TX, TDX>;
-  constexpr Accuracy A = Accuracy::kFull;  // see kAccuracyFor
+  using P = FullPrecision;  // see FullPrecision
   const __m256 one = _mm256_set1_ps(1.0f);
   auto f = [&](__m256 gv, __m256 av, __m256 bv, __m256* dav, __m256* dbv) {
     __m256 oms;
-    const __m256 s = SigmoidAndComplement8<A>(av, &oms);
+    const __m256 s = SigmoidAndComplement8<P>(av, &oms);
     const __m256 dsilu = _mm256_mul_ps(s, _mm256_fmadd_ps(av, oms, one));
     *dav = _mm256_mul_ps(_mm256_mul_ps(gv, bv), dsilu);
     *dbv = _mm256_mul_ps(gv, _mm256_mul_ps(av, s));
@@ -262,8 +306,12 @@ inline void SwiGLUGradBlock(const TDY* g, const TX* a, const TX* b, TDX* da,
   }
 }
 #else
-// Portable fallback: widen into fp32 scratch, compute, narrow.
-template <typename TX, typename TY>
+// Portable fallback: widen into fp32 scratch, compute, narrow (P unused).
+struct FullPrecision {};
+template <typename TY>
+using PrecisionFor = FullPrecision;
+
+template <typename P, typename TX, typename TY>
 inline void GeluBlock(const TX* x, const float* b, bool /*b_shuffled*/, TY* y,
                       int64_t n) {
   float xbuf[kBlock], ybuf[kBlock];
@@ -286,7 +334,7 @@ inline void GeluGradBlock(const TDY* dy, const TX* x, const float* b, TDX* dx,
   StoreF32(dxbuf, dx, n);
 }
 
-template <typename TX, typename TY>
+template <typename P, typename TX, typename TY>
 inline void SwiGLUBlock(const TX* a, const TX* b, TY* y, int64_t n) {
   float abuf[kBlock], bbuf[kBlock], ybuf[kBlock];
   const float* af = AsF32(a, n, abuf);
@@ -337,21 +385,29 @@ bool ShuffleColumns(int64_t h) {
 #endif
 }
 
+// Force, when not void, overrides the precision policy of y's dtype (the
+// tests' seam, internal::GeluBf16PathForTesting).
+template <typename Force, typename TY>
+using PolicyFor =
+    std::conditional_t<std::is_void<Force>::value, PrecisionFor<TY>, Force>;
+
 // Forward GELU, with or without bias (bias32 null: fp32 [h], shuffled here
 // for the bf16 blocks), on CPU tensors.
+template <typename Force = void>
 void GeluForwardCpu(const Tensor& x, std::vector<float>* bias32, Tensor* y) {
   const int64_t h = bias32 ? x.size(-1) : x.numel();
   DispatchFloat(x.dtype(), [&](auto xt) {
     DispatchFloat(y->dtype(), [&](auto yt) {
       using TX = decltype(xt);
       using TY = decltype(yt);
+      using P = PolicyFor<Force, TY>;
       const TX* xp = x.data<TX>();
       TY* yp = y->data<TY>();
       const bool shuffled = bias32 != nullptr && ShuffleColumns<TX, TY>(h);
       if (shuffled) ShuffleLanes16(bias32->data(), h);
       const float* bp = bias32 ? bias32->data() : nullptr;
       ForEachBlock(x.numel(), h, [&](int64_t off, int64_t col, int64_t n) {
-        GeluBlock(xp + off, bp ? bp + col : nullptr, shuffled, yp + off, n);
+        GeluBlock<P>(xp + off, bp ? bp + col : nullptr, shuffled, yp + off, n);
       });
     });
   });
@@ -513,6 +569,26 @@ absl::Status CheckSwiGLU(const char* op, const Tensor& x, const char* yn,
   return absl::OkStatus();
 }
 
+// y = silu(a) * b over x = [a, b] on CPU tensors; Force as GeluForwardCpu's.
+template <typename Force = void>
+void SwiGLUForwardCpu(const Tensor& x, Tensor* y) {
+  const int64_t h = y->size(-1);
+  DispatchFloat(x.dtype(), [&](auto xt) {
+    DispatchFloat(y->dtype(), [&](auto yt) {
+      using TX = decltype(xt);
+      using TY = decltype(yt);
+      using P = PolicyFor<Force, TY>;
+      const TX* xp = x.data<TX>();
+      TY* yp = y->data<TY>();
+      ForEachBlock(y->numel(), h, [&](int64_t off, int64_t col, int64_t n) {
+        const int64_t row = off / h;
+        const TX* a = xp + row * 2 * h + col;
+        SwiGLUBlock<P>(a, a + h, yp + off, n);
+      });
+    });
+  });
+}
+
 }  // namespace
 
 absl::Status SwiGLU(const Tensor& x, Tensor* y) {
@@ -522,20 +598,7 @@ absl::Status SwiGLU(const Tensor& x, Tensor* y) {
     MCC_ASSIGN_OR_RETURN(UnaryKernel k, SwiGLUKernels().Get(x.device()));
     return k(x, y);
   }
-  const int64_t h = y->size(-1);
-  DispatchFloat(x.dtype(), [&](auto xt) {
-    DispatchFloat(y->dtype(), [&](auto yt) {
-      using TX = decltype(xt);
-      using TY = decltype(yt);
-      const TX* xp = x.data<TX>();
-      TY* yp = y->data<TY>();
-      ForEachBlock(y->numel(), h, [&](int64_t off, int64_t col, int64_t n) {
-        const int64_t row = off / h;
-        const TX* a = xp + row * 2 * h + col;
-        SwiGLUBlock(a, a + h, yp + off, n);
-      });
-    });
-  });
+  SwiGLUForwardCpu(x, y);
   return absl::OkStatus();
 }
 
@@ -573,6 +636,94 @@ absl::Status SwiGLUBackward(const Tensor& dy, const Tensor& x, Tensor* dx) {
   });
   return absl::OkStatus();
 }
+
+namespace internal {
+
+#if defined(__AVX2__)
+namespace {
+
+// The documented bound's worst case, the same on every CPU:
+// (1 / d) (1 + kSign 1.5 * 2^-12).
+template <int kSign>
+struct BoundRcp {
+  static __m256 Rcp(__m256 d) {
+    return _mm256_mul_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d),
+                         _mm256_set1_ps(1.0f + kSign * 1.5f / 4096));
+  }
+};
+
+// Calls fn(P{}) with the bf16 policy for these choices.
+template <typename Fn>
+void WithBf16Precision(Bf16RecipForTesting recip, RcpForTesting rcp, Fn&& fn) {
+  auto with = [&](auto approx) {
+    using A = decltype(approx);
+    switch (recip) {
+      case Bf16RecipForTesting::kShipped:
+        return fn(Bf16Precision<>{});
+      case Bf16RecipForTesting::kRcp:
+        return fn(Bf16Precision<RecipMethod::kRcp, A>{});
+      case Bf16RecipForTesting::kRcpNewton:
+        return fn(Bf16Precision<RecipMethod::kRcpNewton, A>{});
+    }
+  };
+  switch (rcp) {
+    case RcpForTesting::kHardware:
+      return with(HardwareRcp{});
+    case RcpForTesting::kBoundLow:
+      return with(BoundRcp<-1>{});
+    case RcpForTesting::kBoundHigh:
+      return with(BoundRcp<1>{});
+  }
+}
+
+}  // namespace
+
+absl::Status GeluBf16PathForTesting(const Tensor& x, const Tensor* bias,
+                                    Tensor* y, Bf16RecipForTesting recip,
+                                    RcpForTesting rcp) {
+  const char* op = "GeluBf16PathForTesting";
+  MCC_RETURN_IF_ERROR(CheckUnary(op, "x", x, "y", y));
+  std::vector<float> b32;
+  if (bias != nullptr) {
+    MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"bias", bias}));
+    MCC_RETURN_IF_ERROR(CheckBias(op, x, "x", *bias));
+    b32.resize(bias->numel());
+    LoadF32Any(*bias, b32.data());
+  }
+  if (!x.device().is_cpu()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": CPU tensors only"));
+  }
+  WithBf16Precision(recip, rcp, [&](auto policy) {
+    GeluForwardCpu<decltype(policy)>(x, bias ? &b32 : nullptr, y);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status SwiGLUBf16PathForTesting(const Tensor& x, Tensor* y,
+                                      Bf16RecipForTesting recip,
+                                      RcpForTesting rcp) {
+  const char* op = "SwiGLUBf16PathForTesting";
+  MCC_RETURN_IF_ERROR(CheckSwiGLU(op, x, "y", y));
+  if (!x.device().is_cpu()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": CPU tensors only"));
+  }
+  WithBf16Precision(recip, rcp, [&](auto policy) {
+    SwiGLUForwardCpu<decltype(policy)>(x, y);
+  });
+  return absl::OkStatus();
+}
+#else
+absl::Status GeluBf16PathForTesting(const Tensor&, const Tensor*, Tensor*,
+                                    Bf16RecipForTesting, RcpForTesting) {
+  return absl::UnimplementedError("GeluBf16PathForTesting: needs AVX2");
+}
+absl::Status SwiGLUBf16PathForTesting(const Tensor&, Tensor*,
+                                      Bf16RecipForTesting, RcpForTesting) {
+  return absl::UnimplementedError("SwiGLUBf16PathForTesting: needs AVX2");
+}
+#endif
+
+}  // namespace internal
 
 }  // namespace ops
 }  // namespace mcc

@@ -5,9 +5,10 @@
 // as Megatron's), GELU fused with the preceding bias (Megatron's
 // bias_gelu_fusion), and SwiGLU. Inputs and outputs are fp32, bf16 or fp16
 // each; the arithmetic is fp32, to a relative error of about 3e-6 before the
-// output's rounding, except for bf16 forward outputs (about 4.5e-4, a quarter
-// of bf16's own rounding error). Input gradients are overwritten; the bias
-// gradient (fp32) is accumulated.
+// output's rounding, except for bf16 forward outputs (about 7.6e-5, a
+// twentieth of the 2^-9 that keeps them within one bf16 ulp), on every x86
+// CPU alike (activation.cc states the bounds). Input gradients are overwritten;
+// the bias gradient (fp32) is accumulated.
 
 #include "absl/status/status.h"
 #include "core/ops/dispatch.h"
@@ -49,6 +50,35 @@ KernelSlot<BiasGeluKernel>& BiasGeluKernels();
 KernelSlot<BiasGeluBackwardKernel>& BiasGeluBackwardKernels();
 KernelSlot<UnaryKernel>& SwiGLUKernels();
 KernelSlot<UnaryBackwardKernel>& SwiGLUBackwardKernels();
+
+namespace internal {
+
+// Test seam for the bf16 forward path's reciprocal (activation.cc,
+// Bf16Precision), so that its accuracy is tested against vrcpps's documented
+// bound rather than against this CPU's implementation of it.
+enum class Bf16RecipForTesting {
+  kShipped,    // as Gelu, BiasGelu and SwiGLU run: IEEE division
+  kRcp,        // raw vrcpps (or its stand-in): the path before issue 16
+  kRcpNewton,  // vrcpps (or its stand-in) plus one Newton step
+};
+// What stands in for vrcpps in kRcp and kRcpNewton.
+enum class RcpForTesting {
+  kHardware,   // vrcpps itself
+  kBoundLow,   // (1 / d) (1 - 1.5 * 2^-12), the bound's worst case
+  kBoundHigh,  // (1 / d) (1 + 1.5 * 2^-12)
+};
+// Gelu (bias null) or BiasGelu, and SwiGLU, on CPU tensors with the
+// arithmetic of the bf16 forward path whatever y's dtype (y bf16: what the
+// ops give for kShipped; y fp32: the value before that rounding).
+// Unimplemented without AVX2.
+absl::Status GeluBf16PathForTesting(const Tensor& x, const Tensor* bias,
+                                    Tensor* y, Bf16RecipForTesting recip,
+                                    RcpForTesting rcp);
+absl::Status SwiGLUBf16PathForTesting(const Tensor& x, Tensor* y,
+                                      Bf16RecipForTesting recip,
+                                      RcpForTesting rcp);
+
+}  // namespace internal
 
 }  // namespace ops
 }  // namespace mcc
