@@ -490,6 +490,20 @@ absl::Status ValidateGemm(const char* op, const Tensor& a, bool trans_a,
   return absl::OkStatus();
 }
 
+// The calling thread's fp32 staging for a 16-bit output, kept between calls
+// and never zeroed: a fresh buffer would be zero-filled, and often
+// page-faulted, on every call (64 MiB for the bench preset's logits).
+float* OutputStaging(int64_t elements) {
+  thread_local std::unique_ptr<float[]> buffer;
+  thread_local int64_t capacity = 0;
+  if (capacity < elements) {
+    buffer.reset();
+    buffer.reset(new float[elements]);
+    capacity = elements;
+  }
+  return buffer.get();
+}
+
 // Runs a validated (batched) GEMM on CPU tensors.
 void RunCpuGemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                 Tensor* c, float alpha, float beta, const GemmDims& d) {
@@ -499,13 +513,11 @@ void RunCpuGemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
   const int64_t c_stride = m * n;
   // fp32 destination: c itself, or scratch for a 16-bit c.
   float* out;
-  std::vector<float> scratch;
   if (c->dtype() == DType::kFloat32) {
     out = c->data<float>();
   } else {
-    scratch.resize(c->numel());
-    if (beta != 0.0f) LoadF32Any(*c, scratch.data());
-    out = scratch.data();
+    out = OutputStaging(c->numel());
+    if (beta != 0.0f) LoadF32Any(*c, out);
   }
   auto run_one = [&](int64_t i) {
     if (a.dtype() == DType::kBFloat16) {
@@ -536,9 +548,9 @@ void RunCpuGemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
     for (int64_t i = 0; i < d.batch; ++i) run_one(i);
   }
   if (c->dtype() == DType::kBFloat16) {
-    F32ToBF16(scratch.data(), c->data<BFloat16>(), c->numel());
+    F32ToBF16(out, c->data<BFloat16>(), c->numel());
   } else if (c->dtype() == DType::kFloat16) {
-    F32ToF16(scratch.data(), c->data<Float16>(), c->numel());
+    F32ToF16(out, c->data<Float16>(), c->numel());
   }
 }
 
