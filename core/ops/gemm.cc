@@ -79,7 +79,8 @@ void CheckLeadingDims(const char* op, bool trans_a, bool trans_b, int64_t m,
 
 // ---- oneDNN matmul primitives, cached per shape ----------------------------
 
-using MatmulKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t,
+// Input dtype, output dtype, transposes, m, n, k, lda, ldb, ldc, alpha, beta.
+using MatmulKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t,
                              int64_t, int64_t, int64_t, float, float>;
 
 struct MatmulCache {
@@ -93,20 +94,22 @@ MatmulCache& Cache() {
   return *cache;
 }
 
-void MatmulPrimitive(dnnl::memory::data_type dt, bool trans_a, bool trans_b,
-                     int64_t m, int64_t n, int64_t k, float alpha,
-                     const void* a, int64_t lda, const void* b, int64_t ldb,
-                     float beta, float* c, int64_t ldc) {
+// c (m x n, row stride ldc) is fp32 unless c_dt says otherwise (a bf16 c is
+// rounded once from the fp32 accumulators, as F32ToBF16 would).
+void MatmulPrimitive(
+    dnnl::memory::data_type dt, bool trans_a, bool trans_b, int64_t m,
+    int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+    const void* b, int64_t ldb, float beta, void* c, int64_t ldc,
+    dnnl::memory::data_type c_dt = dnnl::memory::data_type::f32) {
   using dims = dnnl::memory::dims;
   MatmulCache& cache = Cache();
   const dnnl::memory::desc a_md({m, k}, dt,
                                 trans_a ? dims{1, lda} : dims{lda, 1});
   const dnnl::memory::desc b_md({k, n}, dt,
                                 trans_b ? dims{1, ldb} : dims{ldb, 1});
-  const dnnl::memory::desc c_md({m, n}, dnnl::memory::data_type::f32,
-                                dims{ldc, 1});
-  const MatmulKey key(static_cast<int>(dt), trans_a, trans_b, m, n, k, lda, ldb,
-                      ldc, alpha, beta);
+  const dnnl::memory::desc c_md({m, n}, c_dt, dims{ldc, 1});
+  const MatmulKey key(static_cast<int>(dt), static_cast<int>(c_dt), trans_a,
+                      trans_b, m, n, k, lda, ldb, ldc, alpha, beta);
   std::shared_ptr<dnnl::matmul> prim;
   {
     std::lock_guard<std::mutex> lock(cache.mu);
@@ -512,6 +515,18 @@ void RunCpuGemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
   const int64_t a_stride = m * k, b_stride = d.b_shared ? 0 : k * n;
   const int64_t c_stride = m * n;
   // fp32 destination: c itself, or scratch for a 16-bit c.
+  if (d.batch == 1 && a.dtype() == DType::kBFloat16 &&
+      c->dtype() == DType::kBFloat16 &&
+      ChooseBf16Path(trans_a, trans_b, m, n, k, alpha, a.data<BFloat16>(), lda,
+                     b.data<BFloat16>(), ldb) == GemmPath::kNativeBF16) {
+    // oneDNN writes the bf16 result itself: no fp32 staging pass.
+    SyncOmpThreads();
+    MatmulPrimitive(dnnl::memory::data_type::bf16, trans_a, trans_b, m, n, k,
+                    alpha, a.data<BFloat16>(), lda, b.data<BFloat16>(), ldb,
+                    beta, c->data<BFloat16>(), n,
+                    dnnl::memory::data_type::bf16);
+    return;
+  }
   float* out;
   if (c->dtype() == DType::kFloat32) {
     out = c->data<float>();

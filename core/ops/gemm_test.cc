@@ -385,6 +385,24 @@ TEST(GemmTest, EachBf16PathMatchesReference) {
   }
 }
 
+// On the native path a bf16 c is written by oneDNN itself, without fp32
+// staging: it must hold exactly the fp32 result rounded once.
+TEST(GemmTest, NativeBf16OutputIsTheRoundedFp32Result) {
+  if (!NativeBf16Available()) {
+    std::printf("no native bf16 on this CPU: nothing to check\n");
+    GTEST_SKIP() << "no native bf16 on this CPU";
+  }
+  ScopedBf16Policy scoped(Bf16PathPolicy::kNative);
+  const int64_t m = 37, n = 45, k = 96;
+  Tensor a = RandomTensor({m, k}, DType::kBFloat16, 61);
+  Tensor b = RandomTensor({n, k}, DType::kBFloat16, 62);
+  Tensor c32 = Tensor::Zeros({m, n}, DType::kFloat32);
+  Tensor c16 = Tensor::Zeros({m, n}, DType::kBFloat16);
+  ASSERT_TRUE(Gemm(a, false, b, true, &c32, 0.75f).ok());
+  ASSERT_TRUE(Gemm(a, false, b, true, &c16, 0.75f).ok());
+  EXPECT_EQ(Bytes(c32.To(DType::kBFloat16).value()), Bytes(c16));
+}
+
 // The automatic choice measures both paths on the first GEMM of a shape
 // class, into scratch: the call's own c (here accumulated with beta = 1) must
 // come out exactly as one GEMM would leave it, and later calls of the shape
