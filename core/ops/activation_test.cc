@@ -398,6 +398,7 @@ TEST(ActivationTest, ExtremeInputsStayFinite) {
   }
 }
 
+#if defined(__AVX2__)  // The seam exists with the AVX2 kernels only.
 // ---- The bf16 path against vrcpps's documented bound ------------------------
 //
 // vrcpps is specified only to a relative error of 1.5 * 2^-12; each vendor
@@ -547,6 +548,8 @@ TEST(ActivationTest, UnrefinedRcpAtItsBoundBreaksTheBound) {
       old_check_failures.end());
   EXPECT_EQ(got[2310], -0.1259765625);
 }
+
+#endif  // defined(__AVX2__)
 
 TEST(ActivationTest, BadInputsNameShapesAndLeaveOutputUntouched) {
   Tensor x = RandomTensor({4, 8}, DType::kFloat32, 1);
