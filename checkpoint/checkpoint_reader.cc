@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -281,13 +282,20 @@ absl::Status CheckpointReader::Load(const std::vector<ShardedTensorRef>& refs) {
 }
 
 absl::Status CheckpointReader::CheckModelConfig(
-    const checkpoint::ModelConfig& run) const {
-  const checkpoint::ModelConfig& saved = metadata_.common().model();
+    const checkpoint::ModelConfig& run_config) const {
+  // An unset vocab_size (older writers) means the padded one.
+  auto vocab = [](checkpoint::ModelConfig c) {
+    if (c.vocab_size() == 0) c.set_vocab_size(c.padded_vocab_size());
+    return c;
+  };
+  const checkpoint::ModelConfig saved = vocab(metadata_.common().model());
+  const checkpoint::ModelConfig run = vocab(run_config);
   const auto* desc = saved.GetDescriptor();
   const auto* refl = saved.GetReflection();
   std::vector<std::string> diffs;
   for (int i = 0; i < desc->field_count(); ++i) {
     const auto* field = desc->field(i);
+    if (field->name() == "padded_vocab_size") continue;
     std::string a, b;
     google::protobuf::TextFormat::PrintFieldValueToString(saved, field, -1, &a);
     google::protobuf::TextFormat::PrintFieldValueToString(run, field, -1, &b);
@@ -301,6 +309,10 @@ absl::Status CheckpointReader::CheckModelConfig(
   return absl::FailedPreconditionError(
       absl::StrCat("model configuration of checkpoint ", path_,
                    " differs from this run's: ", absl::StrJoin(diffs, "; ")));
+}
+
+int64_t StoredVocabRows(const checkpoint::ModelConfig& config) {
+  return std::max(config.vocab_size(), config.padded_vocab_size());
 }
 
 }  // namespace mcc

@@ -59,6 +59,8 @@ class CheckpointReader {
 
   // An error listing every field that differs between the stored model
   // configuration and `run` (e.g. "hidden_size: checkpoint 1024, run 2048").
+  // padded_vocab_size is not compared: the padding belongs to the layout of
+  // the run that wrote the checkpoint, not to the model.
   absl::Status CheckModelConfig(const checkpoint::ModelConfig& run) const;
 
  private:
@@ -78,6 +80,11 @@ class CheckpointReader {
   std::string cache_key_;
   std::string cache_;
 };
+
+// The rows a checkpoint's vocabulary tensors (word embedding, untied output
+// layer) hold: vocab_size; checkpoints written before the TP padding left
+// the model hold padded_vocab_size rows, the last ones padding.
+int64_t StoredVocabRows(const checkpoint::ModelConfig& config);
 
 }  // namespace mcc
 

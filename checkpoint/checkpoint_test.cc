@@ -139,6 +139,16 @@ TEST(CheckpointTest, ModelConfigMismatchNamesTheField) {
   ASSERT_TRUE(reader.ok());
   checkpoint::ModelConfig run = MakeCommon().model();
   EXPECT_TRUE((*reader)->CheckModelConfig(run).ok());
+  // The vocabulary padding is the writing layout's, not the model's (an
+  // unset vocab_size, as older writers left it, is the padded one).
+  run.set_vocab_size(128);
+  run.set_padded_vocab_size(256);
+  EXPECT_TRUE((*reader)->CheckModelConfig(run).ok());
+  run.set_vocab_size(100);
+  EXPECT_NE((*reader)->CheckModelConfig(run).message().find(
+                "vocab_size: checkpoint 128, run 100"),
+            std::string::npos);
+  run.set_vocab_size(0);
   run.set_hidden_size(128);
   absl::Status s = (*reader)->CheckModelConfig(run);
   EXPECT_TRUE(absl::IsFailedPrecondition(s));

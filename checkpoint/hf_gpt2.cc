@@ -62,7 +62,7 @@ struct Entry {
 
 std::vector<Entry> Table(const ModelConfig& c) {
   const int64_t h = c.hidden_size(), f = c.ffn_hidden_size();
-  const int64_t v = c.padded_vocab_size(), p = c.max_position_embeddings();
+  const int64_t v = StoredVocabRows(c), p = c.max_position_embeddings();
   std::vector<Entry> t = {
       {"embedding.word_embeddings.weight",
        "transformer.wte.weight",
@@ -112,10 +112,9 @@ std::vector<Entry> Table(const ModelConfig& c) {
   return t;
 }
 
+// The true vocabulary, without any padding rows older checkpoints stored.
 int64_t HfVocab(const ModelConfig& c) {
-  return c.vocab_size() > 0 && c.vocab_size() < c.padded_vocab_size()
-             ? c.vocab_size()
-             : c.padded_vocab_size();
+  return c.vocab_size() > 0 ? c.vocab_size() : c.padded_vocab_size();
 }
 
 }  // namespace

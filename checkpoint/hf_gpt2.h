@@ -17,7 +17,7 @@ namespace mcc {
 //
 // Our names (Megatron-core's), full unsharded tensors, Linear weights stored
 // [out, in]:
-//   embedding.word_embeddings.weight        [padded_vocab, hidden]
+//   embedding.word_embeddings.weight        [vocab, hidden]
 //   embedding.position_embeddings.weight    [max_positions, hidden]
 //   decoder.layers.{i}.input_layernorm.weight/bias          [hidden]
 //   decoder.layers.{i}.self_attention.linear_qkv.weight     [3*hidden, hidden]
@@ -29,7 +29,7 @@ namespace mcc {
 //   decoder.layers.{i}.mlp.linear_fc1.weight/bias           [ffn, hidden]/[ffn]
 //   decoder.layers.{i}.mlp.linear_fc2.weight/bias           [hidden,
 //   ffn]/[hidden] decoder.final_layernorm.weight/bias [hidden]
-//   output_layer.weight                      [padded_vocab, hidden], untied
+//   output_layer.weight                      [vocab, hidden], untied
 //   only
 // Hugging Face's (Conv1D weights stored [in, out], i.e. transposed):
 //   transformer.wte.weight [vocab, hidden], transformer.wpe.weight,
@@ -41,14 +41,18 @@ namespace mcc {
 // num_query_groups == num_attention_heads; other configurations are refused.
 absl::Status CheckGpt2Compatible(const checkpoint::ModelConfig& config);
 
-// Export: the word embedding keeps its first config.vocab_size rows (when set
-// and smaller than the padded vocabulary).
+// ("vocab" is StoredVocabRows(config): the true vocabulary, or the padded
+// rows of checkpoints written before the TP padding left the model.)
+//
+// Export: the vocabulary tensors keep their first config.vocab_size rows, so
+// the result does not depend on the layout the checkpoint was saved at.
 absl::StatusOr<NamedTensors> ExportGpt2(
     const std::map<std::string, Tensor>& params,
     const checkpoint::ModelConfig& config);
 
 // Import: accepts names with or without the "transformer." prefix (the Hub's
-// files use both); pads the vocabulary with zero rows to padded_vocab_size.
+// files use both); pads the vocabulary with zero rows to StoredVocabRows
+// (none when padded_vocab_size is unset or equals vocab_size).
 absl::StatusOr<std::map<std::string, Tensor>> ImportGpt2(
     const NamedTensors& hf, const checkpoint::ModelConfig& config);
 

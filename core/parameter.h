@@ -18,7 +18,8 @@ namespace mcc {
 // bucket. How the local tensor maps onto the full (unsharded) one is recorded
 // so checkpoints can reshard and gradient norms count each element once.
 struct Parameter {
-  std::string name;  // Global name, e.g. "decoder.layers.0.mlp.linear_fc1.weight".
+  // Global name, e.g. "decoder.layers.0.mlp.linear_fc1.weight".
+  std::string name;
   Tensor value;
   Tensor main_grad;
   Shape global_shape;        // Shape of the full tensor across TP ranks.
@@ -33,8 +34,17 @@ struct Parameter {
   // Also held by another rank's parameter (the tied word embedding on the
   // first and last pipeline stage); counted once in norms and checkpoints.
   bool shared_with_other_stage = false;
+  // Global rows of dimension 0 that belong to the model; the rows after them
+  // pad the tensor for an even split over TP (the padded vocabulary). They
+  // stay zero, take no gradient and are left out of checkpoints, so the
+  // padding never changes the model. -1: no padding.
+  int64_t unpadded_rows = -1;
 
   bool is_tensor_parallel() const { return partition_dim >= 0; }
+  // The global rows of dimension 0 that checkpoints hold.
+  int64_t model_rows() const {
+    return unpadded_rows >= 0 ? unpadded_rows : global_shape.at(0);
+  }
 };
 
 using ParameterList = std::vector<std::shared_ptr<Parameter>>;

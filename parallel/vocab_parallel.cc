@@ -1,5 +1,6 @@
 #include "parallel/vocab_parallel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -13,25 +14,47 @@
 namespace mcc {
 namespace parallel {
 
+absl::Status MarkVocabPadding(Parameter* weight, int64_t vocab_size) {
+  const int64_t global_rows = weight->global_shape.at(0);
+  if (weight->partition_dim > 0 || vocab_size <= 0 ||
+      vocab_size > global_rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        weight->name, ": a vocabulary of ", vocab_size,
+        " does not pad to the rows of ", ShapeToString(weight->global_shape),
+        " split along dimension ", weight->partition_dim));
+  }
+  weight->unpadded_rows = vocab_size;
+  const int64_t local = weight->value.size(0);
+  const int64_t first =
+      weight->partition_dim == 0 ? local * weight->partition_rank : 0;
+  const int64_t keep = std::clamp<int64_t>(vocab_size - first, 0, local);
+  if (keep == local) return absl::OkStatus();
+  MCC_ASSIGN_OR_RETURN(Tensor padding, weight->value.Slice(keep, local));
+  padding.Zero();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>>
 VocabParallelEmbedding::Create(const std::string& name, int64_t vocab_size,
-                               int64_t hidden, const InitSpec& init,
+                               int64_t padded_vocab_size, int64_t hidden,
+                               const InitSpec& init,
                                const LayerContext& context) {
   const int tp = GroupSize(context.tp_group);
-  if (vocab_size % tp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": vocabulary size ", vocab_size,
-        " is not divisible by the tensor-parallel size ", tp,
-        " (pad it, as Megatron's --make-vocab-size-divisible-by does)"));
+  if (padded_vocab_size % tp != 0 || padded_vocab_size < vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": padded vocabulary size ", padded_vocab_size,
+                     " is not divisible by the tensor-parallel size ", tp,
+                     " or is below the vocabulary of ", vocab_size));
   }
   auto layer =
       std::unique_ptr<VocabParallelEmbedding>(new VocabParallelEmbedding);
   layer->context_ = context;
-  layer->local_vocab_ = vocab_size / tp;
+  layer->local_vocab_ = padded_vocab_size / tp;
   layer->vocab_start_ = layer->local_vocab_ * GroupRank(context.tp_group);
   MCC_ASSIGN_OR_RETURN(layer->weight_,
-                       MakeParameter(name, {vocab_size, hidden}, 0, init,
+                       MakeParameter(name, {padded_vocab_size, hidden}, 0, init,
                                      context, /*weight_decay=*/true));
+  MCC_RETURN_IF_ERROR(MarkVocabPadding(layer->weight_.get(), vocab_size));
   return layer;
 }
 
@@ -84,6 +107,8 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(
   }
   const int64_t tokens = logits.size(0);
   const int64_t local = logits.size(1);
+  // Columns [valid, local) are vocabulary padding: no probability.
+  const int64_t valid = std::clamp<int64_t>(vocab_size - vocab_start, 0, local);
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t y = TargetAt(targets, t);
     if (y != ignore_index && (y < 0 || y >= vocab_size)) {
@@ -102,7 +127,7 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(
     for (int64_t t = b; t < e; ++t) {
       float m = -std::numeric_limits<float>::infinity();
       const float* row = zp + t * local;
-      for (int64_t j = 0; j < local; ++j) m = std::max(m, row[j]);
+      for (int64_t j = 0; j < valid; ++j) m = std::max(m, row[j]);
       mp[t] = m;
     }
   });
@@ -119,10 +144,11 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(
       const int64_t y = TargetAt(targets, t) - vocab_start;
       if (y >= 0 && y < local) target_logit[t] = row[y] - mp[t];
       double s = 0;
-      for (int64_t j = 0; j < local; ++j) {
+      for (int64_t j = 0; j < valid; ++j) {
         row[j] = std::exp(row[j] - mp[t]);
         s += row[j];
       }
+      for (int64_t j = valid; j < local; ++j) row[j] = 0.0f;
       sum_exp[t] = static_cast<float>(s);
     }
   });

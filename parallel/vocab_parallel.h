@@ -12,14 +12,23 @@
 namespace mcc {
 namespace parallel {
 
+// Marks the rows from vocab_size on of a vocabulary-sized weight (global
+// [padded vocab, ...], split along dimension 0 over TP or whole) as padding
+// (Parameter::unpadded_rows) and zeroes this rank's share of them. The
+// initial values of the other rows do not depend on the padding: the
+// generator numbers the full tensor's elements row-major.
+absl::Status MarkVocabPadding(Parameter* weight, int64_t vocab_size);
+
 // Word embedding with the vocabulary split across tensor-parallel ranks
 // (Megatron's VocabParallelEmbedding): each rank looks up the ids in its
-// range, zero rows elsewhere, and the partial rows are summed over TP.
+// range, zero rows elsewhere, and the partial rows are summed over TP. The
+// weight holds padded_vocab_size rows (divisible by TP); those from
+// vocab_size on are padding, zero and never looked up.
 class VocabParallelEmbedding {
  public:
   static absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>> Create(
-      const std::string& name, int64_t vocab_size, int64_t hidden,
-      const InitSpec& init, const LayerContext& context);
+      const std::string& name, int64_t vocab_size, int64_t padded_vocab_size,
+      int64_t hidden, const InitSpec& init, const LayerContext& context);
 
   // ids: int32/int64 [tokens]; returns [tokens, hidden] on every TP rank.
   absl::StatusOr<Tensor> Forward(const Tensor& ids) const;
@@ -39,7 +48,10 @@ class VocabParallelEmbedding {
 
 // Cross entropy over logits whose vocabulary is split across TP ranks,
 // without ever gathering the full logits: the row maximum, the target logit
-// and the sum of exponentials are each reduced over TP.
+// and the sum of exponentials are each reduced over TP. Columns from
+// vocab_size on pad the vocabulary: they are left out of the softmax (as if
+// their logits were -inf), so the loss does not depend on the padding and
+// their gradient is zero.
 class VocabParallelCrossEntropy {
  public:
   struct Activations {
@@ -47,9 +59,10 @@ class VocabParallelCrossEntropy {
     Tensor targets;
   };
 
-  // logits [tokens, vocab / TP] (fp32 or bf16) for vocabulary rows
-  // [vocab_start, vocab_start + local); targets int32/int64 [tokens], where
-  // ignore_index gives loss 0. Returns fp32 [tokens] per-token losses.
+  // logits [tokens, padded vocab / TP] (fp32 or bf16) for vocabulary rows
+  // [vocab_start, vocab_start + local); vocab_size: the true vocabulary;
+  // targets int32/int64 [tokens] in [0, vocab_size), where ignore_index
+  // gives loss 0. Returns fp32 [tokens] per-token losses.
   static absl::StatusOr<Tensor> Forward(comm::ProcessGroup* tp,
                                         const Tensor& logits,
                                         const Tensor& targets,

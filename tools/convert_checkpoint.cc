@@ -4,7 +4,10 @@
 //
 //   convert_checkpoint --load DIR --export-hf OUT_DIR
 //   convert_checkpoint --import-hf IN_DIR --save DIR
-//   [--make-vocab-size-divisible-by 128]
+//
+// Checkpoints hold the true vocabulary (no TP padding), so the export does
+// not depend on the layout a checkpoint was saved at, and an import loads
+// under any layout and padding.
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -32,8 +35,6 @@ ABSL_FLAG(std::string, export_hf, "",
 ABSL_FLAG(std::string, import_hf, "",
           "Read model.safetensors and config.json (GPT-2) from here.");
 ABSL_FLAG(std::string, save, "", "Checkpoint directory to write (import).");
-ABSL_FLAG(int32_t, make_vocab_size_divisible_by, 128,
-          "Pad the imported vocabulary to a multiple of this.");
 
 namespace mcc {
 namespace tools {
@@ -134,15 +135,13 @@ absl::Status Import() {
                        IntField(hf, "n_inner", config_path, 4 * hidden));
   const json::Value* eps = hf.Find("layer_norm_epsilon");
   const json::Value* tie = hf.Find("tie_word_embeddings");
-  const int64_t multiple = absl::GetFlag(FLAGS_make_vocab_size_divisible_by);
   config.set_num_layers(layers);
   config.set_hidden_size(hidden);
   config.set_num_attention_heads(heads);
   config.set_num_query_groups(heads);
   config.set_ffn_hidden_size(inner);
   config.set_vocab_size(vocab);
-  config.set_padded_vocab_size(
-      multiple > 0 ? (vocab + multiple - 1) / multiple * multiple : vocab);
+  config.set_padded_vocab_size(vocab);  // The rows stored: no padding.
   config.set_seq_length(positions);
   config.set_max_position_embeddings(positions);
   config.set_tied_embeddings(tie == nullptr || tie->boolean);

@@ -39,6 +39,7 @@
 #include "tools/flags/training_flags.h"
 #include "tools/job.h"
 #include "tools/model_config_proto.h"
+#include "tools/training_checkpoint.h"
 
 ABSL_FLAG(int32_t, eval_iters, 10,
           "Micro-batches of the valid and test splits to evaluate (with "
@@ -170,6 +171,9 @@ absl::StatusOr<Plan> PlanFromFlags(
   MCC_RETURN_IF_ERROR(CheckModelFlags(plan, explicitly_set));
   MCC_ASSIGN_OR_RETURN(plan.config, FromProto(plan.stored));
   plan.config.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+  // The padding is this layout's (it never changes the logits).
+  plan.config.make_vocab_size_divisible_by =
+      absl::GetFlag(FLAGS_make_vocab_size_divisible_by);
 
   const int tp = absl::GetFlag(FLAGS_tensor_model_parallel_size);
   MCC_RETURN_IF_ERROR(
@@ -313,17 +317,10 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
   MCC_ASSIGN_OR_RETURN(job->model,
                        pipeline::StageModel::Create(job->config, job->context,
                                                     job->pipeline, 0));
-  // The weights: this rank's box of every global tensor.
+  // The weights: this rank's box of every global tensor (whatever padding
+  // the checkpoint's or this layout's vocabulary has).
   MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(plan.load_dir));
-  std::vector<ShardedTensorRef> refs;
-  for (const auto& p : job->model->parameters()) {
-    refs.push_back(p->partition_dim >= 0
-                       ? ShardedTensorRef::SplitAlong(
-                             p->name, p->value, p->partition_dim,
-                             p->partition_rank, p->partition_count)
-                       : ShardedTensorRef::Replicated(p->name, p->value));
-  }
-  MCC_RETURN_IF_ERROR(reader->Load(refs));
+  MCC_RETURN_IF_ERROR(LoadParameters(*reader, job->model->parameters()));
   if (job->is_logging_rank()) {
     int64_t params = 0;
     for (const auto& p : job->model->parameters())

@@ -3,16 +3,15 @@
 namespace mcc {
 namespace tools {
 
-checkpoint::ModelConfig ToProto(const gpt::GPTConfig& c,
-                                int64_t tokenizer_vocab, DType dtype) {
+checkpoint::ModelConfig ToProto(const gpt::GPTConfig& c, DType dtype) {
   checkpoint::ModelConfig p;
   p.set_num_layers(c.num_layers);
   p.set_hidden_size(static_cast<int32_t>(c.hidden_size));
   p.set_num_attention_heads(c.num_attention_heads);
   p.set_num_query_groups(c.query_groups());
   p.set_ffn_hidden_size(static_cast<int32_t>(c.ffn()));
+  p.set_vocab_size(static_cast<int32_t>(c.vocab_size));
   p.set_padded_vocab_size(static_cast<int32_t>(c.vocab_size));
-  p.set_vocab_size(static_cast<int32_t>(tokenizer_vocab));
   p.set_seq_length(static_cast<int32_t>(c.seq_length));
   p.set_max_position_embeddings(static_cast<int32_t>(c.max_positions()));
   p.set_position_embedding_type(
@@ -40,7 +39,7 @@ absl::StatusOr<gpt::GPTConfig> FromProto(const checkpoint::ModelConfig& p) {
   c.num_attention_heads = p.num_attention_heads();
   c.num_query_groups = p.num_query_groups();
   c.ffn_hidden_size = p.ffn_hidden_size();
-  c.vocab_size = p.padded_vocab_size();
+  c.vocab_size = p.vocab_size() > 0 ? p.vocab_size() : p.padded_vocab_size();
   c.seq_length = p.seq_length();
   c.max_position_embeddings = p.max_position_embeddings();
   c.position_embedding =

@@ -9,9 +9,11 @@
 namespace mcc {
 namespace tools {
 
-// The GPT configuration as checkpoint metadata stores it, and back.
-checkpoint::ModelConfig ToProto(const gpt::GPTConfig& config,
-                                int64_t tokenizer_vocab, DType dtype);
+// The GPT configuration as checkpoint metadata stores it, and back. The
+// checkpoint records the true vocabulary (its tensors hold only those rows);
+// padding for TP is the loading run's choice (its
+// make_vocab_size_divisible_by is left at the default by FromProto).
+checkpoint::ModelConfig ToProto(const gpt::GPTConfig& config, DType dtype);
 absl::StatusOr<gpt::GPTConfig> FromProto(const checkpoint::ModelConfig& proto);
 
 }  // namespace tools

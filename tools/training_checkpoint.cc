@@ -1,5 +1,6 @@
 #include "tools/training_checkpoint.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -16,15 +17,6 @@ namespace tools {
 namespace {
 
 constexpr char kRngKey[] = "dropout_forward_calls";
-
-ShardedTensorRef RefFor(const std::string& name, const Parameter& p,
-                        const Tensor& local) {
-  if (p.partition_dim >= 0) {
-    return ShardedTensorRef::SplitAlong(name, local, p.partition_dim,
-                                        p.partition_rank, p.partition_count);
-  }
-  return ShardedTensorRef::Replicated(name, local);
-}
 
 // The optimizer's state tensors grouped by (parameter, state).
 std::map<std::pair<std::string, std::string>, optim::StateTensor> StateIndex(
@@ -86,6 +78,54 @@ absl::StatusOr<Tensor> WholeLocalState(const Job& job,
 
 }  // namespace
 
+std::optional<ShardedTensorRef> ParameterRef(const std::string& name,
+                                             const Parameter& p,
+                                             const Tensor& local) {
+  ShardedTensorRef ref =
+      p.partition_dim >= 0
+          ? ShardedTensorRef::SplitAlong(name, local, p.partition_dim,
+                                         p.partition_rank, p.partition_count)
+          : ShardedTensorRef::Replicated(name, local);
+  if (p.unpadded_rows < 0) return ref;
+  // Only the model's rows: the padding depends on the layout.
+  const int64_t keep = std::clamp<int64_t>(
+      p.unpadded_rows - ref.global_offsets[0], 0, local.size(0));
+  if (keep == 0) return std::nullopt;
+  ref.global_shape[0] = p.unpadded_rows;
+  if (keep < local.size(0)) ref.local = *local.Slice(0, keep);
+  return ref;
+}
+
+absl::Status LoadParameterRef(CheckpointReader& reader,
+                              const ShardedTensorRef& ref, bool vocab_padded) {
+  MCC_ASSIGN_OR_RETURN(const checkpoint::TensorRecord* t,
+                       reader.FindTensor(ref.name));
+  const Shape stored(t->global_shape().begin(), t->global_shape().end());
+  const checkpoint::ModelConfig& config = reader.common_state().model();
+  if (vocab_padded && stored.size() == ref.global_shape.size() &&
+      stored[0] > ref.global_shape[0] && stored[0] == StoredVocabRows(config) &&
+      ref.global_shape[0] == config.vocab_size() &&
+      std::equal(stored.begin() + 1, stored.end(),
+                 ref.global_shape.begin() + 1)) {
+    // Written before the padding left the model: the rows past the
+    // vocabulary are that run's padding, not read.
+    Tensor local = ref.local;
+    MCC_RETURN_IF_ERROR(ref.Validate());
+    return reader.ReadRegion(ref.name, ref.global_offsets, &local);
+  }
+  return reader.Load({ref});
+}
+
+absl::Status LoadParameters(CheckpointReader& reader,
+                            const ParameterList& params) {
+  for (const auto& p : params) {
+    std::optional<ShardedTensorRef> ref = ParameterRef(p->name, *p, p->value);
+    if (!ref.has_value()) continue;
+    MCC_RETURN_IF_ERROR(LoadParameterRef(reader, *ref, p->unpadded_rows >= 0));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SaveTrainingCheckpoint(
     const std::string& dir, const Job& job, optim::Optimizer* optimizer,
     const optim::LrSchedule& schedule, const TrainingProgress& progress,
@@ -94,22 +134,26 @@ absl::Status SaveTrainingCheckpoint(
   auto index = StateIndex(optimizer);
   const std::vector<std::string> states = StateNames(optimizer);
   for (const auto& p : job.model->parameters()) {
-    refs.push_back(RefFor(p->name, *p, p->value));
+    // A rank holding only vocabulary padding saves nothing of this tensor.
+    const bool holds_rows = ParameterRef(p->name, *p, p->value).has_value();
+    if (holds_rows) refs.push_back(*ParameterRef(p->name, *p, p->value));
     for (const std::string& state : states) {
       auto it = index.find({p->name, state});
+      // Collective over DP: every rank gathers, whether it saves or not.
       MCC_ASSIGN_OR_RETURN(
           Tensor whole,
           WholeLocalState(job, optimizer, *p,
                           it == index.end() ? nullptr : &it->second));
-      refs.push_back(
-          RefFor(absl::StrCat("optimizer.", state, ".", p->name), *p, whole));
+      if (holds_rows) {
+        refs.push_back(*ParameterRef(
+            absl::StrCat("optimizer.", state, ".", p->name), *p, whole));
+      }
     }
   }
   checkpoint::CommonState common;
   common.set_iteration(progress.iteration);
   common.set_consumed_train_samples(progress.consumed_train_samples);
-  *common.mutable_model() =
-      ToProto(job.config, job.vocab_size, job.context.dtype);
+  *common.mutable_model() = ToProto(job.config, job.context.dtype);
   auto* parallel = common.mutable_parallel();
   parallel->set_tensor_model_parallel_size(parallel::GroupSize(job.tp()));
   parallel->set_pipeline_model_parallel_size(job.pipeline.pipeline_size);
@@ -155,13 +199,9 @@ absl::Status SaveTrainingCheckpoint(
 absl::StatusOr<TrainingProgress> LoadModelCheckpoint(const std::string& dir,
                                                      Job& job, bool load_rng) {
   MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(dir));
-  MCC_RETURN_IF_ERROR(reader->CheckModelConfig(
-      ToProto(job.config, job.vocab_size, job.context.dtype)));
-  std::vector<ShardedTensorRef> refs;
-  for (const auto& p : job.model->parameters()) {
-    refs.push_back(RefFor(p->name, *p, p->value));
-  }
-  MCC_RETURN_IF_ERROR(reader->Load(refs));
+  MCC_RETURN_IF_ERROR(
+      reader->CheckModelConfig(ToProto(job.config, job.context.dtype)));
+  MCC_RETURN_IF_ERROR(LoadParameters(*reader, job.model->parameters()));
   const checkpoint::CommonState& common = reader->common_state();
   if (load_rng) {
     // Ranks beyond the saved world continue rank 0's stream (the dropout
@@ -201,8 +241,12 @@ absl::Status LoadOptimizerCheckpoint(const std::string& dir, const Job& job,
             dir, " holds no ", name,
             " (saved with another optimizer? use --no-load-optim)"));
       }
-      Tensor whole = Tensor::Empty(p->value.shape(), DType::kFloat32);
-      MCC_RETURN_IF_ERROR(reader->Load({RefFor(name, *p, whole)}));
+      // Zeros: the vocabulary padding's state is not stored.
+      Tensor whole = Tensor::Zeros(p->value.shape(), DType::kFloat32);
+      if (auto ref = ParameterRef(name, *p, whole)) {
+        MCC_RETURN_IF_ERROR(
+            LoadParameterRef(*reader, *ref, p->unpadded_rows >= 0));
+      }
       MCC_ASSIGN_OR_RETURN(Tensor flat, whole.Reshape({-1}));
       MCC_ASSIGN_OR_RETURN(Tensor piece,
                            flat.Slice(s.offset, s.offset + s.tensor.numel()));

@@ -2,11 +2,15 @@
 #define TOOLS_TRAINING_CHECKPOINT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "checkpoint/async_saver.h"
+#include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/dist_context.h"
+#include "checkpoint/sharded_tensor.h"
+#include "core/parameter.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "tools/job.h"
@@ -19,6 +23,26 @@ struct TrainingProgress {
   int64_t iteration = 0;
   int64_t consumed_train_samples = 0;
 };
+
+// The box of the global tensor `name` that a parameter's local tensor
+// (its value, or optimizer state shaped like it) holds in checkpoints. A
+// vocabulary-padded parameter (Parameter::unpadded_rows) is stored with the
+// model's rows only, so the padding of the saving layout never shows;
+// nullopt when this rank holds only padding rows.
+std::optional<ShardedTensorRef> ParameterRef(const std::string& name,
+                                             const Parameter& p,
+                                             const Tensor& local);
+
+// Reads ref's box. With vocab_padded, also from checkpoints written before
+// the padding left the model (their vocabulary tensors hold the padded
+// rows, which are skipped).
+absl::Status LoadParameterRef(CheckpointReader& reader,
+                              const ShardedTensorRef& ref, bool vocab_padded);
+
+// Loads every parameter's box from the checkpoint, under any layout and any
+// vocabulary padding (padding rows keep their zeros).
+absl::Status LoadParameters(CheckpointReader& reader,
+                            const ParameterList& params);
 
 // Saves the model (and the optimizer's state, when given) as global
 // tensors: every TP piece is a box of the full tensor, and the distributed

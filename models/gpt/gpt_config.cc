@@ -38,10 +38,9 @@ absl::Status GPTConfig::Validate(int tp, bool sequence_parallel) const {
     return bad("--ffn-hidden-size (", ffn(),
                ") is not divisible by --tensor-model-parallel-size (", tp, ")");
   }
-  if (vocab_size % tp != 0) {
-    return bad("vocabulary size (", vocab_size,
-               ") is not divisible by --tensor-model-parallel-size (", tp,
-               "); pad it with --make-vocab-size-divisible-by");
+  if (make_vocab_size_divisible_by <= 0) {
+    return bad("--make-vocab-size-divisible-by (", make_vocab_size_divisible_by,
+               ") must be positive");
   }
   if (sequence_parallel && seq_length % tp != 0) {
     return bad("--seq-length (", seq_length,

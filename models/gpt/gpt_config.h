@@ -1,6 +1,7 @@
 #ifndef MODELS_GPT_GPT_CONFIG_H_
 #define MODELS_GPT_GPT_CONFIG_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -17,12 +18,16 @@ enum class RecomputeMethod { kUniform, kBlock };
 
 // The model's shape and options, with Megatron's flag names beside each.
 struct GPTConfig {
-  int num_layers = 2;                   // --num-layers
-  int64_t hidden_size = 64;             // --hidden-size
-  int num_attention_heads = 4;          // --num-attention-heads
-  int num_query_groups = 0;             // --num-query-groups (GQA); 0: heads
-  int64_t ffn_hidden_size = 0;          // --ffn-hidden-size; 0: 4 * hidden
-  int64_t vocab_size = 128;             // padded vocabulary size
+  int num_layers = 2;           // --num-layers
+  int64_t hidden_size = 64;     // --hidden-size
+  int num_attention_heads = 4;  // --num-attention-heads
+  int num_query_groups = 0;     // --num-query-groups (GQA); 0: heads
+  int64_t ffn_hidden_size = 0;  // --ffn-hidden-size; 0: 4 * hidden
+  int64_t vocab_size = 128;     // the tokenizer's vocabulary
+  // --make-vocab-size-divisible-by: the embedding and output layer hold
+  // rows padded to a multiple of this times TP. The padding is not part of
+  // the model: its rows are zero and its logits take no probability.
+  int64_t make_vocab_size_divisible_by = 1;
   int64_t seq_length = 32;              // --seq-length
   int64_t max_position_embeddings = 0;  // 0: seq_length
   PositionEmbedding position_embedding = PositionEmbedding::kLearned;
@@ -49,6 +54,13 @@ struct GPTConfig {
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   int64_t max_positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
+  }
+  // Rows of the word embedding and output layer under TP size tp.
+  int64_t padded_vocab_size(int tensor_parallel_size) const {
+    const int64_t multiple =
+        std::max<int64_t>(1, make_vocab_size_divisible_by) *
+        std::max(1, tensor_parallel_size);
+    return (vocab_size + multiple - 1) / multiple * multiple;
   }
 
   // Checks the shape against itself and against the tensor-parallel size

@@ -1,5 +1,7 @@
 #include "models/gpt/gpt_model.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/ops/dropout.h"
 #include "core/ops/embedding.h"
@@ -38,13 +40,15 @@ absl::StatusOr<std::unique_ptr<GPTModel>> GPTModel::Create(
   const bool tied = !config.untie_embeddings_and_output_weights;
   const auto init =
       InitSpec::Normal(static_cast<float>(config.init_method_std));
+  const int tp = std::max(1, GroupSize(context.tp_group));
+  const int64_t padded_vocab = config.padded_vocab_size(tp);
   if (chunk.pre_process || (chunk.post_process && tied)) {
     // The last stage of a tied pipeline owns a copy of the word embedding
     // (same name, same initial values) as its output weight.
     MCC_ASSIGN_OR_RETURN(
         model->word_embeddings_,
         parallel::VocabParallelEmbedding::Create(
-            "embedding.word_embeddings.weight", config.vocab_size,
+            "embedding.word_embeddings.weight", config.vocab_size, padded_vocab,
             config.hidden_size, init, context));
     if (tied && chunk.share_embedding_with_other_stage) {
       model->word_embeddings_->weight()->shared_with_other_stage = true;
@@ -84,8 +88,10 @@ absl::StatusOr<std::unique_ptr<GPTModel>> GPTModel::Create(
       options.weight_init = init;
       MCC_ASSIGN_OR_RETURN(model->output_layer_,
                            parallel::ColumnParallelLinear::Create(
-                               "output_layer", config.hidden_size,
-                               config.vocab_size, options, context));
+                               "output_layer", config.hidden_size, padded_vocab,
+                               options, context));
+      MCC_RETURN_IF_ERROR(parallel::MarkVocabPadding(
+          model->output_layer_->weight().get(), config.vocab_size));
       model->output_layer_->AppendParameters(&unit);
     } else {
       MCC_ASSIGN_OR_RETURN(
@@ -97,9 +103,7 @@ absl::StatusOr<std::unique_ptr<GPTModel>> GPTModel::Create(
     model->head_unit_ = static_cast<int>(model->units_.size());
     model->units_.push_back(unit);
   }
-  model->vocab_start_ =
-      GroupRank(context.tp_group) *
-      (config.vocab_size / std::max(1, GroupSize(context.tp_group)));
+  model->vocab_start_ = GroupRank(context.tp_group) * (padded_vocab / tp);
   // The flat list keeps the order of the whole model: embeddings, layers,
   // final norm, output layer, the owned tied copy last.
   for (const ParameterList& unit : model->units_) {
@@ -294,7 +298,16 @@ absl::StatusOr<Tensor> GPTModel::LastPositionLogits(const Tensor& x, int64_t b,
   // Hidden states and weight share the model's dtype; the GEMM accumulates
   // in fp32 either way, so no copy of the vocabulary-sized weight is made.
   MCC_RETURN_IF_ERROR(ops::Gemm(last, false, w, true, &logits));
-  return parallel::GatherLastDim(tp, logits);
+  MCC_ASSIGN_OR_RETURN(Tensor full, parallel::GatherLastDim(tp, logits));
+  // Only the true vocabulary: a padded token can never be picked.
+  const int64_t padded = full.size(1), vocab = config_.vocab_size;
+  if (padded == vocab) return full;
+  Tensor out = Tensor::Empty({b, vocab}, DType::kFloat32);
+  for (int64_t i = 0; i < b; ++i) {
+    std::copy_n(full.data<float>() + i * padded, vocab,
+                out.data<float>() + i * vocab);
+  }
+  return out;
 }
 
 absl::StatusOr<KvCache> GPTModel::NewKvCache(int64_t batch,

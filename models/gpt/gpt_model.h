@@ -85,7 +85,9 @@ struct ChunkRecord {
 // (vocab-parallel) and learned position embeddings, pre-norm blocks, a final
 // norm and the output layer (tied to the word embedding unless untied), with
 // vocab-parallel cross entropy. Every tensor-parallel layout starts from the
-// serial model's weights and computes the same loss. A model may hold only
+// serial model's weights and computes the same loss: the vocabulary rows
+// padded for TP (config.padded_vocab_size) are zero, masked out of the
+// softmax and never trained. A model may hold only
 // a chunk of the decoder (ModelChunkSpec) for pipeline parallelism.
 class GPTModel {
  public:
@@ -120,8 +122,8 @@ class GPTModel {
   absl::StatusOr<LossSum> Forward(const MicroBatch& batch);
 
   // Logits of the last position of every sequence: fp32 [b, vocab] with the
-  // full (gathered) vocabulary on every rank, for generation. tokens: int64
-  // [b, s]; no dropout.
+  // full (gathered) vocabulary on every rank, for generation; the columns of
+  // the TP padding are dropped. tokens: int64 [b, s]; no dropout.
   absl::StatusOr<Tensor> LastTokenLogits(const Tensor& tokens);
 
   // Incremental decoding with a KV cache (no dropout; the model must be
@@ -130,7 +132,8 @@ class GPTModel {
   // An empty cache for `batch` sequences of up to `capacity` positions.
   absl::StatusOr<KvCache> NewKvCache(int64_t batch, int64_t capacity) const;
   // Runs tokens int64 [b, s] from position 0, filling the cache, and
-  // returns the last position's logits: fp32 [b, vocab], gathered over TP.
+  // returns the last position's logits: fp32 [b, vocab], gathered over TP
+  // (without the padding columns).
   absl::StatusOr<Tensor> Prefill(const Tensor& tokens, KvCache* cache);
   // Appends one token per sequence (int64 [b]) at position cache->length
   // and returns its logits as Prefill does.

@@ -78,6 +78,13 @@ std::vector<std::pair<std::string, GPTConfig>> Variants() {
   swiglu.activation = Activation::kSwiGLU;
   swiglu.ffn_hidden_size = 96;
   v.push_back({"swiglu", swiglu});
+  // Padding that differs with TP: 128 rows at TP 1 and 2, 256 at TP 4
+  // (where ranks 2 and 3 hold padding only).
+  GPTConfig padded = base;
+  padded.vocab_size = 100;
+  padded.make_vocab_size_divisible_by = 64;
+  padded.untie_embeddings_and_output_weights = true;
+  v.push_back({"padded_vocab_untied", padded});
   return v;
 }
 
@@ -104,13 +111,30 @@ absl::StatusOr<RunResult> RunModel(const GPTConfig& config,
   }
   MCC_RETURN_IF_ERROR(model->FinalizeGradients());
   for (const auto& p : model->parameters()) {
-    Tensor g = p->main_grad;
+    Tensor g = p->main_grad, w = p->value;
     if (p->partition_dim >= 0) {
       MCC_ASSIGN_OR_RETURN(g,
                            parallel::GatherAlongDim(tp, g, p->partition_dim));
+      MCC_ASSIGN_OR_RETURN(w,
+                           parallel::GatherAlongDim(tp, w, p->partition_dim));
+    }
+    std::vector<float> grad = g.ToFloats();
+    if (p->unpadded_rows >= 0) {
+      // The vocabulary padding is zero and gets no gradient; the rest is
+      // the model, the same under any padding.
+      const size_t keep = p->unpadded_rows * (g.numel() / g.size(0));
+      const std::vector<float> value = w.ToFloats();
+      for (size_t i = keep; i < grad.size(); ++i) {
+        if (grad[i] != 0.0f || value[i] != 0.0f) {
+          return absl::InternalError(absl::StrCat(p->name, ": padding element ",
+                                                  i, " holds ", value[i],
+                                                  " with gradient ", grad[i]));
+        }
+      }
+      grad.resize(keep);
     }
     result.names.push_back(p->name);
-    result.grads.push_back(g.ToFloats());
+    result.grads.push_back(std::move(grad));
   }
   return result;
 }
@@ -419,6 +443,69 @@ TEST(GPTModelTest, GradientsMatchFloat64FiniteDifferences) {
   EXPECT_GT(checked, 100);
 }
 
+// The vocabulary padding is not part of the model: the same initial
+// weights, loss and gradients (and logits for generation, which never
+// include a padded token) whatever the padding, even with garbage in the
+// padding rows.
+TEST(GPTModelTest, VocabularyPaddingNeverChangesTheModel) {
+  for (bool untied : {false, true}) {
+    SCOPED_TRACE(untied ? "untied" : "tied");
+    GPTConfig c = TinyConfig();
+    c.vocab_size = 100;
+    c.untie_embeddings_and_output_weights = untied;
+    auto ref = RunModel(c, nullptr, false);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    parallel::LayerContext ctx;
+    ctx.seed = c.seed;
+    auto exact = *GPTModel::Create(c, ctx);
+    const MicroBatch batch = FixedBatch(c, 21);
+    const LossSum ref_loss = *exact->Forward(batch);
+    const Tensor ref_logits = *exact->LastTokenLogits(batch.tokens);
+    ASSERT_EQ(ref_logits.shape(), (Shape{kBatch, 100}));
+    for (int64_t multiple : {8, 64}) {
+      SCOPED_TRACE(multiple);
+      c.make_vocab_size_divisible_by = multiple;
+      auto r = RunModel(c, nullptr, false);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_NEAR(r->loss, ref->loss, 1e-6 * ref->loss);
+      ASSERT_EQ(r->grads.size(), ref->grads.size());
+      for (size_t i = 0; i < ref->grads.size(); ++i) {
+        ASSERT_EQ(r->grads[i].size(), ref->grads[i].size()) << ref->names[i];
+        EXPECT_LE(RelativeError(r->grads[i], ref->grads[i]), 1e-6)
+            << ref->names[i];
+      }
+      auto model = *GPTModel::Create(c, ctx);
+      for (size_t i = 0; i < model->parameters().size(); ++i) {
+        const Parameter& p = *model->parameters()[i];
+        const Parameter& q = *exact->parameters()[i];
+        std::vector<float> w = p.value.ToFloats();
+        ASSERT_GE(w.size(), q.value.numel()) << p.name;
+        w.resize(q.value.numel());
+        EXPECT_EQ(w, q.value.ToFloats()) << p.name << " starts elsewhere";
+        // Garbage in the padding rows: a padded token would take all the
+        // probability and win every argmax if it were not masked.
+        if (p.unpadded_rows >= 0) {
+          auto pad = *p.value.Slice(p.unpadded_rows, p.value.size(0));
+          pad.Fill(1e3);
+        }
+      }
+      const LossSum loss = *model->Forward(batch);
+      EXPECT_NEAR(loss.sum, ref_loss.sum, 1e-6 * ref_loss.sum);
+      const Tensor logits = *model->LastTokenLogits(batch.tokens);
+      ASSERT_EQ(logits.shape(), ref_logits.shape());
+      auto cache = *model->NewKvCache(kBatch, c.seq_length);
+      const Tensor prefill = *model->Prefill(batch.tokens, &cache);
+      ASSERT_EQ(prefill.shape(), ref_logits.shape());
+      const std::vector<float> a = logits.ToFloats(), b = ref_logits.ToFloats(),
+                               d = prefill.ToFloats();
+      for (size_t i = 0; i < b.size(); ++i) {
+        EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << i;
+        EXPECT_NEAR(d[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << i;
+      }
+    }
+  }
+}
+
 TEST(GPTModelTest, BadShapesGiveOneClearMessage) {
   GPTConfig c = TinyConfig();
   c.num_attention_heads = 3;
@@ -426,9 +513,13 @@ TEST(GPTModelTest, BadShapesGiveOneClearMessage) {
   EXPECT_NE(c.Validate(2, false).message().find("--num-attention-heads (3)"),
             std::string::npos);
   GPTConfig v = TinyConfig();
-  v.vocab_size = 130;
-  EXPECT_NE(v.Validate(4, false).message().find("vocabulary size (130)"),
-            std::string::npos);
+  v.vocab_size = 130;  // Padded for TP, not refused.
+  EXPECT_TRUE(v.Validate(4, false).ok());
+  EXPECT_EQ(v.padded_vocab_size(4), 132);
+  v.make_vocab_size_divisible_by = 0;
+  EXPECT_NE(
+      v.Validate(4, false).message().find("--make-vocab-size-divisible-by (0)"),
+      std::string::npos);
   GPTConfig s = TinyConfig();
   s.seq_length = 18;
   EXPECT_NE(s.Validate(4, true).message().find("--sequence-parallel"),

@@ -92,7 +92,8 @@ TEST(TrainingFlagsTest, GPTConfigChecksDivisibility) {
   absl::SetFlag(&FLAGS_num_attention_heads, 4);
   auto ok = GPTConfigFromFlags(257);
   ASSERT_TRUE(ok.ok()) << ok.status();
-  EXPECT_EQ(ok->vocab_size, 512);  // 257 padded to a multiple of 128 x 4.
+  EXPECT_EQ(ok->vocab_size, 257);  // The model; its padding is the layout's:
+  EXPECT_EQ(ok->padded_vocab_size(4), 512);  // a multiple of 128 x 4.
   absl::SetFlag(&FLAGS_tensor_model_parallel_size, 1);
 }
 

@@ -30,7 +30,8 @@ ABSL_FLAG(double, init_method_std, 0.02, "Weight init standard deviation.");
 ABSL_FLAG(int64_t, vocab_size, 0,
           "Vocabulary size for --mock-data (0: the tokenizer's).");
 ABSL_FLAG(int32_t, make_vocab_size_divisible_by, 128,
-          "Pad the vocabulary to a multiple of this times TP.");
+          "Pad the vocabulary to a multiple of this times TP (zero rows "
+          "that take no probability and are not saved in checkpoints).");
 ABSL_FLAG(std::string, recompute_granularity, "",
           "Activation recomputation: full or selective (empty: none).");
 ABSL_FLAG(std::string, recompute_method, "uniform",
@@ -74,14 +75,6 @@ ABSL_FLAG(int32_t, micro_batch_size, 8, "Micro-batch size per DP rank.");
 namespace mcc {
 namespace flags {
 
-int64_t PaddedVocabSize(int64_t vocab_size) {
-  const int64_t multiple =
-      static_cast<int64_t>(absl::GetFlag(FLAGS_make_vocab_size_divisible_by)) *
-      absl::GetFlag(FLAGS_tensor_model_parallel_size);
-  if (multiple <= 0) return vocab_size;
-  return (vocab_size + multiple - 1) / multiple * multiple;
-}
-
 absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size) {
   gpt::GPTConfig c;
   c.num_layers = absl::GetFlag(FLAGS_num_layers);
@@ -117,7 +110,10 @@ absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size) {
   c.hidden_dropout = absl::GetFlag(FLAGS_hidden_dropout);
   c.attention_dropout = absl::GetFlag(FLAGS_attention_dropout);
   c.init_method_std = absl::GetFlag(FLAGS_init_method_std);
-  c.vocab_size = PaddedVocabSize(vocab_size);
+  c.vocab_size = vocab_size;
+  // Padding for TP is the model's business (zero rows, no probability).
+  c.make_vocab_size_divisible_by =
+      absl::GetFlag(FLAGS_make_vocab_size_divisible_by);
   c.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   const std::string granularity = absl::GetFlag(FLAGS_recompute_granularity);
   if (granularity == "full") {

@@ -64,12 +64,9 @@ ABSL_DECLARE_FLAG(int32_t, micro_batch_size);
 namespace mcc {
 namespace flags {
 
-// The vocabulary padded as Megatron pads it: up to a multiple of
-// --make-vocab-size-divisible-by x --tensor-model-parallel-size.
-int64_t PaddedVocabSize(int64_t vocab_size);
-
 // The model configuration the flags describe, for a tokenizer vocabulary of
-// vocab_size (padded here); errors name the flag.
+// vocab_size; the model pads it for TP (GPTConfig::padded_vocab_size, from
+// --make-vocab-size-divisible-by). Errors name the flag.
 absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size);
 
 // How --num-layers splits over --pipeline-model-parallel-size stages (and
