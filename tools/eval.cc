@@ -326,10 +326,12 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
     for (const auto& p : job->model->parameters())
       params += NumElements(p->global_shape);
     LOG(INFO) << absl::StrFormat(
-        "loaded %s: %d layers, hidden %d, %d heads, vocabulary %d, sequence "
-        "%d; %.2fM parameters; %s; world %d (TP %d, DP %d)",
+        "loaded %s: %d layers, hidden %d, %d heads, vocabulary %d (%d rows "
+        "with the padding for TP), sequence %d; %.2fM parameters; %s; world "
+        "%d (TP %d, DP %d)",
         reader->path(), job->config.num_layers, job->config.hidden_size,
         job->config.num_attention_heads, job->config.vocab_size,
+        job->config.padded_vocab_size(parallel::GroupSize(job->tp())),
         job->config.seq_length, params / 1e6, DTypeName(plan.dtype),
         job->world_size, parallel::GroupSize(job->tp()), job->dp_size());
   }
