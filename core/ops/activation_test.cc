@@ -59,7 +59,10 @@ Halves Split(const std::vector<double>& x, int64_t h) {
 // ---- Error bounds -----------------------------------------------------------
 //
 // Each tolerance below is an error bound of the kernels' fp32 arithmetic
-// (activation.cc states them) followed by the output's one rounding.
+// (activation.cc states them) followed by the output's one rounding. The
+// bounds count every rounding of the uncontracted expressions; a compiler's
+// FMA contraction (GCC's default with -mfma) only removes roundings, so they
+// hold either way. The references are float64, exact to ~1e-16 relative.
 
 constexpr double kU = 0x1p-24;  // fp32's unit roundoff
 

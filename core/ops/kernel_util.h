@@ -82,12 +82,14 @@ inline void StoreF32(const float* src, Float16* dst, int64_t n) {
 void LoadF32Any(const Tensor& t, float* dst);
 
 // exp(x) to about 2 ulp for |x| < 87, written without branches so the
-// compiler vectorises loops that call it (Cephes' polynomial).
+// compiler vectorises loops that call it (Cephes' polynomial). For non-NaN
+// x it is Exp8's lane bit for bit: each step is an explicit FMA or a lone
+// operation, which FMA contraction (GCC's default with -mfma) cannot change.
 inline float VecExp(float x) {
   x = x < -87.3f ? -87.3f : x;
   x = x > 88.7f ? 88.7f : x;
-  // Round to nearest by the 1.5 * 2^23 trick (plain arithmetic vectorises).
-  const float fx = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  // x * log2(e) rounded, then to the nearest integer (vroundps vectorises).
+  const float fx = std::nearbyint(x * 1.44269504088896341f);
   float r = std::fma(fx, -0.693359375f, x);
   r = std::fma(fx, 2.12194440e-4f, r);
   const float r2 = r * r;

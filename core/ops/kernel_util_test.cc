@@ -141,6 +141,34 @@ TEST(KernelUtilTest, Store8AndLoad8MatchScalarConversions) {
   }
 }
 
+// The scalar exp equals the vector one lane for lane, so a scalar tail never
+// differs from a vector body; both stay within 2 ulp of exp. The inputs
+// include x with x log2(e) within a few ulp of a half-integer, where
+// rounding x log2(e) once or not (an FMA contraction) picks another integer.
+TEST(KernelUtilTest, VecExpIsExp8LaneForLaneAndWithin2Ulp) {
+  std::vector<float> x;
+  for (float v = -87.0f; v <= 88.0f; v += 0.0137f) x.push_back(v);
+  for (int k = -125; k <= 126; ++k) {
+    float v = static_cast<float>((k + 0.5) / 1.4426950408889634);
+    for (int j = 0; j < 4; ++j) v = std::nextafter(v, -100.0f);
+    for (int j = 0; j < 9; ++j, v = std::nextafter(v, 100.0f)) x.push_back(v);
+  }
+  x.resize((x.size() + 7) / 8 * 8, 0.0f);
+  for (size_t i = 0; i < x.size(); i += 8) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, Exp8(_mm256_loadu_ps(&x[i])));
+    for (int j = 0; j < 8; ++j) {
+      const float v = x[i + j];
+      const float got = VecExp(v);
+      EXPECT_EQ(FloatBits(got), FloatBits(lanes[j])) << v;
+      if (v < -87.0f || v > 88.0f) continue;  // clamped
+      const double want = std::exp(static_cast<double>(v));
+      const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+      EXPECT_LE(std::fabs(got - want), 2 * ulp) << v;
+    }
+  }
+}
+
 // Load16 / Store16: every dtype puts element e in the same lane for a given
 // order (so ops can mix fp32, bf16 and fp16 operands), a store undoes its
 // load bit for bit, and the bf16 rounding is the scalar one.
