@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/cross_entropy.h"
 #include "core/ops/embedding.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
@@ -117,91 +118,57 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(
                        " is outside the vocabulary of ", vocab_size));
     }
   }
-  // A private fp32 copy, turned into the softmax in place.
-  MCC_ASSIGN_OR_RETURN(Tensor z, logits.To(DType::kFloat32));
-  float* zp = z.data<float>();
   // Row maxima, reduced over TP.
   Tensor row_max = Tensor::Empty({tokens}, DType::kFloat32);
-  float* mp = row_max.data<float>();
-  ThreadPool::Global().ParallelFor(tokens, 16, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      float m = -std::numeric_limits<float>::infinity();
-      const float* row = zp + t * local;
-      for (int64_t j = 0; j < valid; ++j) m = std::max(m, row[j]);
-      mp[t] = m;
-    }
-  });
+  MCC_RETURN_IF_ERROR(ops::ShardedCrossEntropyRowMax(logits, valid, &row_max));
   if (GroupSize(tp) > 1) {
     MCC_RETURN_IF_ERROR(tp->AllReduceSync(&row_max, comm::ReduceOp::kMax));
   }
-  // exp(z - max) in place; the sums and the target logits reduce together.
-  Tensor sums = Tensor::Zeros({2, tokens}, DType::kFloat32);
-  float* sum_exp = sums.data<float>();
-  float* target_logit = sum_exp + tokens;
-  ThreadPool::Global().ParallelFor(tokens, 16, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      float* row = zp + t * local;
-      const int64_t y = TargetAt(targets, t) - vocab_start;
-      if (y >= 0 && y < local) target_logit[t] = row[y] - mp[t];
-      double s = 0;
-      for (int64_t j = 0; j < valid; ++j) {
-        row[j] = std::exp(row[j] - mp[t]);
-        s += row[j];
-      }
-      for (int64_t j = valid; j < local; ++j) row[j] = 0.0f;
-      sum_exp[t] = static_cast<float>(s);
-    }
-  });
+  // Sums of exp(z - max) and the target logits, reduced together.
+  Tensor sums = Tensor::Empty({2, tokens}, DType::kFloat32);
+  MCC_RETURN_IF_ERROR(ops::ShardedCrossEntropySums(logits, targets, row_max,
+                                                   vocab_start, valid, &sums));
   if (GroupSize(tp) > 1) {
     MCC_RETURN_IF_ERROR(tp->AllReduceSync(&sums, comm::ReduceOp::kSum));
   }
   Tensor loss = Tensor::Empty({tokens}, DType::kFloat32);
-  float* lp = loss.data<float>();
-  ThreadPool::Global().ParallelFor(tokens, 16, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      const bool ignored = TargetAt(targets, t) == ignore_index;
-      lp[t] = ignored ? 0.0f : std::log(sum_exp[t]) - target_logit[t];
-      const float inv = 1.0f / sum_exp[t];
-      float* row = zp + t * local;
-      for (int64_t j = 0; j < local; ++j) row[j] *= inv;
-    }
-  });
-  act->softmax = z;
+  MCC_RETURN_IF_ERROR(
+      ops::ShardedCrossEntropyLoss(sums, targets, ignore_index, &loss));
+  // The backward recomputes the softmax from the logits, the row maxima and
+  // the sums: no [tokens, vocab] fp32 copy is kept.
+  act->logits = logits;
+  act->row_max = row_max;
+  act->sums = sums;
   act->targets = targets;
+  act->valid = valid;
+  act->ignore_index = ignore_index;
   return loss;
 }
 
 absl::StatusOr<Tensor> VocabParallelCrossEntropy::Backward(
     const Tensor& dloss, const Activations& act, int64_t vocab_start,
     DType dtype, int64_t ignore_index) {
-  const int64_t tokens = act.softmax.size(0);
-  const int64_t local = act.softmax.size(1);
+  if (!act.logits.defined()) {
+    return absl::FailedPreconditionError(
+        "cross entropy backward: no activations (forward not run?)");
+  }
+  const int64_t tokens = act.logits.size(0);
   if (dloss.numel() != tokens || dloss.dtype() != DType::kFloat32) {
     return absl::InvalidArgumentError(
         absl::StrCat("cross entropy backward: dloss ", dloss.Describe(),
                      " does not match ", tokens, " tokens"));
   }
-  Tensor grad = Tensor::Empty({tokens, local}, DType::kFloat32);
-  const float* sp = act.softmax.data<float>();
-  const float* dl = dloss.data<float>();
-  float* gp = grad.data<float>();
-  ThreadPool::Global().ParallelFor(tokens, 16, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      const int64_t target = TargetAt(act.targets, t);
-      float* row = gp + t * local;
-      if (target == ignore_index) {
-        for (int64_t j = 0; j < local; ++j) row[j] = 0.0f;
-        continue;
-      }
-      const float d = dl[t];
-      const float* s = sp + t * local;
-      for (int64_t j = 0; j < local; ++j) row[j] = s[j] * d;
-      const int64_t y = target - vocab_start;
-      if (y >= 0 && y < local) row[y] -= d;
-    }
-  });
-  if (dtype == DType::kFloat32) return grad;
-  return grad.To(dtype);
+  if (ignore_index != act.ignore_index) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cross entropy backward: ignore_index ", ignore_index,
+                     " differs from the forward's ", act.ignore_index));
+  }
+  Tensor grad = Tensor::Empty(act.logits.shape(), dtype);
+  MCC_RETURN_IF_ERROR(ops::ShardedCrossEntropyBackward(
+      act.logits, act.targets, act.row_max, act.sums,
+      dloss.Reshape({tokens}).value(), vocab_start, act.valid, ignore_index,
+      &grad));
+  return grad;
 }
 
 }  // namespace parallel

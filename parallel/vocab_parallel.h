@@ -55,8 +55,12 @@ class VocabParallelEmbedding {
 class VocabParallelCrossEntropy {
  public:
   struct Activations {
-    Tensor softmax;  // fp32 [tokens, local vocab]
+    Tensor logits;   // [tokens, local vocab], as given to Forward
+    Tensor row_max;  // fp32 [tokens], over the whole vocabulary
+    Tensor sums;     // fp32 [2, tokens]: ShardedCrossEntropySums, reduced
     Tensor targets;
+    int64_t valid = 0;  // Columns of this shard that are not padding.
+    int64_t ignore_index = -100;
   };
 
   // logits [tokens, padded vocab / TP] (fp32 or bf16) for vocabulary rows

@@ -217,6 +217,240 @@ absl::Status CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
   return absl::OkStatus();
 }
 
+namespace {
+
+// ---- Vocabulary shards ------------------------------------------------------
+
+template <typename T>
+float ShardRowMax(const T* x, int64_t valid) {
+  __m256 vm = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t c = 0;
+  for (; c + 8 <= valid; c += 8) vm = _mm256_max_ps(vm, Load8(x + c));
+  float mx = nn::HMax(vm);
+  for (; c < valid; ++c) mx = std::max(mx, LoadS(x + c));
+  return mx;
+}
+
+// Sum of exp(x[c] - mx) over c < valid, accumulated in float64.
+template <typename T>
+double ShardSumExp(const T* x, int64_t valid, float mx) {
+  const __m256 vmx = _mm256_set1_ps(mx);
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  int64_t c = 0;
+  for (; c + 8 <= valid; c += 8) {
+    const __m256 e = nn::Exp8(_mm256_sub_ps(Load8(x + c), vmx));
+    acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(acc0, acc1));
+  double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; c < valid; ++c) sum += nn::ExpS(LoadS(x + c) - mx);
+  return sum;
+}
+
+// logits 2-D float, targets int [tokens], 0 <= valid <= local.
+absl::Status CheckShard(absl::string_view op, const Tensor& logits,
+                        const Tensor& targets, int64_t valid) {
+  MCC_RETURN_IF_ERROR(nn::Defined(op, "logits", &logits));
+  MCC_RETURN_IF_ERROR(nn::Defined(op, "targets", &targets));
+  MCC_RETURN_IF_ERROR(nn::IsFloat(op, "logits", logits));
+  if (logits.dim() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": logits must be [tokens, local vocab], got ", logits.Describe()));
+  }
+  if (targets.dtype() != DType::kInt32 && targets.dtype() != DType::kInt64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": targets must be int32 or int64, got ", targets.Describe()));
+  }
+  if (targets.dim() != 1 || targets.size(0) != logits.size(0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": targets ", targets.Describe(),
+                     " must be [tokens] for logits ", logits.Describe()));
+  }
+  if (valid < 0 || valid > logits.size(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", valid, " valid columns for logits ",
+                     logits.Describe(), " (must be 0..", logits.size(1), ")"));
+  }
+  MCC_RETURN_IF_ERROR(nn::SameDevice(op, "logits", logits, "targets", targets));
+  return nn::CpuOnly(op, logits);
+}
+
+absl::Status CheckFloatShape(absl::string_view op, const char* name,
+                             const Tensor* t, const Shape& shape) {
+  MCC_RETURN_IF_ERROR(nn::Defined(op, name, t));
+  MCC_RETURN_IF_ERROR(nn::IsF32(op, name, *t));
+  if (t->shape() != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", name, " ", t->Describe(), " must be ", ShapeToString(shape)));
+  }
+  return nn::CpuOnly(op, *t);
+}
+
+}  // namespace
+
+absl::Status ShardedCrossEntropyRowMax(const Tensor& logits, int64_t valid,
+                                       Tensor* row_max) {
+  ScopedOpTimer op_timer("ShardedCrossEntropyRowMax");
+  constexpr absl::string_view op = "ShardedCrossEntropyRowMax";
+  MCC_RETURN_IF_ERROR(nn::Defined(op, "logits", &logits));
+  if (logits.dim() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": logits must be [tokens, local vocab], got ", logits.Describe()));
+  }
+  MCC_RETURN_IF_ERROR(nn::IsFloat(op, "logits", logits));
+  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, logits));
+  if (valid < 0 || valid > logits.size(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", valid, " valid columns for logits ", logits.Describe()));
+  }
+  MCC_RETURN_IF_ERROR(
+      CheckFloatShape(op, "row_max", row_max, {logits.size(0)}));
+  const int64_t rows = logits.size(0), local = logits.size(1);
+  float* out = row_max->data<float>();
+  nn::DispatchFloat(logits.dtype(), [&](auto tl) {
+    using T = decltype(tl);
+    const T* x = logits.data<T>();
+    ThreadPool::Global().ParallelFor(
+        rows, RowGrain(local), [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r)
+            out[r] = ShardRowMax(x + r * local, valid);
+        });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status ShardedCrossEntropySums(const Tensor& logits,
+                                     const Tensor& targets,
+                                     const Tensor& row_max, int64_t vocab_start,
+                                     int64_t valid, Tensor* sums) {
+  ScopedOpTimer op_timer("ShardedCrossEntropySums");
+  constexpr absl::string_view op = "ShardedCrossEntropySums";
+  MCC_RETURN_IF_ERROR(CheckShard(op, logits, targets, valid));
+  const int64_t rows = logits.size(0), local = logits.size(1);
+  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "row_max", &row_max, {rows}));
+  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "sums", sums, {2, rows}));
+  const float* mx = row_max.data<float>();
+  float* sum_exp = sums->data<float>();
+  float* target_term = sum_exp + rows;
+  nn::DispatchFloat(logits.dtype(), [&](auto tl) {
+    using T = decltype(tl);
+    DispatchTargets(targets.dtype(), [&](auto tt) {
+      using TT = decltype(tt);
+      const T* x = logits.data<T>();
+      const TT* y = targets.data<TT>();
+      ThreadPool::Global().ParallelFor(
+          rows, RowGrain(local), [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) {
+              const T* row = x + r * local;
+              const int64_t c = static_cast<int64_t>(y[r]) - vocab_start;
+              target_term[r] =
+                  c >= 0 && c < valid ? LoadS(row + c) - mx[r] : 0.0f;
+              sum_exp[r] = static_cast<float>(ShardSumExp(row, valid, mx[r]));
+            }
+          });
+    });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status ShardedCrossEntropyLoss(const Tensor& sums, const Tensor& targets,
+                                     int64_t ignore_index, Tensor* loss) {
+  ScopedOpTimer op_timer("ShardedCrossEntropyLoss");
+  constexpr absl::string_view op = "ShardedCrossEntropyLoss";
+  MCC_RETURN_IF_ERROR(nn::Defined(op, "targets", &targets));
+  const int64_t rows = targets.numel();
+  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "sums", &sums, {2, rows}));
+  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "loss", loss, {rows}));
+  if ((targets.dtype() != DType::kInt32 && targets.dtype() != DType::kInt64) ||
+      targets.dim() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": targets ", targets.Describe(),
+                     " must be int32 or int64 [", rows, "]"));
+  }
+  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, targets));
+  const float* s = sums.data<float>();
+  float* lp = loss->data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    lp[r] = TargetAt(targets, r) == ignore_index ? 0.0f
+                                                 : std::log(s[r]) - s[rows + r];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedCrossEntropyBackward(
+    const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+    const Tensor& sums, const Tensor& dloss, int64_t vocab_start, int64_t valid,
+    int64_t ignore_index, Tensor* dlogits) {
+  ScopedOpTimer op_timer("ShardedCrossEntropyBackward");
+  constexpr absl::string_view op = "ShardedCrossEntropyBackward";
+  MCC_RETURN_IF_ERROR(CheckShard(op, logits, targets, valid));
+  const int64_t rows = logits.size(0), local = logits.size(1);
+  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "row_max", &row_max, {rows}));
+  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "sums", &sums, {2, rows}));
+  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "dloss", &dloss, {rows}));
+  MCC_RETURN_IF_ERROR(nn::Defined(op, "dlogits", dlogits));
+  MCC_RETURN_IF_ERROR(nn::IsFloat(op, "dlogits", *dlogits));
+  MCC_RETURN_IF_ERROR(nn::SameShape(op, "logits", logits, "dlogits", *dlogits));
+  MCC_RETURN_IF_ERROR(
+      nn::SameDevice(op, "logits", logits, "dlogits", *dlogits));
+  if (logits.SharesStorageWith(*dlogits)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": dlogits ", dlogits->Describe(),
+                     " shares storage with logits ", logits.Describe()));
+  }
+  const float* mx = row_max.data<float>();
+  const float* sum_exp = sums.data<float>();
+  const float* gp = dloss.data<float>();
+  nn::DispatchFloat(logits.dtype(), [&](auto tl) {
+    using T = decltype(tl);
+    nn::DispatchFloat(dlogits->dtype(), [&](auto to) {
+      using TO = decltype(to);
+      DispatchTargets(targets.dtype(), [&](auto tt) {
+        using TT = decltype(tt);
+        const T* x = logits.data<T>();
+        const TT* y = targets.data<TT>();
+        TO* dx = dlogits->data<TO>();
+        ThreadPool::Global().ParallelFor(
+            rows, RowGrain(local), [&](int64_t r0, int64_t r1) {
+              for (int64_t r = r0; r < r1; ++r) {
+                const T* row = x + r * local;
+                TO* drow = dx + r * local;
+                const int64_t target = static_cast<int64_t>(y[r]);
+                int64_t c = 0;
+                if (target != ignore_index) {
+                  // softmax = exp(x - max) * (1 / sum), rounded to fp32,
+                  // then times dloss.
+                  const float inv = 1.0f / sum_exp[r];
+                  const float g = gp[r];
+                  const __m256 vm = _mm256_set1_ps(mx[r]);
+                  const __m256 vi = _mm256_set1_ps(inv);
+                  const __m256 vg = _mm256_set1_ps(g);
+                  for (; c + 8 <= valid; c += 8) {
+                    const __m256 p = _mm256_mul_ps(
+                        nn::Exp8(_mm256_sub_ps(Load8(row + c), vm)), vi);
+                    nn::Store8(drow + c, _mm256_mul_ps(p, vg));
+                  }
+                  for (; c < valid; ++c) {
+                    const float p = nn::ExpS(LoadS(row + c) - mx[r]) * inv;
+                    nn::StoreS(drow + c, p * g);
+                  }
+                  const int64_t t = target - vocab_start;
+                  if (t >= 0 && t < valid) {
+                    const float p = nn::ExpS(LoadS(row + t) - mx[r]) * inv;
+                    nn::StoreS(drow + t, p * g - g);
+                  }
+                }
+                for (; c < local; ++c) nn::StoreS(drow + c, 0.0f);
+              }
+            });
+      });
+    });
+  });
+  return absl::OkStatus();
+}
+
 absl::StatusOr<MeanLoss> CrossEntropyMeanLoss(const Tensor& loss,
                                               const Tensor& targets,
                                               int64_t ignore_index) {

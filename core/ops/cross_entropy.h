@@ -50,6 +50,43 @@ absl::StatusOr<MeanLoss> CrossEntropyMeanLoss(
     const Tensor& loss, const Tensor& targets,
     int64_t ignore_index = kDefaultIgnoreIndex);
 
+// ---- Cross entropy over a vocabulary split across ranks ------------------
+//
+// For tensor parallelism (parallel/vocab_parallel.h). Each rank holds
+// logits [tokens, local] (fp32, bf16 or fp16) for vocabulary ids
+// [vocab_start, vocab_start + local), of which the first `valid` columns
+// (0 <= valid <= local) are real; the rest pad the vocabulary, take no
+// probability and get zero gradient. targets [tokens] (int32/int64) hold
+// global ids, checked by the caller; ignore_index tokens get loss 0 and zero
+// gradient. The steps, with the caller's reductions over the ranks between:
+//   ShardedCrossEntropyRowMax   row_max[t] = max over valid columns (-inf if
+//                               none); all-reduce max.
+//   ShardedCrossEntropySums     sums [2, tokens]: row 0 the sum of
+//                               exp(logit - row_max) over valid columns
+//                               (accumulated in float64), row 1 the target's
+//                               logit - row_max on the rank that holds it, 0
+//                               elsewhere; all-reduce sum.
+//   ShardedCrossEntropyLoss     loss = log(sum) - target term, fp32
+//                               [tokens].
+//   ShardedCrossEntropyBackward dlogits = (exp(logit - row_max) / sum -
+//                               onehot) * dloss[t] on valid columns (the
+//                               softmax rounded as a forward would store
+//                               it), 0 on padding, in dlogits' dtype (fp32,
+//                               bf16 or fp16).
+// Outputs are overwritten, never read. exp is Exp8's (about 2 ulp).
+absl::Status ShardedCrossEntropyRowMax(const Tensor& logits, int64_t valid,
+                                       Tensor* row_max);
+absl::Status ShardedCrossEntropySums(const Tensor& logits,
+                                     const Tensor& targets,
+                                     const Tensor& row_max, int64_t vocab_start,
+                                     int64_t valid, Tensor* sums);
+absl::Status ShardedCrossEntropyLoss(const Tensor& sums, const Tensor& targets,
+                                     int64_t ignore_index, Tensor* loss);
+absl::Status ShardedCrossEntropyBackward(
+    const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+    const Tensor& sums, const Tensor& dloss, int64_t vocab_start, int64_t valid,
+    int64_t ignore_index, Tensor* dlogits);
+
 }  // namespace ops
 }  // namespace mcc
 

@@ -1,6 +1,8 @@
 #include "core/ops/cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/ops/nn_test_util.h"
@@ -130,6 +132,92 @@ TEST(CrossEntropy16BitTest, WithinRounding) {
     ExpectClose(dlogits.ToDoubles(), want, 1e-6, rtol,
                 std::string(DTypeName(dt)));
   }
+}
+
+// The sharded steps over two vocabulary shards (the second padded with
+// columns holding huge values, which must take no probability), with the
+// reductions done here, against the float64 loss and softmax gradient.
+TEST(ShardedCrossEntropyTest, TwoShardsWithPaddingMatchFloat64) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(dt));
+    const int64_t rows = 10, vocab = 37, local = 24, pad = 2 * local - vocab;
+    Tensor full = testing::RandomTensor({rows, vocab}, dt, 21, -4, 4);
+    const std::vector<double> x = full.ToDoubles();
+    const std::vector<int64_t> t = Targets(rows, vocab, 5);
+    Tensor targets = Tensor::FromInts(t, {rows}, DType::kInt32).value();
+    // Shard s holds ids [s * local, s * local + local); past vocab: 1e4.
+    std::vector<Tensor> shards;
+    for (int64_t sh = 0; sh < 2; ++sh) {
+      std::vector<float> v(rows * local);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < local; ++c) {
+          const int64_t id = sh * local + c;
+          v[r * local + c] = id < vocab ? x[r * vocab + id] : 1e4f;
+        }
+      }
+      shards.push_back(
+          Tensor::FromVector(v, {rows, local}).value().To(dt).value());
+    }
+    const int64_t valid[2] = {local, local - pad};
+    Tensor row_max = Tensor::Full({rows}, -1e30, DType::kFloat32);
+    for (int64_t sh = 0; sh < 2; ++sh) {
+      Tensor m = Tensor::Empty({rows}, DType::kFloat32);
+      ASSERT_TRUE(ShardedCrossEntropyRowMax(shards[sh], valid[sh], &m).ok());
+      for (int64_t r = 0; r < rows; ++r) {
+        row_max.data<float>()[r] =
+            std::max(row_max.data<float>()[r], m.data<float>()[r]);
+      }
+    }
+    Tensor sums = Tensor::Zeros({2, rows}, DType::kFloat32);
+    for (int64_t sh = 0; sh < 2; ++sh) {
+      Tensor part = Tensor::Full({2, rows}, 7.0, DType::kFloat32);
+      ASSERT_TRUE(ShardedCrossEntropySums(shards[sh], targets, row_max,
+                                          sh * local, valid[sh], &part)
+                      .ok());
+      for (int64_t i = 0; i < 2 * rows; ++i)
+        sums.data<float>()[i] += part.data<float>()[i];
+    }
+    Tensor loss = Tensor::Empty({rows}, DType::kFloat32);
+    ASSERT_TRUE(
+        ShardedCrossEntropyLoss(sums, targets, kDefaultIgnoreIndex, &loss)
+            .ok());
+    std::vector<double> lse_ref;
+    ExpectClose(loss.ToDoubles(), LossRef(x, t, vocab, &lse_ref), 1e-5, 1e-5,
+                "loss");
+    Tensor dloss = testing::RandomTensor({rows}, DType::kFloat32, 6, 0.5, 2);
+    for (int64_t sh = 0; sh < 2; ++sh) {
+      Tensor dlogits = Tensor::Full({rows, local}, 3.0, dt);
+      ASSERT_TRUE(ShardedCrossEntropyBackward(
+                      shards[sh], targets, row_max, sums, dloss, sh * local,
+                      valid[sh], kDefaultIgnoreIndex, &dlogits)
+                      .ok());
+      std::vector<double> want(rows * local, 0.0);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (t[r] == kDefaultIgnoreIndex) continue;
+        for (int64_t c = 0; c < valid[sh]; ++c) {
+          const int64_t id = sh * local + c;
+          want[r * local + c] =
+              (std::exp(x[r * vocab + id] - lse_ref[r]) - (id == t[r])) *
+              dloss.ToDoubles()[r];
+        }
+      }
+      // fp32: Exp8's ~2 ulp and lse's fp32 rounding; bf16 output: one more
+      // rounding of 2^-8.
+      const double rtol = dt == DType::kBFloat16 ? 8e-3 : 1e-5;
+      ExpectClose(dlogits.ToDoubles(), want, 1e-6, rtol, "dlogits");
+    }
+  }
+}
+
+TEST(ShardedCrossEntropyTest, BadValidCountIsRefused) {
+  Tensor logits = Tensor::Zeros({2, 4}, DType::kFloat32);
+  Tensor targets = Tensor::FromInts({0, 1}, {2}, DType::kInt64).value();
+  Tensor m = Tensor::Empty({2}, DType::kFloat32);
+  const absl::Status s = ShardedCrossEntropyRowMax(logits, 5, &m);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("5 valid columns"), std::string::npos) << s;
+  Tensor sums = Tensor::Empty({2, 2}, DType::kFloat32);
+  EXPECT_FALSE(ShardedCrossEntropySums(logits, targets, m, 0, -1, &sums).ok());
 }
 
 TEST(CrossEntropyErrorsTest, OutOfRangeTargetNamesPositionTargetAndVocab) {
