@@ -23,9 +23,10 @@ int64_t TargetAt(const Tensor& targets, int64_t i) {
              : targets.data<int64_t>()[i];
 }
 
-// logits 2-D float, targets [tokens] int32/int64 with every target valid.
-absl::Status CheckLogitsTargets(absl::string_view op, const Tensor& logits,
-                                const Tensor& targets, int64_t ignore_index) {
+// logits 2-D float, targets [tokens] int32/int64 on the same device.
+absl::Status CheckLogitsAndTargetShapes(absl::string_view op,
+                                        const Tensor& logits,
+                                        const Tensor& targets) {
   MCC_RETURN_IF_ERROR(nn::Defined(op, "logits", &logits));
   MCC_RETURN_IF_ERROR(nn::Defined(op, "targets", &targets));
   MCC_RETURN_IF_ERROR(nn::IsFloat(op, "logits", logits));
@@ -42,7 +43,13 @@ absl::Status CheckLogitsTargets(absl::string_view op, const Tensor& logits,
         absl::StrCat(op, ": targets ", targets.Describe(),
                      " must be [tokens] for logits ", logits.Describe()));
   }
-  MCC_RETURN_IF_ERROR(nn::SameDevice(op, "logits", logits, "targets", targets));
+  return nn::SameDevice(op, "logits", logits, "targets", targets);
+}
+
+// As above, with every target valid.
+absl::Status CheckLogitsTargets(absl::string_view op, const Tensor& logits,
+                                const Tensor& targets, int64_t ignore_index) {
+  MCC_RETURN_IF_ERROR(CheckLogitsAndTargetShapes(op, logits, targets));
   if (!targets.device().is_cpu()) return absl::OkStatus();  // Checked there.
   const int64_t vocab = logits.size(1);
   for (int64_t i = 0; i < targets.numel(); ++i) {
@@ -252,28 +259,12 @@ double ShardSumExp(const T* x, int64_t valid, float mx) {
 // logits 2-D float, targets int [tokens], 0 <= valid <= local.
 absl::Status CheckShard(absl::string_view op, const Tensor& logits,
                         const Tensor& targets, int64_t valid) {
-  MCC_RETURN_IF_ERROR(nn::Defined(op, "logits", &logits));
-  MCC_RETURN_IF_ERROR(nn::Defined(op, "targets", &targets));
-  MCC_RETURN_IF_ERROR(nn::IsFloat(op, "logits", logits));
-  if (logits.dim() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": logits must be [tokens, local vocab], got ", logits.Describe()));
-  }
-  if (targets.dtype() != DType::kInt32 && targets.dtype() != DType::kInt64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": targets must be int32 or int64, got ", targets.Describe()));
-  }
-  if (targets.dim() != 1 || targets.size(0) != logits.size(0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": targets ", targets.Describe(),
-                     " must be [tokens] for logits ", logits.Describe()));
-  }
+  MCC_RETURN_IF_ERROR(CheckLogitsAndTargetShapes(op, logits, targets));
   if (valid < 0 || valid > logits.size(1)) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": ", valid, " valid columns for logits ",
                      logits.Describe(), " (must be 0..", logits.size(1), ")"));
   }
-  MCC_RETURN_IF_ERROR(nn::SameDevice(op, "logits", logits, "targets", targets));
   return nn::CpuOnly(op, logits);
 }
 
