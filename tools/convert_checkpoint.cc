@@ -179,6 +179,17 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   auto parsed = mcc::flags::ParseMegatronArgs(argc, argv);
   absl::Status flags_ok = parsed.status();
+  if (flags_ok.ok() && !parsed->positional.empty()) {
+    if (parsed->positional[0] == "help") {
+      std::printf(
+          "usage: convert_checkpoint --load DIR --export-hf OUT | --import-hf "
+          "IN --save DIR\n%s\n",
+          mcc::flags::Usage().c_str());
+      return 0;
+    }
+    flags_ok = absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", parsed->positional[0], "'"));
+  }
   const bool exporting = !absl::GetFlag(FLAGS_export_hf).empty();
   const bool importing = !absl::GetFlag(FLAGS_import_hf).empty();
   if (flags_ok.ok() && exporting == importing) {
@@ -189,6 +200,12 @@ int main(int argc, char** argv) {
     flags_ok = absl::InvalidArgumentError("--export-hf needs --load DIR");
   } else if (flags_ok.ok() && importing && absl::GetFlag(FLAGS_save).empty()) {
     flags_ok = absl::InvalidArgumentError("--import-hf needs --save DIR");
+  } else if (flags_ok.ok()) {
+    // Each direction reads one of --load and --save.
+    flags_ok = mcc::flags::RefuseUnusedFlags(
+        {{"save", exporting, "--export-hf writes to its own directory"},
+         {"load", importing, "--import-hf reads from its own directory"}},
+        parsed->explicitly_set);
   }
   if (!flags_ok.ok()) {
     std::fprintf(stderr, "convert_checkpoint: %s\n",

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -40,6 +41,9 @@
 #include "tools/job.h"
 #include "tools/model_config_proto.h"
 #include "tools/training_checkpoint.h"
+
+// Defined with the process groups (core/comm).
+ABSL_DECLARE_FLAG(bool, debug_collectives);
 
 ABSL_FLAG(int32_t, eval_iters, 10,
           "Micro-batches of the valid and test splits to evaluate (with "
@@ -111,6 +115,10 @@ absl::Status CheckModelFlags(const Plan& plan,
   check("num_attention_heads", "num_attention_heads",
         str(absl::GetFlag(FLAGS_num_attention_heads)),
         str(m.num_attention_heads()));
+  check("group_query_attention", "num_query_groups < num_attention_heads",
+        boolean(absl::GetFlag(FLAGS_group_query_attention)),
+        boolean(m.num_query_groups() > 0 &&
+                m.num_query_groups() < m.num_attention_heads()));
   check("num_query_groups", "num_query_groups",
         str(absl::GetFlag(FLAGS_num_query_groups)), str(m.num_query_groups()));
   if (absl::GetFlag(FLAGS_ffn_hidden_size) > 0) {
@@ -152,9 +160,82 @@ absl::Status CheckModelFlags(const Plan& plan,
       "); eval takes the model configuration from the checkpoint"));
 }
 
+// Training's flags that eval links but never reads: refused, so that a
+// training command line reused for eval says what does not carry over.
+std::vector<flags::UnusedFlag> RefusedFlags() {
+  const std::string no_training =
+      "eval does not train (no dropout, initialisation or recomputation)";
+  const std::string no_pipeline = "eval runs without pipeline parallelism";
+  const std::string no_saving = "eval saves nothing";
+  return {
+      {"hidden_dropout", true, no_training},
+      {"attention_dropout", true, no_training},
+      {"init_method_std", true, no_training},
+      {"recompute_granularity", true, no_training},
+      {"recompute_method", true, no_training},
+      {"recompute_num_layers", true, no_training},
+      {"num_layers_per_virtual_pipeline_stage", true, no_pipeline},
+      {"decoder_first_pipeline_num_layers", true, no_pipeline},
+      {"decoder_last_pipeline_num_layers", true, no_pipeline},
+      {"no_overlap_p2p_communication", true, no_pipeline},
+      {"save", true, no_saving},
+      {"save_interval", true, no_saving},
+      {"async_save", true, no_saving},
+      {"keep_last", true, no_saving},
+      {"no_load_optim", true, "eval loads no optimizer state"},
+      {"no_load_rng", true,
+       "eval loads no RNG state (--seed seeds sampling and mock data)"},
+  };
+}
+
+// Flags that matter only in eval's other mode: each given one warns once.
+std::vector<flags::UnusedFlag> IgnoredFlags(const Plan& plan, int world_size) {
+  const bool mock = absl::GetFlag(FLAGS_mock_data);
+  const std::string needs_prompt = "it needs --prompt (generation)";
+  const std::string no_evaluation =
+      "no evaluation runs (--prompt without --eval-iters)";
+  const std::string mock_why =
+      "--mock-data draws tokens uniformly; no files are read";
+  const bool greedy = absl::GetFlag(FLAGS_temperature) == 0;
+  const bool no_tokenizer = mock && !plan.generate;
+  const bool bpe = absl::GetFlag(FLAGS_tokenizer_type) == "GPT2BPETokenizer";
+  return {
+      {"max_new_tokens", !plan.generate, needs_prompt},
+      {"temperature", !plan.generate, needs_prompt},
+      {"top_k", !plan.generate || greedy,
+       plan.generate ? "--temperature 0 is greedy" : needs_prompt},
+      {"top_p", !plan.generate || greedy,
+       plan.generate ? "--temperature 0 is greedy" : needs_prompt},
+      {"no_kv_cache", !plan.generate, needs_prompt},
+      {"data_path", !plan.evaluate || mock,
+       plan.evaluate ? mock_why : no_evaluation},
+      {"split", !plan.evaluate || mock,
+       plan.evaluate ? mock_why : no_evaluation},
+      {"data_cache_path", !plan.evaluate || mock,
+       plan.evaluate ? mock_why : no_evaluation},
+      {"eod_mask_loss", !plan.evaluate || mock,
+       plan.evaluate ? mock_why : no_evaluation},
+      {"micro_batch_size", !plan.evaluate, no_evaluation},
+      {"tokenizer_type", no_tokenizer,
+       "--mock-data without --prompt reads no text"},
+      {"vocab_file", no_tokenizer || !bpe,
+       no_tokenizer ? "--mock-data without --prompt reads no text"
+                    : "only GPT2BPETokenizer reads it"},
+      {"merge_file", no_tokenizer || !bpe,
+       no_tokenizer ? "--mock-data without --prompt reads no text"
+                    : "only GPT2BPETokenizer reads it"},
+      {"sequence_parallel", true,
+       "eval runs without it (decoding one token cannot split the sequence; "
+       "the weights are the same)"},
+      {"debug_collectives", world_size == 1,
+       "a single process makes no collectives"},
+  };
+}
+
 // Every check that needs no process group; errors are flag errors.
 absl::StatusOr<Plan> PlanFromFlags(
     int world_size, const std::set<std::string>& explicitly_set) {
+  MCC_RETURN_IF_ERROR(flags::RefuseUnusedFlags(RefusedFlags(), explicitly_set));
   Plan plan;
   plan.load_dir = LoadDir();
   if (plan.load_dir.empty()) {
@@ -302,15 +383,17 @@ absl::StatusOr<Plan> PlanFromFlags(
 absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
   auto job = std::make_unique<Job>();
   MCC_RETURN_IF_ERROR(JoinWorld(job.get()));
+  if (job->world.has_value() && job->is_logging_rank() &&
+      job->world->group->options().debug_collectives) {
+    LOG(INFO) << "every collective's fingerprint checked";
+  }
   if (!absl::GetFlag(FLAGS_mock_data)) job->tokenizer = plan.tokenizer->Clone();
   job->vocab_size = plan.stored.vocab_size();
   job->config = plan.config;
   job->context.tp_group = job->tp();
-  // Decoding one token cannot split the sequence; the weights are the same.
+  // Decoding one token cannot split the sequence; the weights are the same
+  // (--sequence-parallel warns).
   job->context.sequence_parallel = false;
-  if (absl::GetFlag(FLAGS_sequence_parallel) && job->is_logging_rank()) {
-    LOG(INFO) << "--sequence-parallel: eval runs without it (same weights)";
-  }
   job->context.dtype = plan.dtype;
   job->context.seed = job->config.seed;
   job->pipeline.num_layers = job->config.num_layers;
@@ -531,7 +614,7 @@ int main(int argc, char** argv) {
     if (arg == "help" || arg == "-h") {
       std::printf(
           "usage: eval --load DIR [--prompt TEXT] [--flag value ...]\n%s\n",
-          mcc::flags::Usage("tools/").c_str());
+          mcc::flags::Usage().c_str());
       return 0;
     }
   }
@@ -546,6 +629,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "eval: %s\n",
                  std::string(plan.status().message()).c_str());
     return mcc::tools::kFlagError;
+  }
+  if (mcc::tools::IsFirstRank()) {
+    for (const std::string& line : mcc::flags::UnusedFlagWarnings(
+             mcc::tools::IgnoredFlags(*plan,
+                                      mcc::tools::WorldSizeFromEnvironment()),
+             parsed->explicitly_set)) {
+      LOG(WARNING) << line;
+    }
   }
   mcc::tools::ConfigureThreads();
   auto job = mcc::tools::SetupEvalJob(*plan);

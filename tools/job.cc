@@ -45,6 +45,11 @@ int WorldSizeFromEnvironment() {
   return env.ok() ? env->world_size : 1;
 }
 
+bool IsFirstRank() {
+  auto env = comm::DistEnvFromEnvironment();
+  return !env.ok() || env->rank == 0;
+}
+
 namespace {
 
 // oneDNN runs its GEMMs on libgomp, whose threads by default spin for a

@@ -57,6 +57,9 @@ absl::Status CheckFlagsBeforeLaunch(int world_size);
 // The world size the launcher's environment describes (1 without one).
 int WorldSizeFromEnvironment();
 
+// Whether this process is rank 0 (or alone): it prints warnings about flags.
+bool IsFirstRank();
+
 // Splits the CPU cores among the local ranks unless --num-threads is given.
 void ConfigureThreads();
 

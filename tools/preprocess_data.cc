@@ -15,6 +15,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -77,6 +78,14 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(static_cast<int>(cargs.size()), cargs.data());
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  // Linked in with the thread pool, but tokenizing runs on --workers threads.
+  if (const absl::CommandLineFlag* f = absl::FindCommandLineFlag("num_threads");
+      f != nullptr && f->CurrentValue() != f->DefaultValue()) {
+    std::fprintf(stderr,
+                 "preprocess_data: --num-threads: tokenizing runs on "
+                 "--workers threads; give --workers instead\n");
+    return 2;
+  }
 
   auto tok = mcc::data::CreateTokenizer(absl::GetFlag(FLAGS_tokenizer_type),
                                         absl::GetFlag(FLAGS_vocab_file),
@@ -84,7 +93,16 @@ int main(int argc, char** argv) {
   if (!tok.ok()) {
     std::fprintf(stderr, "preprocess_data: %s\n",
                  std::string(tok.status().message()).c_str());
-    return 1;
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_tokenizer_type) != "GPT2BPETokenizer") {
+    for (const char* name : {"vocab_file", "merge_file"}) {
+      if (!absl::FindCommandLineFlag(name)->CurrentValue().empty()) {
+        LOG(WARNING) << "--" << (name[0] == 'v' ? "vocab-file" : "merge-file")
+                     << " has no effect in this run: only GPT2BPETokenizer "
+                        "reads it";
+      }
+    }
   }
   mcc::data::PreprocessOptions o;
   o.input = absl::GetFlag(FLAGS_input);
@@ -102,11 +120,11 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "preprocess_data: %lld documents (%lld skipped), %lld tokens, %.2f MB "
-      "in %.2f s: %.0f docs/s, %.2f MB/s -> %s.{bin,idx}\n",
+      "in %.2f s on %d workers: %.0f docs/s, %.2f MB/s -> %s.{bin,idx}\n",
       static_cast<long long>(stats->documents),
       static_cast<long long>(stats->skipped),
       static_cast<long long>(stats->tokens), stats->input_bytes / 1e6,
-      stats->seconds, stats->documents / stats->seconds,
+      stats->seconds, std::max(1, o.workers), stats->documents / stats->seconds,
       stats->input_bytes / 1e6 / stats->seconds,
       absl::StrJoin(stats->output_prefixes, ",").c_str());
   return 0;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,9 @@
 #include "tools/job.h"
 #include "tools/training_checkpoint.h"
 #include "tools/training_metrics.h"
+
+// Defined with the process groups (core/comm).
+ABSL_DECLARE_FLAG(bool, debug_collectives);
 
 ABSL_FLAG(std::string, config, "",
           "Text-format TrainConfig protobuf; flags given override it.");
@@ -68,7 +72,8 @@ ABSL_FLAG(double, min_loss_scale, 1.0, "Minimum dynamic scale.");
 ABSL_FLAG(int32_t, loss_scale_window, 1000, "Clean steps before growing.");
 ABSL_FLAG(int32_t, hysteresis, 2, "Overflows tolerated before backing off.");
 ABSL_FLAG(bool, accumulate_allreduce_grads_in_fp32, true,
-          "Gradients accumulate and reduce in fp32 (always so here).");
+          "Gradients accumulate and reduce in fp32, as they always do here; "
+          "--no-accumulate-allreduce-grads-in-fp32 is refused.");
 ABSL_FLAG(bool, use_distributed_optimizer, false,
           "Shard fp32 main parameters and optimizer state over DP (ZeRO-1).");
 ABSL_FLAG(std::string, data_parallel_sharding_strategy, "no_shard",
@@ -176,6 +181,14 @@ absl::StatusOr<optim::OptimizerConfig> OptimizerConfigFromFlags() {
   c.loss_scaler.growth_interval = absl::GetFlag(FLAGS_loss_scale_window);
   c.loss_scaler.hysteresis = absl::GetFlag(FLAGS_hysteresis);
   c.loss_scaler.static_scale = absl::GetFlag(FLAGS_loss_scale);
+  if (c.loss_scaling && c.loss_scaler.static_scale <= 0 &&
+      !(c.loss_scaler.min_scale > 0 &&
+        c.loss_scaler.min_scale <= c.loss_scaler.initial_scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--min-loss-scale (", c.loss_scaler.min_scale,
+                     ") must be positive and at most --initial-loss-scale (",
+                     c.loss_scaler.initial_scale, ")"));
+  }
   return c;
 }
 
@@ -207,6 +220,15 @@ absl::Status CheckTrainFlags(int world_size) {
       pipeline::ValidateMicroBatches(split, batching.num_microbatches));
   MCC_RETURN_IF_ERROR(OptimizerConfigFromFlags().status());
   MCC_RETURN_IF_ERROR(ScheduleFromFlags().status());
+  MCC_ASSIGN_OR_RETURN(fsdp::ShardingStrategy strategy,
+                       fsdp::ParseShardingStrategy(absl::GetFlag(
+                           FLAGS_data_parallel_sharding_strategy)));
+  if (fsdp::ShardsGradients(strategy) && split.pipeline_size > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--data-parallel-sharding-strategy ",
+        fsdp::ShardingStrategyName(strategy),
+        " does not run with pipeline parallelism yet; use optim or no_shard"));
+  }
   MCC_RETURN_IF_ERROR(CheckpointFlagsFromCommandLine().status());
   if (absl::GetFlag(FLAGS_train_iters) <= 0) {
     return absl::InvalidArgumentError("--train-iters must be positive");
@@ -215,6 +237,111 @@ absl::Status CheckTrainFlags(int world_size) {
     return absl::InvalidArgumentError("--log-interval must be positive");
   }
   return absl::OkStatus();
+}
+
+// Flags this run never reads, refused before any process group forms.
+std::vector<flags::UnusedFlag> RefusedFlags() {
+  // As --save-interval and --async-save, which need --save DIR too.
+  const bool no_save = absl::GetFlag(FLAGS_save).empty();
+  const bool no_load = absl::GetFlag(FLAGS_load).empty();
+  return {
+      {"accumulate_allreduce_grads_in_fp32",
+       !absl::GetFlag(FLAGS_accumulate_allreduce_grads_in_fp32),
+       "gradients always accumulate and reduce in fp32 here (fp32 main "
+       "gradients for every dtype); turning that off is not built"},
+      {"keep_last", no_save, "it needs --save DIR"},
+      {"no_load_optim", no_load, "it needs --load DIR"},
+      {"no_load_rng", no_load, "it needs --load DIR"},
+  };
+}
+
+// Flags that matter only in other modes: each given one warns once.
+std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
+  const int tp = absl::GetFlag(FLAGS_tensor_model_parallel_size);
+  const int pp = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
+  const int dp = world_size / std::max(1, tp * pp);
+  const bool mock = absl::GetFlag(FLAGS_mock_data);
+  const bool fp16 = absl::GetFlag(FLAGS_fp16);
+  const bool sgd = absl::GetFlag(FLAGS_optimizer) == "sgd";
+  const std::string strategy =
+      absl::GetFlag(FLAGS_data_parallel_sharding_strategy);
+  const bool per_unit_shards =
+      strategy == "optim_grads" || strategy == "optim_grads_params";
+  const bool distributed_optimizer =
+      absl::GetFlag(FLAGS_use_distributed_optimizer) || strategy == "optim";
+  const std::string decay = absl::GetFlag(FLAGS_lr_decay_style);
+  const std::string no_dp = "the data-parallel size is 1";
+  const std::string loss_scaling = "loss scaling is fp16's (give --fp16)";
+  const std::string mock_why =
+      "--mock-data draws tokens uniformly below --vocab-size; no files or "
+      "tokenizer are read";
+  const std::string per_unit =
+      "--data-parallel-sharding-strategy " + strategy +
+      " reduces each layer's gradients as its backward ends";
+  return {
+      {"num_query_groups", !absl::GetFlag(FLAGS_group_query_attention),
+       "it needs --group-query-attention"},
+      {"rotary_base", absl::GetFlag(FLAGS_position_embedding_type) != "rope",
+       "it needs --position-embedding-type rope"},
+      {"recompute_method", absl::GetFlag(FLAGS_recompute_granularity) != "full",
+       "it needs --recompute-granularity full"},
+      {"recompute_num_layers",
+       absl::GetFlag(FLAGS_recompute_granularity) != "full",
+       "it needs --recompute-granularity full"},
+      {"sequence_parallel", tp == 1,
+       "it splits activations over tensor-parallel ranks "
+       "(--tensor-model-parallel-size 1)"},
+      {"no_overlap_p2p_communication", pp == 1,
+       "only pipeline transfers overlap (--pipeline-model-parallel-size 1)"},
+      {"data_path", mock, mock_why},
+      {"split", mock, mock_why},
+      {"tokenizer_type", mock, mock_why},
+      {"vocab_file", mock, mock_why},
+      {"merge_file", mock, mock_why},
+      {"data_cache_path", mock, mock_why},
+      {"eod_mask_loss", mock, mock_why},
+      {"vocab_file",
+       !mock && absl::GetFlag(FLAGS_tokenizer_type) != "GPT2BPETokenizer",
+       "only GPT2BPETokenizer reads it"},
+      {"merge_file",
+       !mock && absl::GetFlag(FLAGS_tokenizer_type) != "GPT2BPETokenizer",
+       "only GPT2BPETokenizer reads it"},
+      {"eval_interval", absl::GetFlag(FLAGS_eval_iters) == 0,
+       "--eval-iters 0 turns evaluation off"},
+      {"lr_warmup_iters", absl::GetFlag(FLAGS_lr_warmup_fraction) >= 0,
+       "--lr-warmup-fraction sets the warmup"},
+      {"min_lr", decay == "constant", "--lr-decay-style constant"},
+      {"lr_decay_iters",
+       (decay == "constant" || decay == "inverse-square-root") &&
+           absl::GetFlag(FLAGS_lr_warmup_fraction) < 0,
+       "--lr-decay-style " + decay + " has no decay length"},
+      {"adam_beta1", sgd, "--optimizer sgd"},
+      {"adam_beta2", sgd, "--optimizer sgd"},
+      {"adam_eps", sgd, "--optimizer sgd"},
+      {"sgd_momentum", !sgd, "--optimizer adam"},
+      {"loss_scale", !fp16, loss_scaling},
+      {"initial_loss_scale", !fp16 || absl::GetFlag(FLAGS_loss_scale) > 0,
+       fp16 ? "--loss-scale sets a static scale" : loss_scaling},
+      {"min_loss_scale", !fp16 || absl::GetFlag(FLAGS_loss_scale) > 0,
+       fp16 ? "--loss-scale sets a static scale" : loss_scaling},
+      {"loss_scale_window", !fp16 || absl::GetFlag(FLAGS_loss_scale) > 0,
+       fp16 ? "--loss-scale sets a static scale" : loss_scaling},
+      {"hysteresis", !fp16 || absl::GetFlag(FLAGS_loss_scale) > 0,
+       fp16 ? "--loss-scale sets a static scale" : loss_scaling},
+      {"overlap_grad_reduce", dp == 1 || per_unit_shards,
+       dp == 1 ? no_dp : per_unit},
+      {"ddp_bucket_size", dp == 1 || per_unit_shards,
+       dp == 1 ? no_dp : per_unit},
+      {"overlap_param_gather",
+       dp == 1 || per_unit_shards || !distributed_optimizer,
+       dp == 1           ? no_dp
+       : per_unit_shards ? per_unit
+                         : "only the distributed optimizer gathers "
+                           "parameters (--use-distributed-optimizer)"},
+      {"check_weight_hash_across_dp_replicas_interval", dp == 1, no_dp},
+      {"debug_collectives", world_size == 1,
+       "a single process makes no collectives"},
+  };
 }
 
 // Sums (loss, tokens) over the DP group.
@@ -315,6 +442,46 @@ absl::Status LogPipelineStats(const Job& job,
         bubble, window.theoretical_bubble);
   }
   return absl::OkStatus();
+}
+
+// How gradients, parameters and pipeline transfers move in this run, read
+// from the objects that move them (so the log shows what the flags did).
+std::string DescribeDistribution(
+    const Job& job, const fsdp::FullyShardedDataParallel& dp,
+    const pipeline::PipelineOptions& pipeline_options) {
+  std::string out = absl::StrCat("data parallel: ",
+                                 fsdp::ShardingStrategyName(dp.strategy()));
+  const data_parallel::DistributedDataParallel* ddp = dp.ddp();
+  if (ddp != nullptr && ddp->config().use_distributed_optimizer) {
+    absl::StrAppend(&out, ", distributed optimizer");
+  }
+  // Buckets and overlap matter only where something is reduced.
+  if (ddp != nullptr && job.dp_size() > 1) {
+    const data_parallel::DdpConfig& c = ddp->config();
+    absl::StrAppend(&out, "; gradient buckets of ", c.bucket_size_bytes / 4,
+                    " elements, ",
+                    c.overlap_grad_reduce ? "reduced during backward"
+                                          : "reduced after backward");
+    if (c.use_distributed_optimizer) {
+      absl::StrAppend(&out, "; parameters gathered ",
+                      c.overlap_param_gather ? "during the next forward"
+                                             : "after the step");
+    }
+  }
+  if (job.context.sequence_parallel && job.tp() != nullptr &&
+      job.tp()->size() > 1) {
+    absl::StrAppend(&out, "; sequence parallel: norms and dropout split over ",
+                    job.tp()->size(), " tensor-parallel ranks");
+  }
+  if (job.pp() != nullptr) {
+    absl::StrAppend(&out, "; pipeline transfers ",
+                    pipeline_options.overlap_p2p ? "overlapped with compute"
+                                                 : "waited for");
+  }
+  if (job.world.has_value() && job.world->group->options().debug_collectives) {
+    absl::StrAppend(&out, "; every collective's fingerprint checked");
+  }
+  return out;
 }
 
 absl::Status Train() {
@@ -456,6 +623,7 @@ absl::Status Train() {
         DTypeName(job->context.dtype));
     LOG(INFO) << absl::StrFormat("GEMM peak for MFU: %.1f GFLOP/s",
                                  peak_flops / 1e9);
+    LOG(INFO) << DescribeDistribution(*job, *ddp, pipeline_options);
   }
 
   Timers timers;
@@ -486,6 +654,10 @@ absl::Status Train() {
       MCC_RETURN_IF_ERROR(data_parallel::CheckWeightHashAcrossReplicas(
           job->model->parameters(), job->dp()));
       MCC_RETURN_IF_ERROR(ddp->ReleaseFullParams());
+      if (log && dp > 1) {
+        LOG(INFO) << "iteration " << iteration << ": weights identical on all "
+                  << dp << " data-parallel replicas";
+      }
     }
     ddp->ZeroGrads();
     double loss_sum = 0, loss_tokens = 0;
@@ -688,7 +860,7 @@ int main(int argc, char** argv) {
   for (const std::string& arg : parsed->positional) {
     if (arg == "help" || arg == "-h") {
       std::printf("usage: train [--flag value ...]\n%s\n",
-                  mcc::flags::Usage("tools/").c_str());
+                  mcc::flags::Usage().c_str());
       return 0;
     }
   }
@@ -715,9 +887,19 @@ int main(int argc, char** argv) {
   }
   const int world_size = mcc::tools::WorldSizeFromEnvironment();
   if (status.ok()) status = mcc::tools::CheckTrainFlags(world_size);
+  if (status.ok()) {
+    status = mcc::flags::RefuseUnusedFlags(mcc::tools::RefusedFlags(),
+                                           parsed->explicitly_set);
+  }
   if (!status.ok()) {
     std::fprintf(stderr, "train: %s\n", std::string(status.message()).c_str());
     return mcc::tools::kFlagError;
+  }
+  if (mcc::tools::IsFirstRank()) {
+    for (const std::string& line : mcc::flags::UnusedFlagWarnings(
+             mcc::tools::IgnoredFlags(world_size), parsed->explicitly_set)) {
+      LOG(WARNING) << line;
+    }
   }
   mcc::tools::ConfigureThreads();
   status = mcc::tools::Train();

@@ -6,10 +6,12 @@
 #include <sstream>
 
 #include "absl/flags/reflection.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -41,14 +43,16 @@ absl::Status SetFlag(absl::CommandLineFlag* flag, const std::string& name,
 absl::StatusOr<ParsedArgs> ParseMegatronArgs(
     int argc, char** argv, const std::set<std::string>& multi_word) {
   ParsedArgs parsed;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
+  std::vector<std::string> args(argv + std::min(argc, 1), argv + argc);
+  int flagfiles_read = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
     if (arg == "--help" || arg == "-h" || arg == "--helpfull") {
       parsed.positional.push_back("help");  // The binary prints its usage.
       continue;
     }
     if (arg == "--") {
-      for (++i; i < argc; ++i) parsed.positional.push_back(argv[i]);
+      for (++i; i < args.size(); ++i) parsed.positional.push_back(args[i]);
       break;
     }
     if (!absl::StartsWith(arg, "--") || arg.size() == 2) {
@@ -68,13 +72,57 @@ absl::StatusOr<ParsedArgs> ParseMegatronArgs(
       has_value = true;
     }
     std::string name = Underscored(body);
+    // Abseil's own parser flags are registered but only its parser reads
+    // them; --flagfile is read here, the others would be silently ignored.
+    if (name == "fromenv" || name == "tryfromenv" || name == "undefok") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", body,
+                       " is not supported here; put flags in --flagfile "
+                       "FILE or --config FILE instead"));
+    }
+    if (name == "flagfile") {
+      if (!has_value) {
+        if (i + 1 >= args.size()) {
+          return absl::InvalidArgumentError("flag --flagfile needs a value");
+        }
+        value = args[++i];
+      }
+      if (++flagfiles_read > 100) {
+        return absl::InvalidArgumentError(
+            "--flagfile: more than 100 files (does one include itself?)");
+      }
+      // Each file's words (one flag a line, as Abseil's --flagfile; '#'
+      // starts a comment line) come next, before the rest of the line.
+      std::vector<std::string> words;
+      for (absl::string_view file : absl::StrSplit(value, ',')) {
+        std::ifstream in{std::string(file)};
+        if (!in) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--flagfile: cannot read '", file, "'"));
+        }
+        std::string line;
+        while (std::getline(in, line)) {
+          absl::string_view word = absl::StripAsciiWhitespace(line);
+          if (word.empty() || word[0] == '#') continue;
+          words.emplace_back(word);
+        }
+      }
+      args.insert(args.begin() + i + 1, words.begin(), words.end());
+      continue;
+    }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     bool negated = false;
-    if (flag == nullptr && absl::StartsWith(name, "no")) {
-      absl::CommandLineFlag* base = absl::FindCommandLineFlag(name.substr(2));
-      if (base != nullptr && base->IsOfType<bool>() && !has_value) {
+    // --noflag (Abseil) or --no-flag (Megatron's argparse) for booleans.
+    for (size_t prefix : {3, 2}) {
+      if (flag != nullptr || has_value ||
+          !absl::StartsWith(name, prefix == 3 ? "no_" : "no")) {
+        continue;
+      }
+      absl::CommandLineFlag* base =
+          absl::FindCommandLineFlag(name.substr(prefix));
+      if (base != nullptr && base->IsOfType<bool>()) {
         flag = base;
-        name = name.substr(2);
+        name = name.substr(prefix);
         negated = true;
       }
     }
@@ -85,15 +133,15 @@ absl::StatusOr<ParsedArgs> ParseMegatronArgs(
     if (flag->IsOfType<bool>()) {
       if (!has_value) value = negated ? "false" : "true";
     } else if (!has_value) {
-      if (i + 1 >= argc) {
+      if (i + 1 >= args.size()) {
         return absl::InvalidArgumentError(
             absl::StrCat("flag --", Dashed(name), " needs a value"));
       }
-      value = argv[++i];
+      value = args[++i];
       if (multi_word.count(name)) {
         // Take words until the next flag.
-        while (i + 1 < argc && !absl::StartsWith(argv[i + 1], "--")) {
-          absl::StrAppend(&value, " ", argv[++i]);
+        while (i + 1 < args.size() && !absl::StartsWith(args[i + 1], "--")) {
+          absl::StrAppend(&value, " ", args[++i]);
         }
       }
     }
@@ -101,6 +149,37 @@ absl::StatusOr<ParsedArgs> ParseMegatronArgs(
     parsed.explicitly_set.insert(name);
   }
   return parsed;
+}
+
+bool FlagGiven(const std::string& name,
+               const std::set<std::string>& explicitly_set) {
+  if (explicitly_set.count(name)) return true;
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  return flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
+}
+
+absl::Status RefuseUnusedFlags(const std::vector<UnusedFlag>& rules,
+                               const std::set<std::string>& explicitly_set) {
+  for (const UnusedFlag& rule : rules) {
+    if (rule.unused && FlagGiven(rule.flag, explicitly_set)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", Dashed(rule.flag), ": ", rule.why));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> UnusedFlagWarnings(
+    const std::vector<UnusedFlag>& rules,
+    const std::set<std::string>& explicitly_set) {
+  std::vector<std::string> lines;
+  for (const UnusedFlag& rule : rules) {
+    if (rule.unused && FlagGiven(rule.flag, explicitly_set)) {
+      lines.push_back(absl::StrCat("--", Dashed(rule.flag),
+                                   " has no effect in this run: ", rule.why));
+    }
+  }
+  return lines;
 }
 
 absl::Status ApplyConfigFile(const std::string& path,
@@ -157,10 +236,9 @@ absl::Status ApplyConfigFile(const std::string& path,
   return absl::OkStatus();
 }
 
-std::string Usage(const std::string& path_prefix) {
+std::string Usage() {
   std::vector<std::string> lines;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
-    if (!absl::StrContains(flag->Filename(), path_prefix)) continue;
     lines.push_back(absl::StrCat("  --", Dashed(name), " (default ",
                                  flag->DefaultValue(), "): ", flag->Help()));
   }

@@ -16,9 +16,11 @@ namespace flags {
 //   --bf16, --bf16=false, --nobf16                     (booleans)
 //   --data-path 0.3 prefixA 0.7 prefixB                (several words: flags
 //                                                      named in multi_word)
-// --help (or -h) comes back as the positional word "help". Every flag must
-// be known; any error names the flag and comes back as a
-// status (binaries print it on one line and exit with code 2).
+//   --flagfile FILE[,FILE]                             (one flag a line)
+// --help, --helpfull (or -h) come back as the positional word "help". Every
+// flag must be known; Abseil's --fromenv, --tryfromenv and --undefok are
+// refused. Any error names the flag and comes back as a status (binaries
+// print it on one line and exit with code 2).
 struct ParsedArgs {
   std::vector<std::string> positional;
   std::set<std::string> explicitly_set;  // flag names, underscored
@@ -36,9 +38,34 @@ absl::Status ApplyConfigFile(const std::string& path,
                              const google::protobuf::Message& prototype,
                              const std::set<std::string>& explicitly_set);
 
-// One line per flag defined in files under `path_prefix` (e.g. "tools/"),
-// with the dashed name and help, for --help.
-std::string Usage(const std::string& path_prefix);
+// A flag that this run cannot use (`unused`), and why, in words that tell
+// the user what would make it matter.
+struct UnusedFlag {
+  std::string flag;  // Underscored name.
+  bool unused = false;
+  std::string why;
+};
+
+// Whether the flag was given: set on the command line, or (by --config, a
+// preset or --flagfile) changed from its default.
+bool FlagGiven(const std::string& name,
+               const std::set<std::string>& explicitly_set);
+
+// The first rule whose flag was given but is unused, as an error naming it:
+// for flags the binary never reads.
+absl::Status RefuseUnusedFlags(const std::vector<UnusedFlag>& rules,
+                               const std::set<std::string>& explicitly_set);
+
+// One warning line per given, unused flag: for flags that matter only in
+// other modes of the binary (Megatron ignores those silently).
+std::vector<std::string> UnusedFlagWarnings(
+    const std::vector<UnusedFlag>& rules,
+    const std::set<std::string>& explicitly_set);
+
+// One line per registered flag (every one ParseMegatronArgs accepts), with
+// the dashed name, default and help, for --help; tests enumerate the
+// binaries' flags from it.
+std::string Usage();
 
 }  // namespace flags
 }  // namespace mcc

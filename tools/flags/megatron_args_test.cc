@@ -62,6 +62,66 @@ TEST(MegatronArgsTest, ErrorsNameTheFlag) {
               HasSubstr("--hidden-size needs a value"));
 }
 
+TEST(MegatronArgsTest, NegatedBooleansInBothSpellings) {
+  absl::SetFlag(&FLAGS_swiglu, true);
+  ASSERT_TRUE(Parse({"--no-swiglu"}).ok());  // Megatron's argparse.
+  EXPECT_FALSE(absl::GetFlag(FLAGS_swiglu));
+  absl::SetFlag(&FLAGS_swiglu, true);
+  ASSERT_TRUE(Parse({"--noswiglu"}).ok());  // Abseil's.
+  EXPECT_FALSE(absl::GetFlag(FLAGS_swiglu));
+  // Not for values: --no-swiglu=true is not a flag.
+  EXPECT_FALSE(Parse({"--no-swiglu=true"}).ok());
+}
+
+TEST(MegatronArgsTest, FlagFilesAreReadInPlace) {
+  const std::string dir =
+      getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp";
+  std::ofstream(dir + "/a.flags") << "# model\n--num-layers=5\n\n"
+                                  << "--flagfile=" << dir << "/b.flags\n";
+  std::ofstream(dir + "/b.flags") << "  --hidden-size=72  \n";
+  // Later words override the file's, as on a command line.
+  auto parsed = Parse({"--flagfile", dir + "/a.flags", "--num-layers", "7"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(absl::GetFlag(FLAGS_num_layers), 7);
+  EXPECT_EQ(absl::GetFlag(FLAGS_hidden_size), 72);
+  EXPECT_TRUE(parsed->explicitly_set.count("hidden_size"));
+  EXPECT_THAT(
+      std::string(Parse({"--flagfile=/nonexistent/f"}).status().message()),
+      HasSubstr("--flagfile: cannot read '/nonexistent/f'"));
+  std::ofstream(dir + "/loop.flags") << "--flagfile=" << dir << "/loop.flags\n";
+  EXPECT_THAT(
+      std::string(
+          Parse({"--flagfile=" + dir + "/loop.flags"}).status().message()),
+      HasSubstr("--flagfile"));
+}
+
+TEST(MegatronArgsTest, AbseilsEnvironmentFlagsAreRefused) {
+  for (const char* flag :
+       {"--fromenv=seed", "--tryfromenv=seed", "--undefok=foo"}) {
+    absl::Status s = Parse({flag}).status();
+    EXPECT_THAT(std::string(s.message()), HasSubstr(std::string(flag).substr(
+                                              0, std::string(flag).find('='))))
+        << flag;
+  }
+}
+
+TEST(MegatronArgsTest, UnusedFlagsAreRefusedOrWarnedOnlyWhenGiven) {
+  const std::vector<UnusedFlag> rules = {{"seed", true, "seeds nothing here"},
+                                         {"num_layers", false, "never shown"}};
+  absl::SetFlag(&FLAGS_seed, 1234);  // The default: not given.
+  EXPECT_TRUE(RefuseUnusedFlags(rules, {}).ok());
+  EXPECT_TRUE(UnusedFlagWarnings(rules, {}).empty());
+  // On the command line, even at its default value.
+  EXPECT_THAT(std::string(RefuseUnusedFlags(rules, {"seed"}).message()),
+              HasSubstr("--seed: seeds nothing here"));
+  // Or changed from its default by a config file.
+  absl::SetFlag(&FLAGS_seed, 7);
+  EXPECT_EQ(UnusedFlagWarnings(rules, {}),
+            std::vector<std::string>{
+                "--seed has no effect in this run: seeds nothing here"});
+  absl::SetFlag(&FLAGS_seed, 1234);
+}
+
 TEST(MegatronArgsTest, ConfigFileIsOverriddenByFlags) {
   const std::string path =
       std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +

@@ -1,5 +1,7 @@
 #include "tools/flags/training_flags.h"
 
+#include <algorithm>
+
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -8,7 +10,8 @@ ABSL_FLAG(int32_t, num_layers, 4, "Transformer layers.");
 ABSL_FLAG(int64_t, hidden_size, 128, "Hidden size.");
 ABSL_FLAG(int32_t, num_attention_heads, 4, "Attention heads.");
 ABSL_FLAG(int32_t, num_query_groups, 0,
-          "Key/value head groups with --group-query-attention.");
+          "Key/value head groups with --group-query-attention (0: 1, as "
+          "Megatron).");
 ABSL_FLAG(bool, group_query_attention, false, "Grouped-query attention.");
 ABSL_FLAG(int64_t, ffn_hidden_size, 0, "MLP hidden size (0: 4 x hidden).");
 ABSL_FLAG(int64_t, seq_length, 128, "Sequence length.");
@@ -81,7 +84,8 @@ absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size) {
   c.hidden_size = absl::GetFlag(FLAGS_hidden_size);
   c.num_attention_heads = absl::GetFlag(FLAGS_num_attention_heads);
   if (absl::GetFlag(FLAGS_group_query_attention)) {
-    c.num_query_groups = absl::GetFlag(FLAGS_num_query_groups);
+    // Megatron's default is one group (multi-query attention).
+    c.num_query_groups = std::max(1, absl::GetFlag(FLAGS_num_query_groups));
   }
   c.ffn_hidden_size = absl::GetFlag(FLAGS_ffn_hidden_size);
   c.seq_length = absl::GetFlag(FLAGS_seq_length);

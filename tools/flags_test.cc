@@ -1,0 +1,964 @@
+// Every flag of every binary in tools/ either changes what the binary does or
+// is refused (issue 16: a Megatron user who passes a flag gets its effect or a
+// one-line refusal, never silence).
+//
+// Each binary lists its registered flags (--helpfull), and the table below
+// must classify exactly that set: a flag added without a row fails
+// EveryFlagIsClassified. Each row runs the binary (tiny model, 1-2 steps)
+// with and without the flag in some context and checks the verdict:
+//   kEffect:  exit 0 and a different observation (normalised log, output
+//             files and their contents);
+//   kRefused: exit 2 with one stderr line naming the flag;
+//   kWarned:  the flag matters only in other modes: exit 0, a warning naming
+//             it, and otherwise the same observation.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tools/flags/train_config.pb.h"
+
+namespace {
+
+std::map<std::string, std::string> g_bin;  // "train" -> path.
+std::string g_tmp;                         // Inputs made once.
+std::string g_out;                         // Wiped before every run.
+std::string g_gpt2_vocab, g_gpt2_merges;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+void RemoveTree(const std::string& path) {
+  std::system(absl::StrCat("rm -rf '", path, "'").c_str());
+}
+
+// Every file under dir (relative name, size, content hash), sorted.
+void ListTree(const std::string& dir, const std::string& rel,
+              std::vector<std::string>* out) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    const std::string path = dir + "/" + name;
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) {
+      ListTree(path, rel + name + "/", out);
+    } else {
+      std::string content = ReadFile(path);
+      if (absl::EndsWith(name, ".jsonl")) {
+        // Metrics: the timing fields vary from run to run.
+        content = std::regex_replace(
+            content,
+            std::regex("\"(seconds_per_iteration|tokens_per_sec|tflops|mfu|"
+                       "mem_current_bytes)\": [-0-9.e+]+"),
+            "\"$1\": T");
+      }
+      out->push_back(absl::StrCat(rel, name, " ", content.size(), " bytes #",
+                                  std::hash<std::string>()(content)));
+    }
+  }
+  closedir(d);
+}
+
+struct Outcome {
+  int code = -1;
+  std::string out, err;
+  std::string command;
+};
+
+Outcome Execute(const std::vector<std::string>& args,
+                const std::vector<std::string>& env = {}) {
+  RemoveTree(g_out);
+  mkdir(g_out.c_str(), 0755);
+  const std::string out_path = g_tmp + "/stdout", err_path = g_tmp + "/stderr";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int o = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1);
+    dup2(e, 2);
+    if (chdir(g_tmp.c_str()) != 0) _exit(126);
+    for (const std::string& kv : env) putenv(strdup(kv.c_str()));
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(strdup(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Outcome r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadFile(out_path);
+  r.err = ReadFile(err_path);
+  r.command = absl::StrJoin(args, " ");
+  return r;
+}
+
+// A run's output with what varies between identical runs masked (glog's
+// time, pid and line, durations and rates), its lines sorted (ranks
+// interleave), plus the files it wrote.
+std::vector<std::string> Observe(const Outcome& r, bool several_ranks) {
+  static const std::vector<std::pair<std::regex, std::string>> masks = {
+      {std::regex(R"(^(\[rank \d+\] )?([IWEF])\d{8} [0-9:.]+ +\d+ [^\]]*\] )"),
+       "$1$2 "},
+      {std::regex(R"(elapsed time per iteration \(ms\): [0-9.]+)"),
+       "elapsed time per iteration (ms): T"},
+      {std::regex(R"((tokens/s|TFLOP/s|ETA):? [0-9.:]+)"), "$1 T"},
+      {std::regex(R"(MFU: [0-9.]+%)"), "MFU: T%"},
+      // Measured durations have decimals; a configured one ("grace period
+      // of 200ms") stays.
+      {std::regex(R"([0-9]+\.[0-9]+ ?(s|ms|us)\b)"), "T"},
+      // Current memory depends on the data loader's prefetching thread.
+      {std::regex(R"(memory: [0-9.]+ [KMG]?i?B)"), "memory: M"},
+      {std::regex(R"([0-9.]+ (tokens/s|docs/s|MB/s)\b)"), "T $1"},
+      {std::regex(R"(\(ms\): [0-9.]+)"), "(ms): T"},
+      {std::regex(R"(pid \d+)"), "pid P"},
+  };
+  std::vector<std::string> lines;
+  for (const std::string* text : {&r.out, &r.err}) {
+    for (absl::string_view l : absl::StrSplit(*text, '\n')) {
+      std::string line(l);
+      if (line.empty()) continue;
+      for (const auto& [re, with] : masks) {
+        line = std::regex_replace(line, re, with);
+      }
+      if (several_ranks) {
+        // Peak memory depends on when other ranks' messages arrive.
+        static const std::regex memory(R"(memory: [^|]*)");
+        line = std::regex_replace(line, memory, "memory: M ");
+      }
+      lines.push_back(line);
+    }
+  }
+  std::sort(lines.begin(), lines.end());
+  lines.insert(lines.begin(), absl::StrCat("exit ", r.code));
+  ListTree(g_out, "", &lines);
+  return lines;
+}
+
+// The lines only one of two observations has.
+std::string Diff(const std::vector<std::string>& a,
+                 const std::vector<std::string>& b) {
+  std::vector<std::string> only_a, only_b;
+  std::set<std::string> sa(a.begin(), a.end()), sb(b.begin(), b.end());
+  std::set_difference(sa.begin(), sa.end(), sb.begin(), sb.end(),
+                      std::back_inserter(only_a));
+  std::set_difference(sb.begin(), sb.end(), sa.begin(), sa.end(),
+                      std::back_inserter(only_b));
+  return absl::StrCat("only with the flag:\n  ", absl::StrJoin(only_a, "\n  "),
+                      "\nonly without:\n  ", absl::StrJoin(only_b, "\n  "));
+}
+
+std::string Show(const Outcome& r) {
+  return absl::StrCat("$ ", r.command, "\nexit ", r.code, "\n--- stdout\n",
+                      r.out.substr(0, 3000), "\n--- stderr\n",
+                      r.err.substr(0, 3000));
+}
+
+std::string Dashed(const std::string& name) {
+  return absl::StrReplaceAll(name, {{"_", "-"}});
+}
+
+// The flags a binary registers, from its --helpfull (ours: "  --name (default
+// ...", Abseil's: "    --name (help...").
+std::set<std::string> RegisteredFlags(const std::string& binary) {
+  Outcome r = Execute({g_bin[binary], "--helpfull"});
+  std::set<std::string> names;
+  static const std::regex line(R"(^\s+--([A-Za-z0-9_-]+) \()");
+  for (absl::string_view l : absl::StrSplit(r.out + r.err, '\n')) {
+    std::smatch m;
+    std::string s(l);
+    if (std::regex_search(s, m, line)) {
+      names.insert(absl::StrReplaceAll(m[1].str(), {{"-", "_"}}));
+    }
+  }
+  return names;
+}
+
+// Where a row runs: the binary's arguments before the row's (`args`), those
+// after (`tail`: launch's program), the environment, and how many processes
+// (more than one: under tools/launch).
+struct Context {
+  std::vector<std::string> args;
+  std::vector<std::string> tail;
+  int nproc = 1;
+  std::vector<std::string> env;
+};
+
+enum class Verdict { kEffect, kRefused, kWarned };
+
+struct Row {
+  std::string binary;
+  std::string flag;  // Underscored.
+  Verdict verdict;
+  std::vector<std::string> args;  // How the row sets the flag.
+  Context context;
+  std::vector<std::string> env = {};  // Added to the context's.
+  int code = 0;                       // kEffect's exit code.
+};
+
+Context With(Context c, std::vector<std::string> more) {
+  c.args.insert(c.args.end(), more.begin(), more.end());
+  return c;
+}
+
+Context Nproc(Context c, int n) {
+  c.nproc = n;
+  return c;
+}
+
+Outcome RunIn(const std::string& binary, const Context& c,
+              const std::vector<std::string>& args,
+              const std::vector<std::string>& env = {}) {
+  std::vector<std::string> argv;
+  if (c.nproc > 1) {
+    argv = {g_bin["launch"], "--nproc_per_node", std::to_string(c.nproc), "--"};
+  }
+  argv.push_back(g_bin[binary]);
+  argv.insert(argv.end(), c.args.begin(), c.args.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), c.tail.begin(), c.tail.end());
+  std::vector<std::string> all_env = c.env;
+  all_env.insert(all_env.end(), env.begin(), env.end());
+  return Execute(argv, all_env);
+}
+
+// The contexts (filled by SetUpTestSuite, once inputs exist).
+struct Contexts {
+  Context train_mock, train_data, eval_loss, eval_gen, eval_data, export_hf,
+      import_hf, preprocess, launch, launch_grace;
+};
+Contexts ctx;
+
+std::vector<Row> Table() {
+  using V = Verdict;
+  std::vector<Row> t;
+  auto add = [&t](const std::string& bin, const std::string& flag, V v,
+                  std::vector<std::string> args, Context c,
+                  std::vector<std::string> env = {}) {
+    t.push_back({bin, flag, v, std::move(args), std::move(c), std::move(env)});
+  };
+  const Context& tm = ctx.train_mock;
+  const Context& td = ctx.train_data;
+  const Context fp16 = With(tm, {"--fp16"});
+  const Context dp2 = Nproc(tm, 2);
+  const Context pp2 =
+      Nproc(With(tm, {"--pipeline-model-parallel-size", "2", "--num-layers",
+                      "4", "--global-batch-size", "4"}),
+            2);
+  const Context rope = With(tm, {"--position-embedding-type", "rope"});
+  // Enough layers and tokens for activations to set the peak memory.
+  const Context deep = With(tm, {"--num-layers", "4", "--seq-length", "64"});
+  const Context full = With(deep, {"--recompute-granularity", "full"});
+  const Context saving = With(tm, {"--save", g_out + "/ckpt"});
+  // The checkpoints' vocabulary is the byte tokenizer's.
+  const Context tm257 = With(tm, {"--vocab-size", "257"});
+  const Context loading =
+      With(tm257, {"--load", g_tmp + "/ckpt_a", "--hidden-dropout", "0.1"});
+  const std::string gpt2_args[] = {"--tokenizer-type", "GPT2BPETokenizer",
+                                   "--vocab-file",     g_gpt2_vocab,
+                                   "--merge-file",     g_gpt2_merges};
+  const std::vector<std::string> gpt2(std::begin(gpt2_args),
+                                      std::end(gpt2_args));
+  WriteFile(g_tmp + "/seed.flags", "# a comment\n--seed=7\n");
+  WriteFile(g_tmp + "/seed.textproto", "seed: 7\n");
+  const std::string flagfile = "--flagfile=" + g_tmp + "/seed.flags";
+
+  // ---- train: model.
+  add("train", "num_layers", V::kEffect, {"--num-layers", "1"}, tm);
+  add("train", "hidden_size", V::kEffect, {"--hidden-size", "32"}, tm);
+  add("train", "num_attention_heads", V::kEffect,
+      {"--num-attention-heads", "4"}, tm);
+  add("train", "group_query_attention", V::kEffect, {"--group-query-attention"},
+      tm);
+  add("train", "num_query_groups", V::kEffect, {"--num-query-groups", "2"},
+      With(tm, {"--group-query-attention"}));
+  add("train", "num_query_groups", V::kWarned, {"--num-query-groups", "2"}, tm);
+  add("train", "ffn_hidden_size", V::kEffect, {"--ffn-hidden-size", "24"}, tm);
+  add("train", "seq_length", V::kEffect, {"--seq-length", "8"}, tm);
+  add("train", "max_position_embeddings", V::kEffect,
+      {"--max-position-embeddings", "32"}, tm);
+  add("train", "position_embedding_type", V::kEffect,
+      {"--position-embedding-type", "rope"}, tm);
+  add("train", "rotary_base", V::kEffect, {"--rotary-base", "50"}, rope);
+  add("train", "rotary_base", V::kWarned, {"--rotary-base", "50"}, tm);
+  add("train", "normalization", V::kEffect, {"--normalization", "RMSNorm"}, tm);
+  add("train", "norm_epsilon", V::kEffect, {"--norm-epsilon", "0.5"}, tm);
+  add("train", "swiglu", V::kEffect, {"--swiglu"}, tm);
+  add("train", "untie_embeddings_and_output_weights", V::kEffect,
+      {"--untie-embeddings-and-output-weights"}, tm);
+  add("train", "disable_bias_linear", V::kEffect, {"--disable-bias-linear"},
+      tm);
+  add("train", "hidden_dropout", V::kEffect, {"--hidden-dropout", "0.2"}, tm);
+  add("train", "attention_dropout", V::kEffect, {"--attention-dropout", "0.2"},
+      tm);
+  add("train", "init_method_std", V::kEffect, {"--init-method-std", "0.1"}, tm);
+  add("train", "vocab_size", V::kEffect, {"--vocab-size", "32"}, tm);
+  add("train", "make_vocab_size_divisible_by", V::kEffect,
+      {"--make-vocab-size-divisible-by", "7"}, tm);
+  add("train", "recompute_granularity", V::kEffect,
+      {"--recompute-granularity", "selective"}, deep);
+  add("train", "recompute_method", V::kEffect, {"--recompute-method", "block"},
+      full);
+  add("train", "recompute_method", V::kWarned, {"--recompute-method", "block"},
+      tm);
+  add("train", "recompute_num_layers", V::kEffect,
+      {"--recompute-num-layers", "2"}, full);
+  add("train", "recompute_num_layers", V::kWarned,
+      {"--recompute-num-layers", "2"}, tm);
+  add("train", "seed", V::kEffect, {"--seed", "7"}, tm);
+  add("train", "bf16", V::kEffect, {"--bf16"}, tm);
+  add("train", "fp16", V::kEffect, {"--fp16"}, tm);
+  // ---- train: parallelism.
+  add("train", "tensor_model_parallel_size", V::kEffect,
+      {"--tensor-model-parallel-size", "2"}, dp2);
+  add("train", "pipeline_model_parallel_size", V::kEffect,
+      {"--pipeline-model-parallel-size", "2"}, dp2);
+  add("train", "context_parallel_size", V::kRefused,
+      {"--context-parallel-size", "2"}, dp2);
+  add("train", "sequence_parallel", V::kEffect, {"--sequence-parallel"},
+      With(dp2, {"--tensor-model-parallel-size", "2"}));
+  add("train", "sequence_parallel", V::kWarned, {"--sequence-parallel"}, tm);
+  add("train", "num_layers_per_virtual_pipeline_stage", V::kEffect,
+      {"--num-layers-per-virtual-pipeline-stage", "1"}, pp2);
+  add("train", "num_layers_per_virtual_pipeline_stage", V::kRefused,
+      {"--num-layers-per-virtual-pipeline-stage", "1"}, tm);
+  add("train", "decoder_first_pipeline_num_layers", V::kEffect,
+      {"--decoder-first-pipeline-num-layers", "1"}, pp2);
+  add("train", "decoder_last_pipeline_num_layers", V::kEffect,
+      {"--decoder-last-pipeline-num-layers", "1"}, pp2);
+  add("train", "no_overlap_p2p_communication", V::kEffect,
+      {"--no-overlap-p2p-communication"}, pp2);
+  add("train", "no_overlap_p2p_communication", V::kWarned,
+      {"--no-overlap-p2p-communication"}, tm);
+  add("train", "use_distributed_optimizer", V::kEffect,
+      {"--use-distributed-optimizer"}, dp2);
+  // At DP 1 too: the optimizer shards over one rank.
+  add("train", "use_distributed_optimizer", V::kEffect,
+      {"--use-distributed-optimizer"}, tm);
+  add("train", "data_parallel_sharding_strategy", V::kEffect,
+      {"--data-parallel-sharding-strategy", "optim_grads_params"}, dp2);
+  add("train", "data_parallel_sharding_strategy", V::kRefused,
+      {"--data-parallel-sharding-strategy", "zero9"}, tm);
+  add("train", "overlap_grad_reduce", V::kEffect, {"--overlap-grad-reduce"},
+      dp2);
+  add("train", "overlap_grad_reduce", V::kWarned, {"--overlap-grad-reduce"},
+      With(dp2, {"--data-parallel-sharding-strategy", "optim_grads"}));
+  add("train", "ddp_bucket_size", V::kEffect, {"--ddp-bucket-size", "100"},
+      dp2);
+  add("train", "ddp_bucket_size", V::kWarned, {"--ddp-bucket-size", "100"}, tm);
+  add("train", "overlap_param_gather", V::kEffect, {"--overlap-param-gather"},
+      With(dp2, {"--use-distributed-optimizer"}));
+  add("train", "overlap_param_gather", V::kWarned, {"--overlap-param-gather"},
+      dp2);
+  add("train", "check_weight_hash_across_dp_replicas_interval", V::kEffect,
+      {"--check-weight-hash-across-dp-replicas-interval", "1"}, dp2);
+  add("train", "check_weight_hash_across_dp_replicas_interval", V::kWarned,
+      {"--check-weight-hash-across-dp-replicas-interval", "1"}, tm);
+  add("train", "debug_collectives", V::kEffect, {"--debug-collectives"}, dp2);
+  add("train", "debug_collectives", V::kWarned, {"--debug-collectives"}, tm);
+  add("train", "accumulate_allreduce_grads_in_fp32", V::kRefused,
+      {"--no-accumulate-allreduce-grads-in-fp32"}, tm);
+  // ---- train: data.
+  add("train", "data_path", V::kEffect, {"--data-path", g_tmp + "/corpus_b"},
+      td);
+  add("train", "data_path", V::kWarned, {"--data-path", g_tmp + "/corpus_b"},
+      tm);
+  add("train", "split", V::kEffect, {"--split", "1,1,0"}, td);
+  add("train", "split", V::kWarned, {"--split", "1,1,0"}, tm);
+  add("train", "mock_data", V::kEffect, {"--mock-data"}, td);
+  add("train", "tokenizer_type", V::kEffect, gpt2, td);
+  add("train", "tokenizer_type", V::kWarned, {"--tokenizer-type", "byte"}, tm);
+  add("train", "vocab_file", V::kRefused,
+      {"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "/nonexistent",
+       "--merge-file", g_gpt2_merges},
+      td);
+  add("train", "vocab_file", V::kWarned, {"--vocab-file", g_gpt2_vocab}, td);
+  add("train", "merge_file", V::kRefused,
+      {"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", g_gpt2_vocab,
+       "--merge-file", "/nonexistent"},
+      td);
+  add("train", "merge_file", V::kWarned, {"--merge-file", g_gpt2_merges}, td);
+  add("train", "data_cache_path", V::kEffect,
+      {"--data-cache-path", g_out + "/cache2"}, td);
+  add("train", "data_cache_path", V::kWarned,
+      {"--data-cache-path", g_out + "/cache"}, tm);
+  add("train", "eod_mask_loss", V::kEffect, {"--eod-mask-loss"}, td);
+  add("train", "eod_mask_loss", V::kWarned, {"--eod-mask-loss"}, tm);
+  add("train", "micro_batch_size", V::kEffect, {"--micro-batch-size", "1"}, tm);
+  // ---- train: batch, schedule, optimizer.
+  add("train", "global_batch_size", V::kEffect, {"--global-batch-size", "4"},
+      tm);
+  add("train", "train_iters", V::kEffect, {"--train-iters", "3"}, tm);
+  add("train", "eval_iters", V::kEffect, {"--eval-iters", "2"}, tm);
+  add("train", "eval_interval", V::kEffect, {"--eval-interval", "2"}, tm);
+  add("train", "eval_interval", V::kWarned, {"--eval-interval", "2"},
+      With(tm, {"--eval-iters", "0"}));
+  add("train", "optimizer", V::kEffect, {"--optimizer", "sgd"}, tm);
+  add("train", "lr", V::kEffect, {"--lr", "0.01"}, tm);
+  add("train", "min_lr", V::kEffect, {"--min-lr", "0.0005"}, tm);
+  add("train", "min_lr", V::kWarned, {"--min-lr", "0.0005"},
+      With(tm, {"--lr-decay-style", "constant"}));
+  add("train", "lr_warmup_iters", V::kEffect, {"--lr-warmup-iters", "1"}, tm);
+  add("train", "lr_warmup_iters", V::kWarned, {"--lr-warmup-iters", "1"},
+      With(tm, {"--lr-warmup-fraction", "0.5"}));
+  add("train", "lr_warmup_fraction", V::kEffect,
+      {"--lr-warmup-fraction", "0.5"}, tm);
+  add("train", "lr_decay_iters", V::kEffect, {"--lr-decay-iters", "10"}, tm);
+  add("train", "lr_decay_iters", V::kWarned, {"--lr-decay-iters", "10"},
+      With(tm, {"--lr-decay-style", "constant"}));
+  add("train", "lr_decay_style", V::kEffect, {"--lr-decay-style", "linear"},
+      With(tm, {"--lr-decay-iters", "4"}));
+  add("train", "weight_decay", V::kEffect, {"--weight-decay", "100"}, tm);
+  add("train", "adam_beta1", V::kEffect, {"--adam-beta1", "0.5"}, tm);
+  add("train", "adam_beta1", V::kWarned, {"--adam-beta1", "0.5"},
+      With(tm, {"--optimizer", "sgd"}));
+  add("train", "adam_beta2", V::kEffect, {"--adam-beta2", "0.5"}, tm);
+  add("train", "adam_beta2", V::kWarned, {"--adam-beta2", "0.5"},
+      With(tm, {"--optimizer", "sgd"}));
+  add("train", "adam_eps", V::kEffect, {"--adam-eps", "0.1"}, tm);
+  add("train", "adam_eps", V::kWarned, {"--adam-eps", "0.1"},
+      With(tm, {"--optimizer", "sgd"}));
+  add("train", "sgd_momentum", V::kEffect, {"--sgd-momentum", "0.1"},
+      With(tm, {"--optimizer", "sgd"}));
+  add("train", "sgd_momentum", V::kWarned, {"--sgd-momentum", "0.1"}, tm);
+  // Adam's step does not depend on the gradient's scale: SGD's does.
+  add("train", "clip_grad", V::kEffect, {"--clip-grad", "0.1"},
+      With(tm, {"--optimizer", "sgd"}));
+  // ---- train: fp16 loss scaling.
+  add("train", "loss_scale", V::kEffect, {"--loss-scale", "1024"}, fp16);
+  add("train", "loss_scale", V::kWarned, {"--loss-scale", "1024"}, tm);
+  add("train", "initial_loss_scale", V::kEffect,
+      {"--initial-loss-scale", "1024"}, fp16);
+  add("train", "initial_loss_scale", V::kWarned,
+      {"--initial-loss-scale", "1024"}, tm);
+  // The first steps overflow at 2^32; at the minimum the scale stays.
+  add("train", "min_loss_scale", V::kEffect, {"--min-loss-scale", "4294967296"},
+      fp16);
+  add("train", "min_loss_scale", V::kRefused, {"--min-loss-scale", "1e12"},
+      fp16);
+  add("train", "min_loss_scale", V::kWarned, {"--min-loss-scale", "2"}, tm);
+  add("train", "loss_scale_window", V::kEffect, {"--loss-scale-window", "1"},
+      With(fp16, {"--initial-loss-scale", "1024"}));
+  add("train", "loss_scale_window", V::kWarned, {"--loss-scale-window", "1"},
+      tm);
+  add("train", "hysteresis", V::kEffect, {"--hysteresis", "1"}, fp16);
+  add("train", "hysteresis", V::kWarned, {"--hysteresis", "1"},
+      With(fp16, {"--loss-scale", "1024"}));
+  // ---- train: checkpoints.
+  add("train", "save", V::kEffect, {"--save", g_out + "/ckpt"}, tm);
+  add("train", "save_interval", V::kEffect, {"--save-interval", "1"}, saving);
+  add("train", "save_interval", V::kRefused, {"--save-interval", "1"}, tm);
+  add("train", "async_save", V::kEffect, {"--async-save"}, saving);
+  add("train", "async_save", V::kRefused, {"--async-save"}, tm);
+  add("train", "keep_last", V::kEffect, {"--keep-last", "1"},
+      With(saving, {"--save-interval", "1"}));
+  add("train", "keep_last", V::kRefused, {"--keep-last", "1"}, tm);
+  add("train", "load", V::kEffect, {"--load", g_tmp + "/ckpt_a"}, tm257);
+  add("train", "no_load_optim", V::kEffect, {"--no-load-optim"}, loading);
+  add("train", "no_load_optim", V::kRefused, {"--no-load-optim"}, tm);
+  add("train", "no_load_rng", V::kEffect, {"--no-load-rng"}, loading);
+  add("train", "no_load_rng", V::kRefused, {"--no-load-rng"}, tm);
+  // ---- train: logging and the rest.
+  add("train", "log_interval", V::kEffect, {"--log-interval", "2"}, tm);
+  add("train", "timing_log_level", V::kEffect, {"--timing-log-level", "1"}, tm);
+  add("train", "metrics_file", V::kEffect,
+      {"--metrics-file", g_out + "/m.jsonl"}, tm);
+  add("train", "peak_tflops", V::kEffect, {"--peak-tflops", "2"}, tm);
+  add("train", "preset", V::kEffect, {"--preset", "bench"}, tm);
+  add("train", "config", V::kEffect, {"--config", g_tmp + "/seed.textproto"},
+      tm);
+  add("train", "num_threads", V::kEffect, {"--num-threads", "2"}, tm);
+  add("train", "flagfile", V::kEffect, {flagfile}, tm);
+  for (const char* f : {"fromenv", "tryfromenv", "undefok"}) {
+    add("train", f, V::kRefused, {absl::StrCat("--", f, "=seed")}, tm);
+  }
+
+  // ---- eval.
+  const Context& el = ctx.eval_loss;
+  const Context& eg = ctx.eval_gen;
+  const Context& ed = ctx.eval_data;
+  add("eval", "load", V::kEffect, {"--load", g_tmp + "/ckpt_b"}, el);
+  add("eval", "eval_iters", V::kEffect, {"--eval-iters", "2"}, el);
+  add("eval", "prompt", V::kEffect, {"--prompt", "ab"}, el);
+  add("eval", "max_new_tokens", V::kEffect, {"--max-new-tokens", "2"}, eg);
+  add("eval", "max_new_tokens", V::kWarned, {"--max-new-tokens", "2"}, el);
+  add("eval", "temperature", V::kEffect, {"--temperature", "0"}, eg);
+  add("eval", "temperature", V::kWarned, {"--temperature", "0"}, el);
+  add("eval", "top_k", V::kEffect, {"--top-k", "1"}, eg);
+  add("eval", "top_k", V::kWarned, {"--top-k", "1"},
+      With(eg, {"--temperature", "0"}));
+  add("eval", "top_p", V::kEffect, {"--top-p", "0.01"}, eg);
+  add("eval", "top_p", V::kWarned, {"--top-p", "0.01"}, el);
+  add("eval", "no_kv_cache", V::kEffect, {"--no-kv-cache"}, eg);
+  add("eval", "no_kv_cache", V::kWarned, {"--no-kv-cache"}, el);
+  add("eval", "seed", V::kEffect, {"--seed", "2"}, eg);
+  add("eval", "bf16", V::kEffect, {"--bf16"}, el);
+  add("eval", "fp16", V::kEffect, {"--fp16"}, el);
+  add("eval", "micro_batch_size", V::kEffect, {"--micro-batch-size", "1"}, el);
+  add("eval", "micro_batch_size", V::kWarned, {"--micro-batch-size", "1"}, eg);
+  add("eval", "make_vocab_size_divisible_by", V::kEffect,
+      {"--make-vocab-size-divisible-by", "7"}, el);
+  add("eval", "tensor_model_parallel_size", V::kEffect,
+      {"--tensor-model-parallel-size", "2"}, Nproc(el, 2));
+  add("eval", "pipeline_model_parallel_size", V::kRefused,
+      {"--pipeline-model-parallel-size", "2"}, Nproc(el, 2));
+  add("eval", "context_parallel_size", V::kRefused,
+      {"--context-parallel-size", "2"}, Nproc(el, 2));
+  add("eval", "sequence_parallel", V::kWarned, {"--sequence-parallel"}, el);
+  add("eval", "debug_collectives", V::kEffect, {"--debug-collectives"},
+      Nproc(el, 2));
+  add("eval", "debug_collectives", V::kWarned, {"--debug-collectives"}, el);
+  add("eval", "num_threads", V::kEffect, {"--num-threads", "2"}, el);
+  add("eval", "data_path", V::kEffect, {"--data-path", g_tmp + "/corpus_b"},
+      ed);
+  add("eval", "data_path", V::kWarned, {"--data-path", g_tmp + "/corpus_b"},
+      el);
+  add("eval", "split", V::kEffect, {"--split", "1,1,0"}, ed);
+  add("eval", "split", V::kWarned, {"--split", "1,1,0"}, el);
+  add("eval", "mock_data", V::kEffect, {"--mock-data"}, ed);
+  add("eval", "data_cache_path", V::kEffect,
+      {"--data-cache-path", g_out + "/cache2"}, ed);
+  add("eval", "data_cache_path", V::kWarned,
+      {"--data-cache-path", g_out + "/cache"}, el);
+  add("eval", "eod_mask_loss", V::kEffect, {"--eod-mask-loss"}, ed);
+  add("eval", "eod_mask_loss", V::kWarned, {"--eod-mask-loss"}, el);
+  add("eval", "tokenizer_type", V::kRefused, gpt2, ed);
+  add("eval", "tokenizer_type", V::kWarned, {"--tokenizer-type", "byte"}, el);
+  add("eval", "vocab_file", V::kWarned, {"--vocab-file", g_gpt2_vocab}, ed);
+  add("eval", "merge_file", V::kWarned, {"--merge-file", g_gpt2_merges}, ed);
+  // Model flags: the checkpoint holds the model; a disagreeing one is
+  // refused (agreeing ones pass).
+  for (const auto& [flag, value] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"num_layers", "3"},
+           {"hidden_size", "32"},
+           {"num_attention_heads", "4"},
+           {"num_query_groups", "1"},
+           {"group_query_attention", "true"},
+           {"ffn_hidden_size", "24"},
+           {"seq_length", "8"},
+           {"max_position_embeddings", "64"},
+           {"position_embedding_type", "rope"},
+           {"rotary_base", "50"},
+           {"normalization", "RMSNorm"},
+           {"norm_epsilon", "0.5"},
+           {"swiglu", "true"},
+           {"untie_embeddings_and_output_weights", "true"},
+           {"disable_bias_linear", "true"},
+           {"vocab_size", "300"}}) {
+    add("eval", flag, V::kRefused, {"--" + Dashed(flag) + "=" + value}, el);
+  }
+  // Training's flags that eval never reads.
+  for (const auto& [flag, value] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"hidden_dropout", "0.1"},
+           {"attention_dropout", "0.1"},
+           {"init_method_std", "0.1"},
+           {"recompute_granularity", "full"},
+           {"recompute_method", "block"},
+           {"recompute_num_layers", "2"},
+           {"num_layers_per_virtual_pipeline_stage", "1"},
+           {"decoder_first_pipeline_num_layers", "1"},
+           {"decoder_last_pipeline_num_layers", "1"},
+           {"no_overlap_p2p_communication", "true"},
+           {"save", "/tmp/x"},
+           {"save_interval", "5"},
+           {"async_save", "true"},
+           {"keep_last", "2"},
+           {"no_load_optim", "true"},
+           {"no_load_rng", "true"}}) {
+    add("eval", flag, V::kRefused, {"--" + Dashed(flag) + "=" + value}, el);
+  }
+  add("eval", "flagfile", V::kEffect, {flagfile}, eg);
+  for (const char* f : {"fromenv", "tryfromenv", "undefok"}) {
+    add("eval", f, V::kRefused, {absl::StrCat("--", f, "=seed")}, el);
+  }
+
+  // ---- convert_checkpoint.
+  const Context& ex = ctx.export_hf;
+  const Context& im = ctx.import_hf;
+  add("convert_checkpoint", "load", V::kEffect, {"--load", g_tmp + "/ckpt_b"},
+      ex);
+  add("convert_checkpoint", "load", V::kRefused, {"--load", g_tmp + "/ckpt_b"},
+      im);
+  add("convert_checkpoint", "export_hf", V::kEffect,
+      {"--export-hf", g_out + "/hf2"}, ex);
+  add("convert_checkpoint", "import_hf", V::kEffect,
+      {"--import-hf", g_tmp + "/hf_b"}, im);
+  add("convert_checkpoint", "save", V::kEffect, {"--save", g_out + "/ckpt2"},
+      im);
+  add("convert_checkpoint", "save", V::kRefused, {"--save", g_out + "/ckpt2"},
+      ex);
+  add("convert_checkpoint", "flagfile", V::kEffect,
+      {"--flagfile=" + g_tmp + "/export.flags"}, ex);
+  for (const char* f : {"fromenv", "tryfromenv", "undefok"}) {
+    add("convert_checkpoint", f, V::kRefused, {absl::StrCat("--", f, "=load")},
+        ex);
+  }
+
+  // ---- preprocess_data (Abseil's parser: its own flags work).
+  const Context& pr = ctx.preprocess;
+  add("preprocess_data", "input", V::kEffect,
+      {"--input", g_tmp + "/corpus_b.jsonl"}, pr);
+  add("preprocess_data", "json_keys", V::kEffect, {"--json-keys", "title"}, pr);
+  add("preprocess_data", "output_prefix", V::kEffect,
+      {"--output-prefix", g_out + "/q"}, pr);
+  add("preprocess_data", "tokenizer_type", V::kEffect, gpt2, pr);
+  add("preprocess_data", "vocab_file", V::kRefused,
+      {"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "/nonexistent",
+       "--merge-file", g_gpt2_merges},
+      pr);
+  add("preprocess_data", "vocab_file", V::kWarned,
+      {"--vocab-file", g_gpt2_vocab}, pr);
+  add("preprocess_data", "merge_file", V::kRefused,
+      {"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", g_gpt2_vocab,
+       "--merge-file", "/nonexistent"},
+      pr);
+  add("preprocess_data", "merge_file", V::kWarned,
+      {"--merge-file", g_gpt2_merges}, pr);
+  add("preprocess_data", "append_eod", V::kEffect, {"--append-eod"}, pr);
+  add("preprocess_data", "workers", V::kEffect, {"--workers", "2"}, pr);
+  add("preprocess_data", "skip_bad_records", V::kEffect, {"--skip-bad-records"},
+      With(pr, {"--input", g_tmp + "/corpus_bad.jsonl"}));
+  add("preprocess_data", "log_interval", V::kEffect, {"--log-interval", "1"},
+      pr);
+  add("preprocess_data", "num_threads", V::kRefused, {"--num-threads", "2"},
+      pr);
+  add("preprocess_data", "flagfile", V::kEffect,
+      {"--flagfile=" + g_tmp + "/eod.flags"}, pr);
+  add("preprocess_data", "fromenv", V::kEffect, {"--fromenv=append_eod"}, pr,
+      {"FLAGS_append_eod=true"});
+  add("preprocess_data", "tryfromenv", V::kEffect, {"--tryfromenv=append_eod"},
+      pr, {"FLAGS_append_eod=true"});
+  add("preprocess_data", "undefok", V::kEffect, {"--undefok=bogus"},
+      With(pr, {"--bogus=1"}));
+
+  // ---- launch (Abseil's parser).
+  const Context& la = ctx.launch;
+  add("launch", "nproc_per_node", V::kEffect, {"--nproc_per_node", "2"}, la);
+  add("launch", "nnodes", V::kEffect, {"--nnodes", "2"}, la);
+  add("launch", "node_rank", V::kEffect, {"--node_rank", "1"},
+      With(la, {"--nnodes", "2"}));
+  add("launch", "master_addr", V::kEffect, {"--master_addr", "10.1.2.3"}, la);
+  add("launch", "master_port", V::kEffect, {"--master_port", "29413"}, la);
+  add("launch", "grace_period_s", V::kEffect, {"--grace-period-s", "0.2"},
+      ctx.launch_grace);
+  t.back().code = 3;  // Rank 1's.
+  add("launch", "flagfile", V::kEffect, {"--flagfile=" + g_tmp + "/addr.flags"},
+      la);
+  add("launch", "fromenv", V::kEffect, {"--fromenv=master_addr"}, la,
+      {"FLAGS_master_addr=10.9.9.9"});
+  add("launch", "tryfromenv", V::kEffect, {"--tryfromenv=master_addr"}, la,
+      {"FLAGS_master_addr=10.9.9.9"});
+  add("launch", "undefok", V::kEffect, {"--undefok=bogus"},
+      With(la, {"--bogus=1"}));
+  return t;
+}
+
+const char* const kBinaries[] = {"train", "eval", "convert_checkpoint",
+                                 "preprocess_data", "launch"};
+
+class FlagsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    g_tmp = std::string(tmp != nullptr ? tmp : "/tmp") + "/flags_test";
+    RemoveTree(g_tmp);
+    mkdir(g_tmp.c_str(), 0755);
+    g_out = g_tmp + "/out";
+    // Two small corpora, one with a bad record.
+    std::string a, b;
+    for (int i = 0; i < 300; ++i) {
+      absl::StrAppend(&a, "{\"text\": \"document ", i, " says hello to ", i * 7,
+                      " friends\", \"title\": \"t", i, "\"}\n");
+      absl::StrAppend(&b, "{\"text\": \"other text number ", i * 3,
+                      " is here\", \"title\": \"u", i, "\"}\n");
+    }
+    WriteFile(g_tmp + "/corpus_a.jsonl", a);
+    WriteFile(g_tmp + "/corpus_b.jsonl", b);
+    WriteFile(g_tmp + "/corpus_bad.jsonl", a + "{not json\n");
+    WriteFile(g_tmp + "/eod.flags", "--append_eod\n");
+    WriteFile(g_tmp + "/addr.flags", "--master_addr=10.7.7.7\n");
+    for (const char* name : {"a", "b"}) {
+      Outcome r =
+          Execute({g_bin["preprocess_data"], "--input",
+                   absl::StrCat(g_tmp, "/corpus_", name, ".jsonl"),
+                   "--output-prefix", absl::StrCat(g_tmp, "/corpus_", name),
+                   "--tokenizer-type", "ByteTokenizer", "--append-eod"});
+      ASSERT_EQ(r.code, 0) << Show(r);
+      for (const char* ext : {".bin", ".idx"}) {
+        ASSERT_EQ(
+            std::rename(
+                absl::StrCat(g_tmp, "/corpus_", name, "_text_document", ext)
+                    .c_str(),
+                absl::StrCat(g_tmp, "/corpus_", name, ext).c_str()),
+            0);
+      }
+    }
+    const std::vector<std::string> model = {
+        "--num-layers",          "2", "--hidden-size", "16",
+        "--num-attention-heads", "2", "--seq-length",  "16",
+        "--micro-batch-size",    "2", "--peak-tflops", "1",
+        "--num-threads",         "1", "--train-iters", "2",
+        "--log-interval",        "1", "--eval-iters",  "1",
+        "--eval-interval",       "1"};
+    ctx.train_mock.args = model;
+    ctx.train_mock.args.insert(ctx.train_mock.args.end(),
+                               {"--mock-data", "--vocab-size", "64"});
+    ctx.train_data.args = model;
+    // Index caches under out/, so every run builds them afresh.
+    ctx.train_data.args.insert(ctx.train_data.args.end(),
+                               {"--data-path", g_tmp + "/corpus_a",
+                                "--data-cache-path", g_out + "/cache"});
+    // Checkpoints (vocabulary 257: the byte tokenizer's), and their exports.
+    for (const auto& [name, seed] :
+         std::vector<std::pair<std::string, std::string>>{{"a", "1"},
+                                                          {"b", "2"}}) {
+      Outcome r = RunIn(
+          "train", ctx.train_mock,
+          {"--vocab-size", "257", "--seed", seed, "--hidden-dropout", "0.1",
+           "--train-iters", "1", "--save", g_tmp + "/ckpt_" + name});
+      ASSERT_EQ(r.code, 0) << Show(r);
+      r = Execute({g_bin["convert_checkpoint"], "--load",
+                   g_tmp + "/ckpt_" + name, "--export-hf",
+                   g_tmp + "/hf_" + name});
+      ASSERT_EQ(r.code, 0) << Show(r);
+    }
+    WriteFile(g_tmp + "/export.flags",
+              absl::StrCat("--load=", g_tmp, "/ckpt_b\n"));
+    ctx.eval_loss.args = {
+        "--load", g_tmp + "/ckpt_a",    "--mock-data", "--eval-iters",
+        "1",      "--micro-batch-size", "2",           "--num-threads",
+        "1"};
+    ctx.eval_gen.args = {
+        "--load", g_tmp + "/ckpt_a", "--prompt", "hello", "--max-new-tokens",
+        "6",      "--num-threads",   "1"};
+    ctx.eval_data.args = {"--load",
+                          g_tmp + "/ckpt_a",
+                          "--data-path",
+                          g_tmp + "/corpus_a",
+                          "--data-cache-path",
+                          g_out + "/cache",
+                          "--eval-iters",
+                          "1",
+                          "--micro-batch-size",
+                          "2",
+                          "--num-threads",
+                          "1"};
+    ctx.export_hf.args = {"--load", g_tmp + "/ckpt_a", "--export-hf",
+                          g_out + "/hf"};
+    ctx.import_hf.args = {"--import-hf", g_tmp + "/hf_a", "--save",
+                          g_out + "/ckpt"};
+    ctx.preprocess.args = {"--input",          g_tmp + "/corpus_a.jsonl",
+                           "--output-prefix",  g_out + "/p",
+                           "--tokenizer-type", "ByteTokenizer"};
+    ctx.launch.args = {"--master_port", "29411"};
+    ctx.launch.tail = {
+        "--", "/bin/sh", "-c",
+        "echo rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE "
+        "local_world=$LOCAL_WORLD_SIZE node=$NODE_RANK addr=$MASTER_ADDR "
+        "port=$MASTER_PORT"};
+    // Rank 1 fails; rank 0 ignores SIGTERM until the launcher's SIGKILL.
+    ctx.launch_grace.args = {"--nproc_per_node", "2", "--grace_period_s",
+                             "0.5"};
+    ctx.launch_grace.tail = {
+        "--", "/bin/sh", "-c",
+        "if [ $RANK = 1 ]; then sleep 0.3; exit 3; fi; trap '' TERM; "
+        "sleep 5"};
+  }
+};
+
+TEST_F(FlagsTest, EveryFlagIsClassified) {
+  const std::vector<Row> table = Table();
+  for (const char* binary : kBinaries) {
+    std::set<std::string> registered = RegisteredFlags(binary);
+    ASSERT_FALSE(registered.empty()) << binary << " --helpfull listed no flags";
+    std::set<std::string> classified;
+    for (const Row& row : table) {
+      if (row.binary == binary) classified.insert(row.flag);
+    }
+    std::vector<std::string> unclassified, stale;
+    std::set_difference(registered.begin(), registered.end(),
+                        classified.begin(), classified.end(),
+                        std::back_inserter(unclassified));
+    std::set_difference(classified.begin(), classified.end(),
+                        registered.begin(), registered.end(),
+                        std::back_inserter(stale));
+    EXPECT_TRUE(unclassified.empty())
+        << binary << " accepts flags that no row of tools/flags_test.cc "
+        << "classifies (give each an effect, a refusal or a warning, and a "
+        << "row): --" << absl::StrJoin(unclassified, ", --");
+    EXPECT_TRUE(stale.empty())
+        << binary << " has no flags --" << absl::StrJoin(stale, ", --")
+        << " that tools/flags_test.cc classifies";
+  }
+}
+
+// --config FILE's fields are train's flags; every flag has a field except
+// those that only make sense on a command line.
+TEST_F(FlagsTest, TrainConfigMirrorsTrainFlags) {
+  const std::set<std::string> registered = RegisteredFlags("train");
+  std::set<std::string> fields;
+  const google::protobuf::Descriptor* d = mcc::tools::TrainConfig::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    fields.insert(d->field(i)->name());
+    EXPECT_TRUE(registered.count(d->field(i)->name()))
+        << "TrainConfig." << d->field(i)->name() << " matches no train flag";
+  }
+  std::set<std::string> without_field;
+  for (const std::string& flag : registered) {
+    if (!fields.count(flag)) without_field.insert(flag);
+  }
+  EXPECT_EQ(without_field,
+            (std::set<std::string>{"config", "flagfile", "fromenv",
+                                   "tryfromenv", "undefok"}));
+}
+
+// Not in the registry, so not in the table: --help and --helpfull print the
+// usage; glog's own flags (--v, --logtostderr, ...) are gflags that no binary
+// parses, so they are refused as unknown.
+TEST_F(FlagsTest, HelpWorksAndGlogFlagsAreRefused) {
+  for (const char* binary : kBinaries) {
+    for (const char* help : {"--help", "--helpfull"}) {
+      Outcome r = Execute({g_bin[binary], help});
+      EXPECT_THAT(r.out + r.err, ::testing::HasSubstr("--")) << Show(r);
+    }
+    for (const char* glog : {"--v=1", "--logtostderr", "--minloglevel=1"}) {
+      Outcome r = Execute({g_bin[binary], glog});
+      EXPECT_NE(r.code, 0) << Show(r);
+      const std::string name(absl::StripPrefix(
+          std::string(glog).substr(0, std::string(glog).find('=')), "--"));
+      EXPECT_THAT(r.err, ::testing::HasSubstr(name)) << Show(r);
+    }
+  }
+}
+
+TEST_F(FlagsTest, EveryRowHoldsItsVerdict) {
+  std::map<std::string, std::vector<std::string>> baselines;
+  int checked = 0;
+  for (const Row& row : Table()) {
+    SCOPED_TRACE(absl::StrCat(row.binary, " --", Dashed(row.flag)));
+    const std::string key =
+        absl::StrCat(row.binary, "|", absl::StrJoin(row.context.args, " "), "|",
+                     absl::StrJoin(row.context.tail, " "), "|",
+                     row.context.nproc, "|", absl::StrJoin(row.env, " "));
+    if (!baselines.count(key)) {
+      Outcome base = RunIn(row.binary, row.context, {}, row.env);
+      baselines[key] = Observe(base, row.context.nproc > 1);
+    }
+    const std::vector<std::string>& base = baselines[key];
+    Outcome r = RunIn(row.binary, row.context, row.args, row.env);
+    const std::vector<std::string> seen = Observe(r, row.context.nproc > 1);
+    const std::string name = "--" + Dashed(row.flag);
+    const std::string underscored = "--" + row.flag;
+    ++checked;
+    switch (row.verdict) {
+      case Verdict::kEffect:
+        EXPECT_EQ(r.code, row.code) << Show(r);
+        EXPECT_TRUE(seen != base) << "no observable effect:\n" << Show(r);
+        EXPECT_FALSE(absl::StrContains(r.err, name + " has no effect"))
+            << Show(r);
+        break;
+      case Verdict::kRefused: {
+        EXPECT_EQ(r.code, 2) << Show(r);
+        std::string err(absl::StripTrailingAsciiWhitespace(r.err));
+        // Under the launcher: the rank's line and the launcher's own.
+        if (row.context.nproc > 1) {
+          EXPECT_TRUE(absl::StrContains(err, name) ||
+                      absl::StrContains(err, underscored))
+              << Show(r);
+        } else {
+          EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 0)
+              << "not one line:\n"
+              << Show(r);
+          EXPECT_TRUE(absl::StrContains(err, name) ||
+                      absl::StrContains(err, underscored))
+              << "the refusal does not name the flag:\n"
+              << Show(r);
+        }
+        break;
+      }
+      case Verdict::kWarned: {
+        EXPECT_EQ(r.code, 0) << Show(r);
+        EXPECT_TRUE(absl::StrContains(r.err, name + " has no effect"))
+            << Show(r);
+        // Nothing else changed.
+        std::vector<std::string> rest;
+        for (const std::string& line : seen) {
+          if (!absl::StrContains(line, " has no effect in this run: ")) {
+            rest.push_back(line);
+          }
+        }
+        std::vector<std::string> base_rest;
+        for (const std::string& line : base) {
+          if (!absl::StrContains(line, " has no effect in this run: ")) {
+            base_rest.push_back(line);
+          }
+        }
+        EXPECT_TRUE(rest == base_rest) << "warned, but it changed the run:\n"
+                                       << Diff(rest, base_rest) << "\n"
+                                       << Show(r);
+        break;
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  // Arguments: the binaries' paths, in kBinaries order, then the GPT-2 files.
+  if (argc != 8) {
+    std::fprintf(stderr,
+                 "usage: flags_test TRAIN EVAL CONVERT PREPROCESS LAUNCH "
+                 "ENCODER_JSON VOCAB_BPE\n");
+    return 2;
+  }
+  char cwd[4096];
+  const std::string here = getcwd(cwd, sizeof(cwd)) ? cwd : ".";
+  auto absolute = [&](const std::string& p) {
+    return p[0] == '/' ? p : here + "/" + p;
+  };
+  for (int i = 0; i < 5; ++i) g_bin[kBinaries[i]] = absolute(argv[i + 1]);
+  g_gpt2_vocab = absolute(argv[6]);
+  g_gpt2_merges = absolute(argv[7]);
+  // train and eval otherwise run themselves again with it set.
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  return RUN_ALL_TESTS();
+}
