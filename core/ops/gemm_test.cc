@@ -386,8 +386,12 @@ TEST(GemmTest, EachBf16PathMatchesReference) {
 }
 
 // On the native path a bf16 c is written by oneDNN itself, without fp32
-// staging: it must hold exactly the fp32 result rounded once.
-TEST(GemmTest, NativeBf16OutputIsTheRoundedFp32Result) {
+// staging. oneDNN may block its sums differently for a bf16 and an fp32
+// output (an AMX kernel may), so the two fp32 accumulations can differ by the
+// fp32 rounding error (far below half a bf16 ulp); the bf16 value, rounded
+// once from such a sum, is then within one bf16 ulp (of the value's binade)
+// of the fp32 result.
+TEST(GemmTest, NativeBf16OutputIsTheFp32ResultRoundedOnce) {
   if (!NativeBf16Available()) {
     std::printf("no native bf16 on this CPU: nothing to check\n");
     GTEST_SKIP() << "no native bf16 on this CPU";
@@ -400,7 +404,14 @@ TEST(GemmTest, NativeBf16OutputIsTheRoundedFp32Result) {
   Tensor c16 = Tensor::Zeros({m, n}, DType::kBFloat16);
   ASSERT_TRUE(Gemm(a, false, b, true, &c32, 0.75f).ok());
   ASSERT_TRUE(Gemm(a, false, b, true, &c16, 0.75f).ok());
-  EXPECT_EQ(Bytes(c32.To(DType::kBFloat16).value()), Bytes(c16));
+  const std::vector<double> want = c32.ToDoubles(), got = c16.ToDoubles();
+  for (size_t i = 0; i < want.size(); ++i) {
+    int exponent = 0;
+    std::frexp(want[i], &exponent);  // |want| in [2^(e-1), 2^e).
+    const double ulp = std::ldexp(1.0, exponent - 8);
+    EXPECT_LE(std::fabs(got[i] - want[i]), ulp)
+        << "element " << i << ": bf16 " << got[i] << ", fp32 " << want[i];
+  }
 }
 
 // The automatic choice measures both paths on the first GEMM of a shape
