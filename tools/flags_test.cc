@@ -327,6 +327,7 @@ std::vector<Row> Table() {
       tm);
   add("train", "init_method_std", V::kEffect, {"--init-method-std", "0.1"}, tm);
   add("train", "vocab_size", V::kEffect, {"--vocab-size", "32"}, tm);
+  add("train", "vocab_size", V::kWarned, {"--vocab-size", "32"}, td);
   add("train", "make_vocab_size_divisible_by", V::kEffect,
       {"--make-vocab-size-divisible-by", "7"}, tm);
   add("train", "recompute_granularity", V::kEffect,

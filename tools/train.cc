@@ -293,6 +293,9 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
        "(--tensor-model-parallel-size 1)"},
       {"no_overlap_p2p_communication", pp == 1,
        "only pipeline transfers overlap (--pipeline-model-parallel-size 1)"},
+      {"vocab_size", !mock,
+       "the tokenizer's vocabulary is the model's (--vocab-size is for "
+       "--mock-data)"},
       {"data_path", mock, mock_why},
       {"split", mock, mock_why},
       {"tokenizer_type", mock, mock_why},
