@@ -13,6 +13,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "checkpoint/checkpoint_dir.h"
@@ -29,6 +30,7 @@
 #include "parallel/data_parallel/param_gather_hooks.h"
 #include "parallel/data_parallel/weight_hash.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
+#include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline_executor.h"
 #include "tools/comm_dist_context.h"
 #include "tools/flags/megatron_args.h"
@@ -477,6 +479,18 @@ std::string DescribeDistribution(
                     job.tp()->size(), " tensor-parallel ranks");
   }
   if (job.pp() != nullptr) {
+    // Layers per stage (and virtual stage), as the split flags set them.
+    std::vector<std::string> stages;
+    for (int p = 0; p < job.pipeline.pipeline_size; ++p) {
+      auto ranges = pipeline::StageLayers(job.pipeline, p);
+      if (!ranges.ok()) continue;
+      std::vector<std::string> chunks;
+      for (const pipeline::LayerRange& r : *ranges) {
+        chunks.push_back(absl::StrCat(r.first, "-", r.first + r.count - 1));
+      }
+      stages.push_back(absl::StrJoin(chunks, "+"));
+    }
+    absl::StrAppend(&out, "; layers by stage ", absl::StrJoin(stages, " | "));
     absl::StrAppend(&out, "; pipeline transfers ",
                     pipeline_options.overlap_p2p ? "overlapped with compute"
                                                  : "waited for");
