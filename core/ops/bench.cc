@@ -179,6 +179,15 @@ void BenchGemm(const GemmCase& g) {
       {raw_name, "fp32", shape, flops / t_raw / 1e9, "GFLOP/s", "dnnl_sgemm"});
   g_rows.push_back({absl::StrCat("gemm.", g.name), "fp32", shape,
                     flops / t_ours / 1e9, "GFLOP/s", raw_name, t_raw / t_ours});
+  {
+    // oneDNN's matmul primitive (brgemm kernels) on the same fp32 operands.
+    const bool saved = internal::SetForceMatmulPrimitiveForTesting(true);
+    auto [t_matmul, t_raw2] = BestTimes(ours32, raw_sgemm);
+    internal::SetForceMatmulPrimitiveForTesting(saved);
+    g_rows.push_back({absl::StrCat("gemm.", g.name, ".matmul"), "fp32", shape,
+                      flops / t_matmul / 1e9, "GFLOP/s", raw_name,
+                      t_raw2 / t_matmul});
+  }
 
   // bf16: each path alone (pinned), then the automatic choice. The
   // reference is the faster raw call: oneDNN's bf16 matmul where the CPU
