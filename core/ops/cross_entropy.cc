@@ -76,17 +76,24 @@ absl::Status CheckPerToken(absl::string_view op, const char* name,
   return nn::SameDevice(op, "logits", logits, name, *t);
 }
 
+// Maximum of x[0, n) (-inf when n is 0).
 template <typename T>
-float RowLogSumExp(const T* x, int64_t n) {
+float RowMax(const T* x, int64_t n) {
   __m256 vm = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   int64_t c = 0;
   for (; c + 8 <= n; c += 8) vm = _mm256_max_ps(vm, Load8(x + c));
   float mx = nn::HMax(vm);
   for (; c < n; ++c) mx = std::max(mx, LoadS(x + c));
+  return mx;
+}
+
+template <typename T>
+float RowLogSumExp(const T* x, int64_t n) {
+  const float mx = RowMax(x, n);
   if (std::isinf(mx)) return mx;  // All -inf (or an inf): nothing to sum.
   const __m256 vmx = _mm256_set1_ps(mx);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  c = 0;
+  int64_t c = 0;
   for (; c + 16 <= n; c += 16) {
     acc0 = _mm256_add_ps(acc0, nn::Exp8(_mm256_sub_ps(Load8(x + c), vmx)));
     acc1 = _mm256_add_ps(acc1, nn::Exp8(_mm256_sub_ps(Load8(x + c + 8), vmx)));
@@ -228,16 +235,6 @@ namespace {
 
 // ---- Vocabulary shards ------------------------------------------------------
 
-template <typename T>
-float ShardRowMax(const T* x, int64_t valid) {
-  __m256 vm = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  int64_t c = 0;
-  for (; c + 8 <= valid; c += 8) vm = _mm256_max_ps(vm, Load8(x + c));
-  float mx = nn::HMax(vm);
-  for (; c < valid; ++c) mx = std::max(mx, LoadS(x + c));
-  return mx;
-}
-
 // Sum of exp(x[c] - mx) over c < valid, accumulated in float64.
 template <typename T>
 double ShardSumExp(const T* x, int64_t valid, float mx) {
@@ -303,11 +300,11 @@ absl::Status ShardedCrossEntropyRowMax(const Tensor& logits, int64_t valid,
   nn::DispatchFloat(logits.dtype(), [&](auto tl) {
     using T = decltype(tl);
     const T* x = logits.data<T>();
-    ThreadPool::Global().ParallelFor(
-        rows, RowGrain(local), [&](int64_t r0, int64_t r1) {
-          for (int64_t r = r0; r < r1; ++r)
-            out[r] = ShardRowMax(x + r * local, valid);
-        });
+    ThreadPool::Global().ParallelFor(rows, RowGrain(local),
+                                     [&](int64_t r0, int64_t r1) {
+                                       for (int64_t r = r0; r < r1; ++r)
+                                         out[r] = RowMax(x + r * local, valid);
+                                     });
   });
   return absl::OkStatus();
 }
