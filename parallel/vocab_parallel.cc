@@ -1,15 +1,11 @@
 #include "parallel/vocab_parallel.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/embedding.h"
 #include "core/status_macros.h"
-#include "core/thread_pool.h"
 #include "parallel/mappings.h"
 
 namespace mcc {
@@ -140,14 +136,14 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(
   act->row_max = row_max;
   act->sums = sums;
   act->targets = targets;
+  act->vocab_start = vocab_start;
   act->valid = valid;
   act->ignore_index = ignore_index;
   return loss;
 }
 
 absl::StatusOr<Tensor> VocabParallelCrossEntropy::Backward(
-    const Tensor& dloss, const Activations& act, int64_t vocab_start,
-    DType dtype, int64_t ignore_index) {
+    const Tensor& dloss, const Activations& act, DType dtype) {
   if (!act.logits.defined()) {
     return absl::FailedPreconditionError(
         "cross entropy backward: no activations (forward not run?)");
@@ -158,16 +154,11 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Backward(
         absl::StrCat("cross entropy backward: dloss ", dloss.Describe(),
                      " does not match ", tokens, " tokens"));
   }
-  if (ignore_index != act.ignore_index) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cross entropy backward: ignore_index ", ignore_index,
-                     " differs from the forward's ", act.ignore_index));
-  }
   Tensor grad = Tensor::Empty(act.logits.shape(), dtype);
   MCC_RETURN_IF_ERROR(ops::ShardedCrossEntropyBackward(
       act.logits, act.targets, act.row_max, act.sums,
-      dloss.Reshape({tokens}).value(), vocab_start, act.valid, ignore_index,
-      &grad));
+      dloss.Reshape({tokens}).value(), act.vocab_start, act.valid,
+      act.ignore_index, &grad));
   return grad;
 }
 

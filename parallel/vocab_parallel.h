@@ -59,7 +59,8 @@ class VocabParallelCrossEntropy {
     Tensor row_max;  // fp32 [tokens], over the whole vocabulary
     Tensor sums;     // fp32 [2, tokens]: ShardedCrossEntropySums, reduced
     Tensor targets;
-    int64_t valid = 0;  // Columns of this shard that are not padding.
+    int64_t vocab_start = 0;  // Vocabulary id of this shard's column 0.
+    int64_t valid = 0;        // Columns of this shard that are not padding.
     int64_t ignore_index = -100;
   };
 
@@ -73,11 +74,10 @@ class VocabParallelCrossEntropy {
                                         int64_t vocab_start, int64_t vocab_size,
                                         Activations* act,
                                         int64_t ignore_index = -100);
-  // dloss fp32 [tokens] -> dlogits [tokens, local vocab] in `dtype`.
+  // dloss fp32 [tokens] -> dlogits [tokens, local vocab] in `dtype`, for
+  // the shard, padding and ignore_index that Forward recorded in act.
   static absl::StatusOr<Tensor> Backward(const Tensor& dloss,
-                                         const Activations& act,
-                                         int64_t vocab_start, DType dtype,
-                                         int64_t ignore_index = -100);
+                                         const Activations& act, DType dtype);
 };
 
 }  // namespace parallel

@@ -40,7 +40,7 @@ TEST(VocabParallelCrossEntropyTest, PaddedColumnsTakeNoProbability) {
       &act);
   ASSERT_TRUE(ref.ok()) << ref.status();
   auto ref_grad =
-      VocabParallelCrossEntropy::Backward(dloss, act, 0, DType::kFloat32);
+      VocabParallelCrossEntropy::Backward(dloss, act, DType::kFloat32);
   ASSERT_TRUE(ref_grad.ok()) << ref_grad.status();
   // The loss against float64 on the true vocabulary.
   for (int64_t t = 0; t < kTokens; ++t) {
@@ -68,7 +68,7 @@ TEST(VocabParallelCrossEntropyTest, PaddedColumnsTakeNoProbability) {
     ASSERT_TRUE(loss.ok()) << loss.status();
     EXPECT_EQ(loss->ToFloats(), ref->ToFloats());
     auto grad =
-        VocabParallelCrossEntropy::Backward(dloss, pact, 0, DType::kFloat32);
+        VocabParallelCrossEntropy::Backward(dloss, pact, DType::kFloat32);
     ASSERT_TRUE(grad.ok()) << grad.status();
     for (int64_t t = 0; t < kTokens; ++t) {
       for (int64_t j = 0; j < kCols; ++j) {

@@ -595,7 +595,7 @@ absl::StatusOr<Tensor> GPTModel::BackwardStep(const Tensor& output_grad,
     for (int64_t t = 0; t < s * b; ++t) dloss.data<float>()[t] = mp[t] * scale;
     MCC_ASSIGN_OR_RETURN(Tensor dlogits,
                          parallel::VocabParallelCrossEntropy::Backward(
-                             dloss, rec->ce_act, vocab_start_, context_.dtype));
+                             dloss, rec->ce_act, context_.dtype));
     rec->ce_act = {};
     MCC_RETURN_IF_ERROR(Hook(&UnitHooks::BeforeBackward, head_unit_));
     // The tied weight's unit stays open until the embeddings' backward.
