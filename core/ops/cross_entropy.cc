@@ -23,17 +23,23 @@ int64_t TargetAt(const Tensor& targets, int64_t i) {
              : targets.data<int64_t>()[i];
 }
 
-// logits 2-D float, targets [tokens] int32/int64 on the same device.
-absl::Status CheckLogitsAndTargetShapes(absl::string_view op,
-                                        const Tensor& logits,
-                                        const Tensor& targets) {
+// logits 2-D float.
+absl::Status CheckLogits(absl::string_view op, const Tensor& logits) {
   MCC_RETURN_IF_ERROR(nn::Defined(op, "logits", &logits));
-  MCC_RETURN_IF_ERROR(nn::Defined(op, "targets", &targets));
   MCC_RETURN_IF_ERROR(nn::IsFloat(op, "logits", logits));
   if (logits.dim() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": logits must be [tokens, vocab], got ", logits.Describe()));
   }
+  return absl::OkStatus();
+}
+
+// logits 2-D float, targets [tokens] int32/int64 on the same device.
+absl::Status CheckLogitsAndTargetShapes(absl::string_view op,
+                                        const Tensor& logits,
+                                        const Tensor& targets) {
+  MCC_RETURN_IF_ERROR(CheckLogits(op, logits));
+  MCC_RETURN_IF_ERROR(nn::Defined(op, "targets", &targets));
   if (targets.dtype() != DType::kInt32 && targets.dtype() != DType::kInt64) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": targets must be int32 or int64, got ", targets.Describe()));
@@ -253,10 +259,9 @@ double ShardSumExp(const T* x, int64_t valid, float mx) {
   return sum;
 }
 
-// logits 2-D float, targets int [tokens], 0 <= valid <= local.
-absl::Status CheckShard(absl::string_view op, const Tensor& logits,
-                        const Tensor& targets, int64_t valid) {
-  MCC_RETURN_IF_ERROR(CheckLogitsAndTargetShapes(op, logits, targets));
+// A CPU shard's first `valid` columns are real: 0 <= valid <= local.
+absl::Status CheckValidColumns(absl::string_view op, const Tensor& logits,
+                               int64_t valid) {
   if (valid < 0 || valid > logits.size(1)) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": ", valid, " valid columns for logits ",
@@ -276,23 +281,25 @@ absl::Status CheckFloatShape(absl::string_view op, const char* name,
   return nn::CpuOnly(op, *t);
 }
 
+// A shard's logits and targets, and the reduced statistics of its rows.
+absl::Status CheckShardAndStats(absl::string_view op, const Tensor& logits,
+                                const Tensor& targets, int64_t valid,
+                                const Tensor& row_max, const Tensor* sums) {
+  MCC_RETURN_IF_ERROR(CheckLogitsAndTargetShapes(op, logits, targets));
+  MCC_RETURN_IF_ERROR(CheckValidColumns(op, logits, valid));
+  const int64_t rows = logits.size(0);
+  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "row_max", &row_max, {rows}));
+  return CheckFloatShape(op, "sums", sums, {2, rows});
+}
+
 }  // namespace
 
 absl::Status ShardedCrossEntropyRowMax(const Tensor& logits, int64_t valid,
                                        Tensor* row_max) {
   ScopedOpTimer op_timer("ShardedCrossEntropyRowMax");
   constexpr absl::string_view op = "ShardedCrossEntropyRowMax";
-  MCC_RETURN_IF_ERROR(nn::Defined(op, "logits", &logits));
-  if (logits.dim() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": logits must be [tokens, local vocab], got ", logits.Describe()));
-  }
-  MCC_RETURN_IF_ERROR(nn::IsFloat(op, "logits", logits));
-  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, logits));
-  if (valid < 0 || valid > logits.size(1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": ", valid, " valid columns for logits ", logits.Describe()));
-  }
+  MCC_RETURN_IF_ERROR(CheckLogits(op, logits));
+  MCC_RETURN_IF_ERROR(CheckValidColumns(op, logits, valid));
   MCC_RETURN_IF_ERROR(
       CheckFloatShape(op, "row_max", row_max, {logits.size(0)}));
   const int64_t rows = logits.size(0), local = logits.size(1);
@@ -315,10 +322,9 @@ absl::Status ShardedCrossEntropySums(const Tensor& logits,
                                      int64_t valid, Tensor* sums) {
   ScopedOpTimer op_timer("ShardedCrossEntropySums");
   constexpr absl::string_view op = "ShardedCrossEntropySums";
-  MCC_RETURN_IF_ERROR(CheckShard(op, logits, targets, valid));
+  MCC_RETURN_IF_ERROR(
+      CheckShardAndStats(op, logits, targets, valid, row_max, sums));
   const int64_t rows = logits.size(0), local = logits.size(1);
-  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "row_max", &row_max, {rows}));
-  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "sums", sums, {2, rows}));
   const float* mx = row_max.data<float>();
   float* sum_exp = sums->data<float>();
   float* target_term = sum_exp + rows;
@@ -373,10 +379,9 @@ absl::Status ShardedCrossEntropyBackward(
     int64_t ignore_index, Tensor* dlogits) {
   ScopedOpTimer op_timer("ShardedCrossEntropyBackward");
   constexpr absl::string_view op = "ShardedCrossEntropyBackward";
-  MCC_RETURN_IF_ERROR(CheckShard(op, logits, targets, valid));
+  MCC_RETURN_IF_ERROR(
+      CheckShardAndStats(op, logits, targets, valid, row_max, &sums));
   const int64_t rows = logits.size(0), local = logits.size(1);
-  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "row_max", &row_max, {rows}));
-  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "sums", &sums, {2, rows}));
   MCC_RETURN_IF_ERROR(CheckFloatShape(op, "dloss", &dloss, {rows}));
   MCC_RETURN_IF_ERROR(nn::Defined(op, "dlogits", dlogits));
   MCC_RETURN_IF_ERROR(nn::IsFloat(op, "dlogits", *dlogits));
