@@ -277,13 +277,15 @@ void GemmWidened(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
   }
 }
 
-void GemmNativeBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                    float alpha, const BFloat16* a, int64_t lda,
-                    const BFloat16* b, int64_t ldb, float beta, float* c,
-                    int64_t ldc) {
+// c is fp32, or bf16 when c_dt says so (rounded once by oneDNN).
+void GemmNativeBf16(
+    bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+    const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta,
+    void* c, int64_t ldc,
+    dnnl::memory::data_type c_dt = dnnl::memory::data_type::f32) {
   SyncOmpThreads();
   MatmulPrimitive(dnnl::memory::data_type::bf16, trans_a, trans_b, m, n, k,
-                  alpha, a, lda, b, ldb, beta, c, ldc);
+                  alpha, a, lda, b, ldb, beta, c, ldc, c_dt);
 }
 
 // Below this many flops a GEMM takes microseconds: measuring would cost more
@@ -514,19 +516,17 @@ void RunCpuGemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
   const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
   const int64_t a_stride = m * k, b_stride = d.b_shared ? 0 : k * n;
   const int64_t c_stride = m * n;
-  // fp32 destination: c itself, or scratch for a 16-bit c.
   if (d.batch == 1 && a.dtype() == DType::kBFloat16 &&
       c->dtype() == DType::kBFloat16 &&
       ChooseBf16Path(trans_a, trans_b, m, n, k, alpha, a.data<BFloat16>(), lda,
                      b.data<BFloat16>(), ldb) == GemmPath::kNativeBF16) {
     // oneDNN writes the bf16 result itself: no fp32 staging pass.
-    SyncOmpThreads();
-    MatmulPrimitive(dnnl::memory::data_type::bf16, trans_a, trans_b, m, n, k,
-                    alpha, a.data<BFloat16>(), lda, b.data<BFloat16>(), ldb,
-                    beta, c->data<BFloat16>(), n,
-                    dnnl::memory::data_type::bf16);
+    GemmNativeBf16(trans_a, trans_b, m, n, k, alpha, a.data<BFloat16>(), lda,
+                   b.data<BFloat16>(), ldb, beta, c->data<BFloat16>(), n,
+                   dnnl::memory::data_type::bf16);
     return;
   }
+  // fp32 destination: c itself, or staging for a 16-bit c.
   float* out;
   if (c->dtype() == DType::kFloat32) {
     out = c->data<float>();
