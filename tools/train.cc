@@ -265,12 +265,15 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
   const bool mock = absl::GetFlag(FLAGS_mock_data);
   const bool fp16 = absl::GetFlag(FLAGS_fp16);
   const bool sgd = absl::GetFlag(FLAGS_optimizer) == "sgd";
-  const std::string strategy =
-      absl::GetFlag(FLAGS_data_parallel_sharding_strategy);
-  const bool per_unit_shards =
-      strategy == "optim_grads" || strategy == "optim_grads_params";
+  // CheckTrainFlags has parsed the strategy already.
+  const fsdp::ShardingStrategy strategy =
+      fsdp::ParseShardingStrategy(
+          absl::GetFlag(FLAGS_data_parallel_sharding_strategy))
+          .value_or(fsdp::ShardingStrategy::kNoShard);
+  const bool per_unit_shards = fsdp::ShardsGradients(strategy);
   const bool distributed_optimizer =
-      absl::GetFlag(FLAGS_use_distributed_optimizer) || strategy == "optim";
+      absl::GetFlag(FLAGS_use_distributed_optimizer) ||
+      strategy == fsdp::ShardingStrategy::kOptim;
   const std::string decay = absl::GetFlag(FLAGS_lr_decay_style);
   const std::string no_dp = "the data-parallel size is 1";
   const std::string loss_scaling = "loss scaling is fp16's (give --fp16)";
@@ -278,8 +281,9 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
       "--mock-data draws tokens uniformly below --vocab-size; no files or "
       "tokenizer are read";
   const std::string per_unit =
-      "--data-parallel-sharding-strategy " + strategy +
-      " reduces each layer's gradients as its backward ends";
+      absl::StrCat("--data-parallel-sharding-strategy ",
+                   fsdp::ShardingStrategyName(strategy),
+                   " reduces each layer's gradients as its backward ends");
   return {
       {"num_query_groups", !absl::GetFlag(FLAGS_group_query_attention),
        "it needs --group-query-attention"},
