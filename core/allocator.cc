@@ -74,8 +74,8 @@ constexpr int kMaxDevices = 64;
 
 struct Registry {
   std::mutex mu;
-  Allocator* (*cuda_factory)(int) = nullptr;
-  Allocator* cuda[kMaxDevices] = {};
+  Allocator* (*factory[kNumDeviceTypes])(int) = {};
+  Allocator* allocators[kNumDeviceTypes][kMaxDevices] = {};
 };
 
 Registry& GetRegistry() {
@@ -94,19 +94,22 @@ Allocator* GetAllocator(Device device) {
   std::lock_guard<std::mutex> lock(registry.mu);
   CHECK(device.index >= 0 && device.index < kMaxDevices)
       << "device index out of range: " << device.ToString();
-  CHECK(registry.cuda_factory != nullptr)
-      << "no allocator for " << device.ToString()
-      << ": link //core/cuda:runtime to use CUDA tensors";
-  Allocator*& slot = registry.cuda[device.index];
-  if (slot == nullptr) slot = registry.cuda_factory(device.index);
+  const int type = static_cast<int>(device.type);
+  CHECK(type >= 0 && type < kNumDeviceTypes) << "unknown device type " << type;
+  CHECK(registry.factory[type] != nullptr)
+      << "no allocator for " << device.ToString() << ": link "
+      << (device.is_cuda() ? "//core/cuda:runtime to use CUDA tensors"
+                           : "//core/testing:test_device in tests");
+  Allocator*& slot = registry.allocators[type][device.index];
+  if (slot == nullptr) slot = registry.factory[type](device.index);
   return slot;
 }
 
 void RegisterAllocator(DeviceType type, Allocator* (*factory)(int index)) {
-  CHECK(type == DeviceType::kCUDA) << "only CUDA allocators are registered";
+  CHECK(type != DeviceType::kCPU) << "the CPU allocator is built in";
   Registry& registry = GetRegistry();
   std::lock_guard<std::mutex> lock(registry.mu);
-  registry.cuda_factory = factory;
+  registry.factory[static_cast<int>(type)] = factory;
 }
 
 std::string FormatBytes(int64_t bytes) {

@@ -49,7 +49,9 @@ class Allocator {
 inline constexpr size_t kCpuAlignment = 64;
 
 // The allocator for a device. CPU is always present; CUDA allocators are
-// registered by the CUDA library when it is linked in.
+// registered by the CUDA library when it is linked in, the test device's by
+// //core/testing:test_device. Registration happens at static-initialisation
+// time or before any tensor of that type exists.
 Allocator* GetAllocator(Device device);
 void RegisterAllocator(DeviceType type, Allocator* (*factory)(int index));
 

@@ -5,8 +5,15 @@
 namespace mcc {
 
 std::string Device::ToString() const {
-  if (is_cpu()) return "cpu";
-  return absl::StrCat("cuda:", index);
+  switch (type) {
+    case DeviceType::kCPU:
+      return "cpu";
+    case DeviceType::kCUDA:
+      return absl::StrCat("cuda:", index);
+    case DeviceType::kTestDevice:
+      return absl::StrCat("testdev:", index);
+  }
+  return absl::StrCat("device", static_cast<int>(type), ":", index);
 }
 
 }  // namespace mcc

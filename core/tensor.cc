@@ -32,7 +32,25 @@ Storage::Storage(size_t bytes, Device device)
   }
 }
 
-Storage::~Storage() { allocator_->Free(data_, bytes_); }
+Storage::Storage(void* data, size_t bytes, Device device,
+                 std::shared_ptr<const void> owner)
+    : data_(data), bytes_(bytes), device_(device), owner_(std::move(owner)) {}
+
+Storage::~Storage() {
+  if (allocator_ != nullptr) allocator_->Free(data_, bytes_);
+}
+
+Tensor Tensor::FromExternal(void* data, Shape shape, DType dtype, Device device,
+                            std::shared_ptr<const void> owner) {
+  Tensor t;
+  t.numel_ = NumElements(shape);
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.storage_ =
+      std::make_shared<Storage>(data, t.nbytes(), device, std::move(owner));
+  return t;
+}
 
 Tensor Tensor::Empty(Shape shape, DType dtype, Device device) {
   for (int64_t d : shape) {
@@ -100,6 +118,10 @@ std::string Tensor::Describe() const {
 
 void Tensor::CheckDType(DType expected) const {
   CHECK(defined()) << "access to an undefined tensor";
+  CHECK(device_.type != DeviceType::kTestDevice)
+      << "host code dereferenced " << Describe()
+      << ": device memory may be touched only by a kernel (ops::) or the copy "
+         "hook (Tensor::CopyFrom)";
   CHECK(dtype_ == expected)
       << "tensor " << Describe() << " accessed as " << DTypeName(expected);
 }
@@ -168,6 +190,13 @@ absl::Status Tensor::CopyFrom(const Tensor& src) {
 }
 
 absl::StatusOr<Tensor> Tensor::To(DType dtype) const {
+  if (IsHostBacked(device_.type)) {
+    Tensor t = Empty(shape_, dtype, device_);
+    const Tensor src = HostView(*this);
+    ConvertElements(src.raw_data(), dtype_, HostView(t).raw_data(), dtype,
+                    numel_);
+    return t;
+  }
   if (!device_.is_cpu()) {
     return absl::UnimplementedError(absl::StrCat(
         "dtype conversion of ", Describe(), " needs a CPU tensor"));
@@ -192,7 +221,8 @@ void FillTyped(void* dst, int64_t n, T value) {
   for (int64_t i = 0; i < n; ++i) p[i] = value;
 }
 
-DeviceCopyFn g_device_copy = nullptr;
+DeviceCopyFn g_device_copy[kNumDeviceTypes] = {};
+HostAddressFn g_to_host[kNumDeviceTypes] = {};
 
 }  // namespace
 
@@ -268,7 +298,29 @@ std::vector<float> Tensor::ToFloats() const {
   return out;
 }
 
-void RegisterDeviceCopy(DeviceCopyFn fn) { g_device_copy = fn; }
+void RegisterDeviceCopy(DeviceType type, DeviceCopyFn fn) {
+  CHECK(type != DeviceType::kCPU) << "CPU copies are built in";
+  g_device_copy[static_cast<int>(type)] = fn;
+}
+
+void RegisterHostBackedDevice(DeviceType type, HostAddressFn to_host) {
+  CHECK(type != DeviceType::kCPU) << "the CPU is the host";
+  g_to_host[static_cast<int>(type)] = to_host;
+}
+
+bool IsHostBacked(DeviceType type) {
+  return type != DeviceType::kCPU &&
+         g_to_host[static_cast<int>(type)] != nullptr;
+}
+
+Tensor HostView(const Tensor& t) {
+  if (!t.defined() || t.device().is_cpu()) return t;
+  const HostAddressFn to_host = g_to_host[static_cast<int>(t.device().type)];
+  CHECK(to_host != nullptr)
+      << "HostView of " << t.Describe() << ": its device is not host-backed";
+  return Tensor::FromExternal(to_host(t.raw_data()), t.shape(), t.dtype(),
+                              Device::CPU(), std::make_shared<Tensor>(t));
+}
 
 absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
                        Device src_device, size_t bytes) {
@@ -277,13 +329,25 @@ absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
     std::memmove(dst, src, bytes);
     return absl::OkStatus();
   }
-  if (g_device_copy == nullptr) {
+  // One copier handles transfers between its type and the host (and within
+  // its type); two different non-CPU types meet on the host.
+  if (!dst_device.is_cpu() && !src_device.is_cpu() &&
+      dst_device.type != src_device.type) {
+    std::unique_ptr<char[]> host(new char[bytes]);
+    MCC_RETURN_IF_ERROR(
+        CopyBytes(host.get(), Device::CPU(), src, src_device, bytes));
+    return CopyBytes(dst, dst_device, host.get(), Device::CPU(), bytes);
+  }
+  const Device device = dst_device.is_cpu() ? src_device : dst_device;
+  const DeviceCopyFn copy = g_device_copy[static_cast<int>(device.type)];
+  if (copy == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "copy from ", src_device.ToString(), " to ", dst_device.ToString(),
-        " needs the CUDA library (//core/cuda:runtime) linked in"));
+        ": no copier for ", device.ToString(), " (link ",
+        device.is_cuda() ? "//core/cuda:runtime" : "//core/testing:test_device",
+        ")"));
   }
-  g_device_copy(dst, dst_device, src, src_device, bytes);
-  return absl::OkStatus();
+  return copy(dst, dst_device, src, src_device, bytes);
 }
 
 namespace {

@@ -48,7 +48,12 @@ struct DTypeOf<int64_t> {
 // A block of device memory shared by a tensor and its views.
 class Storage {
  public:
+  // Memory from the device's allocator, freed with the storage.
   Storage(size_t bytes, Device device);
+  // Memory owned elsewhere (a view of another device's storage, a pinned
+  // staging buffer): `owner` is held while the storage lives.
+  Storage(void* data, size_t bytes, Device device,
+          std::shared_ptr<const void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -61,7 +66,8 @@ class Storage {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
-  Allocator* allocator_ = nullptr;
+  Allocator* allocator_ = nullptr;     // Null for memory owned elsewhere.
+  std::shared_ptr<const void> owner_;  // Keeps that memory alive.
 };
 
 // A dense, contiguous, row-major N-d array on one device.
@@ -105,10 +111,15 @@ class Tensor {
   // "fp32[4, 64] on cpu", for error messages.
   std::string Describe() const;
 
+  // The address of the first element in the device's address space: a host
+  // pointer for CPU tensors, a device pointer otherwise (never dereference
+  // it on the host unless device().is_cpu()).
   void* raw_data() const {
     return static_cast<char*>(storage_->data()) + offset_bytes_;
   }
-  // Typed access; dies if T does not match dtype() (a programming error).
+  // Typed access for kernels; dies if T does not match dtype() (a
+  // programming error) or if the tensor lives on the test device, whose
+  // memory only kernels and the copy hook may touch.
   template <typename T>
   T* data() const {
     CheckDType(DTypeOf<T>::value);
@@ -145,6 +156,12 @@ class Tensor {
     return storage_ == other.storage_;
   }
 
+  // A tensor over memory that something else owns: `data` on `device`,
+  // kept alive by `owner`. Used for host views of host-backed devices and
+  // for staging buffers.
+  static Tensor FromExternal(void* data, Shape shape, DType dtype,
+                             Device device, std::shared_ptr<const void> owner);
+
  private:
   void CheckDType(DType expected) const;
 
@@ -156,13 +173,30 @@ class Tensor {
   Device device_;
 };
 
-// Copies bytes between devices. CPU to CPU is memcpy; the CUDA library
-// registers a copier for transfers that involve a GPU.
-using DeviceCopyFn = void (*)(void* dst, Device dst_device, const void* src,
-                              Device src_device, size_t bytes);
-void RegisterDeviceCopy(DeviceCopyFn fn);
+// Copies bytes between devices: the device's copy hook. CPU to CPU is
+// memmove; a device library registers the copier for transfers that involve
+// its device type (the CUDA library for GPUs, //core/testing:test_device for
+// the test device). A copy between two non-CPU types goes through the host.
+// The copier runs on the device's current stream and returns an error
+// naming both devices and the size; it never aborts.
+using DeviceCopyFn = absl::Status (*)(void* dst, Device dst_device,
+                                      const void* src, Device src_device,
+                                      size_t bytes);
+void RegisterDeviceCopy(DeviceType type, DeviceCopyFn fn);
 absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
                        Device src_device, size_t bytes);
+
+// Host-backed devices (the test device) keep their memory in host RAM at
+// addresses the host must not use directly; kernels run the CPU code on a
+// host view. to_host maps a device address to the host address.
+using HostAddressFn = void* (*)(const void* device_address);
+void RegisterHostBackedDevice(DeviceType type, HostAddressFn to_host);
+bool IsHostBacked(DeviceType type);
+// The same elements as a CPU tensor sharing the memory: t itself for CPU
+// tensors, a host view for host-backed devices. Only kernel adaptors and
+// communication backends of host-backed devices call this; it dies for
+// other devices (a programming error).
+Tensor HostView(const Tensor& t);
 
 // Converts n elements between any two dtypes on the CPU (16-bit floats round
 // to nearest even; floats to integers truncate toward zero).

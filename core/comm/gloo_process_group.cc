@@ -179,6 +179,11 @@ uint32_t Tag(const ProcessGroup::Call& call) {
 absl::StatusOr<std::shared_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
     std::shared_ptr<Store> store, int rank, int size, std::string name,
     std::vector<int> global_ranks, GroupOptions options) {
+  if (!options.device.is_cpu() && !IsHostBacked(options.device.type)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo group '", name, "' cannot move tensors on ",
+        options.device.ToString(), ": gloo works on host memory (use NCCL)"));
+  }
   std::shared_ptr<GlooProcessGroup> group(new GlooProcessGroup(
       rank, size, name, std::move(global_ranks), store, options));
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
@@ -245,6 +250,7 @@ std::shared_ptr<Work> GlooProcessGroup::Enqueue(const Call& call,
 
 std::shared_ptr<Work> GlooProcessGroup::DoAllReduce(const Call& call, Tensor t,
                                                     ReduceOp op) {
+  t = HostView(t);
   return Enqueue(call, [this, call, t, op] {
     const int n = size();
     if (t.numel() == 0) return;
@@ -280,6 +286,8 @@ std::shared_ptr<Work> GlooProcessGroup::DoAllReduce(const Call& call, Tensor t,
 
 std::shared_ptr<Work> GlooProcessGroup::DoAllGather(const Call& call, Tensor in,
                                                     Tensor out) {
+  in = HostView(in);
+  out = HostView(out);
   return Enqueue(call, [this, call, in, out] {
     if (in.nbytes() == 0) return;
     if (size() == 1) {
@@ -298,6 +306,8 @@ std::shared_ptr<Work> GlooProcessGroup::DoAllGather(const Call& call, Tensor in,
 std::shared_ptr<Work> GlooProcessGroup::DoAllGatherV(
     const Call& call, Tensor in, Tensor out,
     std::vector<int64_t> elements_per_rank) {
+  in = HostView(in);
+  out = HostView(out);
   return Enqueue(call, [this, call, in, out, elements_per_rank] {
     if (out.nbytes() == 0) return;
     if (size() == 1) {
@@ -355,6 +365,8 @@ void GlooProcessGroup::RingReduceScatter(const Call& call, void* acc, void* out,
 std::shared_ptr<Work> GlooProcessGroup::DoReduceScatter(const Call& call,
                                                         Tensor in, Tensor out,
                                                         ReduceOp op) {
+  in = HostView(in);
+  out = HostView(out);
   return Enqueue(call, [this, call, in, out, op] {
     if (out.numel() == 0) return;
     const DType rtype = ReduceType(in.dtype());
@@ -380,6 +392,7 @@ std::shared_ptr<Work> GlooProcessGroup::DoReduceScatter(const Call& call,
 
 std::shared_ptr<Work> GlooProcessGroup::DoBroadcast(const Call& call, Tensor t,
                                                     int root) {
+  t = HostView(t);
   return Enqueue(call, [this, call, t, root] {
     if (t.nbytes() == 0 || size() == 1) return;
     gloo::BroadcastOptions opts(context_);
@@ -393,6 +406,8 @@ std::shared_ptr<Work> GlooProcessGroup::DoBroadcast(const Call& call, Tensor t,
 
 std::shared_ptr<Work> GlooProcessGroup::DoAllToAll(const Call& call, Tensor in,
                                                    Tensor out) {
+  in = HostView(in);
+  out = HostView(out);
   return Enqueue(call, [this, call, in, out] {
     if (in.nbytes() == 0) return;
     if (size() == 1) {
@@ -482,6 +497,7 @@ std::shared_ptr<Work> PostP2p(
 
 std::shared_ptr<Work> GlooProcessGroup::DoSend(const Call& call, Tensor t,
                                                int dst, uint32_t tag) {
+  t = HostView(t);
   return PostP2p(
       call, context_, t, dst, tag, /*is_send=*/true,
       [this](const Call& c, absl::StatusCode code, absl::string_view detail) {
@@ -491,6 +507,7 @@ std::shared_ptr<Work> GlooProcessGroup::DoSend(const Call& call, Tensor t,
 
 std::shared_ptr<Work> GlooProcessGroup::DoRecv(const Call& call, Tensor t,
                                                int src, uint32_t tag) {
+  t = HostView(t);
   return PostP2p(
       call, context_, t, src, tag, /*is_send=*/false,
       [this](const Call& c, absl::StatusCode code, absl::string_view detail) {

@@ -40,7 +40,9 @@ class GlooProcessGroup : public ProcessGroup {
   ~GlooProcessGroup() override;
 
   absl::string_view backend() const override { return "gloo"; }
-  Device device() const override { return Device::CPU(); }
+  // The CPU, or the host-backed test device (GroupOptions::device), whose
+  // tensors gloo moves through their host views as NCCL moves GPU memory.
+  Device device() const override { return options().device; }
 
  protected:
   std::shared_ptr<Work> DoAllReduce(const Call& call, Tensor t,

@@ -42,6 +42,9 @@ struct GroupOptions {
   // A store connection used only to ask which ranks were lost, when a
   // collective fails (may be null).
   std::shared_ptr<Store> liveness_store;
+  // The device whose tensors a gloo group moves: the CPU, or a host-backed
+  // device (the test device). NCCL groups take their GPU separately.
+  Device device = Device::CPU();
 };
 
 // The handle of one asynchronous operation. Wait() may be called from any

@@ -69,13 +69,8 @@ absl::Status CopyOnCurrentStream(void* dst, Device dst_device, const void* src,
 
 namespace {
 
-void RegisteredCopy(void* dst, Device dst_device, const void* src,
-                    Device src_device, size_t bytes) {
-  MCC_CHECK_OK(CopyOnCurrentStream(dst, dst_device, src, src_device, bytes));
-}
-
 const bool registered = [] {
-  RegisterDeviceCopy(&RegisteredCopy);
+  RegisterDeviceCopy(DeviceType::kCUDA, &CopyOnCurrentStream);
   return true;
 }();
 
