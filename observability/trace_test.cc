@@ -1,0 +1,103 @@
+#include "observability/trace.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "observability/trace_merge.h"
+
+namespace mcc {
+namespace observability {
+namespace {
+
+TraceEvent Event(std::string name, int64_t start, int64_t dur, int track) {
+  TraceEvent e;
+  e.name = std::move(name);
+  e.category = "compute";
+  e.start_us = start;
+  e.duration_us = dur;
+  e.track = track;
+  return e;
+}
+
+TEST(TraceRecorderTest, DisabledRecordsNothing) {
+  TraceRecorder r;
+  r.Record(Event("forward", 1, 2, 0));
+  EXPECT_TRUE(r.Events().empty());
+}
+
+TEST(TraceRecorderTest, WritesCompleteEventsWithRankAndTrackNames) {
+  TraceRecorder r;
+  r.Enable(3);
+  r.NameTrack(1, "comm");
+  r.MarkClockSync();
+  TraceEvent e = Event("all_reduce #5", 100, 40, 1);
+  e.args.emplace_back("bytes", "4096");
+  r.Record(e);
+  const nlohmann::json doc = nlohmann::json::parse(r.ToChromeTraceJson());
+  EXPECT_EQ(doc["mcc"]["rank"], 3);
+  EXPECT_GT(doc["mcc"]["clock_sync_us"].get<int64_t>(), 0);
+  int complete = 0, thread_names = 0;
+  for (const auto& ev : doc["traceEvents"]) {
+    EXPECT_EQ(ev["pid"], 3);
+    if (ev["ph"] == "X") {
+      ++complete;
+      EXPECT_EQ(ev["name"], "all_reduce #5");
+      EXPECT_EQ(ev["ts"], 100);
+      EXPECT_EQ(ev["dur"], 40);
+      EXPECT_EQ(ev["tid"], 1);
+      EXPECT_EQ(ev["args"]["bytes"], "4096");
+    }
+    if (ev["name"] == "thread_name") {
+      ++thread_names;
+      EXPECT_EQ(ev["args"]["name"], "comm");
+    }
+  }
+  EXPECT_EQ(complete, 1);
+  EXPECT_EQ(thread_names, 1);
+}
+
+std::string RankTrace(int rank, int64_t sync, std::vector<TraceEvent> evs) {
+  nlohmann::json events = nlohmann::json::array();
+  for (const TraceEvent& e : evs) {
+    events.push_back({{"name", e.name},
+                      {"ph", "X"},
+                      {"ts", e.start_us},
+                      {"dur", e.duration_us},
+                      {"pid", rank},
+                      {"tid", 0}});
+  }
+  return nlohmann::json{{"traceEvents", events},
+                        {"mcc", {{"rank", rank}, {"clock_sync_us", sync}}}}
+      .dump();
+}
+
+TEST(TraceMergeTest, AlignsRanksOnTheirClockSyncMarks) {
+  // Rank 1's clock reads 5000 us more than rank 0's at the same moment.
+  const std::string r0 = RankTrace(0, 1000, {Event("fwd", 1200, 10, 0)});
+  const std::string r1 = RankTrace(1, 6000, {Event("fwd", 6300, 10, 0)});
+  absl::StatusOr<std::string> merged = MergeChromeTraces({r0, r1}, {"a", "b"});
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  const nlohmann::json doc = nlohmann::json::parse(*merged);
+  std::vector<std::pair<int, int64_t>> starts;
+  for (const auto& ev : doc["traceEvents"]) {
+    starts.emplace_back(ev["pid"].get<int>(), ev["ts"].get<int64_t>());
+  }
+  // Rank 0 at 200 us after sync, rank 1 at 300 us: shifted to start at 0.
+  EXPECT_EQ(starts, (std::vector<std::pair<int, int64_t>>{{0, 0}, {1, 100}}));
+}
+
+TEST(TraceMergeTest, NamesTheTraceWithoutAMark) {
+  const std::string bad =
+      nlohmann::json{{"traceEvents", nlohmann::json::array()}}.dump();
+  absl::StatusOr<std::string> merged = MergeChromeTraces(
+      {RankTrace(0, 1, {}), bad}, {"rank0.json", "rank1.json"});
+  ASSERT_FALSE(merged.ok());
+  EXPECT_NE(merged.status().message().find("rank1.json"), std::string::npos);
+  EXPECT_FALSE(MergeChromeTraces({"not json"}, {"x.json"}).ok());
+}
+
+}  // namespace
+}  // namespace observability
+}  // namespace mcc

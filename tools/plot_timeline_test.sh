@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# plot_timeline.py draws a synthetic 1F1B schedule (2 stages, 4 micro-batches)
+# and reports the bubble the schedule implies.
+set -euo pipefail
+plot="$1"
+dir="${TEST_TMPDIR:-$(mktemp -d)}"
+/usr/bin/python3 - "${dir}/trace.json" <<'PY'
+import json, sys
+# Unit-time forwards, two-unit backwards, 1F1B on 2 stages, 4 micro-batches.
+sched = {0: [("F",0,0),("F",1,1),("B",0,3),("F",2,5),("B",1,7),("F",3,9),("B",2,11),("B",3,15)],
+         1: [("F",0,1),("B",0,2),("F",1,4),("B",1,5),("F",2,7),("B",2,8),("F",3,11),("B",3,12)]}
+ev = []
+for rank, items in sched.items():
+    for kind, mb, t in items:
+        ev.append({"name": ("forward" if kind == "F" else "backward"), "cat": "compute",
+                   "ph": "X", "ts": t * 1000, "dur": (1 if kind == "F" else 2) * 1000,
+                   "pid": rank, "tid": 0, "args": {"microbatch": str(mb)}})
+json.dump({"traceEvents": ev}, open(sys.argv[1], "w"))
+PY
+out="$(/usr/bin/python3 "${plot}" "${dir}/trace.json" "${dir}/schedule.png")"
+echo "${out}"
+# Each stage is busy 12 of its span: stage 0 spans 17 units, stage 1 spans 13.
+grep -q "rank 0: busy 12.00 ms of 17.00 ms, bubble 29.4%" <<<"${out}"
+grep -q "rank 1: busy 12.00 ms of 13.00 ms, bubble 7.7%" <<<"${out}"
+test "$(head -c 8 "${dir}/schedule.png" | od -An -c | tr -d ' ')" = '211PNG\r\n032\n'
+echo PASS
