@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/comm/flight_recorder.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
 
@@ -77,13 +78,29 @@ std::shared_ptr<Work> Work::Done(absl::Status status) {
 }
 
 void Work::MarkDone(absl::Status status) {
+  std::function<void(const absl::Status&)> on_done;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_) return;
     done_ = true;
     status_ = std::move(status);
+    on_done.swap(on_done_);
   }
   cv_.notify_all();
+  if (on_done) on_done(status_);
+}
+
+void Work::SetOnDone(std::function<void(const absl::Status&)> fn) {
+  absl::Status status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) {
+      on_done_ = std::move(fn);
+      return;
+    }
+    status = status_;
+  }
+  fn(status);
 }
 
 bool Work::IsCompleted() {
@@ -105,6 +122,14 @@ absl::Status Work::Wait(absl::Duration timeout) {
       done_ = true;
       status_ = std::move(s);
       waiter_ = nullptr;
+      std::function<void(const absl::Status&)> on_done;
+      on_done.swap(on_done_);
+      if (on_done) {
+        const absl::Status final_status = status_;
+        lock.unlock();
+        on_done(final_status);
+        return final_status;
+      }
     }
   } else if (!done_) {
     if (timeout == absl::InfiniteDuration()) {
@@ -185,8 +210,14 @@ absl::Status ProcessGroup::Fail(const Call& call, absl::StatusCode code,
     code = absl::StatusCode::kUnavailable;
   }
   absl::Status status(code, message);
-  std::lock_guard<std::mutex> lock(broken_mu_);
-  if (broken_.ok()) broken_ = status;
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(broken_mu_);
+    first = broken_.ok();
+    if (first) broken_ = status;
+  }
+  // What this rank was doing, for tools/analyze_hang.
+  if (first) FlightRecorder::Global().Dump(message).IgnoreError();
   return status;
 }
 
@@ -222,8 +253,9 @@ absl::StatusOr<ProcessGroup::Call> ProcessGroup::Begin(
         absl::StrCat(call.signature, " (sequence number ", call.seq,
                      ") in group '", name_, "' on rank ", rank_, " of ", size_);
   } else {
+    call.p2p_index = p2p_seq_++;
     call.what =
-        absl::StrCat(call.signature, " (p2p #", p2p_seq_++, ") in group '",
+        absl::StrCat(call.signature, " (p2p #", call.p2p_index, ") in group '",
                      name_, "' on rank ", rank_, " of ", size_);
   }
   absl::Status broken = broken_status();
@@ -238,6 +270,28 @@ absl::StatusOr<ProcessGroup::Call> ProcessGroup::Begin(
     MCC_RETURN_IF_ERROR(CheckFingerprints(call));
   }
   return call;
+}
+
+std::shared_ptr<Work> ProcessGroup::Recorded(
+    const Call& call, int64_t bytes, int peer,
+    const std::function<std::shared_ptr<Work>()>& run) {
+  FlightRecord record;
+  record.group = name_;
+  record.group_ranks = global_ranks_;
+  record.global_rank = global_ranks_[rank_];
+  record.op = call.op;
+  record.signature = call.signature;
+  record.seq = call.seq;
+  record.p2p_index = call.p2p_index;
+  record.peer = peer;
+  record.bytes = bytes;
+  FlightRecorder& recorder = FlightRecorder::Global();
+  const int64_t id = recorder.Start(std::move(record));
+  std::shared_ptr<Work> work = run();
+  work->SetOnDone([id](const absl::Status& status) {
+    FlightRecorder::Global().Finish(id, status);
+  });
+  return work;
 }
 
 absl::Status ProcessGroup::CheckFingerprints(const Call& call) {
@@ -306,7 +360,8 @@ std::shared_ptr<Work> ProcessGroup::AllReduce(Tensor* t, ReduceOp op,
       absl::StrCat("AllReduce|", ReduceOpName(op), "|", DTypeName(t->dtype()),
                    "|", t->numel()),
       true, opts);
-  return DoAllReduce(call, *t, op);
+  return Recorded(call, t->nbytes(), -1,
+                  [&] { return DoAllReduce(call, *t, op); });
 }
 
 std::shared_ptr<Work> ProcessGroup::AllGather(const Tensor& in, Tensor* out,
@@ -330,7 +385,8 @@ std::shared_ptr<Work> ProcessGroup::AllGather(const Tensor& in, Tensor* out,
       absl::StrCat("AllGather(", TensorSig(in), " -> ", TensorSig(*out), ")"),
       absl::StrCat("AllGather|", DTypeName(in.dtype()), "|", in.numel()), true,
       opts);
-  return DoAllGather(call, in, *out);
+  return Recorded(call, out->nbytes(), -1,
+                  [&] { return DoAllGather(call, in, *out); });
 }
 
 std::shared_ptr<Work> ProcessGroup::AllGatherV(
@@ -378,7 +434,9 @@ std::shared_ptr<Work> ProcessGroup::AllGatherV(
       absl::StrCat("AllGatherV|", DTypeName(in.dtype()), "|",
                    absl::StrJoin(elements, ",")),
       true, opts);
-  return DoAllGatherV(call, in, *out, std::move(elements));
+  return Recorded(call, out->nbytes(), -1, [&] {
+    return DoAllGatherV(call, in, *out, std::move(elements));
+  });
 }
 
 std::shared_ptr<Work> ProcessGroup::ReduceScatter(
@@ -403,7 +461,8 @@ std::shared_ptr<Work> ProcessGroup::ReduceScatter(
                       absl::StrCat("ReduceScatter|", ReduceOpName(op), "|",
                                    DTypeName(in.dtype()), "|", out->numel()),
                       true, opts);
-  return DoReduceScatter(call, in, *out, op);
+  return Recorded(call, in.nbytes(), -1,
+                  [&] { return DoReduceScatter(call, in, *out, op); });
 }
 
 std::shared_ptr<Work> ProcessGroup::Broadcast(Tensor* t, int root,
@@ -424,7 +483,8 @@ std::shared_ptr<Work> ProcessGroup::Broadcast(Tensor* t, int root,
       absl::StrCat("Broadcast|", DTypeName(t->dtype()), "|", t->numel(), "|",
                    root),
       true, opts);
-  return DoBroadcast(call, *t, root);
+  return Recorded(call, t->nbytes(), -1,
+                  [&] { return DoBroadcast(call, *t, root); });
 }
 
 std::shared_ptr<Work> ProcessGroup::AllToAll(const Tensor& in, Tensor* out,
@@ -448,12 +508,13 @@ std::shared_ptr<Work> ProcessGroup::AllToAll(const Tensor& in, Tensor* out,
       call, "AllToAll", absl::StrCat("AllToAll(", TensorSig(in), ")"),
       absl::StrCat("AllToAll|", DTypeName(in.dtype()), "|", in.numel()), true,
       opts);
-  return DoAllToAll(call, in, *out);
+  return Recorded(call, in.nbytes(), -1,
+                  [&] { return DoAllToAll(call, in, *out); });
 }
 
 std::shared_ptr<Work> ProcessGroup::Barrier(const CollectiveOptions& opts) {
   MCC_BEGIN_OR_RETURN(call, "Barrier", "Barrier()", "Barrier", true, opts);
-  return DoBarrier(call);
+  return Recorded(call, 0, -1, [&] { return DoBarrier(call); });
 }
 
 std::shared_ptr<Work> ProcessGroup::Send(const Tensor& t, int dst, uint32_t tag,
@@ -470,7 +531,8 @@ std::shared_ptr<Work> ProcessGroup::Send(const Tensor& t, int dst, uint32_t tag,
       call, "Send",
       absl::StrCat("Send(", TensorSig(t), " to rank ", dst, ", tag ", tag, ")"),
       "", false, opts);
-  return DoSend(call, t, dst, tag);
+  return Recorded(call, t.nbytes(), global_ranks_[dst],
+                  [&] { return DoSend(call, t, dst, tag); });
 }
 
 std::shared_ptr<Work> ProcessGroup::Recv(Tensor* t, int src, uint32_t tag,
@@ -490,7 +552,8 @@ std::shared_ptr<Work> ProcessGroup::Recv(Tensor* t, int src, uint32_t tag,
                       absl::StrCat("Recv(", TensorSig(*t), " from rank ", src,
                                    ", tag ", tag, ")"),
                       "", false, opts);
-  return DoRecv(call, *t, src, tag);
+  return Recorded(call, t->nbytes(), global_ranks_[src],
+                  [&] { return DoRecv(call, *t, src, tag); });
 }
 
 absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewSubgroup(

@@ -73,8 +73,12 @@ class Work {
 
   // Marks the operation finished (backends call this once).
   void MarkDone(absl::Status status);
+  // Runs fn once with the final status when the operation is seen to finish
+  // (at once if it already has). For the flight recorder.
+  void SetOnDone(std::function<void(const absl::Status&)> fn);
 
  private:
+  std::function<void(const absl::Status&)> on_done_;
   std::string what_;
   absl::Duration default_timeout_;
   Waiter waiter_;
@@ -192,6 +196,7 @@ class ProcessGroup {
     std::string signature;    // "AllReduce(sum, fp32[3, 5])"
     std::string fingerprint;  // what must agree across ranks
     int64_t seq = -1;         // sequence number in this group (-1: p2p)
+    int64_t p2p_index = -1;   // index among this group's p2p calls
     absl::Duration timeout;
     // "AllReduce(sum, fp32[3, 5]) #7 in group 'world' on rank 1 of 4"
     std::string what;
@@ -238,6 +243,11 @@ class ProcessGroup {
                              std::string fingerprint, bool collective,
                              const CollectiveOptions& opts);
   absl::Status CheckFingerprints(const Call& call);
+  // Records the call in the flight recorder and marks it finished when the
+  // work is.
+  std::shared_ptr<Work> Recorded(
+      const Call& call, int64_t bytes, int peer,
+      const std::function<std::shared_ptr<Work>()>& run);
   absl::Status CheckTensor(const Tensor& t, absl::string_view what,
                            absl::string_view role);
 
