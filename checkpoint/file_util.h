@@ -3,16 +3,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/file_system.h"
 
 namespace mcc {
 namespace file_util {
 
-// POSIX helpers whose errors name the path and errno's text.
+// File helpers whose errors name the path and errno's text. They go through
+// GetFileSystem() (core/file_system.h), so tests can inject write failures.
 
 // A file open for writing (created or truncated); Close() fsyncs.
 class WritableFile {
@@ -31,8 +34,9 @@ class WritableFile {
   const std::string& path() const { return path_; }
 
  private:
-  WritableFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  int fd_ = -1;
+  WritableFile(std::unique_ptr<mcc::WritableFile> file, std::string path)
+      : file_(std::move(file)), path_(std::move(path)) {}
+  std::unique_ptr<mcc::WritableFile> file_;
   std::string path_;
   uint64_t size_ = 0;
 };
