@@ -1,10 +1,14 @@
 #include "checkpoint/checkpoint_writer.h"
 
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <map>
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -86,8 +90,22 @@ absl::StatusOr<std::vector<RankManifest>> GatherManifests(
   return out;
 }
 
+// Fault injection for the chaos benchmark (//tools/bench:chaos): with
+// MCC_CHAOS_KILL_AT_SAVE=<event prefix> and MCC_CHAOS_KILL_RANK=<rank>, that
+// rank kills itself (SIGKILL) at the first save event with that prefix.
+void ChaosKill(absl::string_view event) {
+  static const char* const at = std::getenv("MCC_CHAOS_KILL_AT_SAVE");
+  if (at == nullptr || *at == '\0' || !absl::StartsWith(event, at)) return;
+  const char* rank = std::getenv("RANK");
+  const char* victim = std::getenv("MCC_CHAOS_KILL_RANK");
+  if (victim != nullptr && (rank == nullptr || std::strcmp(rank, victim) != 0))
+    return;
+  raise(SIGKILL);
+}
+
 void Hook(const SaveOptions& options, absl::string_view event) {
   if (options.progress_hook) options.progress_hook(event);
+  ChaosKill(event);
 }
 
 // Writes the shards this rank was chosen for; returns their records.
@@ -191,6 +209,7 @@ absl::Status CommitOnRank0(const std::string& dir, int64_t iteration,
     MCC_RETURN_IF_ERROR(file_util::RemoveAll(old_dir));
     MCC_RETURN_IF_ERROR(file_util::Rename(final_dir, old_dir));
   }
+  Hook(options, "renaming");
   MCC_RETURN_IF_ERROR(file_util::Rename(tmp_dir, final_dir));
   MCC_RETURN_IF_ERROR(file_util::FsyncDir(dir));
   if (replacing) MCC_RETURN_IF_ERROR(file_util::RemoveAll(old_dir));

@@ -21,7 +21,8 @@ struct SaveOptions {
   // Alignment of each shard inside its file.
   int64_t alignment = 64;
   // Called on the saving thread after each step ("shard <name>" after each
-  // shard is written, "files_synced", "metadata_written", "committed");
+  // shard is written, "files_synced", "metadata_written", "renaming" just
+  // before the directory's rename, "committed");
   // tests use it to pause or kill a save part-way.
   std::function<void(absl::string_view event)> progress_hook;
 };

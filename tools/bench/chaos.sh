@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Chaos runs: N trainings under tools/launch (4 ranks, TP 2 x DP 2, async
+# checkpoint saves every 3 iterations), each with one rank SIGKILLed: at a
+# random moment (mid-forward, mid-collective) or, through the writer's fault
+# hook (MCC_CHAOS_KILL_AT_SAVE), mid-save: after a shard, after the files'
+# fsync, after the metadata, just before the directory's rename, or after
+# the commit. After each run it checks that
+#   - the job ended within 30 s of the death (else: a hang),
+#   - the launcher named the dead rank,
+#   - no process of the job was left behind,
+#   - the latest checkpoint loads (checksums verified on read), and resuming
+#     from it reproduces the uninterrupted run's losses bit for bit.
+#
+#   tools/bazel run //tools/bench:chaos -- [N]       (default 100)
+#   tools/bench/chaos.sh LAUNCH TRAIN [N]
+# Environment: SEED (default 1). Exits non-zero when any run failed a check.
+set -uo pipefail
+launch="$(realpath "$1")"
+train="$(realpath "$2")"
+runs="${3:-100}"
+RANDOM="${SEED:-1}"
+work="${TEST_TMPDIR:-$(mktemp -d)}/chaos"
+rm -rf "${work}" && mkdir -p "${work}"
+common=(--mock-data --vocab-size 256 --num-layers 2 --hidden-size 32
+        --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
+        --global-batch-size 8 --eval-iters 0 --log-interval 1
+        --train-iters 12 --lr-decay-iters 12 --num-threads 1
+        --tensor-model-parallel-size 2)
+
+losses() { sed -n 's/.*"iteration": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/p' "$1"; }
+last_losses() { losses "$1" | awk '{ l[$1] = $2 } END { for (i in l) print i, l[i] }' | sort -n; }
+now() { date +%s.%N; }
+# PIDs of processes whose environment holds MCC_CHAOS_RUN=$1 (one grep over
+# /proc: the job's ranks and anything they started).
+job_pids() {
+  grep -lsxz "MCC_CHAOS_RUN=$1" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 | grep -vx "$$"
+}
+rank_pid() {  # $1 launcher pid, $2 rank: among the launcher's children
+  for p in $(pgrep -P "$1"); do
+    grep -qsxz "RANK=$2" "/proc/${p}/environ" && echo "${p}" && return
+  done
+}
+
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores"
+start=$(now)
+MCC_CHAOS_RUN=ref "${launch}" --nproc_per_node 4 -- "${train}" "${common[@]}" \
+  --metrics-file "${work}/ref.jsonl" >"${work}/ref.log" 2>&1 || { cat "${work}/ref.log"; exit 1; }
+ref_seconds=$(awk -v a="${start}" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
+echo "uninterrupted run: ${ref_seconds} s"
+
+# Every other run kills at a random moment; the others cycle the save steps.
+modes=(time save:shard time save:files_synced time save:metadata_written
+       time save:renaming time save:committed)
+declare -A count
+faults=0; hangs=0; unnamed=0; leftovers=0; corrupted=0; exact=0; mismatched=0; no_fault=0
+: >"${work}/death_to_exit"
+for ((i = 1; i <= runs; i++)); do
+  mode=${modes[$(((i - 1) % ${#modes[@]}))]}
+  victim=$((RANDOM % 4))
+  # Rank 0 alone writes the metadata, renames and commits.
+  case "${mode}" in save:metadata_written | save:renaming | save:committed) victim=0 ;; esac
+  dir="${work}/run${i}"
+  mkdir -p "${dir}"
+  env_extra=()
+  if [[ "${mode}" == save:* ]]; then
+    env_extra=(MCC_CHAOS_KILL_AT_SAVE="${mode#save:}" MCC_CHAOS_KILL_RANK="${victim}")
+  fi
+  env MCC_CHAOS_RUN="${i}" "${env_extra[@]}" "${launch}" --nproc_per_node 4 --grace-period-s 5 -- \
+    "${train}" "${common[@]}" --save "${dir}/ckpt" --save-interval 3 --async-save \
+    --metrics-file "${dir}/killed.jsonl" >"${dir}/killed.log" 2>&1 &
+  launcher=$!
+  victim_pid=""
+  for _ in $(seq 1 100); do
+    victim_pid=$(rank_pid "${launcher}" "${victim}")
+    [[ -n "${victim_pid}" ]] && break
+    sleep 0.05
+  done
+  if [[ "${mode}" == time ]]; then
+    delay=$(awk -v r="${RANDOM}" -v d="${ref_seconds}" 'BEGIN { printf "%.2f", 0.3 + (d * 0.7) * r / 32768 }')
+    sleep "${delay}"
+    [[ -n "${victim_pid}" ]] && kill -KILL "${victim_pid}" 2>/dev/null
+    what="${mode} ${delay}s"
+  else
+    what="${mode}"
+  fi
+  # Wait for the victim's death, then up to 30 s for the launcher.
+  died=""
+  [[ "${mode}" == time && -n "${victim_pid}" ]] && died=$(now)
+  while kill -0 "${launcher}" 2>/dev/null; do
+    if [[ -z "${died}" && -n "${victim_pid}" ]] && ! kill -0 "${victim_pid}" 2>/dev/null; then died=$(now); fi
+    if [[ -n "${died}" ]] && awk -v a="${died}" -v b="$(now)" 'BEGIN { exit !(b - a > 30) }'; then break; fi
+    sleep 0.05
+  done
+  if kill -0 "${launcher}" 2>/dev/null; then
+    hangs=$((hangs + 1))
+    echo "run ${i} (${what}, rank ${victim}): HANG: the job did not end within 30 s of the death"
+    kill -KILL "${launcher}" $(job_pids "${i}") 2>/dev/null
+  fi
+  wait "${launcher}" 2>/dev/null
+  code=$?
+  ended=$(now)
+  echo "run ${i}: kill rank ${victim} at ${what}: job exit code ${code}"
+  if [[ "${code}" == 0 ]]; then
+    no_fault=$((no_fault + 1))  # The kill came after the end, or the event never fired.
+  else
+    faults=$((faults + 1))
+    count[${mode}]=$((${count[${mode}]:-0} + 1))
+    [[ -n "${died}" ]] && awk -v a="${died}" -v b="${ended}" 'BEGIN { printf "%.2f\n", b - a }' >>"${work}/death_to_exit"
+    if ! grep -q "rank ${victim} (pid [0-9]*) exited with code 137" "${dir}/killed.log"; then
+      unnamed=$((unnamed + 1))
+      echo "run ${i} (${what}, rank ${victim}): the launcher did not name the dead rank"
+    fi
+  fi
+  sleep 0.2
+  left=$(job_pids "${i}")
+  if [[ -n "${left}" ]]; then
+    leftovers=$((leftovers + 1))
+    echo "run ${i} (${what}): processes left behind: ${left}"
+    kill -KILL ${left} 2>/dev/null
+  fi
+  # Resume from whatever `latest` names (from scratch when nothing was saved).
+  if MCC_CHAOS_RUN="${i}r" "${launch}" --nproc_per_node 4 -- "${train}" "${common[@]}" \
+      --load "${dir}/ckpt" --metrics-file "${dir}/resumed.jsonl" >"${dir}/resumed.log" 2>&1; then
+    # The job's history (the killed run's iterations, overridden by the
+    # resumed run's) must be the uninterrupted run's, all 12 iterations.
+    cat "${dir}/killed.jsonl" "${dir}/resumed.jsonl" >"${dir}/history.jsonl" 2>/dev/null
+    if diff -q <(last_losses "${work}/ref.jsonl") <(last_losses "${dir}/history.jsonl") >/dev/null; then
+      exact=$((exact + 1))
+    else
+      mismatched=$((mismatched + 1))
+      echo "run ${i} (${what}, rank ${victim}): the resumed losses differ from the uninterrupted run's"
+    fi
+  else
+    corrupted=$((corrupted + 1))
+    echo "run ${i} (${what}, rank ${victim}): resuming failed:"
+    tail -5 "${dir}/resumed.log"
+  fi
+  rm -rf "${dir}/ckpt"
+done
+
+p50=$(sort -g "${work}/death_to_exit" | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)]; else print "n/a" }')
+max=$(sort -g "${work}/death_to_exit" | tail -1)
+echo
+echo "chaos: ${runs} runs, ${faults} with a rank killed (by mode: $(for m in "${!count[@]}"; do printf '%s %s, ' "${m}" "${count[${m}]}"; done | sed 's/, $//')), ${no_fault} ended before the kill"
+echo "hangs ${hangs}, dead rank not named ${unnamed}, processes left behind ${leftovers}, corrupted checkpoints ${corrupted}, bit-exact resumes ${exact} of ${runs} (mismatched ${mismatched})"
+echo "death to job exit: p50 ${p50} s, max ${max:-n/a} s"
+[[ $((hangs + unnamed + leftovers + corrupted + mismatched)) == 0 ]]
