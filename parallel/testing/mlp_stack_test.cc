@@ -1,6 +1,7 @@
 // The non-GPT MlpStack trained through the model contract alone: under
-// DP 2 with ZeRO-3 (FSDP optim_grads_params) and under PP 2 (the pipeline
-// executor, 1F1B), in real processes, against its own serial run.
+// DP 2 with ZeRO-3 (FSDP optim_grads_params), under PP 2 (the pipeline
+// executor, 1F1B) and PP 2 with two virtual stages each (interleaved 1F1B),
+// in real processes, against its own serial run.
 //
 // Error bound: the layouts sum the same fp32 gradients in another order
 // (per-rank sums, then the reduction), which moves each gradient element by
@@ -67,9 +68,11 @@ class CountingHooks : public UnitHooks {
 };
 
 // Trains on `state`'s groups (null: serial): its pipeline group splits the
-// blocks, its data group splits the micro-batches, sharded with ZeRO-3 when
-// `zero3`.
-absl::StatusOr<Result> Train(ParallelState* state, bool zero3) {
+// blocks (into `virtual_stages` chunks per stage, interleaved as Megatron
+// assigns them), its data group splits the micro-batches, sharded with
+// ZeRO-3 when `zero3` (one chunk only).
+absl::StatusOr<Result> Train(ParallelState* state, bool zero3,
+                             int virtual_stages = 1) {
   const MlpStackConfig config = Config();
   comm::ProcessGroup* pp = state ? state->pipeline() : nullptr;
   comm::ProcessGroup* dp = state ? state->data() : nullptr;
@@ -77,17 +80,31 @@ absl::StatusOr<Result> Train(ParallelState* state, bool zero3) {
   const int stage = pp ? pp->rank() : 0;
   const int dp_size = dp ? dp->size() : 1;
   const int dp_rank = dp ? dp->rank() : 0;
-  const int per_stage = config.num_blocks / stages;
+  const int per_chunk = config.num_blocks / (stages * virtual_stages);
   const int local_mb = kMicrobatches / dp_size;
 
   LayerContext context;
-  MCC_ASSIGN_OR_RETURN(
-      auto model,
-      MlpStack::Create(config, context, stage * per_stage, per_stage));
+  std::vector<std::unique_ptr<MlpStack>> chunks;
+  std::vector<PipelineStage*> stage_chunks;
+  ParameterList params;
+  for (int v = 0; v < virtual_stages; ++v) {
+    // Model chunk v * stages + stage, as interleaving assigns them.
+    MCC_ASSIGN_OR_RETURN(
+        auto chunk,
+        MlpStack::Create(config, context, (v * stages + stage) * per_chunk,
+                         per_chunk));
+    for (const auto& p : chunk->parameters()) params.push_back(p);
+    stage_chunks.push_back(chunk.get());
+    chunks.push_back(std::move(chunk));
+  }
+  MlpStack* model = chunks[0].get();
+  if (zero3 && chunks.size() != 1) {
+    return absl::InvalidArgumentError("ZeRO-3 here wraps one chunk");
+  }
   pipeline::PipelineOptions schedule;
   MCC_ASSIGN_OR_RETURN(auto executor,
                        pipeline::PipelineExecutor::Create(
-                           {model.get()}, stages > 1 ? pp : nullptr, schedule));
+                           stage_chunks, stages > 1 ? pp : nullptr, schedule));
   optim::OptimizerConfig opt_config;
   opt_config.type = optim::OptimizerType::kSgd;
   opt_config.sgd_momentum = 0.9;
@@ -101,14 +118,14 @@ absl::StatusOr<Result> Train(ParallelState* state, bool zero3) {
     MCC_RETURN_IF_ERROR(model->AddUnitHooks(&counter));
     fsdp::FsdpConfig fsdp_config;
     fsdp_config.strategy = fsdp::ShardingStrategy::kOptimGradsParams;
-    MCC_ASSIGN_OR_RETURN(fsdp, fsdp::FullyShardedDataParallel::Wrap(
-                                   model.get(), dp, fsdp_config));
+    MCC_ASSIGN_OR_RETURN(
+        fsdp, fsdp::FullyShardedDataParallel::Wrap(model, dp, fsdp_config));
     MCC_ASSIGN_OR_RETURN(opt, fsdp->CreateOptimizer(opt_config, groups));
     executor->SetLastMicrobatchCallback(
         [f = fsdp.get()](bool last) { f->set_is_last_microbatch(last); });
   } else {
-    MCC_ASSIGN_OR_RETURN(
-        opt, optim::Optimizer::Create(model->parameters(), opt_config, groups));
+    MCC_ASSIGN_OR_RETURN(opt,
+                         optim::Optimizer::Create(params, opt_config, groups));
   }
 
   Result result;
@@ -119,25 +136,27 @@ absl::StatusOr<Result> Train(ParallelState* state, bool zero3) {
       MCC_RETURN_IF_ERROR(fsdp->FinishParamGather());
       fsdp->ZeroGrads();
     } else {
-      model->ZeroGradients();
+      for (const auto& c : chunks) c->ZeroGradients();
     }
     auto batches = std::make_shared<std::vector<MlpBatch>>();
     for (int i = 0; i < local_mb; ++i) {
       batches->push_back(MakeMlpBatch(config, step, dp_rank * local_mb + i));
     }
-    model->SetMicroBatches(batches);
+    for (const auto& c : chunks) c->SetMicroBatches(batches);
     MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
                          executor->Run(local_mb, 1.0f / local_mb));
     for (int i = 0; i < local_mb; ++i) {
       result.losses[step * kMicrobatches + dp_rank * local_mb + i] =
           run.losses[i].mean();
     }
-    MCC_RETURN_IF_ERROR(model->SyncSharedGradients(nullptr));
+    for (const auto& c : chunks) {
+      MCC_RETURN_IF_ERROR(c->SyncSharedGradients(nullptr));
+    }
     if (fsdp) {
       MCC_RETURN_IF_ERROR(fsdp->FinishGradSync());
       MCC_RETURN_IF_ERROR(fsdp->FinalizeGradients());
     } else {
-      MCC_RETURN_IF_ERROR(model->FinalizeGradients());
+      for (const auto& c : chunks) MCC_RETURN_IF_ERROR(c->FinalizeGradients());
     }
     MCC_RETURN_IF_ERROR(opt->Step(0.05).status());
   }
@@ -145,9 +164,7 @@ absl::StatusOr<Result> Train(ParallelState* state, bool zero3) {
     MCC_RETURN_IF_ERROR(fsdp->FinishParamGather());
     MCC_RETURN_IF_ERROR(fsdp->GatherFullParams());
   }
-  for (const auto& p : model->parameters()) {
-    result.params[p->name] = p->value.ToFloats();
-  }
+  for (const auto& p : params) result.params[p->name] = p->value.ToFloats();
   if (fsdp) MCC_RETURN_IF_ERROR(fsdp->ReleaseFullParams());
   result.unit_hook_calls = counter.calls;
   return result;
@@ -220,13 +237,14 @@ MCC_WORKER(mlp_train) {
     return 3;
   }
   ParallelSizes sizes;
-  if (layout == "pp2") sizes.pipeline = 2;
+  if (layout != "zero3_dp2") sizes.pipeline = 2;
   auto state = ParallelState::Create(world->group, sizes);
   if (!state.ok()) {
     std::fprintf(stderr, "state: %s\n", state.status().ToString().c_str());
     return 3;
   }
-  auto result = Train(state->get(), layout == "zero3_dp2");
+  auto result = Train(state->get(), layout == "zero3_dp2",
+                      layout == "pp2_interleaved" ? 2 : 1);
   if (!result.ok()) {
     std::fprintf(stderr, "train: %s\n", result.status().ToString().c_str());
     return 4;
@@ -301,7 +319,8 @@ TEST_P(MlpStackParityTest, MatchesSerialRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MlpStackParityTest,
-                         ::testing::Values("zero3_dp2", "pp2"),
+                         ::testing::Values("zero3_dp2", "pp2",
+                                           "pp2_interleaved"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
