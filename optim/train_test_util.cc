@@ -60,11 +60,11 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   }
   MCC_ASSIGN_OR_RETURN(
       auto model,
-      pipeline::StageModel::Create(o.model, ctx, split, pp ? pp->rank() : 0));
+      gpt::StageModel::Create(o.model, ctx, split, pp ? pp->rank() : 0));
   MCC_ASSIGN_OR_RETURN(
       auto executor,
       pipeline::PipelineExecutor::Create(
-          model->chunks(), pp != nullptr && pp->size() > 1 ? pp : nullptr,
+          model->stages(), pp != nullptr && pp->size() > 1 ? pp : nullptr,
           o.schedule));
   comm::ProcessGroup* dp = state ? state->data() : nullptr;
   const int dp_size = dp ? dp->size() : 1;
@@ -86,15 +86,15 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   if (o.use_ddp) {
     MCC_ASSIGN_OR_RETURN(ddp, data_parallel::DistributedDataParallel::Create(
                                   model->parameters(), dp, o.ddp));
-    model->SetGradReadyHook(ddp->GradReadyHook());
+    model->AddGradReadyHook(ddp->GradReadyHook());
     executor->SetLastMicrobatchCallback(
         [d = ddp.get()](bool last) { d->set_is_last_microbatch(last); });
     if (o.ddp.overlap_param_gather && o.ddp.use_distributed_optimizer) {
       for (gpt::GPTModel* chunk : model->chunks()) {
         gather_hooks.push_back(
             std::make_unique<data_parallel::ParamGatherHooks>(ddp.get(),
-                                                              chunk->units()));
-        chunk->SetUnitHooks(gather_hooks.back().get());
+                                                              *chunk));
+        MCC_RETURN_IF_ERROR(chunk->AddUnitHooks(gather_hooks.back().get()));
       }
     }
     MCC_ASSIGN_OR_RETURN(opt,
@@ -121,8 +121,9 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     for (int i = 0; i < local_mb; ++i) {
       batches.push_back(FixedBatch(o.model, step, dp_rank * local_mb + i));
     }
+    model->SetMicroBatches(std::move(batches));
     MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
-                         executor->Run(batches, grad_scale));
+                         executor->Run(local_mb, grad_scale));
     for (const gpt::LossSum& loss : run.losses) {
       local_loss += loss.mean() / local_mb;
     }

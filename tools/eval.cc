@@ -397,9 +397,9 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
   job->context.dtype = plan.dtype;
   job->context.seed = job->config.seed;
   job->pipeline.num_layers = job->config.num_layers;
-  MCC_ASSIGN_OR_RETURN(job->model,
-                       pipeline::StageModel::Create(job->config, job->context,
-                                                    job->pipeline, 0));
+  MCC_ASSIGN_OR_RETURN(
+      job->model,
+      gpt::StageModel::Create(job->config, job->context, job->pipeline, 0));
   // The weights: this rank's box of every global tensor (whatever padding
   // the checkpoint's or this layout's vocabulary has).
   MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(plan.load_dir));

@@ -384,7 +384,7 @@ MakeDataParallel(Job& job, const data_parallel::DdpConfig& ddp_config) {
     MCC_ASSIGN_OR_RETURN(
         auto dp, fsdp::FullyShardedDataParallel::Create(
                      job.model->parameters(), {}, job.dp(), job.tp(), config));
-    job.model->SetGradReadyHook(dp->GradReadyHook());
+    job.model->AddGradReadyHook(dp->GradReadyHook());
     return dp;
   }
   if (job.model->num_chunks() != 1 || job.pp() != nullptr) {
@@ -410,8 +410,10 @@ absl::StatusOr<double> Evaluate(Job& job, pipeline::PipelineExecutor* executor,
   }
   double sum = 0, tokens = 0;
   if (!batches.empty()) {
+    const int n = static_cast<int>(batches.size());
+    job.model->SetMicroBatches(std::move(batches));
     MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
-                         executor->Run(batches, 0.0f, /*forward_only=*/true));
+                         executor->Run(n, 0.0f, /*forward_only=*/true));
     for (const gpt::LossSum& loss : run.losses) {
       sum += loss.sum;
       tokens += loss.tokens;
@@ -549,8 +551,8 @@ absl::Status Train() {
       ddp->ddp()->config().use_distributed_optimizer) {
     for (gpt::GPTModel* chunk : job->model->chunks()) {
       gather_hooks.push_back(std::make_unique<data_parallel::ParamGatherHooks>(
-          ddp->ddp(), chunk->units()));
-      chunk->SetUnitHooks(gather_hooks.back().get());
+          ddp->ddp(), *chunk));
+      MCC_RETURN_IF_ERROR(chunk->AddUnitHooks(gather_hooks.back().get()));
     }
   }
   // The schedule: 1F1B across stages (interleaved with virtual stages),
@@ -563,7 +565,7 @@ absl::Status Train() {
       !absl::GetFlag(FLAGS_no_overlap_p2p_communication);
   MCC_ASSIGN_OR_RETURN(auto executor,
                        pipeline::PipelineExecutor::Create(
-                           job->model->chunks(), job->pp(), pipeline_options));
+                           job->model->stages(), job->pp(), pipeline_options));
   executor->SetLastMicrobatchCallback(
       [d = ddp.get()](bool last) { d->set_is_last_microbatch(last); });
   const std::string schedule_name = pipeline::ScheduleName(
@@ -690,10 +692,12 @@ absl::Status Train() {
     }
     timers.Stop("data");
     timers.Start("forward-backward");
+    job->model->SetMicroBatches(std::move(batches));
     MCC_ASSIGN_OR_RETURN(
         pipeline::PipelineStepResult run,
-        executor->Run(batches, static_cast<float>(optimizer->loss_scale() /
-                                                  batching.num_microbatches)));
+        executor->Run(batching.num_microbatches,
+                      static_cast<float>(optimizer->loss_scale() /
+                                         batching.num_microbatches)));
     timers.Stop("forward-backward");
     for (const gpt::LossSum& loss : run.losses) {
       // Megatron's loss: the mean over micro-batches of each one's mean.

@@ -27,6 +27,7 @@
 #include "core/allocator.h"
 #include "core/comm/init.h"
 #include "core/status_macros.h"
+#include "models/gpt/gpt_model.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 
 ABSL_FLAG(int, world, 2, "Data-parallel ranks to start.");
