@@ -1,11 +1,13 @@
 #include "core/tensor.h"
 
+#include <cmath>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
+#include "core/tensor_kernels.h"
 #include "glog/logging.h"
 
 namespace mcc {
@@ -190,19 +192,11 @@ absl::Status Tensor::CopyFrom(const Tensor& src) {
 }
 
 absl::StatusOr<Tensor> Tensor::To(DType dtype) const {
-  if (IsHostBacked(device_.type)) {
-    Tensor t = Empty(shape_, dtype, device_);
-    const Tensor src = HostView(*this);
-    ConvertElements(src.raw_data(), dtype_, HostView(t).raw_data(), dtype,
-                    numel_);
-    return t;
-  }
-  if (!device_.is_cpu()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "dtype conversion of ", Describe(), " needs a CPU tensor"));
+  if (!defined()) {
+    return absl::InvalidArgumentError("To(DType) of an undefined tensor");
   }
   Tensor t = Empty(shape_, dtype, device_);
-  ConvertElements(raw_data(), dtype_, t.raw_data(), dtype, numel_);
+  MCC_RETURN_IF_ERROR(ConvertKernels()(device_, *this, &t));
   return t;
 }
 
@@ -221,47 +215,60 @@ void FillTyped(void* dst, int64_t n, T value) {
   for (int64_t i = 0; i < n; ++i) p[i] = value;
 }
 
+absl::Status FillCpu(double value, Tensor* x) {
+  void* p = x->raw_data();
+  const int64_t n = x->numel();
+  if (value == 0.0 && !std::signbit(value)) {
+    std::memset(p, 0, x->nbytes());  // +0 is all zero bits in every dtype.
+    return absl::OkStatus();
+  }
+  switch (x->dtype()) {
+    case DType::kFloat32:
+      FillTyped(p, n, static_cast<float>(value));
+      break;
+    case DType::kBFloat16:
+      FillTyped(p, n, FloatToBFloat16(static_cast<float>(value)));
+      break;
+    case DType::kFloat16:
+      FillTyped(p, n, FloatToFloat16(static_cast<float>(value)));
+      break;
+    case DType::kInt32:
+      FillTyped(p, n, static_cast<int32_t>(value));
+      break;
+    case DType::kInt64:
+      FillTyped(p, n, static_cast<int64_t>(value));
+      break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConvertCpu(const Tensor& src, Tensor* dst) {
+  ConvertElements(src.raw_data(), src.dtype(), dst->raw_data(), dst->dtype(),
+                  src.numel());
+  return absl::OkStatus();
+}
+
 DeviceCopyFn g_device_copy[kNumDeviceTypes] = {};
 HostAddressFn g_to_host[kNumDeviceTypes] = {};
 
 }  // namespace
 
-void Tensor::Fill(double value) {
-  CHECK(defined());
-  if (device_.is_cpu()) {
-    switch (dtype_) {
-      case DType::kFloat32:
-        FillTyped(raw_data(), numel_, static_cast<float>(value));
-        return;
-      case DType::kBFloat16:
-        FillTyped(raw_data(), numel_,
-                  FloatToBFloat16(static_cast<float>(value)));
-        return;
-      case DType::kFloat16:
-        FillTyped(raw_data(), numel_,
-                  FloatToFloat16(static_cast<float>(value)));
-        return;
-      case DType::kInt32:
-        FillTyped(raw_data(), numel_, static_cast<int32_t>(value));
-        return;
-      case DType::kInt64:
-        FillTyped(raw_data(), numel_, static_cast<int64_t>(value));
-        return;
-    }
-  }
-  // Other devices: fill on the host, then copy over.
-  Tensor host = Full(shape_, value, dtype_);
-  MCC_CHECK_OK(CopyFrom(host));
+KernelSlot<FillKernel>& FillKernels() {
+  static auto* slot = new KernelSlot<FillKernel>("Fill", &FillCpu);
+  return *slot;
 }
 
-void Tensor::Zero() {
-  CHECK(defined());
-  if (device_.is_cpu()) {
-    std::memset(raw_data(), 0, nbytes());
-  } else {
-    Fill(0.0);
-  }
+KernelSlot<ConvertKernel>& ConvertKernels() {
+  static auto* slot = new KernelSlot<ConvertKernel>("Convert", &ConvertCpu);
+  return *slot;
 }
+
+void Tensor::Fill(double value) {
+  CHECK(defined()) << "Fill of an undefined tensor";
+  MCC_CHECK_OK(FillKernels()(device_, value, this));
+}
+
+void Tensor::Zero() { Fill(0.0); }
 
 std::vector<double> Tensor::ToDoubles() const {
   CHECK(defined());

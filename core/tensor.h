@@ -137,12 +137,17 @@ class Tensor {
   // Copies src's elements here. Shapes (element counts) and dtypes must
   // match; devices may differ where a copier for them is registered.
   absl::Status CopyFrom(const Tensor& src);
-  // A new tensor with the values converted to dtype (CPU).
+  // A new tensor on the same device with the values converted to dtype,
+  // through the Convert slot (core/tensor_kernels.h): no host staging;
+  // Unimplemented if the device has no Convert kernel.
   absl::StatusOr<Tensor> To(DType dtype) const;
   // A copy on another device.
   absl::StatusOr<Tensor> To(Device device) const;
 
-  // Sets every element to value (converted to dtype).
+  // Sets every element to value (converted to dtype) on the tensor's own
+  // device, through the Fill slot (core/tensor_kernels.h): no host staging.
+  // Dies, naming the device, if the device has no Fill kernel (a build that
+  // does not link its device library).
   void Fill(double value);
   void Zero();
 

@@ -13,20 +13,6 @@
 namespace mcc {
 namespace ops {
 
-#define MCC_DEFINE_SLOT(Type, Name, op)           \
-  KernelSlot<Type>& Name() {                      \
-    static auto* slot = new KernelSlot<Type>(op); \
-    return *slot;                                 \
-  }
-MCC_DEFINE_SLOT(UnaryKernel, GeluKernels, "Gelu")
-MCC_DEFINE_SLOT(UnaryBackwardKernel, GeluBackwardKernels, "GeluBackward")
-MCC_DEFINE_SLOT(BiasGeluKernel, BiasGeluKernels, "BiasGelu")
-MCC_DEFINE_SLOT(BiasGeluBackwardKernel, BiasGeluBackwardKernels,
-                "BiasGeluBackward")
-MCC_DEFINE_SLOT(UnaryKernel, SwiGLUKernels, "SwiGLU")
-MCC_DEFINE_SLOT(UnaryBackwardKernel, SwiGLUBackwardKernels, "SwiGLUBackward")
-#undef MCC_DEFINE_SLOT
-
 namespace {
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -434,17 +420,52 @@ void GeluBackwardCpu(const Tensor& dy, const Tensor& x, Tensor* dx) {
   });
 }
 
+absl::Status GeluCpu(const Tensor& x, Tensor* y) {
+  GeluForwardCpu(x, nullptr, y);
+  return absl::OkStatus();
+}
+
+absl::Status GeluBackwardKernelCpu(const Tensor& dy, const Tensor& x,
+                                   Tensor* dx) {
+  GeluBackwardCpu(dy, x, dx);
+  return absl::OkStatus();
+}
+
+absl::Status BiasGeluCpu(const Tensor& x, const Tensor& bias, Tensor* y) {
+  std::vector<float> b32(bias.numel());
+  LoadF32Any(bias, b32.data());
+  GeluForwardCpu(x, &b32, y);
+  return absl::OkStatus();
+}
+
+absl::Status BiasGeluBackwardCpu(const Tensor& dy, const Tensor& x,
+                                 const Tensor& bias, Tensor* dx, Tensor* dbias);
+
 }  // namespace
+
+KernelSlot<UnaryKernel>& GeluKernels() {
+  static auto* slot = new KernelSlot<UnaryKernel>("Gelu", &GeluCpu);
+  return *slot;
+}
+KernelSlot<UnaryBackwardKernel>& GeluBackwardKernels() {
+  static auto* slot = new KernelSlot<UnaryBackwardKernel>(
+      "GeluBackward", &GeluBackwardKernelCpu);
+  return *slot;
+}
+KernelSlot<BiasGeluKernel>& BiasGeluKernels() {
+  static auto* slot = new KernelSlot<BiasGeluKernel>("BiasGelu", &BiasGeluCpu);
+  return *slot;
+}
+KernelSlot<BiasGeluBackwardKernel>& BiasGeluBackwardKernels() {
+  static auto* slot = new KernelSlot<BiasGeluBackwardKernel>(
+      "BiasGeluBackward", &BiasGeluBackwardCpu);
+  return *slot;
+}
 
 absl::Status Gelu(const Tensor& x, Tensor* y) {
   ScopedOpTimer op_timer("Gelu");
   MCC_RETURN_IF_ERROR(CheckUnary("Gelu", "x", x, "y", y));
-  if (!x.device().is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(UnaryKernel k, GeluKernels().Get(x.device()));
-    return k(x, y);
-  }
-  GeluForwardCpu(x, nullptr, y);
-  return absl::OkStatus();
+  return GeluKernels()(x.device(), x, y);
 }
 
 absl::Status GeluBackward(const Tensor& dy, const Tensor& x, Tensor* dx) {
@@ -452,13 +473,7 @@ absl::Status GeluBackward(const Tensor& dy, const Tensor& x, Tensor* dx) {
   const char* op = "GeluBackward";
   MCC_RETURN_IF_ERROR(CheckUnary(op, "x", x, "dx", dx));
   MCC_RETURN_IF_ERROR(CheckUnary(op, "x", x, "dy", &dy));
-  if (!x.device().is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(UnaryBackwardKernel k,
-                         GeluBackwardKernels().Get(x.device()));
-    return k(dy, x, dx);
-  }
-  GeluBackwardCpu(dy, x, dx);
-  return absl::OkStatus();
+  return GeluBackwardKernels()(x.device(), dy, x, dx);
 }
 
 absl::Status BiasGelu(const Tensor& x, const Tensor& bias, Tensor* y) {
@@ -469,14 +484,7 @@ absl::Status BiasGelu(const Tensor& x, const Tensor& bias, Tensor* y) {
   MCC_RETURN_IF_ERROR(CheckSameDevice(op, {{"x", &x}, {"bias", &bias}}));
   MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"bias", &bias}));
   MCC_RETURN_IF_ERROR(internal::CheckBias(op, x, "x", bias));
-  if (!x.device().is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(BiasGeluKernel k, BiasGeluKernels().Get(x.device()));
-    return k(x, bias, y);
-  }
-  std::vector<float> b32(bias.numel());
-  LoadF32Any(bias, b32.data());
-  GeluForwardCpu(x, &b32, y);
-  return absl::OkStatus();
+  return BiasGeluKernels()(x.device(), x, bias, y);
 }
 
 absl::Status BiasGeluBackward(const Tensor& dy, const Tensor& x,
@@ -492,11 +500,14 @@ absl::Status BiasGeluBackward(const Tensor& dy, const Tensor& x,
   MCC_RETURN_IF_ERROR(CheckDType(op, {"dbias", dbias}, DType::kFloat32));
   MCC_RETURN_IF_ERROR(internal::CheckBias(op, x, "x", bias));
   MCC_RETURN_IF_ERROR(CheckShapeMatches(op, {"bias", &bias}, {"dbias", dbias}));
-  if (!x.device().is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(BiasGeluBackwardKernel k,
-                         BiasGeluBackwardKernels().Get(x.device()));
-    return k(dy, x, bias, dx, dbias);
-  }
+  return BiasGeluBackwardKernels()(x.device(), dy, x, bias, dx, dbias);
+}
+
+namespace {
+
+absl::Status BiasGeluBackwardCpu(const Tensor& dy, const Tensor& x,
+                                 const Tensor& bias, Tensor* dx,
+                                 Tensor* dbias) {
   std::vector<float> b32(bias.numel());
   LoadF32Any(bias, b32.data());
   const int64_t h = x.size(-1);
@@ -546,8 +557,6 @@ absl::Status BiasGeluBackward(const Tensor& dy, const Tensor& x,
   return absl::OkStatus();
 }
 
-namespace {
-
 absl::Status CheckSwiGLU(const char* op, const Tensor& x, const char* yn,
                          const Tensor* y) {
   MCC_RETURN_IF_ERROR(CheckDefined(op, {{"x", &x}, {yn, y}}));
@@ -589,17 +598,29 @@ void SwiGLUForwardCpu(const Tensor& x, Tensor* y) {
   });
 }
 
+absl::Status SwiGLUCpu(const Tensor& x, Tensor* y) {
+  SwiGLUForwardCpu(x, y);
+  return absl::OkStatus();
+}
+
+absl::Status SwiGLUBackwardCpu(const Tensor& dy, const Tensor& x, Tensor* dx);
+
 }  // namespace
+
+KernelSlot<UnaryKernel>& SwiGLUKernels() {
+  static auto* slot = new KernelSlot<UnaryKernel>("SwiGLU", &SwiGLUCpu);
+  return *slot;
+}
+KernelSlot<UnaryBackwardKernel>& SwiGLUBackwardKernels() {
+  static auto* slot =
+      new KernelSlot<UnaryBackwardKernel>("SwiGLUBackward", &SwiGLUBackwardCpu);
+  return *slot;
+}
 
 absl::Status SwiGLU(const Tensor& x, Tensor* y) {
   ScopedOpTimer op_timer("SwiGLU");
   MCC_RETURN_IF_ERROR(CheckSwiGLU("SwiGLU", x, "y", y));
-  if (!x.device().is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(UnaryKernel k, SwiGLUKernels().Get(x.device()));
-    return k(x, y);
-  }
-  SwiGLUForwardCpu(x, y);
-  return absl::OkStatus();
+  return SwiGLUKernels()(x.device(), x, y);
 }
 
 absl::Status SwiGLUBackward(const Tensor& dy, const Tensor& x, Tensor* dx) {
@@ -610,11 +631,12 @@ absl::Status SwiGLUBackward(const Tensor& dy, const Tensor& x, Tensor* dx) {
   MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"dx", dx}));
   MCC_RETURN_IF_ERROR(CheckSameDevice(op, {{"x", &x}, {"dx", dx}}));
   MCC_RETURN_IF_ERROR(CheckShapeMatches(op, {"x", &x}, {"dx", dx}));
-  if (!x.device().is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(UnaryBackwardKernel k,
-                         SwiGLUBackwardKernels().Get(x.device()));
-    return k(dy, x, dx);
-  }
+  return SwiGLUBackwardKernels()(x.device(), dy, x, dx);
+}
+
+namespace {
+
+absl::Status SwiGLUBackwardCpu(const Tensor& dy, const Tensor& x, Tensor* dx) {
   const int64_t h = dy.size(-1);
   DispatchFloat(x.dtype(), [&](auto xt) {
     DispatchFloat(dy.dtype(), [&](auto dyt) {
@@ -636,6 +658,8 @@ absl::Status SwiGLUBackward(const Tensor& dy, const Tensor& x, Tensor* dx) {
   });
   return absl::OkStatus();
 }
+
+}  // namespace
 
 namespace internal {
 

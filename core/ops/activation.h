@@ -35,6 +35,9 @@ absl::Status SwiGLU(const Tensor& x, Tensor* y);
 // dx [..., 2h] = [dy * b * silu'(a), dy * silu(a)].
 absl::Status SwiGLUBackward(const Tensor& dy, const Tensor& x, Tensor* dx);
 
+// Kernels (core/ops/dispatch.h), with the ops' signatures: y and dx
+// overwritten, dbias accumulated; the device's current stream, no host
+// synchronisation.
 using UnaryKernel = absl::Status (*)(const Tensor& x, Tensor* y);
 using UnaryBackwardKernel = absl::Status (*)(const Tensor& dy, const Tensor& x,
                                              Tensor* dx);

@@ -589,6 +589,35 @@ TEST(ActivationTest, BadInputsNameShapesAndLeaveOutputUntouched) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
 }
 
+TEST(ActivationTestDevice, MatchesCpuBitForBit) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    Tensor x = testing::RandomTensor({6, 40}, dt, 1, -4.0f, 4.0f);
+    Tensor x2 = testing::RandomTensor({6, 80}, dt, 2, -4.0f, 4.0f);
+    Tensor dy = testing::RandomTensor({6, 40}, dt, 3);
+    Tensor bias = testing::RandomTensor({40}, dt, 4);
+    Tensor y = Tensor::Zeros({6, 40}, dt);
+    Tensor dx2 = Tensor::Zeros({6, 80}, dt);
+    Tensor dbias = testing::RandomTensor({40}, DType::kFloat32, 5);
+    testing::ExpectSameOnTestDevice(
+        {x, y}, [](std::vector<Tensor>& t) { return Gelu(t[0], &t[1]); });
+    testing::ExpectSameOnTestDevice({dy, x, y}, [](std::vector<Tensor>& t) {
+      return GeluBackward(t[0], t[1], &t[2]);
+    });
+    testing::ExpectSameOnTestDevice({x, bias, y}, [](std::vector<Tensor>& t) {
+      return BiasGelu(t[0], t[1], &t[2]);
+    });
+    testing::ExpectSameOnTestDevice(
+        {dy, x, bias, y, dbias}, [](std::vector<Tensor>& t) {
+          return BiasGeluBackward(t[0], t[1], t[2], &t[3], &t[4]);
+        });
+    testing::ExpectSameOnTestDevice(
+        {x2, y}, [](std::vector<Tensor>& t) { return SwiGLU(t[0], &t[1]); });
+    testing::ExpectSameOnTestDevice({dy, x2, dx2}, [](std::vector<Tensor>& t) {
+      return SwiGLUBackward(t[0], t[1], &t[2]);
+    });
+  }
+}
+
 }  // namespace
 }  // namespace ops
 }  // namespace mcc

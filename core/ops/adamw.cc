@@ -12,11 +12,6 @@
 namespace mcc {
 namespace ops {
 
-KernelSlot<AdamWKernel>& AdamWKernels() {
-  static auto* slot = new KernelSlot<AdamWKernel>("AdamWStep");
-  return *slot;
-}
-
 absl::Status AdamWStep(const AdamWConfig& cfg, const Tensor& grad,
                        Tensor* param, Tensor* exp_avg, Tensor* exp_avg_sq,
                        Tensor* param16) {
@@ -60,10 +55,14 @@ absl::Status AdamWStep(const AdamWConfig& cfg, const Tensor& grad,
         cfg.step, " (>= 1), beta1 ", cfg.beta1, ", beta2 ", cfg.beta2,
         " (in [0, 1)), eps ", cfg.eps, " (> 0), lr ", cfg.lr));
   }
-  if (!param->device().is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(AdamWKernel k, AdamWKernels().Get(param->device()));
-    return k(cfg, grad, param, exp_avg, exp_avg_sq, param16);
-  }
+  return AdamWKernels()(param->device(), cfg, grad, param, exp_avg, exp_avg_sq,
+                        param16);
+}
+
+namespace {
+
+absl::Status AdamWCpu(const AdamWConfig& cfg, const Tensor& grad, Tensor* param,
+                      Tensor* exp_avg, Tensor* exp_avg_sq, Tensor* param16) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(cfg.beta1), cfg.step);
   const double bc2 = 1.0 - std::pow(static_cast<double>(cfg.beta2), cfg.step);
   const float cfg_step = static_cast<float>(cfg.lr / bc1);
@@ -111,6 +110,13 @@ absl::Status AdamWStep(const AdamWConfig& cfg, const Tensor& grad,
     });
   });
   return absl::OkStatus();
+}
+
+}  // namespace
+
+KernelSlot<AdamWKernel>& AdamWKernels() {
+  static auto* slot = new KernelSlot<AdamWKernel>("AdamWStep", &AdamWCpu);
+  return *slot;
 }
 
 }  // namespace ops

@@ -39,6 +39,9 @@ absl::Status AdamWStep(const AdamWConfig& config, const Tensor& grad,
                        Tensor* param, Tensor* exp_avg, Tensor* exp_avg_sq,
                        Tensor* param16 = nullptr);
 
+// The kernel (core/ops/dispatch.h), with the op's signature: param,
+// exp_avg, exp_avg_sq and param16 updated in place from their own values;
+// the device's current stream, no host synchronisation.
 using AdamWKernel = absl::Status (*)(const AdamWConfig& config,
                                      const Tensor& grad, Tensor* param,
                                      Tensor* exp_avg, Tensor* exp_avg_sq,

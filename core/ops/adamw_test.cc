@@ -94,6 +94,25 @@ TEST(AdamWTest, BadInputsNameShapesAndLeaveStateUntouched) {
       << s;
 }
 
+TEST(AdamWTestDevice, MatchesCpuBitForBit) {
+  for (DType gd : {DType::kFloat32, DType::kBFloat16}) {
+    Tensor grad = RandomTensor({333}, gd, 1);
+    Tensor param = RandomTensor({333}, DType::kFloat32, 2);
+    Tensor m = RandomTensor({333}, DType::kFloat32, 3, 0.0f, 0.1f);
+    Tensor v = RandomTensor({333}, DType::kFloat32, 4, 0.0f, 0.1f);
+    Tensor p16 = Tensor::Zeros({333}, DType::kBFloat16);
+    AdamWConfig cfg;
+    cfg.lr = 0.01f;
+    cfg.weight_decay = 0.1f;
+    cfg.step = 3;
+    cfg.grad_scale = 0.5f;
+    testing::ExpectSameOnTestDevice(
+        {grad, param, m, v, p16}, [&](std::vector<Tensor>& t) {
+          return AdamWStep(cfg, t[0], &t[1], &t[2], &t[3], &t[4]);
+        });
+  }
+}
+
 }  // namespace
 }  // namespace ops
 }  // namespace mcc

@@ -532,6 +532,8 @@ void BackwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v,
       });
 }
 
+Dims DimsOf(const Tensor& q, const Tensor& k, const AttentionOptions& options);
+
 absl::Status CheckQkv(absl::string_view op, const Tensor& q, const Tensor& k,
                       const Tensor& v, const AttentionOptions& options,
                       Dims* dm) {
@@ -562,6 +564,23 @@ absl::Status CheckQkv(absl::string_view op, const Tensor& q, const Tensor& k,
         op, ": softmax_scale must be >= 0 (0: 1/sqrt(head_dim)), got ",
         options.softmax_scale));
   }
+  if (!(options.dropout_p >= 0.0f && options.dropout_p < 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": dropout_p must be in [0, 1), got ", options.dropout_p));
+  }
+  *dm = DimsOf(q, k, options);
+  if (dm->head_offset < 0 || dm->head_offset + dm->hq > dm->total_heads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": heads [", dm->head_offset, ", ", dm->head_offset + dm->hq,
+        ") are not within total_heads ", dm->total_heads));
+  }
+  return absl::OkStatus();
+}
+
+// The problem's sizes and options, for q and k already checked.
+Dims DimsOf(const Tensor& q, const Tensor& k, const AttentionOptions& options) {
+  Dims d;
+  Dims* dm = &d;
   dm->b = q.size(0);
   dm->s = q.size(1);
   dm->hq = q.size(2);
@@ -572,21 +591,12 @@ absl::Status CheckQkv(absl::string_view op, const Tensor& q, const Tensor& k,
       options.softmax_scale > 0.0f
           ? options.softmax_scale
           : 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(dm->d, 1)));
-  if (!(options.dropout_p >= 0.0f && options.dropout_p < 1.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": dropout_p must be in [0, 1), got ", options.dropout_p));
-  }
   dm->dropout_p = options.dropout_p;
   dm->seed = options.dropout_seed;
   dm->offset = options.dropout_offset;
   dm->total_heads = options.total_heads > 0 ? options.total_heads : dm->hq;
   dm->head_offset = options.head_offset;
-  if (dm->head_offset < 0 || dm->head_offset + dm->hq > dm->total_heads) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": heads [", dm->head_offset, ", ", dm->head_offset + dm->hq,
-        ") are not within total_heads ", dm->total_heads));
-  }
-  return absl::OkStatus();
+  return d;
 }
 
 absl::Status CheckOut(absl::string_view op, const char* ref_name,
@@ -621,8 +631,17 @@ absl::Status FlashAttentionForward(const Tensor& q, const Tensor& k,
   MCC_RETURN_IF_ERROR(CheckQkv(op, q, k, v, options, &dm));
   MCC_RETURN_IF_ERROR(CheckOut(op, "q", q, "out", out));
   MCC_RETURN_IF_ERROR(CheckLse(op, q, dm, lse));
-  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, q));
+  return FlashAttentionForwardKernels()(q.device(), q, k, v, options, out, lse);
+}
+
+namespace {
+
+absl::Status FlashAttentionForwardCpu(const Tensor& q, const Tensor& k,
+                                      const Tensor& v,
+                                      const AttentionOptions& options,
+                                      Tensor* out, Tensor* lse) {
   if (q.numel() == 0) return absl::OkStatus();
+  const Dims dm = DimsOf(q, k, options);
   nn::DispatchFloat(q.dtype(), [&](auto tq) {
     using TQ = decltype(tq);
     nn::DispatchFloat(out->dtype(), [&](auto to) {
@@ -633,6 +652,8 @@ absl::Status FlashAttentionForward(const Tensor& q, const Tensor& k,
   });
   return absl::OkStatus();
 }
+
+}  // namespace
 
 absl::Status FlashAttentionBackward(const Tensor& q, const Tensor& k,
                                     const Tensor& v, const Tensor& out,
@@ -659,10 +680,23 @@ absl::Status FlashAttentionBackward(const Tensor& q, const Tensor& k,
         absl::StrCat(op, ": dk ", dk->Describe(), " and dv ", dv->Describe(),
                      " must have the same dtype"));
   }
-  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, q));
+  if (q.numel() != 0) {
+    MCC_RETURN_IF_ERROR(CheckOne16BitType(
+        op, {{"q", &q}, {"out", &out}, {"dq", dq}, {"dk", dk}}));
+  }
+  return FlashAttentionBackwardKernels()(q.device(), q, k, v, out, dout, lse,
+                                         options, dq, dk, dv);
+}
+
+namespace {
+
+absl::Status FlashAttentionBackwardCpu(const Tensor& q, const Tensor& k,
+                                       const Tensor& v, const Tensor& out,
+                                       const Tensor& dout, const Tensor& lse,
+                                       const AttentionOptions& options,
+                                       Tensor* dq, Tensor* dk, Tensor* dv) {
   if (q.numel() == 0) return absl::OkStatus();
-  MCC_RETURN_IF_ERROR(CheckOne16BitType(
-      op, {{"q", &q}, {"out", &out}, {"dq", dq}, {"dk", dk}}));
+  const Dims dm = DimsOf(q, k, options);
   Dispatch16BitType(
       {q.dtype(), out.dtype(), dq->dtype(), dk->dtype()}, [&](auto th) {
         using H = decltype(th);
@@ -683,6 +717,20 @@ absl::Status FlashAttentionBackward(const Tensor& q, const Tensor& k,
         });
       });
   return absl::OkStatus();
+}
+
+}  // namespace
+
+KernelSlot<FlashAttentionForwardKernel>& FlashAttentionForwardKernels() {
+  static auto* slot = new KernelSlot<FlashAttentionForwardKernel>(
+      "FlashAttentionForward", &FlashAttentionForwardCpu);
+  return *slot;
+}
+
+KernelSlot<FlashAttentionBackwardKernel>& FlashAttentionBackwardKernels() {
+  static auto* slot = new KernelSlot<FlashAttentionBackwardKernel>(
+      "FlashAttentionBackward", &FlashAttentionBackwardCpu);
+  return *slot;
 }
 
 double FlashAttentionForwardFlops(int64_t batch, int64_t seq, int64_t heads,

@@ -17,15 +17,18 @@
 //                                  scores, saved for the backward
 // The backward recomputes the probabilities block by block from q, k and lse
 // (D = rowsum(dout * out)) and overwrites dq, dk, dv (shapes and dtype rules
-// of q, k, v). No attention dropout (apply dropout elsewhere or not at all).
-// Everything is validated before anything is written; CUDA tensors get an
-// Unimplemented error naming the op until a CUDA kernel is registered.
+// of q, k, v); attention dropout is optional (AttentionOptions).
+// Everything is validated before anything is written; all tensors live on
+// one device and each op runs its slot's kernel (core/ops/dispatch.h: the
+// device's current stream, no host synchronisation); a device without a
+// kernel gets Unimplemented naming the op.
 //
 // Parallelism: the forward runs (batch, head, query block) tasks; the
 // backward runs one task per (batch, kv head), so it uses at most
 // b * num_kv_heads threads.
 
 #include "absl/status/status.h"
+#include "core/ops/dispatch.h"
 #include "core/tensor.h"
 
 namespace mcc {
@@ -60,6 +63,18 @@ absl::Status FlashAttentionBackward(const Tensor& q, const Tensor& k,
                                     const Tensor& dout, const Tensor& lse,
                                     const AttentionOptions& options, Tensor* dq,
                                     Tensor* dk, Tensor* dv);
+
+// Kernels, with the ops' signatures and contracts (out, lse, dq, dk, dv
+// overwritten; dropout masks drawn as AttentionOptions says).
+using FlashAttentionForwardKernel =
+    absl::Status (*)(const Tensor& q, const Tensor& k, const Tensor& v,
+                     const AttentionOptions& options, Tensor* out, Tensor* lse);
+using FlashAttentionBackwardKernel = absl::Status (*)(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+    const Tensor& dout, const Tensor& lse, const AttentionOptions& options,
+    Tensor* dq, Tensor* dk, Tensor* dv);
+KernelSlot<FlashAttentionForwardKernel>& FlashAttentionForwardKernels();
+KernelSlot<FlashAttentionBackwardKernel>& FlashAttentionBackwardKernels();
 
 // Useful floating-point operations of one call (causal counts the lower
 // triangle only), for benchmarks: forward 4*b*h*s*s*d (halved when causal),

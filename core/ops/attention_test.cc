@@ -333,6 +333,37 @@ TEST(AttentionErrorsTest, BadShapesNameBothAndLeaveOutputsAlone) {
   EXPECT_TRUE(testing::AllEqual(dk, 5.0));
 }
 
+TEST(AttentionTestDevice, MatchesCpuBitForBit) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    const int64_t b = 2, s = 37, h = 4, hkv = 2, d = 16;
+    Tensor q = testing::RandomTensor({b, s, h, d}, dt, 1);
+    Tensor k = testing::RandomTensor({b, s, hkv, d}, dt, 2);
+    Tensor v = testing::RandomTensor({b, s, hkv, d}, dt, 3);
+    Tensor out = Tensor::Zeros({b, s, h, d}, dt);
+    Tensor lse = Tensor::Zeros({b, h, s}, DType::kFloat32);
+    for (float p : {0.0f, 0.25f}) {
+      AttentionOptions options;
+      options.dropout_p = p;
+      options.dropout_seed = 11;
+      auto fwd = testing::ExpectSameOnTestDevice(
+          {q, k, v, out, lse}, [&](std::vector<Tensor>& t) {
+            return FlashAttentionForward(t[0], t[1], t[2], options, &t[3],
+                                         &t[4]);
+          });
+      Tensor dout = testing::RandomTensor({b, s, h, d}, dt, 4);
+      Tensor dq = Tensor::Zeros({b, s, h, d}, dt);
+      Tensor dk = Tensor::Zeros({b, s, hkv, d}, dt);
+      Tensor dv = Tensor::Zeros({b, s, hkv, d}, dt);
+      testing::ExpectSameOnTestDevice(
+          {q, k, v, fwd[3], dout, fwd[4], dq, dk, dv},
+          [&](std::vector<Tensor>& t) {
+            return FlashAttentionBackward(t[0], t[1], t[2], t[3], t[4], t[5],
+                                          options, &t[6], &t[7], &t[8]);
+          });
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ops
 }  // namespace mcc

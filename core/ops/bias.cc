@@ -12,15 +12,6 @@
 namespace mcc {
 namespace ops {
 
-KernelSlot<BiasAddKernel>& BiasAddKernels() {
-  static auto* slot = new KernelSlot<BiasAddKernel>("BiasAdd");
-  return *slot;
-}
-KernelSlot<BiasAddBackwardKernel>& BiasAddBackwardKernels() {
-  static auto* slot = new KernelSlot<BiasAddBackwardKernel>("BiasAddBackward");
-  return *slot;
-}
-
 namespace internal {
 
 absl::Status CheckBias(const char* op, const Tensor& x, const char* x_name,
@@ -116,10 +107,12 @@ absl::Status BiasAdd(const Tensor& x, const Tensor& bias, Tensor* y) {
   MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"y", y}));
   MCC_RETURN_IF_ERROR(internal::CheckBias(op, x, "x", bias));
   MCC_RETURN_IF_ERROR(CheckShapeMatches(op, {"x", &x}, {"y", y}));
-  if (!x.device().is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(BiasAddKernel k, BiasAddKernels().Get(x.device()));
-    return k(x, bias, y);
-  }
+  return BiasAddKernels()(x.device(), x, bias, y);
+}
+
+namespace {
+
+absl::Status BiasAddCpu(const Tensor& x, const Tensor& bias, Tensor* y) {
   const int64_t h = x.size(-1);
   const int64_t rows = h == 0 ? 0 : x.numel() / h;
   std::vector<float> b32(h);
@@ -169,6 +162,8 @@ absl::Status BiasAdd(const Tensor& x, const Tensor& bias, Tensor* y) {
   return absl::OkStatus();
 }
 
+}  // namespace
+
 absl::Status BiasAddBackward(const Tensor& dy, Tensor* dbias) {
   ScopedOpTimer op_timer("BiasAddBackward");
   const char* op = "BiasAddBackward";
@@ -177,11 +172,12 @@ absl::Status BiasAddBackward(const Tensor& dy, Tensor* dbias) {
   MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"dy", &dy}));
   MCC_RETURN_IF_ERROR(CheckDType(op, {"dbias", dbias}, DType::kFloat32));
   MCC_RETURN_IF_ERROR(internal::CheckBias(op, dy, "dy", *dbias));
-  if (!dy.device().is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(BiasAddBackwardKernel k,
-                         BiasAddBackwardKernels().Get(dy.device()));
-    return k(dy, dbias);
-  }
+  return BiasAddBackwardKernels()(dy.device(), dy, dbias);
+}
+
+namespace {
+
+absl::Status BiasAddBackwardCpu(const Tensor& dy, Tensor* dbias) {
   const int64_t h = dy.size(-1);
   const int64_t rows = h == 0 ? 0 : dy.numel() / h;
   DispatchFloat(dy.dtype(), [&](auto tag) {
@@ -189,6 +185,18 @@ absl::Status BiasAddBackward(const Tensor& dy, Tensor* dbias) {
     internal::AccumulateColumnSums(dy.data<T>(), rows, h, dbias->data<float>());
   });
   return absl::OkStatus();
+}
+
+}  // namespace
+
+KernelSlot<BiasAddKernel>& BiasAddKernels() {
+  static auto* slot = new KernelSlot<BiasAddKernel>("BiasAdd", &BiasAddCpu);
+  return *slot;
+}
+KernelSlot<BiasAddBackwardKernel>& BiasAddBackwardKernels() {
+  static auto* slot = new KernelSlot<BiasAddBackwardKernel>(
+      "BiasAddBackward", &BiasAddBackwardCpu);
+  return *slot;
 }
 
 }  // namespace ops

@@ -23,6 +23,8 @@ absl::Status BiasAdd(const Tensor& x, const Tensor& bias, Tensor* y);
 // the result does not depend on the thread count.
 absl::Status BiasAddBackward(const Tensor& dy, Tensor* dbias);
 
+// Kernels (core/ops/dispatch.h), with the ops' signatures: y overwritten,
+// dbias accumulated; the device's current stream, no host synchronisation.
 using BiasAddKernel = absl::Status (*)(const Tensor& x, const Tensor& bias,
                                        Tensor* y);
 using BiasAddBackwardKernel = absl::Status (*)(const Tensor& dy, Tensor* dbias);

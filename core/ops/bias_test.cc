@@ -115,6 +115,24 @@ TEST(BiasTest, BadInputsNameShapesAndLeaveOutputUntouched) {
   EXPECT_NE(s.message().find("BiasAdd"), std::string::npos) << s;
 }
 
+TEST(BiasTestDevice, MatchesCpuBitForBit) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    Tensor x = RandomTensor({7, 33}, dt, 1);
+    Tensor bias = RandomTensor({33}, dt, 2);
+    Tensor y = Tensor::Zeros({7, 33}, dt);
+    Tensor dbias = RandomTensor({33}, DType::kFloat32, 3);
+    testing::ExpectSameOnTestDevice({x, bias, y}, [](std::vector<Tensor>& t) {
+      return BiasAdd(t[0], t[1], &t[2]);
+    });
+    testing::ExpectSameOnTestDevice({x, bias}, [](std::vector<Tensor>& t) {
+      return BiasAdd(t[0], t[1], &t[0]);  // In place.
+    });
+    testing::ExpectSameOnTestDevice({x, dbias}, [](std::vector<Tensor>& t) {
+      return BiasAddBackward(t[0], &t[1]);
+    });
+  }
+}
+
 }  // namespace
 }  // namespace ops
 }  // namespace mcc

@@ -52,11 +52,10 @@ absl::Status CheckLogitsAndTargetShapes(absl::string_view op,
   return nn::SameDevice(op, "logits", logits, "targets", targets);
 }
 
-// As above, with every target valid.
-absl::Status CheckLogitsTargets(absl::string_view op, const Tensor& logits,
-                                const Tensor& targets, int64_t ignore_index) {
-  MCC_RETURN_IF_ERROR(CheckLogitsAndTargetShapes(op, logits, targets));
-  if (!targets.device().is_cpu()) return absl::OkStatus();  // Checked there.
+// Every target is in [0, vocab) or ignore_index: data, so the kernel checks
+// it (on the CPU, before writing anything).
+absl::Status CheckTargetRange(absl::string_view op, const Tensor& logits,
+                              const Tensor& targets, int64_t ignore_index) {
   const int64_t vocab = logits.size(1);
   for (int64_t i = 0; i < targets.numel(); ++i) {
     const int64_t t = TargetAt(targets, i);
@@ -178,16 +177,26 @@ absl::Status CrossEntropyForward(const Tensor& logits, const Tensor& targets,
                                  int64_t ignore_index) {
   ScopedOpTimer op_timer("CrossEntropyForward");
   constexpr absl::string_view op = "CrossEntropyForward";
-  MCC_RETURN_IF_ERROR(CheckLogitsTargets(op, logits, targets, ignore_index));
+  MCC_RETURN_IF_ERROR(CheckLogitsAndTargetShapes(op, logits, targets));
   MCC_RETURN_IF_ERROR(CheckPerToken(op, "loss", loss, logits));
   MCC_RETURN_IF_ERROR(CheckPerToken(op, "lse", lse, logits));
-  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, logits));
-  const int64_t rows = logits.size(0), vocab = logits.size(1);
-  if (rows == 0) return absl::OkStatus();
-  if (vocab == 0) {
+  if (logits.size(0) != 0 && logits.size(1) == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": empty vocabulary in logits ", logits.Describe()));
   }
+  return CrossEntropyForwardKernels()(logits.device(), logits, targets, loss,
+                                      lse, ignore_index);
+}
+
+namespace {
+
+absl::Status CrossEntropyForwardCpu(const Tensor& logits, const Tensor& targets,
+                                    Tensor* loss, Tensor* lse,
+                                    int64_t ignore_index) {
+  MCC_RETURN_IF_ERROR(
+      CheckTargetRange("CrossEntropyForward", logits, targets, ignore_index));
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  if (rows == 0) return absl::OkStatus();
   nn::DispatchFloat(logits.dtype(), [&](auto tl) {
     using T = decltype(tl);
     DispatchTargets(targets.dtype(), [&](auto tt) {
@@ -199,12 +208,14 @@ absl::Status CrossEntropyForward(const Tensor& logits, const Tensor& targets,
   return absl::OkStatus();
 }
 
+}  // namespace
+
 absl::Status CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
                                   const Tensor& lse, const Tensor& dloss,
                                   Tensor* dlogits, int64_t ignore_index) {
   ScopedOpTimer op_timer("CrossEntropyBackward");
   constexpr absl::string_view op = "CrossEntropyBackward";
-  MCC_RETURN_IF_ERROR(CheckLogitsTargets(op, logits, targets, ignore_index));
+  MCC_RETURN_IF_ERROR(CheckLogitsAndTargetShapes(op, logits, targets));
   MCC_RETURN_IF_ERROR(CheckPerToken(op, "lse", &lse, logits));
   MCC_RETURN_IF_ERROR(CheckPerToken(op, "dloss", &dloss, logits));
   MCC_RETURN_IF_ERROR(nn::Defined(op, "dlogits", dlogits));
@@ -219,7 +230,18 @@ absl::Status CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
         absl::StrCat(op, ": dlogits ", dlogits->Describe(), " overlaps logits ",
                      logits.Describe(), " without being the same tensor"));
   }
-  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, logits));
+  return CrossEntropyBackwardKernels()(logits.device(), logits, targets, lse,
+                                       dloss, dlogits, ignore_index);
+}
+
+namespace {
+
+absl::Status CrossEntropyBackwardCpu(const Tensor& logits,
+                                     const Tensor& targets, const Tensor& lse,
+                                     const Tensor& dloss, Tensor* dlogits,
+                                     int64_t ignore_index) {
+  MCC_RETURN_IF_ERROR(
+      CheckTargetRange("CrossEntropyBackward", logits, targets, ignore_index));
   const int64_t rows = logits.size(0), vocab = logits.size(1);
   if (rows == 0 || vocab == 0) return absl::OkStatus();
   nn::DispatchFloat(logits.dtype(), [&](auto tl) {
@@ -236,8 +258,6 @@ absl::Status CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
   });
   return absl::OkStatus();
 }
-
-namespace {
 
 // ---- Vocabulary shards ------------------------------------------------------
 
@@ -267,18 +287,20 @@ absl::Status CheckValidColumns(absl::string_view op, const Tensor& logits,
         absl::StrCat(op, ": ", valid, " valid columns for logits ",
                      logits.Describe(), " (must be 0..", logits.size(1), ")"));
   }
-  return nn::CpuOnly(op, logits);
+  return absl::OkStatus();
 }
 
+// An fp32 tensor of the given shape on ref's device.
 absl::Status CheckFloatShape(absl::string_view op, const char* name,
-                             const Tensor* t, const Shape& shape) {
+                             const Tensor* t, const Shape& shape,
+                             const char* ref_name, const Tensor& ref) {
   MCC_RETURN_IF_ERROR(nn::Defined(op, name, t));
   MCC_RETURN_IF_ERROR(nn::IsF32(op, name, *t));
   if (t->shape() != shape) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": ", name, " ", t->Describe(), " must be ", ShapeToString(shape)));
   }
-  return nn::CpuOnly(op, *t);
+  return nn::SameDevice(op, ref_name, ref, name, *t);
 }
 
 // A shard's logits and targets, and the reduced statistics of its rows.
@@ -288,8 +310,9 @@ absl::Status CheckShardAndStats(absl::string_view op, const Tensor& logits,
   MCC_RETURN_IF_ERROR(CheckLogitsAndTargetShapes(op, logits, targets));
   MCC_RETURN_IF_ERROR(CheckValidColumns(op, logits, valid));
   const int64_t rows = logits.size(0);
-  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "row_max", &row_max, {rows}));
-  return CheckFloatShape(op, "sums", sums, {2, rows});
+  MCC_RETURN_IF_ERROR(
+      CheckFloatShape(op, "row_max", &row_max, {rows}, "logits", logits));
+  return CheckFloatShape(op, "sums", sums, {2, rows}, "logits", logits);
 }
 
 }  // namespace
@@ -300,8 +323,16 @@ absl::Status ShardedCrossEntropyRowMax(const Tensor& logits, int64_t valid,
   constexpr absl::string_view op = "ShardedCrossEntropyRowMax";
   MCC_RETURN_IF_ERROR(CheckLogits(op, logits));
   MCC_RETURN_IF_ERROR(CheckValidColumns(op, logits, valid));
-  MCC_RETURN_IF_ERROR(
-      CheckFloatShape(op, "row_max", row_max, {logits.size(0)}));
+  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "row_max", row_max, {logits.size(0)},
+                                      "logits", logits));
+  return ShardedCrossEntropyRowMaxKernels()(logits.device(), logits, valid,
+                                            row_max);
+}
+
+namespace {
+
+absl::Status ShardedCrossEntropyRowMaxCpu(const Tensor& logits, int64_t valid,
+                                          Tensor* row_max) {
   const int64_t rows = logits.size(0), local = logits.size(1);
   float* out = row_max->data<float>();
   nn::DispatchFloat(logits.dtype(), [&](auto tl) {
@@ -316,6 +347,8 @@ absl::Status ShardedCrossEntropyRowMax(const Tensor& logits, int64_t valid,
   return absl::OkStatus();
 }
 
+}  // namespace
+
 absl::Status ShardedCrossEntropySums(const Tensor& logits,
                                      const Tensor& targets,
                                      const Tensor& row_max, int64_t vocab_start,
@@ -324,6 +357,17 @@ absl::Status ShardedCrossEntropySums(const Tensor& logits,
   constexpr absl::string_view op = "ShardedCrossEntropySums";
   MCC_RETURN_IF_ERROR(
       CheckShardAndStats(op, logits, targets, valid, row_max, sums));
+  return ShardedCrossEntropySumsKernels()(logits.device(), logits, targets,
+                                          row_max, vocab_start, valid, sums);
+}
+
+namespace {
+
+absl::Status ShardedCrossEntropySumsCpu(const Tensor& logits,
+                                        const Tensor& targets,
+                                        const Tensor& row_max,
+                                        int64_t vocab_start, int64_t valid,
+                                        Tensor* sums) {
   const int64_t rows = logits.size(0), local = logits.size(1);
   const float* mx = row_max.data<float>();
   float* sum_exp = sums->data<float>();
@@ -349,21 +393,34 @@ absl::Status ShardedCrossEntropySums(const Tensor& logits,
   return absl::OkStatus();
 }
 
+}  // namespace
+
 absl::Status ShardedCrossEntropyLoss(const Tensor& sums, const Tensor& targets,
                                      int64_t ignore_index, Tensor* loss) {
   ScopedOpTimer op_timer("ShardedCrossEntropyLoss");
   constexpr absl::string_view op = "ShardedCrossEntropyLoss";
   MCC_RETURN_IF_ERROR(nn::Defined(op, "targets", &targets));
   const int64_t rows = targets.numel();
-  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "sums", &sums, {2, rows}));
-  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "loss", loss, {rows}));
+  MCC_RETURN_IF_ERROR(
+      CheckFloatShape(op, "sums", &sums, {2, rows}, "targets", targets));
+  MCC_RETURN_IF_ERROR(
+      CheckFloatShape(op, "loss", loss, {rows}, "targets", targets));
   if ((targets.dtype() != DType::kInt32 && targets.dtype() != DType::kInt64) ||
       targets.dim() != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": targets ", targets.Describe(),
                      " must be int32 or int64 [", rows, "]"));
   }
-  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, targets));
+  return ShardedCrossEntropyLossKernels()(targets.device(), sums, targets,
+                                          ignore_index, loss);
+}
+
+namespace {
+
+absl::Status ShardedCrossEntropyLossCpu(const Tensor& sums,
+                                        const Tensor& targets,
+                                        int64_t ignore_index, Tensor* loss) {
+  const int64_t rows = targets.numel();
   const float* s = sums.data<float>();
   float* lp = loss->data<float>();
   for (int64_t r = 0; r < rows; ++r) {
@@ -373,6 +430,8 @@ absl::Status ShardedCrossEntropyLoss(const Tensor& sums, const Tensor& targets,
   return absl::OkStatus();
 }
 
+}  // namespace
+
 absl::Status ShardedCrossEntropyBackward(
     const Tensor& logits, const Tensor& targets, const Tensor& row_max,
     const Tensor& sums, const Tensor& dloss, int64_t vocab_start, int64_t valid,
@@ -381,8 +440,8 @@ absl::Status ShardedCrossEntropyBackward(
   constexpr absl::string_view op = "ShardedCrossEntropyBackward";
   MCC_RETURN_IF_ERROR(
       CheckShardAndStats(op, logits, targets, valid, row_max, &sums));
-  const int64_t rows = logits.size(0), local = logits.size(1);
-  MCC_RETURN_IF_ERROR(CheckFloatShape(op, "dloss", &dloss, {rows}));
+  MCC_RETURN_IF_ERROR(
+      CheckFloatShape(op, "dloss", &dloss, {logits.size(0)}, "logits", logits));
   MCC_RETURN_IF_ERROR(nn::Defined(op, "dlogits", dlogits));
   MCC_RETURN_IF_ERROR(nn::IsFloat(op, "dlogits", *dlogits));
   MCC_RETURN_IF_ERROR(nn::SameShape(op, "logits", logits, "dlogits", *dlogits));
@@ -393,6 +452,18 @@ absl::Status ShardedCrossEntropyBackward(
         absl::StrCat(op, ": dlogits ", dlogits->Describe(),
                      " shares storage with logits ", logits.Describe()));
   }
+  return ShardedCrossEntropyBackwardKernels()(logits.device(), logits, targets,
+                                              row_max, sums, dloss, vocab_start,
+                                              valid, ignore_index, dlogits);
+}
+
+namespace {
+
+absl::Status ShardedCrossEntropyBackwardCpu(
+    const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+    const Tensor& sums, const Tensor& dloss, int64_t vocab_start, int64_t valid,
+    int64_t ignore_index, Tensor* dlogits) {
+  const int64_t rows = logits.size(0), local = logits.size(1);
   const float* mx = row_max.data<float>();
   const float* sum_exp = sums.data<float>();
   const float* gp = dloss.data<float>();
@@ -444,6 +515,8 @@ absl::Status ShardedCrossEntropyBackward(
   return absl::OkStatus();
 }
 
+}  // namespace
+
 absl::StatusOr<MeanLoss> CrossEntropyMeanLoss(const Tensor& loss,
                                               const Tensor& targets,
                                               int64_t ignore_index) {
@@ -461,7 +534,15 @@ absl::StatusOr<MeanLoss> CrossEntropyMeanLoss(const Tensor& loss,
                      targets.Describe(), " must both be [tokens]"));
   }
   MCC_RETURN_IF_ERROR(nn::SameDevice(op, "loss", loss, "targets", targets));
-  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, loss));
+  return CrossEntropyMeanLossKernels()(loss.device(), loss, targets,
+                                       ignore_index);
+}
+
+namespace {
+
+absl::StatusOr<MeanLoss> CrossEntropyMeanLossCpu(const Tensor& loss,
+                                                 const Tensor& targets,
+                                                 int64_t ignore_index) {
   MeanLoss m;
   const float* l = loss.data<float>();
   for (int64_t i = 0; i < loss.numel(); ++i) {
@@ -472,6 +553,30 @@ absl::StatusOr<MeanLoss> CrossEntropyMeanLoss(const Tensor& loss,
   m.mean = m.count > 0 ? m.sum / m.count : 0.0;
   return m;
 }
+
+}  // namespace
+
+#define MCC_CE_SLOT(Type, Name, op, cpu)               \
+  KernelSlot<Type>& Name() {                           \
+    static auto* slot = new KernelSlot<Type>(op, cpu); \
+    return *slot;                                      \
+  }
+MCC_CE_SLOT(CrossEntropyForwardKernel, CrossEntropyForwardKernels,
+            "CrossEntropyForward", &CrossEntropyForwardCpu)
+MCC_CE_SLOT(CrossEntropyBackwardKernel, CrossEntropyBackwardKernels,
+            "CrossEntropyBackward", &CrossEntropyBackwardCpu)
+MCC_CE_SLOT(CrossEntropyMeanLossKernel, CrossEntropyMeanLossKernels,
+            "CrossEntropyMeanLoss", &CrossEntropyMeanLossCpu)
+MCC_CE_SLOT(ShardedCrossEntropyRowMaxKernel, ShardedCrossEntropyRowMaxKernels,
+            "ShardedCrossEntropyRowMax", &ShardedCrossEntropyRowMaxCpu)
+MCC_CE_SLOT(ShardedCrossEntropySumsKernel, ShardedCrossEntropySumsKernels,
+            "ShardedCrossEntropySums", &ShardedCrossEntropySumsCpu)
+MCC_CE_SLOT(ShardedCrossEntropyLossKernel, ShardedCrossEntropyLossKernels,
+            "ShardedCrossEntropyLoss", &ShardedCrossEntropyLossCpu)
+MCC_CE_SLOT(ShardedCrossEntropyBackwardKernel,
+            ShardedCrossEntropyBackwardKernels, "ShardedCrossEntropyBackward",
+            &ShardedCrossEntropyBackwardCpu)
+#undef MCC_CE_SLOT
 
 }  // namespace ops
 }  // namespace mcc

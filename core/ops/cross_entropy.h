@@ -13,14 +13,19 @@
 // Backward: dlogits = (softmax(logits) - onehot(target)) * dloss[t], zero
 // rows for ignored tokens; dlogits is fp32 or bf16 and may be logits itself
 // (in place). A target outside [0, vocab) (other than ignore_index) is an
-// error naming the token position, the target and the vocab size. Everything
-// is validated before anything is written; CUDA tensors get an Unimplemented
-// error naming the op.
+// error naming the token position, the target and the vocab size: targets
+// are data, so the kernel checks them (the CPU kernel before writing
+// anything; a device kernel that cannot report it without synchronising
+// says what it does instead). Everything else is validated before anything
+// is written; all tensors live on one device, and each op runs its slot's
+// kernel (core/ops/dispatch.h: outputs passed in, the device's current
+// stream, no host synchronisation unless stated).
 
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/ops/dispatch.h"
 #include "core/tensor.h"
 
 namespace mcc {
@@ -37,7 +42,9 @@ absl::Status CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
                                   Tensor* dlogits,
                                   int64_t ignore_index = kDefaultIgnoreIndex);
 
-// The mean of the per-token losses over the non-ignored tokens only. Its
+// The mean of the per-token losses over the non-ignored tokens only,
+// returned to the host: this op synchronises with the device (training
+// loops use ops::LossSum, core/ops/loss_sum.h, which stays on the device). Its
 // gradient for CrossEntropyBackward is dloss = 1 / count for every token
 // (ignored tokens get zero gradient regardless); with data parallelism,
 // all-reduce sum and count first and use the global count.
@@ -86,6 +93,40 @@ absl::Status ShardedCrossEntropyBackward(
     const Tensor& logits, const Tensor& targets, const Tensor& row_max,
     const Tensor& sums, const Tensor& dloss, int64_t vocab_start, int64_t valid,
     int64_t ignore_index, Tensor* dlogits);
+
+// Kernels, with the ops' signatures and contracts (every output
+// overwritten; only CrossEntropyMeanLoss returns a host value).
+using CrossEntropyForwardKernel = absl::Status (*)(const Tensor& logits,
+                                                   const Tensor& targets,
+                                                   Tensor* loss, Tensor* lse,
+                                                   int64_t ignore_index);
+using CrossEntropyBackwardKernel = absl::Status (*)(
+    const Tensor& logits, const Tensor& targets, const Tensor& lse,
+    const Tensor& dloss, Tensor* dlogits, int64_t ignore_index);
+using CrossEntropyMeanLossKernel = absl::StatusOr<MeanLoss> (*)(
+    const Tensor& loss, const Tensor& targets, int64_t ignore_index);
+using ShardedCrossEntropyRowMaxKernel = absl::Status (*)(const Tensor& logits,
+                                                         int64_t valid,
+                                                         Tensor* row_max);
+using ShardedCrossEntropySumsKernel = absl::Status (*)(
+    const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+    int64_t vocab_start, int64_t valid, Tensor* sums);
+using ShardedCrossEntropyLossKernel = absl::Status (*)(const Tensor& sums,
+                                                       const Tensor& targets,
+                                                       int64_t ignore_index,
+                                                       Tensor* loss);
+using ShardedCrossEntropyBackwardKernel = absl::Status (*)(
+    const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+    const Tensor& sums, const Tensor& dloss, int64_t vocab_start, int64_t valid,
+    int64_t ignore_index, Tensor* dlogits);
+KernelSlot<CrossEntropyForwardKernel>& CrossEntropyForwardKernels();
+KernelSlot<CrossEntropyBackwardKernel>& CrossEntropyBackwardKernels();
+KernelSlot<CrossEntropyMeanLossKernel>& CrossEntropyMeanLossKernels();
+KernelSlot<ShardedCrossEntropyRowMaxKernel>& ShardedCrossEntropyRowMaxKernels();
+KernelSlot<ShardedCrossEntropySumsKernel>& ShardedCrossEntropySumsKernels();
+KernelSlot<ShardedCrossEntropyLossKernel>& ShardedCrossEntropyLossKernels();
+KernelSlot<ShardedCrossEntropyBackwardKernel>&
+ShardedCrossEntropyBackwardKernels();
 
 }  // namespace ops
 }  // namespace mcc

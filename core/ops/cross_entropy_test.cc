@@ -261,6 +261,59 @@ TEST(CrossEntropyErrorsTest, BadShapesNameBoth) {
   EXPECT_TRUE(testing::AllEqual(lse, 9.0));
 }
 
+TEST(CrossEntropyTestDevice, MatchesCpuBitForBit) {
+  Tensor targets = *Tensor::FromInts({3, -100, 0, 19, 7}, {5});
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    Tensor logits = testing::RandomTensor({5, 20}, dt, 1, -3.0f, 3.0f);
+    Tensor loss = Tensor::Zeros({5}, DType::kFloat32);
+    Tensor lse = Tensor::Zeros({5}, DType::kFloat32);
+    auto fwd = testing::ExpectSameOnTestDevice(
+        {logits, targets, loss, lse}, [](std::vector<Tensor>& t) {
+          return CrossEntropyForward(t[0], t[1], &t[2], &t[3]);
+        });
+    Tensor dloss = testing::RandomTensor({5}, DType::kFloat32, 2);
+    Tensor dlogits = Tensor::Zeros({5, 20}, dt);
+    testing::ExpectSameOnTestDevice(
+        {logits, targets, fwd[3], dloss, dlogits}, [](std::vector<Tensor>& t) {
+          return CrossEntropyBackward(t[0], t[1], t[2], t[3], &t[4]);
+        });
+    Tensor d_targets = *targets.To(Device::TestDevice());
+    Tensor d_loss = *fwd[2].To(Device::TestDevice());
+    EXPECT_EQ(CrossEntropyMeanLoss(d_loss, d_targets)->sum,
+              CrossEntropyMeanLoss(fwd[2], targets)->sum);
+    // The sharded steps, on the shard holding columns [8, 20) of 24 (the
+    // last 4 padding), with the statistics of that shard alone.
+    Tensor shard = testing::RandomTensor({5, 16}, dt, 3, -3.0f, 3.0f);
+    Tensor row_max = Tensor::Zeros({5}, DType::kFloat32);
+    Tensor sums = Tensor::Zeros({2, 5}, DType::kFloat32);
+    auto mx = testing::ExpectSameOnTestDevice(
+        {shard, row_max}, [](std::vector<Tensor>& t) {
+          return ShardedCrossEntropyRowMax(t[0], 12, &t[1]);
+        });
+    auto sm = testing::ExpectSameOnTestDevice(
+        {shard, targets, mx[1], sums}, [](std::vector<Tensor>& t) {
+          return ShardedCrossEntropySums(t[0], t[1], t[2], 8, 12, &t[3]);
+        });
+    testing::ExpectSameOnTestDevice(
+        {sm[3], targets, loss}, [](std::vector<Tensor>& t) {
+          return ShardedCrossEntropyLoss(t[0], t[1], -100, &t[2]);
+        });
+    Tensor dshard = Tensor::Zeros({5, 16}, dt);
+    testing::ExpectSameOnTestDevice(
+        {shard, targets, mx[1], sm[3], dloss, dshard},
+        [](std::vector<Tensor>& t) {
+          return ShardedCrossEntropyBackward(t[0], t[1], t[2], t[3], t[4], 8,
+                                             12, -100, &t[5]);
+        });
+    // A target out of range is the same error on both.
+    Tensor bad = *Tensor::FromInts({3, 20, 0, 1, 2}, {5});
+    testing::ExpectSameOnTestDevice(
+        {logits, bad, loss, lse}, [](std::vector<Tensor>& t) {
+          return CrossEntropyForward(t[0], t[1], &t[2], &t[3]);
+        });
+  }
+}
+
 }  // namespace
 }  // namespace ops
 }  // namespace mcc

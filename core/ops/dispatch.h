@@ -1,162 +1,54 @@
 #ifndef CORE_OPS_DISPATCH_H_
 #define CORE_OPS_DISPATCH_H_
 
-#include <atomic>
-#include <utility>
-#include <vector>
+// How every op in core/ops reaches its kernel: the one kernel path.
+//
+// An op is a function such as ops::Gelu(x, &y). It
+//   1. validates its arguments once, device-independently: tensors defined,
+//      dtypes, shapes, and that every tensor lives on one device (errors
+//      name the op and the offending tensor; nothing is written on error);
+//   2. calls its slot with that device and the same arguments:
+//        return GeluKernels()(x.device(), x, y);
+// There is no other path: no op branches on the device type, so a line of
+// op code that runs on the CPU runs on every device.
+//
+// A slot (KernelSlot, core/kernel_slot.h) holds one kernel per device type.
+// The CPU kernel is a named function registered where the op is defined
+// (KernelSlot<GeluKernel>("Gelu", &GeluCpu)); a device library registers
+// its own when it is linked in, e.g.
+//   GemmKernels().Register(DeviceType::kCUDA, &CudaGemm);
+// A device type without a kernel gets Unimplemented naming the op and the
+// device. Host-backed devices (the test device, core/testing/test_device.h)
+// run the CPU kernel on host views of their tensors unless a kernel of their
+// own is registered.
+//
+// The contract every kernel keeps (each op's header states the rest: which
+// outputs are overwritten and which accumulated into):
+//   - It gets arguments the op has validated, and may assume them; it does
+//     not validate again.
+//   - Outputs are passed in, already allocated with the stated shape and
+//     dtype; a kernel allocates nothing the caller sees. Outputs are
+//     overwritten unless the op says it accumulates (+=).
+//   - Work is issued on the device's current stream, in order with the work
+//     before and after it; the kernel may return before the work is done.
+//     Inputs must stay alive and unmodified until then (the caller's
+//     stream order guarantees it).
+//   - Nothing synchronises with the host unless the op says so (ops that
+//     return a host value, such as Sum, do, and say it).
+//   - Errors are returned, never fatal; a failed kernel leaves outputs
+//     unspecified unless the op says otherwise.
+//   - The CPU kernel runs on the calling thread (and ThreadPool::Global()),
+//     so "the current stream" of the CPU is program order.
+//
+// Thread-safety: ops may be called from any thread; calls that write the
+// same output tensor must not overlap.
 
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
-#include "absl/types/span.h"
-#include "core/device.h"
-#include "core/tensor.h"
+#include "core/kernel_slot.h"
 
 namespace mcc {
 namespace ops {
 
-// The kernels of one op, one per device type.
-//
-// Each op validates its arguments (shapes, dtypes, devices) once,
-// device-independently, and then calls its slot with the tensors' device:
-//   return GeluKernels()(x.device(), x, y);
-// The CPU kernel is registered where the op is defined; a device library
-// registers its own when it is linked in, e.g.
-//   GemmKernels().Register(DeviceType::kCUDA, &CudaGemm);
-// Every kernel has the op's contract (stated beside each op): outputs are
-// passed in, overwrite or accumulate as the op says, work runs on the
-// device's current stream, and nothing synchronises with the host unless the
-// op says so.
-//
-// Host-backed devices (the test device, see core/tensor.h) run the CPU
-// kernel on host views of their tensors, unless a kernel of their own is
-// registered.
-//
-// Thread-safety: Register is meant for static initialisation or test set-up;
-// calls may come from any thread.
-template <typename Fn>
-class KernelSlot;
-
-namespace internal {
-
-// How one kernel argument is passed to the CPU kernel on a host-backed
-// device: tensors become host views, everything else passes through.
-template <typename A>
-struct HostArg {
-  explicit HostArg(A a) : value(a) {}
-  operator A() const { return value; }  // NOLINT: implicit by design.
-  A value;
-};
-template <>
-struct HostArg<const Tensor&> {
-  explicit HostArg(const Tensor& t) : view(HostView(t)) {}
-  operator const Tensor&() const { return view; }  // NOLINT
-  Tensor view;
-};
-template <>
-struct HostArg<Tensor*> {
-  explicit HostArg(Tensor* t) : view(t ? HostView(*t) : Tensor()), null(!t) {}
-  operator Tensor*() { return null ? nullptr : &view; }  // NOLINT
-  Tensor view;
-  bool null;
-};
-template <>
-struct HostArg<const Tensor*> {
-  explicit HostArg(const Tensor* t)
-      : view(t ? HostView(*t) : Tensor()), null(!t) {}
-  operator const Tensor*() const { return null ? nullptr : &view; }  // NOLINT
-  Tensor view;
-  bool null;
-};
-template <>
-struct HostArg<absl::Span<const Tensor>> {
-  explicit HostArg(absl::Span<const Tensor> ts) {
-    views.reserve(ts.size());
-    for (const Tensor& t : ts) views.push_back(HostView(t));
-  }
-  operator absl::Span<const Tensor>() const { return views; }  // NOLINT
-  std::vector<Tensor> views;
-};
-template <>
-struct HostArg<absl::Span<Tensor* const>> {
-  explicit HostArg(absl::Span<Tensor* const> ts) {
-    views.reserve(ts.size());
-    for (Tensor* t : ts) views.push_back(t ? HostView(*t) : Tensor());
-    for (size_t i = 0; i < ts.size(); ++i)
-      ptrs.push_back(ts[i] ? &views[i] : nullptr);
-  }
-  operator absl::Span<Tensor* const>() const { return ptrs; }  // NOLINT
-  std::vector<Tensor> views;
-  std::vector<Tensor*> ptrs;
-};
-template <>
-struct HostArg<absl::Span<const Tensor* const>> {
-  explicit HostArg(absl::Span<const Tensor* const> ts) {
-    views.reserve(ts.size());
-    for (const Tensor* t : ts) views.push_back(t ? HostView(*t) : Tensor());
-    for (size_t i = 0; i < ts.size(); ++i)
-      ptrs.push_back(ts[i] ? &views[i] : nullptr);
-  }
-  operator absl::Span<const Tensor* const>() const { return ptrs; }  // NOLINT
-  std::vector<Tensor> views;
-  std::vector<const Tensor*> ptrs;
-};
-
-}  // namespace internal
-
-template <typename R, typename... Args>
-class KernelSlot<R (*)(Args...)> {
- public:
-  using Fn = R (*)(Args...);
-
-  // `cpu` is the op's CPU kernel (null only for ops that have none).
-  explicit KernelSlot(const char* op, Fn cpu = nullptr) : op_(op) {
-    if (cpu != nullptr) Register(DeviceType::kCPU, cpu);
-  }
-
-  void Register(DeviceType type, Fn fn) {
-    fns_[static_cast<int>(type)].store(fn, std::memory_order_release);
-  }
-
-  // The kernel registered for the device's type, or Unimplemented naming
-  // the op and the device.
-  absl::StatusOr<Fn> Get(Device device) const {
-    const int i = static_cast<int>(device.type);
-    Fn fn = (i >= 0 && i < kNumDeviceTypes)
-                ? fns_[i].load(std::memory_order_acquire)
-                : nullptr;
-    if (fn == nullptr) {
-      return absl::UnimplementedError(absl::StrCat(
-          op_, ": no kernel registered for ", device.ToString(), " tensors",
-          device.is_cuda() ? " (link the CUDA kernels library)" : ""));
-    }
-    return fn;
-  }
-
-  // Runs the kernel for `device` (the device of the op's tensors, already
-  // validated by the op). A host-backed device without a kernel of its own
-  // runs the CPU kernel on host views.
-  R operator()(Device device, Args... args) const {
-    const int i = static_cast<int>(device.type);
-    if (i >= 0 && i < kNumDeviceTypes) {
-      if (Fn fn = fns_[i].load(std::memory_order_acquire)) {
-        return fn(std::forward<Args>(args)...);
-      }
-    }
-    if (IsHostBacked(device.type)) {
-      if (Fn cpu = fns_[0].load(std::memory_order_acquire)) {
-        return cpu(internal::HostArg<Args>(std::forward<Args>(args))...);
-      }
-    }
-    return Get(device).status();
-  }
-
-  const char* op() const { return op_; }
-
- private:
-  const char* op_;
-  std::atomic<Fn> fns_[kNumDeviceTypes] = {};
-};
+using ::mcc::KernelSlot;
 
 }  // namespace ops
 }  // namespace mcc

@@ -152,11 +152,6 @@ void PhiloxStream(uint64_t seed, uint64_t first, int64_t n, uint32_t* out) {
   }
 }
 
-KernelSlot<DropoutKernel>& DropoutKernels() {
-  static auto* slot = new KernelSlot<DropoutKernel>("Dropout");
-  return *slot;
-}
-
 namespace {
 
 #if defined(__AVX2__)
@@ -244,6 +239,9 @@ void DropoutBlock(const TX* x, TY* y, int64_t n, bool identity, uint64_t seed,
 #endif
 }
 
+absl::Status DropoutCpu(const Tensor& x, float p, uint64_t seed,
+                        uint64_t offset, Tensor* y);
+
 absl::Status DropoutImpl(const char* op, const char* xn, const char* yn,
                          const Tensor& x, float p, uint64_t seed,
                          uint64_t offset, Tensor* y) {
@@ -258,10 +256,11 @@ absl::Status DropoutImpl(const char* op, const char* xn, const char* yn,
                                                    " for ", xn, " ", Brief(x),
                                                    " must be in [0, 1)"));
   }
-  if (!x.device().is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(DropoutKernel k, DropoutKernels().Get(x.device()));
-    return k(x, p, seed, offset, y);
-  }
+  return DropoutKernels()(x.device(), x, p, seed, offset, y);
+}
+
+absl::Status DropoutCpu(const Tensor& x, float p, uint64_t seed,
+                        uint64_t offset, Tensor* y) {
   const uint32_t threshold =
       static_cast<uint32_t>(std::lround(static_cast<double>(p) * (1 << 24)));
   const float scale = 1.0f / (1.0f - p);
@@ -290,6 +289,11 @@ absl::Status Dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset,
 absl::Status DropoutBackward(const Tensor& dy, float p, uint64_t seed,
                              uint64_t offset, Tensor* dx) {
   return DropoutImpl("DropoutBackward", "dy", "dx", dy, p, seed, offset, dx);
+}
+
+KernelSlot<DropoutKernel>& DropoutKernels() {
+  static auto* slot = new KernelSlot<DropoutKernel>("Dropout", &DropoutCpu);
+  return *slot;
 }
 
 }  // namespace ops

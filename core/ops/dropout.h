@@ -40,6 +40,9 @@ absl::Status Dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset,
 absl::Status DropoutBackward(const Tensor& dy, float p, uint64_t seed,
                              uint64_t offset, Tensor* dx);
 
+// The kernel of both ops (core/ops/dispatch.h; the backward is the same
+// masking): y overwritten (y may be x), the device's current stream, no
+// host synchronisation.
 using DropoutKernel = absl::Status (*)(const Tensor& x, float p, uint64_t seed,
                                        uint64_t offset, Tensor* y);
 KernelSlot<DropoutKernel>& DropoutKernels();

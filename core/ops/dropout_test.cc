@@ -157,6 +157,19 @@ TEST(DropoutTest, BadInputs) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
 }
 
+TEST(DropoutTestDevice, MatchesCpuBitForBit) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    Tensor x = RandomTensor({9, 130}, dt, 1);
+    Tensor y = Tensor::Zeros({9, 130}, dt);
+    testing::ExpectSameOnTestDevice({x, y}, [](std::vector<Tensor>& t) {
+      return Dropout(t[0], 0.3f, 42, 1000, &t[1]);
+    });
+    testing::ExpectSameOnTestDevice({x, y}, [](std::vector<Tensor>& t) {
+      return DropoutBackward(t[0], 0.3f, 42, 1000, &t[1]);
+    });
+  }
+}
+
 }  // namespace
 }  // namespace ops
 }  // namespace mcc

@@ -13,15 +13,6 @@
 namespace mcc {
 namespace ops {
 
-KernelSlot<EmbeddingKernel>& EmbeddingLookupKernels() {
-  static auto* slot = new KernelSlot<EmbeddingKernel>("EmbeddingLookup");
-  return *slot;
-}
-KernelSlot<EmbeddingKernel>& EmbeddingBackwardKernels() {
-  static auto* slot = new KernelSlot<EmbeddingKernel>("EmbeddingBackward");
-  return *slot;
-}
-
 namespace {
 
 template <typename F>
@@ -159,13 +150,15 @@ absl::Status EmbeddingLookup(const Tensor& ids, const Tensor& table,
   MCC_RETURN_IF_ERROR(Validate(op, ids, table, "table", out, "out"));
   MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"table", &table}));
   MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"out", out}));
-  if (!ids.device().is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(EmbeddingKernel k,
-                         EmbeddingLookupKernels().Get(ids.device()));
-    return k(ids, table, out, shard);
-  }
+  return EmbeddingLookupKernels()(ids.device(), ids, table, out, shard);
+}
+
+namespace {
+
+absl::Status EmbeddingLookupCpu(const Tensor& ids, const Tensor& table,
+                                Tensor* out, const EmbeddingShard& shard) {
   const int64_t vocab = table.size(0), hidden = table.size(1);
-  MCC_RETURN_IF_ERROR(CheckIds(op, ids, vocab, shard));
+  MCC_RETURN_IF_ERROR(CheckIds("EmbeddingLookup", ids, vocab, shard));
   DispatchIds(ids.dtype(), [&](auto it) {
     DispatchFloat(table.dtype(), [&](auto tt) {
       DispatchFloat(out->dtype(), [&](auto ot) {
@@ -222,6 +215,8 @@ absl::Status EmbeddingLookup(const Tensor& ids, const Tensor& table,
   return absl::OkStatus();
 }
 
+}  // namespace
+
 absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dout,
                                Tensor* dtable, const EmbeddingShard& shard) {
   ScopedOpTimer op_timer("EmbeddingBackward");
@@ -230,13 +225,15 @@ absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dout,
   MCC_RETURN_IF_ERROR(Validate(op, ids, *dtable, "dtable", &dout, "dout"));
   MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"dout", &dout}));
   MCC_RETURN_IF_ERROR(CheckDType(op, {"dtable", dtable}, DType::kFloat32));
-  if (!ids.device().is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(EmbeddingKernel k,
-                         EmbeddingBackwardKernels().Get(ids.device()));
-    return k(ids, dout, dtable, shard);
-  }
+  return EmbeddingBackwardKernels()(ids.device(), ids, dout, dtable, shard);
+}
+
+namespace {
+
+absl::Status EmbeddingBackwardCpu(const Tensor& ids, const Tensor& dout,
+                                  Tensor* dtable, const EmbeddingShard& shard) {
   const int64_t vocab = dtable->size(0), hidden = dtable->size(1);
-  MCC_RETURN_IF_ERROR(CheckIds(op, ids, vocab, shard));
+  MCC_RETURN_IF_ERROR(CheckIds("EmbeddingBackward", ids, vocab, shard));
   // Tokens are grouped by row (a stable sort keeps token order within a row)
   // and threads own disjoint rows: each dtable row is read and written once,
   // every dout row read once, and each element's sum still runs in token
@@ -291,6 +288,19 @@ absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dout,
     });
   });
   return absl::OkStatus();
+}
+
+}  // namespace
+
+KernelSlot<EmbeddingKernel>& EmbeddingLookupKernels() {
+  static auto* slot =
+      new KernelSlot<EmbeddingKernel>("EmbeddingLookup", &EmbeddingLookupCpu);
+  return *slot;
+}
+KernelSlot<EmbeddingKernel>& EmbeddingBackwardKernels() {
+  static auto* slot = new KernelSlot<EmbeddingKernel>("EmbeddingBackward",
+                                                      &EmbeddingBackwardCpu);
+  return *slot;
 }
 
 }  // namespace ops

@@ -35,6 +35,11 @@ absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dout,
                                Tensor* dtable,
                                const EmbeddingShard& shard = {});
 
+// Kernels (core/ops/dispatch.h), with the ops' signatures: out overwritten,
+// dtable accumulated; the device's current stream. Ids are data, so the
+// kernel checks their range: the CPU kernel returns the error before
+// writing anything; a device kernel that cannot report it without
+// synchronising with the host states what it does instead.
 using EmbeddingKernel = absl::Status (*)(const Tensor& ids, const Tensor& table,
                                          Tensor* out,
                                          const EmbeddingShard& shard);

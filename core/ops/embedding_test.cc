@@ -153,6 +153,32 @@ TEST(EmbeddingTest, BadShapesNameBothTensors) {
       << s;
 }
 
+TEST(EmbeddingTestDevice, MatchesCpuBitForBit) {
+  Tensor ids = *Tensor::FromInts({3, 0, 7, 3, 12, 9}, {2, 3});
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    Tensor table = RandomTensor({10, 16}, dt, 1);
+    Tensor out = Tensor::Zeros({2, 3, 16}, dt);
+    EmbeddingShard shard;
+    shard.vocab_start = 2;
+    shard.mask_outside = true;
+    testing::ExpectSameOnTestDevice(
+        {ids, table, out}, [&](std::vector<Tensor>& t) {
+          return EmbeddingLookup(t[0], t[1], &t[2], shard);
+        });
+    Tensor dout = RandomTensor({2, 3, 16}, dt, 2);
+    Tensor dtable = RandomTensor({10, 16}, DType::kFloat32, 3);
+    testing::ExpectSameOnTestDevice(
+        {ids, dout, dtable}, [&](std::vector<Tensor>& t) {
+          return EmbeddingBackward(t[0], t[1], &t[2], shard);
+        });
+    // An id out of range is the same error on both, and nothing is written.
+    testing::ExpectSameOnTestDevice({ids, table, out},
+                                    [](std::vector<Tensor>& t) {
+                                      return EmbeddingLookup(t[0], t[1], &t[2]);
+                                    });
+  }
+}
+
 }  // namespace
 }  // namespace ops
 }  // namespace mcc

@@ -431,16 +431,6 @@ void GemmF16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
   GemmWidened(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-KernelSlot<GemmKernel>& GemmKernels() {
-  static auto* slot = new KernelSlot<GemmKernel>("Gemm");
-  return *slot;
-}
-
-KernelSlot<GemmKernel>& BatchedGemmKernels() {
-  static auto* slot = new KernelSlot<GemmKernel>("BatchedGemm");
-  return *slot;
-}
-
 namespace {
 
 struct GemmDims {
@@ -448,6 +438,20 @@ struct GemmDims {
   int64_t m = 0, n = 0, k = 0;
   bool b_shared = false;  // 2-D b used by every batch entry.
 };
+
+// The sizes of a (batched) GEMM whose ranks are checked; k is op(a)'s.
+GemmDims DimsOf(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                bool batched) {
+  GemmDims d;
+  const int ao = batched ? 1 : 0;
+  const int bo = b.dim() == 3 ? 1 : 0;
+  d.batch = batched ? a.size(0) : 1;
+  d.b_shared = batched && b.dim() == 2;
+  d.m = trans_a ? a.size(ao + 1) : a.size(ao);
+  d.k = trans_a ? a.size(ao) : a.size(ao + 1);
+  d.n = trans_b ? b.size(bo) : b.size(bo + 1);
+  return d;
+}
 
 absl::Status ValidateGemm(const char* op, const Tensor& a, bool trans_a,
                           const Tensor& b, bool trans_b, const Tensor* c,
@@ -468,14 +472,9 @@ absl::Status ValidateGemm(const char* op, const Tensor& a, bool trans_a,
         op, ": ", ab, ": a and b must both be fp32, both bf16 or both fp16"));
   }
   MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"c", c}));
-  const int ao = batched ? 1 : 0;
+  *d = DimsOf(a, trans_a, b, trans_b, batched);
   const int bo = b.dim() == 3 ? 1 : 0;
-  d->batch = batched ? a.size(0) : 1;
-  d->b_shared = batched && b.dim() == 2;
-  d->m = trans_a ? a.size(ao + 1) : a.size(ao);
-  d->k = trans_a ? a.size(ao) : a.size(ao + 1);
   const int64_t kb = trans_b ? b.size(bo + 1) : b.size(bo);
-  d->n = trans_b ? b.size(bo) : b.size(bo + 1);
   if (d->k != kb) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": ", ab, " (trans_a=", trans_a, ", trans_b=", trans_b,
@@ -569,34 +568,50 @@ void RunCpuGemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
   }
 }
 
-absl::Status GemmImpl(const char* op, KernelSlot<GemmKernel>& slot,
-                      bool batched, const Tensor& a, bool trans_a,
-                      const Tensor& b, bool trans_b, Tensor* c, float alpha,
-                      float beta) {
-  GemmDims d;
-  MCC_RETURN_IF_ERROR(ValidateGemm(op, a, trans_a, b, trans_b, c, batched, &d));
-  if (!a.device().is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(GemmKernel kernel, slot.Get(a.device()));
-    return kernel(a, trans_a, b, trans_b, c, alpha, beta);
-  }
-  RunCpuGemm(a, trans_a, b, trans_b, c, alpha, beta, d);
+absl::Status GemmCpu(const Tensor& a, bool trans_a, const Tensor& b,
+                     bool trans_b, Tensor* c, float alpha, float beta) {
+  RunCpuGemm(a, trans_a, b, trans_b, c, alpha, beta,
+             DimsOf(a, trans_a, b, trans_b, /*batched=*/false));
+  return absl::OkStatus();
+}
+
+absl::Status BatchedGemmCpu(const Tensor& a, bool trans_a, const Tensor& b,
+                            bool trans_b, Tensor* c, float alpha, float beta) {
+  RunCpuGemm(a, trans_a, b, trans_b, c, alpha, beta,
+             DimsOf(a, trans_a, b, trans_b, /*batched=*/true));
   return absl::OkStatus();
 }
 
 }  // namespace
 
+KernelSlot<GemmKernel>& GemmKernels() {
+  static auto* slot = new KernelSlot<GemmKernel>("Gemm", &GemmCpu);
+  return *slot;
+}
+
+KernelSlot<GemmKernel>& BatchedGemmKernels() {
+  static auto* slot =
+      new KernelSlot<GemmKernel>("BatchedGemm", &BatchedGemmCpu);
+  return *slot;
+}
+
 absl::Status Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                   Tensor* c, float alpha, float beta) {
   ScopedOpTimer op_timer("Gemm");
-  return GemmImpl("Gemm", GemmKernels(), false, a, trans_a, b, trans_b, c,
-                  alpha, beta);
+  GemmDims d;
+  MCC_RETURN_IF_ERROR(
+      ValidateGemm("Gemm", a, trans_a, b, trans_b, c, /*batched=*/false, &d));
+  return GemmKernels()(a.device(), a, trans_a, b, trans_b, c, alpha, beta);
 }
 
 absl::Status BatchedGemm(const Tensor& a, bool trans_a, const Tensor& b,
                          bool trans_b, Tensor* c, float alpha, float beta) {
   ScopedOpTimer op_timer("BatchedGemm");
-  return GemmImpl("BatchedGemm", BatchedGemmKernels(), true, a, trans_a, b,
-                  trans_b, c, alpha, beta);
+  GemmDims d;
+  MCC_RETURN_IF_ERROR(ValidateGemm("BatchedGemm", a, trans_a, b, trans_b, c,
+                                   /*batched=*/true, &d));
+  return BatchedGemmKernels()(a.device(), a, trans_a, b, trans_b, c, alpha,
+                              beta);
 }
 
 std::vector<Bf16GemmChoice> Bf16GemmChoices() {

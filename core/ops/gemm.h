@@ -110,7 +110,10 @@ absl::Status BatchedGemm(const Tensor& a, bool trans_a, const Tensor& b,
                          bool trans_b, Tensor* c, float alpha = 1.0f,
                          float beta = 0.0f);
 
-// Device kernels (called after validation with the same arguments).
+// Kernels (core/ops/dispatch.h), called after validation with the op's
+// arguments: c is overwritten (beta == 0, never read) or accumulated into
+// (beta != 0), on the device's current stream, without host
+// synchronisation.
 using GemmKernel = absl::Status (*)(const Tensor& a, bool trans_a,
                                     const Tensor& b, bool trans_b, Tensor* c,
                                     float alpha, float beta);

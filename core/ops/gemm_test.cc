@@ -539,6 +539,34 @@ TEST(GemmTest, CudaTensorsNeedARegisteredKernel) {
   GemmKernels().Register(DeviceType::kCUDA, nullptr);
 }
 
+// Every path on the test device equals the CPU bit for bit (the CPU kernel
+// runs on host views, through the slot).
+TEST(GemmTestDevice, MatchesCpuBitForBit) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      Tensor a =
+          testing::RandomTensor(ta ? Shape{24, 16} : Shape{16, 24}, dt, 1 + t);
+      Tensor b =
+          testing::RandomTensor(tb ? Shape{40, 24} : Shape{24, 40}, dt, 9 + t);
+      Tensor c = testing::RandomTensor({16, 40}, DType::kFloat32, 20);
+      testing::ExpectSameOnTestDevice({a, b, c}, [&](std::vector<Tensor>& x) {
+        return Gemm(x[0], ta, x[1], tb, &x[2], 0.5f, 1.0f);
+      });
+      Tensor c16 = Tensor::Zeros({16, 40}, dt);
+      testing::ExpectSameOnTestDevice({a, b, c16}, [&](std::vector<Tensor>& x) {
+        return Gemm(x[0], ta, x[1], tb, &x[2]);
+      });
+    }
+    Tensor a = testing::RandomTensor({3, 8, 12}, dt, 30);
+    Tensor b = testing::RandomTensor({3, 12, 5}, dt, 31);
+    Tensor c = Tensor::Zeros({3, 8, 5}, DType::kFloat32);
+    testing::ExpectSameOnTestDevice({a, b, c}, [](std::vector<Tensor>& x) {
+      return BatchedGemm(x[0], false, x[1], false, &x[2]);
+    });
+  }
+}
+
 }  // namespace
 }  // namespace ops
 }  // namespace mcc

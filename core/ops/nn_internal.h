@@ -149,16 +149,6 @@ inline absl::Status SameDevice(absl::string_view op, const char* ref_name,
   return absl::OkStatus();
 }
 
-// The op has only a CPU kernel so far.
-inline absl::Status CpuOnly(absl::string_view op, const Tensor& t) {
-  if (!t.device().is_cpu()) {
-    return absl::UnimplementedError(absl::StrCat(
-        op, ": no ", t.device().ToString(),
-        " kernel yet (only CPU tensors are supported), got ", t.Describe()));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace nn
 }  // namespace ops
 }  // namespace mcc

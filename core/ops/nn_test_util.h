@@ -2,7 +2,8 @@
 #define CORE_OPS_NN_TEST_UTIL_H_
 
 // Helpers for the transformer-kernel tests: random tensors and element-wise
-// comparison against float64 references.
+// comparison against float64 references (RandomTensor and
+// ExpectSameOnTestDevice come from test_util.h).
 
 #include <cmath>
 #include <cstdint>
@@ -10,21 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "core/ops/test_util.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 
 namespace mcc {
 namespace ops {
 namespace testing {
-
-inline Tensor RandomTensor(const Shape& shape, DType dtype, uint32_t seed,
-                           float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(NumElements(shape));
-  for (float& f : v) f = dist(gen);
-  return Tensor::FromVector(v, shape, dtype).value();
-}
 
 inline std::vector<double> RandomDoubles(int64_t n, uint32_t seed,
                                          double lo = -1.0, double hi = 1.0) {

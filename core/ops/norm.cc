@@ -235,10 +235,10 @@ void NormBackwardCpu(const TD* dy, const TX* x, const TG* gamma,
 }
 
 template <bool kLayer>
-absl::Status NormForward(absl::string_view op, const Tensor& x,
-                         const Tensor& gamma, const Tensor* beta, float eps,
-                         Tensor* y, Tensor* mean, Tensor* rstd) {
-  ScopedOpTimer op_timer("Norm");
+absl::Status CheckNormForward(absl::string_view op, const Tensor& x,
+                              const Tensor& gamma, const Tensor* beta,
+                              float eps, Tensor* y, Tensor* mean,
+                              Tensor* rstd) {
   int64_t rows = 0, h = 0;
   MCC_RETURN_IF_ERROR(CheckNormArgs(op, x, gamma, beta, &rows, &h));
   MCC_RETURN_IF_ERROR(CheckLikeX(op, "y", y, x));
@@ -253,8 +253,15 @@ absl::Status NormForward(absl::string_view op, const Tensor& x,
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": eps must be >= 0, got ", eps));
   }
-  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, x));
-  if (rows == 0) return absl::OkStatus();
+  return absl::OkStatus();
+}
+
+template <bool kLayer>
+void RunNormForward(const Tensor& x, const Tensor& gamma, const Tensor* beta,
+                    float eps, Tensor* y, Tensor* mean, Tensor* rstd) {
+  const int64_t h = gamma.numel();
+  const int64_t rows = h == 0 ? 0 : x.numel() / h;
+  if (rows == 0) return;
   nn::DispatchFloat(x.dtype(), [&](auto tx) {
     using TX = decltype(tx);
     nn::DispatchFloat(y->dtype(), [&](auto ty) {
@@ -268,15 +275,13 @@ absl::Status NormForward(absl::string_view op, const Tensor& x,
       });
     });
   });
-  return absl::OkStatus();
 }
 
 template <bool kLayer>
-absl::Status NormBackward(absl::string_view op, const Tensor& dy,
-                          const Tensor& x, const Tensor& gamma,
-                          const Tensor* mean, const Tensor& rstd, Tensor* dx,
-                          Tensor* dgamma, Tensor* dbeta) {
-  ScopedOpTimer op_timer("NormBackward");
+absl::Status CheckNormBackward(absl::string_view op, const Tensor& dy,
+                               const Tensor& x, const Tensor& gamma,
+                               const Tensor* mean, const Tensor& rstd,
+                               Tensor* dx, Tensor* dgamma, Tensor* dbeta) {
   int64_t rows = 0, h = 0;
   MCC_RETURN_IF_ERROR(CheckNormArgs(op, x, gamma, nullptr, &rows, &h));
   MCC_RETURN_IF_ERROR(nn::Defined(op, "dy", &dy));
@@ -288,12 +293,20 @@ absl::Status NormBackward(absl::string_view op, const Tensor& dy,
   MCC_RETURN_IF_ERROR(CheckLikeX(op, "dx", dx, x));
   MCC_RETURN_IF_ERROR(CheckParamGrad(op, "dgamma", dgamma, gamma, x));
   if (kLayer) MCC_RETURN_IF_ERROR(CheckParamGrad(op, "dbeta", dbeta, gamma, x));
-  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, x));
   if (rows == 0) return absl::OkStatus();
+  return CheckOne16BitType(
+      op, {{"dy", &dy}, {"x", &x}, {"gamma", &gamma}, {"dx", dx}});
+}
+
+template <bool kLayer>
+void RunNormBackward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                     const Tensor* mean, const Tensor& rstd, Tensor* dx,
+                     Tensor* dgamma, Tensor* dbeta) {
+  const int64_t h = gamma.numel();
+  const int64_t rows = h == 0 ? 0 : x.numel() / h;
+  if (rows == 0) return;
   float* dg = dgamma != nullptr ? dgamma->data<float>() : nullptr;
   float* db = kLayer && dbeta != nullptr ? dbeta->data<float>() : nullptr;
-  MCC_RETURN_IF_ERROR(CheckOne16BitType(
-      op, {{"dy", &dy}, {"x", &x}, {"gamma", &gamma}, {"dx", dx}}));
   Dispatch16BitType(
       {dy.dtype(), x.dtype(), gamma.dtype(), dx->dtype()}, [&](auto th) {
         using H = decltype(th);
@@ -314,37 +327,95 @@ absl::Status NormBackward(absl::string_view op, const Tensor& dy,
           });
         });
       });
+}
+
+absl::Status LayerNormForwardCpu(const Tensor& x, const Tensor& gamma,
+                                 const Tensor& beta, float eps, Tensor* y,
+                                 Tensor* mean, Tensor* rstd) {
+  RunNormForward<true>(x, gamma, &beta, eps, y, mean, rstd);
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormBackwardCpu(const Tensor& dy, const Tensor& x,
+                                  const Tensor& gamma, const Tensor& mean,
+                                  const Tensor& rstd, Tensor* dx,
+                                  Tensor* dgamma, Tensor* dbeta) {
+  RunNormBackward<true>(dy, x, gamma, &mean, rstd, dx, dgamma, dbeta);
+  return absl::OkStatus();
+}
+
+absl::Status RMSNormForwardCpu(const Tensor& x, const Tensor& gamma, float eps,
+                               Tensor* y, Tensor* rstd) {
+  RunNormForward<false>(x, gamma, nullptr, eps, y, nullptr, rstd);
+  return absl::OkStatus();
+}
+
+absl::Status RMSNormBackwardCpu(const Tensor& dy, const Tensor& x,
+                                const Tensor& gamma, const Tensor& rstd,
+                                Tensor* dx, Tensor* dgamma) {
+  RunNormBackward<false>(dy, x, gamma, nullptr, rstd, dx, dgamma, nullptr);
   return absl::OkStatus();
 }
 
 }  // namespace
 
+KernelSlot<LayerNormForwardKernel>& LayerNormForwardKernels() {
+  static auto* slot = new KernelSlot<LayerNormForwardKernel>(
+      "LayerNormForward", &LayerNormForwardCpu);
+  return *slot;
+}
+KernelSlot<LayerNormBackwardKernel>& LayerNormBackwardKernels() {
+  static auto* slot = new KernelSlot<LayerNormBackwardKernel>(
+      "LayerNormBackward", &LayerNormBackwardCpu);
+  return *slot;
+}
+KernelSlot<RMSNormForwardKernel>& RMSNormForwardKernels() {
+  static auto* slot = new KernelSlot<RMSNormForwardKernel>("RMSNormForward",
+                                                           &RMSNormForwardCpu);
+  return *slot;
+}
+KernelSlot<RMSNormBackwardKernel>& RMSNormBackwardKernels() {
+  static auto* slot = new KernelSlot<RMSNormBackwardKernel>(
+      "RMSNormBackward", &RMSNormBackwardCpu);
+  return *slot;
+}
+
 absl::Status LayerNormForward(const Tensor& x, const Tensor& gamma,
                               const Tensor& beta, float eps, Tensor* y,
                               Tensor* mean, Tensor* rstd) {
-  return NormForward<true>("LayerNormForward", x, gamma, &beta, eps, y, mean,
-                           rstd);
+  ScopedOpTimer op_timer("Norm");
+  MCC_RETURN_IF_ERROR(CheckNormForward<true>("LayerNormForward", x, gamma,
+                                             &beta, eps, y, mean, rstd));
+  return LayerNormForwardKernels()(x.device(), x, gamma, beta, eps, y, mean,
+                                   rstd);
 }
 
 absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x,
                                const Tensor& gamma, const Tensor& mean,
                                const Tensor& rstd, Tensor* dx, Tensor* dgamma,
                                Tensor* dbeta) {
-  return NormBackward<true>("LayerNormBackward", dy, x, gamma, &mean, rstd, dx,
-                            dgamma, dbeta);
+  ScopedOpTimer op_timer("NormBackward");
+  MCC_RETURN_IF_ERROR(CheckNormBackward<true>("LayerNormBackward", dy, x, gamma,
+                                              &mean, rstd, dx, dgamma, dbeta));
+  return LayerNormBackwardKernels()(x.device(), dy, x, gamma, mean, rstd, dx,
+                                    dgamma, dbeta);
 }
 
 absl::Status RMSNormForward(const Tensor& x, const Tensor& gamma, float eps,
                             Tensor* y, Tensor* rstd) {
-  return NormForward<false>("RMSNormForward", x, gamma, nullptr, eps, y,
-                            nullptr, rstd);
+  ScopedOpTimer op_timer("Norm");
+  MCC_RETURN_IF_ERROR(CheckNormForward<false>("RMSNormForward", x, gamma,
+                                              nullptr, eps, y, nullptr, rstd));
+  return RMSNormForwardKernels()(x.device(), x, gamma, eps, y, rstd);
 }
 
 absl::Status RMSNormBackward(const Tensor& dy, const Tensor& x,
                              const Tensor& gamma, const Tensor& rstd,
                              Tensor* dx, Tensor* dgamma) {
-  return NormBackward<false>("RMSNormBackward", dy, x, gamma, nullptr, rstd, dx,
-                             dgamma, nullptr);
+  ScopedOpTimer op_timer("NormBackward");
+  MCC_RETURN_IF_ERROR(CheckNormBackward<false>(
+      "RMSNormBackward", dy, x, gamma, nullptr, rstd, dx, dgamma, nullptr));
+  return RMSNormBackwardKernels()(x.device(), dy, x, gamma, rstd, dx, dgamma);
 }
 
 }  // namespace ops

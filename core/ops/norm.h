@@ -11,10 +11,13 @@
 //
 // Backward overwrites dx and ACCUMULATES (+=) the parameter gradients into
 // fp32 [hidden] buffers dgamma and dbeta (either may be null to skip it).
-// Everything is validated before anything is written. CUDA tensors get an
-// Unimplemented error naming the op until a CUDA kernel is added.
+// Everything is validated before anything is written; all tensors live on
+// one device. Each op runs its slot's kernel (core/ops/dispatch.h: outputs
+// passed in, the device's current stream, no host synchronisation); a device
+// without a kernel gets Unimplemented naming the op.
 
 #include "absl/status/status.h"
+#include "core/ops/dispatch.h"
 #include "core/tensor.h"
 
 namespace mcc {
@@ -38,6 +41,29 @@ absl::Status RMSNormForward(const Tensor& x, const Tensor& gamma, float eps,
 absl::Status RMSNormBackward(const Tensor& dy, const Tensor& x,
                              const Tensor& gamma, const Tensor& rstd,
                              Tensor* dx, Tensor* dgamma);
+
+// Kernels, with the ops' signatures and contracts (y, mean, rstd, dx
+// overwritten; dgamma, dbeta accumulated; null dgamma/dbeta skipped).
+using LayerNormForwardKernel = absl::Status (*)(const Tensor& x,
+                                                const Tensor& gamma,
+                                                const Tensor& beta, float eps,
+                                                Tensor* y, Tensor* mean,
+                                                Tensor* rstd);
+using LayerNormBackwardKernel = absl::Status (*)(
+    const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+    const Tensor& rstd, Tensor* dx, Tensor* dgamma, Tensor* dbeta);
+using RMSNormForwardKernel = absl::Status (*)(const Tensor& x,
+                                              const Tensor& gamma, float eps,
+                                              Tensor* y, Tensor* rstd);
+using RMSNormBackwardKernel = absl::Status (*)(const Tensor& dy,
+                                               const Tensor& x,
+                                               const Tensor& gamma,
+                                               const Tensor& rstd, Tensor* dx,
+                                               Tensor* dgamma);
+KernelSlot<LayerNormForwardKernel>& LayerNormForwardKernels();
+KernelSlot<LayerNormBackwardKernel>& LayerNormBackwardKernels();
+KernelSlot<RMSNormForwardKernel>& RMSNormForwardKernels();
+KernelSlot<RMSNormBackwardKernel>& RMSNormBackwardKernels();
 
 }  // namespace ops
 }  // namespace mcc

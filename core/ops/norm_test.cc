@@ -222,6 +222,38 @@ TEST(NormErrorsTest, BadShapesNameBothAndLeaveOutputsAlone) {
   EXPECT_NE(s.message().find("int32"), std::string::npos) << s;
 }
 
+TEST(NormTestDevice, MatchesCpuBitForBit) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    Tensor x = testing::RandomTensor({5, 3, 40}, dt, 1);
+    Tensor dy = testing::RandomTensor({5, 3, 40}, dt, 2);
+    Tensor gamma = testing::RandomTensor({40}, dt, 3);
+    Tensor beta = testing::RandomTensor({40}, dt, 4);
+    Tensor y = Tensor::Zeros({5, 3, 40}, dt);
+    Tensor mean = Tensor::Zeros({15}, DType::kFloat32);
+    Tensor rstd = Tensor::Zeros({15}, DType::kFloat32);
+    auto fwd = testing::ExpectSameOnTestDevice(
+        {x, gamma, beta, y, mean, rstd}, [](std::vector<Tensor>& t) {
+          return LayerNormForward(t[0], t[1], t[2], 1e-5f, &t[3], &t[4], &t[5]);
+        });
+    Tensor dgamma = testing::RandomTensor({40}, DType::kFloat32, 5);
+    Tensor dbeta = testing::RandomTensor({40}, DType::kFloat32, 6);
+    testing::ExpectSameOnTestDevice(
+        {dy, x, gamma, fwd[4], fwd[5], y, dgamma, dbeta},
+        [](std::vector<Tensor>& t) {
+          return LayerNormBackward(t[0], t[1], t[2], t[3], t[4], &t[5], &t[6],
+                                   &t[7]);
+        });
+    auto rms = testing::ExpectSameOnTestDevice(
+        {x, gamma, y, rstd}, [](std::vector<Tensor>& t) {
+          return RMSNormForward(t[0], t[1], 1e-5f, &t[2], &t[3]);
+        });
+    testing::ExpectSameOnTestDevice(
+        {dy, x, gamma, rms[3], y, dgamma}, [](std::vector<Tensor>& t) {
+          return RMSNormBackward(t[0], t[1], t[2], t[3], &t[4], &t[5]);
+        });
+  }
+}
+
 }  // namespace
 }  // namespace ops
 }  // namespace mcc

@@ -55,14 +55,7 @@ double SumF32(const T* x, int64_t n) {
 }
 
 template <bool kSquare>
-absl::StatusOr<double> Reduce(const char* op, const Tensor& x) {
-  ScopedOpTimer op_timer(op);
-  MCC_RETURN_IF_ERROR(CheckDefined(op, {{"x", &x}}));
-  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"x", &x}));
-  if (!x.device().is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(ReduceKernel k, ReduceKernels().Get(x.device()));
-    return k(x, kSquare);
-  }
+double ReduceCpuTyped(const Tensor& x) {
   const int64_t n = x.numel();
   const int64_t parts = (n + kPartial - 1) / kPartial;
   std::vector<double> partial(parts, 0.0);
@@ -86,10 +79,27 @@ absl::StatusOr<double> Reduce(const char* op, const Tensor& x) {
   return total;
 }
 
+absl::StatusOr<double> ReduceCpu(const Tensor& x, bool square) {
+  return square ? ReduceCpuTyped<true>(x) : ReduceCpuTyped<false>(x);
+}
+
+template <bool kSquare>
+absl::StatusOr<double> Reduce(const char* op, const Tensor& x) {
+  ScopedOpTimer op_timer(op);
+  MCC_RETURN_IF_ERROR(CheckDefined(op, {{"x", &x}}));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"x", &x}));
+  return ReduceKernels()(x.device(), x, kSquare);
+}
+
 }  // namespace
 
+namespace internal {
+double SumOfSquaresCpu(const Tensor& x) { return ReduceCpuTyped<true>(x); }
+}  // namespace internal
+
 KernelSlot<ReduceKernel>& ReduceKernels() {
-  static auto* slot = new KernelSlot<ReduceKernel>("Sum/SumOfSquares");
+  static auto* slot =
+      new KernelSlot<ReduceKernel>("Sum/SumOfSquares", &ReduceCpu);
   return *slot;
 }
 

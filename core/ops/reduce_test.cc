@@ -77,6 +77,16 @@ TEST(ReduceTest, BadInputs) {
   EXPECT_EQ(Sum(cx).status().code(), absl::StatusCode::kUnimplemented);
 }
 
+TEST(ReduceTestDevice, MatchesCpuBitForBit) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    Tensor x = RandomTensor({100003}, dt, 7);
+    Tensor d = *x.To(Device::TestDevice());
+    EXPECT_EQ(*Sum(d), *Sum(x));
+    EXPECT_EQ(*SumOfSquares(d), *SumOfSquares(x));
+    EXPECT_EQ(*L2Norm(d), *L2Norm(x));
+  }
+}
+
 }  // namespace
 }  // namespace ops
 }  // namespace mcc

@@ -104,9 +104,8 @@ void RotaryCpu(const TI* x, TO* y, int64_t batch, int64_t seq, int64_t heads,
       });
 }
 
-absl::Status Rotary(absl::string_view op, const Tensor& x,
-                    const RotaryOptions& options, Tensor* y, float sign) {
-  ScopedOpTimer op_timer("Rotary");
+absl::Status CheckRotary(absl::string_view op, const Tensor& x,
+                         const RotaryOptions& options, Tensor* y, float sign) {
   const char* in = sign > 0 ? "x" : "dy";
   const char* out = sign > 0 ? "y" : "dx";
   MCC_RETURN_IF_ERROR(nn::Defined(op, in, &x));
@@ -140,9 +139,15 @@ absl::Status Rotary(absl::string_view op, const Tensor& x,
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": ", out, " overlaps ", in, " without being the same tensor"));
   }
-  MCC_RETURN_IF_ERROR(nn::CpuOnly(op, x));
+  return absl::OkStatus();
+}
+
+void RunRotary(const Tensor& x, const RotaryOptions& options, Tensor* y,
+               float sign) {
+  const int64_t d = x.size(3);
+  const int64_t rd = options.rotary_dim == 0 ? d : options.rotary_dim;
   const int64_t batch = x.size(0), seq = x.size(1), heads = x.size(2);
-  if (x.numel() == 0) return absl::OkStatus();
+  if (x.numel() == 0) return;
   const int64_t half = rd / 2;
   const std::shared_ptr<const std::vector<float>> table =
       AngleTable(seq, half, rd, options);
@@ -155,19 +160,46 @@ absl::Status Rotary(absl::string_view op, const Tensor& x,
                 sign);
     });
   });
+}
+
+absl::Status RotaryForwardCpu(const Tensor& x, const RotaryOptions& options,
+                              Tensor* y) {
+  RunRotary(x, options, y, 1.0f);
+  return absl::OkStatus();
+}
+
+absl::Status RotaryBackwardCpu(const Tensor& dy, const RotaryOptions& options,
+                               Tensor* dx) {
+  RunRotary(dy, options, dx, -1.0f);
   return absl::OkStatus();
 }
 
 }  // namespace
 
+KernelSlot<RotaryKernel>& RotaryForwardKernels() {
+  static auto* slot =
+      new KernelSlot<RotaryKernel>("RotaryForward", &RotaryForwardCpu);
+  return *slot;
+}
+
+KernelSlot<RotaryKernel>& RotaryBackwardKernels() {
+  static auto* slot =
+      new KernelSlot<RotaryKernel>("RotaryBackward", &RotaryBackwardCpu);
+  return *slot;
+}
+
 absl::Status RotaryForward(const Tensor& x, const RotaryOptions& options,
                            Tensor* y) {
-  return Rotary("RotaryForward", x, options, y, 1.0f);
+  ScopedOpTimer op_timer("Rotary");
+  MCC_RETURN_IF_ERROR(CheckRotary("RotaryForward", x, options, y, 1.0f));
+  return RotaryForwardKernels()(x.device(), x, options, y);
 }
 
 absl::Status RotaryBackward(const Tensor& dy, const RotaryOptions& options,
                             Tensor* dx) {
-  return Rotary("RotaryBackward", dy, options, dx, -1.0f);
+  ScopedOpTimer op_timer("Rotary");
+  MCC_RETURN_IF_ERROR(CheckRotary("RotaryBackward", dy, options, dx, -1.0f));
+  return RotaryBackwardKernels()(dy.device(), dy, options, dx);
 }
 
 }  // namespace ops

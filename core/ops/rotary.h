@@ -13,11 +13,14 @@
 //   y[i + r/2]  = x[i + r/2] * cos(theta) + x[i] * sin(theta)
 // and dims >= rotary_dim pass through. The backward is the rotation by
 // -theta. Angles are computed in float64, applied in fp32; x/y may be fp32 or
-// bf16 independently, and y may be x itself (in place).
+// bf16 independently, and y may be x itself (in place). Everything is
+// validated before anything is written; all tensors live on one device and
+// each op runs its slot's kernel (core/ops/dispatch.h).
 
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/ops/dispatch.h"
 #include "core/tensor.h"
 
 namespace mcc {
@@ -36,6 +39,13 @@ absl::Status RotaryForward(const Tensor& x, const RotaryOptions& options,
 // dx = rotation of dy by -theta. dx may be dy itself.
 absl::Status RotaryBackward(const Tensor& dy, const RotaryOptions& options,
                             Tensor* dx);
+
+// Kernels, with the ops' signatures and contracts (y overwritten; y may be
+// x itself, never a partial overlap).
+using RotaryKernel = absl::Status (*)(const Tensor& x,
+                                      const RotaryOptions& options, Tensor* y);
+KernelSlot<RotaryKernel>& RotaryForwardKernels();
+KernelSlot<RotaryKernel>& RotaryBackwardKernels();
 
 }  // namespace ops
 }  // namespace mcc

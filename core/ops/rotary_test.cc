@@ -138,6 +138,22 @@ TEST(RotaryTest, BadInputsNameShapesAndLeaveOutputAlone) {
   EXPECT_TRUE(testing::AllEqual(y3, 4.0));
 }
 
+TEST(RotaryTestDevice, MatchesCpuBitForBit) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    Tensor x = testing::RandomTensor({2, 5, 3, 8}, dt, 1);
+    Tensor y = Tensor::Zeros({2, 5, 3, 8}, dt);
+    RotaryOptions options;
+    options.rotary_dim = 6;
+    options.position_offset = 3;
+    testing::ExpectSameOnTestDevice({x, y}, [&](std::vector<Tensor>& t) {
+      return RotaryForward(t[0], options, &t[1]);
+    });
+    testing::ExpectSameOnTestDevice({x}, [&](std::vector<Tensor>& t) {
+      return RotaryBackward(t[0], options, &t[0]);  // In place.
+    });
+  }
+}
+
 }  // namespace
 }  // namespace ops
 }  // namespace mcc

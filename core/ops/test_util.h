@@ -2,8 +2,10 @@
 #define CORE_OPS_TEST_UTIL_H_
 
 // Helpers for the kernel tests: random tensors, float64 comparisons, central
-// finite differences, and a fake "CUDA" device backed by host memory so the
-// tests can check that ops refuse (or dispatch) non-CPU tensors.
+// finite differences, a fake "CUDA" device backed by host memory so the
+// tests can check that ops refuse (or dispatch) non-CPU tensors, and
+// ExpectSameOnTestDevice, which runs an op on the test device
+// (core/testing/test_device.h) and checks it agrees with the CPU bit for bit.
 
 #include <cmath>
 #include <cstdint>
@@ -14,8 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "core/allocator.h"
 #include "core/tensor.h"
+#include "core/testing/test_device.h"
 #include "gtest/gtest.h"
 
 namespace mcc {
@@ -106,6 +110,50 @@ inline Tensor FakeCudaTensor(const Shape& shape, DType dtype) {
   }();
   (void)registered;
   return Tensor::Empty(shape, dtype, Device::CUDA(0));
+}
+
+// Runs `op` on its arguments twice: on deep CPU copies of `args` and on
+// test-device copies, and expects the same status and, for every argument
+// (inputs too: ops may write in place or accumulate), the same bytes. args
+// are CPU tensors holding the inputs and the outputs' initial values
+// (undefined tensors stay undefined, for optional arguments). Also expects
+// the device run to make no copy between the device and the host: an op
+// reaches device memory only through its kernel. Returns the CPU run's
+// tensors, for checks against a reference.
+//   ExpectSameOnTestDevice({x, y}, [](std::vector<Tensor>& t) {
+//     return Gelu(t[0], &t[1]);
+//   });
+using TensorOp = std::function<absl::Status(std::vector<Tensor>& args)>;
+inline std::vector<Tensor> ExpectSameOnTestDevice(
+    const std::vector<Tensor>& args, const TensorOp& op,
+    const std::string& what = "") {
+  std::vector<Tensor> cpu, dev;
+  for (const Tensor& t : args) {
+    cpu.push_back(t.defined() ? t.Clone() : Tensor());
+    dev.push_back(t.defined() ? *t.To(Device::TestDevice()) : Tensor());
+  }
+  const absl::Status cpu_status = op(cpu);
+  const int64_t to_host = mcc::testing::TestDeviceCopiesToHost();
+  const int64_t from_host = mcc::testing::TestDeviceCopiesFromHost();
+  const absl::Status dev_status = op(dev);
+  EXPECT_EQ(mcc::testing::TestDeviceCopiesToHost(), to_host)
+      << what << ": the op copied device memory to the host";
+  EXPECT_EQ(mcc::testing::TestDeviceCopiesFromHost(), from_host)
+      << what << ": the op copied host memory to the device";
+  EXPECT_EQ(cpu_status, dev_status) << what;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!cpu[i].defined()) continue;
+    EXPECT_EQ(dev[i].device(), Device::TestDevice()) << what << " arg " << i;
+    const Tensor back = *dev[i].To(Device::CPU());
+    EXPECT_EQ(back.shape(), cpu[i].shape()) << what << " arg " << i;
+    EXPECT_EQ(back.dtype(), cpu[i].dtype()) << what << " arg " << i;
+    if (back.nbytes() != cpu[i].nbytes()) continue;
+    const bool same =
+        std::memcmp(back.raw_data(), cpu[i].raw_data(), back.nbytes()) == 0;
+    EXPECT_TRUE(same) << what << ": argument " << i << " (" << cpu[i].Describe()
+                      << ") differs between the CPU and the test device";
+  }
+  return cpu;
 }
 
 }  // namespace testing

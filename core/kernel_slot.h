@@ -1,0 +1,158 @@
+#ifndef CORE_KERNEL_SLOT_H_
+#define CORE_KERNEL_SLOT_H_
+
+// KernelSlot: the kernels of one op, one per device type. The contract of
+// slots in general (validation, stream order, host synchronisation) is in
+// core/ops/dispatch.h; this header holds only the mechanism, so that the
+// tensor primitives of core/tensor.cc (fill, dtype conversion) can have
+// slots too without core depending on core/ops.
+
+#include <atomic>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "core/device.h"
+#include "core/tensor.h"
+
+namespace mcc {
+
+template <typename Fn>
+class KernelSlot;
+
+namespace kernel_slot_internal {
+
+// How one kernel argument is passed to the CPU kernel on a host-backed
+// device: tensors become host views, everything else passes through.
+template <typename A>
+struct HostArg {
+  explicit HostArg(A a) : value(a) {}
+  operator A() const { return value; }  // NOLINT: implicit by design.
+  A value;
+};
+template <>
+struct HostArg<const Tensor&> {
+  explicit HostArg(const Tensor& t) : view(HostView(t)) {}
+  operator const Tensor&() const { return view; }  // NOLINT
+  Tensor view;
+};
+template <>
+struct HostArg<Tensor*> {
+  explicit HostArg(Tensor* t) : view(t ? HostView(*t) : Tensor()), null(!t) {}
+  operator Tensor*() { return null ? nullptr : &view; }  // NOLINT
+  Tensor view;
+  bool null;
+};
+template <>
+struct HostArg<const Tensor*> {
+  explicit HostArg(const Tensor* t)
+      : view(t ? HostView(*t) : Tensor()), null(!t) {}
+  operator const Tensor*() const { return null ? nullptr : &view; }  // NOLINT
+  Tensor view;
+  bool null;
+};
+template <>
+struct HostArg<absl::Span<const Tensor>> {
+  explicit HostArg(absl::Span<const Tensor> ts) {
+    views.reserve(ts.size());
+    for (const Tensor& t : ts) views.push_back(HostView(t));
+  }
+  operator absl::Span<const Tensor>() const { return views; }  // NOLINT
+  std::vector<Tensor> views;
+};
+template <>
+struct HostArg<absl::Span<Tensor* const>> {
+  explicit HostArg(absl::Span<Tensor* const> ts) {
+    views.reserve(ts.size());
+    for (Tensor* t : ts) views.push_back(t ? HostView(*t) : Tensor());
+    for (size_t i = 0; i < ts.size(); ++i)
+      ptrs.push_back(ts[i] ? &views[i] : nullptr);
+  }
+  operator absl::Span<Tensor* const>() const { return ptrs; }  // NOLINT
+  std::vector<Tensor> views;
+  std::vector<Tensor*> ptrs;
+};
+template <>
+struct HostArg<absl::Span<const Tensor* const>> {
+  explicit HostArg(absl::Span<const Tensor* const> ts) {
+    views.reserve(ts.size());
+    for (const Tensor* t : ts) views.push_back(t ? HostView(*t) : Tensor());
+    for (size_t i = 0; i < ts.size(); ++i)
+      ptrs.push_back(ts[i] ? &views[i] : nullptr);
+  }
+  operator absl::Span<const Tensor* const>() const { return ptrs; }  // NOLINT
+  std::vector<Tensor> views;
+  std::vector<const Tensor*> ptrs;
+};
+
+}  // namespace kernel_slot_internal
+
+// One kernel per DeviceType for an op whose kernels have type R(*)(Args...).
+//
+// Thread-safety: Register is meant for static initialisation or test set-up
+// but is safe at any time; lookups and calls may come from any thread.
+template <typename R, typename... Args>
+class KernelSlot<R (*)(Args...)> {
+ public:
+  using Fn = R (*)(Args...);
+
+  // `op` names the op in errors (a string literal: it is not copied);
+  // `cpu` is the op's CPU kernel (null only for ops that have none).
+  explicit KernelSlot(const char* op, Fn cpu = nullptr) : op_(op) {
+    if (cpu != nullptr) Register(DeviceType::kCPU, cpu);
+  }
+
+  // Sets (or, with null, removes) the kernel of one device type.
+  void Register(DeviceType type, Fn fn) {
+    fns_[static_cast<int>(type)].store(fn, std::memory_order_release);
+  }
+
+  // The kernel registered for the device's type, or Unimplemented naming
+  // the op and the device.
+  absl::StatusOr<Fn> Get(Device device) const {
+    const int i = static_cast<int>(device.type);
+    Fn fn = (i >= 0 && i < kNumDeviceTypes)
+                ? fns_[i].load(std::memory_order_acquire)
+                : nullptr;
+    if (fn == nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          op_, ": no kernel registered for ", device.ToString(), " tensors",
+          device.is_cuda() ? " (link the CUDA kernels library)" : ""));
+    }
+    return fn;
+  }
+
+  // Runs the kernel for `device` (the device of the op's tensors, already
+  // validated by the op): one atomic load and an indirect call. A
+  // host-backed device without a kernel of its own runs the CPU kernel on
+  // host views. Without any kernel, returns Get's error (R must be
+  // constructible from an absl::Status: Status or StatusOr).
+  R operator()(Device device, Args... args) const {
+    const int i = static_cast<int>(device.type);
+    if (i >= 0 && i < kNumDeviceTypes) {
+      if (Fn fn = fns_[i].load(std::memory_order_acquire)) {
+        return fn(std::forward<Args>(args)...);
+      }
+    }
+    if (IsHostBacked(device.type)) {
+      if (Fn cpu = fns_[0].load(std::memory_order_acquire)) {
+        return cpu(
+            kernel_slot_internal::HostArg<Args>(std::forward<Args>(args))...);
+      }
+    }
+    return Get(device).status();
+  }
+
+  const char* op() const { return op_; }
+
+ private:
+  const char* op_;
+  std::atomic<Fn> fns_[kNumDeviceTypes] = {};
+};
+
+}  // namespace mcc
+
+#endif  // CORE_KERNEL_SLOT_H_
