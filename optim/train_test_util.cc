@@ -61,11 +61,11 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   }
   MCC_ASSIGN_OR_RETURN(
       auto model,
-      pipeline::StageModel::Create(o.model, ctx, split, pp ? pp->rank() : 0));
+      gpt::StageModel::Create(o.model, ctx, split, pp ? pp->rank() : 0));
   MCC_ASSIGN_OR_RETURN(
       auto executor,
       pipeline::PipelineExecutor::Create(
-          model->chunks(), pp != nullptr && pp->size() > 1 ? pp : nullptr,
+          model->stages(), pp != nullptr && pp->size() > 1 ? pp : nullptr,
           o.schedule));
   comm::ProcessGroup* dp = state ? state->data() : nullptr;
   const int dp_size = dp ? dp->size() : 1;
@@ -92,7 +92,8 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
                           : fsdp::ShardingStrategy::kNoShard;
     config.ddp = o.ddp;
     MCC_ASSIGN_OR_RETURN(
-        ddp, training::WrapDataParallel(model->chunks(), dp, config));
+        ddp, training::WrapDataParallel(training::AsModels(model->chunks()), dp,
+                                        pp, config));
     MCC_ASSIGN_OR_RETURN(opt, ddp->CreateOptimizer(o.optimizer, groups));
   } else {
     MCC_ASSIGN_OR_RETURN(
@@ -102,7 +103,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
 
   TrainResult result;
   training::TrainerParts parts;
-  parts.chunks = model->chunks();
+  parts.models = training::AsModels(model->chunks());
   parts.executor = executor.get();
   parts.data_parallel = ddp.get();
   parts.optimizer = opt.get();
@@ -130,8 +131,9 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     for (int i = 0; i < local_mb; ++i) {
       batches.push_back(FixedBatch(o.model, step, dp_rank * local_mb + i));
     }
+    model->SetMicroBatches(std::move(batches));
     MCC_ASSIGN_OR_RETURN(training::StepMetrics m,
-                         trainer->Step(batches, step + 1));
+                         trainer->Step(local_mb, step + 1));
     result.max_in_flight =
         std::max(result.max_in_flight, m.pipeline.max_in_flight);
     StepInfo info;

@@ -13,13 +13,13 @@
 #include "core/dtype.h"
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/gpt_model.h"
+#include "models/gpt/stage_model.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline_executor.h"
-#include "parallel/pipeline/stage_model.h"
 
 namespace mcc {
 namespace optim {

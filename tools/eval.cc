@@ -35,6 +35,7 @@
 #include "data/loader.h"
 #include "glog/logging.h"
 #include "parallel/mappings.h"
+#include "parallel/pipeline/pipeline_executor.h"
 #include "parallel/rank_layout.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/training_flags.h"
@@ -398,9 +399,9 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
   job->context.dtype = plan.dtype;
   job->context.seed = job->config.seed;
   job->pipeline.num_layers = job->config.num_layers;
-  MCC_ASSIGN_OR_RETURN(job->model,
-                       pipeline::StageModel::Create(job->config, job->context,
-                                                    job->pipeline, 0));
+  MCC_ASSIGN_OR_RETURN(
+      job->model,
+      gpt::StageModel::Create(job->config, job->context, job->pipeline, 0));
   // The weights: this rank's box of every global tensor (whatever padding
   // the checkpoint's or this layout's vocabulary has).
   MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(plan.load_dir));
@@ -424,17 +425,24 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
 
 // Mean loss over `iters` micro-batches of a split, summed over DP.
 absl::StatusOr<double> Evaluate(Job& job, data::DataLoader* loader, int iters) {
-  std::vector<training::MicroBatch> batches;
+  std::vector<gpt::MicroBatch> batches;
   for (int i = 0; i < iters; ++i) {
     auto mb = loader->Next();
     if (absl::IsOutOfRange(mb.status())) break;
     MCC_RETURN_IF_ERROR(mb.status());
     batches.push_back({mb->tokens, mb->labels, mb->loss_mask});
   }
-  MCC_ASSIGN_OR_RETURN(
-      training::EvalMetrics eval,
-      training::Evaluate(job.model->chunks(),
-                         /*executor=*/nullptr, job.dp(), batches));
+  // One stage (eval runs no pipeline parallelism): each micro-batch's
+  // forward in turn.
+  pipeline::PipelineOptions one_stage;
+  one_stage.schedule = pipeline::ScheduleKind::kNoPipelining;
+  MCC_ASSIGN_OR_RETURN(auto executor,
+                       pipeline::PipelineExecutor::Create(job.model->stages(),
+                                                          nullptr, one_stage));
+  const int n = static_cast<int>(batches.size());
+  job.model->SetMicroBatches(std::move(batches));
+  MCC_ASSIGN_OR_RETURN(training::EvalMetrics eval,
+                       training::Evaluate(executor.get(), job.dp(), n));
   return eval.loss;
 }
 

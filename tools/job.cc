@@ -183,8 +183,8 @@ absl::StatusOr<std::unique_ptr<Job>> SetupJob() {
                                                    : DType::kFloat32;
   job->context.seed = job->config.seed;
   MCC_ASSIGN_OR_RETURN(job->pipeline, flags::PipelineConfigFromFlags());
-  MCC_ASSIGN_OR_RETURN(
-      job->model, pipeline::StageModel::Create(job->config, job->context,
+  MCC_ASSIGN_OR_RETURN(job->model,
+                       gpt::StageModel::Create(job->config, job->context,
                                                job->pipeline, job->pp_rank()));
   return job;
 }

@@ -11,9 +11,9 @@
 #include "data/sample_dataset.h"
 #include "data/tokenizer.h"
 #include "models/gpt/gpt_model.h"
+#include "models/gpt/stage_model.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layer_split.h"
-#include "parallel/pipeline/stage_model.h"
 
 namespace mcc {
 namespace tools {
@@ -32,7 +32,7 @@ struct Job {
   parallel::LayerContext context;
   pipeline::PipelineConfig pipeline;  // How the layers split over stages.
   // This stage's model chunks (the whole model without pipelining).
-  std::unique_ptr<pipeline::StageModel> model;
+  std::unique_ptr<gpt::StageModel> model;
 
   comm::ProcessGroup* tp() const { return state ? state->tensor() : nullptr; }
   comm::ProcessGroup* dp() const { return state ? state->data() : nullptr; }

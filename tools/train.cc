@@ -367,21 +367,24 @@ MakeDataParallel(Job& job, const data_parallel::DdpConfig& ddp_config) {
   fsdp::FsdpConfig config;
   config.strategy = strategy;
   config.ddp = ddp_config;
-  return training::WrapDataParallel(job.model->chunks(), job.dp(), config);
+  return training::WrapDataParallel(training::AsModels(job.model->chunks()),
+                                    job.dp(), job.pp(), config);
 }
 
 // Mean loss over `iters` micro-batches of a split (no gradients), through
 // the pipeline when there is one.
-absl::StatusOr<double> Evaluate(training::Trainer* trainer,
+absl::StatusOr<double> Evaluate(Job& job, training::Trainer* trainer,
                                 data::DataLoader* loader, int iters) {
-  std::vector<training::MicroBatch> batches;
+  std::vector<gpt::MicroBatch> batches;
   for (int i = 0; i < iters; ++i) {
     auto mb = loader->Next();
     if (absl::IsOutOfRange(mb.status())) break;
     MCC_RETURN_IF_ERROR(mb.status());
     batches.push_back({mb->tokens, mb->labels, mb->loss_mask});
   }
-  MCC_ASSIGN_OR_RETURN(training::EvalMetrics eval, trainer->Evaluate(batches));
+  const int n = static_cast<int>(batches.size());
+  job.model->SetMicroBatches(std::move(batches));
+  MCC_ASSIGN_OR_RETURN(training::EvalMetrics eval, trainer->Evaluate(n));
   return eval.loss;
 }
 
@@ -516,7 +519,7 @@ absl::Status Train() {
       !absl::GetFlag(FLAGS_no_overlap_p2p_communication);
   MCC_ASSIGN_OR_RETURN(auto executor,
                        pipeline::PipelineExecutor::Create(
-                           job->model->chunks(), job->pp(), pipeline_options));
+                           job->model->stages(), job->pp(), pipeline_options));
   const std::string schedule_name = pipeline::ScheduleName(
       job->model->num_chunks() > 1 ? pipeline::ScheduleKind::kInterleaved
                                    : pipeline_options.schedule);
@@ -532,7 +535,7 @@ absl::Status Train() {
   // The step: micro-batches through the schedule, gradient sync and
   // finalisation, loss scale, clipping, the optimizer.
   training::TrainerParts parts;
-  parts.chunks = job->model->chunks();
+  parts.models = training::AsModels(job->model->chunks());
   parts.executor = executor.get();
   parts.data_parallel = ddp.get();
   parts.optimizer = optimizer.get();
@@ -641,15 +644,16 @@ absl::Status Train() {
                   << dp << " data-parallel replicas";
       }
     }
-    std::vector<training::MicroBatch> batches;
+    std::vector<gpt::MicroBatch> batches;
     timers.Start("data");
     for (int m = 0; m < batching.num_microbatches; ++m) {
       MCC_ASSIGN_OR_RETURN(data::MicroBatch mb, train_loader->Next());
       batches.push_back({mb.tokens, mb.labels, mb.loss_mask});
     }
     timers.Stop("data");
+    job->model->SetMicroBatches(std::move(batches));
     MCC_ASSIGN_OR_RETURN(training::StepMetrics step,
-                         trainer->Step(batches, iteration));
+                         trainer->Step(batching.num_microbatches, iteration));
     timers.Add("forward-backward", step.forward_backward_seconds);
     timers.Add("grad-sync", step.grad_sync_seconds);
     timers.Add("optimizer", step.optimizer_seconds);
@@ -734,7 +738,7 @@ absl::Status Train() {
           data::DataLoader::Create(datasets[1], eval_loader_config));
       MCC_ASSIGN_OR_RETURN(
           double vloss,
-          Evaluate(trainer.get(), valid_loader.get(), eval_iters));
+          Evaluate(*job, trainer.get(), valid_loader.get(), eval_iters));
       if (log) {
         LOG(INFO) << absl::StrFormat(
             "validation loss at iteration %d: %.4f | perplexity %.2f",
@@ -763,8 +767,8 @@ absl::Status Train() {
     MCC_ASSIGN_OR_RETURN(
         auto test_loader,
         data::DataLoader::Create(datasets[2], eval_loader_config));
-    MCC_ASSIGN_OR_RETURN(
-        double tloss, Evaluate(trainer.get(), test_loader.get(), eval_iters));
+    MCC_ASSIGN_OR_RETURN(double tloss, Evaluate(*job, trainer.get(),
+                                                test_loader.get(), eval_iters));
     if (log) {
       LOG(INFO) << absl::StrFormat("test loss: %.4f | perplexity %.2f", tloss,
                                    std::exp(std::min(tloss, 20.0)));

@@ -39,24 +39,33 @@ double SecondsSince(absl::Time start) {
   return absl::ToDoubleSeconds(absl::Now() - start);
 }
 
-absl::Status CheckChunks(const ModelChunks& chunks,
-                         const pipeline::PipelineExecutor* executor) {
-  if (chunks.empty()) {
-    return absl::InvalidArgumentError("trainer: no model chunks");
+absl::Status CheckModels(const std::vector<parallel::Model*>& models) {
+  if (models.empty()) {
+    return absl::InvalidArgumentError("trainer: no models");
   }
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    if (chunks[i] == nullptr) {
+  for (size_t i = 0; i < models.size(); ++i) {
+    if (models[i] == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("trainer: model chunk ", i, " is null"));
     }
   }
-  if (executor == nullptr && chunks.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "trainer: ", chunks.size(),
-        " model chunks need a pipeline executor to run them (without one, "
-        "exactly one whole-model chunk)"));
-  }
   return absl::OkStatus();
+}
+
+// Megatron's loss terms of one step's micro-batches.
+struct LocalLoss {
+  double mean_of_means = 0;  // Each micro-batch's mean counts 1/M.
+  double tokens = 0;
+};
+
+LocalLoss SumLosses(const std::vector<parallel::LossSum>& losses) {
+  LocalLoss out;
+  const double m = static_cast<double>(losses.size());
+  for (const parallel::LossSum& loss : losses) {
+    out.mean_of_means += loss.mean() / m;
+    out.tokens += loss.tokens;
+  }
+  return out;
 }
 
 }  // namespace
@@ -66,24 +75,22 @@ absl::StatusOr<double> MeanOverGroup(double local, comm::ProcessGroup* group) {
   return sum[0] / GroupSize(group);
 }
 
-absl::StatusOr<EvalMetrics> Evaluate(const ModelChunks& chunks,
-                                     pipeline::PipelineExecutor* executor,
+absl::StatusOr<EvalMetrics> Evaluate(pipeline::PipelineExecutor* executor,
                                      comm::ProcessGroup* dp_group,
-                                     const std::vector<MicroBatch>& batches) {
-  MCC_RETURN_IF_ERROR(CheckChunks(chunks, executor));
+                                     int num_microbatches) {
+  if (executor == nullptr) {
+    return absl::InvalidArgumentError("evaluation: no pipeline executor");
+  }
+  if (num_microbatches < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "evaluation: ", num_microbatches, " micro-batches (must be >= 0)"));
+  }
   double sum = 0, tokens = 0;
-  if (executor != nullptr) {
-    if (!batches.empty()) {
-      MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
-                           executor->Run(batches, 0.0f, /*forward_only=*/true));
-      for (const LossSum& loss : run.losses) {
-        sum += loss.sum;
-        tokens += loss.tokens;
-      }
-    }
-  } else {
-    for (const MicroBatch& batch : batches) {
-      MCC_ASSIGN_OR_RETURN(LossSum loss, Forward(chunks[0], batch));
+  if (num_microbatches > 0) {
+    MCC_ASSIGN_OR_RETURN(
+        pipeline::PipelineStepResult run,
+        executor->Run(num_microbatches, 0.0f, /*forward_only=*/true));
+    for (const parallel::LossSum& loss : run.losses) {
       sum += loss.sum;
       tokens += loss.tokens;
     }
@@ -98,31 +105,43 @@ absl::StatusOr<EvalMetrics> Evaluate(const ModelChunks& chunks,
 }
 
 absl::StatusOr<std::unique_ptr<fsdp::FullyShardedDataParallel>>
-WrapDataParallel(const ModelChunks& chunks, comm::ProcessGroup* dp,
+WrapDataParallel(const std::vector<parallel::Model*>& models,
+                 comm::ProcessGroup* dp, comm::ProcessGroup* pipeline,
                  fsdp::FsdpConfig config) {
-  if (chunks.empty()) {
-    return absl::InvalidArgumentError("data parallelism: no model chunks");
-  }
+  MCC_RETURN_IF_ERROR(CheckModels(models));
   if (!fsdp::ShardsGradients(config.strategy)) {
-    MCC_ASSIGN_OR_RETURN(auto wrapped, fsdp::FullyShardedDataParallel::Create(
-                                           ChunkParameters(chunks), {}, dp,
-                                           ChunkTensorGroup(chunks), config));
-    SetGradReadyHook(chunks, wrapped->GradReadyHook());
+    ParameterList params;
+    for (const parallel::Model* m : models) {
+      params.insert(params.end(), m->parameters().begin(),
+                    m->parameters().end());
+    }
+    MCC_ASSIGN_OR_RETURN(
+        auto wrapped, fsdp::FullyShardedDataParallel::Create(
+                          params, {}, dp, models[0]->tensor_group(), config));
+    for (parallel::Model* m : models)
+      m->AddGradReadyHook(wrapped->GradReadyHook());
     return wrapped;
   }
-  if (chunks.size() != 1 || !chunks[0]->chunk().pre_process ||
-      !chunks[0]->chunk().post_process) {
+  if (models.size() != 1 || GroupSize(pipeline) > 1) {
     return absl::UnimplementedError(absl::StrCat(
         "data-parallel sharding strategy ",
         fsdp::ShardingStrategyName(config.strategy),
-        " does not run with pipeline parallelism yet; use optim or no_shard"));
+        " does not run with pipeline parallelism yet (", models.size(),
+        " model chunks on this rank, ", GroupSize(pipeline),
+        " pipeline stages); use optim or no_shard"));
   }
-  return fsdp::FullyShardedDataParallel::Wrap(chunks[0], dp, config);
+  return fsdp::FullyShardedDataParallel::Wrap(models[0], dp, config);
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     TrainerParts parts, optim::LrSchedule schedule, TrainerOptions options) {
-  MCC_RETURN_IF_ERROR(CheckChunks(parts.chunks, parts.executor));
+  MCC_RETURN_IF_ERROR(CheckModels(parts.models));
+  if (parts.executor == nullptr && parts.stages.size() != parts.models.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainer: without a pipeline executor the trainer needs the ",
+        parts.models.size(), " model chunks as pipeline stages too (got ",
+        parts.stages.size(), ")"));
+  }
   if (parts.optimizer == nullptr) {
     return absl::InvalidArgumentError("trainer: no optimizer");
   }
@@ -138,7 +157,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   auto trainer = std::unique_ptr<Trainer>(
       new Trainer(std::move(parts), std::move(schedule), std::move(options)));
-  const TrainerParts& p = trainer->parts_;
+  TrainerParts& p = trainer->parts_;
+  if (p.executor == nullptr) {
+    pipeline::PipelineOptions one_stage;
+    one_stage.schedule = pipeline::ScheduleKind::kNoPipelining;
+    MCC_ASSIGN_OR_RETURN(
+        trainer->own_executor_,
+        pipeline::PipelineExecutor::Create(p.stages, nullptr, one_stage));
+    p.executor = trainer->own_executor_.get();
+  }
   fsdp::FullyShardedDataParallel* dp = p.data_parallel;
   if (p.executor != nullptr && dp != nullptr) {
     // Data parallelism reduces only on each chunk's last micro-batch.
@@ -151,11 +178,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
       dp != nullptr ? dp->ddp() : nullptr;
   if (ddp != nullptr && ddp->config().overlap_param_gather &&
       ddp->config().use_distributed_optimizer) {
-    for (ModelChunk* chunk : p.chunks) {
+    for (parallel::Model* model : p.models) {
       trainer->gather_hooks_.push_back(
-          std::make_unique<data_parallel::ParamGatherHooks>(
-              ddp, ChunkUnits(*chunk)));
-      SetUnitHooks(chunk, trainer->gather_hooks_.back().get());
+          std::make_unique<data_parallel::ParamGatherHooks>(ddp, *model));
+      MCC_RETURN_IF_ERROR(
+          model->AddUnitHooks(trainer->gather_hooks_.back().get()));
     }
   }
   return trainer;
@@ -168,8 +195,8 @@ Trainer::Trainer(TrainerParts parts, optim::LrSchedule schedule,
       options_(std::move(options)) {}
 
 Trainer::~Trainer() {
-  if (!gather_hooks_.empty()) {
-    for (ModelChunk* chunk : parts_.chunks) SetUnitHooks(chunk, nullptr);
+  for (size_t i = 0; i < gather_hooks_.size(); ++i) {
+    parts_.models[i]->RemoveUnitHooks(gather_hooks_[i].get());
   }
   if (parts_.executor != nullptr && parts_.data_parallel != nullptr) {
     parts_.executor->SetLastMicrobatchCallback(nullptr);
@@ -188,24 +215,31 @@ absl::Status Trainer::FinalizeModelGrads() {
     MCC_RETURN_IF_ERROR(dp->FinishParamGather());
     dp->set_is_last_microbatch(true);
   }
-  MCC_RETURN_IF_ERROR(
-      SyncSharedGradients(parts_.chunks, parts_.embedding_group));
-  if (dp == nullptr) return FinalizeChunkGradients(parts_.chunks);
+  for (parallel::Model* model : parts_.models) {
+    MCC_RETURN_IF_ERROR(model->SyncSharedGradients(parts_.embedding_group));
+  }
+  if (dp == nullptr) {
+    for (parallel::Model* model : parts_.models) {
+      MCC_RETURN_IF_ERROR(model->FinalizeGradients());
+    }
+    return absl::OkStatus();
+  }
   MCC_RETURN_IF_ERROR(dp->FinishGradSync());
   // Replaces the model's: under the sharded strategies the gradients live
   // in the wrapper's shards.
   return dp->FinalizeGradients();
 }
 
-absl::StatusOr<StepMetrics> Trainer::Step(
-    const std::vector<MicroBatch>& batches, int64_t iteration) {
-  if (batches.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "trainer: iteration ", iteration, " has no micro-batches"));
+absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
+                                          int64_t iteration) {
+  if (num_microbatches <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer: iteration ", iteration, " has ",
+                     num_microbatches, " micro-batches (must be > 0)"));
   }
   StepMetrics m;
   m.iteration = iteration;
-  m.num_microbatches = static_cast<int>(batches.size());
+  m.num_microbatches = num_microbatches;
   fsdp::FullyShardedDataParallel* dp = parts_.data_parallel;
   if (dp != nullptr) {
     // The last step's updated parameters must be in place first (with the
@@ -213,32 +247,16 @@ absl::StatusOr<StepMetrics> Trainer::Step(
     if (gather_hooks_.empty()) MCC_RETURN_IF_ERROR(dp->FinishParamGather());
     dp->ZeroGrads();
   } else {
-    ZeroChunkGradients(parts_.chunks);
+    for (parallel::Model* model : parts_.models) model->ZeroGradients();
   }
   // Each micro-batch's mean loss counts 1/M, times the loss scale.
   const float grad_scale =
-      static_cast<float>(parts_.optimizer->loss_scale() / m.num_microbatches);
-  double local_loss = 0, local_tokens = 0;
+      static_cast<float>(parts_.optimizer->loss_scale() / num_microbatches);
   absl::Time start = absl::Now();
-  if (parts_.executor != nullptr) {
-    MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
-                         parts_.executor->Run(batches, grad_scale));
-    for (const LossSum& loss : run.losses) {
-      local_loss += loss.mean() / m.num_microbatches;
-      local_tokens += loss.tokens;
-    }
-    m.pipeline = run.stats;
-  } else {
-    for (int i = 0; i < m.num_microbatches; ++i) {
-      if (dp != nullptr)
-        dp->set_is_last_microbatch(i == m.num_microbatches - 1);
-      MCC_ASSIGN_OR_RETURN(
-          LossSum loss,
-          ForwardBackward(parts_.chunks[0], batches[i], grad_scale));
-      local_loss += loss.mean() / m.num_microbatches;
-      local_tokens += loss.tokens;
-    }
-  }
+  MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
+                       parts_.executor->Run(num_microbatches, grad_scale));
+  const LocalLoss local = SumLosses(run.losses);
+  m.pipeline = run.stats;
   m.forward_backward_seconds = SecondsSince(start);
 
   start = absl::Now();
@@ -260,16 +278,14 @@ absl::StatusOr<StepMetrics> Trainer::Step(
 
   MCC_ASSIGN_OR_RETURN(
       std::vector<double> total,
-      SumOverGroup({local_loss, local_tokens}, parts_.dp_group));
+      SumOverGroup({local.mean_of_means, local.tokens}, parts_.dp_group));
   m.loss = total[0] / GroupSize(parts_.dp_group);
   m.loss_tokens = total[1];
   return m;
 }
 
-absl::StatusOr<EvalMetrics> Trainer::Evaluate(
-    const std::vector<MicroBatch>& batches) {
-  return training::Evaluate(parts_.chunks, parts_.executor, parts_.dp_group,
-                            batches);
+absl::StatusOr<EvalMetrics> Trainer::Evaluate(int num_microbatches) {
+  return training::Evaluate(parts_.executor, parts_.dp_group, num_microbatches);
 }
 
 }  // namespace training

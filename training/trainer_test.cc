@@ -42,7 +42,7 @@ std::unique_ptr<gpt::GPTModel> NewModel(DType dtype = DType::kFloat32) {
   return *gpt::GPTModel::Create(Config(), ctx);
 }
 
-MicroBatch Batch(int step, int index) {
+gpt::MicroBatch Batch(int step, int index) {
   const gpt::GPTConfig c = Config();
   std::mt19937 rng(500 + 31 * step + index);
   std::vector<int64_t> tokens(2 * c.seq_length), labels(tokens.size());
@@ -50,14 +50,14 @@ MicroBatch Batch(int step, int index) {
   for (size_t i = 0; i < labels.size(); ++i) {
     labels[i] = i % 5 == 2 ? -100 : (tokens[i] * 5 + 1) % c.vocab_size;
   }
-  MicroBatch b;
+  gpt::MicroBatch b;
   b.tokens = *Tensor::FromInts(tokens, {2, c.seq_length});
   b.labels = *Tensor::FromInts(labels, {2, c.seq_length});
   return b;
 }
 
-std::vector<MicroBatch> Batches(int step) {
-  std::vector<MicroBatch> batches;
+std::vector<gpt::MicroBatch> Batches(int step) {
+  std::vector<gpt::MicroBatch> batches;
   for (int i = 0; i < kMicroBatches; ++i) batches.push_back(Batch(step, i));
   return batches;
 }
@@ -98,7 +98,7 @@ ReferenceRun TrainByHand() {
   for (int step = 0; step < kSteps; ++step) {
     model->ZeroGradients();
     double loss = 0;
-    for (const MicroBatch& b : Batches(step)) {
+    for (const gpt::MicroBatch& b : Batches(step)) {
       auto l = model->ForwardBackward(b, 1.0f / kMicroBatches);
       EXPECT_TRUE(l.ok()) << l.status();
       loss += l->mean() / kMicroBatches;
@@ -146,13 +146,15 @@ double MaxParamDiff(const std::vector<std::vector<float>>& a,
   return worst;
 }
 
-// How the trainer runs the micro-batches and keeps the gradients.
-enum class Path { kDirect, kExecutor, kNoShard, kZero3 };
+// How the trainer runs the micro-batches and keeps the gradients: its own
+// single-stage executor or one given, gradients in the model, in a DDP or
+// in ZeRO-3 shards.
+enum class Path { kOwnExecutor, kExecutor, kNoShard, kZero3 };
 
 std::string PathName(const ::testing::TestParamInfo<Path>& info) {
   switch (info.param) {
-    case Path::kDirect:
-      return "Direct";
+    case Path::kOwnExecutor:
+      return "OwnExecutor";
     case Path::kExecutor:
       return "Executor";
     case Path::kNoShard:
@@ -165,7 +167,7 @@ std::string PathName(const ::testing::TestParamInfo<Path>& info) {
 
 class TrainerVersusHandWrittenStep : public ::testing::TestWithParam<Path> {};
 
-// Error bound: the direct, executor and no_shard paths do the same fp32
+// Error bound: the executor and no_shard paths do the same fp32
 // operations in the same order as the hand-written step except the fp64 sum
 // of squared gradients (the optimizer's kernel sums in blocks), which moves
 // the clip coefficient by ~1e-15 relative, below fp32 rounding: losses and
@@ -179,24 +181,25 @@ TEST_P(TrainerVersusHandWrittenStep, LossesNormsAndWeightsAgree) {
   const double rel = GetParam() == Path::kZero3 ? 1e-6 : 1e-12;
 
   auto model = NewModel();
-  const ModelChunks chunks = {model.get()};
   std::unique_ptr<pipeline::PipelineExecutor> executor;
   std::unique_ptr<fsdp::FullyShardedDataParallel> dp;
   std::unique_ptr<optim::Optimizer> optimizer;
   TrainerParts parts;
-  parts.chunks = chunks;
+  parts.models = {model.get()};
   if (GetParam() == Path::kExecutor) {
     pipeline::PipelineOptions o;
     o.schedule = pipeline::ScheduleKind::kNoPipelining;
-    executor = *pipeline::PipelineExecutor::Create(chunks, nullptr, o);
+    executor = *pipeline::PipelineExecutor::Create({model.get()}, nullptr, o);
     parts.executor = executor.get();
+  } else {
+    parts.stages = {model.get()};
   }
   if (GetParam() == Path::kNoShard || GetParam() == Path::kZero3) {
     fsdp::FsdpConfig config;
     config.strategy = GetParam() == Path::kNoShard
                           ? fsdp::ShardingStrategy::kNoShard
                           : fsdp::ShardingStrategy::kOptimGradsParams;
-    auto wrapped = WrapDataParallel(chunks, nullptr, config);
+    auto wrapped = WrapDataParallel(parts.models, nullptr, nullptr, config);
     ASSERT_TRUE(wrapped.ok()) << wrapped.status();
     dp = std::move(*wrapped);
     parts.data_parallel = dp.get();
@@ -209,7 +212,9 @@ TEST_P(TrainerVersusHandWrittenStep, LossesNormsAndWeightsAgree) {
   ASSERT_TRUE(trainer.ok()) << trainer.status();
 
   for (int step = 0; step < kSteps; ++step) {
-    auto m = (*trainer)->Step(Batches(step), step + 1);
+    model->SetMicroBatches(
+        std::make_shared<const std::vector<gpt::MicroBatch>>(Batches(step)));
+    auto m = (*trainer)->Step(kMicroBatches, step + 1);
     ASSERT_TRUE(m.ok()) << m.status();
     EXPECT_NEAR(m->loss, want.loss[step], rel * want.loss[step]) << step;
     EXPECT_NEAR(m->grad_norm, want.grad_norm[step], rel * want.grad_norm[step])
@@ -221,37 +226,48 @@ TEST_P(TrainerVersusHandWrittenStep, LossesNormsAndWeightsAgree) {
     EXPECT_GT(m->loss_tokens, 0);
   }
   ASSERT_TRUE((*trainer)->WaitForParameters().ok());
-  if (dp != nullptr) ASSERT_TRUE(dp->GatherFullParams().ok());
+  if (dp != nullptr) {
+    ASSERT_TRUE(dp->GatherFullParams().ok());
+  }
   EXPECT_LT(MaxParamDiff(want.params, model->parameters()), 1e-6);
   // The weights moved: a trainer that did nothing would fail above, but
   // say so plainly.
   auto untrained = NewModel();
   EXPECT_GT(MaxParamDiff(want.params, untrained->parameters()), 1e-3);
-  if (dp != nullptr) ASSERT_TRUE(dp->ReleaseFullParams().ok());
+  if (dp != nullptr) {
+    ASSERT_TRUE(dp->ReleaseFullParams().ok());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, TrainerVersusHandWrittenStep,
-                         ::testing::Values(Path::kDirect, Path::kExecutor,
+                         ::testing::Values(Path::kOwnExecutor, Path::kExecutor,
                                            Path::kNoShard, Path::kZero3),
                          PathName);
 
 TEST(TrainerEvaluate, IsTheTokenWeightedMeanOfTheForwardLosses) {
   auto model = NewModel();
-  const std::vector<MicroBatch> batches = Batches(7);
+  const std::vector<gpt::MicroBatch> batches = Batches(7);
   double sum = 0, tokens = 0;
-  for (const MicroBatch& b : batches) {
+  for (const gpt::MicroBatch& b : batches) {
     auto l = model->Forward(b);
     ASSERT_TRUE(l.ok()) << l.status();
     sum += l->sum;
     tokens += l->tokens;
   }
-  auto got = Evaluate({model.get()}, nullptr, nullptr, batches);
+  pipeline::PipelineOptions o;
+  o.schedule = pipeline::ScheduleKind::kNoPipelining;
+  auto executor =
+      *pipeline::PipelineExecutor::Create({model.get()}, nullptr, o);
+  model->SetMicroBatches(
+      std::make_shared<const std::vector<gpt::MicroBatch>>(batches));
+  auto got = Evaluate(executor.get(), nullptr, kMicroBatches);
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_DOUBLE_EQ(got->sum, sum);
+  // The same forwards, summed in the same order: 1e-12 relative.
+  EXPECT_NEAR(got->sum, sum, 1e-12 * sum);
   EXPECT_DOUBLE_EQ(got->tokens, tokens);
-  EXPECT_DOUBLE_EQ(got->loss, sum / tokens);
+  EXPECT_NEAR(got->loss, sum / tokens, 1e-12 * sum / tokens);
   // No micro-batches: no loss, no error.
-  auto none = Evaluate({model.get()}, nullptr, nullptr, {});
+  auto none = Evaluate(executor.get(), nullptr, 0);
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_EQ(none->loss, 0.0);
 }
@@ -267,7 +283,8 @@ TEST(TrainerLossScaling, InfGradientSkipsTheStepAndLowersTheScale) {
   config.loss_scaler.hysteresis = 1;
   auto optimizer = *optim::Optimizer::Create(model->parameters(), config, {});
   TrainerParts parts;
-  parts.chunks = {model.get()};
+  parts.models = {model.get()};
+  parts.stages = {model.get()};
   parts.optimizer = optimizer.get();
   TrainerOptions options;
   options.before_optimizer_step = [&](int64_t iteration) {
@@ -281,7 +298,9 @@ TEST(TrainerLossScaling, InfGradientSkipsTheStepAndLowersTheScale) {
   for (const auto& p : model->parameters())
     before.push_back(p->value.ToFloats());
 
-  auto first = trainer->Step(Batches(0), 1);
+  model->SetMicroBatches(
+      std::make_shared<const std::vector<gpt::MicroBatch>>(Batches(0)));
+  auto first = trainer->Step(kMicroBatches, 1);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_TRUE(first->skipped);
   EXPECT_EQ(first->loss_scale, 1024);
@@ -289,7 +308,9 @@ TEST(TrainerLossScaling, InfGradientSkipsTheStepAndLowersTheScale) {
   EXPECT_EQ(MaxParamDiff(before, model->parameters()), 0.0);
   EXPECT_EQ(optimizer->loss_scale(), 512);
 
-  auto second = trainer->Step(Batches(1), 2);
+  model->SetMicroBatches(
+      std::make_shared<const std::vector<gpt::MicroBatch>>(Batches(1)));
+  auto second = trainer->Step(kMicroBatches, 2);
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_FALSE(second->skipped);
   EXPECT_EQ(second->loss_scale, 512);
@@ -306,18 +327,18 @@ TEST(TrainerConfig, BadPartsFailWithAClearError) {
   auto none = Trainer::Create(parts, Schedule());
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(none.status().message().find("no model chunks"),
-            absl::string_view::npos)
+  EXPECT_NE(none.status().message().find("no models"), absl::string_view::npos)
       << none.status();
 
-  parts.chunks = {a.get(), b.get()};
+  parts.models = {a.get(), b.get()};
+  parts.stages = {a.get()};
   auto two = Trainer::Create(parts, Schedule());
   ASSERT_FALSE(two.ok());
-  EXPECT_NE(two.status().message().find("need a pipeline executor"),
+  EXPECT_NE(two.status().message().find("as pipeline stages too"),
             absl::string_view::npos)
       << two.status();
 
-  parts.chunks = {a.get()};
+  parts.models = {a.get()};
   parts.optimizer = nullptr;
   auto no_optimizer = Trainer::Create(parts, Schedule());
   ASSERT_FALSE(no_optimizer.ok());
@@ -327,27 +348,29 @@ TEST(TrainerConfig, BadPartsFailWithAClearError) {
 
   parts.optimizer = optimizer.get();
   auto trainer = *Trainer::Create(parts, Schedule());
-  auto empty = trainer->Step({}, 5);
+  auto empty = trainer->Step(0, 5);
   ASSERT_FALSE(empty.ok());
-  EXPECT_NE(empty.status().message().find("iteration 5 has no micro-batches"),
+  EXPECT_NE(empty.status().message().find("iteration 5 has 0 micro-batches"),
             absl::string_view::npos)
       << empty.status();
 
-  // A micro-batch the model refuses: the model's error comes back.
-  MicroBatch bad = Batch(0, 0);
-  bad.tokens = *Tensor::FromInts({1, 2, 3}, {3});
-  auto refused = trainer->Step({bad}, 1);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("int64 [batch, seq]"),
+  // More micro-batches than the model was given: the model's error, with
+  // the executor's stage and micro-batch, comes back.
+  a->SetMicroBatches(
+      std::make_shared<const std::vector<gpt::MicroBatch>>(Batches(0)));
+  auto beyond = trainer->Step(kMicroBatches + 1, 1);
+  ASSERT_FALSE(beyond.ok());
+  EXPECT_NE(beyond.status().message().find(
+                absl::StrCat("micro-batch ", kMicroBatches)),
             absl::string_view::npos)
-      << refused.status();
+      << beyond.status();
 }
 
 TEST(TrainerDataParallel, ShardedStrategiesRefuseSeveralChunks) {
   auto a = NewModel(), b = NewModel();
   fsdp::FsdpConfig config;
   config.strategy = fsdp::ShardingStrategy::kOptimGrads;
-  auto wrapped = WrapDataParallel({a.get(), b.get()}, nullptr, config);
+  auto wrapped = WrapDataParallel({a.get(), b.get()}, nullptr, nullptr, config);
   ASSERT_FALSE(wrapped.ok());
   EXPECT_EQ(wrapped.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(wrapped.status().message().find("optim_grads"),

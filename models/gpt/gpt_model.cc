@@ -127,51 +127,60 @@ Shape GPTModel::HiddenShape(int64_t b, int64_t s) const {
   return {tokens, config_.hidden_size};
 }
 
-void GPTModel::ZeroGradients() {
-  for (const auto& p : parameters_) p->main_grad.Zero();
+void GPTModel::SetMicroBatches(
+    std::shared_ptr<const std::vector<MicroBatch>> batches) {
+  batches_ = std::move(batches);
 }
 
-absl::Status GPTModel::FinalizeGradients() {
-  if (GroupSize(context_.tp_group) == 1) return absl::OkStatus();
-  for (const auto& p : parameters_) {
-    if (p->sequence_parallel) {
-      MCC_RETURN_IF_ERROR(context_.tp_group->AllReduceSync(
-          &p->main_grad, comm::ReduceOp::kSum));
-    }
+absl::StatusOr<const MicroBatch*> GPTModel::Batch(int microbatch) const {
+  const int n = batches_ == nullptr ? 0 : static_cast<int>(batches_->size());
+  if (microbatch < 0 || microbatch >= n) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "model chunk from layer ", chunk_.first_layer, ": micro-batch ",
+        microbatch, " asked for, but SetMicroBatches gave ", n));
   }
-  return absl::OkStatus();
+  return &(*batches_)[microbatch];
 }
 
-absl::Status GPTModel::GradsReady(const ParameterList& params) const {
-  if (!grad_ready_hook_) return absl::OkStatus();
-  std::vector<Parameter*> ready;
-  for (const auto& p : params) {
-    // A shared weight is ready only once summed with the other stage's.
-    if (!p->shared_with_other_stage) ready.push_back(p.get());
-  }
-  if (ready.empty()) return absl::OkStatus();
-  return grad_ready_hook_(ready);
+absl::StatusOr<parallel::TensorSpec> GPTModel::InputSpec(int microbatch) const {
+  MCC_ASSIGN_OR_RETURN(const MicroBatch* batch, Batch(microbatch));
+  MCC_RETURN_IF_ERROR(CheckBatch(*batch));
+  parallel::TensorSpec spec;
+  spec.shape = HiddenShape(batch->tokens.size(0), batch->tokens.size(1));
+  spec.dtype = context_.dtype;
+  // The hidden states live where the batch's tokens do.
+  spec.device = batch->tokens.device();
+  return spec;
 }
 
-absl::Status GPTModel::SyncSharedGradients(
-    comm::ProcessGroup* embedding_group) {
-  if (word_embeddings_ == nullptr ||
-      !word_embeddings_->weight()->shared_with_other_stage) {
-    return absl::OkStatus();
-  }
-  Parameter* shared = word_embeddings_->weight().get();
-  if (embedding_group != nullptr && embedding_group->size() > 1) {
-    MCC_RETURN_IF_ERROR(embedding_group->AllReduceSync(&shared->main_grad,
-                                                       comm::ReduceOp::kSum));
-  }
-  if (!grad_ready_hook_) return absl::OkStatus();
-  return grad_ready_hook_({shared});
+absl::StatusOr<parallel::TensorSpec> GPTModel::OutputSpec(
+    int microbatch) const {
+  // Every chunk passes on hidden states shaped as it receives them.
+  return InputSpec(microbatch);
 }
 
-absl::Status GPTModel::Hook(absl::Status (UnitHooks::*fn)(int),
-                            int unit) const {
-  if (unit_hooks_ == nullptr || unit < 0) return absl::OkStatus();
-  return (unit_hooks_->*fn)(unit);
+absl::StatusOr<parallel::StageOutput> GPTModel::ForwardStep(
+    int microbatch, const Tensor& input, bool backward_after) {
+  MCC_ASSIGN_OR_RETURN(const MicroBatch* batch, Batch(microbatch));
+  auto record = std::make_unique<ChunkRecord>();
+  parallel::StageOutput out;
+  MCC_ASSIGN_OR_RETURN(
+      out.output, ChunkForward(*batch, input, backward_after, record.get()));
+  out.loss = record->loss;
+  if (backward_after) out.record = std::move(record);
+  return out;
+}
+
+absl::StatusOr<Tensor> GPTModel::BackwardStep(
+    const Tensor& output_grad, float grad_scale,
+    std::unique_ptr<parallel::ActivationRecord> record) {
+  auto* rec = dynamic_cast<ChunkRecord*>(record.get());
+  if (rec == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model chunk from layer ", chunk_.first_layer,
+        ": backward needs the record of this chunk's ForwardStep"));
+  }
+  return ChunkBackward(output_grad, grad_scale, rec);
 }
 
 absl::Status GPTModel::CheckBatch(const MicroBatch& batch) const {
@@ -412,9 +421,10 @@ absl::StatusOr<LossSum> GPTModel::Run(const MicroBatch& batch, bool backward,
       CheckWholeModel("ForwardBackward (use a pipeline schedule's ForwardStep "
                       "/ BackwardStep)"));
   ChunkRecord record;
-  MCC_RETURN_IF_ERROR(ForwardStep(batch, Tensor(), backward, &record).status());
+  MCC_RETURN_IF_ERROR(
+      ChunkForward(batch, Tensor(), backward, &record).status());
   if (backward) {
-    MCC_RETURN_IF_ERROR(BackwardStep(Tensor(), grad_scale, &record).status());
+    MCC_RETURN_IF_ERROR(ChunkBackward(Tensor(), grad_scale, &record).status());
   }
   return record.loss;
 }
@@ -441,10 +451,10 @@ absl::Status GPTModel::LayerForward(int i, const Tensor& x,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> GPTModel::ForwardStep(const MicroBatch& batch,
-                                             const Tensor& input,
-                                             bool backward_after,
-                                             ChunkRecord* rec) {
+absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& batch,
+                                              const Tensor& input,
+                                              bool backward_after,
+                                              ChunkRecord* rec) {
   MCC_RETURN_IF_ERROR(CheckBatch(batch));
   comm::ProcessGroup* tp = context_.tp_group;
   const int64_t b = batch.tokens.size(0), s = batch.tokens.size(1);
@@ -461,12 +471,12 @@ absl::StatusOr<Tensor> GPTModel::ForwardStep(const MicroBatch& batch,
     // Embeddings, in sequence-major order.
     Tensor ids = SeqMajor<int64_t>(batch.tokens);
     Tensor positions = SeqMajorPositions(b, s, 0);
-    MCC_RETURN_IF_ERROR(Hook(&UnitHooks::BeforeForward, embedding_unit_));
+    MCC_RETURN_IF_ERROR(CallBeforeForward(embedding_unit_));
     MCC_ASSIGN_OR_RETURN(
         x, Embed(ids, positions,
                  DropoutOffset(rec->call, config_.num_layers, b, s),
                  backward_after));
-    MCC_RETURN_IF_ERROR(Hook(&UnitHooks::AfterForward, embedding_unit_));
+    MCC_RETURN_IF_ERROR(CallAfterForward(embedding_unit_));
     if (backward_after) {
       rec->ids = ids;
       rec->positions = positions;
@@ -501,19 +511,15 @@ absl::StatusOr<Tensor> GPTModel::ForwardStep(const MicroBatch& batch,
       rec->chunk_inputs[i] = x;
       for (int j = i; j < i + rec->chunk_len[i]; ++j) {
         TransformerLayer::Activations scratch;
-        MCC_RETURN_IF_ERROR(
-            Hook(&UnitHooks::BeforeForward, first_layer_unit_ + j));
+        MCC_RETURN_IF_ERROR(CallBeforeForward(first_layer_unit_ + j));
         MCC_RETURN_IF_ERROR(LayerForward(j, x, *rec, &scratch, &x));
-        MCC_RETURN_IF_ERROR(
-            Hook(&UnitHooks::AfterForward, first_layer_unit_ + j));
+        MCC_RETURN_IF_ERROR(CallAfterForward(first_layer_unit_ + j));
       }
       i += rec->chunk_len[i];
     } else {
-      MCC_RETURN_IF_ERROR(
-          Hook(&UnitHooks::BeforeForward, first_layer_unit_ + i));
+      MCC_RETURN_IF_ERROR(CallBeforeForward(first_layer_unit_ + i));
       MCC_RETURN_IF_ERROR(LayerForward(i, x, *rec, &rec->layers[i], &x));
-      MCC_RETURN_IF_ERROR(
-          Hook(&UnitHooks::AfterForward, first_layer_unit_ + i));
+      MCC_RETURN_IF_ERROR(CallAfterForward(first_layer_unit_ + i));
       if (!backward_after) rec->layers[i] = TransformerLayer::Activations();
       ++i;
     }
@@ -527,19 +533,19 @@ absl::StatusOr<Tensor> GPTModel::ForwardStep(const MicroBatch& batch,
   // the loss.
   const bool tied_here =
       !config_.untie_embeddings_and_output_weights && chunk_.pre_process;
-  MCC_RETURN_IF_ERROR(Hook(&UnitHooks::BeforeForward, head_unit_));
+  MCC_RETURN_IF_ERROR(CallBeforeForward(head_unit_));
   MCC_ASSIGN_OR_RETURN(Tensor final_out,
                        final_norm_->Forward(x, &rec->final_act));
   x = Tensor();
   if (tied_here) {
-    MCC_RETURN_IF_ERROR(Hook(&UnitHooks::BeforeForward, embedding_unit_));
+    MCC_RETURN_IF_ERROR(CallBeforeForward(embedding_unit_));
   }
   MCC_ASSIGN_OR_RETURN(Tensor logits,
                        output_layer_->Forward(final_out, &rec->head_act));
   if (tied_here) {
-    MCC_RETURN_IF_ERROR(Hook(&UnitHooks::AfterForward, embedding_unit_));
+    MCC_RETURN_IF_ERROR(CallAfterForward(embedding_unit_));
   }
-  MCC_RETURN_IF_ERROR(Hook(&UnitHooks::AfterForward, head_unit_));
+  MCC_RETURN_IF_ERROR(CallAfterForward(head_unit_));
   Tensor labels = SeqMajor<int64_t>(batch.labels);
   MCC_ASSIGN_OR_RETURN(
       Tensor losses,
@@ -567,15 +573,15 @@ absl::StatusOr<Tensor> GPTModel::ForwardStep(const MicroBatch& batch,
     rec->labels = labels;
     rec->pending = true;
   } else {
-    *rec = ChunkRecord{};
+    *rec = ChunkRecord();
     rec->loss = result;
   }
   return Tensor();
 }
 
-absl::StatusOr<Tensor> GPTModel::BackwardStep(const Tensor& output_grad,
-                                              float grad_scale,
-                                              ChunkRecord* rec) {
+absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
+                                               float grad_scale,
+                                               ChunkRecord* rec) {
   if (!rec->pending) {
     return absl::FailedPreconditionError(absl::StrCat(
         "model chunk from layer ", chunk_.first_layer,
@@ -597,10 +603,10 @@ absl::StatusOr<Tensor> GPTModel::BackwardStep(const Tensor& output_grad,
                          parallel::VocabParallelCrossEntropy::Backward(
                              dloss, rec->ce_act, context_.dtype));
     rec->ce_act = {};
-    MCC_RETURN_IF_ERROR(Hook(&UnitHooks::BeforeBackward, head_unit_));
+    MCC_RETURN_IF_ERROR(CallBeforeBackward(head_unit_));
     // The tied weight's unit stays open until the embeddings' backward.
     if (tied_here) {
-      MCC_RETURN_IF_ERROR(Hook(&UnitHooks::BeforeBackward, embedding_unit_));
+      MCC_RETURN_IF_ERROR(CallBeforeBackward(embedding_unit_));
     }
     MCC_ASSIGN_OR_RETURN(Tensor dfinal,
                          output_layer_->Backward(dlogits, rec->head_act));
@@ -608,8 +614,8 @@ absl::StatusOr<Tensor> GPTModel::BackwardStep(const Tensor& output_grad,
     dlogits = Tensor();
     MCC_ASSIGN_OR_RETURN(dx, final_norm_->Backward(dfinal, rec->final_act));
     rec->final_act = {};
-    MCC_RETURN_IF_ERROR(Hook(&UnitHooks::AfterBackward, head_unit_));
-    MCC_RETURN_IF_ERROR(GradsReady(units_[head_unit_]));
+    MCC_RETURN_IF_ERROR(CallAfterBackward(head_unit_));
+    MCC_RETURN_IF_ERROR(CallGradsReady(units_[head_unit_]));
   } else {
     if (output_grad.shape() != HiddenShape(b, s) ||
         output_grad.dtype() != context_.dtype) {
@@ -631,8 +637,7 @@ absl::StatusOr<Tensor> GPTModel::BackwardStep(const Tensor& output_grad,
         chunk_len[start] > 0 && start + chunk_len[start] - 1 >= i;
     if (!recomputed) start = i;
     for (int j = start; j <= i; ++j) {
-      MCC_RETURN_IF_ERROR(
-          Hook(&UnitHooks::BeforeBackward, first_layer_unit_ + j));
+      MCC_RETURN_IF_ERROR(CallBeforeBackward(first_layer_unit_ + j));
     }
     if (recomputed) {
       Tensor y = rec->chunk_inputs[start];
@@ -644,9 +649,8 @@ absl::StatusOr<Tensor> GPTModel::BackwardStep(const Tensor& output_grad,
     for (int j = i; j >= start; --j) {
       MCC_ASSIGN_OR_RETURN(dx, layers_[j]->Backward(dx, b, &rec->layers[j]));
       rec->layers[j] = TransformerLayer::Activations();
-      MCC_RETURN_IF_ERROR(
-          Hook(&UnitHooks::AfterBackward, first_layer_unit_ + j));
-      MCC_RETURN_IF_ERROR(GradsReady(units_[first_layer_unit_ + j]));
+      MCC_RETURN_IF_ERROR(CallAfterBackward(first_layer_unit_ + j));
+      MCC_RETURN_IF_ERROR(CallGradsReady(units_[first_layer_unit_ + j]));
     }
     i = start - 1;
   }
@@ -656,7 +660,7 @@ absl::StatusOr<Tensor> GPTModel::BackwardStep(const Tensor& output_grad,
   comm::ProcessGroup* tp = context_.tp_group;
   const bool sp = context_.sequence_parallel;
   if (!tied_here) {
-    MCC_RETURN_IF_ERROR(Hook(&UnitHooks::BeforeBackward, embedding_unit_));
+    MCC_RETURN_IF_ERROR(CallBeforeBackward(embedding_unit_));
   }
   MCC_ASSIGN_OR_RETURN(Tensor demb,
                        parallel::ScatterToSequenceParallelRegion::Backward(
@@ -676,10 +680,10 @@ absl::StatusOr<Tensor> GPTModel::BackwardStep(const Tensor& output_grad,
         rec->positions, demb, &position_embeddings_->main_grad));
   }
   const LossSum loss = rec->loss;
-  *rec = ChunkRecord{};
+  *rec = ChunkRecord();
   rec->loss = loss;
-  MCC_RETURN_IF_ERROR(Hook(&UnitHooks::AfterBackward, embedding_unit_));
-  MCC_RETURN_IF_ERROR(GradsReady(units_[embedding_unit_]));
+  MCC_RETURN_IF_ERROR(CallAfterBackward(embedding_unit_));
+  MCC_RETURN_IF_ERROR(CallGradsReady(units_[embedding_unit_]));
   return Tensor();
 }
 

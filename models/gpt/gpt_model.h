@@ -12,6 +12,7 @@
 #include "models/gpt/kv_cache.h"
 #include "models/gpt/transformer_layer.h"
 #include "parallel/linear.h"
+#include "parallel/model.h"
 #include "parallel/vocab_parallel.h"
 
 namespace mcc {
@@ -24,12 +25,8 @@ struct MicroBatch {
   Tensor loss_mask;  // fp32 [b, s]; undefined means all ones
 };
 
-// The summed loss of a micro-batch and the number of tokens it covers.
-struct LossSum {
-  double sum = 0.0;
-  double tokens = 0.0;
-  double mean() const { return tokens > 0 ? sum / tokens : 0.0; }
-};
+// The loss sum is the model contract's.
+using LossSum = parallel::LossSum;
 
 // Which part of the decoder one model (a pipeline stage, or one virtual
 // stage of an interleaved pipeline) holds. Layers keep their global numbers
@@ -46,27 +43,9 @@ struct ModelChunkSpec {
   bool share_embedding_with_other_stage = false;
 };
 
-// Called around each unit's compute (a unit is the embeddings, one layer, or
-// the head: final norm and untied output layer), so a fully sharded wrapper
-// can gather a unit's parameters just before it computes, prefetch the next
-// and release them after. Calls nest: the head of a tied model also opens
-// the embedding unit around its output layer. Units are numbered in forward
-// order as units() lists them.
-class UnitHooks {
- public:
-  virtual ~UnitHooks() = default;
-  virtual absl::Status BeforeForward(int unit) = 0;
-  virtual absl::Status AfterForward(int unit) = 0;
-  // Before anything of the unit runs in the backward pass (including a
-  // recomputed forward).
-  virtual absl::Status BeforeBackward(int unit) = 0;
-  // The unit's parameter gradients for this micro-batch are complete.
-  virtual absl::Status AfterBackward(int unit) = 0;
-};
-
 // The activations one micro-batch leaves in a model chunk between its
 // forward and backward steps (pipeline schedules keep several).
-struct ChunkRecord {
+struct ChunkRecord : parallel::ActivationRecord {
   int64_t b = 0, s = 0;
   uint64_t call = 0;
   Tensor ids, positions;  // pre_process
@@ -89,29 +68,38 @@ struct ChunkRecord {
 // padded for TP (config.padded_vocab_size) are zero, masked out of the
 // softmax and never trained. A model may hold only
 // a chunk of the decoder (ModelChunkSpec) for pipeline parallelism.
-class GPTModel {
+//
+// Implements the model contract (parallel/model.h): units are the
+// embeddings (pre_process), each layer, and the head (post_process: final
+// norm and untied output layer; a tied head also opens the embedding unit
+// around its output layer). As a pipeline stage it takes micro-batch i of
+// those given to SetMicroBatches and passes hidden states
+// [s * b (/ TP under SP), hidden] in the model dtype between chunks.
+class GPTModel : public parallel::Model, public parallel::PipelineStage {
  public:
   static absl::StatusOr<std::unique_ptr<GPTModel>> Create(
       const GPTConfig& config, const parallel::LayerContext& context,
       const ModelChunkSpec& chunk = {});
 
-  // One pipeline step of a micro-batch through this chunk. input: the
-  // previous chunk's output hidden states [s * b (/ TP under SP), hidden]
-  // (ignored with pre_process, which embeds batch.tokens). Returns the
-  // output hidden states, or with post_process an empty tensor and the loss
-  // in record->loss. With backward_after false (evaluation) no dropout
-  // runs and nothing is kept for backward.
-  absl::StatusOr<Tensor> ForwardStep(const MicroBatch& batch,
-                                     const Tensor& input, bool backward_after,
-                                     ChunkRecord* record);
-  // The backward of a ForwardStep: output_grad is d(loss)/d(output) from
-  // the next chunk (ignored with post_process, which starts from the loss,
-  // scaled by grad_scale / tokens). Returns d(loss)/d(input), or an empty
-  // tensor with pre_process. Releases the record's activations.
-  absl::StatusOr<Tensor> BackwardStep(const Tensor& output_grad,
-                                      float grad_scale, ChunkRecord* record);
-  // The shape and dtype of the hidden states passed between chunks for a
-  // micro-batch of b sequences of length s.
+  // The micro-batches the pipeline steps address by index, until the next
+  // call (every chunk of a step may share one list).
+  void SetMicroBatches(std::shared_ptr<const std::vector<MicroBatch>> batches);
+
+  // parallel::PipelineStage. ForwardStep embeds micro-batch i's tokens
+  // (pre_process) and computes its loss from its labels (post_process);
+  // BackwardStep starts from that loss scaled by grad_scale / tokens.
+  bool takes_batch_input() const override { return chunk_.pre_process; }
+  bool computes_loss() const override { return chunk_.post_process; }
+  absl::StatusOr<parallel::TensorSpec> InputSpec(int microbatch) const override;
+  absl::StatusOr<parallel::TensorSpec> OutputSpec(
+      int microbatch) const override;
+  absl::StatusOr<parallel::StageOutput> ForwardStep(
+      int microbatch, const Tensor& input, bool backward_after) override;
+  absl::StatusOr<Tensor> BackwardStep(
+      const Tensor& output_grad, float grad_scale,
+      std::unique_ptr<parallel::ActivationRecord> record) override;
+  // The shape of the hidden states passed between chunks for a micro-batch
+  // of b sequences of length s.
   Shape HiddenShape(int64_t b, int64_t s) const;
 
   // Forward and backward of one micro-batch: the parameters' main_grad
@@ -139,30 +127,16 @@ class GPTModel {
   // and returns its logits as Prefill does.
   absl::StatusOr<Tensor> DecodeStep(const Tensor& next_tokens, KvCache* cache);
 
-  // After the last micro-batch's backward: sums over TP the gradients that
-  // sequence parallelism leaves partial (norm weights, row-parallel biases).
-  absl::Status FinalizeGradients();
-  // After the last micro-batch's backward and before data-parallel
-  // reduction: sums the tied embedding / output weight's gradient with the
-  // other stage's copy over `embedding_group` (the first and last pipeline
-  // stages), then reports it ready. Nothing without a shared weight.
-  absl::Status SyncSharedGradients(comm::ProcessGroup* embedding_group);
-  void ZeroGradients();
-
-  // Called during backward with the parameters whose gradient for this
-  // micro-batch is complete (a layer's as soon as its backward ends), so
-  // data parallelism can start reducing them while backward goes on.
-  using GradReadyHook =
-      std::function<absl::Status(const std::vector<Parameter*>& ready)>;
-  void SetGradReadyHook(GradReadyHook hook) {
-    grad_ready_hook_ = std::move(hook);
+  // parallel::Model. Gradient finalisation is the contract's: the tied
+  // embedding / output weight of a pipelined model is the parameter shared
+  // with the other stage (SyncSharedGradients over the embedding group);
+  // FinalizeGradients sums the sequence-parallel gradients over TP.
+  const ParameterList& parameters() const override { return parameters_; }
+  const std::vector<ParameterList>& units() const override { return units_; }
+  comm::ProcessGroup* tensor_group() const override {
+    return context_.tp_group;
   }
 
-  // Parameters per unit, in forward order (see UnitHooks).
-  const std::vector<ParameterList>& units() const { return units_; }
-  void SetUnitHooks(UnitHooks* hooks) { unit_hooks_ = hooks; }
-
-  const ParameterList& parameters() const { return parameters_; }
   const ModelChunkSpec& chunk() const { return chunk_; }
   // Where the dropout stream stands (forward calls so far): part of the RNG
   // state a checkpoint saves, so a resumed run draws the same masks.
@@ -174,9 +148,16 @@ class GPTModel {
  private:
   absl::StatusOr<LossSum> Run(const MicroBatch& batch, bool backward,
                               float grad_scale);
+  // One pipeline step of `batch` through this chunk (see ForwardStep and
+  // BackwardStep); the loss lands in record->loss.
+  absl::StatusOr<Tensor> ChunkForward(const MicroBatch& batch,
+                                      const Tensor& input, bool backward_after,
+                                      ChunkRecord* record);
+  absl::StatusOr<Tensor> ChunkBackward(const Tensor& output_grad,
+                                       float grad_scale, ChunkRecord* record);
+  absl::StatusOr<const MicroBatch*> Batch(int microbatch) const;
   uint64_t DropoutOffset(uint64_t call, int site_block, int64_t b,
                          int64_t s) const;
-  absl::Status Hook(absl::Status (UnitHooks::*fn)(int), int unit) const;
   absl::Status LayerForward(int i, const Tensor& x, const ChunkRecord& rec,
                             TransformerLayer::Activations* act, Tensor* out);
   absl::Status CheckWholeModel(const char* what) const;
@@ -200,14 +181,12 @@ class GPTModel {
   std::vector<std::unique_ptr<TransformerLayer>> layers_;
   std::unique_ptr<Norm> final_norm_;
   std::unique_ptr<parallel::ColumnParallelLinear> output_layer_;
-  absl::Status GradsReady(const ParameterList& params) const;
 
   ParameterList parameters_;
   std::vector<ParameterList> units_;
   int embedding_unit_ = -1, first_layer_unit_ = 0, head_unit_ = -1;
-  UnitHooks* unit_hooks_ = nullptr;
   int64_t vocab_start_ = 0;  // First vocabulary row of this TP rank.
-  GradReadyHook grad_ready_hook_;
+  std::shared_ptr<const std::vector<MicroBatch>> batches_;
   uint64_t forward_calls_ = 0;
 };
 

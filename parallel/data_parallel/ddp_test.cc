@@ -83,7 +83,7 @@ TEST(DdpTest, BucketsHoldGradientViewsInReverseOrder) {
   }
   // Backward accumulates into the buckets; the result equals a run without
   // DDP.
-  model->SetGradReadyHook((*ddp)->GradReadyHook());
+  model->AddGradReadyHook((*ddp)->GradReadyHook());
   ASSERT_TRUE(model->ForwardBackward(Batch(Config(), 1), 1.0f).ok());
   ASSERT_TRUE((*ddp)->FinishGradSync().ok());
   auto plain = Model();
@@ -155,7 +155,7 @@ MCC_WORKER(ddp_overlap) {
   cfg.overlap_grad_reduce = overlap;
   auto ddp = DistributedDataParallel::Create(model->parameters(), dp, cfg);
   WORKER_OK(ddp.status());
-  model->SetGradReadyHook((*ddp)->GradReadyHook());
+  model->AddGradReadyHook((*ddp)->GradReadyHook());
   const int nb = static_cast<int>((*ddp)->buckets().size());
   WORKER_CHECK(nb >= 3);
   const int64_t seq0 = dp->sequence_number();

@@ -27,6 +27,7 @@
 #include "core/allocator.h"
 #include "core/comm/init.h"
 #include "core/status_macros.h"
+#include "models/gpt/gpt_model.h"
 #include "optim/lr_schedule.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "training/trainer.h"
@@ -102,7 +103,8 @@ absl::StatusOr<Model> Build(ShardingStrategy s, DType dtype,
       m.dp, FullyShardedDataParallel::Wrap(m.model.get(), group, cfg));
   MCC_ASSIGN_OR_RETURN(m.opt, m.dp->CreateOptimizer({}, {}));
   training::TrainerParts parts;
-  parts.chunks = {m.model.get()};
+  parts.models = {m.model.get()};
+  parts.stages = {m.model.get()};
   parts.data_parallel = m.dp.get();
   parts.optimizer = m.opt.get();
   parts.dp_group = group;
@@ -133,8 +135,11 @@ absl::StatusOr<double> Time(Model& m, comm::ProcessGroup* group, double* loss) {
     for (int i = 0; i < micro; ++i) {
       batches.push_back(Batch(c, group->rank() * micro + i));
     }
+    m.model->SetMicroBatches(
+        std::make_shared<const std::vector<gpt::MicroBatch>>(
+            std::move(batches)));
     MCC_ASSIGN_OR_RETURN(training::StepMetrics metrics,
-                         m.trainer->Step(batches, step + 1));
+                         m.trainer->Step(micro, step + 1));
     *loss = metrics.loss;
   }
   MCC_RETURN_IF_ERROR(m.trainer->WaitForParameters());

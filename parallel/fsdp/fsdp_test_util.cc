@@ -75,7 +75,8 @@ absl::StatusOr<optim::testing::TrainResult> TrainFsdp(
 
   // Micro-batches one after another through the whole model.
   training::TrainerParts parts;
-  parts.chunks = {model.get()};
+  parts.models = {model.get()};
+  parts.stages = {model.get()};
   parts.data_parallel = fsdp.get();
   parts.optimizer = opt.get();
   parts.dp_group = dp;
@@ -88,8 +89,10 @@ absl::StatusOr<optim::testing::TrainResult> TrainFsdp(
       batches.push_back(
           optim::testing::FixedBatch(b.model, step, dp_rank * local_mb + i));
     }
+    model->SetMicroBatches(std::make_shared<const std::vector<gpt::MicroBatch>>(
+        std::move(batches)));
     MCC_ASSIGN_OR_RETURN(training::StepMetrics m,
-                         trainer->Step(batches, step + 1));
+                         trainer->Step(local_mb, step + 1));
     optim::StepInfo info;
     info.grad_norm = m.grad_norm;
     info.skipped = m.skipped;

@@ -132,23 +132,25 @@ FullyShardedDataParallel::Create(const ParameterList& params,
 }
 
 absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>>
-FullyShardedDataParallel::Wrap(gpt::GPTModel* model, comm::ProcessGroup* dp,
+FullyShardedDataParallel::Wrap(parallel::Model* model, comm::ProcessGroup* dp,
                                FsdpConfig config) {
   if (model == nullptr) return absl::InvalidArgumentError("FSDP: null model");
   MCC_ASSIGN_OR_RETURN(auto f, Create(model->parameters(), model->units(), dp,
-                                      model->context().tp_group, config));
-  f->model_ = model;
+                                      model->tensor_group(), config));
   if (f->sharded()) {
-    model->SetGradReadyHook(nullptr);
-    model->SetUnitHooks(f.get());
+    MCC_RETURN_IF_ERROR(model->AddUnitHooks(f.get()));
   } else {
-    model->SetGradReadyHook(f->GradReadyHook());
+    f->grad_ready_hook_id_ = model->AddGradReadyHook(f->GradReadyHook());
   }
+  f->model_ = model;
   return f;
 }
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
-  if (model_ != nullptr && sharded()) model_->SetUnitHooks(nullptr);
+  if (model_ != nullptr) {
+    model_->RemoveUnitHooks(this);
+    model_->RemoveGradReadyHook(grad_ready_hook_id_);
+  }
   for (Unit& u : units_) {
     if (u.gather) u.gather->Wait().IgnoreError();
   }

@@ -12,11 +12,11 @@
 #include "core/comm/process_group.h"
 #include "core/parameter.h"
 #include "core/tensor.h"
-#include "models/gpt/gpt_model.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
 #include "parallel/fsdp/sharding_strategy.h"
 #include "parallel/fsdp/unit_layout.h"
+#include "parallel/model.h"
 
 namespace mcc {
 namespace fsdp {
@@ -72,7 +72,7 @@ struct FsdpStats {
 
 // Fully sharded data parallelism as Megatron's custom FSDP, over a model
 // split into units (the embeddings, each transformer layer, the head),
-// driven by the model's UnitHooks.
+// driven by the model's unit hooks (parallel/model.h).
 //
 // no_shard and optim wrap DistributedDataParallel (optim: its distributed
 // optimizer). optim_grads and optim_grads_params keep, per unit, a flat
@@ -91,7 +91,7 @@ struct FsdpStats {
 // `main_grad` are undefined outside their unit's compute: use ZeroGrads,
 // FinishGradSync and FinalizeGradients here instead of the model's, and
 // GatherFullParams around code that reads whole parameters (checkpoints).
-class FullyShardedDataParallel : public gpt::UnitHooks {
+class FullyShardedDataParallel : public parallel::UnitHooks {
  public:
   // `params`: every parameter (the DDP's order); `units`: the same
   // parameters grouped per unit in forward order, each in exactly one. dp
@@ -100,10 +100,12 @@ class FullyShardedDataParallel : public gpt::UnitHooks {
   static absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> Create(
       const ParameterList& params, const std::vector<ParameterList>& units,
       comm::ProcessGroup* dp, comm::ProcessGroup* tp, FsdpConfig config);
-  // Wraps a GPT model: its parameters and units, its TP group, and installs
-  // the unit hooks (sharded strategies) or the DDP's grad-ready hook.
+  // Wraps a model: its parameters and units, its TP group, and installs
+  // (next to any hooks already there) this object as unit hooks (sharded
+  // strategies) or the DDP's grad-ready hook, which the destructor removes.
+  // The model is not owned and must outlive the wrapper.
   static absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> Wrap(
-      gpt::GPTModel* model, comm::ProcessGroup* dp, FsdpConfig config);
+      parallel::Model* model, comm::ProcessGroup* dp, FsdpConfig config);
   ~FullyShardedDataParallel() override;
 
   // The optimizer over this rank's shards (or the DDP's local shards).
@@ -125,7 +127,7 @@ class FullyShardedDataParallel : public gpt::UnitHooks {
   // The DDP's grad-ready hook (no_shard, optim), else null.
   std::function<absl::Status(const std::vector<Parameter*>&)> GradReadyHook();
 
-  // gpt::UnitHooks.
+  // parallel::UnitHooks.
   absl::Status BeforeForward(int unit) override;
   absl::Status AfterForward(int unit) override;
   absl::Status BeforeBackward(int unit) override;
@@ -209,7 +211,8 @@ class FullyShardedDataParallel : public gpt::UnitHooks {
   FsdpConfig config_;
   comm::ProcessGroup* dp_ = nullptr;
   comm::ProcessGroup* tp_ = nullptr;
-  gpt::GPTModel* model_ = nullptr;  // Set by Wrap: hooks to detach.
+  parallel::Model* model_ = nullptr;  // Set by Wrap: hooks to detach.
+  int grad_ready_hook_id_ = -1;
   DType dtype_ = DType::kFloat32;
   ParameterList params_;
   std::unique_ptr<data_parallel::DistributedDataParallel> ddp_;

@@ -19,10 +19,16 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(
-    std::vector<gpt::GPTModel*> chunks, comm::ProcessGroup* pipeline,
+    std::vector<parallel::PipelineStage*> chunks, comm::ProcessGroup* pipeline,
     PipelineOptions options) {
   if (chunks.empty()) {
     return absl::InvalidArgumentError("pipeline: no model chunks");
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (chunks[i] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pipeline: model chunk ", i, " is null"));
+    }
   }
   auto e = std::unique_ptr<PipelineExecutor>(new PipelineExecutor);
   e->chunks_ = std::move(chunks);
@@ -32,13 +38,15 @@ absl::StatusOr<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(
   e->stage_ = pipeline != nullptr ? pipeline->rank() : 0;
   if (e->stages_ > 1) e->p2p_ = std::make_unique<PipelineP2P>(pipeline);
   const int v = static_cast<int>(e->chunks_.size());
-  if (e->stage_ == 0 && !e->chunks_[0]->chunk().pre_process) {
+  if (e->stage_ == 0 && !e->chunks_[0]->takes_batch_input()) {
     return absl::InvalidArgumentError(
-        "pipeline: the first stage's first chunk must hold the embeddings");
+        "pipeline: the first stage's first chunk must take the batch input "
+        "(hold the embeddings)");
   }
-  if (e->stage_ == e->stages_ - 1 && !e->chunks_[v - 1]->chunk().post_process) {
+  if (e->stage_ == e->stages_ - 1 && !e->chunks_[v - 1]->computes_loss()) {
     return absl::InvalidArgumentError(
-        "pipeline: the last stage's last chunk must hold the output layer");
+        "pipeline: the last stage's last chunk must compute the loss (hold "
+        "the output layer)");
   }
   if (options.schedule == ScheduleKind::kNoPipelining && e->stages_ > 1) {
     options.schedule = ScheduleKind::kOneFOneB;
@@ -54,7 +62,7 @@ bool PipelineExecutor::NeedsRecv(const Action& a) const {
 }
 
 absl::Status PipelineExecutor::BroadcastLosses(
-    std::vector<gpt::LossSum>* losses) {
+    std::vector<parallel::LossSum>* losses) {
   if (stages_ == 1) return absl::OkStatus();
   const int64_t m = static_cast<int64_t>(losses->size());
   // Doubles travel bit for bit as int64.
@@ -72,11 +80,15 @@ absl::Status PipelineExecutor::BroadcastLosses(
   return absl::OkStatus();
 }
 
-absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(
-    const std::vector<gpt::MicroBatch>& batches, float grad_scale,
-    bool forward_only) {
+absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
+                                                         float grad_scale,
+                                                         bool forward_only) {
   const auto start = std::chrono::steady_clock::now();
-  const int m = static_cast<int>(batches.size());
+  if (num_microbatches < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline: ", num_microbatches, " micro-batches asked for"));
+  }
+  const int m = num_microbatches;
   const int v = static_cast<int>(chunks_.size());
   ScheduleKind kind = options_.schedule;
   if (v > 1) kind = ScheduleKind::kInterleaved;
@@ -85,9 +97,10 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(
       BuildSchedule(kind, stages_, stage_, v, m, forward_only));
   PipelineStepResult result;
   PipelineStats& stats = result.stats;
-  result.losses.assign(m, gpt::LossSum());
-  std::vector<std::vector<gpt::ChunkRecord>> records(
-      v, std::vector<gpt::ChunkRecord>(m));
+  result.losses.assign(m, parallel::LossSum());
+  std::vector<std::vector<std::unique_ptr<parallel::ActivationRecord>>> records(
+      v);
+  for (auto& r : records) r.resize(m);
 
   struct Transfer {
     Tensor buffer;
@@ -95,18 +108,31 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(
   };
   std::vector<Transfer> recvs(actions.size());
   std::list<Transfer> sends;
-  auto post_recv = [&](size_t i) {
-    if (i >= actions.size() || recvs[i].work != nullptr) return;
+  auto name = [&](const Action& a) {
+    return absl::StrCat("pipeline stage ", stage_, " of ", stages_, ", ",
+                        a.kind == Action::kForward ? "forward" : "backward",
+                        " of micro-batch ", a.microbatch, " on chunk ",
+                        a.chunk);
+  };
+  auto post_recv = [&](size_t i) -> absl::Status {
+    if (i >= actions.size() || recvs[i].work != nullptr) {
+      return absl::OkStatus();
+    }
     const Action& a = actions[i];
-    if (!NeedsRecv(a)) return;
-    const gpt::GPTModel* chunk = chunks_[a.chunk];
-    const Tensor& tokens = batches[a.microbatch].tokens;
-    recvs[i].buffer =
-        Tensor::Empty(chunk->HiddenShape(tokens.size(0), tokens.size(1)),
-                      chunk->context().dtype);
+    if (!NeedsRecv(a)) return absl::OkStatus();
+    const parallel::PipelineStage* chunk = chunks_[a.chunk];
+    absl::StatusOr<parallel::TensorSpec> spec =
+        a.kind == Action::kForward ? chunk->InputSpec(a.microbatch)
+                                   : chunk->OutputSpec(a.microbatch);
+    if (!spec.ok()) {
+      return absl::Status(spec.status().code(),
+                          absl::StrCat(name(a), ": ", spec.status().message()));
+    }
+    recvs[i].buffer = Tensor::Empty(spec->shape, spec->dtype, spec->device);
     recvs[i].work = a.kind == Action::kForward
                         ? p2p_->RecvForward(&recvs[i].buffer, a.chunk)
                         : p2p_->RecvBackward(&recvs[i].buffer, a.chunk);
+    return absl::OkStatus();
   };
   auto wait = [&](const std::shared_ptr<comm::Work>& work) -> absl::Status {
     if (work == nullptr) return absl::OkStatus();
@@ -115,18 +141,12 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(
     stats.wait_seconds += Seconds(t0);
     return s;
   };
-  auto name = [&](const Action& a) {
-    return absl::StrCat("pipeline stage ", stage_, " of ", stages_, ", ",
-                        a.kind == Action::kForward ? "forward" : "backward",
-                        " of micro-batch ", a.microbatch, " on chunk ",
-                        a.chunk);
-  };
 
   int in_flight = 0;
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
-    post_recv(i);
-    if (options_.overlap_p2p) post_recv(i + 1);
+    MCC_RETURN_IF_ERROR(post_recv(i));
+    if (options_.overlap_p2p) MCC_RETURN_IF_ERROR(post_recv(i + 1));
     absl::Status received = wait(recvs[i].work);
     if (!received.ok()) {
       return absl::Status(received.code(),
@@ -134,14 +154,14 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(
     }
     Tensor input = std::move(recvs[i].buffer);
     recvs[i] = Transfer();
-    gpt::GPTModel* chunk = chunks_[a.chunk];
-    gpt::ChunkRecord& record = records[a.chunk][a.microbatch];
+    parallel::PipelineStage* chunk = chunks_[a.chunk];
+    std::unique_ptr<parallel::ActivationRecord>& record =
+        records[a.chunk][a.microbatch];
     std::shared_ptr<comm::Work> sent;
     Tensor out;
     const auto t0 = std::chrono::steady_clock::now();
     if (a.kind == Action::kForward) {
-      auto y = chunk->ForwardStep(batches[a.microbatch], input, !forward_only,
-                                  &record);
+      auto y = chunk->ForwardStep(a.microbatch, input, !forward_only);
       if (!y.ok()) {
         return absl::Status(y.status().code(),
                             absl::StrCat(name(a), ": ", y.status().message()));
@@ -149,17 +169,17 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(
       stats.forward_seconds += Seconds(t0);
       if (!forward_only)
         stats.max_in_flight = std::max(stats.max_in_flight, ++in_flight);
+      record = std::move(y->record);
       if (stage_ == stages_ - 1 && a.chunk == v - 1) {
-        result.losses[a.microbatch] = record.loss;
-        if (forward_only) record = gpt::ChunkRecord();
+        result.losses[a.microbatch] = y->loss;
       } else {
-        out = std::move(*y);
+        out = std::move(y->output);
         sent = p2p_->SendForward(out,
                                  stage_ == stages_ - 1 ? a.chunk + 1 : a.chunk);
       }
     } else {
       if (last_microbatch_) last_microbatch_(a.microbatch == m - 1);
-      auto dx = chunk->BackwardStep(input, grad_scale, &record);
+      auto dx = chunk->BackwardStep(input, grad_scale, std::move(record));
       if (!dx.ok()) {
         return absl::Status(dx.status().code(),
                             absl::StrCat(name(a), ": ", dx.status().message()));
@@ -173,7 +193,7 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(
     }
     if (!options_.overlap_p2p) {
       // Batched as Megatron's send_forward_recv_backward and friends.
-      post_recv(i + 1);
+      MCC_RETURN_IF_ERROR(post_recv(i + 1));
       MCC_RETURN_IF_ERROR(wait(sent));
       if (i + 1 < actions.size()) {
         absl::Status s = wait(recvs[i + 1].work);

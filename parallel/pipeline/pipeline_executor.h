@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/comm/process_group.h"
-#include "models/gpt/gpt_model.h"
+#include "parallel/model.h"
 #include "parallel/pipeline/p2p.h"
 #include "parallel/pipeline/schedules.h"
 
@@ -39,21 +39,25 @@ struct PipelineStats {
 
 struct PipelineStepResult {
   // Per micro-batch, computed by the last stage and broadcast to all.
-  std::vector<gpt::LossSum> losses;
+  std::vector<parallel::LossSum> losses;
   PipelineStats stats;
 };
 
 // Runs a pipeline schedule over this stage's model chunks (one, or one per
-// virtual stage in order), moving activations and gradients between
-// neighbouring stages. The chunks' parameter gradients accumulate as
-// ForwardBackward's do; the caller then sums shared embedding gradients
-// (GPTModel::SyncSharedGradients) and syncs data parallelism.
+// virtual stage in order; see parallel::PipelineStage), moving activations
+// and gradients between neighbouring stages in buffers shaped, typed and
+// placed as the chunks' InputSpec / OutputSpec say. The chunks' parameter
+// gradients accumulate grad_scale * d(mean loss)/d(param) per micro-batch;
+// the caller then sums shared gradients (Model::SyncSharedGradients) and
+// syncs data parallelism. The executor does not own the chunks. Run is
+// collective over the pipeline group; after an error the step is
+// abandoned (see parallel/model.h).
 class PipelineExecutor {
  public:
   // pipeline may be null for a single stage.
   static absl::StatusOr<std::unique_ptr<PipelineExecutor>> Create(
-      std::vector<gpt::GPTModel*> chunks, comm::ProcessGroup* pipeline,
-      PipelineOptions options);
+      std::vector<parallel::PipelineStage*> chunks,
+      comm::ProcessGroup* pipeline, PipelineOptions options);
 
   // Called before each backward with whether it is the chunk's last
   // micro-batch of the step (data parallelism reduces only then).
@@ -61,12 +65,11 @@ class PipelineExecutor {
     last_microbatch_ = std::move(callback);
   }
 
-  // One step over `batches` (every stage passes the same micro-batches; the
-  // first stage reads their tokens, the last their labels). grad_scale as
-  // GPTModel::ForwardBackward's. forward_only: evaluation, no dropout.
-  absl::StatusOr<PipelineStepResult> Run(
-      const std::vector<gpt::MicroBatch>& batches, float grad_scale,
-      bool forward_only = false);
+  // One step over micro-batches 0 ... num_microbatches - 1, which the
+  // chunks supply by index (every stage runs the same count). grad_scale as
+  // PipelineStage::BackwardStep's. forward_only: evaluation, no dropout.
+  absl::StatusOr<PipelineStepResult> Run(int num_microbatches, float grad_scale,
+                                         bool forward_only = false);
 
   int stages() const { return stages_; }
   int stage() const { return stage_; }
@@ -75,9 +78,9 @@ class PipelineExecutor {
  private:
   PipelineExecutor() = default;
   bool NeedsRecv(const Action& a) const;
-  absl::Status BroadcastLosses(std::vector<gpt::LossSum>* losses);
+  absl::Status BroadcastLosses(std::vector<parallel::LossSum>* losses);
 
-  std::vector<gpt::GPTModel*> chunks_;
+  std::vector<parallel::PipelineStage*> chunks_;
   comm::ProcessGroup* pipeline_ = nullptr;
   std::unique_ptr<PipelineP2P> p2p_;
   PipelineOptions options_;

@@ -1,33 +1,32 @@
-#include "parallel/pipeline/stage_model.h"
+#include "models/gpt/stage_model.h"
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 
 namespace mcc {
-namespace pipeline {
+namespace gpt {
 
 absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(
-    const gpt::GPTConfig& config, const parallel::LayerContext& context,
-    const PipelineConfig& split, int stage) {
+    const GPTConfig& config, const parallel::LayerContext& context,
+    const pipeline::PipelineConfig& split, int stage) {
   if (split.num_layers != config.num_layers) {
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline split of ", split.num_layers,
                      " layers for a model of ", config.num_layers));
   }
-  MCC_ASSIGN_OR_RETURN(std::vector<LayerRange> ranges,
-                       StageLayers(split, stage));
+  MCC_ASSIGN_OR_RETURN(std::vector<pipeline::LayerRange> ranges,
+                       pipeline::StageLayers(split, stage));
   auto model = std::unique_ptr<StageModel>(new StageModel);
   const int p = split.pipeline_size;
   const int v = static_cast<int>(ranges.size());
   for (int i = 0; i < v; ++i) {
-    gpt::ModelChunkSpec spec;
+    ModelChunkSpec spec;
     spec.first_layer = ranges[i].first;
     spec.num_layers = ranges[i].count;
     spec.pre_process = stage == 0 && i == 0;
     spec.post_process = stage == p - 1 && i == v - 1;
     spec.share_embedding_with_other_stage = p > 1;
-    MCC_ASSIGN_OR_RETURN(auto chunk,
-                         gpt::GPTModel::Create(config, context, spec));
+    MCC_ASSIGN_OR_RETURN(auto chunk, GPTModel::Create(config, context, spec));
     for (const auto& param : chunk->parameters()) {
       model->parameters_.push_back(param);
     }
@@ -36,14 +35,26 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(
   return model;
 }
 
-std::vector<gpt::GPTModel*> StageModel::chunks() const {
-  std::vector<gpt::GPTModel*> out;
+std::vector<GPTModel*> StageModel::chunks() const {
+  std::vector<GPTModel*> out;
   for (const auto& c : chunks_) out.push_back(c.get());
   return out;
 }
 
-void StageModel::SetGradReadyHook(gpt::GPTModel::GradReadyHook hook) {
-  for (const auto& c : chunks_) c->SetGradReadyHook(hook);
+std::vector<parallel::PipelineStage*> StageModel::stages() const {
+  std::vector<parallel::PipelineStage*> out;
+  for (const auto& c : chunks_) out.push_back(c.get());
+  return out;
+}
+
+void StageModel::SetMicroBatches(std::vector<MicroBatch> batches) {
+  auto shared =
+      std::make_shared<const std::vector<MicroBatch>>(std::move(batches));
+  for (const auto& c : chunks_) c->SetMicroBatches(shared);
+}
+
+void StageModel::AddGradReadyHook(const parallel::GradReadyHook& hook) {
+  for (const auto& c : chunks_) c->AddGradReadyHook(hook);
 }
 
 absl::Status StageModel::SyncSharedGradients(
@@ -67,5 +78,5 @@ void StageModel::set_rng_calls(uint64_t calls) {
   for (const auto& c : chunks_) c->set_rng_calls(calls);
 }
 
-}  // namespace pipeline
+}  // namespace gpt
 }  // namespace mcc

@@ -1,5 +1,5 @@
-#ifndef PARALLEL_PIPELINE_STAGE_MODEL_H_
-#define PARALLEL_PIPELINE_STAGE_MODEL_H_
+#ifndef MODELS_GPT_STAGE_MODEL_H_
+#define MODELS_GPT_STAGE_MODEL_H_
 
 #include <memory>
 #include <vector>
@@ -8,10 +8,11 @@
 #include "core/comm/process_group.h"
 #include "core/parameter.h"
 #include "models/gpt/gpt_model.h"
+#include "parallel/model.h"
 #include "parallel/pipeline/layer_split.h"
 
 namespace mcc {
-namespace pipeline {
+namespace gpt {
 
 // The part of a GPT one pipeline stage holds: one model chunk, or one per
 // virtual stage. With tied embeddings and more than one stage, the first
@@ -21,16 +22,21 @@ class StageModel {
  public:
   // The chunks of `stage` (config.num_layers must equal split.num_layers).
   static absl::StatusOr<std::unique_ptr<StageModel>> Create(
-      const gpt::GPTConfig& config, const parallel::LayerContext& context,
-      const PipelineConfig& split, int stage);
+      const GPTConfig& config, const parallel::LayerContext& context,
+      const pipeline::PipelineConfig& split, int stage);
 
-  std::vector<gpt::GPTModel*> chunks() const;
-  gpt::GPTModel* chunk(int i) const { return chunks_[i].get(); }
+  std::vector<GPTModel*> chunks() const;
+  // The chunks as the pipeline executor takes them.
+  std::vector<parallel::PipelineStage*> stages() const;
+  GPTModel* chunk(int i) const { return chunks_[i].get(); }
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   // Every chunk's parameters, chunk by chunk.
   const ParameterList& parameters() const { return parameters_; }
 
-  void SetGradReadyHook(gpt::GPTModel::GradReadyHook hook);
+  // The micro-batches of the next pipeline step (every chunk's).
+  void SetMicroBatches(std::vector<MicroBatch> batches);
+  // Installs `hook` on every chunk (for the model's lifetime).
+  void AddGradReadyHook(const parallel::GradReadyHook& hook);
   // Sums the shared embedding gradients over `embedding_group` (null or a
   // stage without them: nothing); call after the schedule, before the
   // data-parallel gradient sync.
@@ -43,11 +49,11 @@ class StageModel {
   void set_rng_calls(uint64_t calls);
 
  private:
-  std::vector<std::unique_ptr<gpt::GPTModel>> chunks_;
+  std::vector<std::unique_ptr<GPTModel>> chunks_;
   ParameterList parameters_;
 };
 
-}  // namespace pipeline
+}  // namespace gpt
 }  // namespace mcc
 
-#endif  // PARALLEL_PIPELINE_STAGE_MODEL_H_
+#endif  // MODELS_GPT_STAGE_MODEL_H_

@@ -1,0 +1,118 @@
+#include "parallel/model.h"
+
+#include <algorithm>
+
+#include "core/status_macros.h"
+
+namespace mcc {
+namespace parallel {
+
+absl::Status UnitHooks::BeforeForward(int) { return absl::OkStatus(); }
+absl::Status UnitHooks::AfterForward(int) { return absl::OkStatus(); }
+absl::Status UnitHooks::BeforeBackward(int) { return absl::OkStatus(); }
+absl::Status UnitHooks::AfterBackward(int) { return absl::OkStatus(); }
+
+absl::Status Model::AddUnitHooks(UnitHooks* hooks) {
+  if (hooks == nullptr) {
+    return absl::InvalidArgumentError("AddUnitHooks: null hooks");
+  }
+  if (std::find(unit_hooks_.begin(), unit_hooks_.end(), hooks) !=
+      unit_hooks_.end()) {
+    return absl::InvalidArgumentError(
+        "AddUnitHooks: these hooks are already installed on the model");
+  }
+  unit_hooks_.push_back(hooks);
+  return absl::OkStatus();
+}
+
+void Model::RemoveUnitHooks(UnitHooks* hooks) {
+  unit_hooks_.erase(std::remove(unit_hooks_.begin(), unit_hooks_.end(), hooks),
+                    unit_hooks_.end());
+}
+
+int Model::AddGradReadyHook(GradReadyHook hook) {
+  if (!hook) return -1;
+  const int id = next_grad_ready_id_++;
+  grad_ready_hooks_.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Model::RemoveGradReadyHook(int id) {
+  grad_ready_hooks_.erase(
+      std::remove_if(grad_ready_hooks_.begin(), grad_ready_hooks_.end(),
+                     [id](const auto& h) { return h.first == id; }),
+      grad_ready_hooks_.end());
+}
+
+void Model::ZeroGradients() {
+  for (const auto& p : parameters()) p->main_grad.Zero();
+}
+
+absl::Status Model::SyncSharedGradients(comm::ProcessGroup* embedding_group) {
+  std::vector<Parameter*> shared;
+  for (const auto& p : parameters()) {
+    if (p->shared_with_other_stage) shared.push_back(p.get());
+  }
+  if (shared.empty()) return absl::OkStatus();
+  if (embedding_group != nullptr && embedding_group->size() > 1) {
+    for (Parameter* p : shared) {
+      MCC_RETURN_IF_ERROR(
+          embedding_group->AllReduceSync(&p->main_grad, comm::ReduceOp::kSum));
+    }
+  }
+  for (const auto& [id, hook] : grad_ready_hooks_) {
+    MCC_RETURN_IF_ERROR(hook(shared));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Model::FinalizeGradients() {
+  comm::ProcessGroup* tp = tensor_group();
+  if (tp == nullptr || tp->size() == 1) return absl::OkStatus();
+  for (const auto& p : parameters()) {
+    if (p->sequence_parallel) {
+      MCC_RETURN_IF_ERROR(
+          tp->AllReduceSync(&p->main_grad, comm::ReduceOp::kSum));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Model::CallUnitHooks(absl::Status (UnitHooks::*fn)(int),
+                                  int unit) const {
+  if (unit < 0) return absl::OkStatus();
+  for (UnitHooks* hooks : unit_hooks_) {
+    MCC_RETURN_IF_ERROR((hooks->*fn)(unit));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Model::CallBeforeForward(int unit) const {
+  return CallUnitHooks(&UnitHooks::BeforeForward, unit);
+}
+absl::Status Model::CallAfterForward(int unit) const {
+  return CallUnitHooks(&UnitHooks::AfterForward, unit);
+}
+absl::Status Model::CallBeforeBackward(int unit) const {
+  return CallUnitHooks(&UnitHooks::BeforeBackward, unit);
+}
+absl::Status Model::CallAfterBackward(int unit) const {
+  return CallUnitHooks(&UnitHooks::AfterBackward, unit);
+}
+
+absl::Status Model::CallGradsReady(const ParameterList& params) const {
+  if (grad_ready_hooks_.empty()) return absl::OkStatus();
+  std::vector<Parameter*> ready;
+  for (const auto& p : params) {
+    // A shared weight is ready only once summed with the other stage's.
+    if (!p->shared_with_other_stage) ready.push_back(p.get());
+  }
+  if (ready.empty()) return absl::OkStatus();
+  for (const auto& [id, hook] : grad_ready_hooks_) {
+    MCC_RETURN_IF_ERROR(hook(ready));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace parallel
+}  // namespace mcc

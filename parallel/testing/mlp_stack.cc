@@ -1,0 +1,201 @@
+#include "parallel/testing/mlp_stack.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/activation.h"
+#include "core/status_macros.h"
+
+namespace mcc {
+namespace parallel {
+namespace testing {
+
+struct MlpStack::Record : ActivationRecord {
+  int microbatch = 0;
+  std::vector<BlockActivations> blocks;
+  Tensor output;  // The last stage's, for the loss gradient.
+};
+
+MlpBatch MakeMlpBatch(const MlpStackConfig& config, int step, int index,
+                      int64_t rows) {
+  // A few batches recur, so the loss falls over the steps.
+  std::mt19937 rng(500 + 31 * (step % 3) + index);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t h = config.hidden;
+  std::vector<float> x(rows * h), y(rows * h);
+  for (float& v : x) v = normal(rng);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < h; ++c) {
+      y[r * h + c] =
+          0.5f * std::sin(x[r * h + (c + 1) % h]) + 0.25f * x[r * h + c];
+    }
+  }
+  return {*Tensor::FromVector(x, {rows, h}), *Tensor::FromVector(y, {rows, h})};
+}
+
+absl::StatusOr<std::unique_ptr<MlpStack>> MlpStack::Create(
+    const MlpStackConfig& config, const LayerContext& context, int first_block,
+    int num_blocks) {
+  if (first_block < 0 || num_blocks < 1 ||
+      first_block + num_blocks > config.num_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MlpStack: blocks [", first_block, ", ", first_block + num_blocks,
+        ") of a ", config.num_blocks, "-block stack"));
+  }
+  if (context.dtype != DType::kFloat32 || context.sequence_parallel) {
+    return absl::InvalidArgumentError(
+        "MlpStack: fp32 without sequence parallelism only");
+  }
+  auto model = std::unique_ptr<MlpStack>(new MlpStack);
+  model->config_ = config;
+  model->context_ = context;
+  model->first_block_ = first_block;
+  LinearOptions options;
+  options.weight_init = InitSpec::Normal(0.2f);
+  for (int i = first_block; i < first_block + num_blocks; ++i) {
+    const std::string name = absl::StrCat("blocks.", i);
+    Block block;
+    MCC_ASSIGN_OR_RETURN(block.fc1, ColumnParallelLinear::Create(
+                                        name + ".fc1", config.hidden,
+                                        config.ffn_hidden, options, context));
+    MCC_ASSIGN_OR_RETURN(
+        block.fc2, RowParallelLinear::Create(name + ".fc2", config.ffn_hidden,
+                                             config.hidden, options, context));
+    ParameterList unit;
+    block.fc1->AppendParameters(&unit);
+    block.fc2->AppendParameters(&unit);
+    for (const auto& p : unit) model->parameters_.push_back(p);
+    model->units_.push_back(std::move(unit));
+    model->blocks_.push_back(std::move(block));
+  }
+  return model;
+}
+
+absl::StatusOr<const MlpBatch*> MlpStack::Batch(int microbatch) const {
+  const int n = batches_ == nullptr ? 0 : static_cast<int>(batches_->size());
+  if (microbatch < 0 || microbatch >= n) {
+    return absl::OutOfRangeError(
+        absl::StrCat("MlpStack from block ", first_block_, ": micro-batch ",
+                     microbatch, " asked for, but SetMicroBatches gave ", n));
+  }
+  return &(*batches_)[microbatch];
+}
+
+absl::StatusOr<TensorSpec> MlpStack::InputSpec(int microbatch) const {
+  MCC_ASSIGN_OR_RETURN(const MlpBatch* batch, Batch(microbatch));
+  TensorSpec spec;
+  spec.shape = {batch->inputs.size(0), config_.hidden};
+  spec.dtype = DType::kFloat32;
+  spec.device = batch->inputs.device();
+  return spec;
+}
+
+absl::StatusOr<TensorSpec> MlpStack::OutputSpec(int microbatch) const {
+  return InputSpec(microbatch);  // The residual stream keeps its shape.
+}
+
+namespace {
+
+// a + b, fp32.
+Tensor Add(const Tensor& a, const Tensor& b) {
+  Tensor out = Tensor::Empty(a.shape(), DType::kFloat32);
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* po = out.data<float>();
+  for (int64_t i = 0; i < a.numel(); ++i) po[i] = pa[i] + pb[i];
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<StageOutput> MlpStack::ForwardStep(int microbatch,
+                                                  const Tensor& input,
+                                                  bool backward_after) {
+  MCC_ASSIGN_OR_RETURN(const MlpBatch* batch, Batch(microbatch));
+  MCC_ASSIGN_OR_RETURN(const TensorSpec spec, InputSpec(microbatch));
+  Tensor x = takes_batch_input() ? batch->inputs : input;
+  if (x.shape() != spec.shape || x.dtype() != spec.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MlpStack from block ", first_block_, ": input ",
+                     x.Describe(), " is not ", ShapeToString(spec.shape)));
+  }
+  auto record = std::make_unique<Record>();
+  record->microbatch = microbatch;
+  record->blocks.resize(blocks_.size());
+  for (int i = 0; i < num_blocks(); ++i) {
+    BlockActivations& act = record->blocks[i];
+    MCC_RETURN_IF_ERROR(CallBeforeForward(i));
+    MCC_ASSIGN_OR_RETURN(act.pre_gelu, blocks_[i].fc1->Forward(x, &act.fc1));
+    Tensor g = Tensor::Empty(act.pre_gelu.shape(), DType::kFloat32);
+    MCC_RETURN_IF_ERROR(ops::Gelu(act.pre_gelu, &g));
+    MCC_ASSIGN_OR_RETURN(Tensor y, blocks_[i].fc2->Forward(g, &act.fc2));
+    MCC_RETURN_IF_ERROR(CallAfterForward(i));
+    x = Add(x, y);
+  }
+  StageOutput out;
+  if (computes_loss()) {
+    const float* px = x.data<float>();
+    const float* pt = batch->targets.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double d = static_cast<double>(px[i]) - pt[i];
+      out.loss.sum += 0.5 * d * d;
+    }
+    out.loss.tokens = static_cast<double>(x.size(0));
+    record->output = x;
+  } else {
+    out.output = x;
+  }
+  if (backward_after) out.record = std::move(record);
+  return out;
+}
+
+absl::StatusOr<Tensor> MlpStack::BackwardStep(
+    const Tensor& output_grad, float grad_scale,
+    std::unique_ptr<ActivationRecord> record) {
+  auto* rec = dynamic_cast<Record*>(record.get());
+  if (rec == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MlpStack from block ", first_block_,
+        ": backward needs the record of this stack's ForwardStep"));
+  }
+  MCC_ASSIGN_OR_RETURN(const MlpBatch* batch, Batch(rec->microbatch));
+  Tensor dx;
+  if (computes_loss()) {
+    // d(mean loss)/d(output) = (output - target) / rows.
+    const Tensor& out = rec->output;
+    dx = Tensor::Empty(out.shape(), DType::kFloat32);
+    const float scale = grad_scale / static_cast<float>(out.size(0));
+    const float* po = out.data<float>();
+    const float* pt = batch->targets.data<float>();
+    float* pd = dx.data<float>();
+    for (int64_t i = 0; i < out.numel(); ++i) pd[i] = (po[i] - pt[i]) * scale;
+  } else {
+    MCC_ASSIGN_OR_RETURN(const TensorSpec spec, OutputSpec(rec->microbatch));
+    if (output_grad.shape() != spec.shape ||
+        output_grad.dtype() != spec.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "MlpStack from block ", first_block_, ": output gradient ",
+          output_grad.Describe(), " is not ", ShapeToString(spec.shape)));
+    }
+    dx = output_grad;
+  }
+  for (int i = num_blocks() - 1; i >= 0; --i) {
+    BlockActivations& act = rec->blocks[i];
+    MCC_RETURN_IF_ERROR(CallBeforeBackward(i));
+    MCC_ASSIGN_OR_RETURN(Tensor dg, blocks_[i].fc2->Backward(dx, act.fc2));
+    Tensor dh = Tensor::Empty(dg.shape(), DType::kFloat32);
+    MCC_RETURN_IF_ERROR(ops::GeluBackward(dg, act.pre_gelu, &dh));
+    MCC_ASSIGN_OR_RETURN(Tensor dpath, blocks_[i].fc1->Backward(dh, act.fc1));
+    act = BlockActivations();
+    MCC_RETURN_IF_ERROR(CallAfterBackward(i));
+    MCC_RETURN_IF_ERROR(CallGradsReady(units_[i]));
+    dx = Add(dx, dpath);  // The residual's gradient plus the block's.
+  }
+  if (takes_batch_input()) return Tensor();
+  return dx;
+}
+
+}  // namespace testing
+}  // namespace parallel
+}  // namespace mcc
