@@ -8,8 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "parallel/data_parallel/param_gather_hooks.h"
 #include "parallel/data_parallel/weight_hash.h"
+#include "parallel/fsdp/fully_sharded_data_parallel.h"
+#include "training/trainer.h"
 
 namespace mcc {
 namespace optim {
@@ -80,25 +81,20 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     groups.pipeline = state->pipeline();
     groups.model = state->model();
   }
-  std::unique_ptr<data_parallel::DistributedDataParallel> ddp;
-  std::vector<std::unique_ptr<data_parallel::ParamGatherHooks>> gather_hooks;
+  // Data parallelism as the train binary wires it (DDP, with the
+  // distributed optimizer when asked).
+  std::unique_ptr<fsdp::FullyShardedDataParallel> ddp;
   std::unique_ptr<Optimizer> opt;
   if (o.use_ddp) {
-    MCC_ASSIGN_OR_RETURN(ddp, data_parallel::DistributedDataParallel::Create(
-                                  model->parameters(), dp, o.ddp));
-    model->AddGradReadyHook(ddp->GradReadyHook());
-    executor->SetLastMicrobatchCallback(
-        [d = ddp.get()](bool last) { d->set_is_last_microbatch(last); });
-    if (o.ddp.overlap_param_gather && o.ddp.use_distributed_optimizer) {
-      for (gpt::GPTModel* chunk : model->chunks()) {
-        gather_hooks.push_back(
-            std::make_unique<data_parallel::ParamGatherHooks>(ddp.get(),
-                                                              *chunk));
-        MCC_RETURN_IF_ERROR(chunk->AddUnitHooks(gather_hooks.back().get()));
-      }
-    }
-    MCC_ASSIGN_OR_RETURN(opt,
-                         Optimizer::Create(ddp.get(), o.optimizer, groups));
+    fsdp::FsdpConfig config;
+    config.strategy = o.ddp.use_distributed_optimizer
+                          ? fsdp::ShardingStrategy::kOptim
+                          : fsdp::ShardingStrategy::kNoShard;
+    config.ddp = o.ddp;
+    MCC_ASSIGN_OR_RETURN(
+        ddp, training::WrapDataParallel(training::AsModels(model->chunks()), dp,
+                                        pp, config));
+    MCC_ASSIGN_OR_RETURN(opt, ddp->CreateOptimizer(o.optimizer, groups));
   } else {
     MCC_ASSIGN_OR_RETURN(
         opt, Optimizer::Create(model->parameters(), o.optimizer, groups));
@@ -106,70 +102,60 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   MCC_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::Create(o.lr));
 
   TrainResult result;
-  for (int step = 0; step < o.steps; ++step) {
+  training::TrainerParts parts;
+  parts.models = training::AsModels(model->chunks());
+  parts.executor = executor.get();
+  parts.data_parallel = ddp.get();
+  parts.optimizer = opt.get();
+  parts.dp_group = dp;
+  parts.embedding_group = state ? state->embedding() : nullptr;
+  training::TrainerOptions options;
+  options.before_optimizer_step = [&](int64_t iteration) -> absl::Status {
+    const int step = static_cast<int>(iteration - 1);
     if (ddp) {
-      // Parameters gathered after the last step must be in place first
-      // (with the hooks, each unit's just before its forward).
-      if (gather_hooks.empty()) MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
-      ddp->ZeroGrads();
-    } else {
-      model->ZeroGradients();
+      result.param_gather = ddp->ddp()->param_gather_trace();
+      result.num_buckets = static_cast<int>(ddp->ddp()->buckets().size());
     }
-    const float grad_scale = static_cast<float>(opt->loss_scale() / local_mb);
-    double local_loss = 0;
-    std::vector<gpt::MicroBatch> batches;
-    for (int i = 0; i < local_mb; ++i) {
-      batches.push_back(FixedBatch(o.model, step, dp_rank * local_mb + i));
-    }
-    model->SetMicroBatches(std::move(batches));
-    MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
-                         executor->Run(local_mb, grad_scale));
-    for (const gpt::LossSum& loss : run.losses) {
-      local_loss += loss.mean() / local_mb;
-    }
-    result.max_in_flight =
-        std::max(result.max_in_flight, run.stats.max_in_flight);
-    if (ddp) {
-      MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
-      result.param_gather = ddp->param_gather_trace();
-      result.num_buckets = static_cast<int>(ddp->buckets().size());
-      ddp->set_is_last_microbatch(true);
-    }
-    MCC_RETURN_IF_ERROR(
-        model->SyncSharedGradients(state ? state->embedding() : nullptr));
-    if (ddp) MCC_RETURN_IF_ERROR(ddp->FinishGradSync());
-    MCC_RETURN_IF_ERROR(model->FinalizeGradients());
     for (int s : o.inject_inf_steps) {
       if (s == step && (o.inject_inf_stage < 0 ||
                         o.inject_inf_stage == (pp ? pp->rank() : 0))) {
         model->parameters()[0]->main_grad.data<float>()[0] = INFINITY;
       }
     }
-    MCC_ASSIGN_OR_RETURN(StepInfo info,
-                         opt->Step(schedule.LearningRate(step + 1)));
-    MCC_ASSIGN_OR_RETURN(const double loss, MeanOverDp(local_loss, dp));
-    result.loss.push_back(loss);
+    return absl::OkStatus();
+  };
+  MCC_ASSIGN_OR_RETURN(auto trainer,
+                       training::Trainer::Create(parts, schedule, options));
+  for (int step = 0; step < o.steps; ++step) {
+    std::vector<gpt::MicroBatch> batches;
+    for (int i = 0; i < local_mb; ++i) {
+      batches.push_back(FixedBatch(o.model, step, dp_rank * local_mb + i));
+    }
+    model->SetMicroBatches(std::move(batches));
+    MCC_ASSIGN_OR_RETURN(training::StepMetrics m,
+                         trainer->Step(local_mb, step + 1));
+    result.max_in_flight =
+        std::max(result.max_in_flight, m.pipeline.max_in_flight);
+    StepInfo info;
+    info.grad_norm = m.grad_norm;
+    info.skipped = m.skipped;
+    info.loss_scale = m.loss_scale;
+    info.lr = m.lr;
+    result.loss.push_back(m.loss);
     result.steps.push_back(info);
     if (o.weight_hash_interval > 0 &&
         (step + 1) % o.weight_hash_interval == 0) {
-      if (ddp) MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
+      MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
       MCC_RETURN_IF_ERROR(data_parallel::CheckWeightHashAcrossReplicas(
           model->parameters(), dp));
     }
   }
-  if (ddp) MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
+  MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
   return result;
 }
 
 absl::StatusOr<double> MeanOverDp(double local, comm::ProcessGroup* dp) {
-  if (dp == nullptr || dp->size() == 1) return local;
-  // An fp64 value travels as two fp32 halves.
-  Tensor t = Tensor::Full({2}, 0.0, DType::kFloat32);
-  t.data<float>()[0] = static_cast<float>(local);
-  t.data<float>()[1] = static_cast<float>(local - t.data<float>()[0]);
-  MCC_RETURN_IF_ERROR(dp->AllReduceSync(&t, comm::ReduceOp::kSum));
-  return (static_cast<double>(t.data<float>()[0]) + t.data<float>()[1]) /
-         dp->size();
+  return training::MeanOverGroup(local, dp);
 }
 
 double RelDiff(double a, double b) {

@@ -35,12 +35,14 @@
 #include "data/loader.h"
 #include "glog/logging.h"
 #include "parallel/mappings.h"
+#include "parallel/pipeline/pipeline_executor.h"
 #include "parallel/rank_layout.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/training_flags.h"
 #include "tools/job.h"
 #include "tools/model_config_proto.h"
 #include "tools/training_checkpoint.h"
+#include "training/trainer.h"
 
 // Defined with the process groups (core/comm).
 ABSL_DECLARE_FLAG(bool, debug_collectives);
@@ -423,25 +425,25 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
 
 // Mean loss over `iters` micro-batches of a split, summed over DP.
 absl::StatusOr<double> Evaluate(Job& job, data::DataLoader* loader, int iters) {
-  double sum = 0, tokens = 0;
+  std::vector<gpt::MicroBatch> batches;
   for (int i = 0; i < iters; ++i) {
     auto mb = loader->Next();
     if (absl::IsOutOfRange(mb.status())) break;
     MCC_RETURN_IF_ERROR(mb.status());
-    gpt::MicroBatch batch{mb->tokens, mb->labels, mb->loss_mask};
-    MCC_ASSIGN_OR_RETURN(gpt::LossSum loss,
-                         job.model->chunk(0)->Forward(batch));
-    sum += loss.sum;
-    tokens += loss.tokens;
+    batches.push_back({mb->tokens, mb->labels, mb->loss_mask});
   }
-  if (job.dp() != nullptr && job.dp()->size() > 1) {
-    Tensor t = *Tensor::FromVector(
-        {static_cast<float>(sum), static_cast<float>(tokens)}, {2});
-    MCC_RETURN_IF_ERROR(job.dp()->AllReduceSync(&t, comm::ReduceOp::kSum));
-    sum = t.data<float>()[0];
-    tokens = t.data<float>()[1];
-  }
-  return tokens > 0 ? sum / tokens : 0.0;
+  // One stage (eval runs no pipeline parallelism): each micro-batch's
+  // forward in turn.
+  pipeline::PipelineOptions one_stage;
+  one_stage.schedule = pipeline::ScheduleKind::kNoPipelining;
+  MCC_ASSIGN_OR_RETURN(auto executor,
+                       pipeline::PipelineExecutor::Create(job.model->stages(),
+                                                          nullptr, one_stage));
+  const int n = static_cast<int>(batches.size());
+  job.model->SetMicroBatches(std::move(batches));
+  MCC_ASSIGN_OR_RETURN(training::EvalMetrics eval,
+                       training::Evaluate(executor.get(), job.dp(), n));
+  return eval.loss;
 }
 
 absl::Status RunEvaluation(Job& job) {

@@ -27,7 +27,6 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
-#include "parallel/data_parallel/param_gather_hooks.h"
 #include "parallel/data_parallel/weight_hash.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "parallel/pipeline/layer_split.h"
@@ -39,6 +38,7 @@
 #include "tools/job.h"
 #include "tools/training_checkpoint.h"
 #include "tools/training_metrics.h"
+#include "training/trainer.h"
 
 // Defined with the process groups (core/comm).
 ABSL_DECLARE_FLAG(bool, debug_collectives);
@@ -353,19 +353,6 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
   };
 }
 
-// Sums (loss, tokens) over the DP group.
-absl::StatusOr<std::pair<double, double>> ReduceLoss(const Job& job, double sum,
-                                                     double tokens) {
-  if (job.dp() == nullptr || job.dp()->size() == 1)
-    return std::make_pair(sum, tokens);
-  Tensor t = *Tensor::FromVector(
-      {static_cast<float>(sum), static_cast<float>(tokens)}, {2});
-  Tensor d = *t.To(DType::kFloat32);
-  MCC_RETURN_IF_ERROR(job.dp()->AllReduceSync(&d, comm::ReduceOp::kSum));
-  return std::make_pair(static_cast<double>(d.data<float>()[0]),
-                        static_cast<double>(d.data<float>()[1]));
-}
-
 // Data parallelism by --data-parallel-sharding-strategy (optim is DDP with
 // the distributed optimizer, as --use-distributed-optimizer).
 absl::StatusOr<std::unique_ptr<fsdp::FullyShardedDataParallel>>
@@ -380,26 +367,13 @@ MakeDataParallel(Job& job, const data_parallel::DdpConfig& ddp_config) {
   fsdp::FsdpConfig config;
   config.strategy = strategy;
   config.ddp = ddp_config;
-  if (!fsdp::ShardsGradients(strategy)) {
-    MCC_ASSIGN_OR_RETURN(
-        auto dp, fsdp::FullyShardedDataParallel::Create(
-                     job.model->parameters(), {}, job.dp(), job.tp(), config));
-    job.model->AddGradReadyHook(dp->GradReadyHook());
-    return dp;
-  }
-  if (job.model->num_chunks() != 1 || job.pp() != nullptr) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--data-parallel-sharding-strategy ",
-        fsdp::ShardingStrategyName(strategy),
-        " does not run with pipeline parallelism yet; use optim or no_shard"));
-  }
-  return fsdp::FullyShardedDataParallel::Wrap(job.model->chunk(0), job.dp(),
-                                              config);
+  return training::WrapDataParallel(training::AsModels(job.model->chunks()),
+                                    job.dp(), job.pp(), config);
 }
 
 // Mean loss over `iters` micro-batches of a split (no gradients), through
 // the pipeline when there is one.
-absl::StatusOr<double> Evaluate(Job& job, pipeline::PipelineExecutor* executor,
+absl::StatusOr<double> Evaluate(Job& job, training::Trainer* trainer,
                                 data::DataLoader* loader, int iters) {
   std::vector<gpt::MicroBatch> batches;
   for (int i = 0; i < iters; ++i) {
@@ -408,19 +382,10 @@ absl::StatusOr<double> Evaluate(Job& job, pipeline::PipelineExecutor* executor,
     MCC_RETURN_IF_ERROR(mb.status());
     batches.push_back({mb->tokens, mb->labels, mb->loss_mask});
   }
-  double sum = 0, tokens = 0;
-  if (!batches.empty()) {
-    const int n = static_cast<int>(batches.size());
-    job.model->SetMicroBatches(std::move(batches));
-    MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
-                         executor->Run(n, 0.0f, /*forward_only=*/true));
-    for (const gpt::LossSum& loss : run.losses) {
-      sum += loss.sum;
-      tokens += loss.tokens;
-    }
-  }
-  MCC_ASSIGN_OR_RETURN(auto reduced, ReduceLoss(job, sum, tokens));
-  return reduced.second > 0 ? reduced.first / reduced.second : 0.0;
+  const int n = static_cast<int>(batches.size());
+  job.model->SetMicroBatches(std::move(batches));
+  MCC_ASSIGN_OR_RETURN(training::EvalMetrics eval, trainer->Evaluate(n));
+  return eval.loss;
 }
 
 // Per-stage pipeline timers over a logging window, gathered to every rank
@@ -544,17 +509,6 @@ absl::Status Train() {
   ddp_config.overlap_param_gather = absl::GetFlag(FLAGS_overlap_param_gather);
   ddp_config.bucket_size_bytes = absl::GetFlag(FLAGS_ddp_bucket_size) * 4;
   MCC_ASSIGN_OR_RETURN(auto ddp, MakeDataParallel(*job, ddp_config));
-  // --overlap-param-gather: each unit waits for its own parameters' gather
-  // just before its forward instead of all of them at the step's start.
-  std::vector<std::unique_ptr<data_parallel::ParamGatherHooks>> gather_hooks;
-  if (ddp->ddp() != nullptr && ddp_config.overlap_param_gather &&
-      ddp->ddp()->config().use_distributed_optimizer) {
-    for (gpt::GPTModel* chunk : job->model->chunks()) {
-      gather_hooks.push_back(std::make_unique<data_parallel::ParamGatherHooks>(
-          ddp->ddp(), *chunk));
-      MCC_RETURN_IF_ERROR(chunk->AddUnitHooks(gather_hooks.back().get()));
-    }
-  }
   // The schedule: 1F1B across stages (interleaved with virtual stages),
   // plain gradient accumulation on one.
   pipeline::PipelineOptions pipeline_options;
@@ -566,8 +520,6 @@ absl::Status Train() {
   MCC_ASSIGN_OR_RETURN(auto executor,
                        pipeline::PipelineExecutor::Create(
                            job->model->stages(), job->pp(), pipeline_options));
-  executor->SetLastMicrobatchCallback(
-      [d = ddp.get()](bool last) { d->set_is_last_microbatch(last); });
   const std::string schedule_name = pipeline::ScheduleName(
       job->model->num_chunks() > 1 ? pipeline::ScheduleKind::kInterleaved
                                    : pipeline_options.schedule);
@@ -580,6 +532,19 @@ absl::Status Train() {
   MCC_ASSIGN_OR_RETURN(auto optimizer,
                        ddp->CreateOptimizer(opt_config, groups));
   MCC_ASSIGN_OR_RETURN(optim::LrSchedule schedule, ScheduleFromFlags());
+  // The step: micro-batches through the schedule, gradient sync and
+  // finalisation, loss scale, clipping, the optimizer.
+  training::TrainerParts parts;
+  parts.models = training::AsModels(job->model->chunks());
+  parts.executor = executor.get();
+  parts.data_parallel = ddp.get();
+  parts.optimizer = optimizer.get();
+  parts.dp_group = job->dp();
+  // Tied embedding and output weights on the first and last stages.
+  parts.embedding_group =
+      job->pp() != nullptr ? job->state->embedding() : nullptr;
+  MCC_ASSIGN_OR_RETURN(auto trainer,
+                       training::Trainer::Create(parts, schedule));
   if (resumed && !ckpt.no_load_optim) {
     // Sharded parameters are made whole around loads and saves.
     MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
@@ -668,11 +633,8 @@ absl::Status Train() {
       absl::GetFlag(FLAGS_check_weight_hash_across_dp_replicas_interval);
   for (int64_t iteration = progress.iteration + 1; iteration <= train_iters;
        ++iteration) {
-    // The distributed optimizer's updated parameters must have arrived
-    // (with the hooks, each unit's just before its forward).
-    if (gather_hooks.empty()) MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
     if (hash_interval > 0 && iteration % hash_interval == 0) {
-      MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
+      MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
       MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
       MCC_RETURN_IF_ERROR(data_parallel::CheckWeightHashAcrossReplicas(
           job->model->parameters(), job->dp()));
@@ -682,8 +644,6 @@ absl::Status Train() {
                   << dp << " data-parallel replicas";
       }
     }
-    ddp->ZeroGrads();
-    double loss_sum = 0, loss_tokens = 0;
     std::vector<gpt::MicroBatch> batches;
     timers.Start("data");
     for (int m = 0; m < batching.num_microbatches; ++m) {
@@ -691,39 +651,19 @@ absl::Status Train() {
       batches.push_back({mb.tokens, mb.labels, mb.loss_mask});
     }
     timers.Stop("data");
-    timers.Start("forward-backward");
     job->model->SetMicroBatches(std::move(batches));
-    MCC_ASSIGN_OR_RETURN(
-        pipeline::PipelineStepResult run,
-        executor->Run(batching.num_microbatches,
-                      static_cast<float>(optimizer->loss_scale() /
-                                         batching.num_microbatches)));
-    timers.Stop("forward-backward");
-    for (const gpt::LossSum& loss : run.losses) {
-      // Megatron's loss: the mean over micro-batches of each one's mean.
-      loss_sum += loss.mean() / batching.num_microbatches;
-      loss_tokens += 1.0 / batching.num_microbatches;
-    }
-    pipeline_window.forward_seconds += run.stats.forward_seconds;
-    pipeline_window.backward_seconds += run.stats.backward_seconds;
-    pipeline_window.wait_seconds += run.stats.wait_seconds;
-    pipeline_window.total_seconds += run.stats.total_seconds;
+    MCC_ASSIGN_OR_RETURN(training::StepMetrics step,
+                         trainer->Step(batching.num_microbatches, iteration));
+    timers.Add("forward-backward", step.forward_backward_seconds);
+    timers.Add("grad-sync", step.grad_sync_seconds);
+    timers.Add("optimizer", step.optimizer_seconds);
+    pipeline_window.forward_seconds += step.pipeline.forward_seconds;
+    pipeline_window.backward_seconds += step.pipeline.backward_seconds;
+    pipeline_window.wait_seconds += step.pipeline.wait_seconds;
+    pipeline_window.total_seconds += step.pipeline.total_seconds;
     pipeline_window.max_in_flight =
-        std::max(pipeline_window.max_in_flight, run.stats.max_in_flight);
-    pipeline_window.theoretical_bubble = run.stats.theoretical_bubble;
-    timers.Start("grad-sync");
-    MCC_RETURN_IF_ERROR(ddp->FinishParamGather());  // Any not yet waited.
-    ddp->set_is_last_microbatch(true);
-    // Tied embedding and output weights on the first and last stages.
-    MCC_RETURN_IF_ERROR(job->model->SyncSharedGradients(
-        job->pp() != nullptr ? job->state->embedding() : nullptr));
-    MCC_RETURN_IF_ERROR(ddp->FinishGradSync());
-    MCC_RETURN_IF_ERROR(ddp->FinalizeGradients());
-    timers.Stop("grad-sync");
-    timers.Start("optimizer");
-    MCC_ASSIGN_OR_RETURN(optim::StepInfo step,
-                         optimizer->Step(schedule.LearningRate(iteration)));
-    timers.Stop("optimizer");
+        std::max(pipeline_window.max_in_flight, step.pipeline.max_in_flight);
+    pipeline_window.theoretical_bubble = step.pipeline.theoretical_bubble;
     if (step.skipped) {
       ++skipped;
       if (log) {
@@ -733,8 +673,7 @@ absl::Status Train() {
                      << optimizer->loss_scale() << ")";
       }
     }
-    MCC_ASSIGN_OR_RETURN(auto reduced, ReduceLoss(*job, loss_sum, loss_tokens));
-    const double loss = reduced.first / reduced.second;
+    const double loss = step.loss;
     if (!std::isfinite(loss)) {
       return absl::InternalError(absl::StrCat(
           "iteration ", iteration, ": the loss is ", loss, "; stopping"));
@@ -790,7 +729,7 @@ absl::Status Train() {
       window_loss = 0;
       window_steps = 0;
     }
-    MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
+    MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
     if (datasets[1] != nullptr && eval_iters > 0 &&
         iteration % eval_interval == 0) {
       // The same validation micro-batches every time, so values compare.
@@ -799,7 +738,7 @@ absl::Status Train() {
           data::DataLoader::Create(datasets[1], eval_loader_config));
       MCC_ASSIGN_OR_RETURN(
           double vloss,
-          Evaluate(*job, executor.get(), valid_loader.get(), eval_iters));
+          Evaluate(*job, trainer.get(), valid_loader.get(), eval_iters));
       if (log) {
         LOG(INFO) << absl::StrFormat(
             "validation loss at iteration %d: %.4f | perplexity %.2f",
@@ -828,7 +767,7 @@ absl::Status Train() {
     MCC_ASSIGN_OR_RETURN(
         auto test_loader,
         data::DataLoader::Create(datasets[2], eval_loader_config));
-    MCC_ASSIGN_OR_RETURN(double tloss, Evaluate(*job, executor.get(),
+    MCC_ASSIGN_OR_RETURN(double tloss, Evaluate(*job, trainer.get(),
                                                 test_loader.get(), eval_iters));
     if (log) {
       LOG(INFO) << absl::StrFormat("test loss: %.4f | perplexity %.2f", tloss,

@@ -83,6 +83,10 @@ void Timers::Stop(const std::string& name) {
   totals_[name] += absl::Now() - started_[name];
 }
 
+void Timers::Add(const std::string& name, double seconds) {
+  totals_[name] += absl::Seconds(seconds);
+}
+
 std::string Timers::ToString() const {
   std::vector<std::string> parts;
   for (const auto& [name, total] : totals_) {

@@ -35,6 +35,8 @@ class Timers {
  public:
   void Start(const std::string& name);
   void Stop(const std::string& name);
+  // Time measured elsewhere (the trainer's phases).
+  void Add(const std::string& name, double seconds);
   void Reset() { totals_.clear(); }
   // "forward-backward 812.3 ms | grad-sync 3.1 ms | ..."
   std::string ToString() const;

@@ -28,7 +28,9 @@
 #include "core/comm/init.h"
 #include "core/status_macros.h"
 #include "models/gpt/gpt_model.h"
+#include "optim/lr_schedule.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
+#include "training/trainer.h"
 
 ABSL_FLAG(int, world, 2, "Data-parallel ranks to start.");
 ABSL_FLAG(int, num_layers, 4, "Transformer layers.");
@@ -83,6 +85,7 @@ struct Model {
   std::unique_ptr<gpt::GPTModel> model;
   std::unique_ptr<FullyShardedDataParallel> dp;
   std::unique_ptr<optim::Optimizer> opt;
+  std::unique_ptr<training::Trainer> trainer;  // Destroyed first.
 };
 
 absl::StatusOr<Model> Build(ShardingStrategy s, DType dtype,
@@ -99,10 +102,23 @@ absl::StatusOr<Model> Build(ShardingStrategy s, DType dtype,
   MCC_ASSIGN_OR_RETURN(
       m.dp, FullyShardedDataParallel::Wrap(m.model.get(), group, cfg));
   MCC_ASSIGN_OR_RETURN(m.opt, m.dp->CreateOptimizer({}, {}));
+  training::TrainerParts parts;
+  parts.models = {m.model.get()};
+  parts.stages = {m.model.get()};
+  parts.data_parallel = m.dp.get();
+  parts.optimizer = m.opt.get();
+  parts.dp_group = group;
+  optim::LrScheduleConfig lr;  // A constant 1e-4.
+  lr.lr = 1e-4;
+  lr.decay_style = optim::LrDecayStyle::kConstant;
+  MCC_ASSIGN_OR_RETURN(optim::LrSchedule schedule,
+                       optim::LrSchedule::Create(lr));
+  MCC_ASSIGN_OR_RETURN(m.trainer, training::Trainer::Create(parts, schedule));
   return m;
 }
 
-// Seconds of `steps` steps after `warmup`; the last step's mean loss.
+// Seconds of `steps` steps after `warmup`; the last step's loss (over the
+// global batch).
 absl::StatusOr<double> Time(Model& m, comm::ProcessGroup* group, double* loss) {
   const int micro = absl::GetFlag(FLAGS_global_batch_size) /
                     absl::GetFlag(FLAGS_micro_batch_size) / group->size();
@@ -115,23 +131,18 @@ absl::StatusOr<double> Time(Model& m, comm::ProcessGroup* group, double* loss) {
       MCC_RETURN_IF_ERROR(group->BarrierSync());
       start = absl::Now();
     }
-    MCC_RETURN_IF_ERROR(m.dp->FinishParamGather());
-    m.dp->ZeroGrads();
-    double sum = 0;
+    std::vector<gpt::MicroBatch> batches;
     for (int i = 0; i < micro; ++i) {
-      m.dp->set_is_last_microbatch(i == micro - 1);
-      MCC_ASSIGN_OR_RETURN(
-          gpt::LossSum l,
-          m.model->ForwardBackward(Batch(c, group->rank() * micro + i),
-                                   1.0f / micro));
-      sum += l.mean() / micro;
+      batches.push_back(Batch(c, group->rank() * micro + i));
     }
-    MCC_RETURN_IF_ERROR(m.dp->FinishGradSync());
-    MCC_RETURN_IF_ERROR(m.dp->FinalizeGradients());
-    MCC_RETURN_IF_ERROR(m.opt->Step(1e-4).status());
-    *loss = sum;
+    m.model->SetMicroBatches(
+        std::make_shared<const std::vector<gpt::MicroBatch>>(
+            std::move(batches)));
+    MCC_ASSIGN_OR_RETURN(training::StepMetrics metrics,
+                         m.trainer->Step(micro, step + 1));
+    *loss = metrics.loss;
   }
-  MCC_RETURN_IF_ERROR(m.dp->FinishParamGather());
+  MCC_RETURN_IF_ERROR(m.trainer->WaitForParameters());
   MCC_RETURN_IF_ERROR(group->BarrierSync());
   return absl::ToDoubleSeconds(absl::Now() - start);
 }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "optim/lr_schedule.h"
+#include "training/trainer.h"
 
 namespace mcc {
 namespace fsdp {
@@ -72,40 +73,36 @@ absl::StatusOr<optim::testing::TrainResult> TrainFsdp(
     opt->set_step_count(o.start_step);
   }
 
+  // Micro-batches one after another through the whole model.
+  training::TrainerParts parts;
+  parts.models = {model.get()};
+  parts.stages = {model.get()};
+  parts.data_parallel = fsdp.get();
+  parts.optimizer = opt.get();
+  parts.dp_group = dp;
+  MCC_ASSIGN_OR_RETURN(auto trainer,
+                       training::Trainer::Create(parts, schedule));
   optim::testing::TrainResult result;
   for (int step = o.start_step; step < o.start_step + b.steps; ++step) {
-    if (fsdp) {
-      MCC_RETURN_IF_ERROR(fsdp->FinishParamGather());
-      fsdp->ZeroGrads();
-    } else {
-      model->ZeroGradients();
-    }
-    const float grad_scale = static_cast<float>(opt->loss_scale() / local_mb);
-    double local_loss = 0;
+    std::vector<gpt::MicroBatch> batches;
     for (int i = 0; i < local_mb; ++i) {
-      if (fsdp) fsdp->set_is_last_microbatch(i == local_mb - 1);
-      MCC_ASSIGN_OR_RETURN(
-          gpt::LossSum loss,
-          model->ForwardBackward(
-              optim::testing::FixedBatch(b.model, step, dp_rank * local_mb + i),
-              grad_scale));
-      local_loss += loss.mean() / local_mb;
+      batches.push_back(
+          optim::testing::FixedBatch(b.model, step, dp_rank * local_mb + i));
     }
-    if (fsdp) {
-      MCC_RETURN_IF_ERROR(fsdp->FinishGradSync());
-      MCC_RETURN_IF_ERROR(fsdp->FinalizeGradients());
-    } else {
-      MCC_RETURN_IF_ERROR(model->FinalizeGradients());
-    }
-    MCC_ASSIGN_OR_RETURN(optim::StepInfo info,
-                         opt->Step(schedule.LearningRate(step + 1)));
-    MCC_ASSIGN_OR_RETURN(const double loss,
-                         optim::testing::MeanOverDp(local_loss, dp));
-    result.loss.push_back(loss);
+    model->SetMicroBatches(std::make_shared<const std::vector<gpt::MicroBatch>>(
+        std::move(batches)));
+    MCC_ASSIGN_OR_RETURN(training::StepMetrics m,
+                         trainer->Step(local_mb, step + 1));
+    optim::StepInfo info;
+    info.grad_norm = m.grad_norm;
+    info.skipped = m.skipped;
+    info.loss_scale = m.loss_scale;
+    info.lr = m.lr;
+    result.loss.push_back(m.loss);
     result.steps.push_back(info);
     if (o.after_step) MCC_RETURN_IF_ERROR(o.after_step(step, fsdp.get()));
   }
-  if (fsdp) MCC_RETURN_IF_ERROR(fsdp->FinishParamGather());
+  MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
   if (!o.save_path.empty()) {
     MCC_ASSIGN_OR_RETURN(
         TrainingTensors tensors,

@@ -1,0 +1,292 @@
+#include "training/trainer.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/status_macros.h"
+#include "core/tensor.h"
+
+namespace mcc {
+namespace training {
+namespace {
+
+int GroupSize(const comm::ProcessGroup* group) {
+  return group == nullptr ? 1 : group->size();
+}
+
+// Sums each value over `group` in about fp64 precision: each travels as two
+// fp32 halves (the sum of the high halves and that of the low ones).
+absl::StatusOr<std::vector<double>> SumOverGroup(std::vector<double> values,
+                                                 comm::ProcessGroup* group) {
+  if (GroupSize(group) == 1) return values;
+  const int64_t n = static_cast<int64_t>(values.size());
+  Tensor t = Tensor::Zeros({2 * n}, DType::kFloat32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    p[2 * i] = static_cast<float>(values[i]);
+    p[2 * i + 1] = static_cast<float>(values[i] - p[2 * i]);
+  }
+  MCC_RETURN_IF_ERROR(group->AllReduceSync(&t, comm::ReduceOp::kSum));
+  for (int64_t i = 0; i < n; ++i) {
+    values[i] = static_cast<double>(p[2 * i]) + p[2 * i + 1];
+  }
+  return values;
+}
+
+double SecondsSince(absl::Time start) {
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+absl::Status CheckModels(const std::vector<parallel::Model*>& models) {
+  if (models.empty()) {
+    return absl::InvalidArgumentError("trainer: no models");
+  }
+  for (size_t i = 0; i < models.size(); ++i) {
+    if (models[i] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trainer: model chunk ", i, " is null"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Megatron's loss terms of one step's micro-batches.
+struct LocalLoss {
+  double mean_of_means = 0;  // Each micro-batch's mean counts 1/M.
+  double tokens = 0;
+};
+
+LocalLoss SumLosses(const std::vector<parallel::LossSum>& losses) {
+  LocalLoss out;
+  const double m = static_cast<double>(losses.size());
+  for (const parallel::LossSum& loss : losses) {
+    out.mean_of_means += loss.mean() / m;
+    out.tokens += loss.tokens;
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<double> MeanOverGroup(double local, comm::ProcessGroup* group) {
+  MCC_ASSIGN_OR_RETURN(std::vector<double> sum, SumOverGroup({local}, group));
+  return sum[0] / GroupSize(group);
+}
+
+absl::StatusOr<EvalMetrics> Evaluate(pipeline::PipelineExecutor* executor,
+                                     comm::ProcessGroup* dp_group,
+                                     int num_microbatches) {
+  if (executor == nullptr) {
+    return absl::InvalidArgumentError("evaluation: no pipeline executor");
+  }
+  if (num_microbatches < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "evaluation: ", num_microbatches, " micro-batches (must be >= 0)"));
+  }
+  double sum = 0, tokens = 0;
+  if (num_microbatches > 0) {
+    MCC_ASSIGN_OR_RETURN(
+        pipeline::PipelineStepResult run,
+        executor->Run(num_microbatches, 0.0f, /*forward_only=*/true));
+    for (const parallel::LossSum& loss : run.losses) {
+      sum += loss.sum;
+      tokens += loss.tokens;
+    }
+  }
+  MCC_ASSIGN_OR_RETURN(std::vector<double> total,
+                       SumOverGroup({sum, tokens}, dp_group));
+  EvalMetrics m;
+  m.sum = total[0];
+  m.tokens = total[1];
+  m.loss = m.tokens > 0 ? m.sum / m.tokens : 0.0;
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<fsdp::FullyShardedDataParallel>>
+WrapDataParallel(const std::vector<parallel::Model*>& models,
+                 comm::ProcessGroup* dp, comm::ProcessGroup* pipeline,
+                 fsdp::FsdpConfig config) {
+  MCC_RETURN_IF_ERROR(CheckModels(models));
+  if (!fsdp::ShardsGradients(config.strategy)) {
+    ParameterList params;
+    for (const parallel::Model* m : models) {
+      params.insert(params.end(), m->parameters().begin(),
+                    m->parameters().end());
+    }
+    MCC_ASSIGN_OR_RETURN(
+        auto wrapped, fsdp::FullyShardedDataParallel::Create(
+                          params, {}, dp, models[0]->tensor_group(), config));
+    for (parallel::Model* m : models)
+      m->AddGradReadyHook(wrapped->GradReadyHook());
+    return wrapped;
+  }
+  if (models.size() != 1 || GroupSize(pipeline) > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "data-parallel sharding strategy ",
+        fsdp::ShardingStrategyName(config.strategy),
+        " does not run with pipeline parallelism yet (", models.size(),
+        " model chunks on this rank, ", GroupSize(pipeline),
+        " pipeline stages); use optim or no_shard"));
+  }
+  return fsdp::FullyShardedDataParallel::Wrap(models[0], dp, config);
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
+    TrainerParts parts, optim::LrSchedule schedule, TrainerOptions options) {
+  MCC_RETURN_IF_ERROR(CheckModels(parts.models));
+  if (parts.executor == nullptr && parts.stages.size() != parts.models.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainer: without a pipeline executor the trainer needs the ",
+        parts.models.size(), " model chunks as pipeline stages too (got ",
+        parts.stages.size(), ")"));
+  }
+  if (parts.optimizer == nullptr) {
+    return absl::InvalidArgumentError("trainer: no optimizer");
+  }
+  if (parts.data_parallel != nullptr &&
+      parts.data_parallel->dp_group() != parts.dp_group &&
+      GroupSize(parts.data_parallel->dp_group()) + GroupSize(parts.dp_group) >
+          2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainer: the losses' data-parallel group (size ",
+        GroupSize(parts.dp_group),
+        ") is not the one data parallelism reduces gradients over (size ",
+        GroupSize(parts.data_parallel->dp_group()), ")"));
+  }
+  auto trainer = std::unique_ptr<Trainer>(
+      new Trainer(std::move(parts), std::move(schedule), std::move(options)));
+  TrainerParts& p = trainer->parts_;
+  if (p.executor == nullptr) {
+    pipeline::PipelineOptions one_stage;
+    one_stage.schedule = pipeline::ScheduleKind::kNoPipelining;
+    MCC_ASSIGN_OR_RETURN(
+        trainer->own_executor_,
+        pipeline::PipelineExecutor::Create(p.stages, nullptr, one_stage));
+    p.executor = trainer->own_executor_.get();
+  }
+  fsdp::FullyShardedDataParallel* dp = p.data_parallel;
+  if (p.executor != nullptr && dp != nullptr) {
+    // Data parallelism reduces only on each chunk's last micro-batch.
+    p.executor->SetLastMicrobatchCallback(
+        [dp](bool last) { dp->set_is_last_microbatch(last); });
+  }
+  // --overlap-param-gather: each unit waits for its own parameters' gather
+  // just before its forward instead of all of them at the step's start.
+  data_parallel::DistributedDataParallel* ddp =
+      dp != nullptr ? dp->ddp() : nullptr;
+  if (ddp != nullptr && ddp->config().overlap_param_gather &&
+      ddp->config().use_distributed_optimizer) {
+    for (parallel::Model* model : p.models) {
+      trainer->gather_hooks_.push_back(
+          std::make_unique<data_parallel::ParamGatherHooks>(ddp, *model));
+      MCC_RETURN_IF_ERROR(
+          model->AddUnitHooks(trainer->gather_hooks_.back().get()));
+    }
+  }
+  return trainer;
+}
+
+Trainer::Trainer(TrainerParts parts, optim::LrSchedule schedule,
+                 TrainerOptions options)
+    : parts_(std::move(parts)),
+      schedule_(std::move(schedule)),
+      options_(std::move(options)) {}
+
+Trainer::~Trainer() {
+  for (size_t i = 0; i < gather_hooks_.size(); ++i) {
+    parts_.models[i]->RemoveUnitHooks(gather_hooks_[i].get());
+  }
+  if (parts_.executor != nullptr && parts_.data_parallel != nullptr) {
+    parts_.executor->SetLastMicrobatchCallback(nullptr);
+  }
+}
+
+absl::Status Trainer::WaitForParameters() {
+  if (parts_.data_parallel == nullptr) return absl::OkStatus();
+  return parts_.data_parallel->FinishParamGather();
+}
+
+absl::Status Trainer::FinalizeModelGrads() {
+  fsdp::FullyShardedDataParallel* dp = parts_.data_parallel;
+  if (dp != nullptr) {
+    // Gathers no unit's forward waited for (a stage without them).
+    MCC_RETURN_IF_ERROR(dp->FinishParamGather());
+    dp->set_is_last_microbatch(true);
+  }
+  for (parallel::Model* model : parts_.models) {
+    MCC_RETURN_IF_ERROR(model->SyncSharedGradients(parts_.embedding_group));
+  }
+  if (dp == nullptr) {
+    for (parallel::Model* model : parts_.models) {
+      MCC_RETURN_IF_ERROR(model->FinalizeGradients());
+    }
+    return absl::OkStatus();
+  }
+  MCC_RETURN_IF_ERROR(dp->FinishGradSync());
+  // Replaces the model's: under the sharded strategies the gradients live
+  // in the wrapper's shards.
+  return dp->FinalizeGradients();
+}
+
+absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
+                                          int64_t iteration) {
+  if (num_microbatches <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer: iteration ", iteration, " has ",
+                     num_microbatches, " micro-batches (must be > 0)"));
+  }
+  StepMetrics m;
+  m.iteration = iteration;
+  m.num_microbatches = num_microbatches;
+  fsdp::FullyShardedDataParallel* dp = parts_.data_parallel;
+  if (dp != nullptr) {
+    // The last step's updated parameters must be in place first (with the
+    // gather hooks, each unit's just before its forward).
+    if (gather_hooks_.empty()) MCC_RETURN_IF_ERROR(dp->FinishParamGather());
+    dp->ZeroGrads();
+  } else {
+    for (parallel::Model* model : parts_.models) model->ZeroGradients();
+  }
+  // Each micro-batch's mean loss counts 1/M, times the loss scale.
+  const float grad_scale =
+      static_cast<float>(parts_.optimizer->loss_scale() / num_microbatches);
+  absl::Time start = absl::Now();
+  MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
+                       parts_.executor->Run(num_microbatches, grad_scale));
+  const LocalLoss local = SumLosses(run.losses);
+  m.pipeline = run.stats;
+  m.forward_backward_seconds = SecondsSince(start);
+
+  start = absl::Now();
+  MCC_RETURN_IF_ERROR(FinalizeModelGrads());
+  m.grad_sync_seconds = SecondsSince(start);
+  if (options_.before_optimizer_step) {
+    MCC_RETURN_IF_ERROR(options_.before_optimizer_step(iteration));
+  }
+
+  start = absl::Now();
+  MCC_ASSIGN_OR_RETURN(
+      optim::StepInfo info,
+      parts_.optimizer->Step(schedule_.LearningRate(iteration)));
+  m.optimizer_seconds = SecondsSince(start);
+  m.lr = info.lr;
+  m.grad_norm = info.grad_norm;
+  m.skipped = info.skipped;
+  m.loss_scale = info.loss_scale;
+
+  MCC_ASSIGN_OR_RETURN(
+      std::vector<double> total,
+      SumOverGroup({local.mean_of_means, local.tokens}, parts_.dp_group));
+  m.loss = total[0] / GroupSize(parts_.dp_group);
+  m.loss_tokens = total[1];
+  return m;
+}
+
+absl::StatusOr<EvalMetrics> Trainer::Evaluate(int num_microbatches) {
+  return training::Evaluate(parts_.executor, parts_.dp_group, num_microbatches);
+}
+
+}  // namespace training
+}  // namespace mcc
