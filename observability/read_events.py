@@ -9,6 +9,8 @@ number in either shows up.
 usage: read_events.py EVENT_FILE TAG=VALUE@STEP ...
 Exits non-zero, saying why, unless the file holds exactly the file-version
 event followed by those scalars in that order (values compared as fp32).
+       read_events.py --dump EVENT_FILE
+prints every scalar as "STEP<tab>TAG<tab>VALUE" (CRCs checked the same way).
 """
 import os
 import struct
@@ -62,6 +64,9 @@ def records(blob):
 
 
 def main():
+  dump = sys.argv[1] == "--dump"
+  if dump:
+    del sys.argv[1]
   path, expected = sys.argv[1], sys.argv[2:]
   with tempfile.TemporaryDirectory() as tmp:
     with open(os.path.join(tmp, "reader.proto"), "w") as f:
@@ -87,6 +92,10 @@ def main():
       sys.exit("event without wall time: %r" % e)
     v = e.summary.value[0]
     scalars.append((v.tag, v.simple_value, e.step))
+  if dump:
+    for tag, value, step in scalars:
+      print("%d\t%s\t%r" % (step, tag, value))
+    return
   want = []
   for item in expected:
     tag, rest = item.split("=")

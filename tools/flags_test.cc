@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -77,6 +78,19 @@ void ListTree(const std::string& dir, const std::string& rel,
       ListTree(path, rel + name + "/", out);
     } else {
       std::string content = ReadFile(path);
+      if (absl::StartsWith(name, "events.out.tfevents.")) {
+        // TensorBoard: the name holds the time and pid, the records wall
+        // times; what repeats is how many records there are.
+        size_t records = 0;
+        for (size_t pos = 0; pos + 12 <= content.size(); ++records) {
+          uint64_t length = 0;
+          std::memcpy(&length, content.data() + pos, 8);
+          pos += 16 + length;
+        }
+        out->push_back(
+            absl::StrCat(rel, "events.out.tfevents.*: ", records, " records"));
+        continue;
+      }
       if (absl::EndsWith(name, ".jsonl")) {
         // Metrics: the timing fields vary from run to run.
         content = std::regex_replace(
@@ -505,6 +519,24 @@ std::vector<Row> Table() {
   add("train", "metrics_file", V::kEffect,
       {"--metrics-file", g_out + "/m.jsonl"}, tm);
   add("train", "peak_tflops", V::kEffect, {"--peak-tflops", "2"}, tm);
+  add("train", "tensorboard_dir", V::kEffect,
+      {"--tensorboard-dir", g_out + "/tb"}, tm);
+  const Context tb = With(tm, {"--tensorboard-dir", g_out + "/tb"});
+  add("train", "tensorboard_log_interval", V::kEffect,
+      {"--tensorboard-log-interval", "2"}, tb);
+  add("train", "log_timers_to_tensorboard", V::kEffect,
+      {"--log-timers-to-tensorboard"}, tb);
+  add("train", "log_memory_to_tensorboard", V::kEffect,
+      {"--log-memory-to-tensorboard"}, tb);
+  for (const char* f : {"tensorboard_log_interval", "log_timers_to_tensorboard",
+                        "log_memory_to_tensorboard"}) {
+    add("train", f, V::kWarned,
+        {"--" + Dashed(f) +
+         (std::string(f) == "tensorboard_log_interval" ? "=2" : "")},
+        tm);
+  }
+  add("train", "flight_recorder_dir", V::kEffect,
+      {"--flight-recorder-dir", g_out + "/fr"}, tm);
   add("train", "preset", V::kEffect, {"--preset", "bench"}, tm);
   add("train", "config", V::kEffect, {"--config", g_tmp + "/seed.textproto"},
       tm);

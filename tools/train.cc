@@ -3,6 +3,8 @@
 // steps, then saves, evaluates and says how to generate from the result.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -11,6 +13,7 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -19,11 +22,13 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/flags.h"
 #include "core/allocator.h"
+#include "core/comm/flight_recorder.h"
 #include "core/op_profile.h"
 #include "core/ops/gemm.h"
 #include "core/status_macros.h"
 #include "data/loader.h"
 #include "glog/logging.h"
+#include "observability/tensorboard_writer.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
@@ -99,6 +104,21 @@ ABSL_FLAG(std::string, metrics_file, "",
           "Append one JSON line per logged iteration.");
 ABSL_FLAG(double, peak_tflops, 0.0,
           "Peak TFLOP/s for MFU (0: measure the GEMM peak at start).");
+ABSL_FLAG(std::string, tensorboard_dir, "",
+          "Write TensorBoard event files here (rank 0): loss, learning rate, "
+          "grad norm, loss scale, throughput, MFU, validation loss and "
+          "perplexity, under Megatron's tag names.");
+ABSL_FLAG(int32_t, tensorboard_log_interval, 1,
+          "Iterations between TensorBoard scalars.");
+ABSL_FLAG(bool, log_timers_to_tensorboard, false,
+          "Also write the step's timers (forward-backward, grad sync, "
+          "optimizer, data) to TensorBoard.");
+ABSL_FLAG(bool, log_memory_to_tensorboard, false,
+          "Also write the allocator's current and peak bytes to TensorBoard.");
+ABSL_FLAG(std::string, flight_recorder_dir, "",
+          "Each rank dumps its last collectives and p2p calls here on a "
+          "collective failure, SIGUSR1 or a fatal signal; tools/analyze_hang "
+          "DIR names the ranks behind.");
 
 namespace mcc {
 namespace tools {
@@ -284,7 +304,12 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
       absl::StrCat("--data-parallel-sharding-strategy ",
                    fsdp::ShardingStrategyName(strategy),
                    " reduces each layer's gradients as its backward ends");
+  const bool no_tensorboard = absl::GetFlag(FLAGS_tensorboard_dir).empty();
+  const std::string tb_why = "it needs --tensorboard-dir";
   return {
+      {"tensorboard_log_interval", no_tensorboard, tb_why},
+      {"log_timers_to_tensorboard", no_tensorboard, tb_why},
+      {"log_memory_to_tensorboard", no_tensorboard, tb_why},
       {"num_query_groups", !absl::GetFlag(FLAGS_group_query_attention),
        "it needs --group-query-attention"},
       {"rotary_base", absl::GetFlag(FLAGS_position_embedding_type) != "rope",
@@ -472,7 +497,53 @@ std::string DescribeDistribution(
   return out;
 }
 
+// --flight-recorder-dir: set before any group forms, so every collective is
+// in the ring.
+absl::Status SetUpFlightRecorder() {
+  const std::string dir = absl::GetFlag(FLAGS_flight_recorder_dir);
+  if (dir.empty()) return absl::OkStatus();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--flight-recorder-dir ", dir, ": cannot create it: ", ec.message()));
+  }
+  int rank = 0;
+  const char* env = std::getenv("RANK");
+  if (env == nullptr || !absl::SimpleAtoi(env, &rank)) rank = 0;
+  comm::FlightRecorder::Global().SetDumpDirectory(dir, rank);
+  if (rank == 0) {
+    LOG(INFO) << "flight recorder: each rank dumps its last collectives to "
+              << dir << " on a failure, SIGUSR1 or a fatal signal "
+              << "(tools/analyze_hang " << dir << ")";
+  }
+  return absl::OkStatus();
+}
+
+// --tensorboard-dir: scalars under Megatron's tag names, from rank 0.
+class TensorBoardLog {
+ public:
+  static absl::StatusOr<TensorBoardLog> Create(bool log) {
+    TensorBoardLog tb;
+    const std::string dir = absl::GetFlag(FLAGS_tensorboard_dir);
+    if (dir.empty() || !log) return tb;
+    MCC_ASSIGN_OR_RETURN(tb.writer_,
+                         observability::TensorBoardWriter::Create(dir));
+    LOG(INFO) << "TensorBoard: writing " << tb.writer_->path();
+    return tb;
+  }
+  bool enabled() const { return writer_ != nullptr; }
+  absl::Status Add(absl::string_view tag, double value, int64_t step) {
+    return writer_ ? writer_->AddScalar(tag, value, step) : absl::OkStatus();
+  }
+  absl::Status Flush() { return writer_ ? writer_->Flush() : absl::OkStatus(); }
+
+ private:
+  std::shared_ptr<observability::TensorBoardWriter> writer_;
+};
+
 absl::Status Train() {
+  MCC_RETURN_IF_ERROR(SetUpFlightRecorder());
   MCC_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, SetupJob());
   const int dp = job->dp_size();
   MCC_ASSIGN_OR_RETURN(Batching batching, PlanBatches(dp));
@@ -589,6 +660,9 @@ absl::Status Train() {
   eval_loader_config.consumed_samples = 0;
 
   MetricsLogger logger(log, absl::GetFlag(FLAGS_metrics_file));
+  MCC_ASSIGN_OR_RETURN(TensorBoardLog tensorboard, TensorBoardLog::Create(log));
+  const int tb_interval =
+      std::max(1, absl::GetFlag(FLAGS_tensorboard_log_interval));
   const double flops_per_iteration =
       TrainingFlopsPerToken(job->config) * batching.global_batch * seq;
   if (log) {
@@ -680,6 +754,52 @@ absl::Status Train() {
     }
     window_loss += loss;
     ++window_steps;
+    if (tensorboard.enabled() && iteration % tb_interval == 0) {
+      MCC_RETURN_IF_ERROR(tensorboard.Add("lm loss", loss, iteration));
+      MCC_RETURN_IF_ERROR(tensorboard.Add("learning-rate", step.lr, iteration));
+      MCC_RETURN_IF_ERROR(
+          tensorboard.Add("grad-norm", step.grad_norm, iteration));
+      MCC_RETURN_IF_ERROR(
+          tensorboard.Add("loss-scale", step.loss_scale, iteration));
+      MCC_RETURN_IF_ERROR(tensorboard.Add(
+          "batch-size", static_cast<double>(batching.global_batch), iteration));
+      const double step_seconds = step.forward_backward_seconds +
+                                  step.grad_sync_seconds +
+                                  step.optimizer_seconds;
+      if (step_seconds > 0) {
+        MCC_RETURN_IF_ERROR(
+            tensorboard.Add("iteration-time", step_seconds, iteration));
+        MCC_RETURN_IF_ERROR(tensorboard.Add(
+            "tokens-per-second", batching.global_batch * seq / step_seconds,
+            iteration));
+        MCC_RETURN_IF_ERROR(tensorboard.Add(
+            "throughput", flops_per_iteration / step_seconds / 1e12,
+            iteration));
+        if (peak_flops > 0) {
+          MCC_RETURN_IF_ERROR(tensorboard.Add(
+              "mfu", flops_per_iteration / step_seconds / peak_flops,
+              iteration));
+        }
+      }
+      if (absl::GetFlag(FLAGS_log_timers_to_tensorboard)) {
+        MCC_RETURN_IF_ERROR(tensorboard.Add(
+            "forward-backward-time", step.forward_backward_seconds, iteration));
+        MCC_RETURN_IF_ERROR(tensorboard.Add("grad-sync-time",
+                                            step.grad_sync_seconds, iteration));
+        MCC_RETURN_IF_ERROR(tensorboard.Add("optimizer-time",
+                                            step.optimizer_seconds, iteration));
+      }
+      if (absl::GetFlag(FLAGS_log_memory_to_tensorboard)) {
+        const MemoryStats mem = GetAllocator(Device::CPU())->Stats();
+        MCC_RETURN_IF_ERROR(
+            tensorboard.Add("mem-allocated-bytes",
+                            static_cast<double>(mem.current_bytes), iteration));
+        MCC_RETURN_IF_ERROR(tensorboard.Add("mem-max-allocated-bytes",
+                                            static_cast<double>(mem.peak_bytes),
+                                            iteration));
+      }
+      MCC_RETURN_IF_ERROR(tensorboard.Flush());
+    }
     if (iteration % absl::GetFlag(FLAGS_log_interval) == 0 ||
         iteration == train_iters) {
       const absl::Time now = absl::Now();
@@ -744,6 +864,12 @@ absl::Status Train() {
             "validation loss at iteration %d: %.4f | perplexity %.2f",
             iteration, vloss, std::exp(std::min(vloss, 20.0)));
       }
+      MCC_RETURN_IF_ERROR(
+          tensorboard.Add("lm loss validation", vloss, iteration));
+      MCC_RETURN_IF_ERROR(tensorboard.Add("lm loss validation ppl",
+                                          std::exp(std::min(vloss, 20.0)),
+                                          iteration));
+      MCC_RETURN_IF_ERROR(tensorboard.Flush());
     }
     if (ckpt.ShouldSave(iteration, train_iters)) {
       timers.Start("save-checkpoint");
