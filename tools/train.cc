@@ -529,7 +529,7 @@ class TensorBoardLog {
     if (dir.empty() || !log) return tb;
     MCC_ASSIGN_OR_RETURN(tb.writer_,
                          observability::TensorBoardWriter::Create(dir));
-    LOG(INFO) << "TensorBoard: writing " << tb.writer_->path();
+    LOG(INFO) << "TensorBoard: writing event files to " << dir;
     return tb;
   }
   bool enabled() const { return writer_ != nullptr; }
