@@ -119,6 +119,14 @@ T ReadLE(const uint8_t* p) {
 
 constexpr size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
 
+// A token stored as a float, truncated as numpy's astype(int64) does; values
+// no int64 holds (NaN, infinities, beyond 2^63) read as -1, an id that no
+// vocabulary has, instead of undefined behaviour.
+int64_t FloatToken(double v) {
+  if (!(v > -9.2e18 && v < 9.2e18)) return -1;
+  return static_cast<int64_t>(v);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::Open(
@@ -288,16 +296,16 @@ void IndexedDataset::Read(int64_t seq, int64_t offset, int64_t length,
         out[i] = ReadLE<int32_t>(src + 4 * i);
       break;
     case TokenDType::kInt64:
-      std::memcpy(out, src, length * 8);
+      if (length > 0) std::memcpy(out, src, length * 8);
       break;
     case TokenDType::kFloat32:
       for (int64_t i = 0; i < length; ++i) {
-        out[i] = static_cast<int64_t>(ReadLE<float>(src + 4 * i));
+        out[i] = FloatToken(ReadLE<float>(src + 4 * i));
       }
       break;
     case TokenDType::kFloat64:
       for (int64_t i = 0; i < length; ++i) {
-        out[i] = static_cast<int64_t>(ReadLE<double>(src + 8 * i));
+        out[i] = FloatToken(ReadLE<double>(src + 8 * i));
       }
       break;
   }

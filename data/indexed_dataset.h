@@ -95,7 +95,8 @@ class IndexedDataset {
   }
 
   // Copies tokens [offset, offset + length) of sequence `seq` into out as
-  // int64. Arguments must lie inside the sequence (CHECKed).
+  // int64. Arguments must lie inside the sequence (CHECKed). Float tokens
+  // are truncated; one that no int64 holds (NaN, inf) reads as -1.
   void Read(int64_t seq, int64_t offset, int64_t length, int64_t* out) const;
   // The whole sequence.
   std::vector<int64_t> Get(int64_t seq) const;
