@@ -43,10 +43,13 @@ absl::Status ReadStoreMessage(const ReadExactly& read, char* head,
     }
     args->emplace_back();
     std::string& arg = args->back();
-    constexpr size_t kChunk = 1 << 20;
+    // 64 KiB, then as much again as has arrived: memory stays within twice
+    // the bytes received, in few reads.
+    constexpr size_t kFirstChunk = 64 << 10;
     while (arg.size() < len) {
       const size_t done = arg.size();
-      const size_t step = std::min<size_t>(kChunk, len - done);
+      const size_t step =
+          std::min<size_t>(std::max(kFirstChunk, done), len - done);
       arg.resize(done + step);
       if (absl::Status s = read(&arg[done], step); !s.ok()) return s;
     }

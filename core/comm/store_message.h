@@ -24,8 +24,8 @@ using ReadExactly = std::function<absl::Status(void* data, size_t n)>;
 
 // Reads one message through `read`. Counts and lengths past the limits above
 // are DataLoss errors; an argument's buffer grows as its bytes arrive, so a
-// peer that announces a large argument and then stops costs no more memory
-// than it sent.
+// peer that announces a large argument and then stops costs little more
+// memory than it sent (64 KiB, or twice what it sent).
 absl::Status ReadStoreMessage(const ReadExactly& read, char* head,
                               std::vector<std::string>* args);
 
