@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -92,13 +93,34 @@ absl::Status CheckpointReader::Validate() const {
     }
     const Shape g = ToShape(t.global_shape());
     const size_t esize = DTypeSize(static_cast<DType>(t.dtype()));
+    // Extents and byte counts that int64 holds, so that no size, offset or
+    // shard arithmetic below (or in ReadRegion) can overflow.
+    int64_t max_elements = std::numeric_limits<int64_t>::max() / esize;
+    for (int64_t d : g) {
+      if (d < 0 || (d > 0 && max_elements / d == 0)) {
+        return absl::DataLossError(
+            absl::StrCat(path_, ": tensor ", t.name(), " has global shape ",
+                         ShapeToString(g),
+                         " (a negative extent, or more bytes than int64 "
+                         "can count)"));
+      }
+      if (d > 0) max_elements /= d;
+    }
     for (const ShardRecord& s : t.shards()) {
       const Box b{ToShape(s.global_offsets()), ToShape(s.local_shape())};
-      if (b.offsets.size() != g.size() || b.shape.size() != g.size() ||
-          !Contains(Box{Shape(g.size(), 0), g}, b)) {
-        return absl::DataLossError(
-            absl::StrCat(path_, ": tensor ", t.name(), " ", ShapeToString(g),
-                         " has shard ", b.ToString(), " outside it"));
+      bool inside = b.offsets.size() == g.size() && b.shape.size() == g.size();
+      for (size_t d = 0; inside && d < g.size(); ++d) {
+        inside = b.offsets[d] >= 0 && b.shape[d] >= 0 && b.shape[d] <= g[d] &&
+                 b.offsets[d] <= g[d] - b.shape[d];
+      }
+      if (!inside ||
+          s.byte_offset() >
+              static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) -
+                  s.byte_length()) {
+        return absl::DataLossError(absl::StrCat(
+            path_, ": tensor ", t.name(), " ", ShapeToString(g), " has shard ",
+            ShapeToString(b.offsets), " + ", ShapeToString(b.shape),
+            " at byte ", s.byte_offset(), " of ", s.file(), " outside it"));
       }
       if (s.byte_length() != static_cast<uint64_t>(b.NumElements()) * esize) {
         return absl::DataLossError(

@@ -1,9 +1,14 @@
 #include "checkpoint/hf_gpt2.h"
 
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <optional>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/json.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -194,6 +199,15 @@ absl::StatusOr<NamedTensors> ExportGpt2(
 absl::StatusOr<std::map<std::string, Tensor>> ImportGpt2(
     const NamedTensors& hf, const ModelConfig& config) {
   MCC_RETURN_IF_ERROR(CheckGpt2Compatible(config));
+  // Each layer has 12 tensors: a configuration with more layers than the
+  // file can hold fails here, before its tensor table is made.
+  if (config.num_layers() < 0 ||
+      config.num_layers() > static_cast<int64_t>(hf.size()) / 12) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPT-2 import: the configuration has ", config.num_layers(),
+        " layers (12 tensors each) but the file holds ", hf.size(),
+        " tensors"));
+  }
   std::map<std::string, Tensor> by_name;
   for (const auto& [name, t] : hf) {
     const bool bare = !absl::StartsWith(name, "transformer.") &&
@@ -256,6 +270,88 @@ absl::Status ExportCheckpointToHfGpt2(CheckpointReader& reader,
                           {{"format", "pt"},
                            {"source", reader.path()},
                            {"iteration", absl::StrCat(reader.iteration())}});
+}
+
+namespace {
+
+absl::StatusOr<int64_t> PositiveInt(const json::Value& config,
+                                    absl::string_view key,
+                                    const std::string& path,
+                                    std::optional<int64_t> fallback) {
+  const json::Value* v = config.Find(key);
+  if (v == nullptr || v->kind == json::Value::Kind::kNull) {
+    if (fallback.has_value()) return *fallback;
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": missing \"", key, "\""));
+  }
+  absl::StatusOr<int64_t> n = v->AsInt();
+  if (!n.ok() || *n <= 0 || *n > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": \"", key, "\" must be a positive 32-bit integer",
+                     n.ok() ? absl::StrCat(", got ", *n) : ""));
+  }
+  return *n;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseGpt2ConfigJson(absl::string_view text,
+                                                const std::string& path) {
+  absl::StatusOr<json::Value> parsed = json::Parse(text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", parsed.status().message()));
+  }
+  const json::Value& hf = *parsed;
+  if (hf.kind != json::Value::Kind::kObject) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a JSON object"));
+  }
+  MCC_ASSIGN_OR_RETURN(int64_t vocab,
+                       PositiveInt(hf, "vocab_size", path, std::nullopt));
+  MCC_ASSIGN_OR_RETURN(int64_t hidden,
+                       PositiveInt(hf, "n_embd", path, std::nullopt));
+  MCC_ASSIGN_OR_RETURN(int64_t layers,
+                       PositiveInt(hf, "n_layer", path, std::nullopt));
+  MCC_ASSIGN_OR_RETURN(int64_t heads,
+                       PositiveInt(hf, "n_head", path, std::nullopt));
+  MCC_ASSIGN_OR_RETURN(int64_t positions,
+                       PositiveInt(hf, "n_positions", path, std::nullopt));
+  MCC_ASSIGN_OR_RETURN(int64_t inner,
+                       PositiveInt(hf, "n_inner", path, 4 * hidden));
+  double eps = 1e-5;
+  if (const json::Value* v = hf.Find("layer_norm_epsilon");
+      v != nullptr && v->kind != json::Value::Kind::kNull) {
+    if (v->kind != json::Value::Kind::kNumber ||
+        !absl::SimpleAtod(v->text, &eps) || !(eps > 0) || !std::isfinite(eps)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": \"layer_norm_epsilon\" must be a positive number"));
+    }
+  }
+  bool tied = true;  // Hugging Face's default.
+  if (const json::Value* v = hf.Find("tie_word_embeddings");
+      v != nullptr && v->kind != json::Value::Kind::kNull) {
+    if (v->kind != json::Value::Kind::kBool) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": \"tie_word_embeddings\" must be true or false"));
+    }
+    tied = v->boolean;
+  }
+  ModelConfig config;
+  config.set_num_layers(layers);
+  config.set_hidden_size(hidden);
+  config.set_num_attention_heads(heads);
+  config.set_num_query_groups(heads);
+  config.set_ffn_hidden_size(inner);
+  config.set_vocab_size(vocab);
+  config.set_padded_vocab_size(vocab);  // The rows stored: no padding.
+  config.set_seq_length(positions);
+  config.set_max_position_embeddings(positions);
+  config.set_tied_embeddings(tied);
+  config.set_add_bias_linear(true);
+  config.set_layernorm_epsilon(eps);
+  config.set_rotary_base(10000.0);
+  return config;
 }
 
 }  // namespace mcc

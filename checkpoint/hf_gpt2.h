@@ -56,6 +56,14 @@ absl::StatusOr<NamedTensors> ExportGpt2(
 absl::StatusOr<std::map<std::string, Tensor>> ImportGpt2(
     const NamedTensors& hf, const checkpoint::ModelConfig& config);
 
+// The model configuration of a Hugging Face GPT-2 config.json (vocab_size,
+// n_embd, n_layer, n_head, n_positions, optional n_inner,
+// layer_norm_epsilon and tie_word_embeddings, true when absent). Sizes must
+// be positive 32-bit integers; an error names `path` and the key at fault.
+// ImportGpt2 checks the rest (CheckGpt2Compatible, the tensors' shapes).
+absl::StatusOr<checkpoint::ModelConfig> ParseGpt2ConfigJson(
+    absl::string_view text, const std::string& path);
+
 // Reads every parameter of a sharded checkpoint (any layout) whole, maps it
 // with ExportGpt2 under the checkpoint's own ModelConfig and writes a
 // safetensors file for GPT2LMHeadModel. Tensors the mapping does not use

@@ -264,5 +264,57 @@ TEST(HfGpt2Test, ExportsATensorParallelCheckpoint) {
   }
 }
 
+TEST(HfGpt2, ParsesConfigJson) {
+  auto c = ParseGpt2ConfigJson(
+      R"({"vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12,
+          "n_positions": 1024, "layer_norm_epsilon": 1e-05,
+          "tie_word_embeddings": false, "n_inner": null})",
+      "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_layers(), 12);
+  EXPECT_EQ(c->ffn_hidden_size(), 4 * 768);
+  EXPECT_EQ(c->vocab_size(), 50257);
+  EXPECT_DOUBLE_EQ(c->layernorm_epsilon(), 1e-5);
+  EXPECT_FALSE(c->tied_embeddings());
+  EXPECT_TRUE(CheckGpt2Compatible(*c).ok());
+}
+
+// Seen while writing //checkpoint/fuzz:hf_gpt2_import_fuzz_test: a
+// non-numeric epsilon threw from std::stod (an abort), and sizes were not
+// checked at all.
+TEST(HfGpt2, ConfigJsonErrorsNameFileAndKey) {
+  const std::string base =
+      R"("vocab_size": 8, "n_embd": 4, "n_head": 2, "n_positions": 4)";
+  auto expect = [](const std::string& text, const std::string& what) {
+    auto c = ParseGpt2ConfigJson(text, "hf/config.json");
+    ASSERT_FALSE(c.ok()) << text;
+    EXPECT_NE(c.status().message().find("hf/config.json"), std::string::npos)
+        << c.status();
+    EXPECT_NE(c.status().message().find(what), std::string::npos) << c.status();
+  };
+  expect("{" + base + R"(, "n_layer": -1})", "\"n_layer\" must be a positive");
+  expect("{" + base + R"(, "n_layer": 99999999999})", "n_layer");
+  expect("{" + base + "}", "missing \"n_layer\"");
+  expect("{" + base + R"(, "n_layer": 1, "layer_norm_epsilon": "x"})",
+         "layer_norm_epsilon");
+  expect("{" + base + R"(, "n_layer": 1, "tie_word_embeddings": 1})",
+         "tie_word_embeddings");
+  expect("[1, 2]", "not a JSON object");
+  expect("{", "hf/config.json");
+}
+
+TEST(HfGpt2, ImportRefusesMoreLayersThanTheFileHolds) {
+  checkpoint::ModelConfig c;
+  c.set_num_layers(1 << 30);
+  c.set_hidden_size(4);
+  c.set_num_attention_heads(2);
+  c.set_vocab_size(8);
+  c.set_add_bias_linear(true);
+  auto r = ImportGpt2({}, c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("1073741824 layers"), std::string::npos)
+      << r.status();
+}
+
 }  // namespace
 }  // namespace mcc

@@ -157,7 +157,10 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
     std::string name;
   };
   std::vector<Span> spans;
-  for (const auto& [name, v] : header->object) {
+  for (const auto& member : header->object) {
+    // Named, not structured bindings: lambdas below capture them (C++17).
+    const std::string& name = member.first;
+    const json::Value& v = member.second;
     if (name == "__metadata__") {
       if (v.kind != json::Value::Kind::kObject) {
         return absl::DataLossError(

@@ -1,5 +1,6 @@
 #include "data/gpt_dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
@@ -170,6 +171,49 @@ bool FileExists(const std::string& path) {
   return std::filesystem::is_regular_file(path, ec);
 }
 
+// Checks that every sample GetSample can be asked for reads inside its
+// documents and yields at most `want` tokens, walking the sample index as
+// GetSample does. Document positions (already checked to lie in the document
+// index) must not decrease, which also bounds the walk by the index sizes.
+absl::Status CheckSampleBounds(const GPTIndices& ix,
+                               absl::Span<const int32_t> lengths, int64_t want,
+                               const std::string& sample_path) {
+  const int64_t n_pairs = ix.sample_index.size() / 2;
+  const int64_t* pairs = ix.sample_index.data();
+  auto bad = [&](int64_t i, absl::string_view what) {
+    return absl::DataLossError(
+        absl::StrCat(sample_path, ": sample ", i, " ", what));
+  };
+  for (int64_t i = 0; i + 1 < n_pairs; ++i) {
+    const int64_t doc_beg = pairs[2 * i], off_beg = pairs[2 * i + 1];
+    const int64_t doc_end = pairs[2 * i + 2], off_end = pairs[2 * i + 3];
+    if (doc_end < doc_beg) return bad(i, "ends before it starts");
+    const int64_t len_beg = lengths[ix.document_index[doc_beg]];
+    const int64_t len_end = lengths[ix.document_index[doc_end]];
+    if (off_beg < 0 || off_beg > len_beg) {
+      return bad(i, absl::StrCat("starts at token ", off_beg,
+                                 " of a document of ", len_beg));
+    }
+    if (off_end < -1 || off_end > len_end) {
+      return bad(i, absl::StrCat("ends at token ", off_end,
+                                 " of a document of ", len_end));
+    }
+    int64_t n = 0;
+    for (int64_t d = doc_beg; d <= doc_end && n <= want; ++d) {
+      const int64_t len = lengths[ix.document_index[d]];
+      const int64_t off = d == doc_beg ? off_beg : 0;
+      const int64_t take = std::min<int64_t>(
+          d < doc_end ? len - off : off_end - off + 1, len - off);
+      if (take < 0) return bad(i, "has a negative length");
+      n += take;
+    }
+    if (n > want) {
+      return bad(i, absl::StrCat("holds more than ", want, " tokens"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GPTDataset>> GPTDataset::Build(
@@ -319,6 +363,10 @@ absl::StatusOr<std::unique_ptr<GPTDataset>> GPTDataset::Build(
           absl::StrCat(sample_path, ": entry ", i, " out of range"));
     }
   }
+  absl::Status samples_ok =
+      CheckSampleBounds(ds->indices_, dataset->sequence_lengths(),
+                        config.sequence_length + 1, sample_path);
+  if (!samples_ok.ok()) return samples_ok;
   for (int64_t s : ds->indices_.shuffle_index) {
     if (s < 0 || s >= n_pairs - 1) {
       return absl::DataLossError(

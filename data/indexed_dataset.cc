@@ -119,6 +119,14 @@ T ReadLE(const uint8_t* p) {
 
 constexpr size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
 
+// A token stored as a float, truncated as numpy's astype(int64) does; values
+// no int64 holds (NaN, infinities, beyond 2^63) read as -1, an id that no
+// vocabulary has, instead of undefined behaviour.
+int64_t FloatToken(double v) {
+  if (!(v > -9.2e18 && v < 9.2e18)) return -1;
+  return static_cast<int64_t>(v);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::Open(
@@ -127,8 +135,38 @@ absl::StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::Open(
   auto idx_or = MappedFile::Open(idx_path);
   if (!idx_or.ok()) return idx_or.status();
   std::unique_ptr<MappedFile> idx = std::move(idx_or).value();
-  const uint8_t* p = idx->data();
-  const size_t n = idx->size();
+  std::unique_ptr<IndexedDataset> ds(new IndexedDataset());
+  ds->prefix_ = prefix;
+  absl::Status s = ds->ParseIndex(absl::string_view(
+      reinterpret_cast<const char*>(idx->data()), idx->size()));
+  if (!s.ok()) return s;
+  auto bin_or = MappedFile::Open(BinPath(prefix));
+  if (!bin_or.ok()) return bin_or.status();
+  ds->bin_ = std::move(bin_or).value();
+  ds->bin_data_ = ds->bin_->data();
+  ds->bin_size_ = ds->bin_->size();
+  s = ds->ValidateAgainstBin();
+  if (!s.ok()) return s;
+  return ds;
+}
+
+absl::StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::FromMemory(
+    const std::string& prefix, absl::string_view idx, absl::string_view bin) {
+  std::unique_ptr<IndexedDataset> ds(new IndexedDataset());
+  ds->prefix_ = prefix;
+  absl::Status s = ds->ParseIndex(idx);
+  if (!s.ok()) return s;
+  ds->bin_data_ = reinterpret_cast<const uint8_t*>(bin.data());
+  ds->bin_size_ = bin.size();
+  s = ds->ValidateAgainstBin();
+  if (!s.ok()) return s;
+  return ds;
+}
+
+absl::Status IndexedDataset::ParseIndex(absl::string_view idx) {
+  const std::string idx_path = IdxPath(prefix_);
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(idx.data());
+  const size_t n = idx.size();
   if (n < kHeaderBytes) {
     return absl::DataLossError(absl::StrCat(idx_path, ": truncated index: ", n,
                                             " bytes, the header alone needs ",
@@ -166,66 +204,68 @@ absl::StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::Open(
         " sequences, ", num_doc, " document entries) needs ", need,
         n < need ? " (truncated)" : " (trailing bytes)"));
   }
-  std::unique_ptr<IndexedDataset> ds(new IndexedDataset());
-  ds->prefix_ = prefix;
-  ds->dtype_ = *dtype_or;
-  ds->lengths_.resize(num_seq);
-  ds->pointers_.resize(num_seq);
-  ds->document_indices_.resize(num_doc);
+  dtype_ = *dtype_or;
+  lengths_.resize(num_seq);
+  pointers_.resize(num_seq);
+  document_indices_.resize(num_doc);
   size_t off = kHeaderBytes;
-  if (num_seq > 0) std::memcpy(ds->lengths_.data(), p + off, num_seq * 4);
+  if (num_seq > 0) std::memcpy(lengths_.data(), p + off, num_seq * 4);
   off += num_seq * 4;
-  if (num_seq > 0) std::memcpy(ds->pointers_.data(), p + off, num_seq * 8);
+  if (num_seq > 0) std::memcpy(pointers_.data(), p + off, num_seq * 8);
   off += num_seq * 8;
-  if (num_doc > 0)
-    std::memcpy(ds->document_indices_.data(), p + off, num_doc * 8);
+  if (num_doc > 0) std::memcpy(document_indices_.data(), p + off, num_doc * 8);
+  return absl::OkStatus();
+}
 
-  const std::string bin_path = BinPath(prefix);
-  auto bin_or = MappedFile::Open(bin_path);
-  if (!bin_or.ok()) return bin_or.status();
-  ds->bin_ = std::move(bin_or).value();
-  const int64_t bin_size = static_cast<int64_t>(ds->bin_->size());
-  const int64_t item = static_cast<int64_t>(TokenDTypeSize(ds->dtype_));
+absl::Status IndexedDataset::ValidateAgainstBin() {
+  const std::string idx_path = IdxPath(prefix_);
+  const std::string bin_path = BinPath(prefix_);
+  const uint64_t num_seq = lengths_.size();
+  const uint64_t num_doc = document_indices_.size();
+  const int64_t bin_size = static_cast<int64_t>(bin_size_);
+  const int64_t item = static_cast<int64_t>(TokenDTypeSize(dtype_));
 
   int64_t total = 0;
   for (uint64_t i = 0; i < num_seq; ++i) {
-    const int64_t len = ds->lengths_[i];
-    const int64_t ptr = ds->pointers_[i];
+    const int64_t len = lengths_[i];
+    const int64_t ptr = pointers_[i];
     if (len < 0) {
       return absl::DataLossError(
           absl::StrCat(idx_path, ": sequence ", i, " has negative length ", len,
                        " (byte offset ", kHeaderBytes + 4 * i, ")"));
     }
-    if (ptr < 0 || ptr % item != 0 || ptr + len * item > bin_size) {
+    // Compared as bin_size - ptr so that no pointer can overflow the sum.
+    if (ptr < 0 || ptr % item != 0 || ptr > bin_size ||
+        len * item > bin_size - ptr) {
       const bool truncated =
-          ptr >= 0 && ptr + len * item > bin_size && i + 1 == num_seq;
+          ptr >= 0 && ptr % item == 0 && ptr <= bin_size && i + 1 == num_seq;
       return absl::DataLossError(absl::StrCat(
           truncated ? bin_path : idx_path, ": ",
           truncated ? "truncated .bin: " : "index points past the end: ",
-          "sequence ", i, " needs bytes [", ptr, ", ", ptr + len * item,
-          ") but ", bin_path, " has ", bin_size, " bytes (pointer at ",
-          idx_path, " byte offset ", kHeaderBytes + 4 * num_seq + 8 * i, ")"));
+          "sequence ", i, " needs ", len * item, " bytes at byte ", ptr,
+          " but ", bin_path, " has ", bin_size, " bytes (pointer at ", idx_path,
+          " byte offset ", kHeaderBytes + 4 * num_seq + 8 * i, ")"));
     }
     total += len;
   }
-  if (num_doc == 0 || ds->document_indices_[0] != 0 ||
-      ds->document_indices_.back() != static_cast<int64_t>(num_seq)) {
+  if (num_doc == 0 || document_indices_[0] != 0 ||
+      document_indices_.back() != static_cast<int64_t>(num_seq)) {
     return absl::DataLossError(absl::StrCat(
         idx_path, ": document index must run from 0 to the sequence count ",
         num_seq, "; it has ", num_doc, " entries",
-        num_doc > 0 ? absl::StrCat(" from ", ds->document_indices_[0], " to ",
-                                   ds->document_indices_.back())
+        num_doc > 0 ? absl::StrCat(" from ", document_indices_[0], " to ",
+                                   document_indices_.back())
                     : ""));
   }
   for (uint64_t i = 1; i < num_doc; ++i) {
-    if (ds->document_indices_[i] < ds->document_indices_[i - 1]) {
+    if (document_indices_[i] < document_indices_[i - 1]) {
       return absl::DataLossError(absl::StrCat(
           idx_path, ": document index decreases at entry ", i, " (byte offset ",
           kHeaderBytes + 12 * num_seq + 8 * i, ")"));
     }
   }
-  ds->num_tokens_ = total;
-  return ds;
+  num_tokens_ = total;
+  return absl::OkStatus();
 }
 
 void IndexedDataset::Read(int64_t seq, int64_t offset, int64_t length,
@@ -235,7 +275,7 @@ void IndexedDataset::Read(int64_t seq, int64_t offset, int64_t length,
       << prefix_ << ": sequence " << seq << " of length " << lengths_[seq]
       << " read [" << offset << ", " << offset + length << ")";
   const size_t item = TokenDTypeSize(dtype_);
-  const uint8_t* src = bin_->data() + pointers_[seq] + offset * item;
+  const uint8_t* src = bin_data_ + pointers_[seq] + offset * item;
   switch (dtype_) {
     case TokenDType::kUInt8:
       for (int64_t i = 0; i < length; ++i) out[i] = src[i];
@@ -256,16 +296,16 @@ void IndexedDataset::Read(int64_t seq, int64_t offset, int64_t length,
         out[i] = ReadLE<int32_t>(src + 4 * i);
       break;
     case TokenDType::kInt64:
-      std::memcpy(out, src, length * 8);
+      if (length > 0) std::memcpy(out, src, length * 8);
       break;
     case TokenDType::kFloat32:
       for (int64_t i = 0; i < length; ++i) {
-        out[i] = static_cast<int64_t>(ReadLE<float>(src + 4 * i));
+        out[i] = FloatToken(ReadLE<float>(src + 4 * i));
       }
       break;
     case TokenDType::kFloat64:
       for (int64_t i = 0; i < length; ++i) {
-        out[i] = static_cast<int64_t>(ReadLE<double>(src + 8 * i));
+        out[i] = FloatToken(ReadLE<double>(src + 8 * i));
       }
       break;
   }

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace mcc::data {
@@ -77,6 +78,10 @@ class IndexedDataset {
  public:
   static absl::StatusOr<std::unique_ptr<IndexedDataset>> Open(
       const std::string& prefix);
+  // The same checks on the two files' bytes in memory; prefix only names
+  // them in errors. idx is copied; bin must outlive the dataset.
+  static absl::StatusOr<std::unique_ptr<IndexedDataset>> FromMemory(
+      const std::string& prefix, absl::string_view idx, absl::string_view bin);
 
   const std::string& prefix() const { return prefix_; }
   TokenDType dtype() const { return dtype_; }
@@ -90,23 +95,30 @@ class IndexedDataset {
   }
 
   // Copies tokens [offset, offset + length) of sequence `seq` into out as
-  // int64. Arguments must lie inside the sequence (CHECKed).
+  // int64. Arguments must lie inside the sequence (CHECKed). Float tokens
+  // are truncated; one that no int64 holds (NaN, inf) reads as -1.
   void Read(int64_t seq, int64_t offset, int64_t length, int64_t* out) const;
   // The whole sequence.
   std::vector<int64_t> Get(int64_t seq) const;
   // Raw bytes of the .bin (for sequential-read baselines).
-  const uint8_t* bin_data() const { return bin_->data(); }
-  size_t bin_size() const { return bin_->size(); }
+  const uint8_t* bin_data() const { return bin_data_; }
+  size_t bin_size() const { return bin_size_; }
 
  private:
   IndexedDataset() = default;
+  // Reads the header and arrays of the .idx (checks their sizes).
+  absl::Status ParseIndex(absl::string_view idx);
+  // Checks every sequence lies in the .bin and the document index is sound.
+  absl::Status ValidateAgainstBin();
   std::string prefix_;
   TokenDType dtype_ = TokenDType::kUInt16;
   std::vector<int32_t> lengths_;
   std::vector<int64_t> pointers_;
   std::vector<int64_t> document_indices_;
   int64_t num_tokens_ = 0;
-  std::unique_ptr<MappedFile> bin_;
+  std::unique_ptr<MappedFile> bin_;  // null for FromMemory
+  const uint8_t* bin_data_ = nullptr;
+  size_t bin_size_ = 0;
 };
 
 // Writes a .bin/.idx pair byte-compatible with Megatron-LM's

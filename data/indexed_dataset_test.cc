@@ -167,5 +167,25 @@ TEST_F(BadIndex, DocumentIndexMustCoverSequences) {
   Expect(Open(), "document index", "to 7");
 }
 
+TEST(IndexedDatasetFromMemory, ReadsWhatOpenReads) {
+  const std::string prefix = TempDir("idx_memory") + "/d";
+  auto b = IndexedDatasetBuilder::Create(prefix, TokenDType::kInt64);
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE((*b)->AddDocument(std::vector<int32_t>{5, 6}).ok());
+  ASSERT_TRUE((*b)->AddDocument(std::vector<int32_t>{}).ok());
+  ASSERT_TRUE((*b)->Finalize().ok());
+  const std::string idx = ReadAll(IdxPath(prefix));
+  const std::string bin = ReadAll(BinPath(prefix));
+  auto ds = IndexedDataset::FromMemory("mem", idx, bin);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ((*ds)->Get(0), (std::vector<int64_t>{5, 6}));
+  // An empty int64 sequence (found by the fuzzer: memcpy to a null vector).
+  EXPECT_TRUE((*ds)->Get(1).empty());
+  auto bad = IndexedDataset::FromMemory("mem", idx, bin.substr(0, 15));
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("mem.bin"), std::string::npos)
+      << bad.status();
+}
+
 }  // namespace
 }  // namespace mcc::data

@@ -1,5 +1,7 @@
 #include "data/json.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "core/json_text.h"
 
@@ -150,14 +152,26 @@ class Parser {
     if (out != nullptr) {
       int64_t v = 0;
       bool neg = t_[start] == '-';
-      for (size_t i = start + (neg ? 1 : 0); i < pos_; ++i) {
+      const size_t first = start + (neg ? 1 : 0);
+      if (first == pos_) return Error("expected an integer");
+      for (size_t i = first; i < pos_; ++i) {
         if (t_[i] < '0' || t_[i] > '9') {
           pos_ = i;
           return Error("expected an integer");
         }
-        v = v * 10 + (t_[i] - '0');
+        const int digit = t_[i] - '0';
+        // Accumulate negatively: -2^63 is representable, 2^63 is not.
+        if (v < (std::numeric_limits<int64_t>::min() + digit) / 10) {
+          pos_ = start;
+          return Error("integer out of the 64-bit range");
+        }
+        v = v * 10 - digit;
       }
-      *out = neg ? -v : v;
+      if (!neg && v == std::numeric_limits<int64_t>::min()) {
+        pos_ = start;
+        return Error("integer out of the 64-bit range");
+      }
+      *out = neg ? v : -v;
     }
     return absl::OkStatus();
   }

@@ -1,5 +1,7 @@
 #include "data/json.h"
 
+#include <limits>
+
 #include "gtest/gtest.h"
 
 namespace mcc::data {
@@ -39,6 +41,24 @@ TEST(Json, RoundTripsThroughAppendJsonString) {
   std::vector<std::optional<std::string>> v;
   ASSERT_TRUE(ExtractJsonStrings(json, {std::string("text")}, &v).ok());
   EXPECT_EQ(*v[0], text);
+}
+
+// Found by //data/fuzz:jsonl_record_fuzz_test (signed overflow in the
+// integer reader).
+TEST(Json, IntegersOutsideInt64AreAnError) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  ASSERT_TRUE(
+      ParseJsonStringToInt(
+          R"({"a": 9223372036854775807, "b": -9223372036854775808})", &out)
+          .ok());
+  EXPECT_EQ(out[0].second, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(out[1].second, std::numeric_limits<int64_t>::min());
+  absl::Status s = ParseJsonStringToInt(R"({"a": 9223372036854775808})", &out);
+  EXPECT_NE(s.message().find("64-bit range"), std::string::npos) << s;
+  s = ParseJsonStringToInt(R"({"a": 55555555555555555555555})", &out);
+  EXPECT_NE(s.message().find("byte offset 6"), std::string::npos) << s;
+  s = ParseJsonStringToInt(R"({"a": -})", &out);
+  EXPECT_NE(s.message().find("expected an integer"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -88,48 +88,67 @@ absl::StatusOr<std::vector<T>> LoadNpy(const std::string& path,
     return absl::NotFoundError(
         absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
   }
-  char pre[10];
-  if (std::fread(pre, 1, 10, f) != 10 ||
-      std::memcmp(pre, "\x93NUMPY", 6) != 0 || pre[6] != 1) {
-    std::fclose(f);
+  std::string bytes;
+  char buf[1 << 16];
+  size_t got;
+  while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.append(buf, got);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) {
+    return absl::DataLossError(absl::StrCat("cannot read ", path));
+  }
+  return ParseNpy<T>(path, bytes, shape);
+}
+
+template <typename T>
+absl::StatusOr<std::vector<T>> ParseNpy(const std::string& path,
+                                        absl::string_view bytes,
+                                        std::vector<int64_t>* shape) {
+  shape->clear();
+  if (bytes.size() < 10 || bytes.substr(0, 6) != "\x93NUMPY" || bytes[6] != 1) {
     return absl::DataLossError(absl::StrCat(path, ": not a .npy 1.0 file"));
   }
   uint16_t hlen;
-  std::memcpy(&hlen, pre + 8, 2);
-  std::string header(hlen, '\0');
-  if (std::fread(header.data(), 1, hlen, f) != hlen) {
-    std::fclose(f);
+  std::memcpy(&hlen, bytes.data() + 8, 2);
+  if (bytes.size() - 10 < hlen) {
     return absl::DataLossError(absl::StrCat(path, ": truncated .npy header"));
   }
+  const std::string header(bytes.substr(10, hlen));
+  const absl::string_view body = bytes.substr(10 + hlen);
   const std::string want = absl::StrCat("'descr': '", Descr<T>(), "'");
   const size_t sp = header.find("'shape': (");
-  if (header.find(want) == std::string::npos || sp == std::string::npos ||
+  const size_t close =
+      sp == std::string::npos ? std::string::npos : header.find(')', sp);
+  if (header.find(want) == std::string::npos || close == std::string::npos ||
       header.find("'fortran_order': False") == std::string::npos) {
-    std::fclose(f);
     return absl::DataLossError(absl::StrCat(path, ": unexpected .npy header ",
                                             header, " (want ", want, ")"));
   }
-  const size_t close = header.find(')', sp);
-  std::string dims = header.substr(sp + 10, close - sp - 10);
-  shape->clear();
+  const std::string dims = header.substr(sp + 10, close - sp - 10);
+  // The element count may not exceed what the file holds, so neither the
+  // product nor the allocation can run away.
+  const int64_t available = static_cast<int64_t>(body.size() / sizeof(T));
   int64_t count = 1;
   for (absl::string_view d :
        absl::StrSplit(dims, ',', absl::SkipWhitespace())) {
     int64_t v;
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(d), &v) || v < 0) {
-      std::fclose(f);
       return absl::DataLossError(absl::StrCat(path, ": bad shape ", dims));
     }
     shape->push_back(v);
+    if (v != 0 && count > available / v) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": shape (", dims, ") needs more than the ",
+                       available, " elements the file holds (truncated?)"));
+    }
     count *= v;
   }
-  std::vector<T> values(count);
-  const size_t got = std::fread(values.data(), sizeof(T), count, f);
-  std::fclose(f);
-  if (got != static_cast<size_t>(count)) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": truncated: ", got, " of ", count, " elements"));
+  if (count > available) {
+    return absl::DataLossError(absl::StrCat(path, ": truncated: ", available,
+                                            " of ", count, " elements"));
   }
+  std::vector<T> values(count);
+  if (count > 0) std::memcpy(values.data(), body.data(), count * sizeof(T));
   return values;
 }
 
@@ -137,7 +156,9 @@ absl::StatusOr<std::vector<T>> LoadNpy(const std::string& path,
   template absl::Status SaveNpy<T>(const std::string&, const std::vector<T>&, \
                                    const std::vector<int64_t>&);              \
   template absl::StatusOr<std::vector<T>> LoadNpy<T>(const std::string&,      \
-                                                     std::vector<int64_t>*);
+                                                     std::vector<int64_t>*);  \
+  template absl::StatusOr<std::vector<T>> ParseNpy<T>(                        \
+      const std::string&, absl::string_view, std::vector<int64_t>*);
 MCC_NPY_INSTANTIATE(int16_t)
 MCC_NPY_INSTANTIATE(int32_t)
 MCC_NPY_INSTANTIATE(uint32_t)

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace mcc::data {
 
@@ -21,6 +22,11 @@ absl::Status SaveNpy(const std::string& path, const std::vector<T>& values,
 template <typename T>
 absl::StatusOr<std::vector<T>> LoadNpy(const std::string& path,
                                        std::vector<int64_t>* shape);
+// The same from the file's bytes; path only names it in errors.
+template <typename T>
+absl::StatusOr<std::vector<T>> ParseNpy(const std::string& path,
+                                        absl::string_view bytes,
+                                        std::vector<int64_t>* shape);
 
 // Writes contents to path through a temporary file and a rename.
 absl::Status WriteFileAtomically(const std::string& path,

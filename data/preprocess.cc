@@ -31,37 +31,44 @@ struct Record {
 
 absl::Status Encode(const PreprocessOptions& o, const std::string& path,
                     Tokenizer& tok, Record& r) {
+  return TokenizeJsonlRecord(o, path, r.line_no, r.line, tok, &r.ids);
+}
+
+}  // namespace
+
+absl::Status TokenizeJsonlRecord(const PreprocessOptions& o,
+                                 const std::string& path, int64_t line_no,
+                                 absl::string_view line, Tokenizer& tok,
+                                 std::vector<std::vector<int32_t>>* ids) {
   std::vector<std::optional<std::string>> values;
-  absl::Status s = ExtractJsonStrings(r.line, o.json_keys, &values);
+  absl::Status s = ExtractJsonStrings(line, o.json_keys, &values);
   if (!s.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ":", r.line_no, ": ", s.message()));
+        absl::StrCat(path, ":", line_no, ": ", s.message()));
   }
-  r.ids.assign(o.json_keys.size(), {});
+  ids->assign(o.json_keys.size(), {});
   for (size_t k = 0; k < o.json_keys.size(); ++k) {
     if (!values[k].has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          path, ":", r.line_no, ": missing key \"", o.json_keys[k], "\""));
+          path, ":", line_no, ": missing key \"", o.json_keys[k], "\""));
     }
     const std::string& text = *values[k];
     const size_t bad = FindInvalidUtf8(text);
     if (bad != absl::string_view::npos) {
       return absl::InvalidArgumentError(absl::StrCat(
-          path, ":", r.line_no, ": key \"", o.json_keys[k],
+          path, ":", line_no, ": key \"", o.json_keys[k],
           "\" holds invalid UTF-8 at byte offset ", bad, " of its text"));
     }
     if (text.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", r.line_no, ": key \"", o.json_keys[k],
+          absl::StrCat(path, ":", line_no, ": key \"", o.json_keys[k],
                        "\" holds an empty document"));
     }
-    tok.Encode(text, &r.ids[k]);
-    if (o.append_eod) r.ids[k].push_back(static_cast<int32_t>(tok.eod()));
+    tok.Encode(text, &(*ids)[k]);
+    if (o.append_eod) (*ids)[k].push_back(static_cast<int32_t>(tok.eod()));
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::StatusOr<PreprocessStats> PreprocessJsonl(const PreprocessOptions& o,
                                                 const Tokenizer& tokenizer) {

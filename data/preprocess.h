@@ -39,6 +39,15 @@ std::string PreprocessOutputPrefix(const std::string& prefix,
 // key (each record one document; with append_eod the document ends in eod).
 // Errors name the file and the line (and byte offset where it applies).
 // Outputs appear under their final names only when all went well.
+// One jsonl line of `path` (line number line_no, for errors): the tokens of
+// each of options.json_keys into (*ids)[k], with eod appended when
+// options.append_eod. The record must be one JSON object whose keys hold
+// non-empty, valid UTF-8 strings; otherwise the error names path:line_no.
+absl::Status TokenizeJsonlRecord(const PreprocessOptions& options,
+                                 const std::string& path, int64_t line_no,
+                                 absl::string_view line, Tokenizer& tokenizer,
+                                 std::vector<std::vector<int32_t>>* ids);
+
 absl::StatusOr<PreprocessStats> PreprocessJsonl(
     const PreprocessOptions& options, const Tokenizer& tokenizer);
 

@@ -363,7 +363,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizer(
   if (!vocab_text.ok()) return vocab_text.status();
   auto merge_text = ReadFile(merge_file, "--merge-file");
   if (!merge_text.ok()) return merge_text.status();
+  return MakeGPT2BPETokenizerFromText(*vocab_text, *merge_text, vocab_file,
+                                      merge_file);
+}
 
+absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizerFromText(
+    absl::string_view vocab_text, absl::string_view merge_text,
+    const std::string& vocab_file, const std::string& merge_file) {
   // Inverse of the byte-to-unicode map, code point -> byte.
   const std::vector<uint32_t> b2u = BytesToUnicode();
   absl::flat_hash_map<uint32_t, uint8_t> u2b;
@@ -384,7 +390,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizer(
 
   auto v = std::make_shared<GPT2Vocab>();
   std::vector<std::pair<std::string, int64_t>> entries;
-  absl::Status s = ParseJsonStringToInt(*vocab_text, &entries);
+  absl::Status s = ParseJsonStringToInt(vocab_text, &entries);
   if (!s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--vocab-file ", vocab_file, ": ", s.message()));
@@ -425,7 +431,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizer(
   int32_t rank = 0;
   int line_no = 0;
   std::string left, right;
-  for (absl::string_view line : absl::StrSplit(*merge_text, '\n')) {
+  for (absl::string_view line : absl::StrSplit(merge_text, '\n')) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty() || line[0] == '#') continue;

@@ -46,6 +46,10 @@ std::unique_ptr<Tokenizer> MakeByteTokenizer();
 // (--merge-file). eod is the id of "<|endoftext|>" (50256 for GPT-2).
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizer(
     const std::string& vocab_file, const std::string& merge_file);
+// The same from the files' contents; the names only label errors.
+absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizerFromText(
+    absl::string_view vocab_text, absl::string_view merge_text,
+    const std::string& vocab_file, const std::string& merge_file);
 
 // --tokenizer-type: "GPT2BPETokenizer" or "ByteTokenizer" (also "byte").
 absl::StatusOr<std::unique_ptr<Tokenizer>> CreateTokenizer(

@@ -23,7 +23,6 @@
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/dist_context.h"
 #include "checkpoint/hf_gpt2.h"
-#include "checkpoint/json.h"
 #include "checkpoint/safetensors.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
@@ -103,18 +102,6 @@ absl::Status Export() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> IntField(
-    const json::Value& config, absl::string_view key, const std::string& path,
-    std::optional<int64_t> fallback = std::nullopt) {
-  const json::Value* v = config.Find(key);
-  if (v == nullptr || v->kind == json::Value::Kind::kNull) {
-    if (fallback.has_value()) return *fallback;
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": missing \"", key, "\""));
-  }
-  return v->AsInt();
-}
-
 absl::Status Import() {
   const std::string in = absl::GetFlag(FLAGS_import_hf);
   const std::string config_path = in + "/config.json";
@@ -123,31 +110,8 @@ absl::Status Import() {
     return absl::NotFoundError(absl::StrCat("cannot read ", config_path));
   std::stringstream text;
   text << file.rdbuf();
-  MCC_ASSIGN_OR_RETURN(json::Value hf, json::Parse(text.str()));
-  checkpoint::ModelConfig config;
-  MCC_ASSIGN_OR_RETURN(int64_t vocab, IntField(hf, "vocab_size", config_path));
-  MCC_ASSIGN_OR_RETURN(int64_t hidden, IntField(hf, "n_embd", config_path));
-  MCC_ASSIGN_OR_RETURN(int64_t layers, IntField(hf, "n_layer", config_path));
-  MCC_ASSIGN_OR_RETURN(int64_t heads, IntField(hf, "n_head", config_path));
-  MCC_ASSIGN_OR_RETURN(int64_t positions,
-                       IntField(hf, "n_positions", config_path));
-  MCC_ASSIGN_OR_RETURN(int64_t inner,
-                       IntField(hf, "n_inner", config_path, 4 * hidden));
-  const json::Value* eps = hf.Find("layer_norm_epsilon");
-  const json::Value* tie = hf.Find("tie_word_embeddings");
-  config.set_num_layers(layers);
-  config.set_hidden_size(hidden);
-  config.set_num_attention_heads(heads);
-  config.set_num_query_groups(heads);
-  config.set_ffn_hidden_size(inner);
-  config.set_vocab_size(vocab);
-  config.set_padded_vocab_size(vocab);  // The rows stored: no padding.
-  config.set_seq_length(positions);
-  config.set_max_position_embeddings(positions);
-  config.set_tied_embeddings(tie == nullptr || tie->boolean);
-  config.set_add_bias_linear(true);
-  config.set_layernorm_epsilon(eps != nullptr ? std::stod(eps->text) : 1e-5);
-  config.set_rotary_base(10000.0);
+  MCC_ASSIGN_OR_RETURN(checkpoint::ModelConfig config,
+                       ParseGpt2ConfigJson(text.str(), config_path));
   MCC_ASSIGN_OR_RETURN(SafetensorsFile st,
                        ReadSafetensors(in + "/model.safetensors"));
   MCC_ASSIGN_OR_RETURN(auto params, ImportGpt2(st.tensors, config));

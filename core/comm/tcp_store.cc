@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/comm/socket.h"
+#include "core/comm/store_message.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
 
@@ -18,9 +19,8 @@ namespace mcc {
 namespace comm {
 namespace {
 
-// Wire format. Request: op (1 byte), argument count (u32), then each
-// argument as length (u32) and bytes. Reply: code (1 byte), then arguments
-// as in a request.
+// Wire format (store_message.h). Request: op (1 byte), then the arguments.
+// Reply: code (1 byte), then arguments as in a request.
 enum Op : char {
   kSet = 'S',
   kGet = 'G',
@@ -34,41 +34,18 @@ enum Op : char {
 };
 enum Code : char { kOk = 0, kTimeout = 1, kError = 2 };
 
-constexpr uint32_t kMaxArgs = 1 << 20;
-constexpr uint32_t kMaxArgBytes = 1u << 30;
-
 absl::Status WriteMessage(int fd, char head,
                           const std::vector<std::string>& args,
                           absl::Time deadline) {
-  std::string buf;
-  buf.push_back(head);
-  uint32_t n = static_cast<uint32_t>(args.size());
-  buf.append(reinterpret_cast<const char*>(&n), sizeof(n));
-  for (const std::string& a : args) {
-    uint32_t len = static_cast<uint32_t>(a.size());
-    buf.append(reinterpret_cast<const char*>(&len), sizeof(len));
-    buf.append(a);
-  }
+  const std::string buf = EncodeStoreMessage(head, args);
   return SendAll(fd, buf.data(), buf.size(), deadline);
 }
 
 absl::Status ReadMessage(int fd, char* head, std::vector<std::string>* args,
                          absl::Time deadline) {
-  MCC_RETURN_IF_ERROR(RecvAll(fd, head, 1, deadline));
-  uint32_t n = 0;
-  MCC_RETURN_IF_ERROR(RecvAll(fd, &n, sizeof(n), deadline));
-  if (n > kMaxArgs) return absl::DataLossError("store message: bad count");
-  args->resize(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    uint32_t len = 0;
-    MCC_RETURN_IF_ERROR(RecvAll(fd, &len, sizeof(len), deadline));
-    if (len > kMaxArgBytes) return absl::DataLossError("store message: size");
-    (*args)[i].resize(len);
-    if (len > 0) {
-      MCC_RETURN_IF_ERROR(RecvAll(fd, &(*args)[i][0], len, deadline));
-    }
-  }
-  return absl::OkStatus();
+  return ReadStoreMessage(
+      [&](void* data, size_t n) { return RecvAll(fd, data, n, deadline); },
+      head, args);
 }
 
 absl::Duration FromMillisString(const std::string& s) {

@@ -191,6 +191,12 @@ absl::Status ApplyConfigFile(const std::string& path,
   }
   std::stringstream text;
   text << in.rdbuf();
+  return ApplyConfigText(text.str(), path, prototype, explicitly_set);
+}
+
+absl::Status ApplyConfigText(const std::string& text, const std::string& path,
+                             const google::protobuf::Message& prototype,
+                             const std::set<std::string>& explicitly_set) {
   std::unique_ptr<google::protobuf::Message> config(prototype.New());
   // Collect parse errors instead of printing them.
   class Collector : public google::protobuf::io::ErrorCollector {
@@ -205,7 +211,7 @@ absl::Status ApplyConfigFile(const std::string& path,
   } errors;
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text.str(), config.get())) {
+  if (!parser.ParseFromString(text, config.get())) {
     return absl::InvalidArgumentError(
         absl::StrCat("--config ", path, ": ", errors.first));
   }

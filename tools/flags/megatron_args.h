@@ -37,6 +37,10 @@ absl::StatusOr<ParsedArgs> ParseMegatronArgs(
 absl::Status ApplyConfigFile(const std::string& path,
                              const google::protobuf::Message& prototype,
                              const std::set<std::string>& explicitly_set);
+// The same for the file's text; path only names it in errors.
+absl::Status ApplyConfigText(const std::string& text, const std::string& path,
+                             const google::protobuf::Message& prototype,
+                             const std::set<std::string>& explicitly_set);
 
 // A flag that this run cannot use (`unused`), and why, in words that tell
 // the user what would make it matter.

@@ -1,0 +1,88 @@
+// CheckpointReader on hostile metadata.pb: extents, shard boxes and byte
+// ranges that would overflow int64 arithmetic are errors naming the tensor.
+
+#include "checkpoint/checkpoint_reader.h"
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/file_util.h"
+#include "checkpoint/test_util.h"
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace {
+
+using testing_util::FreshDir;
+using testing_util::RandomTensor;
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+class HostileMetadata : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = FreshDir("hostile");
+    ASSERT_TRUE(
+        SaveCheckpoint(dir_, 1,
+                       {ShardedTensorRef::Replicated(
+                           "w", RandomTensor({4, 2}, DType::kFloat32, 1))},
+                       {}, {}, DistContext::Single())
+            .ok());
+    meta_path_ = dir_ + "/iter_0000001/metadata.pb";
+    auto bytes = file_util::ReadFileToString(meta_path_);
+    ASSERT_TRUE(bytes.ok());
+    ASSERT_TRUE(meta_.ParseFromString(*bytes));
+    ASSERT_EQ(meta_.tensors_size(), 1);
+  }
+  checkpoint::TensorRecord* W() { return meta_.mutable_tensors(0); }
+  checkpoint::ShardRecord* Shard() { return W()->mutable_shards(0); }
+  // Writes the edited metadata and expects Open to refuse it.
+  void ExpectRefused(const std::string& what) {
+    ASSERT_TRUE(
+        file_util::WriteFileAtomically(meta_path_, meta_.SerializeAsString())
+            .ok());
+    auto r = CheckpointReader::Open(dir_);
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
+    EXPECT_NE(r.status().message().find("tensor w"), std::string::npos)
+        << r.status();
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status();
+  }
+  std::string dir_, meta_path_;
+  checkpoint::CheckpointMetadata meta_;
+};
+
+TEST_F(HostileMetadata, UntouchedLoads) {
+  EXPECT_TRUE(CheckpointReader::Open(dir_).ok());
+}
+
+TEST_F(HostileMetadata, NegativeGlobalExtent) {
+  W()->set_global_shape(0, -4);
+  ExpectRefused("negative extent");
+}
+
+TEST_F(HostileMetadata, GlobalShapeBeyondInt64Bytes) {
+  W()->set_global_shape(0, kMax / 2);
+  W()->set_global_shape(1, 3);
+  ExpectRefused("more bytes than int64");
+}
+
+TEST_F(HostileMetadata, ShardOffsetThatOverflows) {
+  Shard()->set_global_offsets(0, kMax);
+  ExpectRefused("outside it");
+}
+
+TEST_F(HostileMetadata, NegativeShardExtent) {
+  Shard()->set_local_shape(1, -2);
+  ExpectRefused("outside it");
+}
+
+TEST_F(HostileMetadata, ByteRangePastInt64) {
+  Shard()->set_byte_offset(static_cast<uint64_t>(kMax) - 8);
+  ExpectRefused("at byte");
+}
+
+}  // namespace
+}  // namespace mcc

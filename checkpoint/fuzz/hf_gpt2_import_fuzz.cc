@@ -1,0 +1,119 @@
+// Fuzzes what tools/convert_checkpoint --import-hf reads: config.json and
+// model.safetensors, joined by mcc::fuzz::kPartSeparator, through
+// ParseGpt2ConfigJson, ParseSafetensors and ImportGpt2. Bad files must give
+// an error naming the file or tensor at fault, never a crash or a runaway
+// allocation.
+//
+// MCC_FUZZ_WRITE_SEED=FILE writes a one-layer GPT-2 that imports, as an
+// input, to FILE (how the seed corpus was made).
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/test_util.h"
+#include "glog/logging.h"
+#include "tools/fuzz/fuzz_input.h"
+
+namespace {
+
+constexpr char kConfig[] = R"({
+  "architectures": ["GPT2LMHeadModel"],
+  "model_type": "gpt2",
+  "vocab_size": 6,
+  "n_positions": 3,
+  "n_ctx": 3,
+  "n_embd": 4,
+  "n_layer": 1,
+  "n_head": 2,
+  "n_inner": 8,
+  "activation_function": "gelu_new",
+  "layer_norm_epsilon": 1e-05,
+  "tie_word_embeddings": true
+}
+)";
+
+std::string OneLayerSafetensors() {
+  using mcc::testing_util::RandomTensor;
+  const std::vector<std::pair<std::string, mcc::Shape>> shapes = {
+      {"transformer.wte.weight", {6, 4}},
+      {"transformer.wpe.weight", {3, 4}},
+      {"transformer.h.0.ln_1.weight", {4}},
+      {"transformer.h.0.ln_1.bias", {4}},
+      {"transformer.h.0.attn.c_attn.weight", {4, 12}},
+      {"transformer.h.0.attn.c_attn.bias", {12}},
+      {"transformer.h.0.attn.c_proj.weight", {4, 4}},
+      {"transformer.h.0.attn.c_proj.bias", {4}},
+      {"transformer.h.0.ln_2.weight", {4}},
+      {"transformer.h.0.ln_2.bias", {4}},
+      {"transformer.h.0.mlp.c_fc.weight", {4, 8}},
+      {"transformer.h.0.mlp.c_fc.bias", {8}},
+      {"transformer.h.0.mlp.c_proj.weight", {8, 4}},
+      {"transformer.h.0.mlp.c_proj.bias", {4}},
+      {"transformer.ln_f.weight", {4}},
+      {"transformer.ln_f.bias", {4}},
+  };
+  mcc::NamedTensors tensors;
+  uint32_t seed = 1;
+  for (const auto& [name, shape] : shapes) {
+    tensors.emplace_back(name,
+                         RandomTensor(shape, mcc::DType::kFloat32, seed++));
+  }
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(
+      tmp != nullptr ? tmp : "/tmp", "/hf_gpt2_import_fuzz_seed.safetensors");
+  CHECK(mcc::WriteSafetensors(path, tensors).ok());
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::remove(path.c_str());
+  return ss.str();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  if (const char* seed = std::getenv("MCC_FUZZ_WRITE_SEED")) {
+    const std::string input =
+        absl::StrCat(kConfig, mcc::fuzz::kPartSeparator, OneLayerSafetensors());
+    // The seed must import, or it seeds nothing past the readers.
+    auto config = mcc::ParseGpt2ConfigJson(kConfig, "config.json");
+    CHECK(config.ok()) << config.status();
+    auto file = mcc::ParseSafetensors(
+        mcc::fuzz::SplitParts(reinterpret_cast<const uint8_t*>(input.data()),
+                              input.size(), 2)[1],
+        "model.safetensors");
+    CHECK(file.ok()) << file.status();
+    auto params = mcc::ImportGpt2(file->tensors, *config);
+    CHECK(params.ok()) << params.status();
+    std::ofstream(seed, std::ios::binary) << input;
+  }
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::vector<std::string> parts = mcc::fuzz::SplitParts(data, size, 2);
+  auto config = mcc::ParseGpt2ConfigJson(parts[0], "config.json");
+  if (!config.ok()) {
+    CHECK(absl::string_view(config.status().message()).find("config.json") !=
+          absl::string_view::npos)
+        << config.status();
+    return 0;
+  }
+  CHECK_GT(config->num_layers(), 0);
+  auto file = mcc::ParseSafetensors(parts[1], "model.safetensors");
+  if (!file.ok()) return 0;
+  auto params = mcc::ImportGpt2(file->tensors, *config);
+  if (params.ok()) CHECK(!params->empty());
+  return 0;
+}

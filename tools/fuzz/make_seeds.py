@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Writes the seed inputs of the fuzz targets that are made from test data
+rather than copied from it: a slice of GPT-2's vocabulary (data/gpt2), the
+jsonl fixture's records, and .idx/.bin pairs like the ones the tests build.
+Run from the repository root; the output is checked in under
+<pkg>/fuzz/corpus/<target>/."""
+
+import json
+import os
+import struct
+
+SEP = b"\n~~~~~~~~\n"  # tools/fuzz/fuzz_input.h kPartSeparator
+
+
+def write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def gpt2_slice(merges_wanted):
+    """The 256 byte tokens, <|endoftext|> and the first merges of GPT-2."""
+    with open("data/gpt2/encoder.json", encoding="utf-8") as f:
+        encoder = json.load(f)
+    with open("data/gpt2/vocab.bpe", encoding="utf-8") as f:
+        lines = [l for l in f.read().split("\n") if l and not l.startswith("#")]
+    by_id = sorted(encoder.items(), key=lambda kv: kv[1])
+    tokens = [t for t, _ in by_id[:256]]
+    merges = []
+    for line in lines[:merges_wanted]:
+        left, right = line.split(" ")
+        merges.append(line)
+        if left + right not in tokens:
+            tokens.append(left + right)
+    tokens.append("<|endoftext|>")
+    vocab = json.dumps({t: i for i, t in enumerate(tokens)}, ensure_ascii=False)
+    merge_text = "#version: 0.2\n" + "\n".join(merges) + "\n"
+    return vocab.encode("utf-8"), merge_text.encode("utf-8")
+
+
+def idx_bin(docs, dtype_code=8, item=2, fmt="<H"):
+    """Megatron MMIDIDX index and .bin for documents of one sequence each."""
+    bin_bytes = b"".join(struct.pack(fmt, t) for d in docs for t in d)
+    lengths, pointers, ptr = [], [], 0
+    for d in docs:
+        lengths.append(len(d))
+        pointers.append(ptr)
+        ptr += len(d) * item
+    idx = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, dtype_code, len(docs),
+                                           len(docs) + 1)
+    idx += b"".join(struct.pack("<i", n) for n in lengths)
+    idx += b"".join(struct.pack("<q", p) for p in pointers)
+    idx += b"".join(struct.pack("<q", i) for i in range(len(docs) + 1))
+    return idx + SEP + bin_bytes
+
+
+def main():
+    texts = []
+    with open("data/testdata/gpt2_encoder_fixture.jsonl", encoding="utf-8") as f:
+        for n, line in enumerate(f):
+            texts.append(json.loads(line)["text"])
+            write(f"data/fuzz/corpus/preprocess_record/fixture_{n:02d}",
+                  line.rstrip("\n").encode("utf-8"))
+
+    for merges in (0, 20, 60):
+        vocab, merge_text = gpt2_slice(merges)
+        for n, text in enumerate(texts[:4]):
+            write(f"data/fuzz/corpus/tokenizer/gpt2_{merges}_merges_{n}",
+                  vocab + SEP + merge_text + SEP + text.encode("utf-8"))
+
+    write("data/fuzz/corpus/indexed_dataset/uint16_two_docs",
+          idx_bin([[1, 2, 3], [4, 5]]))
+    write("data/fuzz/corpus/indexed_dataset/uint16_empty_doc",
+          idx_bin([[7], [], [8, 9, 10]]))
+    write("data/fuzz/corpus/indexed_dataset/int32",
+          idx_bin([[70000, 1], [2]], dtype_code=4, item=4, fmt="<i"))
+    write("data/fuzz/corpus/indexed_dataset/uint8",
+          idx_bin([[255, 0, 1]], dtype_code=1, item=1, fmt="<B"))
+
+
+if __name__ == "__main__":
+    main()
