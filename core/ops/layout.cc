@@ -4,6 +4,8 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -44,8 +46,14 @@ bool DstIsInjective(const StridedCopyPlan& p) {
   for (int k = 0; k < p.rank; ++k) {
     if (p.shape[k] > 1) order[n++] = k;
   }
-  std::sort(order, order + n,
-            [&](int a, int b) { return p.dst_strides[a] < p.dst_strides[b]; });
+  // Insertion sort by destination stride (at most kMaxCopyDims entries;
+  // std::sort here trips GCC 12's -Warray-bounds on a branch it never takes).
+  for (int i = 1; i < n; ++i) {
+    for (int j = i;
+         j > 0 && p.dst_strides[order[j]] < p.dst_strides[order[j - 1]]; --j) {
+      std::swap(order[j], order[j - 1]);
+    }
+  }
   int64_t span = 1;  // Elements covered by the dimensions so far.
   for (int i = 0; i < n; ++i) {
     const int k = order[i];
@@ -260,6 +268,15 @@ void ContiguousStrides(absl::Span<const int64_t> shape, int64_t* strides) {
     strides[k] = s;
     s *= shape[k];
   }
+}
+
+StridedCopyPlan SwapSides(const StridedCopyPlan& plan) {
+  StridedCopyPlan p = plan;
+  std::swap(p.src_offset, p.dst_offset);
+  for (int k = 0; k < kMaxCopyDims; ++k) {
+    std::swap(p.src_strides[k], p.dst_strides[k]);
+  }
+  return p;
 }
 
 absl::Status CopyStrided(const Tensor& src, const StridedCopyPlan& plan,

@@ -46,13 +46,20 @@ struct StridedCopyPlan {
 // The strides of a contiguous row-major tensor of this shape.
 void ContiguousStrides(absl::Span<const int64_t> shape, int64_t* strides);
 
+// The plan that copies the other way (source and destination swapped): the
+// backward of a layout change, e.g. merging dq, dk, dv back into dqkv.
+StridedCopyPlan SwapSides(const StridedCopyPlan& plan);
+
 // dst = src through the plan. src and dst have one dtype and one device and
 // do not overlap. For example, the QKV projection's output qkv
 // [s, b, groups, hpg + 2, d] split into q [b, s, groups, hpg, d]
 // (hpg = heads per group) takes shape {b, s, groups, hpg, d}, src strides
 // {G, b * G, (hpg + 2) * d, d, 1} with G = groups * (hpg + 2) * d, src
 // offset 0 (k: hpg * d and shape {b, s, groups, 1, d}; v: (hpg + 1) * d),
-// and q's contiguous strides.
+// and q's contiguous strides; SwapSides of the three plans merges dq, dk,
+// dv back into dqkv. A KV-cache write of k [b, n, row] into cache
+// [b, capacity, row] at `position` is shape {b, n * row}, src strides
+// {n * row, 1}, dst strides {capacity * row, 1}, dst offset position * row.
 absl::Status CopyStrided(const Tensor& src, const StridedCopyPlan& plan,
                          Tensor* dst);
 

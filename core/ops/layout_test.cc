@@ -151,6 +151,16 @@ TEST(CopyStridedTest, SplitsQkvAsTheModelDoes) {
   EXPECT_EQ(out[1].ToFloats(), wq);
   EXPECT_EQ(out[2].ToFloats(), wk);
   EXPECT_EQ(out[3].ToFloats(), wv);
+  // The backward's merge: the swapped plans put every element back.
+  Tensor merged = Tensor::Zeros(qkv.shape(), DType::kFloat32);
+  auto back = ExpectSameOnTestDevice(
+      {out[1], out[2], out[3], merged}, [&](std::vector<Tensor>& t) {
+        MCC_RETURN_IF_ERROR(CopyStrided(t[0], SwapSides(plan(t[0], 0)), &t[3]));
+        MCC_RETURN_IF_ERROR(
+            CopyStrided(t[1], SwapSides(plan(t[1], hpg * d)), &t[3]));
+        return CopyStrided(t[2], SwapSides(plan(t[2], (hpg + 1) * d)), &t[3]);
+      });
+  EXPECT_EQ(back[3].ToFloats(), src);
 }
 
 TEST(CopyStridedTest, CopiesAPieceOfAFlatBuffer) {
