@@ -248,6 +248,18 @@ TEST(GPTDeviceTest, BadDecodingTokensAreRefusedOnTheDevice) {
       << r.status();
 }
 
+TEST(GPTDeviceTest, ABatchOnAnotherDeviceIsNamed) {
+  GPTConfig c = Configs()[0].second;
+  parallel::LayerContext ctx;
+  ctx.device = Device::TestDevice();
+  auto model = *GPTModel::Create(c, ctx);
+  const auto r = model->ForwardBackward(Batch(c, 1, false), 1.0f);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("is not on the model's device testdev:0"),
+            std::string::npos)
+      << r.status();
+}
+
 // Tensor + sequence parallelism: each rank runs the model on the CPU (the
 // world's gloo group) and on the test device (a gloo group that moves
 // test-device tensors), and checks the runs agree bit for bit; then the

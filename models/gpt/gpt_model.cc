@@ -227,6 +227,14 @@ absl::Status GPTModel::CheckBatch(const MicroBatch& batch) const {
         absl::StrCat("micro-batch loss mask ", batch.loss_mask.Describe(),
                      " must be fp32 shaped as tokens ", t.Describe()));
   }
+  for (const Tensor* x : {&batch.tokens, &batch.labels, &batch.loss_mask}) {
+    if (x->defined() && x->device() != context_.device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "micro-batch tensor ", x->Describe(),
+          " is not on the model's device ", context_.device.ToString(),
+          " (copy the batch there first)"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -510,11 +518,13 @@ absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& batch,
       rec->positions = positions;
     }
   } else {
-    if (input.shape() != HiddenShape(b, s) || input.dtype() != context_.dtype) {
+    if (input.shape() != HiddenShape(b, s) || input.dtype() != context_.dtype ||
+        input.device() != context_.device) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model chunk from layer ", chunk_.first_layer, ": input ",
           input.Describe(), " is not the previous stage's hidden states ",
-          ShapeToString(HiddenShape(b, s)), " ", DTypeName(context_.dtype)));
+          ShapeToString(HiddenShape(b, s)), " ", DTypeName(context_.dtype),
+          " on ", context_.device.ToString()));
     }
     x = input;
   }
@@ -635,11 +645,13 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
     MCC_RETURN_IF_ERROR(CallGradsReady(units_[head_unit_]));
   } else {
     if (output_grad.shape() != HiddenShape(b, s) ||
-        output_grad.dtype() != context_.dtype) {
+        output_grad.dtype() != context_.dtype ||
+        output_grad.device() != context_.device) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model chunk from layer ", chunk_.first_layer, ": output gradient ",
           output_grad.Describe(), " is not the hidden states' ",
-          ShapeToString(HiddenShape(b, s)), " ", DTypeName(context_.dtype)));
+          ShapeToString(HiddenShape(b, s)), " ", DTypeName(context_.dtype),
+          " on ", context_.device.ToString()));
     }
     dx = output_grad;
   }
