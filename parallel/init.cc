@@ -6,6 +6,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "core/ops/dropout.h"
+#include "core/status_macros.h"
 
 namespace mcc {
 namespace parallel {
@@ -40,7 +41,8 @@ void NormalRange(uint64_t key, int64_t first, int64_t n, float std,
 absl::StatusOr<Tensor> InitShard(const std::string& name, uint64_t seed,
                                  const InitSpec& spec,
                                  const Shape& global_shape, int partition_dim,
-                                 int rank, int count, DType dtype) {
+                                 int rank, int count, DType dtype,
+                                 Device device) {
   Shape local = global_shape;
   if (partition_dim >= 0) {
     if (partition_dim >= static_cast<int>(global_shape.size()) || count <= 0 ||
@@ -76,8 +78,13 @@ absl::StatusOr<Tensor> InitShard(const std::string& name, uint64_t seed,
       }
     }
   }
-  if (dtype == DType::kFloat32) return f32;
-  return f32.To(dtype);
+  Tensor host = f32;
+  if (dtype != DType::kFloat32) {
+    MCC_ASSIGN_OR_RETURN(host, f32.To(dtype));
+  }
+  if (device.is_cpu()) return host;
+  // The device's copy hook: the only way initial values reach it.
+  return host.To(device);
 }
 
 }  // namespace parallel

@@ -28,10 +28,13 @@ struct InitSpec {
 //
 // partition_dim < 0: the whole tensor. Otherwise the tensor is split into
 // `count` equal pieces along partition_dim and piece `rank` is returned.
+// The numbers are drawn on the host; a piece for another device is copied
+// there through the device's copy hook (once, at construction).
 absl::StatusOr<Tensor> InitShard(const std::string& name, uint64_t seed,
                                  const InitSpec& spec,
                                  const Shape& global_shape, int partition_dim,
-                                 int rank, int count, DType dtype);
+                                 int rank, int count, DType dtype,
+                                 Device device = Device::CPU());
 
 }  // namespace parallel
 }  // namespace mcc

@@ -22,10 +22,11 @@ absl::StatusOr<std::shared_ptr<Parameter>> MakeParameter(
   p->partition_count = tp > 1 && partition_dim >= 0 ? tp : 1;
   p->weight_decay = weight_decay;
   MCC_ASSIGN_OR_RETURN(
-      p->value,
-      InitShard(name, context.seed, init, global_shape, p->partition_dim,
-                p->partition_rank, p->partition_count, context.dtype));
-  p->main_grad = Tensor::Zeros(p->value.shape(), DType::kFloat32);
+      p->value, InitShard(name, context.seed, init, global_shape,
+                          p->partition_dim, p->partition_rank,
+                          p->partition_count, context.dtype, context.device));
+  p->main_grad =
+      Tensor::Zeros(p->value.shape(), DType::kFloat32, context.device);
   return p;
 }
 

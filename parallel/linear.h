@@ -19,6 +19,11 @@ struct LayerContext {
   bool sequence_parallel = false;
   DType dtype = DType::kFloat32;  // Parameters and activations.
   uint64_t seed = 1234;           // Initialisation seed of the full tensors.
+  // Where parameters, their main_grad, activations and every buffer the
+  // layers allocate live. Inputs must be on it too (ops refuse a mix). The
+  // layers reach its memory only through kernels, collectives and the
+  // device's copy hook (initial values are drawn on the host and copied).
+  Device device = Device::CPU();
 };
 
 struct LinearOptions {
@@ -117,7 +122,8 @@ class RowParallelLinear {
 };
 
 // Builds a Parameter from this rank's piece of a deterministically
-// initialised full tensor; main_grad is an fp32 zero buffer.
+// initialised full tensor; value and main_grad (an fp32 zero buffer) live on
+// context.device.
 absl::StatusOr<std::shared_ptr<Parameter>> MakeParameter(
     const std::string& name, const Shape& global_shape, int partition_dim,
     const InitSpec& init, const LayerContext& context, bool weight_decay);

@@ -1,8 +1,7 @@
 #include "parallel/mappings.h"
 
-#include <cstring>
-
 #include "absl/strings/str_cat.h"
+#include "core/ops/layout.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -55,25 +54,6 @@ absl::StatusOr<Tensor> SplitFirstDim(comm::ProcessGroup* group,
   return x.Slice(rows * group->rank(), rows * (group->rank() + 1));
 }
 
-namespace {
-
-// Copies the column block [col0, col0 + cols) of every row of src (row length
-// src_cols) into dst (row length dst_cols) at column dst_col0.
-void CopyColumns(const Tensor& src, int64_t src_cols, int64_t col0,
-                 int64_t cols, Tensor* dst, int64_t dst_cols,
-                 int64_t dst_col0) {
-  const size_t es = DTypeSize(src.dtype());
-  const int64_t rows = src.numel() / src_cols;
-  const char* s = static_cast<const char*>(src.raw_data());
-  char* d = static_cast<char*>(dst->raw_data());
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(d + (r * dst_cols + dst_col0) * es,
-                s + (r * src_cols + col0) * es, cols * es);
-  }
-}
-
-}  // namespace
-
 absl::StatusOr<Tensor> GatherAlongDim(comm::ProcessGroup* group,
                                       const Tensor& x, int dim) {
   const int n = GroupSize(group);
@@ -82,7 +62,8 @@ absl::StatusOr<Tensor> GatherAlongDim(comm::ProcessGroup* group,
     return absl::InvalidArgumentError(
         absl::StrCat("gather along dimension ", dim, " of ", x.Describe()));
   }
-  // Gather rank blocks along dim 0, then interleave them along `dim`.
+  // Gather rank blocks along dim 0, then interleave them along `dim`:
+  // [n, outer, inner] -> [outer, n, inner].
   Tensor stacked = Tensor::Empty({n * x.numel()}, x.dtype(), x.device());
   MCC_ASSIGN_OR_RETURN(Tensor flat, x.Reshape({-1}));
   MCC_RETURN_IF_ERROR(group->AllGatherSync(flat, &stacked));
@@ -91,16 +72,11 @@ absl::StatusOr<Tensor> GatherAlongDim(comm::ProcessGroup* group,
   const int64_t inner = outer == 0 ? 0 : x.numel() / outer;
   Shape shape = x.shape();
   shape[dim] *= n;
+  if (outer == 1) return stacked.Reshape(shape);
   Tensor out = Tensor::Empty(shape, x.dtype(), x.device());
-  const size_t es = DTypeSize(x.dtype());
-  const char* src = static_cast<const char*>(stacked.raw_data());
-  char* dst = static_cast<char*>(out.raw_data());
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int r = 0; r < n; ++r) {
-      std::memcpy(dst + (o * n + r) * inner * es,
-                  src + (r * x.numel() + o * inner) * es, inner * es);
-    }
-  }
+  MCC_ASSIGN_OR_RETURN(Tensor blocks, stacked.Reshape({n, outer, inner}));
+  MCC_ASSIGN_OR_RETURN(Tensor interleaved, out.Reshape({outer, n, inner}));
+  MCC_RETURN_IF_ERROR(ops::Permute(blocks, {1, 0, 2}, &interleaved));
   return out;
 }
 
@@ -123,7 +99,17 @@ absl::StatusOr<Tensor> SplitLastDim(comm::ProcessGroup* group,
   Shape shape = x.shape();
   shape.back() = cols;
   Tensor out = Tensor::Empty(shape, x.dtype(), x.device());
-  CopyColumns(x, total, cols * group->rank(), cols, &out, cols, 0);
+  // This rank's column block of every row.
+  ops::StridedCopyPlan plan;
+  plan.rank = 2;
+  plan.shape[0] = x.numel() / total;
+  plan.shape[1] = cols;
+  plan.src_strides[0] = total;
+  plan.src_strides[1] = 1;
+  plan.dst_strides[0] = cols;
+  plan.dst_strides[1] = 1;
+  plan.src_offset = cols * group->rank();
+  MCC_RETURN_IF_ERROR(ops::CopyStrided(x, plan, &out));
   return out;
 }
 

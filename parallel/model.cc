@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -42,6 +43,25 @@ void Model::RemoveGradReadyHook(int id) {
       std::remove_if(grad_ready_hooks_.begin(), grad_ready_hooks_.end(),
                      [id](const auto& h) { return h.first == id; }),
       grad_ready_hooks_.end());
+}
+
+absl::StatusOr<LossSum> ReadLossSum(const Tensor& loss_sum) {
+  if (!loss_sum.defined() || loss_sum.dtype() != DType::kFloat32 ||
+      loss_sum.numel() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loss sum ", loss_sum.defined() ? loss_sum.Describe() : "(undefined)",
+        " is not an fp32 [4] tensor"));
+  }
+  Tensor host = loss_sum;
+  if (!loss_sum.device().is_cpu()) {
+    // The one device-to-host copy.
+    MCC_ASSIGN_OR_RETURN(host, loss_sum.To(Device::CPU()));
+  }
+  const float* p = host.data<float>();
+  LossSum out;
+  out.sum = static_cast<double>(p[0]) + static_cast<double>(p[1]);
+  out.tokens = static_cast<double>(p[2]) + static_cast<double>(p[3]);
+  return out;
 }
 
 void Model::ZeroGradients() {

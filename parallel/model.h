@@ -50,6 +50,12 @@ struct LossSum {
   double mean() const { return tokens > 0 ? sum / tokens : 0.0; }
 };
 
+// The host value of a loss sum kept on a device as ops::LossSum's fp32 [4]
+// tensor (core/ops/loss_sum.h: sum and token count, each as fp32 hi + lo).
+// One device-to-host copy unless the tensor is on the CPU; InvalidArgument
+// for another shape or dtype.
+absl::StatusOr<LossSum> ReadLossSum(const Tensor& loss_sum);
+
 // Called around each unit's compute. Units are numbered in forward order
 // as Model::units() lists them. Calls nest (a tied output layer may open
 // the embedding unit inside the head's), but each Before* has its After*
@@ -174,6 +180,12 @@ struct StageOutput {
   // The micro-batch's loss on the chunk that computes it (computes_loss());
   // zero elsewhere.
   LossSum loss;
+  // The same loss on the model's device, as ops::LossSum's fp32 [4] tensor
+  // (undefined where no loss is computed, or if the model does not provide
+  // it), for trainers that sum a step's losses on the device and read them
+  // once. A model that fills it also fills `loss`, which off the CPU costs
+  // one device-to-host copy per micro-batch.
+  Tensor loss_sum;
   // For BackwardStep; null when the forward ran without backward_after.
   std::unique_ptr<ActivationRecord> record;
 };

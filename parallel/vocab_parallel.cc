@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/embedding.h"
+#include "core/ops/index_check.h"
 #include "core/status_macros.h"
 #include "parallel/mappings.h"
 
@@ -82,15 +83,6 @@ absl::Status VocabParallelEmbedding::Backward(const Tensor& ids,
   return ops::EmbeddingBackward(flat_ids, dout, &weight_->main_grad, shard);
 }
 
-namespace {
-
-int64_t TargetAt(const Tensor& targets, int64_t i) {
-  return targets.dtype() == DType::kInt32 ? targets.data<int32_t>()[i]
-                                          : targets.data<int64_t>()[i];
-}
-
-}  // namespace
-
 absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(
     comm::ProcessGroup* tp, const Tensor& logits, const Tensor& targets,
     int64_t vocab_start, int64_t vocab_size, Activations* act,
@@ -106,28 +98,24 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(
   const int64_t local = logits.size(1);
   // Columns [valid, local) are vocabulary padding: no probability.
   const int64_t valid = std::clamp<int64_t>(vocab_size - vocab_start, 0, local);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t y = TargetAt(targets, t);
-    if (y != ignore_index && (y < 0 || y >= vocab_size)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cross entropy: target ", y, " at token ", t,
-                       " is outside the vocabulary of ", vocab_size));
-    }
-  }
+  // Targets are data: checked where they live, by a kernel.
+  MCC_RETURN_IF_ERROR(ops::CheckIndexRange(targets, vocab_size, ignore_index,
+                                           "cross entropy: target"));
+  const Device device = logits.device();
   // Row maxima, reduced over TP.
-  Tensor row_max = Tensor::Empty({tokens}, DType::kFloat32);
+  Tensor row_max = Tensor::Empty({tokens}, DType::kFloat32, device);
   MCC_RETURN_IF_ERROR(ops::ShardedCrossEntropyRowMax(logits, valid, &row_max));
   if (GroupSize(tp) > 1) {
     MCC_RETURN_IF_ERROR(tp->AllReduceSync(&row_max, comm::ReduceOp::kMax));
   }
   // Sums of exp(z - max) and the target logits, reduced together.
-  Tensor sums = Tensor::Empty({2, tokens}, DType::kFloat32);
+  Tensor sums = Tensor::Empty({2, tokens}, DType::kFloat32, device);
   MCC_RETURN_IF_ERROR(ops::ShardedCrossEntropySums(logits, targets, row_max,
                                                    vocab_start, valid, &sums));
   if (GroupSize(tp) > 1) {
     MCC_RETURN_IF_ERROR(tp->AllReduceSync(&sums, comm::ReduceOp::kSum));
   }
-  Tensor loss = Tensor::Empty({tokens}, DType::kFloat32);
+  Tensor loss = Tensor::Empty({tokens}, DType::kFloat32, device);
   MCC_RETURN_IF_ERROR(
       ops::ShardedCrossEntropyLoss(sums, targets, ignore_index, &loss));
   // The backward recomputes the softmax from the logits, the row maxima and
@@ -154,7 +142,7 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Backward(
         absl::StrCat("cross entropy backward: dloss ", dloss.Describe(),
                      " does not match ", tokens, " tokens"));
   }
-  Tensor grad = Tensor::Empty(act.logits.shape(), dtype);
+  Tensor grad = Tensor::Empty(act.logits.shape(), dtype, act.logits.device());
   MCC_RETURN_IF_ERROR(ops::ShardedCrossEntropyBackward(
       act.logits, act.targets, act.row_max, act.sums,
       dloss.Reshape({tokens}).value(), act.vocab_start, act.valid,

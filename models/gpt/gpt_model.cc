@@ -1,13 +1,17 @@
 #include "models/gpt/gpt_model.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/dropout.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/gemm.h"
+#include "core/ops/index_check.h"
+#include "core/ops/layout.h"
+#include "core/ops/loss_sum.h"
 #include "core/status_macros.h"
-#include "models/gpt/residual.h"
 #include "parallel/mappings.h"
 
 namespace mcc {
@@ -63,6 +67,12 @@ absl::StatusOr<std::unique_ptr<GPTModel>> GPTModel::Create(
                                   {config.max_positions(), config.hidden_size},
                                   -1, init, context, /*weight_decay=*/true));
       unit.push_back(model->position_embeddings_);
+      std::vector<int64_t> ids(config.max_positions());
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
+      MCC_ASSIGN_OR_RETURN(Tensor host_ids,
+                           Tensor::FromInts(ids, {config.max_positions()}));
+      // Through the device's copy hook, once at construction.
+      MCC_ASSIGN_OR_RETURN(model->position_ids_, host_ids.To(context.device));
     }
     model->embedding_unit_ = 0;
     model->units_.push_back(unit);
@@ -148,8 +158,8 @@ absl::StatusOr<parallel::TensorSpec> GPTModel::InputSpec(int microbatch) const {
   parallel::TensorSpec spec;
   spec.shape = HiddenShape(batch->tokens.size(0), batch->tokens.size(1));
   spec.dtype = context_.dtype;
-  // The hidden states live where the batch's tokens do.
-  spec.device = batch->tokens.device();
+  // The hidden states live on the model's device.
+  spec.device = context_.device;
   return spec;
 }
 
@@ -166,7 +176,12 @@ absl::StatusOr<parallel::StageOutput> GPTModel::ForwardStep(
   parallel::StageOutput out;
   MCC_ASSIGN_OR_RETURN(
       out.output, ChunkForward(*batch, input, backward_after, record.get()));
-  out.loss = record->loss;
+  out.loss_sum = record->loss_sum;
+  if (out.loss_sum.defined()) {
+    // The host copy of the loss that StageOutput::loss promises: one
+    // device-to-host copy per micro-batch off the CPU (see model.h).
+    MCC_ASSIGN_OR_RETURN(out.loss, parallel::ReadLossSum(out.loss_sum));
+  }
   if (backward_after) out.record = std::move(record);
   return out;
 }
@@ -212,46 +227,64 @@ absl::Status GPTModel::CheckBatch(const MicroBatch& batch) const {
         absl::StrCat("micro-batch loss mask ", batch.loss_mask.Describe(),
                      " must be fp32 shaped as tokens ", t.Describe()));
   }
+  for (const Tensor* x : {&batch.tokens, &batch.labels, &batch.loss_mask}) {
+    if (x->defined() && x->device() != context_.device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "micro-batch tensor ", x->Describe(),
+          " is not on the model's device ", context_.device.ToString(),
+          " (copy the batch there first)"));
+    }
+  }
   return absl::OkStatus();
 }
 
 namespace {
 
-// [b, s] -> [s * b] in sequence-major order (int64 or fp32).
-template <typename T>
-Tensor SeqMajor(const Tensor& x) {
+// [b, s] -> [s * b] in sequence-major order (int64 or fp32), on x's device.
+absl::StatusOr<Tensor> SeqMajor(const Tensor& x) {
   const int64_t b = x.size(0), s = x.size(1);
-  Tensor out = Tensor::Empty({s * b}, x.dtype());
-  const T* src = x.data<T>();
-  T* dst = out.data<T>();
-  for (int64_t bi = 0; bi < b; ++bi) {
-    for (int64_t si = 0; si < s; ++si) dst[si * b + bi] = src[bi * s + si];
-  }
+  Tensor out = Tensor::Empty({s * b}, x.dtype(), x.device());
+  MCC_ASSIGN_OR_RETURN(Tensor out2d, out.Reshape({s, b}));
+  MCC_RETURN_IF_ERROR(ops::Permute(x, {1, 0}, &out2d));
   return out;
 }
 
-// Positions first, first + 1, ... of b sequences of length s, in the same
-// sequence-major order.
-Tensor SeqMajorPositions(int64_t b, int64_t s, int64_t first) {
-  Tensor positions = Tensor::Empty({s * b}, DType::kInt64);
-  int64_t* p = positions.data<int64_t>();
-  for (int64_t si = 0; si < s; ++si) {
-    for (int64_t bi = 0; bi < b; ++bi) p[si * b + bi] = first + si;
+}  // namespace
+
+absl::StatusOr<Tensor> GPTModel::SeqMajorPositions(int64_t b, int64_t s,
+                                                   int64_t first) const {
+  // Only learned position embeddings look positions up.
+  if (position_embeddings_ == nullptr) return Tensor();
+  if (first < 0 || first + s > position_ids_.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "positions [", first, ", ", first + s, ") exceed the position table (",
+        position_ids_.numel(), " positions)"));
   }
+  // positions[si * b + bi] = first + si: the table read with stride 0 over
+  // the batch.
+  Tensor positions = Tensor::Empty({s * b}, DType::kInt64, context_.device);
+  ops::StridedCopyPlan plan;
+  plan.rank = 2;
+  plan.shape[0] = s;
+  plan.shape[1] = b;
+  plan.src_strides[0] = 1;
+  plan.src_strides[1] = 0;
+  plan.src_offset = first;
+  plan.dst_strides[0] = b;
+  plan.dst_strides[1] = 1;
+  MCC_RETURN_IF_ERROR(ops::CopyStrided(position_ids_, plan, &positions));
   return positions;
 }
-
-}  // namespace
 
 absl::StatusOr<Tensor> GPTModel::Embed(const Tensor& ids,
                                        const Tensor& positions, uint64_t offset,
                                        bool dropout) const {
   MCC_ASSIGN_OR_RETURN(Tensor emb, word_embeddings_->Forward(ids));
   if (position_embeddings_ != nullptr) {
-    Tensor pos = Tensor::Empty(emb.shape(), emb.dtype());
+    Tensor pos = Tensor::Empty(emb.shape(), emb.dtype(), emb.device());
     MCC_RETURN_IF_ERROR(
         ops::EmbeddingLookup(positions, position_embeddings_->value, &pos));
-    MCC_RETURN_IF_ERROR(AddResidual(emb, pos, &emb));
+    MCC_RETURN_IF_ERROR(ops::Add(emb, pos, &emb));
   }
   const float p = static_cast<float>(config_.hidden_dropout);
   if (dropout && p > 0) {
@@ -280,8 +313,8 @@ absl::StatusOr<Tensor> GPTModel::LastTokenLogits(const Tensor& tokens) {
   batch.labels = tokens;
   MCC_RETURN_IF_ERROR(CheckBatch(batch));
   const int64_t b = tokens.size(0), s = tokens.size(1);
-  Tensor ids = SeqMajor<int64_t>(tokens);
-  Tensor positions = SeqMajorPositions(b, s, 0);
+  MCC_ASSIGN_OR_RETURN(Tensor ids, SeqMajor(tokens));
+  MCC_ASSIGN_OR_RETURN(Tensor positions, SeqMajorPositions(b, s, 0));
   // Evaluation runs without dropout.
   for (const auto& layer : layers_) layer->set_training(false);
   MCC_ASSIGN_OR_RETURN(Tensor x, Embed(ids, positions, 0, false));
@@ -303,7 +336,7 @@ absl::StatusOr<Tensor> GPTModel::LastPositionLogits(const Tensor& x, int64_t b,
   MCC_ASSIGN_OR_RETURN(Tensor last, h.Slice((s - 1) * b, s * b));
   // The output layer without its SP gather: `last` is already whole.
   const Tensor& w = output_layer_->weight()->value;
-  Tensor logits = Tensor::Empty({b, w.size(0)}, DType::kFloat32);
+  Tensor logits = Tensor::Empty({b, w.size(0)}, DType::kFloat32, w.device());
   // Hidden states and weight share the model's dtype; the GEMM accumulates
   // in fp32 either way, so no copy of the vocabulary-sized weight is made.
   MCC_RETURN_IF_ERROR(ops::Gemm(last, false, w, true, &logits));
@@ -311,11 +344,16 @@ absl::StatusOr<Tensor> GPTModel::LastPositionLogits(const Tensor& x, int64_t b,
   // Only the true vocabulary: a padded token can never be picked.
   const int64_t padded = full.size(1), vocab = config_.vocab_size;
   if (padded == vocab) return full;
-  Tensor out = Tensor::Empty({b, vocab}, DType::kFloat32);
-  for (int64_t i = 0; i < b; ++i) {
-    std::copy_n(full.data<float>() + i * padded, vocab,
-                out.data<float>() + i * vocab);
-  }
+  Tensor out = Tensor::Empty({b, vocab}, DType::kFloat32, full.device());
+  ops::StridedCopyPlan plan;
+  plan.rank = 2;
+  plan.shape[0] = b;
+  plan.shape[1] = vocab;
+  plan.src_strides[0] = padded;
+  plan.src_strides[1] = 1;
+  plan.dst_strides[0] = vocab;
+  plan.dst_strides[1] = 1;
+  MCC_RETURN_IF_ERROR(ops::CopyStrided(full, plan, &out));
   return out;
 }
 
@@ -339,8 +377,8 @@ absl::StatusOr<KvCache> GPTModel::NewKvCache(int64_t batch,
   for (size_t i = 0; i < layers_.size(); ++i) {
     LayerKvCache layer;
     layer.k = Tensor::Zeros({batch, capacity, groups, config_.head_dim()},
-                            DType::kFloat32);
-    layer.v = Tensor::Zeros(layer.k.shape(), DType::kFloat32);
+                            DType::kFloat32, context_.device);
+    layer.v = Tensor::Zeros(layer.k.shape(), DType::kFloat32, context_.device);
     cache.layers.push_back(std::move(layer));
   }
   return cache;
@@ -368,16 +406,13 @@ absl::StatusOr<Tensor> GPTModel::Extend(const Tensor& tokens, KvCache* cache) {
         cache->capacity, " and ", cache->layers.size(),
         " layers (model: ", layers_.size(), ")"));
   }
-  const int64_t* tp = tokens.data<int64_t>();
-  for (int64_t i = 0; i < b * n; ++i) {
-    if (tp[i] < 0 || tp[i] >= config_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "decoding token ", tp[i], " is outside the vocabulary [0, ",
-          config_.vocab_size, ")"));
-    }
-  }
-  Tensor ids = SeqMajor<int64_t>(tokens);
-  Tensor positions = SeqMajorPositions(b, n, p0);
+  // Token ids are data: checked where they live, by a kernel (no id is
+  // ignored).
+  MCC_RETURN_IF_ERROR(ops::CheckIndexRange(tokens, config_.vocab_size,
+                                           std::numeric_limits<int64_t>::min(),
+                                           "decoding token"));
+  MCC_ASSIGN_OR_RETURN(Tensor ids, SeqMajor(tokens));
+  MCC_ASSIGN_OR_RETURN(Tensor positions, SeqMajorPositions(b, n, p0));
   for (const auto& layer : layers_) layer->set_training(false);
   MCC_ASSIGN_OR_RETURN(Tensor x, Embed(ids, positions, 0, false));
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -426,7 +461,8 @@ absl::StatusOr<LossSum> GPTModel::Run(const MicroBatch& batch, bool backward,
   if (backward) {
     MCC_RETURN_IF_ERROR(ChunkBackward(Tensor(), grad_scale, &record).status());
   }
-  return record.loss;
+  // The host value this call returns: one device-to-host copy.
+  return parallel::ReadLossSum(record.loss_sum);
 }
 
 uint64_t GPTModel::DropoutOffset(uint64_t call, int site_block, int64_t b,
@@ -469,8 +505,8 @@ absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& batch,
   Tensor x;
   if (chunk_.pre_process) {
     // Embeddings, in sequence-major order.
-    Tensor ids = SeqMajor<int64_t>(batch.tokens);
-    Tensor positions = SeqMajorPositions(b, s, 0);
+    MCC_ASSIGN_OR_RETURN(Tensor ids, SeqMajor(batch.tokens));
+    MCC_ASSIGN_OR_RETURN(Tensor positions, SeqMajorPositions(b, s, 0));
     MCC_RETURN_IF_ERROR(CallBeforeForward(embedding_unit_));
     MCC_ASSIGN_OR_RETURN(
         x, Embed(ids, positions,
@@ -482,11 +518,13 @@ absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& batch,
       rec->positions = positions;
     }
   } else {
-    if (input.shape() != HiddenShape(b, s) || input.dtype() != context_.dtype) {
+    if (input.shape() != HiddenShape(b, s) || input.dtype() != context_.dtype ||
+        input.device() != context_.device) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model chunk from layer ", chunk_.first_layer, ": input ",
           input.Describe(), " is not the previous stage's hidden states ",
-          ShapeToString(HiddenShape(b, s)), " ", DTypeName(context_.dtype)));
+          ShapeToString(HiddenShape(b, s)), " ", DTypeName(context_.dtype),
+          " on ", context_.device.ToString()));
     }
     x = input;
   }
@@ -546,36 +584,28 @@ absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& batch,
     MCC_RETURN_IF_ERROR(CallAfterForward(embedding_unit_));
   }
   MCC_RETURN_IF_ERROR(CallAfterForward(head_unit_));
-  Tensor labels = SeqMajor<int64_t>(batch.labels);
+  MCC_ASSIGN_OR_RETURN(Tensor labels, SeqMajor(batch.labels));
   MCC_ASSIGN_OR_RETURN(
       Tensor losses,
       parallel::VocabParallelCrossEntropy::Forward(
           tp, logits, labels, vocab_start_, config_.vocab_size, &rec->ce_act));
   logits = Tensor();
-  Tensor mask;
+  Tensor mask;  // Undefined: every token weighs 1.
   if (batch.loss_mask.defined()) {
-    mask = SeqMajor<float>(batch.loss_mask);
-  } else {
-    mask = Tensor::Full({s * b}, 1.0, DType::kFloat32);
+    MCC_ASSIGN_OR_RETURN(mask, SeqMajor(batch.loss_mask));
   }
-  LossSum result;
-  const float* lp = losses.data<float>();
-  const float* mp = mask.data<float>();
-  const int64_t* yp = labels.data<int64_t>();
-  for (int64_t t = 0; t < s * b; ++t) {
-    if (yp[t] == -100) continue;
-    result.sum += static_cast<double>(lp[t]) * mp[t];
-    result.tokens += mp[t];
-  }
-  rec->loss = result;
+  // The loss stays on the device; callers read it when they need it.
+  Tensor loss_sum = Tensor::Empty({4}, DType::kFloat32, losses.device());
+  MCC_RETURN_IF_ERROR(ops::LossSum(losses, mask, labels,
+                                   rec->ce_act.ignore_index,
+                                   /*accumulate=*/false, &loss_sum));
   if (backward_after) {
     rec->mask = mask;
-    rec->labels = labels;
     rec->pending = true;
   } else {
     *rec = ChunkRecord();
-    rec->loss = result;
   }
+  rec->loss_sum = loss_sum;
   return Tensor();
 }
 
@@ -593,12 +623,9 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
       !config_.untie_embeddings_and_output_weights && chunk_.pre_process;
   Tensor dx;
   if (chunk_.post_process) {
-    Tensor dloss = Tensor::Empty({s * b}, DType::kFloat32);
-    const float scale = rec->loss.tokens > 0
-                            ? grad_scale / static_cast<float>(rec->loss.tokens)
-                            : 0.0f;
-    const float* mp = rec->mask.data<float>();
-    for (int64_t t = 0; t < s * b; ++t) dloss.data<float>()[t] = mp[t] * scale;
+    Tensor dloss = Tensor::Empty({s * b}, DType::kFloat32, context_.device);
+    MCC_RETURN_IF_ERROR(
+        ops::LossSumGradient(rec->loss_sum, rec->mask, grad_scale, &dloss));
     MCC_ASSIGN_OR_RETURN(Tensor dlogits,
                          parallel::VocabParallelCrossEntropy::Backward(
                              dloss, rec->ce_act, context_.dtype));
@@ -618,11 +645,13 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
     MCC_RETURN_IF_ERROR(CallGradsReady(units_[head_unit_]));
   } else {
     if (output_grad.shape() != HiddenShape(b, s) ||
-        output_grad.dtype() != context_.dtype) {
+        output_grad.dtype() != context_.dtype ||
+        output_grad.device() != context_.device) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model chunk from layer ", chunk_.first_layer, ": output gradient ",
           output_grad.Describe(), " is not the hidden states' ",
-          ShapeToString(HiddenShape(b, s)), " ", DTypeName(context_.dtype)));
+          ShapeToString(HiddenShape(b, s)), " ", DTypeName(context_.dtype),
+          " on ", context_.device.ToString()));
     }
     dx = output_grad;
   }
@@ -668,7 +697,7 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
   dx = Tensor();
   const float p = static_cast<float>(config_.hidden_dropout);
   if (p > 0) {
-    Tensor d = Tensor::Empty(demb.shape(), demb.dtype());
+    Tensor d = Tensor::Empty(demb.shape(), demb.dtype(), demb.device());
     MCC_RETURN_IF_ERROR(ops::DropoutBackward(
         demb, p, config_.seed,
         DropoutOffset(rec->call, config_.num_layers, b, s), &d));
@@ -679,9 +708,9 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
     MCC_RETURN_IF_ERROR(ops::EmbeddingBackward(
         rec->positions, demb, &position_embeddings_->main_grad));
   }
-  const LossSum loss = rec->loss;
+  const Tensor loss_sum = rec->loss_sum;
   *rec = ChunkRecord();
-  rec->loss = loss;
+  rec->loss_sum = loss_sum;
   MCC_RETURN_IF_ERROR(CallAfterBackward(embedding_unit_));
   MCC_RETURN_IF_ERROR(CallGradsReady(units_[embedding_unit_]));
   return Tensor();

@@ -55,8 +55,8 @@ struct ChunkRecord : parallel::ActivationRecord {
   Norm::Activations final_act;  // post_process
   parallel::ColumnParallelLinear::Activations head_act;
   parallel::VocabParallelCrossEntropy::Activations ce_act;
-  Tensor mask, labels;
-  LossSum loss;
+  Tensor mask;           // Sequence-major loss mask; undefined: all ones.
+  Tensor loss_sum;       // ops::LossSum's fp32 [4], on the model's device.
   bool pending = false;  // Forward done, backward not yet.
 };
 
@@ -75,6 +75,13 @@ struct ChunkRecord : parallel::ActivationRecord {
 // around its output layer). As a pipeline stage it takes micro-batch i of
 // those given to SetMicroBatches and passes hidden states
 // [s * b (/ TP under SP), hidden] in the model dtype between chunks.
+//
+// Device: everything the model holds or computes (parameters, main_grad,
+// activations, KV caches, logits, the loss) lives on context.device, and
+// micro-batch tensors and stage inputs must be there too. The model reaches
+// that memory only through ops (kernels), collectives and the copy hook;
+// the only device-to-host reads are the loss sums returned as host values
+// (ForwardBackward, Forward, StageOutput::loss), one copy each.
 class GPTModel : public parallel::Model, public parallel::PipelineStage {
  public:
   static absl::StatusOr<std::unique_ptr<GPTModel>> Create(
@@ -103,7 +110,8 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   Shape HiddenShape(int64_t b, int64_t s) const;
 
   // Forward and backward of one micro-batch: the parameters' main_grad
-  // accumulate d(mean loss)/dparam * grad_scale. Returns the loss sum.
+  // accumulate d(mean loss)/dparam * grad_scale. Returns the loss sum, read
+  // to the host (one device-to-host copy off the CPU).
   absl::StatusOr<LossSum> ForwardBackward(const MicroBatch& batch,
                                           float grad_scale);
   // Forward only (evaluation).
@@ -172,12 +180,20 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
                                             int64_t s) const;
   absl::StatusOr<Tensor> Embed(const Tensor& ids, const Tensor& positions,
                                uint64_t offset, bool dropout) const;
+  // Positions first, first + 1, ... of b sequences of length s in
+  // sequence-major order, int64 [s * b] on the model's device (undefined
+  // without learned position embeddings, which alone look them up).
+  absl::StatusOr<Tensor> SeqMajorPositions(int64_t b, int64_t s,
+                                           int64_t first) const;
 
   GPTConfig config_;
   parallel::LayerContext context_;
   ModelChunkSpec chunk_;
   std::unique_ptr<parallel::VocabParallelEmbedding> word_embeddings_;
   std::shared_ptr<Parameter> position_embeddings_;
+  // 0, 1, ..., max_positions - 1 on the device (learned positions only):
+  // copied there once, so no step copies positions from the host.
+  Tensor position_ids_;
   std::vector<std::unique_ptr<TransformerLayer>> layers_;
   std::unique_ptr<Norm> final_norm_;
   std::unique_ptr<parallel::ColumnParallelLinear> output_layer_;

@@ -1,21 +1,19 @@
 #include "models/gpt/transformer_layer.h"
 
-#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/activation.h"
 #include "core/ops/attention.h"
 #include "core/ops/bias.h"
+#include "core/ops/cached_attention.h"
 #include "core/ops/dropout.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/layout.h"
 #include "core/ops/norm.h"
 #include "core/ops/rotary.h"
 #include "core/status_macros.h"
-#include "core/thread_pool.h"
-#include "models/gpt/residual.h"
 #include "parallel/mappings.h"
 
 namespace mcc {
@@ -159,58 +157,52 @@ struct QkvLayout {
   int64_t row() const { return groups * (heads_per_group + 2) * d; }
 };
 
-void SplitQkv(const Tensor& qkv, const QkvLayout& l, Tensor* q, Tensor* k,
-              Tensor* v, bool merge) {
-  const size_t es = DTypeSize(qkv.dtype());
+// The copy of one part of q, k, v (part 0: q's heads_per_group heads of
+// every group; 1: k; 2: v) between the QKV projection's output, rows
+// [s, b] of [groups, heads_per_group + 2, d], and its [b, s, heads, d]
+// tensor; merge copies the other way (the backward's dqkv).
+ops::StridedCopyPlan QkvPlan(const QkvLayout& l, int part, bool merge) {
   const int64_t hpg = l.heads_per_group;
-  char* base = static_cast<char*>(qkv.raw_data());
-  char* qp = static_cast<char*>(q->raw_data());
-  char* kp = static_cast<char*>(k->raw_data());
-  char* vp = static_cast<char*>(v->raw_data());
-  const size_t block = l.d * es;
-  ThreadPool::Global().ParallelFor(l.s * l.b, 8, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t si = t / l.b, bi = t % l.b;
-      char* row = base + t * l.row() * es;
-      const int64_t tok = bi * l.s + si;
-      for (int64_t g = 0; g < l.groups; ++g) {
-        char* grp = row + g * (hpg + 2) * block;
-        for (int64_t j = 0; j < hpg; ++j) {
-          char* dst = qp + ((tok * l.groups + g) * hpg + j) * block;
-          merge ? std::memcpy(grp + j * block, dst, block)
-                : std::memcpy(dst, grp + j * block, block);
-        }
-        char* kd = kp + (tok * l.groups + g) * block;
-        char* vd = vp + (tok * l.groups + g) * block;
-        if (merge) {
-          std::memcpy(grp + hpg * block, kd, block);
-          std::memcpy(grp + (hpg + 1) * block, vd, block);
-        } else {
-          std::memcpy(kd, grp + hpg * block, block);
-          std::memcpy(vd, grp + (hpg + 1) * block, block);
-        }
-      }
-    }
-  });
+  const int64_t heads = part == 0 ? hpg : 1;
+  const int64_t shape[5] = {l.b, l.s, l.groups, heads, l.d};
+  const int64_t fused[5] = {l.row(), l.b * l.row(), (hpg + 2) * l.d, l.d, 1};
+  const int64_t split[5] = {l.s * l.groups * heads * l.d,
+                            l.groups * heads * l.d, heads * l.d, l.d, 1};
+  ops::StridedCopyPlan p;
+  p.rank = 5;
+  for (int k = 0; k < 5; ++k) {
+    p.shape[k] = shape[k];
+    p.src_strides[k] = merge ? split[k] : fused[k];
+    p.dst_strides[k] = merge ? fused[k] : split[k];
+  }
+  const int64_t fused_offset = part == 0 ? 0 : (hpg + part - 1) * l.d;
+  (merge ? p.dst_offset : p.src_offset) = fused_offset;
+  return p;
+}
+
+absl::Status SplitQkv(const Tensor& qkv, const QkvLayout& l, Tensor* q,
+                      Tensor* k, Tensor* v) {
+  MCC_RETURN_IF_ERROR(ops::CopyStrided(qkv, QkvPlan(l, 0, false), q));
+  MCC_RETURN_IF_ERROR(ops::CopyStrided(qkv, QkvPlan(l, 1, false), k));
+  return ops::CopyStrided(qkv, QkvPlan(l, 2, false), v);
+}
+
+absl::Status MergeQkv(const Tensor& q, const Tensor& k, const Tensor& v,
+                      const QkvLayout& l, Tensor* qkv) {
+  MCC_RETURN_IF_ERROR(ops::CopyStrided(q, QkvPlan(l, 0, true), qkv));
+  MCC_RETURN_IF_ERROR(ops::CopyStrided(k, QkvPlan(l, 1, true), qkv));
+  return ops::CopyStrided(v, QkvPlan(l, 2, true), qkv);
 }
 
 // [b, s, heads * d] <-> [s * b, heads * d].
-void TransposeBatchSeq(const Tensor& src, int64_t b, int64_t s, Tensor* dst,
-                       bool to_seq_major) {
-  const size_t row = src.numel() / (b * s) * DTypeSize(src.dtype());
-  const char* sp = static_cast<const char*>(src.raw_data());
-  char* dp = static_cast<char*>(dst->raw_data());
-  ThreadPool::Global().ParallelFor(s * b, 16, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t si = t / b, bi = t % b;
-      const int64_t bs = bi * s + si;
-      if (to_seq_major) {
-        std::memcpy(dp + t * row, sp + bs * row, row);
-      } else {
-        std::memcpy(dp + bs * row, sp + t * row, row);
-      }
-    }
-  });
+absl::Status TransposeBatchSeq(const Tensor& src, int64_t b, int64_t s,
+                               Tensor* dst, bool to_seq_major) {
+  const int64_t row = src.numel() / (b * s);
+  MCC_ASSIGN_OR_RETURN(Tensor from, to_seq_major ? src.Reshape({b, s, row})
+                                                 : src.Reshape({s, b, row}));
+  MCC_ASSIGN_OR_RETURN(Tensor to, to_seq_major ? dst->Reshape({s, b, row})
+                                               : dst->Reshape({b, s, row}));
+  return ops::Permute(from, {1, 0, 2}, &to);
 }
 
 // Copies k and v ([b, n, kv heads, d], fp32 or bf16) into the cache's fp32
@@ -227,68 +219,27 @@ absl::Status WriteKvCache(const Tensor& k, const Tensor& v, int64_t position,
                      k.Describe(), " at position ", position));
   }
   const int64_t cap = cache->k.size(1);
+  ops::StridedCopyPlan plan;
+  plan.rank = 3;
+  plan.shape[0] = b;
+  plan.shape[1] = n;
+  plan.shape[2] = row;
+  plan.src_strides[0] = n * row;
+  plan.src_strides[1] = row;
+  plan.src_strides[2] = 1;
+  plan.dst_strides[0] = cap * row;
+  plan.dst_strides[1] = row;
+  plan.dst_strides[2] = 1;
+  plan.dst_offset = position * row;
   for (const auto& [src, dst] :
        {std::make_pair(&k, &cache->k), std::make_pair(&v, &cache->v)}) {
-    MCC_ASSIGN_OR_RETURN(Tensor f, src->To(DType::kFloat32));
-    const float* sp = f.data<float>();
-    float* dp = dst->data<float>();
-    for (int64_t bi = 0; bi < b; ++bi) {
-      std::memcpy(dp + (bi * cap + position) * row, sp + bi * n * row,
-                  n * row * sizeof(float));
+    Tensor f = *src;
+    if (f.dtype() != DType::kFloat32) {
+      MCC_ASSIGN_OR_RETURN(f, src->To(DType::kFloat32));
     }
+    MCC_RETURN_IF_ERROR(ops::CopyStrided(f, plan, dst));
   }
   return absl::OkStatus();
-}
-
-// softmax(q k^T / sqrt(d)) v for queries q [b, n, heads, d] at positions
-// [position, position + n), over the cache's keys 0..(own position), in
-// fp32. Grouped-query attention as the flash kernel: head h reads kv head
-// h / (heads / kv heads).
-absl::Status CachedAttention(const Tensor& q, const LayerKvCache& cache,
-                             int64_t position, Tensor* out) {
-  const int64_t b = q.size(0), n = q.size(1), heads = q.size(2), d = q.size(3);
-  const int64_t groups = cache.k.size(2), cap = cache.k.size(1);
-  const int64_t per_group = heads / groups;
-  MCC_ASSIGN_OR_RETURN(Tensor qf, q.To(DType::kFloat32));
-  Tensor of = Tensor::Empty(q.shape(), DType::kFloat32);
-  const float* qp = qf.data<float>();
-  const float* kp = cache.k.data<float>();
-  const float* vp = cache.v.data<float>();
-  float* op = of.data<float>();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  ThreadPool::Global().ParallelFor(
-      b * n * heads, 1, [&](int64_t t0, int64_t t1) {
-        std::vector<float> scores(position + n);
-        std::vector<float> acc(d);
-        for (int64_t t = t0; t < t1; ++t) {
-          const int64_t h = t % heads, i = (t / heads) % n,
-                        bi = t / (heads * n);
-          const int64_t g = h / per_group;
-          const int64_t keys = position + i + 1;
-          const float* qrow = qp + ((bi * n + i) * heads + h) * d;
-          float max_score = -INFINITY;
-          for (int64_t j = 0; j < keys; ++j) {
-            const float* krow = kp + ((bi * cap + j) * groups + g) * d;
-            float dot = 0;
-            for (int64_t e = 0; e < d; ++e) dot += qrow[e] * krow[e];
-            scores[j] = dot * scale;
-            max_score = std::max(max_score, scores[j]);
-          }
-          float sum = 0;
-          std::fill(acc.begin(), acc.end(), 0.0f);
-          for (int64_t j = 0; j < keys; ++j) {
-            const float p = std::exp(scores[j] - max_score);
-            sum += p;
-            const float* vrow = vp + ((bi * cap + j) * groups + g) * d;
-            for (int64_t e = 0; e < d; ++e) acc[e] += p * vrow[e];
-          }
-          float* orow = op + ((bi * n + i) * heads + h) * d;
-          for (int64_t e = 0; e < d; ++e) orow[e] = acc[e] / sum;
-        }
-      });
-  if (out->dtype() == DType::kFloat32) return out->CopyFrom(of);
-  MCC_ASSIGN_OR_RETURN(Tensor converted, of.To(out->dtype()));
-  return out->CopyFrom(converted);
 }
 
 }  // namespace
@@ -369,7 +320,7 @@ absl::StatusOr<Tensor> TransformerLayer::Forward(
   act->q = Tensor::Empty({b, s, local_heads_, d}, qkv.dtype(), qkv.device());
   act->k = Tensor::Empty({b, s, local_groups_, d}, qkv.dtype(), qkv.device());
   act->v = Tensor::Empty({b, s, local_groups_, d}, qkv.dtype(), qkv.device());
-  SplitQkv(qkv, layout, &act->q, &act->k, &act->v, /*merge=*/false);
+  MCC_RETURN_IF_ERROR(SplitQkv(qkv, layout, &act->q, &act->k, &act->v));
   if (config_.position_embedding == PositionEmbedding::kRope) {
     ops::RotaryOptions rope;
     rope.base = config_.rotary_base;
@@ -384,14 +335,15 @@ absl::StatusOr<Tensor> TransformerLayer::Forward(
     // Queries over cached keys: the flash kernel needs equal lengths.
     act->attn_out =
         Tensor::Empty(act->q.shape(), act->q.dtype(), act->q.device());
-    MCC_RETURN_IF_ERROR(
-        CachedAttention(act->q, *cache, cache_position, &act->attn_out));
+    MCC_RETURN_IF_ERROR(ops::CachedAttention(act->q, cache->k, cache->v,
+                                             cache_position, &act->attn_out));
   } else {
     MCC_RETURN_IF_ERROR(Attention(b, act));
   }
   Tensor ctx =
       Tensor::Empty({s * b, local_heads_ * d}, qkv.dtype(), qkv.device());
-  TransposeBatchSeq(act->attn_out, b, s, &ctx, /*to_seq_major=*/true);
+  MCC_RETURN_IF_ERROR(
+      TransposeBatchSeq(act->attn_out, b, s, &ctx, /*to_seq_major=*/true));
   if (config_.recompute_granularity == RecomputeGranularity::kSelective) {
     act->attn_out = Tensor();  // Rebuilt from q, k, v in the backward.
     act->lse = Tensor();
@@ -399,7 +351,7 @@ absl::StatusOr<Tensor> TransformerLayer::Forward(
   MCC_ASSIGN_OR_RETURN(Tensor attn, proj_->Forward(ctx, &act->proj));
   MCC_ASSIGN_OR_RETURN(attn, Dropout(attn, dropout_offset + sp_shift));
   Tensor h1 = Tensor::Empty(x.shape(), x.dtype(), x.device());
-  MCC_RETURN_IF_ERROR(AddResidual(x, attn, &h1));
+  MCC_RETURN_IF_ERROR(ops::Add(x, attn, &h1));
 
   MCC_ASSIGN_OR_RETURN(Tensor ln2, ln2_->Forward(h1, &act->ln2));
   MCC_ASSIGN_OR_RETURN(act->fc1_out, fc1_->Forward(ln2, &act->fc1));
@@ -420,7 +372,7 @@ absl::StatusOr<Tensor> TransformerLayer::Forward(
   MCC_ASSIGN_OR_RETURN(Tensor mlp, fc2_->Forward(hidden, &act->fc2));
   MCC_ASSIGN_OR_RETURN(mlp, Dropout(mlp, dropout_offset + stride + sp_shift));
   Tensor out = Tensor::Empty(x.shape(), x.dtype(), x.device());
-  MCC_RETURN_IF_ERROR(AddResidual(h1, mlp, &out));
+  MCC_RETURN_IF_ERROR(ops::Add(h1, mlp, &out));
   return out;
 }
 
@@ -453,7 +405,7 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
   MCC_ASSIGN_OR_RETURN(Tensor dln2, fc1_->Backward(dfc1, act->fc1));
   MCC_ASSIGN_OR_RETURN(Tensor dh1_norm, ln2_->Backward(dln2, act->ln2));
   Tensor dh1 = Tensor::Empty(dy.shape(), dy.dtype(), dy.device());
-  MCC_RETURN_IF_ERROR(AddResidual(dy, dh1_norm, &dh1));
+  MCC_RETURN_IF_ERROR(ops::Add(dy, dh1_norm, &dh1));
 
   // Attention branch.
   MCC_ASSIGN_OR_RETURN(Tensor dattn,
@@ -463,7 +415,8 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
   if (!act->attn_out.defined()) MCC_RETURN_IF_ERROR(Attention(b, act));
   Tensor dout =
       Tensor::Empty(act->attn_out.shape(), dctx.dtype(), dctx.device());
-  TransposeBatchSeq(dctx, b, s, &dout, /*to_seq_major=*/false);
+  MCC_RETURN_IF_ERROR(
+      TransposeBatchSeq(dctx, b, s, &dout, /*to_seq_major=*/false));
   Tensor dq = Tensor::Empty(act->q.shape(), dctx.dtype(), dctx.device());
   Tensor dk = Tensor::Empty(act->k.shape(), dctx.dtype(), dctx.device());
   Tensor dv = Tensor::Empty(act->v.shape(), dctx.dtype(), dctx.device());
@@ -479,11 +432,11 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
   const QkvLayout layout{b, s, local_groups_, local_heads_ / local_groups_, d};
   Tensor dqkv =
       Tensor::Empty({s * b, layout.row()}, dctx.dtype(), dctx.device());
-  SplitQkv(dqkv, layout, &dq, &dk, &dv, /*merge=*/true);
+  MCC_RETURN_IF_ERROR(MergeQkv(dq, dk, dv, layout, &dqkv));
   MCC_ASSIGN_OR_RETURN(Tensor dln1, qkv_->Backward(dqkv, act->qkv));
   MCC_ASSIGN_OR_RETURN(Tensor dx_norm, ln1_->Backward(dln1, act->ln1));
   Tensor dx = Tensor::Empty(dy.shape(), dy.dtype(), dy.device());
-  MCC_RETURN_IF_ERROR(AddResidual(dh1, dx_norm, &dx));
+  MCC_RETURN_IF_ERROR(ops::Add(dh1, dx_norm, &dx));
   return dx;
 }
 
