@@ -142,6 +142,15 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
         absl::StrCat("the optimizer lives on ", opt->device().ToString()));
   }
 
+  // The starting weights (read outside the counted windows), to check that
+  // training moved them.
+  std::vector<std::vector<float>> initial;
+  if (!fsdp) {
+    for (const auto& p : params) {
+      MCC_ASSIGN_OR_RETURN(Tensor host, p->value.To(Device::CPU()));
+      initial.push_back(host.ToFloats());
+    }
+  }
   Result result;
   for (int step = 0; step < kSteps; ++step) {
     int64_t reads = ::mcc::testing::TestDeviceCopiesToHost();
@@ -197,16 +206,21 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
   } else {
     MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
   }
-  for (const auto& p : params) {
+  bool moved = false;
+  for (size_t k = 0; k < params.size(); ++k) {
+    const auto& p = params[k];
     if (p->value.device() != device) {
       return absl::InternalError(absl::StrCat(
           "parameter ", p->name, " left the device: ", p->value.Describe()));
     }
     MCC_ASSIGN_OR_RETURN(Tensor host, p->value.To(Device::CPU()));
     std::string line = absl::StrCat("param ", p->name);
-    for (float v : host.ToFloats()) absl::StrAppend(&line, " ", Bits(v));
+    const std::vector<float> values = host.ToFloats();
+    for (float v : values) absl::StrAppend(&line, " ", Bits(v));
     result.lines.push_back(std::move(line));
+    if (k < initial.size() && values != initial[k]) moved = true;
   }
+  if (!fsdp) result.lines.push_back(absl::StrCat("moved ", moved));
   if (fsdp) MCC_RETURN_IF_ERROR(fsdp->ReleaseFullParams());
   return result;
 }
@@ -301,6 +315,18 @@ TEST_P(DeviceTrainingTest, TestDeviceMatchesCpuBitForBit) {
       }
       losses += kind == "loss";
       params += kind == "param";
+      if (kind == "moved") {
+        EXPECT_EQ(cpu[i], "moved 1") << layout << " rank " << rank
+                                     << ": training left the weights as "
+                                        "they were";
+      }
+      if (kind == "norm") {
+        int step = 0;
+        std::string bits;
+        int skipped = 1;
+        s >> step >> bits >> skipped;
+        EXPECT_EQ(skipped, 0) << layout << " step " << step << " skipped";
+      }
       EXPECT_EQ(dev[i], cpu[i]) << layout << " rank " << rank;
     }
     EXPECT_EQ(steps, kSteps);
