@@ -4,7 +4,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "core/ops/reduce.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/multi_tensor.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
 
@@ -104,6 +105,10 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
   opt->groups_ = groups;
   opt->ddp_ = ddp;
   opt->sharded_ = sharded;
+  if (ddp != nullptr) {
+    opt->device_ = ddp->device();
+    opt->device_known_ = true;
+  }
   switch (config.type) {
     case OptimizerType::kAdam:
       if (!(config.adam_beta1 >= 0 && config.adam_beta1 < 1 &&
@@ -144,8 +149,11 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
       r.master = s.value;
       r.grad = s.grad;
       r.shape = s.param_shape;
+      MCC_RETURN_IF_ERROR(opt->CheckDevice(*s.param, s.value));
+      MCC_RETURN_IF_ERROR(opt->CheckDevice(*s.param, s.grad));
       for (size_t i = 0; i < names.size(); ++i) {
-        r.state.push_back(Tensor::Zeros({r.end - r.begin}, DType::kFloat32));
+        r.state.push_back(
+            Tensor::Zeros({r.end - r.begin}, DType::kFloat32, opt->device_));
       }
       r.counted = CountsInGradNorm(*s.param, tp_rank, pp_rank);
       opt->ranges_.push_back(std::move(r));
@@ -153,22 +161,24 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
     }
     const Tensor& value = s.param->value;
     r.shape = value.shape();
-    if (!value.device().is_cpu() || !IsFloatingPoint(value.dtype()) ||
-        s.begin < 0 || s.end > value.numel() || s.begin >= s.end) {
+    if (!IsFloatingPoint(value.dtype()) || s.begin < 0 ||
+        s.end > value.numel() || s.begin >= s.end) {
       return absl::InvalidArgumentError(
           absl::StrCat("optimizer: parameter '", s.param->name, "' ",
                        value.Describe(), " with range [", s.begin, ", ", s.end,
-                       ") is not a floating-point CPU tensor piece"));
+                       ") is not a floating-point tensor piece"));
     }
     if (!s.param->main_grad.defined() ||
         s.param->main_grad.dtype() != DType::kFloat32 ||
-        s.param->main_grad.numel() != value.numel()) {
+        s.param->main_grad.numel() != value.numel() ||
+        s.param->main_grad.device() != value.device()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "optimizer: parameter '", s.param->name, "' main_grad ",
           s.param->main_grad.defined() ? s.param->main_grad.Describe()
                                        : "undefined",
-          " must be fp32 shaped as ", value.Describe()));
+          " must be fp32 shaped as ", value.Describe(), " on its device"));
     }
+    MCC_RETURN_IF_ERROR(opt->CheckDevice(*s.param, value));
     MCC_ASSIGN_OR_RETURN(Tensor model, opt->View(value, r));
     if (value.dtype() == DType::kFloat32) {
       r.master = model;
@@ -177,7 +187,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
       r.own_master = true;
     }
     for (size_t i = 0; i < names.size(); ++i) {
-      r.state.push_back(Tensor::Zeros({r.end - r.begin}, DType::kFloat32));
+      r.state.push_back(
+          Tensor::Zeros({r.end - r.begin}, DType::kFloat32, opt->device_));
     }
     r.counted = CountsInGradNorm(*s.param, tp_rank, pp_rank);
     opt->ranges_.push_back(std::move(r));
@@ -210,49 +221,73 @@ absl::Status Optimizer::ReduceSum(Tensor* t) {
   return absl::OkStatus();
 }
 
+absl::Status Optimizer::CheckDevice(const Parameter& p, const Tensor& t) {
+  if (!device_known_) {
+    device_ = t.device();
+    device_known_ = true;
+  }
+  if (t.device() != device_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer: parameter '", p.name, "' has ", t.Describe(),
+                     ", but the other pieces live on ", device_.ToString(),
+                     " (one optimizer serves one device)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::ComputeGradStats(Tensor* stats) {
+  if (stats == nullptr || !stats->defined() ||
+      stats->dtype() != DType::kFloat32 || stats->numel() != 4 ||
+      stats->device() != device_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer: gradient statistics go to an fp32 [4] tensor on ",
+        device_.ToString(), ", not ",
+        stats && stats->defined() ? stats->Describe() : "an undefined one"));
+  }
+  std::vector<Tensor> counted, checked;
+  for (const Range& r : ranges_) {
+    MCC_ASSIGN_OR_RETURN(Tensor g, GradOf(r));
+    (r.counted ? counted : checked).push_back(std::move(g));
+  }
+  ops::SumOfSquaresOptions options;
+  options.scale = 1.0 / loss_scale();
+  options.count_zeros = config_.log_num_zeros_in_grad;
+  MCC_RETURN_IF_ERROR(
+      ops::MultiTensorSumOfSquares(counted, checked, options, stats));
+  return ReduceSum(stats);
+}
+
 absl::StatusOr<StepInfo> Optimizer::Step(double lr) {
+  Tensor stats = Tensor::Empty({4}, DType::kFloat32, device_);
+  MCC_RETURN_IF_ERROR(ComputeGradStats(&stats));
+  // The step's one device-to-host read (none on the CPU).
+  Tensor host = stats;
+  if (!device_.is_cpu()) {
+    MCC_ASSIGN_OR_RETURN(host, stats.To(Device::CPU()));
+  }
+  const std::vector<float> values = host.ToFloats();
+  return ApplyStep(lr, values);
+}
+
+absl::StatusOr<StepInfo> Optimizer::ApplyStep(
+    double lr, absl::Span<const float> grad_stats) {
+  if (grad_stats.size() != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer: ApplyStep needs the 4 values of "
+                     "ComputeGradStats, got ",
+                     grad_stats.size()));
+  }
   StepInfo info;
   info.lr = lr;
   info.loss_scale = loss_scale();
   const double inv_scale = 1.0 / info.loss_scale;
-
-  // Local sum of squares of the counted gradients; any inf or NaN anywhere
-  // makes the global sum infinite.
-  double sq = 0.0, zeros = 0.0;
-  bool bad = false;
-  for (const Range& r : ranges_) {
-    MCC_ASSIGN_OR_RETURN(Tensor g, GradOf(r));
-    MCC_ASSIGN_OR_RETURN(double s, ops::SumOfSquares(g));
-    if (!std::isfinite(s)) {
-      bad = true;
-    } else if (r.counted) {
-      sq += s;
-    }
-    if (config_.log_num_zeros_in_grad && r.counted) {
-      const float* gp = g.data<float>();
-      int64_t z = 0;
-      for (int64_t i = 0; i < g.numel(); ++i) z += gp[i] == 0.0f;
-      zeros += static_cast<double>(z);
-    }
-  }
-  sq *= inv_scale * inv_scale;
-  // fp64 sums travel as two fp32 halves.
-  Tensor buf = Tensor::Zeros({4}, DType::kFloat32);
-  float* b = buf.data<float>();
-  if (bad) {
-    b[0] = std::numeric_limits<float>::infinity();
-  } else {
-    b[0] = static_cast<float>(sq);
-    b[1] = static_cast<float>(sq - static_cast<double>(b[0]));
-  }
-  b[2] = static_cast<float>(zeros);
-  b[3] = static_cast<float>(zeros - static_cast<double>(b[2]));
-  MCC_RETURN_IF_ERROR(ReduceSum(&buf));
-  const double total = static_cast<double>(b[0]) + static_cast<double>(b[1]);
+  const double total =
+      static_cast<double>(grad_stats[0]) + static_cast<double>(grad_stats[1]);
   info.grad_norm = std::sqrt(total);
   if (config_.log_num_zeros_in_grad) {
-    info.num_zeros = static_cast<int64_t>(
-        std::llround(static_cast<double>(b[2]) + static_cast<double>(b[3])));
+    info.num_zeros =
+        static_cast<int64_t>(std::llround(static_cast<double>(grad_stats[2]) +
+                                          static_cast<double>(grad_stats[3])));
   }
   if (!std::isfinite(total)) {
     info.skipped = true;
@@ -290,8 +325,7 @@ absl::StatusOr<StepInfo> Optimizer::Step(double lr) {
     MCC_RETURN_IF_ERROR(
         rule_->Apply(h, g, &r.master, &r.state, write16 ? &model : nullptr));
     if (r.own_master && !write16) {
-      ConvertElements(r.master.raw_data(), DType::kFloat32, model.raw_data(),
-                      model.dtype(), model.numel());
+      MCC_RETURN_IF_ERROR(ops::Convert(r.master, &model));
     }
   }
   if (scaler_) scaler_->Update(false);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "core/comm/process_group.h"
 #include "core/parameter.h"
 #include "core/tensor.h"
@@ -121,8 +122,32 @@ class Optimizer {
   double loss_scale() const;
 
   // One optimizer step at learning rate lr, after the gradients are synced
-  // (DDP FinishGradSync, then the model's FinalizeGradients).
+  // (DDP FinishGradSync, then the model's FinalizeGradients): the two
+  // halves below with one device-to-host read of the statistics between
+  // them (none on the CPU). Collective over the norm groups.
   absl::StatusOr<StepInfo> Step(double lr);
+
+  // The first half of Step, for a caller that reads the statistics together
+  // with other device values (the trainer reads them with the loss in one
+  // copy). Overwrites `stats`, an fp32 [4] tensor on device() (it may view
+  // part of a larger buffer), with the global gradient statistics:
+  //   stats[0] + stats[1]: the sum of squares of the unscaled gradients,
+  //     every parameter counted once, as a float64 split in two fp32
+  //     halves; +inf (and 0) if any gradient holds an inf or NaN;
+  //   stats[2] + stats[3]: the number of zero gradient elements (with
+  //     log_num_zeros_in_grad; else 0).
+  // One MultiTensorSumOfSquares and the all-reduces over the shard and
+  // model groups (collective): no host synchronisation.
+  absl::Status ComputeGradStats(Tensor* stats);
+  // The second half: skips the update on inf/NaN (backing off the loss
+  // scale), else clips and updates, from the host copy of the four values
+  // ComputeGradStats wrote. No device-to-host copy.
+  absl::StatusOr<StepInfo> ApplyStep(double lr,
+                                     absl::Span<const float> grad_stats);
+
+  // The device of the parameters, main weights, gradients and state (CPU
+  // for an optimizer with nothing to update).
+  Device device() const { return device_; }
 
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step) { step_ = step; }
@@ -155,6 +180,9 @@ class Optimizer {
   absl::StatusOr<Tensor> View(const Tensor& t, const Range& r) const;
   absl::StatusOr<Tensor> GradOf(const Range& r) const;
   absl::Status ReduceSum(Tensor* t);
+  // Fixes the optimizer's device at the first piece; later pieces must
+  // agree.
+  absl::Status CheckDevice(const Parameter& p, const Tensor& t);
 
   OptimizerConfig config_;
   OptimizerGroups groups_;
@@ -166,6 +194,8 @@ class Optimizer {
   std::optional<LossScaler> scaler_;
   std::vector<Range> ranges_;
   int64_t step_ = 0;
+  Device device_ = Device::CPU();
+  bool device_known_ = false;
 };
 
 // Whether a parameter counts in the global gradient norm on this rank:

@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/ops/adamw.h"
+#include "core/ops/sgd.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -71,29 +72,22 @@ class Sgd : public UpdateRule {
                      std::vector<Tensor>* state, Tensor*) const override {
     MCC_RETURN_IF_ERROR(CheckFlatFp32(*param, grad, "param"));
     MCC_RETURN_IF_ERROR(CheckFlatFp32(grad, grad, "grad"));
-    const int64_t n = param->numel();
-    float* p = param->data<float>();
-    const float* g = grad.data<float>();
-    float* buf = nullptr;
+    Tensor* buf = nullptr;
     if (momentum_ != 0.0f) {
       if (state->size() != 1) {
         return absl::InvalidArgumentError("SGD needs one state tensor");
       }
       MCC_RETURN_IF_ERROR(CheckFlatFp32((*state)[0], grad, "momentum_buffer"));
-      buf = (*state)[0].data<float>();
+      buf = &(*state)[0];
     }
-    const float lr = h.lr, wd = h.weight_decay, gs = h.grad_scale;
-    const float m = momentum_;
-    const bool first = h.step <= 1;
-    for (int64_t i = 0; i < n; ++i) {
-      float d = g[i] * gs + wd * p[i];
-      if (buf != nullptr) {
-        buf[i] = first ? d : m * buf[i] + d;
-        d = nesterov_ ? d + m * buf[i] : buf[i];
-      }
-      p[i] -= lr * d;
-    }
-    return absl::OkStatus();
+    ops::SgdConfig c;
+    c.lr = h.lr;
+    c.momentum = momentum_;
+    c.nesterov = nesterov_;
+    c.weight_decay = h.weight_decay;
+    c.grad_scale = h.grad_scale;
+    c.first_step = h.step <= 1;
+    return ops::SgdStep(c, grad, param, buf);
   }
 
  private:

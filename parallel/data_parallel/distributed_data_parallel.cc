@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/elementwise.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
 
@@ -40,6 +41,8 @@ DistributedDataParallel::Create(const ParameterList& params,
   const int dp_rank = ddp->dp_rank();
   std::unordered_set<const Parameter*> seen;
   const DType dtype = params[0] ? params[0]->value.dtype() : DType::kFloat32;
+  const Device device = params[0] ? params[0]->value.device() : Device::CPU();
+  ddp->device_ = device;
   for (const auto& p : params) {
     if (p == nullptr || !p->value.defined()) {
       return absl::InvalidArgumentError(
@@ -49,10 +52,11 @@ DistributedDataParallel::Create(const ParameterList& params,
       return absl::InvalidArgumentError(absl::StrCat(
           "DistributedDataParallel: parameter '", p->name, "' listed twice"));
     }
-    if (!p->value.device().is_cpu()) {
-      return absl::UnimplementedError(absl::StrCat(
+    if (p->value.device() != device) {
+      return absl::InvalidArgumentError(absl::StrCat(
           "DistributedDataParallel: parameter '", p->name, "' is ",
-          p->value.Describe(), "; only CPU parameters are supported"));
+          p->value.Describe(), ", but '", params[0]->name, "' lives on ",
+          device.ToString(), " (the buffers live on one device)"));
     }
     if (config.use_distributed_optimizer && p->value.dtype() != dtype) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -61,7 +65,8 @@ DistributedDataParallel::Create(const ParameterList& params,
           params[0]->name, "' is ", DTypeName(dtype), " and '", p->name,
           "' is ", DTypeName(p->value.dtype())));
     }
-    if (p->main_grad.defined() && p->main_grad.numel() != p->value.numel()) {
+    if (p->main_grad.defined() && (p->main_grad.numel() != p->value.numel() ||
+                                   p->main_grad.device() != device)) {
       return absl::InvalidArgumentError(
           absl::StrCat("DistributedDataParallel: parameter '", p->name,
                        "' main_grad ", p->main_grad.Describe(),
@@ -92,9 +97,9 @@ DistributedDataParallel::Create(const ParameterList& params,
 
   int64_t total = 0;
   for (const Bucket& b : ddp->buckets_) total += b.padded_numel;
-  ddp->grad_buffer_ = Tensor::Zeros({total}, DType::kFloat32);
+  ddp->grad_buffer_ = Tensor::Zeros({total}, DType::kFloat32, device);
   if (config.use_distributed_optimizer) {
-    ddp->param_buffer_ = Tensor::Zeros({total}, dtype);
+    ddp->param_buffer_ = Tensor::Zeros({total}, dtype, device);
   }
   int64_t start = 0;
   for (Bucket& b : ddp->buckets_) {
@@ -196,9 +201,8 @@ absl::Status DistributedDataParallel::LaunchBucket(int b, bool from_hook) {
   comm::ReduceOp op = comm::ReduceOp::kAvg;
   if (!config_.average_in_collective) {
     op = comm::ReduceOp::kSum;
-    float* g = bucket.grad_data.data<float>();
-    const float scale = 1.0f / static_cast<float>(n);
-    for (int64_t i = 0; i < bucket.numel; ++i) g[i] *= scale;
+    MCC_ASSIGN_OR_RETURN(Tensor used, bucket.grad_data.Slice(0, bucket.numel));
+    MCC_RETURN_IF_ERROR(ops::Scale(used, 1.0f / static_cast<float>(n), &used));
   }
   if (config_.use_distributed_optimizer) {
     const int64_t shard = bucket.padded_numel / n;

@@ -103,7 +103,9 @@ struct ParamGatherTrace {
 class DistributedDataParallel {
  public:
   // dp may be null (no data parallelism: no communication). Every parameter
-  // must be distinct; under the distributed optimizer all must share a dtype.
+  // must be distinct and all on one device, where the bucket buffers are
+  // allocated (dp's GroupOptions::device must be that device); under the
+  // distributed optimizer all must share a dtype.
   static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Create(
       const ParameterList& params, comm::ProcessGroup* dp, DdpConfig config);
   ~DistributedDataParallel();
@@ -143,6 +145,8 @@ class DistributedDataParallel {
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const ParameterList& parameters() const { return params_; }
   const DdpConfig& config() const { return config_; }
+  // The parameters' device, which holds every buffer.
+  Device device() const { return device_; }
   comm::ProcessGroup* dp_group() const { return dp_; }
   int dp_size() const { return dp_ == nullptr ? 1 : dp_->size(); }
   int dp_rank() const { return dp_ == nullptr ? 0 : dp_->rank(); }
@@ -157,6 +161,7 @@ class DistributedDataParallel {
   DdpConfig config_;
   comm::ProcessGroup* dp_ = nullptr;
   ParameterList params_;
+  Device device_ = Device::CPU();
   Tensor grad_buffer_;   // fp32, all buckets back to back.
   Tensor param_buffer_;  // distopt only.
   std::vector<Bucket> buckets_;

@@ -28,13 +28,26 @@ absl::Status CheckWeightHashAcrossReplicas(const ParameterList& params,
     return absl::OkStatus();
   }
   const int64_t n = static_cast<int64_t>(params.size());
+  // A check, not the training step: each parameter is read through one
+  // explicit copy to the host (none on the CPU), and the hashes travel on
+  // the group's device.
   Tensor mine = Tensor::Empty({n}, DType::kInt64);
   for (int64_t i = 0; i < n; ++i) {
-    mine.data<int64_t>()[i] =
-        static_cast<int64_t>(HashTensorBytes(params[i]->value));
+    Tensor host = params[i]->value;
+    if (host.defined() && !host.device().is_cpu()) {
+      MCC_ASSIGN_OR_RETURN(host, host.To(Device::CPU()));
+    }
+    mine.data<int64_t>()[i] = static_cast<int64_t>(HashTensorBytes(host));
   }
-  Tensor all = Tensor::Empty({dp->size() * n}, DType::kInt64);
-  MCC_RETURN_IF_ERROR(dp->AllGatherSync(mine, &all));
+  const Device device = dp->device();
+  Tensor all = Tensor::Empty({dp->size() * n}, DType::kInt64, device);
+  if (device.is_cpu()) {
+    MCC_RETURN_IF_ERROR(dp->AllGatherSync(mine, &all));
+  } else {
+    MCC_ASSIGN_OR_RETURN(Tensor on_device, mine.To(device));
+    MCC_RETURN_IF_ERROR(dp->AllGatherSync(on_device, &all));
+    MCC_ASSIGN_OR_RETURN(all, all.To(Device::CPU()));
+  }
   const int64_t* h = all.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
     std::map<int64_t, std::vector<int>> ranks_by_hash;

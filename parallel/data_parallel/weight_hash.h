@@ -19,7 +19,8 @@ uint64_t HashTensorBytes(const Tensor& t);
 // all-gathered over `dp`. When they differ, returns an Internal error (on
 // every rank) that names the first parameter (in list order) that differs
 // and, for each distinct hash, the data-parallel ranks (and global ranks)
-// that hold it. A null or size-1 group always agrees.
+// that hold it. A null or size-1 group always agrees. Parameters on another
+// device are read through one explicit copy to the host each.
 absl::Status CheckWeightHashAcrossReplicas(const ParameterList& params,
                                            comm::ProcessGroup* dp);
 

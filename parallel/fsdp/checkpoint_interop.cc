@@ -17,6 +17,21 @@ std::string StateKey(const std::string& state, const std::string& param) {
 
 // The whole flat state of one parameter from this rank's piece (if any):
 // the pieces of the DP ranks follow each other in rank order.
+// Checkpoint tensors live on the host: a device tensor is read through one
+// explicit copy (a plain clone on the CPU).
+absl::StatusOr<Tensor> ToHost(const Tensor& t) {
+  if (t.device().is_cpu()) return t.Clone();
+  return t.To(Device::CPU());
+}
+
+// dst = host_src converted to dst's dtype, written through the device's
+// copy hook (one explicit host-to-device copy off the CPU).
+absl::Status WriteConverted(const Tensor& host_src, Tensor* dst) {
+  MCC_ASSIGN_OR_RETURN(Tensor converted, host_src.To(dst->dtype()));
+  MCC_ASSIGN_OR_RETURN(converted, converted.Reshape(dst->shape()));
+  return dst->CopyFrom(converted);
+}
+
 absl::StatusOr<Tensor> WholeState(const optim::StateTensor* mine, int64_t n,
                                   bool sharded, comm::ProcessGroup* dp) {
   if (!sharded) {
@@ -25,15 +40,20 @@ absl::StatusOr<Tensor> WholeState(const optim::StateTensor* mine, int64_t n,
           "optimizer state does not cover the whole "
           "parameter on an unsharded optimizer");
     }
-    return mine->tensor.Clone();
+    return ToHost(mine->tensor);
   }
-  Tensor piece =
-      mine != nullptr ? mine->tensor : Tensor::Empty({0}, DType::kFloat32);
+  const Device device = dp->device();
+  Tensor piece = mine != nullptr ? mine->tensor
+                                 : Tensor::Empty({0}, DType::kFloat32, device);
   MCC_ASSIGN_OR_RETURN(piece, piece.Reshape({-1}));
   Tensor count =
       Tensor::Full({1}, static_cast<double>(piece.numel()), DType::kInt64);
-  Tensor counts = Tensor::Empty({dp->size()}, DType::kInt64);
+  Tensor counts = Tensor::Empty({dp->size()}, DType::kInt64, device);
+  if (!device.is_cpu()) {
+    MCC_ASSIGN_OR_RETURN(count, count.To(device));
+  }
   MCC_RETURN_IF_ERROR(dp->AllGatherSync(count, &counts));
+  MCC_ASSIGN_OR_RETURN(counts, ToHost(counts));
   std::vector<int64_t> rows(dp->size());
   int64_t total = 0;
   for (int r = 0; r < dp->size(); ++r) {
@@ -43,9 +63,10 @@ absl::StatusOr<Tensor> WholeState(const optim::StateTensor* mine, int64_t n,
     return absl::InternalError(absl::StrCat("sharded optimizer state holds ",
                                             total, " of ", n, " elements"));
   }
-  Tensor whole = Tensor::Empty({n}, DType::kFloat32);
+  Tensor whole = Tensor::Empty({n}, DType::kFloat32, device);
   MCC_RETURN_IF_ERROR(dp->AllGatherVSync(piece, &whole, rows));
-  return whole;
+  if (device.is_cpu()) return whole;
+  return ToHost(whole);
 }
 
 }  // namespace
@@ -55,7 +76,9 @@ absl::StatusOr<TrainingTensors> GatherTrainingTensors(
     optim::Optimizer* optimizer, comm::ProcessGroup* dp) {
   if (fsdp != nullptr) MCC_RETURN_IF_ERROR(fsdp->GatherFullParams());
   TrainingTensors out;
-  for (const auto& p : params) out[p->name] = p->value.Clone();
+  for (const auto& p : params) {
+    MCC_ASSIGN_OR_RETURN(out[p->name], ToHost(p->value));
+  }
   if (optimizer != nullptr) {
     std::map<std::pair<std::string, std::string>, optim::StateTensor> index;
     std::vector<std::string> states;
@@ -101,8 +124,7 @@ absl::Status ScatterTrainingTensors(const TrainingTensors& tensors,
               ? ""
               : absl::StrCat(" (found ", it->second.Describe(), ")")));
     }
-    ConvertElements(it->second.raw_data(), it->second.dtype(),
-                    p->value.raw_data(), p->value.dtype(), p->value.numel());
+    MCC_RETURN_IF_ERROR(WriteConverted(it->second, &p->value));
   }
   if (fsdp != nullptr) MCC_RETURN_IF_ERROR(fsdp->ScatterFullParams());
   if (optimizer != nullptr) {
@@ -118,8 +140,7 @@ absl::Status ScatterTrainingTensors(const TrainingTensors& tensors,
       MCC_ASSIGN_OR_RETURN(Tensor flat, it->second.Reshape({-1}));
       MCC_ASSIGN_OR_RETURN(Tensor piece,
                            flat.Slice(s.offset, s.offset + s.tensor.numel()));
-      ConvertElements(piece.raw_data(), piece.dtype(), s.tensor.raw_data(),
-                      s.tensor.dtype(), s.tensor.numel());
+      MCC_RETURN_IF_ERROR(WriteConverted(piece, &s.tensor));
     }
   }
   if (fsdp != nullptr) MCC_RETURN_IF_ERROR(fsdp->ReleaseFullParams());

@@ -15,7 +15,10 @@ namespace mcc {
 namespace fsdp {
 
 // Whole TP-local tensors keyed as the training checkpoint names them:
-// "<param>" (model dtype) and "optimizer.<state>.<param>" (fp32).
+// "<param>" (model dtype) and "optimizer.<state>.<param>" (fp32). Always
+// host (CPU) tensors: on another device, gathering reads each tensor
+// through one explicit copy to the host and scattering writes it back
+// through one copy (checkpoint I/O, not the training step).
 using TrainingTensors = std::map<std::string, Tensor>;
 
 // The parameters and optimizer state of any data-parallel layout made

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/elementwise.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
 
@@ -11,13 +12,19 @@ namespace mcc {
 namespace fsdp {
 namespace {
 
-// Converts n elements of src (from element src_off) into dst (at dst_off).
-void ConvertRange(const Tensor& src, int64_t src_off, const Tensor& dst,
-                  int64_t dst_off, int64_t n) {
-  const size_t ss = DTypeSize(src.dtype()), ds = DTypeSize(dst.dtype());
-  ConvertElements(
-      static_cast<const char*>(src.raw_data()) + src_off * ss, src.dtype(),
-      static_cast<char*>(dst.raw_data()) + dst_off * ds, dst.dtype(), n);
+// Elements [off, off + n) of t flattened, sharing its storage.
+absl::StatusOr<Tensor> FlatRange(const Tensor& t, int64_t off, int64_t n) {
+  MCC_ASSIGN_OR_RETURN(Tensor flat, t.Reshape({t.numel()}));
+  return flat.Slice(off, off + n);
+}
+
+// Converts n elements of src (from element src_off) into dst (at dst_off),
+// on the tensors' device.
+absl::Status ConvertRange(const Tensor& src, int64_t src_off, const Tensor& dst,
+                          int64_t dst_off, int64_t n) {
+  MCC_ASSIGN_OR_RETURN(Tensor from, FlatRange(src, src_off, n));
+  MCC_ASSIGN_OR_RETURN(Tensor to, FlatRange(dst, dst_off, n));
+  return ops::Convert(from, &to);
 }
 
 // Keeps a step's unit order bounded when no step boundary comes (an
@@ -49,6 +56,7 @@ FullyShardedDataParallel::Create(const ParameterList& params,
   f->tp_ = tp != nullptr && tp->size() > 1 ? tp : nullptr;
   f->params_ = params;
   f->dtype_ = params[0] ? params[0]->value.dtype() : DType::kFloat32;
+  f->device_ = params[0] ? params[0]->value.device() : Device::CPU();
   if (!f->sharded()) {
     data_parallel::DdpConfig ddp = config.ddp;
     ddp.use_distributed_optimizer = config.strategy == ShardingStrategy::kOptim;
@@ -71,11 +79,11 @@ FullyShardedDataParallel::Create(const ParameterList& params,
             absl::StrCat("FSDP: parameter '", p->name, "' is in units ",
                          unit_of[p.get()], " and ", u));
       }
-      if (p->value.dtype() != f->dtype_ || !p->value.device().is_cpu()) {
+      if (p->value.dtype() != f->dtype_ || p->value.device() != f->device_) {
         return absl::InvalidArgumentError(absl::StrCat(
             "FSDP: parameter '", p->name, "' is ", p->value.Describe(),
-            "; all must be CPU tensors of one dtype (", DTypeName(f->dtype_),
-            ")"));
+            "; all must be ", DTypeName(f->dtype_), " tensors on ",
+            f->device_.ToString()));
       }
     }
   }
@@ -97,20 +105,22 @@ FullyShardedDataParallel::Create(const ParameterList& params,
     MCC_ASSIGN_OR_RETURN(unit.layout, UnitLayout::Create(unit_params, n));
     unit.pieces = unit.layout.Pieces(r);
     const int64_t shard = unit.layout.shard_numel();
-    unit.main_shard = Tensor::Zeros({shard}, DType::kFloat32);
-    unit.grad_shard = Tensor::Zeros({shard}, DType::kFloat32);
+    unit.main_shard = Tensor::Zeros({shard}, DType::kFloat32, f->device_);
+    unit.grad_shard = Tensor::Zeros({shard}, DType::kFloat32, f->device_);
     for (const auto& piece : unit.pieces) {
-      ConvertRange(unit.layout.params[piece.param]->value, piece.begin,
-                   unit.main_shard, piece.shard_offset,
-                   piece.end - piece.begin);
+      MCC_RETURN_IF_ERROR(ConvertRange(
+          unit.layout.params[piece.param]->value, piece.begin, unit.main_shard,
+          piece.shard_offset, piece.end - piece.begin));
     }
     if (config.strategy == ShardingStrategy::kOptimGrads) {
       // Whole parameters stay, as views of one flat buffer the updated
       // shards are gathered into.
-      unit.full = Tensor::Zeros({unit.layout.padded_numel}, f->dtype_);
+      unit.full =
+          Tensor::Zeros({unit.layout.padded_numel}, f->dtype_, f->device_);
       for (size_t i = 0; i < unit.layout.params.size(); ++i) {
         const Tensor& v = unit.layout.params[i]->value;
-        ConvertRange(v, 0, unit.full, unit.layout.offsets[i], v.numel());
+        MCC_RETURN_IF_ERROR(
+            ConvertRange(v, 0, unit.full, unit.layout.offsets[i], v.numel()));
       }
       unit.resident = true;
     }
@@ -184,9 +194,8 @@ FullyShardedDataParallel::CreateOptimizer(
 void FullyShardedDataParallel::Trace(FsdpEvent::Kind kind, int unit,
                                      bool prefetch, bool ready) {
   if (!config_.record_trace) return;
-  trace_.push_back(
-      FsdpEvent{kind, unit, absl::Now(), prefetch, ready,
-                GetAllocator(Device::CPU())->Stats().current_bytes});
+  trace_.push_back(FsdpEvent{kind, unit, absl::Now(), prefetch, ready,
+                             GetAllocator(device_)->Stats().current_bytes});
 }
 
 int FullyShardedDataParallel::ResidentUnits() const {
@@ -235,11 +244,11 @@ absl::Status FullyShardedDataParallel::LaunchGather(int u, bool prefetch) {
     unit.send = unit.main_shard;
   } else {
     // Gathered in the model dtype: half the bytes moved and held.
-    unit.send = Tensor::Empty({shard}, dtype_);
-    ConvertRange(unit.main_shard, 0, unit.send, 0, shard);
+    unit.send = Tensor::Empty({shard}, dtype_, device_);
+    MCC_RETURN_IF_ERROR(ops::Convert(unit.main_shard, &unit.send));
   }
   if (!unit.full.defined()) {
-    unit.full = Tensor::Empty({unit.layout.padded_numel}, dtype_);
+    unit.full = Tensor::Empty({unit.layout.padded_numel}, dtype_, device_);
   }
   if (dp_size() == 1) {
     MCC_RETURN_IF_ERROR(unit.full.CopyFrom(unit.send));
@@ -329,7 +338,8 @@ absl::Status FullyShardedDataParallel::Open(int u, bool backward) {
     // At most one earlier unit's full gradient stays in flight, so
     // gradient memory is 1/DP plus two units.
     MCC_RETURN_IF_ERROR(DrainReductions(1));
-    unit.full_grad = Tensor::Zeros({unit.layout.padded_numel}, DType::kFloat32);
+    unit.full_grad =
+        Tensor::Zeros({unit.layout.padded_numel}, DType::kFloat32, device_);
     for (size_t i = 0; i < unit.layout.params.size(); ++i) {
       const int64_t off = unit.layout.offsets[i];
       const Shape& shape = unit.layout.shapes[i];
@@ -403,11 +413,12 @@ absl::Status FullyShardedDataParallel::LaunchReduceScatter(int u) {
     if (!config_.ddp.average_in_collective) {
       // As DDP: scale by 1/DP, then sum.
       op = comm::ReduceOp::kSum;
-      float* g = pr.in.data<float>();
-      const float scale = 1.0f / static_cast<float>(n);
-      for (int64_t i = 0; i < unit.layout.numel; ++i) g[i] *= scale;
+      MCC_ASSIGN_OR_RETURN(Tensor used, pr.in.Slice(0, unit.layout.numel));
+      MCC_RETURN_IF_ERROR(
+          ops::Scale(used, 1.0f / static_cast<float>(n), &used));
     }
-    pr.out = Tensor::Empty({unit.layout.shard_numel()}, DType::kFloat32);
+    pr.out =
+        Tensor::Empty({unit.layout.shard_numel()}, DType::kFloat32, device_);
     pr.work = dp_->ReduceScatter(pr.in, &pr.out, op);
   }
   ++stats_.reduce_scatters;
@@ -428,9 +439,13 @@ absl::Status FullyShardedDataParallel::DrainReductions(size_t max_pending) {
                        " on DP rank ", dp_rank(), ": ", s.message()));
     }
     Tensor& shard = units_[pr.unit].grad_shard;
-    float* dst = shard.data<float>();
-    const float* src = pr.out.data<float>();
-    for (int64_t i = 0; i < shard.numel(); ++i) dst[i] += src[i];
+    // pr.out is the whole full-gradient buffer when DP is 1: add its first
+    // shard's worth (the same elements).
+    Tensor reduced = pr.out;
+    if (reduced.numel() != shard.numel()) {
+      MCC_ASSIGN_OR_RETURN(reduced, reduced.Slice(0, shard.numel()));
+    }
+    MCC_RETURN_IF_ERROR(ops::Accumulate(reduced, 1.0f, &shard));
     pending_.pop_front();
   }
   return absl::OkStatus();
@@ -499,29 +514,34 @@ absl::Status FullyShardedDataParallel::FinalizeGradients() {
   }
   // The shards' pieces of sequence-parallel parameters, summed over TP in
   // one buffer (TP ranks' layouts agree, so the pieces match).
-  std::vector<std::pair<float*, int64_t>> pieces;
+  std::vector<Tensor> pieces;
   int64_t total = 0;
   for (Unit& unit : units_) {
     for (const auto& piece : unit.pieces) {
       if (!unit.layout.params[piece.param]->sequence_parallel) continue;
       const int64_t n = piece.end - piece.begin;
-      pieces.push_back({unit.grad_shard.data<float>() + piece.shard_offset, n});
+      MCC_ASSIGN_OR_RETURN(
+          Tensor view,
+          unit.grad_shard.Slice(piece.shard_offset, piece.shard_offset + n));
+      pieces.push_back(std::move(view));
       total += n;
     }
   }
-  Tensor buf = Tensor::Empty({std::max<int64_t>(total, 1)}, DType::kFloat32);
+  Tensor buf =
+      Tensor::Empty({std::max<int64_t>(total, 1)}, DType::kFloat32, device_);
   if (total == 0) buf.Zero();
-  float* b = buf.data<float>();
   int64_t at = 0;
-  for (auto& [ptr, n] : pieces) {
-    std::copy(ptr, ptr + n, b + at);
-    at += n;
+  for (Tensor& piece : pieces) {
+    MCC_ASSIGN_OR_RETURN(Tensor to, buf.Slice(at, at + piece.numel()));
+    MCC_RETURN_IF_ERROR(ops::Convert(piece, &to));
+    at += piece.numel();
   }
   MCC_RETURN_IF_ERROR(tp_->AllReduceSync(&buf, comm::ReduceOp::kSum));
   at = 0;
-  for (auto& [ptr, n] : pieces) {
-    std::copy(b + at, b + at + n, ptr);
-    at += n;
+  for (Tensor& piece : pieces) {
+    MCC_ASSIGN_OR_RETURN(Tensor from, buf.Slice(at, at + piece.numel()));
+    MCC_RETURN_IF_ERROR(ops::Convert(from, &piece));
+    at += piece.numel();
   }
   return absl::OkStatus();
 }
@@ -561,8 +581,9 @@ absl::Status FullyShardedDataParallel::ScatterFullParams() {
             absl::StrCat("FSDP ScatterFullParams: parameter '", p->name,
                          "' is not gathered (call GatherFullParams first)"));
       }
-      ConvertRange(p->value, piece.begin, unit.main_shard, piece.shard_offset,
-                   piece.end - piece.begin);
+      MCC_RETURN_IF_ERROR(ConvertRange(p->value, piece.begin, unit.main_shard,
+                                       piece.shard_offset,
+                                       piece.end - piece.begin));
     }
   }
   return absl::OkStatus();

@@ -96,7 +96,9 @@ class FullyShardedDataParallel : public parallel::UnitHooks {
   // `params`: every parameter (the DDP's order); `units`: the same
   // parameters grouped per unit in forward order, each in exactly one. dp
   // may be null (DP 1); tp is the group sequence-parallel gradients are
-  // summed over (may be null).
+  // summed over (may be null). All parameters share one dtype and one
+  // device, which holds the flat shards and buffers (the groups'
+  // GroupOptions::device must be that device).
   static absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> Create(
       const ParameterList& params, const std::vector<ParameterList>& units,
       comm::ProcessGroup* dp, comm::ProcessGroup* tp, FsdpConfig config);
@@ -214,6 +216,7 @@ class FullyShardedDataParallel : public parallel::UnitHooks {
   parallel::Model* model_ = nullptr;  // Set by Wrap: hooks to detach.
   int grad_ready_hook_id_ = -1;
   DType dtype_ = DType::kFloat32;
+  Device device_ = Device::CPU();  // Of the parameters and every buffer.
   ParameterList params_;
   std::unique_ptr<data_parallel::DistributedDataParallel> ddp_;
   std::vector<Unit> units_;

@@ -72,7 +72,17 @@ absl::Status PipelineExecutor::BroadcastLosses(
     std::memcpy(&p[2 * i], &(*losses)[i].sum, sizeof(double));
     std::memcpy(&p[2 * i + 1], &(*losses)[i].tokens, sizeof(double));
   }
-  MCC_RETURN_IF_ERROR(pipeline_->BroadcastSync(&t, stages_ - 1));
+  const Device device = pipeline_->device();
+  if (device.is_cpu()) {
+    MCC_RETURN_IF_ERROR(pipeline_->BroadcastSync(&t, stages_ - 1));
+  } else {
+    // The contract's losses are host values (parallel::LossSum): they cross
+    // a device group through one explicit copy each way.
+    MCC_ASSIGN_OR_RETURN(Tensor on_device, t.To(device));
+    MCC_RETURN_IF_ERROR(pipeline_->BroadcastSync(&on_device, stages_ - 1));
+    MCC_ASSIGN_OR_RETURN(t, on_device.To(Device::CPU()));
+    p = t.data<int64_t>();
+  }
   for (int64_t i = 0; i < m; ++i) {
     std::memcpy(&(*losses)[i].sum, &p[2 * i], sizeof(double));
     std::memcpy(&(*losses)[i].tokens, &p[2 * i + 1], sizeof(double));

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/activation.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/multi_tensor.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -97,13 +99,17 @@ absl::StatusOr<TensorSpec> MlpStack::OutputSpec(int microbatch) const {
 
 namespace {
 
-// a + b, fp32.
-Tensor Add(const Tensor& a, const Tensor& b) {
-  Tensor out = Tensor::Empty(a.shape(), DType::kFloat32);
-  const float* pa = a.data<float>();
-  const float* pb = b.data<float>();
-  float* po = out.data<float>();
-  for (int64_t i = 0; i < a.numel(); ++i) po[i] = pa[i] + pb[i];
+// a + b, fp32, on their device.
+absl::StatusOr<Tensor> Add(const Tensor& a, const Tensor& b) {
+  Tensor out = Tensor::Empty(a.shape(), DType::kFloat32, a.device());
+  MCC_RETURN_IF_ERROR(ops::Add(a, b, &out));
+  return out;
+}
+
+// a - b, fp32, on their device (fmaf(-1, b, a) is a - b rounded once).
+absl::StatusOr<Tensor> Subtract(const Tensor& a, const Tensor& b) {
+  Tensor out = a.Clone();
+  MCC_RETURN_IF_ERROR(ops::Accumulate(b, -1.0f, &out));
   return out;
 }
 
@@ -127,20 +133,26 @@ absl::StatusOr<StageOutput> MlpStack::ForwardStep(int microbatch,
     BlockActivations& act = record->blocks[i];
     MCC_RETURN_IF_ERROR(CallBeforeForward(i));
     MCC_ASSIGN_OR_RETURN(act.pre_gelu, blocks_[i].fc1->Forward(x, &act.fc1));
-    Tensor g = Tensor::Empty(act.pre_gelu.shape(), DType::kFloat32);
+    Tensor g = Tensor::Empty(act.pre_gelu.shape(), DType::kFloat32,
+                             act.pre_gelu.device());
     MCC_RETURN_IF_ERROR(ops::Gelu(act.pre_gelu, &g));
     MCC_ASSIGN_OR_RETURN(Tensor y, blocks_[i].fc2->Forward(g, &act.fc2));
     MCC_RETURN_IF_ERROR(CallAfterForward(i));
-    x = Add(x, y);
+    MCC_ASSIGN_OR_RETURN(x, Add(x, y));
   }
   StageOutput out;
   if (computes_loss()) {
-    const float* px = x.data<float>();
-    const float* pt = batch->targets.data<float>();
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      const double d = static_cast<double>(px[i]) - pt[i];
-      out.loss.sum += 0.5 * d * d;
+    // The sum of squares stays on the device; the contract's LossSum is a
+    // host value, so it is read with one explicit copy per micro-batch
+    // (none on the CPU).
+    MCC_ASSIGN_OR_RETURN(Tensor d, Subtract(x, batch->targets));
+    Tensor sums = Tensor::Empty({4}, DType::kFloat32, x.device());
+    MCC_RETURN_IF_ERROR(ops::MultiTensorSumOfSquares({d}, {}, {}, &sums));
+    if (!sums.device().is_cpu()) {
+      MCC_ASSIGN_OR_RETURN(sums, sums.To(Device::CPU()));
     }
+    const std::vector<double> s = sums.ToDoubles();
+    out.loss.sum = 0.5 * (s[0] + s[1]);
     out.loss.tokens = static_cast<double>(x.size(0));
     record->output = x;
   } else {
@@ -164,12 +176,9 @@ absl::StatusOr<Tensor> MlpStack::BackwardStep(
   if (computes_loss()) {
     // d(mean loss)/d(output) = (output - target) / rows.
     const Tensor& out = rec->output;
-    dx = Tensor::Empty(out.shape(), DType::kFloat32);
     const float scale = grad_scale / static_cast<float>(out.size(0));
-    const float* po = out.data<float>();
-    const float* pt = batch->targets.data<float>();
-    float* pd = dx.data<float>();
-    for (int64_t i = 0; i < out.numel(); ++i) pd[i] = (po[i] - pt[i]) * scale;
+    MCC_ASSIGN_OR_RETURN(dx, Subtract(out, batch->targets));
+    MCC_RETURN_IF_ERROR(ops::Scale(dx, scale, &dx));
   } else {
     MCC_ASSIGN_OR_RETURN(const TensorSpec spec, OutputSpec(rec->microbatch));
     if (output_grad.shape() != spec.shape ||
@@ -184,13 +193,14 @@ absl::StatusOr<Tensor> MlpStack::BackwardStep(
     BlockActivations& act = rec->blocks[i];
     MCC_RETURN_IF_ERROR(CallBeforeBackward(i));
     MCC_ASSIGN_OR_RETURN(Tensor dg, blocks_[i].fc2->Backward(dx, act.fc2));
-    Tensor dh = Tensor::Empty(dg.shape(), DType::kFloat32);
+    Tensor dh = Tensor::Empty(dg.shape(), DType::kFloat32, dg.device());
     MCC_RETURN_IF_ERROR(ops::GeluBackward(dg, act.pre_gelu, &dh));
     MCC_ASSIGN_OR_RETURN(Tensor dpath, blocks_[i].fc1->Backward(dh, act.fc1));
     act = BlockActivations();
     MCC_RETURN_IF_ERROR(CallAfterBackward(i));
     MCC_RETURN_IF_ERROR(CallGradsReady(units_[i]));
-    dx = Add(dx, dpath);  // The residual's gradient plus the block's.
+    MCC_ASSIGN_OR_RETURN(
+        dx, Add(dx, dpath));  // The residual's gradient plus the block's.
   }
   if (takes_batch_input()) return Tensor();
   return dx;

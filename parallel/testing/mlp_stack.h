@@ -66,7 +66,8 @@ class MlpStack : public Model, public PipelineStage {
     return context_.tp_group;
   }
 
-  // PipelineStage: the residual stream [rows, hidden] fp32 on the CPU
+  // PipelineStage: the residual stream [rows, hidden] fp32 on the batch's
+  // device (a test may move the parameters and batches to another device)
   // passes between stages.
   bool takes_batch_input() const override { return first_block_ == 0; }
   bool computes_loss() const override {
