@@ -65,14 +65,6 @@ std::string Bits(double v) {
   return absl::StrFormat("%016x", u);
 }
 
-absl::Status MoveToDevice(const ParameterList& params, Device device) {
-  for (const auto& p : params) {
-    MCC_ASSIGN_OR_RETURN(p->value, p->value.To(device));
-    MCC_ASSIGN_OR_RETURN(p->main_grad, p->main_grad.To(device));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
                              Device device) {
   const MlpStackConfig config;
@@ -85,6 +77,7 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
   const int local_mb = kMicrobatches / dp_size;
 
   LayerContext context;
+  context.device = device;  // Parameters and buffers are built there.
   std::vector<std::unique_ptr<MlpStack>> chunks;
   std::vector<PipelineStage*> stage_chunks;
   ParameterList params;
@@ -93,7 +86,6 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
         auto chunk,
         MlpStack::Create(config, context, (v * stages + stage) * per_chunk,
                          per_chunk));
-    MCC_RETURN_IF_ERROR(MoveToDevice(chunk->parameters(), device));
     for (const auto& p : chunk->parameters()) params.push_back(p);
     stage_chunks.push_back(chunk.get());
     chunks.push_back(std::move(chunk));
