@@ -28,7 +28,16 @@ absl::StatusOr<std::vector<double>> SumOverGroup(std::vector<double> values,
     p[2 * i] = static_cast<float>(values[i]);
     p[2 * i + 1] = static_cast<float>(values[i] - p[2 * i]);
   }
-  MCC_RETURN_IF_ERROR(group->AllReduceSync(&t, comm::ReduceOp::kSum));
+  // The group moves only its own device's tensors (the test device's or a
+  // GPU's): the values travel there and back through the copy hook.
+  if (group->device() != t.device()) {
+    MCC_ASSIGN_OR_RETURN(Tensor on_device, t.To(group->device()));
+    MCC_RETURN_IF_ERROR(group->AllReduceSync(&on_device, comm::ReduceOp::kSum));
+    MCC_ASSIGN_OR_RETURN(t, on_device.To(Device::CPU()));
+    p = t.data<float>();
+  } else {
+    MCC_RETURN_IF_ERROR(group->AllReduceSync(&t, comm::ReduceOp::kSum));
+  }
   for (int64_t i = 0; i < n; ++i) {
     values[i] = static_cast<double>(p[2 * i]) + p[2 * i + 1];
   }
