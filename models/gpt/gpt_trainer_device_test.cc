@@ -1,7 +1,8 @@
 // The full GPT trained through the trainer (training/trainer.h) on the test
 // device (core/testing/test_device.h: a device that is not the host, whose
 // memory the host cannot dereference) gives the CPU run's losses, gradient
-// norms, loss scales and final weights bit for bit, in real processes,
+// norms, loss scales, final weights and optimizer state (whose moments
+// carry the gradients) bit for bit, in real processes,
 // under the parallel layouts the device path must carry:
 //   - PP 2 interleaved (two virtual stages per rank, StageModel chunks, the
 //     pipeline executor's receive buffers, the tied embedding's sum);
@@ -129,7 +130,8 @@ DType ParseDType(const std::string& name) {
 
 // Trains through the trainer and returns the lines to compare: per step
 // "step <i> <loss> <tokens> <grad norm> <skipped> <loss scale>", then
-// "param <name> <bits...>" for every parameter of this rank, then "moved"
+// "param <name> <bits...>" for every parameter of this rank, "state <name>
+// <offset> <bits...>" for every optimizer state tensor, then "moved"
 // (whether training changed the weights).
 absl::StatusOr<std::vector<std::string>> Train(parallel::ParallelState* state,
                                                const std::string& layout,
@@ -256,6 +258,19 @@ absl::StatusOr<std::vector<std::string>> Train(parallel::ParallelState* state,
     lines.push_back(std::move(line));
     if (values != initial[k]) moved = true;
   }
+  // The optimizer's state (Adam's moments, fp32 main weights; this rank's
+  // shards under the sharded layouts): the moments hold every step's
+  // clipped gradients, so equal bits mean equal gradients.
+  for (const optim::StateTensor& st : optimizer->StateTensors()) {
+    if (st.tensor.device() != device) {
+      return absl::InternalError(absl::StrCat(
+          "optimizer state ", st.name, " is not on ", device.ToString()));
+    }
+    MCC_ASSIGN_OR_RETURN(Tensor host, st.tensor.To(Device::CPU()));
+    std::string line = absl::StrCat("state ", st.name, " ", st.offset);
+    for (float v : host.ToFloats()) absl::StrAppend(&line, " ", Bits(v));
+    lines.push_back(std::move(line));
+  }
   lines.push_back(absl::StrCat("moved ", moved));
   if (zero3) MCC_RETURN_IF_ERROR(data_parallel->ReleaseFullParams());
   return lines;
@@ -356,11 +371,12 @@ TEST_P(GPTTrainerDeviceTest, TestDeviceTrainsBitForBitAsTheCpu) {
     const std::vector<std::string> dev =
         ReadLines(ResultPath(c.layout, c.dtype, "testdev", rank));
     ASSERT_EQ(cpu.size(), dev.size());
-    int steps = 0, params = 0;
+    int steps = 0, params = 0, states = 0;
     for (size_t i = 0; i < cpu.size(); ++i) {
       EXPECT_EQ(dev[i], cpu[i]) << "line " << i;
       steps += cpu[i].rfind("step ", 0) == 0;
       params += cpu[i].rfind("param ", 0) == 0;
+      states += cpu[i].rfind("state ", 0) == 0;
       // Every step updated the weights: a skipped step would compare equal
       // without testing the update.
       if (cpu[i].rfind("step ", 0) == 0) {
@@ -373,6 +389,7 @@ TEST_P(GPTTrainerDeviceTest, TestDeviceTrainsBitForBitAsTheCpu) {
     }
     EXPECT_EQ(steps, kSteps);
     EXPECT_GT(params, 0);
+    EXPECT_GT(states, 0);
     ASSERT_FALSE(cpu.empty());
     EXPECT_EQ(cpu.back(), "moved 1")
         << "training left the weights as they were";
