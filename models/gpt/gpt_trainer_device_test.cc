@@ -41,6 +41,7 @@
 #include "models/gpt/stage_model.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "parallel/data_parallel/weight_hash.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layer_split.h"
@@ -130,6 +131,7 @@ DType ParseDType(const std::string& name) {
 
 // Trains through the trainer and returns the lines to compare: per step
 // "step <i> <loss> <tokens> <grad norm> <skipped> <loss scale>", then
+// "eval <loss sum> <tokens>" of a held-out evaluation, then
 // "param <name> <bits...>" for every parameter of this rank, "state <name>
 // <offset> <bits...>" for every optimizer state tensor, then "moved"
 // (whether training changed the weights).
@@ -247,7 +249,22 @@ absl::StatusOr<std::vector<std::string>> Train(parallel::ParallelState* state,
                                  " ", m.skipped, " ", Bits(m.loss_scale)));
   }
   MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
+  // Evaluation (forward only, through the same pipeline and hooks) on
+  // micro-batches no step saw.
+  std::vector<MicroBatch> held_out;
+  for (int i = 0; i < local; ++i) {
+    MCC_ASSIGN_OR_RETURN(MicroBatch b,
+                         Batch(config, kSteps, dp->rank() * local + i, device));
+    held_out.push_back(std::move(b));
+  }
+  model->SetMicroBatches(std::move(held_out));
+  MCC_ASSIGN_OR_RETURN(training::EvalMetrics eval, trainer->Evaluate(local));
+  lines.push_back(
+      absl::StrCat("eval ", Bits(eval.sum), " ", Bits(eval.tokens)));
   if (zero3) MCC_RETURN_IF_ERROR(data_parallel->GatherFullParams());
+  // The replicas hold the same weights (read through the copy hook).
+  MCC_RETURN_IF_ERROR(
+      data_parallel::CheckWeightHashAcrossReplicas(model->parameters(), dp));
   bool moved = false;
   for (size_t k = 0; k < model->parameters().size(); ++k) {
     const Parameter& p = *model->parameters()[k];
@@ -376,12 +393,13 @@ TEST_P(GPTTrainerDeviceTest, TestDeviceTrainsBitForBitAsTheCpu) {
     const std::vector<std::string> dev =
         ReadLines(ResultPath(c.layout, c.dtype, "testdev", rank));
     ASSERT_EQ(cpu.size(), dev.size());
-    int steps = 0, params = 0, states = 0;
+    int steps = 0, params = 0, states = 0, evals = 0;
     for (size_t i = 0; i < cpu.size(); ++i) {
       EXPECT_EQ(dev[i], cpu[i]) << "line " << i;
       steps += cpu[i].rfind("step ", 0) == 0;
       params += cpu[i].rfind("param ", 0) == 0;
       states += cpu[i].rfind("state ", 0) == 0;
+      evals += cpu[i].rfind("eval ", 0) == 0;
       // Every step updated the weights (a skipped step would compare equal
       // without testing the update), except fp16's first, which overflows
       // on purpose to take the loss scaler's skip path.
@@ -396,6 +414,7 @@ TEST_P(GPTTrainerDeviceTest, TestDeviceTrainsBitForBitAsTheCpu) {
     EXPECT_EQ(steps, kSteps);
     EXPECT_GT(params, 0);
     EXPECT_GT(states, 0);
+    EXPECT_EQ(evals, 1);
     ASSERT_FALSE(cpu.empty());
     EXPECT_EQ(cpu.back(), "moved 1")
         << "training left the weights as they were";
