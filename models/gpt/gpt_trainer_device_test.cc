@@ -4,6 +4,8 @@
 // norms, loss scales, final weights and optimizer state (whose moments
 // carry the gradients) bit for bit, in real processes, under the parallel
 // layouts the device path must carry:
+//   - serial (one process; plain DDP over a data-parallel group of one);
+//   - TP 2 + SP (the trainer's sequence-parallel gradient finalisation);
 //   - PP 2 interleaved (two virtual stages per rank, StageModel chunks, the
 //     pipeline executor's receive buffers, the tied embedding's sum);
 //   - DP 2 with the distributed optimizer (Megatron's
@@ -16,7 +18,8 @@
 // shortcut, a lost operation or a buffer left on the wrong device; a host
 // dereference of device memory kills the worker, whose stderr the test prints.
 //
-// Each (layout, dtype, device) runs in its own pair of processes and
+// Each (layout, dtype, device) runs in its own processes (two, or one for
+// serial) and
 // writes what it saw as text lines (bit patterns of every double and
 // weight); the test then compares the CPU lines with the device lines.
 #include <cstdint>
@@ -144,6 +147,10 @@ absl::StatusOr<std::vector<std::string>> Train(parallel::ParallelState* state,
   comm::ProcessGroup* dp = state->data();
   const bool pipelined = pp->size() > 1;
   parallel::LayerContext ctx;
+  if (state->tensor()->size() > 1) {
+    ctx.tp_group = state->tensor();
+    ctx.sequence_parallel = true;
+  }
   ctx.dtype = dtype;
   ctx.seed = config.seed;
   ctx.device = device;  // Parameters, gradients and buffers are built there.
@@ -166,13 +173,14 @@ absl::StatusOr<std::vector<std::string>> Train(parallel::ParallelState* state,
                          model->stages(), pipelined ? pp : nullptr, schedule));
 
   fsdp::FsdpConfig dp_config;
-  dp_config.strategy = layout == "zero3_dp2"
-                           ? fsdp::ShardingStrategy::kOptimGradsParams
-                           : fsdp::ShardingStrategy::kOptim;
+  dp_config.strategy =
+      layout == "zero3_dp2" ? fsdp::ShardingStrategy::kOptimGradsParams
+      : layout == "dp2_distopt" || pipelined ? fsdp::ShardingStrategy::kOptim
+                                             : fsdp::ShardingStrategy::kNoShard;
   dp_config.ddp.use_distributed_optimizer =
       dp_config.strategy == fsdp::ShardingStrategy::kOptim;
   dp_config.ddp.overlap_grad_reduce = true;
-  dp_config.ddp.overlap_param_gather = true;
+  dp_config.ddp.overlap_param_gather = dp_config.ddp.use_distributed_optimizer;
   dp_config.ddp.bucket_size_bytes = 8192;  // Several buckets.
   MCC_ASSIGN_OR_RETURN(
       auto data_parallel,
@@ -326,6 +334,7 @@ MCC_WORKER(gpt_trainer_device) {
   }
   parallel::ParallelSizes sizes;
   if (layout == "pp2_interleaved") sizes.pipeline = 2;
+  if (layout == "tp2_sp") sizes.tensor = 2;
   auto state = parallel::ParallelState::Create(world->group, sizes);
   if (!state.ok()) {
     std::fprintf(stderr, "state: %s\n", state.status().ToString().c_str());
@@ -355,17 +364,18 @@ std::vector<std::string> ReadLines(const std::string& path) {
 struct Case {
   std::string layout;
   std::string dtype;
+  int processes() const { return layout == "serial" ? 1 : 2; }
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   return absl::StrCat(info.param.layout, "_", info.param.dtype);
 }
 
-// Trains `c` on two processes on `device` (with the first weight nudged);
+// Trains `c` on its processes on `device` (with the first weight nudged);
 // the workers write their lines.
 void RunWorkers(const Case& c, const std::string& device, bool nudge) {
   auto workers = comm::testing::RunWorkers(
-      2, "gpt_trainer_device", absl::Seconds(180), [&](int) {
+      c.processes(), "gpt_trainer_device", absl::Seconds(180), [&](int) {
         std::map<std::string, std::string> env{{"MCC_TEST_CASE", c.layout},
                                                {"MCC_TEST_DTYPE", c.dtype},
                                                {"MCC_TEST_DEVICE", device}};
@@ -386,7 +396,7 @@ TEST_P(GPTTrainerDeviceTest, TestDeviceTrainsBitForBitAsTheCpu) {
     RunWorkers(c, device, /*nudge=*/false);
     if (HasFatalFailure()) return;
   }
-  for (int rank = 0; rank < 2; ++rank) {
+  for (int rank = 0; rank < c.processes(); ++rank) {
     SCOPED_TRACE(absl::StrCat(c.layout, " ", c.dtype, " rank ", rank));
     const std::vector<std::string> cpu =
         ReadLines(ResultPath(c.layout, c.dtype, "cpu", rank));
@@ -445,7 +455,10 @@ TEST(GPTTrainerDeviceControl, ANudgedDeviceRunIsCaught) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, GPTTrainerDeviceTest,
-    ::testing::Values(Case{"pp2_interleaved", "fp32"},
+    ::testing::Values(Case{"serial", "fp32"}, Case{"serial", "bf16"},
+                      Case{"serial", "fp16"}, Case{"tp2_sp", "fp32"},
+                      Case{"tp2_sp", "bf16"}, Case{"tp2_sp", "fp16"},
+                      Case{"pp2_interleaved", "fp32"},
                       Case{"pp2_interleaved", "bf16"},
                       Case{"pp2_interleaved", "fp16"},
                       Case{"dp2_distopt", "fp32"}, Case{"dp2_distopt", "bf16"},
