@@ -1,6 +1,40 @@
 #ifndef CORE_TENSOR_H_
 #define CORE_TENSOR_H_
 
+// Tensors: dense, contiguous arrays on one device, and the copy hook that
+// moves bytes between devices.
+//
+// Ownership: a Tensor is a handle. Copies share one Storage (reference
+// counted); the memory is returned to its device's allocator when the last
+// handle goes. Views (Slice, Reshape, FromExternal) share or borrow memory
+// and keep its owner alive. Nothing here is a collective call.
+//
+// Device memory: raw_data() is an address in the tensor's device's address
+// space. Library code dereferences it on the host only for CPU tensors;
+// every other access goes through a kernel (core/ops, the one kernel path:
+// core/ops/dispatch.h) or the device's copy hook (CopyBytes, CopyFrom,
+// To(Device)). The test device (core/testing/test_device.h) makes any other
+// host access fail loudly, so CI proves the rule.
+//
+// Ordering: kernels and copies are issued on the device's current stream in
+// program order. A copy to the host (To(Device::CPU()), CopyFrom into a CPU
+// tensor) returns with the bytes in place: it synchronises with the device,
+// which is why the training step does exactly one per step.
+//
+// Thread-safety: a Tensor handle, like a shared_ptr, may be copied and
+// destroyed from any thread; reads of the same elements may overlap, but a
+// write must not overlap any other access to those elements (the caller
+// orders them). Registration functions (RegisterDeviceCopy,
+// RegisterHostBackedDevice) run before any tensor of that device type
+// exists, normally from a static initialiser.
+//
+// Errors: calls that can fail for reasons outside the program (shapes from
+// a file, a device copy that fails) return Status naming the tensors and
+// devices; nothing is written on error unless the call says otherwise.
+// Misuse that is a programming error (a wrong dtype in data<T>(), host
+// access to test-device memory, an allocation that cannot be had) dies with
+// a message naming the tensor.
+
 #include <cstdint>
 #include <memory>
 #include <string>
