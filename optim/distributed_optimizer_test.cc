@@ -214,7 +214,7 @@ MCC_WORKER(optimizer_memory) {
         (*model)->parameters(), dp, cfg);
     if (!ddp.ok()) return 5;
     const int64_t before = alloc->Stats().current_bytes;
-    auto opt = Optimizer::Create(ddp->get(), OptimizerConfig(), {});
+    auto opt = (*ddp)->CreateOptimizer(OptimizerConfig(), {});
     if (!opt.ok()) return 6;
     bytes[distopt] = alloc->Stats().current_bytes - before;
     reported[distopt] = (*opt)->state_bytes();

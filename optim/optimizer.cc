@@ -39,59 +39,43 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
     s.end = p->value.numel();
     shards.push_back(s);
   }
-  return Build(std::move(shards), /*sharded=*/false, nullptr, config, groups);
+  return Build(std::move(shards), /*sharded=*/false, config, groups);
 }
 
-absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
-    data_parallel::DistributedDataParallel* ddp, const OptimizerConfig& config,
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::CreateForPieces(
+    OptimizerPieces pieces, const OptimizerConfig& config,
     const OptimizerGroups& groups) {
-  if (ddp == nullptr) {
-    return absl::InvalidArgumentError("optimizer: null DDP");
-  }
-  std::vector<ExternalShard> shards;
-  for (const auto& ps : ddp->local_shards()) {
-    ExternalShard s;
-    s.param = ps.param;
-    s.begin = ps.begin;
-    s.end = ps.end;
-    shards.push_back(s);
-  }
-  const bool sharded = ddp->config().use_distributed_optimizer;
-  MCC_ASSIGN_OR_RETURN(auto opt,
-                       Build(std::move(shards), sharded, ddp, config, groups));
-  if (sharded) opt->shard_group_ = ddp->dp_group();
-  return opt;
-}
-
-absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::CreateExternal(
-    std::vector<ExternalShard> shards, comm::ProcessGroup* shard_group,
-    const OptimizerConfig& config, const OptimizerGroups& groups,
-    std::function<absl::Status()> after_update) {
-  for (const ExternalShard& s : shards) {
+  for (const ExternalShard& s : pieces.pieces) {
+    if (s.param == nullptr) {
+      return absl::InvalidArgumentError("optimizer: a piece has no parameter");
+    }
+    if (!s.value.defined() && !s.grad.defined()) continue;  // Views param.
     const int64_t n = s.end - s.begin;
-    if (s.param == nullptr || !s.value.defined() || !s.grad.defined() ||
+    if (!s.value.defined() || !s.grad.defined() ||
         s.value.dtype() != DType::kFloat32 ||
         s.grad.dtype() != DType::kFloat32 || s.value.numel() != n ||
         s.grad.numel() != n || s.begin < 0 ||
         s.end > NumElements(s.param_shape)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "optimizer: external shard [", s.begin, ", ", s.end, ") of '",
-          s.param ? s.param->name : "null", "' (shape ",
-          ShapeToString(s.param_shape),
+          "optimizer: external piece [", s.begin, ", ", s.end, ") of '",
+          s.param->name, "' (shape ", ShapeToString(s.param_shape),
           ") needs fp32 value and gradient pieces of that many elements"));
     }
   }
-  MCC_ASSIGN_OR_RETURN(auto opt, Build(std::move(shards), /*sharded=*/true,
-                                       nullptr, config, groups));
-  opt->shard_group_ = shard_group;
-  opt->after_update_ = std::move(after_update);
+  MCC_ASSIGN_OR_RETURN(auto opt, Build(std::move(pieces.pieces), pieces.sharded,
+                                       config, groups));
+  if (!opt->device_known_) {
+    opt->device_ = pieces.device;
+    opt->device_known_ = true;
+  }
+  opt->shard_group_ = pieces.sharded ? pieces.shard_group : nullptr;
+  opt->after_update_ = std::move(pieces.after_update);
   return opt;
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
     std::vector<ExternalShard> shards, bool sharded,
-    data_parallel::DistributedDataParallel* ddp, const OptimizerConfig& config,
-    const OptimizerGroups& groups) {
+    const OptimizerConfig& config, const OptimizerGroups& groups) {
   if (!(config.clip_grad >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--clip-grad ", config.clip_grad, " must be >= 0 (0: no clipping)"));
@@ -103,12 +87,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
   auto opt = std::unique_ptr<Optimizer>(new Optimizer);
   opt->config_ = config;
   opt->groups_ = groups;
-  opt->ddp_ = ddp;
   opt->sharded_ = sharded;
-  if (ddp != nullptr) {
-    opt->device_ = ddp->device();
-    opt->device_known_ = true;
-  }
   switch (config.type) {
     case OptimizerType::kAdam:
       if (!(config.adam_beta1 >= 0 && config.adam_beta1 < 1 &&
@@ -329,9 +308,6 @@ absl::StatusOr<StepInfo> Optimizer::ApplyStep(
     }
   }
   if (scaler_) scaler_->Update(false);
-  if (sharded_ && ddp_ != nullptr) {
-    MCC_RETURN_IF_ERROR(ddp_->StartParamGather());
-  }
   if (after_update_) MCC_RETURN_IF_ERROR(after_update_());
   return info;
 }

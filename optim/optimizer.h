@@ -15,7 +15,6 @@
 #include "core/tensor.h"
 #include "optim/loss_scaler.h"
 #include "optim/update_rule.h"
-#include "parallel/data_parallel/distributed_data_parallel.h"
 
 namespace mcc {
 namespace optim {
@@ -58,10 +57,13 @@ struct StepInfo {
   int64_t num_zeros = -1;  // With log_num_zeros_in_grad.
 };
 
-// A piece of a parameter whose fp32 values and gradient live outside the
-// parameter (a fully sharded wrapper's flat shards, where the parameter
-// itself is resident only while its unit computes): elements [begin, end)
-// of the flattened TP-local parameter of shape `param_shape`.
+// A piece of a parameter the optimizer updates: elements [begin, end) of
+// the flattened TP-local parameter of shape `param_shape`. Without `value`
+// and `grad` the piece views the parameter's own value and main_grad (a
+// replicated data-parallel wrapper, whose parameters stay whole); with them
+// the fp32 values and gradient live outside the parameter (a sharded
+// wrapper's flat shards, where the parameter itself is resident only while
+// its unit computes).
 struct ExternalShard {
   std::shared_ptr<Parameter> param;
   int64_t begin = 0;
@@ -69,6 +71,24 @@ struct ExternalShard {
   Shape param_shape;
   Tensor value;  // fp32 [end - begin], updated in place: the main copy.
   Tensor grad;   // fp32 [end - begin]
+};
+
+// What a data-parallel wrapper (parallel/data_parallel/data_parallel.h)
+// hands the optimizer it creates.
+struct OptimizerPieces {
+  // The pieces this rank updates (all of them, or its shards).
+  std::vector<ExternalShard> pieces;
+  // Whether the pieces are this rank's shards of state split over
+  // `shard_group` (the distributed optimizer, FSDP): the gradient norm is
+  // then summed over that group too, and checkpoints gather the state.
+  bool sharded = false;
+  comm::ProcessGroup* shard_group = nullptr;  // May be null (DP 1).
+  // Where the pieces live (the optimizer's device even when there are
+  // none on this rank).
+  Device device = Device::CPU();
+  // Runs after every applied update (may be null): where the wrapper
+  // starts gathering the updated parameters.
+  std::function<absl::Status()> after_update;
 };
 
 // One named piece of optimizer state, for checkpoints: `tensor` is a flat
@@ -102,20 +122,11 @@ class Optimizer {
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
       const ParameterList& params, const OptimizerConfig& config,
       const OptimizerGroups& groups);
-  // Over a DDP: with use_distributed_optimizer, only this rank's shards,
-  // the norm summed over DP too, and parameters all-gathered after each
-  // step (see DdpConfig::overlap_param_gather). Create after the DDP.
-  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
-      data_parallel::DistributedDataParallel* ddp,
-      const OptimizerConfig& config, const OptimizerGroups& groups);
-
-  // Over pieces held outside the parameters (see ExternalShard): the norm
-  // is summed over `shard_group` too, and `after_update` (may be null) runs
-  // after every applied update, where the owner re-gathers its parameters.
-  static absl::StatusOr<std::unique_ptr<Optimizer>> CreateExternal(
-      std::vector<ExternalShard> shards, comm::ProcessGroup* shard_group,
-      const OptimizerConfig& config, const OptimizerGroups& groups,
-      std::function<absl::Status()> after_update);
+  // Over a data-parallel wrapper's pieces (see OptimizerPieces); the
+  // wrappers' CreateOptimizer calls this.
+  static absl::StatusOr<std::unique_ptr<Optimizer>> CreateForPieces(
+      OptimizerPieces pieces, const OptimizerConfig& config,
+      const OptimizerGroups& groups);
 
   // The multiplier of the loss before backward (1 without loss scaling):
   // pass loss_scale() / num_microbatches as ForwardBackward's grad_scale.
@@ -175,7 +186,6 @@ class Optimizer {
   // Pieces without value/grad tensors view the parameter's own.
   static absl::StatusOr<std::unique_ptr<Optimizer>> Build(
       std::vector<ExternalShard> shards, bool sharded,
-      data_parallel::DistributedDataParallel* ddp,
       const OptimizerConfig& config, const OptimizerGroups& groups);
   absl::StatusOr<Tensor> View(const Tensor& t, const Range& r) const;
   absl::StatusOr<Tensor> GradOf(const Range& r) const;
@@ -186,7 +196,6 @@ class Optimizer {
 
   OptimizerConfig config_;
   OptimizerGroups groups_;
-  data_parallel::DistributedDataParallel* ddp_ = nullptr;
   comm::ProcessGroup* shard_group_ = nullptr;  // The norm sums over it.
   std::function<absl::Status()> after_update_;
   bool sharded_ = false;

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "parallel/data_parallel/data_parallel.h"
+#include "parallel/data_parallel/distributed_data_parallel.h"
 #include "parallel/data_parallel/weight_hash.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "training/trainer.h"
@@ -83,7 +85,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   }
   // Data parallelism as the train binary wires it (DDP, with the
   // distributed optimizer when asked).
-  std::unique_ptr<fsdp::FullyShardedDataParallel> ddp;
+  std::unique_ptr<data_parallel::DataParallel> ddp;
   std::unique_ptr<Optimizer> opt;
   if (o.use_ddp) {
     fsdp::FsdpConfig config;
@@ -112,9 +114,11 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   training::TrainerOptions options;
   options.before_optimizer_step = [&](int64_t iteration) -> absl::Status {
     const int step = static_cast<int>(iteration - 1);
-    if (ddp) {
-      result.param_gather = ddp->ddp()->param_gather_trace();
-      result.num_buckets = static_cast<int>(ddp->ddp()->buckets().size());
+    // WrapDataParallel gives the replicated implementation here.
+    if (auto* replicated =
+            dynamic_cast<data_parallel::DistributedDataParallel*>(ddp.get())) {
+      result.param_gather = replicated->param_gather_trace();
+      result.num_buckets = static_cast<int>(replicated->buckets().size());
     }
     for (int s : o.inject_inf_steps) {
       if (s == step && (o.inject_inf_stage < 0 ||

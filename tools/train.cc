@@ -31,6 +31,7 @@
 #include "observability/tensorboard_writer.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
 #include "parallel/data_parallel/weight_hash.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
@@ -380,8 +381,8 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
 
 // Data parallelism by --data-parallel-sharding-strategy (optim is DDP with
 // the distributed optimizer, as --use-distributed-optimizer).
-absl::StatusOr<std::unique_ptr<fsdp::FullyShardedDataParallel>>
-MakeDataParallel(Job& job, const data_parallel::DdpConfig& ddp_config) {
+absl::StatusOr<std::unique_ptr<data_parallel::DataParallel>> MakeDataParallel(
+    Job& job, const data_parallel::DdpConfig& ddp_config) {
   MCC_ASSIGN_OR_RETURN(fsdp::ShardingStrategy strategy,
                        fsdp::ParseShardingStrategy(absl::GetFlag(
                            FLAGS_data_parallel_sharding_strategy)));
@@ -448,27 +449,9 @@ absl::Status LogPipelineStats(const Job& job,
 // How gradients, parameters and pipeline transfers move in this run, read
 // from the objects that move them (so the log shows what the flags did).
 std::string DescribeDistribution(
-    const Job& job, const fsdp::FullyShardedDataParallel& dp,
+    const Job& job, const data_parallel::DataParallel& dp,
     const pipeline::PipelineOptions& pipeline_options) {
-  std::string out = absl::StrCat("data parallel: ",
-                                 fsdp::ShardingStrategyName(dp.strategy()));
-  const data_parallel::DistributedDataParallel* ddp = dp.ddp();
-  if (ddp != nullptr && ddp->config().use_distributed_optimizer) {
-    absl::StrAppend(&out, ", distributed optimizer");
-  }
-  // Buckets and overlap matter only where something is reduced.
-  if (ddp != nullptr && job.dp_size() > 1) {
-    const data_parallel::DdpConfig& c = ddp->config();
-    absl::StrAppend(&out, "; gradient buckets of ", c.bucket_size_bytes / 4,
-                    " elements, ",
-                    c.overlap_grad_reduce ? "reduced during backward"
-                                          : "reduced after backward");
-    if (c.use_distributed_optimizer) {
-      absl::StrAppend(&out, "; parameters gathered ",
-                      c.overlap_param_gather ? "during the next forward"
-                                             : "after the step");
-    }
-  }
+  std::string out = absl::StrCat("data parallel: ", dp.Describe());
   if (job.context.sequence_parallel && job.tp() != nullptr &&
       job.tp()->size() > 1) {
     absl::StrAppend(&out, "; sequence parallel: norms and dropout split over ",

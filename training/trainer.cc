@@ -113,23 +113,18 @@ absl::StatusOr<EvalMetrics> Evaluate(pipeline::PipelineExecutor* executor,
   return m;
 }
 
-absl::StatusOr<std::unique_ptr<fsdp::FullyShardedDataParallel>>
-WrapDataParallel(const std::vector<parallel::Model*>& models,
-                 comm::ProcessGroup* dp, comm::ProcessGroup* pipeline,
-                 fsdp::FsdpConfig config) {
+absl::StatusOr<std::unique_ptr<data_parallel::DataParallel>> WrapDataParallel(
+    const std::vector<parallel::Model*>& models, comm::ProcessGroup* dp,
+    comm::ProcessGroup* pipeline, fsdp::FsdpConfig config) {
   MCC_RETURN_IF_ERROR(CheckModels(models));
   if (!fsdp::ShardsGradients(config.strategy)) {
-    ParameterList params;
-    for (const parallel::Model* m : models) {
-      params.insert(params.end(), m->parameters().begin(),
-                    m->parameters().end());
-    }
+    data_parallel::DdpConfig ddp = config.ddp;
+    ddp.use_distributed_optimizer =
+        config.strategy == fsdp::ShardingStrategy::kOptim;
     MCC_ASSIGN_OR_RETURN(
-        auto wrapped, fsdp::FullyShardedDataParallel::Create(
-                          params, {}, dp, models[0]->tensor_group(), config));
-    for (parallel::Model* m : models)
-      m->AddGradReadyHook(wrapped->GradReadyHook());
-    return wrapped;
+        auto replicated,
+        data_parallel::DistributedDataParallel::Wrap(models, dp, ddp));
+    return std::unique_ptr<data_parallel::DataParallel>(std::move(replicated));
   }
   if (models.size() != 1 || GroupSize(pipeline) > 1) {
     return absl::UnimplementedError(absl::StrCat(
@@ -139,7 +134,9 @@ WrapDataParallel(const std::vector<parallel::Model*>& models,
         " model chunks on this rank, ", GroupSize(pipeline),
         " pipeline stages); use optim or no_shard"));
   }
-  return fsdp::FullyShardedDataParallel::Wrap(models[0], dp, config);
+  MCC_ASSIGN_OR_RETURN(auto sharded, fsdp::FullyShardedDataParallel::Wrap(
+                                         models[0], dp, config));
+  return std::unique_ptr<data_parallel::DataParallel>(std::move(sharded));
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
@@ -175,24 +172,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
         pipeline::PipelineExecutor::Create(p.stages, nullptr, one_stage));
     p.executor = trainer->own_executor_.get();
   }
-  fsdp::FullyShardedDataParallel* dp = p.data_parallel;
+  data_parallel::DataParallel* dp = p.data_parallel;
   if (p.executor != nullptr && dp != nullptr) {
     // Data parallelism reduces only on each chunk's last micro-batch.
     p.executor->SetLastMicrobatchCallback(
         [dp](bool last) { dp->set_is_last_microbatch(last); });
-  }
-  // --overlap-param-gather: each unit waits for its own parameters' gather
-  // just before its forward instead of all of them at the step's start.
-  data_parallel::DistributedDataParallel* ddp =
-      dp != nullptr ? dp->ddp() : nullptr;
-  if (ddp != nullptr && ddp->config().overlap_param_gather &&
-      ddp->config().use_distributed_optimizer) {
-    for (parallel::Model* model : p.models) {
-      trainer->gather_hooks_.push_back(
-          std::make_unique<data_parallel::ParamGatherHooks>(ddp, *model));
-      MCC_RETURN_IF_ERROR(
-          model->AddUnitHooks(trainer->gather_hooks_.back().get()));
-    }
   }
   return trainer;
 }
@@ -204,9 +188,6 @@ Trainer::Trainer(TrainerParts parts, optim::LrSchedule schedule,
       options_(std::move(options)) {}
 
 Trainer::~Trainer() {
-  for (size_t i = 0; i < gather_hooks_.size(); ++i) {
-    parts_.models[i]->RemoveUnitHooks(gather_hooks_[i].get());
-  }
   if (parts_.executor != nullptr && parts_.data_parallel != nullptr) {
     parts_.executor->SetLastMicrobatchCallback(nullptr);
   }
@@ -218,7 +199,7 @@ absl::Status Trainer::WaitForParameters() {
 }
 
 absl::Status Trainer::FinalizeModelGrads() {
-  fsdp::FullyShardedDataParallel* dp = parts_.data_parallel;
+  data_parallel::DataParallel* dp = parts_.data_parallel;
   if (dp != nullptr) {
     // Gathers no unit's forward waited for (a stage without them).
     MCC_RETURN_IF_ERROR(dp->FinishParamGather());
@@ -249,12 +230,9 @@ absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
   StepMetrics m;
   m.iteration = iteration;
   m.num_microbatches = num_microbatches;
-  fsdp::FullyShardedDataParallel* dp = parts_.data_parallel;
+  data_parallel::DataParallel* dp = parts_.data_parallel;
   if (dp != nullptr) {
-    // The last step's updated parameters must be in place first (with the
-    // gather hooks, each unit's just before its forward).
-    if (gather_hooks_.empty()) MCC_RETURN_IF_ERROR(dp->FinishParamGather());
-    dp->ZeroGrads();
+    MCC_RETURN_IF_ERROR(dp->BeginStep());
   } else {
     for (parallel::Model* model : parts_.models) model->ZeroGradients();
   }

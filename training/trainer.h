@@ -18,10 +18,9 @@
 // //models.
 //
 // Ownership: a Trainer owns none of the objects in TrainerParts; each must
-// outlive it. It installs on them, and removes again when destroyed, the
-// executor's last-micro-batch callback and (with the distributed
-// optimizer's --overlap-param-gather) per-unit parameter-gather hooks on the
-// models, next to any hooks already installed.
+// outlive it. It installs on the executor, and removes again when
+// destroyed, the last-micro-batch callback that tells data parallelism
+// which micro-batch is the step's last.
 //
 // Collectives: Step, Evaluate and WaitForParameters are collective over the
 // data-parallel group and, through the models, the executor and the
@@ -52,7 +51,7 @@
 #include "core/comm/process_group.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
-#include "parallel/data_parallel/param_gather_hooks.h"
+#include "parallel/data_parallel/data_parallel.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "parallel/model.h"
 #include "parallel/pipeline/pipeline_executor.h"
@@ -72,9 +71,10 @@ struct TrainerParts {
   pipeline::PipelineExecutor* executor = nullptr;
   // The same chunks as pipeline stages; needed only without an executor.
   std::vector<parallel::PipelineStage*> stages;
-  // Data parallelism over the models' parameters (WrapDataParallel). Null:
-  // gradients stay in the models and are not reduced over any group.
-  fsdp::FullyShardedDataParallel* data_parallel = nullptr;
+  // Data parallelism over the models' parameters (WrapDataParallel: the
+  // replicated or the sharded implementation). Null: gradients stay in the
+  // models and are not reduced over any group.
+  data_parallel::DataParallel* data_parallel = nullptr;
   // Steps the parameters (created over data_parallel when there is one).
   // Required.
   optim::Optimizer* optimizer = nullptr;
@@ -163,8 +163,6 @@ class Trainer {
   TrainerOptions options_;
   // Without a given executor: the trainer's own, and parts_.executor.
   std::unique_ptr<pipeline::PipelineExecutor> own_executor_;
-  // Installed on parts_.models[i] (with --overlap-param-gather).
-  std::vector<std::unique_ptr<data_parallel::ParamGatherHooks>> gather_hooks_;
 };
 
 // Evaluation without a Trainer (tools/eval): forward only over
@@ -176,16 +174,16 @@ absl::StatusOr<EvalMetrics> Evaluate(pipeline::PipelineExecutor* executor,
                                      int num_microbatches);
 
 // Data parallelism over the models by config.strategy: no_shard and optim
-// as Megatron's DDP (optim: with the distributed optimizer), its grad-ready
-// hook added on every model; optim_grads and optim_grads_params wrap the
-// single model's units. The sharded strategies do not run with pipeline
-// parallelism yet: with more than one model or a pipeline group of more
-// than one rank they fail with Unimplemented. dp and pipeline may be null.
-// The models must outlive the result.
-absl::StatusOr<std::unique_ptr<fsdp::FullyShardedDataParallel>>
-WrapDataParallel(const std::vector<parallel::Model*>& models,
-                 comm::ProcessGroup* dp, comm::ProcessGroup* pipeline,
-                 fsdp::FsdpConfig config);
+// by the replicated implementation (Megatron's DDP; optim: with the
+// distributed optimizer), its hooks added on every model; optim_grads and
+// optim_grads_params by the sharded one over the single model's units. The
+// sharded strategies do not run with pipeline parallelism yet: with more than
+// one model or a pipeline group of more than one rank they fail with
+// Unimplemented. dp and pipeline may be null. The models must outlive the
+// result.
+absl::StatusOr<std::unique_ptr<data_parallel::DataParallel>> WrapDataParallel(
+    const std::vector<parallel::Model*>& models, comm::ProcessGroup* dp,
+    comm::ProcessGroup* pipeline, fsdp::FsdpConfig config);
 
 // A list of chunks of a model type as the contract's models.
 template <typename Chunk>

@@ -183,7 +183,7 @@ TEST_P(TrainerVersusHandWrittenStep, LossesNormsAndWeightsAgree) {
 
   auto model = NewModel();
   std::unique_ptr<pipeline::PipelineExecutor> executor;
-  std::unique_ptr<fsdp::FullyShardedDataParallel> dp;
+  std::unique_ptr<data_parallel::DataParallel> dp;
   std::unique_ptr<optim::Optimizer> optimizer;
   TrainerParts parts;
   parts.models = {model.get()};
@@ -396,7 +396,7 @@ TEST(TrainerOnAnyModel, TrainsTheContractsTestMlp) {
     TrainerParts parts;
     parts.models = {model.get()};
     parts.stages = {model.get()};
-    std::unique_ptr<fsdp::FullyShardedDataParallel> dp;
+    std::unique_ptr<data_parallel::DataParallel> dp;
     std::unique_ptr<optim::Optimizer> optimizer;
     if (wrap) {
       fsdp::FsdpConfig c;

@@ -61,21 +61,26 @@ TEST(DdpTest, BucketsHoldGradientViewsInReverseOrder) {
   // Reverse parameter order across and within buckets.
   std::vector<Parameter*> order;
   for (const Bucket& b : buckets) {
-    EXPECT_EQ(b.padded_numel % 16, 0);
-    EXPECT_GE(b.padded_numel, b.numel);
+    const FlatLayout& l = b.layout;
+    EXPECT_EQ(l.padded_numel % 16, 0);
+    EXPECT_GE(l.padded_numel, l.numel);
     int64_t end = 0;
-    for (size_t i = 0; i < b.params.size(); ++i) {
-      EXPECT_GE(b.offsets[i], end);
-      EXPECT_EQ(b.offsets[i] % 16, 0);
-      end = b.offsets[i] + b.params[i]->value.numel();
-      order.push_back(b.params[i]);
+    for (size_t i = 0; i < l.params.size(); ++i) {
+      Parameter* p = l.params[i].get();
+      EXPECT_GE(l.offsets[i], end);
+      EXPECT_EQ(l.offsets[i] % 16, 0);
+      end = l.offsets[i] + p->value.numel();
+      order.push_back(p);
       // main_grad is a zero-copy view of the bucket, shaped as the value.
-      EXPECT_TRUE(b.params[i]->main_grad.SharesStorageWith(b.grad_data));
-      EXPECT_EQ(b.params[i]->main_grad.shape(), b.params[i]->value.shape());
-      EXPECT_EQ(b.params[i]->main_grad.raw_data(),
-                static_cast<float*>(b.grad_data.raw_data()) + b.offsets[i]);
+      EXPECT_TRUE(p->main_grad.SharesStorageWith(b.grad_data));
+      EXPECT_EQ(p->main_grad.shape(), p->value.shape());
+      EXPECT_EQ(p->main_grad.raw_data(),
+                static_cast<float*>(b.grad_data.raw_data()) + l.offsets[i]);
     }
-    EXPECT_LE(end, b.numel);
+    EXPECT_LE(end, l.numel);
+    // Without the distributed optimizer this rank updates every parameter
+    // whole.
+    EXPECT_EQ(b.local_pieces.size(), l.params.size());
   }
   ASSERT_EQ(order.size(), params.size());
   for (size_t i = 0; i < params.size(); ++i) {
@@ -255,14 +260,17 @@ MCC_WORKER(ddp_shards) {
     total += p->value.numel();
   }
   Tensor cover = Tensor::Zeros({total}, DType::kInt32);
-  for (const ParamShard& s : (*ddp)->local_shards()) {
-    for (int64_t i = s.begin; i < s.end; ++i) {
-      cover.data<int32_t>()[base[s.param.get()] + i] += 1;
-    }
-    // Owners write their rank into their pieces of the parameters.
-    Tensor flat = *s.param->value.Reshape({-1});
-    for (int64_t i = s.begin; i < s.end; ++i) {
-      flat.data<float>()[i] = static_cast<float>(dp->rank() + 1);
+  for (const Bucket& b : (*ddp)->buckets()) {
+    for (const FlatPiece& s : b.local_pieces) {
+      Parameter* param = b.layout.params[s.param].get();
+      for (int64_t i = s.begin; i < s.end; ++i) {
+        cover.data<int32_t>()[base[param] + i] += 1;
+      }
+      // Owners write their rank into their pieces of the parameters.
+      Tensor flat = *param->value.Reshape({-1});
+      for (int64_t i = s.begin; i < s.end; ++i) {
+        flat.data<float>()[i] = static_cast<float>(dp->rank() + 1);
+      }
     }
   }
   WORKER_OK(dp->AllReduceSync(&cover, comm::ReduceOp::kSum));

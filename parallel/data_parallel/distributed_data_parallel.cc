@@ -13,17 +13,36 @@ namespace data_parallel {
 
 namespace {
 
-// Parameter starts and bucket sizes are multiples of this many elements
-// (64 bytes of fp32), so every view stays cache-line aligned.
-constexpr int64_t kAlign = 16;
+// --overlap-param-gather: before each unit's forward, waits for the
+// distributed optimizer's all-gathers of the buckets holding that unit's
+// parameters only, so the rest keep arriving while the first layers
+// compute (Megatron's forward pre-hook).
+class ParamGatherHooks : public parallel::UnitHooks {
+ public:
+  ParamGatherHooks(DistributedDataParallel* ddp,
+                   std::vector<ParameterList> units)
+      : ddp_(ddp), units_(std::move(units)) {}
 
-int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+  absl::Status BeforeForward(int unit) override {
+    if (unit < 0 || unit >= static_cast<int>(units_.size())) {
+      return absl::OutOfRangeError(absl::StrCat("ParamGatherHooks: unit ", unit,
+                                                " of a model with ",
+                                                units_.size(), " units"));
+    }
+    return ddp_->WaitParamGather(units_[unit]);
+  }
+
+ private:
+  DistributedDataParallel* ddp_;
+  std::vector<ParameterList> units_;
+};
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DistributedDataParallel>>
 DistributedDataParallel::Create(const ParameterList& params,
-                                comm::ProcessGroup* dp, DdpConfig config) {
+                                comm::ProcessGroup* dp, DdpConfig config,
+                                comm::ProcessGroup* tp) {
   if (params.empty()) {
     return absl::InvalidArgumentError("DistributedDataParallel: no parameters");
   }
@@ -36,6 +55,7 @@ DistributedDataParallel::Create(const ParameterList& params,
       std::unique_ptr<DistributedDataParallel>(new DistributedDataParallel);
   ddp->config_ = config;
   ddp->dp_ = dp;
+  ddp->tp_ = tp != nullptr && tp->size() > 1 ? tp : nullptr;
   ddp->params_ = params;
   const int dp_size = ddp->dp_size();
   const int dp_rank = ddp->dp_rank();
@@ -74,44 +94,53 @@ DistributedDataParallel::Create(const ParameterList& params,
     }
   }
 
-  // Buckets in reverse parameter order.
+  // Buckets in reverse parameter order, each closed once it holds
+  // bucket_size_bytes of fp32 gradients.
   const int64_t bucket_elems =
       std::max<int64_t>(1, config.bucket_size_bytes / 4);
-  const int64_t pad = kAlign * dp_size;
-  Bucket current;
-  auto close = [&] {
-    current.index = static_cast<int>(ddp->buckets_.size());
-    current.dp_size = dp_size;
-    current.padded_numel = RoundUp(std::max<int64_t>(current.numel, 1), pad);
-    ddp->buckets_.push_back(std::move(current));
-    current = Bucket();
-  };
+  std::vector<ParameterList> bucket_params(1);
+  int64_t used = 0;
   for (auto it = params.rbegin(); it != params.rend(); ++it) {
-    Parameter* p = it->get();
-    current.params.push_back(p);
-    current.offsets.push_back(current.numel);
-    current.numel = RoundUp(current.numel + p->value.numel(), kAlign);
-    if (current.numel >= bucket_elems) close();
+    bucket_params.back().push_back(*it);
+    used = FlatLayout::Append(used, (*it)->value.numel());
+    if (used >= bucket_elems && std::next(it) != params.rend()) {
+      bucket_params.emplace_back();
+      used = 0;
+    }
   }
-  if (!current.params.empty()) close();
-
   int64_t total = 0;
-  for (const Bucket& b : ddp->buckets_) total += b.padded_numel;
+  for (const ParameterList& in_bucket : bucket_params) {
+    Bucket b;
+    b.index = static_cast<int>(ddp->buckets_.size());
+    MCC_ASSIGN_OR_RETURN(
+        b.layout,
+        FlatLayout::Create(
+            in_bucket, dp_size,
+            absl::StrCat("DistributedDataParallel bucket ", b.index)));
+    // This rank's pieces: its shard under the distributed optimizer, else
+    // every parameter whole.
+    b.local_pieces = config.use_distributed_optimizer ? b.layout.Pieces(dp_rank)
+                                                      : b.layout.WholePieces();
+    total += b.layout.padded_numel;
+    ddp->buckets_.push_back(std::move(b));
+  }
+
   ddp->grad_buffer_ = Tensor::Zeros({total}, DType::kFloat32, device);
   if (config.use_distributed_optimizer) {
     ddp->param_buffer_ = Tensor::Zeros({total}, dtype, device);
   }
   int64_t start = 0;
   for (Bucket& b : ddp->buckets_) {
-    MCC_ASSIGN_OR_RETURN(
-        b.grad_data, ddp->grad_buffer_.Slice(start, start + b.padded_numel));
+    const int64_t padded = b.layout.padded_numel;
+    MCC_ASSIGN_OR_RETURN(b.grad_data,
+                         ddp->grad_buffer_.Slice(start, start + padded));
     if (config.use_distributed_optimizer) {
-      MCC_ASSIGN_OR_RETURN(b.param_data, ddp->param_buffer_.Slice(
-                                             start, start + b.padded_numel));
+      MCC_ASSIGN_OR_RETURN(b.param_data,
+                           ddp->param_buffer_.Slice(start, start + padded));
     }
-    for (size_t i = 0; i < b.params.size(); ++i) {
-      Parameter* p = b.params[i];
-      const int64_t off = b.offsets[i], n = p->value.numel();
+    for (size_t i = 0; i < b.layout.params.size(); ++i) {
+      Parameter* p = b.layout.params[i].get();
+      const int64_t off = b.layout.offsets[i], n = p->value.numel();
       MCC_ASSIGN_OR_RETURN(Tensor g, b.grad_data.Slice(off, off + n));
       MCC_ASSIGN_OR_RETURN(g, g.Reshape(p->value.shape()));
       if (p->main_grad.defined()) MCC_RETURN_IF_ERROR(g.CopyFrom(p->main_grad));
@@ -124,30 +153,7 @@ DistributedDataParallel::Create(const ParameterList& params,
       }
       ddp->slots_[p] = Slot{b.index, false};
     }
-    start += b.padded_numel;
-  }
-
-  // This rank's pieces of the parameters.
-  std::unordered_map<const Parameter*, std::shared_ptr<Parameter>> owner;
-  for (const auto& p : params) owner[p.get()] = p;
-  for (const Bucket& b : ddp->buckets_) {
-    const int64_t shard = b.padded_numel / dp_size;
-    const int64_t lo = config.use_distributed_optimizer ? dp_rank * shard : 0;
-    const int64_t hi =
-        config.use_distributed_optimizer ? lo + shard : b.padded_numel;
-    for (size_t i = 0; i < b.params.size(); ++i) {
-      const int64_t off = b.offsets[i];
-      const int64_t end = off + b.params[i]->value.numel();
-      const int64_t s = std::max(off, lo), e = std::min(end, hi);
-      if (s >= e) continue;
-      ParamShard ps;
-      ps.param = owner[b.params[i]];
-      ps.begin = s - off;
-      ps.end = e - off;
-      ps.bucket = b.index;
-      ps.bucket_offset = s;
-      ddp->shards_.push_back(ps);
-    }
+    start += padded;
   }
   const int nb = static_cast<int>(ddp->buckets_.size());
   ddp->pending_.resize(nb);
@@ -164,7 +170,41 @@ DistributedDataParallel::Create(const ParameterList& params,
   return ddp;
 }
 
+absl::StatusOr<std::unique_ptr<DistributedDataParallel>>
+DistributedDataParallel::Wrap(const std::vector<parallel::Model*>& models,
+                              comm::ProcessGroup* dp, DdpConfig config) {
+  if (models.empty()) {
+    return absl::InvalidArgumentError("DistributedDataParallel: no models");
+  }
+  ParameterList params;
+  for (const parallel::Model* m : models) {
+    if (m == nullptr) {
+      return absl::InvalidArgumentError("DistributedDataParallel: null model");
+    }
+    params.insert(params.end(), m->parameters().begin(), m->parameters().end());
+  }
+  MCC_ASSIGN_OR_RETURN(auto ddp,
+                       Create(params, dp, config, models[0]->tensor_group()));
+  for (parallel::Model* m : models) {
+    ddp->models_.push_back(m);
+    ddp->grad_ready_hook_ids_.push_back(
+        m->AddGradReadyHook(ddp->GradReadyHook()));
+    if (config.overlap_param_gather && config.use_distributed_optimizer) {
+      ddp->gather_hooks_.push_back(
+          std::make_unique<ParamGatherHooks>(ddp.get(), m->units()));
+      MCC_RETURN_IF_ERROR(m->AddUnitHooks(ddp->gather_hooks_.back().get()));
+    }
+  }
+  return ddp;
+}
+
 DistributedDataParallel::~DistributedDataParallel() {
+  for (size_t i = 0; i < models_.size(); ++i) {
+    models_[i]->RemoveGradReadyHook(grad_ready_hook_ids_[i]);
+    if (i < gather_hooks_.size()) {
+      models_[i]->RemoveUnitHooks(gather_hooks_[i].get());
+    }
+  }
   for (auto& w : grad_work_) {
     if (w) w->Wait().IgnoreError();
   }
@@ -182,7 +222,7 @@ void DistributedDataParallel::BeginTrace() {
 
 void DistributedDataParallel::ResetReady() {
   for (Bucket& b : buckets_) {
-    pending_[b.index] = static_cast<int>(b.params.size());
+    pending_[b.index] = static_cast<int>(b.layout.params.size());
   }
   for (auto& [p, slot] : slots_) slot.ready = false;
   for (auto& w : grad_work_) w.reset();
@@ -201,11 +241,12 @@ absl::Status DistributedDataParallel::LaunchBucket(int b, bool from_hook) {
   comm::ReduceOp op = comm::ReduceOp::kAvg;
   if (!config_.average_in_collective) {
     op = comm::ReduceOp::kSum;
-    MCC_ASSIGN_OR_RETURN(Tensor used, bucket.grad_data.Slice(0, bucket.numel));
+    MCC_ASSIGN_OR_RETURN(Tensor used,
+                         bucket.grad_data.Slice(0, bucket.layout.numel));
     MCC_RETURN_IF_ERROR(ops::Scale(used, 1.0f / static_cast<float>(n), &used));
   }
   if (config_.use_distributed_optimizer) {
-    const int64_t shard = bucket.padded_numel / n;
+    const int64_t shard = bucket.layout.shard_numel();
     MCC_ASSIGN_OR_RETURN(
         Tensor out,
         bucket.grad_data.Slice(dp_rank() * shard, (dp_rank() + 1) * shard));
@@ -271,6 +312,13 @@ absl::Status DistributedDataParallel::FinishGradSync() {
   return status;
 }
 
+absl::Status DistributedDataParallel::BeginStep() {
+  // With per-unit gather hooks each unit waits just before its forward.
+  if (gather_hooks_.empty()) MCC_RETURN_IF_ERROR(FinishParamGather());
+  ZeroGrads();
+  return absl::OkStatus();
+}
+
 void DistributedDataParallel::ZeroGrads() { grad_buffer_.Zero(); }
 
 absl::Status DistributedDataParallel::StartParamGather() {
@@ -284,7 +332,7 @@ absl::Status DistributedDataParallel::StartParamGather() {
       MCC_RETURN_IF_ERROR(param_work_[b]->Wait());
     }
     Bucket& bucket = buckets_[b];
-    const int64_t shard = bucket.padded_numel / n;
+    const int64_t shard = bucket.layout.shard_numel();
     MCC_ASSIGN_OR_RETURN(Tensor mine,
                          bucket.param_data.Slice(r * shard, (r + 1) * shard));
     if (!gather_input_[b].defined()) gather_input_[b] = mine.Clone();
@@ -337,6 +385,63 @@ absl::Status DistributedDataParallel::WaitParamGather(
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status DistributedDataParallel::FinalizeGradients() {
+  if (tp_ == nullptr) return absl::OkStatus();
+  // Sequence parallelism leaves the gradients of the parameters it applies
+  // to a TP rank's own tokens (norms) partial: sum them over TP.
+  for (const auto& p : params_) {
+    if (p->sequence_parallel) {
+      MCC_RETURN_IF_ERROR(
+          tp_->AllReduceSync(&p->main_grad, comm::ReduceOp::kSum));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<optim::Optimizer>>
+DistributedDataParallel::CreateOptimizer(const optim::OptimizerConfig& config,
+                                         const optim::OptimizerGroups& groups) {
+  optim::OptimizerPieces pieces;
+  for (const Bucket& b : buckets_) {
+    for (const FlatPiece& piece : b.local_pieces) {
+      optim::ExternalShard s;  // No value/grad: views the parameter's own.
+      s.param = b.layout.params[piece.param];
+      s.begin = piece.begin;
+      s.end = piece.end;
+      s.param_shape = b.layout.shapes[piece.param];
+      pieces.pieces.push_back(std::move(s));
+    }
+  }
+  pieces.sharded = config_.use_distributed_optimizer;
+  pieces.shard_group = dp_;
+  pieces.device = device_;
+  if (config_.use_distributed_optimizer) {
+    // The updated shards go to every replica (waited for by
+    // FinishParamGather, or per unit with --overlap-param-gather).
+    pieces.after_update = [this] { return StartParamGather(); };
+  }
+  return optim::Optimizer::CreateForPieces(std::move(pieces), config, groups);
+}
+
+std::string DistributedDataParallel::Describe() const {
+  std::string out = config_.use_distributed_optimizer
+                        ? "optim (distributed optimizer)"
+                        : "no_shard";
+  // Buckets and overlap matter only where something is reduced.
+  if (dp_size() > 1) {
+    absl::StrAppend(&out, "; ", buckets_.size(), " gradient buckets of ",
+                    config_.bucket_size_bytes / 4, " elements, ",
+                    config_.overlap_grad_reduce ? "reduced during backward"
+                                                : "reduced after backward");
+    if (config_.use_distributed_optimizer) {
+      absl::StrAppend(&out, "; parameters gathered ",
+                      config_.overlap_param_gather ? "during the next forward"
+                                                   : "after the step");
+    }
+  }
+  return out;
 }
 
 }  // namespace data_parallel

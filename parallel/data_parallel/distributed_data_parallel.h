@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -13,6 +14,10 @@
 #include "core/comm/process_group.h"
 #include "core/parameter.h"
 #include "core/tensor.h"
+#include "optim/optimizer.h"
+#include "parallel/data_parallel/data_parallel.h"
+#include "parallel/data_parallel/flat_layout.h"
+#include "parallel/model.h"
 
 namespace mcc {
 namespace data_parallel {
@@ -39,30 +44,17 @@ struct DdpConfig {
 
 // One bucket: a contiguous stretch of the gradient buffer (and, under the
 // distributed optimizer, of the parameter buffer) that is reduced by one
-// collective. Parameters are laid out in reverse model order, the order in
-// which backward completes their gradients.
+// collective, laid out as a FlatLayout over DP shards. Parameters are laid
+// out in reverse model order, the order in which backward completes their
+// gradients.
 struct Bucket {
   int index = 0;
-  std::vector<Parameter*> params;  // In layout order.
-  std::vector<int64_t> offsets;    // Element offset of each param here.
-  int64_t numel = 0;               // Elements used (with alignment gaps).
-  int64_t padded_numel = 0;        // Multiple of 16 x DP.
-  Tensor grad_data;                // fp32 [padded_numel]
-  Tensor param_data;               // model dtype [padded_numel]; distopt only
-  int dp_size = 1;
-  // Elements of each rank's shard under the distributed optimizer.
-  int64_t shard_numel() const { return padded_numel / dp_size; }
-};
-
-// A piece of one parameter that this rank updates: the whole parameter
-// without the distributed optimizer, else the intersection of the parameter
-// with this rank's shard of its bucket.
-struct ParamShard {
-  std::shared_ptr<Parameter> param;
-  int64_t begin = 0;  // Element range of the flattened (TP-local) parameter.
-  int64_t end = 0;
-  int bucket = 0;
-  int64_t bucket_offset = 0;  // Where `begin` sits in its bucket.
+  FlatLayout layout;
+  Tensor grad_data;   // fp32 [layout.padded_numel]
+  Tensor param_data;  // Model dtype [layout.padded_numel]; distopt only.
+  // The pieces of the bucket's parameters this rank updates: all of them
+  // whole, or under the distributed optimizer those in its shard.
+  std::vector<FlatPiece> local_pieces;
 };
 
 // When each bucket's collective was launched during the last gradient sync
@@ -89,7 +81,8 @@ struct ParamGatherTrace {
   int incomplete_at_first_wait = 0;
 };
 
-// Data parallelism as Megatron's DistributedDataParallel: every
+// The replicated implementation of the data-parallel interface
+// (data_parallel.h), as Megatron's DistributedDataParallel: every
 // parameter's main_grad becomes a view into a contiguous fp32 bucket
 // buffer; buckets are all-reduced (reduce-scattered under the distributed
 // optimizer) and averaged over the data-parallel group, during backward
@@ -100,15 +93,52 @@ struct ParamGatherTrace {
 // Under the distributed optimizer the parameters' values become views into
 // a contiguous buffer of the same layout, so the updated shards can be
 // all-gathered in place after the optimizer step.
-class DistributedDataParallel {
+class DistributedDataParallel : public DataParallel {
  public:
-  // dp may be null (no data parallelism: no communication). Every parameter
-  // must be distinct and all on one device, where the bucket buffers are
-  // allocated (dp's GroupOptions::device must be that device); under the
-  // distributed optimizer all must share a dtype.
+  // dp may be null (no data parallelism: no communication); tp (may be
+  // null) is the group sequence-parallel gradients are summed over by
+  // FinalizeGradients. Every parameter must be distinct and all on one
+  // device, where the bucket buffers are allocated (dp's
+  // GroupOptions::device must be that device); under the distributed
+  // optimizer all must share a dtype.
   static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Create(
-      const ParameterList& params, comm::ProcessGroup* dp, DdpConfig config);
-  ~DistributedDataParallel();
+      const ParameterList& params, comm::ProcessGroup* dp, DdpConfig config,
+      comm::ProcessGroup* tp = nullptr);
+  // Over models (a whole model, or one rank's pipeline chunks): their
+  // parameters in order, the first model's tensor group as tp, and, next to
+  // any hooks already installed, the grad-ready hook on every model and
+  // (--overlap-param-gather with the distributed optimizer) a unit hook
+  // that waits for each unit's parameter gather before its forward. The
+  // destructor removes them; the models must outlive the wrapper.
+  static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Wrap(
+      const std::vector<parallel::Model*>& models, comm::ProcessGroup* dp,
+      DdpConfig config);
+  ~DistributedDataParallel() override;
+
+  // DataParallel.
+  absl::Status BeginStep() override;
+  absl::Status FinishParamGather() override;
+  void ZeroGrads() override;
+  void set_is_last_microbatch(bool last) override {
+    is_last_microbatch_ = last;
+  }
+  // After the last micro-batch's backward: launches the buckets not yet
+  // launched and waits for all. Gradients are then averaged over DP (under
+  // the distributed optimizer only in this rank's shards).
+  absl::Status FinishGradSync() override;
+  absl::Status FinalizeGradients() override;
+  absl::StatusOr<std::unique_ptr<optim::Optimizer>> CreateOptimizer(
+      const optim::OptimizerConfig& config,
+      const optim::OptimizerGroups& groups) override;
+  // Parameters stay whole: gathering waits for the distributed optimizer's
+  // all-gathers; there is no separate copy to scatter into or release.
+  absl::Status GatherFullParams() override { return FinishParamGather(); }
+  absl::Status ScatterFullParams() override { return absl::OkStatus(); }
+  absl::Status ReleaseFullParams() override { return absl::OkStatus(); }
+  bool shards_gradients() const override { return false; }
+  const ParameterList& parameters() const override { return params_; }
+  comm::ProcessGroup* dp_group() const override { return dp_; }
+  std::string Describe() const override;
 
   // The model's grad-ready hook: marks the parameters ready (only on the
   // last micro-batch) and launches each bucket whose gradients are all
@@ -121,35 +151,21 @@ class DistributedDataParallel {
   }
 
   // Whether the next micro-batch is the last of the step (default true).
-  void set_is_last_microbatch(bool last) { is_last_microbatch_ = last; }
   bool is_last_microbatch() const { return is_last_microbatch_; }
-
-  // After the last micro-batch's backward: launches the buckets not yet
-  // launched and waits for all. Gradients are then averaged over DP (under
-  // the distributed optimizer only in this rank's shards).
-  absl::Status FinishGradSync();
-  void ZeroGrads();
 
   // Distributed optimizer: all-gathers every bucket's updated parameter
   // shards (launched in forward order); FinishParamGather waits. Without
   // the distributed optimizer both do nothing.
   absl::Status StartParamGather();
-  absl::Status FinishParamGather();
   // Waits only for the buckets that hold these parameters (a forward
   // pre-hook, so later layers' gathers overlap earlier layers' compute).
   absl::Status WaitParamGather(const ParameterList& params);
   const ParamGatherTrace& param_gather_trace() const { return param_trace_; }
 
-  // The pieces of parameters this rank updates (see ParamShard).
-  const std::vector<ParamShard>& local_shards() const { return shards_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  const ParameterList& parameters() const { return params_; }
   const DdpConfig& config() const { return config_; }
   // The parameters' device, which holds every buffer.
   Device device() const { return device_; }
-  comm::ProcessGroup* dp_group() const { return dp_; }
-  int dp_size() const { return dp_ == nullptr ? 1 : dp_->size(); }
-  int dp_rank() const { return dp_ == nullptr ? 0 : dp_->rank(); }
   const GradSyncTrace& last_trace() const { return trace_; }
 
  private:
@@ -160,12 +176,16 @@ class DistributedDataParallel {
 
   DdpConfig config_;
   comm::ProcessGroup* dp_ = nullptr;
+  comm::ProcessGroup* tp_ = nullptr;  // Null when of size 1.
   ParameterList params_;
+  // Set by Wrap: the models and the hooks installed on them.
+  std::vector<parallel::Model*> models_;
+  std::vector<int> grad_ready_hook_ids_;
+  std::vector<std::unique_ptr<parallel::UnitHooks>> gather_hooks_;
   Device device_ = Device::CPU();
   Tensor grad_buffer_;   // fp32, all buckets back to back.
   Tensor param_buffer_;  // distopt only.
   std::vector<Bucket> buckets_;
-  std::vector<ParamShard> shards_;
   struct Slot {
     int bucket = 0;
     bool ready = false;

@@ -83,7 +83,7 @@ gpt::MicroBatch Batch(const gpt::GPTConfig& c, int index) {
 
 struct Model {
   std::unique_ptr<gpt::GPTModel> model;
-  std::unique_ptr<FullyShardedDataParallel> dp;
+  std::unique_ptr<data_parallel::DataParallel> dp;
   std::unique_ptr<optim::Optimizer> opt;
   std::unique_ptr<training::Trainer> trainer;  // Destroyed first.
 };
@@ -100,7 +100,7 @@ absl::StatusOr<Model> Build(ShardingStrategy s, DType dtype,
   cfg.ddp.overlap_grad_reduce = true;
   cfg.ddp.overlap_param_gather = true;
   MCC_ASSIGN_OR_RETURN(
-      m.dp, FullyShardedDataParallel::Wrap(m.model.get(), group, cfg));
+      m.dp, training::WrapDataParallel({m.model.get()}, group, nullptr, cfg));
   MCC_ASSIGN_OR_RETURN(m.opt, m.dp->CreateOptimizer({}, {}));
   training::TrainerParts parts;
   parts.models = {m.model.get()};

@@ -72,7 +72,7 @@ absl::StatusOr<Tensor> WholeState(const optim::StateTensor* mine, int64_t n,
 }  // namespace
 
 absl::StatusOr<TrainingTensors> GatherTrainingTensors(
-    const ParameterList& params, FullyShardedDataParallel* fsdp,
+    const ParameterList& params, data_parallel::DataParallel* fsdp,
     optim::Optimizer* optimizer, comm::ProcessGroup* dp) {
   if (fsdp != nullptr) MCC_RETURN_IF_ERROR(fsdp->GatherFullParams());
   TrainingTensors out;
@@ -111,7 +111,7 @@ absl::StatusOr<TrainingTensors> GatherTrainingTensors(
 
 absl::Status ScatterTrainingTensors(const TrainingTensors& tensors,
                                     const ParameterList& params,
-                                    FullyShardedDataParallel* fsdp,
+                                    data_parallel::DataParallel* fsdp,
                                     optim::Optimizer* optimizer) {
   if (fsdp != nullptr) MCC_RETURN_IF_ERROR(fsdp->GatherFullParams());
   for (const auto& p : params) {

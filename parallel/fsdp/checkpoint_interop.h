@@ -9,7 +9,7 @@
 #include "core/parameter.h"
 #include "core/tensor.h"
 #include "optim/optimizer.h"
-#include "parallel/fsdp/fully_sharded_data_parallel.h"
+#include "parallel/data_parallel/data_parallel.h"
 
 namespace mcc {
 namespace fsdp {
@@ -27,7 +27,7 @@ using TrainingTensors = std::map<std::string, Tensor>;
 // load them and the other way round. fsdp and dp may be null (a plain
 // model and optimizer). Collective over dp.
 absl::StatusOr<TrainingTensors> GatherTrainingTensors(
-    const ParameterList& params, FullyShardedDataParallel* fsdp,
+    const ParameterList& params, data_parallel::DataParallel* fsdp,
     optim::Optimizer* optimizer, comm::ProcessGroup* dp);
 
 // Loads whole tensors into this layout: parameters (into FSDP's fp32 main
@@ -36,7 +36,7 @@ absl::StatusOr<TrainingTensors> GatherTrainingTensors(
 // FSDP group when fsdp is given.
 absl::Status ScatterTrainingTensors(const TrainingTensors& tensors,
                                     const ParameterList& params,
-                                    FullyShardedDataParallel* fsdp,
+                                    data_parallel::DataParallel* fsdp,
                                     optim::Optimizer* optimizer);
 
 }  // namespace fsdp

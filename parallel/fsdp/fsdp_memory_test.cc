@@ -19,6 +19,7 @@
 #include "optim/train_test_util.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "parallel/parallel_state.h"
+#include "training/trainer.h"
 
 namespace mcc {
 namespace fsdp {
@@ -87,8 +88,8 @@ absl::StatusOr<Measured> Measure(ShardingStrategy strategy,
     FsdpConfig cfg;
     cfg.strategy = strategy;
     cfg.ddp.bucket_size_bytes = 1 << 20;
-    MCC_ASSIGN_OR_RETURN(auto f,
-                         FullyShardedDataParallel::Wrap(model.get(), dp, cfg));
+    MCC_ASSIGN_OR_RETURN(
+        auto f, training::WrapDataParallel({model.get()}, dp, nullptr, cfg));
     MCC_ASSIGN_OR_RETURN(auto opt, f->CreateOptimizer({}, {}));
     MCC_ASSIGN_OR_RETURN(m.persistent, settled());
     m.persistent -= base;
@@ -109,10 +110,11 @@ absl::StatusOr<Measured> Measure(ShardingStrategy strategy,
     MCC_RETURN_IF_ERROR(step());
     MCC_ASSIGN_OR_RETURN(const int64_t before, settled());
     alloc->ResetPeak();
-    f->ResetStats();
+    auto* sharded = dynamic_cast<FullyShardedDataParallel*>(f.get());
+    if (sharded != nullptr) sharded->ResetStats();
     MCC_RETURN_IF_ERROR(step());
     m.step_extra = alloc->Stats().peak_bytes - before;
-    m.peak_units = f->stats().peak_gathered_units;
+    m.peak_units = sharded ? sharded->stats().peak_gathered_units : 0;
     MCC_ASSIGN_OR_RETURN(const int64_t after, settled());
     if (after != before) {
       return absl::InternalError(

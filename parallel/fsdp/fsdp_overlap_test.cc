@@ -78,7 +78,9 @@ MCC_WORKER(fsdp_overlap) {
   o.fsdp.strategy = ShardingStrategy::kOptimGradsParams;
   o.fsdp.record_trace = true;
   int failures = 0, checked = 0, ready = 0, prefetched = 0;
-  o.after_step = [&](int step, FullyShardedDataParallel* f) {
+  o.after_step = [&](int step, data_parallel::DataParallel* dp) {
+    auto* f = dynamic_cast<FullyShardedDataParallel*>(dp);
+    if (f == nullptr) return absl::InternalError("not the sharded wrapper");
     // Step 0 learns the order; later steps follow it.
     if (step > 0) {
       const std::string error = CheckPrefetchOrder(

@@ -102,8 +102,11 @@ MCC_WORKER(fsdp_train) {
   o.fsdp.ddp.bucket_size_bytes = 40000;
   o.fsdp.ddp.overlap_grad_reduce = true;
   FsdpStats stats;
-  o.after_step = [&](int, FullyShardedDataParallel* f) {
-    stats = f->stats();
+  o.after_step = [&](int, data_parallel::DataParallel* dp) {
+    // The replicated strategies gather and scatter nothing per unit.
+    if (auto* f = dynamic_cast<FullyShardedDataParallel*>(dp)) {
+      stats = f->stats();
+    }
     return absl::OkStatus();
   };
   auto result = testing::TrainFsdp(o, state->get());

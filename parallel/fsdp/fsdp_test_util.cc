@@ -52,11 +52,11 @@ absl::StatusOr<optim::testing::TrainResult> TrainFsdp(
     groups.pipeline = state->pipeline();
     groups.model = state->model();
   }
-  std::unique_ptr<FullyShardedDataParallel> fsdp;
+  std::unique_ptr<data_parallel::DataParallel> fsdp;
   std::unique_ptr<optim::Optimizer> opt;
   if (o.use_fsdp) {
     MCC_ASSIGN_OR_RETURN(
-        fsdp, FullyShardedDataParallel::Wrap(model.get(), dp, o.fsdp));
+        fsdp, training::WrapDataParallel({model.get()}, dp, nullptr, o.fsdp));
     MCC_ASSIGN_OR_RETURN(opt, fsdp->CreateOptimizer(b.optimizer, groups));
   } else {
     MCC_ASSIGN_OR_RETURN(opt, optim::Optimizer::Create(model->parameters(),

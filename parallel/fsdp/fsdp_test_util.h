@@ -30,7 +30,8 @@ struct FsdpTrainOptions {
   std::string load_path;
   std::string save_path;
   // Called after every optimizer step.
-  std::function<absl::Status(int step, FullyShardedDataParallel*)> after_step;
+  std::function<absl::Status(int step, data_parallel::DataParallel*)>
+      after_step;
 };
 
 absl::StatusOr<optim::testing::TrainResult> TrainFsdp(

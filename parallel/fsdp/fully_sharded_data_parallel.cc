@@ -44,6 +44,12 @@ FullyShardedDataParallel::Create(const ParameterList& params,
   if (params.empty()) {
     return absl::InvalidArgumentError("FSDP: no parameters");
   }
+  if (!ShardsGradients(config.strategy)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FSDP: strategy ", ShardingStrategyName(config.strategy),
+        " does not shard; it is data_parallel::DistributedDataParallel's "
+        "(training::WrapDataParallel picks it)"));
+  }
   if (config.max_prefetched_units < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("FSDP: max_prefetched_units ", config.max_prefetched_units,
@@ -57,14 +63,6 @@ FullyShardedDataParallel::Create(const ParameterList& params,
   f->params_ = params;
   f->dtype_ = params[0] ? params[0]->value.dtype() : DType::kFloat32;
   f->device_ = params[0] ? params[0]->value.device() : Device::CPU();
-  if (!f->sharded()) {
-    data_parallel::DdpConfig ddp = config.ddp;
-    ddp.use_distributed_optimizer = config.strategy == ShardingStrategy::kOptim;
-    MCC_ASSIGN_OR_RETURN(
-        f->ddp_,
-        data_parallel::DistributedDataParallel::Create(params, dp, ddp));
-    return f;
-  }
 
   // Every parameter in exactly one unit.
   std::unordered_map<const Parameter*, int> unit_of;
@@ -102,7 +100,10 @@ FullyShardedDataParallel::Create(const ParameterList& params,
   const int n = f->dp_size(), r = f->dp_rank();
   for (const ParameterList& unit_params : units) {
     Unit unit;
-    MCC_ASSIGN_OR_RETURN(unit.layout, UnitLayout::Create(unit_params, n));
+    MCC_ASSIGN_OR_RETURN(
+        unit.layout,
+        data_parallel::FlatLayout::Create(
+            unit_params, n, absl::StrCat("FSDP unit ", f->units_.size())));
     unit.pieces = unit.layout.Pieces(r);
     const int64_t shard = unit.layout.shard_numel();
     unit.main_shard = Tensor::Zeros({shard}, DType::kFloat32, f->device_);
@@ -147,11 +148,7 @@ FullyShardedDataParallel::Wrap(parallel::Model* model, comm::ProcessGroup* dp,
   if (model == nullptr) return absl::InvalidArgumentError("FSDP: null model");
   MCC_ASSIGN_OR_RETURN(auto f, Create(model->parameters(), model->units(), dp,
                                       model->tensor_group(), config));
-  if (f->sharded()) {
-    MCC_RETURN_IF_ERROR(model->AddUnitHooks(f.get()));
-  } else {
-    f->grad_ready_hook_id_ = model->AddGradReadyHook(f->GradReadyHook());
-  }
+  MCC_RETURN_IF_ERROR(model->AddUnitHooks(f.get()));
   f->model_ = model;
   return f;
 }
@@ -159,7 +156,6 @@ FullyShardedDataParallel::Wrap(parallel::Model* model, comm::ProcessGroup* dp,
 FullyShardedDataParallel::~FullyShardedDataParallel() {
   if (model_ != nullptr) {
     model_->RemoveUnitHooks(this);
-    model_->RemoveGradReadyHook(grad_ready_hook_id_);
   }
   for (Unit& u : units_) {
     if (u.gather) u.gather->Wait().IgnoreError();
@@ -171,8 +167,7 @@ absl::StatusOr<std::unique_ptr<optim::Optimizer>>
 FullyShardedDataParallel::CreateOptimizer(
     const optim::OptimizerConfig& config,
     const optim::OptimizerGroups& groups) {
-  if (ddp_) return optim::Optimizer::Create(ddp_.get(), config, groups);
-  std::vector<optim::ExternalShard> shards;
+  optim::OptimizerPieces shards;
   for (Unit& unit : units_) {
     for (const auto& piece : unit.pieces) {
       optim::ExternalShard s;
@@ -183,12 +178,14 @@ FullyShardedDataParallel::CreateOptimizer(
       const int64_t lo = piece.shard_offset, hi = lo + piece.end - piece.begin;
       MCC_ASSIGN_OR_RETURN(s.value, unit.main_shard.Slice(lo, hi));
       MCC_ASSIGN_OR_RETURN(s.grad, unit.grad_shard.Slice(lo, hi));
-      shards.push_back(std::move(s));
+      shards.pieces.push_back(std::move(s));
     }
   }
-  return optim::Optimizer::CreateExternal(
-      std::move(shards), dp_, config, groups,
-      [this] { return AfterOptimizerStep(); });
+  shards.sharded = true;
+  shards.shard_group = dp_;
+  shards.device = device_;
+  shards.after_update = [this] { return AfterOptimizerStep(); };
+  return optim::Optimizer::CreateForPieces(std::move(shards), config, groups);
 }
 
 void FullyShardedDataParallel::Trace(FsdpEvent::Kind kind, int unit,
@@ -317,7 +314,6 @@ int FullyShardedDataParallel::NextUnit(int64_t k, const Request& now) const {
 }
 
 absl::Status FullyShardedDataParallel::Open(int u, bool backward) {
-  if (!sharded()) return absl::OkStatus();
   MCC_RETURN_IF_ERROR(
       CheckUnit(u, backward ? "BeforeBackward" : "BeforeForward"));
   Trace(backward ? FsdpEvent::kBackwardBegin : FsdpEvent::kForwardBegin, u);
@@ -364,7 +360,6 @@ absl::Status FullyShardedDataParallel::Open(int u, bool backward) {
 }
 
 absl::Status FullyShardedDataParallel::Close(int u, bool backward) {
-  if (!sharded()) return absl::OkStatus();
   const char* hook = backward ? "AfterBackward" : "AfterForward";
   MCC_RETURN_IF_ERROR(CheckUnit(u, hook));
   Unit& unit = units_[u];
@@ -452,18 +447,19 @@ absl::Status FullyShardedDataParallel::DrainReductions(size_t max_pending) {
 }
 
 absl::Status FullyShardedDataParallel::FinishParamGather() {
-  if (ddp_) return ddp_->FinishParamGather();
   if (!shards_params()) {
     for (int u = 0; u < num_units(); ++u) MCC_RETURN_IF_ERROR(WaitGather(u));
   }
   return absl::OkStatus();
 }
 
+absl::Status FullyShardedDataParallel::BeginStep() {
+  MCC_RETURN_IF_ERROR(FinishParamGather());
+  ZeroGrads();
+  return absl::OkStatus();
+}
+
 void FullyShardedDataParallel::ZeroGrads() {
-  if (ddp_) {
-    ddp_->ZeroGrads();
-    return;
-  }
   for (Unit& u : units_) u.grad_shard.Zero();
   // A step starts: record its order, prefetch by the last one's.
   recording_.clear();
@@ -471,19 +467,7 @@ void FullyShardedDataParallel::ZeroGrads() {
   order_valid_ = !order_.empty();
 }
 
-void FullyShardedDataParallel::set_is_last_microbatch(bool last) {
-  // The sharded strategies reduce every micro-batch's gradients.
-  if (ddp_) ddp_->set_is_last_microbatch(last);
-}
-
-std::function<absl::Status(const std::vector<Parameter*>&)>
-FullyShardedDataParallel::GradReadyHook() {
-  if (ddp_) return ddp_->GradReadyHook();
-  return nullptr;
-}
-
 absl::Status FullyShardedDataParallel::FinishGradSync() {
-  if (ddp_) return ddp_->FinishGradSync();
   for (int u = 0; u < num_units(); ++u) {
     if (units_[u].open > 0) {
       return absl::FailedPreconditionError(
@@ -503,15 +487,6 @@ absl::Status FullyShardedDataParallel::FinishGradSync() {
 
 absl::Status FullyShardedDataParallel::FinalizeGradients() {
   if (tp_ == nullptr) return absl::OkStatus();
-  if (ddp_) {
-    for (const auto& p : params_) {
-      if (p->sequence_parallel) {
-        MCC_RETURN_IF_ERROR(
-            tp_->AllReduceSync(&p->main_grad, comm::ReduceOp::kSum));
-      }
-    }
-    return absl::OkStatus();
-  }
   // The shards' pieces of sequence-parallel parameters, summed over TP in
   // one buffer (TP ranks' layouts agree, so the pieces match).
   std::vector<Tensor> pieces;
@@ -561,7 +536,6 @@ absl::Status FullyShardedDataParallel::AfterOptimizerStep() {
 }
 
 absl::Status FullyShardedDataParallel::GatherFullParams() {
-  if (ddp_) return ddp_->FinishParamGather();
   if (!shards_params()) return FinishParamGather();
   pinned_ = true;
   for (int u = 0; u < num_units(); ++u) {
@@ -572,7 +546,6 @@ absl::Status FullyShardedDataParallel::GatherFullParams() {
 }
 
 absl::Status FullyShardedDataParallel::ScatterFullParams() {
-  if (ddp_) return absl::OkStatus();
   for (Unit& unit : units_) {
     for (const auto& piece : unit.pieces) {
       const auto& p = unit.layout.params[piece.param];
@@ -594,6 +567,21 @@ absl::Status FullyShardedDataParallel::ReleaseFullParams() {
   pinned_ = false;
   for (int u = 0; u < num_units(); ++u) MCC_RETURN_IF_ERROR(Release(u));
   return absl::OkStatus();
+}
+
+std::string FullyShardedDataParallel::Describe() const {
+  std::string out =
+      absl::StrCat(ShardingStrategyName(config_.strategy), " (",
+                   shards_params() ? "ZeRO-3" : "ZeRO-2", "): ", num_units(),
+                   " units, gradients reduce-scattered per unit");
+  if (shards_params()) {
+    absl::StrAppend(&out, ", parameters gathered per unit",
+                    config_.prefetch
+                        ? absl::StrCat(" with ", config_.max_prefetched_units,
+                                       " prefetched")
+                        : std::string());
+  }
+  return out;
 }
 
 }  // namespace fsdp

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -13,14 +14,19 @@
 #include "core/parameter.h"
 #include "core/tensor.h"
 #include "optim/optimizer.h"
+#include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
+#include "parallel/data_parallel/flat_layout.h"
 #include "parallel/fsdp/sharding_strategy.h"
-#include "parallel/fsdp/unit_layout.h"
 #include "parallel/model.h"
 
 namespace mcc {
 namespace fsdp {
 
+// How training::WrapDataParallel distributes a model over data-parallel
+// ranks (--data-parallel-sharding-strategy): no_shard and optim by the
+// replicated DistributedDataParallel, optim_grads and optim_grads_params
+// by FullyShardedDataParallel.
 struct FsdpConfig {
   ShardingStrategy strategy = ShardingStrategy::kOptimGradsParams;
   // no_shard and optim run Megatron's DDP with these settings
@@ -70,28 +76,30 @@ struct FsdpStats {
   int64_t reduce_scatters = 0;
 };
 
-// Fully sharded data parallelism as Megatron's custom FSDP, over a model
-// split into units (the embeddings, each transformer layer, the head),
-// driven by the model's unit hooks (parallel/model.h).
+// The sharded implementation of the data-parallel interface
+// (parallel/data_parallel/data_parallel.h), as Megatron's custom FSDP, over
+// a model split into units (the embeddings, each transformer layer, the
+// head), driven by the model's unit hooks (parallel/model.h).
 //
-// no_shard and optim wrap DistributedDataParallel (optim: its distributed
-// optimizer). optim_grads and optim_grads_params keep, per unit, a flat
-// fp32 gradient shard of 1/DP and an fp32 main-parameter shard (which the
-// optimizer updates in place as its main copy): a unit's full fp32 gradient
-// buffer exists only while its backward runs and is reduce-scattered into
-// the shard as soon as the unit's backward ends (every micro-batch).
-// optim_grads keeps whole parameters in the model dtype, all-gathered from
-// the updated shards after each optimizer step; optim_grads_params keeps
-// none: a unit's parameters are all-gathered in the model dtype just before
-// its forward and again before its backward, and freed after, while the
-// next unit's gather (in the order recorded over the previous step) runs
-// ahead.
+// optim_grads and optim_grads_params keep, per unit, a flat fp32 gradient
+// shard of 1/DP and an fp32 main-parameter shard (which the optimizer
+// updates in place as its main copy), laid out as a FlatLayout: a unit's
+// full fp32 gradient buffer exists only while its backward runs and is
+// reduce-scattered into the shard as soon as the unit's backward ends
+// (every micro-batch). optim_grads keeps whole parameters in the model
+// dtype, all-gathered from the updated shards after each optimizer step;
+// optim_grads_params keeps none: a unit's parameters are all-gathered in
+// the model dtype just before its forward and again before its backward,
+// and freed after, while the next unit's gather (in the order recorded
+// over the previous step) runs ahead. (no_shard and optim are the
+// replicated DistributedDataParallel.)
 //
-// Under the sharded strategies parameters' `value` (optim_grads_params) and
+// Under these strategies parameters' `value` (optim_grads_params) and
 // `main_grad` are undefined outside their unit's compute: use ZeroGrads,
 // FinishGradSync and FinalizeGradients here instead of the model's, and
 // GatherFullParams around code that reads whole parameters (checkpoints).
-class FullyShardedDataParallel : public parallel::UnitHooks {
+class FullyShardedDataParallel : public parallel::UnitHooks,
+                                 public data_parallel::DataParallel {
  public:
   // `params`: every parameter (the DDP's order); `units`: the same
   // parameters grouped per unit in forward order, each in exactly one. dp
@@ -102,32 +110,35 @@ class FullyShardedDataParallel : public parallel::UnitHooks {
   static absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> Create(
       const ParameterList& params, const std::vector<ParameterList>& units,
       comm::ProcessGroup* dp, comm::ProcessGroup* tp, FsdpConfig config);
-  // Wraps a model: its parameters and units, its TP group, and installs
-  // (next to any hooks already there) this object as unit hooks (sharded
-  // strategies) or the DDP's grad-ready hook, which the destructor removes.
-  // The model is not owned and must outlive the wrapper.
+  // config.strategy must shard gradients (optim_grads or
+  // optim_grads_params); InvalidArgument otherwise.
+  //
+  // Wrap: a model's parameters and units, its TP group, and installs (next
+  // to any hooks already there) this object as unit hooks, which the
+  // destructor removes. The model is not owned and must outlive the
+  // wrapper.
   static absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> Wrap(
       parallel::Model* model, comm::ProcessGroup* dp, FsdpConfig config);
   ~FullyShardedDataParallel() override;
 
-  // The optimizer over this rank's shards (or the DDP's local shards).
+  // DataParallel (see data_parallel.h for the step's order).
   absl::StatusOr<std::unique_ptr<optim::Optimizer>> CreateOptimizer(
       const optim::OptimizerConfig& config,
-      const optim::OptimizerGroups& groups);
-
-  // The training step, as with DistributedDataParallel: FinishParamGather
-  // (parameters updated by the last step are in place), ZeroGrads (also
-  // starts recording the step's unit order), the micro-batches,
-  // FinishGradSync (gradients averaged over DP), FinalizeGradients (summed
-  // over TP where sequence parallelism leaves them partial; replaces the
-  // model's), then the optimizer's Step.
-  absl::Status FinishParamGather();
-  void ZeroGrads();
-  void set_is_last_microbatch(bool last);
-  absl::Status FinishGradSync();
-  absl::Status FinalizeGradients();
-  // The DDP's grad-ready hook (no_shard, optim), else null.
-  std::function<absl::Status(const std::vector<Parameter*>&)> GradReadyHook();
+      const optim::OptimizerGroups& groups) override;
+  absl::Status BeginStep() override;
+  absl::Status FinishParamGather() override;
+  void ZeroGrads() override;  // Also starts recording the step's unit order.
+  // The sharded strategies reduce every micro-batch's gradients.
+  void set_is_last_microbatch(bool) override {}
+  absl::Status FinishGradSync() override;
+  absl::Status FinalizeGradients() override;
+  absl::Status GatherFullParams() override;
+  absl::Status ScatterFullParams() override;
+  absl::Status ReleaseFullParams() override;
+  bool shards_gradients() const override { return true; }
+  const ParameterList& parameters() const override { return params_; }
+  comm::ProcessGroup* dp_group() const override { return dp_; }
+  std::string Describe() const override;
 
   // parallel::UnitHooks.
   absl::Status BeforeForward(int unit) override;
@@ -135,24 +146,12 @@ class FullyShardedDataParallel : public parallel::UnitHooks {
   absl::Status BeforeBackward(int unit) override;
   absl::Status AfterBackward(int unit) override;
 
-  // Checkpoints. GatherFullParams makes every parameter's `value` whole (in
-  // the model dtype) until ReleaseFullParams; ScatterFullParams copies those
-  // values (after a load wrote them) into the fp32 main shards. Both
-  // collective over DP; nothing to do for no_shard and optim beyond waiting
-  // for the parameter gather.
-  absl::Status GatherFullParams();
-  absl::Status ScatterFullParams();
-  absl::Status ReleaseFullParams();
-
   ShardingStrategy strategy() const { return config_.strategy; }
   const FsdpConfig& config() const { return config_; }
   int num_units() const { return static_cast<int>(units_.size()); }
-  const UnitLayout& layout(int unit) const { return units_[unit].layout; }
-  comm::ProcessGroup* dp_group() const { return dp_; }
-  int dp_size() const { return dp_ == nullptr ? 1 : dp_->size(); }
-  int dp_rank() const { return dp_ == nullptr ? 0 : dp_->rank(); }
-  data_parallel::DistributedDataParallel* ddp() const { return ddp_.get(); }
-  const ParameterList& parameters() const { return params_; }
+  const data_parallel::FlatLayout& layout(int unit) const {
+    return units_[unit].layout;
+  }
   const std::vector<FsdpEvent>& trace() const { return trace_; }
   void ClearTrace() { trace_.clear(); }
   const FsdpStats& stats() const { return stats_; }
@@ -160,8 +159,8 @@ class FullyShardedDataParallel : public parallel::UnitHooks {
 
  private:
   struct Unit {
-    UnitLayout layout;
-    std::vector<UnitLayout::Piece> pieces;  // This rank's.
+    data_parallel::FlatLayout layout;
+    std::vector<data_parallel::FlatPiece> pieces;  // This rank's.
     Tensor main_shard;  // fp32 [shard]: the optimizer's main copy.
     Tensor grad_shard;  // fp32 [shard]: reduced gradients of the step.
     Tensor full;        // Model dtype [padded]: the gathered parameters.
@@ -186,7 +185,6 @@ class FullyShardedDataParallel : public parallel::UnitHooks {
   };
 
   FullyShardedDataParallel() = default;
-  bool sharded() const { return ShardsGradients(config_.strategy); }
   bool shards_params() const {
     return config_.strategy == ShardingStrategy::kOptimGradsParams;
   }
@@ -214,11 +212,9 @@ class FullyShardedDataParallel : public parallel::UnitHooks {
   comm::ProcessGroup* dp_ = nullptr;
   comm::ProcessGroup* tp_ = nullptr;
   parallel::Model* model_ = nullptr;  // Set by Wrap: hooks to detach.
-  int grad_ready_hook_id_ = -1;
   DType dtype_ = DType::kFloat32;
   Device device_ = Device::CPU();  // Of the parameters and every buffer.
   ParameterList params_;
-  std::unique_ptr<data_parallel::DistributedDataParallel> ddp_;
   std::vector<Unit> units_;
   std::deque<PendingReduce> pending_;
   // The order of unit requests (Before* calls) of the last complete step

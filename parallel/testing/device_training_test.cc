@@ -124,8 +124,7 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
     MCC_ASSIGN_OR_RETURN(ddp, data_parallel::DistributedDataParallel::Create(
                                   params, dp, ddp_config));
     for (const auto& c : chunks) c->AddGradReadyHook(ddp->GradReadyHook());
-    MCC_ASSIGN_OR_RETURN(
-        opt, optim::Optimizer::Create(ddp.get(), opt_config, groups));
+    MCC_ASSIGN_OR_RETURN(opt, ddp->CreateOptimizer(opt_config, groups));
     executor->SetLastMicrobatchCallback(
         [d = ddp.get()](bool last) { d->set_is_last_microbatch(last); });
   }

@@ -1,11 +1,11 @@
-#include "parallel/fsdp/unit_layout.h"
+#include "parallel/data_parallel/flat_layout.h"
 
 #include <memory>
 
 #include "gtest/gtest.h"
 
 namespace mcc {
-namespace fsdp {
+namespace data_parallel {
 namespace {
 
 std::shared_ptr<Parameter> Param(const std::string& name, Shape shape) {
@@ -16,11 +16,11 @@ std::shared_ptr<Parameter> Param(const std::string& name, Shape shape) {
   return p;
 }
 
-TEST(UnitLayoutTest, AlignedOffsetsEqualShardsAndPiecesCoverEveryElement) {
+TEST(FlatLayoutTest, AlignedOffsetsEqualShardsAndPiecesCoverEveryElement) {
   ParameterList params = {Param("a", {3, 7}), Param("b", {5}),
                           Param("c", {40})};
   for (int dp : {1, 2, 3, 4}) {
-    auto layout = UnitLayout::Create(params, dp);
+    auto layout = FlatLayout::Create(params, dp, "test");
     ASSERT_TRUE(layout.ok()) << layout.status();
     EXPECT_EQ(layout->offsets, (std::vector<int64_t>{0, 32, 48}));
     EXPECT_EQ(layout->numel, 96);
@@ -42,16 +42,33 @@ TEST(UnitLayoutTest, AlignedOffsetsEqualShardsAndPiecesCoverEveryElement) {
     for (size_t i = 0; i < params.size(); ++i) {
       EXPECT_EQ(next[i], params[i]->value.numel());
     }
+    // A replica's pieces: every parameter whole, at its buffer offset.
+    const std::vector<FlatPiece> whole = layout->WholePieces();
+    ASSERT_EQ(whole.size(), params.size());
+    for (size_t i = 0; i < whole.size(); ++i) {
+      EXPECT_EQ(whole[i].param, static_cast<int>(i));
+      EXPECT_EQ(whole[i].begin, 0);
+      EXPECT_EQ(whole[i].end, params[i]->value.numel());
+      EXPECT_EQ(whole[i].shard_offset, layout->offsets[i]);
+    }
   }
 }
 
-TEST(UnitLayoutTest, RejectsMissingValues) {
+TEST(FlatLayoutTest, AppendMatchesCreate) {
+  int64_t used = 0;
+  for (int64_t n : {21, 5, 40}) used = FlatLayout::Append(used, n);
+  EXPECT_EQ(used, 96);
+  EXPECT_EQ(FlatLayout::Append(0, 16), 16);
+  EXPECT_EQ(FlatLayout::Append(0, 17), 32);
+}
+
+TEST(FlatLayoutTest, RejectsMissingValues) {
   auto p = std::make_shared<Parameter>();
   p->name = "empty";
-  EXPECT_FALSE(UnitLayout::Create({p}, 2).ok());
-  EXPECT_FALSE(UnitLayout::Create({Param("a", {4})}, 0).ok());
+  EXPECT_FALSE(FlatLayout::Create({p}, 2, "test").ok());
+  EXPECT_FALSE(FlatLayout::Create({Param("a", {4})}, 0, "test").ok());
 }
 
 }  // namespace
-}  // namespace fsdp
+}  // namespace data_parallel
 }  // namespace mcc
