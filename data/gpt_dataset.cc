@@ -326,8 +326,15 @@ absl::StatusOr<std::unique_ptr<GPTDataset>> GPTDataset::Build(
   }
   // Everyone waits for rank 0 even when its build failed, so that no rank
   // hangs in the barrier; the others then report the missing files.
-  sync.Barrier();
+  absl::Status barrier = sync.Barrier();
   if (!build_status.ok()) return build_status;
+  if (!barrier.ok()) {
+    return absl::Status(
+        barrier.code(),
+        absl::StrCat("rank ", rank, ": the barrier after rank 0 built the ",
+                     SplitName(split), " index cache for ", prefix,
+                     " failed: ", barrier.message()));
+  }
   if (ds->built_anew_) return ds;
 
   std::vector<int64_t> shape;

@@ -207,6 +207,7 @@ TEST(GPTDataset, RankZeroBuildsWhileOthersWait) {
       sync.rank = [r] { return r; };
       sync.barrier = [&] {
         if (barrier->Block()) delete barrier;
+        return absl::OkStatus();
       };
       auto g = GPTDataset::Build(ds, 0, 7, 100, Split::kTrain, config, sync);
       ASSERT_TRUE(g.ok()) << g.status();

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "absl/status/status.h"
+
 namespace mcc::data {
 
 // Token id that fills the tail of a sample shorter than sequence_length + 1
@@ -23,16 +25,17 @@ class SampleDataset {
 };
 
 // How the ranks of a job share an index build: rank() says which rank this
-// is and barrier() waits for all of them. Either may be empty (one process:
-// rank 0, no barrier). Taken as callbacks so //data needs no communication
-// library.
+// is and barrier() waits for all of them, returning an error (a peer that
+// died, a timeout) instead of hanging or aborting. Either may be empty (one
+// process: rank 0, no barrier). Taken as callbacks so //data needs no
+// communication library.
 struct RankSync {
   std::function<int()> rank;
-  std::function<void()> barrier;
+  std::function<absl::Status()> barrier;
 
   int Rank() const { return rank ? rank() : 0; }
-  void Barrier() const {
-    if (barrier) barrier();
+  absl::Status Barrier() const {
+    return barrier ? barrier() : absl::OkStatus();
   }
 };
 

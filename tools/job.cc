@@ -219,10 +219,7 @@ BuildDatasets(const Job& job, const std::array<int64_t, 3>& samples) {
   }
   data::RankSync sync;
   sync.rank = [&job] { return job.rank; };
-  sync.barrier = [&job] {
-    absl::Status s = job.Barrier();
-    if (!s.ok()) LOG(FATAL) << "barrier while building dataset indices: " << s;
-  };
+  sync.barrier = [&job] { return job.Barrier(); };
   std::array<std::optional<int64_t>, 3> sizes;
   for (int i = 0; i < 3; ++i) sizes[i] = samples[i];
   return data::BuildGPTDatasets(blend, absl::GetFlag(FLAGS_split), sizes,
