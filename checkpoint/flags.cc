@@ -18,6 +18,11 @@ ABSL_FLAG(int32_t, keep_last, 0,
 ABSL_FLAG(bool, no_load_rng, false, "Do not restore RNG states on load.");
 ABSL_FLAG(bool, no_load_optim, false,
           "Do not restore optimizer state on load.");
+ABSL_FLAG(bool, continue_on_save_failure, false,
+          "When a checkpoint save fails (a full disk, an I/O error; with "
+          "--async-save it is noticed at the next save or at the end), log "
+          "the error and keep training instead of stopping. Either way the "
+          "previous checkpoint and the latest file stay intact.");
 
 namespace mcc {
 
@@ -36,6 +41,7 @@ absl::StatusOr<CheckpointFlags> CheckpointFlagsFromCommandLine() {
   f.keep_last = absl::GetFlag(FLAGS_keep_last);
   f.no_load_rng = absl::GetFlag(FLAGS_no_load_rng);
   f.no_load_optim = absl::GetFlag(FLAGS_no_load_optim);
+  f.continue_on_save_failure = absl::GetFlag(FLAGS_continue_on_save_failure);
   if (f.save_interval < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--save-interval ", f.save_interval, " is negative"));
@@ -49,6 +55,10 @@ absl::StatusOr<CheckpointFlags> CheckpointFlagsFromCommandLine() {
   }
   if (f.async_save && f.save.empty()) {
     return absl::InvalidArgumentError("--async-save needs --save DIR");
+  }
+  if (f.continue_on_save_failure && f.save.empty()) {
+    return absl::InvalidArgumentError(
+        "--continue-on-save-failure needs --save DIR");
   }
   return f;
 }

@@ -16,6 +16,7 @@ ABSL_DECLARE_FLAG(bool, async_save);
 ABSL_DECLARE_FLAG(int32_t, keep_last);
 ABSL_DECLARE_FLAG(bool, no_load_rng);
 ABSL_DECLARE_FLAG(bool, no_load_optim);
+ABSL_DECLARE_FLAG(bool, continue_on_save_failure);
 
 namespace mcc {
 
@@ -27,6 +28,8 @@ struct CheckpointFlags {
   int keep_last = 0;  // 0 keeps every checkpoint.
   bool no_load_rng = false;
   bool no_load_optim = false;
+  // After a failed save: log it and train on (true), or stop (false).
+  bool continue_on_save_failure = false;
 
   // Whether to save after `iteration` (also true at the last iteration when
   // saving is on).

@@ -184,6 +184,7 @@ std::vector<flags::UnusedFlag> RefusedFlags() {
       {"save_interval", true, no_saving},
       {"async_save", true, no_saving},
       {"keep_last", true, no_saving},
+      {"continue_on_save_failure", true, no_saving},
       {"no_load_optim", true, "eval loads no optimizer state"},
       {"no_load_rng", true,
        "eval loads no RNG state (--seed seeds sampling and mock data)"},

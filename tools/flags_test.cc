@@ -508,6 +508,14 @@ std::vector<Row> Table() {
   add("train", "keep_last", V::kEffect, {"--keep-last", "1"},
       With(saving, {"--save-interval", "1"}));
   add("train", "keep_last", V::kRefused, {"--keep-last", "1"}, tm);
+  // A save that fails (its directory's parent is a file): the run stops
+  // with the error, or, with the flag, logs it and finishes.
+  WriteFile(g_tmp + "/not_a_dir", "");
+  add("train", "continue_on_save_failure", V::kEffect,
+      {"--continue-on-save-failure"},
+      With(tm, {"--save", g_tmp + "/not_a_dir/ckpt", "--async-save"}));
+  add("train", "continue_on_save_failure", V::kRefused,
+      {"--continue-on-save-failure"}, tm);
   add("train", "load", V::kEffect, {"--load", g_tmp + "/ckpt_a"}, tm257);
   add("train", "no_load_optim", V::kEffect, {"--no-load-optim"}, loading);
   add("train", "no_load_optim", V::kRefused, {"--no-load-optim"}, tm);
@@ -638,6 +646,7 @@ std::vector<Row> Table() {
            {"save_interval", "5"},
            {"async_save", "true"},
            {"keep_last", "2"},
+           {"continue_on_save_failure", "true"},
            {"no_load_optim", "true"},
            {"no_load_rng", "true"}}) {
     add("eval", flag, V::kRefused, {"--" + Dashed(flag) + "=" + value}, el);

@@ -397,6 +397,19 @@ absl::StatusOr<std::unique_ptr<data_parallel::DataParallel>> MakeDataParallel(
                                     job.dp(), job.pp(), config);
 }
 
+// A failed checkpoint save: the error itself (the run stops), or, with
+// --continue-on-save-failure, OK after logging it. The save's collectives
+// agree on its status, so every rank decides alike.
+absl::Status SaveFailure(const absl::Status& saved,
+                         const CheckpointFlags& ckpt) {
+  if (saved.ok() || !ckpt.continue_on_save_failure) return saved;
+  LOG(ERROR) << "checkpoint save failed: " << saved
+             << "; training continues (--continue-on-save-failure); the "
+                "previous checkpoint under "
+             << ckpt.save << " is intact";
+  return absl::OkStatus();
+}
+
 // Mean loss over `iters` micro-batches of a split (no gradients), through
 // the pipeline when there is one.
 absl::StatusOr<double> Evaluate(Job& job, training::Trainer* trainer,
@@ -858,19 +871,21 @@ absl::Status Train() {
       timers.Start("save-checkpoint");
       TrainingProgress now{iteration, iteration * batching.global_batch};
       MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
-      MCC_RETURN_IF_ERROR(SaveTrainingCheckpoint(
+      // With --async-save this also reports the previous save's failure.
+      const absl::Status saved = SaveTrainingCheckpoint(
           ckpt.save, *job, optimizer.get(), schedule, now, dist,
-          ckpt.async_save ? &async_saver : nullptr, ckpt.keep_last));
+          ckpt.async_save ? &async_saver : nullptr, ckpt.keep_last);
       MCC_RETURN_IF_ERROR(ddp->ReleaseFullParams());
       timers.Stop("save-checkpoint");
-      if (log) {
+      MCC_RETURN_IF_ERROR(SaveFailure(saved, ckpt));
+      if (log && saved.ok()) {
         LOG(INFO) << (ckpt.async_save ? "saving (in the background) "
                                       : "saved ")
                   << ckpt.save << "/" << IterationDirName(iteration);
       }
     }
   }
-  MCC_RETURN_IF_ERROR(async_saver.Wait());
+  MCC_RETURN_IF_ERROR(SaveFailure(async_saver.Wait(), ckpt));
   // The test split, once, at the end.
   if (datasets[2] != nullptr && eval_iters > 0) {
     MCC_ASSIGN_OR_RETURN(
