@@ -333,6 +333,22 @@ std::vector<StateTensor> Optimizer::StateTensors() {
   return out;
 }
 
+absl::StatusOr<std::string> Optimizer::FirstNonFiniteGradient() const {
+  for (const Range& r : ranges_) {
+    MCC_ASSIGN_OR_RETURN(Tensor g, GradOf(r));
+    Tensor host = g;
+    if (!g.device().is_cpu()) MCC_ASSIGN_OR_RETURN(host, g.To(Device::CPU()));
+    const std::vector<double> values = host.ToDoubles();
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (std::isfinite(values[i])) continue;
+      return absl::StrCat("'", r.param->name, "' elements [", r.begin, ", ",
+                          r.end, ") (element ", r.begin + i, " is ", values[i],
+                          ")");
+    }
+  }
+  return std::string();
+}
+
 int64_t Optimizer::state_bytes() const {
   int64_t bytes = 0;
   for (const Range& r : ranges_) {

@@ -172,6 +172,13 @@ class Optimizer {
   // Bytes this optimizer allocated (fp32 main copies and state).
   int64_t state_bytes() const;
 
+  // For --check-for-nan-in-loss-and-grad's error: the first gradient piece
+  // on this rank (in parameter order) holding an inf or NaN, as
+  // "'<param>' elements [begin, end)" with the first bad element and value,
+  // or empty when none does. Reads every gradient to the host: for the
+  // error path only. Not collective.
+  absl::StatusOr<std::string> FirstNonFiniteGradient() const;
+
  private:
   struct Range {
     std::shared_ptr<Parameter> param;

@@ -508,6 +508,10 @@ std::vector<Row> Table() {
   add("train", "keep_last", V::kEffect, {"--keep-last", "1"},
       With(saving, {"--save-interval", "1"}));
   add("train", "keep_last", V::kRefused, {"--keep-last", "1"}, tm);
+  // A learning rate that overflows the weights after one step: the second
+  // step's loss is NaN, which stops the run unless the check is off.
+  add("train", "check_for_nan_in_loss_and_grad", V::kEffect,
+      {"--check-for-nan-in-loss-and-grad=false"}, With(tm, {"--lr", "1e30"}));
   // A save that fails (its directory's parent is a file): the run stops
   // with the error, or, with the flag, logs it and finishes.
   WriteFile(g_tmp + "/not_a_dir", "");

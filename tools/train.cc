@@ -82,6 +82,11 @@ ABSL_FLAG(int32_t, hysteresis, 2, "Overflows tolerated before backing off.");
 ABSL_FLAG(bool, accumulate_allreduce_grads_in_fp32, true,
           "Gradients accumulate and reduce in fp32, as they always do here; "
           "--no-accumulate-allreduce-grads-in-fp32 is refused.");
+ABSL_FLAG(bool, check_for_nan_in_loss_and_grad, true,
+          "Stop with an error naming the iteration, rank and first "
+          "non-finite tensor when the loss, or (without loss scaling, which "
+          "skips such steps by design) a gradient, is inf or NaN. False: "
+          "log it, skip the step's update and train on.");
 ABSL_FLAG(bool, use_distributed_optimizer, false,
           "Shard fp32 main parameters and optimizer state over DP (ZeRO-1).");
 ABSL_FLAG(std::string, data_parallel_sharding_strategy, "no_shard",
@@ -395,6 +400,36 @@ absl::StatusOr<std::unique_ptr<data_parallel::DataParallel>> MakeDataParallel(
   config.ddp = ddp_config;
   return training::WrapDataParallel(training::AsModels(job.model->chunks()),
                                     job.dp(), job.pp(), config);
+}
+
+// --check-for-nan-in-loss-and-grad: an error naming the iteration, rank
+// and first non-finite tensor when the step's loss, or a gradient where no
+// loss scaler skips such steps by design, is inf or NaN. Every rank of the
+// data-parallel group sees the same loss and skip, so all stop together.
+absl::Status CheckForNan(const Job& job, const optim::Optimizer& optimizer,
+                         const training::StepMetrics& step) {
+  const bool bad_loss = !std::isfinite(step.loss);
+  const bool bad_grad = step.skipped && !optimizer.config().loss_scaling;
+  if (!bad_loss && !bad_grad) return absl::OkStatus();
+  std::string where = "the gradients are finite";
+  if (step.skipped) {
+    MCC_ASSIGN_OR_RETURN(std::string first, optimizer.FirstNonFiniteGradient());
+    where = first.empty() ? "no gradient on this rank is non-finite (another "
+                            "rank's is)"
+                          : absl::StrCat("first non-finite gradient: ", first);
+  }
+  const std::string what =
+      absl::StrCat("iteration ", step.iteration, ", rank ", job.rank, ": ",
+                   bad_loss ? absl::StrCat("the loss is ", step.loss)
+                            : "the gradients hold inf or NaN",
+                   "; ", where);
+  if (!absl::GetFlag(FLAGS_check_for_nan_in_loss_and_grad)) {
+    LOG(WARNING) << what << " (--check-for-nan-in-loss-and-grad=false: "
+                 << "training on)";
+    return absl::OkStatus();
+  }
+  return absl::InternalError(
+      absl::StrCat(what, " (--check-for-nan-in-loss-and-grad)"));
 }
 
 // A failed checkpoint save: the error itself (the run stops), or, with
@@ -744,10 +779,7 @@ absl::Status Train() {
       }
     }
     const double loss = step.loss;
-    if (!std::isfinite(loss)) {
-      return absl::InternalError(absl::StrCat(
-          "iteration ", iteration, ": the loss is ", loss, "; stopping"));
-    }
+    MCC_RETURN_IF_ERROR(CheckForNan(*job, *optimizer, step));
     window_loss += loss;
     ++window_steps;
     if (tensorboard.enabled() && iteration % tb_interval == 0) {
