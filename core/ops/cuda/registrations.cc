@@ -1,0 +1,287 @@
+#include "core/ops/cuda/registrations.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/ops/activation.h"
+#include "core/ops/adamw.h"
+#include "core/ops/bias.h"
+#include "core/ops/cross_entropy.h"
+#include "core/ops/cuda/elementwise.h"
+#include "core/ops/cuda/gemm.h"
+#include "core/ops/cuda/launch.h"
+#include "core/ops/cuda/norm_loss.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/gemm.h"
+#include "core/ops/norm.h"
+#include "core/status_macros.h"
+#include "core/tensor_kernels.h"
+
+namespace mcc {
+namespace ops {
+namespace cuda {
+namespace {
+
+namespace k = ::mcc::cuda_kernels;
+
+// Rows and columns of x viewed as [rows, last dimension].
+void RowsCols(const Tensor& x, int64_t* rows, int64_t* cols) {
+  *cols = x.dim() == 0 ? 1 : x.size(-1);
+  *rows = *cols == 0 ? 0 : x.numel() / *cols;
+}
+
+const void* In(const Tensor& t) { return t.raw_data(); }
+void* Out(const Tensor* t) { return t == nullptr ? nullptr : t->raw_data(); }
+float* F32(const Tensor* t) {
+  return t == nullptr ? nullptr : static_cast<float*>(t->raw_data());
+}
+
+// ---- Activations, bias ----------------------------------------------------
+
+absl::Status GeluCuda(const Tensor& x, Tensor* y) {
+  KernelScope s("Gelu", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::Gelu(In(x), ElemTypeOf(x), Out(y), ElemTypeOf(*y),
+                         x.numel(), s.stream()));
+}
+
+absl::Status GeluBackwardCuda(const Tensor& dy, const Tensor& x, Tensor* dx) {
+  KernelScope s("GeluBackward", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::GeluBackward(In(dy), ElemTypeOf(dy), In(x), ElemTypeOf(x),
+                                 Out(dx), ElemTypeOf(*dx), x.numel(),
+                                 s.stream()));
+}
+
+absl::Status BiasAddCuda(const Tensor& x, const Tensor& bias, Tensor* y) {
+  KernelScope s("BiasAdd", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, cols;
+  RowsCols(x, &rows, &cols);
+  return s.Check(k::BiasAdd(In(x), ElemTypeOf(x), In(bias), ElemTypeOf(bias),
+                            Out(y), ElemTypeOf(*y), rows, cols, s.stream()));
+}
+
+absl::Status BiasAddBackwardCuda(const Tensor& dy, Tensor* dbias) {
+  KernelScope s("BiasAddBackward", dy);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, cols;
+  RowsCols(dy, &rows, &cols);
+  return s.Check(k::BiasGradAccumulate(In(dy), ElemTypeOf(dy), F32(dbias), rows,
+                                       cols, s.stream()));
+}
+
+// ---- Optimizer -------------------------------------------------------------
+
+absl::Status AdamWCuda(const AdamWConfig& cfg, const Tensor& grad,
+                       Tensor* param, Tensor* exp_avg, Tensor* exp_avg_sq,
+                       Tensor* param16) {
+  KernelScope s("AdamWStep", *param);
+  MCC_RETURN_IF_ERROR(s.status());
+  // The scalars exactly as the CPU kernel (core/ops/adamw.cc) computes them.
+  const double bc1 = 1.0 - std::pow(static_cast<double>(cfg.beta1), cfg.step);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(cfg.beta2), cfg.step);
+  k::AdamWScalars sc;
+  sc.step_size = static_cast<float>(cfg.lr / bc1);
+  sc.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  sc.decay = 1.0f - cfg.lr * cfg.weight_decay;
+  sc.beta1 = cfg.beta1;
+  sc.beta2 = cfg.beta2;
+  sc.eps = cfg.eps;
+  sc.grad_scale = cfg.grad_scale;
+  return s.Check(k::AdamWStep(
+      sc, In(grad), ElemTypeOf(grad), F32(param), F32(exp_avg), F32(exp_avg_sq),
+      Out(param16), param16 ? ElemTypeOf(*param16) : k::ElemType::kBF16,
+      param->numel(), s.stream()));
+}
+
+// ---- Tensor primitives and elementwise ops --------------------------------
+
+// The bit pattern of value in x's dtype, converted as the CPU's FillCpu
+// converts it (core/tensor.cc).
+uint64_t FillPattern(double value, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: {
+      const float f = static_cast<float>(value);
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof(bits));
+      return bits;
+    }
+    case DType::kBFloat16:
+      return FloatToBFloat16(static_cast<float>(value)).bits;
+    case DType::kFloat16:
+      return FloatToFloat16(static_cast<float>(value)).bits;
+    case DType::kInt32:
+      return static_cast<uint32_t>(static_cast<int32_t>(value));
+    case DType::kInt64:
+      return static_cast<uint64_t>(static_cast<int64_t>(value));
+  }
+  return 0;
+}
+
+absl::Status FillCuda(double value, Tensor* x) {
+  KernelScope s("Fill", *x);
+  MCC_RETURN_IF_ERROR(s.status());
+  if (x->numel() == 0) return absl::OkStatus();
+  if (value == 0.0 && !std::signbit(value)) {
+    // +0 is all zero bits in every dtype.
+    return s.Check(cudaMemsetAsync(x->raw_data(), 0, x->nbytes(), s.stream()));
+  }
+  return s.Check(
+      k::FillBits(x->raw_data(), static_cast<int>(DTypeSize(x->dtype())),
+                  FillPattern(value, x->dtype()), x->numel(), s.stream()));
+}
+
+absl::Status ConvertCuda(const Tensor& src, Tensor* dst) {
+  KernelScope s("Convert", src);
+  MCC_RETURN_IF_ERROR(s.status());
+  if (src.numel() == 0) return absl::OkStatus();
+  if (src.dtype() == dst->dtype()) {
+    if (src.raw_data() == dst->raw_data()) return absl::OkStatus();
+    return s.Check(cudaMemcpyAsync(dst->raw_data(), src.raw_data(),
+                                   src.nbytes(), cudaMemcpyDeviceToDevice,
+                                   s.stream()));
+  }
+  return s.Check(k::Convert(In(src), ElemTypeOf(src), Out(dst),
+                            ElemTypeOf(*dst), src.numel(), s.stream()));
+}
+
+absl::Status ScaleCuda(const Tensor& x, float alpha, Tensor* y) {
+  KernelScope s("Scale", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::Scale(In(x), ElemTypeOf(x), alpha, Out(y), ElemTypeOf(*y),
+                          x.numel(), s.stream()));
+}
+
+absl::Status AddCuda(const Tensor& a, const Tensor& b, Tensor* y) {
+  KernelScope s("Add", a);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::Add(In(a), ElemTypeOf(a), In(b), ElemTypeOf(b), Out(y),
+                        ElemTypeOf(*y), a.numel(), s.stream()));
+}
+
+absl::Status AccumulateCuda(const Tensor& x, float alpha, Tensor* y) {
+  KernelScope s("Accumulate", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::Accumulate(In(x), ElemTypeOf(x), alpha, Out(y),
+                               ElemTypeOf(*y), x.numel(), s.stream()));
+}
+
+// ---- Norms -----------------------------------------------------------------
+
+absl::Status NormForwardCuda(const char* op, const Tensor& x,
+                             const Tensor& gamma, const Tensor* beta, float eps,
+                             Tensor* y, Tensor* mean, Tensor* rstd) {
+  KernelScope s(op, x);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, cols;
+  RowsCols(x, &rows, &cols);
+  return s.Check(k::NormForward(In(x), ElemTypeOf(x), In(gamma),
+                                beta ? In(*beta) : nullptr, ElemTypeOf(gamma),
+                                Out(y), ElemTypeOf(*y), F32(mean), F32(rstd),
+                                rows, cols, eps, s.stream()));
+}
+
+absl::Status NormBackwardCuda(const char* op, const Tensor& dy, const Tensor& x,
+                              const Tensor& gamma, const Tensor* mean,
+                              const Tensor& rstd, Tensor* dx, Tensor* dgamma,
+                              Tensor* dbeta) {
+  KernelScope s(op, x);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, cols;
+  RowsCols(x, &rows, &cols);
+  return s.Check(k::NormBackward(
+      In(dy), ElemTypeOf(dy), In(x), ElemTypeOf(x), In(gamma),
+      ElemTypeOf(gamma), mean ? F32(mean) : nullptr, F32(&rstd), Out(dx),
+      ElemTypeOf(*dx), F32(dgamma), F32(dbeta), rows, cols, s.stream()));
+}
+
+absl::Status LayerNormForwardCuda(const Tensor& x, const Tensor& gamma,
+                                  const Tensor& beta, float eps, Tensor* y,
+                                  Tensor* mean, Tensor* rstd) {
+  return NormForwardCuda("LayerNormForward", x, gamma, &beta, eps, y, mean,
+                         rstd);
+}
+
+absl::Status LayerNormBackwardCuda(const Tensor& dy, const Tensor& x,
+                                   const Tensor& gamma, const Tensor& mean,
+                                   const Tensor& rstd, Tensor* dx,
+                                   Tensor* dgamma, Tensor* dbeta) {
+  return NormBackwardCuda("LayerNormBackward", dy, x, gamma, &mean, rstd, dx,
+                          dgamma, dbeta);
+}
+
+absl::Status RMSNormForwardCuda(const Tensor& x, const Tensor& gamma, float eps,
+                                Tensor* y, Tensor* rstd) {
+  return NormForwardCuda("RMSNormForward", x, gamma, nullptr, eps, y, nullptr,
+                         rstd);
+}
+
+absl::Status RMSNormBackwardCuda(const Tensor& dy, const Tensor& x,
+                                 const Tensor& gamma, const Tensor& rstd,
+                                 Tensor* dx, Tensor* dgamma) {
+  return NormBackwardCuda("RMSNormBackward", dy, x, gamma, nullptr, rstd, dx,
+                          dgamma, nullptr);
+}
+
+// ---- Cross entropy ---------------------------------------------------------
+
+absl::Status CrossEntropyForwardCuda(const Tensor& logits,
+                                     const Tensor& targets, Tensor* loss,
+                                     Tensor* lse, int64_t ignore_index) {
+  KernelScope s("CrossEntropyForward", logits);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::CrossEntropyForward(
+      In(logits), ElemTypeOf(logits), In(targets), ElemTypeOf(targets),
+      F32(loss), F32(lse), logits.size(0), logits.size(1), ignore_index,
+      s.stream()));
+}
+
+absl::Status CrossEntropyBackwardCuda(const Tensor& logits,
+                                      const Tensor& targets, const Tensor& lse,
+                                      const Tensor& dloss, Tensor* dlogits,
+                                      int64_t ignore_index) {
+  KernelScope s("CrossEntropyBackward", logits);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::CrossEntropyBackward(
+      In(logits), ElemTypeOf(logits), In(targets), ElemTypeOf(targets),
+      F32(&lse), F32(&dloss), Out(dlogits), ElemTypeOf(*dlogits),
+      logits.size(0), logits.size(1), ignore_index, s.stream()));
+}
+
+}  // namespace
+
+bool RegisterCudaKernels() {
+  static const bool registered = [] {
+    constexpr DeviceType kCuda = DeviceType::kCUDA;
+    GeluKernels().Register(kCuda, &GeluCuda);
+    GeluBackwardKernels().Register(kCuda, &GeluBackwardCuda);
+    BiasAddKernels().Register(kCuda, &BiasAddCuda);
+    BiasAddBackwardKernels().Register(kCuda, &BiasAddBackwardCuda);
+    AdamWKernels().Register(kCuda, &AdamWCuda);
+    FillKernels().Register(kCuda, &FillCuda);
+    ConvertKernels().Register(kCuda, &ConvertCuda);
+    ScaleKernels().Register(kCuda, &ScaleCuda);
+    AddKernels().Register(kCuda, &AddCuda);
+    AccumulateKernels().Register(kCuda, &AccumulateCuda);
+    LayerNormForwardKernels().Register(kCuda, &LayerNormForwardCuda);
+    LayerNormBackwardKernels().Register(kCuda, &LayerNormBackwardCuda);
+    RMSNormForwardKernels().Register(kCuda, &RMSNormForwardCuda);
+    RMSNormBackwardKernels().Register(kCuda, &RMSNormBackwardCuda);
+    CrossEntropyForwardKernels().Register(kCuda, &CrossEntropyForwardCuda);
+    CrossEntropyBackwardKernels().Register(kCuda, &CrossEntropyBackwardCuda);
+    GemmKernels().Register(kCuda, &GemmCuda);
+    BatchedGemmKernels().Register(kCuda, &BatchedGemmCuda);
+    return true;
+  }();
+  return registered;
+}
+
+namespace {
+const bool kRegistered = RegisterCudaKernels();
+}  // namespace
+
+}  // namespace cuda
+}  // namespace ops
+}  // namespace mcc

@@ -1,0 +1,46 @@
+// The CUDA kernels of the dispatch slots (core/ops/dispatch.h).
+//
+// Linking //core/ops/cuda:registrations (alwayslink) registers, at static
+// initialisation, a DeviceType::kCUDA kernel in each of these slots, with
+// the CPU kernel's contract as each op's header states it (outputs passed
+// in; overwritten or accumulated alike; every dtype mix the op accepts):
+//   Gelu, GeluBackward                       core/ops/activation.h
+//   BiasAdd, BiasAddBackward                 core/ops/bias.h
+//   AdamWStep                                core/ops/adamw.h
+//   Fill, Convert                            core/tensor_kernels.h
+//   Scale, Add, Accumulate                   core/ops/elementwise.h
+//   LayerNormForward/Backward,
+//   RMSNormForward/Backward                  core/ops/norm.h
+//   CrossEntropyForward/Backward             core/ops/cross_entropy.h
+//   Gemm, BatchedGemm (cuBLAS)               core/ops/gemm.h
+// Every kernel runs on the device's current stream (core/cuda/stream.h) and
+// never synchronises with the host. Where the CPU kernel reports bad data
+// (a cross-entropy target outside the vocabulary), the CUDA kernel cannot
+// without synchronising: it writes NaN instead (loss and gradient row), as
+// core/ops/cuda/norm_loss.h states. On a machine without the device a
+// kernel returns FailedPrecondition naming the op ("Gelu: no CUDA device:
+// cuda:0 requested, 0 present") and launches nothing.
+//
+// Numerics: fp32 arithmetic; results match the CPU kernels within the
+// bounds that the gpu-tagged tests state (fp32 reduction order and 16-bit
+// rounding); Fill, Convert, Scale, Add, Accumulate and AdamWStep round
+// exactly as the CPU does.
+//
+// Other slots have no CUDA kernel yet and return Unimplemented for CUDA
+// tensors (see the README's CUDA section for the list).
+#ifndef CORE_OPS_CUDA_REGISTRATIONS_H_
+#define CORE_OPS_CUDA_REGISTRATIONS_H_
+
+namespace mcc {
+namespace ops {
+namespace cuda {
+
+// Registers the kernels (done at static initialisation when the library is
+// linked; calling it again is harmless). Returns true. Thread-safe.
+bool RegisterCudaKernels();
+
+}  // namespace cuda
+}  // namespace ops
+}  // namespace mcc
+
+#endif  // CORE_OPS_CUDA_REGISTRATIONS_H_

@@ -1,0 +1,120 @@
+// Without a GPU: linking //core/ops/cuda:registrations puts a CUDA kernel in
+// each slot it lists, and an op called on a CUDA tensor on a machine without
+// the device returns FailedPrecondition naming the op (no crash, no
+// Unimplemented). Skips where a CUDA device is present.
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "core/cuda/runtime.h"
+#include "core/ops/activation.h"
+#include "core/ops/adamw.h"
+#include "core/ops/bias.h"
+#include "core/ops/cross_entropy.h"
+#include "core/ops/cuda/registrations.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/gemm.h"
+#include "core/ops/norm.h"
+#include "core/tensor_kernels.h"
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace ops {
+namespace {
+
+const Device kCuda = Device::CUDA(0);
+
+template <typename Slot>
+void ExpectCudaKernel(const Slot& slot) {
+  EXPECT_TRUE(slot.Get(kCuda).ok())
+      << slot.op() << ": " << slot.Get(kCuda).status();
+}
+
+// Linking the library is enough: the slots hold CUDA kernels before any
+// call, with or without a device.
+TEST(CudaRegistrationsTest, SlotsHoldCudaKernels) {
+  ExpectCudaKernel(GeluKernels());
+  ExpectCudaKernel(GeluBackwardKernels());
+  ExpectCudaKernel(BiasAddKernels());
+  ExpectCudaKernel(BiasAddBackwardKernels());
+  ExpectCudaKernel(AdamWKernels());
+  ExpectCudaKernel(FillKernels());
+  ExpectCudaKernel(ConvertKernels());
+  ExpectCudaKernel(ScaleKernels());
+  ExpectCudaKernel(AddKernels());
+  ExpectCudaKernel(AccumulateKernels());
+  ExpectCudaKernel(LayerNormForwardKernels());
+  ExpectCudaKernel(LayerNormBackwardKernels());
+  ExpectCudaKernel(RMSNormForwardKernels());
+  ExpectCudaKernel(RMSNormBackwardKernels());
+  ExpectCudaKernel(CrossEntropyForwardKernels());
+  ExpectCudaKernel(CrossEntropyBackwardKernels());
+  ExpectCudaKernel(GemmKernels());
+  ExpectCudaKernel(BatchedGemmKernels());
+  EXPECT_TRUE(cuda::RegisterCudaKernels());  // Again: harmless.
+}
+
+class NoCudaDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::mcc::cuda::CudaDeviceCount() > 0) {
+      GTEST_SKIP() << "a CUDA device is present: the no-device errors are "
+                      "checked on machines without one";
+    }
+  }
+
+  // A CUDA tensor over an address no kernel may touch: without a device
+  // nothing can be allocated there, and nothing must be launched.
+  static Tensor Fake(Shape shape, DType dtype) {
+    return Tensor::FromExternal(reinterpret_cast<void*>(0x1000),
+                                std::move(shape), dtype, kCuda, nullptr);
+  }
+
+  static void ExpectNoDevice(const absl::Status& status, const char* op) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_TRUE(absl::StartsWith(status.message(),
+                                 absl::StrCat(op, ": no CUDA device: cuda:0")))
+        << status;
+  }
+};
+
+TEST_F(NoCudaDeviceTest, OpsOnCudaTensorsGiveClearErrors) {
+  Tensor x = Fake({4, 8}, DType::kFloat32);
+  Tensor y = Fake({4, 8}, DType::kFloat32);
+  Tensor h = Fake({8}, DType::kFloat32);
+  Tensor h2 = Fake({8}, DType::kFloat32);
+  Tensor rows = Fake({4}, DType::kFloat32);
+  Tensor rows2 = Fake({4}, DType::kFloat32);
+  Tensor targets = Fake({4}, DType::kInt64);
+  ExpectNoDevice(Gelu(x, &y), "Gelu");
+  ExpectNoDevice(GeluBackward(x, x, &y), "GeluBackward");
+  ExpectNoDevice(BiasAdd(x, h, &y), "BiasAdd");
+  ExpectNoDevice(BiasAddBackward(x, &h), "BiasAddBackward");
+  Tensor m = Fake({4, 8}, DType::kFloat32), v = Fake({4, 8}, DType::kFloat32);
+  ExpectNoDevice(AdamWStep(AdamWConfig(), x, &y, &m, &v), "AdamWStep");
+  ExpectNoDevice(Fill(1.0, &x), "Fill");
+  Tensor xb = Fake({4, 8}, DType::kBFloat16);
+  ExpectNoDevice(Convert(x, &xb), "Convert");
+  ExpectNoDevice(Scale(x, 2.0f, &y), "Scale");
+  ExpectNoDevice(Add(x, x, &y), "Add");
+  ExpectNoDevice(Accumulate(x, 1.0f, &y), "Accumulate");
+  ExpectNoDevice(LayerNormForward(x, h, h2, 1e-5f, &y, &rows, &rows2),
+                 "LayerNormForward");
+  ExpectNoDevice(LayerNormBackward(x, x, h, rows, rows2, &y, &h2, nullptr),
+                 "LayerNormBackward");
+  ExpectNoDevice(RMSNormForward(x, h, 1e-5f, &y, &rows2), "RMSNormForward");
+  ExpectNoDevice(RMSNormBackward(x, x, h, rows2, &y, &h2), "RMSNormBackward");
+  ExpectNoDevice(CrossEntropyForward(x, targets, &rows, &rows2),
+                 "CrossEntropyForward");
+  ExpectNoDevice(CrossEntropyBackward(x, targets, rows, rows2, &y),
+                 "CrossEntropyBackward");
+  Tensor a = Fake({4, 3}, DType::kFloat32), b = Fake({3, 8}, DType::kFloat32);
+  ExpectNoDevice(Gemm(a, false, b, false, &y), "Gemm");
+  Tensor a3 = Fake({2, 4, 3}, DType::kFloat32);
+  Tensor c3 = Fake({2, 4, 8}, DType::kFloat32);
+  ExpectNoDevice(BatchedGemm(a3, false, b, false, &c3), "BatchedGemm");
+}
+
+}  // namespace
+}  // namespace ops
+}  // namespace mcc
