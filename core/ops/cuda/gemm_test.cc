@@ -29,6 +29,7 @@ namespace cuda {
 namespace {
 
 using testing::CudaTest;
+using testing::KernelDevice;
 using testing::kU32;
 using testing::OutputUlp;
 using testing::RandomHost;
@@ -158,7 +159,7 @@ TEST_F(CudaGemmTest, BetaZeroIgnoresNaNInC) {
     const Tensor a = RandomHost({9, 11}, dt.in, 5);
     const Tensor b = RandomHost({11, 13}, dt.in, 6);
     Tensor c = Tensor::Full({9, 13}, std::numeric_limits<double>::quiet_NaN(),
-                            dt.out, Device::CUDA(0));
+                            dt.out, KernelDevice());
     ASSERT_TRUE(Gemm(ToCuda(a), false, ToCuda(b), false, &c).ok());
     for (double v : Values(c)) ASSERT_FALSE(std::isnan(v));
   }

@@ -40,11 +40,28 @@ inline double OutputUlp(DType dtype) {
   }
 }
 
-// Skips every test of a suite on a machine without a CUDA device, saying so.
+// The device whose kernels the tests compare with the CPU's: cuda:0, or,
+// in the *_on_test_device builds (MCC_KERNEL_TESTS_ON_TEST_DEVICE), the test
+// device (core/testing/test_device.h), which runs the CPU kernels behind the
+// same wall. There the comparisons hold trivially, but every line of the
+// tests themselves (op calls, copies, bounds) runs in CI, so a GPU run is
+// not their first.
+inline Device KernelDevice() {
+#ifdef MCC_KERNEL_TESTS_ON_TEST_DEVICE
+  return Device::TestDevice(0);
+#else
+  return Device::CUDA(0);
+#endif
+}
+
+inline bool OnTestDevice() { return KernelDevice().type != DeviceType::kCUDA; }
+
+// Skips every test of a suite on a machine without a CUDA device, saying so
+// (never on the test device).
 class CudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (::mcc::cuda::CudaDeviceCount() == 0) {
+    if (!OnTestDevice() && ::mcc::cuda::CudaDeviceCount() == 0) {
       GTEST_SKIP() << "no CUDA device: the CUDA kernels are checked on a GPU "
                       "machine (tools/gpu/check_cuda_ops.sh)";
     }
@@ -67,7 +84,7 @@ inline Tensor RandomHost(const Shape& shape, DType dtype, uint32_t seed,
                              shape, dtype);
 }
 
-inline Tensor ToCuda(const Tensor& host) { return *host.To(Device::CUDA(0)); }
+inline Tensor ToCuda(const Tensor& host) { return *host.To(KernelDevice()); }
 inline Tensor ToHost(const Tensor& t) { return *t.To(Device::CPU()); }
 
 // Values of a tensor on any device, as float64.
