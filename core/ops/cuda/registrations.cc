@@ -11,9 +11,11 @@
 #include "core/ops/cuda/elementwise.h"
 #include "core/ops/cuda/gemm.h"
 #include "core/ops/cuda/launch.h"
+#include "core/ops/cuda/layout.h"
 #include "core/ops/cuda/norm_loss.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/gemm.h"
+#include "core/ops/layout.h"
 #include "core/ops/norm.h"
 #include "core/status_macros.h"
 #include "core/tensor_kernels.h"
@@ -250,6 +252,44 @@ absl::Status CrossEntropyBackwardCuda(const Tensor& logits,
       logits.size(0), logits.size(1), ignore_index, s.stream()));
 }
 
+// ---- Layout --------------------------------------------------------------
+
+// The plan with size-1 dimensions dropped and nested dimensions that are
+// contiguous on both sides merged (fewer index divisions per element).
+k::CopyPlan Simplified(const StridedCopyPlan& p) {
+  k::CopyPlan q;
+  q.src_offset = p.src_offset;
+  q.dst_offset = p.dst_offset;
+  for (int d = 0; d < p.rank; ++d) {
+    if (p.shape[d] == 1) continue;
+    if (q.rank > 0) {
+      const int j = q.rank - 1;
+      if (q.src_strides[j] == p.shape[d] * p.src_strides[d] &&
+          q.dst_strides[j] == p.shape[d] * p.dst_strides[d]) {
+        q.shape[j] *= p.shape[d];
+        q.src_strides[j] = p.src_strides[d];
+        q.dst_strides[j] = p.dst_strides[d];
+        continue;
+      }
+    }
+    q.shape[q.rank] = p.shape[d];
+    q.src_strides[q.rank] = p.src_strides[d];
+    q.dst_strides[q.rank] = p.dst_strides[d];
+    ++q.rank;
+  }
+  return q;
+}
+
+absl::Status StridedCopyCuda(const Tensor& src, const StridedCopyPlan& plan,
+                             Tensor* dst) {
+  static_assert(k::CopyPlan::kMaxDims == kMaxCopyDims, "plan sizes differ");
+  KernelScope s("StridedCopy", src);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::StridedCopy(src.raw_data(), dst->raw_data(),
+                                static_cast<int>(DTypeSize(src.dtype())),
+                                Simplified(plan), s.stream()));
+}
+
 }  // namespace
 
 bool RegisterCudaKernels() {
@@ -273,6 +313,7 @@ bool RegisterCudaKernels() {
     CrossEntropyBackwardKernels().Register(kCuda, &CrossEntropyBackwardCuda);
     GemmKernels().Register(kCuda, &GemmCuda);
     BatchedGemmKernels().Register(kCuda, &BatchedGemmCuda);
+    StridedCopyKernels().Register(kCuda, &StridedCopyCuda);
     return true;
   }();
   return registered;

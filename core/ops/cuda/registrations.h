@@ -13,6 +13,8 @@
 //   RMSNormForward/Backward                  core/ops/norm.h
 //   CrossEntropyForward/Backward             core/ops/cross_entropy.h
 //   Gemm, BatchedGemm (cuBLAS)               core/ops/gemm.h
+//   StridedCopy (CopyStrided, Permute,
+//   Concat, Split)                           core/ops/layout.h
 // Every kernel runs on the device's current stream (core/cuda/stream.h) and
 // never synchronises with the host. Where the CPU kernel reports bad data
 // (a cross-entropy target outside the vocabulary), the CUDA kernel cannot

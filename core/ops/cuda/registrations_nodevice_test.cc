@@ -14,6 +14,7 @@
 #include "core/ops/cuda/registrations.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/gemm.h"
+#include "core/ops/layout.h"
 #include "core/ops/norm.h"
 #include "core/tensor_kernels.h"
 #include "gtest/gtest.h"
@@ -51,6 +52,7 @@ TEST(CudaRegistrationsTest, SlotsHoldCudaKernels) {
   ExpectCudaKernel(CrossEntropyBackwardKernels());
   ExpectCudaKernel(GemmKernels());
   ExpectCudaKernel(BatchedGemmKernels());
+  ExpectCudaKernel(StridedCopyKernels());
   EXPECT_TRUE(cuda::RegisterCudaKernels());  // Again: harmless.
 }
 
@@ -113,6 +115,8 @@ TEST_F(NoCudaDeviceTest, OpsOnCudaTensorsGiveClearErrors) {
   Tensor a3 = Fake({2, 4, 3}, DType::kFloat32);
   Tensor c3 = Fake({2, 4, 8}, DType::kFloat32);
   ExpectNoDevice(BatchedGemm(a3, false, b, false, &c3), "BatchedGemm");
+  Tensor yt = Fake({8, 4}, DType::kFloat32);
+  ExpectNoDevice(Permute(x, {1, 0}, &yt), "StridedCopy");
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "core/ops/cross_entropy.h"
 #include "core/ops/cuda/test_util.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/layout.h"
 #include "core/ops/norm.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
