@@ -83,8 +83,7 @@ Pair Both(const Tensor& host) { return {host.Clone(), ToCuda(host)}; }
 
 class CudaKernelTest : public CudaTest {};
 
-// ---- GELU
-// --------------------------------------------------------------------
+// ---- GELU -------------------------------------------------------------------
 
 constexpr double kSqrt2OverPi = 0.7978845608028654;
 constexpr double kGeluCoeff = 0.044715;
@@ -174,8 +173,7 @@ TEST_F(CudaKernelTest, GeluBackward) {
   }
 }
 
-// ---- Bias
-// --------------------------------------------------------------------
+// ---- Bias -------------------------------------------------------------------
 
 // One fp32 addition rounded once to y's dtype, on both sides: bit for bit.
 TEST_F(CudaKernelTest, BiasAddIsExact) {
@@ -223,8 +221,7 @@ TEST_F(CudaKernelTest, BiasAddBackwardAccumulates) {
   }
 }
 
-// ---- AdamW
-// -------------------------------------------------------------------
+// ---- AdamW ------------------------------------------------------------------
 
 // One step from random state (step 7: bias corrections active), weight decay
 // and a grad scale. Each side rounds every operation once, the CPU perhaps
@@ -364,8 +361,57 @@ TEST_F(CudaKernelTest, ScaleAddAccumulateAreExact) {
   }
 }
 
-// ---- Norms
-// -------------------------------------------------------------------
+// ---- Layout ---------------------------------------------------------------
+
+// Elements are moved, never converted: bit for bit, through every op built
+// on the StridedCopy slot, for every element size.
+TEST_F(CudaKernelTest, StridedCopyIsExact) {
+  for (DType dt : {kF32, kBF16, DType::kInt64}) {
+    SCOPED_TRACE(Name(dt));
+    const Tensor x = RandomHost({3, 5, 7, 2}, dt, 40, -100.0f, 100.0f);
+    const Tensor xd = ToCuda(x);
+    for (const std::vector<int>& perm :
+         {std::vector<int>{1, 0, 2, 3}, {3, 2, 1, 0}, {0, 2, 1, 3}}) {
+      Shape ys;
+      for (int p : perm) ys.push_back(x.shape()[p]);
+      Tensor yh = Tensor::Empty(ys, dt);
+      Tensor yd = Tensor::Empty(ys, dt, KernelDevice());
+      ASSERT_TRUE(Permute(x, perm, &yh).ok());
+      ASSERT_TRUE(Permute(xd, perm, &yd).ok());
+      EXPECT_TRUE(SameBytes(yd, yh))
+          << "perm " << perm[0] << perm[1] << perm[2] << perm[3];
+    }
+    // Split along dimension 2 into 3 + 4, and back.
+    Pair a{Tensor::Empty({3, 5, 3, 2}, dt),
+           Tensor::Empty({3, 5, 3, 2}, dt, KernelDevice())};
+    Pair b{Tensor::Empty({3, 5, 4, 2}, dt),
+           Tensor::Empty({3, 5, 4, 2}, dt, KernelDevice())};
+    ASSERT_TRUE(Split(x, 2, {&a.host, &b.host}).ok());
+    ASSERT_TRUE(Split(xd, 2, {&a.dev, &b.dev}).ok());
+    EXPECT_TRUE(SameBytes(a.dev, a.host));
+    EXPECT_TRUE(SameBytes(b.dev, b.host));
+    Tensor back = Tensor::Empty(x.shape(), dt, KernelDevice());
+    ASSERT_TRUE(Concat({a.dev, b.dev}, 2, &back).ok());
+    EXPECT_TRUE(SameBytes(back, x));
+    // A KV-cache write at an offset: elements outside the plan untouched.
+    StridedCopyPlan plan;
+    plan.rank = 2;
+    plan.shape[0] = 3;
+    plan.shape[1] = 14;
+    plan.src_strides[0] = 70;
+    plan.src_strides[1] = 1;
+    plan.dst_strides[0] = 40;
+    plan.dst_strides[1] = 1;
+    plan.src_offset = 3;
+    plan.dst_offset = 11;
+    Pair cache = Both(RandomHost({3, 40}, dt, 41));
+    ASSERT_TRUE(CopyStrided(x, plan, &cache.host).ok());
+    ASSERT_TRUE(CopyStrided(xd, plan, &cache.dev).ok());
+    EXPECT_TRUE(SameBytes(cache.dev, cache.host));
+  }
+}
+
+// ---- Norms ------------------------------------------------------------------
 
 struct NormCase {
   int64_t rows, h;
@@ -585,8 +631,7 @@ TEST_F(CudaKernelTest, RMSNormBackward) {
   }
 }
 
-// ---- Cross entropy
-// -----------------------------------------------------------
+// ---- Cross entropy ----------------------------------------------------------
 
 // Targets in [0, vocab) with every seventh ignored.
 Tensor Targets(int64_t rows, int64_t vocab, DType dtype) {
