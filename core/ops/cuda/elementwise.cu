@@ -53,17 +53,57 @@ __global__ void BiasAddKernel(const void* x, ElemType xt, const void* bias,
   }
 }
 
+__global__ void BiasGeluKernel(const void* x, ElemType xt, const void* bias,
+                               ElemType bt, void* y, ElemType yt, int64_t rows,
+                               int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
+    StoreAs(y, yt, i, Gelu(LoadAs(x, xt, i) + LoadAs(bias, bt, i % cols)));
+  }
+}
+
+// The element (r, c) = i of a column sum: dy itself, or BiasGelu's fp32 dx.
+struct PlainValue {
+  const void* p;
+  ElemType t;
+  __device__ float operator()(int64_t i, int64_t) const {
+    return LoadAs(p, t, i);
+  }
+};
+struct BiasGeluGradValue {
+  const void* dy;
+  ElemType dyt;
+  const void* x;
+  ElemType xt;
+  const void* bias;
+  ElemType bt;
+  __device__ float operator()(int64_t i, int64_t c) const {
+    return LoadAs(dy, dyt, i) *
+           GeluGrad(LoadAs(x, xt, i) + LoadAs(bias, bt, c));
+  }
+};
+
+__global__ void BiasGeluBackwardKernel(BiasGeluGradValue v, void* dx,
+                                       ElemType dxt, int64_t rows,
+                                       int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
+    StoreAs(dx, dxt, i, v(i, i % cols));
+  }
+}
+
 // One block of 32 x 32 threads per 32 columns: each thread sums a strided
 // set of rows of its column, then the 32 partial sums of a column are added
 // in a fixed order and the total added to dbias. Deterministic.
-__global__ void BiasGradKernel(const void* dy, ElemType dyt, float* dbias,
-                               int64_t rows, int64_t cols) {
+template <typename Value>
+__global__ void ColumnSumKernel(Value value, float* dbias, int64_t rows,
+                                int64_t cols) {
   __shared__ float partial[32][33];
   const int64_t col = blockIdx.x * int64_t{32} + threadIdx.x;
   float acc = 0.0f;
   if (col < cols) {
     for (int64_t r = threadIdx.y; r < rows; r += 32)
-      acc += LoadAs(dy, dyt, r * cols + col);
+      acc += value(r * cols + col, col);
   }
   partial[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
@@ -76,6 +116,39 @@ __global__ void BiasGradKernel(const void* dy, ElemType dyt, float* dbias,
 
 // The explicit-rounding intrinsics keep nvcc from contracting a multiply and
 // an add into an FMA, so each step rounds as the CPU kernel's does.
+__device__ __forceinline__ void Sigmoid(float a, float* s, float* oms) {
+  const float e = expf(-a);
+  *s = 1.0f / (1.0f + e);
+  *oms = e * *s;
+}
+
+__global__ void SwiGLUKernel(const void* x, ElemType xt, void* y, ElemType yt,
+                             int64_t rows, int64_t h) {
+  const int64_t n = rows * h;
+  for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
+    const int64_t a_off = (i / h) * 2 * h + i % h;
+    const float a = LoadAs(x, xt, a_off), b = LoadAs(x, xt, a_off + h);
+    float s, oms;
+    Sigmoid(a, &s, &oms);
+    StoreAs(y, yt, i, a * s * b);
+  }
+}
+
+__global__ void SwiGLUBackwardKernel(const void* dy, ElemType dyt,
+                                     const void* x, ElemType xt, void* dx,
+                                     ElemType dxt, int64_t rows, int64_t h) {
+  const int64_t n = rows * h;
+  for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
+    const int64_t a_off = (i / h) * 2 * h + i % h;
+    const float a = LoadAs(x, xt, a_off), b = LoadAs(x, xt, a_off + h);
+    const float g = LoadAs(dy, dyt, i);
+    float s, oms;
+    Sigmoid(a, &s, &oms);
+    StoreAs(dx, dxt, a_off, g * b * s * (1.0f + a * oms));
+    StoreAs(dx, dxt, a_off + h, g * a * s);
+  }
+}
+
 __global__ void AdamWKernel(AdamWScalars s, const void* grad, ElemType gt,
                             float* param, float* m, float* v, void* param16,
                             ElemType p16t, int64_t n) {
@@ -176,13 +249,65 @@ cudaError_t BiasAdd(const void* x, ElemType xt, const void* bias, ElemType bt,
   return Launched();
 }
 
+template <typename Value>
+cudaError_t ColumnSum(Value value, float* dbias, int64_t rows, int64_t cols,
+                      cudaStream_t stream) {
+  const dim3 block(32, 32);
+  const dim3 grid(static_cast<unsigned int>((cols + 31) / 32));
+  ColumnSumKernel<<<grid, block, 0, stream>>>(value, dbias, rows, cols);
+  return Launched();
+}
+
 cudaError_t BiasGradAccumulate(const void* dy, ElemType dyt, float* dbias,
                                int64_t rows, int64_t cols,
                                cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
-  const dim3 block(32, 32);
-  const dim3 grid(static_cast<unsigned int>((cols + 31) / 32));
-  BiasGradKernel<<<grid, block, 0, stream>>>(dy, dyt, dbias, rows, cols);
+  return ColumnSum(PlainValue{dy, dyt}, dbias, rows, cols, stream);
+}
+
+cudaError_t BiasGelu(const void* x, ElemType xt, const void* bias, ElemType bt,
+                     void* y, ElemType yt, int64_t rows, int64_t cols,
+                     cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n == 0) return cudaSuccess;
+  BiasGeluKernel<<<GridFor(n), kThreads, 0, stream>>>(x, xt, bias, bt, y, yt,
+                                                      rows, cols);
+  return Launched();
+}
+
+cudaError_t BiasGeluBackward(const void* dy, ElemType dyt, const void* x,
+                             ElemType xt, const void* bias, ElemType bt,
+                             void* dx, ElemType dxt, float* dbias, int64_t rows,
+                             int64_t cols, cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n == 0) return cudaSuccess;
+  const BiasGeluGradValue value{dy, dyt, x, xt, bias, bt};
+  // The bias gradient first: dx may be dy, which the second kernel
+  // overwrites.
+  if (cudaError_t e = ColumnSum(value, dbias, rows, cols, stream);
+      e != cudaSuccess) {
+    return e;
+  }
+  BiasGeluBackwardKernel<<<GridFor(n), kThreads, 0, stream>>>(value, dx, dxt,
+                                                              rows, cols);
+  return Launched();
+}
+
+cudaError_t SwiGLU(const void* x, ElemType xt, void* y, ElemType yt,
+                   int64_t rows, int64_t h, cudaStream_t stream) {
+  const int64_t n = rows * h;
+  if (n == 0) return cudaSuccess;
+  SwiGLUKernel<<<GridFor(n), kThreads, 0, stream>>>(x, xt, y, yt, rows, h);
+  return Launched();
+}
+
+cudaError_t SwiGLUBackward(const void* dy, ElemType dyt, const void* x,
+                           ElemType xt, void* dx, ElemType dxt, int64_t rows,
+                           int64_t h, cudaStream_t stream) {
+  const int64_t n = rows * h;
+  if (n == 0) return cudaSuccess;
+  SwiGLUBackwardKernel<<<GridFor(n), kThreads, 0, stream>>>(dy, dyt, x, xt, dx,
+                                                            dxt, rows, h);
   return Launched();
 }
 

@@ -28,6 +28,28 @@ cudaError_t GeluBackward(const void* dy, ElemType dyt, const void* x,
                          ElemType xt, void* dx, ElemType dxt, int64_t n,
                          cudaStream_t stream);
 
+// Megatron's bias_gelu fusion: y = gelu(x + bias) over row-major
+// [rows, cols] (x + bias rounded once in fp32); y may be x. The backward:
+// dx = dy * gelu'(x + bias), overwritten (dx may be dy), and dbias[c] +=
+// the column sums of the unrounded fp32 dx (deterministic order).
+cudaError_t BiasGelu(const void* x, ElemType xt, const void* bias, ElemType bt,
+                     void* y, ElemType yt, int64_t rows, int64_t cols,
+                     cudaStream_t stream);
+cudaError_t BiasGeluBackward(const void* dy, ElemType dyt, const void* x,
+                             ElemType xt, const void* bias, ElemType bt,
+                             void* dx, ElemType dxt, float* dbias, int64_t rows,
+                             int64_t cols, cudaStream_t stream);
+
+// SwiGLU over x [rows, 2h] = [a, b]: y [rows, h] = silu(a) * b with
+// silu(a) = a sigmoid(a); the backward dx [rows, 2h] = [dy * b * silu'(a),
+// dy * silu(a)], overwritten (dx may be x). sigmoid(a) = 1 / (1 + e),
+// e = expf(-a), and 1 - sigmoid(a) = e sigmoid(a) (no cancellation).
+cudaError_t SwiGLU(const void* x, ElemType xt, void* y, ElemType yt,
+                   int64_t rows, int64_t h, cudaStream_t stream);
+cudaError_t SwiGLUBackward(const void* dy, ElemType dyt, const void* x,
+                           ElemType xt, void* dx, ElemType dxt, int64_t rows,
+                           int64_t h, cudaStream_t stream);
+
 // y[r, c] = x[r, c] + bias[c] for row-major [rows, cols]; y may be x.
 cudaError_t BiasAdd(const void* x, ElemType xt, const void* bias, ElemType bt,
                     void* y, ElemType yt, int64_t rows, int64_t cols,

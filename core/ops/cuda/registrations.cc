@@ -56,6 +56,46 @@ absl::Status GeluBackwardCuda(const Tensor& dy, const Tensor& x, Tensor* dx) {
                                  s.stream()));
 }
 
+absl::Status BiasGeluCuda(const Tensor& x, const Tensor& bias, Tensor* y) {
+  KernelScope s("BiasGelu", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, cols;
+  RowsCols(x, &rows, &cols);
+  return s.Check(k::BiasGelu(In(x), ElemTypeOf(x), In(bias), ElemTypeOf(bias),
+                             Out(y), ElemTypeOf(*y), rows, cols, s.stream()));
+}
+
+absl::Status BiasGeluBackwardCuda(const Tensor& dy, const Tensor& x,
+                                  const Tensor& bias, Tensor* dx,
+                                  Tensor* dbias) {
+  KernelScope s("BiasGeluBackward", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, cols;
+  RowsCols(x, &rows, &cols);
+  return s.Check(k::BiasGeluBackward(
+      In(dy), ElemTypeOf(dy), In(x), ElemTypeOf(x), In(bias), ElemTypeOf(bias),
+      Out(dx), ElemTypeOf(*dx), F32(dbias), rows, cols, s.stream()));
+}
+
+absl::Status SwiGLUCuda(const Tensor& x, Tensor* y) {
+  KernelScope s("SwiGLU", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, h;
+  RowsCols(*y, &rows, &h);
+  return s.Check(k::SwiGLU(In(x), ElemTypeOf(x), Out(y), ElemTypeOf(*y), rows,
+                           h, s.stream()));
+}
+
+absl::Status SwiGLUBackwardCuda(const Tensor& dy, const Tensor& x, Tensor* dx) {
+  KernelScope s("SwiGLUBackward", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, h;
+  RowsCols(dy, &rows, &h);
+  return s.Check(k::SwiGLUBackward(In(dy), ElemTypeOf(dy), In(x), ElemTypeOf(x),
+                                   Out(dx), ElemTypeOf(*dx), rows, h,
+                                   s.stream()));
+}
+
 absl::Status BiasAddCuda(const Tensor& x, const Tensor& bias, Tensor* y) {
   KernelScope s("BiasAdd", x);
   MCC_RETURN_IF_ERROR(s.status());
@@ -297,6 +337,10 @@ bool RegisterCudaKernels() {
     constexpr DeviceType kCuda = DeviceType::kCUDA;
     GeluKernels().Register(kCuda, &GeluCuda);
     GeluBackwardKernels().Register(kCuda, &GeluBackwardCuda);
+    BiasGeluKernels().Register(kCuda, &BiasGeluCuda);
+    BiasGeluBackwardKernels().Register(kCuda, &BiasGeluBackwardCuda);
+    SwiGLUKernels().Register(kCuda, &SwiGLUCuda);
+    SwiGLUBackwardKernels().Register(kCuda, &SwiGLUBackwardCuda);
     BiasAddKernels().Register(kCuda, &BiasAddCuda);
     BiasAddBackwardKernels().Register(kCuda, &BiasAddBackwardCuda);
     AdamWKernels().Register(kCuda, &AdamWCuda);

@@ -4,7 +4,8 @@
 // initialisation, a DeviceType::kCUDA kernel in each of these slots, with
 // the CPU kernel's contract as each op's header states it (outputs passed
 // in; overwritten or accumulated alike; every dtype mix the op accepts):
-//   Gelu, GeluBackward                       core/ops/activation.h
+//   Gelu, GeluBackward, BiasGelu,
+//   BiasGeluBackward, SwiGLU, SwiGLUBackward core/ops/activation.h
 //   BiasAdd, BiasAddBackward                 core/ops/bias.h
 //   AdamWStep                                core/ops/adamw.h
 //   Fill, Convert                            core/tensor_kernels.h

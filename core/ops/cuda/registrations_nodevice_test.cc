@@ -36,6 +36,10 @@ void ExpectCudaKernel(const Slot& slot) {
 TEST(CudaRegistrationsTest, SlotsHoldCudaKernels) {
   ExpectCudaKernel(GeluKernels());
   ExpectCudaKernel(GeluBackwardKernels());
+  ExpectCudaKernel(BiasGeluKernels());
+  ExpectCudaKernel(BiasGeluBackwardKernels());
+  ExpectCudaKernel(SwiGLUKernels());
+  ExpectCudaKernel(SwiGLUBackwardKernels());
   ExpectCudaKernel(BiasAddKernels());
   ExpectCudaKernel(BiasAddBackwardKernels());
   ExpectCudaKernel(AdamWKernels());
@@ -91,6 +95,11 @@ TEST_F(NoCudaDeviceTest, OpsOnCudaTensorsGiveClearErrors) {
   ExpectNoDevice(Gelu(x, &y), "Gelu");
   ExpectNoDevice(GeluBackward(x, x, &y), "GeluBackward");
   ExpectNoDevice(BiasAdd(x, h, &y), "BiasAdd");
+  ExpectNoDevice(BiasGelu(x, h, &y), "BiasGelu");
+  ExpectNoDevice(BiasGeluBackward(x, x, h, &y, &h2), "BiasGeluBackward");
+  Tensor half = Fake({4, 4}, DType::kFloat32);
+  ExpectNoDevice(SwiGLU(x, &half), "SwiGLU");
+  ExpectNoDevice(SwiGLUBackward(half, x, &y), "SwiGLUBackward");
   ExpectNoDevice(BiasAddBackward(x, &h), "BiasAddBackward");
   Tensor m = Fake({4, 8}, DType::kFloat32), v = Fake({4, 8}, DType::kFloat32);
   ExpectNoDevice(AdamWStep(AdamWConfig(), x, &y, &m, &v), "AdamWStep");

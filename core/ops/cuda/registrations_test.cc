@@ -1,7 +1,8 @@
 // Every CUDA kernel registered by //core/ops/cuda:registrations against the
 // CPU kernel of the same slot, run through the same op on the same random
 // inputs (odd sizes, every dtype mix the op takes), within an error bound
-// derived below for each op. Skips without a CUDA device.
+// derived below for each op. Skips without a CUDA device (the
+// *_on_test_device build runs them in CI; see test_util.h).
 //
 // Bounds: u = 2^-24 is fp32's unit roundoff. A sum of n fp32 terms in any
 // order is within (n - 1) u sum|terms| of the exact sum, so two kernels
@@ -169,6 +170,149 @@ TEST_F(CudaKernelTest, GeluBackward) {
                               want = Values(dxh);
     std::vector<double> delta(x.size());
     for (size_t i = 0; i < x.size(); ++i) delta[i] = GeluGradDelta(x[i], dy[i]);
+    EXPECT_TRUE(WithinBound(Values(dxd), want, OutBound(mix.out, want, delta)));
+  }
+}
+
+// x + bias rounds once in fp32, identically on both sides, so BiasGelu's
+// bound is Gelu's at v = float(x + bias).
+TEST_F(CudaKernelTest, BiasGelu) {
+  for (const DTypeMix& mix : kUnaryMixes) {
+    SCOPED_TRACE(Name(mix.in) + " -> " + Name(mix.out));
+    const Tensor xh = RandomHost({23, 65}, mix.in, 30, -5.0f, 5.0f);
+    const Tensor bh = RandomHost({65}, mix.in, 31);
+    Tensor yh = EmptyLike(xh, mix.out, Device::CPU());
+    Tensor yd = EmptyLike(xh, mix.out, KernelDevice());
+    ASSERT_TRUE(BiasGelu(xh, bh, &yh).ok());
+    ASSERT_TRUE(BiasGelu(ToCuda(xh), ToCuda(bh), &yd).ok());
+    const std::vector<double> x = Values(xh), b = Values(bh), want = Values(yh);
+    std::vector<double> delta(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float v = static_cast<float>(x[i]) + static_cast<float>(b[i % 65]);
+      delta[i] = GeluDelta(v, mix.out);
+    }
+    EXPECT_TRUE(WithinBound(Values(yd), want, OutBound(mix.out, want, delta)));
+  }
+}
+
+// dx as GeluBackward's at v = float(x + bias); dbias += the column sums of
+// the unrounded dx: each term within GeluGradDelta, the two summation
+// orders 2 (rows + 1) u sum|dx|, and the final additions 2u (|old| + |sum|).
+TEST_F(CudaKernelTest, BiasGeluBackward) {
+  const int64_t rows = 71, h = 40;
+  for (const DTypeMix& mix : kUnaryMixes) {
+    SCOPED_TRACE(Name(mix.in) + " -> " + Name(mix.out));
+    const Tensor xh = RandomHost({rows, h}, mix.in, 32, -5.0f, 5.0f);
+    const Tensor bh = RandomHost({h}, mix.in, 33);
+    const Tensor dyh = RandomHost({rows, h}, mix.in, 34);
+    Tensor dxh = EmptyLike(xh, mix.out, Device::CPU());
+    Tensor dxd = EmptyLike(xh, mix.out, KernelDevice());
+    Pair db = Both(RandomHost({h}, kF32, 35));  // Accumulated into.
+    const std::vector<double> db0 = Values(db.host);
+    ASSERT_TRUE(BiasGeluBackward(dyh, xh, bh, &dxh, &db.host).ok());
+    ASSERT_TRUE(
+        BiasGeluBackward(ToCuda(dyh), ToCuda(xh), ToCuda(bh), &dxd, &db.dev)
+            .ok());
+    const std::vector<double> x = Values(xh), b = Values(bh), dy = Values(dyh),
+                              want = Values(dxh);
+    std::vector<double> delta(x.size()), sum(h, 0), abs_sum(h, 0),
+        delta_sum(h, 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < h; ++c) {
+        const int64_t i = r * h + c;
+        const float v = static_cast<float>(x[i]) + static_cast<float>(b[c]);
+        delta[i] = GeluGradDelta(v, dy[i]);
+        const double a = kSqrt2OverPi * (v + kGeluCoeff * v * v * v);
+        const double th = std::tanh(a);
+        const double g = 0.5 * (1 + th) + 0.5 * v * (1 - th * th) *
+                                              kSqrt2OverPi *
+                                              (1 + 3 * kGeluCoeff * v * v);
+        sum[c] += dy[i] * g;
+        abs_sum[c] += std::fabs(dy[i] * g);
+        delta_sum[c] += delta[i];
+      }
+    }
+    EXPECT_TRUE(WithinBound(Values(dxd), want, OutBound(mix.out, want, delta)));
+    std::vector<double> bound(h);
+    for (int64_t c = 0; c < h; ++c) {
+      bound[c] = delta_sum[c] + 2 * (rows + 1) * kU * abs_sum[c] +
+                 2 * kU * (std::fabs(db0[c]) + std::fabs(sum[c]));
+    }
+    const std::vector<double> want_db = Values(db.host);
+    for (int64_t c = 0; c < h; ++c) {
+      // Accumulated, not overwritten.
+      ASSERT_NEAR(want_db[c], db0[c] + sum[c], bound[c] + 1e-5);
+    }
+    EXPECT_TRUE(WithinBound(Values(db.dev), want_db, bound));
+  }
+}
+
+// sigmoid(a) = 1 / (1 + e), e = exp(-a). CPU (activation.cc): to 2.71e-6
+// (7.54e-5 for a bf16 output) plus ln(2) 2u |t| with t = -log2(e) a, plus
+// the reciprocal's and 1 + 2^t's roundings; CUDA: expf to 2 ulp, 1 + e and
+// the division one rounding each, 4u. rho below is their sum; silu(a) b
+// adds two roundings each side.
+double SigmoidRho(double a, DType out) {
+  return (out == kBF16 ? 7.54e-5 : 2.71e-6) + 2 * kU * std::fabs(a) + 3 * kU +
+         4 * kU;
+}
+
+TEST_F(CudaKernelTest, SwiGLU) {
+  const int64_t rows = 19, h = 53;
+  for (const DTypeMix& mix : kUnaryMixes) {
+    SCOPED_TRACE(Name(mix.in) + " -> " + Name(mix.out));
+    const Tensor xh = RandomHost({rows, 2 * h}, mix.in, 36, -6.0f, 6.0f);
+    Tensor yh = Tensor::Empty({rows, h}, mix.out);
+    Tensor yd = Tensor::Empty({rows, h}, mix.out, KernelDevice());
+    ASSERT_TRUE(SwiGLU(xh, &yh).ok());
+    ASSERT_TRUE(SwiGLU(ToCuda(xh), &yd).ok());
+    const std::vector<double> x = Values(xh), want = Values(yh);
+    std::vector<double> delta(want.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < h; ++c) {
+        const double a = x[r * 2 * h + c], b = x[r * 2 * h + h + c];
+        const double y = a / (1 + std::exp(-a)) * b;
+        delta[r * h + c] =
+            std::fabs(y) * (SigmoidRho(a, mix.out) + 4 * kU) + 1e-30;
+      }
+    }
+    EXPECT_TRUE(WithinBound(Values(yd), want, OutBound(mix.out, want, delta)));
+  }
+}
+
+// da = g b s (1 + a (1 - s)), db = g a s: s and 1 - s (computed as e s on
+// both sides, no cancellation) each within rho relative; 1 + a (1 - s) may
+// cancel, so its error is bounded absolutely by |a| (1 - s) (rho + 2u) +
+// u; six roundings of the products.
+TEST_F(CudaKernelTest, SwiGLUBackward) {
+  const int64_t rows = 17, h = 61;
+  for (const DTypeMix& mix : kUnaryMixes) {
+    SCOPED_TRACE(Name(mix.in) + " -> " + Name(mix.out));
+    const Tensor xh = RandomHost({rows, 2 * h}, mix.in, 37, -6.0f, 6.0f);
+    const Tensor dyh = RandomHost({rows, h}, mix.in, 38);
+    Tensor dxh = Tensor::Empty({rows, 2 * h}, mix.out);
+    Tensor dxd = Tensor::Empty({rows, 2 * h}, mix.out, KernelDevice());
+    ASSERT_TRUE(SwiGLUBackward(dyh, xh, &dxh).ok());
+    ASSERT_TRUE(SwiGLUBackward(ToCuda(dyh), ToCuda(xh), &dxd).ok());
+    const std::vector<double> x = Values(xh), dy = Values(dyh),
+                              want = Values(dxh);
+    std::vector<double> delta(want.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < h; ++c) {
+        const double a = x[r * 2 * h + c], b = x[r * 2 * h + h + c];
+        const double g = dy[r * h + c];
+        const double s = 1 / (1 + std::exp(-a)), oms = 1 - s;
+        const double rho = SigmoidRho(a, kF32);
+        const double inner = 1 + a * oms;
+        const double d_inner = std::fabs(a) * oms * (rho + 2 * kU) + kU;
+        delta[r * 2 * h + c] =
+            std::fabs(g * b) * s *
+                (rho * std::fabs(inner) + d_inner + 6 * kU * std::fabs(inner)) +
+            1e-30;
+        delta[r * 2 * h + h + c] =
+            std::fabs(g * a) * s * (rho + 4 * kU) + 1e-30;
+      }
+    }
     EXPECT_TRUE(WithinBound(Values(dxd), want, OutBound(mix.out, want, delta)));
   }
 }
