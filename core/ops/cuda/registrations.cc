@@ -12,10 +12,12 @@
 #include "core/ops/cuda/gemm.h"
 #include "core/ops/cuda/launch.h"
 #include "core/ops/cuda/layout.h"
+#include "core/ops/cuda/loss.h"
 #include "core/ops/cuda/norm_loss.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/gemm.h"
 #include "core/ops/layout.h"
+#include "core/ops/loss_sum.h"
 #include "core/ops/norm.h"
 #include "core/status_macros.h"
 #include "core/tensor_kernels.h"
@@ -292,6 +294,27 @@ absl::Status CrossEntropyBackwardCuda(const Tensor& logits,
       logits.size(0), logits.size(1), ignore_index, s.stream()));
 }
 
+// ---- Loss sum --------------------------------------------------------------
+
+absl::Status LossSumCuda(const Tensor& loss, const Tensor& mask,
+                         const Tensor& labels, int64_t ignore_index,
+                         bool accumulate, Tensor* out) {
+  KernelScope s("LossSum", *out);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::LossSum(F32(&loss), mask.defined() ? F32(&mask) : nullptr,
+                            In(labels), ElemTypeOf(labels), loss.numel(),
+                            ignore_index, accumulate, F32(out), s.stream()));
+}
+
+absl::Status LossSumGradientCuda(const Tensor& loss_sum, const Tensor& mask,
+                                 float grad_scale, Tensor* dloss) {
+  KernelScope s("LossSumGradient", loss_sum);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(
+      k::LossSumGradient(F32(&loss_sum), mask.defined() ? F32(&mask) : nullptr,
+                         grad_scale, F32(dloss), dloss->numel(), s.stream()));
+}
+
 // ---- Layout --------------------------------------------------------------
 
 // The plan with size-1 dimensions dropped and nested dimensions that are
@@ -358,6 +381,8 @@ bool RegisterCudaKernels() {
     GemmKernels().Register(kCuda, &GemmCuda);
     BatchedGemmKernels().Register(kCuda, &BatchedGemmCuda);
     StridedCopyKernels().Register(kCuda, &StridedCopyCuda);
+    LossSumKernels().Register(kCuda, &LossSumCuda);
+    LossSumGradientKernels().Register(kCuda, &LossSumGradientCuda);
     return true;
   }();
   return registered;

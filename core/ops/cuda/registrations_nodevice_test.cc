@@ -15,6 +15,7 @@
 #include "core/ops/elementwise.h"
 #include "core/ops/gemm.h"
 #include "core/ops/layout.h"
+#include "core/ops/loss_sum.h"
 #include "core/ops/norm.h"
 #include "core/tensor_kernels.h"
 #include "gtest/gtest.h"
@@ -57,6 +58,8 @@ TEST(CudaRegistrationsTest, SlotsHoldCudaKernels) {
   ExpectCudaKernel(GemmKernels());
   ExpectCudaKernel(BatchedGemmKernels());
   ExpectCudaKernel(StridedCopyKernels());
+  ExpectCudaKernel(LossSumKernels());
+  ExpectCudaKernel(LossSumGradientKernels());
   EXPECT_TRUE(cuda::RegisterCudaKernels());  // Again: harmless.
 }
 
@@ -126,6 +129,11 @@ TEST_F(NoCudaDeviceTest, OpsOnCudaTensorsGiveClearErrors) {
   ExpectNoDevice(BatchedGemm(a3, false, b, false, &c3), "BatchedGemm");
   Tensor yt = Fake({8, 4}, DType::kFloat32);
   ExpectNoDevice(Permute(x, {1, 0}, &yt), "StridedCopy");
+  Tensor sum4 = Fake({4}, DType::kFloat32);
+  ExpectNoDevice(LossSum(rows, Tensor(), targets, -100, false, &sum4),
+                 "LossSum");
+  ExpectNoDevice(LossSumGradient(sum4, Tensor(), 1.0f, &rows2),
+                 "LossSumGradient");
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "core/ops/cuda/test_util.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/layout.h"
+#include "core/ops/loss_sum.h"
 #include "core/ops/norm.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
@@ -553,6 +554,65 @@ TEST_F(CudaKernelTest, StridedCopyIsExact) {
     ASSERT_TRUE(CopyStrided(xd, plan, &cache.dev).ok());
     EXPECT_TRUE(SameBytes(cache.dev, cache.host));
   }
+}
+
+// ---- Loss sum ---------------------------------------------------------------
+
+// Float64 sums in token order of exact products: the CPU's bits, with and
+// without a mask, int32 and int64 labels, overwriting and accumulating; a
+// NaN loss at an ignored token stays out. The gradient reads the count on
+// the device and rounds as the CPU does.
+TEST_F(CudaKernelTest, LossSumAndGradientAreExact) {
+  const int64_t tokens = 1337;  // Several chunks of the kernel's block.
+  for (DType lt : {DType::kInt32, DType::kInt64}) {
+    for (bool masked : {false, true}) {
+      SCOPED_TRACE(Name(lt) + (masked ? " masked" : ""));
+      Tensor loss = RandomHost({tokens}, kF32, 50, 0.0f, 11.0f);
+      std::vector<int64_t> labels(tokens);
+      for (int64_t t = 0; t < tokens; ++t) {
+        labels[t] = t % 5 == 2 ? kDefaultIgnoreIndex : t % 97;
+      }
+      // An ignored token's loss may be anything: it must not be added.
+      Tensor loss_nan = loss.Clone();
+      ASSERT_TRUE(
+          loss_nan.Slice(2, 3)->CopyFrom(*Tensor::FromVector({NAN}, {1})).ok());
+      const Tensor lab = *Tensor::FromInts(labels, {tokens}, lt);
+      const Tensor mask =
+          masked ? RandomHost({tokens}, kF32, 51, 0.0f, 1.0f) : Tensor();
+      const Tensor mask_d = masked ? ToCuda(mask) : Tensor();
+      Pair out = Both(RandomHost({4}, kF32, 52));
+      ASSERT_TRUE(LossSum(loss_nan, mask, lab, kDefaultIgnoreIndex,
+                          /*accumulate=*/false, &out.host)
+                      .ok());
+      ASSERT_TRUE(LossSum(ToCuda(loss_nan), mask_d, ToCuda(lab),
+                          kDefaultIgnoreIndex, /*accumulate=*/false, &out.dev)
+                      .ok());
+      EXPECT_TRUE(SameBytes(out.dev, out.host)) << "overwrite";
+      ASSERT_TRUE(LossSum(loss, mask, lab, kDefaultIgnoreIndex,
+                          /*accumulate=*/true, &out.host)
+                      .ok());
+      ASSERT_TRUE(LossSum(ToCuda(loss), mask_d, ToCuda(lab),
+                          kDefaultIgnoreIndex, /*accumulate=*/true, &out.dev)
+                      .ok());
+      EXPECT_TRUE(SameBytes(out.dev, out.host)) << "accumulate";
+      Tensor dh = Tensor::Empty({tokens}, kF32);
+      Tensor dd = Tensor::Empty({tokens}, kF32, KernelDevice());
+      ASSERT_TRUE(LossSumGradient(out.host, mask, 0.25f, &dh).ok());
+      ASSERT_TRUE(LossSumGradient(out.dev, mask_d, 0.25f, &dd).ok());
+      EXPECT_TRUE(SameBytes(dd, dh)) << "gradient";
+    }
+  }
+  // No tokens: zero sums, and a zero gradient scale.
+  Pair empty = Both(RandomHost({4}, kF32, 53));
+  const Tensor none = Tensor::Empty({0}, kF32);
+  const Tensor no_labels = Tensor::Empty({0}, DType::kInt64);
+  ASSERT_TRUE(LossSum(none, Tensor(), no_labels, kDefaultIgnoreIndex, false,
+                      &empty.host)
+                  .ok());
+  ASSERT_TRUE(LossSum(ToCuda(none), Tensor(), ToCuda(no_labels),
+                      kDefaultIgnoreIndex, false, &empty.dev)
+                  .ok());
+  EXPECT_TRUE(SameBytes(empty.dev, empty.host));
 }
 
 // ---- Norms ------------------------------------------------------------------
