@@ -1,5 +1,6 @@
 #include "core/ops/cuda/registrations.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,11 +15,14 @@
 #include "core/ops/cuda/layout.h"
 #include "core/ops/cuda/loss.h"
 #include "core/ops/cuda/norm_loss.h"
+#include "core/ops/cuda/reduce.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/gemm.h"
 #include "core/ops/layout.h"
 #include "core/ops/loss_sum.h"
+#include "core/ops/multi_tensor.h"
 #include "core/ops/norm.h"
+#include "core/ops/reduce.h"
 #include "core/status_macros.h"
 #include "core/tensor_kernels.h"
 
@@ -315,6 +319,70 @@ absl::Status LossSumGradientCuda(const Tensor& loss_sum, const Tensor& mask,
                          grad_scale, F32(dloss), dloss->numel(), s.stream()));
 }
 
+// ---- Reductions ------------------------------------------------------------
+
+// Float64 scratch on the device for a call's reductions (int64 storage: the
+// tensor dtypes have no float64), returned to the caching allocator when
+// the call ends; later work in this stream's order may reuse it safely.
+double* Words(Tensor* scratch) { return static_cast<double*>(Out(scratch)); }
+
+absl::StatusOr<double> ReduceCuda(const Tensor& x, bool square) {
+  KernelScope s(square ? "SumOfSquares" : "Sum", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  Tensor scratch = Tensor::Empty({k::OrderedSumScratch(x.numel()) + 1},
+                                 DType::kInt64, x.device());
+  double* result = Words(&scratch);
+  MCC_RETURN_IF_ERROR(
+      s.Check(k::OrderedSum(In(x), ElemTypeOf(x), x.numel(), square, result + 1,
+                            result, s.stream())));
+  // The op returns a host value: this is its one synchronisation.
+  double value = 0.0;
+  MCC_RETURN_IF_ERROR(s.Check(cudaMemcpyAsync(
+      &value, result, sizeof(value), cudaMemcpyDeviceToHost, s.stream())));
+  MCC_RETURN_IF_ERROR(s.Check(cudaStreamSynchronize(s.stream())));
+  return value;
+}
+
+absl::Status MultiTensorSumOfSquaresCuda(absl::Span<const Tensor> counted,
+                                         absl::Span<const Tensor> checked,
+                                         const SumOfSquaresOptions& options,
+                                         Tensor* out) {
+  KernelScope s("MultiTensorSumOfSquares", *out);
+  MCC_RETURN_IF_ERROR(s.status());
+  const int64_t tensors = static_cast<int64_t>(counted.size() + checked.size());
+  // Layout: per-tensor sums, zero counts, then each tensor's scratch.
+  int64_t words = 2 * tensors;
+  for (const Tensor& t : counted) words += k::OrderedSumScratch(t.numel());
+  for (const Tensor& t : checked) words += k::OrderedSumScratch(t.numel());
+  Tensor scratch = Tensor::Empty({std::max<int64_t>(words, 1)}, DType::kInt64,
+                                 out->device());
+  double* sums = Words(&scratch);
+  auto* zeros = reinterpret_cast<unsigned long long*>(sums + tensors);
+  double* next = sums + 2 * tensors;
+  if (options.count_zeros && !counted.empty()) {
+    MCC_RETURN_IF_ERROR(s.Check(cudaMemsetAsync(
+        zeros, 0, counted.size() * sizeof(unsigned long long), s.stream())));
+  }
+  int64_t i = 0;
+  for (absl::Span<const Tensor> list : {counted, checked}) {
+    for (const Tensor& t : list) {
+      MCC_RETURN_IF_ERROR(
+          s.Check(k::OrderedSum(In(t), ElemTypeOf(t), t.numel(),
+                                /*square=*/true, next, sums + i, s.stream())));
+      if (options.count_zeros && i < static_cast<int64_t>(counted.size())) {
+        MCC_RETURN_IF_ERROR(s.Check(k::CountZeros(
+            In(t), ElemTypeOf(t), t.numel(), zeros + i, s.stream())));
+      }
+      next += k::OrderedSumScratch(t.numel());
+      ++i;
+    }
+  }
+  return s.Check(k::FinishSumOfSquares(
+      sums, options.count_zeros ? zeros : nullptr,
+      static_cast<int>(counted.size()), static_cast<int>(checked.size()),
+      options.scale, F32(out), s.stream()));
+}
+
 // ---- Layout --------------------------------------------------------------
 
 // The plan with size-1 dimensions dropped and nested dimensions that are
@@ -383,6 +451,9 @@ bool RegisterCudaKernels() {
     StridedCopyKernels().Register(kCuda, &StridedCopyCuda);
     LossSumKernels().Register(kCuda, &LossSumCuda);
     LossSumGradientKernels().Register(kCuda, &LossSumGradientCuda);
+    ReduceKernels().Register(kCuda, &ReduceCuda);
+    MultiTensorSumOfSquaresKernels().Register(kCuda,
+                                              &MultiTensorSumOfSquaresCuda);
     return true;
   }();
   return registered;

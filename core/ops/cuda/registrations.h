@@ -17,6 +17,9 @@
 //   StridedCopy (CopyStrided, Permute,
 //   Concat, Split)                           core/ops/layout.h
 //   LossSum, LossSumGradient                 core/ops/loss_sum.h
+//   Reduce (Sum, SumOfSquares, L2Norm:
+//   these synchronise, returning a host value) core/ops/reduce.h
+//   MultiTensorSumOfSquares                  core/ops/multi_tensor.h
 // Every kernel runs on the device's current stream (core/cuda/stream.h) and
 // never synchronises with the host. Where the CPU kernel reports bad data
 // (a cross-entropy target outside the vocabulary), the CUDA kernel cannot
@@ -28,7 +31,8 @@
 // Numerics: fp32 arithmetic; results match the CPU kernels within the
 // bounds that the gpu-tagged tests state (fp32 reduction order and 16-bit
 // rounding); Fill, Convert, Scale, Add, Accumulate, BiasAdd, StridedCopy,
-// LossSum and LossSumGradient give the CPU's bits.
+// LossSum, LossSumGradient, Reduce and MultiTensorSumOfSquares give the
+// CPU's bits (the reductions follow the CPU's summation order).
 //
 // Other slots have no CUDA kernel yet and return Unimplemented for CUDA
 // tensors (see the README's CUDA section for the list).

@@ -16,7 +16,9 @@
 #include "core/ops/gemm.h"
 #include "core/ops/layout.h"
 #include "core/ops/loss_sum.h"
+#include "core/ops/multi_tensor.h"
 #include "core/ops/norm.h"
+#include "core/ops/reduce.h"
 #include "core/tensor_kernels.h"
 #include "gtest/gtest.h"
 
@@ -60,6 +62,8 @@ TEST(CudaRegistrationsTest, SlotsHoldCudaKernels) {
   ExpectCudaKernel(StridedCopyKernels());
   ExpectCudaKernel(LossSumKernels());
   ExpectCudaKernel(LossSumGradientKernels());
+  ExpectCudaKernel(ReduceKernels());
+  ExpectCudaKernel(MultiTensorSumOfSquaresKernels());
   EXPECT_TRUE(cuda::RegisterCudaKernels());  // Again: harmless.
 }
 
@@ -134,6 +138,10 @@ TEST_F(NoCudaDeviceTest, OpsOnCudaTensorsGiveClearErrors) {
                  "LossSum");
   ExpectNoDevice(LossSumGradient(sum4, Tensor(), 1.0f, &rows2),
                  "LossSumGradient");
+  ExpectNoDevice(Sum(x).status(), "Sum");
+  ExpectNoDevice(
+      MultiTensorSumOfSquares({x, y}, {}, SumOfSquaresOptions(), &sum4),
+      "MultiTensorSumOfSquares");
 }
 
 }  // namespace

@@ -29,7 +29,9 @@
 #include "core/ops/elementwise.h"
 #include "core/ops/layout.h"
 #include "core/ops/loss_sum.h"
+#include "core/ops/multi_tensor.h"
 #include "core/ops/norm.h"
+#include "core/ops/reduce.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 
@@ -613,6 +615,67 @@ TEST_F(CudaKernelTest, LossSumAndGradientAreExact) {
                       kDefaultIgnoreIndex, false, &empty.dev)
                   .ok());
   EXPECT_TRUE(SameBytes(empty.dev, empty.host));
+}
+
+// ---- Reductions -------------------------------------------------------------
+
+// The CPU's summation order on the device: the same float64 bits, for sizes
+// around the block (1024) and partial (65536) boundaries.
+TEST_F(CudaKernelTest, ReduceIsExact) {
+  for (DType dt : {kF32, kBF16, kF16}) {
+    for (int64_t n : {int64_t{0}, int64_t{7}, int64_t{1024}, int64_t{1033},
+                      int64_t{65536 * 2 + 1000}}) {
+      SCOPED_TRACE(absl::StrCat(Name(dt), " n ", n));
+      const Tensor x = RandomHost({n}, dt, 60, -3.0f, 3.0f);
+      const Tensor xd = ToCuda(x);
+      EXPECT_EQ(*Sum(xd), *Sum(x));
+      EXPECT_EQ(*SumOfSquares(xd), *SumOfSquares(x));
+      EXPECT_EQ(*L2Norm(xd), *L2Norm(x));
+    }
+  }
+}
+
+// Per-tensor sums in the CPU's order, added in list order: the CPU's bits,
+// including the zero count, the scale, and the +inf that an inf or NaN in a
+// counted or a checked tensor gives.
+TEST_F(CudaKernelTest, MultiTensorSumOfSquaresIsExact) {
+  std::vector<Tensor> counted = {
+      RandomHost({1000, 7}, kF32, 61), RandomHost({33}, kBF16, 62),
+      RandomHost({65536 + 5}, kF16, 63), Tensor::Zeros({0}, kF32)};
+  // Some exact zeros of both signs to count.
+  ASSERT_TRUE(counted[1].Slice(3, 8)->CopyFrom(Tensor::Zeros({5}, kBF16)).ok());
+  ASSERT_TRUE(
+      counted[0].Slice(2, 3)->CopyFrom(Tensor::Full({1, 7}, -0.0, kF32)).ok());
+  std::vector<Tensor> checked = {RandomHost({129}, kF32, 64)};
+  auto to_dev = [](const std::vector<Tensor>& ts) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : ts) out.push_back(ToCuda(t));
+    return out;
+  };
+  SumOfSquaresOptions options;
+  options.scale = 0.125;
+  options.count_zeros = true;
+  Pair out = Both(RandomHost({4}, kF32, 65));
+  ASSERT_TRUE(
+      MultiTensorSumOfSquares(counted, checked, options, &out.host).ok());
+  ASSERT_TRUE(MultiTensorSumOfSquares(to_dev(counted), to_dev(checked), options,
+                                      &out.dev)
+                  .ok());
+  EXPECT_TRUE(SameBytes(out.dev, out.host));
+  EXPECT_GT(Values(out.host)[2], 0.0);  // Zeros were counted.
+  // An inf in a checked tensor: +inf, 0 on both.
+  ASSERT_TRUE(checked[0]
+                  .Slice(100, 101)
+                  ->CopyFrom(*Tensor::FromVector({INFINITY}, {1}))
+                  .ok());
+  options.count_zeros = false;
+  ASSERT_TRUE(
+      MultiTensorSumOfSquares(counted, checked, options, &out.host).ok());
+  ASSERT_TRUE(MultiTensorSumOfSquares(to_dev(counted), to_dev(checked), options,
+                                      &out.dev)
+                  .ok());
+  EXPECT_TRUE(SameBytes(out.dev, out.host));
+  EXPECT_TRUE(std::isinf(Values(out.host)[0]));
 }
 
 // ---- Norms ------------------------------------------------------------------
