@@ -171,6 +171,18 @@ __global__ void AdamWKernel(AdamWScalars s, const void* grad, ElemType gt,
   }
 }
 
+__global__ void SgdKernel(SgdScalars s, const void* grad, ElemType gt,
+                          float* param, float* buf, int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
+    float d = LoadAs(grad, gt, i) * s.grad_scale + s.weight_decay * param[i];
+    if (buf != nullptr) {
+      buf[i] = s.first_step ? d : s.momentum * buf[i] + d;
+      d = s.nesterov ? d + s.momentum * buf[i] : buf[i];
+    }
+    param[i] -= s.lr * d;
+  }
+}
+
 __global__ void ConvertKernel(const void* x, ElemType xt, void* y, ElemType yt,
                               int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
@@ -317,6 +329,13 @@ cudaError_t AdamWStep(const AdamWScalars& s, const void* grad, ElemType gt,
   if (n == 0) return cudaSuccess;
   AdamWKernel<<<GridFor(n), kThreads, 0, stream>>>(s, grad, gt, param, m, v,
                                                    param16, p16t, n);
+  return Launched();
+}
+
+cudaError_t SgdStep(const SgdScalars& s, const void* grad, ElemType gt,
+                    float* param, float* buf, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  SgdKernel<<<GridFor(n), kThreads, 0, stream>>>(s, grad, gt, param, buf, n);
   return Launched();
 }
 

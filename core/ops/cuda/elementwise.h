@@ -77,6 +77,19 @@ cudaError_t AdamWStep(const AdamWScalars& s, const void* grad, ElemType gt,
                       float* param, float* m, float* v, void* param16,
                       ElemType p16t, int64_t n, cudaStream_t stream);
 
+// One SGD step with momentum (core/ops/sgd.h), in place on fp32 param and
+// buf (null without momentum), in the CPU kernel's order:
+//   d = grad * grad_scale + weight_decay * param;
+//   buf = first_step ? d : momentum * buf + d;
+//   d = nesterov ? d + momentum * buf : buf;  param -= lr * d.
+// Either compiler may contract a product and a sum into an FMA.
+struct SgdScalars {
+  float lr = 0, momentum = 0, weight_decay = 0, grad_scale = 0;
+  bool nesterov = false, first_step = false;
+};
+cudaError_t SgdStep(const SgdScalars& s, const void* grad, ElemType gt,
+                    float* param, float* buf, int64_t n, cudaStream_t stream);
+
 // dst = src converted element by element, any two types (floats round to
 // nearest even; floats to integers truncate toward zero, saturating where
 // the CPU's result is undefined; integers to integers keep 64 bits). src

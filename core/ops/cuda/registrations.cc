@@ -10,6 +10,7 @@
 #include "core/ops/bias.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/cuda/elementwise.h"
+#include "core/ops/cuda/embedding.h"
 #include "core/ops/cuda/gemm.h"
 #include "core/ops/cuda/launch.h"
 #include "core/ops/cuda/layout.h"
@@ -17,12 +18,14 @@
 #include "core/ops/cuda/norm_loss.h"
 #include "core/ops/cuda/reduce.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/embedding.h"
 #include "core/ops/gemm.h"
 #include "core/ops/layout.h"
 #include "core/ops/loss_sum.h"
 #include "core/ops/multi_tensor.h"
 #include "core/ops/norm.h"
 #include "core/ops/reduce.h"
+#include "core/ops/sgd.h"
 #include "core/status_macros.h"
 #include "core/tensor_kernels.h"
 
@@ -142,6 +145,44 @@ absl::Status AdamWCuda(const AdamWConfig& cfg, const Tensor& grad,
       sc, In(grad), ElemTypeOf(grad), F32(param), F32(exp_avg), F32(exp_avg_sq),
       Out(param16), param16 ? ElemTypeOf(*param16) : k::ElemType::kBF16,
       param->numel(), s.stream()));
+}
+
+absl::Status SgdCuda(const SgdConfig& cfg, const Tensor& grad, Tensor* param,
+                     Tensor* momentum_buffer) {
+  KernelScope s("SgdStep", *param);
+  MCC_RETURN_IF_ERROR(s.status());
+  k::SgdScalars sc;
+  sc.lr = cfg.lr;
+  sc.momentum = cfg.momentum;
+  sc.weight_decay = cfg.weight_decay;
+  sc.grad_scale = cfg.grad_scale;
+  sc.nesterov = cfg.nesterov;
+  sc.first_step = cfg.first_step;
+  return s.Check(k::SgdStep(sc, In(grad), ElemTypeOf(grad), F32(param),
+                            F32(momentum_buffer), param->numel(), s.stream()));
+}
+
+// ---- Embedding -------------------------------------------------------------
+
+absl::Status EmbeddingLookupCuda(const Tensor& ids, const Tensor& table,
+                                 Tensor* out, const EmbeddingShard& shard) {
+  KernelScope s("EmbeddingLookup", table);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::EmbeddingLookup(
+      In(ids), ElemTypeOf(ids), ids.numel(), In(table), ElemTypeOf(table),
+      table.size(0), table.size(1), shard.vocab_start, shard.mask_outside,
+      Out(out), ElemTypeOf(*out), s.stream()));
+}
+
+absl::Status EmbeddingBackwardCuda(const Tensor& ids, const Tensor& dout,
+                                   Tensor* dtable,
+                                   const EmbeddingShard& shard) {
+  KernelScope s("EmbeddingBackward", *dtable);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(
+      k::EmbeddingBackward(In(ids), ElemTypeOf(ids), ids.numel(), In(dout),
+                           ElemTypeOf(dout), dtable->size(0), dtable->size(1),
+                           shard.vocab_start, F32(dtable), s.stream()));
 }
 
 // ---- Tensor primitives and elementwise ops --------------------------------
@@ -435,6 +476,9 @@ bool RegisterCudaKernels() {
     BiasAddKernels().Register(kCuda, &BiasAddCuda);
     BiasAddBackwardKernels().Register(kCuda, &BiasAddBackwardCuda);
     AdamWKernels().Register(kCuda, &AdamWCuda);
+    SgdKernels().Register(kCuda, &SgdCuda);
+    EmbeddingLookupKernels().Register(kCuda, &EmbeddingLookupCuda);
+    EmbeddingBackwardKernels().Register(kCuda, &EmbeddingBackwardCuda);
     FillKernels().Register(kCuda, &FillCuda);
     ConvertKernels().Register(kCuda, &ConvertCuda);
     ScaleKernels().Register(kCuda, &ScaleCuda);

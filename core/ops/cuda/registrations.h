@@ -8,6 +8,8 @@
 //   BiasGeluBackward, SwiGLU, SwiGLUBackward core/ops/activation.h
 //   BiasAdd, BiasAddBackward                 core/ops/bias.h
 //   AdamWStep                                core/ops/adamw.h
+//   SgdStep                                  core/ops/sgd.h
+//   EmbeddingLookup, EmbeddingBackward       core/ops/embedding.h
 //   Fill, Convert                            core/tensor_kernels.h
 //   Scale, Add, Accumulate                   core/ops/elementwise.h
 //   LayerNormForward/Backward,
@@ -17,25 +19,27 @@
 //   StridedCopy (CopyStrided, Permute,
 //   Concat, Split)                           core/ops/layout.h
 //   LossSum, LossSumGradient                 core/ops/loss_sum.h
-//   Reduce (Sum, SumOfSquares, L2Norm:
-//   these synchronise, returning a host value) core/ops/reduce.h
+//   Reduce (Sum, SumOfSquares, L2Norm)       core/ops/reduce.h
 //   MultiTensorSumOfSquares                  core/ops/multi_tensor.h
 // Every kernel runs on the device's current stream (core/cuda/stream.h) and
-// never synchronises with the host. Where the CPU kernel reports bad data
-// (a cross-entropy target outside the vocabulary), the CUDA kernel cannot
-// without synchronising: it writes NaN instead (loss and gradient row), as
-// core/ops/cuda/norm_loss.h states. On a machine without the device a
+// never synchronises with the host, except Reduce's, whose ops return a
+// host value. Where the CPU kernel reports bad data (a cross-entropy target
+// or an embedding id outside the vocabulary), the CUDA kernel cannot
+// without synchronising: it writes NaN instead (the loss and gradient row;
+// the embedding row) and skips the id in the embedding backward, as
+// norm_loss.h and embedding.h state. On a machine without the device a
 // kernel returns FailedPrecondition naming the op ("Gelu: no CUDA device:
 // cuda:0 requested, 0 present") and launches nothing.
 //
 // Numerics: fp32 arithmetic; results match the CPU kernels within the
 // bounds that the gpu-tagged tests state (fp32 reduction order and 16-bit
-// rounding); Fill, Convert, Scale, Add, Accumulate, BiasAdd, StridedCopy,
-// LossSum, LossSumGradient, Reduce and MultiTensorSumOfSquares give the
-// CPU's bits (the reductions follow the CPU's summation order).
+// rounding). Fill, Convert, Scale, Add, Accumulate, BiasAdd, StridedCopy,
+// LossSum, LossSumGradient, Reduce, MultiTensorSumOfSquares and the
+// embedding lookup and backward give the CPU's bits (the reductions follow
+// the CPU's summation order).
 //
 // Other slots have no CUDA kernel yet and return Unimplemented for CUDA
-// tensors (see the README's CUDA section for the list).
+// tensors (the README's CUDA section lists them).
 #ifndef CORE_OPS_CUDA_REGISTRATIONS_H_
 #define CORE_OPS_CUDA_REGISTRATIONS_H_
 

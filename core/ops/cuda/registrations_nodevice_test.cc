@@ -13,12 +13,14 @@
 #include "core/ops/cross_entropy.h"
 #include "core/ops/cuda/registrations.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/embedding.h"
 #include "core/ops/gemm.h"
 #include "core/ops/layout.h"
 #include "core/ops/loss_sum.h"
 #include "core/ops/multi_tensor.h"
 #include "core/ops/norm.h"
 #include "core/ops/reduce.h"
+#include "core/ops/sgd.h"
 #include "core/tensor_kernels.h"
 #include "gtest/gtest.h"
 
@@ -46,6 +48,9 @@ TEST(CudaRegistrationsTest, SlotsHoldCudaKernels) {
   ExpectCudaKernel(BiasAddKernels());
   ExpectCudaKernel(BiasAddBackwardKernels());
   ExpectCudaKernel(AdamWKernels());
+  ExpectCudaKernel(SgdKernels());
+  ExpectCudaKernel(EmbeddingLookupKernels());
+  ExpectCudaKernel(EmbeddingBackwardKernels());
   ExpectCudaKernel(FillKernels());
   ExpectCudaKernel(ConvertKernels());
   ExpectCudaKernel(ScaleKernels());
@@ -111,6 +116,10 @@ TEST_F(NoCudaDeviceTest, OpsOnCudaTensorsGiveClearErrors) {
   Tensor m = Fake({4, 8}, DType::kFloat32), v = Fake({4, 8}, DType::kFloat32);
   ExpectNoDevice(AdamWStep(AdamWConfig(), x, &y, &m, &v), "AdamWStep");
   ExpectNoDevice(Fill(1.0, &x), "Fill");
+  ExpectNoDevice(SgdStep(SgdConfig(), x, &y, nullptr), "SgdStep");
+  Tensor table = Fake({16, 8}, DType::kFloat32);
+  ExpectNoDevice(EmbeddingLookup(targets, table, &y), "EmbeddingLookup");
+  ExpectNoDevice(EmbeddingBackward(targets, y, &table), "EmbeddingBackward");
   Tensor xb = Fake({4, 8}, DType::kBFloat16);
   ExpectNoDevice(Convert(x, &xb), "Convert");
   ExpectNoDevice(Scale(x, 2.0f, &y), "Scale");

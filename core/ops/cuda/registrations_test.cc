@@ -27,11 +27,13 @@
 #include "core/ops/cross_entropy.h"
 #include "core/ops/cuda/test_util.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/embedding.h"
 #include "core/ops/layout.h"
 #include "core/ops/loss_sum.h"
 #include "core/ops/multi_tensor.h"
 #include "core/ops/norm.h"
 #include "core/ops/reduce.h"
+#include "core/ops/sgd.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 
@@ -432,6 +434,96 @@ TEST_F(CudaKernelTest, AdamWStep) {
         const std::vector<double> want16 = Values(p16.host);
         EXPECT_TRUE(WithinBound(Values(p16.dev), want16,
                                 OutBound(copy_type, want16, bp)));
+      }
+    }
+  }
+}
+
+// Each side rounds every operation of sgd.h's formulas once, either perhaps
+// contracting a product and a sum into an FMA (one rounding fewer): d off by
+// 2u (|g gs| + |wd p|), the buffer by 2u (|m buf| + |d|) plus m times d's
+// difference, the nesterov d by 2u (|d| + |m buf|) plus both differences,
+// and param by 2u (|p| + |lr d|) plus lr times d's difference.
+TEST_F(CudaKernelTest, SgdStep) {
+  const Shape shape = {777};
+  for (bool nesterov : {false, true}) {
+    for (bool first : {false, true}) {
+      for (DType gt : {kF32, kBF16}) {
+        SCOPED_TRACE(absl::StrCat(nesterov ? "nesterov " : "",
+                                  first ? "first " : "", Name(gt)));
+        SgdConfig cfg;
+        cfg.lr = 0.05f;
+        cfg.momentum = 0.9f;
+        cfg.nesterov = nesterov;
+        cfg.weight_decay = 0.01f;
+        cfg.grad_scale = 0.5f;
+        cfg.first_step = first;
+        const Tensor g = RandomHost(shape, gt, 70);
+        Pair p = Both(RandomHost(shape, kF32, 71));
+        Pair buf = Both(RandomHost(shape, kF32, 72));
+        const std::vector<double> g0 = Values(g), p0 = Values(p.host),
+                                  b0 = Values(buf.host);
+        ASSERT_TRUE(SgdStep(cfg, g, &p.host, &buf.host).ok());
+        ASSERT_TRUE(SgdStep(cfg, ToCuda(g), &p.dev, &buf.dev).ok());
+        std::vector<double> bp(p0.size()), bb(p0.size());
+        const double m = cfg.momentum;
+        for (size_t i = 0; i < p0.size(); ++i) {
+          const double d = g0[i] * cfg.grad_scale + cfg.weight_decay * p0[i];
+          const double dd = 2 * kU *
+                            (std::fabs(g0[i] * cfg.grad_scale) +
+                             std::fabs(cfg.weight_decay * p0[i]));
+          const double b = first ? d : m * b0[i] + d;
+          bb[i] =
+              first ? dd : 2 * kU * (std::fabs(m * b0[i]) + std::fabs(d)) + dd;
+          const double d2 = nesterov ? d + m * b : b;
+          const double dd2 =
+              nesterov
+                  ? 2 * kU * (std::fabs(d) + std::fabs(m * b)) + dd + m * bb[i]
+                  : bb[i];
+          bp[i] = 2 * kU * (std::fabs(p0[i]) + std::fabs(cfg.lr * d2)) +
+                  cfg.lr * dd2 + 1e-30;
+          bb[i] += 1e-30;
+        }
+        EXPECT_TRUE(WithinBound(Values(buf.dev), Values(buf.host), bb));
+        EXPECT_TRUE(WithinBound(Values(p.dev), Values(p.host), bp));
+      }
+    }
+  }
+}
+
+// ---- Embedding --------------------------------------------------------------
+
+// The lookup moves (or rounds once) table rows: bit for bit. The backward
+// sums each element in token order in fp32 on both sides: bit for bit too,
+// with repeated ids, a vocab-parallel shard and ids outside it.
+TEST_F(CudaKernelTest, EmbeddingIsExact) {
+  const int64_t vocab = 37, hidden = 70, tokens = 301;
+  std::vector<int64_t> ids(tokens);
+  for (int64_t t = 0; t < tokens; ++t)
+    ids[t] = (t * 7 + t / 13) % 50;  // >= 37: outside.
+  for (DType it : {DType::kInt32, DType::kInt64}) {
+    for (DType tt : {kF32, kBF16}) {
+      for (DType ot : {kF32, kBF16}) {
+        SCOPED_TRACE(Name(it) + " ids, table " + Name(tt) + ", out " +
+                     Name(ot));
+        const Tensor id = *Tensor::FromInts(ids, {7, 43}, it);
+        const Tensor table = RandomHost({vocab, hidden}, tt, 73);
+        EmbeddingShard shard;
+        shard.vocab_start = 5;
+        shard.mask_outside = true;
+        Tensor oh = Tensor::Empty({7, 43, hidden}, ot);
+        Tensor od = Tensor::Empty({7, 43, hidden}, ot, KernelDevice());
+        ASSERT_TRUE(EmbeddingLookup(id, table, &oh, shard).ok());
+        ASSERT_TRUE(
+            EmbeddingLookup(ToCuda(id), ToCuda(table), &od, shard).ok());
+        EXPECT_TRUE(SameBytes(od, oh)) << "lookup";
+        const Tensor dout = RandomHost({7, 43, hidden}, ot, 74);
+        Pair dtable = Both(RandomHost({vocab, hidden}, kF32, 75));
+        ASSERT_TRUE(EmbeddingBackward(id, dout, &dtable.host, shard).ok());
+        ASSERT_TRUE(
+            EmbeddingBackward(ToCuda(id), ToCuda(dout), &dtable.dev, shard)
+                .ok());
+        EXPECT_TRUE(SameBytes(dtable.dev, dtable.host)) << "backward";
       }
     }
   }
