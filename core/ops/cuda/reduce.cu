@@ -18,36 +18,42 @@ constexpr int kLanes = 8;
 int64_t Blocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
 int64_t Parts(int64_t n) { return (Blocks(n) + kPartBlocks - 1) / kPartBlocks; }
 
-// Eight threads per 1024-element block, one per lane; v * v is exact in
-// float64, so a contracted fma equals the CPU's multiply-add.
+// Eight threads per 1024-element block, one per lane, 32 blocks per CUDA
+// block (looping when the grid is capped); v * v is exact in float64, so a
+// contracted fma equals the CPU's multiply-add.
 __global__ void BlockSumsKernel(const void* x, ElemType xt, int64_t n,
                                 bool square, double* block_sums,
                                 int64_t blocks) {
+  constexpr int64_t kPerCudaBlock = kThreads / kLanes;
   __shared__ double lanes[kThreads];
   const int lane = threadIdx.x % kLanes;
-  const int64_t b = GlobalThread() / kLanes;
-  double acc = 0.0;
-  if (b < blocks) {
-    const int64_t start = b * kBlock;
-    const int64_t m = n - start < kBlock ? n - start : kBlock;
-    int64_t i = 0;
-    for (; i + kLanes <= m; i += kLanes) {
-      const double v = LoadAs(x, xt, start + i + lane);
-      acc += square ? v * v : v;
-    }
-    if (lane == 0) {
-      for (; i < m; ++i) {
-        const double v = LoadAs(x, xt, start + i);
+  for (int64_t group = blockIdx.x; group * kPerCudaBlock < blocks;
+       group += gridDim.x) {
+    const int64_t b = group * kPerCudaBlock + threadIdx.x / kLanes;
+    double acc = 0.0;
+    if (b < blocks) {
+      const int64_t start = b * kBlock;
+      const int64_t m = n - start < kBlock ? n - start : kBlock;
+      int64_t i = 0;
+      for (; i + kLanes <= m; i += kLanes) {
+        const double v = LoadAs(x, xt, start + i + lane);
         acc += square ? v * v : v;
       }
+      if (lane == 0) {
+        for (; i < m; ++i) {
+          const double v = LoadAs(x, xt, start + i);
+          acc += square ? v * v : v;
+        }
+      }
     }
-  }
-  lanes[threadIdx.x] = acc;
-  __syncthreads();
-  if (lane == 0 && b < blocks) {
-    const double* a = &lanes[threadIdx.x];
-    block_sums[b] =
-        ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    lanes[threadIdx.x] = acc;
+    __syncthreads();
+    if (lane == 0 && b < blocks) {
+      const double* a = &lanes[threadIdx.x];
+      block_sums[b] =
+          ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    }
+    __syncthreads();  // lanes is rewritten by the next group
   }
 }
 
