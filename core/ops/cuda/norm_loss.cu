@@ -170,6 +170,93 @@ __global__ void CrossEntropyBackwardKernel(const void* logits, ElemType lt,
   }
 }
 
+__device__ __forceinline__ double WarpSumDouble(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// A float64 sum over a block whose size is a multiple of 32 (thread 0 gets
+// the result).
+__device__ __forceinline__ double BlockSumDouble(double v, double* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  v = WarpSumDouble(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0.0;
+  return WarpSumDouble(v);
+}
+
+__global__ void ShardedRowMaxKernel(const void* logits, ElemType lt,
+                                    int64_t local, int64_t valid,
+                                    float* row_max) {
+  __shared__ float scratch[32];
+  const int64_t base = blockIdx.x * local;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x)
+    mx = fmaxf(mx, LoadAs(logits, lt, base + j));
+  mx = BlockMax(mx, scratch);
+  if (threadIdx.x == 0) row_max[blockIdx.x] = mx;
+}
+
+__global__ void ShardedSumsKernel(const void* logits, ElemType lt,
+                                  const void* targets, ElemType tt,
+                                  const float* row_max, int64_t rows,
+                                  int64_t local, int64_t vocab_start,
+                                  int64_t valid, float* sums) {
+  __shared__ double scratch[32];
+  const int64_t row = blockIdx.x;
+  const int64_t base = row * local;
+  const float mx = row_max[row];
+  double s = 0.0;
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x)
+    s += expf(LoadAs(logits, lt, base + j) - mx);
+  s = BlockSumDouble(s, scratch);
+  if (threadIdx.x == 0) {
+    const int64_t c = TargetAt(targets, tt, row) - vocab_start;
+    sums[rows + row] =
+        c >= 0 && c < valid ? LoadAs(logits, lt, base + c) - mx : 0.0f;
+    sums[row] = static_cast<float>(s);
+  }
+}
+
+__global__ void ShardedLossKernel(const float* sums, const void* targets,
+                                  ElemType tt, int64_t rows,
+                                  int64_t ignore_index, float* loss) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
+       r += int64_t{gridDim.x} * blockDim.x) {
+    loss[r] = TargetAt(targets, tt, r) == ignore_index
+                  ? 0.0f
+                  : logf(sums[r]) - sums[rows + r];
+  }
+}
+
+__global__ void ShardedBackwardKernel(const void* logits, ElemType lt,
+                                      const void* targets, ElemType tt,
+                                      const float* row_max, const float* sums,
+                                      const float* dloss, int64_t local,
+                                      int64_t vocab_start, int64_t valid,
+                                      int64_t ignore_index, void* dlogits,
+                                      ElemType dt) {
+  const int64_t row = blockIdx.x;
+  const int64_t base = row * local;
+  const int64_t target = TargetAt(targets, tt, row);
+  const bool ignored = target == ignore_index;
+  const int64_t t = target - vocab_start;
+  const float mx = row_max[row];
+  const float inv = 1.0f / sums[row];
+  const float g = dloss[row];
+  for (int64_t j = threadIdx.x; j < local; j += blockDim.x) {
+    float v = 0.0f;
+    if (!ignored && j < valid) {
+      const float p = expf(LoadAs(logits, lt, base + j) - mx) * inv;
+      v = j == t ? p * g - g : p * g;
+    }
+    StoreAs(dlogits, dt, base + j, v);
+  }
+}
+
 cudaError_t Launched() { return cudaGetLastError(); }
 
 }  // namespace
@@ -227,6 +314,52 @@ cudaError_t CrossEntropyBackward(const void* logits, ElemType lt,
   CrossEntropyBackwardKernel<<<static_cast<unsigned int>(rows),
                                RowThreads(vocab), 0, stream>>>(
       logits, lt, targets, tt, lse, dloss, dlogits, dt, vocab, ignore_index);
+  return Launched();
+}
+
+cudaError_t ShardedCrossEntropyRowMax(const void* logits, ElemType lt,
+                                      int64_t rows, int64_t local,
+                                      int64_t valid, float* row_max,
+                                      cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  ShardedRowMaxKernel<<<static_cast<unsigned int>(rows), RowThreads(valid), 0,
+                        stream>>>(logits, lt, local, valid, row_max);
+  return Launched();
+}
+
+cudaError_t ShardedCrossEntropySums(const void* logits, ElemType lt,
+                                    const void* targets, ElemType tt,
+                                    const float* row_max, int64_t rows,
+                                    int64_t local, int64_t vocab_start,
+                                    int64_t valid, float* sums,
+                                    cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  ShardedSumsKernel<<<static_cast<unsigned int>(rows), RowThreads(valid), 0,
+                      stream>>>(logits, lt, targets, tt, row_max, rows, local,
+                                vocab_start, valid, sums);
+  return Launched();
+}
+
+cudaError_t ShardedCrossEntropyLoss(const float* sums, const void* targets,
+                                    ElemType tt, int64_t rows,
+                                    int64_t ignore_index, float* loss,
+                                    cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  ShardedLossKernel<<<internal::GridFor(rows), internal::kThreads, 0, stream>>>(
+      sums, targets, tt, rows, ignore_index, loss);
+  return Launched();
+}
+
+cudaError_t ShardedCrossEntropyBackward(
+    const void* logits, ElemType lt, const void* targets, ElemType tt,
+    const float* row_max, const float* sums, const float* dloss, int64_t rows,
+    int64_t local, int64_t vocab_start, int64_t valid, int64_t ignore_index,
+    void* dlogits, ElemType dt, cudaStream_t stream) {
+  if (rows == 0 || local == 0) return cudaSuccess;
+  ShardedBackwardKernel<<<static_cast<unsigned int>(rows), RowThreads(local), 0,
+                          stream>>>(logits, lt, targets, tt, row_max, sums,
+                                    dloss, local, vocab_start, valid,
+                                    ignore_index, dlogits, dt);
   return Launched();
 }
 

@@ -58,6 +58,36 @@ cudaError_t CrossEntropyBackward(const void* logits, ElemType lt,
                                  int64_t vocab, int64_t ignore_index,
                                  cudaStream_t stream);
 
+// Cross entropy over a vocabulary split across ranks (core/ops/cross_entropy.h,
+// the Sharded* ops): logits [rows, local] of which the first `valid`
+// columns are real; targets hold global ids (tt kI32 or kI64).
+//   row_max[r] = max over valid columns (-inf when none): exact.
+//   sums[r] = float(sum over valid columns of expf(x - row_max[r]), in
+//   float64); sums[rows + r] = x[t] - row_max[r] for the target's column t
+//   on this shard, else 0.
+//   loss[r] = logf(sums[r]) - sums[rows + r], 0 for ignored targets.
+//   dlogits = expf(x - row_max) * (1 / sums[r]) * dloss[r] on valid
+//   columns, minus dloss[r] at the target, 0 on padding and ignored rows.
+cudaError_t ShardedCrossEntropyRowMax(const void* logits, ElemType lt,
+                                      int64_t rows, int64_t local,
+                                      int64_t valid, float* row_max,
+                                      cudaStream_t stream);
+cudaError_t ShardedCrossEntropySums(const void* logits, ElemType lt,
+                                    const void* targets, ElemType tt,
+                                    const float* row_max, int64_t rows,
+                                    int64_t local, int64_t vocab_start,
+                                    int64_t valid, float* sums,
+                                    cudaStream_t stream);
+cudaError_t ShardedCrossEntropyLoss(const float* sums, const void* targets,
+                                    ElemType tt, int64_t rows,
+                                    int64_t ignore_index, float* loss,
+                                    cudaStream_t stream);
+cudaError_t ShardedCrossEntropyBackward(
+    const void* logits, ElemType lt, const void* targets, ElemType tt,
+    const float* row_max, const float* sums, const float* dloss, int64_t rows,
+    int64_t local, int64_t vocab_start, int64_t valid, int64_t ignore_index,
+    void* dlogits, ElemType dt, cudaStream_t stream);
+
 }  // namespace cuda_kernels
 }  // namespace mcc
 

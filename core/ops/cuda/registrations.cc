@@ -462,6 +462,51 @@ absl::Status StridedCopyCuda(const Tensor& src, const StridedCopyPlan& plan,
                                 Simplified(plan), s.stream()));
 }
 
+// ---- Vocab-parallel cross entropy ----------------------------------------
+
+absl::Status ShardedRowMaxCuda(const Tensor& logits, int64_t valid,
+                               Tensor* row_max) {
+  KernelScope s("ShardedCrossEntropyRowMax", logits);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::ShardedCrossEntropyRowMax(In(logits), ElemTypeOf(logits),
+                                              logits.size(0), logits.size(1),
+                                              valid, F32(row_max), s.stream()));
+}
+
+absl::Status ShardedSumsCuda(const Tensor& logits, const Tensor& targets,
+                             const Tensor& row_max, int64_t vocab_start,
+                             int64_t valid, Tensor* sums) {
+  KernelScope s("ShardedCrossEntropySums", logits);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::ShardedCrossEntropySums(
+      In(logits), ElemTypeOf(logits), In(targets), ElemTypeOf(targets),
+      F32(&row_max), logits.size(0), logits.size(1), vocab_start, valid,
+      F32(sums), s.stream()));
+}
+
+absl::Status ShardedLossCuda(const Tensor& sums, const Tensor& targets,
+                             int64_t ignore_index, Tensor* loss) {
+  KernelScope s("ShardedCrossEntropyLoss", targets);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::ShardedCrossEntropyLoss(
+      F32(&sums), In(targets), ElemTypeOf(targets), targets.numel(),
+      ignore_index, F32(loss), s.stream()));
+}
+
+absl::Status ShardedBackwardCuda(const Tensor& logits, const Tensor& targets,
+                                 const Tensor& row_max, const Tensor& sums,
+                                 const Tensor& dloss, int64_t vocab_start,
+                                 int64_t valid, int64_t ignore_index,
+                                 Tensor* dlogits) {
+  KernelScope s("ShardedCrossEntropyBackward", logits);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::ShardedCrossEntropyBackward(
+      In(logits), ElemTypeOf(logits), In(targets), ElemTypeOf(targets),
+      F32(&row_max), F32(&sums), F32(&dloss), logits.size(0), logits.size(1),
+      vocab_start, valid, ignore_index, Out(dlogits), ElemTypeOf(*dlogits),
+      s.stream()));
+}
+
 }  // namespace
 
 bool RegisterCudaKernels() {
@@ -490,6 +535,10 @@ bool RegisterCudaKernels() {
     RMSNormBackwardKernels().Register(kCuda, &RMSNormBackwardCuda);
     CrossEntropyForwardKernels().Register(kCuda, &CrossEntropyForwardCuda);
     CrossEntropyBackwardKernels().Register(kCuda, &CrossEntropyBackwardCuda);
+    ShardedCrossEntropyRowMaxKernels().Register(kCuda, &ShardedRowMaxCuda);
+    ShardedCrossEntropySumsKernels().Register(kCuda, &ShardedSumsCuda);
+    ShardedCrossEntropyLossKernels().Register(kCuda, &ShardedLossCuda);
+    ShardedCrossEntropyBackwardKernels().Register(kCuda, &ShardedBackwardCuda);
     GemmKernels().Register(kCuda, &GemmCuda);
     BatchedGemmKernels().Register(kCuda, &BatchedGemmCuda);
     StridedCopyKernels().Register(kCuda, &StridedCopyCuda);

@@ -14,7 +14,8 @@
 //   Scale, Add, Accumulate                   core/ops/elementwise.h
 //   LayerNormForward/Backward,
 //   RMSNormForward/Backward                  core/ops/norm.h
-//   CrossEntropyForward/Backward             core/ops/cross_entropy.h
+//   CrossEntropyForward/Backward, the
+//   ShardedCrossEntropy* steps               core/ops/cross_entropy.h
 //   Gemm, BatchedGemm (cuBLAS)               core/ops/gemm.h
 //   StridedCopy (CopyStrided, Permute,
 //   Concat, Split)                           core/ops/layout.h

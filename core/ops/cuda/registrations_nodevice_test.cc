@@ -62,6 +62,10 @@ TEST(CudaRegistrationsTest, SlotsHoldCudaKernels) {
   ExpectCudaKernel(RMSNormBackwardKernels());
   ExpectCudaKernel(CrossEntropyForwardKernels());
   ExpectCudaKernel(CrossEntropyBackwardKernels());
+  ExpectCudaKernel(ShardedCrossEntropyRowMaxKernels());
+  ExpectCudaKernel(ShardedCrossEntropySumsKernels());
+  ExpectCudaKernel(ShardedCrossEntropyLossKernels());
+  ExpectCudaKernel(ShardedCrossEntropyBackwardKernels());
   ExpectCudaKernel(GemmKernels());
   ExpectCudaKernel(BatchedGemmKernels());
   ExpectCudaKernel(StridedCopyKernels());
@@ -135,6 +139,16 @@ TEST_F(NoCudaDeviceTest, OpsOnCudaTensorsGiveClearErrors) {
                  "CrossEntropyForward");
   ExpectNoDevice(CrossEntropyBackward(x, targets, rows, rows2, &y),
                  "CrossEntropyBackward");
+  ExpectNoDevice(ShardedCrossEntropyRowMax(x, 8, &rows),
+                 "ShardedCrossEntropyRowMax");
+  Tensor sums = Fake({2, 4}, DType::kFloat32);
+  ExpectNoDevice(ShardedCrossEntropySums(x, targets, rows, 0, 8, &sums),
+                 "ShardedCrossEntropySums");
+  ExpectNoDevice(ShardedCrossEntropyLoss(sums, targets, -100, &rows2),
+                 "ShardedCrossEntropyLoss");
+  ExpectNoDevice(ShardedCrossEntropyBackward(x, targets, rows, sums, rows2, 0,
+                                             8, -100, &y),
+                 "ShardedCrossEntropyBackward");
   Tensor a = Fake({4, 3}, DType::kFloat32), b = Fake({3, 8}, DType::kFloat32);
   ExpectNoDevice(Gemm(a, false, b, false, &y), "Gemm");
   Tensor a3 = Fake({2, 4, 3}, DType::kFloat32);

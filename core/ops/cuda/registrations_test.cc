@@ -1078,6 +1078,89 @@ TEST_F(CudaKernelTest, CrossEntropyBackward) {
   }
 }
 
+// Vocab-parallel cross entropy, one shard of a vocabulary of 3 * 173 with
+// 150 valid columns (padding after), targets on and off the shard and
+// ignored. The row max is exact; each side's sums hold the same terms, each
+// exp within 3 ulp (the CPU's Exp8, about 2) and 2 ulp (expf) and summed in
+// float64, then rounded to fp32 once: 7u of the sum. The loss's log (1 ulp
+// each side) and subtraction, from the same sums: 4u (|log s| + |loss|).
+// The backward, from the same row max and sums: p = exp(x - max) / sum off
+// by 5u + 2u relative, (p - [target]) g by 4u |p - [target]| |g| more.
+TEST_F(CudaKernelTest, ShardedCrossEntropy) {
+  const int64_t rows = 21, local = 173, valid = 150, vocab_start = 173;
+  std::vector<int64_t> t(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    t[r] = r % 6 == 5 ? kDefaultIgnoreIndex : (r * 37) % (3 * local);
+  }
+  for (DType lt : {kF32, kBF16}) {
+    SCOPED_TRACE(Name(lt));
+    const Tensor logits = RandomHost({rows, local}, lt, 80, -8.0f, 8.0f);
+    const Tensor targets = *Tensor::FromInts(t, {rows});
+    const Tensor ld = ToCuda(logits), td = ToCuda(targets);
+    Pair mx{Tensor::Empty({rows}, kF32),
+            Tensor::Empty({rows}, kF32, KernelDevice())};
+    ASSERT_TRUE(ShardedCrossEntropyRowMax(logits, valid, &mx.host).ok());
+    ASSERT_TRUE(ShardedCrossEntropyRowMax(ld, valid, &mx.dev).ok());
+    EXPECT_TRUE(SameBytes(mx.dev, mx.host)) << "row max";
+    Pair sums{Tensor::Empty({2, rows}, kF32),
+              Tensor::Empty({2, rows}, kF32, KernelDevice())};
+    ASSERT_TRUE(ShardedCrossEntropySums(logits, targets, mx.host, vocab_start,
+                                        valid, &sums.host)
+                    .ok());
+    ASSERT_TRUE(ShardedCrossEntropySums(ld, td, ToCuda(mx.host), vocab_start,
+                                        valid, &sums.dev)
+                    .ok());
+    const std::vector<double> want_sums = Values(sums.host);
+    std::vector<double> bsums(2 * rows, 1e-30);  // Target terms: exact.
+    for (int64_t r = 0; r < rows; ++r) bsums[r] = 7 * kU * want_sums[r];
+    EXPECT_TRUE(WithinBound(Values(sums.dev), want_sums, bsums)) << "sums";
+    Pair loss{Tensor::Empty({rows}, kF32),
+              Tensor::Empty({rows}, kF32, KernelDevice())};
+    ASSERT_TRUE(ShardedCrossEntropyLoss(sums.host, targets, kDefaultIgnoreIndex,
+                                        &loss.host)
+                    .ok());
+    ASSERT_TRUE(ShardedCrossEntropyLoss(ToCuda(sums.host), td,
+                                        kDefaultIgnoreIndex, &loss.dev)
+                    .ok());
+    const std::vector<double> want_loss = Values(loss.host);
+    std::vector<double> bloss(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      bloss[r] =
+          4 * kU *
+              (std::fabs(std::log(want_sums[r])) + std::fabs(want_loss[r])) +
+          1e-30;
+    }
+    EXPECT_TRUE(WithinBound(Values(loss.dev), want_loss, bloss)) << "loss";
+    for (DType out : {kF32, kBF16}) {
+      SCOPED_TRACE("dlogits " + Name(out));
+      const Tensor dloss = RandomHost({rows}, kF32, 81, 0.1f, 1.0f);
+      Tensor dh = Tensor::Empty({rows, local}, out);
+      Tensor dd = Tensor::Empty({rows, local}, out, KernelDevice());
+      ASSERT_TRUE(ShardedCrossEntropyBackward(logits, targets, mx.host,
+                                              sums.host, dloss, vocab_start,
+                                              valid, kDefaultIgnoreIndex, &dh)
+                      .ok());
+      ASSERT_TRUE(ShardedCrossEntropyBackward(
+                      ld, td, ToCuda(mx.host), ToCuda(sums.host), ToCuda(dloss),
+                      vocab_start, valid, kDefaultIgnoreIndex, &dd)
+                      .ok());
+      const std::vector<double> z = Values(logits), m = Values(mx.host),
+                                g = Values(dloss), want = Values(dh);
+      std::vector<double> bound(want.size(), 1e-30);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < valid; ++c) {
+          const double p = std::exp(z[r * local + c] - m[r]) / want_sums[r];
+          const double q = p - (c + vocab_start == t[r] ? 1.0 : 0.0);
+          bound[r * local + c] +=
+              std::fabs(g[r]) * (7 * kU * p + 4 * kU * std::fabs(q));
+        }
+      }
+      EXPECT_TRUE(WithinBound(Values(dd), want, OutBound(out, want, bound)))
+          << "backward";
+    }
+  }
+}
+
 // The CPU kernel refuses a target outside the vocabulary; the CUDA kernel
 // cannot without synchronising, so it makes the loss and the gradient row
 // NaN (registrations.h) and leaves the other rows as they should be.
