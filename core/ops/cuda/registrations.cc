@@ -17,6 +17,7 @@
 #include "core/ops/cuda/loss.h"
 #include "core/ops/cuda/norm_loss.h"
 #include "core/ops/cuda/reduce.h"
+#include "core/ops/cuda/rotary.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/gemm.h"
@@ -25,6 +26,7 @@
 #include "core/ops/multi_tensor.h"
 #include "core/ops/norm.h"
 #include "core/ops/reduce.h"
+#include "core/ops/rotary.h"
 #include "core/ops/sgd.h"
 #include "core/status_macros.h"
 #include "core/tensor_kernels.h"
@@ -462,6 +464,47 @@ absl::Status StridedCopyCuda(const Tensor& src, const StridedCopyPlan& plan,
                                 Simplified(plan), s.stream()));
 }
 
+// ---- Rotary ----------------------------------------------------------------
+
+absl::Status RotaryCuda(const char* op, const Tensor& x,
+                        const RotaryOptions& options, Tensor* y, float sign) {
+  KernelScope s(op, x);
+  MCC_RETURN_IF_ERROR(s.status());
+  k::RotaryArgs a;
+  a.batch = x.size(0);
+  a.seq = x.size(1);
+  a.heads = x.size(2);
+  a.head_dim = x.size(3);
+  a.rotary_dim = options.rotary_dim == 0 ? a.head_dim : options.rotary_dim;
+  a.position_offset = options.position_offset;
+  a.sign = sign;
+  const int64_t half = a.rotary_dim / 2;
+  if (half > k::RotaryArgs::kMaxHalf) {
+    return absl::UnimplementedError(
+        absl::StrCat(op, ": the CUDA kernel takes rotary_dim up to ",
+                     2 * k::RotaryArgs::kMaxHalf, ", got ", a.rotary_dim,
+                     " for ", x.Describe()));
+  }
+  // As the CPU kernel's angle table (core/ops/rotary.cc) computes them.
+  for (int64_t i = 0; i < half; ++i) {
+    a.inv_freq[i] =
+        std::pow(options.base, -2.0 * static_cast<double>(i) /
+                                   static_cast<double>(a.rotary_dim));
+  }
+  return s.Check(
+      k::Rotary(a, In(x), ElemTypeOf(x), Out(y), ElemTypeOf(*y), s.stream()));
+}
+
+absl::Status RotaryForwardCuda(const Tensor& x, const RotaryOptions& options,
+                               Tensor* y) {
+  return RotaryCuda("RotaryForward", x, options, y, 1.0f);
+}
+
+absl::Status RotaryBackwardCuda(const Tensor& dy, const RotaryOptions& options,
+                                Tensor* dx) {
+  return RotaryCuda("RotaryBackward", dy, options, dx, -1.0f);
+}
+
 // ---- Vocab-parallel cross entropy ----------------------------------------
 
 absl::Status ShardedRowMaxCuda(const Tensor& logits, int64_t valid,
@@ -542,6 +585,8 @@ bool RegisterCudaKernels() {
     GemmKernels().Register(kCuda, &GemmCuda);
     BatchedGemmKernels().Register(kCuda, &BatchedGemmCuda);
     StridedCopyKernels().Register(kCuda, &StridedCopyCuda);
+    RotaryForwardKernels().Register(kCuda, &RotaryForwardCuda);
+    RotaryBackwardKernels().Register(kCuda, &RotaryBackwardCuda);
     LossSumKernels().Register(kCuda, &LossSumCuda);
     LossSumGradientKernels().Register(kCuda, &LossSumGradientCuda);
     ReduceKernels().Register(kCuda, &ReduceCuda);

@@ -22,6 +22,8 @@
 //   LossSum, LossSumGradient                 core/ops/loss_sum.h
 //   Reduce (Sum, SumOfSquares, L2Norm)       core/ops/reduce.h
 //   MultiTensorSumOfSquares                  core/ops/multi_tensor.h
+//   RotaryForward, RotaryBackward            core/ops/rotary.h
+//     (rotary_dim up to 256)
 // Every kernel runs on the device's current stream (core/cuda/stream.h) and
 // never synchronises with the host, except Reduce's, whose ops return a
 // host value. Where the CPU kernel reports bad data (a cross-entropy target

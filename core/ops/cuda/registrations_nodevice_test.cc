@@ -20,6 +20,7 @@
 #include "core/ops/multi_tensor.h"
 #include "core/ops/norm.h"
 #include "core/ops/reduce.h"
+#include "core/ops/rotary.h"
 #include "core/ops/sgd.h"
 #include "core/tensor_kernels.h"
 #include "gtest/gtest.h"
@@ -69,6 +70,8 @@ TEST(CudaRegistrationsTest, SlotsHoldCudaKernels) {
   ExpectCudaKernel(GemmKernels());
   ExpectCudaKernel(BatchedGemmKernels());
   ExpectCudaKernel(StridedCopyKernels());
+  ExpectCudaKernel(RotaryForwardKernels());
+  ExpectCudaKernel(RotaryBackwardKernels());
   ExpectCudaKernel(LossSumKernels());
   ExpectCudaKernel(LossSumGradientKernels());
   ExpectCudaKernel(ReduceKernels());
@@ -156,6 +159,10 @@ TEST_F(NoCudaDeviceTest, OpsOnCudaTensorsGiveClearErrors) {
   ExpectNoDevice(BatchedGemm(a3, false, b, false, &c3), "BatchedGemm");
   Tensor yt = Fake({8, 4}, DType::kFloat32);
   ExpectNoDevice(Permute(x, {1, 0}, &yt), "StridedCopy");
+  Tensor q = Fake({1, 2, 2, 8}, DType::kFloat32);
+  Tensor q2 = Fake({1, 2, 2, 8}, DType::kFloat32);
+  ExpectNoDevice(RotaryForward(q, RotaryOptions(), &q2), "RotaryForward");
+  ExpectNoDevice(RotaryBackward(q, RotaryOptions(), &q2), "RotaryBackward");
   Tensor sum4 = Fake({4}, DType::kFloat32);
   ExpectNoDevice(LossSum(rows, Tensor(), targets, -100, false, &sum4),
                  "LossSum");

@@ -33,6 +33,7 @@
 #include "core/ops/multi_tensor.h"
 #include "core/ops/norm.h"
 #include "core/ops/reduce.h"
+#include "core/ops/rotary.h"
 #include "core/ops/sgd.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
@@ -707,6 +708,62 @@ TEST_F(CudaKernelTest, LossSumAndGradientAreExact) {
                       kDefaultIgnoreIndex, false, &empty.dev)
                   .ok());
   EXPECT_TRUE(SameBytes(empty.dev, empty.host));
+}
+
+// ---- Rotary -----------------------------------------------------------------
+
+// Both sides use the same float64 angles; their cos and sin, rounded to
+// fp32, differ by at most one fp32 ulp (2u, |cos|, |sin| <= 1). y = x1 c -
+// x2 s rounds twice (a contracted FMA once): |x1| dc + |x2| ds + 2u
+// (|x1 c| + |x2 s|) + u |y| between the sides, likewise the second half;
+// dims past rotary_dim are copied.
+TEST_F(CudaKernelTest, Rotary) {
+  for (const DTypeMix& mix : kUnaryMixes) {
+    for (bool backward : {false, true}) {
+      SCOPED_TRACE(Name(mix.in) + " -> " + Name(mix.out) +
+                   (backward ? " backward" : ""));
+      const int64_t b = 2, seq = 9, heads = 3, d = 22;
+      RotaryOptions options;
+      options.rotary_dim = 16;
+      options.position_offset = 1000;
+      const Tensor xh = RandomHost({b, seq, heads, d}, mix.in, 90);
+      Tensor yh = Tensor::Empty(xh.shape(), mix.out);
+      Tensor yd = Tensor::Empty(xh.shape(), mix.out, KernelDevice());
+      if (backward) {
+        ASSERT_TRUE(RotaryBackward(xh, options, &yh).ok());
+        ASSERT_TRUE(RotaryBackward(ToCuda(xh), options, &yd).ok());
+      } else {
+        ASSERT_TRUE(RotaryForward(xh, options, &yh).ok());
+        ASSERT_TRUE(RotaryForward(ToCuda(xh), options, &yd).ok());
+      }
+      const std::vector<double> x = Values(xh), want = Values(yh);
+      std::vector<double> delta(x.size(), 1e-30);
+      const int64_t half = options.rotary_dim / 2;
+      for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
+        const int64_t j = i % d;
+        if (j >= options.rotary_dim) continue;  // Copied: exact.
+        const int64_t t = (i / (heads * d)) % seq + options.position_offset;
+        const int64_t p = j < half ? j : j - half;
+        const double theta =
+            t * std::pow(options.base, -2.0 * p / options.rotary_dim);
+        const double c = std::fabs(std::cos(theta)),
+                     s = std::fabs(std::sin(theta));
+        const double x1 = std::fabs(x[i - (j < half ? 0 : half)]);
+        const double x2 = std::fabs(x[i + (j < half ? half : 0)]);
+        delta[i] = 2 * kU * (x1 + x2) + 2 * kU * (x1 * c + x2 * s) +
+                   kU * std::fabs(want[i]) + 1e-30;
+      }
+      EXPECT_TRUE(
+          WithinBound(Values(yd), want, OutBound(mix.out, want, delta)));
+      if (mix.in == mix.out) {  // In place: the same values.
+        Tensor inplace = ToCuda(xh);
+        ASSERT_TRUE((backward ? RotaryBackward(inplace, options, &inplace)
+                              : RotaryForward(inplace, options, &inplace))
+                        .ok());
+        EXPECT_TRUE(SameBytes(inplace, yd));
+      }
+    }
+  }
 }
 
 // ---- Reductions -------------------------------------------------------------
