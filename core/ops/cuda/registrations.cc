@@ -9,6 +9,7 @@
 #include "core/ops/adamw.h"
 #include "core/ops/bias.h"
 #include "core/ops/cross_entropy.h"
+#include "core/ops/cuda/dropout.h"
 #include "core/ops/cuda/elementwise.h"
 #include "core/ops/cuda/embedding.h"
 #include "core/ops/cuda/gemm.h"
@@ -18,6 +19,7 @@
 #include "core/ops/cuda/norm_loss.h"
 #include "core/ops/cuda/reduce.h"
 #include "core/ops/cuda/rotary.h"
+#include "core/ops/dropout.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/gemm.h"
@@ -464,6 +466,21 @@ absl::Status StridedCopyCuda(const Tensor& src, const StridedCopyPlan& plan,
                                 Simplified(plan), s.stream()));
 }
 
+// ---- Dropout ---------------------------------------------------------------
+
+absl::Status DropoutCuda(const Tensor& x, float p, uint64_t seed,
+                         uint64_t offset, Tensor* y) {
+  KernelScope s("Dropout", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  // As the CPU kernel (core/ops/dropout.cc) computes them.
+  const uint32_t threshold =
+      static_cast<uint32_t>(std::lround(static_cast<double>(p) * (1 << 24)));
+  const float scale = 1.0f / (1.0f - p);
+  return s.Check(k::Dropout(In(x), ElemTypeOf(x), Out(y), ElemTypeOf(*y),
+                            x.numel(), seed, offset, threshold, scale,
+                            p == 0.0f, s.stream()));
+}
+
 // ---- Rotary ----------------------------------------------------------------
 
 absl::Status RotaryCuda(const char* op, const Tensor& x,
@@ -586,6 +603,7 @@ bool RegisterCudaKernels() {
     BatchedGemmKernels().Register(kCuda, &BatchedGemmCuda);
     StridedCopyKernels().Register(kCuda, &StridedCopyCuda);
     RotaryForwardKernels().Register(kCuda, &RotaryForwardCuda);
+    DropoutKernels().Register(kCuda, &DropoutCuda);
     RotaryBackwardKernels().Register(kCuda, &RotaryBackwardCuda);
     LossSumKernels().Register(kCuda, &LossSumCuda);
     LossSumGradientKernels().Register(kCuda, &LossSumGradientCuda);

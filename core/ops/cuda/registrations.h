@@ -23,6 +23,8 @@
 //   Reduce (Sum, SumOfSquares, L2Norm)       core/ops/reduce.h
 //   MultiTensorSumOfSquares                  core/ops/multi_tensor.h
 //   RotaryForward, RotaryBackward            core/ops/rotary.h
+//   Dropout, DropoutBackward (the same
+//   Philox stream: the CPU's masks)          core/ops/dropout.h
 //     (rotary_dim up to 256)
 // Every kernel runs on the device's current stream (core/cuda/stream.h) and
 // never synchronises with the host, except Reduce's, whose ops return a
@@ -37,8 +39,8 @@
 // Numerics: fp32 arithmetic; results match the CPU kernels within the
 // bounds that the gpu-tagged tests state (fp32 reduction order and 16-bit
 // rounding). Fill, Convert, Scale, Add, Accumulate, BiasAdd, StridedCopy,
-// LossSum, LossSumGradient, Reduce, MultiTensorSumOfSquares and the
-// embedding lookup and backward give the CPU's bits (the reductions follow
+// LossSum, LossSumGradient, Reduce, MultiTensorSumOfSquares, Dropout and
+// the embedding lookup and backward give the CPU's bits (the reductions follow
 // the CPU's summation order).
 //
 // Other slots have no CUDA kernel yet and return Unimplemented for CUDA

@@ -2,6 +2,7 @@
 // each slot it lists, and an op called on a CUDA tensor on a machine without
 // the device returns FailedPrecondition naming the op (no crash, no
 // Unimplemented). Skips where a CUDA device is present.
+#include <array>
 #include <memory>
 #include <string>
 
@@ -11,7 +12,9 @@
 #include "core/ops/adamw.h"
 #include "core/ops/bias.h"
 #include "core/ops/cross_entropy.h"
+#include "core/ops/cuda/dropout.h"
 #include "core/ops/cuda/registrations.h"
+#include "core/ops/dropout.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/gemm.h"
@@ -71,12 +74,32 @@ TEST(CudaRegistrationsTest, SlotsHoldCudaKernels) {
   ExpectCudaKernel(BatchedGemmKernels());
   ExpectCudaKernel(StridedCopyKernels());
   ExpectCudaKernel(RotaryForwardKernels());
+  ExpectCudaKernel(DropoutKernels());
   ExpectCudaKernel(RotaryBackwardKernels());
   ExpectCudaKernel(LossSumKernels());
   ExpectCudaKernel(LossSumGradientKernels());
   ExpectCudaKernel(ReduceKernels());
   ExpectCudaKernel(MultiTensorSumOfSquaresKernels());
   EXPECT_TRUE(cuda::RegisterCudaKernels());  // Again: harmless.
+}
+
+// The dropout kernel's Philox generator, run on the host, gives the CPU
+// generator's words, so the masks agree (the GPU test compares the masks).
+TEST(CudaRegistrationsTest, DropoutGeneratorMatchesCpu) {
+  for (uint64_t seed :
+       {uint64_t{0}, uint64_t{42}, uint64_t{0x1234567890abcdef}}) {
+    for (uint64_t j : {uint64_t{0}, uint64_t{1}, uint64_t{12345},
+                       (uint64_t{1} << 32) + 3, ~uint64_t{0} >> 2}) {
+      uint32_t got[4];
+      cuda_kernels::PhiloxBlockForTesting(j, seed, got);
+      const std::array<uint32_t, 4> want = Philox4x32_10(
+          {static_cast<uint32_t>(j), static_cast<uint32_t>(j >> 32), 0, 0},
+          {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+      for (int r = 0; r < 4; ++r) {
+        EXPECT_EQ(got[r], want[r]) << "seed " << seed << " block " << j;
+      }
+    }
+  }
 }
 
 class NoCudaDeviceTest : public ::testing::Test {
@@ -123,6 +146,7 @@ TEST_F(NoCudaDeviceTest, OpsOnCudaTensorsGiveClearErrors) {
   Tensor m = Fake({4, 8}, DType::kFloat32), v = Fake({4, 8}, DType::kFloat32);
   ExpectNoDevice(AdamWStep(AdamWConfig(), x, &y, &m, &v), "AdamWStep");
   ExpectNoDevice(Fill(1.0, &x), "Fill");
+  ExpectNoDevice(Dropout(x, 0.1f, 7, 0, &y), "Dropout");
   ExpectNoDevice(SgdStep(SgdConfig(), x, &y, nullptr), "SgdStep");
   Tensor table = Fake({16, 8}, DType::kFloat32);
   ExpectNoDevice(EmbeddingLookup(targets, table, &y), "EmbeddingLookup");

@@ -26,6 +26,7 @@
 #include "core/ops/bias.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/cuda/test_util.h"
+#include "core/ops/dropout.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/layout.h"
@@ -708,6 +709,34 @@ TEST_F(CudaKernelTest, LossSumAndGradientAreExact) {
                       kDefaultIgnoreIndex, false, &empty.dev)
                   .ok());
   EXPECT_TRUE(SameBytes(empty.dev, empty.host));
+}
+
+// ---- Dropout ----------------------------------------------------------------
+
+// The same Philox stream and one multiplication: the CPU's bits, for offsets
+// inside a Philox block, p = 0 (a copy), and in place; the backward is the
+// same masking.
+TEST_F(CudaKernelTest, DropoutIsExact) {
+  for (const DTypeMix& mix : kUnaryMixes) {
+    for (float p : {0.0f, 0.1f, 0.5f}) {
+      for (uint64_t offset : {uint64_t{0}, uint64_t{7}, uint64_t{1} << 33}) {
+        SCOPED_TRACE(absl::StrCat(Name(mix.in), " -> ", Name(mix.out), " p ", p,
+                                  " offset ", offset));
+        const uint64_t seed = 0x1234567890abcdefULL;
+        const Tensor xh = RandomHost({3, 333}, mix.in, 95);
+        Tensor yh = Tensor::Empty(xh.shape(), mix.out);
+        Tensor yd = Tensor::Empty(xh.shape(), mix.out, KernelDevice());
+        ASSERT_TRUE(Dropout(xh, p, seed, offset, &yh).ok());
+        ASSERT_TRUE(Dropout(ToCuda(xh), p, seed, offset, &yd).ok());
+        EXPECT_TRUE(SameBytes(yd, yh));
+        if (mix.in == mix.out) {
+          Tensor inplace = ToCuda(xh);
+          ASSERT_TRUE(DropoutBackward(inplace, p, seed, offset, &inplace).ok());
+          EXPECT_TRUE(SameBytes(inplace, yh));
+        }
+      }
+    }
+  }
 }
 
 // ---- Rotary -----------------------------------------------------------------
