@@ -522,6 +522,24 @@ absl::Status RotaryBackwardCuda(const Tensor& dy, const RotaryOptions& options,
   return RotaryCuda("RotaryBackward", dy, options, dx, -1.0f);
 }
 
+// The op returns host values and synchronises by contract: the per-token
+// losses and targets come to the host (on the current stream, then waited
+// for) and the CPU kernel sums them, so the bits are the CPU's.
+absl::StatusOr<MeanLoss> CrossEntropyMeanLossCuda(const Tensor& loss,
+                                                  const Tensor& targets,
+                                                  int64_t ignore_index) {
+  KernelScope s("CrossEntropyMeanLoss", loss);
+  MCC_RETURN_IF_ERROR(s.status());
+  Tensor host_loss = Tensor::Empty(loss.shape(), loss.dtype());
+  Tensor host_targets = Tensor::Empty(targets.shape(), targets.dtype());
+  MCC_RETURN_IF_ERROR(host_loss.CopyFrom(loss));
+  MCC_RETURN_IF_ERROR(host_targets.CopyFrom(targets));
+  MCC_RETURN_IF_ERROR(s.Check(cudaStreamSynchronize(s.stream())));
+  MCC_ASSIGN_OR_RETURN(CrossEntropyMeanLossKernel cpu,
+                       CrossEntropyMeanLossKernels().Get(Device::CPU()));
+  return cpu(host_loss, host_targets, ignore_index);
+}
+
 // ---- Vocab-parallel cross entropy ----------------------------------------
 
 absl::Status ShardedRowMaxCuda(const Tensor& logits, int64_t valid,
@@ -595,6 +613,7 @@ bool RegisterCudaKernels() {
     RMSNormBackwardKernels().Register(kCuda, &RMSNormBackwardCuda);
     CrossEntropyForwardKernels().Register(kCuda, &CrossEntropyForwardCuda);
     CrossEntropyBackwardKernels().Register(kCuda, &CrossEntropyBackwardCuda);
+    CrossEntropyMeanLossKernels().Register(kCuda, &CrossEntropyMeanLossCuda);
     ShardedCrossEntropyRowMaxKernels().Register(kCuda, &ShardedRowMaxCuda);
     ShardedCrossEntropySumsKernels().Register(kCuda, &ShardedSumsCuda);
     ShardedCrossEntropyLossKernels().Register(kCuda, &ShardedLossCuda);

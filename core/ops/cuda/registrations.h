@@ -14,7 +14,9 @@
 //   Scale, Add, Accumulate                   core/ops/elementwise.h
 //   LayerNormForward/Backward,
 //   RMSNormForward/Backward                  core/ops/norm.h
-//   CrossEntropyForward/Backward, the
+//   CrossEntropyForward/Backward,
+//   CrossEntropyMeanLoss (synchronises: it
+//   returns host values), the
 //   ShardedCrossEntropy* steps               core/ops/cross_entropy.h
 //   Gemm, BatchedGemm (cuBLAS)               core/ops/gemm.h
 //   StridedCopy (CopyStrided, Permute,
@@ -27,14 +29,14 @@
 //   Philox stream: the CPU's masks)          core/ops/dropout.h
 //     (rotary_dim up to 256)
 // Every kernel runs on the device's current stream (core/cuda/stream.h) and
-// never synchronises with the host, except Reduce's, whose ops return a
-// host value. Where the CPU kernel reports bad data (a cross-entropy target
-// or an embedding id outside the vocabulary), the CUDA kernel cannot
-// without synchronising: it writes NaN instead (the loss and gradient row;
-// the embedding row) and skips the id in the embedding backward, as
-// norm_loss.h and embedding.h state. On a machine without the device a
-// kernel returns FailedPrecondition naming the op ("Gelu: no CUDA device:
-// cuda:0 requested, 0 present") and launches nothing.
+// never synchronises with the host, except Reduce's and
+// CrossEntropyMeanLoss's, whose ops return host values. Where the CPU kernel
+// reports bad data (a cross-entropy target or an embedding id outside the
+// vocabulary), the CUDA kernel cannot without synchronising: it writes NaN
+// instead (the loss and gradient row; the embedding row) and skips the id in
+// the embedding backward, as norm_loss.h and embedding.h state. On a machine
+// without the device a kernel returns FailedPrecondition naming the op ("Gelu:
+// no CUDA device: cuda:0 requested, 0 present") and launches nothing.
 //
 // Numerics: fp32 arithmetic; results match the CPU kernels within the
 // bounds that the gpu-tagged tests state (fp32 reduction order and 16-bit

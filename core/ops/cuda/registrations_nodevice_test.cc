@@ -66,6 +66,7 @@ TEST(CudaRegistrationsTest, SlotsHoldCudaKernels) {
   ExpectCudaKernel(RMSNormBackwardKernels());
   ExpectCudaKernel(CrossEntropyForwardKernels());
   ExpectCudaKernel(CrossEntropyBackwardKernels());
+  ExpectCudaKernel(CrossEntropyMeanLossKernels());
   ExpectCudaKernel(ShardedCrossEntropyRowMaxKernels());
   ExpectCudaKernel(ShardedCrossEntropySumsKernels());
   ExpectCudaKernel(ShardedCrossEntropyLossKernels());
@@ -166,6 +167,8 @@ TEST_F(NoCudaDeviceTest, OpsOnCudaTensorsGiveClearErrors) {
                  "CrossEntropyForward");
   ExpectNoDevice(CrossEntropyBackward(x, targets, rows, rows2, &y),
                  "CrossEntropyBackward");
+  ExpectNoDevice(CrossEntropyMeanLoss(rows, targets).status(),
+                 "CrossEntropyMeanLoss");
   ExpectNoDevice(ShardedCrossEntropyRowMax(x, 8, &rows),
                  "ShardedCrossEntropyRowMax");
   Tensor sums = Fake({2, 4}, DType::kFloat32);

@@ -1247,6 +1247,23 @@ TEST_F(CudaKernelTest, ShardedCrossEntropy) {
   }
 }
 
+// Host values from the same per-token losses: the CPU's sum, count and mean.
+TEST_F(CudaKernelTest, CrossEntropyMeanLossIsExact) {
+  const int64_t rows = 45, vocab = 300;
+  const Tensor logits = RandomHost({rows, vocab}, kF32, 29, -8.0f, 8.0f);
+  const Tensor targets = Targets(rows, vocab, DType::kInt32);
+  Tensor loss = Tensor::Empty({rows}, kF32), lse = Tensor::Empty({rows}, kF32);
+  ASSERT_TRUE(CrossEntropyForward(logits, targets, &loss, &lse).ok());
+  const MeanLoss want = *CrossEntropyMeanLoss(loss, targets);
+  const absl::StatusOr<MeanLoss> got =
+      CrossEntropyMeanLoss(ToCuda(loss), ToCuda(targets));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->sum, want.sum);
+  EXPECT_EQ(got->count, want.count);
+  EXPECT_EQ(got->mean, want.mean);
+  EXPECT_EQ(want.count, rows - (rows + 3) / 7);  // Every seventh ignored.
+}
+
 // The CPU kernel refuses a target outside the vocabulary; the CUDA kernel
 // cannot without synchronising, so it makes the loss and the gradient row
 // NaN (registrations.h) and leaves the other rows as they should be.
