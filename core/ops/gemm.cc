@@ -515,7 +515,7 @@ void RunCpuGemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
   const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
   const int64_t a_stride = m * k, b_stride = d.b_shared ? 0 : k * n;
   const int64_t c_stride = m * n;
-  if (d.batch == 1 && a.dtype() == DType::kBFloat16 &&
+  if (d.batch == 1 && k > 0 && a.dtype() == DType::kBFloat16 &&
       c->dtype() == DType::kBFloat16 &&
       ChooseBf16Path(trans_a, trans_b, m, n, k, alpha, a.data<BFloat16>(), lda,
                      b.data<BFloat16>(), ldb) == GemmPath::kNativeBF16) {
@@ -552,7 +552,11 @@ void RunCpuGemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
   };
   ThreadPool& pool = ThreadPool::Global();
   const double flops = 2.0 * m * n * k;
-  if (d.batch > 1 && pool.num_threads() > 1 && flops < 8e6) {
+  if (k == 0) {
+    // An empty product: c = beta * c (zeros, c unread, for beta == 0). The
+    // GEMM routines would reject the leading dimension of 0.
+    ScaleC(beta, out, d.batch * m, n, n);
+  } else if (d.batch > 1 && pool.num_threads() > 1 && flops < 8e6) {
     // Small matrices: one single-threaded GEMM per pool thread.
     pool.ParallelFor(d.batch, 1, [&](int64_t i0, int64_t i1) {
       ScopedSingleThreadedGemm single;

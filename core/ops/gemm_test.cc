@@ -512,6 +512,29 @@ TEST(GemmTest, BadInputsNameShapesAndLeaveOutputUntouched) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
 }
 
+// k == 0: the product is empty, so c = beta * c, and zeros that ignore NaNs
+// in c for beta == 0 (the GEMM routines would reject a leading dimension
+// of 0).
+TEST(GemmTest, EmptyInnerDimensionGivesBetaTimesC) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    const Tensor a = Tensor::Zeros({4, 0}, dt);
+    const Tensor b = Tensor::Zeros({0, 6}, dt);
+    Tensor c =
+        Tensor::Full({4, 6}, std::numeric_limits<double>::quiet_NaN(), dt);
+    ASSERT_TRUE(Gemm(a, false, b, false, &c).ok());
+    for (double v : c.ToDoubles()) EXPECT_EQ(v, 0.0);
+    c = Tensor::Full({4, 6}, 3.0, dt);
+    ASSERT_TRUE(Gemm(Tensor::Zeros({0, 4}, dt), true, Tensor::Zeros({6, 0}, dt),
+                     true, &c, 1.0f, 0.5f)
+                    .ok());
+    for (double v : c.ToDoubles()) EXPECT_EQ(v, 1.5);
+    const Tensor a3 = Tensor::Zeros({2, 4, 0}, dt);
+    Tensor c3 = Tensor::Full({2, 4, 6}, 2.0, dt);
+    ASSERT_TRUE(BatchedGemm(a3, false, b, false, &c3, 1.0f, 2.0f).ok());
+    for (double v : c3.ToDoubles()) EXPECT_EQ(v, 4.0);
+  }
+}
+
 TEST(GemmTest, CudaTensorsNeedARegisteredKernel) {
   Tensor a = testing::FakeCudaTensor({4, 8}, DType::kFloat32);
   Tensor b = testing::FakeCudaTensor({8, 3}, DType::kFloat32);

@@ -33,9 +33,9 @@ if [[ ${#binaries[@]} -eq 0 ]]; then
   binaries=(
     "${bin_root}/core/cuda/runtime_test"
     "${bin_root}/core/cuda/runtime_nodevice_test"
-    "${bin_root}/core/ops/cuda/ops_test"
+    "${bin_root}/core/ops/cuda/registrations_test"
     "${bin_root}/core/ops/cuda/gemm_test"
-    "${bin_root}/core/ops/cuda/ops_nodevice_test"
+    "${bin_root}/core/ops/cuda/registrations_nodevice_test"
     "${bin_root}/core/ops/cuda/bench"
   )
 fi

@@ -37,8 +37,8 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 tests=(
   core/cuda/runtime_nodevice_test
   core/cuda/runtime_test
-  core/ops/cuda/ops_nodevice_test
-  core/ops/cuda/ops_test
+  core/ops/cuda/registrations_nodevice_test
+  core/ops/cuda/registrations_test
   core/ops/cuda/gemm_test
 )
 passed=0 failed=0 timed_out=0 skipped=0 failures=()

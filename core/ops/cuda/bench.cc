@@ -1,11 +1,13 @@
-// GPU benchmark: cuBLAS GEMM TFLOP/s through ops::cuda::Gemm beside a direct
-// cublasGemmEx call, and GB/s of the memory-bound kernels beside a
+// GPU benchmark of the registered CUDA kernels, called through the dispatch
+// ops as library code calls them: GEMM TFLOP/s through ops::Gemm beside a
+// direct cublasGemmEx call, and GB/s of the memory-bound kernels beside a
 // device-to-device cudaMemcpy. Prints "no CUDA device" and exits 0 without a
 // GPU.
 //
 //   bench [--iters=20] [--gemm=true] [--memory=true] [--mem_elements=67108864]
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -17,8 +19,14 @@
 #include "core/cuda/cuda_status.h"
 #include "core/cuda/event.h"
 #include "core/cuda/runtime.h"
+#include "core/ops/activation.h"
+#include "core/ops/adamw.h"
+#include "core/ops/bias.h"
+#include "core/ops/cross_entropy.h"
 #include "core/ops/cuda/gemm.h"
-#include "core/ops/cuda/ops.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/gemm.h"
+#include "core/ops/norm.h"
 #include "core/status_macros.h"
 
 ABSL_FLAG(int, iters, 20, "timed iterations per measurement");
@@ -31,6 +39,8 @@ namespace mcc {
 namespace {
 
 namespace oc = ::mcc::ops::cuda;
+
+const Device kGpu = Device::CUDA(0);
 
 // Mean milliseconds of fn over --iters runs after two warm-up runs.
 double TimeMs(const std::function<void()>& fn) {
@@ -56,7 +66,7 @@ Tensor Random(const Shape& shape, DType dtype, float lo = -1.0f,
     s = s * 1664525u + 1013904223u;
     v[i] = lo + (hi - lo) * ((s >> 8) * (1.0f / 16777216.0f));
   }
-  return *Tensor::FromVector(v, shape, dtype)->To(Device::CUDA(0));
+  return *Tensor::FromVector(v, shape, dtype)->To(kGpu);
 }
 
 struct GemmShape {
@@ -75,32 +85,26 @@ void BenchGemm() {
   struct Kind {
     const char* name;
     DType dtype;
-    bool tf32;
   };
-  const Kind kinds[] = {{"fp32", DType::kFloat32, false},
-                        {"tf32", DType::kFloat32, true},
-                        {"bf16", DType::kBFloat16, false}};
+  const Kind kinds[] = {{"fp32", DType::kFloat32}, {"bf16", DType::kBFloat16}};
   std::printf("%-24s %-5s %-20s %12s %12s\n", "gemm", "type", "MxNxK",
-              "ours TF/s", "cublas TF/s");
+              "ops TF/s", "cublas TF/s");
   cublasHandle_t handle = *oc::CublasHandle(0);
   for (const GemmShape& g : shapes) {
     for (const Kind& kind : kinds) {
       Tensor a = Random({g.m, g.k}, kind.dtype);
       Tensor b = Random({g.k, g.n}, kind.dtype);
-      Tensor c = Tensor::Empty({g.m, g.n}, kind.dtype, Device::CUDA(0));
-      oc::GemmOptions o;
-      o.allow_tf32 = kind.tf32;
-      const double ours = TimeMs([&] { MCC_CHECK_OK(oc::Gemm(a, b, c, o)); });
+      Tensor c = Tensor::Empty({g.m, g.n}, kind.dtype, kGpu);
+      const double ours =
+          TimeMs([&] { MCC_CHECK_OK(ops::Gemm(a, false, b, false, &c)); });
       const cudaDataType_t t =
           kind.dtype == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
-      const cublasComputeType_t compute =
-          kind.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       const float alpha = 1.0f, beta = 0.0f;
       const double direct = TimeMs([&] {
         MCC_CHECK_OK(oc::CublasToStatus(
             cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, g.n, g.m, g.k,
                          &alpha, b.raw_data(), t, g.n, a.raw_data(), t, g.k,
-                         &beta, c.raw_data(), t, g.n, compute,
+                         &beta, c.raw_data(), t, g.n, CUBLAS_COMPUTE_32F,
                          CUBLAS_GEMM_DEFAULT),
             "cublasGemmEx"));
       });
@@ -127,75 +131,98 @@ void BenchMemory() {
       static_cast<long long>(rows * cols), static_cast<long long>(rows),
       static_cast<long long>(cols));
   const double e = static_cast<double>(rows * cols);
-  Tensor x32 = Random({rows, cols}, DType::kFloat32);
-  Tensor y32 = Tensor::Empty({rows, cols}, DType::kFloat32, Device::CUDA(0));
+  const Shape shape = {rows, cols};
+  Tensor x32 = Random(shape, DType::kFloat32);
+  Tensor y32 = Tensor::Empty(shape, DType::kFloat32, kGpu);
   Report(
       "cudaMemcpy D2D fp32", 8 * e, TimeMs([&] {
         MCC_CUDA_CHECK(cudaMemcpyAsync(y32.raw_data(), x32.raw_data(),
                                        x32.nbytes(), cudaMemcpyDeviceToDevice));
       }));
-  Tensor x16 = Random({rows, cols}, DType::kBFloat16);
-  Tensor dy32 = Random({rows, cols}, DType::kFloat32);
-  Tensor dy16 = Random({rows, cols}, DType::kBFloat16);
-  Report("gelu fwd fp32", 8 * e, TimeMs([&] { (void)*oc::GeluForward(x32); }));
-  Report("gelu fwd bf16", 4 * e, TimeMs([&] { (void)*oc::GeluForward(x16); }));
+  Tensor x16 = Random(shape, DType::kBFloat16);
+  Tensor y16 = Tensor::Empty(shape, DType::kBFloat16, kGpu);
+  Tensor dy32 = Random(shape, DType::kFloat32);
+  Tensor dy16 = Random(shape, DType::kBFloat16);
+  Report("gelu fwd fp32", 8 * e,
+         TimeMs([&] { MCC_CHECK_OK(ops::Gelu(x32, &y32)); }));
+  Report("gelu fwd bf16", 4 * e,
+         TimeMs([&] { MCC_CHECK_OK(ops::Gelu(x16, &y16)); }));
   Report("gelu bwd fp32", 12 * e,
-         TimeMs([&] { (void)*oc::GeluBackward(dy32, x32); }));
+         TimeMs([&] { MCC_CHECK_OK(ops::GeluBackward(dy32, x32, &y32)); }));
   Report("gelu bwd bf16", 6 * e,
-         TimeMs([&] { (void)*oc::GeluBackward(dy16, x16); }));
+         TimeMs([&] { MCC_CHECK_OK(ops::GeluBackward(dy16, x16, &y16)); }));
   Tensor b32 = Random({cols}, DType::kFloat32);
   Tensor b16 = Random({cols}, DType::kBFloat16);
-  Report("bias add fp32", 8 * e, TimeMs([&] { (void)*oc::BiasAdd(x32, b32); }));
-  Report("bias add bf16", 4 * e, TimeMs([&] { (void)*oc::BiasAdd(x16, b16); }));
-  Report("bias grad fp32", 4 * e, TimeMs([&] { (void)*oc::BiasGrad(dy32); }));
-  Report("bias grad bf16", 2 * e, TimeMs([&] { (void)*oc::BiasGrad(dy16); }));
+  Tensor db = Tensor::Zeros({cols}, DType::kFloat32, kGpu);
+  Report("bias add fp32", 8 * e,
+         TimeMs([&] { MCC_CHECK_OK(ops::BiasAdd(x32, b32, &y32)); }));
+  Report("bias add bf16", 4 * e,
+         TimeMs([&] { MCC_CHECK_OK(ops::BiasAdd(x16, b16, &y16)); }));
+  Report("bias grad fp32", 4 * e,
+         TimeMs([&] { MCC_CHECK_OK(ops::BiasAddBackward(dy32, &db)); }));
+  Report("bias grad bf16", 2 * e,
+         TimeMs([&] { MCC_CHECK_OK(ops::BiasAddBackward(dy16, &db)); }));
   Report("convert fp32->bf16", 6 * e,
-         TimeMs([&] { (void)*oc::Convert(x32, DType::kBFloat16); }));
+         TimeMs([&] { MCC_CHECK_OK(ops::Convert(x32, &y16)); }));
   Report("convert bf16->fp32", 6 * e,
-         TimeMs([&] { (void)*oc::Convert(x16, DType::kFloat32); }));
+         TimeMs([&] { MCC_CHECK_OK(ops::Convert(x16, &y32)); }));
+  Report("fill fp32", 4 * e,
+         TimeMs([&] { MCC_CHECK_OK(ops::Fill(1.5, &y32)); }));
+  Report("accumulate bf16 -> fp32", 10 * e,
+         TimeMs([&] { MCC_CHECK_OK(ops::Accumulate(x16, 0.5f, &y32)); }));
   {
     Tensor p = Random({rows * cols}, DType::kFloat32);
     Tensor g = Random({rows * cols}, DType::kFloat32);
-    Tensor m = Tensor::Zeros({rows * cols}, DType::kFloat32, Device::CUDA(0));
-    Tensor v = Tensor::Zeros({rows * cols}, DType::kFloat32, Device::CUDA(0));
-    Tensor p16 =
-        Tensor::Empty({rows * cols}, DType::kBFloat16, Device::CUDA(0));
-    int64_t step = 0;
+    Tensor m = Tensor::Zeros({rows * cols}, DType::kFloat32, kGpu);
+    Tensor v = Tensor::Zeros({rows * cols}, DType::kFloat32, kGpu);
+    Tensor p16 = Tensor::Empty({rows * cols}, DType::kBFloat16, kGpu);
+    ops::AdamWConfig config;
     Report("adamw fp32 (+bf16 copy)", 30 * e, TimeMs([&] {
-             MCC_CHECK_OK(
-                 oc::AdamWStep(p, g, m, v, oc::AdamWConfig(), ++step, &p16));
+             ++config.step;
+             MCC_CHECK_OK(ops::AdamWStep(config, g, &p, &m, &v, &p16));
            }));
   }
   Tensor gamma = Random({cols}, DType::kFloat32, 0.5f, 1.5f);
   Tensor beta = Random({cols}, DType::kFloat32);
+  Tensor mean = Tensor::Empty({rows}, DType::kFloat32, kGpu);
+  Tensor rstd = Tensor::Empty({rows}, DType::kFloat32, kGpu);
+  Tensor dgamma = Tensor::Zeros({cols}, DType::kFloat32, kGpu);
+  Tensor dbeta = Tensor::Zeros({cols}, DType::kFloat32, kGpu);
   for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
     const Tensor& x = dt == DType::kFloat32 ? x32 : x16;
     const Tensor& dy = dt == DType::kFloat32 ? dy32 : dy16;
+    Tensor& y = dt == DType::kFloat32 ? y32 : y16;
     const double s = static_cast<double>(DTypeSize(dt));
-    oc::LayerNormOutput out = *oc::LayerNormForward(x, gamma, beta, 1e-5f);
+    MCC_CHECK_OK(
+        ops::LayerNormForward(x, gamma, beta, 1e-5f, &y, &mean, &rstd));
     Report(dt == DType::kFloat32 ? "layernorm fwd fp32" : "layernorm fwd bf16",
-           2 * s * e,
-           TimeMs([&] { (void)*oc::LayerNormForward(x, gamma, beta, 1e-5f); }));
+           2 * s * e, TimeMs([&] {
+             MCC_CHECK_OK(ops::LayerNormForward(x, gamma, beta, 1e-5f, &y,
+                                                &mean, &rstd));
+           }));
     Report(dt == DType::kFloat32 ? "layernorm bwd fp32" : "layernorm bwd bf16",
            3 * s * e, TimeMs([&] {
-             (void)*oc::LayerNormBackward(dy, x, gamma, out.mean, out.rstd);
+             MCC_CHECK_OK(ops::LayerNormBackward(dy, x, gamma, mean, rstd, &y,
+                                                 &dgamma, &dbeta));
            }));
   }
   {
     const int64_t vocab = 50304, tokens = std::max<int64_t>(1, n / vocab);
     Tensor logits = Random({tokens, vocab}, DType::kBFloat16, -5.0f, 5.0f);
+    Tensor dlogits = Tensor::Empty({tokens, vocab}, DType::kBFloat16, kGpu);
     std::vector<int64_t> labels(tokens);
     for (int64_t i = 0; i < tokens; ++i) labels[i] = (i * 7919) % vocab;
-    Tensor lab = *Tensor::FromInts(labels, {tokens})->To(Device::CUDA(0));
-    Tensor dloss =
-        Tensor::Full({tokens}, 1.0 / tokens, DType::kFloat32, Device::CUDA(0));
-    oc::CrossEntropyOutput out = *oc::SoftmaxCrossEntropyForward(logits, lab);
+    Tensor lab = *Tensor::FromInts(labels, {tokens})->To(kGpu);
+    Tensor dloss = Tensor::Full({tokens}, 1.0 / tokens, DType::kFloat32, kGpu);
+    Tensor loss = Tensor::Empty({tokens}, DType::kFloat32, kGpu);
+    Tensor lse = Tensor::Empty({tokens}, DType::kFloat32, kGpu);
     const double le = static_cast<double>(tokens * vocab);
-    Report("cross-entropy fwd bf16 (v=50304)", 2 * le,
-           TimeMs([&] { (void)*oc::SoftmaxCrossEntropyForward(logits, lab); }));
+    Report("cross-entropy fwd bf16 (v=50304)", 2 * le, TimeMs([&] {
+             MCC_CHECK_OK(ops::CrossEntropyForward(logits, lab, &loss, &lse));
+           }));
     Report("cross-entropy bwd bf16 (v=50304)", 4 * le, TimeMs([&] {
-             (void)*oc::SoftmaxCrossEntropyBackward(dloss, logits, lab,
-                                                    out.lse);
+             MCC_CHECK_OK(
+                 ops::CrossEntropyBackward(logits, lab, lse, dloss, &dlogits));
            }));
   }
   MCC_CHECK_OK(cuda::Synchronize(0));

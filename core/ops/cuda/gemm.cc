@@ -2,11 +2,13 @@
 
 #include <cuda_runtime.h>
 
-#include <optional>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
+#include "core/ops/cuda/elementwise.h"
+#include "core/ops/cuda/launch.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -15,77 +17,106 @@ namespace cuda {
 namespace {
 
 constexpr int kMaxDevices = 64;
-constexpr absl::string_view kOp = "Gemm";
-
-absl::Status Invalid(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(kOp, ": ", what));
-}
+constexpr int64_t kIntMax = 2147483647;
 
 cudaDataType_t CudaType(DType dtype) {
-  return dtype == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
+  switch (dtype) {
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
+    case DType::kFloat16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
+  }
 }
 
-struct GemmShape {
-  int64_t batch = 1;
-  int64_t m = 0, n = 0, k = 0;
-  bool batched = false;
-};
-
-std::string Operands(const Tensor& a, const Tensor& b, const GemmOptions& o) {
-  return absl::StrCat("A ", a.Describe(), o.trans_a ? " (transposed)" : "",
-                      ", B ", b.Describe(), o.trans_b ? " (transposed)" : "");
+// Whether cublasGemmEx with CUBLAS_COMPUTE_32F takes operands of `in` and a
+// C of `out` directly: fp32 -> fp32, and 16-bit operands -> their own type
+// or fp32. Other outputs go through an fp32 staging C.
+bool DirectOutput(DType in, DType out) {
+  return out == DType::kFloat32 ? true : in == out;
 }
 
-absl::StatusOr<GemmShape> InferShape(const Tensor& a, const Tensor& b,
-                                     const GemmOptions& o) {
-  for (const Tensor* t : {&a, &b}) {
-    if (!t->defined()) return Invalid("undefined operand");
-    if (!t->device().is_cuda()) {
-      return Invalid(absl::StrCat("operands must be CUDA tensors, got ",
-                                  Operands(a, b, o)));
+absl::Status RunGemm(const char* op, const Tensor& a, bool trans_a,
+                     const Tensor& b, bool trans_b, Tensor* c, float alpha,
+                     float beta, bool batched) {
+  const int64_t m = trans_a ? a.size(-1) : a.size(-2);
+  const int64_t k = trans_a ? a.size(-2) : a.size(-1);
+  const int64_t n = trans_b ? b.size(-2) : b.size(-1);
+  const int64_t batch = batched ? c->size(0) : 1;
+  const bool b_shared = batched && b.dim() == 2;
+  KernelScope scope(op, *c);
+  MCC_RETURN_IF_ERROR(scope.status());
+  if (m > kIntMax || n > kIntMax || k > kIntMax || batch > kIntMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": dimensions exceed cuBLAS's int32 (m ", m, ", n ", n,
+                     ", k ", k, ", batch ", batch, ")"));
+  }
+  if (m == 0 || n == 0 || batch == 0) return absl::OkStatus();
+  const cudaStream_t stream = scope.stream();
+  if (k == 0) {
+    // The product is empty: c = beta * c, and zeros without reading c when
+    // beta == 0 (cuBLAS may leave c untouched for k == 0).
+    if (beta == 0.0f) {
+      return scope.Check(
+          cudaMemsetAsync(c->raw_data(), 0, c->nbytes(), stream));
+    }
+    const cuda_kernels::ElemType ct = ElemTypeOf(*c);
+    return scope.Check(cuda_kernels::Scale(
+        c->raw_data(), ct, beta, c->raw_data(), ct, c->numel(), stream));
+  }
+
+  // A C type that cuBLAS cannot write from these operands is staged in fp32
+  // (the CPU kernel's own route: compute in fp32, round once). The staging
+  // buffer returns to the caching allocator at once; work later in this
+  // stream's order may reuse it safely.
+  Tensor out = *c;
+  if (!DirectOutput(a.dtype(), c->dtype())) {
+    out = Tensor::Empty(c->shape(), DType::kFloat32, c->device());
+    if (beta != 0.0f) {
+      MCC_RETURN_IF_ERROR(scope.Check(cuda_kernels::Convert(
+          c->raw_data(), ElemTypeOf(*c), out.raw_data(),
+          cuda_kernels::ElemType::kF32, c->numel(), stream)));
     }
   }
-  MCC_RETURN_IF_ERROR(::mcc::cuda::CheckDeviceIndex(a.device().index));
-  if (a.device() != b.device()) {
-    return Invalid(
-        absl::StrCat("operands on different devices: ", Operands(a, b, o)));
-  }
-  if (a.dtype() != b.dtype() ||
-      (a.dtype() != DType::kFloat32 && a.dtype() != DType::kBFloat16)) {
-    return Invalid(absl::StrCat("A and B must both be fp32 or both bf16, got ",
-                                Operands(a, b, o)));
-  }
-  if (a.dim() != b.dim() || (a.dim() != 2 && a.dim() != 3)) {
-    return Invalid(absl::StrCat("A and B must both be 2-D or both 3-D, got ",
-                                Operands(a, b, o)));
-  }
-  GemmShape s;
-  s.batched = a.dim() == 3;
-  if (s.batched) {
-    if (a.size(0) != b.size(0)) {
-      return Invalid(absl::StrCat("batch sizes differ: ", Operands(a, b, o)));
-    }
-    s.batch = a.size(0);
-  }
-  s.m = o.trans_a ? a.size(-1) : a.size(-2);
-  s.k = o.trans_a ? a.size(-2) : a.size(-1);
-  const int64_t kb = o.trans_b ? b.size(-1) : b.size(-2);
-  s.n = o.trans_b ? b.size(-2) : b.size(-1);
-  if (kb != s.k) {
-    return Invalid(absl::StrCat("inner dimensions differ (", s.k, " vs ", kb,
-                                "): ", Operands(a, b, o)));
-  }
-  constexpr int64_t kIntMax = 2147483647;
-  if (s.m > kIntMax || s.n > kIntMax || s.k > kIntMax || s.batch > kIntMax) {
-    return Invalid(
-        absl::StrCat("dimensions exceed int32: ", Operands(a, b, o)));
-  }
-  return s;
-}
+  MCC_ASSIGN_OR_RETURN(cublasHandle_t handle, CublasHandle(c->device().index));
 
-Shape OutShape(const GemmShape& s) {
-  if (s.batched) return {s.batch, s.m, s.n};
-  return {s.m, s.n};
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the
+  // column-major call takes B first with the row-major leading dimensions.
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int cm = static_cast<int>(n), cn = static_cast<int>(m),
+            ck = static_cast<int>(k);
+  const int ldb = static_cast<int>(trans_b ? k : n);
+  const int lda = static_cast<int>(trans_a ? m : k);
+  const int ldc = static_cast<int>(n);
+  const cudaDataType_t in_type = CudaType(a.dtype());
+  const cudaDataType_t out_type = CudaType(out.dtype());
+  if (!batched) {
+    MCC_RETURN_IF_ERROR(CublasToStatus(
+        cublasGemmEx(handle, op_b, op_a, cm, cn, ck, &alpha, b.raw_data(),
+                     in_type, ldb, a.raw_data(), in_type, lda, &beta,
+                     out.raw_data(), out_type, ldc, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx"));
+  } else {
+    // A shared b is batch stride 0: every entry reads the same matrix.
+    const long long stride_a = m * k, stride_b = b_shared ? 0 : k * n,
+                    stride_c = m * n;
+    MCC_RETURN_IF_ERROR(CublasToStatus(
+        cublasGemmStridedBatchedEx(
+            handle, op_b, op_a, cm, cn, ck, &alpha, b.raw_data(), in_type, ldb,
+            stride_b, a.raw_data(), in_type, lda, stride_a, &beta,
+            out.raw_data(), out_type, ldc, stride_c, static_cast<int>(batch),
+            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx"));
+  }
+  if (out.raw_data() != c->raw_data()) {
+    return scope.Check(cuda_kernels::Convert(
+        out.raw_data(), cuda_kernels::ElemType::kF32, c->raw_data(),
+        ElemTypeOf(*c), c->numel(), stream));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -98,7 +129,10 @@ absl::Status CublasToStatus(cublasStatus_t status, const char* call) {
 
 absl::StatusOr<cublasHandle_t> CublasHandle(int device) {
   MCC_RETURN_IF_ERROR(::mcc::cuda::CheckDeviceIndex(device));
-  if (device >= kMaxDevices) return Invalid("device index too large");
+  if (device >= kMaxDevices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuBLAS: device index ", device, " beyond ", kMaxDevices));
+  }
   // Never destroyed: destroying at thread or process exit can race the
   // driver's own teardown.
   thread_local cublasHandle_t handles[kMaxDevices] = {};
@@ -113,73 +147,16 @@ absl::StatusOr<cublasHandle_t> CublasHandle(int device) {
   return handle;
 }
 
-absl::Status Gemm(const Tensor& a, const Tensor& b, Tensor& c,
-                  const GemmOptions& o) {
-  MCC_ASSIGN_OR_RETURN(const GemmShape s, InferShape(a, b, o));
-  const Shape want = OutShape(s);
-  const bool c_ok = c.defined() && c.device() == a.device() &&
-                    c.shape() == want &&
-                    (c.dtype() == a.dtype() || c.dtype() == DType::kFloat32);
-  if (!c_ok) {
-    return Invalid(absl::StrCat("C must be ", DTypeName(a.dtype()),
-                                a.dtype() == DType::kBFloat16 ? " or fp32" : "",
-                                ShapeToString(want), " on ",
-                                a.device().ToString(), ", got ", c.Describe(),
-                                " for ", Operands(a, b, o)));
-  }
-  if (s.m == 0 || s.n == 0 || s.batch == 0) return absl::OkStatus();
-  const int device = a.device().index;
-  MCC_ASSIGN_OR_RETURN(cublasHandle_t handle, CublasHandle(device));
-  ::mcc::cuda::DeviceGuard guard(device);
-  if (s.k == 0 && o.beta == 0.0f) {
-    // cuBLAS may leave C untouched for k == 0; define it as zero.
-    c.Zero();
-    return absl::OkStatus();
-  }
-
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the
-  // column-major call takes B first with the row-major leading dimensions.
-  const cublasOperation_t op_b = o.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = o.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int m = static_cast<int>(s.n), n = static_cast<int>(s.m),
-            k = static_cast<int>(s.k);
-  const int ldb = static_cast<int>(o.trans_b ? s.k : s.n);
-  const int lda = static_cast<int>(o.trans_a ? s.m : s.k);
-  const int ldc = static_cast<int>(s.n);
-  const cublasComputeType_t compute =
-      (a.dtype() == DType::kFloat32 && o.allow_tf32)
-          ? CUBLAS_COMPUTE_32F_FAST_TF32
-          : CUBLAS_COMPUTE_32F;
-  const cudaDataType_t in_type = CudaType(a.dtype());
-  const cudaDataType_t out_type = CudaType(c.dtype());
-  if (!s.batched) {
-    return CublasToStatus(
-        cublasGemmEx(handle, op_b, op_a, m, n, k, &o.alpha, b.raw_data(),
-                     in_type, ldb, a.raw_data(), in_type, lda, &o.beta,
-                     c.raw_data(), out_type, ldc, compute, CUBLAS_GEMM_DEFAULT),
-        "cublasGemmEx");
-  }
-  const long long stride_a = s.m * s.k, stride_b = s.k * s.n,
-                  stride_c = s.m * s.n;
-  return CublasToStatus(
-      cublasGemmStridedBatchedEx(
-          handle, op_b, op_a, m, n, k, &o.alpha, b.raw_data(), in_type, ldb,
-          stride_b, a.raw_data(), in_type, lda, stride_a, &o.beta, c.raw_data(),
-          out_type, ldc, stride_c, static_cast<int>(s.batch), compute,
-          CUBLAS_GEMM_DEFAULT),
-      "cublasGemmStridedBatchedEx");
+absl::Status GemmCuda(const Tensor& a, bool trans_a, const Tensor& b,
+                      bool trans_b, Tensor* c, float alpha, float beta) {
+  return RunGemm("Gemm", a, trans_a, b, trans_b, c, alpha, beta,
+                 /*batched=*/false);
 }
 
-absl::StatusOr<Tensor> Matmul(const Tensor& a, const Tensor& b,
-                              const GemmOptions& options,
-                              std::optional<DType> out_dtype) {
-  MCC_ASSIGN_OR_RETURN(const GemmShape s, InferShape(a, b, options));
-  Tensor c =
-      Tensor::Empty(OutShape(s), out_dtype.value_or(a.dtype()), a.device());
-  GemmOptions o = options;
-  o.beta = 0.0f;
-  MCC_RETURN_IF_ERROR(Gemm(a, b, c, o));
-  return c;
+absl::Status BatchedGemmCuda(const Tensor& a, bool trans_a, const Tensor& b,
+                             bool trans_b, Tensor* c, float alpha, float beta) {
+  return RunGemm("BatchedGemm", a, trans_a, b, trans_b, c, alpha, beta,
+                 /*batched=*/true);
 }
 
 }  // namespace cuda

@@ -1,16 +1,15 @@
-// cuBLAS GEMMs for CUDA tensors, row-major:
-//   C = alpha * op(A) * op(B) + beta * C
-// A is [M, K] ([K, M] when trans_a), B is [K, N] ([N, K] when trans_b), C is
-// [M, N]; with a leading batch dimension on all three (equal sizes) the
-// batched strided GEMM runs. Inputs fp32 -> C fp32 (true fp32 unless
-// allow_tf32), or bf16 -> C bf16 or fp32; accumulation is fp32 throughout.
-// Runs on the device's current stream (core/cuda/stream.h).
+// cuBLAS kernels of the Gemm and BatchedGemm slots (core/ops/gemm.h), with
+// the CPU kernels' contract: row-major c = alpha * op(a) op(b) + beta * c, a
+// and b both fp32, both bf16 or both fp16, c fp32, bf16 or fp16, fp32
+// accumulation (CUBLAS_COMPUTE_32F: true fp32 for fp32 operands, no TF32),
+// beta == 0 never reading c, a batched b of rank 2 shared by every entry.
+// They run on the device's current stream (core/cuda/stream.h) and never
+// synchronise. Linking //core/ops/cuda:registrations puts them in the slots;
+// call ops::Gemm and ops::BatchedGemm, not these.
 #ifndef CORE_OPS_CUDA_GEMM_H_
 #define CORE_OPS_CUDA_GEMM_H_
 
 #include <cublas_v2.h>
-
-#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -20,27 +19,15 @@ namespace mcc {
 namespace ops {
 namespace cuda {
 
-struct GemmOptions {
-  bool trans_a = false;
-  bool trans_b = false;
-  float alpha = 1.0f;
-  float beta = 0.0f;
-  // TF32 tensor cores for fp32 inputs (faster, ~1e-3 relative error). Off by
-  // default so results match fp32 references.
-  bool allow_tf32 = false;
-};
-
-// Writes C in place (its contents are read when beta != 0).
-absl::Status Gemm(const Tensor& a, const Tensor& b, Tensor& c,
-                  const GemmOptions& options = {});
-
-// A new C = alpha * op(A) op(B) of dtype out_dtype (default: A's dtype).
-absl::StatusOr<Tensor> Matmul(const Tensor& a, const Tensor& b,
-                              const GemmOptions& options = {},
-                              std::optional<DType> out_dtype = std::nullopt);
+// The slot kernels (arguments validated by the ops).
+absl::Status GemmCuda(const Tensor& a, bool trans_a, const Tensor& b,
+                      bool trans_b, Tensor* c, float alpha, float beta);
+absl::Status BatchedGemmCuda(const Tensor& a, bool trans_a, const Tensor& b,
+                             bool trans_b, Tensor* c, float alpha, float beta);
 
 // This thread's cuBLAS handle for a device, bound to its current stream
-// (created on first use, kept for the thread's life).
+// (created on first use, kept for the thread's life). FailedPrecondition
+// when the device does not exist.
 absl::StatusOr<cublasHandle_t> CublasHandle(int device);
 
 // OK, or an Internal error naming the call and cuBLAS's status string.

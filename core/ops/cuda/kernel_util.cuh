@@ -1,12 +1,16 @@
-// Device helpers shared by the .cu files of //core/ops/cuda:kernels: bf16
-// load/store (bit-exact with core/half.h: round to nearest even, NaN kept),
+// Device helpers shared by the .cu files of //core/ops/cuda:kernels: bf16 and
+// fp16 load/store (bit-exact with core/half.h: round to nearest even, NaN
+// kept, fp16 subnormals kept), loads and stores by run-time element type,
 // launch sizes and block reductions. Included by .cu files only.
 #ifndef CORE_OPS_CUDA_KERNEL_UTIL_CUH_
 #define CORE_OPS_CUDA_KERNEL_UTIL_CUH_
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "core/ops/cuda/elem_type.h"
 
 namespace mcc {
 namespace cuda_kernels {
@@ -25,20 +29,66 @@ __device__ __forceinline__ uint16_t FloatToBf16Bits(float f) {
   return static_cast<uint16_t>((u + bias) >> 16);
 }
 
-__device__ __forceinline__ float Load(const float* p, int64_t i) {
-  return p[i];
+__device__ __forceinline__ float Fp16BitsToFloat(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
 }
-__device__ __forceinline__ float Load(const uint16_t* p, int64_t i) {
-  return Bf16BitsToFloat(p[i]);
+
+// __float2half_rn rounds to nearest even, overflows to infinity and keeps
+// subnormals, as core/half.h's FloatToFloat16 does.
+__device__ __forceinline__ uint16_t FloatToFp16Bits(float f) {
+  return __half_as_ushort(__float2half_rn(f));
 }
-__device__ __forceinline__ void Store(float* p, int64_t i, float v) {
-  p[i] = v;
+
+// Element i of a float tensor of run-time type t, as fp32. The switch is
+// uniform across a warp (one tensor, one type), so it costs a few
+// instructions per element, hidden behind memory in these bandwidth-bound
+// kernels.
+__device__ __forceinline__ float LoadAs(const void* p, ElemType t, int64_t i) {
+  switch (t) {
+    case ElemType::kBF16:
+      return Bf16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
+    case ElemType::kF16:
+      return Fp16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
+    case ElemType::kI32:
+      return static_cast<float>(static_cast<const int32_t*>(p)[i]);
+    case ElemType::kI64:
+      return static_cast<float>(static_cast<const int64_t*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
 }
-__device__ __forceinline__ void Store(uint16_t* p, int64_t i, float v) {
-  p[i] = FloatToBf16Bits(v);
+
+// Stores v rounded to the run-time type t (integers truncate toward zero).
+__device__ __forceinline__ void StoreAs(void* p, ElemType t, int64_t i,
+                                        float v) {
+  switch (t) {
+    case ElemType::kBF16:
+      static_cast<uint16_t*>(p)[i] = FloatToBf16Bits(v);
+      break;
+    case ElemType::kF16:
+      static_cast<uint16_t*>(p)[i] = FloatToFp16Bits(v);
+      break;
+    case ElemType::kI32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case ElemType::kI64:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      break;
+    default:
+      static_cast<float*>(p)[i] = v;
+  }
 }
 
 constexpr int kThreads = 256;
+
+// The index of this thread in a 1-D grid and the grid's stride, for
+// grid-stride loops.
+__device__ __forceinline__ int64_t GlobalThread() {
+  return blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+}
+__device__ __forceinline__ int64_t GridStride() {
+  return int64_t{gridDim.x} * blockDim.x;
+}
 
 // Blocks for a grid-stride loop over n elements.
 inline unsigned int GridFor(int64_t n) {

@@ -1,0 +1,643 @@
+#include "core/ops/cuda/registrations.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/ops/activation.h"
+#include "core/ops/adamw.h"
+#include "core/ops/bias.h"
+#include "core/ops/cross_entropy.h"
+#include "core/ops/cuda/dropout.h"
+#include "core/ops/cuda/elementwise.h"
+#include "core/ops/cuda/embedding.h"
+#include "core/ops/cuda/gemm.h"
+#include "core/ops/cuda/launch.h"
+#include "core/ops/cuda/layout.h"
+#include "core/ops/cuda/loss.h"
+#include "core/ops/cuda/norm_loss.h"
+#include "core/ops/cuda/reduce.h"
+#include "core/ops/cuda/rotary.h"
+#include "core/ops/dropout.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/embedding.h"
+#include "core/ops/gemm.h"
+#include "core/ops/layout.h"
+#include "core/ops/loss_sum.h"
+#include "core/ops/multi_tensor.h"
+#include "core/ops/norm.h"
+#include "core/ops/reduce.h"
+#include "core/ops/rotary.h"
+#include "core/ops/sgd.h"
+#include "core/status_macros.h"
+#include "core/tensor_kernels.h"
+
+namespace mcc {
+namespace ops {
+namespace cuda {
+namespace {
+
+namespace k = ::mcc::cuda_kernels;
+
+// Rows and columns of x viewed as [rows, last dimension].
+void RowsCols(const Tensor& x, int64_t* rows, int64_t* cols) {
+  *cols = x.dim() == 0 ? 1 : x.size(-1);
+  *rows = *cols == 0 ? 0 : x.numel() / *cols;
+}
+
+const void* In(const Tensor& t) { return t.raw_data(); }
+void* Out(const Tensor* t) { return t == nullptr ? nullptr : t->raw_data(); }
+float* F32(const Tensor* t) {
+  return t == nullptr ? nullptr : static_cast<float*>(t->raw_data());
+}
+
+// ---- Activations, bias ----------------------------------------------------
+
+absl::Status GeluCuda(const Tensor& x, Tensor* y) {
+  KernelScope s("Gelu", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::Gelu(In(x), ElemTypeOf(x), Out(y), ElemTypeOf(*y),
+                         x.numel(), s.stream()));
+}
+
+absl::Status GeluBackwardCuda(const Tensor& dy, const Tensor& x, Tensor* dx) {
+  KernelScope s("GeluBackward", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::GeluBackward(In(dy), ElemTypeOf(dy), In(x), ElemTypeOf(x),
+                                 Out(dx), ElemTypeOf(*dx), x.numel(),
+                                 s.stream()));
+}
+
+absl::Status BiasGeluCuda(const Tensor& x, const Tensor& bias, Tensor* y) {
+  KernelScope s("BiasGelu", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, cols;
+  RowsCols(x, &rows, &cols);
+  return s.Check(k::BiasGelu(In(x), ElemTypeOf(x), In(bias), ElemTypeOf(bias),
+                             Out(y), ElemTypeOf(*y), rows, cols, s.stream()));
+}
+
+absl::Status BiasGeluBackwardCuda(const Tensor& dy, const Tensor& x,
+                                  const Tensor& bias, Tensor* dx,
+                                  Tensor* dbias) {
+  KernelScope s("BiasGeluBackward", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, cols;
+  RowsCols(x, &rows, &cols);
+  return s.Check(k::BiasGeluBackward(
+      In(dy), ElemTypeOf(dy), In(x), ElemTypeOf(x), In(bias), ElemTypeOf(bias),
+      Out(dx), ElemTypeOf(*dx), F32(dbias), rows, cols, s.stream()));
+}
+
+absl::Status SwiGLUCuda(const Tensor& x, Tensor* y) {
+  KernelScope s("SwiGLU", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, h;
+  RowsCols(*y, &rows, &h);
+  return s.Check(k::SwiGLU(In(x), ElemTypeOf(x), Out(y), ElemTypeOf(*y), rows,
+                           h, s.stream()));
+}
+
+absl::Status SwiGLUBackwardCuda(const Tensor& dy, const Tensor& x, Tensor* dx) {
+  KernelScope s("SwiGLUBackward", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, h;
+  RowsCols(dy, &rows, &h);
+  return s.Check(k::SwiGLUBackward(In(dy), ElemTypeOf(dy), In(x), ElemTypeOf(x),
+                                   Out(dx), ElemTypeOf(*dx), rows, h,
+                                   s.stream()));
+}
+
+absl::Status BiasAddCuda(const Tensor& x, const Tensor& bias, Tensor* y) {
+  KernelScope s("BiasAdd", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, cols;
+  RowsCols(x, &rows, &cols);
+  return s.Check(k::BiasAdd(In(x), ElemTypeOf(x), In(bias), ElemTypeOf(bias),
+                            Out(y), ElemTypeOf(*y), rows, cols, s.stream()));
+}
+
+absl::Status BiasAddBackwardCuda(const Tensor& dy, Tensor* dbias) {
+  KernelScope s("BiasAddBackward", dy);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, cols;
+  RowsCols(dy, &rows, &cols);
+  return s.Check(k::BiasGradAccumulate(In(dy), ElemTypeOf(dy), F32(dbias), rows,
+                                       cols, s.stream()));
+}
+
+// ---- Optimizer -------------------------------------------------------------
+
+absl::Status AdamWCuda(const AdamWConfig& cfg, const Tensor& grad,
+                       Tensor* param, Tensor* exp_avg, Tensor* exp_avg_sq,
+                       Tensor* param16) {
+  KernelScope s("AdamWStep", *param);
+  MCC_RETURN_IF_ERROR(s.status());
+  // The scalars exactly as the CPU kernel (core/ops/adamw.cc) computes them.
+  const double bc1 = 1.0 - std::pow(static_cast<double>(cfg.beta1), cfg.step);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(cfg.beta2), cfg.step);
+  k::AdamWScalars sc;
+  sc.step_size = static_cast<float>(cfg.lr / bc1);
+  sc.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  sc.decay = 1.0f - cfg.lr * cfg.weight_decay;
+  sc.beta1 = cfg.beta1;
+  sc.beta2 = cfg.beta2;
+  sc.eps = cfg.eps;
+  sc.grad_scale = cfg.grad_scale;
+  return s.Check(k::AdamWStep(
+      sc, In(grad), ElemTypeOf(grad), F32(param), F32(exp_avg), F32(exp_avg_sq),
+      Out(param16), param16 ? ElemTypeOf(*param16) : k::ElemType::kBF16,
+      param->numel(), s.stream()));
+}
+
+absl::Status SgdCuda(const SgdConfig& cfg, const Tensor& grad, Tensor* param,
+                     Tensor* momentum_buffer) {
+  KernelScope s("SgdStep", *param);
+  MCC_RETURN_IF_ERROR(s.status());
+  k::SgdScalars sc;
+  sc.lr = cfg.lr;
+  sc.momentum = cfg.momentum;
+  sc.weight_decay = cfg.weight_decay;
+  sc.grad_scale = cfg.grad_scale;
+  sc.nesterov = cfg.nesterov;
+  sc.first_step = cfg.first_step;
+  return s.Check(k::SgdStep(sc, In(grad), ElemTypeOf(grad), F32(param),
+                            F32(momentum_buffer), param->numel(), s.stream()));
+}
+
+// ---- Embedding -------------------------------------------------------------
+
+absl::Status EmbeddingLookupCuda(const Tensor& ids, const Tensor& table,
+                                 Tensor* out, const EmbeddingShard& shard) {
+  KernelScope s("EmbeddingLookup", table);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::EmbeddingLookup(
+      In(ids), ElemTypeOf(ids), ids.numel(), In(table), ElemTypeOf(table),
+      table.size(0), table.size(1), shard.vocab_start, shard.mask_outside,
+      Out(out), ElemTypeOf(*out), s.stream()));
+}
+
+absl::Status EmbeddingBackwardCuda(const Tensor& ids, const Tensor& dout,
+                                   Tensor* dtable,
+                                   const EmbeddingShard& shard) {
+  KernelScope s("EmbeddingBackward", *dtable);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(
+      k::EmbeddingBackward(In(ids), ElemTypeOf(ids), ids.numel(), In(dout),
+                           ElemTypeOf(dout), dtable->size(0), dtable->size(1),
+                           shard.vocab_start, F32(dtable), s.stream()));
+}
+
+// ---- Tensor primitives and elementwise ops --------------------------------
+
+// The bit pattern of value in x's dtype, converted as the CPU's FillCpu
+// converts it (core/tensor.cc).
+uint64_t FillPattern(double value, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: {
+      const float f = static_cast<float>(value);
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof(bits));
+      return bits;
+    }
+    case DType::kBFloat16:
+      return FloatToBFloat16(static_cast<float>(value)).bits;
+    case DType::kFloat16:
+      return FloatToFloat16(static_cast<float>(value)).bits;
+    case DType::kInt32:
+      return static_cast<uint32_t>(static_cast<int32_t>(value));
+    case DType::kInt64:
+      return static_cast<uint64_t>(static_cast<int64_t>(value));
+  }
+  return 0;
+}
+
+absl::Status FillCuda(double value, Tensor* x) {
+  KernelScope s("Fill", *x);
+  MCC_RETURN_IF_ERROR(s.status());
+  if (x->numel() == 0) return absl::OkStatus();
+  if (value == 0.0 && !std::signbit(value)) {
+    // +0 is all zero bits in every dtype.
+    return s.Check(cudaMemsetAsync(x->raw_data(), 0, x->nbytes(), s.stream()));
+  }
+  return s.Check(
+      k::FillBits(x->raw_data(), static_cast<int>(DTypeSize(x->dtype())),
+                  FillPattern(value, x->dtype()), x->numel(), s.stream()));
+}
+
+absl::Status ConvertCuda(const Tensor& src, Tensor* dst) {
+  KernelScope s("Convert", src);
+  MCC_RETURN_IF_ERROR(s.status());
+  if (src.numel() == 0) return absl::OkStatus();
+  if (src.dtype() == dst->dtype()) {
+    if (src.raw_data() == dst->raw_data()) return absl::OkStatus();
+    return s.Check(cudaMemcpyAsync(dst->raw_data(), src.raw_data(),
+                                   src.nbytes(), cudaMemcpyDeviceToDevice,
+                                   s.stream()));
+  }
+  return s.Check(k::Convert(In(src), ElemTypeOf(src), Out(dst),
+                            ElemTypeOf(*dst), src.numel(), s.stream()));
+}
+
+absl::Status ScaleCuda(const Tensor& x, float alpha, Tensor* y) {
+  KernelScope s("Scale", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::Scale(In(x), ElemTypeOf(x), alpha, Out(y), ElemTypeOf(*y),
+                          x.numel(), s.stream()));
+}
+
+absl::Status AddCuda(const Tensor& a, const Tensor& b, Tensor* y) {
+  KernelScope s("Add", a);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::Add(In(a), ElemTypeOf(a), In(b), ElemTypeOf(b), Out(y),
+                        ElemTypeOf(*y), a.numel(), s.stream()));
+}
+
+absl::Status AccumulateCuda(const Tensor& x, float alpha, Tensor* y) {
+  KernelScope s("Accumulate", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::Accumulate(In(x), ElemTypeOf(x), alpha, Out(y),
+                               ElemTypeOf(*y), x.numel(), s.stream()));
+}
+
+// ---- Norms -----------------------------------------------------------------
+
+absl::Status NormForwardCuda(const char* op, const Tensor& x,
+                             const Tensor& gamma, const Tensor* beta, float eps,
+                             Tensor* y, Tensor* mean, Tensor* rstd) {
+  KernelScope s(op, x);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, cols;
+  RowsCols(x, &rows, &cols);
+  return s.Check(k::NormForward(In(x), ElemTypeOf(x), In(gamma),
+                                beta ? In(*beta) : nullptr, ElemTypeOf(gamma),
+                                Out(y), ElemTypeOf(*y), F32(mean), F32(rstd),
+                                rows, cols, eps, s.stream()));
+}
+
+absl::Status NormBackwardCuda(const char* op, const Tensor& dy, const Tensor& x,
+                              const Tensor& gamma, const Tensor* mean,
+                              const Tensor& rstd, Tensor* dx, Tensor* dgamma,
+                              Tensor* dbeta) {
+  KernelScope s(op, x);
+  MCC_RETURN_IF_ERROR(s.status());
+  int64_t rows, cols;
+  RowsCols(x, &rows, &cols);
+  return s.Check(k::NormBackward(
+      In(dy), ElemTypeOf(dy), In(x), ElemTypeOf(x), In(gamma),
+      ElemTypeOf(gamma), mean ? F32(mean) : nullptr, F32(&rstd), Out(dx),
+      ElemTypeOf(*dx), F32(dgamma), F32(dbeta), rows, cols, s.stream()));
+}
+
+absl::Status LayerNormForwardCuda(const Tensor& x, const Tensor& gamma,
+                                  const Tensor& beta, float eps, Tensor* y,
+                                  Tensor* mean, Tensor* rstd) {
+  return NormForwardCuda("LayerNormForward", x, gamma, &beta, eps, y, mean,
+                         rstd);
+}
+
+absl::Status LayerNormBackwardCuda(const Tensor& dy, const Tensor& x,
+                                   const Tensor& gamma, const Tensor& mean,
+                                   const Tensor& rstd, Tensor* dx,
+                                   Tensor* dgamma, Tensor* dbeta) {
+  return NormBackwardCuda("LayerNormBackward", dy, x, gamma, &mean, rstd, dx,
+                          dgamma, dbeta);
+}
+
+absl::Status RMSNormForwardCuda(const Tensor& x, const Tensor& gamma, float eps,
+                                Tensor* y, Tensor* rstd) {
+  return NormForwardCuda("RMSNormForward", x, gamma, nullptr, eps, y, nullptr,
+                         rstd);
+}
+
+absl::Status RMSNormBackwardCuda(const Tensor& dy, const Tensor& x,
+                                 const Tensor& gamma, const Tensor& rstd,
+                                 Tensor* dx, Tensor* dgamma) {
+  return NormBackwardCuda("RMSNormBackward", dy, x, gamma, nullptr, rstd, dx,
+                          dgamma, nullptr);
+}
+
+// ---- Cross entropy ---------------------------------------------------------
+
+absl::Status CrossEntropyForwardCuda(const Tensor& logits,
+                                     const Tensor& targets, Tensor* loss,
+                                     Tensor* lse, int64_t ignore_index) {
+  KernelScope s("CrossEntropyForward", logits);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::CrossEntropyForward(
+      In(logits), ElemTypeOf(logits), In(targets), ElemTypeOf(targets),
+      F32(loss), F32(lse), logits.size(0), logits.size(1), ignore_index,
+      s.stream()));
+}
+
+absl::Status CrossEntropyBackwardCuda(const Tensor& logits,
+                                      const Tensor& targets, const Tensor& lse,
+                                      const Tensor& dloss, Tensor* dlogits,
+                                      int64_t ignore_index) {
+  KernelScope s("CrossEntropyBackward", logits);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::CrossEntropyBackward(
+      In(logits), ElemTypeOf(logits), In(targets), ElemTypeOf(targets),
+      F32(&lse), F32(&dloss), Out(dlogits), ElemTypeOf(*dlogits),
+      logits.size(0), logits.size(1), ignore_index, s.stream()));
+}
+
+// ---- Loss sum --------------------------------------------------------------
+
+absl::Status LossSumCuda(const Tensor& loss, const Tensor& mask,
+                         const Tensor& labels, int64_t ignore_index,
+                         bool accumulate, Tensor* out) {
+  KernelScope s("LossSum", *out);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::LossSum(F32(&loss), mask.defined() ? F32(&mask) : nullptr,
+                            In(labels), ElemTypeOf(labels), loss.numel(),
+                            ignore_index, accumulate, F32(out), s.stream()));
+}
+
+absl::Status LossSumGradientCuda(const Tensor& loss_sum, const Tensor& mask,
+                                 float grad_scale, Tensor* dloss) {
+  KernelScope s("LossSumGradient", loss_sum);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(
+      k::LossSumGradient(F32(&loss_sum), mask.defined() ? F32(&mask) : nullptr,
+                         grad_scale, F32(dloss), dloss->numel(), s.stream()));
+}
+
+// ---- Reductions ------------------------------------------------------------
+
+// Float64 scratch on the device for a call's reductions (int64 storage: the
+// tensor dtypes have no float64), returned to the caching allocator when
+// the call ends; later work in this stream's order may reuse it safely.
+double* Words(Tensor* scratch) { return static_cast<double*>(Out(scratch)); }
+
+absl::StatusOr<double> ReduceCuda(const Tensor& x, bool square) {
+  KernelScope s(square ? "SumOfSquares" : "Sum", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  Tensor scratch = Tensor::Empty({k::OrderedSumScratch(x.numel()) + 1},
+                                 DType::kInt64, x.device());
+  double* result = Words(&scratch);
+  MCC_RETURN_IF_ERROR(
+      s.Check(k::OrderedSum(In(x), ElemTypeOf(x), x.numel(), square, result + 1,
+                            result, s.stream())));
+  // The op returns a host value: this is its one synchronisation.
+  double value = 0.0;
+  MCC_RETURN_IF_ERROR(s.Check(cudaMemcpyAsync(
+      &value, result, sizeof(value), cudaMemcpyDeviceToHost, s.stream())));
+  MCC_RETURN_IF_ERROR(s.Check(cudaStreamSynchronize(s.stream())));
+  return value;
+}
+
+absl::Status MultiTensorSumOfSquaresCuda(absl::Span<const Tensor> counted,
+                                         absl::Span<const Tensor> checked,
+                                         const SumOfSquaresOptions& options,
+                                         Tensor* out) {
+  KernelScope s("MultiTensorSumOfSquares", *out);
+  MCC_RETURN_IF_ERROR(s.status());
+  const int64_t tensors = static_cast<int64_t>(counted.size() + checked.size());
+  // Layout: per-tensor sums, zero counts, then each tensor's scratch.
+  int64_t words = 2 * tensors;
+  for (const Tensor& t : counted) words += k::OrderedSumScratch(t.numel());
+  for (const Tensor& t : checked) words += k::OrderedSumScratch(t.numel());
+  Tensor scratch = Tensor::Empty({std::max<int64_t>(words, 1)}, DType::kInt64,
+                                 out->device());
+  double* sums = Words(&scratch);
+  auto* zeros = reinterpret_cast<unsigned long long*>(sums + tensors);
+  double* next = sums + 2 * tensors;
+  if (options.count_zeros && !counted.empty()) {
+    MCC_RETURN_IF_ERROR(s.Check(cudaMemsetAsync(
+        zeros, 0, counted.size() * sizeof(unsigned long long), s.stream())));
+  }
+  int64_t i = 0;
+  for (absl::Span<const Tensor> list : {counted, checked}) {
+    for (const Tensor& t : list) {
+      MCC_RETURN_IF_ERROR(
+          s.Check(k::OrderedSum(In(t), ElemTypeOf(t), t.numel(),
+                                /*square=*/true, next, sums + i, s.stream())));
+      if (options.count_zeros && i < static_cast<int64_t>(counted.size())) {
+        MCC_RETURN_IF_ERROR(s.Check(k::CountZeros(
+            In(t), ElemTypeOf(t), t.numel(), zeros + i, s.stream())));
+      }
+      next += k::OrderedSumScratch(t.numel());
+      ++i;
+    }
+  }
+  return s.Check(k::FinishSumOfSquares(
+      sums, options.count_zeros ? zeros : nullptr,
+      static_cast<int>(counted.size()), static_cast<int>(checked.size()),
+      options.scale, F32(out), s.stream()));
+}
+
+// ---- Layout --------------------------------------------------------------
+
+// The plan with size-1 dimensions dropped and nested dimensions that are
+// contiguous on both sides merged (fewer index divisions per element).
+k::CopyPlan Simplified(const StridedCopyPlan& p) {
+  k::CopyPlan q;
+  q.src_offset = p.src_offset;
+  q.dst_offset = p.dst_offset;
+  for (int d = 0; d < p.rank; ++d) {
+    if (p.shape[d] == 1) continue;
+    if (q.rank > 0) {
+      const int j = q.rank - 1;
+      if (q.src_strides[j] == p.shape[d] * p.src_strides[d] &&
+          q.dst_strides[j] == p.shape[d] * p.dst_strides[d]) {
+        q.shape[j] *= p.shape[d];
+        q.src_strides[j] = p.src_strides[d];
+        q.dst_strides[j] = p.dst_strides[d];
+        continue;
+      }
+    }
+    q.shape[q.rank] = p.shape[d];
+    q.src_strides[q.rank] = p.src_strides[d];
+    q.dst_strides[q.rank] = p.dst_strides[d];
+    ++q.rank;
+  }
+  return q;
+}
+
+absl::Status StridedCopyCuda(const Tensor& src, const StridedCopyPlan& plan,
+                             Tensor* dst) {
+  static_assert(k::CopyPlan::kMaxDims == kMaxCopyDims, "plan sizes differ");
+  KernelScope s("StridedCopy", src);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::StridedCopy(src.raw_data(), dst->raw_data(),
+                                static_cast<int>(DTypeSize(src.dtype())),
+                                Simplified(plan), s.stream()));
+}
+
+// ---- Dropout ---------------------------------------------------------------
+
+absl::Status DropoutCuda(const Tensor& x, float p, uint64_t seed,
+                         uint64_t offset, Tensor* y) {
+  KernelScope s("Dropout", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  // As the CPU kernel (core/ops/dropout.cc) computes them.
+  const uint32_t threshold =
+      static_cast<uint32_t>(std::lround(static_cast<double>(p) * (1 << 24)));
+  const float scale = 1.0f / (1.0f - p);
+  return s.Check(k::Dropout(In(x), ElemTypeOf(x), Out(y), ElemTypeOf(*y),
+                            x.numel(), seed, offset, threshold, scale,
+                            p == 0.0f, s.stream()));
+}
+
+// ---- Rotary ----------------------------------------------------------------
+
+absl::Status RotaryCuda(const char* op, const Tensor& x,
+                        const RotaryOptions& options, Tensor* y, float sign) {
+  KernelScope s(op, x);
+  MCC_RETURN_IF_ERROR(s.status());
+  k::RotaryArgs a;
+  a.batch = x.size(0);
+  a.seq = x.size(1);
+  a.heads = x.size(2);
+  a.head_dim = x.size(3);
+  a.rotary_dim = options.rotary_dim == 0 ? a.head_dim : options.rotary_dim;
+  a.position_offset = options.position_offset;
+  a.sign = sign;
+  const int64_t half = a.rotary_dim / 2;
+  if (half > k::RotaryArgs::kMaxHalf) {
+    return absl::UnimplementedError(
+        absl::StrCat(op, ": the CUDA kernel takes rotary_dim up to ",
+                     2 * k::RotaryArgs::kMaxHalf, ", got ", a.rotary_dim,
+                     " for ", x.Describe()));
+  }
+  // As the CPU kernel's angle table (core/ops/rotary.cc) computes them.
+  for (int64_t i = 0; i < half; ++i) {
+    a.inv_freq[i] =
+        std::pow(options.base, -2.0 * static_cast<double>(i) /
+                                   static_cast<double>(a.rotary_dim));
+  }
+  return s.Check(
+      k::Rotary(a, In(x), ElemTypeOf(x), Out(y), ElemTypeOf(*y), s.stream()));
+}
+
+absl::Status RotaryForwardCuda(const Tensor& x, const RotaryOptions& options,
+                               Tensor* y) {
+  return RotaryCuda("RotaryForward", x, options, y, 1.0f);
+}
+
+absl::Status RotaryBackwardCuda(const Tensor& dy, const RotaryOptions& options,
+                                Tensor* dx) {
+  return RotaryCuda("RotaryBackward", dy, options, dx, -1.0f);
+}
+
+// The op returns host values and synchronises by contract: the per-token
+// losses and targets come to the host (on the current stream, then waited
+// for) and the CPU kernel sums them, so the bits are the CPU's.
+absl::StatusOr<MeanLoss> CrossEntropyMeanLossCuda(const Tensor& loss,
+                                                  const Tensor& targets,
+                                                  int64_t ignore_index) {
+  KernelScope s("CrossEntropyMeanLoss", loss);
+  MCC_RETURN_IF_ERROR(s.status());
+  Tensor host_loss = Tensor::Empty(loss.shape(), loss.dtype());
+  Tensor host_targets = Tensor::Empty(targets.shape(), targets.dtype());
+  MCC_RETURN_IF_ERROR(host_loss.CopyFrom(loss));
+  MCC_RETURN_IF_ERROR(host_targets.CopyFrom(targets));
+  MCC_RETURN_IF_ERROR(s.Check(cudaStreamSynchronize(s.stream())));
+  MCC_ASSIGN_OR_RETURN(CrossEntropyMeanLossKernel cpu,
+                       CrossEntropyMeanLossKernels().Get(Device::CPU()));
+  return cpu(host_loss, host_targets, ignore_index);
+}
+
+// ---- Vocab-parallel cross entropy ----------------------------------------
+
+absl::Status ShardedRowMaxCuda(const Tensor& logits, int64_t valid,
+                               Tensor* row_max) {
+  KernelScope s("ShardedCrossEntropyRowMax", logits);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::ShardedCrossEntropyRowMax(In(logits), ElemTypeOf(logits),
+                                              logits.size(0), logits.size(1),
+                                              valid, F32(row_max), s.stream()));
+}
+
+absl::Status ShardedSumsCuda(const Tensor& logits, const Tensor& targets,
+                             const Tensor& row_max, int64_t vocab_start,
+                             int64_t valid, Tensor* sums) {
+  KernelScope s("ShardedCrossEntropySums", logits);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::ShardedCrossEntropySums(
+      In(logits), ElemTypeOf(logits), In(targets), ElemTypeOf(targets),
+      F32(&row_max), logits.size(0), logits.size(1), vocab_start, valid,
+      F32(sums), s.stream()));
+}
+
+absl::Status ShardedLossCuda(const Tensor& sums, const Tensor& targets,
+                             int64_t ignore_index, Tensor* loss) {
+  KernelScope s("ShardedCrossEntropyLoss", targets);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::ShardedCrossEntropyLoss(
+      F32(&sums), In(targets), ElemTypeOf(targets), targets.numel(),
+      ignore_index, F32(loss), s.stream()));
+}
+
+absl::Status ShardedBackwardCuda(const Tensor& logits, const Tensor& targets,
+                                 const Tensor& row_max, const Tensor& sums,
+                                 const Tensor& dloss, int64_t vocab_start,
+                                 int64_t valid, int64_t ignore_index,
+                                 Tensor* dlogits) {
+  KernelScope s("ShardedCrossEntropyBackward", logits);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::ShardedCrossEntropyBackward(
+      In(logits), ElemTypeOf(logits), In(targets), ElemTypeOf(targets),
+      F32(&row_max), F32(&sums), F32(&dloss), logits.size(0), logits.size(1),
+      vocab_start, valid, ignore_index, Out(dlogits), ElemTypeOf(*dlogits),
+      s.stream()));
+}
+
+}  // namespace
+
+bool RegisterCudaKernels() {
+  static const bool registered = [] {
+    constexpr DeviceType kCuda = DeviceType::kCUDA;
+    GeluKernels().Register(kCuda, &GeluCuda);
+    GeluBackwardKernels().Register(kCuda, &GeluBackwardCuda);
+    BiasGeluKernels().Register(kCuda, &BiasGeluCuda);
+    BiasGeluBackwardKernels().Register(kCuda, &BiasGeluBackwardCuda);
+    SwiGLUKernels().Register(kCuda, &SwiGLUCuda);
+    SwiGLUBackwardKernels().Register(kCuda, &SwiGLUBackwardCuda);
+    BiasAddKernels().Register(kCuda, &BiasAddCuda);
+    BiasAddBackwardKernels().Register(kCuda, &BiasAddBackwardCuda);
+    AdamWKernels().Register(kCuda, &AdamWCuda);
+    SgdKernels().Register(kCuda, &SgdCuda);
+    EmbeddingLookupKernels().Register(kCuda, &EmbeddingLookupCuda);
+    EmbeddingBackwardKernels().Register(kCuda, &EmbeddingBackwardCuda);
+    FillKernels().Register(kCuda, &FillCuda);
+    ConvertKernels().Register(kCuda, &ConvertCuda);
+    ScaleKernels().Register(kCuda, &ScaleCuda);
+    AddKernels().Register(kCuda, &AddCuda);
+    AccumulateKernels().Register(kCuda, &AccumulateCuda);
+    LayerNormForwardKernels().Register(kCuda, &LayerNormForwardCuda);
+    LayerNormBackwardKernels().Register(kCuda, &LayerNormBackwardCuda);
+    RMSNormForwardKernels().Register(kCuda, &RMSNormForwardCuda);
+    RMSNormBackwardKernels().Register(kCuda, &RMSNormBackwardCuda);
+    CrossEntropyForwardKernels().Register(kCuda, &CrossEntropyForwardCuda);
+    CrossEntropyBackwardKernels().Register(kCuda, &CrossEntropyBackwardCuda);
+    CrossEntropyMeanLossKernels().Register(kCuda, &CrossEntropyMeanLossCuda);
+    ShardedCrossEntropyRowMaxKernels().Register(kCuda, &ShardedRowMaxCuda);
+    ShardedCrossEntropySumsKernels().Register(kCuda, &ShardedSumsCuda);
+    ShardedCrossEntropyLossKernels().Register(kCuda, &ShardedLossCuda);
+    ShardedCrossEntropyBackwardKernels().Register(kCuda, &ShardedBackwardCuda);
+    GemmKernels().Register(kCuda, &GemmCuda);
+    BatchedGemmKernels().Register(kCuda, &BatchedGemmCuda);
+    StridedCopyKernels().Register(kCuda, &StridedCopyCuda);
+    RotaryForwardKernels().Register(kCuda, &RotaryForwardCuda);
+    DropoutKernels().Register(kCuda, &DropoutCuda);
+    RotaryBackwardKernels().Register(kCuda, &RotaryBackwardCuda);
+    LossSumKernels().Register(kCuda, &LossSumCuda);
+    LossSumGradientKernels().Register(kCuda, &LossSumGradientCuda);
+    ReduceKernels().Register(kCuda, &ReduceCuda);
+    MultiTensorSumOfSquaresKernels().Register(kCuda,
+                                              &MultiTensorSumOfSquaresCuda);
+    return true;
+  }();
+  return registered;
+}
+
+namespace {
+const bool kRegistered = RegisterCudaKernels();
+}  // namespace
+
+}  // namespace cuda
+}  // namespace ops
+}  // namespace mcc
