@@ -28,7 +28,10 @@ TEST(CommTraceObserverTest, NamesGroupBytesAndSequence) {
   recorder.Enable(0);
   recorder.SetStep(4);
   CommTraceObserver observer(&recorder);
-  const std::string group = "dp", op = "AllReduce", sig = "AllReduce(sum)";
+  const std::string group = "world/sub3[0,2]", op = "AllReduce",
+                    sig = "AllReduce(sum)";
+  observer.LabelGroup(group, "dp");
+  observer.LabelGroup(group, "model");  // The first label stays.
   comm::CallObserver::Done done =
       observer.OnIssue({group, op, sig, 7, -1, -1, 4096});
   ASSERT_TRUE(done);
@@ -38,7 +41,16 @@ TEST(CommTraceObserverTest, NamesGroupBytesAndSequence) {
   EXPECT_EQ(events[0].name, "AllReduce #7");
   EXPECT_EQ(events[0].category, "comm");
   const auto args = Args(events[0]);
-  EXPECT_EQ(args.at("group"), "dp");
+  EXPECT_EQ(args.at("group"), "world/sub3[0,2]");
+  EXPECT_EQ(args.at("role"), "dp");
+  const nlohmann::json doc =
+      nlohmann::json::parse(recorder.ToChromeTraceJson());
+  bool named = false;
+  for (const auto& e : doc["traceEvents"]) {
+    named |= e["ph"] == "M" && e["tid"] == events[0].track &&
+             e["args"]["name"] == "comm dp (world/sub3[0,2])";
+  }
+  EXPECT_TRUE(named) << doc.dump();
   EXPECT_EQ(args.at("bytes"), "4096");
   EXPECT_EQ(args.at("seq"), "7");
   EXPECT_EQ(args.at("step"), "4");
