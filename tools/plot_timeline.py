@@ -76,6 +76,9 @@ def main():
     cmap = colormaps["tab10"] if n_mb <= 10 else colormaps["tab20"]
     chunks = 1 + max(b[4] for rank in boxes.values() for b in rank)
     ranks = sorted(boxes)
+    # Labels only where they fit (a hundredth of the plotted span).
+    t1 = max(b[0] + b[1] for rank in boxes.values() for b in rank)
+    min_label = (t1 - t0) / 100.0
     fig, ax = plt.subplots(figsize=(10, 0.6 * len(ranks) + 1.2), dpi=100)
     for row, rank in enumerate(ranks):
         for ts, dur, mb, backward, chunk in boxes[rank]:
@@ -87,8 +90,9 @@ def main():
             label = ("B" if backward else "F") + str(mb)
             if chunks > 1:
                 label += "." + str(chunk)
-            ax.text((ts - t0 + dur / 2) / 1000.0, row, label, ha="center",
-                    va="center", fontsize=6)
+            if dur >= min_label:
+                ax.text((ts - t0 + dur / 2) / 1000.0, row, label,
+                        ha="center", va="center", fontsize=6)
         busy, span, frac = bubble(boxes[rank], spans.get(rank))
         print(f"rank {rank}: busy {busy / 1000:.2f} ms of {span / 1000:.2f} ms,"
               f" bubble {100 * frac:.1f}%")
