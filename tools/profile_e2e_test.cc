@@ -41,8 +41,9 @@ std::string ReadFile(const std::string& path) {
 std::string TempDir(const std::string& name) {
   const char* t = std::getenv("TEST_TMPDIR");
   const std::string dir = absl::StrCat(t != nullptr ? t : "/tmp", "/", name);
-  std::system(
+  const int made = std::system(
       absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str());
+  EXPECT_EQ(made, 0) << "cannot make " << dir;
   return dir;
 }
 
