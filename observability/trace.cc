@@ -46,6 +46,12 @@ int64_t TraceRecorder::NowMicros() {
       .count();
 }
 
+int64_t TraceRecorder::ToMicros(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             t.time_since_epoch())
+      .count();
+}
+
 void TraceRecorder::MarkClockSync() {
   const int64_t now = NowMicros();
   std::lock_guard<std::mutex> lock(mu_);
@@ -53,6 +59,9 @@ void TraceRecorder::MarkClockSync() {
 }
 
 void TraceRecorder::Record(TraceEvent event) {
+  if (!enabled()) return;
+  const int64_t step = this->step();
+  if (step >= 0) event.args.emplace_back("step", absl::StrCat(step));
   std::lock_guard<std::mutex> lock(mu_);
   if (enabled_) events_.push_back(std::move(event));
 }

@@ -2,6 +2,7 @@
 #define OBSERVABILITY_TRACE_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -45,6 +46,11 @@ class TraceRecorder {
 
   // Microseconds on the steady clock the events use.
   static int64_t NowMicros();
+  static int64_t ToMicros(std::chrono::steady_clock::time_point t);
+  // The training iteration events belong to: Record adds it as the "step"
+  // argument while it is >= 0 (train sets it; -1 by default).
+  void SetStep(int64_t step) { step_.store(step, std::memory_order_relaxed); }
+  int64_t step() const { return step_.load(std::memory_order_relaxed); }
   // Marks the moment this rank left a barrier that every rank passed at
   // once: tools/merge_traces aligns the ranks' clocks on it.
   void MarkClockSync();
@@ -62,6 +68,7 @@ class TraceRecorder {
  private:
   mutable std::mutex mu_;
   std::atomic<bool> enabled_{false};
+  std::atomic<int64_t> step_{-1};
   int rank_ = 0;
   int64_t clock_sync_us_ = -1;
   std::vector<std::pair<int, std::string>> track_names_;
@@ -69,13 +76,18 @@ class TraceRecorder {
 };
 
 // Records [construction, destruction) as one event when the global
-// recorder is enabled.
+// recorder is enabled. Disabled, it allocates nothing: callers that build
+// names or arguments guard that work with active().
 class TraceScope {
  public:
   TraceScope(absl::string_view name, absl::string_view category, int track = 0);
   ~TraceScope();
   TraceScope(const TraceScope&) = delete;
   TraceScope& operator=(const TraceScope&) = delete;
+  bool active() const { return active_; }
+  void set_name(std::string name) {
+    if (active_) event_.name = std::move(name);
+  }
   void AddArg(std::string key, std::string value);
 
  private:

@@ -91,6 +91,27 @@ void ListTree(const std::string& dir, const std::string& rel,
             absl::StrCat(rel, "events.out.tfevents.*: ", records, " records"));
         continue;
       }
+      if (absl::StartsWith(name, "trace_rank") &&
+          absl::EndsWith(name, ".json")) {
+        // A --profile timeline: its times vary; which steps it covers and
+        // how many forwards and backwards it holds do not.
+        std::set<std::string> steps;
+        static const std::regex step("\"step\":\"([0-9]+)\"");
+        for (std::sregex_iterator it(content.begin(), content.end(), step), end;
+             it != end; ++it) {
+          steps.insert((*it)[1]);
+        }
+        size_t compute = 0;
+        for (size_t pos = 0; (pos = content.find("\"cat\":\"compute\"", pos)) !=
+                             std::string::npos;
+             ++pos) {
+          ++compute;
+        }
+        out->push_back(absl::StrCat(rel, name, ": steps ",
+                                    absl::StrJoin(steps, ","), ", ", compute,
+                                    " forwards and backwards"));
+        continue;
+      }
       if (absl::EndsWith(name, ".jsonl")) {
         // Metrics: the timing fields vary from run to run.
         content = std::regex_replace(
@@ -547,6 +568,26 @@ std::vector<Row> Table() {
          (std::string(f) == "tensorboard_log_interval" ? "=2" : "")},
         tm);
   }
+  // ---- train: the timeline (--profile).
+  const std::vector<std::string> window = {
+      "--profile",     "--profile-step-start", "0", "--profile-step-end", "2",
+      "--profile-dir", g_out + "/prof"};
+  add("train", "profile", V::kEffect, window, tm);
+  const Context prof = With(tm, window);
+  add("train", "profile_step_start", V::kEffect, {"--profile-step-start", "1"},
+      prof);
+  add("train", "profile_step_end", V::kEffect, {"--profile-step-end", "1"},
+      prof);
+  add("train", "profile_dir", V::kEffect, {"--profile-dir", g_out + "/p2"},
+      prof);
+  add("train", "profile_ranks", V::kEffect, {"--profile-ranks", "0", "1"},
+      Nproc(prof, 2));
+  add("train", "profile_step_start", V::kWarned, {"--profile-step-start", "0"},
+      tm);
+  add("train", "profile_step_end", V::kWarned, {"--profile-step-end", "1"}, tm);
+  add("train", "profile_ranks", V::kWarned, {"--profile-ranks", "0"}, tm);
+  add("train", "profile_dir", V::kWarned, {"--profile-dir", g_out + "/prof"},
+      tm);
   add("train", "flight_recorder_dir", V::kEffect,
       {"--flight-recorder-dir", g_out + "/fr"}, tm);
   add("train", "preset", V::kEffect, {"--preset", "bench"}, tm);

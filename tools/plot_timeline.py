@@ -2,12 +2,17 @@
 """Draws a pipeline schedule from a merged trace (tools/merge_traces) as PNG.
 
 Usage: /usr/bin/python3 tools/plot_timeline.py MERGED.json OUT.png [--step N]
+           [--title TEXT]
 
 One row per rank (pipeline stage), one box per forward or backward of a
 micro-batch (events of category "compute" whose args carry "microbatch"),
 coloured by micro-batch: forwards light, backwards dark, so the bubbles are
-the empty stretches. Prints each rank's busy time, span and bubble fraction
-(1 - busy / span) over the plotted window. Uses Debian's python3-matplotlib.
+the empty stretches; with virtual stages the label says the chunk ("F3.1")
+and the second chunk's boxes are hatched. Prints each rank's busy time, span
+and bubble fraction (1 - busy / span) over the plotted window; the span is
+that of the "pipeline schedule" events (category "schedule", what train
+logs as the schedule's time) when the trace has them, else from the first
+box to the last. Uses Debian's python3-matplotlib.
 """
 import json
 import sys
@@ -20,65 +25,82 @@ from matplotlib import colormaps  # noqa: E402
 
 
 def load_boxes(path, step):
+    """Compute boxes and schedule spans (total microseconds) per rank."""
     with open(path) as f:
         doc = json.load(f)
-    boxes = {}
+    boxes, spans = {}, {}
     for e in doc.get("traceEvents", []):
         args = e.get("args") or {}
-        if e.get("ph") != "X" or e.get("cat") != "compute":
-            continue
-        if "microbatch" not in args:
+        if e.get("ph") != "X":
             continue
         if step is not None and str(args.get("step")) != str(step):
             continue
+        if e.get("cat") == "schedule":
+            spans[e["pid"]] = spans.get(e["pid"], 0.0) + float(e["dur"])
+            continue
+        if e.get("cat") != "compute" or "microbatch" not in args:
+            continue
         boxes.setdefault(e["pid"], []).append(
             (float(e["ts"]), float(e["dur"]), int(args["microbatch"]),
-             e["name"].startswith("backward"), args.get("chunk", "0")))
-    return boxes
+             e["name"].startswith("backward"), int(args.get("chunk", "0"))))
+    return boxes, spans
 
 
-def bubble(boxes):
-    start = min(b[0] for b in boxes)
-    end = max(b[0] + b[1] for b in boxes)
+def bubble(boxes, span=None):
+    if span is None:
+        span = max(b[0] + b[1] for b in boxes) - min(b[0] for b in boxes)
     busy = sum(b[1] for b in boxes)
-    return busy, end - start, 1.0 - busy / (end - start) if end > start else 0.0
+    return busy, span, 1.0 - busy / span if span > 0 else 0.0
 
 
 def main():
     args = sys.argv[1:]
     step = None
+    title = "pipeline schedule"
     if "--step" in args:
         i = args.index("--step")
         step = args[i + 1]
         del args[i:i + 2]
+    if "--title" in args:
+        i = args.index("--title")
+        title = args[i + 1]
+        del args[i:i + 2]
     if len(args) != 2:
         sys.exit(__doc__)
     trace, png = args
-    boxes = load_boxes(trace, step)
+    boxes, spans = load_boxes(trace, step)
     if not boxes:
         sys.exit(f"{trace}: no compute events with a microbatch argument")
     t0 = min(b[0] for rank in boxes.values() for b in rank)
     n_mb = 1 + max(b[2] for rank in boxes.values() for b in rank)
     cmap = colormaps["tab10"] if n_mb <= 10 else colormaps["tab20"]
+    chunks = 1 + max(b[4] for rank in boxes.values() for b in rank)
     ranks = sorted(boxes)
+    # Labels only where they fit (a hundredth of the plotted span).
+    t1 = max(b[0] + b[1] for rank in boxes.values() for b in rank)
+    min_label = (t1 - t0) / 100.0
     fig, ax = plt.subplots(figsize=(10, 0.6 * len(ranks) + 1.2), dpi=100)
     for row, rank in enumerate(ranks):
         for ts, dur, mb, backward, chunk in boxes[rank]:
             colour = cmap(mb % cmap.N)
             ax.broken_barh([((ts - t0) / 1000.0, dur / 1000.0)], (row - 0.4, 0.8),
                            facecolors=colour, alpha=1.0 if backward else 0.45,
-                           edgecolor="black", linewidth=0.3)
-            ax.text((ts - t0 + dur / 2) / 1000.0, row,
-                    ("B" if backward else "F") + str(mb), ha="center",
-                    va="center", fontsize=6)
-        busy, span, frac = bubble(boxes[rank])
+                           edgecolor="black", linewidth=0.3,
+                           hatch="//" if chunk % 2 else None)
+            label = ("B" if backward else "F") + str(mb)
+            if chunks > 1:
+                label += "." + str(chunk)
+            if dur >= min_label:
+                ax.text((ts - t0 + dur / 2) / 1000.0, row, label,
+                        ha="center", va="center", fontsize=6)
+        busy, span, frac = bubble(boxes[rank], spans.get(rank))
         print(f"rank {rank}: busy {busy / 1000:.2f} ms of {span / 1000:.2f} ms,"
               f" bubble {100 * frac:.1f}%")
     ax.set_yticks(range(len(ranks)))
     ax.set_yticklabels([f"stage {r}" for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel("time (ms); light: forward, dark: backward")
-    ax.set_title("pipeline schedule")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(png)
     print(f"wrote {png}")

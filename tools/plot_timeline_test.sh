@@ -23,4 +23,17 @@ echo "${out}"
 grep -q "rank 0: busy 12.00 ms of 17.00 ms, bubble 29.4%" <<<"${out}"
 grep -q "rank 1: busy 12.00 ms of 13.00 ms, bubble 7.7%" <<<"${out}"
 test "$(head -c 8 "${dir}/schedule.png" | od -An -c | tr -d ' ')" = '211PNG\r\n032\n'
+# With the schedule's own span (train's "pipeline schedule" events, 20 units
+# on rank 0), the bubble is measured against it, as train logs it.
+/usr/bin/python3 - "${dir}/trace.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+doc["traceEvents"].append({"name": "pipeline schedule", "cat": "schedule", "ph": "X",
+                           "ts": 0, "dur": 20000, "pid": 0, "tid": 0, "args": {}})
+json.dump(doc, open(sys.argv[1], "w"))
+PY
+out="$(/usr/bin/python3 "${plot}" "${dir}/trace.json" "${dir}/schedule.png")"
+echo "${out}"
+grep -q "rank 0: busy 12.00 ms of 20.00 ms, bubble 40.0%" <<<"${out}"
+grep -q "rank 1: busy 12.00 ms of 13.00 ms, bubble 7.7%" <<<"${out}"
 echo PASS

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "data/loader.h"
 #include "glog/logging.h"
 #include "observability/tensorboard_writer.h"
+#include "observability/trace.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/data_parallel.h"
@@ -42,6 +44,7 @@
 #include "tools/flags/train_config.pb.h"
 #include "tools/flags/training_flags.h"
 #include "tools/job.h"
+#include "tools/timeline_profile.h"
 #include "tools/training_checkpoint.h"
 #include "tools/training_metrics.h"
 #include "training/trainer.h"
@@ -126,11 +129,44 @@ ABSL_FLAG(std::string, flight_recorder_dir, "",
           "collective failure, SIGUSR1 or a fatal signal; tools/analyze_hang "
           "DIR names the ranks behind.");
 
+ABSL_FLAG(bool, profile, false,
+          "Record a timeline of --profile-ranks over the steps from "
+          "--profile-step-start to --profile-step-end (Megatron's window): "
+          "forward and backward per micro-batch and stage, every collective "
+          "and p2p call, waits on neighbours, gradient sync, optimizer, "
+          "checkpoint saves and data loading, as one Chrome trace per rank "
+          "in --profile-dir (tools/merge_traces, tools/plot_timeline.py).");
+ABSL_FLAG(int32_t, profile_step_start, 10,
+          "Iterations done when --profile starts recording.");
+ABSL_FLAG(int32_t, profile_step_end, 12,
+          "Iterations done when --profile stops recording.");
+ABSL_FLAG(std::string, profile_ranks, "0",
+          "Global ranks --profile records: '0 1' as Megatron, or '0,1'.");
+ABSL_FLAG(std::string, profile_dir, "profile",
+          "Where --profile writes trace_rank<R>.json (not a Megatron flag: "
+          "Megatron's --profile hands the window to Nsight Systems).");
+
 namespace mcc {
 namespace tools {
 namespace {
 
 constexpr int kFlagError = 2;
+
+// --profile and its window, checked (errors name the flag).
+absl::StatusOr<TimelineProfileConfig> TimelineProfileFromFlags(int world_size) {
+  TimelineProfileConfig c;
+  c.enabled = absl::GetFlag(FLAGS_profile);
+  c.start = absl::GetFlag(FLAGS_profile_step_start);
+  c.end = absl::GetFlag(FLAGS_profile_step_end);
+  c.dir = absl::GetFlag(FLAGS_profile_dir);
+  if (!c.enabled) return c;
+  MCC_ASSIGN_OR_RETURN(
+      c.ranks,
+      ParseProfileRanks(absl::GetFlag(FLAGS_profile_ranks), world_size));
+  MCC_RETURN_IF_ERROR(
+      CheckTimelineProfile(c, absl::GetFlag(FLAGS_train_iters)));
+  return c;
+}
 
 // Settings a preset gives to flags the user did not set.
 absl::Status ApplyPreset(const std::set<std::string>& explicitly_set) {
@@ -264,6 +300,7 @@ absl::Status CheckTrainFlags(int world_size) {
   if (absl::GetFlag(FLAGS_log_interval) <= 0) {
     return absl::InvalidArgumentError("--log-interval must be positive");
   }
+  MCC_RETURN_IF_ERROR(TimelineProfileFromFlags(world_size).status());
   return absl::OkStatus();
 }
 
@@ -312,7 +349,13 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
                    " reduces each layer's gradients as its backward ends");
   const bool no_tensorboard = absl::GetFlag(FLAGS_tensorboard_dir).empty();
   const std::string tb_why = "it needs --tensorboard-dir";
+  const bool no_profile = !absl::GetFlag(FLAGS_profile);
+  const std::string profile_why = "it needs --profile";
   return {
+      {"profile_step_start", no_profile, profile_why},
+      {"profile_step_end", no_profile, profile_why},
+      {"profile_ranks", no_profile, profile_why},
+      {"profile_dir", no_profile, profile_why},
       {"tensorboard_log_interval", no_tensorboard, tb_why},
       {"log_timers_to_tensorboard", no_tensorboard, tb_why},
       {"log_memory_to_tensorboard", no_tensorboard, tb_why},
@@ -736,8 +779,35 @@ absl::Status Train() {
   }
   const int hash_interval =
       absl::GetFlag(FLAGS_check_weight_hash_across_dp_replicas_interval);
+  MCC_ASSIGN_OR_RETURN(TimelineProfileConfig profile_config,
+                       TimelineProfileFromFlags(job->world_size));
+  if (profile_config.enabled && progress.iteration > profile_config.start &&
+      log) {
+    LOG(WARNING) << "--profile: the run resumes at iteration "
+                 << progress.iteration << ", after --profile-step-start "
+                 << profile_config.start << "; nothing will be profiled";
+  }
+  TimelineProfile profile(profile_config, job->rank,
+                          [&job] { return job->Barrier(); });
+  if (job->state != nullptr) {
+    // The first role wins where groups coincide.
+    const std::pair<const char*, comm::ProcessGroup*> roles[] = {
+        {"tp", job->state->tensor()},   {"pp", job->state->pipeline()},
+        {"dp", job->state->data()},     {"embedding", job->state->embedding()},
+        {"model", job->state->model()}, {"world", job->state->world()}};
+    for (const auto& [label, group] : roles) {
+      if (group != nullptr) profile.LabelGroup(group->name(), label);
+    }
+  }
   for (int64_t iteration = progress.iteration + 1; iteration <= train_iters;
        ++iteration) {
+    MCC_RETURN_IF_ERROR(profile.BeforeStep(iteration));
+    // The whole iteration on the timeline (nothing when not profiling).
+    std::optional<observability::TraceScope> iteration_trace;
+    iteration_trace.emplace("iteration", "step");
+    if (iteration_trace->active()) {
+      iteration_trace->set_name(absl::StrCat("iteration ", iteration));
+    }
     if (hash_interval > 0 && iteration % hash_interval == 0) {
       MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
       MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
@@ -751,9 +821,12 @@ absl::Status Train() {
     }
     std::vector<gpt::MicroBatch> batches;
     timers.Start("data");
-    for (int m = 0; m < batching.num_microbatches; ++m) {
-      MCC_ASSIGN_OR_RETURN(data::MicroBatch mb, train_loader->Next());
-      batches.push_back({mb.tokens, mb.labels, mb.loss_mask});
+    {
+      observability::TraceScope trace("data loading", "data");
+      for (int m = 0; m < batching.num_microbatches; ++m) {
+        MCC_ASSIGN_OR_RETURN(data::MicroBatch mb, train_loader->Next());
+        batches.push_back({mb.tokens, mb.labels, mb.loss_mask});
+      }
     }
     timers.Stop("data");
     job->model->SetMicroBatches(std::move(batches));
@@ -880,6 +953,7 @@ absl::Status Train() {
     MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
     if (datasets[1] != nullptr && eval_iters > 0 &&
         iteration % eval_interval == 0) {
+      observability::TraceScope trace("evaluation", "eval");
       // The same validation micro-batches every time, so values compare.
       MCC_ASSIGN_OR_RETURN(
           auto valid_loader,
@@ -901,6 +975,7 @@ absl::Status Train() {
     }
     if (ckpt.ShouldSave(iteration, train_iters)) {
       timers.Start("save-checkpoint");
+      observability::TraceScope trace("checkpoint save", "checkpoint");
       TrainingProgress now{iteration, iteration * batching.global_batch};
       MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
       // With --async-save this also reports the previous save's failure.
@@ -916,7 +991,10 @@ absl::Status Train() {
                   << ckpt.save << "/" << IterationDirName(iteration);
       }
     }
+    iteration_trace.reset();
+    MCC_RETURN_IF_ERROR(profile.AfterStep(iteration));
   }
+  MCC_RETURN_IF_ERROR(profile.Finish());
   MCC_RETURN_IF_ERROR(SaveFailure(async_saver.Wait(), ckpt));
   // The test split, once, at the end.
   if (datasets[2] != nullptr && eval_iters > 0) {
@@ -971,7 +1049,8 @@ void DescribeDefaultRun() {
 int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
-  auto parsed = mcc::flags::ParseMegatronArgs(argc, argv, {"data_path"});
+  auto parsed =
+      mcc::flags::ParseMegatronArgs(argc, argv, {"data_path", "profile_ranks"});
   if (!parsed.ok()) {
     std::fprintf(stderr, "train: %s\n",
                  std::string(parsed.status().message()).c_str());

@@ -1,5 +1,6 @@
 #include "training/trainer.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +8,7 @@
 #include "absl/time/time.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
+#include "observability/trace.h"
 
 namespace mcc {
 namespace training {
@@ -247,16 +249,22 @@ absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
   m.forward_backward_seconds = SecondsSince(start);
 
   start = absl::Now();
-  MCC_RETURN_IF_ERROR(FinalizeModelGrads());
+  {
+    observability::TraceScope trace("gradient sync", "grad_sync");
+    MCC_RETURN_IF_ERROR(FinalizeModelGrads());
+  }
   m.grad_sync_seconds = SecondsSince(start);
   if (options_.before_optimizer_step) {
     MCC_RETURN_IF_ERROR(options_.before_optimizer_step(iteration));
   }
 
   start = absl::Now();
+  std::optional<observability::TraceScope> trace_optimizer;
+  trace_optimizer.emplace("optimizer step", "optimizer");
   MCC_ASSIGN_OR_RETURN(
       optim::StepInfo info,
       parts_.optimizer->Step(schedule_.LearningRate(iteration)));
+  trace_optimizer.reset();
   m.optimizer_seconds = SecondsSince(start);
   m.lr = info.lr;
   m.grad_norm = info.grad_norm;

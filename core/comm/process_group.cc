@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/comm/call_observer.h"
 #include "core/comm/flight_recorder.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
@@ -287,10 +288,25 @@ std::shared_ptr<Work> ProcessGroup::Recorded(
   record.bytes = bytes;
   FlightRecorder& recorder = FlightRecorder::Global();
   const int64_t id = recorder.Start(std::move(record));
+  // Profiling off: one atomic load, nothing allocated.
+  CallObserver* observer = CurrentCallObserver();
+  CallObserver::Done observed;
+  if (observer != nullptr) {
+    observed = observer->OnIssue({name_, call.op, call.signature, call.seq,
+                                  call.p2p_index, peer, bytes});
+  }
   std::shared_ptr<Work> work = run();
-  work->SetOnDone([id](const absl::Status& status) {
-    FlightRecorder::Global().Finish(id, status);
-  });
+  if (observed) {
+    work->SetOnDone(
+        [id, observed = std::move(observed)](const absl::Status& status) {
+          FlightRecorder::Global().Finish(id, status);
+          observed(status);
+        });
+  } else {
+    work->SetOnDone([id](const absl::Status& status) {
+      FlightRecorder::Global().Finish(id, status);
+    });
+  }
   return work;
 }
 

@@ -244,7 +244,8 @@ class ProcessGroup {
                              const CollectiveOptions& opts);
   absl::Status CheckFingerprints(const Call& call);
   // Records the call in the flight recorder and marks it finished when the
-  // work is.
+  // work is; shows it to the installed CallObserver, if any
+  // (call_observer.h: train --profile's timeline).
   std::shared_ptr<Work> Recorded(
       const Call& call, int64_t bytes, int peer,
       const std::function<std::shared_ptr<Work>()>& run);

@@ -4,8 +4,10 @@
 #include <cstring>
 #include <list>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "observability/trace.h"
 
 namespace mcc {
 namespace pipeline {
@@ -14,6 +16,38 @@ namespace {
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since)
       .count();
+}
+
+// train --profile's timeline: one event from `since` until now on the main
+// track. Off, it costs one relaxed load (describe fills in the rest; a
+// template, so that nothing is built when off).
+template <typename Describe>
+void Trace(std::chrono::steady_clock::time_point since, Describe describe) {
+  observability::TraceRecorder& trace = observability::TraceRecorder::Global();
+  if (!trace.enabled()) return;
+  observability::TraceEvent e;
+  e.start_us = observability::TraceRecorder::ToMicros(since);
+  e.duration_us = observability::TraceRecorder::NowMicros() - e.start_us;
+  describe(&e);
+  trace.Record(std::move(e));
+}
+
+// A forward or backward: "forward mb 3" ("... chunk 1" with virtual
+// stages), with the micro-batch, chunk, stage and virtual stage (Megatron's
+// model chunk index, chunk x stages + stage) as arguments.
+void TraceAction(const Action& a, int stage, int stages, int chunks,
+                 bool forward_only,
+                 std::chrono::steady_clock::time_point since) {
+  Trace(since, [&](observability::TraceEvent* e) {
+    e->name = absl::StrCat(a.kind == Action::kForward ? "forward" : "backward",
+                           " mb ", a.microbatch);
+    if (chunks > 1) absl::StrAppend(&e->name, " chunk ", a.chunk);
+    e->category = forward_only ? "eval" : "compute";
+    e->args = {{"microbatch", absl::StrCat(a.microbatch)},
+               {"chunk", absl::StrCat(a.chunk)},
+               {"stage", absl::StrCat(stage)},
+               {"virtual_stage", absl::StrCat(a.chunk * stages + stage)}};
+  });
 }
 
 }  // namespace
@@ -149,6 +183,12 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
     const auto t0 = std::chrono::steady_clock::now();
     absl::Status s = work->Wait();
     stats.wait_seconds += Seconds(t0);
+    Trace(t0, [&](observability::TraceEvent* e) {
+      e->name =
+          absl::StartsWith(work->what(), "Recv") ? "wait recv" : "wait send";
+      e->category = "wait";
+      e->args = {{"what", work->what()}};
+    });
     return s;
   };
 
@@ -177,6 +217,7 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
                             absl::StrCat(name(a), ": ", y.status().message()));
       }
       stats.forward_seconds += Seconds(t0);
+      TraceAction(a, stage_, stages_, v, forward_only, t0);
       if (!forward_only)
         stats.max_in_flight = std::max(stats.max_in_flight, ++in_flight);
       record = std::move(y->record);
@@ -195,6 +236,7 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
                             absl::StrCat(name(a), ": ", dx.status().message()));
       }
       stats.backward_seconds += Seconds(t0);
+      TraceAction(a, stage_, stages_, v, forward_only, t0);
       --in_flight;
       if (!(stage_ == 0 && a.chunk == 0)) {
         out = std::move(*dx);
@@ -221,6 +263,13 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
   for (Transfer& t : sends) MCC_RETURN_IF_ERROR(wait(t.work));
   MCC_RETURN_IF_ERROR(BroadcastLosses(&result.losses));
   stats.total_seconds = Seconds(start);
+  Trace(start, [&](observability::TraceEvent* e) {
+    e->name = forward_only ? "pipeline schedule (eval)" : "pipeline schedule";
+    e->category = forward_only ? "eval" : "schedule";
+    e->args = {{"schedule", ScheduleName(kind)},
+               {"stage", absl::StrCat(stage_)},
+               {"microbatches", absl::StrCat(m)}};
+  });
   stats.measured_bubble = stats.total_seconds > 0
                               ? std::max(0.0, 1.0 - (stats.forward_seconds +
                                                      stats.backward_seconds) /
