@@ -2,8 +2,10 @@
 // the default: a small GPT on the embedded English corpus, a few hundred
 // steps, then saves, evaluates and says how to generate from the result.
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -473,6 +475,27 @@ absl::Status CheckForNan(const Job& job, const optim::Optimizer& optimizer,
   }
   return absl::InternalError(
       absl::StrCat(what, " (--check-for-nan-in-loss-and-grad)"));
+}
+
+// Fault injection for the elastic-restart test: with
+// MCC_CHAOS_KILL_AT_ITERATION=N and MCC_CHAOS_KILL_RANK=R, rank R kills
+// itself (SIGKILL) once iteration N is done, in the job's first attempt
+// only (TORCHELASTIC_RESTART_COUNT unset or 0), so the restarted job runs
+// to the end. A deterministic moment, where killing from outside races a
+// fast run.
+void ChaosKillAfterIteration(int64_t iteration) {
+  static const char* const at = std::getenv("MCC_CHAOS_KILL_AT_ITERATION");
+  if (at == nullptr || std::atoll(at) != iteration) return;
+  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  if (restarts != nullptr && std::atoi(restarts) != 0) return;
+  const char* rank = std::getenv("RANK");
+  const char* victim = std::getenv("MCC_CHAOS_KILL_RANK");
+  if (victim != nullptr && (rank == nullptr || std::strcmp(rank, victim) != 0))
+    return;
+  LOG(WARNING) << "MCC_CHAOS_KILL_AT_ITERATION=" << at << ": killing rank "
+               << (rank ? rank : "0") << " with SIGKILL";
+  google::FlushLogFiles(google::GLOG_INFO);
+  raise(SIGKILL);
 }
 
 // A failed checkpoint save: the error itself (the run stops), or, with
@@ -993,6 +1016,7 @@ absl::Status Train() {
     }
     iteration_trace.reset();
     MCC_RETURN_IF_ERROR(profile.AfterStep(iteration));
+    ChaosKillAfterIteration(iteration);
   }
   MCC_RETURN_IF_ERROR(profile.Finish());
   MCC_RETURN_IF_ERROR(SaveFailure(async_saver.Wait(), ckpt));
