@@ -337,7 +337,9 @@ absl::StatusOr<std::string> Optimizer::FirstNonFiniteGradient() const {
   for (const Range& r : ranges_) {
     MCC_ASSIGN_OR_RETURN(Tensor g, GradOf(r));
     Tensor host = g;
-    if (!g.device().is_cpu()) MCC_ASSIGN_OR_RETURN(host, g.To(Device::CPU()));
+    if (!g.device().is_cpu()) {
+      MCC_ASSIGN_OR_RETURN(host, g.To(Device::CPU()));
+    }
     const std::vector<double> values = host.ToDoubles();
     for (size_t i = 0; i < values.size(); ++i) {
       if (std::isfinite(values[i])) continue;
