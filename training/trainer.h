@@ -165,6 +165,12 @@ class Trainer {
   std::unique_ptr<pipeline::PipelineExecutor> own_executor_;
   // Installed on parts_.models[i] (with --overlap-param-gather).
   std::vector<std::unique_ptr<data_parallel::ParamGatherHooks>> gather_hooks_;
+  // What a step reads to the host in its one copy (see trainer.cc), on the
+  // optimizer's device; the gradient statistics view its first four
+  // values. host_buffer_ receives the copy off the CPU.
+  Tensor step_buffer_;
+  Tensor grad_stats_;
+  Tensor host_buffer_;
 };
 
 // Evaluation without a Trainer (tools/eval): forward only over
