@@ -126,6 +126,7 @@ TEST(PinnedStagingPoolTest, KeepsBuffersUntilTheStreamHasPassedThem) {
   hooks.copy_async = &CopyLater;
   hooks.synchronize = &RunQueue;
   RegisterStagingHooks(DeviceType::kTestDevice, hooks);
+  Tensor last;  // Outlives the pool, which copies into it as it goes.
   {
     PinnedStagingPool pool(Device::TestDevice());
     for (int step = 0; step < 3; ++step) {
@@ -147,9 +148,12 @@ TEST(PinnedStagingPoolTest, KeepsBuffersUntilTheStreamHasPassedThem) {
     // Four buffers, allocated in the first step only.
     EXPECT_EQ(g_pinned_allocations, 4);
     // Destroyed with copies in flight: the pool waits for them first.
-    ASSERT_TRUE(pool.Stage(Ramp(64, 0.0f)).ok());
+    auto staged = pool.Stage(Ramp(64, 5.0f));
+    ASSERT_TRUE(staged.ok());
+    last = *staged;
   }
   EXPECT_TRUE(g_queue->empty());
+  EXPECT_EQ(OnHost(last), Ramp(64, 5.0f).ToFloats());
   RegisterStagingHooks(DeviceType::kTestDevice, {});
 }
 
