@@ -135,7 +135,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     for (int i = 0; i < local_mb; ++i) {
       batches.push_back(FixedBatch(o.model, step, dp_rank * local_mb + i));
     }
-    model->SetMicroBatches(std::move(batches));
+    MCC_RETURN_IF_ERROR(model->SetMicroBatches(std::move(batches)));
     MCC_ASSIGN_OR_RETURN(training::StepMetrics m,
                          trainer->Step(local_mb, step + 1));
     result.max_in_flight =

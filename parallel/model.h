@@ -177,14 +177,11 @@ class ActivationRecord {
 struct StageOutput {
   // To the next stage (shaped as OutputSpec); undefined on the last stage.
   Tensor output;
-  // The micro-batch's loss on the chunk that computes it (computes_loss());
-  // zero elsewhere.
-  LossSum loss;
-  // The same loss on the model's device, as ops::LossSum's fp32 [4] tensor
-  // (undefined where no loss is computed, or if the model does not provide
-  // it), for trainers that sum a step's losses on the device and read them
-  // once. A model that fills it also fills `loss`, which off the CPU costs
-  // one device-to-host copy per micro-batch.
+  // The micro-batch's loss on the chunk that computes it (computes_loss()),
+  // on the model's device as ops::LossSum's fp32 [4] tensor (the sum and
+  // the token count as hi/lo pairs); undefined elsewhere. It stays on the
+  // device: the pipeline executor totals a step's losses there and the
+  // trainer reads them once per step (ReadLossSum reads one, for tests).
   Tensor loss_sum;
   // For BackwardStep; null when the forward ran without backward_after.
   std::unique_ptr<ActivationRecord> record;

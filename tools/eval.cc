@@ -441,7 +441,7 @@ absl::StatusOr<double> Evaluate(Job& job, data::DataLoader* loader, int iters) {
                        pipeline::PipelineExecutor::Create(job.model->stages(),
                                                           nullptr, one_stage));
   const int n = static_cast<int>(batches.size());
-  job.model->SetMicroBatches(std::move(batches));
+  MCC_RETURN_IF_ERROR(job.model->SetMicroBatches(std::move(batches)));
   MCC_ASSIGN_OR_RETURN(training::EvalMetrics eval,
                        training::Evaluate(executor.get(), job.dp(), n));
   return eval.loss;

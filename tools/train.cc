@@ -523,7 +523,7 @@ absl::StatusOr<double> Evaluate(Job& job, training::Trainer* trainer,
     batches.push_back({mb->tokens, mb->labels, mb->loss_mask});
   }
   const int n = static_cast<int>(batches.size());
-  job.model->SetMicroBatches(std::move(batches));
+  MCC_RETURN_IF_ERROR(job.model->SetMicroBatches(std::move(batches)));
   MCC_ASSIGN_OR_RETURN(training::EvalMetrics eval, trainer->Evaluate(n));
   return eval.loss;
 }
@@ -852,7 +852,7 @@ absl::Status Train() {
       }
     }
     timers.Stop("data");
-    job->model->SetMicroBatches(std::move(batches));
+    MCC_RETURN_IF_ERROR(job->model->SetMicroBatches(std::move(batches)));
     MCC_ASSIGN_OR_RETURN(training::StepMetrics step,
                          trainer->Step(batching.num_microbatches, iteration));
     timers.Add("forward-backward", step.forward_backward_seconds);

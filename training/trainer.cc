@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/ops/loss_totals.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
 #include "observability/trace.h"
@@ -63,20 +64,42 @@ absl::Status CheckModels(const std::vector<parallel::Model*>& models) {
   return absl::OkStatus();
 }
 
-// Megatron's loss terms of one step's micro-batches.
-struct LocalLoss {
-  double mean_of_means = 0;  // Each micro-batch's mean counts 1/M.
-  double tokens = 0;
-};
+// The trainer's device buffer, read to the host once per step: the
+// optimizer's gradient statistics, this rank's loss totals, and the totals
+// packed and summed over the data-parallel group.
+constexpr int64_t kStatsBegin = 0;
+constexpr int64_t kTotalsBegin = 4;
+constexpr int64_t kPackedBegin = kTotalsBegin + ops::kLossTotalsSize;
+constexpr int64_t kBufferSize = kPackedBegin + ops::kPackedLossTotalsSize;
 
-LocalLoss SumLosses(const std::vector<parallel::LossSum>& losses) {
-  LocalLoss out;
-  const double m = static_cast<double>(losses.size());
-  for (const parallel::LossSum& loss : losses) {
-    out.mean_of_means += loss.mean() / m;
-    out.tokens += loss.tokens;
+// A step's (or an evaluation's) loss totals in `buffer`, summed over
+// `group` on the device: no host synchronisation.
+absl::Status ReduceLossTotals(const Tensor& totals, comm::ProcessGroup* group,
+                              const Tensor& buffer) {
+  MCC_ASSIGN_OR_RETURN(Tensor local, buffer.Slice(kTotalsBegin, kPackedBegin));
+  MCC_RETURN_IF_ERROR(local.CopyFrom(totals));
+  if (GroupSize(group) == 1) return absl::OkStatus();
+  MCC_ASSIGN_OR_RETURN(Tensor packed, buffer.Slice(kPackedBegin, kBufferSize));
+  MCC_RETURN_IF_ERROR(ops::PackLossTotals(local, &packed));
+  return group->AllReduceSync(&packed, comm::ReduceOp::kSum);
+}
+
+// The buffer's values on the host: the buffer itself on the CPU, else one
+// device-to-host copy into `host` (fp32 [kBufferSize] on the CPU).
+absl::StatusOr<const float*> ReadBuffer(const Tensor& buffer, Tensor* host) {
+  if (buffer.device().is_cpu()) return buffer.data<float>();
+  MCC_RETURN_IF_ERROR(host->CopyFrom(buffer));
+  return host->data<float>();
+}
+
+// The loss totals of a buffer read by ReadBuffer (summed over `group`).
+absl::StatusOr<ops::LossTotalValues> TotalsOf(const float* host,
+                                              comm::ProcessGroup* group) {
+  if (GroupSize(group) == 1) {
+    return ops::LossTotalsFromHost({host + kTotalsBegin, ops::kLossTotalsSize});
   }
-  return out;
+  return ops::LossTotalsFromHost(
+      {host + kPackedBegin, ops::kPackedLossTotalsSize});
 }
 
 }  // namespace
@@ -96,21 +119,26 @@ absl::StatusOr<EvalMetrics> Evaluate(pipeline::PipelineExecutor* executor,
     return absl::InvalidArgumentError(absl::StrCat(
         "evaluation: ", num_microbatches, " micro-batches (must be >= 0)"));
   }
-  double sum = 0, tokens = 0;
+  Tensor totals = Tensor::Zeros({ops::kLossTotalsSize}, DType::kFloat32);
   if (num_microbatches > 0) {
     MCC_ASSIGN_OR_RETURN(
         pipeline::PipelineStepResult run,
         executor->Run(num_microbatches, 0.0f, /*forward_only=*/true));
-    for (const parallel::LossSum& loss : run.losses) {
-      sum += loss.sum;
-      tokens += loss.tokens;
-    }
+    totals = run.loss_totals;
   }
-  MCC_ASSIGN_OR_RETURN(std::vector<double> total,
-                       SumOverGroup({sum, tokens}, dp_group));
+  // Summed on the device where the group reduces (or the losses are), then
+  // one read.
+  const Device device =
+      GroupSize(dp_group) > 1 ? dp_group->device() : totals.device();
+  const Tensor buffer = Tensor::Zeros({kBufferSize}, DType::kFloat32, device);
+  MCC_RETURN_IF_ERROR(ReduceLossTotals(totals, dp_group, buffer));
+  Tensor host = Tensor::Empty({kBufferSize}, DType::kFloat32);
+  MCC_ASSIGN_OR_RETURN(const float* values, ReadBuffer(buffer, &host));
+  MCC_ASSIGN_OR_RETURN(const ops::LossTotalValues total,
+                       TotalsOf(values, dp_group));
   EvalMetrics m;
-  m.sum = total[0];
-  m.tokens = total[1];
+  m.sum = total.sum;
+  m.tokens = total.tokens;
   m.loss = m.tokens > 0 ? m.sum / m.tokens : 0.0;
   return m;
 }
@@ -187,7 +215,14 @@ Trainer::Trainer(TrainerParts parts, optim::LrSchedule schedule,
                  TrainerOptions options)
     : parts_(std::move(parts)),
       schedule_(std::move(schedule)),
-      options_(std::move(options)) {}
+      options_(std::move(options)) {
+  step_buffer_ =
+      Tensor::Zeros({kBufferSize}, DType::kFloat32, parts_.optimizer->device());
+  grad_stats_ = *step_buffer_.Slice(kStatsBegin, kTotalsBegin);
+  if (!step_buffer_.device().is_cpu()) {
+    host_buffer_ = Tensor::Empty({kBufferSize}, DType::kFloat32);
+  }
+}
 
 Trainer::~Trainer() {
   if (parts_.executor != nullptr && parts_.data_parallel != nullptr) {
@@ -244,7 +279,6 @@ absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
   absl::Time start = absl::Now();
   MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
                        parts_.executor->Run(num_microbatches, grad_scale));
-  const LocalLoss local = SumLosses(run.losses);
   m.pipeline = run.stats;
   m.forward_backward_seconds = SecondsSince(start);
 
@@ -261,9 +295,17 @@ absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
   start = absl::Now();
   std::optional<observability::TraceScope> trace_optimizer;
   trace_optimizer.emplace("optimizer step", "optimizer");
+  // The loss totals and the gradient statistics meet in one device buffer,
+  // and the step's one device-to-host copy reads both (none on the CPU).
+  MCC_RETURN_IF_ERROR(
+      ReduceLossTotals(run.loss_totals, parts_.dp_group, step_buffer_));
+  MCC_RETURN_IF_ERROR(parts_.optimizer->ComputeGradStats(&grad_stats_));
+  MCC_ASSIGN_OR_RETURN(const float* values,
+                       ReadBuffer(step_buffer_, &host_buffer_));
   MCC_ASSIGN_OR_RETURN(
       optim::StepInfo info,
-      parts_.optimizer->Step(schedule_.LearningRate(iteration)));
+      parts_.optimizer->ApplyStep(schedule_.LearningRate(iteration),
+                                  {values + kStatsBegin, 4}));
   trace_optimizer.reset();
   m.optimizer_seconds = SecondsSince(start);
   m.lr = info.lr;
@@ -271,11 +313,10 @@ absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
   m.skipped = info.skipped;
   m.loss_scale = info.loss_scale;
 
-  MCC_ASSIGN_OR_RETURN(
-      std::vector<double> total,
-      SumOverGroup({local.mean_of_means, local.tokens}, parts_.dp_group));
-  m.loss = total[0] / GroupSize(parts_.dp_group);
-  m.loss_tokens = total[1];
+  MCC_ASSIGN_OR_RETURN(const ops::LossTotalValues total,
+                       TotalsOf(values, parts_.dp_group));
+  m.loss = total.mean_of_means / GroupSize(parts_.dp_group);
+  m.loss_tokens = total.tokens;
   return m;
 }
 

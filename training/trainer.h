@@ -31,6 +31,13 @@
 // Thread-safety: none. One thread drives a Trainer and the objects in its
 // parts; no other thread may touch them during a call.
 //
+// Host synchronisation: the losses stay on the device (the executor totals
+// them there, core/ops/loss_totals.h, and the data-parallel sum happens
+// there), the optimizer's gradient statistics land beside them in one
+// small device buffer, and Step reads both with exactly one device-to-host
+// copy (none on the CPU), from which the optimizer clips or skips.
+// Evaluate reads once per call likewise.
+//
 // Errors: a bad configuration fails Create with InvalidArgument naming the
 // part at fault. An error from Step or Evaluate (a bad micro-batch, a
 // collective that failed or timed out) is returned with the stage, rank or
@@ -98,7 +105,8 @@ struct TrainerOptions {
 struct StepMetrics {
   int64_t iteration = 0;
   // Megatron's loss: the mean over the global batch's micro-batches of each
-  // one's mean loss per token (summed over DP in about fp64 precision).
+  // one's mean loss per token (exact float64 on one rank; summed over DP as
+  // fp32 hi/lo pairs, about 48 bits).
   double loss = 0;
   double loss_tokens = 0;    // Tokens the loss counts, over the global batch.
   int num_microbatches = 0;  // On this rank.
@@ -163,6 +171,12 @@ class Trainer {
   TrainerOptions options_;
   // Without a given executor: the trainer's own, and parts_.executor.
   std::unique_ptr<pipeline::PipelineExecutor> own_executor_;
+  // What a step reads to the host in its one copy (see trainer.cc), on the
+  // optimizer's device; the gradient statistics view its first four
+  // values. host_buffer_ receives the copy off the CPU.
+  Tensor step_buffer_;
+  Tensor grad_stats_;
+  Tensor host_buffer_;
 };
 
 // Evaluation without a Trainer (tools/eval): forward only over

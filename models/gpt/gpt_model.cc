@@ -176,12 +176,8 @@ absl::StatusOr<parallel::StageOutput> GPTModel::ForwardStep(
   parallel::StageOutput out;
   MCC_ASSIGN_OR_RETURN(
       out.output, ChunkForward(*batch, input, backward_after, record.get()));
+  // Stays on the device (see parallel::StageOutput).
   out.loss_sum = record->loss_sum;
-  if (out.loss_sum.defined()) {
-    // The host copy of the loss that StageOutput::loss promises: one
-    // device-to-host copy per micro-batch off the CPU (see model.h).
-    MCC_ASSIGN_OR_RETURN(out.loss, parallel::ReadLossSum(out.loss_sum));
-  }
   if (backward_after) out.record = std::move(record);
   return out;
 }

@@ -249,7 +249,7 @@ absl::StatusOr<std::vector<std::string>> Train(parallel::ParallelState* state,
                            Batch(config, step, dp->rank() * local + i, device));
       batches.push_back(std::move(b));
     }
-    model->SetMicroBatches(std::move(batches));
+    MCC_RETURN_IF_ERROR(model->SetMicroBatches(std::move(batches)));
     MCC_ASSIGN_OR_RETURN(training::StepMetrics m,
                          trainer->Step(local, step + 1));
     lines.push_back(absl::StrCat("step ", step, " ", Bits(m.loss), " ",
@@ -265,7 +265,7 @@ absl::StatusOr<std::vector<std::string>> Train(parallel::ParallelState* state,
                          Batch(config, kSteps, dp->rank() * local + i, device));
     held_out.push_back(std::move(b));
   }
-  model->SetMicroBatches(std::move(held_out));
+  MCC_RETURN_IF_ERROR(model->SetMicroBatches(std::move(held_out)));
   MCC_ASSIGN_OR_RETURN(training::EvalMetrics eval, trainer->Evaluate(local));
   lines.push_back(
       absl::StrCat("eval ", Bits(eval.sum), " ", Bits(eval.tokens)));

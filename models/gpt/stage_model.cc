@@ -32,6 +32,9 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(
     }
     model->chunks_.push_back(std::move(chunk));
   }
+  if (!context.device.is_cpu()) {
+    model->staging_ = std::make_unique<PinnedStagingPool>(context.device);
+  }
   return model;
 }
 
@@ -47,10 +50,21 @@ std::vector<parallel::PipelineStage*> StageModel::stages() const {
   return out;
 }
 
-void StageModel::SetMicroBatches(std::vector<MicroBatch> batches) {
+absl::Status StageModel::SetMicroBatches(std::vector<MicroBatch> batches) {
+  if (staging_ != nullptr) {
+    MCC_RETURN_IF_ERROR(staging_->Recycle());
+    for (MicroBatch& b : batches) {
+      for (Tensor* t : {&b.tokens, &b.labels, &b.loss_mask}) {
+        if (t->defined() && t->device().is_cpu()) {
+          MCC_ASSIGN_OR_RETURN(*t, staging_->Stage(*t));
+        }
+      }
+    }
+  }
   auto shared =
       std::make_shared<const std::vector<MicroBatch>>(std::move(batches));
   for (const auto& c : chunks_) c->SetMicroBatches(shared);
+  return absl::OkStatus();
 }
 
 void StageModel::AddGradReadyHook(const parallel::GradReadyHook& hook) {

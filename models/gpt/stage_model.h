@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "core/comm/process_group.h"
 #include "core/parameter.h"
+#include "core/pinned_staging_pool.h"
 #include "models/gpt/gpt_model.h"
 #include "parallel/model.h"
 #include "parallel/pipeline/layer_split.h"
@@ -33,8 +34,14 @@ class StageModel {
   // Every chunk's parameters, chunk by chunk.
   const ParameterList& parameters() const { return parameters_; }
 
-  // The micro-batches of the next pipeline step (every chunk's).
-  void SetMicroBatches(std::vector<MicroBatch> batches);
+  // The micro-batches of the next pipeline step (every chunk's). On a
+  // device that is not the host, CPU tensors among them (the data loader's)
+  // go to the device through pinned staging buffers, asynchronously on the
+  // device's current stream (core/pinned_staging_pool.h); the buffers of
+  // the previous call are recycled first, which waits for the stream (by
+  // then idle but for the last step's optimizer update). Errors: a failed
+  // copy or pinned allocation.
+  absl::Status SetMicroBatches(std::vector<MicroBatch> batches);
   // Installs `hook` on every chunk (for the model's lifetime).
   void AddGradReadyHook(const parallel::GradReadyHook& hook);
   // Sums the shared embedding gradients over `embedding_group` (null or a
@@ -51,6 +58,8 @@ class StageModel {
  private:
   std::vector<std::unique_ptr<GPTModel>> chunks_;
   ParameterList parameters_;
+  // Off the host: stages the micro-batches to the chunks' device.
+  std::unique_ptr<PinnedStagingPool> staging_;
 };
 
 }  // namespace gpt

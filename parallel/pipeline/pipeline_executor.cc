@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/ops/loss_totals.h"
 #include "core/status_macros.h"
 #include "observability/trace.h"
 
@@ -95,33 +96,17 @@ bool PipelineExecutor::NeedsRecv(const Action& a) const {
   return !(stage_ == stages_ - 1 && a.chunk == v - 1);
 }
 
-absl::Status PipelineExecutor::BroadcastLosses(
-    std::vector<parallel::LossSum>* losses) {
+absl::Status PipelineExecutor::BroadcastLossTotals(Tensor* totals) {
   if (stages_ == 1) return absl::OkStatus();
-  const int64_t m = static_cast<int64_t>(losses->size());
-  // Doubles travel bit for bit as int64.
-  Tensor t = Tensor::Zeros({2 * m}, DType::kInt64);
-  int64_t* p = t.data<int64_t>();
-  for (int64_t i = 0; i < m; ++i) {
-    std::memcpy(&p[2 * i], &(*losses)[i].sum, sizeof(double));
-    std::memcpy(&p[2 * i + 1], &(*losses)[i].tokens, sizeof(double));
-  }
+  // The totals' fp32 parts travel bit for bit; only the last stage's are
+  // defined here.
   const Device device = pipeline_->device();
-  if (device.is_cpu()) {
-    MCC_RETURN_IF_ERROR(pipeline_->BroadcastSync(&t, stages_ - 1));
-  } else {
-    // The contract's losses are host values (parallel::LossSum): they cross
-    // a device group through one explicit copy each way.
-    MCC_ASSIGN_OR_RETURN(Tensor on_device, t.To(device));
-    MCC_RETURN_IF_ERROR(pipeline_->BroadcastSync(&on_device, stages_ - 1));
-    MCC_ASSIGN_OR_RETURN(t, on_device.To(Device::CPU()));
-    p = t.data<int64_t>();
+  if (!totals->defined()) {
+    *totals = Tensor::Empty({ops::kLossTotalsSize}, DType::kFloat32, device);
+  } else if (totals->device() != device) {
+    MCC_ASSIGN_OR_RETURN(*totals, totals->To(device));
   }
-  for (int64_t i = 0; i < m; ++i) {
-    std::memcpy(&(*losses)[i].sum, &p[2 * i], sizeof(double));
-    std::memcpy(&(*losses)[i].tokens, &p[2 * i + 1], sizeof(double));
-  }
-  return absl::OkStatus();
+  return pipeline_->BroadcastSync(totals, stages_ - 1);
 }
 
 absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
@@ -141,7 +126,8 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
       BuildSchedule(kind, stages_, stage_, v, m, forward_only));
   PipelineStepResult result;
   PipelineStats& stats = result.stats;
-  result.losses.assign(m, parallel::LossSum());
+  const bool last_stage = stage_ == stages_ - 1;
+  if (last_stage) result.microbatch_losses.resize(m);
   std::vector<std::vector<std::unique_ptr<parallel::ActivationRecord>>> records(
       v);
   for (auto& r : records) r.resize(m);
@@ -192,6 +178,16 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
     return s;
   };
 
+  // Each micro-batch's loss, kept on its device.
+  auto keep_loss = [&](const Action& a, Tensor loss_sum) -> absl::Status {
+    if (!loss_sum.defined()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name(a), ": the chunk computes the loss but returned no loss sum"));
+    }
+    result.microbatch_losses[a.microbatch] = std::move(loss_sum);
+    return absl::OkStatus();
+  };
+
   int in_flight = 0;
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
@@ -221,8 +217,8 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
       if (!forward_only)
         stats.max_in_flight = std::max(stats.max_in_flight, ++in_flight);
       record = std::move(y->record);
-      if (stage_ == stages_ - 1 && a.chunk == v - 1) {
-        result.losses[a.microbatch] = y->loss;
+      if (last_stage && a.chunk == v - 1) {
+        MCC_RETURN_IF_ERROR(keep_loss(a, std::move(y->loss_sum)));
       } else {
         out = std::move(y->output);
         sent = p2p_->SendForward(out,
@@ -261,7 +257,25 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
     }
   }
   for (Transfer& t : sends) MCC_RETURN_IF_ERROR(wait(t.work));
-  MCC_RETURN_IF_ERROR(BroadcastLosses(&result.losses));
+  if (last_stage) {
+    // Totalled on the losses' device in micro-batch order (no host read);
+    // without micro-batches, zeros where a loss would have been.
+    const Device device =
+        m > 0 ? result.microbatch_losses[0].device()
+              : (stages_ > 1 ? pipeline_->device() : Device::CPU());
+    result.loss_totals =
+        Tensor::Zeros({ops::kLossTotalsSize}, DType::kFloat32, device);
+    for (int i = 0; i < m; ++i) {
+      absl::Status s = ops::AccumulateLossTotals(result.microbatch_losses[i], m,
+                                                 &result.loss_totals);
+      if (!s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("pipeline stage ", stage_,
+                                                   ", loss of micro-batch ", i,
+                                                   ": ", s.message()));
+      }
+    }
+  }
+  MCC_RETURN_IF_ERROR(BroadcastLossTotals(&result.loss_totals));
   stats.total_seconds = Seconds(start);
   Trace(start, [&](observability::TraceEvent* e) {
     e->name = forward_only ? "pipeline schedule (eval)" : "pipeline schedule";

@@ -38,8 +38,17 @@ struct PipelineStats {
 };
 
 struct PipelineStepResult {
-  // Per micro-batch, computed by the last stage and broadcast to all.
-  std::vector<parallel::LossSum> losses;
+  // The step's loss totals (core/ops/loss_totals.h: the mean over
+  // micro-batches of each one's mean loss, the summed loss and the token
+  // count, each an exact float64 in three fp32 parts), totalled on the
+  // last stage's device and broadcast to every stage over the pipeline
+  // group: an fp32 [ops::kLossTotalsSize] tensor on the pipeline group's
+  // device (with one stage, on the loss's device, or zeros on the CPU
+  // without micro-batches). Nothing is read to the host.
+  Tensor loss_totals;
+  // Each micro-batch's StageOutput::loss_sum, on the stage that computes
+  // the loss (empty on the others), for tests that look at one.
+  std::vector<Tensor> microbatch_losses;
   PipelineStats stats;
 };
 
@@ -78,7 +87,9 @@ class PipelineExecutor {
  private:
   PipelineExecutor() = default;
   bool NeedsRecv(const Action& a) const;
-  absl::Status BroadcastLosses(std::vector<parallel::LossSum>* losses);
+  // Sends the last stage's loss totals to every stage (collective over the
+  // pipeline group).
+  absl::Status BroadcastLossTotals(Tensor* totals);
 
   std::vector<parallel::PipelineStage*> chunks_;
   comm::ProcessGroup* pipeline_ = nullptr;

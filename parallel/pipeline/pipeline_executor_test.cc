@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/ops/loss_totals.h"
 #include "gtest/gtest.h"
 #include "parallel/testing/mlp_stack.h"
 
@@ -70,11 +71,18 @@ TEST(PipelineExecutorTest, OneStageRunEqualsTheChunksOwnSteps) {
   ASSERT_TRUE(e.ok()) << e.status();
   auto run = (*e)->Run(3, 0.5f);
   ASSERT_TRUE(run.ok()) << run.status();
+  double mean_of_means = 0, sum = 0, tokens = 0;
   for (int i = 0; i < 3; ++i) {
     auto out = b->ForwardStep(i, Tensor(), /*backward_after=*/true);
     ASSERT_TRUE(out.ok()) << out.status();
-    EXPECT_EQ(run->losses[i].sum, out->loss.sum) << i;
-    EXPECT_EQ(run->losses[i].tokens, out->loss.tokens) << i;
+    ASSERT_EQ(run->microbatch_losses.size(), 3u);
+    EXPECT_EQ(run->microbatch_losses[i].ToFloats(), out->loss_sum.ToFloats())
+        << i;
+    auto loss = parallel::ReadLossSum(out->loss_sum);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    mean_of_means += loss->mean() / 3;
+    sum += loss->sum;
+    tokens += loss->tokens;
     ASSERT_TRUE(b->BackwardStep(Tensor(), 0.5f, std::move(out->record)).ok());
   }
   for (size_t p = 0; p < a->parameters().size(); ++p) {
@@ -82,7 +90,13 @@ TEST(PipelineExecutorTest, OneStageRunEqualsTheChunksOwnSteps) {
               b->parameters()[p]->main_grad.ToFloats())
         << a->parameters()[p]->name;
   }
-  EXPECT_GT(run->losses[0].sum, 0);
+  // The step's totals: the host loop's float64 values, bit for bit.
+  auto totals = ops::LossTotalsFromHost(run->loss_totals.ToFloats());
+  ASSERT_TRUE(totals.ok()) << totals.status();
+  EXPECT_EQ(totals->mean_of_means, mean_of_means);
+  EXPECT_EQ(totals->sum, sum);
+  EXPECT_EQ(totals->tokens, tokens);
+  EXPECT_GT(sum, 0);
 }
 
 }  // namespace

@@ -12,9 +12,10 @@
 // end of the micro-batches and the next step's forward (gradient sync,
 // finalisation, the optimizer step, the parameter gather) the engine makes
 // exactly one device-to-host copy, the optimizer's read of the gradient
-// statistics, and no host-to-device copy. The model's own per-micro-batch
-// loss read (MlpStack's contract hands back a host LossSum) and the
-// pipeline's loss broadcast are outside that window and not counted.
+// statistics, and no host-to-device copy. The losses stay on the device
+// (the pipeline totals and broadcasts them there); the test's own reads of
+// them are outside that window. training/trainer_device_test.cc counts the
+// trainer's whole step.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -168,11 +169,17 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
     const float grad_scale = static_cast<float>(opt->loss_scale() / local_mb);
     MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
                          executor->Run(local_mb, grad_scale));
-    for (int i = 0; i < local_mb; ++i) {
-      result.lines.push_back(absl::StrCat(
-          "loss ", step, " ", dp_rank * local_mb + i, " ",
-          Bits(run.losses[i].sum), " ", Bits(run.losses[i].tokens)));
+    // The test's own reads of the losses (the engine reads none).
+    for (size_t i = 0; i < run.microbatch_losses.size(); ++i) {
+      MCC_ASSIGN_OR_RETURN(LossSum loss, ReadLossSum(run.microbatch_losses[i]));
+      result.lines.push_back(
+          absl::StrCat("loss ", step, " ", dp_rank * local_mb + i, " ",
+                       Bits(loss.sum), " ", Bits(loss.tokens)));
     }
+    MCC_ASSIGN_OR_RETURN(Tensor totals, run.loss_totals.To(Device::CPU()));
+    std::string line = absl::StrCat("totals ", step);
+    for (float v : totals.ToFloats()) absl::StrAppend(&line, " ", Bits(v));
+    result.lines.push_back(std::move(line));
     reads = ::mcc::testing::TestDeviceCopiesToHost();
     writes = ::mcc::testing::TestDeviceCopiesFromHost();
     if (fsdp) {

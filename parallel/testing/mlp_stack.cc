@@ -142,18 +142,17 @@ absl::StatusOr<StageOutput> MlpStack::ForwardStep(int microbatch,
   }
   StageOutput out;
   if (computes_loss()) {
-    // The sum of squares stays on the device; the contract's LossSum is a
-    // host value, so it is read with one explicit copy per micro-batch
-    // (none on the CPU).
+    // The loss stays on the device as ops::LossSum's [4]: half the sum of
+    // squares (a hi/lo pair; halving is exact) and the row count (the zero
+    // count's slots, which hold 0 without count_zeros).
     MCC_ASSIGN_OR_RETURN(Tensor d, Subtract(x, batch->targets));
-    Tensor sums = Tensor::Empty({4}, DType::kFloat32, x.device());
-    MCC_RETURN_IF_ERROR(ops::MultiTensorSumOfSquares({d}, {}, {}, &sums));
-    if (!sums.device().is_cpu()) {
-      MCC_ASSIGN_OR_RETURN(sums, sums.To(Device::CPU()));
-    }
-    const std::vector<double> s = sums.ToDoubles();
-    out.loss.sum = 0.5 * (s[0] + s[1]);
-    out.loss.tokens = static_cast<double>(x.size(0));
+    out.loss_sum = Tensor::Empty({4}, DType::kFloat32, x.device());
+    MCC_RETURN_IF_ERROR(
+        ops::MultiTensorSumOfSquares({d}, {}, {}, &out.loss_sum));
+    MCC_ASSIGN_OR_RETURN(Tensor sum, out.loss_sum.Slice(0, 2));
+    MCC_RETURN_IF_ERROR(ops::Scale(sum, 0.5f, &sum));
+    MCC_ASSIGN_OR_RETURN(Tensor rows, out.loss_sum.Slice(2, 3));
+    rows.Fill(static_cast<double>(x.size(0)));
     record->output = x;
   } else {
     out.output = x;

@@ -145,9 +145,11 @@ absl::StatusOr<Result> Train(ParallelState* state, bool zero3,
     for (const auto& c : chunks) c->SetMicroBatches(batches);
     MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
                          executor->Run(local_mb, 1.0f / local_mb));
-    for (int i = 0; i < local_mb; ++i) {
+    // The stage that computes the loss has each micro-batch's.
+    for (size_t i = 0; i < run.microbatch_losses.size(); ++i) {
+      MCC_ASSIGN_OR_RETURN(LossSum loss, ReadLossSum(run.microbatch_losses[i]));
       result.losses[step * kMicrobatches + dp_rank * local_mb + i] =
-          run.losses[i].mean();
+          loss.mean();
     }
     for (const auto& c : chunks) {
       MCC_RETURN_IF_ERROR(c->SyncSharedGradients(nullptr));

@@ -37,6 +37,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 tests=(
   core/cuda/runtime_nodevice_test
   core/cuda/runtime_test
+  core/cuda/staging_test
   core/ops/cuda/registrations_nodevice_test
   core/ops/cuda/registrations_test
   core/ops/cuda/gemm_test
