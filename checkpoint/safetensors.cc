@@ -76,9 +76,9 @@ absl::Status WriteSafetensors(
     return sa != sb ? sa > sb : a.first < b.first;
   });
   // ordered_json keeps this order in the file (nlohmann::json would sort).
-  JsonDocument header_json = JsonDocument::object();
+  nlohmann::ordered_json header_json = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
-    JsonDocument& meta = header_json["__metadata__"];
+    nlohmann::ordered_json& meta = header_json["__metadata__"];
     for (const auto& [k, v] : metadata) meta[k] = v;
   }
   uint64_t offset = 0;
@@ -95,7 +95,7 @@ absl::Status WriteSafetensors(
           absl::StrCat(path, ": tensor ", name, " is undefined"));
     }
     MCC_ASSIGN_OR_RETURN(std::string dtype, SafetensorsDTypeName(t.dtype()));
-    JsonDocument shape = JsonDocument::array();
+    nlohmann::ordered_json shape = nlohmann::ordered_json::array();
     for (int d = 0; d < t.dim(); ++d) shape.push_back(t.size(d));
     header_json[name] = {{"dtype", dtype},
                          {"shape", std::move(shape)},
