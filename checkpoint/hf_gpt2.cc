@@ -6,9 +6,8 @@
 #include <optional>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "checkpoint/json.h"
+#include "core/json_document.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -274,36 +273,37 @@ absl::Status ExportCheckpointToHfGpt2(CheckpointReader& reader,
 
 namespace {
 
-absl::StatusOr<int64_t> PositiveInt(const json::Value& config,
-                                    absl::string_view key,
+absl::StatusOr<int64_t> PositiveInt(const JsonDocument& config,
+                                    const std::string& key,
                                     const std::string& path,
                                     std::optional<int64_t> fallback) {
-  const json::Value* v = config.Find(key);
-  if (v == nullptr || v->kind == json::Value::Kind::kNull) {
+  if (!config.contains(key) || config[key].is_null()) {
     if (fallback.has_value()) return *fallback;
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": missing \"", key, "\""));
   }
-  absl::StatusOr<int64_t> n = v->AsInt();
-  if (!n.ok() || *n <= 0 || *n > std::numeric_limits<int32_t>::max()) {
+  const JsonDocument& v = config[key];
+  // nlohmann stores every non-negative integer as unsigned.
+  if (!v.is_number_unsigned() || v.get<uint64_t>() == 0 ||
+      v.get<uint64_t>() > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": \"", key, "\" must be a positive 32-bit integer",
-                     n.ok() ? absl::StrCat(", got ", *n) : ""));
+                     v.is_number_integer() ? ", got " + v.dump() : ""));
   }
-  return *n;
+  return static_cast<int64_t>(v.get<uint64_t>());
 }
 
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseGpt2ConfigJson(absl::string_view text,
                                                 const std::string& path) {
-  absl::StatusOr<json::Value> parsed = json::Parse(text);
+  absl::StatusOr<JsonDocument> parsed = ParseJsonDocument(text);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", parsed.status().message()));
   }
-  const json::Value& hf = *parsed;
-  if (hf.kind != json::Value::Kind::kObject) {
+  const JsonDocument& hf = *parsed;
+  if (!hf.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a JSON object"));
   }
@@ -320,22 +320,24 @@ absl::StatusOr<ModelConfig> ParseGpt2ConfigJson(absl::string_view text,
   MCC_ASSIGN_OR_RETURN(int64_t inner,
                        PositiveInt(hf, "n_inner", path, 4 * hidden));
   double eps = 1e-5;
-  if (const json::Value* v = hf.Find("layer_norm_epsilon");
-      v != nullptr && v->kind != json::Value::Kind::kNull) {
-    if (v->kind != json::Value::Kind::kNumber ||
-        !absl::SimpleAtod(v->text, &eps) || !(eps > 0) || !std::isfinite(eps)) {
+  if (hf.contains("layer_norm_epsilon") &&
+      !hf["layer_norm_epsilon"].is_null()) {
+    const JsonDocument& v = hf["layer_norm_epsilon"];
+    if (v.is_number()) eps = v.get<double>();
+    if (!v.is_number() || !(eps > 0) || !std::isfinite(eps)) {
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": \"layer_norm_epsilon\" must be a positive number"));
     }
   }
   bool tied = true;  // Hugging Face's default.
-  if (const json::Value* v = hf.Find("tie_word_embeddings");
-      v != nullptr && v->kind != json::Value::Kind::kNull) {
-    if (v->kind != json::Value::Kind::kBool) {
+  if (hf.contains("tie_word_embeddings") &&
+      !hf["tie_word_embeddings"].is_null()) {
+    const JsonDocument& v = hf["tie_word_embeddings"];
+    if (!v.is_boolean()) {
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": \"tie_word_embeddings\" must be true or false"));
     }
-    tied = v->boolean;
+    tied = v.get<bool>();
   }
   ModelConfig config;
   config.set_num_layers(layers);

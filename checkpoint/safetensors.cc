@@ -2,16 +2,30 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/file_util.h"
-#include "checkpoint/json.h"
+#include "core/json_document.h"
 #include "core/status_macros.h"
 
 namespace mcc {
 namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100 << 20;  // As the reference reader.
+
+// A JSON integer in [0, 2^63), or nullopt (negative, fractional, too big,
+// not a number).
+std::optional<int64_t> NonNegativeInt(const JsonDocument& v) {
+  // nlohmann stores every non-negative integer as unsigned.
+  if (!v.is_number_unsigned()) return std::nullopt;
+  const uint64_t u = v.get<uint64_t>();
+  if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(u);
+}
 
 }  // namespace
 
@@ -61,16 +75,11 @@ absl::Status WriteSafetensors(
     const size_t sb = b.second.defined() ? DTypeSize(b.second.dtype()) : 0;
     return sa != sb ? sa > sb : a.first < b.first;
   });
-  std::string header = "{";
-  bool first = true;
+  // ordered_json keeps this order in the file (nlohmann::json would sort).
+  nlohmann::ordered_json header_json = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    for (const auto& [k, v] : metadata) {
-      if (!first) header += ",";
-      first = false;
-      absl::StrAppend(&header, json::Quote(k), ":", json::Quote(v));
-    }
-    header += "}";
+    nlohmann::ordered_json& meta = header_json["__metadata__"];
+    for (const auto& [k, v] : metadata) meta[k] = v;
   }
   uint64_t offset = 0;
   for (size_t i = 0; i < sorted.size(); ++i) {
@@ -86,17 +95,21 @@ absl::Status WriteSafetensors(
           absl::StrCat(path, ": tensor ", name, " is undefined"));
     }
     MCC_ASSIGN_OR_RETURN(std::string dtype, SafetensorsDTypeName(t.dtype()));
-    std::string shape;
-    for (int d = 0; d < t.dim(); ++d)
-      absl::StrAppend(&shape, d ? "," : "", t.size(d));
-    absl::StrAppend(&header, first ? "" : ",", json::Quote(name),
-                    ":{\"dtype\":\"", dtype, "\",\"shape\":[", shape,
-                    "],\"data_offsets\":[", offset, ",", offset + t.nbytes(),
-                    "]}");
-    first = false;
+    nlohmann::ordered_json shape = nlohmann::ordered_json::array();
+    for (int d = 0; d < t.dim(); ++d) shape.push_back(t.size(d));
+    header_json[name] = {{"dtype", dtype},
+                         {"shape", std::move(shape)},
+                         {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();
   }
-  header += "}";
+  std::string header;
+  try {
+    header = header_json.dump();
+  } catch (const nlohmann::json::exception& e) {
+    // Names and metadata must be UTF-8, as all JSON text.
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot write the header: ", JsonErrorMessage(e)));
+  }
   header.append((8 - header.size() % 8) % 8, ' ');
 
   const std::string tmp = path + ".tmp";
@@ -142,12 +155,12 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
                                             " exceeds the file (", bytes.size(),
                                             " bytes) or 100 MB"));
   }
-  auto header = json::Parse(bytes.substr(8, n));
+  absl::StatusOr<JsonDocument> header = ParseJsonDocument(bytes.substr(8, n));
   if (!header.ok()) {
     return absl::DataLossError(
         absl::StrCat(path, ": bad header: ", header.status().message()));
   }
-  if (header->kind != json::Value::Kind::kObject) {
+  if (!header->is_object()) {
     return absl::DataLossError(absl::StrCat(path, ": header is not an object"));
   }
   const absl::string_view data = bytes.substr(8 + n);
@@ -157,21 +170,21 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
     std::string name;
   };
   std::vector<Span> spans;
-  for (const auto& member : header->object) {
+  for (const auto& member : header->items()) {
     // Named, not structured bindings: lambdas below capture them (C++17).
-    const std::string& name = member.first;
-    const json::Value& v = member.second;
+    const std::string& name = member.key();
+    const JsonDocument& v = member.value();
     if (name == "__metadata__") {
-      if (v.kind != json::Value::Kind::kObject) {
+      if (!v.is_object()) {
         return absl::DataLossError(
             absl::StrCat(path, ": __metadata__ is not an object"));
       }
-      for (const auto& [k, s] : v.object) {
-        if (s.kind != json::Value::Kind::kString) {
+      for (const auto& [k, s] : v.items()) {
+        if (!s.is_string()) {
           return absl::DataLossError(absl::StrCat(
               path, ": __metadata__ value of \"", k, "\" is not a string"));
         }
-        out.metadata[k] = s.text;
+        out.metadata[k] = s.get<std::string>();
       }
       continue;
     }
@@ -179,34 +192,34 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
       return absl::DataLossError(
           absl::StrCat(path, ": tensor ", name, ": ", what));
     };
-    const json::Value* dtype = v.Find("dtype");
-    const json::Value* shape = v.Find("shape");
-    const json::Value* offsets = v.Find("data_offsets");
-    if (v.kind != json::Value::Kind::kObject || !dtype || !shape || !offsets ||
-        dtype->kind != json::Value::Kind::kString ||
-        shape->kind != json::Value::Kind::kArray ||
-        offsets->kind != json::Value::Kind::kArray ||
-        offsets->array.size() != 2) {
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets") || !v["dtype"].is_string() ||
+        !v["shape"].is_array() || !v["data_offsets"].is_array() ||
+        v["data_offsets"].size() != 2) {
       return bad("needs dtype, shape and data_offsets [begin, end]");
     }
-    auto dt = ParseSafetensorsDType(dtype->text);
+    const std::string& dtype = v["dtype"].get_ref<const std::string&>();
+    const JsonDocument& offsets = v["data_offsets"];
+    auto dt = ParseSafetensorsDType(dtype);
     if (!dt.ok())
       return absl::Status(
           dt.status().code(),
           absl::StrCat(path, ": tensor ", name, ": ", dt.status().message()));
     Shape dims;
-    for (const auto& d : shape->array) {
-      auto x = d.AsInt();
-      if (!x.ok() || *x < 0) return bad("bad shape");
+    for (const JsonDocument& d : v["shape"]) {
+      const std::optional<int64_t> x = NonNegativeInt(d);
+      if (!x.has_value()) return bad("bad shape");
       dims.push_back(*x);
     }
-    auto b = offsets->array[0].AsInt();
-    auto e = offsets->array[1].AsInt();
-    if (!b.ok() || !e.ok() || *b < 0 || *e < *b) return bad("bad data_offsets");
+    const std::optional<int64_t> b = NonNegativeInt(offsets[0]);
+    const std::optional<int64_t> e = NonNegativeInt(offsets[1]);
+    if (!b.has_value() || !e.has_value() || *e < *b) {
+      return bad("bad data_offsets");
+    }
     const uint64_t want = NumElements(dims) * DTypeSize(*dt);
     if (static_cast<uint64_t>(*e - *b) != want) {
       return bad(absl::StrCat("data_offsets [", *b, ", ", *e, "] hold ",
-                              *e - *b, " bytes but ", dtype->text,
+                              *e - *b, " bytes but ", dtype,
                               ShapeToString(dims), " needs ", want));
     }
     if (static_cast<uint64_t>(*e) > data.size()) {

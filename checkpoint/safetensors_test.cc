@@ -4,9 +4,9 @@
 #include <cstring>
 
 #include "checkpoint/file_util.h"
-#include "checkpoint/json.h"
 #include "checkpoint/test_util.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace mcc {
 namespace {
@@ -71,17 +71,20 @@ TEST(SafetensorsTest, RoundTripAndLayout) {
   uint64_t n;
   std::memcpy(&n, bytes->data(), 8);
   EXPECT_EQ(n % 8, 0u);  // Padded so the data starts 8-byte aligned.
-  auto header = json::Parse(bytes->substr(8, n));
-  ASSERT_TRUE(header.ok()) << header.status();
-  EXPECT_EQ(header->Find("b.weight")->Find("dtype")->text, "F32");
-  EXPECT_EQ(header->Find("a.bias")->Find("dtype")->text, "BF16");
-  EXPECT_EQ(header->Find("__metadata__")->Find("format")->text, "pt");
+  // An independent parse of the header (plain nlohmann::json, no checks of
+  // ours).
+  const nlohmann::json header = nlohmann::json::parse(bytes->substr(8, n));
+  EXPECT_EQ(header["b.weight"]["dtype"], "F32");
+  EXPECT_EQ(header["a.bias"]["dtype"], "BF16");
+  EXPECT_EQ(header["__metadata__"]["format"], "pt");
   for (const auto& [name, t] : tensors) {
-    const json::Value* entry = header->Find(name);
-    ASSERT_NE(entry, nullptr) << name;
-    const int64_t begin = *entry->Find("data_offsets")->array[0].AsInt();
+    ASSERT_TRUE(header.contains(name)) << name;
+    const int64_t begin = header[name]["data_offsets"][0].get<int64_t>();
     EXPECT_EQ(begin % DTypeSize(t.dtype()), 0) << name << " is misaligned";
   }
+  // A name that is not UTF-8 cannot be written as JSON.
+  auto bad_name = WriteSafetensors(path + ".3", {{"\xff", tensors[0].second}});
+  EXPECT_NE(bad_name.message().find("UTF-8"), std::string::npos) << bad_name;
   // A repeated name is refused.
   NamedTensors twice = {tensors[0], tensors[0]};
   EXPECT_FALSE(WriteSafetensors(path + ".2", twice).ok());

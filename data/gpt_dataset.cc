@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/progress_meter.h"
 #include "data/npy.h"
 #include "glog/logging.h"
 
@@ -71,7 +73,8 @@ std::vector<int64_t> BuildSampleIndex(absl::Span<const int32_t> sizes,
                                       absl::Span<const int32_t> document_index,
                                       int32_t sequence_length, int num_epochs,
                                       int64_t tokens_per_epoch,
-                                      bool drop_last_partial_sequence) {
+                                      bool drop_last_partial_sequence,
+                                      const IndexBuildProgress& progress) {
   constexpr int kExtra = 1;
   CHECK_GT(sequence_length, 1);
   CHECK_GT(num_epochs, 0);
@@ -111,7 +114,9 @@ std::vector<int64_t> BuildSampleIndex(absl::Span<const int32_t> sizes,
     }
     index.push_back(doc);
     index.push_back(offset);
+    if (progress && s % kIndexProgressEvery == 0) progress(s, num_samples);
   }
+  if (progress) progress(num_samples, num_samples);
   return index;
 }
 
@@ -153,9 +158,31 @@ GPTIndices BuildGPTIndices(absl::Span<const int32_t> sizes, int64_t begin,
   const bool drop_last = split == Split::kValid
                              ? config.drop_last_partial_validation_sequence
                              : true;
+  // A progress line for big builds on a terminal; off one, Build's own
+  // summary line is the report.
+  std::unique_ptr<ProgressMeter> meter;
+  IndexBuildProgress progress;
+  if (ProgressMeter::IsTerminal(stderr) &&
+      out.num_epochs * tokens_per_epoch / seq >= kIndexProgressFrom) {
+    progress = [&](int64_t done, int64_t total) {
+      if (meter == nullptr) {
+        ProgressMeter::Options o;
+        o.label = absl::StrCat("GPT sample index (", SplitName(split), ")");
+        o.unit = "samples";
+        o.total_items = total;
+        o.terminal = true;
+        meter = std::make_unique<ProgressMeter>(std::move(o));
+      }
+      if (done < total) {
+        meter->Update(done);
+      } else {
+        meter->Finish(done);
+      }
+    };
+  }
   out.sample_index =
       BuildSampleIndex(sizes, out.document_index, seq, out.num_epochs,
-                       tokens_per_epoch, drop_last);
+                       tokens_per_epoch, drop_last, progress);
   const int64_t total = static_cast<int64_t>(out.sample_index.size() / 2) - 1;
   out.shuffle_index = BuildShuffleIndex(
       out.separate_final_epoch ? samples_sans_final : total, total, rng);

@@ -2,6 +2,7 @@
 #define DATA_GPT_DATASET_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,14 +45,20 @@ std::vector<int32_t> BuildDocumentIndex(absl::Span<const int32_t> documents,
                                         int num_epochs, NumpyRandomState& rng,
                                         bool separate_final_epoch);
 
+// Called now and then by the index builders with (samples done, samples in
+// all), on the building thread.
+using IndexBuildProgress = std::function<void(int64_t done, int64_t total)>;
+
 // Sample boundaries as (document-index position, token offset) pairs, flat:
 // [2 * (num_samples + 1)]. Sample i runs from pair i to pair i + 1 inclusive
-// of one extra token, across document boundaries.
-std::vector<int64_t> BuildSampleIndex(absl::Span<const int32_t> sizes,
-                                      absl::Span<const int32_t> document_index,
-                                      int32_t sequence_length, int num_epochs,
-                                      int64_t tokens_per_epoch,
-                                      bool drop_last_partial_sequence);
+// of one extra token, across document boundaries. `progress`, when set, is
+// called every kIndexProgressEvery samples and once at the end.
+inline constexpr int64_t kIndexProgressEvery = int64_t{1} << 16;
+std::vector<int64_t> BuildSampleIndex(
+    absl::Span<const int32_t> sizes, absl::Span<const int32_t> document_index,
+    int32_t sequence_length, int num_epochs, int64_t tokens_per_epoch,
+    bool drop_last_partial_sequence,
+    const IndexBuildProgress& progress = nullptr);
 
 // [0, num_samples) shuffled, then [num_samples, total_size) shuffled apart.
 std::vector<int64_t> BuildShuffleIndex(int64_t num_samples, int64_t total_size,
@@ -67,6 +74,10 @@ struct GPTIndices {
 };
 
 // Builds the indices for the sequences [begin, end) of dataset `sizes`.
+// Builds of kIndexProgressFrom samples or more show a progress line (the
+// sample index, the long part) when stderr is a terminal; see
+// core/progress_meter.h.
+inline constexpr int64_t kIndexProgressFrom = int64_t{1} << 22;
 GPTIndices BuildGPTIndices(absl::Span<const int32_t> sizes, int64_t begin,
                            int64_t end, std::optional<int64_t> num_samples,
                            Split split, const GPTDatasetConfig& config);

@@ -96,6 +96,22 @@ TEST(GPTIndices, HandDerivedSampleIndex) {
             (std::vector<int64_t>{0, 0, 0, 4, 1, 0, 2, 1}));
 }
 
+TEST(GPTIndices, SampleIndexReportsProgressWithoutChangingIt) {
+  // 3 documents of 100000 tokens, samples of 2 + 1: 149999 samples.
+  const std::vector<int32_t> sizes = {100000, 100000, 100000};
+  const std::vector<int32_t> doc_index = {1, 2, 0};
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  const std::vector<int64_t> with = BuildSampleIndex(
+      sizes, doc_index, 2, 1, 300000, true,
+      [&](int64_t done, int64_t total) { calls.emplace_back(done, total); });
+  EXPECT_EQ(with, BuildSampleIndex(sizes, doc_index, 2, 1, 300000, true));
+  const std::vector<std::pair<int64_t, int64_t>> want = {
+      {kIndexProgressEvery, 149999},
+      {2 * kIndexProgressEvery, 149999},
+      {149999, 149999}};
+  EXPECT_EQ(calls, want);
+}
+
 TEST(GPTIndices, MatchMegatronWithNumpy) {
   const std::vector<Case> cases = LoadCases();
   ASSERT_EQ(cases.size(), 5u);

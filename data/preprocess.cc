@@ -5,11 +5,9 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/thread_pool.h"
 #include "data/indexed_dataset.h"
-#include "data/json.h"
 #include "glog/logging.h"
 
 namespace mcc::data {
@@ -29,19 +27,21 @@ struct Record {
   absl::Status status;
 };
 
-absl::Status Encode(const PreprocessOptions& o, const std::string& path,
-                    Tokenizer& tok, Record& r) {
-  return TokenizeJsonlRecord(o, path, r.line_no, r.line, tok, &r.ids);
-}
+// What one worker thread owns.
+struct Worker {
+  JsonlRecordReader reader;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
 
 }  // namespace
 
 absl::Status TokenizeJsonlRecord(const PreprocessOptions& o,
                                  const std::string& path, int64_t line_no,
-                                 absl::string_view line, Tokenizer& tok,
+                                 absl::string_view line,
+                                 JsonlRecordReader& reader, Tokenizer& tok,
                                  std::vector<std::vector<int32_t>>* ids) {
-  std::vector<std::optional<std::string>> values;
-  absl::Status s = ExtractJsonStrings(line, o.json_keys, &values);
+  std::vector<std::optional<std::string_view>> values;
+  absl::Status s = reader.Read(line, o.json_keys, &values);
   if (!s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ":", line_no, ": ", s.message()));
@@ -52,7 +52,7 @@ absl::Status TokenizeJsonlRecord(const PreprocessOptions& o,
       return absl::InvalidArgumentError(absl::StrCat(
           path, ":", line_no, ": missing key \"", o.json_keys[k], "\""));
     }
-    const std::string& text = *values[k];
+    const absl::string_view text(values[k]->data(), values[k]->size());
     const size_t bad = FindInvalidUtf8(text);
     if (bad != absl::string_view::npos) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -70,8 +70,9 @@ absl::Status TokenizeJsonlRecord(const PreprocessOptions& o,
   return absl::OkStatus();
 }
 
-absl::StatusOr<PreprocessStats> PreprocessJsonl(const PreprocessOptions& o,
-                                                const Tokenizer& tokenizer) {
+absl::StatusOr<PreprocessStats> PreprocessJsonl(
+    const PreprocessOptions& o, const Tokenizer& tokenizer,
+    const PreprocessProgress& progress) {
   if (o.json_keys.empty()) {
     return absl::InvalidArgumentError("--json-keys is empty");
   }
@@ -83,8 +84,8 @@ absl::StatusOr<PreprocessStats> PreprocessJsonl(const PreprocessOptions& o,
     return absl::NotFoundError(absl::StrCat("--input: cannot open ", o.input));
   }
   const int workers = std::max(1, o.workers);
-  std::vector<std::unique_ptr<Tokenizer>> toks;
-  for (int w = 0; w < workers; ++w) toks.push_back(tokenizer.Clone());
+  std::vector<Worker> worker_state(workers);
+  for (Worker& w : worker_state) w.tokenizer = tokenizer.Clone();
 
   PreprocessStats stats;
   std::vector<std::unique_ptr<IndexedDatasetBuilder>> builders;
@@ -100,7 +101,6 @@ absl::StatusOr<PreprocessStats> PreprocessJsonl(const PreprocessOptions& o,
   ThreadPool pool(workers);
   const absl::Time t0 = absl::Now();
   int64_t line_no = 0;
-  int64_t next_log = o.log_interval;
   const size_t kBatch = 256 * workers;
   std::vector<Record> batch(kBatch);
   bool eof = false;
@@ -125,7 +125,11 @@ absl::StatusOr<PreprocessStats> PreprocessJsonl(const PreprocessOptions& o,
       for (int64_t w = wb; w < we; ++w) {
         const size_t lo = n * w / workers, hi = n * (w + 1) / workers;
         for (size_t i = lo; i < hi; ++i) {
-          batch[i].status = Encode(o, o.input, *toks[w], batch[i]);
+          Record& r = batch[i];
+          Worker& state = worker_state[w];
+          r.status =
+              TokenizeJsonlRecord(o, o.input, r.line_no, r.line, state.reader,
+                                  *state.tokenizer, &r.ids);
         }
       }
     });
@@ -150,12 +154,9 @@ absl::StatusOr<PreprocessStats> PreprocessJsonl(const PreprocessOptions& o,
       }
       ++stats.documents;
     }
-    if (o.log_interval > 0 && stats.documents >= next_log) {
-      next_log = stats.documents + o.log_interval;
-      const double sec = absl::ToDoubleSeconds(absl::Now() - t0);
-      LOG(INFO) << absl::StrFormat(
-          "processed %d documents (%.0f docs/s, %.2f MB/s)", stats.documents,
-          stats.documents / sec, stats.input_bytes / 1e6 / sec);
+    if (progress) {
+      stats.seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+      progress(stats);
     }
   }
   if (in.bad()) {

@@ -2,10 +2,12 @@
 #define DATA_PREPROCESS_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "data/jsonl_record.h"
 #include "data/tokenizer.h"
 
 namespace mcc::data {
@@ -19,8 +21,13 @@ struct PreprocessOptions {
   // Skip (and count) records that are not valid JSON, lack a key, hold
   // invalid UTF-8 or an empty text, instead of failing on the first one.
   bool skip_bad_records = false;
-  int64_t log_interval = 10000;  // documents between progress lines; 0: none
 };
+
+struct PreprocessStats;
+
+// Called on the calling thread after each batch of records with the running
+// totals (tools/preprocess_data draws its progress line from it).
+using PreprocessProgress = std::function<void(const PreprocessStats&)>;
 
 struct PreprocessStats {
   int64_t documents = 0;  // records written
@@ -43,13 +50,17 @@ std::string PreprocessOutputPrefix(const std::string& prefix,
 // each of options.json_keys into (*ids)[k], with eod appended when
 // options.append_eod. The record must be one JSON object whose keys hold
 // non-empty, valid UTF-8 strings; otherwise the error names path:line_no.
+// `reader` and `tokenizer` are the calling thread's own.
 absl::Status TokenizeJsonlRecord(const PreprocessOptions& options,
                                  const std::string& path, int64_t line_no,
-                                 absl::string_view line, Tokenizer& tokenizer,
+                                 absl::string_view line,
+                                 JsonlRecordReader& reader,
+                                 Tokenizer& tokenizer,
                                  std::vector<std::vector<int32_t>>* ids);
 
 absl::StatusOr<PreprocessStats> PreprocessJsonl(
-    const PreprocessOptions& options, const Tokenizer& tokenizer);
+    const PreprocessOptions& options, const Tokenizer& tokenizer,
+    const PreprocessProgress& progress = nullptr);
 
 }  // namespace mcc::data
 

@@ -1,9 +1,9 @@
 #include "data/preprocess.h"
 
 #include "data/indexed_dataset.h"
-#include "data/json.h"
 #include "data/test_util.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace mcc::data {
 namespace {
@@ -18,9 +18,8 @@ const std::vector<std::string> kTexts = {
 std::string Jsonl(const std::vector<std::string>& texts) {
   std::string out;
   for (size_t i = 0; i < texts.size(); ++i) {
-    out += "{\"id\": " + std::to_string(i) + ", \"text\": ";
-    AppendJsonString(texts[i], &out);
-    out += "}\n";
+    // nlohmann::json is an ordinary map: keys come out sorted.
+    out += nlohmann::json{{"id", i}, {"text", texts[i]}}.dump() + "\n";
   }
   return out;
 }
@@ -65,9 +64,10 @@ struct BadCase {
 TEST(Preprocess, BadRecordsNameTheLineOrAreSkipped) {
   const std::vector<BadCase> cases = {
       {"{\"title\": \"no text\"}", "missing key \"text\""},
-      {"{\"text\": \"bad \xff byte\"}", "invalid UTF-8 at byte offset 4"},
+      {"{\"text\": \"bad \xff byte\"}", "ill-formed UTF-8 byte"},
       {"{\"text\": \"\"}", "empty document"},
-      {"{\"text\": \"unterminated}", "unterminated string"},
+      {"{\"text\": \"unterminated}", "invalid JSON at column 24"},
+      {"{\"text\": 7}", "value of key \"text\" is not a string"},
   };
   auto tok = MakeByteTokenizer();
   for (const BadCase& c : cases) {

@@ -8,7 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "data/json.h"
+#include "core/json_document.h"
 #include "data/unicode_tables.h"
 
 namespace mcc::data {
@@ -389,20 +389,32 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizerFromText(
   };
 
   auto v = std::make_shared<GPT2Vocab>();
-  std::vector<std::pair<std::string, int64_t>> entries;
-  absl::Status s = ParseJsonStringToInt(vocab_text, &entries);
-  if (!s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--vocab-file ", vocab_file, ": ", s.message()));
+  absl::StatusOr<JsonDocument> entries = ParseJsonDocument(vocab_text);
+  if (!entries.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--vocab-file ", vocab_file, ": ", entries.status().message()));
   }
-  v->id_to_bytes.resize(entries.size());
-  std::vector<bool> seen(entries.size(), false);
+  if (!entries->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--vocab-file ", vocab_file, ": not a JSON object of token -> id"));
+  }
+  const size_t n = entries->size();
+  v->id_to_bytes.resize(n);
+  std::vector<bool> seen(n, false);
   std::string bytes;
-  for (const auto& [key, id] : entries) {
-    if (id < 0 || id >= static_cast<int64_t>(entries.size()) || seen[id]) {
+  for (const auto& [key, value] : entries->items()) {
+    if (!value.is_number_integer()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--vocab-file ", vocab_file, ": the id of \"", key,
+                       "\" is not an integer: ", value.dump()));
+    }
+    // nlohmann stores every non-negative integer unsigned; a negative one is
+    // as out of range as one past the end.
+    const uint64_t id = value.is_number_unsigned() ? value.get<uint64_t>() : n;
+    if (id >= n || seen[id]) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--vocab-file ", vocab_file, ": id ", id, " of \"", key,
-          "\" is duplicated or outside [0, ", entries.size(), ")"));
+          "--vocab-file ", vocab_file, ": id ", value.dump(), " of \"", key,
+          "\" is duplicated or outside [0, ", n, ")"));
     }
     if (!to_bytes(key, &bytes)) {
       return absl::InvalidArgumentError(

@@ -2,9 +2,7 @@
 
 #include <sstream>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
-#include "data/json.h"
+#include "core/json_document.h"
 #include "data/test_util.h"
 #include "gtest/gtest.h"
 
@@ -43,19 +41,11 @@ TEST(GPT2BPETokenizer, MatchesGpt3EncoderJs) {
   std::string line;
   int n = 0;
   while (std::getline(in, line)) {
-    std::vector<std::optional<std::string>> v;
-    ASSERT_TRUE(ExtractJsonStrings(line.substr(0, line.find(",\"ids\":")) + "}",
-                                   {std::string("text")}, &v)
-                    .ok());
-    const std::string& text = *v[0];
-    const std::string ids_text =
-        line.substr(line.find("[") + 1, line.rfind("]") - line.find("[") - 1);
-    std::vector<int32_t> want;
-    for (absl::string_view w : absl::StrSplit(ids_text, ',')) {
-      int32_t id;
-      ASSERT_TRUE(absl::SimpleAtoi(w, &id));
-      want.push_back(id);
-    }
+    auto record = ParseJsonDocument(line);
+    ASSERT_TRUE(record.ok()) << record.status();
+    const std::string text = (*record)["text"].get<std::string>();
+    const std::vector<int32_t> want =
+        (*record)["ids"].get<std::vector<int32_t>>();
     std::vector<int32_t> got;
     t->Encode(text, &got);
     EXPECT_EQ(got, want) << text;

@@ -18,7 +18,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/dist_context.h"
@@ -26,6 +25,7 @@
 #include "checkpoint/safetensors.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
+#include "nlohmann/json.hpp"
 #include "tools/flags/megatron_args.h"
 
 ABSL_FLAG(std::string, load, "", "Checkpoint directory to export.");
@@ -60,29 +60,26 @@ absl::Status WriteText(const std::string& path, const std::string& text) {
 std::string Gpt2ConfigJson(const checkpoint::ModelConfig& c) {
   const int64_t vocab =
       c.vocab_size() > 0 ? c.vocab_size() : c.padded_vocab_size();
-  return absl::StrFormat(
-      "{\n"
-      "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
-      "  \"model_type\": \"gpt2\",\n"
-      "  \"vocab_size\": %d,\n"
-      "  \"n_positions\": %d,\n"
-      "  \"n_ctx\": %d,\n"
-      "  \"n_embd\": %d,\n"
-      "  \"n_layer\": %d,\n"
-      "  \"n_head\": %d,\n"
-      "  \"n_inner\": %d,\n"
-      "  \"activation_function\": \"gelu_new\",\n"
-      "  \"layer_norm_epsilon\": %g,\n"
-      "  \"tie_word_embeddings\": %s,\n"
-      "  \"resid_pdrop\": 0.0,\n"
-      "  \"embd_pdrop\": 0.0,\n"
-      "  \"attn_pdrop\": 0.0,\n"
-      "  \"torch_dtype\": \"float32\"\n"
-      "}\n",
-      vocab, c.max_position_embeddings(), c.max_position_embeddings(),
-      c.hidden_size(), c.num_layers(), c.num_attention_heads(),
-      c.ffn_hidden_size(), c.layernorm_epsilon(),
-      c.tied_embeddings() ? "true" : "false");
+  // ordered_json: the keys in Hugging Face's order; doubles round-trip.
+  const nlohmann::ordered_json config = {
+      {"architectures", nlohmann::ordered_json::array({"GPT2LMHeadModel"})},
+      {"model_type", "gpt2"},
+      {"vocab_size", vocab},
+      {"n_positions", c.max_position_embeddings()},
+      {"n_ctx", c.max_position_embeddings()},
+      {"n_embd", c.hidden_size()},
+      {"n_layer", c.num_layers()},
+      {"n_head", c.num_attention_heads()},
+      {"n_inner", c.ffn_hidden_size()},
+      {"activation_function", "gelu_new"},
+      {"layer_norm_epsilon", c.layernorm_epsilon()},
+      {"tie_word_embeddings", c.tied_embeddings()},
+      {"resid_pdrop", 0.0},
+      {"embd_pdrop", 0.0},
+      {"attn_pdrop", 0.0},
+      {"torch_dtype", "float32"},
+  };
+  return config.dump(2) + "\n";
 }
 
 absl::Status Export() {

@@ -176,7 +176,7 @@ std::vector<std::string> Observe(const Outcome& r, bool several_ranks) {
        "$1$2 "},
       {std::regex(R"(elapsed time per iteration \(ms\): [0-9.]+)"),
        "elapsed time per iteration (ms): T"},
-      {std::regex(R"((tokens/s|TFLOP/s|ETA):? [0-9.:]+)"), "$1 T"},
+      {std::regex(R"((tokens/s|TFLOP/s|ETA):? [0-9.:hms]+)"), "$1 T"},
       {std::regex(R"(MFU: [0-9.]+%)"), "MFU: T%"},
       {std::regex(R"(bubble measured [0-9.]+)"), "bubble measured T"},
       // Measured durations have decimals; a configured one ("grace period
@@ -184,7 +184,8 @@ std::vector<std::string> Observe(const Outcome& r, bool several_ranks) {
       {std::regex(R"([0-9]+\.[0-9]+ ?(s|ms|us)\b)"), "T"},
       // Current memory depends on the data loader's prefetching thread.
       {std::regex(R"(memory: [0-9.]+ [KMG]?i?B)"), "memory: M"},
-      {std::regex(R"([0-9.]+ (tokens/s|docs/s|MB/s)\b)"), "T $1"},
+      {std::regex(R"([0-9.]+ (tokens/s|docs/s|documents/s|samples/s|MB/s)\b)"),
+       "T $1"},
       {std::regex(R"(\(ms\): [0-9.]+)"), "(ms): T"},
       {std::regex(R"(pid \d+)"), "pid P"},
   };

@@ -10,15 +10,19 @@
 // underscored flag names are both accepted.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/progress_meter.h"
 #include "data/preprocess.h"
 #include "data/tokenizer.h"
 #include "glog/logging.h"
@@ -37,7 +41,9 @@ ABSL_FLAG(int, workers, 1, "Tokenizer threads.");
 ABSL_FLAG(bool, skip_bad_records, false,
           "Skip and count records that are not valid JSON, lack a key, hold "
           "invalid UTF-8 or an empty text, instead of stopping at the first.");
-ABSL_FLAG(int64_t, log_interval, 10000, "Documents between progress lines.");
+ABSL_FLAG(int64_t, log_interval, 10000,
+          "Documents between progress lines when stderr is not a terminal "
+          "(on a terminal, one line is redrawn in place instead).");
 
 namespace {
 
@@ -111,21 +117,37 @@ int main(int argc, char** argv) {
   o.append_eod = absl::GetFlag(FLAGS_append_eod);
   o.workers = absl::GetFlag(FLAGS_workers);
   o.skip_bad_records = absl::GetFlag(FLAGS_skip_bad_records);
-  o.log_interval = absl::GetFlag(FLAGS_log_interval);
-  auto stats = mcc::data::PreprocessJsonl(o, **tok);
+
+  // Progress: a line redrawn in place when stderr is a terminal, plain lines
+  // every --log-interval documents when it is not; then one summary line on
+  // stdout either way.
+  mcc::ProgressMeter::Options progress;
+  progress.label = "preprocess_data";
+  progress.unit = "documents";
+  std::error_code size_error;
+  const uintmax_t input_size = std::filesystem::file_size(o.input, size_error);
+  progress.total_bytes = size_error ? 0 : static_cast<int64_t>(input_size);
+  progress.terminal = mcc::ProgressMeter::IsTerminal(stderr);
+  progress.log_every = absl::GetFlag(FLAGS_log_interval);
+  progress.write_summary = [](absl::string_view line) {
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fflush(stdout);
+  };
+  mcc::ProgressMeter meter(progress);
+  auto stats = mcc::data::PreprocessJsonl(
+      o, **tok, [&meter](const mcc::data::PreprocessStats& s) {
+        meter.Update(s.documents, s.input_bytes);
+      });
   if (!stats.ok()) {
+    if (progress.terminal) std::fputc('\n', stderr);  // Keep the last line.
     std::fprintf(stderr, "preprocess_data: %s\n",
                  std::string(stats.status().message()).c_str());
     return 1;
   }
-  std::printf(
-      "preprocess_data: %lld documents (%lld skipped), %lld tokens, %.2f MB "
-      "in %.2f s on %d workers: %.0f docs/s, %.2f MB/s -> %s.{bin,idx}\n",
-      static_cast<long long>(stats->documents),
-      static_cast<long long>(stats->skipped),
-      static_cast<long long>(stats->tokens), stats->input_bytes / 1e6,
-      stats->seconds, std::max(1, o.workers), stats->documents / stats->seconds,
-      stats->input_bytes / 1e6 / stats->seconds,
-      absl::StrJoin(stats->output_prefixes, ",").c_str());
+  meter.Finish(
+      stats->documents, stats->input_bytes,
+      absl::StrFormat(" (%d skipped, %d tokens, %d workers) -> %s.{bin,idx}",
+                      stats->skipped, stats->tokens, std::max(1, o.workers),
+                      absl::StrJoin(stats->output_prefixes, ",")));
   return 0;
 }

@@ -1,38 +1,63 @@
-// Fuzzes data/json: a jsonl record (ExtractJsonStrings, as preprocess reads
-// each line) and encoder.json's string-to-int object (ParseJsonStringToInt).
-// Whatever the bytes, the readers return a status; a string they accept
-// survives a round trip through AppendJsonString.
+// Fuzzes the JSON readers data/ uses, against each other: a jsonl record as
+// preprocess reads it (JsonlRecordReader, simdjson) and a JSON document as
+// the tokenizer reads encoder.json (ParseJsonDocument, nlohmann-json).
+//
+// Whatever the bytes, both return a status. A record simdjson accepts is
+// valid JSON to nlohmann as well, and (without repeated keys, which the two
+// resolve differently) both find the same strings under the same keys. The
+// strings accepted survive a round trip through nlohmann's writer.
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "data/json.h"
+#include "core/json_document.h"
+#include "data/jsonl_record.h"
 #include "glog/logging.h"
+#include "nlohmann/json.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view text(reinterpret_cast<const char*>(data), size);
   const std::vector<std::string> keys = {"text", "title", ""};
-  std::vector<std::optional<std::string>> values;
-  if (mcc::data::ExtractJsonStrings(text, keys, &values).ok()) {
-    CHECK_EQ(values.size(), keys.size());
-    std::string object = "{";
+  static mcc::data::JsonlRecordReader* reader =
+      new mcc::data::JsonlRecordReader();
+  std::vector<std::optional<std::string_view>> views;
+  const absl::Status read = reader->Read(text, keys, &views);
+  absl::StatusOr<mcc::JsonDocument> doc = mcc::ParseJsonDocument(text);
+  if (!read.ok()) return 0;
+
+  CHECK(nlohmann::json::accept(text.begin(), text.end()))
+      << "simdjson accepts what nlohmann rejects: " << text;
+  std::vector<std::optional<std::string>> values(views.begin(), views.end());
+  if (doc.ok()) {
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (!values[i].has_value()) continue;
-      if (object.size() > 1) object += ",";
-      mcc::data::AppendJsonString(keys[i], &object);
-      object += ":";
-      mcc::data::AppendJsonString(*values[i], &object);
+      const bool has = doc->contains(keys[i]);
+      CHECK_EQ(has, values[i].has_value()) << keys[i] << " in " << text;
+      if (has) {
+        CHECK((*doc)[keys[i]].get<std::string>() == *values[i]) << text;
+      }
     }
-    object += "}";
-    std::vector<std::optional<std::string>> again;
-    CHECK(mcc::data::ExtractJsonStrings(object, keys, &again).ok()) << object;
-    CHECK(again == values) << object;
+  } else {
+    // Only our own checks may reject a record simdjson accepts.
+    const absl::string_view why = doc.status().message();
+    CHECK(why.find("duplicate key") != absl::string_view::npos ||
+          why.find("nesting deeper") != absl::string_view::npos)
+        << doc.status() << " for " << text;
   }
-  std::vector<std::pair<std::string, int64_t>> entries;
-  mcc::data::ParseJsonStringToInt(text, &entries).IgnoreError();
+
+  nlohmann::json object = nlohmann::json::object();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (values[i].has_value()) object[keys[i]] = *values[i];
+  }
+  const std::string line = object.dump();
+  std::vector<std::optional<std::string_view>> again;
+  CHECK(reader->Read(line, keys, &again).ok()) << line;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    CHECK(again[i] == values[i]) << line;
+  }
   return 0;
 }
