@@ -47,8 +47,10 @@ double GemmRate(int64_t m, int64_t k, int64_t n, DType dtype) {
 }
 
 double AttentionRate(const gpt::GPTConfig& model, DType dtype) {
-  const int64_t s = std::min<int64_t>(model.seq_length, 2048);
-  const int64_t heads = model.num_attention_heads, d = model.head_dim();
+  // Capped, so a large model's probe stays well under a second a call.
+  const int64_t s = std::min<int64_t>(model.seq_length, 1024);
+  const int64_t heads = std::min(model.num_attention_heads, 8);
+  const int64_t d = model.head_dim();
   const DType t = dtype == DType::kFloat32 ? DType::kFloat32 : dtype;
   Tensor q = Tensor::Full({1, s, heads, d}, 0.1, t);
   Tensor out = Tensor::Empty(q.shape(), t);
@@ -165,9 +167,10 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   DeviceSpec d;
   d.name = "cpu";
   const double peak = GemmRate(1024, 1024, 1024, dtype) / ranks;
-  const int64_t rows = std::min<int64_t>(model.seq_length, 4096);
-  const double shaped =
-      GemmRate(rows, model.hidden_size, model.hidden_size, dtype) / ranks;
+  // One sequence through a hidden x hidden GEMM, capped at 2048^3.
+  const int64_t rows = std::min<int64_t>(model.seq_length, 2048);
+  const int64_t width = std::min<int64_t>(model.hidden_size, 2048);
+  const double shaped = GemmRate(rows, width, width, dtype) / ranks;
   const double attention = AttentionRate(model, dtype) / ranks;
   if (dtype == DType::kFloat32) {
     d.fp32_flops = peak;

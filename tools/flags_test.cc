@@ -538,6 +538,7 @@ std::vector<Row> Table() {
   add("train", "flight_recorder_dir", V::kEffect,
       {"--flight-recorder-dir", g_out + "/fr"}, tm);
   add("train", "preset", V::kEffect, {"--preset", "bench"}, tm);
+  add("train", "dry_run", V::kEffect, {"--dry-run"}, tm);
   add("train", "config", V::kEffect, {"--config", g_tmp + "/seed.textproto"},
       tm);
   add("train", "num_threads", V::kEffect, {"--num-threads", "2"}, tm);
