@@ -145,7 +145,12 @@ std::string FormatJson(const JobSpec& job,
     const StepTime& t = p.time;
     const MegatronMemory meg = MegatronTheoreticalMemory(
         job, p.layout, NumMicroBatches(job, p.layout));
+    nlohmann::json stages = nlohmann::json::array();
+    for (int stage = 0; stage < p.layout.pp; ++stage) {
+      stages.push_back(EstimateStageMemory(job, p.layout, stage).total());
+    }
     layouts.push_back({{"layout", p.layout.Name()},
+                       {"stage_memory", stages},
                        {"fits", p.fits},
                        {"unsupported", p.unsupported},
                        {"memory",

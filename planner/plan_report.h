@@ -20,7 +20,8 @@ std::string FormatTable(const JobSpec& job,
 std::string FormatExplain(const JobSpec& job, const Prediction& prediction);
 
 // The same as JSON (one object per prediction, in a "layouts" array, with
-// the job and the device).
+// the job and the device); "stage_memory" lists every pipeline stage's
+// per-rank total.
 std::string FormatJson(const JobSpec& job,
                        const std::vector<Prediction>& predictions);
 
