@@ -187,6 +187,7 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   d.inter_node_latency = d.intra_node_latency;
   d.link_efficiency = 1;
   d.allocator_overhead = 0;
+  d.reduce_scatter_copies_input = true;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   d.memory_bytes = static_cast<double>(pages) * page / ranks;
   d.source = "measured on this machine at start (--device cpu)";

@@ -191,6 +191,10 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   const bool tied_here = !c.untie_embeddings_and_output_weights && l.pp == 1;
   const double unit = static_cast<double>(
       std::max({pc.layer, pc.embedding, pc.final_norm + pc.output_layer}));
+  // Between the backward and the optimizer (activations freed) the
+  // gradient reduction may hold buffers of its own.
+  double sync_transient = 0;
+  const bool rs_copies = job.cluster.device.reduce_scatter_copies_input;
   switch (l.zero) {
     case ZeroStage::kNone:
       mem.weights = P * e;
@@ -203,6 +207,13 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
       mem.gradients = 4 * P;
       mem.main_weights = e == 4 ? 0 : 4 * P / shards;
       mem.optimizer_state = 4 * states * P / shards;
+      // DDP keeps a copy of this rank's updated shard as the parameter
+      // all-gather's input; the reduce-scatter of a bucket may copy it.
+      if (shards > 1) {
+        mem.comm_buffers = e * P / shards;
+        const double bucket_elems = static_cast<double>(job.bucket_bytes) / 4;
+        if (rs_copies) sync_transient = 4 * std::min(P, bucket_elems);
+      }
       break;
     case ZeroStage::kGradients:
     case ZeroStage::kParameters: {
@@ -212,6 +223,7 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
       mem.optimizer_state = 4 * states * P / shards;
       mem.gradients = 4 * P / shards + 2 * 4 * unit;
       mem.comm_buffers = 4 * unit / shards;  // reduce-scatter output
+      if (rs_copies && shards > 1) mem.comm_buffers += 4 * unit;
       if (l.zero == ZeroStage::kGradients) {
         mem.weights = P * e;
       } else {
@@ -261,6 +273,12 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   }
   mem.activations = peak_act;
   mem.workspace = peak_total - peak_act;
+  if (sync_transient > peak_total) {
+    // The peak is the gradient reduction's, after the activations are gone.
+    mem.activations = 0;
+    mem.workspace = 0;
+    mem.comm_buffers += sync_transient;
+  }
   const double live = mem.weights + mem.gradients + mem.main_weights +
                       mem.optimizer_state + mem.activations + mem.comm_buffers +
                       mem.workspace;

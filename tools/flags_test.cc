@@ -160,7 +160,9 @@ std::vector<std::string> Observe(const Outcome& r, bool several_ranks) {
       {std::regex(R"(bubble measured [0-9.]+)"), "bubble measured T"},
       // Measured durations have decimals; a configured one ("grace period
       // of 200ms") stays.
-      {std::regex(R"([0-9]+\.[0-9]+ ?(s|ms|us)\b)"), "T"},
+      // Durations; microseconds print without a fraction ("in 327us").
+      // Whole milliseconds stay: launch's grace period is observed by them.
+      {std::regex(R"([0-9]+\.[0-9]+ ?(s|ms|us)\b|[0-9]+ ?us\b)"), "T"},
       // Current memory depends on the data loader's prefetching thread.
       {std::regex(R"(memory: [0-9.]+ [KMG]?i?B)"), "memory: M"},
       {std::regex(R"([0-9.]+ (tokens/s|docs/s|MB/s)\b)"), "T $1"},

@@ -38,6 +38,7 @@ for row in "${layouts[@]}"; do
   read -r -a extra <<< "$flags"
   bf16=()
   [[ " $flags " == *" --bf16 "* ]] && bf16=(--bf16)
+  rm -f "$work/m.jsonl"  # train appends to its metrics file
   "$launch" --nproc_per_node 2 -- "$train" "${common[@]}" "${extra[@]}" \
     --metrics-file "$work/m.jsonl" > "$work/train.log" 2>&1 \
     || { tail -20 "$work/train.log"; exit 1; }
