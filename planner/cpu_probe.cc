@@ -16,6 +16,7 @@
 #include "core/ops/attention.h"
 #include "core/ops/gemm.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 
 namespace mcc {
 namespace planner {
@@ -166,12 +167,18 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   const double ranks = std::max(1, ranks_per_node);
   DeviceSpec d;
   d.name = "cpu";
-  const double peak = GemmRate(1024, 1024, 1024, dtype) / ranks;
+  // Kernels run on the threads one rank gets (train's default: cores /
+  // local ranks), so a loaded machine's share shows as it will in the run.
+  const int saved_threads = ThreadPool::Global().num_threads();
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  ThreadPool::SetGlobalThreads(std::max(1, cores / static_cast<int>(ranks)));
+  const double peak = GemmRate(1024, 1024, 1024, dtype);
   // One sequence through a hidden x hidden GEMM, capped at 2048^3.
   const int64_t rows = std::min<int64_t>(model.seq_length, 2048);
   const int64_t width = std::min<int64_t>(model.hidden_size, 2048);
-  const double shaped = GemmRate(rows, width, width, dtype) / ranks;
-  const double attention = AttentionRate(model, dtype) / ranks;
+  const double shaped = GemmRate(rows, width, width, dtype);
+  const double attention = AttentionRate(model, dtype);
+  ThreadPool::SetGlobalThreads(saved_threads);
   if (dtype == DType::kFloat32) {
     d.fp32_flops = peak;
     d.bf16_flops = peak;

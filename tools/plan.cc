@@ -14,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "glog/logging.h"
 #include "planner/hf_config.h"
 #include "planner/layout_search.h"
 #include "planner/plan_report.h"
@@ -151,6 +152,9 @@ int Run(const std::set<std::string>& explicitly_set) {
 }  // namespace mcc
 
 int main(int argc, char** argv) {
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  FLAGS_minloglevel = 1;  // The probe's thread-pool notes are not output.
   auto parsed = mcc::flags::ParseMegatronArgs(argc, argv);
   if (!parsed.ok()) {
     std::fprintf(stderr, "plan: %s\n",
