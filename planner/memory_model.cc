@@ -217,13 +217,14 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
       break;
     case ZeroStage::kGradients:
     case ZeroStage::kParameters: {
-      // Per unit: fp32 main and gradient shards; a unit's full fp32
-      // gradient lives through its backward, one more still reducing.
+      // Per unit: fp32 main and gradient shards. At the activation peak
+      // (the head's backward) one unit's full fp32 gradient is held and one
+      // reduce-scatter output may be pending; later units' buffers (and
+      // gloo's copy of a reduce-scatter input) come as activations go.
       mem.main_weights = 4 * P / shards;
       mem.optimizer_state = 4 * states * P / shards;
-      mem.gradients = 4 * P / shards + 2 * 4 * unit;
-      mem.comm_buffers = 4 * unit / shards;  // reduce-scatter output
-      if (rs_copies && shards > 1) mem.comm_buffers += 4 * unit;
+      mem.gradients = 4 * P / shards + 4 * unit;
+      mem.comm_buffers = 4 * unit / shards;
       if (l.zero == ZeroStage::kGradients) {
         mem.weights = P * e;
       } else {
