@@ -236,11 +236,13 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
       break;
     }
   }
-  if (l.pp > 1) mem.comm_buffers += 2 * DimsOf(job, l).Tl * c.hidden_size * e;
-
   // Activations: walk this stage's schedule, adding a record at each
-  // forward and dropping it after its backward.
+  // forward and dropping it after its backward. With overlapped transfers
+  // the executor holds every tensor it sent (outputs forward, input
+  // gradients backward) until the step ends, and posts each receive one
+  // action ahead.
   const int lc = layers / chunks;
+  const double message = DimsOf(job, l).Tl * c.hidden_size * e;
   std::vector<ChunkCost> cost(chunks);
   for (int k = 0; k < chunks; ++k) {
     const int global_chunk = k * l.pp + stage;
@@ -249,29 +251,38 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   }
   auto actions = pipeline::BuildSchedule(ScheduleOf(l), l.pp, stage, chunks,
                                          std::max(m, 1));
-  double held = 0, peak_act = 0, peak_total = 0;
+  double held = 0, sent = 0, peak_act = 0, peak_sent = 0, peak_total = 0;
+  const double posted = l.pp > 1 ? message : 0;
   int records = 0;
+  auto consider = [&](double transient) {
+    if (held + sent + posted + transient > peak_total) {
+      peak_total = held + sent + posted + transient;
+      peak_act = held;
+      peak_sent = sent + posted;
+    }
+  };
   if (actions.ok()) {
     for (const pipeline::Action& a : *actions) {
       const ChunkCost& cc = cost[a.chunk];
+      const int global_chunk = a.chunk * l.pp + stage;
       if (a.kind == pipeline::Action::kForward) {
         held += cc.record;
         ++records;
         mem.in_flight = std::max(mem.in_flight, records);
-        if (held + cc.forward_transient > peak_total) {
-          peak_total = held + cc.forward_transient;
-          peak_act = held;
+        consider(cc.forward_transient);
+        if (l.pp > 1 && job.overlap_p2p && global_chunk != l.pp * chunks - 1) {
+          sent += message;
         }
       } else {
-        if (held + cc.backward_transient > peak_total) {
-          peak_total = held + cc.backward_transient;
-          peak_act = held;
-        }
+        consider(cc.backward_transient);
         held -= cc.record;
         --records;
+        if (l.pp > 1 && job.overlap_p2p && global_chunk != 0) sent += message;
       }
     }
   }
+  mem.comm_buffers += peak_sent;
+  peak_total -= peak_sent;
   mem.activations = peak_act;
   mem.workspace = peak_total - peak_act;
   if (sync_transient > peak_total) {
