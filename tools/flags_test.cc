@@ -181,7 +181,9 @@ std::vector<std::string> Observe(const Outcome& r, bool several_ranks) {
       {std::regex(R"(bubble measured [0-9.]+)"), "bubble measured T"},
       // Measured durations have decimals; a configured one ("grace period
       // of 200ms") stays.
-      {std::regex(R"([0-9]+\.[0-9]+ ?(s|ms|us)\b)"), "T"},
+      // Durations; microseconds print without a fraction ("in 327us").
+      // Whole milliseconds stay: launch's grace period is observed by them.
+      {std::regex(R"([0-9]+\.[0-9]+ ?(s|ms|us)\b|[0-9]+ ?us\b)"), "T"},
       // Current memory depends on the data loader's prefetching thread.
       {std::regex(R"(memory: [0-9.]+ [KMG]?i?B)"), "memory: M"},
       {std::regex(R"([0-9.]+ (tokens/s|docs/s|documents/s|samples/s|MB/s)\b)"),
@@ -592,6 +594,7 @@ std::vector<Row> Table() {
   add("train", "flight_recorder_dir", V::kEffect,
       {"--flight-recorder-dir", g_out + "/fr"}, tm);
   add("train", "preset", V::kEffect, {"--preset", "bench"}, tm);
+  add("train", "dry_run", V::kEffect, {"--dry-run"}, tm);
   add("train", "config", V::kEffect, {"--config", g_tmp + "/seed.textproto"},
       tm);
   add("train", "num_threads", V::kEffect, {"--num-threads", "2"}, tm);

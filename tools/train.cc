@@ -42,7 +42,9 @@
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline_executor.h"
 #include "tools/comm_dist_context.h"
+#include "tools/dry_run.h"
 #include "tools/flags/megatron_args.h"
+#include "tools/flags/presets.h"
 #include "tools/flags/train_config.pb.h"
 #include "tools/flags/training_flags.h"
 #include "tools/job.h"
@@ -126,6 +128,10 @@ ABSL_FLAG(bool, log_timers_to_tensorboard, false,
           "optimizer, data) to TensorBoard.");
 ABSL_FLAG(bool, log_memory_to_tensorboard, false,
           "Also write the allocator's current and peak bytes to TensorBoard.");
+ABSL_FLAG(bool, dry_run, false,
+          "Print tools/plan's prediction (memory by kind per rank, step time "
+          "by part, MFU) for this layout on this machine and exit before "
+          "allocating; exit code 1 when a rank will not fit.");
 ABSL_FLAG(std::string, flight_recorder_dir, "",
           "Each rank dumps its last collectives and p2p calls here on a "
           "collective failure, SIGUSR1 or a fatal signal; tools/analyze_hang "
@@ -172,35 +178,7 @@ absl::StatusOr<TimelineProfileConfig> TimelineProfileFromFlags(int world_size) {
 
 // Settings a preset gives to flags the user did not set.
 absl::Status ApplyPreset(const std::set<std::string>& explicitly_set) {
-  const std::string preset = absl::GetFlag(FLAGS_preset);
-  if (preset.empty()) return absl::OkStatus();
-  std::vector<std::pair<std::string, std::string>> values;
-  if (preset == "bench") {
-    values = {{"num_layers", "6"},
-              {"hidden_size", "512"},
-              {"num_attention_heads", "8"},
-              {"vocab_size", "8192"},
-              {"seq_length", "512"},
-              {"micro_batch_size", "4"},
-              {"mock_data", "true"},
-              {"train_iters", "20"},
-              {"log_interval", "5"},
-              {"eval_iters", "0"},
-              {"make_vocab_size_divisible_by", "1"}};
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--preset: unknown preset '", preset, "' (known: bench)"));
-  }
-  for (const auto& [name, value] : values) {
-    if (explicitly_set.count(name)) continue;
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    std::string error;
-    if (flag == nullptr || !flag->ParseFrom(value, &error)) {
-      return absl::InternalError(
-          absl::StrCat("preset sets --", name, ": ", error));
-    }
-  }
-  return absl::OkStatus();
+  return flags::ApplyPreset(absl::GetFlag(FLAGS_preset), explicitly_set);
 }
 
 struct Batching {
@@ -304,6 +282,41 @@ absl::Status CheckTrainFlags(int world_size) {
   }
   MCC_RETURN_IF_ERROR(TimelineProfileFromFlags(world_size).status());
   return absl::OkStatus();
+}
+
+// The step as the planner sees it (train --dry-run); flags are checked.
+TrainSettings DryRunSettings(int world_size) {
+  const int model_parallel = absl::GetFlag(FLAGS_tensor_model_parallel_size) *
+                             absl::GetFlag(FLAGS_pipeline_model_parallel_size) *
+                             absl::GetFlag(FLAGS_context_parallel_size);
+  TrainSettings s;
+  s.global_batch = PlanBatches(world_size / model_parallel)->global_batch;
+  const fsdp::ShardingStrategy strategy =
+      fsdp::ParseShardingStrategy(
+          absl::GetFlag(FLAGS_data_parallel_sharding_strategy))
+          .value_or(fsdp::ShardingStrategy::kNoShard);
+  switch (strategy) {
+    case fsdp::ShardingStrategy::kNoShard:
+      s.zero = absl::GetFlag(FLAGS_use_distributed_optimizer)
+                   ? planner::ZeroStage::kOptimizer
+                   : planner::ZeroStage::kNone;
+      break;
+    case fsdp::ShardingStrategy::kOptim:
+      s.zero = planner::ZeroStage::kOptimizer;
+      break;
+    case fsdp::ShardingStrategy::kOptimGrads:
+      s.zero = planner::ZeroStage::kGradients;
+      break;
+    case fsdp::ShardingStrategy::kOptimGradsParams:
+      s.zero = planner::ZeroStage::kParameters;
+      break;
+  }
+  s.adam = absl::GetFlag(FLAGS_optimizer) != "sgd";
+  s.overlap_grad_reduce = absl::GetFlag(FLAGS_overlap_grad_reduce);
+  s.overlap_param_gather = absl::GetFlag(FLAGS_overlap_param_gather);
+  s.overlap_p2p = !absl::GetFlag(FLAGS_no_overlap_p2p_communication);
+  s.bucket_bytes = absl::GetFlag(FLAGS_ddp_bucket_size) * 4;
+  return s;
 }
 
 // Flags this run never reads, refused before any process group forms.
@@ -1123,6 +1136,11 @@ int main(int argc, char** argv) {
              mcc::tools::IgnoredFlags(world_size), parsed->explicitly_set)) {
       LOG(WARNING) << line;
     }
+  }
+  if (absl::GetFlag(FLAGS_dry_run)) {
+    if (!mcc::tools::IsFirstRank()) return 0;
+    return mcc::tools::DryRun(mcc::tools::DryRunSettings(world_size),
+                              world_size);
   }
   mcc::tools::ConfigureThreads();
   status = mcc::tools::Train();

@@ -1,0 +1,26 @@
+#ifndef PLANNER_CPU_PROBE_H_
+#define PLANNER_CPU_PROBE_H_
+
+#include "core/dtype.h"
+#include "models/gpt/gpt_config.h"
+#include "planner/device_spec.h"
+
+namespace mcc {
+namespace planner {
+
+// Measures this machine as a device for `ranks_per_node` CPU ranks that
+// share it: on the threads one rank gets (cores / ranks, train's default),
+// the best 1024^3 GEMM rate in `dtype` (the peak train's MFU uses), the rate
+// of a GEMM shaped as the model's (one sequence times hidden times hidden,
+// each at most 2048; its ratio to the peak is the GEMM efficiency) and
+// causal flash attention's rate relative to it; over every core, streaming
+// copy bandwidth (split among the ranks); and TCP loopback bandwidth and
+// round-trip latency. Takes a few seconds; not thread-safe (it resizes the
+// kernel thread pool for the measurement and restores it).
+DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
+                            int ranks_per_node);
+
+}  // namespace planner
+}  // namespace mcc
+
+#endif  // PLANNER_CPU_PROBE_H_

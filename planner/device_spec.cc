@@ -1,0 +1,105 @@
+#include "planner/device_spec.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace mcc {
+namespace planner {
+namespace {
+
+constexpr double kGB = 1e9;
+constexpr double kTFLOPS = 1e12;
+
+// Latencies and efficiencies are not on datasheets: these are typical NCCL
+// small-message latencies and the share of peak that large bf16 GEMMs and
+// ring collectives reach in published measurements; they are assumptions.
+void SetAssumptions(DeviceSpec* d) {
+  d->intra_node_latency = 5e-6;
+  d->inter_node_latency = 10e-6;
+  d->gemm_efficiency = 0.75;
+  d->link_efficiency = 0.8;
+  d->attention_efficiency = 0.6;
+  d->allocator_overhead = 0.05;
+}
+
+DeviceSpec A100() {
+  DeviceSpec d;
+  d.name = "a100";
+  // NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column): FP32 19.5
+  // TFLOPS, BF16 Tensor Core 312 TFLOPS (624 with sparsity), 80 GB HBM2e at
+  // 2,039 GB/s, NVLink 600 GB/s (both directions).
+  d.fp32_flops = 19.5 * kTFLOPS;
+  d.bf16_flops = 312 * kTFLOPS;
+  d.memory_bytes = 80 * kGB;
+  d.memory_bandwidth = 2039 * kGB;
+  d.intra_node_bandwidth = 300 * kGB;
+  // NVIDIA DGX A100 datasheet: 8 single-port ConnectX-6 200 Gb/s HDR
+  // InfiniBand, one per GPU: 25 GB/s each way.
+  d.inter_node_bandwidth = 25 * kGB;
+  SetAssumptions(&d);
+  d.source =
+      "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM); NVIDIA DGX A100 "
+      "datasheet (200 Gb/s HDR InfiniBand per GPU)";
+  return d;
+}
+
+DeviceSpec H100() {
+  DeviceSpec d;
+  d.name = "h100";
+  // NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column): FP32 67
+  // TFLOPS, BF16 Tensor Core 1,979 TFLOPS with sparsity (989 dense), 80 GB
+  // HBM3 at 3.35 TB/s, NVLink 900 GB/s (both directions).
+  d.fp32_flops = 67 * kTFLOPS;
+  d.bf16_flops = 989 * kTFLOPS;
+  d.memory_bytes = 80 * kGB;
+  d.memory_bandwidth = 3350 * kGB;
+  d.intra_node_bandwidth = 450 * kGB;
+  // NVIDIA DGX H100 datasheet: 8 ConnectX-7 400 Gb/s NDR InfiniBand ports
+  // for compute, one per GPU: 50 GB/s each way.
+  d.inter_node_bandwidth = 50 * kGB;
+  SetAssumptions(&d);
+  d.source =
+      "NVIDIA H100 Tensor Core GPU datasheet (SXM); NVIDIA DGX H100 "
+      "datasheet (400 Gb/s NDR InfiniBand per GPU)";
+  return d;
+}
+
+DeviceSpec H200() {
+  DeviceSpec d;
+  d.name = "h200";
+  // NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column): FP32 67
+  // TFLOPS, BF16 Tensor Core 1,979 TFLOPS with sparsity (989 dense), 141 GB
+  // HBM3e at 4.8 TB/s, NVLink 900 GB/s (both directions).
+  d.fp32_flops = 67 * kTFLOPS;
+  d.bf16_flops = 989 * kTFLOPS;
+  d.memory_bytes = 141 * kGB;
+  d.memory_bandwidth = 4800 * kGB;
+  d.intra_node_bandwidth = 450 * kGB;
+  // NVIDIA DGX H200 datasheet: 8 ConnectX-7 400 Gb/s NDR ports, one per GPU.
+  d.inter_node_bandwidth = 50 * kGB;
+  SetAssumptions(&d);
+  d.source =
+      "NVIDIA H200 Tensor Core GPU datasheet (SXM); NVIDIA DGX H200 "
+      "datasheet (400 Gb/s NDR InfiniBand per GPU)";
+  return d;
+}
+
+}  // namespace
+
+std::vector<std::string> ShippedDeviceNames() {
+  return {"a100", "h100", "h200"};
+}
+
+absl::StatusOr<DeviceSpec> ShippedDevice(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "a100") return A100();
+  if (n == "h100") return H100();
+  if (n == "h200") return H200();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--device '", name, "': not in the table (",
+      absl::StrJoin(ShippedDeviceNames(), ", "), ") and not 'cpu'"));
+}
+
+}  // namespace planner
+}  // namespace mcc

@@ -1,0 +1,64 @@
+#ifndef PLANNER_DEVICE_SPEC_H_
+#define PLANNER_DEVICE_SPEC_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/dtype.h"
+
+namespace mcc {
+namespace planner {
+
+// What the planner needs to know about one accelerator (or one CPU rank)
+// and the links between them. Rates are per device; bandwidths are one
+// direction. Datasheet fields say where they come from in `source`; the
+// efficiencies are assumptions, stated as such.
+struct DeviceSpec {
+  std::string name;
+  double bf16_flops = 0;  // Dense peak, FLOP/s (fp16 the same).
+  double fp32_flops = 0;  // Dense peak, FLOP/s (no TF32).
+  double memory_bytes = 0;
+  double memory_bandwidth = 0;      // bytes/s
+  double intra_node_bandwidth = 0;  // bytes/s per device, one direction
+  double inter_node_bandwidth = 0;  // bytes/s per device, one direction
+  double intra_node_latency = 0;    // seconds per message
+  double inter_node_latency = 0;
+  // Fraction of the peak large GEMMs reach (1 for measured rates).
+  double gemm_efficiency = 1;
+  // Fraction of the link bandwidth collectives reach.
+  double link_efficiency = 1;
+  // Flash attention's FLOP rate relative to the GEMMs'.
+  double attention_efficiency = 0.5;
+  // Extra memory the allocator holds beyond live tensors, as a fraction
+  // (a caching GPU allocator's fragmentation; 0 on CPU, where train's
+  // allocator counts exactly the bytes asked for).
+  double allocator_overhead = 0;
+  // The reduce-scatter reduces into a private copy of its whole input
+  // (gloo on CPU tensors); NCCL reduces in place.
+  bool reduce_scatter_copies_input = false;
+  std::string source;
+
+  double PeakFlops(DType dtype) const {
+    return dtype == DType::kFloat32 ? fp32_flops : bf16_flops;
+  }
+};
+
+// The machines a job runs on.
+struct ClusterSpec {
+  DeviceSpec device;
+  int devices_per_node = 1;
+  int nodes = 1;
+  int world() const { return devices_per_node * nodes; }
+};
+
+// The shipped table: "a100", "h100", "h200" (SXM parts, in DGX-style
+// nodes: NVLink inside a node, one InfiniBand port per GPU between nodes).
+absl::StatusOr<DeviceSpec> ShippedDevice(absl::string_view name);
+std::vector<std::string> ShippedDeviceNames();
+
+}  // namespace planner
+}  // namespace mcc
+
+#endif  // PLANNER_DEVICE_SPEC_H_

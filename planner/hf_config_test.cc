@@ -1,0 +1,51 @@
+#include "planner/hf_config.h"
+
+#include "gtest/gtest.h"
+#include "planner/param_count.h"
+
+namespace mcc {
+namespace planner {
+namespace {
+
+// Llama 3 8B's published config.json (the fields the planner reads).
+constexpr char kLlama3_8B[] = R"({
+  "model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
+  "num_attention_heads": 32, "num_key_value_heads": 8,
+  "intermediate_size": 14336, "max_position_embeddings": 8192,
+  "vocab_size": 128256, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+  "tie_word_embeddings": false})";
+
+TEST(HfConfigTest, Llama3EightBillion) {
+  auto c = GPTConfigFromHuggingFace(kLlama3_8B, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->query_groups(), 8);
+  EXPECT_EQ(c->activation, gpt::Activation::kSwiGLU);
+  EXPECT_TRUE(c->untie_embeddings_and_output_weights);
+  // Meta's model card: 8.03B parameters.
+  EXPECT_NEAR(ModelParams(*c) / 1e9, 8.03, 0.005);
+}
+
+TEST(HfConfigTest, Gpt2Small) {
+  auto c = GPTConfigFromHuggingFace(
+      R"({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12,
+          "n_positions": 1024, "vocab_size": 50257})",
+      "gpt2.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  // GPT-2 small: 124.4M parameters (tied embeddings).
+  EXPECT_NEAR(ModelParams(*c) / 1e6, 124.44, 0.01);
+  EXPECT_EQ(c->seq_length, 1024);
+}
+
+TEST(HfConfigTest, ErrorsNameTheFileAndField) {
+  auto c = GPTConfigFromHuggingFace(R"({"model_type": "gpt2", "n_layer": 2})",
+                                    "x.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("x.json"), std::string::npos);
+  EXPECT_NE(c.status().message().find("n_embd"), std::string::npos);
+  EXPECT_FALSE(GPTConfigFromHuggingFace("{", "y.json").ok());
+  EXPECT_FALSE(GPTConfigFromHuggingFace(R"({"model_type": "t5"})", "z").ok());
+}
+
+}  // namespace
+}  // namespace planner
+}  // namespace mcc

@@ -1,0 +1,31 @@
+#ifndef PLANNER_JOB_SPEC_H_
+#define PLANNER_JOB_SPEC_H_
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "models/gpt/gpt_config.h"
+#include "planner/device_spec.h"
+
+namespace mcc {
+namespace planner {
+
+// What stays fixed while the planner varies the layout: the model, the
+// batch, the precision and optimizer, train's communication settings and
+// the cluster.
+struct JobSpec {
+  gpt::GPTConfig model;  // Its recompute fields are ignored (the layout's).
+  DType dtype = DType::kFloat32;  // Weights and activations.
+  int64_t global_batch = 1;       // Sequences per step.
+  bool adam = true;               // AdamW (2 states) or SGD (momentum).
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  bool overlap_p2p = true;
+  int64_t bucket_bytes = 40000000LL * 4;  // train's --ddp-bucket-size x 4
+  ClusterSpec cluster;
+};
+
+}  // namespace planner
+}  // namespace mcc
+
+#endif  // PLANNER_JOB_SPEC_H_

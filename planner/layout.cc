@@ -1,0 +1,110 @@
+#include "planner/layout.h"
+
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace mcc {
+namespace planner {
+
+std::string Layout::Name() const {
+  return absl::StrCat("tp", tp, sequence_parallel && tp > 1 ? "sp" : "", ".pp",
+                      pp, virtual_stages > 1 ? "v" : "",
+                      virtual_stages > 1 ? absl::StrCat(virtual_stages) : "",
+                      ".dp", dp, ".cp", cp, ".z", static_cast<int>(zero), ".r",
+                      RecomputeName(recompute), ".mb", micro_batch);
+}
+
+absl::string_view ZeroStageName(ZeroStage zero) {
+  switch (zero) {
+    case ZeroStage::kNone:
+      return "no_shard";
+    case ZeroStage::kOptimizer:
+      return "optim";
+    case ZeroStage::kGradients:
+      return "optim_grads";
+    case ZeroStage::kParameters:
+      return "optim_grads_params";
+  }
+  return "?";
+}
+
+absl::string_view RecomputeName(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
+  }
+  return "?";
+}
+
+namespace {
+
+// Reads the positive integer after `prefix` in `part` into *out.
+bool ReadCount(absl::string_view part, absl::string_view prefix, int64_t* out) {
+  if (!absl::StartsWith(part, prefix)) return false;
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(part.substr(prefix.size()), &v) || v < 1) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
+  Layout l;
+  auto bad = [&](absl::string_view part) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layout '", name, "': cannot read '", part,
+        "' (expected parts like tp2sp, pp2v2, dp2, cp1, z1, rselective, "
+        "mb4, joined by dots)"));
+  };
+  for (absl::string_view part : absl::StrSplit(name, '.', absl::SkipEmpty())) {
+    int64_t v = 0;
+    if (absl::StartsWith(part, "tp")) {
+      absl::string_view rest = part;
+      if (absl::EndsWith(rest, "sp")) {
+        l.sequence_parallel = true;
+        rest.remove_suffix(2);
+      }
+      if (!ReadCount(rest, "tp", &v)) return bad(part);
+      l.tp = static_cast<int>(v);
+    } else if (absl::StartsWith(part, "pp")) {
+      std::vector<absl::string_view> pv = absl::StrSplit(part, 'v');
+      if (pv.size() > 2 || !ReadCount(pv[0], "pp", &v)) return bad(part);
+      l.pp = static_cast<int>(v);
+      if (pv.size() == 2) {
+        if (!absl::SimpleAtoi(pv[1], &v) || v < 1) return bad(part);
+        l.virtual_stages = static_cast<int>(v);
+      }
+    } else if (ReadCount(part, "dp", &v)) {
+      l.dp = static_cast<int>(v);
+    } else if (ReadCount(part, "cp", &v)) {
+      l.cp = static_cast<int>(v);
+    } else if (ReadCount(part, "mb", &v)) {
+      l.micro_batch = v;
+    } else if (part.size() == 2 && part[0] == 'z' && part[1] >= '0' &&
+               part[1] <= '3') {
+      l.zero = static_cast<ZeroStage>(part[1] - '0');
+    } else if (part == "rnone") {
+      l.recompute = Recompute::kNone;
+    } else if (part == "rselective") {
+      l.recompute = Recompute::kSelective;
+    } else if (part == "rfull") {
+      l.recompute = Recompute::kFull;
+    } else {
+      return bad(part);
+    }
+  }
+  if (l.tp == 1) l.sequence_parallel = false;
+  return l;
+}
+
+}  // namespace planner
+}  // namespace mcc

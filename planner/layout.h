@@ -1,0 +1,52 @@
+#ifndef PLANNER_LAYOUT_H_
+#define PLANNER_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace mcc {
+namespace planner {
+
+// How data parallelism shards state, as Megatron's
+// --data-parallel-sharding-strategy (ZeRO stage in brackets).
+enum class ZeroStage {
+  kNone = 0,        // no_shard: whole gradients, optimizer state per rank
+  kOptimizer = 1,   // optim: the distributed optimizer
+  kGradients = 2,   // optim_grads
+  kParameters = 3,  // optim_grads_params
+};
+
+enum class Recompute { kNone, kSelective, kFull };
+
+// One way to run a job: the parallel sizes, sharding, recomputation and
+// micro-batch. world = tp x cp x dp x pp.
+struct Layout {
+  int tp = 1;
+  int pp = 1;
+  int virtual_stages = 1;  // Model chunks per pipeline rank (interleaving).
+  int dp = 1;
+  int cp = 1;
+  ZeroStage zero = ZeroStage::kNone;
+  bool sequence_parallel = false;  // Only meaningful with tp > 1.
+  Recompute recompute = Recompute::kNone;
+  int64_t micro_batch = 1;
+
+  int world() const { return tp * pp * dp * cp; }
+  // A stable, parseable name: "tp2sp.pp2v2.dp2.cp1.z1.rnone.mb4".
+  std::string Name() const;
+};
+
+// Parses Layout::Name()'s form; parts may come in any order and any may be
+// left out (defaults above). The error names the part it cannot read.
+absl::StatusOr<Layout> ParseLayout(absl::string_view name);
+
+absl::string_view ZeroStageName(ZeroStage zero);  // Megatron's strategy name
+absl::string_view RecomputeName(Recompute recompute);  // none/selective/full
+
+}  // namespace planner
+}  // namespace mcc
+
+#endif  // PLANNER_LAYOUT_H_

@@ -1,0 +1,97 @@
+#include "planner/layout_search.h"
+
+#include <algorithm>
+
+namespace mcc {
+namespace planner {
+namespace {
+
+std::vector<int> Divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i) {
+    if (n % i == 0) d.push_back(i);
+  }
+  return d;
+}
+
+}  // namespace
+
+std::string UnsupportedHere(const Layout& l) {
+  if (l.cp > 1) return "context parallelism is not built yet";
+  if (l.pp > 1 &&
+      (l.zero == ZeroStage::kGradients || l.zero == ZeroStage::kParameters)) {
+    return "gradient and parameter sharding do not run with pipelining yet";
+  }
+  return "";
+}
+
+absl::StatusOr<Prediction> Predict(const JobSpec& job, const Layout& layout) {
+  Prediction p;
+  p.layout = layout;
+  auto memory = EstimatePeakMemory(job, layout);
+  if (!memory.ok()) return memory.status();
+  p.memory = *memory;
+  p.time = EstimateStepTime(job, layout);
+  p.fits = p.memory.total() <= job.cluster.device.memory_bytes;
+  p.unsupported = UnsupportedHere(layout);
+  return p;
+}
+
+std::vector<Prediction> SearchLayouts(const JobSpec& job,
+                                      const SearchOptions& options) {
+  std::vector<int64_t> micro_batches = options.micro_batches;
+  if (micro_batches.empty()) {
+    for (int64_t b = 1; b <= 64; b *= 2) micro_batches.push_back(b);
+  }
+  const int world = job.cluster.world();
+  std::vector<Prediction> out;
+  for (int tp : Divisors(world)) {
+    if (tp > job.cluster.devices_per_node) continue;
+    for (int cp : Divisors(world / tp)) {
+      for (int pp : Divisors(world / tp / cp)) {
+        const int dp = world / tp / cp / pp;
+        for (int vp : Divisors(job.model.num_layers)) {
+          if (vp > 1 && pp == 1) break;
+          for (int zero = 0; zero <= 3; ++zero) {
+            if (zero > 0 && dp * cp == 1) break;
+            for (Recompute r :
+                 {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+              for (int64_t b : micro_batches) {
+                Layout l;
+                l.tp = tp;
+                l.sequence_parallel = tp > 1;
+                l.pp = pp;
+                l.virtual_stages = vp;
+                l.dp = dp;
+                l.cp = cp;
+                l.zero = static_cast<ZeroStage>(zero);
+                l.recompute = r;
+                l.micro_batch = b;
+                if (!options.include_unsupported &&
+                    !UnsupportedHere(l).empty()) {
+                  continue;
+                }
+                auto p = Predict(job, l);
+                if (!p.ok()) continue;
+                if (!p->fits && !options.include_not_fitting) continue;
+                out.push_back(*std::move(p));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Prediction& a, const Prediction& b) {
+                     if (a.fits != b.fits) return a.fits;
+                     if (a.time.total() != b.time.total()) {
+                       return a.time.total() < b.time.total();
+                     }
+                     return a.memory.total() < b.memory.total();
+                   });
+  return out;
+}
+
+}  // namespace planner
+}  // namespace mcc

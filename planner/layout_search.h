@@ -1,0 +1,48 @@
+#ifndef PLANNER_LAYOUT_SEARCH_H_
+#define PLANNER_LAYOUT_SEARCH_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner/job_spec.h"
+#include "planner/layout.h"
+#include "planner/memory_model.h"
+#include "planner/step_time_model.h"
+
+namespace mcc {
+namespace planner {
+
+// A layout with its predictions.
+struct Prediction {
+  Layout layout;
+  MemoryBreakdown memory;  // The rank with the largest total.
+  StepTime time;
+  bool fits = false;
+  // Why train cannot run it yet (empty when it can): context parallelism,
+  // gradient or parameter sharding with pipelining.
+  std::string unsupported;
+};
+
+// Predicts one layout; the error says what does not divide.
+absl::StatusOr<Prediction> Predict(const JobSpec& job, const Layout& layout);
+
+// Why train cannot run `layout` today, or empty.
+std::string UnsupportedHere(const Layout& layout);
+
+struct SearchOptions {
+  bool include_unsupported = false;  // Also layouts train cannot run yet.
+  bool include_not_fitting = false;
+  std::vector<int64_t> micro_batches;  // Empty: 1, 2, 4, ... up to 64.
+};
+
+// Every TP x PP (x virtual stages) x DP x CP x ZeRO x recomputation x
+// micro-batch that divides the job (TP within a node), predicted and sorted
+// by step time, fitting layouts first.
+std::vector<Prediction> SearchLayouts(const JobSpec& job,
+                                      const SearchOptions& options);
+
+}  // namespace planner
+}  // namespace mcc
+
+#endif  // PLANNER_LAYOUT_SEARCH_H_

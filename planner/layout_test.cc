@@ -1,0 +1,45 @@
+#include "planner/layout.h"
+
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace planner {
+namespace {
+
+TEST(LayoutTest, NameRoundTrips) {
+  Layout l;
+  l.tp = 2;
+  l.sequence_parallel = true;
+  l.pp = 4;
+  l.virtual_stages = 2;
+  l.dp = 8;
+  l.cp = 2;
+  l.zero = ZeroStage::kOptimizer;
+  l.recompute = Recompute::kSelective;
+  l.micro_batch = 3;
+  EXPECT_EQ(l.Name(), "tp2sp.pp4v2.dp8.cp2.z1.rselective.mb3");
+  auto back = ParseLayout(l.Name());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->Name(), l.Name());
+  EXPECT_EQ(back->world(), 2 * 4 * 8 * 2);
+}
+
+TEST(LayoutTest, PartsMayBeLeftOutOrReordered) {
+  auto l = ParseLayout("dp4.tp2.z3.mb2");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->Name(), "tp2.pp1.dp4.cp1.z3.rnone.mb2");
+  // Sequence parallelism means nothing at TP 1.
+  EXPECT_FALSE(ParseLayout("tp1sp")->sequence_parallel);
+}
+
+TEST(LayoutTest, BadPartsAreNamed) {
+  for (const char* bad : {"tp0", "z4", "pp2v", "mbx", "rsome", "foo"}) {
+    auto l = ParseLayout(bad);
+    ASSERT_FALSE(l.ok()) << bad;
+    EXPECT_NE(l.status().message().find(bad), std::string::npos) << l.status();
+  }
+}
+
+}  // namespace
+}  // namespace planner
+}  // namespace mcc

@@ -1,0 +1,313 @@
+#include "planner/memory_model.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "parallel/pipeline/schedules.h"
+#include "planner/param_count.h"
+
+namespace mcc {
+namespace planner {
+namespace {
+
+// Sizes every formula below uses, for one micro-batch on one rank.
+struct Dims {
+  double e = 4;   // bytes per element of the model dtype
+  double T = 0;   // tokens of the micro-batch on this rank (after CP)
+  double Tl = 0;  // rows of the hidden states here (T / TP under SP)
+  double h = 0, kv = 0, f = 0, f1 = 0, heads = 0, vocab = 0;
+  double t = 1;
+  double norm_stats = 2;  // fp32 statistics per row: mean and rstd
+};
+
+Dims DimsOf(const JobSpec& job, const Layout& l) {
+  const gpt::GPTConfig& c = job.model;
+  Dims d;
+  d.e = static_cast<double>(DTypeSize(job.dtype));
+  d.t = l.tp;
+  d.T = static_cast<double>(l.micro_batch) * c.seq_length / l.cp;
+  d.Tl = l.sequence_parallel ? d.T / l.tp : d.T;
+  d.h = static_cast<double>(c.hidden_size);
+  d.kv = static_cast<double>(c.query_groups() * c.head_dim());
+  d.f = static_cast<double>(c.ffn());
+  d.f1 = c.activation == gpt::Activation::kSwiGLU ? 2 * d.f : d.f;
+  d.heads = c.num_attention_heads;
+  d.vocab = static_cast<double>(c.padded_vocab_size(l.tp));
+  d.norm_stats = c.normalization == gpt::Normalization::kLayerNorm ? 2 : 1;
+  return d;
+}
+
+pipeline::ScheduleKind ScheduleOf(const Layout& l) {
+  if (l.pp == 1) return pipeline::ScheduleKind::kNoPipelining;
+  return l.virtual_stages > 1 ? pipeline::ScheduleKind::kInterleaved
+                              : pipeline::ScheduleKind::kOneFOneB;
+}
+
+// What one micro-batch's record of a model chunk holds between its forward
+// and backward, and the transients of each step.
+struct ChunkCost {
+  double record = 0;
+  double forward_transient = 0;
+  double backward_transient = 0;
+};
+
+ChunkCost CostOfChunk(const JobSpec& job, const Layout& l, int layers, bool pre,
+                      bool post) {
+  const Dims d = DimsOf(job, l);
+  const double layer = LayerActivationBytes(job, l);
+  const double hidden = d.Tl * d.h * d.e;  // One hidden-state tensor.
+  ChunkCost c;
+  // Layers: full recomputation keeps each recomputed chunk's input only and
+  // rebuilds its records, all at once, in the backward.
+  int recomputed = 0, kept_inputs = 0, rebuilt_at_once = 0;
+  if (l.recompute == Recompute::kFull) {
+    const int n = std::max(1, job.model.recompute_num_layers);
+    if (job.model.recompute_method == gpt::RecomputeMethod::kUniform) {
+      recomputed = layers;
+      kept_inputs = (layers + n - 1) / n;
+      rebuilt_at_once = std::min(n, layers);
+    } else {
+      recomputed = std::min(n, layers);
+      kept_inputs = recomputed;
+      rebuilt_at_once = recomputed > 0 ? 1 : 0;
+    }
+  }
+  c.record = (layers - recomputed) * layer + kept_inputs * hidden;
+  // A layer's backward holds dy, dh1 and dx, the MLP's (or attention's)
+  // input gradients and, under SP, the all-gathered input of a column-
+  // parallel layer for its weight gradient.
+  const double mlp_grads = d.T * (d.f + d.f1) / d.t * d.e;
+  const double attn_grads = d.T * (d.h + 2 * (d.h + 2 * d.kv)) / d.t * d.e;
+  const double gathered = l.sequence_parallel ? d.T * d.h * d.e : 0;
+  c.backward_transient = 3 * hidden + std::max(mlp_grads, attn_grads) +
+                         gathered + rebuilt_at_once * layer;
+  // Forward: the fused QKV output before it splits into q, k, v.
+  c.forward_transient = d.T * (d.h + 2 * d.kv) / d.t * d.e + gathered;
+  if (pre) {
+    c.record += 2 * d.T * 8;  // int64 token ids and positions
+  }
+  if (post) {
+    // Final norm input and statistics, the output layer's input, the
+    // logits (model dtype), cross entropy's fp32 row maxima and sums and
+    // int64 targets.
+    const double logits = d.T * d.vocab / d.t * d.e;
+    c.record +=
+        2 * hidden + d.norm_stats * d.Tl * 4 + logits + 3 * d.T * 4 + d.T * 8;
+    // Backward: the logits' gradient while the logits are still held, and
+    // the fp32 per-token loss gradient.
+    c.backward_transient =
+        std::max(c.backward_transient, logits + d.T * 4 + d.T * d.h * d.e);
+  }
+  return c;
+}
+
+}  // namespace
+
+double ChunkRecordBytes(const JobSpec& job, const Layout& layout, int layers,
+                        bool pre, bool post) {
+  return CostOfChunk(job, layout, layers, pre, post).record;
+}
+
+double LayerActivationBytes(const JobSpec& job, const Layout& l) {
+  const Dims d = DimsOf(job, l);
+  const bool keep_attention = l.recompute != Recompute::kSelective;
+  double elems = 4 * d.Tl * d.h;                 // ln1, QKV, ln2, fc1 inputs
+  elems += d.T * (d.h + 2 * d.kv) / d.t;         // q, k, v
+  elems += d.T * d.h / d.t;                      // proj input (context)
+  if (keep_attention) elems += d.T * d.h / d.t;  // attention output
+  elems += d.T * (d.f1 + d.f) / d.t;             // fc1 output, fc2 input
+  double bytes = elems * d.e;
+  bytes += 2 * d.norm_stats * d.Tl * 4;  // two norms' fp32 statistics
+  if (keep_attention) bytes += d.T * d.heads / d.t * 4;  // log-sum-exp
+  return bytes;
+}
+
+int NumMicroBatches(const JobSpec& job, const Layout& l) {
+  return static_cast<int>(job.global_batch / (l.micro_batch * l.dp));
+}
+
+absl::Status CheckLayout(const JobSpec& job, const Layout& l) {
+  const gpt::GPTConfig& c = job.model;
+  auto bad = [&](auto... parts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout ", l.Name(), ": ", parts...));
+  };
+  if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.cp < 1 || l.virtual_stages < 1 ||
+      l.micro_batch < 1) {
+    return bad("every size must be positive");
+  }
+  if (l.world() != job.cluster.world()) {
+    return bad("TP x PP x DP x CP = ", l.world(), " is not the cluster's ",
+               job.cluster.world(), " devices");
+  }
+  if (c.num_layers % (l.pp * l.virtual_stages) != 0) {
+    return bad(c.num_layers, " layers do not split into ",
+               l.pp * l.virtual_stages, " (virtual) stages");
+  }
+  if (l.virtual_stages > 1 && l.pp == 1) {
+    return bad("virtual stages need pipeline parallelism");
+  }
+  if (l.sequence_parallel && l.tp == 1) {
+    return bad("sequence parallelism needs TP > 1");
+  }
+  if (absl::Status s = c.Validate(l.tp, l.sequence_parallel); !s.ok()) {
+    return bad(s.message());
+  }
+  if (l.cp > 1 && c.seq_length % (2 * l.cp) != 0) {
+    return bad("sequence ", c.seq_length, " does not split into 2 x CP ",
+               2 * l.cp, " chunks");
+  }
+  if (job.global_batch % (l.micro_batch * l.dp) != 0) {
+    return bad("global batch ", job.global_batch,
+               " is not a multiple of micro-batch x DP ", l.micro_batch * l.dp);
+  }
+  if (l.virtual_stages > 1 && NumMicroBatches(job, l) % l.pp != 0) {
+    return bad("the interleaved schedule needs a multiple of PP ", l.pp,
+               " micro-batches, not ", NumMicroBatches(job, l));
+  }
+  return absl::OkStatus();
+}
+
+MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
+                                    int stage) {
+  const gpt::GPTConfig& c = job.model;
+  const double e = static_cast<double>(DTypeSize(job.dtype));
+  const int layers = c.num_layers / l.pp;
+  const int chunks = l.virtual_stages;
+  const int m = NumMicroBatches(job, l);
+  MemoryBreakdown mem;
+  mem.stage = stage;
+  mem.params = StageParams(c, l.tp, l.pp, stage, layers);
+  const double P = static_cast<double>(mem.params);
+  // Optimizer state is sharded over the data-parallel ranks (with CP, over
+  // DP x CP, as Megatron's distributed optimizer does).
+  const double shards = static_cast<double>(l.dp) * l.cp;
+  const double states = job.adam ? 2 : 1;
+  // The largest FSDP unit: a layer, the embeddings (with a tied output
+  // layer on one stage) or the head.
+  const ParamCount pc = CountParams(c, l.tp);
+  const bool tied_here = !c.untie_embeddings_and_output_weights && l.pp == 1;
+  const double unit = static_cast<double>(
+      std::max({pc.layer, pc.embedding, pc.final_norm + pc.output_layer}));
+  // Between the backward and the optimizer (activations freed) the
+  // gradient reduction may hold buffers of its own.
+  double sync_transient = 0;
+  const bool rs_copies = job.cluster.device.reduce_scatter_copies_input;
+  switch (l.zero) {
+    case ZeroStage::kNone:
+      mem.weights = P * e;
+      mem.gradients = 4 * P;
+      mem.main_weights = e == 4 ? 0 : 4 * P;
+      mem.optimizer_state = 4 * states * P;
+      break;
+    case ZeroStage::kOptimizer:
+      mem.weights = P * e;
+      mem.gradients = 4 * P;
+      mem.main_weights = e == 4 ? 0 : 4 * P / shards;
+      mem.optimizer_state = 4 * states * P / shards;
+      // DDP keeps a copy of this rank's updated shard as the parameter
+      // all-gather's input; the reduce-scatter of a bucket may copy it.
+      if (shards > 1) {
+        mem.comm_buffers = e * P / shards;
+        const double bucket_elems = static_cast<double>(job.bucket_bytes) / 4;
+        if (rs_copies) sync_transient = 4 * std::min(P, bucket_elems);
+      }
+      break;
+    case ZeroStage::kGradients:
+    case ZeroStage::kParameters: {
+      // Per unit: fp32 main and gradient shards. At the activation peak
+      // (the head's backward) one unit's full fp32 gradient is held and one
+      // reduce-scatter output may be pending; later units' buffers (and
+      // gloo's copy of a reduce-scatter input) come as activations go.
+      mem.main_weights = 4 * P / shards;
+      mem.optimizer_state = 4 * states * P / shards;
+      mem.gradients = 4 * P / shards + 4 * unit;
+      mem.comm_buffers = 4 * unit / shards;
+      if (l.zero == ZeroStage::kGradients) {
+        mem.weights = P * e;
+      } else {
+        // Gathered units: the one computing (two when the tied embedding
+        // stays open through the head) and the one prefetched.
+        mem.weights = std::min(P, unit * (tied_here ? 3 : 2)) * e;
+        if (e != 4) mem.comm_buffers += e * unit / shards;  // send shard
+      }
+      break;
+    }
+  }
+  // Activations: walk this stage's schedule, adding a record at each
+  // forward and dropping it after its backward. With overlapped transfers
+  // the executor holds every tensor it sent (outputs forward, input
+  // gradients backward) until the step ends, and posts each receive one
+  // action ahead.
+  const int lc = layers / chunks;
+  const double message = DimsOf(job, l).Tl * c.hidden_size * e;
+  std::vector<ChunkCost> cost(chunks);
+  for (int k = 0; k < chunks; ++k) {
+    const int global_chunk = k * l.pp + stage;
+    cost[k] = CostOfChunk(job, l, lc, global_chunk == 0,
+                          global_chunk == l.pp * chunks - 1);
+  }
+  auto actions = pipeline::BuildSchedule(ScheduleOf(l), l.pp, stage, chunks,
+                                         std::max(m, 1));
+  double held = 0, sent = 0, peak_act = 0, peak_sent = 0, peak_total = 0;
+  const double posted = l.pp > 1 ? message : 0;
+  int records = 0;
+  auto consider = [&](double transient) {
+    if (held + sent + posted + transient > peak_total) {
+      peak_total = held + sent + posted + transient;
+      peak_act = held;
+      peak_sent = sent + posted;
+    }
+  };
+  if (actions.ok()) {
+    for (const pipeline::Action& a : *actions) {
+      const ChunkCost& cc = cost[a.chunk];
+      const int global_chunk = a.chunk * l.pp + stage;
+      if (a.kind == pipeline::Action::kForward) {
+        held += cc.record;
+        ++records;
+        mem.in_flight = std::max(mem.in_flight, records);
+        consider(cc.forward_transient);
+        if (l.pp > 1 && job.overlap_p2p && global_chunk != l.pp * chunks - 1) {
+          sent += message;
+        }
+      } else {
+        consider(cc.backward_transient);
+        held -= cc.record;
+        --records;
+        if (l.pp > 1 && job.overlap_p2p && global_chunk != 0) sent += message;
+      }
+    }
+  }
+  mem.comm_buffers += peak_sent;
+  peak_total -= peak_sent;
+  mem.activations = peak_act;
+  mem.workspace = peak_total - peak_act;
+  if (sync_transient > peak_total) {
+    // The peak is the gradient reduction's, after the activations are gone.
+    mem.activations = 0;
+    mem.workspace = 0;
+    mem.comm_buffers += sync_transient;
+  }
+  const double live = mem.weights + mem.gradients + mem.main_weights +
+                      mem.optimizer_state + mem.activations + mem.comm_buffers +
+                      mem.workspace;
+  mem.allocator_overhead = live * job.cluster.device.allocator_overhead;
+  return mem;
+}
+
+absl::StatusOr<MemoryBreakdown> EstimatePeakMemory(const JobSpec& job,
+                                                   const Layout& l) {
+  if (absl::Status s = CheckLayout(job, l); !s.ok()) return s;
+  MemoryBreakdown worst;
+  for (int stage = 0; stage < l.pp; ++stage) {
+    MemoryBreakdown m = EstimateStageMemory(job, l, stage);
+    if (stage == 0 || m.total() > worst.total()) worst = m;
+  }
+  return worst;
+}
+
+}  // namespace planner
+}  // namespace mcc

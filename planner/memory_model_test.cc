@@ -1,0 +1,232 @@
+#include "planner/memory_model.h"
+
+#include <memory>
+#include <vector>
+
+#include "core/allocator.h"
+#include "gtest/gtest.h"
+#include "models/gpt/gpt_model.h"
+#include "planner/megatron_memory.h"
+#include "planner/param_count.h"
+
+namespace mcc {
+namespace planner {
+namespace {
+
+// h 64, 4 heads, ffn 256, 2 layers, vocabulary 128, sequence 32.
+gpt::GPTConfig SmallModel() {
+  gpt::GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.vocab_size = 128;
+  c.seq_length = 32;
+  return c;
+}
+
+JobSpec SmallJob(int world) {
+  JobSpec job;
+  job.model = SmallModel();
+  job.global_batch = 8;
+  job.cluster.devices_per_node = world;
+  return job;
+}
+
+int64_t Numel(const ParameterList& params) {
+  int64_t n = 0;
+  for (const auto& p : params) n += p->value.numel();
+  return n;
+}
+
+// The parameter count is the model's own, serial and per pipeline stage
+// (the tied output layer a second copy on the last stage).
+TEST(ParamCountTest, MatchesTheBuiltModel) {
+  for (bool untied : {false, true}) {
+    for (auto norm :
+         {gpt::Normalization::kLayerNorm, gpt::Normalization::kRMSNorm}) {
+      gpt::GPTConfig c = SmallModel();
+      c.untie_embeddings_and_output_weights = untied;
+      c.normalization = norm;
+      c.num_query_groups = 2;
+      c.activation = gpt::Activation::kSwiGLU;
+      parallel::LayerContext ctx;
+      auto whole = gpt::GPTModel::Create(c, ctx);
+      ASSERT_TRUE(whole.ok()) << whole.status();
+      EXPECT_EQ(Numel((*whole)->parameters()), StageParams(c, 1, 1, 0, 2));
+      gpt::ModelChunkSpec first{0, 1, true, false, !untied};
+      gpt::ModelChunkSpec last{1, 1, false, true, !untied};
+      auto s0 = gpt::GPTModel::Create(c, ctx, first);
+      auto s1 = gpt::GPTModel::Create(c, ctx, last);
+      ASSERT_TRUE(s0.ok() && s1.ok());
+      EXPECT_EQ(Numel((*s0)->parameters()), StageParams(c, 1, 2, 0, 1));
+      EXPECT_EQ(Numel((*s1)->parameters()), StageParams(c, 1, 2, 1, 1));
+    }
+  }
+}
+
+// By hand for SmallModel at micro-batch 2 (T = 64 tokens), fp32, TP 1:
+// elements 4 T h (norm and linear inputs) + T (h + 2 kv) (q, k, v) + T h
+// (proj input) + T h (attention output) + T (f + f) (fc1 output, fc2
+// input) = 16384 + 12288 + 4096 + 4096 + 32768 = 69632, x 4 bytes; fp32
+// statistics 2 norms x 2 x T x 4 = 1024; log-sum-exp T x 4 heads x 4 =
+// 1024.
+TEST(MemoryModelTest, LayerActivationsByHand) {
+  JobSpec job = SmallJob(1);
+  Layout l;
+  l.micro_batch = 2;
+  EXPECT_EQ(LayerActivationBytes(job, l), 69632 * 4 + 1024 + 1024);
+  l.recompute = Recompute::kSelective;  // drops attention output and lse
+  EXPECT_EQ(LayerActivationBytes(job, l), (69632 - 4096) * 4 + 1024);
+  job.dtype = DType::kBFloat16;
+  EXPECT_EQ(LayerActivationBytes(job, l), (69632 - 4096) * 2 + 1024);
+}
+
+// What a forward leaves for its backward, measured on the allocator of a
+// real serial model, equals the predicted record for every recomputation
+// and dtype.
+TEST(MemoryModelTest, RecordBytesMatchTheAllocator) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (Recompute r :
+         {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      JobSpec job = SmallJob(1);
+      job.dtype = dtype;
+      gpt::GPTConfig c = job.model;
+      c.recompute_granularity =
+          r == Recompute::kFull        ? gpt::RecomputeGranularity::kFull
+          : r == Recompute::kSelective ? gpt::RecomputeGranularity::kSelective
+                                       : gpt::RecomputeGranularity::kNone;
+      parallel::LayerContext ctx;
+      ctx.dtype = dtype;
+      auto model = gpt::GPTModel::Create(c, ctx);
+      ASSERT_TRUE(model.ok()) << model.status();
+      const int64_t b = 2;
+      auto batches = std::make_shared<std::vector<gpt::MicroBatch>>(1);
+      (*batches)[0].tokens = Tensor::Zeros({b, c.seq_length}, DType::kInt64);
+      (*batches)[0].labels = Tensor::Zeros({b, c.seq_length}, DType::kInt64);
+      (*model)->SetMicroBatches(batches);
+      Allocator* cpu = GetAllocator(Device::CPU());
+      const int64_t before = cpu->Stats().current_bytes;
+      auto out = (*model)->ForwardStep(0, Tensor(), /*backward_after=*/true);
+      ASSERT_TRUE(out.ok()) << out.status();
+      // Less the loss sum (fp32 [4], shared by the record and the output).
+      const int64_t held = cpu->Stats().current_bytes - before - 16;
+      Layout l;
+      l.micro_batch = b;
+      l.recompute = r;
+      EXPECT_EQ(held, ChunkRecordBytes(job, l, 2, true, true))
+          << DTypeName(dtype) << " recompute " << RecomputeName(r);
+    }
+  }
+}
+
+TEST(MemoryModelTest, StatesByShardingByHand) {
+  JobSpec job = SmallJob(4);
+  job.global_batch = 8;
+  Layout l;
+  l.dp = 4;
+  const double P = static_cast<double>(StageParams(job.model, 1, 1, 0, 2));
+  MemoryBreakdown m = EstimateStageMemory(job, l, 0);
+  EXPECT_EQ(m.weights, 4 * P);  // fp32 weights are the main copy
+  EXPECT_EQ(m.gradients, 4 * P);
+  EXPECT_EQ(m.main_weights, 0);
+  EXPECT_EQ(m.optimizer_state, 8 * P);
+  job.dtype = DType::kBFloat16;
+  l.zero = ZeroStage::kOptimizer;
+  m = EstimateStageMemory(job, l, 0);
+  EXPECT_EQ(m.weights, 2 * P);
+  EXPECT_EQ(m.gradients, 4 * P);
+  EXPECT_EQ(m.main_weights, P);  // 4 bytes / DP 4
+  EXPECT_EQ(m.optimizer_state, 2 * P);
+  l.zero = ZeroStage::kParameters;
+  m = EstimateStageMemory(job, l, 0);
+  EXPECT_EQ(m.weights, 2 * P);  // 2 layers: every unit may be gathered
+  EXPECT_EQ(m.main_weights, P);
+  job.model.num_layers = 16;  // 3 of 18 units gathered at most
+  const ParamCount pc = CountParams(job.model, 1);
+  m = EstimateStageMemory(job, l, 0);
+  EXPECT_EQ(m.weights, 2.0 * 3 * pc.layer);
+}
+
+// DDP's distributed optimizer keeps its shard as the all-gather input; on
+// CPU tensors gloo's reduce-scatter reduces into a copy of the bucket, after
+// the backward has freed the activations: for a small model that is the
+// peak (measured in train: 14 P bytes held, 18 P at the peak, fp32, DP 2).
+TEST(MemoryModelTest, DistributedOptimizerBuffers) {
+  JobSpec job = SmallJob(2);
+  job.cluster.device.reduce_scatter_copies_input = true;
+  Layout l;
+  l.dp = 2;
+  l.zero = ZeroStage::kOptimizer;
+  const double P = static_cast<double>(StageParams(job.model, 1, 1, 0, 2));
+  MemoryBreakdown m = EstimateStageMemory(job, l, 0);
+  EXPECT_EQ(m.comm_buffers, 2 * P + 4 * P);
+  EXPECT_EQ(m.activations, 0);
+  EXPECT_EQ(m.total(), 18 * P);
+  job.cluster.device.reduce_scatter_copies_input = false;  // NCCL
+  m = EstimateStageMemory(job, l, 0);
+  EXPECT_EQ(m.comm_buffers, 2 * P);
+  EXPECT_GT(m.activations, 0);
+}
+
+// The records held follow the project's schedules: 1F1B keeps PP - stage
+// micro-batches on a stage, interleaving (PP - stage - 1) x 2 + (VP - 1) x
+// PP + 1 chunk records (Megatron's warm-up count plus the steady one).
+TEST(MemoryModelTest, MicroBatchesInFlight) {
+  JobSpec job = SmallJob(4);
+  job.model.num_layers = 8;
+  job.global_batch = 8;
+  Layout l;
+  l.pp = 4;
+  for (int stage = 0; stage < 4; ++stage) {
+    EXPECT_EQ(EstimateStageMemory(job, l, stage).in_flight, 4 - stage);
+  }
+  l.pp = 2;
+  l.dp = 2;
+  l.virtual_stages = 2;
+  ASSERT_TRUE(CheckLayout(job, l).ok()) << CheckLayout(job, l);
+  EXPECT_EQ(EstimateStageMemory(job, l, 0).in_flight, 2 + 2 + 1);
+  EXPECT_EQ(EstimateStageMemory(job, l, 1).in_flight, 0 + 2 + 1);
+}
+
+TEST(MemoryModelTest, LayoutsThatDoNotDivideAreRefusedByName) {
+  JobSpec job = SmallJob(4);
+  Layout l;
+  l.pp = 3;
+  EXPECT_NE(CheckLayout(job, l).message().find("TP x PP x DP x CP"),
+            std::string::npos);
+  l.pp = 4;
+  job.model.num_layers = 2;
+  EXPECT_NE(CheckLayout(job, l).message().find("layers"), std::string::npos);
+  l.pp = 1;
+  l.dp = 4;
+  l.micro_batch = 3;
+  EXPECT_NE(CheckLayout(job, l).message().find("global batch"),
+            std::string::npos);
+}
+
+// Megatron's estimate by hand for SmallModel (vocabulary 128, TP 1, PP 1,
+// no distributed optimizer, micro-batch 2): layer parameters 2 L h^2 (2 +
+// f/h + 2/h + 1/(L h)) = 16384 x 6.0390625 = 98944, embedding 8192, x 18
+// bytes; activations s b h (18 + 4 f/h) L = 4096 x 34 x 2, + 8 s b + s b h
+// (embedding), + s b h x 4 (1 + V/h) (output layer and loss).
+TEST(MegatronMemoryTest, ByHand) {
+  JobSpec job = SmallJob(1);
+  Layout l;
+  l.micro_batch = 2;
+  MegatronMemory m = MegatronTheoreticalMemory(job, l, 4);
+  EXPECT_DOUBLE_EQ(m.weights_and_optimizer, (98944.0 + 8192) * 18);
+  EXPECT_DOUBLE_EQ(m.activations,
+                   4096.0 * 34 * 2 + 8 * 64 + 4096 + 4096.0 * 4 * 3);
+  // It leaves out biases (576 a layer) and learned positions (32 x 64).
+  EXPECT_EQ(StageParams(job.model, 1, 1, 0, 2) - (98944 + 8192),
+            2 * 576 + 32 * 64);
+  // Distributed optimizer: 6 + 12 / DP bytes a parameter.
+  l.zero = ZeroStage::kOptimizer;
+  l.dp = 4;
+  EXPECT_DOUBLE_EQ(MegatronTheoreticalMemory(job, l, 4).weights_and_optimizer,
+                   (98944.0 + 8192) * 9);
+}
+
+}  // namespace
+}  // namespace planner
+}  // namespace mcc

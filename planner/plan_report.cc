@@ -1,0 +1,194 @@
+#include "planner/plan_report.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/allocator.h"
+#include "nlohmann/json.hpp"
+#include "planner/megatron_memory.h"
+#include "planner/param_count.h"
+
+namespace mcc {
+namespace planner {
+namespace {
+
+std::string GiB(double bytes) {
+  return absl::StrFormat("%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+}
+std::string Ms(double seconds) {
+  return absl::StrFormat("%.2f ms", seconds * 1e3);
+}
+
+std::string Describe(const JobSpec& job) {
+  const gpt::GPTConfig& c = job.model;
+  return absl::StrFormat(
+      "model: %d layers, hidden %d, %d heads (%d groups), ffn %d, vocabulary "
+      "%d, sequence %d, %.3gM parameters, %s; global batch %d; %s on %d x %d "
+      "%s",
+      c.num_layers, c.hidden_size, c.num_attention_heads, c.query_groups(),
+      c.ffn(), c.vocab_size, c.seq_length, ModelParams(c) / 1e6,
+      std::string(DTypeName(job.dtype)), job.global_batch,
+      job.adam ? "AdamW" : "SGD", job.cluster.nodes,
+      job.cluster.devices_per_node, job.cluster.device.name);
+}
+
+}  // namespace
+
+std::string FormatTable(const JobSpec& job,
+                        const std::vector<Prediction>& predictions) {
+  std::string out = Describe(job) + "\n";
+  absl::StrAppendFormat(&out, "%-4s %-38s %10s %10s %10s %7s %s\n", "#",
+                        "layout", "memory", "step", "bubble", "MFU", "");
+  int i = 0;
+  for (const Prediction& p : predictions) {
+    absl::StrAppendFormat(
+        &out, "%-4d %-38s %10s %10s %10s %6.1f%% %s%s\n", ++i, p.layout.Name(),
+        GiB(p.memory.total()), Ms(p.time.total()), Ms(p.time.bubble),
+        100 * p.time.mfu, p.fits ? "" : "DOES NOT FIT ",
+        p.unsupported.empty() ? "" : "(" + p.unsupported + ")");
+  }
+  return out;
+}
+
+std::string FormatExplain(const JobSpec& job, const Prediction& p) {
+  const MemoryBreakdown& m = p.memory;
+  const StepTime& t = p.time;
+  const Layout& l = p.layout;
+  const int micro_batches = NumMicroBatches(job, l);
+  const MegatronMemory meg = MegatronTheoreticalMemory(job, l, micro_batches);
+  std::string out = Describe(job) + "\n";
+  absl::StrAppendFormat(
+      &out,
+      "layout %s: TP %d%s, PP %d (%d virtual), DP %d, CP %d, ZeRO %d (%s), "
+      "recompute %s, micro-batch %d, %d micro-batches a step\n",
+      l.Name(), l.tp, l.sequence_parallel ? " with SP" : "", l.pp,
+      l.virtual_stages, l.dp, l.cp, static_cast<int>(l.zero),
+      std::string(ZeroStageName(l.zero)),
+      std::string(RecomputeName(l.recompute)), l.micro_batch, micro_batches);
+  if (!p.unsupported.empty()) {
+    absl::StrAppend(&out, "  note: train cannot run it yet: ", p.unsupported,
+                    "\n");
+  }
+  absl::StrAppendFormat(
+      &out, "memory of the largest rank (pipeline stage %d, %d parameters):\n",
+      m.stage, m.params);
+  auto row = [&](const char* name, double bytes, const std::string& why) {
+    absl::StrAppendFormat(&out, "  %-20s %12s  %s\n", name, GiB(bytes), why);
+  };
+  row("weights", m.weights, "model dtype");
+  row("gradients", m.gradients, "fp32 main_grad");
+  row("main weights", m.main_weights, "fp32 master copy");
+  row("optimizer state", m.optimizer_state,
+      job.adam ? "Adam m, v" : "momentum");
+  row("activations", m.activations,
+      absl::StrCat(m.in_flight, " micro-batch chunk record(s) in flight"));
+  row("comm buffers", m.comm_buffers, "pipeline, gather/scatter");
+  row("workspace", m.workspace, "transients at the peak");
+  row("allocator overhead", m.allocator_overhead, "");
+  row("total", m.total(),
+      absl::StrCat("of ", GiB(job.cluster.device.memory_bytes),
+                   p.fits ? ": fits" : ": DOES NOT FIT"));
+  row("Megatron's estimate", meg.total(),
+      absl::StrCat("theoretical_memory_usage: ", GiB(meg.weights_and_optimizer),
+                   " weights and optimizer + ", GiB(meg.activations),
+                   " activations"));
+  absl::StrAppend(&out, "step time of the slowest stage:\n");
+  auto trow = [&](const char* name, double s, double hidden) {
+    absl::StrAppendFormat(&out, "  %-20s %12s", name, Ms(s));
+    if (hidden > 0)
+      absl::StrAppend(&out, "  (", Ms(hidden), " hidden by overlap)");
+    absl::StrAppend(&out, "\n");
+  };
+  trow("GEMMs", t.gemm, 0);
+  trow("attention", t.attention, 0);
+  trow("elementwise", t.elementwise, 0);
+  trow("output layer + loss", t.head, 0);
+  trow("recomputation", t.recompute, 0);
+  trow("TP communication", t.tp_comm, 0);
+  trow("CP communication", t.cp_comm, t.cp_comm_hidden);
+  trow("DP communication", t.dp_comm, t.dp_comm_hidden);
+  trow("PP communication", t.pp_comm, t.pp_comm_hidden);
+  trow("pipeline bubble", t.bubble, 0);
+  trow("optimizer", t.optimizer, 0);
+  trow("total", t.total(), 0);
+  absl::StrAppendFormat(&out, "  MFU %.1f%%, %.0f tokens/s\n", 100 * t.mfu,
+                        t.tokens_per_second);
+  return out;
+}
+
+std::string FormatJson(const JobSpec& job,
+                       const std::vector<Prediction>& predictions) {
+  nlohmann::json j;
+  const gpt::GPTConfig& c = job.model;
+  j["model"] = {{"num_layers", c.num_layers},
+                {"hidden_size", c.hidden_size},
+                {"num_attention_heads", c.num_attention_heads},
+                {"num_query_groups", c.query_groups()},
+                {"ffn_hidden_size", c.ffn()},
+                {"vocab_size", c.vocab_size},
+                {"seq_length", c.seq_length},
+                {"parameters", ModelParams(c)},
+                {"dtype", std::string(DTypeName(job.dtype))}};
+  j["global_batch"] = job.global_batch;
+  const DeviceSpec& d = job.cluster.device;
+  j["cluster"] = {{"device", d.name},
+                  {"nodes", job.cluster.nodes},
+                  {"devices_per_node", job.cluster.devices_per_node},
+                  {"memory_bytes", d.memory_bytes},
+                  {"peak_flops", d.PeakFlops(job.dtype)},
+                  {"memory_bandwidth", d.memory_bandwidth},
+                  {"intra_node_bandwidth", d.intra_node_bandwidth},
+                  {"inter_node_bandwidth", d.inter_node_bandwidth},
+                  {"source", d.source}};
+  nlohmann::json layouts = nlohmann::json::array();
+  for (const Prediction& p : predictions) {
+    const MemoryBreakdown& m = p.memory;
+    const StepTime& t = p.time;
+    const MegatronMemory meg = MegatronTheoreticalMemory(
+        job, p.layout, NumMicroBatches(job, p.layout));
+    nlohmann::json stages = nlohmann::json::array();
+    for (int stage = 0; stage < p.layout.pp; ++stage) {
+      stages.push_back(EstimateStageMemory(job, p.layout, stage).total());
+    }
+    layouts.push_back({{"layout", p.layout.Name()},
+                       {"stage_memory", stages},
+                       {"fits", p.fits},
+                       {"unsupported", p.unsupported},
+                       {"memory",
+                        {{"stage", m.stage},
+                         {"params", m.params},
+                         {"weights", m.weights},
+                         {"gradients", m.gradients},
+                         {"main_weights", m.main_weights},
+                         {"optimizer_state", m.optimizer_state},
+                         {"activations", m.activations},
+                         {"in_flight", m.in_flight},
+                         {"comm_buffers", m.comm_buffers},
+                         {"workspace", m.workspace},
+                         {"allocator_overhead", m.allocator_overhead},
+                         {"total", m.total()},
+                         {"megatron_theoretical", meg.total()}}},
+                       {"time",
+                        {{"gemm", t.gemm},
+                         {"attention", t.attention},
+                         {"elementwise", t.elementwise},
+                         {"head", t.head},
+                         {"recompute", t.recompute},
+                         {"tp_comm", t.tp_comm},
+                         {"cp_comm", t.cp_comm},
+                         {"cp_comm_hidden", t.cp_comm_hidden},
+                         {"dp_comm", t.dp_comm},
+                         {"dp_comm_hidden", t.dp_comm_hidden},
+                         {"pp_comm", t.pp_comm},
+                         {"pp_comm_hidden", t.pp_comm_hidden},
+                         {"bubble", t.bubble},
+                         {"optimizer", t.optimizer},
+                         {"total", t.total()}}},
+                       {"mfu", t.mfu},
+                       {"tokens_per_second", t.tokens_per_second}});
+  }
+  j["layouts"] = layouts;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace planner
+}  // namespace mcc

@@ -1,0 +1,214 @@
+#include "planner/step_time_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "planner/memory_model.h"
+#include "planner/param_count.h"
+
+namespace mcc {
+namespace planner {
+namespace {
+
+// A link's time for `bytes` in `messages` sequential messages.
+double LinkSeconds(double bytes, double messages, bool inter_node,
+                   const DeviceSpec& d) {
+  const double bw =
+      (inter_node ? d.inter_node_bandwidth : d.intra_node_bandwidth) *
+      d.link_efficiency;
+  const double lat = inter_node ? d.inter_node_latency : d.intra_node_latency;
+  return (bw > 0 ? bytes / bw : 0) + messages * lat;
+}
+
+// Ring collectives over n ranks on `bytes` of data per rank.
+double AllReduce(double bytes, int n, bool inter, const DeviceSpec& d) {
+  if (n <= 1) return 0;
+  return LinkSeconds(2.0 * (n - 1) / n * bytes, 2.0 * (n - 1), inter, d);
+}
+double GatherOrScatter(double bytes, int n, bool inter, const DeviceSpec& d) {
+  if (n <= 1) return 0;
+  return LinkSeconds(1.0 * (n - 1) / n * bytes, n - 1.0, inter, d);
+}
+
+}  // namespace
+
+double TrainingFlopsPerToken(const gpt::GPTConfig& c) {
+  const double h = static_cast<double>(c.hidden_size);
+  const double kv = static_cast<double>(c.query_groups() * c.head_dim());
+  const double ffn = static_cast<double>(c.ffn());
+  const double mlp_in =
+      c.activation == gpt::Activation::kSwiGLU ? 2 * ffn : ffn;
+  const double gemm = h * (h + 2 * kv) + h * h + h * mlp_in + ffn * h;
+  const double attention = 2.0 * c.seq_length * h;
+  return 3.0 * 2.0 *
+         (c.num_layers * (gemm + attention) +
+          h * static_cast<double>(c.vocab_size));
+}
+
+StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
+  const gpt::GPTConfig& c = job.model;
+  const DeviceSpec& dev = job.cluster.device;
+  const int per_node = job.cluster.devices_per_node;
+  const double e = static_cast<double>(DTypeSize(job.dtype));
+  const double t = l.tp;
+  const double T = static_cast<double>(l.micro_batch) * c.seq_length / l.cp;
+  const double Tl = l.sequence_parallel ? T / t : T;
+  const double h = static_cast<double>(c.hidden_size);
+  const double kv = static_cast<double>(c.query_groups() * c.head_dim());
+  const double f = static_cast<double>(c.ffn());
+  const double f1 = c.activation == gpt::Activation::kSwiGLU ? 2 * f : f;
+  const double V = static_cast<double>(c.padded_vocab_size(l.tp));
+  const double layers = static_cast<double>(c.num_layers) / l.pp;
+  const int m = NumMicroBatches(job, l);
+
+  const double gemm_rate = dev.PeakFlops(job.dtype) * dev.gemm_efficiency;
+  const double attn_rate = gemm_rate * dev.attention_efficiency;
+  const double bw = dev.memory_bandwidth;
+
+  // One layer, one micro-batch, forward.
+  const double gemm_fwd =
+      2 * T * (h * (h + 2 * kv) + h * h + h * f1 + f * h) / t / gemm_rate;
+  // Causal flash attention: half of the 4 T s h / TP score and value FLOPs;
+  // its backward is about 2.5 forwards (it recomputes the scores).
+  const double attn_fwd = 0.5 * 4 * T * c.seq_length * h / t / attn_rate;
+  // Norms, residual adds, the QKV split, the context transpose, the
+  // activation: bytes read and written.
+  const double elem_fwd = e *
+                          (14 * Tl * h + 2 * T * (h + 2 * kv) / t +
+                           2 * T * h / t + T * (f1 + f) / t) /
+                          bw;
+
+  StepTime st;
+  st.gemm = m * layers * 3 * gemm_fwd;
+  st.attention = m * layers * 3.5 * attn_fwd;
+  st.elementwise = m * layers * 3 * elem_fwd;
+  if (l.recompute == Recompute::kFull) {
+    st.recompute = m * layers * (gemm_fwd + attn_fwd + elem_fwd);
+  } else if (l.recompute == Recompute::kSelective) {
+    st.recompute = m * layers * attn_fwd;
+  }
+  // The last stage's head: output-layer GEMMs and cross entropy passes.
+  const double head_mb =
+      3 * 2 * T * h * V / t / gemm_rate + 6 * T * V / t * e / bw;
+  st.head = m * head_mb;
+
+  // TP: per layer two collectives of the hidden states each way; sequence
+  // parallelism re-gathers two inputs in the backward. Plus the embedding's
+  // and the output layer's.
+  const bool tp_inter = l.tp > per_node;
+  const double hidden_bytes = T * h * e;
+  double tp_mb = 0;
+  if (l.tp > 1) {
+    const double per_layer =
+        l.sequence_parallel
+            ? 10 * GatherOrScatter(hidden_bytes, l.tp, tp_inter, dev)
+            : 4 * AllReduce(hidden_bytes, l.tp, tp_inter, dev);
+    tp_mb =
+        layers * per_layer + 2 * AllReduce(hidden_bytes, l.tp, tp_inter, dev);
+  }
+  st.tp_comm = m * tp_mb;
+
+  // CP: the ring passes K and V (CP - 1 times) in the forward, and K, V
+  // and their gradients in the backward, behind the attention.
+  if (l.cp > 1) {
+    const bool cp_inter = l.tp * l.cp > per_node;
+    const double kv_bytes = 2 * T * kv / t * e;
+    const double ring =
+        3 * (l.cp - 1) * LinkSeconds(kv_bytes, 1, cp_inter, dev) * layers;
+    const double hideable = 3.5 * attn_fwd * layers;
+    st.cp_comm = m * std::max(0.0, ring - hideable);
+    st.cp_comm_hidden = m * ring - st.cp_comm;
+  }
+
+  // Per micro-batch compute of this stage, forward and backward.
+  const double compute_mb =
+      (st.gemm + st.attention + st.elementwise + st.recompute + st.head) / m;
+  const double fwd_mb = compute_mb / 3;
+  const double bwd_mb = compute_mb - fwd_mb;
+  const double stage_mb = compute_mb + tp_mb + st.cp_comm / m;
+
+  // DP: fp32 gradients (train reduces in fp32), parameters gathered in the
+  // model dtype.
+  const int shards = l.dp * l.cp;
+  if (shards > 1) {
+    const bool dp_inter = l.tp * l.cp * l.dp > per_node;
+    const double P = static_cast<double>(
+        StageParams(c, l.tp, l.pp, l.pp - 1, static_cast<int>(layers)));
+    const double grads = 4 * P, params = e * P;
+    double comm = 0, exposed = 0;
+    switch (l.zero) {
+      case ZeroStage::kNone:
+      case ZeroStage::kOptimizer: {
+        const double reduce =
+            l.zero == ZeroStage::kNone
+                ? AllReduce(grads, shards, dp_inter, dev)
+                : GatherOrScatter(grads, shards, dp_inter, dev);
+        const double gather =
+            l.zero == ZeroStage::kNone
+                ? 0
+                : GatherOrScatter(params, shards, dp_inter, dev);
+        const double buckets = std::max(
+            1.0, std::ceil(grads / std::max<int64_t>(1, job.bucket_bytes)));
+        comm = reduce + gather;
+        exposed = job.overlap_grad_reduce
+                      ? std::max(reduce - bwd_mb, reduce / buckets)
+                      : reduce;
+        exposed +=
+            job.overlap_param_gather ? std::max(0.0, gather - fwd_mb) : gather;
+        break;
+      }
+      case ZeroStage::kGradients:
+      case ZeroStage::kParameters: {
+        // Each micro-batch reduce-scatters its gradients as units finish
+        // (behind the backward); ZeRO-3 also gathers every unit before its
+        // forward and backward (prefetched behind the previous unit).
+        const double rs = GatherOrScatter(grads, shards, dp_inter, dev);
+        const double ag = GatherOrScatter(params, shards, dp_inter, dev);
+        const double units = layers + 2;
+        if (l.zero == ZeroStage::kGradients) {
+          comm = m * rs + ag;
+          exposed = m * std::max(0.0, rs - bwd_mb) + rs / units + ag;
+        } else {
+          comm = m * (rs + 2 * ag);
+          exposed =
+              m * (std::max(0.0, rs - bwd_mb) + std::max(0.0, ag - fwd_mb) +
+                   std::max(0.0, ag - bwd_mb)) +
+              (rs + 2 * ag) / units;
+        }
+        break;
+      }
+    }
+    st.dp_comm = std::min(comm, exposed);
+    st.dp_comm_hidden = comm - st.dp_comm;
+  }
+
+  // PP: each chunk sends its output forward and receives a gradient back,
+  // per micro-batch; overlapped, only the fill and drain are exposed.
+  if (l.pp > 1) {
+    const bool pp_inter = l.world() > per_node;
+    const double msg = LinkSeconds(Tl * h * e, 1, pp_inter, dev);
+    const double all = 2.0 * m * l.virtual_stages * msg;
+    st.pp_comm = job.overlap_p2p ? std::min(all, 2.0 * (l.pp - 1) * msg) : all;
+    st.pp_comm_hidden = all - st.pp_comm;
+    st.bubble = (l.pp - 1.0) / l.virtual_stages * stage_mb;
+  }
+
+  // Optimizer: one pass for the gradient norm, one for the update over this
+  // rank's shard of fp32 state.
+  const double P_local = static_cast<double>(
+      StageParams(c, l.tp, l.pp, 0, static_cast<int>(layers)));
+  const double shard = l.zero == ZeroStage::kNone ? P_local : P_local / shards;
+  const double per_elem = (job.adam ? 32 : 24) + (e != 4 ? e : 0);
+  st.optimizer = shard * per_elem / bw;
+
+  st.model_flops = TrainingFlopsPerToken(c) * job.global_batch * c.seq_length;
+  const double seconds = st.total();
+  if (seconds > 0) {
+    st.mfu = st.model_flops / (seconds * l.world() * dev.PeakFlops(job.dtype));
+    st.tokens_per_second = job.global_batch * c.seq_length / seconds;
+  }
+  return st;
+}
+
+}  // namespace planner
+}  // namespace mcc

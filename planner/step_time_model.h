@@ -1,0 +1,50 @@
+#ifndef PLANNER_STEP_TIME_MODEL_H_
+#define PLANNER_STEP_TIME_MODEL_H_
+
+#include "planner/job_spec.h"
+#include "planner/layout.h"
+
+namespace mcc {
+namespace planner {
+
+// Model FLOPs of one training token (forward and backward, no
+// recomputation), counted as train's MFU counts them
+// (tools/training_metrics: TrainingFlopsPerToken): the four GEMMs and the
+// attention scores and weighted values per layer, and the output layer.
+double TrainingFlopsPerToken(const gpt::GPTConfig& config);
+
+// Seconds of one training step on the slowest pipeline stage, by part.
+// Compute parts are for the whole step (every micro-batch, forward and
+// backward, recomputation included); communication parts are what is
+// exposed, with what overlap hides listed beside.
+struct StepTime {
+  double gemm = 0;         // QKV, projection, MLP
+  double attention = 0;    // Flash attention forward and backward
+  double elementwise = 0;  // Norms, activations, adds, copies (memory-bound)
+  double head = 0;         // Output layer GEMMs and cross entropy
+  double recompute = 0;    // Extra forward work of recomputation
+  double tp_comm = 0;      // Exposed (TP collectives are not overlapped)
+  double cp_comm = 0;      // Exposed part of the ring exchange of K and V
+  double cp_comm_hidden = 0;
+  double dp_comm = 0;  // Exposed gradient reduction / parameter gather
+  double dp_comm_hidden = 0;
+  double pp_comm = 0;  // Exposed pipeline transfers
+  double pp_comm_hidden = 0;
+  double bubble = 0;     // Pipeline fill and drain
+  double optimizer = 0;  // Grad norm, clip and the update (memory-bound)
+  double total() const {
+    return gemm + attention + elementwise + head + recompute + tp_comm +
+           cp_comm + dp_comm + pp_comm + bubble + optimizer;
+  }
+  double model_flops = 0;  // Per step, all ranks (for MFU)
+  double mfu = 0;          // model_flops / (total x world x peak)
+  double tokens_per_second = 0;
+};
+
+// The layout must pass CheckLayout.
+StepTime EstimateStepTime(const JobSpec& job, const Layout& layout);
+
+}  // namespace planner
+}  // namespace mcc
+
+#endif  // PLANNER_STEP_TIME_MODEL_H_

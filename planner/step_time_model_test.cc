@@ -1,0 +1,93 @@
+#include "planner/step_time_model.h"
+
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace planner {
+namespace {
+
+JobSpec H100Job(int nodes, int64_t global_batch) {
+  JobSpec job;
+  job.model.num_layers = 8;
+  job.model.hidden_size = 1024;
+  job.model.num_attention_heads = 16;
+  job.model.vocab_size = 32000;
+  job.model.seq_length = 2048;
+  job.dtype = DType::kBFloat16;
+  job.global_batch = global_batch;
+  job.cluster.device = *ShippedDevice("h100");
+  job.cluster.devices_per_node = 8;
+  job.cluster.nodes = nodes;
+  return job;
+}
+
+// Megatron's count (Narayanan et al. 2021): 72 L h^2 (1 + s / 6h +
+// V / 12 h L) FLOPs a token for ffn 4h.
+TEST(StepTimeModelTest, FlopsPerTokenAsMegatronCounts) {
+  const gpt::GPTConfig c = H100Job(1, 8).model;
+  const double L = 8, h = 1024, s = 2048, V = 32000;
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(c),
+                   72 * L * h * h * (1 + s / (6 * h) + V / (12 * h * L)));
+}
+
+TEST(StepTimeModelTest, BubbleIsPipelineFillAndDrain) {
+  JobSpec job = H100Job(1, 64);
+  Layout l;
+  l.pp = 4;
+  l.dp = 2;
+  const StepTime st = EstimateStepTime(job, l);
+  const double work = st.gemm + st.attention + st.elementwise + st.head +
+                      st.recompute + st.tp_comm;
+  // m = 64 / 2 = 32 micro-batches: (P - 1) / m of the work.
+  EXPECT_NEAR(st.bubble / work, 3.0 / 32, 1e-12);
+  l.virtual_stages = 2;
+  EXPECT_NEAR(EstimateStepTime(job, l).bubble / work, 3.0 / 64, 1e-12);
+}
+
+TEST(StepTimeModelTest, RecomputationAddsForwards) {
+  JobSpec job = H100Job(1, 8);
+  Layout l;
+  l.dp = 8;
+  const StepTime none = EstimateStepTime(job, l);
+  EXPECT_EQ(none.recompute, 0);
+  l.recompute = Recompute::kFull;
+  const StepTime full = EstimateStepTime(job, l);
+  EXPECT_NEAR(full.recompute,
+              none.gemm / 3 + none.attention / 3.5 + none.elementwise / 3,
+              1e-12 * none.total());
+  l.recompute = Recompute::kSelective;
+  EXPECT_NEAR(EstimateStepTime(job, l).recompute, none.attention / 3.5,
+              1e-12 * none.total());
+}
+
+TEST(StepTimeModelTest, OverlapHidesGradientReduction) {
+  JobSpec job = H100Job(2, 16);
+  Layout l;
+  l.dp = 16;
+  const StepTime plain = EstimateStepTime(job, l);
+  job.overlap_grad_reduce = true;
+  const StepTime overlapped = EstimateStepTime(job, l);
+  EXPECT_GT(plain.dp_comm, 0);
+  EXPECT_LT(overlapped.dp_comm, plain.dp_comm);
+  EXPECT_NEAR(overlapped.dp_comm + overlapped.dp_comm_hidden,
+              plain.dp_comm + plain.dp_comm_hidden, 1e-15);
+  // Between nodes the same reduction takes longer than inside one.
+  JobSpec one_node = H100Job(1, 16);
+  Layout l8;
+  l8.dp = 8;
+  EXPECT_GT(plain.dp_comm, EstimateStepTime(one_node, l8).dp_comm);
+}
+
+TEST(StepTimeModelTest, MfuIsBelowTheGemmEfficiency) {
+  JobSpec job = H100Job(1, 8);
+  Layout l;
+  l.dp = 8;
+  const StepTime st = EstimateStepTime(job, l);
+  EXPECT_GT(st.mfu, 0.2);
+  EXPECT_LT(st.mfu, job.cluster.device.gemm_efficiency);
+  EXPECT_NEAR(st.tokens_per_second * st.total(), 8.0 * 2048, 1e-6);
+}
+
+}  // namespace
+}  // namespace planner
+}  // namespace mcc

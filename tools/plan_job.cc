@@ -1,0 +1,94 @@
+#include "tools/plan_job.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "planner/cpu_probe.h"
+#include "tools/flags/training_flags.h"
+
+namespace mcc {
+namespace tools {
+
+absl::StatusOr<planner::ClusterSpec> MakeCluster(const std::string& device,
+                                                 int devices_per_node,
+                                                 int nodes,
+                                                 const gpt::GPTConfig& model,
+                                                 DType dtype) {
+  if (devices_per_node < 1 || nodes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--devices-per-node (", devices_per_node,
+                     ") and --nnodes (", nodes, ") must be positive"));
+  }
+  planner::ClusterSpec cluster;
+  cluster.devices_per_node = devices_per_node;
+  cluster.nodes = nodes;
+  if (device == "cpu") {
+    cluster.device = planner::MeasureCpuDevice(model, dtype, devices_per_node);
+  } else {
+    auto spec = planner::ShippedDevice(device);
+    if (!spec.ok()) return spec.status();
+    cluster.device = *spec;
+  }
+  return cluster;
+}
+
+DType DTypeFromFlags() {
+  if (absl::GetFlag(FLAGS_bf16)) return DType::kBFloat16;
+  if (absl::GetFlag(FLAGS_fp16)) return DType::kFloat16;
+  return DType::kFloat32;
+}
+
+absl::StatusOr<planner::Layout> LayoutFromTrainFlags(int world,
+                                                     planner::ZeroStage zero) {
+  planner::Layout l;
+  l.tp = absl::GetFlag(FLAGS_tensor_model_parallel_size);
+  l.pp = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
+  l.cp = absl::GetFlag(FLAGS_context_parallel_size);
+  l.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel) && l.tp > 1;
+  l.micro_batch = absl::GetFlag(FLAGS_micro_batch_size);
+  l.zero = zero;
+  const int model_parallel = l.tp * l.pp * l.cp;
+  if (model_parallel < 1 || world % model_parallel != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "world size ", world,
+        " is not a multiple of "
+        "--tensor-model-parallel-size x --pipeline-model-parallel-size x "
+        "--context-parallel-size = ",
+        model_parallel));
+  }
+  l.dp = world / model_parallel;
+  const int per_virtual =
+      absl::GetFlag(FLAGS_num_layers_per_virtual_pipeline_stage);
+  if (per_virtual > 0) {
+    const int per_stage = absl::GetFlag(FLAGS_num_layers) / l.pp;
+    if (per_stage % per_virtual != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--num-layers-per-virtual-pipeline-stage ", per_virtual,
+          " does not divide the ", per_stage, " layers of a stage"));
+    }
+    l.virtual_stages = per_stage / per_virtual;
+  }
+  const std::string r = absl::GetFlag(FLAGS_recompute_granularity);
+  l.recompute = r == "full"        ? planner::Recompute::kFull
+                : r == "selective" ? planner::Recompute::kSelective
+                                   : planner::Recompute::kNone;
+  return l;
+}
+
+planner::JobSpec MakeJobSpec(const gpt::GPTConfig& model, DType dtype,
+                             const TrainSettings& s,
+                             const planner::ClusterSpec& cluster) {
+  planner::JobSpec job;
+  job.model = model;
+  job.dtype = dtype;
+  job.global_batch = s.global_batch;
+  job.adam = s.adam;
+  job.overlap_grad_reduce = s.overlap_grad_reduce;
+  job.overlap_param_gather = s.overlap_param_gather;
+  job.overlap_p2p = s.overlap_p2p;
+  job.bucket_bytes = s.bucket_bytes;
+  job.cluster = cluster;
+  return job;
+}
+
+}  // namespace tools
+}  // namespace mcc

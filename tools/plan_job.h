@@ -1,0 +1,52 @@
+#ifndef TOOLS_PLAN_JOB_H_
+#define TOOLS_PLAN_JOB_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "models/gpt/gpt_config.h"
+#include "planner/job_spec.h"
+#include "planner/layout.h"
+
+namespace mcc {
+namespace tools {
+
+// What train's own flags (in tools/train.cc, not the shared model flags)
+// say about the step, for the planner.
+struct TrainSettings {
+  int64_t global_batch = 1;
+  planner::ZeroStage zero = planner::ZeroStage::kNone;
+  bool adam = true;
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  bool overlap_p2p = true;
+  int64_t bucket_bytes = 40000000LL * 4;
+};
+
+// The cluster: --device a100/h100/h200 from the shipped table, or cpu,
+// measured now for `devices_per_node` ranks sharing this machine (about two
+// seconds). The error names --device.
+absl::StatusOr<planner::ClusterSpec> MakeCluster(const std::string& device,
+                                                 int devices_per_node,
+                                                 int nodes,
+                                                 const gpt::GPTConfig& model,
+                                                 DType dtype);
+
+// The model dtype the shared flags ask for (--bf16, --fp16, else fp32).
+DType DTypeFromFlags();
+
+// The layout the shared parallel flags describe for `world` ranks
+// (--tensor-model-parallel-size, --sequence-parallel, pipeline and virtual
+// stages, --context-parallel-size, --micro-batch-size, recomputation); DP
+// is what remains. The error names the flag that does not divide.
+absl::StatusOr<planner::Layout> LayoutFromTrainFlags(int world,
+                                                     planner::ZeroStage zero);
+
+planner::JobSpec MakeJobSpec(const gpt::GPTConfig& model, DType dtype,
+                             const TrainSettings& settings,
+                             const planner::ClusterSpec& cluster);
+
+}  // namespace tools
+}  // namespace mcc
+
+#endif  // TOOLS_PLAN_JOB_H_
