@@ -28,6 +28,7 @@
 #include "core/comm/mp_test_util.h"
 #include "core/status_macros.h"
 #include "core/testing/test_device.h"
+#include "parallel/testing/device_parity.h"
 #include "gtest/gtest.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
@@ -40,24 +41,20 @@ namespace mcc {
 namespace training {
 namespace {
 
+using parallel::testing::Bits;
+using parallel::testing::BitsLine;
+using parallel::testing::InitParityWorld;
 using parallel::testing::MakeMlpBatch;
 using parallel::testing::MlpBatch;
 using parallel::testing::MlpStack;
 using parallel::testing::MlpStackConfig;
+using parallel::testing::ParityDevice;
+using parallel::testing::ReadLines;
+using parallel::testing::TmpPath;
+using parallel::testing::WriteLines;
 
 constexpr int kSteps = 4;
 constexpr int kMicrobatches = 4;  // Global, per step.
-
-std::string Bits(double v) {
-  uint64_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  return absl::StrFormat("%016x", u);
-}
-std::string Bits(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  return absl::StrFormat("%08x", u);
-}
 
 optim::LrSchedule Schedule() {
   optim::LrScheduleConfig c;
@@ -162,9 +159,8 @@ absl::StatusOr<std::vector<std::string>> Train(parallel::ParallelState* state,
       return absl::InternalError(absl::StrCat(
           "parameter ", p->name, " left the device: ", p->value.Describe()));
     }
-    MCC_ASSIGN_OR_RETURN(Tensor host, p->value.To(Device::CPU()));
-    std::string line = absl::StrCat("param ", p->name);
-    for (float v : host.ToFloats()) absl::StrAppend(&line, " ", Bits(v));
+    MCC_ASSIGN_OR_RETURN(std::string line,
+                         BitsLine(absl::StrCat("param ", p->name), p->value));
     lines.push_back(std::move(line));
   }
   if (wrapped && layout == "zero3_dp2") {
@@ -173,20 +169,11 @@ absl::StatusOr<std::vector<std::string>> Train(parallel::ParallelState* state,
   return lines;
 }
 
-std::string TmpPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir ? dir : "/tmp", "/", name);
-}
-
 MCC_WORKER(trainer_device) {
   const std::string layout = std::getenv("MCC_TEST_CASE");
   const std::string device_name = std::getenv("MCC_TEST_DEVICE");
-  const Device device =
-      device_name == "cpu" ? Device::CPU() : Device::TestDevice();
-  comm::GroupOptions options;
-  options.timeout = absl::Seconds(60);
-  options.device = device;
-  auto world = comm::InitWorldFromEnvironment(options);
+  const Device device = ParityDevice(device_name);
+  auto world = InitParityWorld(device);
   if (!world.ok()) {
     std::fprintf(stderr, "init: %s\n", world.status().ToString().c_str());
     return 3;
@@ -203,18 +190,11 @@ MCC_WORKER(trainer_device) {
     std::fprintf(stderr, "train: %s\n", lines.status().ToString().c_str());
     return 4;
   }
-  std::ofstream out(TmpPath(
-      absl::StrCat(layout, ".", device_name, ".rank", world->group->rank())));
-  for (const std::string& line : *lines) out << line << "\n";
-  return out ? 0 : 5;
-}
-
-std::vector<std::string> ReadLines(const std::string& path) {
-  std::vector<std::string> lines;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(line);
-  return lines;
+  const absl::Status written =
+      WriteLines(TmpPath(absl::StrCat(layout, ".", device_name, ".rank",
+                                      world->group->rank())),
+                 *lines);
+  return written.ok() ? 0 : 5;
 }
 
 class TrainerDeviceTest : public ::testing::TestWithParam<std::string> {};

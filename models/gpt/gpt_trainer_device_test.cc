@@ -39,6 +39,7 @@
 #include "core/comm/mp_test_util.h"
 #include "core/status_macros.h"
 #include "core/testing/test_device.h"
+#include "parallel/testing/device_parity.h"
 #include "gtest/gtest.h"
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/stage_model.h"
@@ -100,17 +101,13 @@ absl::StatusOr<MicroBatch> Batch(const GPTConfig& c, int step, int index,
   return b;
 }
 
-// Exact text of a double or a float.
-std::string Bits(double v) {
-  uint64_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  return absl::StrFormat("%016x", u);
-}
-std::string Bits(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  return absl::StrFormat("%08x", u);
-}
+using parallel::testing::Bits;
+using parallel::testing::BitsLine;
+using parallel::testing::InitParityWorld;
+using parallel::testing::ParityDevice;
+using parallel::testing::ReadLines;
+using parallel::testing::TmpPath;
+using parallel::testing::WriteLines;
 
 // Moves the first element of the first (fp32) parameter by one part in
 // 1024, through the copy hook: the control run that the comparison must
@@ -296,19 +293,14 @@ absl::StatusOr<std::vector<std::string>> Train(parallel::ParallelState* state,
       return absl::InternalError(absl::StrCat(
           "optimizer state ", st.name, " is not on ", device.ToString()));
     }
-    MCC_ASSIGN_OR_RETURN(Tensor host, st.tensor.To(Device::CPU()));
-    std::string line = absl::StrCat("state ", st.name, " ", st.offset);
-    for (float v : host.ToFloats()) absl::StrAppend(&line, " ", Bits(v));
+    MCC_ASSIGN_OR_RETURN(
+        std::string line,
+        BitsLine(absl::StrCat("state ", st.name, " ", st.offset), st.tensor));
     lines.push_back(std::move(line));
   }
   lines.push_back(absl::StrCat("moved ", moved));
   if (zero3) MCC_RETURN_IF_ERROR(data_parallel->ReleaseFullParams());
   return lines;
-}
-
-std::string TmpPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir ? dir : "/tmp", "/", name);
 }
 
 std::string ResultPath(const std::string& layout, const std::string& dtype,
@@ -322,12 +314,8 @@ MCC_WORKER(gpt_trainer_device) {
   const std::string dtype = std::getenv("MCC_TEST_DTYPE");
   const std::string device_name = std::getenv("MCC_TEST_DEVICE");
   const bool nudge = std::getenv("MCC_TEST_NUDGE") != nullptr;
-  const Device device =
-      device_name == "cpu" ? Device::CPU() : Device::TestDevice();
-  comm::GroupOptions options;
-  options.timeout = absl::Seconds(60);
-  options.device = device;  // Every group moves this device's tensors.
-  auto world = comm::InitWorldFromEnvironment(options);
+  const Device device = ParityDevice(device_name);
+  auto world = InitParityWorld(device);
   if (!world.ok()) {
     std::fprintf(stderr, "init: %s\n", world.status().ToString().c_str());
     return 3;
@@ -346,19 +334,11 @@ MCC_WORKER(gpt_trainer_device) {
                  device_name.c_str(), lines.status().ToString().c_str());
     return 4;
   }
-  std::ofstream out(ResultPath(layout, dtype,
-                               nudge ? device_name + "_nudged" : device_name,
-                               world->group->rank()));
-  for (const std::string& line : *lines) out << line << "\n";
-  return out ? 0 : 5;
-}
-
-std::vector<std::string> ReadLines(const std::string& path) {
-  std::vector<std::string> lines;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(line);
-  return lines;
+  const absl::Status written = WriteLines(
+      ResultPath(layout, dtype, nudge ? device_name + "_nudged" : device_name,
+                 world->group->rank()),
+      *lines);
+  return written.ok() ? 0 : 5;
 }
 
 struct Case {

@@ -32,6 +32,7 @@
 #include "core/comm/mp_test_util.h"
 #include "core/status_macros.h"
 #include "core/testing/test_device.h"
+#include "parallel/testing/device_parity.h"
 #include "gtest/gtest.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
@@ -53,18 +54,6 @@ struct Result {
   // Device-to-host and host-to-device copies of the engine window, per step.
   std::vector<int64_t> engine_reads, engine_writes;
 };
-
-// Exact text of a float or double: bit-for-bit comparisons.
-std::string Bits(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  return absl::StrFormat("%08x", u);
-}
-std::string Bits(double v) {
-  uint64_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  return absl::StrFormat("%016x", u);
-}
 
 absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
                              Device device) {
@@ -223,20 +212,11 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
   return result;
 }
 
-std::string TmpPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir ? dir : "/tmp", "/", name);
-}
-
 MCC_WORKER(device_train) {
   const std::string layout = std::getenv("MCC_TEST_CASE");
   const std::string device_name = std::getenv("MCC_TEST_DEVICE");
-  const Device device =
-      device_name == "cpu" ? Device::CPU() : Device::TestDevice();
-  comm::GroupOptions options;
-  options.timeout = absl::Seconds(60);
-  options.device = device;
-  auto world = comm::InitWorldFromEnvironment(options);
+  const Device device = ParityDevice(device_name);
+  auto world = InitParityWorld(device);
   if (!world.ok()) {
     std::fprintf(stderr, "init: %s\n", world.status().ToString().c_str());
     return 3;
@@ -254,22 +234,14 @@ MCC_WORKER(device_train) {
     return 4;
   }
   const int rank = world->group->rank();
-  std::ofstream out(
-      TmpPath(absl::StrCat(layout, ".", device_name, ".rank", rank)));
-  for (const std::string& line : result->lines) out << line << "\n";
+  std::vector<std::string> lines = result->lines;
   for (size_t s = 0; s < result->engine_reads.size(); ++s) {
-    out << "engine " << s << " " << result->engine_reads[s] << " "
-        << result->engine_writes[s] << "\n";
+    lines.push_back(absl::StrCat("engine ", s, " ", result->engine_reads[s],
+                                 " ", result->engine_writes[s]));
   }
-  return out ? 0 : 5;
-}
-
-std::vector<std::string> ReadLines(const std::string& path) {
-  std::vector<std::string> lines;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(line);
-  return lines;
+  const absl::Status written = WriteLines(
+      TmpPath(absl::StrCat(layout, ".", device_name, ".rank", rank)), lines);
+  return written.ok() ? 0 : 5;
 }
 
 class DeviceTrainingTest : public ::testing::TestWithParam<std::string> {};
