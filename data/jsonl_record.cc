@@ -41,8 +41,11 @@ absl::Status JsonlRecordReader::Read(
   simdjson::dom::element doc;
   // realloc_if_needed: simdjson copies the line into its own padded buffer
   // (reused between records), since a std::string has no padding.
+  // An empty view may carry a null pointer, which simdjson would memcpy
+  // from (undefined behaviour even for 0 bytes): give it a real one.
+  const char* bytes = line.empty() ? "" : line.data();
   simdjson::error_code error =
-      parser_->dom.parse(line.data(), line.size(), /*realloc_if_needed=*/true)
+      parser_->dom.parse(bytes, line.size(), /*realloc_if_needed=*/true)
           .get(doc);
   if (error) return absl::InvalidArgumentError(WhereInvalid(line, error));
   simdjson::dom::object object;
