@@ -28,12 +28,12 @@
 #include "core/comm/mp_test_util.h"
 #include "core/status_macros.h"
 #include "core/testing/test_device.h"
-#include "parallel/testing/device_parity.h"
 #include "gtest/gtest.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/pipeline_executor.h"
+#include "parallel/testing/device_parity.h"
 #include "parallel/testing/mlp_stack.h"
 #include "training/trainer.h"
 
@@ -43,7 +43,7 @@ namespace {
 
 using parallel::testing::Bits;
 using parallel::testing::BitsLine;
-using parallel::testing::InitParityWorld;
+using parallel::testing::InitParityJob;
 using parallel::testing::MakeMlpBatch;
 using parallel::testing::MlpBatch;
 using parallel::testing::MlpStack;
@@ -173,26 +173,21 @@ MCC_WORKER(trainer_device) {
   const std::string layout = std::getenv("MCC_TEST_CASE");
   const std::string device_name = std::getenv("MCC_TEST_DEVICE");
   const Device device = ParityDevice(device_name);
-  auto world = InitParityWorld(device);
-  if (!world.ok()) {
-    std::fprintf(stderr, "init: %s\n", world.status().ToString().c_str());
-    return 3;
-  }
   parallel::ParallelSizes sizes;
   if (layout == "pp2_interleaved") sizes.pipeline = 2;
-  auto state = parallel::ParallelState::Create(world->group, sizes);
-  if (!state.ok()) {
-    std::fprintf(stderr, "state: %s\n", state.status().ToString().c_str());
+  auto job = InitParityJob(device, sizes);
+  if (!job.ok()) {
+    std::fprintf(stderr, "init: %s\n", job.status().ToString().c_str());
     return 3;
   }
-  auto lines = Train(state->get(), layout, device);
+  auto lines = Train(job->state.get(), layout, device);
   if (!lines.ok()) {
     std::fprintf(stderr, "train: %s\n", lines.status().ToString().c_str());
     return 4;
   }
   const absl::Status written =
       WriteLines(TmpPath(absl::StrCat(layout, ".", device_name, ".rank",
-                                      world->group->rank())),
+                                      job->world.group->rank())),
                  *lines);
   return written.ok() ? 0 : 5;
 }

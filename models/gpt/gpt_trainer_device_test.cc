@@ -39,7 +39,6 @@
 #include "core/comm/mp_test_util.h"
 #include "core/status_macros.h"
 #include "core/testing/test_device.h"
-#include "parallel/testing/device_parity.h"
 #include "gtest/gtest.h"
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/stage_model.h"
@@ -50,6 +49,7 @@
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline_executor.h"
+#include "parallel/testing/device_parity.h"
 #include "training/trainer.h"
 
 namespace mcc {
@@ -103,7 +103,7 @@ absl::StatusOr<MicroBatch> Batch(const GPTConfig& c, int step, int index,
 
 using parallel::testing::Bits;
 using parallel::testing::BitsLine;
-using parallel::testing::InitParityWorld;
+using parallel::testing::InitParityJob;
 using parallel::testing::ParityDevice;
 using parallel::testing::ReadLines;
 using parallel::testing::TmpPath;
@@ -315,20 +315,16 @@ MCC_WORKER(gpt_trainer_device) {
   const std::string device_name = std::getenv("MCC_TEST_DEVICE");
   const bool nudge = std::getenv("MCC_TEST_NUDGE") != nullptr;
   const Device device = ParityDevice(device_name);
-  auto world = InitParityWorld(device);
-  if (!world.ok()) {
-    std::fprintf(stderr, "init: %s\n", world.status().ToString().c_str());
-    return 3;
-  }
   parallel::ParallelSizes sizes;
   if (layout == "pp2_interleaved") sizes.pipeline = 2;
   if (layout == "tp2_sp") sizes.tensor = 2;
-  auto state = parallel::ParallelState::Create(world->group, sizes);
-  if (!state.ok()) {
-    std::fprintf(stderr, "state: %s\n", state.status().ToString().c_str());
+  auto job = InitParityJob(device, sizes);
+  if (!job.ok()) {
+    std::fprintf(stderr, "init: %s\n", job.status().ToString().c_str());
     return 3;
   }
-  auto lines = Train(state->get(), layout, ParseDType(dtype), device, nudge);
+  auto lines =
+      Train(job->state.get(), layout, ParseDType(dtype), device, nudge);
   if (!lines.ok()) {
     std::fprintf(stderr, "%s %s on %s: %s\n", layout.c_str(), dtype.c_str(),
                  device_name.c_str(), lines.status().ToString().c_str());
@@ -336,7 +332,7 @@ MCC_WORKER(gpt_trainer_device) {
   }
   const absl::Status written = WriteLines(
       ResultPath(layout, dtype, nudge ? device_name + "_nudged" : device_name,
-                 world->group->rank()),
+                 job->world.group->rank()),
       *lines);
   return written.ok() ? 0 : 5;
 }

@@ -37,6 +37,14 @@ absl::StatusOr<comm::World> InitParityWorld(Device device) {
   return comm::InitWorldFromEnvironment(options);
 }
 
+absl::StatusOr<ParityJob> InitParityJob(Device device, ParallelSizes sizes) {
+  ParityJob job;
+  MCC_ASSIGN_OR_RETURN(job.world, InitParityWorld(device));
+  MCC_ASSIGN_OR_RETURN(job.state,
+                       ParallelState::Create(job.world.group, sizes));
+  return job;
+}
+
 absl::StatusOr<std::string> BitsLine(const std::string& label,
                                      const Tensor& t) {
   Tensor host = t;

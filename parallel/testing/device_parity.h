@@ -8,6 +8,7 @@
 // exact bit patterns, and the test compares the CPU's lines with the test
 // device's. Test-only; not thread-safe (one worker per process).
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "core/comm/init.h"
 #include "core/device.h"
 #include "core/tensor.h"
+#include "parallel/parallel_state.h"
 
 namespace mcc {
 namespace parallel {
@@ -31,6 +33,15 @@ Device ParityDevice(const std::string& name);
 // The world of this worker process with every group moving `device`'s
 // tensors (GroupOptions::device) and a 60 s collective timeout.
 absl::StatusOr<comm::World> InitParityWorld(Device device);
+
+// A parity worker's job: the world on `device` (InitParityWorld) and the
+// parallel state of `sizes` over it. The world is kept because rank 0
+// hosts the rendezvous store.
+struct ParityJob {
+  comm::World world;
+  std::unique_ptr<ParallelState> state;
+};
+absl::StatusOr<ParityJob> InitParityJob(Device device, ParallelSizes sizes);
 
 // `label` followed by the bits of every element of `t` (any floating dtype,
 // any device: read through its copy hook), for exact comparison.

@@ -32,13 +32,13 @@
 #include "core/comm/mp_test_util.h"
 #include "core/status_macros.h"
 #include "core/testing/test_device.h"
-#include "parallel/testing/device_parity.h"
 #include "gtest/gtest.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/pipeline_executor.h"
+#include "parallel/testing/device_parity.h"
 #include "parallel/testing/mlp_stack.h"
 
 namespace mcc {
@@ -216,24 +216,19 @@ MCC_WORKER(device_train) {
   const std::string layout = std::getenv("MCC_TEST_CASE");
   const std::string device_name = std::getenv("MCC_TEST_DEVICE");
   const Device device = ParityDevice(device_name);
-  auto world = InitParityWorld(device);
-  if (!world.ok()) {
-    std::fprintf(stderr, "init: %s\n", world.status().ToString().c_str());
-    return 3;
-  }
   ParallelSizes sizes;
   if (layout == "pp2_interleaved") sizes.pipeline = 2;
-  auto state = ParallelState::Create(world->group, sizes);
-  if (!state.ok()) {
-    std::fprintf(stderr, "state: %s\n", state.status().ToString().c_str());
+  auto job = InitParityJob(device, sizes);
+  if (!job.ok()) {
+    std::fprintf(stderr, "init: %s\n", job.status().ToString().c_str());
     return 3;
   }
-  auto result = Train(state->get(), layout, device);
+  auto result = Train(job->state.get(), layout, device);
   if (!result.ok()) {
     std::fprintf(stderr, "train: %s\n", result.status().ToString().c_str());
     return 4;
   }
-  const int rank = world->group->rank();
+  const int rank = job->world.group->rank();
   std::vector<std::string> lines = result->lines;
   for (size_t s = 0; s < result->engine_reads.size(); ++s) {
     lines.push_back(absl::StrCat("engine ", s, " ", result->engine_reads[s],
