@@ -1,0 +1,261 @@
+#include "tiny_lm.h"
+
+#include <random>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/activation.h"
+#include "core/ops/cross_entropy.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/loss_sum.h"
+#include "core/status_macros.h"
+
+namespace tiny_lm {
+
+using mcc::DType;
+using mcc::Tensor;
+namespace parallel = mcc::parallel;
+namespace ops = mcc::ops;
+
+struct TinyLm::Record : parallel::ActivationRecord {
+  int microbatch = 0;
+  struct BlockActivations {
+    parallel::ColumnParallelLinear::Activations fc1;
+    parallel::RowParallelLinear::Activations fc2;
+    Tensor pre_gelu;
+  };
+  std::vector<BlockActivations> blocks;
+  parallel::ColumnParallelLinear::Activations head;
+  parallel::VocabParallelCrossEntropy::Activations cross_entropy;
+  Tensor loss_sum;
+};
+
+TinyLmBatch MakeBatch(const TinyLmConfig& config, int step, int index) {
+  std::mt19937 rng(900 + 17 * (step % 3) + index);
+  std::uniform_int_distribution<int64_t> token(0, config.vocab - 1);
+  std::uniform_real_distribution<float> coin(0.0f, 1.0f);
+  const int64_t n = config.seq_length;
+  std::vector<int64_t> ids, labels;
+  for (int64_t s = 0; s < config.sequences_per_microbatch; ++s) {
+    // n + 1 tokens: inputs are the first n, labels the last n.
+    std::vector<int64_t> seq = {token(rng)};
+    while (static_cast<int64_t>(seq.size()) < n + 1) {
+      const int64_t next = (3 * seq.back() + 1) % config.vocab;
+      seq.push_back(coin(rng) < 0.1f ? token(rng) : next);
+    }
+    ids.insert(ids.end(), seq.begin(), seq.end() - 1);
+    labels.insert(labels.end(), seq.begin() + 1, seq.end());
+  }
+  const int64_t tokens = static_cast<int64_t>(ids.size());
+  return {*Tensor::FromInts(ids, {tokens}),
+          *Tensor::FromInts(labels, {tokens})};
+}
+
+absl::StatusOr<std::unique_ptr<TinyLm>> TinyLm::Create(
+    const TinyLmConfig& config, const parallel::LayerContext& context,
+    int first_block, int num_blocks) {
+  if (first_block < 0 || num_blocks < 1 ||
+      first_block + num_blocks > config.num_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TinyLm: blocks [", first_block, ", ", first_block + num_blocks,
+        ") of a ", config.num_blocks, "-block model"));
+  }
+  if (context.dtype != DType::kFloat32 || context.tp_group != nullptr) {
+    return absl::InvalidArgumentError(
+        "TinyLm: fp32 without tensor parallelism only");
+  }
+  auto model = std::unique_ptr<TinyLm>(new TinyLm);
+  model->config_ = config;
+  model->context_ = context;
+  model->first_block_ = first_block;
+  const parallel::InitSpec init = parallel::InitSpec::Normal(0.2f);
+  if (first_block == 0) {
+    MCC_ASSIGN_OR_RETURN(model->embedding_,
+                         parallel::VocabParallelEmbedding::Create(
+                             "embedding", config.vocab, config.vocab,
+                             config.hidden, init, context));
+    model->units_.push_back({model->embedding_->weight()});
+  }
+  parallel::LinearOptions options;
+  options.weight_init = init;
+  for (int i = first_block; i < first_block + num_blocks; ++i) {
+    const std::string name = absl::StrCat("blocks.", i);
+    Block block;
+    MCC_ASSIGN_OR_RETURN(block.fc1, parallel::ColumnParallelLinear::Create(
+                                        name + ".fc1", config.hidden,
+                                        config.ffn_hidden, options, context));
+    MCC_ASSIGN_OR_RETURN(block.fc2, parallel::RowParallelLinear::Create(
+                                        name + ".fc2", config.ffn_hidden,
+                                        config.hidden, options, context));
+    mcc::ParameterList unit;
+    block.fc1->AppendParameters(&unit);
+    block.fc2->AppendParameters(&unit);
+    model->units_.push_back(std::move(unit));
+    model->blocks_.push_back(std::move(block));
+  }
+  if (first_block + num_blocks == config.num_blocks) {
+    parallel::LinearOptions head_options;
+    head_options.bias = false;
+    head_options.weight_init = init;
+    MCC_ASSIGN_OR_RETURN(model->head_, parallel::ColumnParallelLinear::Create(
+                                           "head", config.hidden, config.vocab,
+                                           head_options, context));
+    mcc::ParameterList unit;
+    model->head_->AppendParameters(&unit);
+    model->units_.push_back(std::move(unit));
+  }
+  for (const auto& unit : model->units_) {
+    for (const auto& p : unit) model->params_.push_back(p);
+  }
+  return model;
+}
+
+absl::StatusOr<const TinyLmBatch*> TinyLm::Batch(int microbatch) const {
+  const int n = batches_ == nullptr ? 0 : static_cast<int>(batches_->size());
+  if (microbatch < 0 || microbatch >= n) {
+    return absl::OutOfRangeError(
+        absl::StrCat("TinyLm from block ", first_block_, ": micro-batch ",
+                     microbatch, " asked for, but SetMicroBatches gave ", n));
+  }
+  return &(*batches_)[microbatch];
+}
+
+absl::StatusOr<parallel::TensorSpec> TinyLm::InputSpec(int microbatch) const {
+  MCC_ASSIGN_OR_RETURN(const TinyLmBatch* batch, Batch(microbatch));
+  parallel::TensorSpec spec;
+  spec.shape = {batch->ids.numel(), config_.hidden};
+  spec.dtype = DType::kFloat32;
+  spec.device = context_.device;
+  return spec;
+}
+
+absl::StatusOr<parallel::TensorSpec> TinyLm::OutputSpec(int microbatch) const {
+  return InputSpec(microbatch);  // The residual stream keeps its shape.
+}
+
+namespace {
+
+absl::StatusOr<Tensor> Add(const Tensor& a, const Tensor& b) {
+  Tensor out = Tensor::Empty(a.shape(), DType::kFloat32, a.device());
+  MCC_RETURN_IF_ERROR(ops::Add(a, b, &out));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<parallel::StageOutput> TinyLm::ForwardStep(int microbatch,
+                                                          const Tensor& input,
+                                                          bool backward_after) {
+  MCC_ASSIGN_OR_RETURN(const TinyLmBatch* batch, Batch(microbatch));
+  MCC_ASSIGN_OR_RETURN(const parallel::TensorSpec spec, InputSpec(microbatch));
+  auto record = std::make_unique<Record>();
+  record->microbatch = microbatch;
+  record->blocks.resize(blocks_.size());
+  Tensor x;
+  if (embedding_) {
+    MCC_RETURN_IF_ERROR(CallBeforeForward(0));
+    MCC_ASSIGN_OR_RETURN(x, embedding_->Forward(batch->ids));
+    MCC_RETURN_IF_ERROR(CallAfterForward(0));
+  } else {
+    if (input.shape() != spec.shape || input.dtype() != spec.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TinyLm from block ", first_block_, ": input ", input.Describe(),
+          " is not ", mcc::ShapeToString(spec.shape)));
+    }
+    x = input;
+  }
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const int unit = first_block_unit() + static_cast<int>(i);
+    Record::BlockActivations& act = record->blocks[i];
+    MCC_RETURN_IF_ERROR(CallBeforeForward(unit));
+    MCC_ASSIGN_OR_RETURN(act.pre_gelu, blocks_[i].fc1->Forward(x, &act.fc1));
+    Tensor g = Tensor::Empty(act.pre_gelu.shape(), DType::kFloat32,
+                             act.pre_gelu.device());
+    MCC_RETURN_IF_ERROR(ops::Gelu(act.pre_gelu, &g));
+    MCC_ASSIGN_OR_RETURN(Tensor y, blocks_[i].fc2->Forward(g, &act.fc2));
+    MCC_RETURN_IF_ERROR(CallAfterForward(unit));
+    MCC_ASSIGN_OR_RETURN(x, Add(x, y));
+  }
+  parallel::StageOutput out;
+  if (head_) {
+    const int unit = static_cast<int>(units_.size()) - 1;
+    MCC_RETURN_IF_ERROR(CallBeforeForward(unit));
+    MCC_ASSIGN_OR_RETURN(Tensor logits, head_->Forward(x, &record->head));
+    MCC_RETURN_IF_ERROR(CallAfterForward(unit));
+    MCC_ASSIGN_OR_RETURN(Tensor loss,
+                         parallel::VocabParallelCrossEntropy::Forward(
+                             nullptr, logits, batch->labels, 0, config_.vocab,
+                             &record->cross_entropy));
+    // The summed loss and its token count stay on the device; the pipeline
+    // executor totals them and the training loop reads them once a step.
+    out.loss_sum = Tensor::Empty({4}, DType::kFloat32, loss.device());
+    MCC_RETURN_IF_ERROR(ops::LossSum(loss, Tensor(), batch->labels,
+                                     ops::kDefaultIgnoreIndex,
+                                     /*accumulate=*/false, &out.loss_sum));
+    record->loss_sum = out.loss_sum;
+  } else {
+    out.output = x;
+  }
+  if (backward_after) out.record = std::move(record);
+  return out;
+}
+
+absl::StatusOr<Tensor> TinyLm::BackwardStep(
+    const Tensor& output_grad, float grad_scale,
+    std::unique_ptr<parallel::ActivationRecord> record) {
+  auto* rec = dynamic_cast<Record*>(record.get());
+  if (rec == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TinyLm from block ", first_block_,
+        ": backward needs the record of this model's ForwardStep"));
+  }
+  MCC_ASSIGN_OR_RETURN(const TinyLmBatch* batch, Batch(rec->microbatch));
+  Tensor dx;
+  if (head_) {
+    const int unit = static_cast<int>(units_.size()) - 1;
+    MCC_RETURN_IF_ERROR(CallBeforeBackward(unit));
+    Tensor dloss = Tensor::Empty({batch->labels.numel()}, DType::kFloat32,
+                                 rec->loss_sum.device());
+    MCC_RETURN_IF_ERROR(
+        ops::LossSumGradient(rec->loss_sum, Tensor(), grad_scale, &dloss));
+    MCC_ASSIGN_OR_RETURN(Tensor dlogits,
+                         parallel::VocabParallelCrossEntropy::Backward(
+                             dloss, rec->cross_entropy, DType::kFloat32));
+    MCC_ASSIGN_OR_RETURN(dx, head_->Backward(dlogits, rec->head));
+    MCC_RETURN_IF_ERROR(CallAfterBackward(unit));
+    MCC_RETURN_IF_ERROR(CallGradsReady(units_[unit]));
+  } else {
+    MCC_ASSIGN_OR_RETURN(const parallel::TensorSpec spec,
+                         OutputSpec(rec->microbatch));
+    if (output_grad.shape() != spec.shape ||
+        output_grad.dtype() != spec.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TinyLm from block ", first_block_, ": output gradient ",
+          output_grad.Describe(), " is not ", mcc::ShapeToString(spec.shape)));
+    }
+    dx = output_grad;
+  }
+  for (int i = static_cast<int>(blocks_.size()) - 1; i >= 0; --i) {
+    const int unit = first_block_unit() + i;
+    Record::BlockActivations& act = rec->blocks[i];
+    MCC_RETURN_IF_ERROR(CallBeforeBackward(unit));
+    MCC_ASSIGN_OR_RETURN(Tensor dg, blocks_[i].fc2->Backward(dx, act.fc2));
+    Tensor dh = Tensor::Empty(dg.shape(), DType::kFloat32, dg.device());
+    MCC_RETURN_IF_ERROR(ops::GeluBackward(dg, act.pre_gelu, &dh));
+    MCC_ASSIGN_OR_RETURN(Tensor dpath, blocks_[i].fc1->Backward(dh, act.fc1));
+    act = Record::BlockActivations();
+    MCC_RETURN_IF_ERROR(CallAfterBackward(unit));
+    MCC_RETURN_IF_ERROR(CallGradsReady(units_[unit]));
+    // The residual's gradient plus the block's.
+    MCC_ASSIGN_OR_RETURN(dx, Add(dx, dpath));
+  }
+  if (!embedding_) return dx;
+  MCC_RETURN_IF_ERROR(CallBeforeBackward(0));
+  MCC_RETURN_IF_ERROR(embedding_->Backward(batch->ids, dx));
+  MCC_RETURN_IF_ERROR(CallAfterBackward(0));
+  MCC_RETURN_IF_ERROR(CallGradsReady(units_[0]));
+  return Tensor();
+}
+
+}  // namespace tiny_lm
