@@ -10,6 +10,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/file_system.h"
+#include "core/status_macros.h"
 #include "glog/logging.h"
 
 namespace mcc::data {
@@ -320,6 +322,24 @@ std::vector<int64_t> IndexedDataset::Get(int64_t seq) const {
 
 // ----------------------------------------------------- IndexedDatasetBuilder
 
+namespace {
+
+constexpr size_t kBuilderBufferBytes = 1 << 20;
+
+// An error from the file system with what the builder was doing in front.
+absl::Status Annotate(const absl::Status& status, absl::string_view what) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(what, ": ", status.message()));
+}
+
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<IndexedDatasetBuilder>>
 IndexedDatasetBuilder::Create(const std::string& prefix, TokenDType dtype) {
   std::unique_ptr<IndexedDatasetBuilder> b(new IndexedDatasetBuilder());
@@ -329,30 +349,36 @@ IndexedDatasetBuilder::Create(const std::string& prefix, TokenDType dtype) {
                                        reinterpret_cast<uintptr_t>(b.get()));
   b->bin_tmp_ = BinPath(prefix) + tag;
   b->idx_tmp_ = IdxPath(prefix) + tag;
-  b->bin_ = std::fopen(b->bin_tmp_.c_str(), "wb");
-  if (b->bin_ == nullptr) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "cannot create ", b->bin_tmp_, ": ", std::strerror(errno)));
-  }
-  b->buffer_.resize(1 << 20);
-  std::setvbuf(b->bin_, b->buffer_.data(), _IOFBF, b->buffer_.size());
+  auto bin = GetFileSystem()->NewWritableFile(b->bin_tmp_);
+  if (!bin.ok()) return Annotate(bin.status(), prefix + ": dataset builder");
+  b->bin_ = std::move(*bin);
+  b->buffer_.reserve(kBuilderBufferBytes);
   return b;
 }
 
 IndexedDatasetBuilder::~IndexedDatasetBuilder() {
-  if (bin_ != nullptr) std::fclose(bin_);
+  bin_.reset();  // Closes without syncing.
   if (!finalized_) {
-    std::remove(bin_tmp_.c_str());
-    std::remove(idx_tmp_.c_str());
+    // Best effort: the temporary names are never read as a dataset.
+    GetFileSystem()->RemoveFile(bin_tmp_).IgnoreError();
+    GetFileSystem()->RemoveFile(idx_tmp_).IgnoreError();
   }
+}
+
+absl::Status IndexedDatasetBuilder::FlushBuffer() {
+  if (buffer_.empty()) return absl::OkStatus();
+  absl::Status s = bin_->Append(buffer_);
+  buffer_.clear();
+  if (!s.ok()) bin_.reset();  // The .bin is incomplete: no more appends.
+  return s;
 }
 
 template <typename T>
 absl::Status IndexedDatasetBuilder::AddSequenceImpl(
     absl::Span<const T> tokens) {
   if (finalized_ || bin_ == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(prefix_, ": AddSequence after Finalize"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        prefix_, ": AddSequence after Finalize or after a failed write"));
   }
   if (tokens.size() >
       static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
@@ -362,10 +388,13 @@ absl::Status IndexedDatasetBuilder::AddSequenceImpl(
   const size_t item = TokenDTypeSize(dtype_);
   char tmp[4096];
   size_t fill = 0;
+  // Tokens are encoded into tmp, then moved into buffer_, which goes to the
+  // file when a sequence has been added whole and it holds 1 MiB or more.
+  const size_t buffered_before = buffer_.size();
   auto flush = [&]() -> bool {
-    bool ok = std::fwrite(tmp, 1, fill, bin_) == fill;
+    buffer_.append(tmp, fill);
     fill = 0;
-    return ok;
+    return true;
   };
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int64_t t = static_cast<int64_t>(tokens[i]);
@@ -417,22 +446,20 @@ absl::Status IndexedDatasetBuilder::AddSequenceImpl(
       }
     }
     if (!fits) {
+      buffer_.resize(buffered_before);  // Nothing of this sequence stays.
       return absl::OutOfRangeError(absl::StrCat(
           prefix_, ": token ", t, " at position ", i, " of sequence ",
           lengths_.size(), " does not fit dtype ", TokenDTypeName(dtype_)));
     }
     fill += item;
-    if (fill + 8 > sizeof(tmp) && !flush()) {
-      return absl::DataLossError(absl::StrCat(
-          "write to ", bin_tmp_, " failed: ", std::strerror(errno)));
-    }
+    if (fill + 8 > sizeof(tmp)) flush();
   }
-  if (fill > 0 && !flush()) {
-    return absl::DataLossError(
-        absl::StrCat("write to ", bin_tmp_, " failed: ", std::strerror(errno)));
-  }
+  flush();
   lengths_.push_back(static_cast<int32_t>(tokens.size()));
   bin_bytes_ += tokens.size() * item;
+  if (buffer_.size() >= kBuilderBufferBytes) {
+    return Annotate(FlushBuffer(), prefix_ + ": writing the .bin");
+  }
   return absl::OkStatus();
 }
 
@@ -456,17 +483,17 @@ absl::Status IndexedDatasetBuilder::AddDocument(absl::Span<const int32_t> t) {
 
 absl::Status IndexedDatasetBuilder::Finalize() {
   if (finalized_) return absl::OkStatus();
-  const int rc = std::fclose(bin_);
-  bin_ = nullptr;
-  if (rc != 0) {
-    return absl::DataLossError(
-        absl::StrCat("closing ", bin_tmp_, " failed: ", std::strerror(errno)));
+  if (bin_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(prefix_, ": Finalize after a failed write"));
   }
-  std::FILE* f = std::fopen(idx_tmp_.c_str(), "wb");
-  if (f == nullptr) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create ", idx_tmp_, ": ", std::strerror(errno)));
-  }
+  FileSystem* fs = GetFileSystem();
+  const std::string what = prefix_ + ": finalizing the dataset";
+  MCC_RETURN_IF_ERROR(Annotate(FlushBuffer(), what));
+  absl::Status closed = bin_->SyncAndClose();
+  bin_.reset();
+  MCC_RETURN_IF_ERROR(Annotate(closed, what));
+
   const uint64_t version = kIndexVersion;
   const uint8_t code = static_cast<uint8_t>(dtype_);
   const uint64_t num_seq = lengths_.size();
@@ -478,28 +505,31 @@ absl::Status IndexedDatasetBuilder::Finalize() {
     pointers[i] = cur;
     cur += lengths_[i] * item;
   }
-  bool ok = std::fwrite(kIndexMagic, 1, 9, f) == 9;
-  ok = ok && std::fwrite(&version, 8, 1, f) == 1;
-  ok = ok && std::fwrite(&code, 1, 1, f) == 1;
-  ok = ok && std::fwrite(&num_seq, 8, 1, f) == 1;
-  ok = ok && std::fwrite(&num_doc, 8, 1, f) == 1;
-  ok = ok && std::fwrite(lengths_.data(), 4, num_seq, f) == num_seq;
-  ok = ok && std::fwrite(pointers.data(), 8, num_seq, f) == num_seq;
-  ok = ok && std::fwrite(document_indices_.data(), 8, num_doc, f) == num_doc;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    return absl::DataLossError(
-        absl::StrCat("write to ", idx_tmp_, " failed: ", std::strerror(errno)));
+  std::string idx(kIndexMagic, 9);
+  auto put = [&idx](const void* data, size_t bytes) {
+    idx.append(static_cast<const char*>(data), bytes);
+  };
+  put(&version, 8);
+  put(&code, 1);
+  put(&num_seq, 8);
+  put(&num_doc, 8);
+  put(lengths_.data(), 4 * num_seq);
+  put(pointers.data(), 8 * num_seq);
+  put(document_indices_.data(), 8 * num_doc);
+  {
+    auto file = fs->NewWritableFile(idx_tmp_);
+    MCC_RETURN_IF_ERROR(Annotate(file.status(), what));
+    MCC_RETURN_IF_ERROR(Annotate((*file)->Append(idx), what));
+    MCC_RETURN_IF_ERROR(Annotate((*file)->SyncAndClose(), what));
   }
-  // .bin first: a reader only trusts a .bin that an .idx describes.
-  if (std::rename(bin_tmp_.c_str(), BinPath(prefix_).c_str()) != 0 ||
-      std::rename(idx_tmp_.c_str(), IdxPath(prefix_).c_str()) != 0) {
-    return absl::DataLossError(
-        absl::StrCat("cannot rename the temporary files into ", prefix_,
-                     ".{bin,idx}: ", std::strerror(errno)));
-  }
+  // An older .idx goes first: from here until the new .idx is in place no
+  // .idx describes the .bin under the final name, so no reader pairs the
+  // new .bin with the old index.
+  MCC_RETURN_IF_ERROR(Annotate(fs->RemoveFile(IdxPath(prefix_)), what));
+  MCC_RETURN_IF_ERROR(Annotate(fs->Rename(bin_tmp_, BinPath(prefix_)), what));
+  MCC_RETURN_IF_ERROR(Annotate(fs->Rename(idx_tmp_, IdxPath(prefix_)), what));
   finalized_ = true;
-  return absl::OkStatus();
+  return Annotate(fs->SyncDir(DirectoryOf(prefix_)), what);
 }
 
 }  // namespace mcc::data

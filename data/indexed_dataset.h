@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "core/file_system.h"
 
 namespace mcc::data {
 
@@ -122,9 +123,15 @@ class IndexedDataset {
 };
 
 // Writes a .bin/.idx pair byte-compatible with Megatron-LM's
-// IndexedDatasetBuilder. Data goes to temporary files beside the final
-// names; Finalize() renames them into place, so a failed or abandoned write
-// never leaves a half-written file under the final name.
+// IndexedDatasetBuilder, through the file system interface
+// (core/file_system.h), so tests can inject write failures. Data goes to
+// temporary files beside the final names; Finalize() syncs them, removes an
+// older .idx at the prefix, then renames the .bin and last the .idx into
+// place. So whatever step fails, the final names never hold a half-written
+// file nor a .bin that the .idx beside it does not describe: the prefix
+// holds the old pair untouched (failure before the old .idx is removed), no
+// .idx (readers refuse it, naming the file), or the complete new pair.
+// Errors name the file and the operation. Not thread-safe.
 class IndexedDatasetBuilder {
  public:
   static absl::StatusOr<std::unique_ptr<IndexedDatasetBuilder>> Create(
@@ -149,10 +156,13 @@ class IndexedDatasetBuilder {
   template <typename T>
   absl::Status AddSequenceImpl(absl::Span<const T> tokens);
 
+  // Appends buffer_ to the .bin (kept in memory up to 1 MiB between writes).
+  absl::Status FlushBuffer();
+
   std::string prefix_, bin_tmp_, idx_tmp_;
   TokenDType dtype_ = TokenDType::kUInt16;
-  std::FILE* bin_ = nullptr;
-  std::vector<char> buffer_;
+  std::unique_ptr<WritableFile> bin_;
+  std::string buffer_;
   std::vector<int32_t> lengths_;
   std::vector<int64_t> document_indices_{0};
   int64_t bin_bytes_ = 0;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/file_system.h"
 
 namespace mcc::data {
 namespace {
@@ -42,19 +43,29 @@ const char* Descr<double>() {
 
 absl::Status WriteFileAtomically(const std::string& path,
                                  const std::string& contents) {
+  // Through the file system interface, so tests can inject failures; the
+  // final name is only ever the whole file, synced before the rename.
+  FileSystem* fs = GetFileSystem();
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
+  absl::Status status;
+  {
+    auto file = fs->NewWritableFile(tmp);
+    status = file.status();
+    if (status.ok()) status = (*file)->Append(contents);
+    if (status.ok()) status = (*file)->SyncAndClose();
   }
-  bool ok =
-      std::fwrite(contents.data(), 1, contents.size(), f) == contents.size();
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::DataLossError(
-        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  if (status.ok()) status = fs->Rename(tmp, path);
+  if (!status.ok()) {
+    fs->RemoveFile(tmp).IgnoreError();  // May not exist.
+    return absl::Status(status.code(), absl::StrCat("cannot write ", path, ": ",
+                                                    status.message()));
+  }
+  const size_t slash = path.find_last_of('/');
+  status =
+      fs->SyncDir(slash == std::string::npos ? "." : path.substr(0, slash));
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("writing ", path, ": ", status.message()));
   }
   return absl::OkStatus();
 }
