@@ -92,6 +92,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     config.strategy = o.ddp.use_distributed_optimizer
                           ? fsdp::ShardingStrategy::kOptim
                           : fsdp::ShardingStrategy::kNoShard;
+    if (fsdp::ShardsGradients(o.sharding)) config.strategy = o.sharding;
     config.ddp = o.ddp;
     MCC_ASSIGN_OR_RETURN(
         ddp, training::WrapDataParallel(training::AsModels(model->chunks()), dp,

@@ -17,6 +17,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
+#include "parallel/fsdp/sharding_strategy.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline_executor.h"
@@ -35,6 +36,9 @@ struct TrainOptions {
   DType dtype = DType::kFloat32;
   bool use_ddp = true;  // False: model and optimizer only (serial).
   data_parallel::DdpConfig ddp;
+  // optim_grads or optim_grads_params: the sharded wrapper instead of the
+  // DDP (ddp.use_distributed_optimizer is then ignored); others: the DDP.
+  fsdp::ShardingStrategy sharding = fsdp::ShardingStrategy::kNoShard;
   OptimizerConfig optimizer;
   LrScheduleConfig lr;
   int steps = 10;

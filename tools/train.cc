@@ -264,15 +264,9 @@ absl::Status CheckTrainFlags(int world_size) {
       pipeline::ValidateMicroBatches(split, batching.num_microbatches));
   MCC_RETURN_IF_ERROR(OptimizerConfigFromFlags().status());
   MCC_RETURN_IF_ERROR(ScheduleFromFlags().status());
-  MCC_ASSIGN_OR_RETURN(fsdp::ShardingStrategy strategy,
-                       fsdp::ParseShardingStrategy(absl::GetFlag(
-                           FLAGS_data_parallel_sharding_strategy)));
-  if (fsdp::ShardsGradients(strategy) && split.pipeline_size > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--data-parallel-sharding-strategy ",
-        fsdp::ShardingStrategyName(strategy),
-        " does not run with pipeline parallelism yet; use optim or no_shard"));
-  }
+  MCC_RETURN_IF_ERROR(fsdp::ParseShardingStrategy(
+                          absl::GetFlag(FLAGS_data_parallel_sharding_strategy))
+                          .status());
   MCC_RETURN_IF_ERROR(CheckpointFlagsFromCommandLine().status());
   if (absl::GetFlag(FLAGS_train_iters) <= 0) {
     return absl::InvalidArgumentError("--train-iters must be positive");

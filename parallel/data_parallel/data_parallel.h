@@ -24,6 +24,8 @@
 //                       last one (Megatron's no_sync);
 //   FinishGradSync      gradients averaged over DP (in this rank's shards
 //                       where sharded);
+//   SyncSharedGradients (sharded) tied copies' gradients summed over the
+//                       embedding group;
 //   FinalizeGradients   sequence-parallel gradients summed over TP;
 //   the optimizer's Step (an optimizer from CreateOptimizer), which starts
 //                       the next gather of updated parameters itself.
@@ -70,6 +72,17 @@ class DataParallel {
   virtual void ZeroGrads() = 0;
   virtual void set_is_last_microbatch(bool last) = 0;
   virtual absl::Status FinishGradSync() = 0;
+  // Where gradients live in shards (shards_gradients()): after
+  // FinishGradSync, sums the gradients of parameters shared with another
+  // pipeline stage (a tied word embedding) over `embedding_group`, since the
+  // models' SyncSharedGradients no longer sees them. The replicated
+  // implementation leaves that to the models (before FinishGradSync) and
+  // does nothing here. Collective over the DP group and embedding_group
+  // where sharded.
+  virtual absl::Status SyncSharedGradients(
+      comm::ProcessGroup* /*embedding_group*/) {
+    return absl::OkStatus();
+  }
   virtual absl::Status FinalizeGradients() = 0;
 
   // The optimizer over the pieces this rank updates (whole parameters when

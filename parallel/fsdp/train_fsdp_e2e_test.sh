@@ -4,7 +4,9 @@
 # losses within 1e-5 relative and saves; the checkpoint resumes without
 # sharding (no_shard, DP 2); a no_shard checkpoint resumes under
 # optim_grads at TP 2 x DP 2 with sequence parallelism; both continue the
-# serial losses.
+# serial losses; optim_grads_params under PP 2 x DP 2 (the tied embedding's
+# copies summed in the shards) matches the serial losses, saves, and its
+# checkpoint resumes serially.
 set -euo pipefail
 launch=$1
 train=$2
@@ -31,6 +33,14 @@ run to_zero2 4 --data-parallel-sharding-strategy optim_grads \
   --tensor-model-parallel-size 2 --sequence-parallel --load "$work/plain_ckpt"
 [[ "$(first_iteration "$work/to_zero2.jsonl")" == 11 ]]
 compare "$work/serial.jsonl" "$work/to_zero2.jsonl" 1e-5
+
+run pp2_zero3 4 --pipeline-model-parallel-size 2 \
+  --data-parallel-sharding-strategy optim_grads_params --train-iters 10 \
+  --save "$work/pp2_zero3_ckpt"
+compare "$work/serial.jsonl" "$work/pp2_zero3.jsonl" 1e-5
+run from_pp2_zero3 1 --load "$work/pp2_zero3_ckpt"
+[[ "$(first_iteration "$work/from_pp2_zero3.jsonl")" == 11 ]]
+compare "$work/serial.jsonl" "$work/from_pp2_zero3.jsonl" 1e-5
 
 # A strategy Megatron does not name is refused, naming the flag.
 if "$train" "${common[@]}" --data-parallel-sharding-strategy full_shard \
