@@ -57,6 +57,7 @@
 #include "absl/status/statusor.h"
 #include "core/comm/process_group.h"
 #include "core/parameter.h"
+#include "core/tensor.h"
 #include "optim/optimizer.h"
 
 namespace mcc {
@@ -92,6 +93,20 @@ class DataParallel {
   virtual absl::StatusOr<std::unique_ptr<optim::Optimizer>> CreateOptimizer(
       const optim::OptimizerConfig& config,
       const optim::OptimizerGroups& groups) = 0;
+
+  // The fp32 gradient of `param` (one of parameters()) this rank holds
+  // once FinishGradSync and FinalizeGradients ran, for the gradient
+  // consistency check: the replicated implementation's main_grad, whole
+  // (under the distributed optimizer only this rank's shard of it is
+  // reduced over DP); the sharded one's pieces of it in this rank's shards,
+  // one after another (possibly none). It views the gradient, valid until
+  // the next step begins. Not collective.
+  virtual absl::StatusOr<Tensor> HeldGradient(const Parameter& param) const {
+    return param.main_grad;
+  }
+  // Whether HeldGradient is the same on every DP rank (replicated, without
+  // the distributed optimizer's reduce-scatter).
+  virtual bool holds_whole_reduced_gradients() const = 0;
 
   virtual absl::Status GatherFullParams() = 0;
   virtual absl::Status ScatterFullParams() = 0;

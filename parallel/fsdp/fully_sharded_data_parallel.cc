@@ -554,6 +554,26 @@ absl::Status FullyShardedDataParallel::SyncSharedGradients(
   return absl::OkStatus();
 }
 
+absl::StatusOr<Tensor> FullyShardedDataParallel::HeldGradient(
+    const Parameter& param) const {
+  for (const Unit& unit : units_) {
+    for (size_t i = 0; i < unit.layout.params.size(); ++i) {
+      if (unit.layout.params[i].get() != &param) continue;
+      // A parameter's pieces in one shard are contiguous there.
+      int64_t lo = -1, hi = -1;
+      for (const auto& piece : unit.pieces) {
+        if (piece.param != static_cast<int>(i)) continue;
+        if (lo < 0) lo = piece.shard_offset;
+        hi = piece.shard_offset + piece.end - piece.begin;
+      }
+      if (lo < 0) return Tensor::Empty({0}, DType::kFloat32, device_);
+      return unit.grad_shard.Slice(lo, hi);
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "FSDP HeldGradient: parameter '", param.name, "' is not wrapped here"));
+}
+
 absl::Status FullyShardedDataParallel::FinalizeGradients() {
   if (tp_ == nullptr) return absl::OkStatus();
   // The shards' pieces of sequence-parallel parameters, summed over TP in

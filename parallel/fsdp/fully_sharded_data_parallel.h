@@ -164,6 +164,8 @@ class FullyShardedDataParallel : public parallel::UnitHooks,
   absl::Status ScatterFullParams() override;
   absl::Status ReleaseFullParams() override;
   bool shards_gradients() const override { return true; }
+  bool holds_whole_reduced_gradients() const override { return false; }
+  absl::StatusOr<Tensor> HeldGradient(const Parameter& param) const override;
   const ParameterList& parameters() const override { return params_; }
   comm::ProcessGroup* dp_group() const override { return dp_; }
   std::string Describe() const override;
