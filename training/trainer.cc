@@ -312,6 +312,7 @@ absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
   m.optimizer_seconds = SecondsSince(start);
   m.lr = info.lr;
   m.grad_norm = info.grad_norm;
+  m.num_zeros = info.num_zeros;
   m.skipped = info.skipped;
   m.loss_scale = info.loss_scale;
 

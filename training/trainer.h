@@ -111,7 +111,10 @@ struct StepMetrics {
   double loss_tokens = 0;    // Tokens the loss counts, over the global batch.
   int num_microbatches = 0;  // On this rank.
   double lr = 0;
-  double grad_norm = 0;   // Global, unscaled, before clipping.
+  double grad_norm = 0;  // Global, unscaled, before clipping.
+  // Zero gradient elements, global (optim::OptimizerConfig::
+  // log_num_zeros_in_grad; else -1).
+  int64_t num_zeros = -1;
   bool skipped = false;   // inf or NaN in the gradients: no update.
   double loss_scale = 1;  // In effect for this step.
   // Wall-clock seconds on this rank: the micro-batches, the gradient sync
