@@ -236,6 +236,63 @@ absl::Status Optimizer::ComputeGradStats(Tensor* stats) {
   return ReduceSum(stats);
 }
 
+absl::StatusOr<double> Optimizer::ParamsNorm() {
+  std::vector<Tensor> counted;
+  for (const Range& r : ranges_) {
+    if (!r.counted) continue;
+    if (r.master.defined()) {
+      counted.push_back(r.master);
+    } else {
+      MCC_ASSIGN_OR_RETURN(Tensor v, View(r.param->value, r));
+      counted.push_back(std::move(v));
+    }
+  }
+  Tensor stats = Tensor::Empty({4}, DType::kFloat32, device_);
+  MCC_RETURN_IF_ERROR(ops::MultiTensorSumOfSquares(
+      counted, {}, ops::SumOfSquaresOptions(), &stats));
+  MCC_RETURN_IF_ERROR(ReduceSum(&stats));
+  MCC_ASSIGN_OR_RETURN(Tensor host, stats.To(Device::CPU()));
+  const std::vector<float> v = host.ToFloats();
+  return std::sqrt(static_cast<double>(v[0]) + static_cast<double>(v[1]));
+}
+
+absl::StatusOr<std::vector<double>> Optimizer::GradNormsByGroup(
+    int num_groups, const std::function<int(const Parameter&)>& group_of) {
+  if (num_groups <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer: GradNormsByGroup over ", num_groups, " groups"));
+  }
+  std::vector<std::vector<Tensor>> by_group(num_groups);
+  for (const Range& r : ranges_) {
+    if (!r.counted) continue;
+    const int g = group_of(*r.param);
+    if (g < 0 || g >= num_groups) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer: parameter '", r.param->name, "' in group ",
+                       g, " of ", num_groups));
+    }
+    MCC_ASSIGN_OR_RETURN(Tensor grad, GradOf(r));
+    by_group[g].push_back(std::move(grad));
+  }
+  Tensor stats = Tensor::Empty({4 * num_groups}, DType::kFloat32, device_);
+  ops::SumOfSquaresOptions options;
+  options.scale = 1.0 / loss_scale();
+  for (int g = 0; g < num_groups; ++g) {
+    MCC_ASSIGN_OR_RETURN(Tensor out, stats.Slice(4 * g, 4 * g + 4));
+    MCC_RETURN_IF_ERROR(
+        ops::MultiTensorSumOfSquares(by_group[g], {}, options, &out));
+  }
+  MCC_RETURN_IF_ERROR(ReduceSum(&stats));
+  MCC_ASSIGN_OR_RETURN(Tensor host, stats.To(Device::CPU()));
+  const std::vector<float> v = host.ToFloats();
+  std::vector<double> norms(num_groups);
+  for (int g = 0; g < num_groups; ++g) {
+    norms[g] = std::sqrt(static_cast<double>(v[4 * g]) +
+                         static_cast<double>(v[4 * g + 1]));
+  }
+  return norms;
+}
+
 absl::StatusOr<StepInfo> Optimizer::Step(double lr) {
   Tensor stats = Tensor::Empty({4}, DType::kFloat32, device_);
   MCC_RETURN_IF_ERROR(ComputeGradStats(&stats));

@@ -156,6 +156,20 @@ class Optimizer {
   absl::StatusOr<StepInfo> ApplyStep(double lr,
                                      absl::Span<const float> grad_stats);
 
+  // --log-params-norm: the L2 norm of the fp32 main parameters, every
+  // parameter counted once (as the gradient norm counts them), summed over
+  // the shard and model groups. Collective over those groups; one
+  // device-to-host read (a logging path, not the step's).
+  absl::StatusOr<double> ParamsNorm();
+  // The unscaled gradient norm of each of `num_groups` parameter groups
+  // (group_of maps a parameter to [0, num_groups), e.g. its layer), every
+  // parameter counted once, summed over the shard and model groups: the
+  // per-layer line of --timing-log-level 2. Call after the gradients are
+  // synced and before the step. Every rank of those groups calls it with
+  // the same num_groups. Collective; one device-to-host read.
+  absl::StatusOr<std::vector<double>> GradNormsByGroup(
+      int num_groups, const std::function<int(const Parameter&)>& group_of);
+
   // The device of the parameters, main weights, gradients and state (CPU
   // for an optimizer with nothing to update).
   Device device() const { return device_; }

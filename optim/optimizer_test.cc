@@ -192,6 +192,42 @@ TEST(OptimizerTest, CountsEachParameterOnce) {
   EXPECT_FALSE(CountsInGradNorm(tied, 0, 1));
 }
 
+// --log-params-norm and the per-layer gradient norms against float64 sums
+// over the same tensors (bound: fp32 elements summed in float64, then one
+// fp32 hi/lo split: about 1e-7 relative).
+TEST(OptimizerTest, ParamsNormAndGradNormsByGroup) {
+  ParameterList params = {MakeParam("a", {3, 5}, true, DType::kFloat32, 1),
+                          MakeParam("b", {7}, false, DType::kFloat32, 2),
+                          MakeParam("c", {4, 2}, true, DType::kFloat32, 3)};
+  FillGrads(params, 9, 0.5f);
+  auto opt = *Optimizer::Create(params, OptimizerConfig(), OptimizerGroups());
+  auto sum_sq = [](const Tensor& t) {
+    double s = 0;
+    for (double x : t.ToDoubles()) s += x * x;
+    return s;
+  };
+  double all = 0;
+  for (const auto& p : params) all += sum_sq(p->value);
+  auto norm = opt->ParamsNorm();
+  ASSERT_TRUE(norm.ok()) << norm.status();
+  EXPECT_NEAR(*norm, std::sqrt(all), 1e-6 * std::sqrt(all));
+
+  // a and c in group 1, b in group 0; group 2 empty.
+  auto norms = opt->GradNormsByGroup(
+      3, [](const Parameter& p) { return p.name == "b" ? 0 : 1; });
+  ASSERT_TRUE(norms.ok()) << norms.status();
+  ASSERT_EQ(norms->size(), 3u);
+  const double b = std::sqrt(sum_sq(params[1]->main_grad));
+  const double ac =
+      std::sqrt(sum_sq(params[0]->main_grad) + sum_sq(params[2]->main_grad));
+  EXPECT_NEAR((*norms)[0], b, 1e-6 * b);
+  EXPECT_NEAR((*norms)[1], ac, 1e-6 * ac);
+  EXPECT_EQ((*norms)[2], 0.0);
+  auto bad = opt->GradNormsByGroup(1, [](const Parameter&) { return 1; });
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'a'"), std::string::npos);
+}
+
 TEST(OptimizerTest, BadConfigNamesTheFlag) {
   ParameterList params = {MakeParam("w", {4}, true, DType::kFloat32, 1)};
   OptimizerConfig cfg;

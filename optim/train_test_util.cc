@@ -7,9 +7,12 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/elementwise.h"
 #include "core/status_macros.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
+#include "parallel/data_parallel/grad_consistency.h"
+#include "parallel/data_parallel/replica_groups.h"
 #include "parallel/data_parallel/weight_hash.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "training/trainer.h"
@@ -92,6 +95,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     config.strategy = o.ddp.use_distributed_optimizer
                           ? fsdp::ShardingStrategy::kOptim
                           : fsdp::ShardingStrategy::kNoShard;
+    if (fsdp::ShardsGradients(o.sharding)) config.strategy = o.sharding;
     config.ddp = o.ddp;
     MCC_ASSIGN_OR_RETURN(
         ddp, training::WrapDataParallel(training::AsModels(model->chunks()), dp,
@@ -111,6 +115,13 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   parts.optimizer = opt.get();
   parts.dp_group = dp;
   parts.embedding_group = state ? state->embedding() : nullptr;
+  data_parallel::ReplicaGroupSources sources;
+  if (state != nullptr) {
+    sources.data = state->data();
+    sources.tensor = state->tensor();
+    sources.context = state->context();
+    sources.embedding = state->embedding();
+  }
   training::TrainerOptions options;
   options.before_optimizer_step = [&](int64_t iteration) -> absl::Status {
     const int step = static_cast<int>(iteration - 1);
@@ -119,6 +130,14 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
             dynamic_cast<data_parallel::DistributedDataParallel*>(ddp.get())) {
       result.param_gather = replicated->param_gather_trace();
       result.num_buckets = static_cast<int>(replicated->buckets().size());
+    }
+    if (o.grad_consistency_interval > 0 &&
+        iteration % o.grad_consistency_interval == 0) {
+      MCC_RETURN_IF_ERROR(
+          data_parallel::CheckGradConsistencyAcrossReplicaGroups(
+              data_parallel::GradientReplicaGroups(model->parameters(), sources,
+                                                   ddp.get()),
+              data_parallel::HeldGradientsOf(ddp.get())));
     }
     for (int s : o.inject_inf_steps) {
       if (s == step && (o.inject_inf_stage < 0 ||
@@ -147,11 +166,22 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     info.lr = m.lr;
     result.loss.push_back(m.loss);
     result.steps.push_back(info);
+    if (!o.corrupt_weight.empty() && step == o.corrupt_step &&
+        state != nullptr && state->world()->rank() == o.corrupt_rank) {
+      MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
+      for (const auto& p : model->parameters()) {
+        if (p->name != o.corrupt_weight) continue;
+        MCC_ASSIGN_OR_RETURN(Tensor first, p->value.Slice(0, 1));
+        MCC_RETURN_IF_ERROR(ops::Fill(0.125, &first));
+      }
+    }
     if (o.weight_hash_interval > 0 &&
         (step + 1) % o.weight_hash_interval == 0) {
       MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
-      MCC_RETURN_IF_ERROR(data_parallel::CheckWeightHashAcrossReplicas(
-          model->parameters(), dp));
+      if (ddp != nullptr) MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
+      MCC_RETURN_IF_ERROR(data_parallel::CheckWeightHashAcrossReplicaGroups(
+          data_parallel::ReplicaGroupsOf(model->parameters(), sources)));
+      if (ddp != nullptr) MCC_RETURN_IF_ERROR(ddp->ReleaseFullParams());
     }
   }
   MCC_RETURN_IF_ERROR(trainer->WaitForParameters());

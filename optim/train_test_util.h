@@ -17,6 +17,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
+#include "parallel/fsdp/sharding_strategy.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline_executor.h"
@@ -35,6 +36,9 @@ struct TrainOptions {
   DType dtype = DType::kFloat32;
   bool use_ddp = true;  // False: model and optimizer only (serial).
   data_parallel::DdpConfig ddp;
+  // optim_grads or optim_grads_params: the sharded wrapper instead of the
+  // DDP (ddp.use_distributed_optimizer is then ignored); others: the DDP.
+  fsdp::ShardingStrategy sharding = fsdp::ShardingStrategy::kNoShard;
   OptimizerConfig optimizer;
   LrScheduleConfig lr;
   int steps = 10;
@@ -44,8 +48,18 @@ struct TrainOptions {
   std::vector<int> inject_inf_steps;
   // Only on this pipeline stage (-1: every stage).
   int inject_inf_stage = -1;
-  // Check weight hashes across DP every this many steps (0: never).
+  // Check weight hashes over every replica group (DP, TP, CP, the tied
+  // embedding's stages) every this many steps (0: never).
   int weight_hash_interval = 0;
+  // Compare the reduced gradients over the replica groups before the
+  // optimizer step every this many steps (0: never).
+  int grad_consistency_interval = 0;
+  // A test fault: after step `corrupt_step` (0-based), global rank
+  // `corrupt_rank` sets element 0 of its parameter named
+  // `corrupt_weight` to 0.125 (empty: none).
+  std::string corrupt_weight;
+  int corrupt_rank = -1;
+  int corrupt_step = 0;
   // Pipeline parallelism over state->pipeline() (its size must match
   // pipeline.pipeline_size; num_layers is taken from the model).
   pipeline::PipelineConfig pipeline;

@@ -18,10 +18,6 @@ std::vector<int> Divisors(int n) {
 
 std::string UnsupportedHere(const Layout& l) {
   if (l.cp > 1) return "context parallelism is not built yet";
-  if (l.pp > 1 &&
-      (l.zero == ZeroStage::kGradients || l.zero == ZeroStage::kParameters)) {
-    return "gradient and parameter sharding do not run with pipelining yet";
-  }
   return "";
 }
 

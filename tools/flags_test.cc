@@ -433,6 +433,13 @@ std::vector<Row> Table() {
       {"--check-weight-hash-across-dp-replicas-interval", "1"}, dp2);
   add("train", "check_weight_hash_across_dp_replicas_interval", V::kWarned,
       {"--check-weight-hash-across-dp-replicas-interval", "1"}, tm);
+  add("train", "check_grad_consistency_interval", V::kEffect,
+      {"--check-grad-consistency-interval", "1"}, dp2);
+  add("train", "check_grad_consistency_interval", V::kWarned,
+      {"--check-grad-consistency-interval", "1"}, tm);
+  add("train", "log_num_zeros_in_grad", V::kEffect, {"--log-num-zeros-in-grad"},
+      tm);
+  add("train", "log_params_norm", V::kEffect, {"--log-params-norm"}, tm);
   add("train", "debug_collectives", V::kEffect, {"--debug-collectives"}, dp2);
   add("train", "debug_collectives", V::kWarned, {"--debug-collectives"}, tm);
   add("train", "accumulate_allreduce_grads_in_fp32", V::kRefused,

@@ -16,10 +16,12 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "checkpoint/checkpoint_dir.h"
@@ -37,6 +39,8 @@
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
+#include "parallel/data_parallel/grad_consistency.h"
+#include "parallel/data_parallel/replica_groups.h"
 #include "parallel/data_parallel/weight_hash.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "parallel/pipeline/layer_split.h"
@@ -107,7 +111,18 @@ ABSL_FLAG(int64_t, ddp_bucket_size, 40000000,
 ABSL_FLAG(bool, overlap_param_gather, false,
           "Gather updated parameters during the next forward.");
 ABSL_FLAG(int32_t, check_weight_hash_across_dp_replicas_interval, 0,
-          "Compare parameter hashes across DP replicas every N steps.");
+          "Compare parameter hashes across their replicas every N steps: DP "
+          "replicas, TP-replicated parameters (norms, row-parallel biases), "
+          "the tied embedding's first- and last-stage copies, CP replicas.");
+ABSL_FLAG(int32_t, check_grad_consistency_interval, 0,
+          "Every N steps, before the optimizer step, compare each replicated "
+          "parameter's reduced gradient across its replicas (DP where "
+          "gradients are whole, TP, the tied embedding's stages, CP) and stop "
+          "naming the first tensor, rank pair and difference that disagree.");
+ABSL_FLAG(bool, log_num_zeros_in_grad, false,
+          "Log the number of zero gradient elements (num zeros).");
+ABSL_FLAG(bool, log_params_norm, false,
+          "Log the L2 norm of the parameters (params norm).");
 ABSL_FLAG(int32_t, log_interval, 10, "Iterations between log lines.");
 ABSL_FLAG(int32_t, timing_log_level, 0,
           "0: none; 1: forward-backward, grad sync, optimizer, data times; "
@@ -219,6 +234,7 @@ absl::StatusOr<optim::OptimizerConfig> OptimizerConfigFromFlags() {
   c.adam_eps = absl::GetFlag(FLAGS_adam_eps);
   c.sgd_momentum = absl::GetFlag(FLAGS_sgd_momentum);
   c.clip_grad = absl::GetFlag(FLAGS_clip_grad);
+  c.log_num_zeros_in_grad = absl::GetFlag(FLAGS_log_num_zeros_in_grad);
   c.loss_scaling = absl::GetFlag(FLAGS_fp16);
   c.loss_scaler.initial_scale = absl::GetFlag(FLAGS_initial_loss_scale);
   c.loss_scaler.min_scale = absl::GetFlag(FLAGS_min_loss_scale);
@@ -264,15 +280,9 @@ absl::Status CheckTrainFlags(int world_size) {
       pipeline::ValidateMicroBatches(split, batching.num_microbatches));
   MCC_RETURN_IF_ERROR(OptimizerConfigFromFlags().status());
   MCC_RETURN_IF_ERROR(ScheduleFromFlags().status());
-  MCC_ASSIGN_OR_RETURN(fsdp::ShardingStrategy strategy,
-                       fsdp::ParseShardingStrategy(absl::GetFlag(
-                           FLAGS_data_parallel_sharding_strategy)));
-  if (fsdp::ShardsGradients(strategy) && split.pipeline_size > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--data-parallel-sharding-strategy ",
-        fsdp::ShardingStrategyName(strategy),
-        " does not run with pipeline parallelism yet; use optim or no_shard"));
-  }
+  MCC_RETURN_IF_ERROR(fsdp::ParseShardingStrategy(
+                          absl::GetFlag(FLAGS_data_parallel_sharding_strategy))
+                          .status());
   MCC_RETURN_IF_ERROR(CheckpointFlagsFromCommandLine().status());
   if (absl::GetFlag(FLAGS_train_iters) <= 0) {
     return absl::InvalidArgumentError("--train-iters must be positive");
@@ -354,6 +364,13 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
       strategy == fsdp::ShardingStrategy::kOptim;
   const std::string decay = absl::GetFlag(FLAGS_lr_decay_style);
   const std::string no_dp = "the data-parallel size is 1";
+  // No parameter has a replica on another rank to compare with.
+  const bool no_replicas =
+      dp == 1 && tp == 1 && absl::GetFlag(FLAGS_context_parallel_size) == 1 &&
+      (pp == 1 || absl::GetFlag(FLAGS_untie_embeddings_and_output_weights));
+  const std::string no_replicas_why =
+      "no parameter is replicated on another rank (DP, TP and CP are 1 and "
+      "no tied embedding spans pipeline stages)";
   const std::string loss_scaling = "loss scaling is fp16's (give --fp16)";
   const std::string mock_why =
       "--mock-data draws tokens uniformly below --vocab-size; no files or "
@@ -436,10 +453,40 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
        : per_unit_shards ? per_unit
                          : "only the distributed optimizer gathers "
                            "parameters (--use-distributed-optimizer)"},
-      {"check_weight_hash_across_dp_replicas_interval", dp == 1, no_dp},
+      {"check_weight_hash_across_dp_replicas_interval", no_replicas,
+       no_replicas_why},
+      {"check_grad_consistency_interval", no_replicas, no_replicas_why},
       {"debug_collectives", world_size == 1,
        "a single process makes no collectives"},
   };
+}
+
+// The per-layer gradient-norm line's group of a parameter (by its global
+// name): 0 the embeddings, 1 + i decoder layer i, layers + 1 the head
+// (final norm and output layer).
+int LayerGroupOf(const Parameter& p, int layers) {
+  absl::string_view name = p.name;
+  if (absl::StartsWith(name, "embedding.")) return 0;
+  int i = 0;
+  if (absl::ConsumePrefix(&name, "decoder.layers.") &&
+      absl::SimpleAtoi(name.substr(0, name.find('.')), &i) && i >= 0 &&
+      i < layers) {
+    return 1 + i;
+  }
+  return layers + 1;
+}
+
+// "gradient norm by layer: embedding 0.12 | layer 0 0.5 | ... | head 0.3".
+std::string FormatLayerGradNorms(const std::vector<double>& norms) {
+  std::vector<std::string> parts;
+  for (size_t g = 0; g < norms.size(); ++g) {
+    const std::string label = g == 0 ? std::string("embedding")
+                              : g + 1 == norms.size()
+                                  ? std::string("head")
+                                  : absl::StrCat("layer ", g - 1);
+    parts.push_back(absl::StrFormat("%s %.4g", label, norms[g]));
+  }
+  return absl::StrCat("gradient norm by layer: ", absl::StrJoin(parts, " | "));
 }
 
 // Data parallelism by --data-parallel-sharding-strategy (optim is DDP with
@@ -724,8 +771,61 @@ absl::Status Train() {
   // Tied embedding and output weights on the first and last stages.
   parts.embedding_group =
       job->pp() != nullptr ? job->state->embedding() : nullptr;
-  MCC_ASSIGN_OR_RETURN(auto trainer,
-                       training::Trainer::Create(parts, schedule));
+  // The cross-rank consistency checks' replica groups.
+  data_parallel::ReplicaGroupSources replica_sources;
+  if (job->state != nullptr) {
+    replica_sources.data = job->state->data();
+    replica_sources.tensor = job->state->tensor();
+    replica_sources.context = job->state->context();
+    replica_sources.embedding = job->state->embedding();
+  }
+  const int grad_check_interval =
+      absl::GetFlag(FLAGS_check_grad_consistency_interval);
+  const int log_interval = absl::GetFlag(FLAGS_log_interval);
+  auto is_log_iteration = [&](int64_t iteration) {
+    return iteration % log_interval == 0 || iteration == train_iters;
+  };
+  const bool per_layer_grad_norms = absl::GetFlag(FLAGS_timing_log_level) >= 2;
+  std::vector<double> layer_grad_norms;
+  training::TrainerOptions trainer_options;
+  trainer_options.before_optimizer_step =
+      [&](int64_t iteration) -> absl::Status {
+    if (grad_check_interval > 0 && iteration % grad_check_interval == 0) {
+      const std::vector<data_parallel::ReplicaGroup> groups =
+          data_parallel::GradientReplicaGroups(job->model->parameters(),
+                                               replica_sources, ddp.get());
+      absl::Status s = data_parallel::CheckGradConsistencyAcrossReplicaGroups(
+          groups, data_parallel::HeldGradientsOf(ddp.get()));
+      if (!s.ok()) {
+        return absl::Status(
+            s.code(),
+            absl::StrCat("--check-grad-consistency-interval: iteration ",
+                         iteration, ", rank ", job->rank, ": ", s.message()));
+      }
+      if (log && !groups.empty()) {
+        std::vector<std::string> compared;
+        for (const auto& g : groups) {
+          compared.push_back(absl::StrCat(g.kind, " (", g.group->size(), ")"));
+        }
+        LOG(INFO) << "iteration " << iteration
+                  << ": reduced gradients identical across "
+                  << absl::StrJoin(compared, ", ") << " replicas";
+      }
+    }
+    if (per_layer_grad_norms && is_log_iteration(iteration)) {
+      // Embedding, each layer, then the head (final norm and output layer).
+      const int layers = job->config.num_layers;
+      MCC_ASSIGN_OR_RETURN(
+          layer_grad_norms,
+          optimizer->GradNormsByGroup(layers + 2, [layers](const Parameter& p) {
+            return LayerGroupOf(p, layers);
+          }));
+    }
+    return absl::OkStatus();
+  };
+  MCC_ASSIGN_OR_RETURN(
+      auto trainer,
+      training::Trainer::Create(parts, schedule, std::move(trainer_options)));
   if (resumed && !ckpt.no_load_optim) {
     // Sharded parameters are made whole around loads and saves.
     MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
@@ -847,12 +947,19 @@ absl::Status Train() {
     if (hash_interval > 0 && iteration % hash_interval == 0) {
       MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
       MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
-      MCC_RETURN_IF_ERROR(data_parallel::CheckWeightHashAcrossReplicas(
-          job->model->parameters(), job->dp()));
+      const std::vector<data_parallel::ReplicaGroup> groups =
+          data_parallel::ReplicaGroupsOf(job->model->parameters(),
+                                         replica_sources);
+      MCC_RETURN_IF_ERROR(
+          data_parallel::CheckWeightHashAcrossReplicaGroups(groups));
       MCC_RETURN_IF_ERROR(ddp->ReleaseFullParams());
-      if (log && dp > 1) {
-        LOG(INFO) << "iteration " << iteration << ": weights identical on all "
-                  << dp << " data-parallel replicas";
+      if (log && !groups.empty()) {
+        std::vector<std::string> checked;
+        for (const auto& g : groups) {
+          checked.push_back(absl::StrCat(g.kind, " (", g.group->size(), ")"));
+        }
+        LOG(INFO) << "iteration " << iteration << ": weights identical across "
+                  << absl::StrJoin(checked, ", ") << " replicas";
       }
     }
     std::vector<gpt::MicroBatch> batches;
@@ -937,8 +1044,7 @@ absl::Status Train() {
       }
       MCC_RETURN_IF_ERROR(tensorboard.Flush());
     }
-    if (iteration % absl::GetFlag(FLAGS_log_interval) == 0 ||
-        iteration == train_iters) {
+    if (is_log_iteration(iteration)) {
       const absl::Time now = absl::Now();
       const double seconds =
           absl::ToDoubleSeconds(now - window_start) / window_steps;
@@ -971,9 +1077,18 @@ absl::Status Train() {
       const MemoryStats mem = GetAllocator(Device::CPU())->Stats();
       m.mem_current_bytes = mem.current_bytes;
       m.mem_peak_bytes = mem.peak_bytes;
+      m.num_zeros = step.num_zeros;
+      if (absl::GetFlag(FLAGS_log_params_norm)) {
+        // Collective over the model and shard groups: every rank logs here.
+        MCC_ASSIGN_OR_RETURN(m.params_norm, optimizer->ParamsNorm());
+      }
       m.eta_seconds = seconds * (train_iters - iteration);
       logger.Log(m,
                  absl::GetFlag(FLAGS_timing_log_level) > 0 ? &timers : nullptr);
+      if (log && !layer_grad_norms.empty()) {
+        LOG(INFO) << FormatLayerGradNorms(layer_grad_norms);
+      }
+      layer_grad_norms.clear();
       if (profile_ops) {
         if (log) LogOpProfile(window_steps, seconds * window_steps);
         OpProfile::Reset();

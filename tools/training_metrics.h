@@ -52,6 +52,10 @@ struct IterationMetrics {
   double seconds_per_iteration = 0, tokens_per_sec = 0, tflops = 0, mfu = 0;
   int64_t mem_current_bytes = 0, mem_peak_bytes = 0;
   double eta_seconds = 0;
+  // Megatron's optional fields (--log-num-zeros-in-grad, --log-params-norm):
+  // logged when not negative.
+  int64_t num_zeros = -1;
+  double params_norm = -1;
 };
 
 // The log line of every --log-interval, and the --metrics-file JSON line.

@@ -156,16 +156,11 @@ absl::StatusOr<std::unique_ptr<data_parallel::DataParallel>> WrapDataParallel(
         data_parallel::DistributedDataParallel::Wrap(models, dp, ddp));
     return std::unique_ptr<data_parallel::DataParallel>(std::move(replicated));
   }
-  if (models.size() != 1 || GroupSize(pipeline) > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "data-parallel sharding strategy ",
-        fsdp::ShardingStrategyName(config.strategy),
-        " does not run with pipeline parallelism yet (", models.size(),
-        " model chunks on this rank, ", GroupSize(pipeline),
-        " pipeline stages); use optim or no_shard"));
-  }
-  MCC_ASSIGN_OR_RETURN(auto sharded, fsdp::FullyShardedDataParallel::Wrap(
-                                         models[0], dp, config));
+  // Every chunk of this rank under one wrapper: the pipeline's DP peers
+  // run the same schedule, so their per-unit collectives match.
+  (void)pipeline;
+  MCC_ASSIGN_OR_RETURN(
+      auto sharded, fsdp::FullyShardedDataParallel::Wrap(models, dp, config));
   return std::unique_ptr<data_parallel::DataParallel>(std::move(sharded));
 }
 
@@ -242,6 +237,13 @@ absl::Status Trainer::FinalizeModelGrads() {
     MCC_RETURN_IF_ERROR(dp->FinishParamGather());
     dp->set_is_last_microbatch(true);
   }
+  if (dp != nullptr && dp->shards_gradients()) {
+    // The gradients live in the wrapper's shards once synced: the tied
+    // copies are summed there, then the sequence-parallel ones.
+    MCC_RETURN_IF_ERROR(dp->FinishGradSync());
+    MCC_RETURN_IF_ERROR(dp->SyncSharedGradients(parts_.embedding_group));
+    return dp->FinalizeGradients();
+  }
   for (parallel::Model* model : parts_.models) {
     MCC_RETURN_IF_ERROR(model->SyncSharedGradients(parts_.embedding_group));
   }
@@ -310,6 +312,7 @@ absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
   m.optimizer_seconds = SecondsSince(start);
   m.lr = info.lr;
   m.grad_norm = info.grad_norm;
+  m.num_zeros = info.num_zeros;
   m.skipped = info.skipped;
   m.loss_scale = info.loss_scale;
 

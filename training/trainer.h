@@ -111,7 +111,10 @@ struct StepMetrics {
   double loss_tokens = 0;    // Tokens the loss counts, over the global batch.
   int num_microbatches = 0;  // On this rank.
   double lr = 0;
-  double grad_norm = 0;   // Global, unscaled, before clipping.
+  double grad_norm = 0;  // Global, unscaled, before clipping.
+  // Zero gradient elements, global (optim::OptimizerConfig::
+  // log_num_zeros_in_grad; else -1).
+  int64_t num_zeros = -1;
   bool skipped = false;   // inf or NaN in the gradients: no update.
   double loss_scale = 1;  // In effect for this step.
   // Wall-clock seconds on this rank: the micro-batches, the gradient sync
@@ -190,11 +193,11 @@ absl::StatusOr<EvalMetrics> Evaluate(pipeline::PipelineExecutor* executor,
 // Data parallelism over the models by config.strategy: no_shard and optim
 // by the replicated implementation (Megatron's DDP; optim: with the
 // distributed optimizer), its hooks added on every model; optim_grads and
-// optim_grads_params by the sharded one over the single model's units. The
-// sharded strategies do not run with pipeline parallelism yet: with more than
-// one model or a pipeline group of more than one rank they fail with
-// Unimplemented. dp and pipeline may be null. The models must outlive the
-// result.
+// optim_grads_params by one sharded wrapper over every chunk's units (one
+// pipeline stage or several virtual stages: see
+// parallel/fsdp/fully_sharded_data_parallel.h). dp and pipeline may be null;
+// pipeline is not needed by either implementation (kept for callers). The
+// models must outlive the result.
 absl::StatusOr<std::unique_ptr<data_parallel::DataParallel>> WrapDataParallel(
     const std::vector<parallel::Model*>& models, comm::ProcessGroup* dp,
     comm::ProcessGroup* pipeline, fsdp::FsdpConfig config);

@@ -615,8 +615,10 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
   }
   const int64_t b = rec->b, s = rec->s;
   const int num_layers = static_cast<int>(layers_.size());
-  const bool tied_here =
-      !config_.untie_embeddings_and_output_weights && chunk_.pre_process;
+  // The head opens the embedding's unit only where both are in this chunk;
+  // the first stage of a tied pipeline opens it itself below.
+  const bool tied_here = !config_.untie_embeddings_and_output_weights &&
+                         chunk_.pre_process && chunk_.post_process;
   Tensor dx;
   if (chunk_.post_process) {
     Tensor dloss = Tensor::Empty({s * b}, DType::kFloat32, context_.device);

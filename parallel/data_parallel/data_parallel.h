@@ -24,6 +24,8 @@
 //                       last one (Megatron's no_sync);
 //   FinishGradSync      gradients averaged over DP (in this rank's shards
 //                       where sharded);
+//   SyncSharedGradients (sharded) tied copies' gradients summed over the
+//                       embedding group;
 //   FinalizeGradients   sequence-parallel gradients summed over TP;
 //   the optimizer's Step (an optimizer from CreateOptimizer), which starts
 //                       the next gather of updated parameters itself.
@@ -55,6 +57,7 @@
 #include "absl/status/statusor.h"
 #include "core/comm/process_group.h"
 #include "core/parameter.h"
+#include "core/tensor.h"
 #include "optim/optimizer.h"
 
 namespace mcc {
@@ -70,6 +73,17 @@ class DataParallel {
   virtual void ZeroGrads() = 0;
   virtual void set_is_last_microbatch(bool last) = 0;
   virtual absl::Status FinishGradSync() = 0;
+  // Where gradients live in shards (shards_gradients()): after
+  // FinishGradSync, sums the gradients of parameters shared with another
+  // pipeline stage (a tied word embedding) over `embedding_group`, since the
+  // models' SyncSharedGradients no longer sees them. The replicated
+  // implementation leaves that to the models (before FinishGradSync) and
+  // does nothing here. Collective over the DP group and embedding_group
+  // where sharded.
+  virtual absl::Status SyncSharedGradients(
+      comm::ProcessGroup* /*embedding_group*/) {
+    return absl::OkStatus();
+  }
   virtual absl::Status FinalizeGradients() = 0;
 
   // The optimizer over the pieces this rank updates (whole parameters when
@@ -79,6 +93,20 @@ class DataParallel {
   virtual absl::StatusOr<std::unique_ptr<optim::Optimizer>> CreateOptimizer(
       const optim::OptimizerConfig& config,
       const optim::OptimizerGroups& groups) = 0;
+
+  // The fp32 gradient of `param` (one of parameters()) this rank holds
+  // once FinishGradSync and FinalizeGradients ran, for the gradient
+  // consistency check: the replicated implementation's main_grad, whole
+  // (under the distributed optimizer only this rank's shard of it is
+  // reduced over DP); the sharded one's pieces of it in this rank's shards,
+  // one after another (possibly none). It views the gradient, valid until
+  // the next step begins. Not collective.
+  virtual absl::StatusOr<Tensor> HeldGradient(const Parameter& param) const {
+    return param.main_grad;
+  }
+  // Whether HeldGradient is the same on every DP rank (replicated, without
+  // the distributed optimizer's reduce-scatter).
+  virtual bool holds_whole_reduced_gradients() const = 0;
 
   virtual absl::Status GatherFullParams() = 0;
   virtual absl::Status ScatterFullParams() = 0;

@@ -392,10 +392,16 @@ absl::Status DistributedDataParallel::FinalizeGradients() {
   // Sequence parallelism leaves the gradients of the parameters it applies
   // to a TP rank's own tokens (norms) partial: sum them over TP.
   for (const auto& p : params_) {
-    if (p->sequence_parallel) {
-      MCC_RETURN_IF_ERROR(
-          tp_->AllReduceSync(&p->main_grad, comm::ReduceOp::kSum));
+    if (!p->sequence_parallel) continue;
+    if (p->name == config_.skip_sequence_parallel_reduce_for_testing) {
+      Tensor copy = Tensor::Empty(p->main_grad.shape(), DType::kFloat32,
+                                  p->main_grad.device());
+      MCC_RETURN_IF_ERROR(copy.CopyFrom(p->main_grad));
+      MCC_RETURN_IF_ERROR(tp_->AllReduceSync(&copy, comm::ReduceOp::kSum));
+      continue;
     }
+    MCC_RETURN_IF_ERROR(
+        tp_->AllReduceSync(&p->main_grad, comm::ReduceOp::kSum));
   }
   return absl::OkStatus();
 }

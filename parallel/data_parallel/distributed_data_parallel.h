@@ -40,6 +40,11 @@ struct DdpConfig {
   // Under the distributed optimizer: StartParamGather() returns at once and
   // FinishParamGather() waits (--overlap-param-gather).
   bool overlap_param_gather = false;
+  // Test-only fault for the consistency checks' tests: FinalizeGradients
+  // still takes part in the sequence-parallel all-reduce of the parameter
+  // of this name (so no rank waits) but keeps this rank's own partial
+  // gradient, as if the reduction were missing here. Empty: none.
+  std::string skip_sequence_parallel_reduce_for_testing;
 };
 
 // One bucket: a contiguous stretch of the gradient buffer (and, under the
@@ -136,6 +141,9 @@ class DistributedDataParallel : public DataParallel {
   absl::Status ScatterFullParams() override { return absl::OkStatus(); }
   absl::Status ReleaseFullParams() override { return absl::OkStatus(); }
   bool shards_gradients() const override { return false; }
+  bool holds_whole_reduced_gradients() const override {
+    return !config_.use_distributed_optimizer;
+  }
   const ParameterList& parameters() const override { return params_; }
   comm::ProcessGroup* dp_group() const override { return dp_; }
   std::string Describe() const override;

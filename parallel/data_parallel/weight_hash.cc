@@ -24,6 +24,21 @@ uint64_t HashTensorBytes(const Tensor& t) {
 
 absl::Status CheckWeightHashAcrossReplicas(const ParameterList& params,
                                            comm::ProcessGroup* dp) {
+  return CheckWeightHash(ReplicaGroup{"data-parallel", dp, params});
+}
+
+absl::Status CheckWeightHashAcrossReplicaGroups(
+    const std::vector<ReplicaGroup>& groups) {
+  for (const ReplicaGroup& g : groups) {
+    MCC_RETURN_IF_ERROR(CheckWeightHash(g));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckWeightHash(const ReplicaGroup& replicas) {
+  comm::ProcessGroup* dp = replicas.group;
+  const ParameterList& params = replicas.params;
+  const std::string& kind = replicas.kind;
   if (dp == nullptr || dp->size() == 1 || params.empty()) {
     return absl::OkStatus();
   }
@@ -59,12 +74,12 @@ absl::Status CheckWeightHashAcrossReplicas(const ParameterList& params,
       std::vector<int> global;
       for (int r : ranks) global.push_back(dp->global_ranks()[r]);
       groups.push_back(absl::StrFormat(
-          "hash %016x on data-parallel ranks {%s} (global ranks {%s})",
-          static_cast<uint64_t>(hash), absl::StrJoin(ranks, ", "),
+          "hash %016x on %s ranks {%s} (global ranks {%s})",
+          static_cast<uint64_t>(hash), kind, absl::StrJoin(ranks, ", "),
           absl::StrJoin(global, ", ")));
     }
     return absl::InternalError(absl::StrCat(
-        "weight hash check across data-parallel replicas (group '", dp->name(),
+        "weight hash check across ", kind, " replicas (group '", dp->name(),
         "'): parameter '", params[i]->name, "' ", params[i]->value.Describe(),
         " differs: ", absl::StrJoin(groups, "; ")));
   }

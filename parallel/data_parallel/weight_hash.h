@@ -7,6 +7,7 @@
 #include "core/comm/process_group.h"
 #include "core/parameter.h"
 #include "core/tensor.h"
+#include "parallel/data_parallel/replica_groups.h"
 
 namespace mcc {
 namespace data_parallel {
@@ -23,6 +24,20 @@ uint64_t HashTensorBytes(const Tensor& t);
 // device are read through one explicit copy to the host each.
 absl::Status CheckWeightHashAcrossReplicas(const ParameterList& params,
                                            comm::ProcessGroup* dp);
+
+// The same check over any replica group (replica_groups.h): the error says
+// "across <kind> replicas" and names the <kind> ranks of each hash.
+// Collective over replicas.group.
+absl::Status CheckWeightHash(const ReplicaGroup& replicas);
+
+// Each group in order (every rank of every group must call this with the
+// groups ReplicaGroupsOf gives it); the first disagreement is returned.
+// Ranks of a group that agrees go on to the next group, so a rank in a
+// failing group and one outside it may return different statuses: the job
+// stops on the error either way. Parameters' values must be whole (under
+// ZeRO-3, between GatherFullParams and ReleaseFullParams).
+absl::Status CheckWeightHashAcrossReplicaGroups(
+    const std::vector<ReplicaGroup>& groups);
 
 }  // namespace data_parallel
 }  // namespace mcc

@@ -145,17 +145,41 @@ FullyShardedDataParallel::Create(const ParameterList& params,
 absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>>
 FullyShardedDataParallel::Wrap(parallel::Model* model, comm::ProcessGroup* dp,
                                FsdpConfig config) {
-  if (model == nullptr) return absl::InvalidArgumentError("FSDP: null model");
-  MCC_ASSIGN_OR_RETURN(auto f, Create(model->parameters(), model->units(), dp,
-                                      model->tensor_group(), config));
-  MCC_RETURN_IF_ERROR(model->AddUnitHooks(f.get()));
-  f->model_ = model;
+  return Wrap(std::vector<parallel::Model*>{model}, dp, config);
+}
+
+absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>>
+FullyShardedDataParallel::Wrap(const std::vector<parallel::Model*>& models,
+                               comm::ProcessGroup* dp, FsdpConfig config) {
+  if (models.empty()) return absl::InvalidArgumentError("FSDP: no models");
+  ParameterList params;
+  std::vector<ParameterList> units;
+  std::vector<int> offsets;
+  for (size_t i = 0; i < models.size(); ++i) {
+    if (models[i] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("FSDP: model chunk ", i, " is null"));
+    }
+    offsets.push_back(static_cast<int>(units.size()));
+    const ParameterList& p = models[i]->parameters();
+    params.insert(params.end(), p.begin(), p.end());
+    const std::vector<ParameterList>& u = models[i]->units();
+    units.insert(units.end(), u.begin(), u.end());
+  }
+  MCC_ASSIGN_OR_RETURN(
+      auto f, Create(params, units, dp, models[0]->tensor_group(), config));
+  for (size_t i = 0; i < models.size(); ++i) {
+    auto hooks = std::make_unique<ChunkHooks>(f.get(), offsets[i]);
+    MCC_RETURN_IF_ERROR(models[i]->AddUnitHooks(hooks.get()));
+    f->models_.push_back(models[i]);
+    f->chunk_hooks_.push_back(std::move(hooks));
+  }
   return f;
 }
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
-  if (model_ != nullptr) {
-    model_->RemoveUnitHooks(this);
+  for (size_t i = 0; i < models_.size(); ++i) {
+    models_[i]->RemoveUnitHooks(chunk_hooks_[i].get());
   }
   for (Unit& u : units_) {
     if (u.gather) u.gather->Wait().IgnoreError();
@@ -483,6 +507,71 @@ absl::Status FullyShardedDataParallel::FinishGradSync() {
   order_valid_ = false;
   expected_next_ = -1;
   return absl::OkStatus();
+}
+
+absl::Status FullyShardedDataParallel::SyncSharedGradients(
+    comm::ProcessGroup* embedding_group) {
+  if (embedding_group == nullptr || embedding_group->size() == 1) {
+    return absl::OkStatus();
+  }
+  for (Unit& unit : units_) {
+    for (size_t i = 0; i < unit.layout.params.size(); ++i) {
+      const auto& p = unit.layout.params[i];
+      if (!p->shared_with_other_stage) continue;
+      // The stages' layouts differ, so their pieces do not line up: the
+      // whole gradient meets over DP first (zeros outside each piece),
+      // then the two stages sum it.
+      const int64_t numel = NumElements(unit.layout.shapes[i]);
+      Tensor whole = Tensor::Zeros({numel}, DType::kFloat32, device_);
+      std::vector<std::pair<Tensor, Tensor>> mine;  // (shard view, whole).
+      for (const auto& piece : unit.pieces) {
+        if (piece.param != static_cast<int>(i)) continue;
+        const int64_t n = piece.end - piece.begin;
+        MCC_ASSIGN_OR_RETURN(
+            Tensor shard,
+            unit.grad_shard.Slice(piece.shard_offset, piece.shard_offset + n));
+        MCC_ASSIGN_OR_RETURN(Tensor range,
+                             whole.Slice(piece.begin, piece.begin + n));
+        MCC_RETURN_IF_ERROR(range.CopyFrom(shard));
+        mine.emplace_back(shard, range);
+      }
+      if (dp_size() > 1) {
+        MCC_RETURN_IF_ERROR(dp_->AllReduceSync(&whole, comm::ReduceOp::kSum));
+      }
+      absl::Status s =
+          embedding_group->AllReduceSync(&whole, comm::ReduceOp::kSum);
+      if (!s.ok()) {
+        return absl::Status(
+            s.code(),
+            absl::StrCat("FSDP sum of the shared gradient of '", p->name,
+                         "' over the embedding group: ", s.message()));
+      }
+      for (auto& [shard, range] : mine) {
+        MCC_RETURN_IF_ERROR(shard.CopyFrom(range));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> FullyShardedDataParallel::HeldGradient(
+    const Parameter& param) const {
+  for (const Unit& unit : units_) {
+    for (size_t i = 0; i < unit.layout.params.size(); ++i) {
+      if (unit.layout.params[i].get() != &param) continue;
+      // A parameter's pieces in one shard are contiguous there.
+      int64_t lo = -1, hi = -1;
+      for (const auto& piece : unit.pieces) {
+        if (piece.param != static_cast<int>(i)) continue;
+        if (lo < 0) lo = piece.shard_offset;
+        hi = piece.shard_offset + piece.end - piece.begin;
+      }
+      if (lo < 0) return Tensor::Empty({0}, DType::kFloat32, device_);
+      return unit.grad_shard.Slice(lo, hi);
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "FSDP HeldGradient: parameter '", param.name, "' is not wrapped here"));
 }
 
 absl::Status FullyShardedDataParallel::FinalizeGradients() {

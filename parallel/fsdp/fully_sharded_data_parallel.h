@@ -94,6 +94,19 @@ struct FsdpStats {
 // over the previous step) runs ahead. (no_shard and optim are the
 // replicated DistributedDataParallel.)
 //
+// Pipeline parallelism: one wrapper serves every model chunk of this rank
+// (one pipeline stage, or several virtual stages of an interleaved
+// schedule), their units numbered one after another. Each chunk's unit is
+// gathered for each micro-batch's forward and again for its backward (and
+// released between them under ZeRO-3 unless the recorded order of the last
+// step says it comes next), whatever the schedule interleaves; its
+// gradients are reduce-scattered into the shard after every micro-batch's
+// backward of that unit, so gradient memory stays 1/DP. Every DP rank of a
+// stage runs the same schedule, so the gathers and reduce-scatters match
+// over the DP group. A tied word embedding held by the first and the last
+// stage (Parameter::shared_with_other_stage) has its shard gradients summed
+// by SyncSharedGradients after FinishGradSync.
+//
 // Under these strategies parameters' `value` (optim_grads_params) and
 // `main_grad` are undefined outside their unit's compute: use ZeroGrads,
 // FinishGradSync and FinalizeGradients here instead of the model's, and
@@ -119,6 +132,13 @@ class FullyShardedDataParallel : public parallel::UnitHooks,
   // wrapper.
   static absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> Wrap(
       parallel::Model* model, comm::ProcessGroup* dp, FsdpConfig config);
+  // Wrap over several chunks of one rank (pipeline stages or virtual
+  // stages, in the pipeline's chunk order): their units are numbered one
+  // after another (chunk 0's first), each chunk's hooks offset into them.
+  // The chunks share one TP group (the first's is used).
+  static absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> Wrap(
+      const std::vector<parallel::Model*>& models, comm::ProcessGroup* dp,
+      FsdpConfig config);
   ~FullyShardedDataParallel() override;
 
   // DataParallel (see data_parallel.h for the step's order).
@@ -131,11 +151,21 @@ class FullyShardedDataParallel : public parallel::UnitHooks,
   // The sharded strategies reduce every micro-batch's gradients.
   void set_is_last_microbatch(bool) override {}
   absl::Status FinishGradSync() override;
+  // Sums over `embedding_group` the gradients of parameters shared with
+  // another pipeline stage: each such parameter's whole gradient is
+  // assembled from the DP shards (an all-reduce over DP), summed over the
+  // group and written back into this rank's pieces. Collective over DP and
+  // embedding_group where this wrapper holds such parameters; both stages
+  // must hold them in the same order. After FinishGradSync.
+  absl::Status SyncSharedGradients(
+      comm::ProcessGroup* embedding_group) override;
   absl::Status FinalizeGradients() override;
   absl::Status GatherFullParams() override;
   absl::Status ScatterFullParams() override;
   absl::Status ReleaseFullParams() override;
   bool shards_gradients() const override { return true; }
+  bool holds_whole_reduced_gradients() const override { return false; }
+  absl::StatusOr<Tensor> HeldGradient(const Parameter& param) const override;
   const ParameterList& parameters() const override { return params_; }
   comm::ProcessGroup* dp_group() const override { return dp_; }
   std::string Describe() const override;
@@ -184,6 +214,30 @@ class FullyShardedDataParallel : public parallel::UnitHooks,
     }
   };
 
+  // Forwards one chunk's unit hooks to the wrapper with the chunk's first
+  // unit added.
+  class ChunkHooks : public parallel::UnitHooks {
+   public:
+    ChunkHooks(FullyShardedDataParallel* owner, int offset)
+        : owner_(owner), offset_(offset) {}
+    absl::Status BeforeForward(int unit) override {
+      return owner_->BeforeForward(offset_ + unit);
+    }
+    absl::Status AfterForward(int unit) override {
+      return owner_->AfterForward(offset_ + unit);
+    }
+    absl::Status BeforeBackward(int unit) override {
+      return owner_->BeforeBackward(offset_ + unit);
+    }
+    absl::Status AfterBackward(int unit) override {
+      return owner_->AfterBackward(offset_ + unit);
+    }
+
+   private:
+    FullyShardedDataParallel* owner_;
+    int offset_;
+  };
+
   FullyShardedDataParallel() = default;
   bool shards_params() const {
     return config_.strategy == ShardingStrategy::kOptimGradsParams;
@@ -211,7 +265,9 @@ class FullyShardedDataParallel : public parallel::UnitHooks,
   FsdpConfig config_;
   comm::ProcessGroup* dp_ = nullptr;
   comm::ProcessGroup* tp_ = nullptr;
-  parallel::Model* model_ = nullptr;  // Set by Wrap: hooks to detach.
+  // Set by Wrap: the chunks and the hooks installed on them, to detach.
+  std::vector<parallel::Model*> models_;
+  std::vector<std::unique_ptr<ChunkHooks>> chunk_hooks_;
   DType dtype_ = DType::kFloat32;
   Device device_ = Device::CPU();  // Of the parameters and every buffer.
   ParameterList params_;

@@ -1,7 +1,8 @@
 // Pipeline parallelism in real processes (gloo) against the serial run:
 // PP 2 and 4, with TP 2 (and SP) and DP 2 where the world allows, the
 // interleaved schedule with 2 virtual stages, uneven splits, p2p without
-// overlap, recomputation, the distributed optimizer and untied embeddings,
+// overlap, recomputation, the distributed optimizer, ZeRO-2 and ZeRO-3
+// (1F1B and interleaved) and untied embeddings,
 // with dropout on, over 10 steps. Also counts how many micro-batches'
 // activations each stage holds at once under each schedule.
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "optim/parity_test_util.h"
 #include "optim/train_test_util.h"
+#include "parallel/fsdp/sharding_strategy.h"
 #include "parallel/parallel_state.h"
 
 namespace mcc {
@@ -40,6 +42,8 @@ struct Case {
   bool untied = false;
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
   bool inf_on_last_stage = false;  // An overflow only the last stage sees.
+  // ZeRO-2 / ZeRO-3 (the sharded wrapper) instead of the DDP.
+  fsdp::ShardingStrategy sharding = fsdp::ShardingStrategy::kNoShard;
 };
 
 std::vector<Case> Cases() {
@@ -58,6 +62,19 @@ std::vector<Case> Cases() {
   Case inf{"pp2_inf_on_last_stage", 2, 1, 2};
   inf.inf_on_last_stage = true;
   v.push_back(inf);
+  // FSDP's sharded strategies under the pipeline, the tied embedding's
+  // copies summed in the shards: PP 2 x DP 2, 1F1B and interleaved.
+  for (fsdp::ShardingStrategy s : {fsdp::ShardingStrategy::kOptimGrads,
+                                   fsdp::ShardingStrategy::kOptimGradsParams}) {
+    const std::string zero =
+        s == fsdp::ShardingStrategy::kOptimGrads ? "zero2" : "zero3";
+    Case plain{"pp2_dp2_" + zero, 4, 1, 2};
+    plain.sharding = s;
+    v.push_back(plain);
+    Case interleaved{"pp2_dp2_" + zero + "_interleaved", 4, 1, 2, 1};
+    interleaved.sharding = s;
+    v.push_back(interleaved);
+  }
   Case fill{"pp4_all_forward_all_backward", 4, 1, 4};
   fill.schedule = ScheduleKind::kAllForwardAllBackward;
   v.push_back(fill);
@@ -88,6 +105,7 @@ TrainOptions Options(const Case& c) {
   o.sequence_parallel = c.tp > 1;
   o.ddp.overlap_grad_reduce = true;
   o.ddp.use_distributed_optimizer = c.distopt;
+  o.sharding = c.sharding;
   o.optimizer.clip_grad = 1.0;
   o.lr.lr = 2e-3;
   o.lr.min_lr = 2e-4;
@@ -144,6 +162,7 @@ TrainResult Serial(const Case& c) {
   serial.world = serial.tp = serial.pp = 1;
   serial.layers_per_virtual_stage = serial.first = serial.last = 0;
   serial.distopt = false;
+  serial.sharding = fsdp::ShardingStrategy::kNoShard;
   serial.inf_on_last_stage = false;
   serial.schedule = ScheduleKind::kNoPipelining;
   TrainOptions o = Options(serial);
