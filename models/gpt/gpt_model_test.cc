@@ -90,6 +90,11 @@ std::vector<std::pair<std::string, GPTConfig>> Variants() {
   llama.untie_embeddings_and_output_weights = true;
   llama.add_bias_linear = false;
   v.push_back({"llama", llama});
+  GPTConfig llama_sel = llama;
+  llama_sel.recompute_granularity = RecomputeGranularity::kSelective;
+  llama_sel.hidden_dropout = 0.1;
+  llama_sel.attention_dropout = 0.1;
+  v.push_back({"llama_selective_dropout", llama_sel});
   // Padding that differs with TP: 128 rows at TP 1 and 2, 256 at TP 4
   // (where ranks 2 and 3 hold padding only).
   GPTConfig padded = base;
