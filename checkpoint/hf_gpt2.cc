@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/hf_common.h"
 #include "core/json_document.h"
 #include "core/status_macros.h"
 
@@ -116,11 +117,6 @@ std::vector<Entry> Table(const ModelConfig& c) {
   return t;
 }
 
-// The true vocabulary, without any padding rows older checkpoints stored.
-int64_t HfVocab(const ModelConfig& c) {
-  return c.vocab_size() > 0 ? c.vocab_size() : c.padded_vocab_size();
-}
-
 }  // namespace
 
 absl::Status CheckGpt2Compatible(const ModelConfig& c) {
@@ -186,7 +182,7 @@ absl::StatusOr<NamedTensors> ExportGpt2(
         t = PermuteQkv(t, config.num_attention_heads(), true);
         break;
       case Kind::kVocab:
-        MCC_ASSIGN_OR_RETURN(t, t.Slice(0, HfVocab(config)));
+        MCC_ASSIGN_OR_RETURN(t, t.Slice(0, HfVocabRows(config)));
         t = t.Clone();
         break;
     }
@@ -225,7 +221,7 @@ absl::StatusOr<std::map<std::string, Tensor>> ImportGpt2(
     if (e.kind == Kind::kLinear || e.kind == Kind::kQkvWeight) {
       hf_shape = {e.shape[1], e.shape[0]};
     } else if (e.kind == Kind::kVocab) {
-      hf_shape[0] = HfVocab(config);
+      hf_shape[0] = HfVocabRows(config);
     }
     if (t.shape() != hf_shape) {
       return absl::InvalidArgumentError(
@@ -257,43 +253,24 @@ absl::StatusOr<std::map<std::string, Tensor>> ImportGpt2(
   return out;
 }
 
-absl::Status ExportCheckpointToHfGpt2(CheckpointReader& reader,
-                                      const std::string& path) {
+absl::StatusOr<NamedTensors> ExportCheckpointToGpt2Tensors(
+    CheckpointReader& reader) {
   const ModelConfig& config = reader.common_state().model();
   std::map<std::string, Tensor> params;
   for (const Entry& e : Table(config)) {
     MCC_ASSIGN_OR_RETURN(params[e.ours], reader.ReadTensor(e.ours));
   }
-  MCC_ASSIGN_OR_RETURN(NamedTensors hf, ExportGpt2(params, config));
+  return ExportGpt2(params, config);
+}
+
+absl::Status ExportCheckpointToHfGpt2(CheckpointReader& reader,
+                                      const std::string& path) {
+  MCC_ASSIGN_OR_RETURN(NamedTensors hf, ExportCheckpointToGpt2Tensors(reader));
   return WriteSafetensors(path, hf,
                           {{"format", "pt"},
                            {"source", reader.path()},
                            {"iteration", absl::StrCat(reader.iteration())}});
 }
-
-namespace {
-
-absl::StatusOr<int64_t> PositiveInt(const JsonDocument& config,
-                                    const std::string& key,
-                                    const std::string& path,
-                                    std::optional<int64_t> fallback) {
-  if (!config.contains(key) || config[key].is_null()) {
-    if (fallback.has_value()) return *fallback;
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": missing \"", key, "\""));
-  }
-  const JsonDocument& v = config[key];
-  // nlohmann stores every non-negative integer as unsigned.
-  if (!v.is_number_unsigned() || v.get<uint64_t>() == 0 ||
-      v.get<uint64_t>() > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": \"", key, "\" must be a positive 32-bit integer",
-                     v.is_number_integer() ? ", got " + v.dump() : ""));
-  }
-  return static_cast<int64_t>(v.get<uint64_t>());
-}
-
-}  // namespace
 
 absl::StatusOr<ModelConfig> ParseGpt2ConfigJson(absl::string_view text,
                                                 const std::string& path) {
@@ -308,37 +285,22 @@ absl::StatusOr<ModelConfig> ParseGpt2ConfigJson(absl::string_view text,
         absl::StrCat(path, ": not a JSON object"));
   }
   MCC_ASSIGN_OR_RETURN(int64_t vocab,
-                       PositiveInt(hf, "vocab_size", path, std::nullopt));
+                       JsonPositiveInt(hf, "vocab_size", path, std::nullopt));
   MCC_ASSIGN_OR_RETURN(int64_t hidden,
-                       PositiveInt(hf, "n_embd", path, std::nullopt));
+                       JsonPositiveInt(hf, "n_embd", path, std::nullopt));
   MCC_ASSIGN_OR_RETURN(int64_t layers,
-                       PositiveInt(hf, "n_layer", path, std::nullopt));
+                       JsonPositiveInt(hf, "n_layer", path, std::nullopt));
   MCC_ASSIGN_OR_RETURN(int64_t heads,
-                       PositiveInt(hf, "n_head", path, std::nullopt));
+                       JsonPositiveInt(hf, "n_head", path, std::nullopt));
   MCC_ASSIGN_OR_RETURN(int64_t positions,
-                       PositiveInt(hf, "n_positions", path, std::nullopt));
+                       JsonPositiveInt(hf, "n_positions", path, std::nullopt));
   MCC_ASSIGN_OR_RETURN(int64_t inner,
-                       PositiveInt(hf, "n_inner", path, 4 * hidden));
-  double eps = 1e-5;
-  if (hf.contains("layer_norm_epsilon") &&
-      !hf["layer_norm_epsilon"].is_null()) {
-    const JsonDocument& v = hf["layer_norm_epsilon"];
-    if (v.is_number()) eps = v.get<double>();
-    if (!v.is_number() || !(eps > 0) || !std::isfinite(eps)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": \"layer_norm_epsilon\" must be a positive number"));
-    }
-  }
-  bool tied = true;  // Hugging Face's default.
-  if (hf.contains("tie_word_embeddings") &&
-      !hf["tie_word_embeddings"].is_null()) {
-    const JsonDocument& v = hf["tie_word_embeddings"];
-    if (!v.is_boolean()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": \"tie_word_embeddings\" must be true or false"));
-    }
-    tied = v.get<bool>();
-  }
+                       JsonPositiveInt(hf, "n_inner", path, 4 * hidden));
+  MCC_ASSIGN_OR_RETURN(
+      double eps, JsonPositiveNumber(hf, "layer_norm_epsilon", path, 1e-5));
+  // Hugging Face's default: tied.
+  MCC_ASSIGN_OR_RETURN(bool tied,
+                       JsonBool(hf, "tie_word_embeddings", path, true));
   ModelConfig config;
   config.set_num_layers(layers);
   config.set_hidden_size(hidden);

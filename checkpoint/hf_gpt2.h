@@ -64,6 +64,11 @@ absl::StatusOr<std::map<std::string, Tensor>> ImportGpt2(
 absl::StatusOr<checkpoint::ModelConfig> ParseGpt2ConfigJson(
     absl::string_view text, const std::string& path);
 
+// Reads every parameter of a sharded checkpoint (any layout) whole and maps
+// it with ExportGpt2 under the checkpoint's own ModelConfig.
+absl::StatusOr<NamedTensors> ExportCheckpointToGpt2Tensors(
+    CheckpointReader& reader);
+
 // Reads every parameter of a sharded checkpoint (any layout) whole, maps it
 // with ExportGpt2 under the checkpoint's own ModelConfig and writes a
 // safetensors file for GPT2LMHeadModel. Tensors the mapping does not use

@@ -1,9 +1,14 @@
-// tools/convert_checkpoint: a checkpoint of any layout to Hugging Face's
-// GPT-2 layout (model.safetensors + config.json for GPT2LMHeadModel), and
-// back into a checkpoint that loads under any layout.
+// tools/convert_checkpoint: a checkpoint of any layout to a Hugging Face
+// model directory (config.json and model.safetensors, or shards with
+// model.safetensors.index.json) for GPT2LMHeadModel or LlamaForCausalLM,
+// and back into a checkpoint that loads under any layout.
 //
-//   convert_checkpoint --load DIR --export-hf OUT_DIR
+//   convert_checkpoint --load DIR --export-hf OUT_DIR [--max-shard-size 5GB]
 //   convert_checkpoint --import-hf IN_DIR --save DIR
+//
+// Export picks the architecture from the checkpoint's model configuration
+// (GPT-2: LayerNorm, GELU, learned positions, biases; Llama: RMSNorm,
+// SwiGLU, RoPE, no biases); import picks it from config.json's model_type.
 //
 // Checkpoints hold the true vocabulary (no TP padding), so the export does
 // not depend on the layout a checkpoint was saved at, and an import loads
@@ -21,7 +26,9 @@
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/dist_context.h"
+#include "checkpoint/hf_common.h"
 #include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_llama.h"
 #include "checkpoint/safetensors.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
@@ -30,9 +37,15 @@
 
 ABSL_FLAG(std::string, load, "", "Checkpoint directory to export.");
 ABSL_FLAG(std::string, export_hf, "",
-          "Write model.safetensors and config.json for GPT2LMHeadModel here.");
+          "Write config.json and the weights for GPT2LMHeadModel or "
+          "LlamaForCausalLM (by the checkpoint's architecture) here.");
 ABSL_FLAG(std::string, import_hf, "",
-          "Read model.safetensors and config.json (GPT-2) from here.");
+          "Read config.json (model_type gpt2 or llama) and model.safetensors "
+          "or model.safetensors.index.json with its shards from here.");
+ABSL_FLAG(std::string, max_shard_size, "5GB",
+          "--export-hf: weights larger than this go into shards "
+          "model-0000N-of-0000M.safetensors of at most this size (5GB, "
+          "200MB, 64KB or bytes).");
 ABSL_FLAG(std::string, save, "", "Checkpoint directory to write (import).");
 
 namespace mcc {
@@ -40,22 +53,6 @@ namespace tools {
 namespace {
 
 constexpr int kFlagError = 2;
-
-absl::Status WriteText(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-    if (!out.flush()) {
-      return absl::InternalError(absl::StrCat("cannot write ", tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
-}
 
 std::string Gpt2ConfigJson(const checkpoint::ModelConfig& c) {
   const int64_t vocab =
@@ -84,34 +81,60 @@ std::string Gpt2ConfigJson(const checkpoint::ModelConfig& c) {
 
 absl::Status Export() {
   const std::string out = absl::GetFlag(FLAGS_export_hf);
+  MCC_ASSIGN_OR_RETURN(const int64_t max_shard,
+                       ParseByteSize(absl::GetFlag(FLAGS_max_shard_size)));
   MCC_ASSIGN_OR_RETURN(auto reader,
                        CheckpointReader::Open(absl::GetFlag(FLAGS_load)));
   const checkpoint::ModelConfig& config = reader->common_state().model();
-  MCC_RETURN_IF_ERROR(CheckGpt2Compatible(config));
+  const absl::Status gpt2 = CheckGpt2Compatible(config);
+  const absl::Status llama = CheckLlamaCompatible(config);
+  if (!gpt2.ok() && !llama.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        reader->path(), ": ", gpt2.message(), " and ", llama.message()));
+  }
   mkdir(out.c_str(), 0755);
+  NamedTensors weights;
+  std::string config_json;
+  if (gpt2.ok()) {
+    MCC_ASSIGN_OR_RETURN(weights, ExportCheckpointToGpt2Tensors(*reader));
+    config_json = Gpt2ConfigJson(config);
+  } else {
+    MCC_ASSIGN_OR_RETURN(weights, ExportCheckpointToHfLlama(*reader));
+    config_json = LlamaConfigJson(
+        config, weights.empty() ? DType::kFloat32 : weights[0].second.dtype());
+  }
   MCC_RETURN_IF_ERROR(
-      ExportCheckpointToHfGpt2(*reader, out + "/model.safetensors"));
-  MCC_RETURN_IF_ERROR(WriteText(out + "/config.json", Gpt2ConfigJson(config)));
-  std::printf(
-      "exported %s (iteration %lld) to %s/model.safetensors and config.json\n",
-      reader->path().c_str(), static_cast<long long>(reader->iteration()),
-      out.c_str());
+      WriteHfWeights(out, weights, max_shard,
+                     {{"format", "pt"},
+                      {"source", reader->path()},
+                      {"iteration", absl::StrCat(reader->iteration())}}));
+  MCC_RETURN_IF_ERROR(WriteTextFile(out + "/config.json", config_json));
+  std::printf("exported %s (iteration %lld) as %s to %s\n",
+              reader->path().c_str(),
+              static_cast<long long>(reader->iteration()),
+              gpt2.ok() ? "GPT2LMHeadModel" : "LlamaForCausalLM", out.c_str());
   return absl::OkStatus();
 }
 
 absl::Status Import() {
   const std::string in = absl::GetFlag(FLAGS_import_hf);
   const std::string config_path = in + "/config.json";
-  std::ifstream file(config_path);
-  if (!file)
-    return absl::NotFoundError(absl::StrCat("cannot read ", config_path));
-  std::stringstream text;
-  text << file.rdbuf();
+  MCC_ASSIGN_OR_RETURN(JsonDocument json, ReadHfConfigJson(in));
+  const std::string model_type =
+      json.contains("model_type") && json["model_type"].is_string()
+          ? json["model_type"].get<std::string>()
+          : "gpt2";  // Older GPT-2 files have none.
+  if (model_type != "gpt2" && model_type != "llama") {
+    return absl::UnimplementedError(absl::StrCat(
+        config_path, ": model_type \"", model_type, "\" is not gpt2 or llama"));
+  }
+  const bool llama = model_type == "llama";
   MCC_ASSIGN_OR_RETURN(checkpoint::ModelConfig config,
-                       ParseGpt2ConfigJson(text.str(), config_path));
-  MCC_ASSIGN_OR_RETURN(SafetensorsFile st,
-                       ReadSafetensors(in + "/model.safetensors"));
-  MCC_ASSIGN_OR_RETURN(auto params, ImportGpt2(st.tensors, config));
+                       llama ? ParseLlamaConfigJson(json.dump(), config_path)
+                             : ParseGpt2ConfigJson(json.dump(), config_path));
+  MCC_ASSIGN_OR_RETURN(NamedTensors weights, ReadHfWeights(in));
+  MCC_ASSIGN_OR_RETURN(auto params, llama ? ImportLlama(weights, config)
+                                          : ImportGpt2(weights, config));
   std::vector<ShardedTensorRef> refs;
   for (auto& [name, tensor] : params) {
     refs.push_back(ShardedTensorRef::Replicated(name, tensor));
@@ -143,8 +166,8 @@ int main(int argc, char** argv) {
   if (flags_ok.ok() && !parsed->positional.empty()) {
     if (parsed->positional[0] == "help") {
       std::printf(
-          "usage: convert_checkpoint --load DIR --export-hf OUT | --import-hf "
-          "IN --save DIR\n%s\n",
+          "usage: convert_checkpoint --load DIR --export-hf OUT "
+          "[--max-shard-size 5GB] | --import-hf IN --save DIR\n%s\n",
           mcc::flags::Usage().c_str());
       return 0;
     }
@@ -165,7 +188,9 @@ int main(int argc, char** argv) {
     // Each direction reads one of --load and --save.
     flags_ok = mcc::flags::RefuseUnusedFlags(
         {{"save", exporting, "--export-hf writes to its own directory"},
-         {"load", importing, "--import-hf reads from its own directory"}},
+         {"load", importing, "--import-hf reads from its own directory"},
+         {"max_shard_size", importing,
+          "--import-hf reads whatever shards the index names"}},
         parsed->explicitly_set);
   }
   if (!flags_ok.ok()) {

@@ -7,7 +7,11 @@
 //               --mock-data), split as tools/train splits it;
 //   generation: --prompt TEXT continues the text, with a KV cache, greedily
 //               (--temperature 0) or by sampling (--top-k, --top-p, --seed),
-//               stopping at the tokenizer's end of document.
+//               stopping at the tokenizer's end of document;
+//               --prompt-ids '1 5 9' starts from token ids instead (and
+//               prints the prompt's next-token loss), --output-ids prints
+//               the generated ids on one line: with both, no tokenizer is
+//               read and generation runs the full --max-new-tokens.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -20,10 +24,12 @@
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "checkpoint/checkpoint_reader.h"
@@ -51,6 +57,11 @@ ABSL_FLAG(int32_t, eval_iters, 10,
           "Micro-batches of the valid and test splits to evaluate (with "
           "--prompt: only when given).");
 ABSL_FLAG(std::string, prompt, "", "Text to continue (generation mode).");
+ABSL_FLAG(std::string, prompt_ids, "",
+          "Token ids to continue, e.g. '1 5 9' (generation mode, bypassing "
+          "the tokenizer); also prints the prompt's next-token loss.");
+ABSL_FLAG(bool, output_ids, false,
+          "Print the generated token ids on one line instead of text.");
 ABSL_FLAG(int32_t, max_new_tokens, 64, "Tokens to generate at most.");
 ABSL_FLAG(double, temperature, 1.0,
           "Sampling temperature; 0 is greedy (the most likely token).");
@@ -74,7 +85,10 @@ struct Plan {
   std::string checkpoint_path;  // DIR/iter_N
   gpt::GPTConfig config;
   DType dtype = DType::kFloat32;
-  std::unique_ptr<data::Tokenizer> tokenizer;  // For --prompt.
+  // For --prompt, text output and text data; null with --prompt-ids
+  // --output-ids and --mock-data (or no evaluation).
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  bool ids_in = false;  // --prompt-ids
   std::vector<int64_t> prompt_ids;
   int64_t max_new_tokens = 0;
   bool evaluate = false;
@@ -200,7 +214,10 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const Plan& plan, int world_size) {
   const std::string mock_why =
       "--mock-data draws tokens uniformly; no files are read";
   const bool greedy = absl::GetFlag(FLAGS_temperature) == 0;
-  const bool no_tokenizer = mock && !plan.generate;
+  const bool no_tokenizer = plan.tokenizer == nullptr;
+  const std::string no_text =
+      plan.generate ? "--prompt-ids with --output-ids reads and writes no text"
+                    : "--mock-data without --prompt reads no text";
   const bool bpe = absl::GetFlag(FLAGS_tokenizer_type) == "GPT2BPETokenizer";
   return {
       {"max_new_tokens", !plan.generate, needs_prompt},
@@ -210,6 +227,7 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const Plan& plan, int world_size) {
       {"top_p", !plan.generate || greedy,
        plan.generate ? "--temperature 0 is greedy" : needs_prompt},
       {"no_kv_cache", !plan.generate, needs_prompt},
+      {"output_ids", !plan.generate, needs_prompt},
       {"data_path", !plan.evaluate || mock,
        plan.evaluate ? mock_why : no_evaluation},
       {"split", !plan.evaluate || mock,
@@ -219,20 +237,39 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const Plan& plan, int world_size) {
       {"eod_mask_loss", !plan.evaluate || mock,
        plan.evaluate ? mock_why : no_evaluation},
       {"micro_batch_size", !plan.evaluate, no_evaluation},
-      {"tokenizer_type", no_tokenizer,
-       "--mock-data without --prompt reads no text"},
+      {"tokenizer_type", no_tokenizer, no_text},
       {"vocab_file", no_tokenizer || !bpe,
-       no_tokenizer ? "--mock-data without --prompt reads no text"
-                    : "only GPT2BPETokenizer reads it"},
+       no_tokenizer ? no_text : "only GPT2BPETokenizer reads it"},
       {"merge_file", no_tokenizer || !bpe,
-       no_tokenizer ? "--mock-data without --prompt reads no text"
-                    : "only GPT2BPETokenizer reads it"},
+       no_tokenizer ? no_text : "only GPT2BPETokenizer reads it"},
       {"sequence_parallel", true,
        "eval runs without it (decoding one token cannot split the sequence; "
        "the weights are the same)"},
       {"debug_collectives", world_size == 1,
        "a single process makes no collectives"},
   };
+}
+
+// --prompt-ids: ids separated by spaces or commas, each a token of the
+// model's vocabulary; at least one.
+absl::StatusOr<std::vector<int64_t>> ParsePromptIds(
+    const std::string& text, const gpt::GPTConfig& config) {
+  std::vector<int64_t> ids;
+  for (absl::string_view word :
+       absl::StrSplit(text, absl::ByAnyChar(" ,\t\n"), absl::SkipEmpty())) {
+    int64_t id = 0;
+    if (!absl::SimpleAtoi(word, &id) || id < 0 || id >= config.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prompt-ids: '", word, "' is not a token id in [0, ",
+                       config.vocab_size, "), the model's vocabulary"));
+    }
+    ids.push_back(id);
+  }
+  if (ids.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prompt-ids: no token ids in '", text, "'"));
+  }
+  return ids;
 }
 
 // Every check that needs no process group; errors are flag errors.
@@ -295,13 +332,20 @@ absl::StatusOr<Plan> PlanFromFlags(
                      absl::GetFlag(FLAGS_micro_batch_size)));
   }
 
-  plan.generate = !absl::GetFlag(FLAGS_prompt).empty();
+  plan.ids_in = !absl::GetFlag(FLAGS_prompt_ids).empty();
+  if (plan.ids_in && !absl::GetFlag(FLAGS_prompt).empty()) {
+    return absl::InvalidArgumentError(
+        "--prompt and --prompt-ids exclude each other: give the prompt as "
+        "text or as token ids");
+  }
+  plan.generate = plan.ids_in || !absl::GetFlag(FLAGS_prompt).empty();
   plan.evaluate = plan.generate ? explicitly_set.count("eval_iters") > 0 &&
                                       absl::GetFlag(FLAGS_eval_iters) > 0
                                 : absl::GetFlag(FLAGS_eval_iters) > 0;
   if (!plan.generate && !plan.evaluate) {
     return absl::InvalidArgumentError(
-        "nothing to do: give --prompt TEXT or a positive --eval-iters");
+        "nothing to do: give --prompt TEXT, --prompt-ids IDS or a positive "
+        "--eval-iters");
   }
   if (absl::GetFlag(FLAGS_eval_iters) < 0) {
     return absl::InvalidArgumentError("--eval-iters must not be negative");
@@ -323,7 +367,10 @@ absl::StatusOr<Plan> PlanFromFlags(
     }
     MCC_RETURN_IF_ERROR(data::ParseSplit(absl::GetFlag(FLAGS_split)).status());
   }
-  if (plan.generate || !absl::GetFlag(FLAGS_mock_data)) {
+  const bool text_out = plan.generate && !absl::GetFlag(FLAGS_output_ids);
+  const bool text_in = plan.generate && !plan.ids_in;
+  if (text_in || text_out ||
+      (plan.evaluate && !absl::GetFlag(FLAGS_mock_data))) {
     MCC_ASSIGN_OR_RETURN(
         plan.tokenizer,
         data::CreateTokenizer(absl::GetFlag(FLAGS_tokenizer_type),
@@ -356,9 +403,15 @@ absl::StatusOr<Plan> PlanFromFlags(
           absl::StrCat("--max-new-tokens must be positive, got ",
                        absl::GetFlag(FLAGS_max_new_tokens)));
     }
-    std::vector<int32_t> ids;
-    plan.tokenizer->Encode(absl::GetFlag(FLAGS_prompt), &ids);
-    plan.prompt_ids.assign(ids.begin(), ids.end());
+    if (plan.ids_in) {
+      MCC_ASSIGN_OR_RETURN(
+          plan.prompt_ids,
+          ParsePromptIds(absl::GetFlag(FLAGS_prompt_ids), plan.config));
+    } else {
+      std::vector<int32_t> ids;
+      plan.tokenizer->Encode(absl::GetFlag(FLAGS_prompt), &ids);
+      plan.prompt_ids.assign(ids.begin(), ids.end());
+    }
     // The model was trained on positions [0, max_positions).
     const int64_t room = plan.config.max_positions();
     if (static_cast<int64_t>(plan.prompt_ids.size()) >= room) {
@@ -390,7 +443,7 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
       job->world->group->options().debug_collectives) {
     LOG(INFO) << "every collective's fingerprint checked";
   }
-  if (!absl::GetFlag(FLAGS_mock_data)) job->tokenizer = plan.tokenizer->Clone();
+  if (plan.tokenizer != nullptr) job->tokenizer = plan.tokenizer->Clone();
   job->vocab_size = plan.stored.vocab_size();
   job->config = plan.config;
   job->context.tp_group = job->tp();
@@ -529,6 +582,33 @@ int64_t SampleToken(const float* logits, int64_t limit, double temperature,
   return order[keep - 1];
 }
 
+// The mean next-token loss of the prompt (each id predicting the next), as
+// training computes it; a collective over TP, printed by the logging rank.
+absl::Status PrintPromptLoss(Job& job, gpt::GPTModel& model,
+                             const std::vector<int64_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size()) - 1;
+  gpt::MicroBatch batch;
+  MCC_ASSIGN_OR_RETURN(
+      batch.tokens,
+      Tensor::FromInts(std::vector<int64_t>(ids.begin(), ids.end() - 1),
+                       {1, n}));
+  MCC_ASSIGN_OR_RETURN(
+      batch.labels,
+      Tensor::FromInts(std::vector<int64_t>(ids.begin() + 1, ids.end()),
+                       {1, n}));
+  const Device device = model.context().device;
+  if (!device.is_cpu()) {
+    MCC_ASSIGN_OR_RETURN(batch.tokens, batch.tokens.To(device));
+    MCC_ASSIGN_OR_RETURN(batch.labels, batch.labels.To(device));
+  }
+  MCC_ASSIGN_OR_RETURN(gpt::LossSum loss, model.Forward(batch));
+  if (job.is_logging_rank()) {
+    std::printf("prompt loss: %.9g over %lld next-token predictions\n",
+                loss.mean(), static_cast<long long>(n));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunGeneration(Job& job, const Plan& plan) {
   gpt::GPTModel& model = *job.model->chunk(0);
   const bool use_cache = !absl::GetFlag(FLAGS_no_kv_cache);
@@ -536,8 +616,14 @@ absl::Status RunGeneration(Job& job, const Plan& plan) {
   const int top_k = absl::GetFlag(FLAGS_top_k);
   const double top_p = absl::GetFlag(FLAGS_top_p);
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
-  const int64_t eod = plan.tokenizer->eod();
-  const int64_t limit = plan.tokenizer->vocab_size();
+  // Without a tokenizer (--prompt-ids --output-ids) there is no end of
+  // document to stop at, and every token of the model may come next.
+  const int64_t eod = plan.tokenizer ? plan.tokenizer->eod() : -1;
+  const int64_t limit =
+      plan.tokenizer ? plan.tokenizer->vocab_size() : plan.config.vocab_size;
+  if (plan.ids_in && plan.prompt_ids.size() >= 2) {
+    MCC_RETURN_IF_ERROR(PrintPromptLoss(job, model, plan.prompt_ids));
+  }
 
   std::vector<int64_t> tokens = plan.prompt_ids;
   if (tokens.empty()) tokens.push_back(eod);  // Start a new document.
@@ -582,20 +668,32 @@ absl::Status RunGeneration(Job& job, const Plan& plan) {
   }
   const absl::Time done = absl::Now();
   if (!job.is_logging_rank()) return absl::OkStatus();
-  MCC_ASSIGN_OR_RETURN(std::string text,
-                       plan.tokenizer->Decode(absl::MakeConstSpan(generated)));
   const double decode_s = absl::ToDoubleSeconds(done - prefilled);
-  std::printf("prompt: %s\ncontinuation: %s\n",
-              absl::GetFlag(FLAGS_prompt).c_str(), text.c_str());
-  std::printf(
+  if (absl::GetFlag(FLAGS_output_ids)) {
+    std::printf("%s\n", absl::StrJoin(generated, " ").c_str());
+  } else {
+    MCC_ASSIGN_OR_RETURN(std::string text, plan.tokenizer->Decode(
+                                               absl::MakeConstSpan(generated)));
+    std::printf("prompt: %s\ncontinuation: %s\n",
+                plan.ids_in ? absl::GetFlag(FLAGS_prompt_ids).c_str()
+                            : absl::GetFlag(FLAGS_prompt).c_str(),
+                text.c_str());
+  }
+  // With --output-ids stdout holds the ids alone.
+  const std::string stats = absl::StrFormat(
       "generated %zu tokens (%s): prefill %d tokens in %.1f ms; decoding "
-      "%.1f tokens/s (%s)\n",
+      "%.1f tokens/s (%s)",
       generated.size(),
       stopped_at_eod ? "stopped at end of document" : "token limit",
       static_cast<int>(prompt_len),
       absl::ToDoubleMilliseconds(prefilled - start),
       decode_steps > 0 && decode_s > 0 ? decode_steps / decode_s : 0.0,
       use_cache ? "KV cache" : "full recompute, --no-kv-cache");
+  if (absl::GetFlag(FLAGS_output_ids)) {
+    LOG(INFO) << stats;
+  } else {
+    std::printf("%s\n", stats.c_str());
+  }
   std::fflush(stdout);
   return absl::OkStatus();
 }
@@ -616,7 +714,8 @@ int main(int argc, char** argv) {
   for (const std::string& arg : parsed->positional) {
     if (arg == "help" || arg == "-h") {
       std::printf(
-          "usage: eval --load DIR [--prompt TEXT] [--flag value ...]\n%s\n",
+          "usage: eval --load DIR [--prompt TEXT | --prompt-ids 'ID ...' "
+          "[--output-ids]] [--flag value ...]\n%s\n",
           mcc::flags::Usage().c_str());
       return 0;
     }

@@ -617,6 +617,10 @@ std::vector<Row> Table() {
   add("eval", "load", V::kEffect, {"--load", g_tmp + "/ckpt_b"}, el);
   add("eval", "eval_iters", V::kEffect, {"--eval-iters", "2"}, el);
   add("eval", "prompt", V::kEffect, {"--prompt", "ab"}, el);
+  add("eval", "prompt_ids", V::kEffect, {"--prompt-ids", "1 2"}, el);
+  add("eval", "prompt_ids", V::kRefused, {"--prompt-ids", "1 2"}, eg);
+  add("eval", "output_ids", V::kEffect, {"--output-ids"}, eg);
+  add("eval", "output_ids", V::kWarned, {"--output-ids"}, el);
   add("eval", "max_new_tokens", V::kEffect, {"--max-new-tokens", "2"}, eg);
   add("eval", "max_new_tokens", V::kWarned, {"--max-new-tokens", "2"}, el);
   add("eval", "temperature", V::kEffect, {"--temperature", "0"}, eg);
@@ -727,6 +731,10 @@ std::vector<Row> Table() {
       im);
   add("convert_checkpoint", "save", V::kRefused, {"--save", g_out + "/ckpt2"},
       ex);
+  add("convert_checkpoint", "max_shard_size", V::kEffect,
+      {"--max-shard-size", "1KB"}, ex);
+  add("convert_checkpoint", "max_shard_size", V::kRefused,
+      {"--max-shard-size", "1KB"}, im);
   add("convert_checkpoint", "flagfile", V::kEffect,
       {"--flagfile=" + g_tmp + "/export.flags"}, ex);
   for (const char* f : {"fromenv", "tryfromenv", "undefok"}) {

@@ -880,12 +880,13 @@ absl::Status Train() {
     for (const auto& p : job->model->parameters())
       params += NumElements(p->global_shape);
     LOG(INFO) << absl::StrFormat(
-        "training a GPT: %d layers, hidden %d, %d heads, vocabulary %d (%d "
+        "training a %s: %d layers, hidden %d, %d heads, vocabulary %d (%d "
         "rows with the padding for TP), sequence %d; %.2fM parameters on "
         "this stage; world %d (TP %d, PP %d, DP %d; %s); global batch %d = "
         "micro-batch %d x DP %d x %d micro-batches; %s",
-        job->config.num_layers, job->config.hidden_size,
-        job->config.num_attention_heads, job->config.vocab_size,
+        job->config.Architecture(), job->config.num_layers,
+        job->config.hidden_size, job->config.num_attention_heads,
+        job->config.vocab_size,
         job->config.padded_vocab_size(
             absl::GetFlag(FLAGS_tensor_model_parallel_size)),
         seq, params / 1e6, job->world_size,

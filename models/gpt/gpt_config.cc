@@ -1,9 +1,38 @@
 #include "models/gpt/gpt_config.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace mcc {
 namespace gpt {
+
+bool GPTConfig::IsLlama() const {
+  return normalization == Normalization::kRMSNorm &&
+         activation == Activation::kSwiGLU &&
+         position_embedding == PositionEmbedding::kRope &&
+         untie_embeddings_and_output_weights && !add_bias_linear;
+}
+
+std::string GPTConfig::Architecture() const {
+  std::vector<std::string> choices;
+  if (normalization == Normalization::kRMSNorm) choices.push_back("RMSNorm");
+  if (activation == Activation::kSwiGLU) choices.push_back("SwiGLU");
+  if (position_embedding == PositionEmbedding::kRope) {
+    choices.push_back("RoPE");
+  }
+  if (query_groups() != num_attention_heads) {
+    choices.push_back(
+        absl::StrCat("GQA ", num_attention_heads, "/", query_groups()));
+  }
+  if (untie_embeddings_and_output_weights) choices.push_back("untied");
+  if (!add_bias_linear) choices.push_back("no bias");
+  const std::string name = IsLlama() ? "Llama" : "GPT";
+  if (choices.empty()) return name;
+  return absl::StrCat(name, " (", absl::StrJoin(choices, ", "), ")");
+}
 
 absl::Status GPTConfig::Validate(int tp, bool sequence_parallel) const {
   auto bad = [](auto... parts) {

@@ -63,6 +63,15 @@ struct GPTConfig {
     return (vocab_size + multiple - 1) / multiple * multiple;
   }
 
+  // The architecture in words, for logs: "Llama (RMSNorm, SwiGLU, RoPE,
+  // GQA 4/2, untied, no bias)" when every Llama choice is made (the family
+  // of Llama 2/3 and Mistral), "GPT" for GPT-2's choices, and otherwise
+  // "GPT (" plus the choices that differ from GPT-2's ")".
+  std::string Architecture() const;
+  // Whether every Llama choice is made: RMSNorm, SwiGLU, rotary positions,
+  // untied output layer, no linear biases (GQA optional).
+  bool IsLlama() const;
+
   // Checks the shape against itself and against the tensor-parallel size
   // (and sequence parallelism); the message names the flags at fault.
   absl::Status Validate(int tensor_parallel_size, bool sequence_parallel) const;

@@ -78,6 +78,23 @@ std::vector<std::pair<std::string, GPTConfig>> Variants() {
   swiglu.activation = Activation::kSwiGLU;
   swiglu.ffn_hidden_size = 96;
   v.push_back({"swiglu", swiglu});
+  // The Llama architecture: every TP layout splits the 4 K/V groups of its
+  // 8 query heads, with rotary positions on sequence-parallel activations.
+  GPTConfig llama = base;
+  llama.num_attention_heads = 8;
+  llama.normalization = Normalization::kRMSNorm;
+  llama.activation = Activation::kSwiGLU;
+  llama.ffn_hidden_size = 96;
+  llama.position_embedding = PositionEmbedding::kRope;
+  llama.num_query_groups = 4;
+  llama.untie_embeddings_and_output_weights = true;
+  llama.add_bias_linear = false;
+  v.push_back({"llama", llama});
+  GPTConfig llama_sel = llama;
+  llama_sel.recompute_granularity = RecomputeGranularity::kSelective;
+  llama_sel.hidden_dropout = 0.1;
+  llama_sel.attention_dropout = 0.1;
+  v.push_back({"llama_selective_dropout", llama_sel});
   // Padding that differs with TP: 128 rows at TP 1 and 2, 256 at TP 4
   // (where ranks 2 and 3 hold padding only).
   GPTConfig padded = base;

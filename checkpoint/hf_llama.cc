@@ -1,0 +1,411 @@
+#include "checkpoint/hf_llama.h"
+
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/hf_common.h"
+#include "core/json_document.h"
+#include "core/status_macros.h"
+
+namespace mcc {
+namespace {
+
+using checkpoint::ModelConfig;
+
+// How one of our tensors becomes Hugging Face tensors.
+enum class Kind {
+  kCopy,   // one tensor, same shape
+  kVocab,  // one tensor, the true vocabulary's rows
+  kQkv,    // linear_qkv -> q_proj, k_proj, v_proj
+  kFc1,    // linear_fc1 [2, ffn, h] -> gate_proj, up_proj
+};
+
+struct Entry {
+  std::string ours;
+  std::vector<std::string> hf;  // One name, or the parts (kQkv, kFc1).
+  Kind kind;
+  Shape shape;  // Ours.
+};
+
+struct Dims {
+  int64_t h, f, v, heads, groups, d;
+  int64_t per_group() const { return heads / groups; }
+};
+
+Dims DimsOf(const ModelConfig& c) {
+  Dims m;
+  m.h = c.hidden_size();
+  m.f = c.ffn_hidden_size();
+  m.v = StoredVocabRows(c);
+  m.heads = c.num_attention_heads();
+  m.groups = c.num_query_groups() > 0 ? c.num_query_groups() : m.heads;
+  m.d = m.heads > 0 ? m.h / m.heads : 0;
+  return m;
+}
+
+std::vector<Entry> Table(const ModelConfig& c) {
+  const Dims m = DimsOf(c);
+  std::vector<Entry> t = {{"embedding.word_embeddings.weight",
+                           {"model.embed_tokens.weight"},
+                           Kind::kVocab,
+                           {m.v, m.h}}};
+  for (int i = 0; i < c.num_layers(); ++i) {
+    const std::string a = absl::StrCat("decoder.layers.", i, ".");
+    const std::string b = absl::StrCat("model.layers.", i, ".");
+    t.push_back({a + "input_layernorm.weight",
+                 {b + "input_layernorm.weight"},
+                 Kind::kCopy,
+                 {m.h}});
+    t.push_back({a + "self_attention.linear_qkv.weight",
+                 {b + "self_attn.q_proj.weight", b + "self_attn.k_proj.weight",
+                  b + "self_attn.v_proj.weight"},
+                 Kind::kQkv,
+                 {m.groups * (m.per_group() + 2) * m.d, m.h}});
+    t.push_back({a + "self_attention.linear_proj.weight",
+                 {b + "self_attn.o_proj.weight"},
+                 Kind::kCopy,
+                 {m.h, m.heads * m.d}});
+    t.push_back({a + "pre_mlp_layernorm.weight",
+                 {b + "post_attention_layernorm.weight"},
+                 Kind::kCopy,
+                 {m.h}});
+    t.push_back({a + "mlp.linear_fc1.weight",
+                 {b + "mlp.gate_proj.weight", b + "mlp.up_proj.weight"},
+                 Kind::kFc1,
+                 {2, m.f, m.h}});
+    t.push_back({a + "mlp.linear_fc2.weight",
+                 {b + "mlp.down_proj.weight"},
+                 Kind::kCopy,
+                 {m.h, m.f}});
+  }
+  t.push_back({"decoder.final_layernorm.weight",
+               {"model.norm.weight"},
+               Kind::kCopy,
+               {m.h}});
+  if (!c.tied_embeddings()) {
+    t.push_back(
+        {"output_layer.weight", {"lm_head.weight"}, Kind::kVocab, {m.v, m.h}});
+  }
+  return t;
+}
+
+// Copies `rows` rows of `row_bytes` from src row `from` to dst row `to`.
+void CopyRows(const Tensor& src, int64_t from, Tensor* dst, int64_t to,
+              int64_t rows, size_t row_bytes) {
+  std::memcpy(static_cast<char*>(dst->raw_data()) + to * row_bytes,
+              static_cast<const char*>(src.raw_data()) + from * row_bytes,
+              rows * row_bytes);
+}
+
+// Our fused QKV rows [groups, per_group + 2, d] to q [heads, d], k and v
+// [groups, d] (to_hf), or back.
+void MapQkv(const Dims& m, bool to_hf, Tensor* fused, Tensor* q, Tensor* k,
+            Tensor* v) {
+  const size_t row = m.h * DTypeSize(fused->dtype());
+  const int64_t block = (m.per_group() + 2) * m.d;
+  for (int64_t g = 0; g < m.groups; ++g) {
+    const int64_t base = g * block;
+    const int64_t qn = m.per_group() * m.d;
+    if (to_hf) {
+      CopyRows(*fused, base, q, g * qn, qn, row);
+      CopyRows(*fused, base + qn, k, g * m.d, m.d, row);
+      CopyRows(*fused, base + qn + m.d, v, g * m.d, m.d, row);
+    } else {
+      CopyRows(*q, g * qn, fused, base, qn, row);
+      CopyRows(*k, g * m.d, fused, base + qn, m.d, row);
+      CopyRows(*v, g * m.d, fused, base + qn + m.d, m.d, row);
+    }
+  }
+}
+
+// The Hugging Face shapes of an entry's tensors.
+std::vector<Shape> HfShapes(const Entry& e, const Dims& m,
+                            const ModelConfig& c) {
+  switch (e.kind) {
+    case Kind::kCopy:
+      return {e.shape};
+    case Kind::kVocab:
+      return {{HfVocabRows(c), m.h}};
+    case Kind::kQkv:
+      return {
+          {m.heads * m.d, m.h}, {m.groups * m.d, m.h}, {m.groups * m.d, m.h}};
+    case Kind::kFc1:
+      return {{m.f, m.h}, {m.f, m.h}};
+  }
+  return {};
+}
+
+}  // namespace
+
+absl::Status CheckLlamaCompatible(const ModelConfig& c) {
+  std::vector<std::string> why;
+  if (c.position_embedding_type() != checkpoint::POSITION_EMBEDDING_ROPE) {
+    why.push_back("position embeddings are not rotary (RoPE)");
+  }
+  if (c.normalization() != checkpoint::NORMALIZATION_RMS_NORM) {
+    why.push_back("normalization is not RMSNorm");
+  }
+  if (c.activation() != checkpoint::ACTIVATION_SWIGLU) {
+    why.push_back("activation is not SwiGLU");
+  }
+  if (c.add_bias_linear()) why.push_back("linear layers have biases");
+  const Dims m = DimsOf(c);
+  if (m.heads <= 0 || m.h <= 0 || m.h % m.heads != 0) {
+    why.push_back(absl::StrCat("hidden_size ", m.h,
+                               " is not a multiple of num_attention_heads ",
+                               m.heads));
+  } else if (m.groups <= 0 || m.heads % m.groups != 0) {
+    why.push_back(absl::StrCat("num_attention_heads ", m.heads,
+                               " is not a multiple of num_query_groups ",
+                               m.groups));
+  }
+  if (why.empty()) return absl::OkStatus();
+  std::string msg = "model cannot be expressed as LlamaForCausalLM:";
+  for (const auto& w : why) absl::StrAppend(&msg, " ", w, ";");
+  return absl::FailedPreconditionError(msg);
+}
+
+absl::StatusOr<NamedTensors> ExportLlama(
+    const std::map<std::string, Tensor>& params, const ModelConfig& config) {
+  MCC_RETURN_IF_ERROR(CheckLlamaCompatible(config));
+  const Dims m = DimsOf(config);
+  NamedTensors out;
+  for (const Entry& e : Table(config)) {
+    auto it = params.find(e.ours);
+    if (it == params.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("Llama export: parameter ", e.ours, " is missing"));
+    }
+    Tensor t = it->second;
+    if (!t.device().is_cpu()) {
+      MCC_ASSIGN_OR_RETURN(t, t.To(Device::CPU()));
+    }
+    if (t.shape() != e.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Llama export: parameter ", e.ours, " is ", t.Describe(),
+                       ", the configuration needs ", ShapeToString(e.shape)));
+    }
+    const std::vector<Shape> shapes = HfShapes(e, m, config);
+    switch (e.kind) {
+      case Kind::kCopy:
+        out.emplace_back(e.hf[0], t.Clone());
+        break;
+      case Kind::kVocab: {
+        MCC_ASSIGN_OR_RETURN(Tensor kept, KeepRows(t, HfVocabRows(config)));
+        out.emplace_back(e.hf[0], kept);
+        break;
+      }
+      case Kind::kQkv: {
+        Tensor q = Tensor::Empty(shapes[0], t.dtype());
+        Tensor k = Tensor::Empty(shapes[1], t.dtype());
+        Tensor v = Tensor::Empty(shapes[2], t.dtype());
+        MapQkv(m, /*to_hf=*/true, &t, &q, &k, &v);
+        out.emplace_back(e.hf[0], q);
+        out.emplace_back(e.hf[1], k);
+        out.emplace_back(e.hf[2], v);
+        break;
+      }
+      case Kind::kFc1:
+        for (int part = 0; part < 2; ++part) {
+          MCC_ASSIGN_OR_RETURN(Tensor half, t.Slice(part, part + 1));
+          MCC_ASSIGN_OR_RETURN(half, half.Clone().Reshape(shapes[part]));
+          out.emplace_back(e.hf[part], half);
+        }
+        break;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, Tensor>> ImportLlama(
+    const NamedTensors& hf, const ModelConfig& config) {
+  MCC_RETURN_IF_ERROR(CheckLlamaCompatible(config));
+  // Each layer has 9 tensors: a configuration with more layers than the
+  // file can hold fails here, before its tensor table is made.
+  if (config.num_layers() < 0 ||
+      config.num_layers() > static_cast<int64_t>(hf.size()) / 9) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Llama import: the configuration has ", config.num_layers(),
+        " layers (9 tensors each) but the files hold ", hf.size(), " tensors"));
+  }
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : hf) by_name[name] = &t;
+  const Dims m = DimsOf(config);
+  std::map<std::string, Tensor> out;
+  for (const Entry& e : Table(config)) {
+    const std::vector<Shape> shapes = HfShapes(e, m, config);
+    std::vector<Tensor> parts;
+    for (size_t i = 0; i < e.hf.size(); ++i) {
+      auto it = by_name.find(e.hf[i]);
+      if (it == by_name.end()) {
+        return absl::NotFoundError(
+            absl::StrCat("Llama import: tensor ", e.hf[i], " is missing"));
+      }
+      const Tensor& t = *it->second;
+      if (t.shape() != shapes[i]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Llama import: tensor ", e.hf[i], " is ", t.Describe(),
+            ", the configuration needs ", ShapeToString(shapes[i])));
+      }
+      Tensor f32 = t;
+      if (t.dtype() != DType::kFloat32) {
+        MCC_ASSIGN_OR_RETURN(f32, t.To(DType::kFloat32));
+      }
+      parts.push_back(f32);
+    }
+    Tensor r;
+    switch (e.kind) {
+      case Kind::kCopy:
+        r = parts[0].Clone();
+        break;
+      case Kind::kVocab:
+        r = PadRows(parts[0], e.shape);
+        break;
+      case Kind::kQkv:
+        r = Tensor::Empty(e.shape, DType::kFloat32);
+        MapQkv(m, /*to_hf=*/false, &r, &parts[0], &parts[1], &parts[2]);
+        break;
+      case Kind::kFc1:
+        r = Tensor::Empty(e.shape, DType::kFloat32);
+        std::memcpy(r.raw_data(), parts[0].raw_data(), parts[0].nbytes());
+        std::memcpy(static_cast<char*>(r.raw_data()) + parts[0].nbytes(),
+                    parts[1].raw_data(), parts[1].nbytes());
+        break;
+    }
+    out[e.ours] = r;
+  }
+  return out;
+}
+
+absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
+                                                 const std::string& path) {
+  absl::StatusOr<JsonDocument> parsed = ParseJsonDocument(text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", parsed.status().message()));
+  }
+  const JsonDocument& hf = *parsed;
+  if (!hf.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a JSON object"));
+  }
+  auto need = [&](const char* key) {
+    return JsonPositiveInt(hf, key, path, std::nullopt);
+  };
+  MCC_ASSIGN_OR_RETURN(int64_t vocab, need("vocab_size"));
+  MCC_ASSIGN_OR_RETURN(int64_t hidden, need("hidden_size"));
+  MCC_ASSIGN_OR_RETURN(int64_t ffn, need("intermediate_size"));
+  MCC_ASSIGN_OR_RETURN(int64_t layers, need("num_hidden_layers"));
+  MCC_ASSIGN_OR_RETURN(int64_t heads, need("num_attention_heads"));
+  MCC_ASSIGN_OR_RETURN(int64_t positions, need("max_position_embeddings"));
+  MCC_ASSIGN_OR_RETURN(int64_t groups,
+                       JsonPositiveInt(hf, "num_key_value_heads", path, heads));
+  MCC_ASSIGN_OR_RETURN(double eps,
+                       JsonPositiveNumber(hf, "rms_norm_eps", path, 1e-6));
+  MCC_ASSIGN_OR_RETURN(double theta,
+                       JsonPositiveNumber(hf, "rope_theta", path, 10000.0));
+  MCC_ASSIGN_OR_RETURN(bool tied,
+                       JsonBool(hf, "tie_word_embeddings", path, false));
+  if (hidden % heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": \"hidden_size\" ", hidden,
+                     " is not a multiple of \"num_attention_heads\" ", heads));
+  }
+  if (heads % groups != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": \"num_attention_heads\" ", heads,
+                     " is not a multiple of \"num_key_value_heads\" ", groups));
+  }
+  MCC_ASSIGN_OR_RETURN(int64_t head_dim,
+                       JsonPositiveInt(hf, "head_dim", path, hidden / heads));
+  if (head_dim != hidden / heads) {
+    return absl::UnimplementedError(
+        absl::StrCat(path, ": \"head_dim\" ", head_dim,
+                     " differs from hidden_size / num_attention_heads (",
+                     hidden / heads, "); only that head size is supported"));
+  }
+  if (hf.contains("hidden_act") && !hf["hidden_act"].is_null() &&
+      hf["hidden_act"] != "silu") {
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": \"hidden_act\" ", hf["hidden_act"].dump(),
+        " is not \"silu\" (SwiGLU), the only activation supported"));
+  }
+  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null()) {
+    return absl::UnimplementedError(
+        absl::StrCat(path,
+                     ": \"rope_scaling\" is set; only plain RoPE "
+                     "(rope_scaling null) is supported"));
+  }
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    MCC_ASSIGN_OR_RETURN(bool has, JsonBool(hf, bias, path, false));
+    if (has) {
+      return absl::UnimplementedError(
+          absl::StrCat(path, ": \"", bias,
+                       "\" is true; only Llama without biases is "
+                       "supported"));
+    }
+  }
+  ModelConfig config;
+  config.set_num_layers(layers);
+  config.set_hidden_size(hidden);
+  config.set_num_attention_heads(heads);
+  config.set_num_query_groups(groups);
+  config.set_ffn_hidden_size(ffn);
+  config.set_vocab_size(vocab);
+  config.set_padded_vocab_size(vocab);  // The rows stored: no padding.
+  config.set_seq_length(positions);
+  config.set_max_position_embeddings(positions);
+  config.set_position_embedding_type(checkpoint::POSITION_EMBEDDING_ROPE);
+  config.set_normalization(checkpoint::NORMALIZATION_RMS_NORM);
+  config.set_activation(checkpoint::ACTIVATION_SWIGLU);
+  config.set_tied_embeddings(tied);
+  config.set_add_bias_linear(false);
+  config.set_layernorm_epsilon(eps);
+  config.set_rotary_base(theta);
+  return config;
+}
+
+std::string LlamaConfigJson(const ModelConfig& c, DType dtype) {
+  const Dims m = DimsOf(c);
+  const char* torch_dtype = dtype == DType::kBFloat16  ? "bfloat16"
+                            : dtype == DType::kFloat16 ? "float16"
+                                                       : "float32";
+  // ordered_json: the keys in Hugging Face's order; doubles round-trip.
+  const nlohmann::ordered_json config = {
+      {"architectures", nlohmann::ordered_json::array({"LlamaForCausalLM"})},
+      {"model_type", "llama"},
+      {"vocab_size", HfVocabRows(c)},
+      {"hidden_size", c.hidden_size()},
+      {"intermediate_size", c.ffn_hidden_size()},
+      {"num_hidden_layers", c.num_layers()},
+      {"num_attention_heads", m.heads},
+      {"num_key_value_heads", m.groups},
+      {"head_dim", m.d},
+      {"hidden_act", "silu"},
+      {"max_position_embeddings", c.max_position_embeddings()},
+      {"rms_norm_eps", c.layernorm_epsilon()},
+      {"rope_theta", c.rotary_base()},
+      {"rope_scaling", nullptr},
+      {"attention_bias", false},
+      {"mlp_bias", false},
+      {"attention_dropout", 0.0},
+      {"tie_word_embeddings", c.tied_embeddings()},
+      {"torch_dtype", torch_dtype},
+  };
+  return config.dump(2) + "\n";
+}
+
+absl::StatusOr<NamedTensors> ExportCheckpointToHfLlama(
+    CheckpointReader& reader) {
+  const ModelConfig& config = reader.common_state().model();
+  MCC_RETURN_IF_ERROR(CheckLlamaCompatible(config));
+  std::map<std::string, Tensor> params;
+  for (const Entry& e : Table(config)) {
+    MCC_ASSIGN_OR_RETURN(params[e.ours], reader.ReadTensor(e.ours));
+  }
+  return ExportLlama(params, config);
+}
+
+}  // namespace mcc

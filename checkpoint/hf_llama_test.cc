@@ -1,0 +1,361 @@
+#include "checkpoint/hf_llama.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/hf_common.h"
+#include "checkpoint/in_process_group.h"
+#include "checkpoint/test_util.h"
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace {
+
+using testing_util::RandomTensor;
+
+// 4 query heads of size 3 over 2 K/V groups, vocabulary 11 padded to 16.
+checkpoint::ModelConfig SmallConfig(bool tied) {
+  checkpoint::ModelConfig c;
+  c.set_num_layers(2);
+  c.set_hidden_size(12);
+  c.set_num_attention_heads(4);
+  c.set_num_query_groups(2);
+  c.set_ffn_hidden_size(10);
+  c.set_padded_vocab_size(16);
+  c.set_vocab_size(11);
+  c.set_max_position_embeddings(7);
+  c.set_seq_length(7);
+  c.set_position_embedding_type(checkpoint::POSITION_EMBEDDING_ROPE);
+  c.set_normalization(checkpoint::NORMALIZATION_RMS_NORM);
+  c.set_activation(checkpoint::ACTIVATION_SWIGLU);
+  c.set_add_bias_linear(false);
+  c.set_tied_embeddings(tied);
+  c.set_layernorm_epsilon(1e-6);
+  c.set_rotary_base(500000.0);
+  return c;
+}
+
+// Random parameters; the vocabulary padding rows are zero, as models keep
+// them.
+std::map<std::string, Tensor> RandomParams(const checkpoint::ModelConfig& c) {
+  const int64_t h = c.hidden_size(), f = c.ffn_hidden_size(),
+                v = c.padded_vocab_size(), d = h / c.num_attention_heads();
+  const int64_t qkv = (c.num_attention_heads() + 2 * c.num_query_groups()) * d;
+  std::map<std::string, Tensor> p;
+  uint32_t seed = 1;
+  auto add = [&](const std::string& name, Shape shape) {
+    p[name] = RandomTensor(shape, DType::kFloat32, seed++);
+  };
+  auto add_vocab = [&](const std::string& name) {
+    Tensor t = RandomTensor({v, h}, DType::kFloat32, seed++);
+    float* x = t.data<float>();
+    for (int64_t i = c.vocab_size() * h; i < v * h; ++i) x[i] = 0;
+    p[name] = t;
+  };
+  add_vocab("embedding.word_embeddings.weight");
+  for (int i = 0; i < c.num_layers(); ++i) {
+    const std::string l = absl::StrCat("decoder.layers.", i, ".");
+    add(l + "input_layernorm.weight", {h});
+    add(l + "self_attention.linear_qkv.weight", {qkv, h});
+    add(l + "self_attention.linear_proj.weight", {h, h});
+    add(l + "pre_mlp_layernorm.weight", {h});
+    add(l + "mlp.linear_fc1.weight", {2, f, h});
+    add(l + "mlp.linear_fc2.weight", {h, f});
+  }
+  add("decoder.final_layernorm.weight", {h});
+  if (!c.tied_embeddings()) add_vocab("output_layer.weight");
+  return p;
+}
+
+const Tensor& Get(const NamedTensors& t, const std::string& name) {
+  for (const auto& [n, x] : t) {
+    if (n == name) return x;
+  }
+  ADD_FAILURE() << "missing " << name;
+  static Tensor empty;
+  return empty;
+}
+
+// Rows [first, first + n) of a 2-d tensor, as doubles.
+std::vector<double> Rows(const Tensor& t, int64_t first, int64_t n) {
+  const std::vector<double> all = t.ToDoubles();
+  const int64_t cols = t.numel() / t.size(0);
+  return std::vector<double>(all.begin() + first * cols,
+                             all.begin() + (first + n) * cols);
+}
+
+TEST(HfLlamaTest, ExportSplitsEachGroupsHeadsAndTheSwiGLUHalves) {
+  const auto config = SmallConfig(/*tied=*/false);
+  const auto params = RandomParams(config);
+  auto hf = ExportLlama(params, config);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  // Layer 1: our rows per group g are [q heads 2g, 2g + 1 | k_g | v_g].
+  const Tensor& fused =
+      params.at("decoder.layers.1.self_attention.linear_qkv.weight");
+  const Tensor& q = Get(*hf, "model.layers.1.self_attn.q_proj.weight");
+  const Tensor& k = Get(*hf, "model.layers.1.self_attn.k_proj.weight");
+  const Tensor& v = Get(*hf, "model.layers.1.self_attn.v_proj.weight");
+  ASSERT_EQ(q.shape(), (Shape{12, 12}));
+  ASSERT_EQ(k.shape(), (Shape{6, 12}));
+  ASSERT_EQ(v.shape(), (Shape{6, 12}));
+  const int64_t d = 3;
+  for (int64_t head = 0; head < 4; ++head) {
+    const int64_t g = head / 2, j = head % 2;
+    EXPECT_EQ(Rows(q, head * d, d), Rows(fused, (g * 4 + j) * d, d))
+        << "query head " << head;
+  }
+  for (int64_t g = 0; g < 2; ++g) {
+    EXPECT_EQ(Rows(k, g * d, d), Rows(fused, (g * 4 + 2) * d, d)) << g;
+    EXPECT_EQ(Rows(v, g * d, d), Rows(fused, (g * 4 + 3) * d, d)) << g;
+  }
+  // SwiGLU: our [0] goes through SiLU (the gate), [1] is the up projection.
+  const Tensor& fc1 = params.at("decoder.layers.0.mlp.linear_fc1.weight");
+  const auto fc1v = fc1.ToDoubles();
+  const auto gate = Get(*hf, "model.layers.0.mlp.gate_proj.weight").ToDoubles();
+  const auto up = Get(*hf, "model.layers.0.mlp.up_proj.weight").ToDoubles();
+  ASSERT_EQ(gate.size() * 2, fc1v.size());
+  EXPECT_EQ(gate,
+            std::vector<double>(fc1v.begin(), fc1v.begin() + fc1v.size() / 2));
+  EXPECT_EQ(up,
+            std::vector<double>(fc1v.begin() + fc1v.size() / 2, fc1v.end()));
+  // The vocabulary without its padding; the untied head exported.
+  EXPECT_EQ(Get(*hf, "model.embed_tokens.weight").shape(), (Shape{11, 12}));
+  EXPECT_EQ(Get(*hf, "lm_head.weight").shape(), (Shape{11, 12}));
+  EXPECT_EQ(
+      Get(*hf, "model.layers.0.post_attention_layernorm.weight").ToDoubles(),
+      params.at("decoder.layers.0.pre_mlp_layernorm.weight").ToDoubles());
+  EXPECT_EQ(hf->size(), 2u + 2 * 9 + 1);
+}
+
+TEST(HfLlamaTest, ImportInvertsExportExactly) {
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    const auto config = SmallConfig(tied);
+    const auto params = RandomParams(config);
+    auto hf = ExportLlama(params, config);
+    ASSERT_TRUE(hf.ok()) << hf.status();
+    EXPECT_EQ(hf->size(), (tied ? 1u : 2u) + 2 * 9 + 1);
+    auto back = ImportLlama(*hf, config);
+    ASSERT_TRUE(back.ok()) << back.status();
+    ASSERT_EQ(back->size(), params.size());
+    for (const auto& [name, t] : params) {
+      ASSERT_TRUE(back->count(name)) << name;
+      EXPECT_EQ(back->at(name).shape(), t.shape()) << name;
+      EXPECT_EQ(back->at(name).ToDoubles(), t.ToDoubles()) << name;
+    }
+  }
+}
+
+TEST(HfLlamaTest, ImportWidensBf16AndIgnoresExtraBuffers) {
+  const auto config = SmallConfig(/*tied=*/false);
+  auto hf = ExportLlama(RandomParams(config), config);
+  ASSERT_TRUE(hf.ok());
+  NamedTensors bf16;
+  for (const auto& [name, t] : *hf) {
+    bf16.emplace_back(name, *t.To(DType::kBFloat16));
+  }
+  bf16.emplace_back("model.layers.0.self_attn.rotary_emb.inv_freq",
+                    Tensor::Zeros({2}, DType::kFloat32));
+  auto back = ImportLlama(bf16, config);
+  ASSERT_TRUE(back.ok()) << back.status();
+  const Tensor& w = back->at("decoder.layers.0.mlp.linear_fc2.weight");
+  EXPECT_EQ(w.dtype(), DType::kFloat32);
+  EXPECT_EQ(w.ToDoubles(),
+            Get(bf16, "model.layers.0.mlp.down_proj.weight").ToDoubles());
+}
+
+TEST(HfLlamaTest, ErrorsNameTheProblem) {
+  auto config = SmallConfig(/*tied=*/false);
+  auto hf = ExportLlama(RandomParams(config), config);
+  ASSERT_TRUE(hf.ok());
+  NamedTensors missing(hf->begin() + 1, hf->end());
+  auto s = ImportLlama(missing, config).status();
+  EXPECT_NE(s.message().find("model.embed_tokens.weight is missing"),
+            std::string::npos)
+      << s;
+  NamedTensors wrong = *hf;
+  for (auto& [name, t] : wrong) {
+    if (name == "model.layers.1.self_attn.k_proj.weight") {
+      t = Tensor::Zeros({12, 12}, DType::kFloat32);
+    }
+  }
+  s = ImportLlama(wrong, config).status();
+  EXPECT_NE(s.message().find("k_proj.weight is fp32[12, 12]"), std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("needs [6, 12]"), std::string::npos) << s;
+  config.set_normalization(checkpoint::NORMALIZATION_LAYER_NORM);
+  config.set_add_bias_linear(true);
+  s = CheckLlamaCompatible(config);
+  EXPECT_NE(s.message().find("RMSNorm"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("biases"), std::string::npos) << s;
+}
+
+TEST(HfLlamaTest, ConfigJsonRoundTrips) {
+  const auto config = SmallConfig(/*tied=*/false);
+  const std::string text = LlamaConfigJson(config, DType::kFloat32);
+  EXPECT_TRUE(absl::StrContains(text, "\"model_type\": \"llama\"")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "\"num_key_value_heads\": 2")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "\"tie_word_embeddings\": false"))
+      << text;
+  auto parsed = ParseLlamaConfigJson(text, "c.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  checkpoint::ModelConfig want = config;
+  want.set_padded_vocab_size(11);
+  EXPECT_EQ(parsed->DebugString(), want.DebugString());
+}
+
+TEST(HfLlamaTest, ParsesAHubConfigAndNamesBadKeys) {
+  const std::string llama3 = R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 2048, "intermediate_size": 8192,
+    "num_attention_heads": 32, "num_key_value_heads": 8,
+    "num_hidden_layers": 16, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+    "vocab_size": 128256, "max_position_embeddings": 8192,
+    "tie_word_embeddings": true, "hidden_act": "silu", "rope_scaling": null,
+    "torch_dtype": "bfloat16"})";
+  auto c = ParseLlamaConfigJson(llama3, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_query_groups(), 8);
+  EXPECT_EQ(c->ffn_hidden_size(), 8192);
+  EXPECT_TRUE(c->tied_embeddings());
+  EXPECT_EQ(c->rotary_base(), 500000.0);
+  EXPECT_EQ(c->layernorm_epsilon(), 1e-5);
+  auto error = [&](const std::string& from, const std::string& to) {
+    std::string text = llama3;
+    text.replace(text.find(from), from.size(), to);
+    return std::string(
+        ParseLlamaConfigJson(text, "x/config.json").status().message());
+  };
+  EXPECT_NE(error("\"num_key_value_heads\": 8", "\"num_key_value_heads\": 5")
+                .find("x/config.json: \"num_attention_heads\" 32 is not a "
+                      "multiple of \"num_key_value_heads\" 5"),
+            std::string::npos);
+  EXPECT_NE(
+      error("\"rope_scaling\": null", "\"rope_scaling\": {\"factor\": 8.0}")
+          .find("\"rope_scaling\""),
+      std::string::npos);
+  EXPECT_NE(error("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"")
+                .find("\"hidden_act\" \"gelu\""),
+            std::string::npos);
+  EXPECT_NE(error("\"hidden_size\": 2048", "\"hidden_size\": -1")
+                .find("\"hidden_size\" must be a positive 32-bit integer"),
+            std::string::npos);
+}
+
+TEST(HfLlamaTest, WritesAndReadsShardedWeights) {
+  const auto config = SmallConfig(/*tied=*/false);
+  auto hf = ExportLlama(RandomParams(config), config);
+  ASSERT_TRUE(hf.ok());
+  const std::string dir = testing_util::FreshDir("hf_llama_shards");
+  auto exists = [&](const std::string& f) {
+    struct stat st;
+    return stat((dir + "/" + f).c_str(), &st) == 0;
+  };
+  // 1200 bytes a shard: 7 shards (12 x 12 fp32 is 576 bytes).
+  ASSERT_TRUE(WriteHfWeights(dir, *hf, 1200).ok());
+  EXPECT_TRUE(exists("model.safetensors.index.json"));
+  EXPECT_FALSE(exists("model.safetensors"));
+  EXPECT_TRUE(exists("model-00001-of-00007.safetensors"));
+  auto read = ReadHfWeights(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), hf->size());
+  for (const auto& [name, t] : *hf) {
+    EXPECT_EQ(Get(*read, name).ToDoubles(), t.ToDoubles()) << name;
+  }
+  // The index's total is the tensors' bytes.
+  std::ifstream index(dir + "/model.safetensors.index.json");
+  std::string text((std::istreambuf_iterator<char>(index)), {});
+  int64_t total = 0;
+  for (const auto& [name, t] : *hf) total += t.nbytes();
+  EXPECT_TRUE(absl::StrContains(text, absl::StrCat("\"total_size\": ", total)))
+      << text;
+  // Written again unsharded: the shards and index go.
+  ASSERT_TRUE(WriteHfWeights(dir, *hf, int64_t{1} << 40).ok());
+  EXPECT_FALSE(exists("model.safetensors.index.json"));
+  EXPECT_FALSE(exists("model-00001-of-00007.safetensors"));
+  read = ReadHfWeights(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->size(), hf->size());
+  // An index naming a missing shard.
+  {
+    std::ofstream bad(dir + "/model.safetensors.index.json");
+    bad << R"({"weight_map": {"a": "model-00001-of-00002.safetensors"}})";
+  }
+  auto s = ReadHfWeights(dir).status();
+  EXPECT_NE(s.message().find("model-00001-of-00002.safetensors"),
+            std::string::npos)
+      << s;
+}
+
+TEST(HfLlamaTest, ParsesShardSizes) {
+  EXPECT_EQ(*ParseByteSize("5GB"), 5000000000);
+  EXPECT_EQ(*ParseByteSize("200mb"), 200000000);
+  EXPECT_EQ(*ParseByteSize("64KB"), 64000);
+  EXPECT_EQ(*ParseByteSize("123"), 123);
+  EXPECT_FALSE(ParseByteSize("0").ok());
+  EXPECT_FALSE(ParseByteSize("5 TB").ok());
+  EXPECT_FALSE(ParseByteSize("GB").ok());
+}
+
+TEST(HfLlamaTest, ExportsATensorParallelCheckpoint) {
+  // Saved by 2 tensor-parallel ranks as the model splits it (qkv by rows,
+  // one K/V group a rank; fc1 [2, ffn, h] along dimension 1; proj and fc2
+  // by columns; the vocabulary by rows), exported whole.
+  const auto config = SmallConfig(/*tied=*/false);
+  const auto params = RandomParams(config);
+  checkpoint::CommonState common;
+  *common.mutable_model() = config;
+  const std::string dir = testing_util::FreshDir("hf_llama_export");
+  InProcessGroup group(2);
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::vector<ShardedTensorRef> refs;
+      for (const auto& [name, t] : params) {
+        int dim = -1;
+        if (absl::StrContains(name, "linear_qkv") ||
+            absl::StrContains(name, "word_embeddings") ||
+            absl::StrContains(name, "output_layer")) {
+          dim = 0;
+        } else if (absl::StrContains(name, "linear_fc1") ||
+                   absl::StrContains(name, "linear_proj") ||
+                   absl::StrContains(name, "linear_fc2")) {
+          dim = 1;
+        }
+        if (dim < 0) {
+          refs.push_back(ShardedTensorRef::Replicated(name, t));
+        } else {
+          const int64_t len = t.size(dim) / 2;
+          refs.push_back(ShardedTensorRef::SplitAlong(
+              name, testing_util::SliceDim(t, dim, rank * len, len), dim, rank,
+              2));
+        }
+      }
+      status[rank] =
+          SaveCheckpoint(dir, 10, refs, common, {}, group.Context(rank));
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(status[0].ok()) << status[0];
+  ASSERT_TRUE(status[1].ok()) << status[1];
+  auto reader = CheckpointReader::Open(dir);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto got = ExportCheckpointToHfLlama(**reader);
+  ASSERT_TRUE(got.ok()) << got.status();
+  auto want = ExportLlama(params, config);
+  ASSERT_TRUE(want.ok());
+  ASSERT_EQ(got->size(), want->size());
+  for (const auto& [name, t] : *want) {
+    EXPECT_EQ(Get(*got, name).ToDoubles(), t.ToDoubles()) << name;
+  }
+}
+
+}  // namespace
+}  // namespace mcc
