@@ -1,8 +1,9 @@
-// Ring attention against the serial flash attention (core/ops/attention.*):
-// alone (C = 1: the two-chunk split and the softmax merge) and in real
-// processes over gloo at C = 2 and 4, forward and backward, with GQA and
-// causal masking across the 2C-chunk layout, in fp32 and bf16. Every rank
-// computes the serial result of the whole sequence and checks its chunks.
+// Ring attention (and the all-to-all mode, ulysses_attention.h) against the
+// serial flash attention (core/ops/attention.*): alone (C = 1: the two-chunk
+// split and the softmax merge) and in real processes over gloo at C = 2 and
+// 4, forward and backward, with GQA and causal masking across the 2C-chunk
+// layout, in fp32 and bf16. Every rank computes the serial result of the
+// whole sequence and checks its chunks.
 #include "parallel/context_parallel/ring_attention.h"
 
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "core/ops/test_util.h"
 #include "gtest/gtest.h"
 #include "parallel/context_parallel/chunk_layout.h"
+#include "parallel/context_parallel/ulysses_attention.h"
 
 namespace mcc {
 namespace context_parallel {
@@ -28,6 +30,7 @@ struct Case {
   int world = 1;
   int64_t b = 2, s = 32, heads = 4, kv_heads = 4, d = 16;
   DType dtype = DType::kFloat32;
+  bool a2a = false;  // Ulysses all-to-all instead of the ring.
 };
 
 std::vector<Case> Cases() {
@@ -36,6 +39,9 @@ std::vector<Case> Cases() {
       {"cp2_gqa_fp32", 2, 2, 32, 4, 2, 16},
       {"cp2_gqa_bf16", 2, 2, 32, 4, 1, 16, DType::kBFloat16},
       {"cp4_gqa_fp32", 4, 1, 32, 4, 2, 8},
+      {"a2a_cp2_gqa_fp32", 2, 2, 32, 4, 2, 16, DType::kFloat32, true},
+      {"a2a_cp2_bf16", 2, 2, 32, 4, 4, 16, DType::kBFloat16, true},
+      {"a2a_cp4_fp32", 4, 1, 32, 8, 4, 8, DType::kFloat32, true},
   };
 }
 
@@ -122,11 +128,19 @@ std::string CheckCase(const Case& c, comm::ProcessGroup* group) {
     local_dout[a] = ChunkTensor(dout, g, l);
   }
   ChunkPair ring_out, ring_lse;
-  s = RingAttentionForward(group, in, 0.0f, &ring_out, &ring_lse);
   QkvChunks grads;
-  if (s.ok()) {
-    s = RingAttentionBackward(group, in, ring_out, local_dout, ring_lse, 0.0f,
-                              &grads);
+  if (c.a2a) {
+    UlyssesRecord record;
+    s = UlyssesAttentionForward(group, in, 0.0f, &ring_out, &record);
+    if (s.ok()) {
+      s = UlyssesAttentionBackward(group, record, local_dout, 0.0f, &grads);
+    }
+  } else {
+    s = RingAttentionForward(group, in, 0.0f, &ring_out, &ring_lse);
+    if (s.ok()) {
+      s = RingAttentionBackward(group, in, ring_out, local_dout, ring_lse, 0.0f,
+                                &grads);
+    }
   }
   if (!s.ok()) return s.ToString();
   std::string errors;
@@ -177,8 +191,10 @@ MCC_WORKER(ring_attention) {
 
 TEST(RingAttentionTest, OneRankSplitIntoTwoChunksEqualsSerial) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
-    Case c{"alone", 1, 2, 24, 4, 2, 8, dtype};
-    EXPECT_EQ(CheckCase(c, nullptr), "") << DTypeName(dtype);
+    for (bool a2a : {false, true}) {
+      Case c{"alone", 1, 2, 24, 4, 2, 8, dtype, a2a};
+      EXPECT_EQ(CheckCase(c, nullptr), "") << DTypeName(dtype) << a2a;
+    }
   }
 }
 
@@ -211,6 +227,24 @@ TEST(RingAttentionTest, CatchesAWrongMerge) {
                         ChunkOf(out, layout.GlobalChunk(1), l),
                         Tolerance(DType::kFloat32, false)),
             0.0);
+}
+
+TEST(UlyssesAttentionTest, RejectsHeadsThatDoNotDivide) {
+  // Alone C = 1 divides everything; the check itself is shared, so make a
+  // chunk whose shape disagrees with q instead.
+  QkvChunks in;
+  for (int a = 0; a < 2; ++a) {
+    in.q[a] = Tensor::Zeros({1, 4, 2, 8}, DType::kFloat32);
+    in.k[a] = Tensor::Zeros({1, 4, 2, 8}, DType::kFloat32);
+    in.v[a] = Tensor::Zeros({1, 4, 2, 8}, DType::kFloat32);
+  }
+  in.v[0] = Tensor::Zeros({1, 4, 2, 4}, DType::kFloat32);
+  ChunkPair out;
+  UlyssesRecord record;
+  const absl::Status s =
+      UlyssesAttentionForward(nullptr, in, 0.0f, &out, &record);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("a2a"), std::string::npos) << s;
 }
 
 TEST(RingAttentionTest, RejectsMismatchedChunks) {
