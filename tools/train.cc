@@ -383,6 +383,8 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
       {"recompute_num_layers",
        absl::GetFlag(FLAGS_recompute_granularity) != "full",
        "it needs --recompute-granularity full"},
+      {"cp_comm_type", absl::GetFlag(FLAGS_context_parallel_size) == 1,
+       "it needs --context-parallel-size > 1"},
       {"sequence_parallel", tp == 1,
        "it splits activations over tensor-parallel ranks "
        "(--tensor-model-parallel-size 1)"},
@@ -457,7 +459,7 @@ absl::StatusOr<std::unique_ptr<data_parallel::DataParallel>> MakeDataParallel(
   config.strategy = strategy;
   config.ddp = ddp_config;
   return training::WrapDataParallel(training::AsModels(job.model->chunks()),
-                                    job.dp(), job.pp(), config);
+                                    job.grad_dp(), job.pp(), config);
 }
 
 // --check-for-nan-in-loss-and-grad: an error naming the iteration, rank
@@ -721,6 +723,7 @@ absl::Status Train() {
   parts.data_parallel = ddp.get();
   parts.optimizer = optimizer.get();
   parts.dp_group = job->dp();
+  parts.context_group = job->cp();
   // Tied embedding and output weights on the first and last stages.
   parts.embedding_group =
       job->pp() != nullptr ? job->state->embedding() : nullptr;
@@ -847,8 +850,9 @@ absl::Status Train() {
     if (hash_interval > 0 && iteration % hash_interval == 0) {
       MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
       MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
+      // Under CP every parameter is replicated over DP x CP.
       MCC_RETURN_IF_ERROR(data_parallel::CheckWeightHashAcrossReplicas(
-          job->model->parameters(), job->dp()));
+          job->model->parameters(), job->grad_dp()));
       MCC_RETURN_IF_ERROR(ddp->ReleaseFullParams());
       if (log && dp > 1) {
         LOG(INFO) << "iteration " << iteration << ": weights identical on all "
