@@ -16,7 +16,9 @@
 #include "core/comm/init.h"
 #include "core/comm/mp_test_util.h"
 #include "core/ops/attention.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/test_util.h"
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "parallel/context_parallel/chunk_layout.h"
 #include "parallel/context_parallel/ulysses_attention.h"
@@ -195,6 +197,54 @@ TEST(RingAttentionTest, OneRankSplitIntoTwoChunksEqualsSerial) {
       Case c{"alone", 1, 2, 24, 4, 2, 8, dtype, a2a};
       EXPECT_EQ(CheckCase(c, nullptr), "") << DTypeName(dtype) << a2a;
     }
+  }
+}
+
+TEST(RingAttentionTest, TestDeviceRunsTheSameBitsWithoutHostCopies) {
+  // Ring and all-to-all attention reach memory only through ops: alone on
+  // the test device they give the CPU's bits and copy nothing to the host.
+  using ops::testing::RandomTensor;
+  for (bool a2a : {false, true}) {
+    std::vector<Tensor> args;
+    for (uint32_t seed = 1; seed <= 8; ++seed) {  // q, k, v, dout x 2.
+      args.push_back(RandomTensor({1, 4, 2, 8}, DType::kFloat32, seed));
+    }
+    for (int i = 0; i < 8; ++i) {  // out, dq, dk, dv x 2.
+      args.push_back(Tensor::Zeros({1, 4, 2, 8}, DType::kFloat32));
+    }
+    ops::testing::ExpectSameOnTestDevice(
+        args,
+        [a2a](std::vector<Tensor>& t) -> absl::Status {
+          QkvChunks in;
+          ChunkPair dout, out, lse;
+          for (int a = 0; a < 2; ++a) {
+            in.q[a] = t[a];
+            in.k[a] = t[2 + a];
+            in.v[a] = t[4 + a];
+            dout[a] = t[6 + a];
+          }
+          QkvChunks grads;
+          if (a2a) {
+            UlyssesRecord record;
+            MCC_RETURN_IF_ERROR(
+                UlyssesAttentionForward(nullptr, in, 0.0f, &out, &record));
+            MCC_RETURN_IF_ERROR(
+                UlyssesAttentionBackward(nullptr, record, dout, 0.0f, &grads));
+          } else {
+            MCC_RETURN_IF_ERROR(
+                RingAttentionForward(nullptr, in, 0.0f, &out, &lse));
+            MCC_RETURN_IF_ERROR(RingAttentionBackward(nullptr, in, out, dout,
+                                                      lse, 0.0f, &grads));
+          }
+          for (int a = 0; a < 2; ++a) {
+            MCC_RETURN_IF_ERROR(ops::Convert(out[a], &t[8 + a]));
+            MCC_RETURN_IF_ERROR(ops::Convert(grads.q[a], &t[10 + a]));
+            MCC_RETURN_IF_ERROR(ops::Convert(grads.k[a], &t[12 + a]));
+            MCC_RETURN_IF_ERROR(ops::Convert(grads.v[a], &t[14 + a]));
+          }
+          return absl::OkStatus();
+        },
+        a2a ? "a2a" : "ring");
   }
 }
 
