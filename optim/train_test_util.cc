@@ -58,6 +58,10 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   ctx.sequence_parallel = o.sequence_parallel && ctx.tp_group != nullptr;
   ctx.dtype = o.dtype;
   ctx.seed = o.model.seed;
+  comm::ProcessGroup* cp = state ? state->context() : nullptr;
+  if (cp != nullptr && cp->size() == 1) cp = nullptr;
+  ctx.cp_group = cp;
+  ctx.cp_comm_type = o.cp_comm_type;
   pipeline::PipelineConfig split = o.pipeline;
   split.num_layers = o.model.num_layers;
   comm::ProcessGroup* pp = state ? state->pipeline() : nullptr;
@@ -97,9 +101,11 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
                           : fsdp::ShardingStrategy::kNoShard;
     if (fsdp::ShardsGradients(o.sharding)) config.strategy = o.sharding;
     config.ddp = o.ddp;
-    MCC_ASSIGN_OR_RETURN(
-        ddp, training::WrapDataParallel(training::AsModels(model->chunks()), dp,
-                                        pp, config));
+    // Under CP gradients are reduced over DP x CP (Megatron's
+    // data-parallel group with context parallelism).
+    MCC_ASSIGN_OR_RETURN(ddp, training::WrapDataParallel(
+                                  training::AsModels(model->chunks()),
+                                  cp ? state->data_context() : dp, pp, config));
     MCC_ASSIGN_OR_RETURN(opt, ddp->CreateOptimizer(o.optimizer, groups));
   } else {
     MCC_ASSIGN_OR_RETURN(
@@ -114,6 +120,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   parts.data_parallel = ddp.get();
   parts.optimizer = opt.get();
   parts.dp_group = dp;
+  parts.context_group = cp;
   parts.embedding_group = state ? state->embedding() : nullptr;
   data_parallel::ReplicaGroupSources sources;
   if (state != nullptr) {

@@ -18,6 +18,7 @@
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
 #include "parallel/fsdp/sharding_strategy.h"
+#include "parallel/linear.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline_executor.h"
@@ -64,6 +65,14 @@ struct TrainOptions {
   // pipeline.pipeline_size; num_layers is taken from the model).
   pipeline::PipelineConfig pipeline;
   pipeline::PipelineOptions schedule;
+  // Sharded data parallelism beyond ddp.use_distributed_optimizer (kNoShard:
+  // as that flag says), e.g. ZeRO-3 under context parallelism.
+  fsdp::ShardingStrategy sharding = fsdp::ShardingStrategy::kNoShard;
+  // Context parallelism over state->context() when its size is above 1
+  // (batches stay whole; the model takes its chunks): how attention
+  // crosses the group.
+  parallel::LayerContext::CpCommType cp_comm_type =
+      parallel::LayerContext::CpCommType::kP2P;
 };
 
 struct TrainResult {

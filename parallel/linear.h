@@ -24,6 +24,13 @@ struct LayerContext {
   // layers reach its memory only through kernels, collectives and the
   // device's copy hook (initial values are drawn on the host and copied).
   Device device = Device::CPU();
+  // Context parallelism: the group over which the sequence is split (null
+  // or size 1: none; each rank then holds chunks i and 2C - 1 - i of every
+  // sequence, parallel/context_parallel/chunk_layout.h) and how attention
+  // crosses it.
+  comm::ProcessGroup* cp_group = nullptr;
+  enum class CpCommType { kP2P, kAllToAll };
+  CpCommType cp_comm_type = CpCommType::kP2P;
 };
 
 struct LinearOptions {

@@ -194,6 +194,7 @@ std::vector<flags::UnusedFlag> RefusedFlags() {
       {"decoder_first_pipeline_num_layers", true, no_pipeline},
       {"decoder_last_pipeline_num_layers", true, no_pipeline},
       {"no_overlap_p2p_communication", true, no_pipeline},
+      {"cp_comm_type", true, "eval runs without context parallelism"},
       {"save", true, no_saving},
       {"save_interval", true, no_saving},
       {"async_save", true, no_saving},

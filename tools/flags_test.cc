@@ -392,8 +392,11 @@ std::vector<Row> Table() {
       {"--tensor-model-parallel-size", "2"}, dp2);
   add("train", "pipeline_model_parallel_size", V::kEffect,
       {"--pipeline-model-parallel-size", "2"}, dp2);
-  add("train", "context_parallel_size", V::kRefused,
+  add("train", "context_parallel_size", V::kEffect,
       {"--context-parallel-size", "2"}, dp2);
+  add("train", "cp_comm_type", V::kEffect, {"--cp-comm-type", "a2a"},
+      With(dp2, {"--context-parallel-size", "2"}));
+  add("train", "cp_comm_type", V::kWarned, {"--cp-comm-type", "a2a"}, tm);
   add("train", "sequence_parallel", V::kEffect, {"--sequence-parallel"},
       With(dp2, {"--tensor-model-parallel-size", "2"}));
   add("train", "sequence_parallel", V::kWarned, {"--sequence-parallel"}, tm);
@@ -645,6 +648,7 @@ std::vector<Row> Table() {
       {"--pipeline-model-parallel-size", "2"}, Nproc(el, 2));
   add("eval", "context_parallel_size", V::kRefused,
       {"--context-parallel-size", "2"}, Nproc(el, 2));
+  add("eval", "cp_comm_type", V::kRefused, {"--cp-comm-type", "a2a"}, el);
   add("eval", "sequence_parallel", V::kWarned, {"--sequence-parallel"}, el);
   add("eval", "debug_collectives", V::kEffect, {"--debug-collectives"},
       Nproc(el, 2));

@@ -178,6 +178,17 @@ absl::StatusOr<std::unique_ptr<Job>> SetupJob() {
   MCC_ASSIGN_OR_RETURN(job->config, flags::GPTConfigFromFlags(job->vocab_size));
   job->context.tp_group = job->tp();
   job->context.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
+  job->context.cp_group = job->cp();
+  MCC_ASSIGN_OR_RETURN(job->context.cp_comm_type, flags::CpCommTypeFromFlags());
+  if (job->cp() != nullptr && job->is_logging_rank()) {
+    LOG(INFO) << "context parallelism: each sequence in "
+              << 2 * job->cp()->size() << " chunks over " << job->cp()->size()
+              << " ranks, attention by " << absl::GetFlag(FLAGS_cp_comm_type)
+              << (job->context.cp_comm_type ==
+                          parallel::LayerContext::CpCommType::kP2P
+                      ? " (ring: K/V around the CP ring)"
+                      : " (all-to-all over heads)");
+  }
   job->context.dtype = absl::GetFlag(FLAGS_bf16)   ? DType::kBFloat16
                        : absl::GetFlag(FLAGS_fp16) ? DType::kFloat16
                                                    : DType::kFloat32;

@@ -36,6 +36,16 @@ struct Job {
 
   comm::ProcessGroup* tp() const { return state ? state->tensor() : nullptr; }
   comm::ProcessGroup* dp() const { return state ? state->data() : nullptr; }
+  // Null without context parallelism.
+  comm::ProcessGroup* cp() const {
+    return state && state->layout().context_size() > 1 ? state->context()
+                                                       : nullptr;
+  }
+  // The group data parallelism reduces (and shards) gradients over: DP, or
+  // DP x CP under context parallelism, as Megatron's.
+  comm::ProcessGroup* grad_dp() const {
+    return cp() != nullptr ? state->data_context() : dp();
+  }
   // Null without pipelining.
   comm::ProcessGroup* pp() const {
     return state && state->layout().pipeline_size() > 1 ? state->pipeline()

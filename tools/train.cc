@@ -400,6 +400,8 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
       {"recompute_num_layers",
        absl::GetFlag(FLAGS_recompute_granularity) != "full",
        "it needs --recompute-granularity full"},
+      {"cp_comm_type", absl::GetFlag(FLAGS_context_parallel_size) == 1,
+       "it needs --context-parallel-size > 1"},
       {"sequence_parallel", tp == 1,
        "it splits activations over tensor-parallel ranks "
        "(--tensor-model-parallel-size 1)"},
@@ -504,7 +506,7 @@ absl::StatusOr<std::unique_ptr<data_parallel::DataParallel>> MakeDataParallel(
   config.strategy = strategy;
   config.ddp = ddp_config;
   return training::WrapDataParallel(training::AsModels(job.model->chunks()),
-                                    job.dp(), job.pp(), config);
+                                    job.grad_dp(), job.pp(), config);
 }
 
 // --check-for-nan-in-loss-and-grad: an error naming the iteration, rank
@@ -768,6 +770,7 @@ absl::Status Train() {
   parts.data_parallel = ddp.get();
   parts.optimizer = optimizer.get();
   parts.dp_group = job->dp();
+  parts.context_group = job->cp();
   // Tied embedding and output weights on the first and last stages.
   parts.embedding_group =
       job->pp() != nullptr ? job->state->embedding() : nullptr;

@@ -47,7 +47,8 @@ absl::StatusOr<Tensor> WholeLocalState(const Job& job,
                                        const Parameter& p,
                                        const optim::StateTensor* s) {
   const int64_t n = p.value.numel();
-  if (!optimizer->sharded() || job.dp_size() == 1) {
+  comm::ProcessGroup* dp = job.grad_dp();  // Where the optimizer shards.
+  if (!optimizer->sharded() || dp == nullptr || dp->size() == 1) {
     if (s == nullptr || s->tensor.numel() != n) {
       return absl::InternalError(absl::StrCat("optimizer state of ", p.name,
                                               " does not cover the parameter"));
@@ -55,7 +56,6 @@ absl::StatusOr<Tensor> WholeLocalState(const Job& job,
     Tensor t = s->tensor.Clone();
     return t.Reshape(p.value.shape());
   }
-  comm::ProcessGroup* dp = job.dp();
   Tensor mine = s != nullptr ? s->tensor : Tensor::Empty({0}, DType::kFloat32);
   MCC_ASSIGN_OR_RETURN(mine, mine.Reshape({-1}));
   Tensor count =
@@ -158,7 +158,8 @@ absl::Status SaveTrainingCheckpoint(
   parallel->set_tensor_model_parallel_size(parallel::GroupSize(job.tp()));
   parallel->set_pipeline_model_parallel_size(job.pipeline.pipeline_size);
   parallel->set_data_parallel_size(job.dp_size());
-  parallel->set_context_parallel_size(1);
+  parallel->set_context_parallel_size(
+      job.state ? job.state->layout().context_size() : 1);
   parallel->set_sequence_parallel(job.context.sequence_parallel);
   parallel->set_use_distributed_optimizer(optimizer != nullptr &&
                                           optimizer->sharded());

@@ -176,7 +176,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   if (parts.optimizer == nullptr) {
     return absl::InvalidArgumentError("trainer: no optimizer");
   }
-  if (parts.data_parallel != nullptr &&
+  const bool cp = GroupSize(parts.context_group) > 1;
+  if (cp && parts.data_parallel != nullptr &&
+      GroupSize(parts.data_parallel->dp_group()) !=
+          GroupSize(parts.dp_group) * GroupSize(parts.context_group)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainer: with context parallelism (size ",
+        GroupSize(parts.context_group),
+        ") data parallelism must reduce gradients over DP x CP (size ",
+        GroupSize(parts.dp_group) * GroupSize(parts.context_group), "), not ",
+        GroupSize(parts.data_parallel->dp_group()), " ranks"));
+  }
+  if (!cp && parts.data_parallel != nullptr &&
       parts.data_parallel->dp_group() != parts.dp_group &&
       GroupSize(parts.data_parallel->dp_group()) + GroupSize(parts.dp_group) >
           2) {

@@ -88,6 +88,11 @@ struct TrainerParts {
   // Losses are averaged over this group (null: this rank alone). It must be
   // data_parallel's group when both are given.
   comm::ProcessGroup* dp_group = nullptr;
+  // Context parallelism (null or size 1: none). Every CP rank then reports
+  // its micro-batches' whole loss (the model sums it over CP), so losses
+  // still average over dp_group alone, while data_parallel reduces the
+  // gradients over DP x CP (its group must have dp x cp ranks).
+  comm::ProcessGroup* context_group = nullptr;
   // The first and last pipeline stages, over which a tied embedding /
   // output weight's two copies sum their gradients (null: none).
   comm::ProcessGroup* embedding_group = nullptr;

@@ -12,6 +12,7 @@
 #include "core/ops/layout.h"
 #include "core/ops/loss_sum.h"
 #include "core/status_macros.h"
+#include "parallel/context_parallel/chunk_layout.h"
 #include "parallel/mappings.h"
 
 namespace mcc {
@@ -156,7 +157,8 @@ absl::StatusOr<parallel::TensorSpec> GPTModel::InputSpec(int microbatch) const {
   MCC_ASSIGN_OR_RETURN(const MicroBatch* batch, Batch(microbatch));
   MCC_RETURN_IF_ERROR(CheckBatch(*batch));
   parallel::TensorSpec spec;
-  spec.shape = HiddenShape(batch->tokens.size(0), batch->tokens.size(1));
+  spec.shape =
+      HiddenShape(batch->tokens.size(0), batch->tokens.size(1) / cp_size());
   spec.dtype = context_.dtype;
   // The hidden states live on the model's device.
   spec.device = context_.device;
@@ -205,10 +207,16 @@ absl::Status GPTModel::CheckBatch(const MicroBatch& batch) const {
         "micro-batch sequence length ", t.size(1),
         " exceeds the position table (", config_.max_positions(), ")"));
   }
-  if (context_.sequence_parallel && t.size(1) % GroupSize(context_.tp_group)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sequence length ", t.size(1),
-                     " is not divisible by the tensor-parallel size under SP"));
+  if (cp_size() > 1) {
+    MCC_RETURN_IF_ERROR(context_parallel::ChunkLayout::Create(
+                            cp_size(), GroupRank(context_.cp_group), t.size(1))
+                            .status());
+  }
+  const int64_t local_s = t.size(1) / cp_size();
+  if (context_.sequence_parallel && local_s % GroupSize(context_.tp_group)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence length ", t.size(1), cp_size() > 1 ? " / CP" : "",
+        " is not divisible by the tensor-parallel size under SP"));
   }
   if (batch.labels.shape() != t.shape() ||
       batch.labels.dtype() != DType::kInt64) {
@@ -294,6 +302,52 @@ absl::StatusOr<Tensor> GPTModel::Embed(const Tensor& ids,
   return x;
 }
 
+int GPTModel::cp_size() const {
+  return std::max(1, GroupSize(context_.cp_group));
+}
+
+absl::StatusOr<MicroBatch> GPTModel::ContextSlice(
+    const MicroBatch& full) const {
+  if (cp_size() == 1) return full;
+  MCC_ASSIGN_OR_RETURN(auto layout, context_parallel::ChunkLayout::Create(
+                                        cp_size(), GroupRank(context_.cp_group),
+                                        full.tokens.size(1)));
+  MicroBatch local;
+  MCC_ASSIGN_OR_RETURN(local.tokens, layout.SliceSequence(full.tokens));
+  MCC_ASSIGN_OR_RETURN(local.labels, layout.SliceSequence(full.labels));
+  if (full.loss_mask.defined()) {
+    MCC_ASSIGN_OR_RETURN(local.loss_mask, layout.SliceSequence(full.loss_mask));
+  }
+  return local;
+}
+
+absl::StatusOr<Tensor> GPTModel::LocalPositions(int64_t b, int64_t s) const {
+  if (cp_size() == 1 || position_embeddings_ == nullptr) {
+    return SeqMajorPositions(b, s, 0);
+  }
+  // Two chunks: rows [c * l * b, (c + 1) * l * b) hold chunk c's positions.
+  const int64_t l = s / 2;
+  Tensor positions = Tensor::Empty({s * b}, DType::kInt64, context_.device);
+  for (int c = 0; c < 2; ++c) {
+    const int64_t first = context_parallel::ChunkLayout::GlobalChunk(
+                              cp_size(), GroupRank(context_.cp_group), c) *
+                          l;
+    MCC_ASSIGN_OR_RETURN(Tensor part, SeqMajorPositions(b, l, first));
+    MCC_ASSIGN_OR_RETURN(Tensor rows,
+                         positions.Slice(c * l * b, (c + 1) * l * b));
+    MCC_RETURN_IF_ERROR(ops::Convert(part, &rows));
+  }
+  return positions;
+}
+
+uint64_t GPTModel::EmbeddingDropoutOffset(uint64_t call, int64_t b,
+                                          int64_t s) const {
+  // CP rank r's embeddings take the r-th S / C of the site's stretch.
+  return DropoutOffset(call, config_.num_layers, b, s) +
+         static_cast<uint64_t>(GroupRank(context_.cp_group)) *
+             static_cast<uint64_t>(s * b * config_.hidden_size);
+}
+
 absl::Status GPTModel::CheckWholeModel(const char* what) const {
   if (chunk_.pre_process && chunk_.post_process) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
@@ -303,6 +357,11 @@ absl::Status GPTModel::CheckWholeModel(const char* what) const {
 }
 
 absl::StatusOr<Tensor> GPTModel::LastTokenLogits(const Tensor& tokens) {
+  if (cp_size() > 1) {
+    return absl::FailedPreconditionError(
+        "LastTokenLogits with context parallelism: build a model without it "
+        "for generation");
+  }
   MCC_RETURN_IF_ERROR(CheckWholeModel("generation"));
   MicroBatch batch;
   batch.tokens = tokens;
@@ -381,6 +440,11 @@ absl::StatusOr<KvCache> GPTModel::NewKvCache(int64_t batch,
 }
 
 absl::StatusOr<Tensor> GPTModel::Extend(const Tensor& tokens, KvCache* cache) {
+  if (cp_size() > 1) {
+    return absl::FailedPreconditionError(
+        "KV-cache decoding with context parallelism: build a model without "
+        "it for generation");
+  }
   MCC_RETURN_IF_ERROR(CheckWholeModel("KV-cache decoding"));
   if (context_.sequence_parallel && GroupSize(context_.tp_group) > 1) {
     return absl::FailedPreconditionError(
@@ -466,8 +530,10 @@ uint64_t GPTModel::DropoutOffset(uint64_t call, int site_block, int64_t b,
   // Each forward call owns a disjoint stretch of the dropout stream: two
   // sites per layer plus the embedding's, numbered over the whole model so
   // that every pipeline split draws the serial model's masks.
+  // s is this rank's share under CP; the stream is laid out by the whole
+  // sequence's length.
   const uint64_t full_numel =
-      static_cast<uint64_t>(s * b * config_.hidden_size);
+      static_cast<uint64_t>(s * cp_size() * b * config_.hidden_size);
   return (call * (config_.num_layers + 1) + site_block) * 2 * full_numel;
 }
 
@@ -483,11 +549,13 @@ absl::Status GPTModel::LayerForward(int i, const Tensor& x,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& batch,
+absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& full_batch,
                                               const Tensor& input,
                                               bool backward_after,
                                               ChunkRecord* rec) {
-  MCC_RETURN_IF_ERROR(CheckBatch(batch));
+  MCC_RETURN_IF_ERROR(CheckBatch(full_batch));
+  // Under context parallelism this rank's two chunks of every sequence.
+  MCC_ASSIGN_OR_RETURN(const MicroBatch batch, ContextSlice(full_batch));
   comm::ProcessGroup* tp = context_.tp_group;
   const int64_t b = batch.tokens.size(0), s = batch.tokens.size(1);
   const int num_layers = static_cast<int>(layers_.size());
@@ -502,11 +570,10 @@ absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& batch,
   if (chunk_.pre_process) {
     // Embeddings, in sequence-major order.
     MCC_ASSIGN_OR_RETURN(Tensor ids, SeqMajor(batch.tokens));
-    MCC_ASSIGN_OR_RETURN(Tensor positions, SeqMajorPositions(b, s, 0));
+    MCC_ASSIGN_OR_RETURN(Tensor positions, LocalPositions(b, s));
     MCC_RETURN_IF_ERROR(CallBeforeForward(embedding_unit_));
     MCC_ASSIGN_OR_RETURN(
-        x, Embed(ids, positions,
-                 DropoutOffset(rec->call, config_.num_layers, b, s),
+        x, Embed(ids, positions, EmbeddingDropoutOffset(rec->call, b, s),
                  backward_after));
     MCC_RETURN_IF_ERROR(CallAfterForward(embedding_unit_));
     if (backward_after) {
@@ -595,6 +662,12 @@ absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& batch,
   MCC_RETURN_IF_ERROR(ops::LossSum(losses, mask, labels,
                                    rec->ce_act.ignore_index,
                                    /*accumulate=*/false, &loss_sum));
+  if (cp_size() > 1) {
+    // Every CP rank holds the whole micro-batch's loss sum and token count:
+    // each normalises its share by all the sequence's tokens.
+    MCC_RETURN_IF_ERROR(
+        context_.cp_group->AllReduceSync(&loss_sum, comm::ReduceOp::kSum));
+  }
   if (backward_after) {
     rec->mask = mask;
     rec->pending = true;
@@ -623,7 +696,11 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
   if (chunk_.post_process) {
     Tensor dloss = Tensor::Empty({s * b}, DType::kFloat32, context_.device);
     MCC_RETURN_IF_ERROR(
-        ops::LossSumGradient(rec->loss_sum, rec->mask, grad_scale, &dloss));
+        // Times C: data parallelism averages the gradients over DP x CP,
+        // where the CP ranks' shares must add up (Megatron scales so too).
+        ops::LossSumGradient(rec->loss_sum, rec->mask,
+                             grad_scale * static_cast<float>(cp_size()),
+                             &dloss));
     MCC_ASSIGN_OR_RETURN(Tensor dlogits,
                          parallel::VocabParallelCrossEntropy::Backward(
                              dloss, rec->ce_act, context_.dtype));
@@ -697,8 +774,7 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
   if (p > 0) {
     Tensor d = Tensor::Empty(demb.shape(), demb.dtype(), demb.device());
     MCC_RETURN_IF_ERROR(ops::DropoutBackward(
-        demb, p, config_.seed,
-        DropoutOffset(rec->call, config_.num_layers, b, s), &d));
+        demb, p, config_.seed, EmbeddingDropoutOffset(rec->call, b, s), &d));
     demb = d;
   }
   MCC_RETURN_IF_ERROR(word_embeddings_->Backward(rec->ids, demb));

@@ -69,6 +69,18 @@ struct ChunkRecord : parallel::ActivationRecord {
 // softmax and never trained. A model may hold only
 // a chunk of the decoder (ModelChunkSpec) for pipeline parallelism.
 //
+// Context parallelism (context.cp_group of size C > 1): micro-batches stay
+// whole ([b, S] on every CP rank, as the loader gives them); each rank
+// computes its two chunks of every sequence (chunks i and 2C - 1 - i,
+// parallel/context_parallel/chunk_layout.h), so hidden states between
+// stages are [S / C * b (/ TP under SP), hidden]. Positions and the causal
+// mask follow the global positions, the loss sum and token count are summed
+// over the CP group (every CP rank reports the micro-batch's loss), and the
+// backward scales its gradients by C because data parallelism averages them
+// over DP x CP. Generation (LastTokenLogits, KV caches) and attention
+// dropout are refused under CP; hidden-dropout masks differ from the serial
+// run's.
+//
 // Implements the model contract (parallel/model.h): units are the
 // embeddings (pre_process), each layer, and the head (post_process: final
 // norm and untied output layer; a tied head also opens the embedding unit
@@ -185,6 +197,14 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   // without learned position embeddings, which alone look them up).
   absl::StatusOr<Tensor> SeqMajorPositions(int64_t b, int64_t s,
                                            int64_t first) const;
+  // Context parallelism (context_.cp_group): its size (1 without), this
+  // rank's two chunks of a full-sequence micro-batch (the batch itself
+  // without CP), the positions of this rank's s tokens, and where its
+  // embedding-dropout masks start.
+  int cp_size() const;
+  absl::StatusOr<MicroBatch> ContextSlice(const MicroBatch& full) const;
+  absl::StatusOr<Tensor> LocalPositions(int64_t b, int64_t s) const;
+  uint64_t EmbeddingDropoutOffset(uint64_t call, int64_t b, int64_t s) const;
 
   GPTConfig config_;
   parallel::LayerContext context_;

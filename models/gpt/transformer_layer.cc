@@ -14,6 +14,8 @@
 #include "core/ops/norm.h"
 #include "core/ops/rotary.h"
 #include "core/status_macros.h"
+#include "parallel/context_parallel/chunk_layout.h"
+#include "parallel/context_parallel/ring_attention.h"
 #include "parallel/mappings.h"
 
 namespace mcc {
@@ -87,6 +89,24 @@ absl::StatusOr<std::unique_ptr<TransformerLayer>> TransformerLayer::Create(
     const parallel::LayerContext& context) {
   const int tp = GroupSize(context.tp_group);
   MCC_RETURN_IF_ERROR(config.Validate(tp, context.sequence_parallel));
+  if (GroupSize(context.cp_group) > 1 && config.attention_dropout > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention dropout ", config.attention_dropout,
+        " with context parallelism (size ", GroupSize(context.cp_group),
+        "): not supported; set --attention-dropout 0"));
+  }
+  const int cp = GroupSize(context.cp_group);
+  if (cp > 1 &&
+      context.cp_comm_type == parallel::LayerContext::CpCommType::kAllToAll &&
+      ((config.num_attention_heads / tp) % cp != 0 ||
+       (config.query_groups() / tp) % cp != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cp-comm-type a2a: the ", config.num_attention_heads / tp,
+        " attention heads and ", config.query_groups() / tp,
+        " query groups per tensor-parallel rank must divide by the "
+        "context-parallel size ",
+        cp, " (use --cp-comm-type p2p)"));
+  }
   auto layer = std::unique_ptr<TransformerLayer>(new TransformerLayer);
   layer->config_ = config;
   layer->context_ = context;
@@ -263,6 +283,38 @@ absl::StatusOr<Tensor> TransformerLayer::DropoutBackward(
   return dx;
 }
 
+int TransformerLayer::cp_size() const { return GroupSize(context_.cp_group); }
+int TransformerLayer::cp_rank() const { return GroupRank(context_.cp_group); }
+
+uint64_t TransformerLayer::DropoutShift(const Tensor& x) const {
+  // Under SP this rank holds rows [rank * n, (rank + 1) * n) of its CP
+  // rank's tokens: without CP its masks continue the serial model's stream
+  // at that place. CP rank r takes the r-th S / C of each site's stretch,
+  // so every token still gets its own mask (not the serial run's: its
+  // tokens are chunks i and 2C - 1 - i).
+  const bool sp = context_.sequence_parallel;
+  const uint64_t tp_parts = sp ? GroupSize(context_.tp_group) : 1;
+  const uint64_t tp_rank = sp ? GroupRank(context_.tp_group) : 0;
+  return (static_cast<uint64_t>(cp_rank()) * tp_parts + tp_rank) *
+         static_cast<uint64_t>(x.numel());
+}
+
+uint64_t TransformerLayer::DropoutSiteStride(const Tensor& x) const {
+  const bool sp = context_.sequence_parallel;
+  const uint64_t tp_parts = sp ? GroupSize(context_.tp_group) : 1;
+  return static_cast<uint64_t>(x.numel()) * tp_parts * cp_size();
+}
+
+absl::Status TransformerLayer::ContextParallelAttention(
+    Activations* act) const {
+  if (context_.cp_comm_type == parallel::LayerContext::CpCommType::kAllToAll) {
+    return context_parallel::UlyssesAttentionForward(
+        context_.cp_group, act->cp_qkv, 0.0f, &act->cp_out, &act->cp_a2a);
+  }
+  return context_parallel::RingAttentionForward(
+      context_.cp_group, act->cp_qkv, 0.0f, &act->cp_out, &act->cp_lse);
+}
+
 absl::Status TransformerLayer::Attention(int64_t micro_batch,
                                          Activations* act) const {
   const int64_t s = act->q.size(1);
@@ -304,18 +356,38 @@ absl::StatusOr<Tensor> TransformerLayer::Forward(
     Activations* act, LayerKvCache* cache, int64_t cache_position) const {
   const int64_t b = micro_batch;
   const int64_t d = config_.head_dim();
-  const bool sp = context_.sequence_parallel;
-  const int tp = GroupSize(context_.tp_group);
-  // Under SP this rank holds rows [rank * n, (rank + 1) * n) of the sequence;
-  // its dropout masks continue the serial model's stream at that place.
-  const uint64_t sp_shift =
-      sp ? static_cast<uint64_t>(GroupRank(context_.tp_group)) * x.numel() : 0;
-  const uint64_t stride = static_cast<uint64_t>(x.numel()) * (sp ? tp : 1);
+  const uint64_t sp_shift = DropoutShift(x);
+  const uint64_t stride = DropoutSiteStride(x);
   act->dropout_offset = dropout_offset;
+  const bool cp = cp_size() > 1;
+  if (cp && cache != nullptr) {
+    return absl::FailedPreconditionError(
+        "KV-cache decoding with context parallelism: build the decoding "
+        "model without it");
+  }
 
   MCC_ASSIGN_OR_RETURN(Tensor ln1, ln1_->Forward(x, &act->ln1));
   MCC_ASSIGN_OR_RETURN(Tensor qkv, qkv_->Forward(ln1, &act->qkv));
   const int64_t s = qkv.size(0) / b;
+  Tensor ctx =
+      Tensor::Empty({s * b, local_heads_ * d}, qkv.dtype(), qkv.device());
+  if (cp) {
+    MCC_RETURN_IF_ERROR(ContextParallelForward(qkv, b, s, act, &ctx));
+  } else {
+    MCC_RETURN_IF_ERROR(
+        LocalAttentionForward(qkv, b, s, act, cache, cache_position, &ctx));
+  }
+  MCC_ASSIGN_OR_RETURN(Tensor attn, proj_->Forward(ctx, &act->proj));
+  MCC_ASSIGN_OR_RETURN(attn, Dropout(attn, dropout_offset + sp_shift));
+  Tensor h1 = Tensor::Empty(x.shape(), x.dtype(), x.device());
+  MCC_RETURN_IF_ERROR(ops::Add(x, attn, &h1));
+  return MlpForward(x, h1, dropout_offset + stride + sp_shift, act);
+}
+
+absl::Status TransformerLayer::LocalAttentionForward(
+    const Tensor& qkv, int64_t b, int64_t s, Activations* act,
+    LayerKvCache* cache, int64_t cache_position, Tensor* ctx) const {
+  const int64_t d = config_.head_dim();
   const QkvLayout layout{b, s, local_groups_, local_heads_ / local_groups_, d};
   act->q = Tensor::Empty({b, s, local_heads_, d}, qkv.dtype(), qkv.device());
   act->k = Tensor::Empty({b, s, local_groups_, d}, qkv.dtype(), qkv.device());
@@ -340,19 +412,64 @@ absl::StatusOr<Tensor> TransformerLayer::Forward(
   } else {
     MCC_RETURN_IF_ERROR(Attention(b, act));
   }
-  Tensor ctx =
-      Tensor::Empty({s * b, local_heads_ * d}, qkv.dtype(), qkv.device());
   MCC_RETURN_IF_ERROR(
-      TransposeBatchSeq(act->attn_out, b, s, &ctx, /*to_seq_major=*/true));
+      TransposeBatchSeq(act->attn_out, b, s, ctx, /*to_seq_major=*/true));
   if (config_.recompute_granularity == RecomputeGranularity::kSelective) {
     act->attn_out = Tensor();  // Rebuilt from q, k, v in the backward.
     act->lse = Tensor();
   }
-  MCC_ASSIGN_OR_RETURN(Tensor attn, proj_->Forward(ctx, &act->proj));
-  MCC_ASSIGN_OR_RETURN(attn, Dropout(attn, dropout_offset + sp_shift));
-  Tensor h1 = Tensor::Empty(x.shape(), x.dtype(), x.device());
-  MCC_RETURN_IF_ERROR(ops::Add(x, attn, &h1));
+  return absl::OkStatus();
+}
 
+absl::Status TransformerLayer::ContextParallelForward(const Tensor& qkv,
+                                                      int64_t b, int64_t s,
+                                                      Activations* act,
+                                                      Tensor* ctx) const {
+  const int64_t d = config_.head_dim();
+  const int64_t l = s / 2;  // Rows [c * l * b, (c + 1) * l * b): chunk c.
+  const QkvLayout layout{b, l, local_groups_, local_heads_ / local_groups_, d};
+  context_parallel::QkvChunks& in = act->cp_qkv;
+  for (int c = 0; c < 2; ++c) {
+    MCC_ASSIGN_OR_RETURN(Tensor rows, qkv.Slice(c * l * b, (c + 1) * l * b));
+    in.q[c] = Tensor::Empty({b, l, local_heads_, d}, qkv.dtype(), qkv.device());
+    in.k[c] =
+        Tensor::Empty({b, l, local_groups_, d}, qkv.dtype(), qkv.device());
+    in.v[c] =
+        Tensor::Empty({b, l, local_groups_, d}, qkv.dtype(), qkv.device());
+    MCC_RETURN_IF_ERROR(SplitQkv(rows, layout, &in.q[c], &in.k[c], &in.v[c]));
+    if (config_.position_embedding == PositionEmbedding::kRope) {
+      ops::RotaryOptions rope;
+      rope.base = config_.rotary_base;
+      rope.position_offset = ChunkStart(c, l);
+      MCC_RETURN_IF_ERROR(ops::RotaryForward(in.q[c], rope, &in.q[c]));
+      MCC_RETURN_IF_ERROR(ops::RotaryForward(in.k[c], rope, &in.k[c]));
+    }
+  }
+  MCC_RETURN_IF_ERROR(ContextParallelAttention(act));
+  for (int c = 0; c < 2; ++c) {
+    MCC_ASSIGN_OR_RETURN(Tensor rows, ctx->Slice(c * l * b, (c + 1) * l * b));
+    MCC_RETURN_IF_ERROR(TransposeBatchSeq(act->cp_out[c], b, l, &rows,
+                                          /*to_seq_major=*/true));
+  }
+  if (config_.recompute_granularity == RecomputeGranularity::kSelective) {
+    act->cp_out = {};  // Rebuilt from the chunks' q, k, v in the backward.
+    act->cp_lse = {};
+    act->cp_a2a = {};
+  }
+  return absl::OkStatus();
+}
+
+int64_t TransformerLayer::ChunkStart(int local_chunk,
+                                     int64_t chunk_length) const {
+  return context_parallel::ChunkLayout::GlobalChunk(cp_size(), cp_rank(),
+                                                    local_chunk) *
+         chunk_length;
+}
+
+absl::StatusOr<Tensor> TransformerLayer::MlpForward(const Tensor& x,
+                                                    const Tensor& h1,
+                                                    uint64_t dropout_offset,
+                                                    Activations* act) const {
   MCC_ASSIGN_OR_RETURN(Tensor ln2, ln2_->Forward(h1, &act->ln2));
   MCC_ASSIGN_OR_RETURN(act->fc1_out, fc1_->Forward(ln2, &act->fc1));
   Tensor hidden;
@@ -370,7 +487,7 @@ absl::StatusOr<Tensor> TransformerLayer::Forward(
     }
   }
   MCC_ASSIGN_OR_RETURN(Tensor mlp, fc2_->Forward(hidden, &act->fc2));
-  MCC_ASSIGN_OR_RETURN(mlp, Dropout(mlp, dropout_offset + stride + sp_shift));
+  MCC_ASSIGN_OR_RETURN(mlp, Dropout(mlp, dropout_offset));
   Tensor out = Tensor::Empty(x.shape(), x.dtype(), x.device());
   MCC_RETURN_IF_ERROR(ops::Add(h1, mlp, &out));
   return out;
@@ -381,11 +498,8 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
                                                   Activations* act) const {
   const int64_t b = micro_batch;
   const int64_t d = config_.head_dim();
-  const bool sp = context_.sequence_parallel;
-  const int tp = GroupSize(context_.tp_group);
-  const uint64_t sp_shift =
-      sp ? static_cast<uint64_t>(GroupRank(context_.tp_group)) * dy.numel() : 0;
-  const uint64_t stride = static_cast<uint64_t>(dy.numel()) * (sp ? tp : 1);
+  const uint64_t sp_shift = DropoutShift(dy);
+  const uint64_t stride = DropoutSiteStride(dy);
 
   // MLP branch.
   MCC_ASSIGN_OR_RETURN(Tensor dmlp, DropoutBackward(dy, act->dropout_offset +
@@ -412,6 +526,68 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
                        DropoutBackward(dh1, act->dropout_offset + sp_shift));
   MCC_ASSIGN_OR_RETURN(Tensor dctx, proj_->Backward(dattn, act->proj));
   const int64_t s = dctx.size(0) / b;
+  const QkvLayout layout{b, s, local_groups_, local_heads_ / local_groups_, d};
+  Tensor dqkv =
+      Tensor::Empty({s * b, layout.row()}, dctx.dtype(), dctx.device());
+  if (cp_size() > 1) {
+    MCC_RETURN_IF_ERROR(ContextParallelBackward(dctx, b, s, act, &dqkv));
+  } else {
+    MCC_RETURN_IF_ERROR(LocalAttentionBackward(dctx, b, s, act, &dqkv));
+  }
+  MCC_ASSIGN_OR_RETURN(Tensor dln1, qkv_->Backward(dqkv, act->qkv));
+  MCC_ASSIGN_OR_RETURN(Tensor dx_norm, ln1_->Backward(dln1, act->ln1));
+  Tensor dx = Tensor::Empty(dy.shape(), dy.dtype(), dy.device());
+  MCC_RETURN_IF_ERROR(ops::Add(dh1, dx_norm, &dx));
+  return dx;
+}
+
+absl::Status TransformerLayer::ContextParallelBackward(const Tensor& dctx,
+                                                       int64_t b, int64_t s,
+                                                       Activations* act,
+                                                       Tensor* dqkv) const {
+  const int64_t d = config_.head_dim();
+  const int64_t l = s / 2;
+  const QkvLayout layout{b, l, local_groups_, local_heads_ / local_groups_, d};
+  if (!act->cp_out[0].defined()) {
+    MCC_RETURN_IF_ERROR(ContextParallelAttention(act));
+  }
+  context_parallel::ChunkPair dout;
+  for (int c = 0; c < 2; ++c) {
+    MCC_ASSIGN_OR_RETURN(Tensor rows, dctx.Slice(c * l * b, (c + 1) * l * b));
+    dout[c] =
+        Tensor::Empty(act->cp_out[c].shape(), dctx.dtype(), dctx.device());
+    MCC_RETURN_IF_ERROR(
+        TransposeBatchSeq(rows, b, l, &dout[c], /*to_seq_major=*/false));
+  }
+  context_parallel::QkvChunks grads;
+  if (context_.cp_comm_type == parallel::LayerContext::CpCommType::kAllToAll) {
+    MCC_RETURN_IF_ERROR(context_parallel::UlyssesAttentionBackward(
+        context_.cp_group, act->cp_a2a, dout, 0.0f, &grads));
+  } else {
+    MCC_RETURN_IF_ERROR(context_parallel::RingAttentionBackward(
+        context_.cp_group, act->cp_qkv, act->cp_out, dout, act->cp_lse, 0.0f,
+        &grads));
+  }
+  for (int c = 0; c < 2; ++c) {
+    if (config_.position_embedding == PositionEmbedding::kRope) {
+      ops::RotaryOptions rope;
+      rope.base = config_.rotary_base;
+      rope.position_offset = ChunkStart(c, l);
+      MCC_RETURN_IF_ERROR(ops::RotaryBackward(grads.q[c], rope, &grads.q[c]));
+      MCC_RETURN_IF_ERROR(ops::RotaryBackward(grads.k[c], rope, &grads.k[c]));
+    }
+    MCC_ASSIGN_OR_RETURN(Tensor rows, dqkv->Slice(c * l * b, (c + 1) * l * b));
+    MCC_RETURN_IF_ERROR(
+        MergeQkv(grads.q[c], grads.k[c], grads.v[c], layout, &rows));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TransformerLayer::LocalAttentionBackward(const Tensor& dctx,
+                                                      int64_t b, int64_t s,
+                                                      Activations* act,
+                                                      Tensor* dqkv) const {
+  const int64_t d = config_.head_dim();
   if (!act->attn_out.defined()) MCC_RETURN_IF_ERROR(Attention(b, act));
   Tensor dout =
       Tensor::Empty(act->attn_out.shape(), dctx.dtype(), dctx.device());
@@ -430,14 +606,7 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
     MCC_RETURN_IF_ERROR(ops::RotaryBackward(dk, rope, &dk));
   }
   const QkvLayout layout{b, s, local_groups_, local_heads_ / local_groups_, d};
-  Tensor dqkv =
-      Tensor::Empty({s * b, layout.row()}, dctx.dtype(), dctx.device());
-  MCC_RETURN_IF_ERROR(MergeQkv(dq, dk, dv, layout, &dqkv));
-  MCC_ASSIGN_OR_RETURN(Tensor dln1, qkv_->Backward(dqkv, act->qkv));
-  MCC_ASSIGN_OR_RETURN(Tensor dx_norm, ln1_->Backward(dln1, act->ln1));
-  Tensor dx = Tensor::Empty(dy.shape(), dy.dtype(), dy.device());
-  MCC_RETURN_IF_ERROR(ops::Add(dh1, dx_norm, &dx));
-  return dx;
+  return MergeQkv(dq, dk, dv, layout, dqkv);
 }
 
 }  // namespace gpt

@@ -10,6 +10,8 @@
 #include "core/tensor.h"
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/kv_cache.h"
+#include "parallel/context_parallel/ring_attention.h"
+#include "parallel/context_parallel/ulysses_attention.h"
 #include "parallel/linear.h"
 
 namespace mcc {
@@ -40,9 +42,11 @@ class Norm {
 // One pre-norm decoder block: x + attn(norm(x)), then + mlp(norm(.)).
 // Hidden states are [s * b, hidden] in sequence-major order ([s, b, h]
 // flattened), or this rank's [s / TP * b, hidden] under sequence
-// parallelism. Forward records what backward needs in an Activations owned
-// by the caller, so several micro-batches can be in flight and a caller can
-// drop a record and rebuild it (full recomputation).
+// parallelism; under context parallelism s is this rank's two chunks of
+// the sequence (chunk i, then 2C - 1 - i), and rotary positions and the
+// causal mask follow their global positions. Forward records what backward
+// needs in an Activations owned by the caller, so several micro-batches can be
+// in flight and a caller can drop a record and rebuild it (full recomputation).
 class TransformerLayer {
  public:
   struct Activations {
@@ -53,6 +57,11 @@ class TransformerLayer {
     Tensor attn_out, lse;  // dropped and recomputed under selective
     Tensor fc1_out;        // before the bias and activation
     uint64_t dropout_offset = 0;
+    // Under context parallelism q, k, v, attn_out and lse above stay
+    // undefined: attention works on this rank's two sequence chunks.
+    context_parallel::QkvChunks cp_qkv;
+    context_parallel::ChunkPair cp_out, cp_lse;  // Dropped under selective.
+    context_parallel::UlyssesRecord cp_a2a;      // --cp-comm-type a2a.
   };
 
   static absl::StatusOr<std::unique_ptr<TransformerLayer>> Create(
@@ -78,7 +87,36 @@ class TransformerLayer {
   void set_training(bool training) { training_ = training; }
 
  private:
+  // The attention half of Forward between the QKV projection's output
+  // [s * b, ...] and ctx [s * b, heads / TP * d] (the output projection's
+  // input): on the whole sequence here (with a KV cache when given), or on
+  // this rank's two chunks across the context-parallel group.
+  absl::Status LocalAttentionForward(const Tensor& qkv, int64_t b, int64_t s,
+                                     Activations* act, LayerKvCache* cache,
+                                     int64_t cache_position, Tensor* ctx) const;
+  absl::Status ContextParallelForward(const Tensor& qkv, int64_t b, int64_t s,
+                                      Activations* act, Tensor* ctx) const;
+  // dctx -> dqkv, the backward of the above.
+  absl::Status LocalAttentionBackward(const Tensor& dctx, int64_t b, int64_t s,
+                                      Activations* act, Tensor* dqkv) const;
+  absl::Status ContextParallelBackward(const Tensor& dctx, int64_t b, int64_t s,
+                                       Activations* act, Tensor* dqkv) const;
+  // The MLP half: returns h1 + mlp(norm(h1)); x is the layer input.
+  absl::StatusOr<Tensor> MlpForward(const Tensor& x, const Tensor& h1,
+                                    uint64_t dropout_offset,
+                                    Activations* act) const;
+  // The global position of the first token of local chunk 0 or 1.
+  int64_t ChunkStart(int local_chunk, int64_t chunk_length) const;
   absl::Status Attention(int64_t micro_batch, Activations* act) const;
+  // Attention of this rank's two chunks across the context-parallel group.
+  absl::Status ContextParallelAttention(Activations* act) const;
+  int cp_size() const;
+  int cp_rank() const;
+  // Where this rank's hidden-dropout masks start within a site of the
+  // serial stream, and how far apart the two sites are (tokens x hidden of
+  // the whole sequence), for x of this rank's [tokens, hidden].
+  uint64_t DropoutShift(const Tensor& x) const;
+  uint64_t DropoutSiteStride(const Tensor& x) const;
   // Causal attention, with attention dropout while training.
   ops::AttentionOptions AttentionOptionsFor(int64_t micro_batch, int64_t s,
                                             const Activations& act) const;

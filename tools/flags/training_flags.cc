@@ -57,7 +57,13 @@ ABSL_FLAG(int32_t, decoder_last_pipeline_num_layers, 0,
 ABSL_FLAG(bool, no_overlap_p2p_communication, false,
           "Wait for each pipeline transfer instead of overlapping it with "
           "compute.");
-ABSL_FLAG(int32_t, context_parallel_size, 1, "Context-parallel size.");
+ABSL_FLAG(int32_t, context_parallel_size, 1,
+          "Context-parallel size: each sequence splits into 2 x this many "
+          "chunks, rank i of the group holding chunks i and 2C-1-i.");
+ABSL_FLAG(std::string, cp_comm_type, "p2p",
+          "How attention crosses the context-parallel group: p2p (ring "
+          "attention, K/V passed around the ring) or a2a (all-to-all over "
+          "heads; heads must divide by the CP size).");
 ABSL_FLAG(bool, sequence_parallel, false,
           "Split norm and dropout regions along the sequence over TP.");
 
@@ -77,6 +83,14 @@ ABSL_FLAG(int32_t, micro_batch_size, 8, "Micro-batch size per DP rank.");
 
 namespace mcc {
 namespace flags {
+
+absl::StatusOr<parallel::LayerContext::CpCommType> CpCommTypeFromFlags() {
+  const std::string type = absl::GetFlag(FLAGS_cp_comm_type);
+  if (type == "p2p") return parallel::LayerContext::CpCommType::kP2P;
+  if (type == "a2a") return parallel::LayerContext::CpCommType::kAllToAll;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--cp-comm-type: '", type, "' is not p2p or a2a"));
+}
 
 absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size) {
   gpt::GPTConfig c;
@@ -140,10 +154,19 @@ absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size) {
   if (absl::GetFlag(FLAGS_bf16) && absl::GetFlag(FLAGS_fp16)) {
     return absl::InvalidArgumentError("--bf16 and --fp16 exclude each other");
   }
-  if (absl::GetFlag(FLAGS_context_parallel_size) != 1) {
-    return absl::UnimplementedError(
-        "--context-parallel-size > 1: context parallelism is not built yet");
+  if (absl::GetFlag(FLAGS_context_parallel_size) > 1) {
+    const int64_t split = 2 * absl::GetFlag(FLAGS_context_parallel_size);
+    if (c.seq_length % split != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--seq-length ", c.seq_length, " must divide into 2 x ",
+                       "--context-parallel-size = ", split, " equal chunks"));
+    }
+    if (c.attention_dropout > 0) {
+      return absl::InvalidArgumentError(
+          "--context-parallel-size > 1 needs --attention-dropout 0");
+    }
   }
+  MCC_RETURN_IF_ERROR(CpCommTypeFromFlags().status());
   if (absl::Status s =
           c.Validate(absl::GetFlag(FLAGS_tensor_model_parallel_size),
                      absl::GetFlag(FLAGS_sequence_parallel));

@@ -7,6 +7,7 @@
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "models/gpt/gpt_config.h"
+#include "parallel/linear.h"
 #include "parallel/pipeline/layer_split.h"
 
 // Megatron-LM's flags shared by the train and eval binaries. Abseil names use
@@ -44,6 +45,7 @@ ABSL_DECLARE_FLAG(bool, fp16);
 ABSL_DECLARE_FLAG(int32_t, tensor_model_parallel_size);
 ABSL_DECLARE_FLAG(int32_t, pipeline_model_parallel_size);
 ABSL_DECLARE_FLAG(int32_t, context_parallel_size);
+ABSL_DECLARE_FLAG(std::string, cp_comm_type);
 ABSL_DECLARE_FLAG(bool, sequence_parallel);
 ABSL_DECLARE_FLAG(int32_t, num_layers_per_virtual_pipeline_stage);
 ABSL_DECLARE_FLAG(int32_t, decoder_first_pipeline_num_layers);
@@ -72,6 +74,9 @@ absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size);
 // How --num-layers splits over --pipeline-model-parallel-size stages (and
 // virtual stages), checked; errors name the flag.
 absl::StatusOr<pipeline::PipelineConfig> PipelineConfigFromFlags();
+
+// --cp-comm-type (p2p or a2a); the error names the flag.
+absl::StatusOr<parallel::LayerContext::CpCommType> CpCommTypeFromFlags();
 
 }  // namespace flags
 }  // namespace mcc
