@@ -65,9 +65,6 @@ struct TrainOptions {
   // pipeline.pipeline_size; num_layers is taken from the model).
   pipeline::PipelineConfig pipeline;
   pipeline::PipelineOptions schedule;
-  // Sharded data parallelism beyond ddp.use_distributed_optimizer (kNoShard:
-  // as that flag says), e.g. ZeRO-3 under context parallelism.
-  fsdp::ShardingStrategy sharding = fsdp::ShardingStrategy::kNoShard;
   // Context parallelism over state->context() when its size is above 1
   // (batches stay whole; the model takes its chunks): how attention
   // crosses the group.
