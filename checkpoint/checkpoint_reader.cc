@@ -317,7 +317,15 @@ absl::Status CheckpointReader::CheckModelConfig(
   std::vector<std::string> diffs;
   for (int i = 0; i < desc->field_count(); ++i) {
     const auto* field = desc->field(i);
-    if (field->name() == "padded_vocab_size") continue;
+    if (field->name() == "padded_vocab_size" || field->name() == "seq_length") {
+      continue;
+    }
+    if (field->name() == "max_position_embeddings" &&
+        saved.position_embedding_type() ==
+            checkpoint::POSITION_EMBEDDING_ROPE &&
+        run.position_embedding_type() == checkpoint::POSITION_EMBEDDING_ROPE) {
+      continue;
+    }
     std::string a, b;
     google::protobuf::TextFormat::PrintFieldValueToString(saved, field, -1, &a);
     google::protobuf::TextFormat::PrintFieldValueToString(run, field, -1, &b);

@@ -60,7 +60,11 @@ class CheckpointReader {
   // An error listing every field that differs between the stored model
   // configuration and `run` (e.g. "hidden_size: checkpoint 1024, run 2048").
   // padded_vocab_size is not compared: the padding belongs to the layout of
-  // the run that wrote the checkpoint, not to the model.
+  // the run that wrote the checkpoint, not to the model. Nor is seq_length
+  // (the run's sequences, bounded by max_position_embeddings), nor, when
+  // both use rotary positions, max_position_embeddings (no table depends on
+  // it): a Hugging Face import of a long-context model fine-tunes at any
+  // sequence length.
   absl::Status CheckModelConfig(const checkpoint::ModelConfig& run) const;
 
  private:

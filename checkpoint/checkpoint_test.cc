@@ -129,6 +129,33 @@ TEST(CheckpointTest, LatestKeepLastAndResave) {
   EXPECT_FALSE(file_util::Exists(dir + "/iter_0000040.old"));
 }
 
+TEST(CheckpointTest, RotaryModelsLoadAtAnyPositionRange) {
+  const std::string dir = FreshDir("config_rope");
+  checkpoint::CommonState common = MakeCommon();
+  common.mutable_model()->set_position_embedding_type(
+      checkpoint::POSITION_EMBEDDING_ROPE);
+  common.mutable_model()->set_max_position_embeddings(8192);
+  common.mutable_model()->set_seq_length(8192);
+  Tensor w = RandomTensor({4, 4}, DType::kFloat32, 6);
+  ASSERT_TRUE(SaveCheckpoint(dir, 1, {ShardedTensorRef::Replicated("w", w)},
+                             common, {}, DistContext::Single())
+                  .ok());
+  auto reader = CheckpointReader::Open(dir);
+  ASSERT_TRUE(reader.ok());
+  checkpoint::ModelConfig run = common.model();
+  run.set_max_position_embeddings(64);
+  run.set_seq_length(64);
+  EXPECT_TRUE((*reader)->CheckModelConfig(run).ok());
+  // A learned table of the other size is another model.
+  run.set_position_embedding_type(
+      checkpoint::POSITION_EMBEDDING_LEARNED_ABSOLUTE);
+  const absl::Status s = (*reader)->CheckModelConfig(run);
+  EXPECT_NE(
+      s.message().find("max_position_embeddings: checkpoint 8192, run 64"),
+      std::string::npos)
+      << s;
+}
+
 TEST(CheckpointTest, ModelConfigMismatchNamesTheField) {
   const std::string dir = FreshDir("config");
   Tensor w = RandomTensor({64, 64}, DType::kFloat32, 5);
@@ -144,6 +171,15 @@ TEST(CheckpointTest, ModelConfigMismatchNamesTheField) {
   run.set_vocab_size(128);
   run.set_padded_vocab_size(256);
   EXPECT_TRUE((*reader)->CheckModelConfig(run).ok());
+  // The sequence length is the run's; so is the position range of rotary
+  // models (no table), but not of learned positions.
+  run.set_seq_length(run.seq_length() + 7);
+  EXPECT_TRUE((*reader)->CheckModelConfig(run).ok());
+  run.set_max_position_embeddings(run.max_position_embeddings() + 5);
+  EXPECT_NE((*reader)->CheckModelConfig(run).message().find(
+                "max_position_embeddings: checkpoint"),
+            std::string::npos);
+  run.set_max_position_embeddings(run.max_position_embeddings() - 5);
   run.set_vocab_size(100);
   EXPECT_NE((*reader)->CheckModelConfig(run).message().find(
                 "vocab_size: checkpoint 128, run 100"),
