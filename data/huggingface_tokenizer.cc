@@ -460,7 +460,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeHuggingFaceTokenizerFromText(
     }
     return true;
   };
-  constexpr uint64_t kMaxId = 1u << 24;  // bounds what a file makes us allocate
+  constexpr uint64_t kMaxId = 1u << 21;  // bounds what a file makes us allocate
   auto put = [&](uint64_t id, std::string bytes) {
     if (id >= v->id_to_bytes.size()) {
       v->id_to_bytes.resize(id + 1);
@@ -484,7 +484,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeHuggingFaceTokenizerFromText(
           id->get<uint64_t>() >= kMaxId || content == nullptr ||
           !content->is_string() || content->get<std::string>().empty()) {
         return error("added_tokens[", i,
-                     "] needs an id below 2^24 and a non-empty content");
+                     "] needs an id below 2^21 and a non-empty content");
       }
       for (const char* key : {"lstrip", "rstrip", "single_word"}) {
         if (IsTrue(t, key)) {
@@ -506,7 +506,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeHuggingFaceTokenizerFromText(
   for (const auto& [key, value] : vocab->items()) {
     if (!value.is_number_unsigned() || value.get<uint64_t>() >= kMaxId) {
       return error("model.vocab: the id of ", JsonDocument(key).dump(),
-                   " is not an integer in [0, 2^24): ", value.dump());
+                   " is not an integer in [0, 2^21): ", value.dump());
     }
     const uint64_t id = value.get<uint64_t>();
     if (!to_bytes(key, &bytes)) {
