@@ -10,89 +10,11 @@
 #include "absl/strings/str_split.h"
 #include "core/json_document.h"
 #include "data/unicode_tables.h"
+#include "data/unicode_text.h"
 
 namespace mcc::data {
 
 // ------------------------------------------------------------------- UTF-8
-
-namespace {
-
-// Decodes one code point at text[i]; returns its length, or 0 when the
-// bytes there are not valid UTF-8.
-int DecodeUtf8(absl::string_view text, size_t i, uint32_t* cp) {
-  const unsigned char c = text[i];
-  const size_t n = text.size();
-  if (c < 0x80) {
-    *cp = c;
-    return 1;
-  }
-  int len;
-  uint32_t v;
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-    v = c & 0x1F;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    v = c & 0x0F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    v = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (i + len > n) return 0;
-  for (int k = 1; k < len; ++k) {
-    const unsigned char d = text[i + k];
-    if ((d & 0xC0) != 0x80) return 0;
-    v = (v << 6) | (d & 0x3F);
-  }
-  if ((len == 3 && (v < 0x800 || (v >= 0xD800 && v <= 0xDFFF))) ||
-      (len == 4 && (v < 0x10000 || v > 0x10FFFF))) {
-    return 0;
-  }
-  *cp = v;
-  return len;
-}
-
-bool InRanges(uint32_t cp, const CodePointRange* r, size_t n) {
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    const size_t mid = (lo + hi) / 2;
-    if (cp > r[mid].last) {
-      lo = mid + 1;
-    } else if (cp < r[mid].first) {
-      hi = mid;
-    } else {
-      return true;
-    }
-  }
-  return false;
-}
-
-enum CharClass : uint8_t { kLetter, kNumber, kSpace, kOther };
-
-// White_Space as Python's `regex` module (which Megatron's GPT-2 tokenizer
-// uses) defines \s.
-bool IsSpace(uint32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 ||
-         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-         cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
-}
-
-CharClass Classify(uint32_t cp) {
-  if (cp < 0x80) {
-    if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return kLetter;
-    if (cp >= '0' && cp <= '9') return kNumber;
-    if (IsSpace(cp)) return kSpace;
-    return kOther;
-  }
-  if (IsSpace(cp)) return kSpace;
-  if (InRanges(cp, kLetterRanges, kLetterRangesSize)) return kLetter;
-  if (InRanges(cp, kNumberRanges, kNumberRangesSize)) return kNumber;
-  return kOther;
-}
-
-}  // namespace
 
 size_t FindInvalidUtf8(absl::string_view text) {
   size_t i = 0;
@@ -240,18 +162,6 @@ class ByteTokenizer : public Tokenizer {
     return std::make_unique<ByteTokenizer>();
   }
 };
-
-// GPT-2's reversible map from bytes to printable code points.
-std::vector<uint32_t> BytesToUnicode() {
-  std::vector<uint32_t> map(256, 0);
-  std::vector<bool> direct(256, false);
-  for (int b = '!'; b <= '~'; ++b) direct[b] = true;
-  for (int b = 0xA1; b <= 0xAC; ++b) direct[b] = true;
-  for (int b = 0xAE; b <= 0xFF; ++b) direct[b] = true;
-  int n = 0;
-  for (int b = 0; b < 256; ++b) map[b] = direct[b] ? b : 256 + n++;
-  return map;
-}
 
 struct GPT2Vocab {
   std::vector<std::string> id_to_bytes;
@@ -472,15 +382,44 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizerFromText(
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> CreateTokenizer(
-    absl::string_view type, const std::string& vocab_file,
-    const std::string& merge_file) {
+    absl::string_view type, const TokenizerFiles& files) {
   if (type == "GPT2BPETokenizer") {
-    return MakeGPT2BPETokenizer(vocab_file, merge_file);
+    return MakeGPT2BPETokenizer(files.vocab_file, files.merge_file);
+  }
+  if (type == "SentencePieceTokenizer" || type == "HuggingFaceTokenizer") {
+    if (files.tokenizer_model.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tokenizer-type ", type, " needs --tokenizer-model (",
+          type == "HuggingFaceTokenizer" ? "a tokenizer.json"
+                                         : "a SentencePiece .model file",
+          ")"));
+    }
+    return type == "HuggingFaceTokenizer"
+               ? MakeHuggingFaceTokenizer(files.tokenizer_model)
+               : MakeSentencePieceTokenizer(files.tokenizer_model);
   }
   if (type == "ByteTokenizer" || type == "byte") return MakeByteTokenizer();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--tokenizer-type ", type,
-      " is not supported (use GPT2BPETokenizer or ByteTokenizer)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--tokenizer-type ", type,
+                   " is not supported (use GPT2BPETokenizer, "
+                   "SentencePieceTokenizer, HuggingFaceTokenizer or "
+                   "ByteTokenizer)"));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> CreateTokenizer(
+    absl::string_view type, const std::string& vocab_file,
+    const std::string& merge_file) {
+  return CreateTokenizer(type, TokenizerFiles{vocab_file, merge_file, ""});
+}
+
+bool TokenizerReadsFlag(absl::string_view type, absl::string_view flag) {
+  if (type == "GPT2BPETokenizer") {
+    return flag == "vocab_file" || flag == "merge_file";
+  }
+  if (type == "SentencePieceTokenizer" || type == "HuggingFaceTokenizer") {
+    return flag == "tokenizer_model";
+  }
+  return false;
 }
 
 }  // namespace mcc::data

@@ -26,9 +26,11 @@ int DryRun(const TrainSettings& settings, int world_size) {
       vocab = absl::GetFlag(FLAGS_vocab_size);
     }
   } else {
-    auto tokenizer = data::CreateTokenizer(absl::GetFlag(FLAGS_tokenizer_type),
-                                           absl::GetFlag(FLAGS_vocab_file),
-                                           absl::GetFlag(FLAGS_merge_file));
+    auto tokenizer = data::CreateTokenizer(
+        absl::GetFlag(FLAGS_tokenizer_type),
+        data::TokenizerFiles{absl::GetFlag(FLAGS_vocab_file),
+                             absl::GetFlag(FLAGS_merge_file),
+                             absl::GetFlag(FLAGS_tokenizer_model)});
     if (!tokenizer.ok()) return fail(tokenizer.status());
     vocab = (*tokenizer)->vocab_size();
   }

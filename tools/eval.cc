@@ -39,6 +39,7 @@
 #include "core/status_macros.h"
 #include "data/blended_dataset.h"
 #include "data/loader.h"
+#include "data/tokenizer.h"
 #include "glog/logging.h"
 #include "parallel/mappings.h"
 #include "parallel/pipeline/pipeline_executor.h"
@@ -243,6 +244,13 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const Plan& plan, int world_size) {
        no_tokenizer ? no_text : "only GPT2BPETokenizer reads it"},
       {"merge_file", no_tokenizer || !bpe,
        no_tokenizer ? no_text : "only GPT2BPETokenizer reads it"},
+      {"tokenizer_model",
+       no_tokenizer ||
+           !data::TokenizerReadsFlag(absl::GetFlag(FLAGS_tokenizer_type),
+                                     "tokenizer_model"),
+       no_tokenizer ? no_text
+                    : "only SentencePieceTokenizer and HuggingFaceTokenizer "
+                      "read it"},
       {"sequence_parallel", true,
        "eval runs without it (decoding one token cannot split the sequence; "
        "the weights are the same)"},
@@ -374,9 +382,11 @@ absl::StatusOr<Plan> PlanFromFlags(
       (plan.evaluate && !absl::GetFlag(FLAGS_mock_data))) {
     MCC_ASSIGN_OR_RETURN(
         plan.tokenizer,
-        data::CreateTokenizer(absl::GetFlag(FLAGS_tokenizer_type),
-                              absl::GetFlag(FLAGS_vocab_file),
-                              absl::GetFlag(FLAGS_merge_file)));
+        data::CreateTokenizer(
+            absl::GetFlag(FLAGS_tokenizer_type),
+            data::TokenizerFiles{absl::GetFlag(FLAGS_vocab_file),
+                                 absl::GetFlag(FLAGS_merge_file),
+                                 absl::GetFlag(FLAGS_tokenizer_model)}));
     if (plan.tokenizer->vocab_size() > plan.config.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--tokenizer-type ", plan.tokenizer->name(), " has ",

@@ -467,6 +467,12 @@ std::vector<Row> Table() {
        "--merge-file", "/nonexistent"},
       td);
   add("train", "merge_file", V::kWarned, {"--merge-file", g_gpt2_merges}, td);
+  add("train", "tokenizer_model", V::kRefused,
+      {"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
+       "/nonexistent.json"},
+      td);
+  add("train", "tokenizer_model", V::kWarned,
+      {"--tokenizer-model", "/nonexistent.json"}, td);
   add("train", "data_cache_path", V::kEffect,
       {"--data-cache-path", g_out + "/cache2"}, td);
   add("train", "data_cache_path", V::kWarned,
@@ -671,6 +677,8 @@ std::vector<Row> Table() {
   add("eval", "tokenizer_type", V::kWarned, {"--tokenizer-type", "byte"}, el);
   add("eval", "vocab_file", V::kWarned, {"--vocab-file", g_gpt2_vocab}, ed);
   add("eval", "merge_file", V::kWarned, {"--merge-file", g_gpt2_merges}, ed);
+  add("eval", "tokenizer_model", V::kWarned,
+      {"--tokenizer-model", "/nonexistent.json"}, ed);
   // Model flags: the checkpoint holds the model; a disagreeing one is
   // refused (agreeing ones pass).
   for (const auto& [flag, value] :
@@ -766,6 +774,12 @@ std::vector<Row> Table() {
       pr);
   add("preprocess_data", "merge_file", V::kWarned,
       {"--merge-file", g_gpt2_merges}, pr);
+  add("preprocess_data", "tokenizer_model", V::kRefused,
+      {"--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model",
+       "/nonexistent.model"},
+      pr);
+  add("preprocess_data", "tokenizer_model", V::kWarned,
+      {"--tokenizer-model", "/nonexistent.model"}, pr);
   add("preprocess_data", "append_eod", V::kEffect, {"--append-eod"}, pr);
   add("preprocess_data", "workers", V::kEffect, {"--workers", "2"}, pr);
   add("preprocess_data", "skip_bad_records", V::kEffect, {"--skip-bad-records"},

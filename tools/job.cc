@@ -117,9 +117,11 @@ absl::Status CheckFlagsBeforeLaunch(int world_size) {
   } else {
     MCC_ASSIGN_OR_RETURN(
         auto tokenizer,
-        data::CreateTokenizer(absl::GetFlag(FLAGS_tokenizer_type),
-                              absl::GetFlag(FLAGS_vocab_file),
-                              absl::GetFlag(FLAGS_merge_file)));
+        data::CreateTokenizer(
+            absl::GetFlag(FLAGS_tokenizer_type),
+            data::TokenizerFiles{absl::GetFlag(FLAGS_vocab_file),
+                                 absl::GetFlag(FLAGS_merge_file),
+                                 absl::GetFlag(FLAGS_tokenizer_model)}));
     vocab = tokenizer->vocab_size();
     const std::string path = absl::GetFlag(FLAGS_data_path);
     if (!path.empty()) {
@@ -170,9 +172,11 @@ absl::StatusOr<std::unique_ptr<Job>> SetupJob() {
   } else {
     MCC_ASSIGN_OR_RETURN(
         job->tokenizer,
-        data::CreateTokenizer(absl::GetFlag(FLAGS_tokenizer_type),
-                              absl::GetFlag(FLAGS_vocab_file),
-                              absl::GetFlag(FLAGS_merge_file)));
+        data::CreateTokenizer(
+            absl::GetFlag(FLAGS_tokenizer_type),
+            data::TokenizerFiles{absl::GetFlag(FLAGS_vocab_file),
+                                 absl::GetFlag(FLAGS_merge_file),
+                                 absl::GetFlag(FLAGS_tokenizer_model)}));
     job->vocab_size = job->tokenizer->vocab_size();
   }
   MCC_ASSIGN_OR_RETURN(job->config, flags::GPTConfigFromFlags(job->vocab_size));

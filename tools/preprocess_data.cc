@@ -6,6 +6,8 @@
 //     --vocab-file data/gpt2/encoder.json --merge-file data/gpt2/vocab.bpe
 //     --append-eod --workers 2
 //
+// or --tokenizer-type SentencePieceTokenizer --tokenizer-model tok.model, or
+// --tokenizer-type HuggingFaceTokenizer --tokenizer-model tokenizer.json.
 // writes out/corpus_text_document.{bin,idx}. Dashed (Megatron) and
 // underscored flag names are both accepted.
 #include <algorithm>
@@ -33,9 +35,13 @@ ABSL_FLAG(std::vector<std::string>, json_keys, {"text"},
 ABSL_FLAG(std::string, output_prefix, "",
           "Output prefix: writes <prefix>_<key>_document.{bin,idx}.");
 ABSL_FLAG(std::string, tokenizer_type, "GPT2BPETokenizer",
-          "GPT2BPETokenizer or ByteTokenizer.");
+          "GPT2BPETokenizer, SentencePieceTokenizer, HuggingFaceTokenizer or "
+          "ByteTokenizer.");
 ABSL_FLAG(std::string, vocab_file, "", "GPT-2 encoder.json.");
 ABSL_FLAG(std::string, merge_file, "", "GPT-2 vocab.bpe (merges).");
+ABSL_FLAG(std::string, tokenizer_model, "",
+          "SentencePiece .model file (SentencePieceTokenizer) or Hugging Face "
+          "tokenizer.json (HuggingFaceTokenizer).");
 ABSL_FLAG(bool, append_eod, false, "End every document with the eod token.");
 ABSL_FLAG(int, workers, 1, "Tokenizer threads.");
 ABSL_FLAG(bool, skip_bad_records, false,
@@ -93,21 +99,25 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  auto tok = mcc::data::CreateTokenizer(absl::GetFlag(FLAGS_tokenizer_type),
-                                        absl::GetFlag(FLAGS_vocab_file),
-                                        absl::GetFlag(FLAGS_merge_file));
+  const std::string tokenizer_type = absl::GetFlag(FLAGS_tokenizer_type);
+  auto tok = mcc::data::CreateTokenizer(
+      tokenizer_type,
+      mcc::data::TokenizerFiles{absl::GetFlag(FLAGS_vocab_file),
+                                absl::GetFlag(FLAGS_merge_file),
+                                absl::GetFlag(FLAGS_tokenizer_model)});
   if (!tok.ok()) {
     std::fprintf(stderr, "preprocess_data: %s\n",
                  std::string(tok.status().message()).c_str());
     return 2;
   }
-  if (absl::GetFlag(FLAGS_tokenizer_type) != "GPT2BPETokenizer") {
-    for (const char* name : {"vocab_file", "merge_file"}) {
-      if (!absl::FindCommandLineFlag(name)->CurrentValue().empty()) {
-        LOG(WARNING) << "--" << (name[0] == 'v' ? "vocab-file" : "merge-file")
-                     << " has no effect in this run: only GPT2BPETokenizer "
-                        "reads it";
-      }
+  for (const char* name : {"vocab_file", "merge_file", "tokenizer_model"}) {
+    if (!absl::FindCommandLineFlag(name)->CurrentValue().empty() &&
+        !mcc::data::TokenizerReadsFlag(tokenizer_type, name)) {
+      std::string dashed = name;
+      std::replace(dashed.begin(), dashed.end(), '_', '-');
+      LOG(WARNING) << "--" << dashed << " has no effect in this run: "
+                   << "--tokenizer-type " << tokenizer_type
+                   << " does not read it";
     }
   }
   mcc::data::PreprocessOptions o;

@@ -32,6 +32,7 @@
 #include "core/ops/gemm.h"
 #include "core/status_macros.h"
 #include "data/loader.h"
+#include "data/tokenizer.h"
 #include "glog/logging.h"
 #include "observability/tensorboard_writer.h"
 #include "observability/trace.h"
@@ -415,6 +416,11 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
       {"tokenizer_type", mock, mock_why},
       {"vocab_file", mock, mock_why},
       {"merge_file", mock, mock_why},
+      {"tokenizer_model", mock, mock_why},
+      {"tokenizer_model",
+       !mock && !data::TokenizerReadsFlag(absl::GetFlag(FLAGS_tokenizer_type),
+                                          "tokenizer_model"),
+       "only SentencePieceTokenizer and HuggingFaceTokenizer read it"},
       {"data_cache_path", mock, mock_why},
       {"eod_mask_loss", mock, mock_why},
       {"vocab_file",

@@ -73,9 +73,13 @@ ABSL_FLAG(std::string, data_path, "",
 ABSL_FLAG(std::string, split, "969,30,1", "Train, valid, test split weights.");
 ABSL_FLAG(bool, mock_data, false, "Synthetic tokens, no files.");
 ABSL_FLAG(std::string, tokenizer_type, "ByteTokenizer",
-          "ByteTokenizer or GPT2BPETokenizer.");
+          "ByteTokenizer, GPT2BPETokenizer, SentencePieceTokenizer or "
+          "HuggingFaceTokenizer.");
 ABSL_FLAG(std::string, vocab_file, "", "GPT-2 encoder.json.");
 ABSL_FLAG(std::string, merge_file, "", "GPT-2 vocab.bpe.");
+ABSL_FLAG(std::string, tokenizer_model, "",
+          "SentencePiece .model (SentencePieceTokenizer) or tokenizer.json "
+          "(HuggingFaceTokenizer).");
 ABSL_FLAG(std::string, data_cache_path, "",
           "Where dataset indices are cached (default: beside the data).");
 ABSL_FLAG(bool, eod_mask_loss, false, "No loss on end-of-document tokens.");

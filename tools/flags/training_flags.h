@@ -59,6 +59,7 @@ ABSL_DECLARE_FLAG(bool, mock_data);
 ABSL_DECLARE_FLAG(std::string, tokenizer_type);
 ABSL_DECLARE_FLAG(std::string, vocab_file);
 ABSL_DECLARE_FLAG(std::string, merge_file);
+ABSL_DECLARE_FLAG(std::string, tokenizer_model);
 ABSL_DECLARE_FLAG(std::string, data_cache_path);
 ABSL_DECLARE_FLAG(bool, eod_mask_loss);
 ABSL_DECLARE_FLAG(int32_t, micro_batch_size);

@@ -54,6 +54,26 @@ def idx_bin(docs, dtype_code=8, item=2, fmt="<H"):
     return idx + SEP + bin_bytes
 
 
+def hf_slice(name, merges_wanted):
+    """data/testdata/<name>.json (a tokenizer.json) cut to its first merges,
+    with the added tokens renumbered after them."""
+    with open(f"data/testdata/{name}.json", encoding="utf-8") as f:
+        doc = json.load(f)
+    model = doc["model"]
+    by_id = sorted(model["vocab"].items(), key=lambda kv: kv[1])
+    vocab = {t: i for t, i in by_id[:256]}
+    merges = model["merges"][:merges_wanted]
+    for m in merges:
+        a, b = m.split(" ") if isinstance(m, str) else m
+        vocab.setdefault(a + b, len(vocab))
+    model["vocab"], model["merges"] = vocab, merges
+    for n, t in enumerate(doc["added_tokens"]):
+        t["id"] = len(vocab) + n
+        if t["content"] in model["vocab"]:
+            model["vocab"][t["content"]] = t["id"]
+    return json.dumps(doc, ensure_ascii=False).encode("utf-8")
+
+
 def main():
     texts = []
     with open("data/testdata/gpt2_encoder_fixture.jsonl", encoding="utf-8") as f:
@@ -67,6 +87,17 @@ def main():
         for n, text in enumerate(texts[:4]):
             write(f"data/fuzz/corpus/tokenizer/gpt2_{merges}_merges_{n}",
                   vocab + SEP + merge_text + SEP + text.encode("utf-8"))
+
+    with open("data/testdata/multilingual.txt", encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for name in ("hf_gpt2_small", "hf_llama3_small", "hf_qwen2_small"):
+        for merges in (0, 40):
+            for n, text in enumerate(lines[:4]):
+                write(f"data/fuzz/corpus/hf_tokenizer/{name}_{merges}_{n}",
+                      hf_slice(name, merges) + SEP + text.encode("utf-8"))
+    write("data/fuzz/corpus/hf_tokenizer/hf_llama3_small_special",
+          hf_slice("hf_llama3_small", 40) + SEP +
+          "<|begin_of_text|>Hi<|eot_id|> x<|eot|>tool_call\n\n 123456".encode())
 
     write("data/fuzz/corpus/indexed_dataset/uint16_two_docs",
           idx_bin([[1, 2, 3], [4, 5]]))
