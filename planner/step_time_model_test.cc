@@ -78,6 +78,28 @@ TEST(StepTimeModelTest, OverlapHidesGradientReduction) {
   EXPECT_GT(plain.dp_comm, EstimateStepTime(one_node, l8).dp_comm);
 }
 
+// --tp-comm-overlap: each of a layer's 10 sequence-parallel collectives runs
+// beside one GEMM in TP chunks, costing max(comm, gemm) + min / TP.
+TEST(StepTimeModelTest, TpCommOverlapHidesCollectivesBehindGemms) {
+  JobSpec job = H100Job(1, 8);
+  Layout l;
+  l.tp = 8;
+  l.sequence_parallel = true;
+  const StepTime plain = EstimateStepTime(job, l);
+  job.overlap_tp_comm = true;
+  const StepTime overlapped = EstimateStepTime(job, l);
+  EXPECT_EQ(plain.tp_comm_hidden, 0);
+  EXPECT_GT(overlapped.tp_comm_hidden, 0);
+  EXPECT_LT(overlapped.tp_comm, plain.tp_comm);
+  EXPECT_NEAR(overlapped.tp_comm + overlapped.tp_comm_hidden, plain.tp_comm,
+              1e-12 * plain.tp_comm);
+  // Every pair exposes at least one chunk: nothing is hidden for free.
+  EXPECT_GT(overlapped.tp_comm, plain.tp_comm / l.tp / 10);
+  // Without sequence parallelism (all-reduces) nothing is overlapped.
+  l.sequence_parallel = false;
+  EXPECT_EQ(EstimateStepTime(job, l).tp_comm_hidden, 0);
+}
+
 TEST(StepTimeModelTest, MfuIsBelowTheGemmEfficiency) {
   JobSpec job = H100Job(1, 8);
   Layout l;
