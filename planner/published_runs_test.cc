@@ -74,6 +74,27 @@ TEST(PublishedRunsTest, PublishedFiguresMatchTheirText) {
   }
 }
 
+// The H100's GEMM share of peak was calibrated on the 96-GPU strong-scaling
+// row (planner/device_spec.cc): that row must sit on it.
+TEST(PublishedRunsTest, CalibrationRowIsMatched) {
+  const PublishedRun run = PublishedRuns()[9];
+  ASSERT_EQ(run.job.cluster.world(), 96);
+  auto c = ComparePublished(run);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_LE(std::fabs(c->mfu_error_points), 0.5);
+}
+
+// Without the --tp-comm-overlap model the TP-only weak-scaling rows miss
+// the goal: the overlap is part of why the rows agree, not an idle switch.
+TEST(PublishedRunsTest, TpCommOverlapIsNeeded) {
+  PublishedRun run = PublishedRuns()[3];  // 32B, TP 8 x DP 48
+  ASSERT_EQ(run.layout.tp, 8);
+  run.job.overlap_tp_comm = false;
+  auto c = ComparePublished(run);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_LT(c->mfu_error_points, -kMegatronBoundPoints);
+}
+
 // The comparison predicts what the planner predicts for the chosen layout.
 TEST(PublishedRunsTest, ComparisonIsThePlannersPrediction) {
   const PublishedRun run = PublishedRuns()[6];  // 177B, TP 8 x PP 6 x DP 48
