@@ -125,9 +125,10 @@ PublishedRun Torchtitan() {
       "llama3_h100_202412_torchtitan.md (commit 820504e20d11), Table 1 row "
       "FSDP; train_configs/llama3_8b.toml at 9dec370ad26b";
   r.assumed =
-      "torchtitan's 'op' selective checkpointing (every other matmul "
-      "recomputed) is modelled as Megatron's selective recomputation "
-      "(attention only); HBM 96 GB at 2.4 TB/s from their hardware note; "
+      "torchtitan's 'op' selective checkpointing modelled as half the "
+      "matmul FLOPs and every memory-bound op recomputed (its memory as no "
+      "recomputation); eager PyTorch's unfused ops not modelled; HBM 96 GB at "
+      "2.4 TB/s from their hardware note; "
       "dense bf16 peak 912 TFLOP/s, the middle of the range their footnote "
       "gives (SXM 989, NVL 835.5); the SXM's links";
   JobSpec& job = r.job;
@@ -156,7 +157,7 @@ PublishedRun Torchtitan() {
   job.cluster.nodes = 1;
   r.layout.dp = 8;
   r.layout.zero = ZeroStage::kParameters;
-  r.layout.recompute = Recompute::kSelective;
+  r.layout.recompute = Recompute::kSelectiveOps;
   r.layout.micro_batch = 2;
   r.published_tokens_per_gpu = 5762;
   r.published_mfu = 5762 * TrainingFlopsPerToken(c) / (kH100PeakTflops * 1e12);

@@ -35,12 +35,11 @@ TEST(PublishedRunsTest, MegatronRowsWithinFiveMfuPoints) {
 }
 
 // torchtitan's eager PyTorch on power-capped H100s is another software
-// stack and device than the calibration's, and its 'op' selective
-// checkpointing (every other matmul recomputed) is not modelled; its row is
-// reported and held to the error it had when this test was written (+24%
-// tokens/s, +8.0 MFU points; BENCHMARKS.md says why), so it cannot silently
-// get worse.
-constexpr double kTorchtitanBoundFraction = 0.25;
+// stack and device than the calibration's (unfused ops are not modelled, the
+// device's peak is known to 8%); its row is reported and held to the error
+// it had when this test was written (+15% tokens/s, +5.1 MFU points;
+// BENCHMARKS.md says why), so it cannot silently get worse.
+constexpr double kTorchtitanBoundFraction = 0.16;
 TEST(PublishedRunsTest, TorchtitanRowDoesNotDrift) {
   for (const PublishedRun& run : PublishedRuns()) {
     if (IsMegatron(run)) continue;

@@ -86,6 +86,10 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     st.recompute = m * layers * (gemm_fwd + attn_fwd + elem_fwd);
   } else if (l.recompute == Recompute::kSelective) {
     st.recompute = m * layers * attn_fwd;
+  } else if (l.recompute == Recompute::kSelectiveOps) {
+    // Every other matmul (half the GEMM FLOPs, taken evenly) and the
+    // memory-bound ops again; attention is kept.
+    st.recompute = m * layers * (gemm_fwd / 2 + elem_fwd);
   }
   // The last stage's head: output-layer GEMMs and cross entropy passes.
   const double head_mb =

@@ -58,6 +58,11 @@ TEST(StepTimeModelTest, RecomputationAddsForwards) {
   l.recompute = Recompute::kSelective;
   EXPECT_NEAR(EstimateStepTime(job, l).recompute, none.attention / 3.5,
               1e-12 * none.total());
+  // torchtitan's 'op' policy: half the GEMMs' forward and the
+  // memory-bound ops again, not attention.
+  l.recompute = Recompute::kSelectiveOps;
+  EXPECT_NEAR(EstimateStepTime(job, l).recompute,
+              none.gemm / 6 + none.elementwise / 3, 1e-12 * none.total());
 }
 
 TEST(StepTimeModelTest, OverlapHidesGradientReduction) {
