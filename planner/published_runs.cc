@@ -25,8 +25,9 @@ constexpr char kMegatronAssumed[] =
     "distributed optimizer (assumed: --overlap-param-gather needs it), "
     "sequence parallelism with TP (assumed: --tp-comm-overlap needs it), "
     "GELU MLP of 4h, untied embeddings (the stated sizes count two "
-    "embedding tables); micro-batch and virtual pipeline stages left to the "
-    "planner";
+    "embedding tables), gradients reduced in fp32 (Megatron's default with "
+    "bf16), DGX H100 nodes (8 GPUs on NVLink, one 400 Gb/s InfiniBand port "
+    "a GPU); micro-batch and virtual pipeline stages left to the planner";
 
 JobSpec MegatronJob(int layers, int64_t hidden, int heads, int64_t batch,
                     int gpus) {
