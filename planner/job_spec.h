@@ -21,6 +21,9 @@ struct JobSpec {
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   bool overlap_p2p = true;
+  // TP collectives split into chunks run behind the GEMMs that produce or
+  // consume them (Megatron's --tp-comm-overlap; train does not do it).
+  bool overlap_tp_comm = false;
   int64_t bucket_bytes = 40000000LL * 4;  // train's --ddp-bucket-size x 4
   ClusterSpec cluster;
 };

@@ -40,6 +40,8 @@ absl::string_view RecomputeName(Recompute recompute) {
       return "selective";
     case Recompute::kFull:
       return "full";
+    case Recompute::kSelectiveOps:
+      return "ops";
   }
   return "?";
 }
@@ -62,8 +64,8 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
   auto bad = [&](absl::string_view part) {
     return absl::InvalidArgumentError(absl::StrCat(
         "layout '", name, "': cannot read '", part,
-        "' (expected parts like tp2sp, pp2v2, dp2, cp1, z1, rselective, "
-        "mb4, joined by dots)"));
+        "' (expected parts like tp2sp, pp2v2, dp2, cp1, z1, rselective "
+        "(rnone, rfull, rops), mb4, joined by dots)"));
   };
   for (absl::string_view part : absl::StrSplit(name, '.', absl::SkipEmpty())) {
     int64_t v = 0;
@@ -98,6 +100,8 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
       l.recompute = Recompute::kSelective;
     } else if (part == "rfull") {
       l.recompute = Recompute::kFull;
+    } else if (part == "rops") {
+      l.recompute = Recompute::kSelectiveOps;
     } else {
       return bad(part);
     }

@@ -19,7 +19,16 @@ enum class ZeroStage {
   kParameters = 3,  // optim_grads_params
 };
 
-enum class Recompute { kNone, kSelective, kFull };
+enum class Recompute {
+  kNone,
+  kSelective,  // Megatron's: the core attention
+  kFull,
+  // torchtitan's 'op' selective checkpointing: keeps attention's and every
+  // other matmul's outputs, recomputes the other matmuls and every
+  // non-matmul op. The planner models it for comparison; train has no
+  // such mode.
+  kSelectiveOps,
+};
 
 // One way to run a job: the parallel sizes, sharding, recomputation and
 // micro-batch. world = tp x cp x dp x pp.
@@ -44,7 +53,8 @@ struct Layout {
 absl::StatusOr<Layout> ParseLayout(absl::string_view name);
 
 absl::string_view ZeroStageName(ZeroStage zero);  // Megatron's strategy name
-absl::string_view RecomputeName(Recompute recompute);  // none/selective/full
+// none/selective/full/ops
+absl::string_view RecomputeName(Recompute recompute);
 
 }  // namespace planner
 }  // namespace mcc

@@ -18,6 +18,9 @@ std::vector<int> Divisors(int n) {
 
 std::string UnsupportedHere(const Layout& l) {
   if (l.cp > 1) return "context parallelism is not built yet";
+  if (l.recompute == Recompute::kSelectiveOps) {
+    return "torchtitan's op-level checkpointing is not a train mode";
+  }
   return "";
 }
 

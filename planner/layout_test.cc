@@ -30,6 +30,11 @@ TEST(LayoutTest, PartsMayBeLeftOutOrReordered) {
   EXPECT_EQ(l->Name(), "tp2.pp1.dp4.cp1.z3.rnone.mb2");
   // Sequence parallelism means nothing at TP 1.
   EXPECT_FALSE(ParseLayout("tp1sp")->sequence_parallel);
+  // torchtitan's op-level checkpointing, modelled for comparison.
+  auto ops = ParseLayout("dp8.z3.rops.mb2");
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  EXPECT_EQ(ops->recompute, Recompute::kSelectiveOps);
+  EXPECT_EQ(ops->Name(), "tp1.pp1.dp8.cp1.z3.rops.mb2");
 }
 
 TEST(LayoutTest, BadPartsAreNamed) {

@@ -112,6 +112,8 @@ double ChunkRecordBytes(const JobSpec& job, const Layout& layout, int layers,
 
 double LayerActivationBytes(const JobSpec& job, const Layout& l) {
   const Dims d = DimsOf(job, l);
+  // torchtitan's op-level policy (kSelectiveOps) is counted as keeping
+  // everything: an upper bound, it is only modelled for comparison.
   const bool keep_attention = l.recompute != Recompute::kSelective;
   double elems = 4 * d.Tl * d.h;                 // ln1, QKV, ln2, fc1 inputs
   elems += d.T * (d.h + 2 * d.kv) / d.t;         // q, k, v

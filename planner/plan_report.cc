@@ -103,7 +103,7 @@ std::string FormatExplain(const JobSpec& job, const Prediction& p) {
   trow("elementwise", t.elementwise, 0);
   trow("output layer + loss", t.head, 0);
   trow("recomputation", t.recompute, 0);
-  trow("TP communication", t.tp_comm, 0);
+  trow("TP communication", t.tp_comm, t.tp_comm_hidden);
   trow("CP communication", t.cp_comm, t.cp_comm_hidden);
   trow("DP communication", t.dp_comm, t.dp_comm_hidden);
   trow("PP communication", t.pp_comm, t.pp_comm_hidden);
@@ -174,6 +174,7 @@ std::string FormatJson(const JobSpec& job,
                          {"head", t.head},
                          {"recompute", t.recompute},
                          {"tp_comm", t.tp_comm},
+                         {"tp_comm_hidden", t.tp_comm_hidden},
                          {"cp_comm", t.cp_comm},
                          {"cp_comm_hidden", t.cp_comm_hidden},
                          {"dp_comm", t.dp_comm},

@@ -86,6 +86,10 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     st.recompute = m * layers * (gemm_fwd + attn_fwd + elem_fwd);
   } else if (l.recompute == Recompute::kSelective) {
     st.recompute = m * layers * attn_fwd;
+  } else if (l.recompute == Recompute::kSelectiveOps) {
+    // Every other matmul (half the GEMM FLOPs, taken evenly) and the
+    // memory-bound ops again; attention is kept.
+    st.recompute = m * layers * (gemm_fwd / 2 + elem_fwd);
   }
   // The last stage's head: output-layer GEMMs and cross entropy passes.
   const double head_mb =
@@ -97,16 +101,37 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   // and the output layer's.
   const bool tp_inter = l.tp > per_node;
   const double hidden_bytes = T * h * e;
-  double tp_mb = 0;
+  double tp_mb = 0, tp_hidden_mb = 0;
   if (l.tp > 1) {
     const double per_layer =
         l.sequence_parallel
             ? 10 * GatherOrScatter(hidden_bytes, l.tp, tp_inter, dev)
             : 4 * AllReduce(hidden_bytes, l.tp, tp_inter, dev);
-    tp_mb =
-        layers * per_layer + 2 * AllReduce(hidden_bytes, l.tp, tp_inter, dev);
+    double exposed = per_layer;
+    if (job.overlap_tp_comm && l.sequence_parallel) {
+      // Megatron's --tp-comm-overlap splits each all-gather (reduce-scatter)
+      // into TP chunks and runs the GEMM that consumes (produces) them chunk
+      // by chunk, so a pair costs max(comm, gemm) plus one chunk of the
+      // smaller. The pairs: forward, the gathers before QKV and FC1 and the
+      // scatters after the projection and FC2; backward, the gathers of
+      // QKV's and FC1's inputs (beside their input-gradient GEMMs), the
+      // scatters of their input gradients (beside the weight-gradient
+      // GEMMs), and the gathers of the projection's and FC2's output
+      // gradients (beside their input-gradient GEMMs).
+      const double qkv = h * (h + 2 * kv), proj = h * h, fc1 = h * f1,
+                   fc2 = f * h;
+      const double comm = GatherOrScatter(hidden_bytes, l.tp, tp_inter, dev);
+      exposed = 0;
+      for (double w : {qkv, proj, fc1, fc2, qkv, qkv, fc1, fc1, proj, fc2}) {
+        const double gemm = 2 * T * w / t / gemm_rate;
+        exposed += std::max(comm, gemm) + std::min(comm, gemm) / l.tp - gemm;
+      }
+    }
+    tp_mb = layers * exposed + 2 * AllReduce(hidden_bytes, l.tp, tp_inter, dev);
+    tp_hidden_mb = layers * (per_layer - exposed);
   }
   st.tp_comm = m * tp_mb;
+  st.tp_comm_hidden = m * tp_hidden_mb;
 
   // CP: the ring passes K and V (CP - 1 times) in the forward, and K, V
   // and their gradients in the backward, behind the attention.

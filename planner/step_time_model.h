@@ -18,13 +18,14 @@ double TrainingFlopsPerToken(const gpt::GPTConfig& config);
 // backward, recomputation included); communication parts are what is
 // exposed, with what overlap hides listed beside.
 struct StepTime {
-  double gemm = 0;         // QKV, projection, MLP
-  double attention = 0;    // Flash attention forward and backward
-  double elementwise = 0;  // Norms, activations, adds, copies (memory-bound)
-  double head = 0;         // Output layer GEMMs and cross entropy
-  double recompute = 0;    // Extra forward work of recomputation
-  double tp_comm = 0;      // Exposed (TP collectives are not overlapped)
-  double cp_comm = 0;      // Exposed part of the ring exchange of K and V
+  double gemm = 0;            // QKV, projection, MLP
+  double attention = 0;       // Flash attention forward and backward
+  double elementwise = 0;     // Norms, activations, adds, copies (memory-bound)
+  double head = 0;            // Output layer GEMMs and cross entropy
+  double recompute = 0;       // Extra forward work of recomputation
+  double tp_comm = 0;         // Exposed TP collectives
+  double tp_comm_hidden = 0;  // Behind GEMMs (job.overlap_tp_comm)
+  double cp_comm = 0;         // Exposed part of the ring exchange of K and V
   double cp_comm_hidden = 0;
   double dp_comm = 0;  // Exposed gradient reduction / parameter gather
   double dp_comm_hidden = 0;

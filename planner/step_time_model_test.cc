@@ -58,6 +58,11 @@ TEST(StepTimeModelTest, RecomputationAddsForwards) {
   l.recompute = Recompute::kSelective;
   EXPECT_NEAR(EstimateStepTime(job, l).recompute, none.attention / 3.5,
               1e-12 * none.total());
+  // torchtitan's 'op' policy: half the GEMMs' forward and the
+  // memory-bound ops again, not attention.
+  l.recompute = Recompute::kSelectiveOps;
+  EXPECT_NEAR(EstimateStepTime(job, l).recompute,
+              none.gemm / 6 + none.elementwise / 3, 1e-12 * none.total());
 }
 
 TEST(StepTimeModelTest, OverlapHidesGradientReduction) {
@@ -76,6 +81,28 @@ TEST(StepTimeModelTest, OverlapHidesGradientReduction) {
   Layout l8;
   l8.dp = 8;
   EXPECT_GT(plain.dp_comm, EstimateStepTime(one_node, l8).dp_comm);
+}
+
+// --tp-comm-overlap: each of a layer's 10 sequence-parallel collectives runs
+// beside one GEMM in TP chunks, costing max(comm, gemm) + min / TP.
+TEST(StepTimeModelTest, TpCommOverlapHidesCollectivesBehindGemms) {
+  JobSpec job = H100Job(1, 8);
+  Layout l;
+  l.tp = 8;
+  l.sequence_parallel = true;
+  const StepTime plain = EstimateStepTime(job, l);
+  job.overlap_tp_comm = true;
+  const StepTime overlapped = EstimateStepTime(job, l);
+  EXPECT_EQ(plain.tp_comm_hidden, 0);
+  EXPECT_GT(overlapped.tp_comm_hidden, 0);
+  EXPECT_LT(overlapped.tp_comm, plain.tp_comm);
+  EXPECT_NEAR(overlapped.tp_comm + overlapped.tp_comm_hidden, plain.tp_comm,
+              1e-12 * plain.tp_comm);
+  // Every pair exposes at least one chunk: nothing is hidden for free.
+  EXPECT_GT(overlapped.tp_comm, plain.tp_comm / l.tp / 10);
+  // Without sequence parallelism (all-reduces) nothing is overlapped.
+  l.sequence_parallel = false;
+  EXPECT_EQ(EstimateStepTime(job, l).tp_comm_hidden, 0);
 }
 
 TEST(StepTimeModelTest, MfuIsBelowTheGemmEfficiency) {
