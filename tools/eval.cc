@@ -5,9 +5,12 @@
 //   evaluation: validation and test loss and perplexity over --eval-iters
 //               micro-batches of --data-path (or the embedded corpus, or
 //               --mock-data), split as tools/train splits it;
-//   generation: --prompt TEXT continues the text, with a KV cache, greedily
-//               (--temperature 0) or by sampling (--top-k, --top-p, --seed),
-//               stopping at the tokenizer's end of document.
+//   generation: --prompt TEXT continues the text through the inference
+//               engine (inference/: paged KV cache, the same arithmetic under
+//               every layout), greedily (--temperature 0) or by sampling
+//               (--top-k, --top-p, --seed), stopping at the tokenizer's end
+//               of document.
+// Tensor and pipeline parallelism (and TP x PP) both work for either mode.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -34,7 +37,13 @@
 #include "data/blended_dataset.h"
 #include "data/loader.h"
 #include "glog/logging.h"
+#include "inference/distributed_step.h"
+#include "inference/engine.h"
+#include "inference/inference_weights.h"
+#include "inference/model_runner.h"
+#include "inference/sampler.h"
 #include "parallel/mappings.h"
+#include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline_executor.h"
 #include "parallel/rank_layout.h"
 #include "tools/flags/megatron_args.h"
@@ -167,7 +176,9 @@ absl::Status CheckModelFlags(const Plan& plan,
 std::vector<flags::UnusedFlag> RefusedFlags() {
   const std::string no_training =
       "eval does not train (no dropout, initialisation or recomputation)";
-  const std::string no_pipeline = "eval runs without pipeline parallelism";
+  const std::string no_pipeline =
+      "eval splits the layers evenly over pipeline stages (no virtual or "
+      "uneven stages)";
   const std::string no_saving = "eval saves nothing";
   return {
       {"hidden_dropout", true, no_training},
@@ -265,11 +276,20 @@ absl::StatusOr<Plan> PlanFromFlags(
           world_size, {tp, absl::GetFlag(FLAGS_pipeline_model_parallel_size),
                        absl::GetFlag(FLAGS_context_parallel_size)})
           .status());
-  if (absl::GetFlag(FLAGS_pipeline_model_parallel_size) != 1 ||
-      absl::GetFlag(FLAGS_context_parallel_size) != 1) {
+  if (absl::GetFlag(FLAGS_context_parallel_size) != 1) {
     return absl::UnimplementedError(
-        "--pipeline-model-parallel-size and --context-parallel-size must be "
-        "1: only tensor and data parallelism are built");
+        "--context-parallel-size must be 1: eval runs tensor, pipeline and "
+        "data parallelism");
+  }
+  {
+    pipeline::PipelineConfig split;
+    split.num_layers = plan.config.num_layers;
+    split.pipeline_size = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
+    if (absl::Status s = pipeline::ValidatePipelineConfig(split); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(plan.checkpoint_path, "'s ", plan.config.num_layers,
+                       " layers: ", s.message()));
+    }
   }
   if (absl::Status s = plan.config.Validate(tp, /*sequence_parallel=*/false);
       !s.ok()) {
@@ -400,9 +420,11 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
   job->context.dtype = plan.dtype;
   job->context.seed = job->config.seed;
   job->pipeline.num_layers = job->config.num_layers;
-  MCC_ASSIGN_OR_RETURN(
-      job->model,
-      gpt::StageModel::Create(job->config, job->context, job->pipeline, 0));
+  job->pipeline.pipeline_size =
+      absl::GetFlag(FLAGS_pipeline_model_parallel_size);
+  MCC_ASSIGN_OR_RETURN(job->model,
+                       gpt::StageModel::Create(job->config, job->context,
+                                               job->pipeline, job->pp_rank()));
   // The weights: this rank's box of every global tensor (whatever padding
   // the checkpoint's or this layout's vocabulary has).
   MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(plan.load_dir));
@@ -433,13 +455,15 @@ absl::StatusOr<double> Evaluate(Job& job, data::DataLoader* loader, int iters) {
     MCC_RETURN_IF_ERROR(mb.status());
     batches.push_back({mb->tokens, mb->labels, mb->loss_mask});
   }
-  // One stage (eval runs no pipeline parallelism): each micro-batch's
-  // forward in turn.
-  pipeline::PipelineOptions one_stage;
-  one_stage.schedule = pipeline::ScheduleKind::kNoPipelining;
+  // Forward only, through the pipeline's stages when there are several
+  // (the executor hands the loss totals to every stage).
+  pipeline::PipelineOptions options;
+  options.schedule = job.pp() != nullptr
+                         ? pipeline::ScheduleKind::kOneFOneB
+                         : pipeline::ScheduleKind::kNoPipelining;
   MCC_ASSIGN_OR_RETURN(auto executor,
                        pipeline::PipelineExecutor::Create(job.model->stages(),
-                                                          nullptr, one_stage));
+                                                          job.pp(), options));
   const int n = static_cast<int>(batches.size());
   MCC_RETURN_IF_ERROR(job.model->SetMicroBatches(std::move(batches)));
   MCC_ASSIGN_OR_RETURN(training::EvalMetrics eval,
@@ -480,111 +504,130 @@ absl::Status RunEvaluation(Job& job) {
                                    absl::ToDoubleSeconds(absl::Now() - start));
       std::printf("%s loss %.4f | perplexity %.2f\n", names[split], loss,
                   std::exp(std::min(loss, 20.0)));
+      // All the digits, for layout comparisons.
+      LOG(INFO) << absl::StrFormat("loss digits: %s %.9g", names[split],
+                                   loss);
       std::fflush(stdout);
     }
   }
   return absl::OkStatus();
 }
 
-// The next token from fp32 logits [vocab] (only ids below `limit`, the
-// tokenizer's vocabulary: the padding never wins). Deterministic for a given
-// rng state, so every rank draws the same token.
-int64_t SampleToken(const float* logits, int64_t limit, double temperature,
-                    int top_k, double top_p, std::mt19937_64* rng) {
-  if (temperature == 0) {
-    return std::max_element(logits, logits + limit) - logits;
+// --no-kv-cache: the whole prefix recomputed for every token by the
+// training model (for comparison; needs the whole model on each rank).
+absl::Status RunFullRecompute(Job& job, const Plan& plan,
+                              std::vector<int64_t>* generated,
+                              bool* stopped_at_eod) {
+  if (job.model->num_chunks() != 1 || job.pp() != nullptr) {
+    return absl::InvalidArgumentError(
+        "--no-kv-cache recomputes with the whole model on each rank: use "
+        "--pipeline-model-parallel-size 1");
   }
-  std::vector<int64_t> order(limit);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
-  int64_t keep = limit;
-  if (top_k > 0) keep = std::min<int64_t>(keep, top_k);
-  std::vector<double> probs(keep);
-  const double max_logit = logits[order[0]];
-  double total = 0;
-  for (int64_t i = 0; i < keep; ++i) {
-    probs[i] = std::exp((logits[order[i]] - max_logit) / temperature);
-    total += probs[i];
-  }
-  if (top_p > 0) {
-    // The smallest prefix whose probability reaches top_p.
-    double cumulative = 0;
-    for (int64_t i = 0; i < keep; ++i) {
-      cumulative += probs[i] / total;
-      if (cumulative >= top_p) {
-        keep = i + 1;
-        break;
-      }
+  gpt::GPTModel& model = *job.model->chunk(0);
+  inference::SamplingParams sampling;
+  sampling.temperature = absl::GetFlag(FLAGS_temperature);
+  sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  sampling.top_p = absl::GetFlag(FLAGS_top_p);
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  const int64_t eod = plan.tokenizer->eod();
+  std::vector<int64_t> tokens = plan.prompt_ids;
+  if (tokens.empty()) tokens.push_back(eod);
+  while (static_cast<int64_t>(generated->size()) < plan.max_new_tokens) {
+    MCC_ASSIGN_OR_RETURN(
+        Tensor logits, model.LastTokenLogits(*Tensor::FromInts(
+                           tokens, {1, static_cast<int64_t>(tokens.size())})));
+    const int64_t next = inference::SampleToken(
+        logits.data<float>(), plan.tokenizer->vocab_size(), sampling, &rng);
+    if (next == eod) {
+      *stopped_at_eod = true;
+      break;
     }
-    total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
+    generated->push_back(next);
+    tokens.push_back(next);
   }
-  // 53 random bits as a double in [0, total).
-  const double u = static_cast<double>((*rng)() >> 11) * 0x1.0p-53 * total;
-  double cumulative = 0;
-  for (int64_t i = 0; i < keep; ++i) {
-    cumulative += probs[i];
-    if (u < cumulative) return order[i];
-  }
-  return order[keep - 1];
+  return absl::OkStatus();
 }
 
 absl::Status RunGeneration(Job& job, const Plan& plan) {
-  gpt::GPTModel& model = *job.model->chunk(0);
   const bool use_cache = !absl::GetFlag(FLAGS_no_kv_cache);
-  const double temperature = absl::GetFlag(FLAGS_temperature);
-  const int top_k = absl::GetFlag(FLAGS_top_k);
-  const double top_p = absl::GetFlag(FLAGS_top_p);
-  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
-  const int64_t eod = plan.tokenizer->eod();
-  const int64_t limit = plan.tokenizer->vocab_size();
-
-  std::vector<int64_t> tokens = plan.prompt_ids;
-  if (tokens.empty()) tokens.push_back(eod);  // Start a new document.
-  const int64_t prompt_len = static_cast<int64_t>(tokens.size());
-  gpt::KvCache cache;
-  if (use_cache) {
-    MCC_ASSIGN_OR_RETURN(cache,
-                         model.NewKvCache(1, prompt_len + plan.max_new_tokens));
-  }
-  auto whole = [&]() {
-    return *Tensor::FromInts(tokens, {1, static_cast<int64_t>(tokens.size())});
-  };
-  MCC_RETURN_IF_ERROR(job.Barrier());
-  const absl::Time start = absl::Now();
-  Tensor logits;
-  if (use_cache) {
-    MCC_ASSIGN_OR_RETURN(logits, model.Prefill(whole(), &cache));
-  } else {
-    MCC_ASSIGN_OR_RETURN(logits, model.LastTokenLogits(whole()));
-  }
-  const absl::Time prefilled = absl::Now();
+  std::vector<int64_t> prompt = plan.prompt_ids;
+  if (prompt.empty()) prompt.push_back(plan.tokenizer->eod());  // New doc.
+  const int64_t prompt_len = static_cast<int64_t>(prompt.size());
   std::vector<int64_t> generated;
   bool stopped_at_eod = false;
-  int64_t decode_steps = 0;
-  while (true) {
-    const int64_t next = SampleToken(logits.data<float>(), limit, temperature,
-                                     top_k, top_p, &rng);
-    if (next == eod) {
-      stopped_at_eod = true;
-      break;
-    }
-    generated.push_back(next);
-    tokens.push_back(next);
-    if (static_cast<int64_t>(generated.size()) == plan.max_new_tokens) break;
-    if (use_cache) {
-      MCC_ASSIGN_OR_RETURN(
-          logits, model.DecodeStep(*Tensor::FromInts({next}, {1}), &cache));
+  MCC_RETURN_IF_ERROR(job.Barrier());
+  const absl::Time start = absl::Now();
+  absl::Time prefilled = start;
+  if (!use_cache) {
+    MCC_RETURN_IF_ERROR(
+        RunFullRecompute(job, plan, &generated, &stopped_at_eod));
+  } else {
+    // The engine, one request: every rank holds its stage's part of the
+    // model; rank 0 plans the steps and the others follow.
+    MCC_ASSIGN_OR_RETURN(inference::InferenceWeights weights,
+                         inference::LoadInferenceWeights(*job.model->chunk(0)));
+    inference::KvCacheShape shape;
+    shape.num_layers = static_cast<int64_t>(weights.layers.size());
+    shape.kv_heads = weights.local_groups;
+    shape.head_dim = job.config.head_dim();
+    inference::PagedKvCache cache = inference::PagedKvCache::WithBlocks(
+        shape, (prompt_len + plan.max_new_tokens + shape.block_size - 1) /
+                   shape.block_size);
+    inference::ModelRunner runner(std::move(weights), job.tp(),
+                                  std::move(cache));
+    inference::StageLayout layout;
+    layout.world = job.world.has_value() ? job.world->group.get() : nullptr;
+    layout.pipeline = job.pp();
+    layout.pp_rank = job.pp_rank();
+    layout.pp_size = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
+    layout.tp_rank = parallel::GroupRank(job.tp());
+    if (job.rank != 0) return inference::FollowSteps(&runner, layout);
+    std::unique_ptr<inference::StepExecutor> executor;
+    if (layout.world != nullptr) {
+      executor =
+          std::make_unique<inference::DistributedStepExecutor>(&runner, layout);
     } else {
-      MCC_ASSIGN_OR_RETURN(logits, model.LastTokenLogits(whole()));
+      executor = std::make_unique<inference::LocalStepExecutor>(&runner);
     }
-    ++decode_steps;
+    inference::EngineOptions options;
+    options.scheduler.max_batch_size = 1;
+    options.scheduler.prefill_chunk_size = prompt_len;  // One prefill step.
+    options.max_positions = job.config.max_positions();
+    options.model_vocab = job.config.vocab_size;
+    inference::Engine engine(options, executor.get(), &runner.cache(),
+                             plan.tokenizer->Clone());
+    inference::GenerationRequest request;
+    request.prompt = prompt;
+    request.max_new_tokens = plan.max_new_tokens;
+    request.sampling.temperature = absl::GetFlag(FLAGS_temperature);
+    request.sampling.top_k = absl::GetFlag(FLAGS_top_k);
+    request.sampling.top_p = absl::GetFlag(FLAGS_top_p);
+    request.sampling.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+    bool done = false;
+    MCC_RETURN_IF_ERROR(engine
+                            .Submit(request,
+                                    [&](const inference::GenerationEvent& e) {
+                                      if (!e.finished) return;
+                                      done = true;
+                                      generated = e.tokens;
+                                      stopped_at_eod =
+                                          e.finish_reason ==
+                                          inference::FinishReason::kStop;
+                                    })
+                            .status());
+    for (int step = 0; !done; ++step) {
+      MCC_RETURN_IF_ERROR(engine.Step().status());
+      if (step == 0) prefilled = absl::Now();
+    }
+    MCC_RETURN_IF_ERROR(executor->Shutdown());
   }
-  const absl::Time done = absl::Now();
+  const absl::Time done_at = absl::Now();
   if (!job.is_logging_rank()) return absl::OkStatus();
   MCC_ASSIGN_OR_RETURN(std::string text,
                        plan.tokenizer->Decode(absl::MakeConstSpan(generated)));
-  const double decode_s = absl::ToDoubleSeconds(done - prefilled);
+  const int64_t decode_steps =
+      std::max<int64_t>(0, static_cast<int64_t>(generated.size()) - 1);
+  const double decode_s = absl::ToDoubleSeconds(done_at - prefilled);
   std::printf("prompt: %s\ncontinuation: %s\n",
               absl::GetFlag(FLAGS_prompt).c_str(), text.c_str());
   std::printf(
@@ -594,7 +637,8 @@ absl::Status RunGeneration(Job& job, const Plan& plan) {
       stopped_at_eod ? "stopped at end of document" : "token limit",
       static_cast<int>(prompt_len),
       absl::ToDoubleMilliseconds(prefilled - start),
-      decode_steps > 0 && decode_s > 0 ? decode_steps / decode_s : 0.0,
+      use_cache && decode_steps > 0 && decode_s > 0 ? decode_steps / decode_s
+                                                    : 0.0,
       use_cache ? "KV cache" : "full recompute, --no-kv-cache");
   std::fflush(stdout);
   return absl::OkStatus();
