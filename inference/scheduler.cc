@@ -20,13 +20,22 @@ bool Scheduler::Admit(Sequence* sequence) {
 
 StepPlan Scheduler::Plan() {
   StepPlan plan;
+  // Waiting requests join while the batch has room and the pool has blocks
+  // for their whole length (static batching: only into an empty batch).
+  const bool may_admit = !options_.static_batching || running_.empty();
+  while (may_admit && !waiting_.empty() &&
+         static_cast<int>(running_.size()) < options_.max_batch_size) {
+    if (!Admit(waiting_.front().get())) break;  // Waits, in order.
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
   int64_t budget = options_.token_budget();
   auto add = [&](Sequence* s, int64_t count) {
     plan.slices.push_back({s, s->computed, count});
     budget -= count;
   };
   // Decoding sequences first (one token each), then prompt chunks in
-  // admission order.
+  // admission order while the token budget lasts.
   for (const auto& s : running_) {
     if (!s->prefilling() && budget > 0) add(s.get(), 1);
   }
@@ -35,15 +44,6 @@ StepPlan Scheduler::Plan() {
       add(s.get(), std::min({s->prompt_len() - s->computed,
                              options_.prefill_chunk_size, budget}));
     }
-  }
-  const bool may_admit = !options_.static_batching || running_.empty();
-  while (may_admit && !waiting_.empty() && budget > 0 &&
-         static_cast<int>(running_.size()) < options_.max_batch_size) {
-    Sequence* s = waiting_.front().get();
-    if (!Admit(s)) break;  // Waits (in order) until blocks free up.
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-    add(s, std::min({s->prompt_len(), options_.prefill_chunk_size, budget}));
   }
   // The rows every rank runs.
   StepRows& rows = plan.rows;

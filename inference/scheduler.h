@@ -2,10 +2,10 @@
 #define INFERENCE_SCHEDULER_H_
 
 // Continuous (in-flight) batching: which tokens of which sequences the next
-// model step runs. At every step the running sequences decode one token
-// each, unfinished prompts continue in chunks, and waiting requests join
-// while the batch and the token budget have room and the KV-cache pool has
-// blocks for their whole length (so a running sequence never runs out).
+// model step runs. At every step waiting requests join while the batch has
+// room and the KV-cache pool has blocks for their whole length (so a running
+// sequence never runs out); then the running sequences decode one token each
+// and unfinished prompts continue in chunks while the token budget lasts.
 
 #include <cstdint>
 #include <deque>

@@ -61,6 +61,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(
     r.seed = static_cast<uint64_t>(seed);
   }
   MCC_RETURN_IF_ERROR(ReadBool(j, "stream", &r.stream));
+  MCC_RETURN_IF_ERROR(ReadBool(j, "ignore_eos", &r.ignore_eos));
   auto logprobs = j.find("logprobs");
   if (logprobs != j.end() && !logprobs->is_null()) {
     int64_t n = 0;

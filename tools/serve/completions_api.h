@@ -25,6 +25,7 @@ struct CompletionRequest {
   std::optional<uint64_t> seed;
   bool stream = false;
   std::optional<int> logprobs;  // Log-probabilities of the chosen tokens.
+  bool ignore_eos = false;      // An extension: run past end of document.
   std::string model;
 };
 

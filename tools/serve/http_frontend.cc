@@ -310,6 +310,7 @@ void HttpFrontend::HandleCompletions(const httplib::Request& req,
     r.sampling.top_p = parsed->top_p >= 1 ? 0.0 : parsed->top_p;
     r.sampling.seed = seed;
     r.stop = parsed->stop;
+    r.stop_at_eod = !parsed->ignore_eos;
     requests.push_back(std::move(r));
   }
   const size_t n = requests.size();
