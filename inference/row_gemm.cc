@@ -24,7 +24,7 @@ inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-constexpr int kColBlock = 2;
+constexpr int kColBlock = 4;
 
 // Rows [0, MR) of x against columns [0, kColBlock) of w (pointers already
 // offset), writing y with row stride ldy.
@@ -69,7 +69,7 @@ inline float OneOutput(const float* x, int64_t k, const float* w) {
   return s;
 }
 
-constexpr int kRowBlock = 4;
+constexpr int kRowBlock = 3;
 
 void ColumnRange(const float* x, int64_t rows, int64_t k, const float* w,
                  int64_t cols, float* y, int64_t c0, int64_t c1) {

@@ -27,7 +27,7 @@ for config in "continuous --max-batch-size 64" "batch1 --max-batch-size 1" \
   rm -f "$work/port"
   # shellcheck disable=SC2086
   "$serve" --load "$work/ckpt" --port 0 --port-file "$work/port" \
-    --prefill-chunk-size 64 --kv-cache-bytes 1000000000 $flags \
+    --prefill-chunk-size 16 --kv-cache-bytes 1000000000 $flags \
     > "$work/$name.log" 2>&1 &
   pid=$!
   for _ in $(seq 600); do [[ -s "$work/port" ]] && break; sleep 0.1; done
