@@ -190,7 +190,9 @@ std::vector<flags::UnusedFlag> RefusedFlags() {
       {"num_layers_per_virtual_pipeline_stage", true, no_pipeline},
       {"decoder_first_pipeline_num_layers", true, no_pipeline},
       {"decoder_last_pipeline_num_layers", true, no_pipeline},
-      {"no_overlap_p2p_communication", true, no_pipeline},
+      {"no_overlap_p2p_communication", true,
+       "eval's forward-only pipeline sends one tensor at a time (nothing to "
+       "overlap)"},
       {"save", true, no_saving},
       {"save_interval", true, no_saving},
       {"async_save", true, no_saving},
@@ -505,8 +507,7 @@ absl::Status RunEvaluation(Job& job) {
       std::printf("%s loss %.4f | perplexity %.2f\n", names[split], loss,
                   std::exp(std::min(loss, 20.0)));
       // All the digits, for layout comparisons.
-      LOG(INFO) << absl::StrFormat("loss digits: %s %.9g", names[split],
-                                   loss);
+      LOG(INFO) << absl::StrFormat("loss digits: %s %.9g", names[split], loss);
       std::fflush(stdout);
     }
   }
