@@ -73,8 +73,12 @@ absl::StatusOr<uint64_t> Engine::Submit(GenerationRequest request,
   if (!(p.top_p >= 0 && p.top_p <= 1)) {
     return refuse(absl::StrCat("top_p must be in [0, 1], got ", p.top_p));
   }
-  metrics_.RecordRequest(n);
   absl::MutexLock lock(&mu_);
+  if (stopped_) {
+    return absl::UnavailableError(
+        "the engine has stopped (see the server's log)");
+  }
+  metrics_.RecordRequest(n);
   const uint64_t id = next_id_++;
   auto s =
       std::make_unique<Sequence>(id, std::move(request), std::move(callback));
@@ -207,6 +211,19 @@ bool Engine::HasWork() const {
 }
 
 absl::Status Engine::Run() {
+  absl::Status status = RunSteps();
+  {
+    // Later submissions are refused; those before get their last event.
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+  }
+  FailAll();
+  // After a failed step the other ranks may be gone: the launcher stops them.
+  if (!status.ok()) return status;
+  return executor_->Shutdown();
+}
+
+absl::Status Engine::RunSteps() {
   absl::Time last_work = absl::Now();
   while (true) {
     {
@@ -216,7 +233,6 @@ absl::Status Engine::Run() {
     auto worked = Step();
     if (!worked.ok()) {
       LOG(ERROR) << "inference engine: a step failed: " << worked.status();
-      FailAll();
       return worked.status();
     }
     if (*worked) {
@@ -226,7 +242,6 @@ absl::Status Engine::Run() {
     if (absl::Now() - last_work > options_.idle_interval) {
       if (absl::Status s = executor_->Idle(); !s.ok()) {
         LOG(ERROR) << "inference engine: " << s;
-        FailAll();
         return s;
       }
       last_work = absl::Now();
@@ -237,8 +252,7 @@ absl::Status Engine::Run() {
                            absl::Milliseconds(100));
     }
   }
-  FailAll();
-  return executor_->Shutdown();
+  return absl::OkStatus();
 }
 
 }  // namespace inference

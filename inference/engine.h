@@ -53,8 +53,9 @@ class Engine {
   // Engine thread. One step: queued requests join, one model step runs and
   // its tokens are reported. Returns false when there was nothing to run.
   absl::StatusOr<bool> Step();
-  // Engine thread. Steps until Stop(); waits while idle. On an executor
-  // error, finishes every request (cancelled) and returns the error.
+  // Engine thread. Steps until Stop(); waits while idle. Then (or on an
+  // executor error) finishes every request (cancelled), refuses later ones
+  // (Unavailable), shuts the executor down and returns the first error.
   absl::Status Run();
   // Thread-safe: Run returns after its current step.
   void Stop();
@@ -67,6 +68,7 @@ class Engine {
   void Finish(Sequence* s, FinishReason reason);
   void Sampled(Sequence* s, const float* logits);
   void FailAll();
+  absl::Status RunSteps();
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   EngineOptions options_;
@@ -81,6 +83,7 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> cancels_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // Run has returned.
 };
 
 }  // namespace inference

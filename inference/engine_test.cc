@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -391,6 +392,42 @@ TEST(EngineTest, BadRequestsAreRefusedWithAReason) {
   r = ok;
   r.sampling.top_p = 1.5;
   refused(r, "top_p");
+}
+
+TEST(EngineTest, RunServesThenRefusesOnceStopped) {
+  auto setup = MakeSetup(TinyConfig(), nullptr, {});
+  ASSERT_TRUE(setup.ok());
+  Engine& engine = *(*setup)->engine;
+  absl::Status status;
+  std::thread runner([&] { status = engine.Run(); });
+  GenerationRequest r;
+  r.prompt = {5, 6, 7};
+  r.max_new_tokens = 4;
+  r.stop_at_eod = false;
+  absl::Mutex mu;
+  bool done = false;
+  std::vector<int64_t> tokens;
+  ASSERT_TRUE(engine
+                  .Submit(r,
+                          [&](const GenerationEvent& e) {
+                            absl::MutexLock lock(&mu);
+                            if (e.finished) {
+                              tokens = e.tokens;
+                              done = true;
+                            }
+                          })
+                  .ok());
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+  }
+  EXPECT_EQ(tokens.size(), 4u);
+  engine.Stop();
+  runner.join();
+  EXPECT_TRUE(status.ok()) << status;
+  auto late = engine.Submit(r, [](const GenerationEvent&) {});
+  ASSERT_FALSE(late.ok());
+  EXPECT_TRUE(absl::IsUnavailable(late.status())) << late.status();
 }
 
 std::string ResultPath(const std::string& variant) {

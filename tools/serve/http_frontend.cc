@@ -104,6 +104,11 @@ std::vector<GenerationEvent> WaitAll(const Submission& s, size_t n) {
   return finals;
 }
 
+// A refused request is the client's fault (400) unless the engine stopped.
+int StatusOf(const absl::Status& status) {
+  return absl::IsInvalidArgument(status) ? 400 : 503;
+}
+
 void Reply(httplib::Response& res, int status, const std::string& body,
            const char* type = kJson) {
   res.status = status;
@@ -258,7 +263,8 @@ void HttpFrontend::HandleMegatron(const httplib::Request& req,
   for (const GenerationRequest& r : requests) prompts.push_back(r.prompt);
   auto submission = SubmitAll(engine_, std::move(requests));
   if (!submission.ok()) {
-    Reply(res, 400, Dump(std::string(submission.status().message())));
+    Reply(res, StatusOf(submission.status()),
+          Dump(std::string(submission.status().message())));
     return;
   }
   const std::vector<GenerationEvent> finals =
@@ -316,7 +322,9 @@ void HttpFrontend::HandleCompletions(const httplib::Request& req,
   const size_t n = requests.size();
   auto submission = SubmitAll(engine_, std::move(requests));
   if (!submission.ok()) {
-    Reply(res, 400, ErrorBody(std::string(submission.status().message()), 400));
+    const int status = StatusOf(submission.status());
+    Reply(res, status,
+          ErrorBody(std::string(submission.status().message()), status));
     return;
   }
   const std::string id = absl::StrCat("cmpl-", next_completion_.fetch_add(1));
