@@ -5,13 +5,16 @@
 //   evaluation: validation and test loss and perplexity over --eval-iters
 //               micro-batches of --data-path (or the embedded corpus, or
 //               --mock-data), split as tools/train splits it;
-//   generation: --prompt TEXT continues the text, with a KV cache, greedily
-//               (--temperature 0) or by sampling (--top-k, --top-p, --seed),
-//               stopping at the tokenizer's end of document;
-//               --prompt-ids '1 5 9' starts from token ids instead (and
-//               prints the prompt's next-token loss), --output-ids prints
-//               the generated ids on one line: with both, no tokenizer is
-//               read and generation runs the full --max-new-tokens.
+//   generation: --prompt TEXT continues the text through the inference
+//               engine (inference/: paged KV cache, the same arithmetic under
+//               every layout), greedily (--temperature 0) or by sampling
+//               (--top-k, --top-p, --seed), stopping at the tokenizer's end
+//               of document; --prompt-ids '1 5 9' starts from token ids
+//               instead (and prints the prompt's next-token loss),
+//               --output-ids prints the generated ids on one line: with
+//               both, no tokenizer is read and generation runs the full
+//               --max-new-tokens.
+// Tensor and pipeline parallelism (and TP x PP) both work for either mode.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -41,7 +44,13 @@
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "glog/logging.h"
+#include "inference/distributed_step.h"
+#include "inference/engine.h"
+#include "inference/inference_weights.h"
+#include "inference/model_runner.h"
+#include "inference/sampler.h"
 #include "parallel/mappings.h"
+#include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline_executor.h"
 #include "parallel/rank_layout.h"
 #include "tools/flags/megatron_args.h"
@@ -182,7 +191,9 @@ absl::Status CheckModelFlags(const Plan& plan,
 std::vector<flags::UnusedFlag> RefusedFlags() {
   const std::string no_training =
       "eval does not train (no dropout, initialisation or recomputation)";
-  const std::string no_pipeline = "eval runs without pipeline parallelism";
+  const std::string no_pipeline =
+      "eval splits the layers evenly over pipeline stages (no virtual or "
+      "uneven stages)";
   const std::string no_saving = "eval saves nothing";
   return {
       {"hidden_dropout", true, no_training},
@@ -194,7 +205,9 @@ std::vector<flags::UnusedFlag> RefusedFlags() {
       {"num_layers_per_virtual_pipeline_stage", true, no_pipeline},
       {"decoder_first_pipeline_num_layers", true, no_pipeline},
       {"decoder_last_pipeline_num_layers", true, no_pipeline},
-      {"no_overlap_p2p_communication", true, no_pipeline},
+      {"no_overlap_p2p_communication", true,
+       "eval's forward-only pipeline sends one tensor at a time (nothing to "
+       "overlap)"},
       {"cp_comm_type", true, "eval runs without context parallelism"},
       {"save", true, no_saving},
       {"save_interval", true, no_saving},
@@ -311,11 +324,20 @@ absl::StatusOr<Plan> PlanFromFlags(
           world_size, {tp, absl::GetFlag(FLAGS_pipeline_model_parallel_size),
                        absl::GetFlag(FLAGS_context_parallel_size)})
           .status());
-  if (absl::GetFlag(FLAGS_pipeline_model_parallel_size) != 1 ||
-      absl::GetFlag(FLAGS_context_parallel_size) != 1) {
+  if (absl::GetFlag(FLAGS_context_parallel_size) != 1) {
     return absl::UnimplementedError(
-        "--pipeline-model-parallel-size and --context-parallel-size must be "
-        "1: only tensor and data parallelism are built");
+        "--context-parallel-size must be 1: eval runs tensor, pipeline and "
+        "data parallelism");
+  }
+  {
+    pipeline::PipelineConfig split;
+    split.num_layers = plan.config.num_layers;
+    split.pipeline_size = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
+    if (absl::Status s = pipeline::ValidatePipelineConfig(split); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(plan.checkpoint_path, "'s ", plan.config.num_layers,
+                       " layers: ", s.message()));
+    }
   }
   if (absl::Status s = plan.config.Validate(tp, /*sequence_parallel=*/false);
       !s.ok()) {
@@ -464,9 +486,11 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
   job->context.dtype = plan.dtype;
   job->context.seed = job->config.seed;
   job->pipeline.num_layers = job->config.num_layers;
-  MCC_ASSIGN_OR_RETURN(
-      job->model,
-      gpt::StageModel::Create(job->config, job->context, job->pipeline, 0));
+  job->pipeline.pipeline_size =
+      absl::GetFlag(FLAGS_pipeline_model_parallel_size);
+  MCC_ASSIGN_OR_RETURN(job->model,
+                       gpt::StageModel::Create(job->config, job->context,
+                                               job->pipeline, job->pp_rank()));
   // The weights: this rank's box of every global tensor (whatever padding
   // the checkpoint's or this layout's vocabulary has).
   MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(plan.load_dir));
@@ -497,13 +521,15 @@ absl::StatusOr<double> Evaluate(Job& job, data::DataLoader* loader, int iters) {
     MCC_RETURN_IF_ERROR(mb.status());
     batches.push_back({mb->tokens, mb->labels, mb->loss_mask});
   }
-  // One stage (eval runs no pipeline parallelism): each micro-batch's
-  // forward in turn.
-  pipeline::PipelineOptions one_stage;
-  one_stage.schedule = pipeline::ScheduleKind::kNoPipelining;
+  // Forward only, through the pipeline's stages when there are several
+  // (the executor hands the loss totals to every stage).
+  pipeline::PipelineOptions options;
+  options.schedule = job.pp() != nullptr
+                         ? pipeline::ScheduleKind::kOneFOneB
+                         : pipeline::ScheduleKind::kNoPipelining;
   MCC_ASSIGN_OR_RETURN(auto executor,
                        pipeline::PipelineExecutor::Create(job.model->stages(),
-                                                          nullptr, one_stage));
+                                                          job.pp(), options));
   const int n = static_cast<int>(batches.size());
   MCC_RETURN_IF_ERROR(job.model->SetMicroBatches(std::move(batches)));
   MCC_ASSIGN_OR_RETURN(training::EvalMetrics eval,
@@ -544,142 +570,148 @@ absl::Status RunEvaluation(Job& job) {
                                    absl::ToDoubleSeconds(absl::Now() - start));
       std::printf("%s loss %.4f | perplexity %.2f\n", names[split], loss,
                   std::exp(std::min(loss, 20.0)));
+      // All the digits, for layout comparisons.
+      LOG(INFO) << absl::StrFormat("loss digits: %s %.9g", names[split], loss);
       std::fflush(stdout);
     }
   }
   return absl::OkStatus();
 }
 
-// The next token from fp32 logits [vocab] (only ids below `limit`, the
-// tokenizer's vocabulary: the padding never wins). Deterministic for a given
-// rng state, so every rank draws the same token.
-int64_t SampleToken(const float* logits, int64_t limit, double temperature,
-                    int top_k, double top_p, std::mt19937_64* rng) {
-  if (temperature == 0) {
-    return std::max_element(logits, logits + limit) - logits;
+// --no-kv-cache: the whole prefix recomputed for every token by the
+// training model (for comparison; needs the whole model on each rank).
+absl::Status RunFullRecompute(Job& job, const Plan& plan,
+                              std::vector<int64_t>* generated,
+                              bool* stopped_at_eod) {
+  if (job.model->num_chunks() != 1 || job.pp() != nullptr) {
+    return absl::InvalidArgumentError(
+        "--no-kv-cache recomputes with the whole model on each rank: use "
+        "--pipeline-model-parallel-size 1");
   }
-  std::vector<int64_t> order(limit);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
-  int64_t keep = limit;
-  if (top_k > 0) keep = std::min<int64_t>(keep, top_k);
-  std::vector<double> probs(keep);
-  const double max_logit = logits[order[0]];
-  double total = 0;
-  for (int64_t i = 0; i < keep; ++i) {
-    probs[i] = std::exp((logits[order[i]] - max_logit) / temperature);
-    total += probs[i];
-  }
-  if (top_p > 0) {
-    // The smallest prefix whose probability reaches top_p.
-    double cumulative = 0;
-    for (int64_t i = 0; i < keep; ++i) {
-      cumulative += probs[i] / total;
-      if (cumulative >= top_p) {
-        keep = i + 1;
-        break;
-      }
+  gpt::GPTModel& model = *job.model->chunk(0);
+  inference::SamplingParams sampling;
+  sampling.temperature = absl::GetFlag(FLAGS_temperature);
+  sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  sampling.top_p = absl::GetFlag(FLAGS_top_p);
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  // Without a tokenizer (--prompt-ids --output-ids) there is no end of
+  // document to stop at, and every id of the model may come next.
+  const int64_t eod = plan.tokenizer ? plan.tokenizer->eod() : -1;
+  const int64_t limit =
+      plan.tokenizer ? plan.tokenizer->vocab_size() : plan.config.vocab_size;
+  std::vector<int64_t> tokens = plan.prompt_ids;
+  if (tokens.empty()) tokens.push_back(eod);
+  while (static_cast<int64_t>(generated->size()) < plan.max_new_tokens) {
+    MCC_ASSIGN_OR_RETURN(
+        Tensor logits, model.LastTokenLogits(*Tensor::FromInts(
+                           tokens, {1, static_cast<int64_t>(tokens.size())})));
+    const int64_t next =
+        inference::SampleToken(logits.data<float>(), limit, sampling, &rng);
+    if (next == eod) {
+      *stopped_at_eod = true;
+      break;
     }
-    total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
-  }
-  // 53 random bits as a double in [0, total).
-  const double u = static_cast<double>((*rng)() >> 11) * 0x1.0p-53 * total;
-  double cumulative = 0;
-  for (int64_t i = 0; i < keep; ++i) {
-    cumulative += probs[i];
-    if (u < cumulative) return order[i];
-  }
-  return order[keep - 1];
-}
-
-// The mean next-token loss of the prompt (each id predicting the next), as
-// training computes it; a collective over TP, printed by the logging rank.
-absl::Status PrintPromptLoss(Job& job, gpt::GPTModel& model,
-                             const std::vector<int64_t>& ids) {
-  const int64_t n = static_cast<int64_t>(ids.size()) - 1;
-  gpt::MicroBatch batch;
-  MCC_ASSIGN_OR_RETURN(
-      batch.tokens,
-      Tensor::FromInts(std::vector<int64_t>(ids.begin(), ids.end() - 1),
-                       {1, n}));
-  MCC_ASSIGN_OR_RETURN(
-      batch.labels,
-      Tensor::FromInts(std::vector<int64_t>(ids.begin() + 1, ids.end()),
-                       {1, n}));
-  const Device device = model.context().device;
-  if (!device.is_cpu()) {
-    MCC_ASSIGN_OR_RETURN(batch.tokens, batch.tokens.To(device));
-    MCC_ASSIGN_OR_RETURN(batch.labels, batch.labels.To(device));
-  }
-  MCC_ASSIGN_OR_RETURN(gpt::LossSum loss, model.Forward(batch));
-  if (job.is_logging_rank()) {
-    std::printf("prompt loss: %.9g over %lld next-token predictions\n",
-                loss.mean(), static_cast<long long>(n));
+    generated->push_back(next);
+    tokens.push_back(next);
   }
   return absl::OkStatus();
 }
 
 absl::Status RunGeneration(Job& job, const Plan& plan) {
-  gpt::GPTModel& model = *job.model->chunk(0);
   const bool use_cache = !absl::GetFlag(FLAGS_no_kv_cache);
-  const double temperature = absl::GetFlag(FLAGS_temperature);
-  const int top_k = absl::GetFlag(FLAGS_top_k);
-  const double top_p = absl::GetFlag(FLAGS_top_p);
-  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
-  // Without a tokenizer (--prompt-ids --output-ids) there is no end of
-  // document to stop at, and every token of the model may come next.
-  const int64_t eod = plan.tokenizer ? plan.tokenizer->eod() : -1;
-  const int64_t limit =
-      plan.tokenizer ? plan.tokenizer->vocab_size() : plan.config.vocab_size;
-  if (plan.ids_in && plan.prompt_ids.size() >= 2) {
-    MCC_RETURN_IF_ERROR(PrintPromptLoss(job, model, plan.prompt_ids));
+  std::vector<int64_t> prompt = plan.prompt_ids;
+  if (prompt.empty()) {
+    if (plan.tokenizer == nullptr) {
+      return absl::InvalidArgumentError("--prompt-ids holds no token id");
+    }
+    prompt.push_back(plan.tokenizer->eod());  // Start a new document.
   }
-
-  std::vector<int64_t> tokens = plan.prompt_ids;
-  if (tokens.empty()) tokens.push_back(eod);  // Start a new document.
-  const int64_t prompt_len = static_cast<int64_t>(tokens.size());
-  gpt::KvCache cache;
-  if (use_cache) {
-    MCC_ASSIGN_OR_RETURN(cache,
-                         model.NewKvCache(1, prompt_len + plan.max_new_tokens));
-  }
-  auto whole = [&]() {
-    return *Tensor::FromInts(tokens, {1, static_cast<int64_t>(tokens.size())});
-  };
-  MCC_RETURN_IF_ERROR(job.Barrier());
-  const absl::Time start = absl::Now();
-  Tensor logits;
-  if (use_cache) {
-    MCC_ASSIGN_OR_RETURN(logits, model.Prefill(whole(), &cache));
-  } else {
-    MCC_ASSIGN_OR_RETURN(logits, model.LastTokenLogits(whole()));
-  }
-  const absl::Time prefilled = absl::Now();
+  const int64_t prompt_len = static_cast<int64_t>(prompt.size());
+  // --prompt-ids also reports the prompt's next-token loss.
+  const bool prompt_loss = plan.ids_in && prompt_len >= 2;
+  std::vector<double> prompt_logprobs;
   std::vector<int64_t> generated;
   bool stopped_at_eod = false;
-  int64_t decode_steps = 0;
-  while (true) {
-    const int64_t next = SampleToken(logits.data<float>(), limit, temperature,
-                                     top_k, top_p, &rng);
-    if (next == eod) {
-      stopped_at_eod = true;
-      break;
-    }
-    generated.push_back(next);
-    tokens.push_back(next);
-    if (static_cast<int64_t>(generated.size()) == plan.max_new_tokens) break;
-    if (use_cache) {
-      MCC_ASSIGN_OR_RETURN(
-          logits, model.DecodeStep(*Tensor::FromInts({next}, {1}), &cache));
+  MCC_RETURN_IF_ERROR(job.Barrier());
+  const absl::Time start = absl::Now();
+  absl::Time prefilled = start;
+  if (!use_cache) {
+    MCC_RETURN_IF_ERROR(
+        RunFullRecompute(job, plan, &generated, &stopped_at_eod));
+  } else {
+    // The engine, one request: every rank holds its stage's part of the
+    // model; rank 0 plans the steps and the others follow.
+    MCC_ASSIGN_OR_RETURN(inference::InferenceWeights weights,
+                         inference::LoadInferenceWeights(*job.model->chunk(0)));
+    inference::KvCacheShape shape;
+    shape.num_layers = static_cast<int64_t>(weights.layers.size());
+    shape.kv_heads = weights.local_groups;
+    shape.head_dim = job.config.head_dim();
+    inference::PagedKvCache cache = inference::PagedKvCache::WithBlocks(
+        shape, (prompt_len + plan.max_new_tokens + shape.block_size - 1) /
+                   shape.block_size);
+    inference::ModelRunner runner(std::move(weights), job.tp(),
+                                  std::move(cache));
+    inference::StageLayout layout;
+    layout.world = job.world.has_value() ? job.world->group.get() : nullptr;
+    layout.pipeline = job.pp();
+    layout.pp_rank = job.pp_rank();
+    layout.pp_size = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
+    layout.tp_rank = parallel::GroupRank(job.tp());
+    if (job.rank != 0) return inference::FollowSteps(&runner, layout);
+    std::unique_ptr<inference::StepExecutor> executor;
+    if (layout.world != nullptr) {
+      executor =
+          std::make_unique<inference::DistributedStepExecutor>(&runner, layout);
     } else {
-      MCC_ASSIGN_OR_RETURN(logits, model.LastTokenLogits(whole()));
+      executor = std::make_unique<inference::LocalStepExecutor>(&runner);
     }
-    ++decode_steps;
+    inference::EngineOptions options;
+    options.scheduler.max_batch_size = 1;
+    options.scheduler.prefill_chunk_size = prompt_len;  // One prefill step.
+    options.max_positions = job.config.max_positions();
+    options.model_vocab = job.config.vocab_size;
+    inference::Engine engine(
+        options, executor.get(), &runner.cache(),
+        plan.tokenizer ? plan.tokenizer->Clone() : nullptr);
+    inference::GenerationRequest request;
+    request.prompt = prompt;
+    request.prompt_logprobs = prompt_loss;
+    request.max_new_tokens = plan.max_new_tokens;
+    request.sampling.temperature = absl::GetFlag(FLAGS_temperature);
+    request.sampling.top_k = absl::GetFlag(FLAGS_top_k);
+    request.sampling.top_p = absl::GetFlag(FLAGS_top_p);
+    request.sampling.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+    bool done = false;
+    MCC_RETURN_IF_ERROR(engine
+                            .Submit(request,
+                                    [&](const inference::GenerationEvent& e) {
+                                      if (!e.finished) return;
+                                      done = true;
+                                      generated = e.tokens;
+                                      prompt_logprobs = e.prompt_logprobs;
+                                      stopped_at_eod =
+                                          e.finish_reason ==
+                                          inference::FinishReason::kStop;
+                                    })
+                            .status());
+    for (int step = 0; !done; ++step) {
+      MCC_RETURN_IF_ERROR(engine.Step().status());
+      if (step == 0) prefilled = absl::Now();
+    }
+    MCC_RETURN_IF_ERROR(executor->Shutdown());
   }
-  const absl::Time done = absl::Now();
+  const absl::Time done_at = absl::Now();
   if (!job.is_logging_rank()) return absl::OkStatus();
-  const double decode_s = absl::ToDoubleSeconds(done - prefilled);
+  const int64_t decode_steps =
+      std::max<int64_t>(0, static_cast<int64_t>(generated.size()) - 1);
+  const double decode_s = absl::ToDoubleSeconds(done_at - prefilled);
+  if (prompt_loss && !prompt_logprobs.empty()) {
+    const double sum =
+        std::accumulate(prompt_logprobs.begin(), prompt_logprobs.end(), 0.0);
+    std::printf("prompt loss: %.9g over %zu next-token predictions\n",
+                -sum / prompt_logprobs.size(), prompt_logprobs.size());
+  }
   if (absl::GetFlag(FLAGS_output_ids)) {
     std::printf("%s\n", absl::StrJoin(generated, " ").c_str());
   } else {
@@ -698,7 +730,8 @@ absl::Status RunGeneration(Job& job, const Plan& plan) {
       stopped_at_eod ? "stopped at end of document" : "token limit",
       static_cast<int>(prompt_len),
       absl::ToDoubleMilliseconds(prefilled - start),
-      decode_steps > 0 && decode_s > 0 ? decode_steps / decode_s : 0.0,
+      use_cache && decode_steps > 0 && decode_s > 0 ? decode_steps / decode_s
+                                                    : 0.0,
       use_cache ? "KV cache" : "full recompute, --no-kv-cache");
   if (absl::GetFlag(FLAGS_output_ids)) {
     LOG(INFO) << stats;

@@ -650,7 +650,7 @@ std::vector<Row> Table() {
       {"--make-vocab-size-divisible-by", "7"}, el);
   add("eval", "tensor_model_parallel_size", V::kEffect,
       {"--tensor-model-parallel-size", "2"}, Nproc(el, 2));
-  add("eval", "pipeline_model_parallel_size", V::kRefused,
+  add("eval", "pipeline_model_parallel_size", V::kEffect,
       {"--pipeline-model-parallel-size", "2"}, Nproc(el, 2));
   add("eval", "context_parallel_size", V::kRefused,
       {"--context-parallel-size", "2"}, Nproc(el, 2));

@@ -1,0 +1,148 @@
+#include "inference/inference_weights.h"
+
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/parameter.h"
+#include "parallel/mappings.h"
+
+namespace mcc {
+namespace inference {
+namespace {
+
+using Params = std::map<std::string, const Parameter*>;
+
+absl::StatusOr<const Parameter*> Find(const Params& params,
+                                      const std::string& name) {
+  auto it = params.find(name);
+  if (it == params.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("inference weights: the model has no parameter ", name));
+  }
+  return it->second;
+}
+
+absl::StatusOr<std::vector<float>> Floats(const Params& params,
+                                          const std::string& name) {
+  auto p = Find(params, name);
+  if (!p.ok()) return p.status();
+  return (*p)->value.ToFloats();
+}
+
+absl::StatusOr<LinearWeights> Linear(const Params& params,
+                                     const std::string& prefix, bool bias) {
+  LinearWeights lin;
+  auto w = Find(params, prefix + ".weight");
+  if (!w.ok()) return w.status();
+  const Tensor& value = (*w)->value;
+  // A stacked weight [parts, out, in] (SwiGLU's gate and up) computes its
+  // parts' outputs one after another, as one [parts * out, in] matrix.
+  if (value.dim() != 2 && value.dim() != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inference weights: ", prefix, ".weight ",
+                     value.Describe(), " is not a matrix"));
+  }
+  lin.in = value.size(value.dim() - 1);
+  lin.out = value.numel() / lin.in;
+  lin.weight = value.ToFloats();
+  if (bias) {
+    auto b = Floats(params, prefix + ".bias");
+    if (!b.ok()) return b.status();
+    lin.bias = std::move(*b);
+  }
+  return lin;
+}
+
+absl::StatusOr<NormWeights> NormOf(const Params& params,
+                                   const std::string& prefix, bool layer_norm) {
+  NormWeights norm;
+  auto w = Floats(params, prefix + ".weight");
+  if (!w.ok()) return w.status();
+  norm.weight = std::move(*w);
+  if (layer_norm) {
+    auto b = Floats(params, prefix + ".bias");
+    if (!b.ok()) return b.status();
+    norm.bias = std::move(*b);
+  }
+  return norm;
+}
+
+}  // namespace
+
+absl::StatusOr<InferenceWeights> LoadInferenceWeights(
+    const gpt::GPTModel& model) {
+  InferenceWeights w;
+  w.config = model.config();
+  const gpt::GPTConfig& c = w.config;
+  comm::ProcessGroup* tp = model.context().tp_group;
+  w.tp_size = std::max(1, parallel::GroupSize(tp));
+  w.tp_rank = parallel::GroupRank(tp);
+  w.first_layer = model.chunk().first_layer;
+  w.pre_process = model.chunk().pre_process;
+  w.post_process = model.chunk().post_process;
+  w.local_heads = c.num_attention_heads / w.tp_size;
+  w.local_groups = c.query_groups() / w.tp_size;
+  Params params;
+  for (const auto& p : model.parameters()) params[p->name] = p.get();
+  const bool tied = !c.untie_embeddings_and_output_weights;
+  const bool layer_norm = c.normalization == gpt::Normalization::kLayerNorm;
+  const bool bias = c.add_bias_linear;
+  w.vocab_rows = c.padded_vocab_size(w.tp_size) / w.tp_size;
+  w.vocab_start = w.tp_rank * w.vocab_rows;
+  if (w.pre_process || (w.post_process && tied)) {
+    auto e = Floats(params, "embedding.word_embeddings.weight");
+    if (!e.ok()) return e.status();
+    w.word_embeddings = std::move(*e);
+    if (static_cast<int64_t>(w.word_embeddings.size()) !=
+        w.vocab_rows * c.hidden_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("inference weights: the word embedding holds ",
+                       w.word_embeddings.size(), " values, not ", w.vocab_rows,
+                       " rows of ", c.hidden_size));
+    }
+  }
+  if (w.pre_process &&
+      c.position_embedding == gpt::PositionEmbedding::kLearned) {
+    auto e = Floats(params, "embedding.position_embeddings.weight");
+    if (!e.ok()) return e.status();
+    w.position_embeddings = std::move(*e);
+  }
+  const int num_layers = static_cast<int>(model.units().size()) -
+                         (w.pre_process ? 1 : 0) - (w.post_process ? 1 : 0);
+  for (int i = w.first_layer; i < w.first_layer + num_layers; ++i) {
+    const std::string prefix = absl::StrCat("decoder.layers.", i, ".");
+    LayerWeights layer;
+    auto ln1 = NormOf(params, prefix + "input_layernorm", layer_norm);
+    auto ln2 = NormOf(params, prefix + "pre_mlp_layernorm", layer_norm);
+    auto qkv = Linear(params, prefix + "self_attention.linear_qkv", bias);
+    auto proj = Linear(params, prefix + "self_attention.linear_proj", bias);
+    auto fc1 = Linear(params, prefix + "mlp.linear_fc1", bias);
+    auto fc2 = Linear(params, prefix + "mlp.linear_fc2", bias);
+    for (const absl::Status& s : {ln1.status(), ln2.status(), qkv.status(),
+                                  proj.status(), fc1.status(), fc2.status()}) {
+      if (!s.ok()) return s;
+    }
+    layer.ln1 = std::move(*ln1);
+    layer.ln2 = std::move(*ln2);
+    layer.qkv = std::move(*qkv);
+    layer.proj = std::move(*proj);
+    layer.fc1 = std::move(*fc1);
+    layer.fc2 = std::move(*fc2);
+    w.layers.push_back(std::move(layer));
+  }
+  if (w.post_process) {
+    auto n = NormOf(params, "decoder.final_layernorm", layer_norm);
+    if (!n.ok()) return n.status();
+    w.final_norm = std::move(*n);
+    if (!tied) {
+      auto o = Floats(params, "output_layer.weight");
+      if (!o.ok()) return o.status();
+      w.output = std::move(*o);
+    }
+  }
+  return w;
+}
+
+}  // namespace inference
+}  // namespace mcc

@@ -1,0 +1,61 @@
+#ifndef INFERENCE_INFERENCE_WEIGHTS_H_
+#define INFERENCE_INFERENCE_WEIGHTS_H_
+
+// The weights the inference engine computes with: one rank's part (its
+// tensor-parallel shard of its pipeline stage's layers) of a trained GPT, as
+// fp32 host arrays in the layouts of the training layers.
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/gpt/gpt_config.h"
+#include "models/gpt/gpt_model.h"
+
+namespace mcc {
+namespace inference {
+
+struct LinearWeights {
+  std::vector<float> weight;  // [out (local), in (local)] row-major
+  std::vector<float> bias;    // Empty without bias; full for row-parallel.
+  int64_t out = 0, in = 0;
+};
+
+struct NormWeights {
+  std::vector<float> weight, bias;  // bias empty for RMSNorm
+};
+
+struct LayerWeights {
+  NormWeights ln1, ln2;
+  LinearWeights qkv, proj, fc1, fc2;
+};
+
+struct InferenceWeights {
+  gpt::GPTConfig config;
+  int tp_size = 1, tp_rank = 0;
+  int first_layer = 0;
+  bool pre_process = true, post_process = true;
+  int64_t local_heads = 0, local_groups = 0;
+  // Rows [vocab_start, vocab_start + vocab_rows) of the padded vocabulary
+  // (pre_process, or post_process with tied weights).
+  std::vector<float> word_embeddings;
+  int64_t vocab_start = 0, vocab_rows = 0;
+  std::vector<float> position_embeddings;  // [max_positions, hidden]
+  std::vector<LayerWeights> layers;
+  NormWeights final_norm;     // post_process
+  std::vector<float> output;  // Untied output layer, like word_embeddings.
+  const std::vector<float>& head() const {
+    return output.empty() ? word_embeddings : output;
+  }
+};
+
+// The engine's only way to weights: copies `model`'s parameters (any dtype,
+// any device) into fp32 host arrays. A step that transforms weights at load
+// (quantisation) belongs here, after this copy.
+absl::StatusOr<InferenceWeights> LoadInferenceWeights(
+    const gpt::GPTModel& model);
+
+}  // namespace inference
+}  // namespace mcc
+
+#endif  // INFERENCE_INFERENCE_WEIGHTS_H_

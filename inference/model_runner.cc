@@ -1,0 +1,291 @@
+#include "inference/model_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "core/thread_pool.h"
+#include "inference/paged_attention.h"
+#include "inference/row_gemm.h"
+
+namespace mcc {
+namespace inference {
+namespace {
+
+Tensor HostTensor(std::vector<float>* v) {
+  return Tensor::FromExternal(v->data(), {static_cast<int64_t>(v->size())},
+                              DType::kFloat32, Device::CPU(), nullptr);
+}
+
+// y = x W^T (+ bias) for x [rows, lin.in].
+void Apply(const LinearWeights& lin, const float* x, int64_t rows, float* y,
+           bool add_bias) {
+  RowGemm(x, rows, lin.in, lin.weight.data(), lin.out, y);
+  if (add_bias && !lin.bias.empty()) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < lin.out; ++c) y[r * lin.out + c] += lin.bias[c];
+    }
+  }
+}
+
+float Gelu(float v) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * v *
+         (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
+                         PagedKvCache cache)
+    : weights_(std::move(weights)), tp_(tp), cache_(std::move(cache)) {
+  const gpt::GPTConfig& c = weights_.config;
+  if (c.position_embedding == gpt::PositionEmbedding::kRope) {
+    const int64_t d = c.head_dim(), half = d / 2, n = c.max_positions();
+    cos_.resize(n * half);
+    sin_.resize(n * half);
+    for (int64_t i = 0; i < half; ++i) {
+      const double inv_freq =
+          std::pow(c.rotary_base, -2.0 * static_cast<double>(i) / d);
+      for (int64_t p = 0; p < n; ++p) {
+        cos_[p * half + i] = static_cast<float>(std::cos(p * inv_freq));
+        sin_[p * half + i] = static_cast<float>(std::sin(p * inv_freq));
+      }
+    }
+  }
+}
+
+absl::Status ModelRunner::SumOverTp(std::vector<float>* v) {
+  if (weights_.tp_size <= 1) return absl::OkStatus();
+  const int64_t n = static_cast<int64_t>(v->size());
+  std::vector<float> all(n * weights_.tp_size);
+  Tensor in = HostTensor(v), out = HostTensor(&all);
+  MCC_RETURN_IF_ERROR(tp_->AllGatherSync(in, &out));
+  for (int64_t i = 0; i < n; ++i) {
+    float s = all[i];
+    for (int r = 1; r < weights_.tp_size; ++r) s += all[r * n + i];
+    (*v)[i] = s;
+  }
+  return absl::OkStatus();
+}
+
+void ModelRunner::Norm(const NormWeights& norm, const float* x, int64_t rows,
+                       float* y) const {
+  const int64_t h = weights_.config.hidden_size;
+  const float eps = static_cast<float>(weights_.config.norm_epsilon);
+  const bool layer_norm = !norm.bias.empty();
+  ThreadPool::Global().ParallelFor(rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * h;
+      float* yr = y + r * h;
+      float mean = 0;
+      if (layer_norm) {
+        float s = 0;
+        for (int64_t i = 0; i < h; ++i) s += xr[i];
+        mean = s / static_cast<float>(h);
+      }
+      float ss = 0;
+      for (int64_t i = 0; i < h; ++i) ss += (xr[i] - mean) * (xr[i] - mean);
+      const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(h) + eps);
+      for (int64_t i = 0; i < h; ++i) {
+        yr[i] = (xr[i] - mean) * rstd * norm.weight[i] +
+                (layer_norm ? norm.bias[i] : 0.0f);
+      }
+    }
+  });
+}
+
+void ModelRunner::Rotate(float* x, int64_t rows, int64_t heads_per_row,
+                         const std::vector<int64_t>& positions) const {
+  const int64_t d = weights_.config.head_dim(), half = d / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* c = cos_.data() + positions[r] * half;
+    const float* s = sin_.data() + positions[r] * half;
+    for (int64_t hh = 0; hh < heads_per_row; ++hh) {
+      float* v = x + (r * heads_per_row + hh) * d;
+      for (int64_t i = 0; i < half; ++i) {
+        const float x1 = v[i], x2 = v[half + i];
+        v[i] = x1 * c[i] - x2 * s[i];
+        v[half + i] = x2 * c[i] + x1 * s[i];
+      }
+    }
+  }
+}
+
+absl::Status ModelRunner::Embed(const StepRows& rows, std::vector<float>* x) {
+  const int64_t h = weights_.config.hidden_size, n = rows.rows();
+  x->assign(n * h, 0.0f);
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t t = rows.tokens[r];
+    if (t < 0 || t >= weights_.config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token ", t, " of row ", r, " is outside the vocabulary of ",
+          weights_.config.vocab_size));
+    }
+    const int64_t local = t - weights_.vocab_start;
+    if (local >= 0 && local < weights_.vocab_rows) {
+      std::memcpy(x->data() + r * h,
+                  weights_.word_embeddings.data() + local * h,
+                  h * sizeof(float));
+    }
+  }
+  // Exactly one rank holds each row (the others add zeros: exact).
+  MCC_RETURN_IF_ERROR(SumOverTp(x));
+  if (!weights_.position_embeddings.empty()) {
+    for (int64_t r = 0; r < n; ++r) {
+      const float* p =
+          weights_.position_embeddings.data() + rows.positions[r] * h;
+      for (int64_t i = 0; i < h; ++i) (*x)[r * h + i] += p[i];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::Layer(int i, const StepRows& rows,
+                                const std::vector<const int32_t*>& tables,
+                                std::vector<float>* x) {
+  const LayerWeights& lw = weights_.layers[i];
+  const gpt::GPTConfig& c = weights_.config;
+  const int64_t n = rows.rows(), h = c.hidden_size, d = c.head_dim();
+  const int64_t groups = weights_.local_groups, heads = weights_.local_heads;
+  const int64_t hpg = heads / groups;
+  std::vector<float> ln(n * h);
+  Norm(lw.ln1, x->data(), n, ln.data());
+  std::vector<float> qkv(n * lw.qkv.out);
+  Apply(lw.qkv, ln.data(), n, qkv.data(), true);
+  std::vector<float> q(n * heads * d), k(n * groups * d), v(n * groups * d);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* src = qkv.data() + r * lw.qkv.out + g * (hpg + 2) * d;
+      std::memcpy(q.data() + (r * heads + g * hpg) * d, src,
+                  hpg * d * sizeof(float));
+      std::memcpy(k.data() + (r * groups + g) * d, src + hpg * d,
+                  d * sizeof(float));
+      std::memcpy(v.data() + (r * groups + g) * d, src + (hpg + 1) * d,
+                  d * sizeof(float));
+    }
+  }
+  if (c.position_embedding == gpt::PositionEmbedding::kRope) {
+    Rotate(q.data(), n, heads, rows.positions);
+    Rotate(k.data(), n, groups, rows.positions);
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      std::memcpy(cache_.Key(i, tables[r], rows.positions[r], g),
+                  k.data() + (r * groups + g) * d, d * sizeof(float));
+      std::memcpy(cache_.Value(i, tables[r], rows.positions[r], g),
+                  v.data() + (r * groups + g) * d, d * sizeof(float));
+    }
+  }
+  std::vector<float> ctx(n * heads * d);
+  PagedAttention(q.data(), n, heads, rows.positions.data(), tables.data(), i,
+                 &cache_, ctx.data());
+  std::vector<float> attn(n * h);
+  Apply(lw.proj, ctx.data(), n, attn.data(), false);
+  MCC_RETURN_IF_ERROR(SumOverTp(&attn));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t e = 0; e < h; ++e) {
+      (*x)[r * h + e] +=
+          attn[r * h + e] + (lw.proj.bias.empty() ? 0.0f : lw.proj.bias[e]);
+    }
+  }
+  Norm(lw.ln2, x->data(), n, ln.data());
+  std::vector<float> fc1(n * lw.fc1.out);
+  Apply(lw.fc1, ln.data(), n, fc1.data(), true);
+  const bool swiglu = c.activation == gpt::Activation::kSwiGLU;
+  const int64_t f = swiglu ? lw.fc1.out / 2 : lw.fc1.out;
+  std::vector<float> act(n * f);
+  for (int64_t r = 0; r < n; ++r) {
+    const float* in = fc1.data() + r * lw.fc1.out;
+    float* out = act.data() + r * f;
+    for (int64_t e = 0; e < f; ++e) {
+      if (swiglu) {
+        const float a = in[e];
+        out[e] = a / (1.0f + std::exp(-a)) * in[f + e];
+      } else {
+        out[e] = Gelu(in[e]);
+      }
+    }
+  }
+  std::vector<float> mlp(n * h);
+  Apply(lw.fc2, act.data(), n, mlp.data(), false);
+  MCC_RETURN_IF_ERROR(SumOverTp(&mlp));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t e = 0; e < h; ++e) {
+      (*x)[r * h + e] +=
+          mlp[r * h + e] + (lw.fc2.bias.empty() ? 0.0f : lw.fc2.bias[e]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> ModelRunner::Logits(
+    const StepRows& rows, const std::vector<float>& x) {
+  const int64_t h = weights_.config.hidden_size;
+  const int64_t l = static_cast<int64_t>(rows.logit_rows.size());
+  std::vector<float> picked(l * h);
+  for (int64_t j = 0; j < l; ++j) {
+    std::memcpy(picked.data() + j * h, x.data() + rows.logit_rows[j] * h,
+                h * sizeof(float));
+  }
+  std::vector<float> normed(l * h);
+  Norm(weights_.final_norm, picked.data(), l, normed.data());
+  const int64_t vr = weights_.vocab_rows, tp = weights_.tp_size;
+  std::vector<float> local(l * vr);
+  RowGemm(normed.data(), l, h, weights_.head().data(), vr, local.data());
+  std::vector<float> all;
+  if (tp > 1) {
+    all.resize(tp * l * vr);
+    Tensor in = HostTensor(&local), out = HostTensor(&all);
+    MCC_RETURN_IF_ERROR(tp_->AllGatherSync(in, &out));
+  } else {
+    all = std::move(local);
+  }
+  const int64_t vocab = weights_.config.vocab_size;
+  std::vector<float> logits(l * vocab);
+  for (int64_t r = 0; r < tp; ++r) {
+    for (int64_t j = 0; j < l; ++j) {
+      for (int64_t e = 0; e < vr; ++e) {
+        const int64_t col = r * vr + e;
+        if (col < vocab) logits[j * vocab + col] = all[(r * l + j) * vr + e];
+      }
+    }
+  }
+  return logits;
+}
+
+absl::StatusOr<std::vector<float>> ModelRunner::Run(
+    const StepRows& rows, std::vector<float>* hidden) {
+  const int64_t n = rows.rows(), h = weights_.config.hidden_size;
+  std::vector<const int32_t*> tables(n);
+  for (int64_t r = 0; r < n; ++r) {
+    const int32_t t = rows.table[r];
+    if (t < 0 || t >= static_cast<int32_t>(rows.tables.size()) ||
+        rows.positions[r] < 0 ||
+        rows.positions[r] >= weights_.config.max_positions() ||
+        cache_.BlocksFor(rows.positions[r] + 1) >
+            static_cast<int64_t>(rows.tables[t].size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step row ", r, " at position ", rows.positions[r],
+                       " has no block for it (table ", t, ")"));
+    }
+    tables[r] = rows.tables[t].data();
+  }
+  if (weights_.pre_process) {
+    MCC_RETURN_IF_ERROR(Embed(rows, hidden));
+  } else if (static_cast<int64_t>(hidden->size()) != n * h) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stage input holds ", hidden->size(), " values, not ", n,
+                     " rows of ", h));
+  }
+  for (int i = 0; i < static_cast<int>(weights_.layers.size()); ++i) {
+    MCC_RETURN_IF_ERROR(Layer(i, rows, tables, hidden));
+  }
+  if (!weights_.post_process) return std::vector<float>();
+  return Logits(rows, *hidden);
+}
+
+}  // namespace inference
+}  // namespace mcc

@@ -1,0 +1,78 @@
+#ifndef INFERENCE_MODEL_RUNNER_H_
+#define INFERENCE_MODEL_RUNNER_H_
+
+// One rank's forward pass of a batch of token rows from many sequences, each
+// at its own position, through a paged KV cache: the engine's model step.
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/comm/process_group.h"
+#include "inference/inference_weights.h"
+#include "inference/paged_kv_cache.h"
+
+namespace mcc {
+namespace inference {
+
+// The rows of one step, as every rank of the job sees them.
+struct StepRows {
+  std::vector<int64_t> tokens;     // [rows]
+  std::vector<int64_t> positions;  // [rows]
+  std::vector<int32_t> table;      // [rows]: index into tables
+  std::vector<BlockTable> tables;
+  // Rows whose next-token logits are wanted, ascending.
+  std::vector<int32_t> logit_rows;
+  int64_t rows() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+// Holds the weights and this rank's KV cache. Every row is computed alone
+// (fixed-order kernels, tensor-parallel sums in rank order), so a row's
+// results do not depend on the other rows or on how a prompt is split into
+// chunks: greedy decoding is bit-identical batched or alone. Not
+// thread-safe; all ranks of the tensor-parallel group must call Run with the
+// same rows (it makes collectives on `tp`).
+class ModelRunner {
+ public:
+  // `tp` (may be null for one rank) outlives the runner.
+  ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
+              PagedKvCache cache);
+
+  // The stage's layers over the rows: the first stage embeds rows.tokens
+  // (hidden is output only), others take *hidden [rows, hidden_size] from
+  // the previous stage. *hidden ends as this stage's output. On the last
+  // stage returns the logits of rows.logit_rows, fp32 [logit rows,
+  // vocab_size] on every TP rank (the padding dropped); elsewhere an empty
+  // vector. Keys and values of every row are written into the cache at its
+  // position, through its table (blocks the caller allocated).
+  absl::StatusOr<std::vector<float>> Run(const StepRows& rows,
+                                         std::vector<float>* hidden);
+
+  const InferenceWeights& weights() const { return weights_; }
+  PagedKvCache& cache() { return cache_; }
+
+ private:
+  absl::Status Embed(const StepRows& rows, std::vector<float>* x);
+  absl::Status Layer(int i, const StepRows& rows,
+                     const std::vector<const int32_t*>& tables,
+                     std::vector<float>* x);
+  absl::StatusOr<std::vector<float>> Logits(const StepRows& rows,
+                                            const std::vector<float>& x);
+  // Sums `v` over the TP group in rank order (the same bits on every rank,
+  // for any length).
+  absl::Status SumOverTp(std::vector<float>* v);
+  void Norm(const NormWeights& norm, const float* x, int64_t rows,
+            float* y) const;
+  void Rotate(float* x, int64_t rows, int64_t heads_per_row,
+              const std::vector<int64_t>& positions) const;
+
+  InferenceWeights weights_;
+  comm::ProcessGroup* tp_;
+  PagedKvCache cache_;
+  std::vector<float> cos_, sin_;  // [max_positions, head_dim / 2] (RoPE)
+};
+
+}  // namespace inference
+}  // namespace mcc
+
+#endif  // INFERENCE_MODEL_RUNNER_H_

@@ -1,0 +1,62 @@
+#include "inference/paged_kv_cache.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace mcc {
+namespace inference {
+
+absl::StatusOr<PagedKvCache> PagedKvCache::Create(const KvCacheShape& shape,
+                                                  int64_t bytes) {
+  if (shape.num_layers <= 0 || shape.kv_heads <= 0 || shape.head_dim <= 0 ||
+      shape.block_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache: layers ", shape.num_layers, ", kv heads ", shape.kv_heads,
+        ", head dim ", shape.head_dim, " and block size ", shape.block_size,
+        " must be positive"));
+  }
+  const int64_t blocks = bytes / shape.BlockBytes();
+  if (blocks < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-cache-bytes ", bytes, " holds no block of ",
+                     shape.block_size, " tokens (", shape.BlockBytes(),
+                     " bytes over ", shape.num_layers, " layers)"));
+  }
+  return WithBlocks(shape, blocks);
+}
+
+PagedKvCache PagedKvCache::WithBlocks(const KvCacheShape& shape,
+                                      int64_t blocks) {
+  PagedKvCache cache;
+  cache.shape_ = shape;
+  cache.num_blocks_ = blocks;
+  for (int64_t b = blocks - 1; b >= 0; --b) {
+    cache.free_.push_back(static_cast<int32_t>(b));
+  }
+  const int64_t floats =
+      blocks * shape.block_size * shape.kv_heads * shape.head_dim;
+  cache.keys_.assign(shape.num_layers, std::vector<float>(floats, 0.0f));
+  cache.values_.assign(shape.num_layers, std::vector<float>(floats, 0.0f));
+  return cache;
+}
+
+bool PagedKvCache::Allocate(int64_t count, BlockTable* table) {
+  if (count > free_blocks()) return false;
+  for (int64_t i = 0; i < count; ++i) {
+    table->push_back(free_.back());
+    free_.pop_back();
+  }
+  return true;
+}
+
+void PagedKvCache::Free(BlockTable* table) {
+  // Keep free_ descending so the lowest numbers go first (deterministic).
+  for (int32_t b : *table) free_.push_back(b);
+  std::sort(free_.begin(), free_.end(),
+            [](int32_t a, int32_t b) { return a > b; });
+  table->clear();
+}
+
+}  // namespace inference
+}  // namespace mcc

@@ -1,0 +1,114 @@
+#include "inference/row_gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/thread_pool.h"
+
+namespace mcc {
+namespace inference {
+namespace {
+
+// The fixed reduction of one output: 8 lanes accumulated over k in steps of
+// 8 (fused multiply-add), the lanes summed in a fixed tree, then the k % 8
+// tail added in order. Every instantiation below does exactly this per
+// output, so the row-block size never changes a result.
+inline float HorizontalSum(__m256 v) {
+  const __m128 lo = _mm256_castps256_ps128(v);
+  const __m128 hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+constexpr int kColBlock = 4;
+
+// Rows [0, MR) of x against columns [0, kColBlock) of w (pointers already
+// offset), writing y with row stride ldy.
+template <int MR>
+void MicroKernel(const float* x, int64_t k, const float* w, float* y,
+                 int64_t ldy) {
+  __m256 acc[MR][kColBlock];
+  for (int r = 0; r < MR; ++r) {
+    for (int c = 0; c < kColBlock; ++c) acc[r][c] = _mm256_setzero_ps();
+  }
+  const int64_t k8 = k / 8 * 8;
+  for (int64_t i = 0; i < k8; i += 8) {
+    __m256 xv[MR];
+    for (int r = 0; r < MR; ++r) xv[r] = _mm256_loadu_ps(x + r * k + i);
+    for (int c = 0; c < kColBlock; ++c) {
+      const __m256 wv = _mm256_loadu_ps(w + c * k + i);
+      for (int r = 0; r < MR; ++r) {
+        acc[r][c] = _mm256_fmadd_ps(xv[r], wv, acc[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int c = 0; c < kColBlock; ++c) {
+      float s = HorizontalSum(acc[r][c]);
+      for (int64_t i = k8; i < k; ++i) {
+        s = std::fma(x[r * k + i], w[c * k + i], s);
+      }
+      y[r * ldy + c] = s;
+    }
+  }
+}
+
+// One column (an odd count's last): the same per-output arithmetic.
+inline float OneOutput(const float* x, int64_t k, const float* w) {
+  __m256 acc = _mm256_setzero_ps();
+  const int64_t k8 = k / 8 * 8;
+  for (int64_t i = 0; i < k8; i += 8) {
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(w + i), acc);
+  }
+  float s = HorizontalSum(acc);
+  for (int64_t i = k8; i < k; ++i) s = std::fma(x[i], w[i], s);
+  return s;
+}
+
+constexpr int kRowBlock = 3;
+
+void ColumnRange(const float* x, int64_t rows, int64_t k, const float* w,
+                 int64_t cols, float* y, int64_t c0, int64_t c1) {
+  int64_t c = c0;
+  for (; c + kColBlock <= c1; c += kColBlock) {
+    int64_t r = 0;
+    for (; r + kRowBlock <= rows; r += kRowBlock) {
+      MicroKernel<kRowBlock>(x + r * k, k, w + c * k, y + r * cols + c, cols);
+    }
+    for (; r < rows; ++r) {
+      MicroKernel<1>(x + r * k, k, w + c * k, y + r * cols + c, cols);
+    }
+  }
+  for (; c < c1; ++c) {
+    for (int64_t r = 0; r < rows; ++r) {
+      y[r * cols + c] = OneOutput(x + r * k, k, w + c * k);
+    }
+  }
+}
+
+}  // namespace
+
+float FixedOrderDot(const float* a, const float* b, int64_t n) {
+  return OneOutput(a, n, b);
+}
+
+void RowGemm(const float* x, int64_t rows, int64_t k, const float* w,
+             int64_t cols, float* y) {
+  if (rows <= 0 || cols <= 0) return;
+  // Blocks of columns per task: each thread streams its slice of w once per
+  // four rows, from cache after the first.
+  const int64_t blocks = (cols + kColBlock - 1) / kColBlock;
+  const int64_t grain =
+      std::max<int64_t>(1, 16384 / std::max<int64_t>(1, k * kColBlock));
+  ThreadPool::Global().ParallelFor(blocks, grain, [&](int64_t b0, int64_t b1) {
+    ColumnRange(x, rows, k, w, cols, y, b0 * kColBlock,
+                std::min(cols, b1 * kColBlock));
+  });
+}
+
+}  // namespace inference
+}  // namespace mcc

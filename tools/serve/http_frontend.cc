@@ -1,0 +1,405 @@
+#include "tools/serve/http_frontend.h"
+
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "nlohmann/json.hpp"
+#include "tools/serve/completions_api.h"
+#include "tools/serve/json_fields.h"
+#include "tools/serve/megatron_api.h"
+
+namespace mcc {
+namespace serve {
+namespace {
+
+using inference::GenerationEvent;
+using inference::GenerationRequest;
+
+constexpr char kJson[] = "application/json";
+
+// The events of one HTTP request's generations (one per prompt), from the
+// engine thread to the handler's thread.
+class Channel {
+ public:
+  explicit Channel(int generations) : open_(generations) {}
+  void Push(int index, const GenerationEvent& event) {
+    absl::MutexLock lock(&mu_);
+    events_.emplace_back(index, event);
+    if (event.finished) --open_;
+  }
+  // Waits up to `timeout` for events; moves them out.
+  std::deque<std::pair<int, GenerationEvent>> Take(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(this, &Channel::HasEvents), timeout);
+    std::deque<std::pair<int, GenerationEvent>> out;
+    out.swap(events_);
+    return out;
+  }
+  bool AllFinished() {
+    absl::MutexLock lock(&mu_);
+    return open_ == 0 && events_.empty();
+  }
+
+ private:
+  bool HasEvents() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !events_.empty();
+  }
+  absl::Mutex mu_;
+  std::deque<std::pair<int, GenerationEvent>> events_ ABSL_GUARDED_BY(mu_);
+  int open_ ABSL_GUARDED_BY(mu_);
+};
+
+// Submitted generations; cancels the unfinished ones when dropped early.
+struct Submission {
+  inference::Engine* engine = nullptr;
+  std::shared_ptr<Channel> channel;
+  std::vector<uint64_t> ids;
+  void CancelAll() {
+    for (uint64_t id : ids) engine->Cancel(id);
+  }
+};
+
+// Submits every request (all or none: a refusal cancels those before it).
+absl::StatusOr<Submission> SubmitAll(inference::Engine* engine,
+                                     std::vector<GenerationRequest> requests) {
+  Submission s;
+  s.engine = engine;
+  s.channel = std::make_shared<Channel>(static_cast<int>(requests.size()));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    std::shared_ptr<Channel> channel = s.channel;
+    const int index = static_cast<int>(i);
+    auto id = engine->Submit(std::move(requests[i]),
+                             [channel, index](const GenerationEvent& e) {
+                               channel->Push(index, e);
+                             });
+    if (!id.ok()) {
+      s.CancelAll();
+      return absl::Status(
+          id.status().code(),
+          requests.size() > 1
+              ? absl::StrCat("prompt ", i, ": ", id.status().message())
+              : std::string(id.status().message()));
+    }
+    s.ids.push_back(*id);
+  }
+  return s;
+}
+
+// Waits for every generation's last event.
+std::vector<GenerationEvent> WaitAll(const Submission& s, size_t n) {
+  std::vector<GenerationEvent> finals(n);
+  size_t done = 0;
+  while (done < n) {
+    for (auto& [index, event] : s.channel->Take(absl::Seconds(1))) {
+      if (event.finished) {
+        finals[index] = std::move(event);
+        ++done;
+      }
+    }
+  }
+  return finals;
+}
+
+// A refused request is the client's fault (400) unless the engine stopped.
+int StatusOf(const absl::Status& status) {
+  return absl::IsInvalidArgument(status) ? 400 : 503;
+}
+
+void Reply(httplib::Response& res, int status, const std::string& body,
+           const char* type = kJson) {
+  res.status = status;
+  res.set_content(body, type);
+}
+
+}  // namespace
+
+HttpFrontend::HttpFrontend(inference::Engine* engine,
+                           std::unique_ptr<data::Tokenizer> tokenizer,
+                           FrontendOptions options)
+    : engine_(engine),
+      options_(std::move(options)),
+      tokenizer_(std::move(tokenizer)),
+      seeds_(std::random_device{}()) {
+  const int threads = options_.http_threads;
+  server_.new_task_queue = [threads] {
+    return new httplib::ThreadPool(threads);
+  };
+  server_.set_payload_max_length(options_.max_body_bytes);
+  server_.Put("/api",
+              [this](const httplib::Request& req, httplib::Response& res) {
+                HandleMegatron(req, res);
+              });
+  for (const char* path : {"/v1/completions", "/completions"}) {
+    server_.Post(path,
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   HandleCompletions(req, res);
+                 });
+  }
+  server_.Get(
+      "/health", [this](const httplib::Request&, httplib::Response& res) {
+        absl::MutexLock lock(&health_mu_);
+        if (unhealthy_.empty()) {
+          Reply(res, 200, R"({"status":"ok"})");
+        } else {
+          Reply(res, 503, Dump({{"status", "error"}, {"message", unhealthy_}}));
+        }
+      });
+  server_.Get("/metrics", [this](const httplib::Request&,
+                                 httplib::Response& res) {
+    Reply(res, 200, engine_->metrics().Render(), "text/plain; version=0.0.4");
+  });
+  server_.set_error_handler(
+      [](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        std::string message;
+        switch (res.status) {
+          case 404:
+            message = absl::StrCat("no endpoint ", req.method, " ", req.path,
+                                   " (PUT /api, POST /v1/completions, GET "
+                                   "/health, GET /metrics)");
+            break;
+          case 413:
+            message = "the request body is larger than the server's limit";
+            break;
+          default:
+            message = absl::StrCat("HTTP ", res.status);
+        }
+        res.set_content(ErrorBody(message, res.status), kJson);
+      });
+  server_.set_exception_handler([](const httplib::Request&,
+                                   httplib::Response& res,
+                                   std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    LOG(ERROR) << "serve: a handler threw: " << what;
+    Reply(res, 500, ErrorBody(what, 500));
+  });
+}
+
+HttpFrontend::~HttpFrontend() { Stop(); }
+
+absl::StatusOr<int> HttpFrontend::Bind(const std::string& host, int port) {
+  int bound = -1;
+  if (port == 0) {
+    bound = server_.bind_to_any_port(host);
+  } else if (server_.bind_to_port(host, port)) {
+    bound = port;
+  }
+  if (bound <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on --host ", host, " --port ", port,
+                     " (in use, or not an address of this machine)"));
+  }
+  return bound;
+}
+
+void HttpFrontend::Listen() { server_.listen_after_bind(); }
+
+void HttpFrontend::Stop() { server_.stop(); }
+
+void HttpFrontend::SetUnhealthy(const std::string& why) {
+  absl::MutexLock lock(&health_mu_);
+  unhealthy_ = why;
+}
+
+std::vector<int64_t> HttpFrontend::Encode(const std::string& text) {
+  std::vector<int32_t> ids;
+  absl::MutexLock lock(&tokenizer_mu_);
+  tokenizer_->Encode(text, &ids);
+  return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
+std::string HttpFrontend::Decode(const std::vector<int64_t>& ids) {
+  absl::MutexLock lock(&tokenizer_mu_);
+  auto text = tokenizer_->Decode(absl::MakeConstSpan(ids));
+  return text.ok() ? *text : std::string();
+}
+
+uint64_t HttpFrontend::NextSeed() {
+  absl::MutexLock lock(&seed_mu_);
+  return seeds_();
+}
+
+void HttpFrontend::HandleMegatron(const httplib::Request& req,
+                                  httplib::Response& res) {
+  // Megatron answers errors as a JSON string with status 400.
+  auto parsed = ParseMegatronRequest(req.body);
+  if (!parsed.ok()) {
+    engine_->metrics().RecordRejected();
+    Reply(res, 400, Dump(std::string(parsed.status().message())));
+    return;
+  }
+  int64_t eod = 0;
+  {
+    absl::MutexLock lock(&tokenizer_mu_);
+    eod = tokenizer_->eod();
+  }
+  std::vector<GenerationRequest> requests;
+  const uint64_t seed = parsed->random_seed.has_value()
+                            ? static_cast<uint64_t>(*parsed->random_seed)
+                            : NextSeed();
+  for (const std::string& prompt : parsed->prompts) {
+    GenerationRequest r;
+    if (parsed->add_BOS) r.prompt.push_back(eod);
+    for (int64_t id : Encode(prompt)) r.prompt.push_back(id);
+    r.max_new_tokens = parsed->tokens_to_generate;
+    r.sampling.temperature = parsed->temperature;
+    r.sampling.top_k = parsed->top_k;
+    r.sampling.top_p = parsed->top_p;
+    r.sampling.seed = seed;
+    r.prompt_logprobs = parsed->logprobs;
+    requests.push_back(std::move(r));
+  }
+  std::vector<std::vector<int64_t>> prompts;
+  for (const GenerationRequest& r : requests) prompts.push_back(r.prompt);
+  auto submission = SubmitAll(engine_, std::move(requests));
+  if (!submission.ok()) {
+    Reply(res, StatusOf(submission.status()),
+          Dump(std::string(submission.status().message())));
+    return;
+  }
+  const std::vector<GenerationEvent> finals =
+      WaitAll(*submission, prompts.size());
+  std::vector<MegatronResult> results;
+  for (size_t i = 0; i < finals.size(); ++i) {
+    const GenerationEvent& e = finals[i];
+    if (e.finish_reason == inference::FinishReason::kCancelled) {
+      Reply(res, 503, Dump("the server stopped before the generation ended"));
+      return;
+    }
+    MegatronResult r;
+    r.prompt = parsed->prompts[i];
+    r.tokens = prompts[i];
+    r.tokens.insert(r.tokens.end(), e.tokens.begin(), e.tokens.end());
+    for (int64_t t : r.tokens) r.segments.push_back(Decode({t}));
+    r.logprobs = e.prompt_logprobs;
+    r.logprobs.insert(r.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+    r.generated_text = e.text;
+    results.push_back(std::move(r));
+  }
+  Reply(res, 200, MegatronResponse(results, parsed->logprobs));
+}
+
+void HttpFrontend::HandleCompletions(const httplib::Request& req,
+                                     httplib::Response& res) {
+  auto parsed = ParseCompletionRequest(req.body);
+  if (!parsed.ok()) {
+    engine_->metrics().RecordRejected();
+    Reply(res, 400, ErrorBody(std::string(parsed.status().message()), 400));
+    return;
+  }
+  int64_t eod = 0;
+  {
+    absl::MutexLock lock(&tokenizer_mu_);
+    eod = tokenizer_->eod();
+  }
+  const uint64_t seed = parsed->seed.has_value() ? *parsed->seed : NextSeed();
+  std::vector<GenerationRequest> requests;
+  int64_t prompt_tokens = 0;
+  for (const std::string& prompt : parsed->prompts) {
+    GenerationRequest r;
+    r.prompt = Encode(prompt);
+    if (r.prompt.empty()) r.prompt.push_back(eod);  // A new document.
+    prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    r.max_new_tokens = parsed->max_tokens;
+    r.sampling.temperature = parsed->temperature;
+    r.sampling.top_k = parsed->top_k;
+    r.sampling.top_p = parsed->top_p >= 1 ? 0.0 : parsed->top_p;
+    r.sampling.seed = seed;
+    r.stop = parsed->stop;
+    r.stop_at_eod = !parsed->ignore_eos;
+    requests.push_back(std::move(r));
+  }
+  const size_t n = requests.size();
+  auto submission = SubmitAll(engine_, std::move(requests));
+  if (!submission.ok()) {
+    const int status = StatusOf(submission.status());
+    Reply(res, status,
+          ErrorBody(std::string(submission.status().message()), status));
+    return;
+  }
+  const std::string id = absl::StrCat("cmpl-", next_completion_.fetch_add(1));
+  const int64_t created = absl::ToUnixSeconds(absl::Now());
+  const std::string model =
+      parsed->model.empty() ? options_.model_name : parsed->model;
+  if (!parsed->stream) {
+    const std::vector<GenerationEvent> finals = WaitAll(*submission, n);
+    std::vector<CompletionChoice> choices;
+    int64_t completion_tokens = 0;
+    for (const GenerationEvent& e : finals) {
+      if (e.finish_reason == inference::FinishReason::kCancelled) {
+        Reply(res, 503,
+              ErrorBody("the server stopped before the generation ended", 503));
+        return;
+      }
+      CompletionChoice c;
+      c.text = e.text;
+      c.finish_reason = inference::FinishReasonName(e.finish_reason);
+      for (int64_t t : e.tokens) c.token_texts.push_back(Decode({t}));
+      c.token_logprobs = e.logprobs;
+      completion_tokens += static_cast<int64_t>(e.tokens.size());
+      choices.push_back(std::move(c));
+    }
+    Reply(res, 200,
+          CompletionResponse(id, created, model, choices,
+                             parsed->logprobs.has_value(), prompt_tokens,
+                             completion_tokens));
+    return;
+  }
+  // Streamed: one event per generated token, one with the finish reason per
+  // prompt, then [DONE]. A client that goes away cancels its generations.
+  auto state = std::make_shared<Submission>(*submission);
+  auto finished = std::make_shared<size_t>(0);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [state, finished, n, id, created, model](size_t,
+                                               httplib::DataSink& sink) {
+        if (!sink.is_writable()) {
+          state->CancelAll();
+          return false;
+        }
+        for (auto& [index, event] :
+             state->channel->Take(absl::Milliseconds(100))) {
+          std::string chunk;
+          if (event.has_token) {
+            chunk = CompletionStreamEvent(id, created, model, index,
+                                          event.text_delta, "");
+          }
+          if (event.finished) {
+            const bool cancelled =
+                event.finish_reason == inference::FinishReason::kCancelled;
+            absl::StrAppend(
+                &chunk, CompletionStreamEvent(
+                            id, created, model, index, event.text_delta,
+                            inference::FinishReasonName(event.finish_reason)));
+            if (cancelled) LOG(WARNING) << id << ": generation cancelled";
+            ++*finished;
+          }
+          if (!chunk.empty() && !sink.write(chunk.data(), chunk.size())) {
+            state->CancelAll();
+            return false;
+          }
+        }
+        if (*finished == n) {
+          sink.write(kStreamDone, sizeof(kStreamDone) - 1);
+          sink.done();
+        }
+        return true;
+      },
+      [state](bool success) {
+        if (!success) state->CancelAll();
+      });
+}
+
+}  // namespace serve
+}  // namespace mcc
