@@ -100,7 +100,7 @@ MCC_WORKER(consistency_train) {
 
 std::vector<comm::testing::WorkerResult> RunCase(const Case& c) {
   return comm::testing::RunWorkers(
-      c.world, "consistency_train", absl::Seconds(120), [&](int) {
+      c.world, "consistency_train", absl::Seconds(300), [&](int) {
         return std::map<std::string, std::string>{{"MCC_TEST_CASE", c.name}};
       });
 }
