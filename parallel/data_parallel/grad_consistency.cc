@@ -138,7 +138,10 @@ std::vector<ReplicaGroup> GradientReplicaGroups(
     const DataParallel* dp) {
   ReplicaGroupSources comparable = sources;
   if (dp != nullptr && !dp->holds_whole_reduced_gradients()) {
+    // Each rank holds its own shard, over DP or (with context parallelism)
+    // over DP x CP, so neither group's ranks hold comparable tensors.
     comparable.data = nullptr;
+    comparable.context = nullptr;
   }
   if (dp != nullptr && dp->shards_gradients()) comparable.embedding = nullptr;
   return ReplicaGroupsOf(params, comparable);
