@@ -1,5 +1,6 @@
 // The weight-only int8 GEMM beside oneDNN's fp32 sgemm on the same
-// decode-like shapes (y = x W^T, x [M, K], W [N, K], M = 1..64), in one run:
+// decode-like shapes (y = x W^T, x [M, K], W [N, K], M = 1..64; 128 and 256
+// for the crossover to the sgemm path), in one run:
 //   tools/bazel run //core/ops:int8_gemm_bench [-- --threads N]
 // Prints GFLOP/s (2 M N K per call, median of --reps timed calls) for the
 // fp32 sgemm, the automatic int8 choice and each int8 path.
@@ -59,7 +60,7 @@ void Run() {
     for (auto& v : w) v = dist(gen);
     for (int64_t i = 0; i < n * k; ++i) q[i] = static_cast<int8_t>(127 * w[i]);
     for (auto& v : s) v = 0.01f;
-    for (int64_t m : {1, 2, 4, 8, 16, 32, 64}) {
+    for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
       std::vector<float> x(m * k), y(m * n);
       for (auto& v : x) v = dist(gen);
       const double flop = 2.0 * m * n * k;

@@ -94,7 +94,7 @@ void Quantize(const Tensor& w, Tensor* q, Tensor* s) {
 
 TEST(Int8GemmTest, EveryPathMeetsTheFp32AccumulationBound) {
   LOG(INFO) << "kernel ISA " << CpuIsaName(KernelIsa());
-  const std::vector<int64_t> ms = {1, 3, 4, 5, 17, 33, 64};
+  const std::vector<int64_t> ms = {1, 3, 4, 5, 17, 33, 64, 65};
   const std::vector<int64_t> ns = {1, 5, 64, 67};
   const std::vector<int64_t> ks = {1, 7, 16, 33, 257, 1024};
   uint32_t seed = 1;
