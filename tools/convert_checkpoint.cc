@@ -7,7 +7,7 @@
 //   convert_checkpoint --load DIR --quantize int8 --save OUT_DIR
 //
 // --quantize int8 writes the weight-only int8 form of a checkpoint
-// (tools/int8_checkpoint.h), which eval loads as int8 under any layout.
+// (tools/int8_checkpoint_writer.h), which eval loads as int8 under any layout.
 //
 // Checkpoints hold the true vocabulary (no TP padding), so the export does
 // not depend on the layout a checkpoint was saved at, and an import loads
@@ -31,7 +31,7 @@
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
 #include "tools/flags/megatron_args.h"
-#include "tools/int8_checkpoint.h"
+#include "tools/int8_checkpoint_writer.h"
 
 ABSL_FLAG(std::string, load, "", "Checkpoint directory to export.");
 ABSL_FLAG(std::string, export_hf, "",

@@ -1,17 +1,17 @@
 #ifndef TOOLS_INT8_CHECKPOINT_H_
 #define TOOLS_INT8_CHECKPOINT_H_
 
-// Weight-only int8 checkpoints (models/gpt/int8_quantization.h) and loading
-// a model for inference with int8 weights.
+// Loading a model for inference with weight-only int8 weights
+// (models/gpt/int8_quantization.h).
 //
-// A quantised checkpoint is the sharded checkpoint format with, for each
-// quantised weight W (global shape [..., in]), W's name holding int8 values
-// of the same global shape and "<name>_scale" holding the fp32 scales
-// (W's shape without its last dimension); every other model tensor is kept
-// as stored, the optimizer's state is dropped, and the common state's extra
-// map has quantization=int8. The scales are per global row, so the
-// checkpoint loads under any tensor-parallel layout, and loading it gives
-// exactly the int8 weights (bit for bit) that quantising the source
+// A quantised checkpoint (tools/int8_checkpoint_writer.h) is the sharded
+// checkpoint format with, for each quantised weight W (global shape [..., in]),
+// W's name holding int8 values of the same global shape and "<name>_scale"
+// holding the fp32 scales (W's shape without its last dimension); every other
+// model tensor is kept as stored, the optimizer's state is dropped, and the
+// common state's extra map has quantization=int8. The scales are per global
+// row, so the checkpoint loads under any tensor-parallel layout, and loading it
+// gives exactly the int8 weights (bit for bit) that quantising the source
 // checkpoint at load gives with the same parameter dtype.
 
 #include <string>
@@ -21,18 +21,10 @@
 #include "absl/strings/string_view.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "models/gpt/gpt_model.h"
+#include "tools/int8_checkpoint_writer.h"
 
 namespace mcc {
 namespace tools {
-
-// Whether the checkpoint holds int8 weights.
-bool IsInt8Checkpoint(const CheckpointReader& reader);
-
-// Writes the quantised form of `reader`'s checkpoint to `save_dir` (same
-// iteration; world size 1). Single process. Errors: the source is already
-// quantised, unreadable, or has a non-finite weight (named).
-absl::Status WriteInt8Checkpoint(CheckpointReader& reader,
-                                 const std::string& save_dir);
 
 // Loads the chunks' weights for inference. A quantised checkpoint loads
 // into int8 layers (whatever `quantize` says); otherwise the dense weights

@@ -2,38 +2,60 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <initializer_list>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/op_profile.h"
-#include "core/ops/kernel_util.h"
 #include "core/status_macros.h"
 
 namespace mcc {
 namespace ops {
 namespace {
 
+struct Arg {
+  const char* name;
+  const Tensor* tensor;
+};
+
+// Serial loops and no dependency on the thread pool: quantisation runs once
+// at load, and tools that link it (convert_checkpoint) keep their flags.
+
 // One row of w as fp32 (exact for every float dtype).
 void LoadRow(const Tensor& w, int64_t r, float* dst) {
   const int64_t cols = w.size(1);
-  switch (w.dtype()) {
-    case DType::kFloat32:
-      std::copy_n(w.data<float>() + r * cols, cols, dst);
-      break;
-    case DType::kBFloat16:
-      BF16ToF32(w.data<BFloat16>() + r * cols, dst, cols);
-      break;
-    default:
-      F16ToF32(w.data<Float16>() + r * cols, dst, cols);
-      break;
+  ConvertElements(
+      static_cast<const char*>(w.raw_data()) + r * cols * DTypeSize(w.dtype()),
+      w.dtype(), dst, DType::kFloat32, cols);
+}
+
+void ForRows(int64_t rows, const std::function<void(int64_t, int64_t)>& fn) {
+  fn(0, rows);
+}
+
+absl::Status CheckDefinedOnOneDevice(const char* op,
+                                     std::initializer_list<Arg> args) {
+  for (const Arg& a : args) {
+    if (!a.tensor->defined()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": ", a.name, " is undefined"));
+    }
+    if (a.tensor->device() != args.begin()->tensor->device()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": ", a.name, " ", a.tensor->Describe(),
+                       " is not on ", args.begin()->name, "'s device (",
+                       args.begin()->tensor->Describe(), ")"));
+    }
   }
+  return absl::OkStatus();
 }
 
 absl::Status RowAbsMaxCpu(const Tensor& w, Tensor* absmax) {
   const int64_t rows = w.size(0), cols = w.size(1);
   float* out = absmax->data<float>();
   std::vector<int64_t> bad(rows, -1);
-  ParallelForRows(rows, cols, [&](int64_t begin, int64_t end) {
+  ForRows(rows, [&](int64_t begin, int64_t end) {
     std::vector<float> row(cols);
     for (int64_t r = begin; r < end; ++r) {
       LoadRow(w, r, row.data());
@@ -49,7 +71,7 @@ absl::Status RowAbsMaxCpu(const Tensor& w, Tensor* absmax) {
   for (int64_t r = 0; r < rows; ++r) {
     if (bad[r] >= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "RowAbsMax: w ", Brief(w), " has a non-finite value at row ", r,
+          "RowAbsMax: w ", w.Describe(), " has a non-finite value at row ", r,
           " column ", bad[r], "; it cannot be quantised"));
     }
   }
@@ -63,7 +85,7 @@ absl::Status QuantizeRowsInt8Cpu(const Tensor& w, const Tensor& absmax,
   int8_t* qd = q->data<int8_t>();
   float* sd = scales->data<float>();
   std::vector<int64_t> bad(rows, -1);
-  ParallelForRows(rows, cols, [&](int64_t begin, int64_t end) {
+  ForRows(rows, [&](int64_t begin, int64_t end) {
     std::vector<float> row(cols);
     for (int64_t r = begin; r < end; ++r) {
       LoadRow(w, r, row.data());
@@ -88,7 +110,7 @@ absl::Status QuantizeRowsInt8Cpu(const Tensor& w, const Tensor& absmax,
   for (int64_t r = 0; r < rows; ++r) {
     if (bad[r] >= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "QuantizeRowsInt8: w ", Brief(w), " row ", r, " column ", bad[r],
+          "QuantizeRowsInt8: w ", w.Describe(), " row ", r, " column ", bad[r],
           " exceeds the row maximum given (", m[r], ") or is not finite"));
     }
   }
@@ -96,21 +118,23 @@ absl::Status QuantizeRowsInt8Cpu(const Tensor& w, const Tensor& absmax,
 }
 
 absl::Status CheckMatrix(const char* op, const Tensor& w) {
-  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"w", &w}));
-  if (w.dim() != 2) {
+  if (!IsFloatingPoint(w.dtype())) {
     return absl::InvalidArgumentError(
-        absl::StrCat(op, ": w ", Brief(w), " is not a matrix [rows, cols]"));
+        absl::StrCat(op, ": w ", w.Describe(), " must be fp32, bf16 or fp16"));
+  }
+  if (w.dim() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": w ", w.Describe(), " is not a matrix [rows, cols]"));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckRowVector(const char* op, const char* name, const Tensor& w,
                             const Tensor& v) {
-  MCC_RETURN_IF_ERROR(CheckDType(op, {name, &v}, DType::kFloat32));
-  if (v.dim() != 1 || v.size(0) != w.size(0)) {
+  if (v.dtype() != DType::kFloat32 || v.dim() != 1 || v.size(0) != w.size(0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", name, " ", Brief(v), " is not [", w.size(0),
-                     "] for w ", Brief(w)));
+        absl::StrCat(op, ": ", name, " ", v.Describe(), " is not fp32[",
+                     w.size(0), "] for w ", w.Describe()));
   }
   return absl::OkStatus();
 }
@@ -132,8 +156,8 @@ KernelSlot<QuantizeRowsInt8Kernel>& QuantizeRowsInt8Kernels() {
 absl::Status RowAbsMax(const Tensor& w, Tensor* absmax) {
   ScopedOpTimer op_timer("RowAbsMax");
   constexpr const char* kOp = "RowAbsMax";
-  MCC_RETURN_IF_ERROR(CheckDefined(kOp, {{"w", &w}, {"absmax", absmax}}));
-  MCC_RETURN_IF_ERROR(CheckSameDevice(kOp, {{"w", &w}, {"absmax", absmax}}));
+  MCC_RETURN_IF_ERROR(
+      CheckDefinedOnOneDevice(kOp, {{"w", &w}, {"absmax", absmax}}));
   MCC_RETURN_IF_ERROR(CheckMatrix(kOp, w));
   MCC_RETURN_IF_ERROR(CheckRowVector(kOp, "absmax", w, *absmax));
   return RowAbsMaxKernels()(w.device(), w, absmax);
@@ -143,17 +167,14 @@ absl::Status QuantizeRowsInt8(const Tensor& w, const Tensor& absmax, Tensor* q,
                               Tensor* scales) {
   ScopedOpTimer op_timer("QuantizeRowsInt8");
   constexpr const char* kOp = "QuantizeRowsInt8";
-  MCC_RETURN_IF_ERROR(CheckDefined(
-      kOp, {{"w", &w}, {"absmax", &absmax}, {"q", q}, {"scales", scales}}));
-  MCC_RETURN_IF_ERROR(CheckSameDevice(
+  MCC_RETURN_IF_ERROR(CheckDefinedOnOneDevice(
       kOp, {{"w", &w}, {"absmax", &absmax}, {"q", q}, {"scales", scales}}));
   MCC_RETURN_IF_ERROR(CheckMatrix(kOp, w));
   MCC_RETURN_IF_ERROR(CheckRowVector(kOp, "absmax", w, absmax));
   MCC_RETURN_IF_ERROR(CheckRowVector(kOp, "scales", w, *scales));
-  MCC_RETURN_IF_ERROR(CheckDType(kOp, {"q", q}, DType::kInt8));
-  if (q->shape() != w.shape()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": q ", Brief(*q), " does not match w ", Brief(w)));
+  if (q->dtype() != DType::kInt8 || q->shape() != w.shape()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": q ", q->Describe(), " is not int8 shaped as w ", w.Describe()));
   }
   return QuantizeRowsInt8Kernels()(w.device(), w, absmax, q, scales);
 }

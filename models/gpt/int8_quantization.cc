@@ -2,8 +2,6 @@
 
 #include <set>
 
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -71,21 +69,6 @@ ParameterList Int8CheckpointParameters(GPTModel* model) {
     }
   }
   return out;
-}
-
-bool IsInt8QuantizedWeightName(absl::string_view name) {
-  if (!absl::StartsWith(name, "decoder.layers.")) return false;
-  for (const char* suffix :
-       {".self_attention.linear_qkv.weight",
-        ".self_attention.linear_proj.weight", ".mlp.linear_fc1.weight",
-        ".mlp.linear_fc2.weight"}) {
-    if (absl::EndsWith(name, suffix)) return true;
-  }
-  return false;
-}
-
-std::string Int8ScaleName(absl::string_view weight_name) {
-  return absl::StrCat(weight_name, "_scale");
 }
 
 Int8WeightBytes CountInt8WeightBytes(GPTModel* model) {

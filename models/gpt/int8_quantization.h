@@ -23,9 +23,9 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/strings/string_view.h"
 #include "core/parameter.h"
 #include "models/gpt/gpt_model.h"
+#include "models/gpt/int8_names.h"
 
 namespace mcc {
 namespace gpt {
@@ -43,12 +43,6 @@ absl::Status PrepareInt8Weights(GPTModel* model);
 // each quantised weight replaced by its int8 values (the weight's name) and
 // scales (Int8ScaleName). Call after either function above.
 ParameterList Int8CheckpointParameters(GPTModel* model);
-
-// Whether a checkpoint tensor is a weight this scheme quantises
-// ("decoder.layers.<n>.self_attention.linear_qkv.weight", ...).
-bool IsInt8QuantizedWeightName(absl::string_view name);
-// "<weight name>_scale".
-std::string Int8ScaleName(absl::string_view weight_name);
 
 // This rank's memory for the quantised layers' weights.
 struct Int8WeightBytes {
