@@ -30,9 +30,7 @@ Shape ToShape(const google::protobuf::RepeatedField<int64_t>& f) {
   return Shape(f.begin(), f.end());
 }
 
-bool ValidDType(int d) {
-  return d >= 0 && d <= static_cast<int>(DType::kInt64);
-}
+bool ValidDType(int d) { return d >= 0 && d <= static_cast<int>(DType::kInt8); }
 
 }  // namespace
 

@@ -48,6 +48,8 @@ absl::StatusOr<std::string> SafetensorsDTypeName(DType dtype) {
       return std::string("I32");
     case DType::kInt64:
       return std::string("I64");
+    case DType::kInt8:
+      return std::string("I8");
   }
   return absl::InvalidArgumentError(
       absl::StrCat("no safetensors dtype for ", static_cast<int>(dtype)));
@@ -59,9 +61,10 @@ absl::StatusOr<DType> ParseSafetensorsDType(absl::string_view name) {
   if (name == "F16") return DType::kFloat16;
   if (name == "I32") return DType::kInt32;
   if (name == "I64") return DType::kInt64;
+  if (name == "I8") return DType::kInt8;
   return absl::UnimplementedError(
       absl::StrCat("unsupported safetensors dtype \"", name,
-                   "\" (supported: F32, BF16, F16, I32, I64)"));
+                   "\" (supported: F32, BF16, F16, I32, I64, I8)"));
 }
 
 absl::Status WriteSafetensors(

@@ -15,6 +15,8 @@ size_t DTypeSize(DType dtype) {
       return 2;
     case DType::kInt64:
       return 8;
+    case DType::kInt8:
+      return 1;
   }
   return 0;
 }
@@ -31,6 +33,8 @@ absl::string_view DTypeName(DType dtype) {
       return "int32";
     case DType::kInt64:
       return "int64";
+    case DType::kInt8:
+      return "int8";
   }
   return "unknown";
 }
@@ -45,9 +49,10 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   }
   if (name == "int32") return DType::kInt32;
   if (name == "int64") return DType::kInt64;
+  if (name == "int8") return DType::kInt8;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown dtype '", name,
-                   "' (expected fp32, bf16, fp16, int32 or int64)"));
+                   "' (expected fp32, bf16, fp16, int32, int64 or int8)"));
 }
 
 bool IsFloatingPoint(DType dtype) {

@@ -18,6 +18,8 @@ enum class DType : int32_t {
   kFloat16 = 2,
   kInt32 = 3,
   kInt64 = 4,
+  // Quantised weights (core/ops/int8_gemm.h); converts like the integers.
+  kInt8 = 5,
 };
 
 size_t DTypeSize(DType dtype);

@@ -238,6 +238,9 @@ absl::Status FillCpu(double value, Tensor* x) {
     case DType::kInt64:
       FillTyped(p, n, static_cast<int64_t>(value));
       break;
+    case DType::kInt8:
+      FillTyped(p, n, static_cast<int8_t>(value));
+      break;
   }
   return absl::OkStatus();
 }
@@ -291,6 +294,9 @@ std::vector<double> Tensor::ToDoubles() const {
         break;
       case DType::kInt64:
         out[i] = static_cast<double>(static_cast<const int64_t*>(p)[i]);
+        break;
+      case DType::kInt8:
+        out[i] = static_cast<const int8_t*>(p)[i];
         break;
     }
   }
@@ -376,6 +382,8 @@ float LoadFloat(const void* p, DType dtype, int64_t i) {
       return LoadAsFloat<int32_t>(p, i);
     case DType::kInt64:
       return LoadAsFloat<int64_t>(p, i);
+    case DType::kInt8:
+      return LoadAsFloat<int8_t>(p, i);
   }
   return 0.0f;
 }
@@ -392,11 +400,14 @@ void ConvertElements(const void* src, DType src_dtype, void* dst,
   // Integer to integer keeps full precision.
   if (!IsFloatingPoint(src_dtype) && !IsFloatingPoint(dst_dtype)) {
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t v = src_dtype == DType::kInt32
-                            ? static_cast<const int32_t*>(src)[i]
-                            : static_cast<const int64_t*>(src)[i];
+      const int64_t v =
+          src_dtype == DType::kInt32  ? static_cast<const int32_t*>(src)[i]
+          : src_dtype == DType::kInt8 ? static_cast<const int8_t*>(src)[i]
+                                      : static_cast<const int64_t*>(src)[i];
       if (dst_dtype == DType::kInt32) {
         static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(v);
+      } else if (dst_dtype == DType::kInt8) {
+        static_cast<int8_t*>(dst)[i] = static_cast<int8_t>(v);
       } else {
         static_cast<int64_t*>(dst)[i] = v;
       }
@@ -420,6 +431,9 @@ void ConvertElements(const void* src, DType src_dtype, void* dst,
         break;
       case DType::kInt64:
         static_cast<int64_t*>(dst)[i] = static_cast<int64_t>(v);
+        break;
+      case DType::kInt8:
+        static_cast<int8_t*>(dst)[i] = static_cast<int8_t>(v);
         break;
     }
   }

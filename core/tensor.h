@@ -78,6 +78,10 @@ template <>
 struct DTypeOf<int64_t> {
   static constexpr DType value = DType::kInt64;
 };
+template <>
+struct DTypeOf<int8_t> {
+  static constexpr DType value = DType::kInt8;
+};
 
 // A block of device memory shared by a tensor and its views.
 class Storage {

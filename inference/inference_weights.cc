@@ -36,6 +36,14 @@ absl::StatusOr<LinearWeights> Linear(const Params& params,
   auto w = Find(params, prefix + ".weight");
   if (!w.ok()) return w.status();
   const Tensor& value = (*w)->value;
+  if (!value.defined()) {
+    // ConvertToInt8 released the dense weight (eval --quantize int8, or a
+    // quantised checkpoint).
+    return absl::UnimplementedError(absl::StrCat(
+        "inference weights: ", prefix,
+        ".weight is held as int8, and the inference engine computes with "
+        "dense weights only; generate int8 models with eval --no-kv-cache"));
+  }
   // A stacked weight [parts, out, in] (SwiGLU's gate and up) computes its
   // parts' outputs one after another, as one [parts * out, in] matrix.
   if (value.dim() != 2 && value.dim() != 3) {

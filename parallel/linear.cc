@@ -3,6 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/ops/bias.h"
 #include "core/ops/gemm.h"
+#include "core/ops/int8_gemm.h"
+#include "core/ops/int8_quantize.h"
 #include "core/status_macros.h"
 #include "parallel/mappings.h"
 
@@ -39,6 +41,56 @@ absl::Status CheckInput(const std::string& layer, const Tensor& x,
         layer, ": input ", x.Describe(), " is not [tokens, ", features, "]"));
   }
   return absl::OkStatus();
+}
+
+// q and scales shaped and split like `w` (see Int8Weight), zero.
+Int8Weight MakeInt8Weight(const Parameter& w) {
+  Int8Weight out;
+  out.q = std::make_shared<Parameter>();
+  Parameter& q = *out.q;
+  q.name = w.name;
+  q.global_shape = w.global_shape;
+  q.partition_dim = w.partition_dim;
+  q.partition_rank = w.partition_rank;
+  q.partition_count = w.partition_count;
+  q.weight_decay = false;
+  q.value = Tensor::Zeros(w.value.shape(), DType::kInt8, w.value.device());
+  out.scales = std::make_shared<Parameter>();
+  Parameter& s = *out.scales;
+  s.name = w.name + "_scale";
+  const int rows_dims = static_cast<int>(w.global_shape.size()) - 1;
+  s.global_shape = Shape(w.global_shape.begin(), w.global_shape.end() - 1);
+  // A split along the columns (row-parallel) leaves whole rows: replicated.
+  if (w.partition_dim >= 0 && w.partition_dim < rows_dims) {
+    s.partition_dim = w.partition_dim;
+    s.partition_rank = w.partition_rank;
+    s.partition_count = w.partition_count;
+  }
+  s.weight_decay = false;
+  const Shape local = w.value.shape();
+  s.value = Tensor::Zeros(Shape(local.begin(), local.end() - 1),
+                          DType::kFloat32, w.value.device());
+  return out;
+}
+
+// Quantises the weight matrix w [rows, cols] into q [rows, cols] and
+// scales [rows]; the row maxima are all-reduced over `row_group` (the ranks
+// that hold the other columns of the same rows), when given.
+absl::Status QuantizeMatrix(const Tensor& w, comm::ProcessGroup* row_group,
+                            Tensor q, Tensor scales) {
+  Tensor absmax = Tensor::Empty({w.size(0)}, DType::kFloat32, w.device());
+  MCC_RETURN_IF_ERROR(ops::RowAbsMax(w, &absmax));
+  if (GroupSize(row_group) > 1) {
+    MCC_RETURN_IF_ERROR(
+        row_group->AllReduceSync(&absmax, comm::ReduceOp::kMax));
+  }
+  return ops::QuantizeRowsInt8(w, absmax, &q, &scales);
+}
+
+absl::Status CheckNotInt8(const std::string& layer, const Int8Weight& int8) {
+  if (int8.q == nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      layer, ": its weight is int8 (inference only); there is no backward"));
 }
 
 }  // namespace
@@ -111,8 +163,14 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x,
     MCC_ASSIGN_OR_RETURN(full, GatherFromSequenceParallelRegion::Forward(g, x));
   }
   Tensor y = Tensor::Empty({full.size(0), local_out_}, x.dtype(), x.device());
-  MCC_ASSIGN_OR_RETURN(Tensor w, Matrix(weight_->value));
-  MCC_RETURN_IF_ERROR(ops::Gemm(full, false, w, true, &y));
+  if (int8_.q != nullptr) {
+    MCC_ASSIGN_OR_RETURN(Tensor q, Matrix(int8_.q->value));
+    MCC_ASSIGN_OR_RETURN(Tensor scales, Vector(int8_.scales->value));
+    MCC_RETURN_IF_ERROR(ops::Int8Gemm(full, q, scales, &y));
+  } else {
+    MCC_ASSIGN_OR_RETURN(Tensor w, Matrix(weight_->value));
+    MCC_RETURN_IF_ERROR(ops::Gemm(full, false, w, true, &y));
+  }
   if (bias_ != nullptr && !options_.skip_bias_add) {
     MCC_ASSIGN_OR_RETURN(Tensor b, Vector(bias_->value));
     MCC_RETURN_IF_ERROR(ops::BiasAdd(y, b, &y));
@@ -126,6 +184,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x,
 
 absl::StatusOr<Tensor> ColumnParallelLinear::Backward(
     const Tensor& dy_in, const Activations& act) const {
+  MCC_RETURN_IF_ERROR(CheckNotInt8(name_, int8_));
   comm::ProcessGroup* g = context_.tp_group;
   Tensor dy = dy_in;
   if (options_.gather_output) {
@@ -176,6 +235,28 @@ void ColumnParallelLinear::AppendParameters(ParameterList* out) const {
   if (bias_ != nullptr) out->push_back(bias_);
 }
 
+absl::Status ColumnParallelLinear::ConvertToInt8(Int8Source source) {
+  if (tied_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": a tied weight (the word embedding's) stays unquantised"));
+  }
+  if (int8_.q != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(name_, ": already int8"));
+  }
+  Int8Weight int8 = MakeInt8Weight(*weight_);
+  if (source == Int8Source::kQuantizeWeight) {
+    // Rows are whole on every rank: no collective.
+    MCC_ASSIGN_OR_RETURN(Tensor w, Matrix(weight_->value));
+    MCC_ASSIGN_OR_RETURN(Tensor q, Matrix(int8.q->value));
+    MCC_ASSIGN_OR_RETURN(Tensor scales, Vector(int8.scales->value));
+    MCC_RETURN_IF_ERROR(QuantizeMatrix(w, nullptr, q, scales));
+  }
+  int8_ = std::move(int8);
+  weight_->value = Tensor();
+  weight_->main_grad = Tensor();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
     const std::string& name, int64_t in_features, int64_t out_features,
     const LinearOptions& options, const LayerContext& context) {
@@ -212,7 +293,12 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x,
   MCC_RETURN_IF_ERROR(CheckInput(name_, x, local_in_));
   comm::ProcessGroup* g = context_.tp_group;
   Tensor partial = Tensor::Empty({x.size(0), out_}, x.dtype(), x.device());
-  MCC_RETURN_IF_ERROR(ops::Gemm(x, false, weight_->value, true, &partial));
+  if (int8_.q != nullptr) {
+    MCC_RETURN_IF_ERROR(
+        ops::Int8Gemm(x, int8_.q->value, int8_.scales->value, &partial));
+  } else {
+    MCC_RETURN_IF_ERROR(ops::Gemm(x, false, weight_->value, true, &partial));
+  }
   Tensor y;
   if (context_.sequence_parallel) {
     MCC_ASSIGN_OR_RETURN(
@@ -232,6 +318,7 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x,
 
 absl::StatusOr<Tensor> RowParallelLinear::Backward(
     const Tensor& dy_in, const Activations& act) const {
+  MCC_RETURN_IF_ERROR(CheckNotInt8(name_, int8_));
   comm::ProcessGroup* g = context_.tp_group;
   if (bias_ != nullptr && !options_.skip_bias_add) {
     MCC_RETURN_IF_ERROR(ops::BiasAddBackward(dy_in, &bias_->main_grad));
@@ -256,6 +343,23 @@ absl::StatusOr<Tensor> RowParallelLinear::Backward(
 void RowParallelLinear::AppendParameters(ParameterList* out) const {
   out->push_back(weight_);
   if (bias_ != nullptr) out->push_back(bias_);
+}
+
+absl::Status RowParallelLinear::ConvertToInt8(Int8Source source) {
+  if (int8_.q != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(name_, ": already int8"));
+  }
+  Int8Weight int8 = MakeInt8Weight(*weight_);
+  if (source == Int8Source::kQuantizeWeight) {
+    // Each rank holds a slice of every row: the row maxima are the
+    // maxima over TP (collective), so any layout quantises alike.
+    MCC_RETURN_IF_ERROR(QuantizeMatrix(weight_->value, context_.tp_group,
+                                       int8.q->value, int8.scales->value));
+  }
+  int8_ = std::move(int8);
+  weight_->value = Tensor();
+  weight_->main_grad = Tensor();
+  return absl::OkStatus();
 }
 
 }  // namespace parallel

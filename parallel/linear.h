@@ -48,6 +48,30 @@ struct LinearOptions {
   int stacked = 1;
 };
 
+// A linear layer's weight in weight-only int8 (core/ops/int8_gemm.h): q
+// holds int8 values with the weight's global shape and split; scales holds
+// fp32 per-output-row scales with the weight's shape minus its last
+// dimension ([out], or [stacked, out / stacked]), split as the weight's rows
+// are (replicated for a row-parallel layer, whose split is along `in`). The
+// checkpoint names are the weight's ("<layer>.weight") and
+// "<layer>.weight_scale".
+struct Int8Weight {
+  std::shared_ptr<Parameter> q;
+  std::shared_ptr<Parameter> scales;
+};
+
+// How a layer turns int8 (see Int8Weight). Either way Forward then runs the
+// int8 GEMM, Backward fails, and the weight's value and main_grad are
+// released (Parameter::value undefined): the layer serves inference only.
+enum class Int8Source {
+  // Quantise the loaded weight per output row (core/ops/int8_quantize.h).
+  // Collective over TP for a row-parallel layer: the row maxima are
+  // all-reduced, so every layout gets the serial model's q and scales.
+  kQuantizeWeight,
+  // Allocate q and scales (zeros) to be loaded from a quantised checkpoint.
+  kLoadLater,
+};
+
 // Y = X W^T + b with W [out, in] split along `out` across tensor-parallel
 // ranks (Megatron's ColumnParallelLinear). X is [tokens, in]: replicated over
 // TP, or under sequence parallelism this rank's [tokens / TP, in], gathered
@@ -85,6 +109,11 @@ class ColumnParallelLinear {
   void AppendParameters(ParameterList* out) const;
   int64_t local_out_features() const { return local_out_; }
 
+  // Weight-only int8 inference (see Int8Source); not for a tied weight.
+  absl::Status ConvertToInt8(Int8Source source);
+  // Null until ConvertToInt8.
+  const Int8Weight* int8_weight() const { return int8_.q ? &int8_ : nullptr; }
+
  private:
   std::string name_;
   int64_t in_ = 0;
@@ -94,6 +123,7 @@ class ColumnParallelLinear {
   std::shared_ptr<Parameter> weight_;
   std::shared_ptr<Parameter> bias_;
   bool tied_ = false;
+  Int8Weight int8_;
 };
 
 // Y = X W^T + b with W [out, in] split along `in` (Megatron's
@@ -118,6 +148,11 @@ class RowParallelLinear {
   const std::shared_ptr<Parameter>& bias() const { return bias_; }
   void AppendParameters(ParameterList* out) const;
 
+  // Weight-only int8 inference (see Int8Source).
+  absl::Status ConvertToInt8(Int8Source source);
+  // Null until ConvertToInt8.
+  const Int8Weight* int8_weight() const { return int8_.q ? &int8_ : nullptr; }
+
  private:
   std::string name_;
   int64_t local_in_ = 0;
@@ -126,6 +161,7 @@ class RowParallelLinear {
   LayerContext context_;
   std::shared_ptr<Parameter> weight_;
   std::shared_ptr<Parameter> bias_;
+  Int8Weight int8_;
 };
 
 // Builds a Parameter from this rank's piece of a deterministically

@@ -5,6 +5,10 @@
 //
 //   convert_checkpoint --load DIR --export-hf OUT_DIR [--max-shard-size 5GB]
 //   convert_checkpoint --import-hf IN_DIR --save DIR
+//   convert_checkpoint --load DIR --quantize int8 --save OUT_DIR
+//
+// --quantize int8 writes the weight-only int8 form of a checkpoint
+// (tools/int8_checkpoint_writer.h), which eval loads as int8 under any layout.
 //
 // Export picks the architecture from the checkpoint's model configuration
 // (GPT-2: LayerNorm, GELU, learned positions, biases; Llama: RMSNorm,
@@ -34,6 +38,7 @@
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
 #include "tools/flags/megatron_args.h"
+#include "tools/int8_checkpoint_writer.h"
 
 ABSL_FLAG(std::string, load, "", "Checkpoint directory to export.");
 ABSL_FLAG(std::string, export_hf, "",
@@ -46,7 +51,11 @@ ABSL_FLAG(std::string, max_shard_size, "5GB",
           "--export-hf: weights larger than this go into shards "
           "model-0000N-of-0000M.safetensors of at most this size (5GB, "
           "200MB, 64KB or bytes).");
-ABSL_FLAG(std::string, save, "", "Checkpoint directory to write (import).");
+ABSL_FLAG(std::string, save, "",
+          "Checkpoint directory to write (import, --quantize).");
+ABSL_FLAG(std::string, quantize, "",
+          "int8: write --load's checkpoint to --save with the decoder's linear "
+          "weights quantised to int8 per output channel (for eval).");
 
 namespace mcc {
 namespace tools {
@@ -154,6 +163,17 @@ absl::Status Import() {
   return absl::OkStatus();
 }
 
+absl::Status Quantize() {
+  MCC_ASSIGN_OR_RETURN(auto reader,
+                       CheckpointReader::Open(absl::GetFlag(FLAGS_load)));
+  MCC_RETURN_IF_ERROR(WriteInt8Checkpoint(*reader, absl::GetFlag(FLAGS_save)));
+  std::printf("quantised %s (iteration %lld) to int8 weights in %s\n",
+              reader->path().c_str(),
+              static_cast<long long>(reader->iteration()),
+              absl::GetFlag(FLAGS_save).c_str());
+  return absl::OkStatus();
+}
+
 }  // namespace
 }  // namespace tools
 }  // namespace mcc
@@ -167,7 +187,8 @@ int main(int argc, char** argv) {
     if (parsed->positional[0] == "help") {
       std::printf(
           "usage: convert_checkpoint --load DIR --export-hf OUT "
-          "[--max-shard-size 5GB] | --import-hf IN --save DIR\n%s\n",
+          "[--max-shard-size 5GB] | --import-hf IN --save DIR | --load DIR "
+          "--quantize int8 --save OUT\n%s\n",
           mcc::flags::Usage().c_str());
       return 0;
     }
@@ -176,7 +197,21 @@ int main(int argc, char** argv) {
   }
   const bool exporting = !absl::GetFlag(FLAGS_export_hf).empty();
   const bool importing = !absl::GetFlag(FLAGS_import_hf).empty();
-  if (flags_ok.ok() && exporting == importing) {
+  const std::string quantize = absl::GetFlag(FLAGS_quantize);
+  if (flags_ok.ok() && !quantize.empty()) {
+    if (quantize != "int8") {
+      flags_ok = absl::InvalidArgumentError(
+          absl::StrCat("--quantize must be int8, got '", quantize, "'"));
+    } else if (exporting || importing) {
+      flags_ok = absl::InvalidArgumentError(
+          "--quantize int8 rewrites a checkpoint (--load DIR --save OUT); "
+          "it does not combine with --export-hf or --import-hf");
+    } else if (absl::GetFlag(FLAGS_load).empty() ||
+               absl::GetFlag(FLAGS_save).empty()) {
+      flags_ok = absl::InvalidArgumentError(
+          "--quantize int8 needs --load DIR and --save OUT");
+    }
+  } else if (flags_ok.ok() && exporting == importing) {
     flags_ok = absl::InvalidArgumentError(
         "give exactly one of --export-hf (with --load) or --import-hf (with "
         "--save)");
@@ -198,7 +233,9 @@ int main(int argc, char** argv) {
                  std::string(flags_ok.message()).c_str());
     return mcc::tools::kFlagError;
   }
-  absl::Status s = exporting ? mcc::tools::Export() : mcc::tools::Import();
+  absl::Status s = !quantize.empty() ? mcc::tools::Quantize()
+                   : exporting       ? mcc::tools::Export()
+                                     : mcc::tools::Import();
   if (!s.ok()) {
     std::fprintf(stderr, "convert_checkpoint: %s\n", s.ToString().c_str());
     return 1;

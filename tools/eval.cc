@@ -55,6 +55,7 @@
 #include "parallel/rank_layout.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/training_flags.h"
+#include "tools/int8_checkpoint.h"
 #include "tools/job.h"
 #include "tools/model_config_proto.h"
 #include "tools/training_checkpoint.h"
@@ -81,6 +82,10 @@ ABSL_FLAG(double, top_p, 0.0,
           "(0: all).");
 ABSL_FLAG(bool, no_kv_cache, false,
           "Recompute the whole prefix for every new token (for comparison).");
+ABSL_FLAG(std::string, quantize, "",
+          "int8: weight-only int8 for the decoder's linear layers, quantised "
+          "per output channel at load (a checkpoint written by "
+          "convert_checkpoint --quantize int8 loads as int8 without it).");
 
 namespace mcc {
 namespace tools {
@@ -494,7 +499,9 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
   // The weights: this rank's box of every global tensor (whatever padding
   // the checkpoint's or this layout's vocabulary has).
   MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(plan.load_dir));
-  MCC_RETURN_IF_ERROR(LoadParameters(*reader, job->model->parameters()));
+  MCC_RETURN_IF_ERROR(LoadInferenceWeights(*reader, job->model->chunks(),
+                                           absl::GetFlag(FLAGS_quantize),
+                                           job->is_logging_rank()));
   if (job->is_logging_rank()) {
     int64_t params = 0;
     for (const auto& p : job->model->parameters())

@@ -723,6 +723,7 @@ std::vector<Row> Table() {
            {"no_load_rng", "true"}}) {
     add("eval", flag, V::kRefused, {"--" + Dashed(flag) + "=" + value}, el);
   }
+  add("eval", "quantize", V::kEffect, {"--quantize", "int8"}, el);
   add("eval", "flagfile", V::kEffect, {flagfile}, eg);
   for (const char* f : {"fromenv", "tryfromenv", "undefok"}) {
     add("eval", f, V::kRefused, {absl::StrCat("--", f, "=seed")}, el);
@@ -747,6 +748,14 @@ std::vector<Row> Table() {
       {"--max-shard-size", "1KB"}, ex);
   add("convert_checkpoint", "max_shard_size", V::kRefused,
       {"--max-shard-size", "1KB"}, im);
+  Context rewrite;
+  rewrite.args = {"--load", g_tmp + "/ckpt_a", "--save", g_out + "/ckpt_q"};
+  add("convert_checkpoint", "quantize", V::kEffect, {"--quantize", "int8"},
+      rewrite);
+  add("convert_checkpoint", "quantize", V::kRefused, {"--quantize", "int8"},
+      ex);
+  add("convert_checkpoint", "quantize", V::kRefused, {"--quantize", "int4"},
+      rewrite);
   add("convert_checkpoint", "flagfile", V::kEffect,
       {"--flagfile=" + g_tmp + "/export.flags"}, ex);
   for (const char* f : {"fromenv", "tryfromenv", "undefok"}) {

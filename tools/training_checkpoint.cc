@@ -100,6 +100,16 @@ absl::Status LoadParameterRef(CheckpointReader& reader,
                               const ShardedTensorRef& ref, bool vocab_padded) {
   MCC_ASSIGN_OR_RETURN(const checkpoint::TensorRecord* t,
                        reader.FindTensor(ref.name));
+  // int8 values read as floats would be garbage, not weights.
+  if ((t->dtype() == checkpoint::DTYPE_INT8) !=
+      (ref.local.dtype() == DType::kInt8)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        ref.name, " in ", reader.path(), " is ",
+        t->dtype() == checkpoint::DTYPE_INT8 ? "int8" : "not int8",
+        " but this run holds it as ", DTypeName(ref.local.dtype()),
+        " (int8 checkpoints come from convert_checkpoint --quantize int8 and "
+        "load only into eval)"));
+  }
   const Shape stored(t->global_shape().begin(), t->global_shape().end());
   const checkpoint::ModelConfig& config = reader.common_state().model();
   if (vocab_padded && stored.size() == ref.global_shape.size() &&

@@ -83,6 +83,12 @@ class TransformerLayer {
                                   Activations* act) const;
 
   void AppendParameters(ParameterList* out) const;
+  // The linear layers, for weight-only int8 inference
+  // (models/gpt/int8_quantization.h).
+  parallel::ColumnParallelLinear* qkv() { return qkv_.get(); }
+  parallel::RowParallelLinear* proj() { return proj_.get(); }
+  parallel::ColumnParallelLinear* fc1() { return fc1_.get(); }
+  parallel::RowParallelLinear* fc2() { return fc2_.get(); }
   // Dropout applies only while training (the default).
   void set_training(bool training) { training_ = training; }
 

@@ -1,0 +1,42 @@
+#ifndef TOOLS_INT8_CHECKPOINT_H_
+#define TOOLS_INT8_CHECKPOINT_H_
+
+// Loading a model for inference with weight-only int8 weights
+// (models/gpt/int8_quantization.h).
+//
+// A quantised checkpoint (tools/int8_checkpoint_writer.h) is the sharded
+// checkpoint format with, for each quantised weight W (global shape [..., in]),
+// W's name holding int8 values of the same global shape and "<name>_scale"
+// holding the fp32 scales (W's shape without its last dimension); every other
+// model tensor is kept as stored, the optimizer's state is dropped, and the
+// common state's extra map has quantization=int8. The scales are per global
+// row, so the checkpoint loads under any tensor-parallel layout, and loading it
+// gives exactly the int8 weights (bit for bit) that quantising the source
+// checkpoint at load gives with the same parameter dtype.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "models/gpt/gpt_model.h"
+#include "tools/int8_checkpoint_writer.h"
+
+namespace mcc {
+namespace tools {
+
+// Loads the chunks' weights for inference. A quantised checkpoint loads
+// into int8 layers (whatever `quantize` says); otherwise the dense weights
+// load and, with quantize == "int8", are then quantised (collective over
+// each chunk's TP group). quantize must be "" or "int8" (else
+// InvalidArgument naming --quantize). On the logging rank, logs the
+// quantised weights' memory before and after.
+absl::Status LoadInferenceWeights(CheckpointReader& reader,
+                                  const std::vector<gpt::GPTModel*>& chunks,
+                                  absl::string_view quantize, bool log);
+
+}  // namespace tools
+}  // namespace mcc
+
+#endif  // TOOLS_INT8_CHECKPOINT_H_
