@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/json_document.h"
+#include "data/byte_level_bpe.h"
 #include "data/unicode_text.h"
 
 namespace mcc::data {
@@ -149,7 +150,7 @@ struct HfVocab {
   absl::flat_hash_map<std::string, int32_t> bytes_to_id;  // model.vocab
   int32_t byte_id[256];
   // (left id << 32 | right id) -> (rank, merged id)
-  absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>> merges;
+  BpeMerges merges;
   bool ignore_merges = false;
   std::vector<PreTokenizeStep> steps;
   // Added tokens by first byte, longest first.
@@ -249,37 +250,7 @@ class HuggingFaceTokenizer : public Tokenizer {
       auto whole = v_->bytes_to_id.find(piece);
       if (whole != v_->bytes_to_id.end()) return {whole->second};
     }
-    std::vector<int32_t> w;
-    w.reserve(piece.size());
-    for (unsigned char c : piece) w.push_back(v_->byte_id[c]);
-    std::vector<int32_t> next;
-    while (w.size() > 1) {
-      int32_t best_rank = std::numeric_limits<int32_t>::max();
-      int32_t a = -1, b = -1, merged = -1;
-      for (size_t i = 0; i + 1 < w.size(); ++i) {
-        auto it = v_->merges.find((static_cast<uint64_t>(w[i]) << 32) |
-                                  static_cast<uint32_t>(w[i + 1]));
-        if (it != v_->merges.end() && it->second.first < best_rank) {
-          best_rank = it->second.first;
-          a = w[i];
-          b = w[i + 1];
-          merged = it->second.second;
-        }
-      }
-      if (merged < 0) break;
-      next.clear();
-      for (size_t i = 0; i < w.size();) {
-        if (w[i] == a && i + 1 < w.size() && w[i + 1] == b) {
-          next.push_back(merged);
-          i += 2;
-        } else {
-          next.push_back(w[i]);
-          ++i;
-        }
-      }
-      w.swap(next);
-    }
-    return w;
+    return ByteLevelBpe(piece, v_->byte_id, v_->merges);
   }
 
   std::shared_ptr<const HfVocab> v_;
