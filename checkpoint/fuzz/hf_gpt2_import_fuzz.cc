@@ -11,15 +11,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/fuzz/random_safetensors.h"
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/safetensors.h"
-#include "checkpoint/test_util.h"
 #include "glog/logging.h"
 #include "tools/fuzz/fuzz_input.h"
 
@@ -42,40 +40,26 @@ constexpr char kConfig[] = R"({
 )";
 
 std::string OneLayerSafetensors() {
-  using mcc::testing_util::RandomTensor;
-  const std::vector<std::pair<std::string, mcc::Shape>> shapes = {
-      {"transformer.wte.weight", {6, 4}},
-      {"transformer.wpe.weight", {3, 4}},
-      {"transformer.h.0.ln_1.weight", {4}},
-      {"transformer.h.0.ln_1.bias", {4}},
-      {"transformer.h.0.attn.c_attn.weight", {4, 12}},
-      {"transformer.h.0.attn.c_attn.bias", {12}},
-      {"transformer.h.0.attn.c_proj.weight", {4, 4}},
-      {"transformer.h.0.attn.c_proj.bias", {4}},
-      {"transformer.h.0.ln_2.weight", {4}},
-      {"transformer.h.0.ln_2.bias", {4}},
-      {"transformer.h.0.mlp.c_fc.weight", {4, 8}},
-      {"transformer.h.0.mlp.c_fc.bias", {8}},
-      {"transformer.h.0.mlp.c_proj.weight", {8, 4}},
-      {"transformer.h.0.mlp.c_proj.bias", {4}},
-      {"transformer.ln_f.weight", {4}},
-      {"transformer.ln_f.bias", {4}},
-  };
-  mcc::NamedTensors tensors;
-  uint32_t seed = 1;
-  for (const auto& [name, shape] : shapes) {
-    tensors.emplace_back(name,
-                         RandomTensor(shape, mcc::DType::kFloat32, seed++));
-  }
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string path = absl::StrCat(
-      tmp != nullptr ? tmp : "/tmp", "/hf_gpt2_import_fuzz_seed.safetensors");
-  CHECK(mcc::WriteSafetensors(path, tensors).ok());
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::remove(path.c_str());
-  return ss.str();
+  return mcc::fuzz::RandomSafetensorsBytes(
+      {
+          {"transformer.wte.weight", {6, 4}},
+          {"transformer.wpe.weight", {3, 4}},
+          {"transformer.h.0.ln_1.weight", {4}},
+          {"transformer.h.0.ln_1.bias", {4}},
+          {"transformer.h.0.attn.c_attn.weight", {4, 12}},
+          {"transformer.h.0.attn.c_attn.bias", {12}},
+          {"transformer.h.0.attn.c_proj.weight", {4, 4}},
+          {"transformer.h.0.attn.c_proj.bias", {4}},
+          {"transformer.h.0.ln_2.weight", {4}},
+          {"transformer.h.0.ln_2.bias", {4}},
+          {"transformer.h.0.mlp.c_fc.weight", {4, 8}},
+          {"transformer.h.0.mlp.c_fc.bias", {8}},
+          {"transformer.h.0.mlp.c_proj.weight", {8, 4}},
+          {"transformer.h.0.mlp.c_proj.bias", {4}},
+          {"transformer.ln_f.weight", {4}},
+          {"transformer.ln_f.bias", {4}},
+      },
+      "hf_gpt2_import_fuzz_seed");
 }
 
 }  // namespace
