@@ -57,8 +57,10 @@ ncclDataType_t NcclType(DType dtype) {
       return ncclInt32;
     case DType::kInt64:
       return ncclInt64;
+    case DType::kInt8:
+      return ncclInt8;
   }
-  return ncclFloat32;
+  LOG(FATAL) << "NcclType: unknown dtype " << static_cast<int>(dtype);
 }
 
 ncclRedOp_t NcclOp(ReduceOp op) {

@@ -18,6 +18,7 @@ enum class ElemType : int32_t {
   kF16 = 2,   // IEEE binary16 bits
   kI32 = 3,
   kI64 = 4,
+  kI8 = 5,  // quantised weights (core/ops/int8_gemm.h)
 };
 
 }  // namespace cuda_kernels

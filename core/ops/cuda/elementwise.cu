@@ -193,10 +193,13 @@ __global__ void ConvertKernel(const void* x, ElemType xt, void* y, ElemType yt,
 __global__ void ConvertIntKernel(const void* x, ElemType xt, void* y,
                                  ElemType yt, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
-    const int64_t v = xt == ElemType::kI32 ? static_cast<const int32_t*>(x)[i]
-                                           : static_cast<const int64_t*>(x)[i];
+    const int64_t v = xt == ElemType::kI32  ? static_cast<const int32_t*>(x)[i]
+                      : xt == ElemType::kI8 ? static_cast<const int8_t*>(x)[i]
+                                            : static_cast<const int64_t*>(x)[i];
     if (yt == ElemType::kI32) {
       static_cast<int32_t*>(y)[i] = static_cast<int32_t>(v);
+    } else if (yt == ElemType::kI8) {
+      static_cast<int8_t*>(y)[i] = static_cast<int8_t>(v);
     } else {
       static_cast<int64_t*>(y)[i] = v;
     }
@@ -229,7 +232,9 @@ __global__ void AccumulateKernel(const void* x, ElemType xt, float alpha,
   }
 }
 
-bool IsInt(ElemType t) { return t == ElemType::kI32 || t == ElemType::kI64; }
+bool IsInt(ElemType t) {
+  return t == ElemType::kI32 || t == ElemType::kI64 || t == ElemType::kI8;
+}
 
 cudaError_t Launched() { return cudaGetLastError(); }
 
@@ -354,6 +359,10 @@ cudaError_t FillBits(void* dst, int elem_bytes, uint64_t bits, int64_t n,
                      cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   switch (elem_bytes) {
+    case 1:
+      FillKernel<<<GridFor(n), kThreads, 0, stream>>>(
+          static_cast<uint8_t*>(dst), static_cast<uint8_t>(bits), n);
+      break;
     case 2:
       FillKernel<<<GridFor(n), kThreads, 0, stream>>>(
           static_cast<uint16_t*>(dst), static_cast<uint16_t>(bits), n);

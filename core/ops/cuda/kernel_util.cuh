@@ -53,6 +53,8 @@ __device__ __forceinline__ float LoadAs(const void* p, ElemType t, int64_t i) {
       return static_cast<float>(static_cast<const int32_t*>(p)[i]);
     case ElemType::kI64:
       return static_cast<float>(static_cast<const int64_t*>(p)[i]);
+    case ElemType::kI8:
+      return static_cast<float>(static_cast<const int8_t*>(p)[i]);
     default:
       return static_cast<const float*>(p)[i];
   }
@@ -73,6 +75,9 @@ __device__ __forceinline__ void StoreAs(void* p, ElemType t, int64_t i,
       break;
     case ElemType::kI64:
       static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      break;
+    case ElemType::kI8:
+      static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
       break;
     default:
       static_cast<float*>(p)[i] = v;

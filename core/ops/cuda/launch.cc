@@ -45,6 +45,8 @@ cuda_kernels::ElemType ElemTypeOf(const Tensor& t) {
       return cuda_kernels::ElemType::kI32;
     case DType::kInt64:
       return cuda_kernels::ElemType::kI64;
+    case DType::kInt8:
+      return cuda_kernels::ElemType::kI8;
   }
   return cuda_kernels::ElemType::kF32;
 }

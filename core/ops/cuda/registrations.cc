@@ -209,6 +209,8 @@ uint64_t FillPattern(double value, DType dtype) {
       return static_cast<uint32_t>(static_cast<int32_t>(value));
     case DType::kInt64:
       return static_cast<uint64_t>(static_cast<int64_t>(value));
+    case DType::kInt8:
+      return static_cast<uint8_t>(static_cast<int8_t>(value));
   }
   return 0;
 }
