@@ -22,6 +22,7 @@
 #include "inference/inference_weights.h"
 #include "inference/model_runner.h"
 #include "models/gpt/gpt_model.h"
+#include "models/gpt/int8_quantization.h"
 
 namespace mcc {
 namespace inference {
@@ -70,12 +71,16 @@ absl::StatusOr<std::unique_ptr<Setup>> MakeSetup(const gpt::GPTConfig& config,
                                                  comm::ProcessGroup* tp,
                                                  SchedulerOptions scheduler,
                                                  int64_t blocks = 64,
-                                                 int64_t block_size = 4) {
+                                                 int64_t block_size = 4,
+                                                 bool int8 = false) {
   auto setup = std::make_unique<Setup>();
   parallel::LayerContext ctx;
   ctx.tp_group = tp;
   ctx.seed = config.seed;
   MCC_ASSIGN_OR_RETURN(setup->model, gpt::GPTModel::Create(config, ctx));
+  if (int8) {
+    MCC_RETURN_IF_ERROR(gpt::QuantizeLinearWeightsInt8(setup->model.get()));
+  }
   MCC_ASSIGN_OR_RETURN(InferenceWeights weights,
                        LoadInferenceWeights(*setup->model));
   KvCacheShape shape;
@@ -173,13 +178,15 @@ void ExpectSame(const std::vector<GenerationEvent>& a,
 }
 
 absl::StatusOr<std::vector<GenerationEvent>> Alone(
-    const gpt::GPTConfig& config, const std::vector<GenerationRequest>& rs) {
+    const gpt::GPTConfig& config, const std::vector<GenerationRequest>& rs,
+    bool int8 = false) {
   std::vector<GenerationEvent> out;
   for (const GenerationRequest& r : rs) {
     SchedulerOptions one;
     one.max_batch_size = 1;
     one.prefill_chunk_size = 64;
-    MCC_ASSIGN_OR_RETURN(auto setup, MakeSetup(config, nullptr, one));
+    MCC_ASSIGN_OR_RETURN(auto setup,
+                         MakeSetup(config, nullptr, one, 64, 4, int8));
     MCC_ASSIGN_OR_RETURN(auto result, RunAll(setup->engine.get(), {r}));
     out.push_back(result[0]);
   }
@@ -239,6 +246,77 @@ TEST(EngineTest, GreedyMatchesTheKvCacheGeneration) {
                   TokenLogProb((*logits)[i].data(), 257, want[i]), 1e-4);
     }
   }
+}
+
+// Weight-only int8 (eval/serve --quantize int8): the engine computes with the
+// int8 weights and scales that the model's own int8 layers use, so its
+// greedy tokens follow the int8 model's KV-cache generation (both sum fp32
+// products of the same widened weights, in other orders), not the dense
+// model's, and batching still changes nothing.
+TEST(EngineTest, Int8GreedyMatchesTheInt8ModelsKvCacheGeneration) {
+  for (const auto& [name, config] : Variants(/*serial=*/true)) {
+    SCOPED_TRACE(name);
+    SchedulerOptions chunked;
+    chunked.prefill_chunk_size = 3;
+    auto setup = MakeSetup(config, nullptr, chunked, 64, 4, /*int8=*/true);
+    ASSERT_TRUE(setup.ok()) << setup.status();
+    const LayerWeights& first = (*setup)->runner->weights().layers[0];
+    for (const LinearWeights* lin :
+         {&first.qkv, &first.proj, &first.fc1, &first.fc2}) {
+      EXPECT_TRUE(lin->weight.empty());
+      EXPECT_EQ(static_cast<int64_t>(lin->q.size()), lin->out * lin->in);
+      EXPECT_EQ(static_cast<int64_t>(lin->scales.size()), lin->out);
+    }
+    GenerationRequest r;
+    r.prompt = {72, 101, 108, 108, 111, 44, 32};
+    r.max_new_tokens = 10;
+    r.sampling.temperature = 0;
+    r.stop_at_eod = false;
+    auto got = RunAll((*setup)->engine.get(), {r});
+    ASSERT_TRUE(got.ok()) << got.status();
+    std::vector<int64_t> want;
+    auto logits = ReferenceGreedy((*setup)->model.get(), r.prompt, 10, &want);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    EXPECT_EQ((*got)[0].tokens, want);
+    ASSERT_EQ((*got)[0].logprobs.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR((*got)[0].logprobs[i],
+                  TokenLogProb((*logits)[i].data(), 257, want[i]), 1e-4);
+    }
+    // The same request on the dense model, through the same engine code:
+    // were the int8 weights ignored, every log-probability would be equal;
+    // int8's rounding (up to half a step of 1/127 of each row's largest
+    // weight) moves them by more than the 1e-4 that summation order may.
+    auto dense = MakeSetup(config, nullptr, chunked);
+    ASSERT_TRUE(dense.ok()) << dense.status();
+    auto dense_got = RunAll((*dense)->engine.get(), {r});
+    ASSERT_TRUE(dense_got.ok()) << dense_got.status();
+    double max_diff = 0;
+    for (size_t i = 0;
+         i < (*got)[0].logprobs.size() && i < (*dense_got)[0].logprobs.size();
+         ++i) {
+      max_diff = std::max<double>(
+          max_diff,
+          std::abs((*got)[0].logprobs[i] - (*dense_got)[0].logprobs[i]));
+    }
+    EXPECT_GT(max_diff, 1e-4) << "the engine ignored the int8 weights";
+  }
+}
+
+TEST(EngineTest, Int8BatchingNeverChangesResults) {
+  const gpt::GPTConfig config = Variants(/*serial=*/true).back().second;
+  const auto requests = MixedRequests(8, 257);
+  auto alone = Alone(config, requests, /*int8=*/true);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  SchedulerOptions batched;
+  batched.max_batch_size = 5;
+  batched.prefill_chunk_size = 4;
+  batched.max_tokens_per_step = 9;
+  auto setup = MakeSetup(config, nullptr, batched, 64, 4, /*int8=*/true);
+  ASSERT_TRUE(setup.ok()) << setup.status();
+  auto together = RunAll((*setup)->engine.get(), requests);
+  ASSERT_TRUE(together.ok()) << together.status();
+  ExpectSame(*together, *alone);
 }
 
 TEST(EngineTest, PromptLogprobsMatchTheFullForward) {
@@ -430,6 +508,23 @@ TEST(EngineTest, RunServesThenRefusesOnceStopped) {
   EXPECT_TRUE(absl::IsUnavailable(late.status())) << late.status();
 }
 
+// The tensor-parallel cases: every variant, and one with int8 weights
+// (quantised collectively, so each rank holds its part of the serial int8
+// weights).
+struct TpCase {
+  std::string name;
+  gpt::GPTConfig config;
+  bool int8;
+};
+std::vector<TpCase> TpCases() {
+  std::vector<TpCase> cases;
+  for (const auto& [name, config] : Variants(/*serial=*/false)) {
+    cases.push_back({name, config, false});
+  }
+  cases.push_back({"rope_gqa_int8", cases.back().config, true});
+  return cases;
+}
+
 std::string ResultPath(const std::string& variant) {
   const char* dir = std::getenv("TEST_TMPDIR");
   return absl::StrCat(dir ? dir : "/tmp", "/engine_tp2_", variant, ".txt");
@@ -443,11 +538,11 @@ MCC_WORKER(engine_tp) {
     std::fprintf(stderr, "init: %s\n", world.status().ToString().c_str());
     return 3;
   }
-  for (const auto& [name, config] : Variants(/*serial=*/false)) {
+  for (const auto& [name, config, int8] : TpCases()) {
     SchedulerOptions batched;
     batched.max_batch_size = 4;
     batched.prefill_chunk_size = 5;
-    auto setup = MakeSetup(config, world->group.get(), batched);
+    auto setup = MakeSetup(config, world->group.get(), batched, 64, 4, int8);
     if (!setup.ok()) return 4;
     auto results = RunAll((*setup)->engine.get(), MixedRequests(6, 257));
     if (!results.ok()) {
@@ -475,10 +570,10 @@ TEST(EngineTest, TensorParallelMatchesSerial) {
   for (const auto& r : results) {
     ASSERT_EQ(r.exit_code, 0) << comm::testing::Describe(results);
   }
-  for (const auto& [name, config] : Variants(/*serial=*/false)) {
+  for (const auto& [name, config, int8] : TpCases()) {
     SCOPED_TRACE(name);
     const auto requests = MixedRequests(6, 257);
-    auto serial = Alone(config, requests);
+    auto serial = Alone(config, requests, int8);
     ASSERT_TRUE(serial.ok()) << serial.status();
     FILE* f = std::fopen(ResultPath(name).c_str(), "r");
     ASSERT_NE(f, nullptr);

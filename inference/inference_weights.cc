@@ -5,6 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/parameter.h"
+#include "core/status_macros.h"
+#include "models/gpt/transformer_layer.h"
+#include "parallel/linear.h"
 #include "parallel/mappings.h"
 
 namespace mcc {
@@ -30,30 +33,49 @@ absl::StatusOr<std::vector<float>> Floats(const Params& params,
   return (*p)->value.ToFloats();
 }
 
+// The int8 values and scales of a layer that ConvertToInt8 turned int8.
+absl::Status CopyInt8(const parallel::Int8Weight& int8,
+                      const std::string& prefix, LinearWeights* lin) {
+  const Tensor& q = int8.q->value;
+  const Tensor& scales = int8.scales->value;
+  if (!q.defined() || !scales.defined() || q.dim() < 2 ||
+      scales.numel() * q.size(q.dim() - 1) != q.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inference weights: ", prefix, ".weight's int8 values ",
+        q.defined() ? q.Describe() : "(none)", " and scales ",
+        scales.defined() ? scales.Describe() : "(none)", " do not match"));
+  }
+  lin->in = q.size(q.dim() - 1);
+  lin->out = q.numel() / lin->in;
+  // |q| <= 127 round-trips through fp32 exactly, on any device.
+  const std::vector<float> values = q.ToFloats();
+  lin->q.assign(values.begin(), values.end());
+  lin->scales = scales.ToFloats();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LinearWeights> Linear(const Params& params,
-                                     const std::string& prefix, bool bias) {
+                                     const std::string& prefix, bool bias,
+                                     const parallel::Int8Weight* int8) {
   LinearWeights lin;
-  auto w = Find(params, prefix + ".weight");
-  if (!w.ok()) return w.status();
-  const Tensor& value = (*w)->value;
-  if (!value.defined()) {
-    // ConvertToInt8 released the dense weight (eval --quantize int8, or a
-    // quantised checkpoint).
-    return absl::UnimplementedError(absl::StrCat(
-        "inference weights: ", prefix,
-        ".weight is held as int8, and the inference engine computes with "
-        "dense weights only; generate int8 models with eval --no-kv-cache"));
+  if (int8 != nullptr) {
+    MCC_RETURN_IF_ERROR(CopyInt8(*int8, prefix, &lin));
+  } else {
+    auto w = Find(params, prefix + ".weight");
+    if (!w.ok()) return w.status();
+    const Tensor& value = (*w)->value;
+    // A stacked weight [parts, out, in] (SwiGLU's gate and up) computes its
+    // parts' outputs one after another, as one [parts * out, in] matrix.
+    if (!value.defined() || (value.dim() != 2 && value.dim() != 3)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("inference weights: ", prefix, ".weight ",
+                       value.defined() ? value.Describe() : "(no values)",
+                       " is not a matrix"));
+    }
+    lin.in = value.size(value.dim() - 1);
+    lin.out = value.numel() / lin.in;
+    lin.weight = value.ToFloats();
   }
-  // A stacked weight [parts, out, in] (SwiGLU's gate and up) computes its
-  // parts' outputs one after another, as one [parts * out, in] matrix.
-  if (value.dim() != 2 && value.dim() != 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("inference weights: ", prefix, ".weight ",
-                     value.Describe(), " is not a matrix"));
-  }
-  lin.in = value.size(value.dim() - 1);
-  lin.out = value.numel() / lin.in;
-  lin.weight = value.ToFloats();
   if (bias) {
     auto b = Floats(params, prefix + ".bias");
     if (!b.ok()) return b.status();
@@ -123,10 +145,13 @@ absl::StatusOr<InferenceWeights> LoadInferenceWeights(
     LayerWeights layer;
     auto ln1 = NormOf(params, prefix + "input_layernorm", layer_norm);
     auto ln2 = NormOf(params, prefix + "pre_mlp_layernorm", layer_norm);
-    auto qkv = Linear(params, prefix + "self_attention.linear_qkv", bias);
-    auto proj = Linear(params, prefix + "self_attention.linear_proj", bias);
-    auto fc1 = Linear(params, prefix + "mlp.linear_fc1", bias);
-    auto fc2 = Linear(params, prefix + "mlp.linear_fc2", bias);
+    const gpt::TransformerLayer* t = model.layer(i - w.first_layer);
+    auto qkv = Linear(params, prefix + "self_attention.linear_qkv", bias,
+                      t->qkv_int8());
+    auto proj = Linear(params, prefix + "self_attention.linear_proj", bias,
+                       t->proj_int8());
+    auto fc1 = Linear(params, prefix + "mlp.linear_fc1", bias, t->fc1_int8());
+    auto fc2 = Linear(params, prefix + "mlp.linear_fc2", bias, t->fc2_int8());
     for (const absl::Status& s : {ln1.status(), ln2.status(), qkv.status(),
                                   proj.status(), fc1.status(), fc2.status()}) {
       if (!s.ok()) return s;

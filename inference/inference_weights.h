@@ -17,7 +17,12 @@ namespace inference {
 
 struct LinearWeights {
   std::vector<float> weight;  // [out (local), in (local)] row-major
-  std::vector<float> bias;    // Empty without bias; full for row-parallel.
+  // Weight-only int8 instead (models/gpt/int8_quantization.h): q in the
+  // weight's layout and fp32 per-output-row scales [out (local)]; weight is
+  // then empty.
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  std::vector<float> bias;  // Empty without bias; full for row-parallel.
   int64_t out = 0, in = 0;
 };
 
@@ -50,8 +55,10 @@ struct InferenceWeights {
 };
 
 // The engine's only way to weights: copies `model`'s parameters (any dtype,
-// any device) into fp32 host arrays. A step that transforms weights at load
-// (quantisation) belongs here, after this copy.
+// any device) into fp32 host arrays; the linear layers of a model turned
+// int8 (eval/serve --quantize int8, or a quantised checkpoint) are copied as
+// int8 values and scales. A step that transforms weights at load belongs
+// here, after this copy.
 absl::StatusOr<InferenceWeights> LoadInferenceWeights(
     const gpt::GPTModel& model);
 

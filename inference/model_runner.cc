@@ -22,7 +22,11 @@ Tensor HostTensor(std::vector<float>* v) {
 // y = x W^T (+ bias) for x [rows, lin.in].
 void Apply(const LinearWeights& lin, const float* x, int64_t rows, float* y,
            bool add_bias) {
-  RowGemm(x, rows, lin.in, lin.weight.data(), lin.out, y);
+  if (!lin.q.empty()) {
+    RowGemmInt8(x, rows, lin.in, lin.q.data(), lin.scales.data(), lin.out, y);
+  } else {
+    RowGemm(x, rows, lin.in, lin.weight.data(), lin.out, y);
+  }
   if (add_bias && !lin.bias.empty()) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < lin.out; ++c) y[r * lin.out + c] += lin.bias[c];

@@ -26,11 +26,24 @@ inline float HorizontalSum(__m256 v) {
 
 constexpr int kColBlock = 4;
 
+// Eight weights as fp32: loaded, or widened exactly from int8.
+inline __m256 LoadWeights8(const float* w) { return _mm256_loadu_ps(w); }
+inline __m256 LoadWeights8(const int8_t* w) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w));
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+}
+
+// The output's scale: none for fp32 weights, the row's for int8 ones
+// (applied once, to the finished sum, as core/ops/int8_gemm.h does).
+inline float Scaled(float sum, const float* scales, int64_t c) {
+  return scales == nullptr ? sum : sum * scales[c];
+}
+
 // Rows [0, MR) of x against columns [0, kColBlock) of w (pointers already
-// offset), writing y with row stride ldy.
-template <int MR>
-void MicroKernel(const float* x, int64_t k, const float* w, float* y,
-                 int64_t ldy) {
+// offset; scales too, or null), writing y with row stride ldy.
+template <int MR, typename W>
+void MicroKernel(const float* x, int64_t k, const W* w, const float* scales,
+                 float* y, int64_t ldy) {
   __m256 acc[MR][kColBlock];
   for (int r = 0; r < MR; ++r) {
     for (int c = 0; c < kColBlock; ++c) acc[r][c] = _mm256_setzero_ps();
@@ -40,7 +53,7 @@ void MicroKernel(const float* x, int64_t k, const float* w, float* y,
     __m256 xv[MR];
     for (int r = 0; r < MR; ++r) xv[r] = _mm256_loadu_ps(x + r * k + i);
     for (int c = 0; c < kColBlock; ++c) {
-      const __m256 wv = _mm256_loadu_ps(w + c * k + i);
+      const __m256 wv = LoadWeights8(w + c * k + i);
       for (int r = 0; r < MR; ++r) {
         acc[r][c] = _mm256_fmadd_ps(xv[r], wv, acc[r][c]);
       }
@@ -50,44 +63,67 @@ void MicroKernel(const float* x, int64_t k, const float* w, float* y,
     for (int c = 0; c < kColBlock; ++c) {
       float s = HorizontalSum(acc[r][c]);
       for (int64_t i = k8; i < k; ++i) {
-        s = std::fma(x[r * k + i], w[c * k + i], s);
+        s = std::fma(x[r * k + i], static_cast<float>(w[c * k + i]), s);
       }
-      y[r * ldy + c] = s;
+      y[r * ldy + c] = Scaled(s, scales, c);
     }
   }
 }
 
-// One column (an odd count's last): the same per-output arithmetic.
-inline float OneOutput(const float* x, int64_t k, const float* w) {
+// One column (an odd count's last), unscaled: the same per-output
+// arithmetic.
+template <typename W>
+inline float OneOutput(const float* x, int64_t k, const W* w) {
   __m256 acc = _mm256_setzero_ps();
   const int64_t k8 = k / 8 * 8;
   for (int64_t i = 0; i < k8; i += 8) {
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(w + i), acc);
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), LoadWeights8(w + i), acc);
   }
   float s = HorizontalSum(acc);
-  for (int64_t i = k8; i < k; ++i) s = std::fma(x[i], w[i], s);
+  for (int64_t i = k8; i < k; ++i) {
+    s = std::fma(x[i], static_cast<float>(w[i]), s);
+  }
   return s;
 }
 
 constexpr int kRowBlock = 3;
 
-void ColumnRange(const float* x, int64_t rows, int64_t k, const float* w,
-                 int64_t cols, float* y, int64_t c0, int64_t c1) {
+template <typename W>
+void ColumnRange(const float* x, int64_t rows, int64_t k, const W* w,
+                 const float* scales, int64_t cols, float* y, int64_t c0,
+                 int64_t c1) {
   int64_t c = c0;
   for (; c + kColBlock <= c1; c += kColBlock) {
+    const float* sc = scales == nullptr ? nullptr : scales + c;
     int64_t r = 0;
     for (; r + kRowBlock <= rows; r += kRowBlock) {
-      MicroKernel<kRowBlock>(x + r * k, k, w + c * k, y + r * cols + c, cols);
+      MicroKernel<kRowBlock>(x + r * k, k, w + c * k, sc, y + r * cols + c,
+                             cols);
     }
     for (; r < rows; ++r) {
-      MicroKernel<1>(x + r * k, k, w + c * k, y + r * cols + c, cols);
+      MicroKernel<1>(x + r * k, k, w + c * k, sc, y + r * cols + c, cols);
     }
   }
   for (; c < c1; ++c) {
     for (int64_t r = 0; r < rows; ++r) {
-      y[r * cols + c] = OneOutput(x + r * k, k, w + c * k);
+      y[r * cols + c] = Scaled(OneOutput(x + r * k, k, w + c * k), scales, c);
     }
   }
+}
+
+template <typename W>
+void RowGemmOf(const float* x, int64_t rows, int64_t k, const W* w,
+               const float* scales, int64_t cols, float* y) {
+  if (rows <= 0 || cols <= 0) return;
+  // Blocks of columns per task: each thread streams its slice of w once per
+  // four rows, from cache after the first.
+  const int64_t blocks = (cols + kColBlock - 1) / kColBlock;
+  const int64_t grain =
+      std::max<int64_t>(1, 16384 / std::max<int64_t>(1, k * kColBlock));
+  ThreadPool::Global().ParallelFor(blocks, grain, [&](int64_t b0, int64_t b1) {
+    ColumnRange(x, rows, k, w, scales, cols, y, b0 * kColBlock,
+                std::min(cols, b1 * kColBlock));
+  });
 }
 
 }  // namespace
@@ -98,16 +134,12 @@ float FixedOrderDot(const float* a, const float* b, int64_t n) {
 
 void RowGemm(const float* x, int64_t rows, int64_t k, const float* w,
              int64_t cols, float* y) {
-  if (rows <= 0 || cols <= 0) return;
-  // Blocks of columns per task: each thread streams its slice of w once per
-  // four rows, from cache after the first.
-  const int64_t blocks = (cols + kColBlock - 1) / kColBlock;
-  const int64_t grain =
-      std::max<int64_t>(1, 16384 / std::max<int64_t>(1, k * kColBlock));
-  ThreadPool::Global().ParallelFor(blocks, grain, [&](int64_t b0, int64_t b1) {
-    ColumnRange(x, rows, k, w, cols, y, b0 * kColBlock,
-                std::min(cols, b1 * kColBlock));
-  });
+  RowGemmOf(x, rows, k, w, nullptr, cols, y);
+}
+
+void RowGemmInt8(const float* x, int64_t rows, int64_t k, const int8_t* q,
+                 const float* scales, int64_t cols, float* y) {
+  RowGemmOf(x, rows, k, q, scales, cols, y);
 }
 
 }  // namespace inference

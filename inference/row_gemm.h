@@ -21,6 +21,14 @@ namespace inference {
 void RowGemm(const float* x, int64_t rows, int64_t k, const float* w,
              int64_t cols, float* y);
 
+// The same for weight-only int8 (core/ops/int8_gemm.h's contract): w is
+// q [cols, k] int8 with fp32 per-row scales [cols], and
+// y[m, n] = scales[n] * sum_k x[m, k] * q[n, k], the sum in RowGemm's fixed
+// order over q widened exactly to fp32, scaled once. Row m's values are
+// bit-identical for any `rows`, as RowGemm's.
+void RowGemmInt8(const float* x, int64_t rows, int64_t k, const int8_t* q,
+                 const float* scales, int64_t cols, float* y);
+
 // sum_i a[i] * b[i] in RowGemm's fixed order (one output of it).
 float FixedOrderDot(const float* a, const float* b, int64_t n);
 

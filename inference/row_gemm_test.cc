@@ -62,6 +62,83 @@ TEST(RowGemmTest, EachRowIsBitIdenticalForAnyRowCount) {
   }
 }
 
+std::vector<int8_t> RandomInt8(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int8_t> v(n);
+  for (int8_t& q : v)
+    q = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+  return v;
+}
+
+// core/ops/int8_gemm.h's bound: with u = 2^-24 and g = k u / (1 - k u),
+// |y - s sum x q| <= (g + u (1 + g)) s sum |x q|.
+TEST(RowGemmInt8Test, MatchesDoubleReferenceWithinTheInt8GemmBound) {
+  for (int64_t k : {1, 7, 8, 64, 129}) {
+    for (int64_t rows : {1, 3, 4, 9}) {
+      const int64_t cols = 13;
+      auto x = Random(rows * k, 5);
+      auto q = RandomInt8(cols * k, 6);
+      auto scales = Random(cols, 7);
+      std::vector<float> y(rows * cols);
+      RowGemmInt8(x.data(), rows, k, q.data(), scales.data(), cols, y.data());
+      const double u = std::ldexp(1.0, -24);
+      const double g = k * u / (1 - k * u);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          double ref = 0, mag = 0;
+          for (int64_t i = 0; i < k; ++i) {
+            const double p = static_cast<double>(x[r * k + i]) * q[c * k + i];
+            ref += p;
+            mag += std::abs(p);
+          }
+          const double s = scales[c];
+          EXPECT_NEAR(y[r * cols + c], s * ref,
+                      (g + u * (1 + g)) * std::abs(s) * mag + 1e-30)
+              << "k " << k << " rows " << rows << " col " << c;
+        }
+      }
+    }
+  }
+}
+
+TEST(RowGemmInt8Test, EachRowIsBitIdenticalForAnyRowCount) {
+  const int64_t k = 100, cols = 37;
+  auto x = Random(33 * k, 8);
+  auto q = RandomInt8(cols * k, 9);
+  auto scales = Random(cols, 10);
+  std::vector<float> all(33 * cols);
+  RowGemmInt8(x.data(), 33, k, q.data(), scales.data(), cols, all.data());
+  for (int64_t rows : {1, 2, 5, 8}) {
+    for (int64_t start = 0; start + rows <= 33; start += 7) {
+      std::vector<float> part(rows * cols);
+      RowGemmInt8(x.data() + start * k, rows, k, q.data(), scales.data(), cols,
+                  part.data());
+      EXPECT_EQ(std::memcmp(part.data(), all.data() + start * cols,
+                            part.size() * sizeof(float)),
+                0)
+          << "rows " << rows << " from " << start;
+    }
+  }
+}
+
+// The int8 path computes what the fp32 path computes on the widened weights,
+// scaled once: the same products summed in the same order.
+TEST(RowGemmInt8Test, EqualsRowGemmOnWidenedWeightsThenScaled) {
+  const int64_t k = 77, cols = 11, rows = 5;
+  auto x = Random(rows * k, 11);
+  auto q = RandomInt8(cols * k, 12);
+  auto scales = Random(cols, 13);
+  std::vector<float> widened(q.begin(), q.end());
+  std::vector<float> dense(rows * cols), int8(rows * cols);
+  RowGemm(x.data(), rows, k, widened.data(), cols, dense.data());
+  RowGemmInt8(x.data(), rows, k, q.data(), scales.data(), cols, int8.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      EXPECT_EQ(int8[r * cols + c], dense[r * cols + c] * scales[c]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace inference
 }  // namespace mcc

@@ -167,6 +167,7 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   // This chunk's decoder layers, in order.
   int num_local_layers() const { return static_cast<int>(layers_.size()); }
   TransformerLayer* layer(int i) { return layers_[i].get(); }
+  const TransformerLayer* layer(int i) const { return layers_[i].get(); }
 
  private:
   absl::StatusOr<LossSum> Run(const MicroBatch& batch, bool backward,

@@ -89,6 +89,11 @@ class TransformerLayer {
   parallel::RowParallelLinear* proj() { return proj_.get(); }
   parallel::ColumnParallelLinear* fc1() { return fc1_.get(); }
   parallel::RowParallelLinear* fc2() { return fc2_.get(); }
+  // Their int8 weights (null until converted), for the inference engine.
+  const parallel::Int8Weight* qkv_int8() const { return qkv_->int8_weight(); }
+  const parallel::Int8Weight* proj_int8() const { return proj_->int8_weight(); }
+  const parallel::Int8Weight* fc1_int8() const { return fc1_->int8_weight(); }
+  const parallel::Int8Weight* fc2_int8() const { return fc2_->int8_weight(); }
   // Dropout applies only while training (the default).
   void set_training(bool training) { training_ = training; }
 

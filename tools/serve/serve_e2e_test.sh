@@ -90,8 +90,8 @@ stop "$pid"
 
 # --- Layouts: the same greedy answers (tokens exact, log-probabilities to
 # fp32 reduction-order error). ---
-same_greedy() {
-  "$python" - "$work/greedy_tp1.json" "$1" <<'PY'
+same_greedy() {  # same_greedy ANSWER [REFERENCE (greedy_tp1.json)]
+  "$python" - "${2:-$work/greedy_tp1.json}" "$1" <<'PY'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 assert a["tokens"] == b["tokens"] and a["text"] == b["text"], (a, b)
@@ -124,4 +124,17 @@ for layout in "tp2 2 ckpt --tensor-model-parallel-size 2" \
     stop "$pid"
   fi
 done
+# --- Weight-only int8 (--quantize int8): the engine computes with int8
+# weights; TP 2 answers as TP 1 does (the scales are per global row). ---
+start int8 1 --load "$work/ckpt" --quantize int8
+grep -q "int8" "$work/int8.log" || fail "no int8 weights logged: $(cat "$work/int8.log")"
+"$python" "$client" "$port" --only greedy > "$work/greedy_int8.json" \
+  || { cat "$work/int8.log"; fail "int8: no greedy answer"; }
+stop "$pid"
+start int8tp2 2 --load "$work/ckpt" --quantize int8 --tensor-model-parallel-size 2
+"$python" "$client" "$port" --only greedy > "$work/greedy_int8tp2.json" \
+  || { cat "$work/int8tp2.log"; fail "int8 TP 2: no greedy answer"; }
+same_greedy "$work/greedy_int8tp2.json" "$work/greedy_int8.json" \
+  || fail "int8 TP 2 answers differently from int8 TP 1"
+stop "$pid"
 echo "PASSED"

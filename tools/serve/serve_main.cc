@@ -27,10 +27,10 @@
 #include "parallel/mappings.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/training_flags.h"
+#include "tools/int8_checkpoint.h"
 #include "tools/job.h"
 #include "tools/model_config_proto.h"
 #include "tools/serve/http_frontend.h"
-#include "tools/training_checkpoint.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on.");
 ABSL_FLAG(int32_t, port, 8000, "Port to listen on (0: any free port).");
@@ -54,6 +54,10 @@ ABSL_FLAG(std::string, batching, "continuous",
 ABSL_FLAG(int64_t, max_body_bytes, 1 << 20,
           "Request bodies larger than this are refused (413) unread.");
 ABSL_FLAG(int32_t, http_threads, 128, "Connections served at once.");
+ABSL_FLAG(std::string, quantize, "",
+          "int8: weight-only int8 for the decoder's linear layers, quantised "
+          "per output channel at load (a checkpoint written by "
+          "convert_checkpoint --quantize int8 loads as int8 without it).");
 
 namespace mcc {
 namespace serve {
@@ -202,10 +206,12 @@ absl::StatusOr<Loaded> Load() {
   MCC_ASSIGN_OR_RETURN(
       job.model, gpt::StageModel::Create(config, job.context, job.pipeline,
                                          job.pp_rank()));
-  MCC_RETURN_IF_ERROR(tools::LoadParameters(**reader, job.model->parameters()));
+  MCC_RETURN_IF_ERROR(tools::LoadInferenceWeights(**reader, job.model->chunks(),
+                                                  absl::GetFlag(FLAGS_quantize),
+                                                  job.is_logging_rank()));
   MCC_ASSIGN_OR_RETURN(inference::InferenceWeights weights,
                        inference::LoadInferenceWeights(*job.model->chunk(0)));
-  job.model.reset();  // The engine keeps its own (fp32) copy.
+  job.model.reset();  // The engine keeps its own copy (fp32, or int8).
   inference::KvCacheShape shape;
   shape.num_layers = static_cast<int64_t>(weights.layers.size());
   shape.kv_heads = weights.local_groups;
