@@ -166,6 +166,8 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
                          trainer->Step(local_mb, step + 1));
     result.max_in_flight =
         std::max(result.max_in_flight, m.pipeline.max_in_flight);
+    result.max_held_outputs =
+        std::max(result.max_held_outputs, m.pipeline.max_held_outputs);
     StepInfo info;
     info.grad_norm = m.grad_norm;
     info.skipped = m.skipped;

@@ -75,7 +75,8 @@ struct TrainOptions {
 struct TrainResult {
   std::vector<double> loss;  // Mean over the global batch, per step.
   std::vector<StepInfo> steps;
-  int max_in_flight = 0;  // Most micro-batches held at once on this stage.
+  int max_in_flight = 0;     // Most micro-batches held at once on this stage.
+  int max_held_outputs = 0;  // Most sent forward outputs held at once.
   // The last step's parameter all-gather waits (overlap_param_gather).
   data_parallel::ParamGatherTrace param_gather;
   int num_buckets = 0;

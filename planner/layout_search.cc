@@ -16,8 +16,10 @@ std::vector<int> Divisors(int n) {
 
 }  // namespace
 
-std::string UnsupportedHere(const Layout& l) {
-  if (l.cp > 1) return "context parallelism is not built yet";
+std::string UnsupportedHere(const JobSpec& job, const Layout& l) {
+  if (l.cp > 1 && job.model.attention_dropout > 0) {
+    return "context parallelism needs --attention-dropout 0";
+  }
   if (l.recompute == Recompute::kSelectiveOps) {
     return "torchtitan's op-level checkpointing is not a train mode";
   }
@@ -32,7 +34,7 @@ absl::StatusOr<Prediction> Predict(const JobSpec& job, const Layout& layout) {
   p.memory = *memory;
   p.time = EstimateStepTime(job, layout);
   p.fits = p.memory.total() <= job.cluster.device.memory_bytes;
-  p.unsupported = UnsupportedHere(layout);
+  p.unsupported = UnsupportedHere(job, layout);
   return p;
 }
 
@@ -67,7 +69,7 @@ std::vector<Prediction> SearchLayouts(const JobSpec& job,
                 l.recompute = r;
                 l.micro_batch = b;
                 if (!options.include_unsupported &&
-                    !UnsupportedHere(l).empty()) {
+                    !UnsupportedHere(job, l).empty()) {
                   continue;
                 }
                 auto p = Predict(job, l);

@@ -19,16 +19,17 @@ struct Prediction {
   MemoryBreakdown memory;  // The rank with the largest total.
   StepTime time;
   bool fits = false;
-  // Why train cannot run it yet (empty when it can): context parallelism,
-  // gradient or parameter sharding with pipelining.
+  // Why train cannot run it (empty when it can): torchtitan's op-level
+  // recomputation, context parallelism with attention dropout.
   std::string unsupported;
 };
 
 // Predicts one layout; the error says what does not divide.
 absl::StatusOr<Prediction> Predict(const JobSpec& job, const Layout& layout);
 
-// Why train cannot run `layout` today, or empty.
-std::string UnsupportedHere(const Layout& layout);
+// Why train cannot run `layout` for `job`, or empty. Context parallelism
+// is modelled as train's default --cp-comm-type p2p (ring attention).
+std::string UnsupportedHere(const JobSpec& job, const Layout& layout);
 
 struct SearchOptions {
   bool include_unsupported = false;  // Also layouts train cannot run yet.

@@ -41,8 +41,34 @@ TEST(LayoutSearchTest, EveryLayoutDividesFitsAndIsSortedByTime) {
   }
 }
 
+// Context parallelism is a train layout: the search offers it (ring
+// attention, split activations) unless attention dropout rules it out, as
+// train does.
+TEST(LayoutSearchTest, ContextParallelLayoutsAreOfferedUnlessDropoutForbids) {
+  JobSpec job = Job();
+  int with_cp = 0;
+  for (const Prediction& p : SearchLayouts(job, {})) {
+    if (p.layout.cp > 1) ++with_cp;
+  }
+  EXPECT_GT(with_cp, 0);
+  // CP 2 halves each rank's tokens: its layer activations, and no more
+  // than CP 1's peak.
+  auto cp1 = Predict(job, *ParseLayout("tp1.pp1.dp8.cp1.z1.rnone.mb1"));
+  auto cp2 = Predict(job, *ParseLayout("tp1.pp1.dp4.cp2.z1.rnone.mb1"));
+  ASSERT_TRUE(cp1.ok() && cp2.ok());
+  EXPECT_LT(cp2->memory.activations, cp1->memory.activations);
+  EXPECT_GT(cp2->time.cp_comm + cp2->time.cp_comm_hidden, 0);
+  job.model.attention_dropout = 0.1;
+  for (const Prediction& p : SearchLayouts(job, {})) {
+    EXPECT_EQ(p.layout.cp, 1) << p.layout.Name();
+  }
+  EXPECT_NE(UnsupportedHere(job, cp2->layout).find("--attention-dropout"),
+            std::string::npos);
+}
+
 TEST(LayoutSearchTest, TooSmallADeviceDropsLayouts) {
   JobSpec job = Job();
+  job.model.attention_dropout = 0.1;  // CP layouts become unsupported.
   const size_t roomy = SearchLayouts(job, {}).size();
   job.cluster.device.memory_bytes = 2e9;
   const std::vector<Prediction> tight = SearchLayouts(job, {});

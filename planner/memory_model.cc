@@ -79,12 +79,27 @@ ChunkCost CostOfChunk(const JobSpec& job, const Layout& l, int layers, bool pre,
   // input gradients and, under SP, the all-gathered input of a column-
   // parallel layer for its weight gradient.
   const double mlp_grads = d.T * (d.f + d.f1) / d.t * d.e;
-  const double attn_grads = d.T * (d.h + 2 * (d.h + 2 * d.kv)) / d.t * d.e;
+  double attn_grads = d.T * (d.h + 2 * (d.h + 2 * d.kv)) / d.t * d.e;
   const double gathered = l.sequence_parallel ? d.T * d.h * d.e : 0;
-  c.backward_transient = 3 * hidden + std::max(mlp_grads, attn_grads) +
-                         gathered + rebuilt_at_once * layer;
   // Forward: the fused QKV output before it splits into q, k, v.
   c.forward_transient = d.T * (d.h + 2 * d.kv) / d.t * d.e + gathered;
+  if (l.cp > 1) {
+    // Ring attention's buffers (parallel/context_parallel/ring_attention.cc)
+    // for this rank's Q = T h / TP query and KV = T kv / TP key (and value)
+    // elements. Forward, beside the fused QKV output: fp32 accumulators for
+    // both chunks (4 Q bytes) and one chunk's partial result (2 Q), the key
+    // and value block in use and the one arriving (4 KV e). Backward, beside
+    // the attention gradients: the fp32 dq accumulators and part (6 Q), the
+    // dk and dv parts (4 KV), the key/value blocks (4 KV e), their fp32
+    // gradients travelling with them, in use and arriving (16 KV), and the
+    // output gradient in chunk layout (Q e).
+    const double q = d.T * d.h / d.t, kv = d.T * d.kv / d.t;
+    const double lse = d.T * d.heads / d.t * 4;
+    c.forward_transient += 6 * q + 4 * kv * d.e + 1.5 * lse;
+    attn_grads += 6 * q + 20 * kv + 4 * kv * d.e + q * d.e;
+  }
+  c.backward_transient = 3 * hidden + std::max(mlp_grads, attn_grads) +
+                         gathered + rebuilt_at_once * layer;
   if (pre) {
     c.record += 2 * d.T * 8;  // int64 token ids and positions
   }
@@ -240,9 +255,9 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   }
   // Activations: walk this stage's schedule, adding a record at each
   // forward and dropping it after its backward. With overlapped transfers
-  // the executor holds every tensor it sent (outputs forward, input
-  // gradients backward) until the step ends, and posts each receive one
-  // action ahead.
+  // the executor holds each forward output it sent until that micro-batch's
+  // backward, every input gradient it sent until the step ends, and posts
+  // each receive one action ahead.
   const int lc = layers / chunks;
   const double message = DimsOf(job, l).Tl * c.hidden_size * e;
   std::vector<ChunkCost> cost(chunks);
@@ -276,6 +291,9 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
           sent += message;
         }
       } else {
+        if (l.pp > 1 && job.overlap_p2p && global_chunk != l.pp * chunks - 1) {
+          sent -= message;  // The forward output, released as it starts.
+        }
         consider(cc.backward_transient);
         held -= cc.record;
         --records;

@@ -46,7 +46,8 @@ ABSL_FLAG(std::string, explain, "",
           "e.g. tp2sp.pp2v2.dp2.cp1.z1.rselective.mb4).");
 ABSL_FLAG(bool, json, false, "Print JSON instead of text.");
 ABSL_FLAG(bool, include_unsupported, false,
-          "Also rank layouts train cannot run yet (CP > 1, ZeRO-2/3 with PP).");
+          "Also rank layouts train cannot run (CP with attention dropout, "
+          "torchtitan's op-level recomputation).");
 ABSL_FLAG(bool, include_not_fitting, false,
           "Also list layouts that do not fit in device memory.");
 ABSL_FLAG(

@@ -137,6 +137,13 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
     std::shared_ptr<comm::Work> work;
   };
   std::vector<Transfer> recvs(actions.size());
+  // Overlapped sends complete in the background, and gloo cannot poll one
+  // (a wait that times out closes the connection), so each is waited for
+  // where it has provably finished: a forward output of (chunk, micro-batch)
+  // once the gradient of that micro-batch has come back (the peer received
+  // the output before computing it), so at most the micro-batches in flight
+  // hold theirs; input gradients at the step's end.
+  std::vector<std::vector<Transfer>> forward_sends(v, std::vector<Transfer>(m));
   std::list<Transfer> sends;
   auto name = [&](const Action& a) {
     return absl::StrCat("pipeline stage ", stage_, " of ", stages_, ", ",
@@ -188,7 +195,7 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
     return absl::OkStatus();
   };
 
-  int in_flight = 0;
+  int in_flight = 0, held_outputs = 0;
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     MCC_RETURN_IF_ERROR(post_recv(i));
@@ -200,6 +207,15 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
     }
     Tensor input = std::move(recvs[i].buffer);
     recvs[i] = Transfer();
+    if (a.kind == Action::kBackward) {
+      Transfer& output = forward_sends[a.chunk][a.microbatch];
+      absl::Status s = wait(output.work);
+      if (!s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(name(a), ": ", s.message()));
+      }
+      if (output.work != nullptr) --held_outputs;
+      output = Transfer();
+    }
     parallel::PipelineStage* chunk = chunks_[a.chunk];
     std::unique_ptr<parallel::ActivationRecord>& record =
         records[a.chunk][a.microbatch];
@@ -250,11 +266,15 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
               s.code(), absl::StrCat(name(actions[i + 1]), ": ", s.message()));
         }
       }
+    } else if (sent != nullptr && a.kind == Action::kForward) {
+      forward_sends[a.chunk][a.microbatch] = {out, sent};
+      stats.max_held_outputs = std::max(stats.max_held_outputs, ++held_outputs);
     } else if (sent != nullptr) {
-      // Sends complete in the background; their buffers are held until the
-      // step ends (gloo cannot be polled without closing the connection).
       sends.push_back({out, sent});
     }
+  }
+  for (auto& chunk_sends : forward_sends) {
+    for (Transfer& t : chunk_sends) MCC_RETURN_IF_ERROR(wait(t.work));
   }
   for (Transfer& t : sends) MCC_RETURN_IF_ERROR(wait(t.work));
   if (last_stage) {

@@ -31,6 +31,9 @@ struct PipelineStats {
   double total_seconds = 0;     // The whole schedule.
   // Most micro-batches whose activations this stage held at once.
   int max_in_flight = 0;
+  // Most forward outputs this stage held at once after sending them
+  // (overlapped p2p; each is released at its micro-batch's backward).
+  int max_held_outputs = 0;
   // Share of the step this stage did not compute, and the schedule's
   // theoretical bubble (TheoreticalBubble).
   double measured_bubble = 0;

@@ -152,7 +152,7 @@ MCC_WORKER(pp_train) {
   }
   std::ofstream(optim::testing::TmpPath(
       absl::StrCat(c.name, ".inflight.", (*state)->pipeline_rank(), ".", rank)))
-      << result->max_in_flight;
+      << result->max_in_flight << " " << result->max_held_outputs;
   return 0;
 }
 
@@ -202,8 +202,16 @@ TEST_P(PipelineParityTest, EqualsSerial) {
   // Activations held at once on the first stage (tp 0, dp 0 is rank 0).
   std::ifstream in(
       optim::testing::TmpPath(absl::StrCat(c.name, ".inflight.0.0")));
-  int held = -1;
-  in >> held;
+  int held = -1, outputs = -1;
+  in >> held >> outputs;
+  // Sent forward outputs are released at their micro-batch's backward: never
+  // more than the micro-batches in flight (none are kept without overlap).
+  if (c.overlap_p2p) {
+    EXPECT_GE(outputs, 1);
+    EXPECT_LE(outputs, held);
+  } else {
+    EXPECT_EQ(outputs, 0);
+  }
   const int dp = c.world / (c.tp * c.pp);
   const int m = kGlobalMicrobatches / dp;
   if (c.schedule == ScheduleKind::kAllForwardAllBackward) {

@@ -5,10 +5,14 @@
 # for the same layout (pipeline stage 0, --device cpu measured at start) and
 # Megatron's theoretical_memory_usage, as a Markdown table.
 #   tools/bazel run //tools/bench:plan_check -- [--iters N] [--procs 2|4]
-#       [--only NAME]
+#       [--only NAME] [--no-recommend]
 # --procs 4 runs the 4-process list (TP x DP, PP x DP, TP x PP, ZeRO over 4,
-# PP 4 1F1B and interleaved on an 8-layer bench model); --only runs the one
-# layout whose name starts with NAME (a smoke check).
+# PP 4 1F1B and interleaved on an 8-layer bench model, CP with DP and TP);
+# both lists also run the small Llama (--preset llama-small in the model
+# flags, which come after --preset bench); --only runs the one
+# layout whose name starts with NAME (a smoke check). Without --only it ends
+# with the recommendation check: the layout tools/plan ranks first (measured
+# too when it is not in the list) against the fastest measured.
 set -euo pipefail
 launch=$1
 train=$2
@@ -17,12 +21,14 @@ shift 3
 iters=4
 procs=2
 only=""
+recommend=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --iters) iters=$2; shift 2 ;;
     --procs) procs=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
-    *) echo "plan_check: unknown argument '$1' (--iters N, --procs 2|4, --only NAME)" >&2
+    --no-recommend) recommend=0; shift ;;
+    *) echo "plan_check: unknown argument '$1' (--iters N, --procs 2|4, --only NAME, --no-recommend)" >&2
        exit 2 ;;
   esac
 done
@@ -47,6 +53,9 @@ layouts2=(
   "PP 2, 1F1B|tp1.pp2.dp1.z0.rnone.mb2|--pipeline-model-parallel-size 2"
   "PP 2, interleaved (3 virtual)|tp1.pp2v3.dp1.z0.rnone.mb2|--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
   "DP 2, ZeRO-1, bf16|tp1.pp1.dp2.z1.rnone.mb2|--use-distributed-optimizer --bf16"
+  "CP 2 (ring)|tp1.pp1.dp1.cp2.z0.rnone.mb2|--context-parallel-size 2"
+  "Llama small, DP 2|tp1.pp1.dp2.z0.rnone.mb2||--preset llama-small"
+  "Llama small, TP 2 + SP|tp2sp.pp1.dp1.z0.rnone.mb2|--tensor-model-parallel-size 2 --sequence-parallel|--preset llama-small"
 )
 layouts4=(
   "DP 4|tp1.pp1.dp4.z0.rnone.mb2|"
@@ -61,18 +70,61 @@ layouts4=(
   "TP 2 + SP x PP 2|tp2sp.pp2.dp1.z0.rnone.mb2|--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2"
   "PP 4, 1F1B (8 layers)|tp1.pp4.dp1.z0.rnone.mb2|--pipeline-model-parallel-size 4|--num-layers 8"
   "PP 4, interleaved (2 virtual, 8 layers)|tp1.pp4v2.dp1.z0.rnone.mb2|--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1|--num-layers 8"
+  "CP 2 x DP 2|tp1.pp1.dp2.cp2.z0.rnone.mb2|--context-parallel-size 2"
+  "TP 2 + SP x CP 2|tp2sp.pp1.dp1.cp2.z0.rnone.mb2|--tensor-model-parallel-size 2 --sequence-parallel --context-parallel-size 2"
+  "CP 4, ZeRO-1|tp1.pp1.dp1.cp4.z1.rnone.mb2|--context-parallel-size 4 --use-distributed-optimizer"
+  "Llama small, TP 2 + SP x DP 2|tp2sp.pp1.dp2.z0.rnone.mb2|--tensor-model-parallel-size 2 --sequence-parallel|--preset llama-small"
 )
 if [[ "$procs" == 4 ]]; then layouts=("${layouts4[@]}"); else layouts=("${layouts2[@]}"); fi
 
+# flags_of LAYOUT [MODEL_FLAGS...]: train flags for a planner layout name.
+flags_of() {
+  python3 - "$@" <<'PY'
+import re, sys
+name, model = sys.argv[1], sys.argv[2:]
+layers = 8 if "--num-layers" in model and model[model.index("--num-layers") + 1] == "8" else 6
+out = []
+for part in name.split("."):
+    m = re.fullmatch(r"tp(\d+)(sp)?", part)
+    if m:
+        if int(m[1]) > 1:
+            out += ["--tensor-model-parallel-size", m[1]]
+        if m[2]:
+            out += ["--sequence-parallel"]
+        continue
+    m = re.fullmatch(r"pp(\d+)(?:v(\d+))?", part)
+    if m:
+        if int(m[1]) > 1:
+            out += ["--pipeline-model-parallel-size", m[1]]
+        if m[2] and int(m[2]) > 1:
+            out += ["--num-layers-per-virtual-pipeline-stage",
+                    str(layers // int(m[1]) // int(m[2]))]
+        continue
+    m = re.fullmatch(r"cp(\d+)", part)
+    if m and int(m[1]) > 1:
+        out += ["--context-parallel-size", m[1]]
+    if part == "z1":
+        out += ["--use-distributed-optimizer"]
+    if part in ("z2", "z3"):
+        out += ["--data-parallel-sharding-strategy",
+                {"z2": "optim_grads", "z3": "optim_grads_params"}[part]]
+    if part in ("rselective", "rfull"):
+        out += ["--recompute-granularity", part[1:]]
+    m = re.fullmatch(r"mb(\d+)", part)
+    if m:
+        out += ["--micro-batch-size", m[1]]
+print(" ".join(out))
+PY
+}
+
 echo "| layout | measured peak (rank 0) | predicted | error | Megatron's formula | measured step | predicted step | error |"
 echo "|---|---|---|---|---|---|---|---|"
-ran=0
-for row in "${layouts[@]}"; do
-  IFS='|' read -r name layout flags model_flags <<< "$row"
-  [[ -n "$only" && "$name" != "$only"* ]] && continue
-  ran=$((ran + 1))
+# measure NAME LAYOUT FLAGS MODEL_FLAGS: one training run and its table row;
+# appends "LAYOUT STEP_SECONDS" to $work/measured.
+measure() {
+  local name=$1 layout=$2 flags=$3 model_flags=$4
   read -r -a extra <<< "$flags"
-  read -r -a model <<< "${model_flags:-}"
+  read -r -a model <<< "$model_flags"
   bf16=()
   [[ " $flags " == *" --bf16 "* ]] && bf16=(--bf16)
   rm -f "$work/m.jsonl"  # train appends to its metrics file
@@ -81,9 +133,9 @@ for row in "${layouts[@]}"; do
     || { tail -20 "$work/train.log"; exit 1; }
   "$plan" --preset bench --global-batch-size 8 "${model[@]}" --device cpu \
     --devices-per-node "$procs" "${bf16[@]}" --explain "$layout" --json > "$work/p.json"
-  python3 - "$name" "$work/m.jsonl" "$work/p.json" <<'PY'
+  python3 - "$name" "$work/m.jsonl" "$work/p.json" "$layout" "$work/measured" <<'PY'
 import json, sys
-name, metrics, pred = sys.argv[1:]
+name, metrics, pred, layout, measured = sys.argv[1:]
 rows = [json.loads(l) for l in open(metrics)]
 peak = max(r["mem_peak_bytes"] for r in rows)
 steps = [r["seconds_per_iteration"] for r in rows[1:]] or [rows[0]["seconds_per_iteration"]]
@@ -96,9 +148,45 @@ g = lambda b: "%.1f MiB" % (b / 2**20)
 print("| %s | %s | %s | %+.1f%% | %s | %.2f s | %.2f s | %+.0f%% |" % (
     name, g(peak), g(mem), 100 * (mem - peak) / peak, g(meg), step, t,
     100 * (t - step) / step))
+with open(measured, "a") as f:
+    f.write("%s %.4f %s\n" % (layout, step, name.replace(" ", "_")))
 PY
+}
+
+ran=0
+: > "$work/measured"
+for row in "${layouts[@]}"; do
+  IFS='|' read -r name layout flags model_flags <<< "$row"
+  [[ -n "$only" && "$name" != "$only"* ]] && continue
+  ran=$((ran + 1))
+  measure "$name" "$layout" "$flags" "${model_flags:-}"
 done
 if [[ "$ran" == 0 ]]; then
   echo "plan_check: --only '$only' names no layout of the $procs-process list" >&2
   exit 2
 fi
+[[ -n "$only" || "$recommend" == 0 ]] && exit 0
+
+# The recommendation: the layout tools/plan ranks first for the bench preset
+# on these processes (micro-batches 1 to 8, fp32, the bench model), measured
+# beside the fastest bench-model layout measured above (Llama and 8-layer
+# rows excluded: another model).
+top=$("$plan" --preset bench --global-batch-size 8 --device cpu \
+  --devices-per-node "$procs" --micro-batches 1,2,4,8 --top 1 --json \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["layouts"][0]["layout"])')
+if ! grep -q "^$top " "$work/measured"; then
+  measure "planner's first: $top" "$top" "$(flags_of "$top")" ""
+fi
+python3 - "$top" "$work/measured" <<'PY'
+import sys
+top, path = sys.argv[1:]
+rows = [l.split() for l in open(path)]
+bench = [(float(s), lay, n) for lay, s, n in rows
+         if "Llama" not in n and "8_layers" not in n and "bf16" not in n]
+mine = min(s for s, lay, n in bench if lay == top)
+best = min(bench)
+print()
+print("Recommendation: tools/plan ranks %s first; measured %.2f s per step; the "
+      "fastest measured bench layout is %s (%s) at %.2f s: %+.1f%% (goal: within 5%%)."
+      % (top, mine, best[1], best[2].replace("_", " "), best[0], 100 * (mine - best[0]) / best[0]))
+PY

@@ -3,7 +3,8 @@
 # loopback HTTP): requests/s, output tokens/s, p50/p99 time to first token and
 # inter-token latency at 1, 8, 32 and 64 concurrent clients, for the same
 # model served three ways in one run: continuous batching, --max-batch-size 1
-# (no batching) and static batching. Prints a markdown table and the goals
+# (no batching) and static batching, and continuous batching again with
+# weight-only int8 (--quantize int8, the decoding tokens/s change). Prints a markdown table and the goals
 # (at 32 clients: >= 4x the tokens/s of --max-batch-size 1, p99 inter-token
 # latency < 3x the single-client one).
 #   tools/bazel run //tools/bench:serve [-- SECONDS_PER_POINT]
@@ -22,7 +23,8 @@ model=(--mock-data --vocab-size 512 --num-layers 4 --hidden-size 512
 echo "| server | clients | requests/s | output tokens/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |"
 echo "|---|---|---|---|---|---|---|---|"
 for config in "continuous --max-batch-size 64" "batch1 --max-batch-size 1" \
-              "static --max-batch-size 64 --batching static"; do
+              "static --max-batch-size 64 --batching static" \
+              "int8 --max-batch-size 64 --quantize int8"; do
   read -r name flags <<< "$config"
   rm -f "$work/port"
   # shellcheck disable=SC2086
@@ -63,4 +65,10 @@ print("at 32 clients: continuous batching %.2fx the output tokens/s of "
       "--max-batch-size 1 (goal >= 4x): %s" % (speedup, "met" if speedup >= 4 else "NOT met"))
 print("at 32 clients: p99 inter-token latency %.2fx the single-client p99 "
       "(goal < 3x): %s" % (itl, "met" if itl < 3 else "NOT met"))
+for n in (1, 32):
+    i8, f32 = rows[("int8", n)], rows[("continuous", n)]
+    print("at %d client(s): int8 weights %.2fx the output tokens/s of fp32 "
+          "weights (p50 inter-token latency %.1f ms against %.1f ms)" % (
+              n, i8["tokens_per_s"] / max(f32["tokens_per_s"], 1e-9),
+              i8["itl_p50_ms"], f32["itl_p50_ms"]))
 PY

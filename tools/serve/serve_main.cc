@@ -80,6 +80,7 @@ const std::set<std::string>& UsedFlags() {
                                 "batching",
                                 "max_body_bytes",
                                 "http_threads",
+                                "quantize",
                                 "tokenizer_type",
                                 "vocab_file",
                                 "merge_file",
