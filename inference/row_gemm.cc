@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/ops/cpu_isa.h"
 #include "core/thread_pool.h"
 
 namespace mcc {
@@ -111,6 +112,86 @@ void ColumnRange(const float* x, int64_t rows, int64_t k, const W* w,
   }
 }
 
+// ---- AVX-512 (where ops::KernelIsa() says so) -------------------------------
+// The same structure with 16 lanes: per output, 16 lanes accumulated over k
+// in steps of 16, the k % 16 tail through masked loads (zeros past the end)
+// as one more step, then one fixed 16-lane reduction. Every output of a
+// machine goes through this one sequence, whatever the row count.
+
+#define MCC_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq")))
+
+MCC_AVX512 inline __m512 LoadWeights16(const float* w, __mmask16 m) {
+  return _mm512_maskz_loadu_ps(m, w);
+}
+MCC_AVX512 inline __m512 LoadWeights16(const int8_t* w, __mmask16 m) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, w)));
+}
+
+template <int MR, typename W>
+MCC_AVX512 void MicroKernel512(const float* x, int64_t k, const W* w,
+                               const float* scales, float* y, int64_t ldy) {
+  __m512 acc[MR][kColBlock];
+  for (int r = 0; r < MR; ++r) {
+    for (int c = 0; c < kColBlock; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < k; i += 16) {
+    const __mmask16 m = k - i >= 16
+                            ? static_cast<__mmask16>(0xFFFF)
+                            : static_cast<__mmask16>((1u << (k - i)) - 1);
+    __m512 xv[MR];
+    for (int r = 0; r < MR; ++r)
+      xv[r] = _mm512_maskz_loadu_ps(m, x + r * k + i);
+    for (int c = 0; c < kColBlock; ++c) {
+      const __m512 wv = LoadWeights16(w + c * k + i, m);
+      for (int r = 0; r < MR; ++r) {
+        acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int c = 0; c < kColBlock; ++c) {
+      y[r * ldy + c] = Scaled(_mm512_reduce_add_ps(acc[r][c]), scales, c);
+    }
+  }
+}
+
+template <typename W>
+MCC_AVX512 float OneOutput512(const float* x, int64_t k, const W* w) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < k; i += 16) {
+    const __mmask16 m = k - i >= 16
+                            ? static_cast<__mmask16>(0xFFFF)
+                            : static_cast<__mmask16>((1u << (k - i)) - 1);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i),
+                          LoadWeights16(w + i, m), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+template <typename W>
+MCC_AVX512 void ColumnRange512(const float* x, int64_t rows, int64_t k,
+                               const W* w, const float* scales, int64_t cols,
+                               float* y, int64_t c0, int64_t c1) {
+  int64_t c = c0;
+  for (; c + kColBlock <= c1; c += kColBlock) {
+    const float* sc = scales == nullptr ? nullptr : scales + c;
+    int64_t r = 0;
+    for (; r + kRowBlock <= rows; r += kRowBlock) {
+      MicroKernel512<kRowBlock>(x + r * k, k, w + c * k, sc, y + r * cols + c,
+                                cols);
+    }
+    for (; r < rows; ++r) {
+      MicroKernel512<1>(x + r * k, k, w + c * k, sc, y + r * cols + c, cols);
+    }
+  }
+  for (; c < c1; ++c) {
+    for (int64_t r = 0; r < rows; ++r) {
+      y[r * cols + c] =
+          Scaled(OneOutput512(x + r * k, k, w + c * k), scales, c);
+    }
+  }
+}
+
 template <typename W>
 void RowGemmOf(const float* x, int64_t rows, int64_t k, const W* w,
                const float* scales, int64_t cols, float* y) {
@@ -120,16 +201,22 @@ void RowGemmOf(const float* x, int64_t rows, int64_t k, const W* w,
   const int64_t blocks = (cols + kColBlock - 1) / kColBlock;
   const int64_t grain =
       std::max<int64_t>(1, 16384 / std::max<int64_t>(1, k * kColBlock));
+  const bool avx512 = ops::KernelIsa() == ops::CpuIsa::kAvx512;
   ThreadPool::Global().ParallelFor(blocks, grain, [&](int64_t b0, int64_t b1) {
-    ColumnRange(x, rows, k, w, scales, cols, y, b0 * kColBlock,
-                std::min(cols, b1 * kColBlock));
+    const int64_t c0 = b0 * kColBlock, c1 = std::min(cols, b1 * kColBlock);
+    if (avx512) {
+      ColumnRange512(x, rows, k, w, scales, cols, y, c0, c1);
+    } else {
+      ColumnRange(x, rows, k, w, scales, cols, y, c0, c1);
+    }
   });
 }
 
 }  // namespace
 
 float FixedOrderDot(const float* a, const float* b, int64_t n) {
-  return OneOutput(a, n, b);
+  return ops::KernelIsa() == ops::CpuIsa::kAvx512 ? OneOutput512(a, n, b)
+                                                  : OneOutput(a, n, b);
 }
 
 void RowGemm(const float* x, int64_t rows, int64_t k, const float* w,

@@ -14,8 +14,10 @@ namespace inference {
 
 // y[m, n] = sum_k x[m, k] * w[n, k] for row-major x [rows, k], w [cols, k]
 // and y [rows, cols] (overwritten), all fp32 host memory. Each y[m, n] is
-// reduced in one fixed order that depends only on k, so row m's values are
-// bit-identical for any `rows` and any other rows. Uses the global thread
+// reduced in one fixed order that depends only on k and the kernel ISA
+// (ops::KernelIsa(): 16 AVX-512 lanes or 8 AVX2 lanes, chosen at run time),
+// so on a machine row m's values are bit-identical for any `rows` and any
+// other rows. Uses the global thread
 // pool (core/thread_pool.h); safe to call from one thread at a time per
 // pool loop (the pool's rule).
 void RowGemm(const float* x, int64_t rows, int64_t k, const float* w,

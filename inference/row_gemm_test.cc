@@ -7,11 +7,28 @@
 #include <random>
 #include <vector>
 
+#include "core/ops/cpu_isa.h"
 #include "gtest/gtest.h"
 
 namespace mcc {
 namespace inference {
 namespace {
+
+// Every test runs on each kernel ISA this CPU has (AVX2; AVX-512 where
+// supported), each its own fixed order.
+class RowGemmIsaTest : public ::testing::TestWithParam<ops::CpuIsa> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == ops::CpuIsa::kAvx512 && !ops::CpuSupportsAvx512()) {
+      GTEST_SKIP() << "this CPU has no AVX-512";
+    }
+    previous_ = ops::internal::SetKernelIsaForTesting(GetParam());
+  }
+  void TearDown() override { ops::internal::SetKernelIsaForTesting(previous_); }
+
+ private:
+  ops::CpuIsa previous_ = ops::CpuIsa::kAvx2;
+};
 
 std::vector<float> Random(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -21,7 +38,7 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
   return v;
 }
 
-TEST(RowGemmTest, MatchesDoubleReference) {
+TEST_P(RowGemmIsaTest, MatchesDoubleReference) {
   for (int64_t k : {1, 7, 8, 64, 129}) {
     for (int64_t rows : {1, 3, 4, 9}) {
       const int64_t cols = 13;
@@ -45,7 +62,7 @@ TEST(RowGemmTest, MatchesDoubleReference) {
   }
 }
 
-TEST(RowGemmTest, EachRowIsBitIdenticalForAnyRowCount) {
+TEST_P(RowGemmIsaTest, EachRowIsBitIdenticalForAnyRowCount) {
   const int64_t k = 100, cols = 37;
   auto x = Random(33 * k, 3), w = Random(cols * k, 4);
   std::vector<float> all(33 * cols);
@@ -72,7 +89,7 @@ std::vector<int8_t> RandomInt8(int64_t n, uint32_t seed) {
 
 // core/ops/int8_gemm.h's bound: with u = 2^-24 and g = k u / (1 - k u),
 // |y - s sum x q| <= (g + u (1 + g)) s sum |x q|.
-TEST(RowGemmInt8Test, MatchesDoubleReferenceWithinTheInt8GemmBound) {
+TEST_P(RowGemmIsaTest, Int8MatchesDoubleReferenceWithinTheInt8GemmBound) {
   for (int64_t k : {1, 7, 8, 64, 129}) {
     for (int64_t rows : {1, 3, 4, 9}) {
       const int64_t cols = 13;
@@ -101,7 +118,7 @@ TEST(RowGemmInt8Test, MatchesDoubleReferenceWithinTheInt8GemmBound) {
   }
 }
 
-TEST(RowGemmInt8Test, EachRowIsBitIdenticalForAnyRowCount) {
+TEST_P(RowGemmIsaTest, Int8EachRowIsBitIdenticalForAnyRowCount) {
   const int64_t k = 100, cols = 37;
   auto x = Random(33 * k, 8);
   auto q = RandomInt8(cols * k, 9);
@@ -123,7 +140,7 @@ TEST(RowGemmInt8Test, EachRowIsBitIdenticalForAnyRowCount) {
 
 // The int8 path computes what the fp32 path computes on the widened weights,
 // scaled once: the same products summed in the same order.
-TEST(RowGemmInt8Test, EqualsRowGemmOnWidenedWeightsThenScaled) {
+TEST_P(RowGemmIsaTest, Int8EqualsRowGemmOnWidenedWeightsThenScaled) {
   const int64_t k = 77, cols = 11, rows = 5;
   auto x = Random(rows * k, 11);
   auto q = RandomInt8(cols * k, 12);
@@ -138,6 +155,30 @@ TEST(RowGemmInt8Test, EqualsRowGemmOnWidenedWeightsThenScaled) {
     }
   }
 }
+
+// FixedOrderDot is one output of RowGemm: the column blocks and the odd
+// columns compute each output the same way.
+TEST_P(RowGemmIsaTest, FixedOrderDotIsOneOutputOfRowGemm) {
+  for (int64_t k : {5, 16, 33, 100}) {
+    const int64_t cols = 9;
+    auto x = Random(k, 14), w = Random(cols * k, 15);
+    std::vector<float> y(cols);
+    RowGemm(x.data(), 1, k, w.data(), cols, y.data());
+    for (int64_t c = 0; c < cols; ++c) {
+      EXPECT_EQ(y[c], FixedOrderDot(x.data(), w.data() + c * k, k))
+          << "k " << k << " col " << c;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, RowGemmIsaTest,
+                         ::testing::Values(ops::CpuIsa::kAvx2,
+                                           ops::CpuIsa::kAvx512),
+                         [](const auto& info) {
+                           return info.param == ops::CpuIsa::kAvx512
+                                      ? std::string("avx512")
+                                      : std::string("avx2");
+                         });
 
 }  // namespace
 }  // namespace inference

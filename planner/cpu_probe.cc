@@ -179,13 +179,10 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   const double shaped = GemmRate(rows, width, width, dtype);
   const double attention = AttentionRate(model, dtype);
   ThreadPool::SetGlobalThreads(saved_threads);
-  if (dtype == DType::kFloat32) {
-    d.fp32_flops = peak;
-    d.bf16_flops = peak;
-  } else {
-    d.bf16_flops = peak;
-    d.fp32_flops = peak;
-  }
+  // More ranks than cores time-share them (StepTime::core_wait).
+  d.core_share = std::min(1.0, cores / ranks);
+  d.fp32_flops = peak;
+  d.bf16_flops = peak;
   d.gemm_efficiency = peak > 0 ? std::min(1.0, shaped / peak) : 1;
   d.attention_efficiency = shaped > 0 ? attention / shaped : 0.5;
   d.memory_bandwidth = CopyBandwidth() / ranks;

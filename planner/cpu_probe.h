@@ -14,7 +14,8 @@ namespace planner {
 // of a GEMM shaped as the model's (one sequence times hidden times hidden,
 // each at most 2048; its ratio to the peak is the GEMM efficiency) and
 // causal flash attention's rate relative to it; over every core, streaming
-// copy bandwidth (split among the ranks); and TCP loopback bandwidth and
+// copy bandwidth (split among the ranks); the cores per rank when ranks
+// outnumber cores (DeviceSpec::core_share); and TCP loopback bandwidth and
 // round-trip latency. Takes a few seconds; not thread-safe (it resizes the
 // kernel thread pool for the measurement and restores it).
 DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,

@@ -35,6 +35,9 @@ struct DeviceSpec {
   // (a caching GPU allocator's fragmentation; 0 on CPU, where train's
   // allocator counts exactly the bytes asked for).
   double allocator_overhead = 0;
+  // Cores per rank when a node's ranks outnumber its cores (the CPU probe);
+  // 1 for GPUs. Rates above are for a rank with a core of its own.
+  double core_share = 1;
   // The reduce-scatter reduces into a private copy of its whole input
   // (gloo on CPU tensors); NCCL reduces in place.
   bool reduce_scatter_copies_input = false;

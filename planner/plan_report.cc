@@ -109,6 +109,8 @@ std::string FormatExplain(const JobSpec& job, const Prediction& p) {
   trow("PP communication", t.pp_comm, t.pp_comm_hidden);
   trow("pipeline bubble", t.bubble, 0);
   trow("optimizer", t.optimizer, 0);
+  if (t.core_wait > 0)
+    trow("waiting for a core (ranks > cores)", t.core_wait, 0);
   trow("total", t.total(), 0);
   absl::StrAppendFormat(&out, "  MFU %.1f%%, %.0f tokens/s\n", 100 * t.mfu,
                         t.tokens_per_second);
@@ -183,6 +185,7 @@ std::string FormatJson(const JobSpec& job,
                          {"pp_comm_hidden", t.pp_comm_hidden},
                          {"bubble", t.bubble},
                          {"optimizer", t.optimizer},
+                         {"core_wait", t.core_wait},
                          {"total", t.total()}}},
                        {"mfu", t.mfu},
                        {"tokens_per_second", t.tokens_per_second}});

@@ -226,6 +226,15 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   const double per_elem = (job.adam ? 32 : 24) + (e != 4 ? e : 0);
   st.optimizer = shard * per_elem / bw;
 
+  if (dev.core_share < 1) {
+    // Every rank's computing, at a core's speed, shares the node's cores:
+    // the step is at least that work spread over them. Bubbles and waits
+    // leave a core to another rank, so they do not add to it.
+    const double busy = st.gemm + st.attention + st.elementwise + st.head +
+                        st.recompute + st.optimizer;
+    st.core_wait = std::max(0.0, busy / dev.core_share - st.total());
+  }
+
   st.model_flops = TrainingFlopsPerToken(c) * job.global_batch * c.seq_length;
   const double seconds = st.total();
   if (seconds > 0) {

@@ -33,9 +33,12 @@ struct StepTime {
   double pp_comm_hidden = 0;
   double bubble = 0;     // Pipeline fill and drain
   double optimizer = 0;  // Grad norm, clip and the update (memory-bound)
+  // Ranks that outnumber the cores (CPU) time-share them: the time the
+  // node's compute needs beyond the rank's own schedule.
+  double core_wait = 0;
   double total() const {
     return gemm + attention + elementwise + head + recompute + tp_comm +
-           cp_comm + dp_comm + pp_comm + bubble + optimizer;
+           cp_comm + dp_comm + pp_comm + bubble + optimizer + core_wait;
   }
   double model_flops = 0;  // Per step, all ranks (for MFU)
   double mfu = 0;          // model_flops / (total x world x peak)
