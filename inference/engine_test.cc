@@ -220,31 +220,44 @@ absl::StatusOr<std::vector<std::vector<float>>> ReferenceGreedy(
   return all;
 }
 
+// The engine's greedy tokens for a chunked prompt equal GPTModel's KV-cache
+// generation (the model int8 too when asked), log-probabilities within
+// 1e-4: both fp32 throughout, summed in other orders (the kv_cache test's
+// 1e-5 relative bound on logits, as an absolute one on log-softmax).
+// Returns the engine's result.
+GenerationEvent ExpectGreedyMatchesTheKvCacheGeneration(
+    const gpt::GPTConfig& config, bool int8, std::unique_ptr<Setup>* kept) {
+  SchedulerOptions chunked;
+  chunked.prefill_chunk_size = 3;  // The prompt runs in chunks.
+  auto setup = MakeSetup(config, nullptr, chunked, 64, 4, int8);
+  EXPECT_TRUE(setup.ok()) << setup.status();
+  if (!setup.ok()) return {};
+  GenerationRequest r;
+  r.prompt = {72, 101, 108, 108, 111, 44, 32};
+  r.max_new_tokens = 10;
+  r.sampling.temperature = 0;
+  r.stop_at_eod = false;
+  auto got = RunAll((*setup)->engine.get(), {r});
+  EXPECT_TRUE(got.ok()) << got.status();
+  if (!got.ok()) return {};
+  std::vector<int64_t> want;
+  auto logits = ReferenceGreedy((*setup)->model.get(), r.prompt, 10, &want);
+  EXPECT_TRUE(logits.ok()) << logits.status();
+  if (!logits.ok()) return {};
+  EXPECT_EQ((*got)[0].tokens, want);
+  EXPECT_EQ((*got)[0].logprobs.size(), want.size());
+  for (size_t i = 0; i < want.size() && i < (*got)[0].logprobs.size(); ++i) {
+    EXPECT_NEAR((*got)[0].logprobs[i],
+                TokenLogProb((*logits)[i].data(), 257, want[i]), 1e-4);
+  }
+  if (kept != nullptr) *kept = std::move(*setup);
+  return (*got)[0];
+}
+
 TEST(EngineTest, GreedyMatchesTheKvCacheGeneration) {
   for (const auto& [name, config] : Variants(/*serial=*/true)) {
     SCOPED_TRACE(name);
-    SchedulerOptions chunked;
-    chunked.prefill_chunk_size = 3;  // The prompt runs in chunks.
-    auto setup = MakeSetup(config, nullptr, chunked);
-    ASSERT_TRUE(setup.ok()) << setup.status();
-    GenerationRequest r;
-    r.prompt = {72, 101, 108, 108, 111, 44, 32};
-    r.max_new_tokens = 10;
-    r.sampling.temperature = 0;
-    r.stop_at_eod = false;
-    auto got = RunAll((*setup)->engine.get(), {r});
-    ASSERT_TRUE(got.ok()) << got.status();
-    std::vector<int64_t> want;
-    auto logits = ReferenceGreedy((*setup)->model.get(), r.prompt, 10, &want);
-    ASSERT_TRUE(logits.ok()) << logits.status();
-    EXPECT_EQ((*got)[0].tokens, want);
-    ASSERT_EQ((*got)[0].logprobs.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      // Both fp32 throughout, summed in other orders: the kv_cache test's
-      // 1e-5 relative bound on logits, as an absolute one on log-softmax.
-      EXPECT_NEAR((*got)[0].logprobs[i],
-                  TokenLogProb((*logits)[i].data(), 257, want[i]), 1e-4);
-    }
+    ExpectGreedyMatchesTheKvCacheGeneration(config, /*int8=*/false, nullptr);
   }
 }
 
@@ -256,48 +269,28 @@ TEST(EngineTest, GreedyMatchesTheKvCacheGeneration) {
 TEST(EngineTest, Int8GreedyMatchesTheInt8ModelsKvCacheGeneration) {
   for (const auto& [name, config] : Variants(/*serial=*/true)) {
     SCOPED_TRACE(name);
-    SchedulerOptions chunked;
-    chunked.prefill_chunk_size = 3;
-    auto setup = MakeSetup(config, nullptr, chunked, 64, 4, /*int8=*/true);
-    ASSERT_TRUE(setup.ok()) << setup.status();
-    const LayerWeights& first = (*setup)->runner->weights().layers[0];
+    std::unique_ptr<mcc::inference::Setup> setup;
+    const GenerationEvent int8 =
+        ExpectGreedyMatchesTheKvCacheGeneration(config, /*int8=*/true, &setup);
+    ASSERT_NE(setup, nullptr);
+    const LayerWeights& first = setup->runner->weights().layers[0];
     for (const LinearWeights* lin :
          {&first.qkv, &first.proj, &first.fc1, &first.fc2}) {
       EXPECT_TRUE(lin->weight.empty());
       EXPECT_EQ(static_cast<int64_t>(lin->q.size()), lin->out * lin->in);
       EXPECT_EQ(static_cast<int64_t>(lin->scales.size()), lin->out);
     }
-    GenerationRequest r;
-    r.prompt = {72, 101, 108, 108, 111, 44, 32};
-    r.max_new_tokens = 10;
-    r.sampling.temperature = 0;
-    r.stop_at_eod = false;
-    auto got = RunAll((*setup)->engine.get(), {r});
-    ASSERT_TRUE(got.ok()) << got.status();
-    std::vector<int64_t> want;
-    auto logits = ReferenceGreedy((*setup)->model.get(), r.prompt, 10, &want);
-    ASSERT_TRUE(logits.ok()) << logits.status();
-    EXPECT_EQ((*got)[0].tokens, want);
-    ASSERT_EQ((*got)[0].logprobs.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      EXPECT_NEAR((*got)[0].logprobs[i],
-                  TokenLogProb((*logits)[i].data(), 257, want[i]), 1e-4);
-    }
     // The same request on the dense model, through the same engine code:
     // were the int8 weights ignored, every log-probability would be equal;
     // int8's rounding (up to half a step of 1/127 of each row's largest
     // weight) moves them by more than the 1e-4 that summation order may.
-    auto dense = MakeSetup(config, nullptr, chunked);
-    ASSERT_TRUE(dense.ok()) << dense.status();
-    auto dense_got = RunAll((*dense)->engine.get(), {r});
-    ASSERT_TRUE(dense_got.ok()) << dense_got.status();
+    const GenerationEvent dense = ExpectGreedyMatchesTheKvCacheGeneration(
+        config, /*int8=*/false, nullptr);
     double max_diff = 0;
-    for (size_t i = 0;
-         i < (*got)[0].logprobs.size() && i < (*dense_got)[0].logprobs.size();
+    for (size_t i = 0; i < int8.logprobs.size() && i < dense.logprobs.size();
          ++i) {
       max_diff = std::max<double>(
-          max_diff,
-          std::abs((*got)[0].logprobs[i] - (*dense_got)[0].logprobs[i]));
+          max_diff, std::abs(int8.logprobs[i] - dense.logprobs[i]));
     }
     EXPECT_GT(max_diff, 1e-4) << "the engine ignored the int8 weights";
   }

@@ -9,17 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <fstream>
 #include <string>
-#include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "checkpoint/fuzz/random_safetensors.h"
+#include "checkpoint/fuzz/hf_import_fuzz.h"
 #include "checkpoint/hf_gpt2.h"
-#include "checkpoint/safetensors.h"
-#include "glog/logging.h"
-#include "tools/fuzz/fuzz_input.h"
 
 namespace {
 
@@ -64,40 +57,14 @@ std::string OneLayerSafetensors() {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
-
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  if (const char* seed = std::getenv("MCC_FUZZ_WRITE_SEED")) {
-    const std::string input =
-        absl::StrCat(kConfig, mcc::fuzz::kPartSeparator, OneLayerSafetensors());
-    // The seed must import, or it seeds nothing past the readers.
-    auto config = mcc::ParseGpt2ConfigJson(kConfig, "config.json");
-    CHECK(config.ok()) << config.status();
-    auto file = mcc::ParseSafetensors(
-        mcc::fuzz::SplitParts(reinterpret_cast<const uint8_t*>(input.data()),
-                              input.size(), 2)[1],
-        "model.safetensors");
-    CHECK(file.ok()) << file.status();
-    auto params = mcc::ImportGpt2(file->tensors, *config);
-    CHECK(params.ok()) << params.status();
-    std::ofstream(seed, std::ios::binary) << input;
-  }
+  mcc::fuzz::MaybeWriteImportSeed(kConfig, OneLayerSafetensors(),
+                                  mcc::ParseGpt2ConfigJson, mcc::ImportGpt2);
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::vector<std::string> parts = mcc::fuzz::SplitParts(data, size, 2);
-  auto config = mcc::ParseGpt2ConfigJson(parts[0], "config.json");
-  if (!config.ok()) {
-    CHECK(absl::string_view(config.status().message()).find("config.json") !=
-          absl::string_view::npos)
-        << config.status();
-    return 0;
-  }
-  CHECK_GT(config->num_layers(), 0);
-  auto file = mcc::ParseSafetensors(parts[1], "model.safetensors");
-  if (!file.ok()) return 0;
-  auto params = mcc::ImportGpt2(file->tensors, *config);
-  if (params.ok()) CHECK(!params->empty());
+  mcc::fuzz::FuzzImportOnce(data, size, mcc::ParseGpt2ConfigJson,
+                            mcc::ImportGpt2);
   return 0;
 }
