@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "glog/logging.h"
 
 namespace mcc {
@@ -180,10 +182,13 @@ absl::StatusOr<bool> Engine::Step() {
   metrics_.SetQueue(scheduler_.waiting(), scheduler_.running(),
                     cache_->free_blocks());
   if (plan.empty()) return false;
+  const absl::Time start = absl::Now();
   auto logits = executor_->Execute(plan.rows);
   if (!logits.ok()) return logits.status();
+  const absl::Time computed = absl::Now();
   metrics_.RecordStep(static_cast<int64_t>(plan.slices.size()),
-                      plan.rows.rows());
+                      plan.rows.rows(),
+                      absl::ToDoubleSeconds(computed - start));
   const int64_t vocab = options_.model_vocab;
   size_t next_logit = 0, row = 0;
   for (const ScheduledSlice& slice : plan.slices) {
@@ -212,6 +217,7 @@ absl::StatusOr<bool> Engine::Step() {
   }
   metrics_.SetQueue(scheduler_.waiting(), scheduler_.running(),
                     cache_->free_blocks());
+  metrics_.RecordStepAfterModel(absl::ToDoubleSeconds(absl::Now() - computed));
   return true;
 }
 

@@ -44,10 +44,16 @@ void EngineMetrics::RecordFinished() {
   absl::MutexLock lock(&mu_);
   ++finished_;
 }
-void EngineMetrics::RecordStep(int64_t sequences, int64_t tokens) {
+void EngineMetrics::RecordStep(int64_t sequences, int64_t tokens,
+                               double model_seconds) {
   absl::MutexLock lock(&mu_);
   ++steps_;
   ++batch_sizes_[sequences];
+  Keep(&step_model_, &step_model_next_, model_seconds);
+}
+void EngineMetrics::RecordStepAfterModel(double seconds) {
+  absl::MutexLock lock(&mu_);
+  Keep(&step_after_, &step_after_next_, seconds);
 }
 void EngineMetrics::RecordOutputToken() {
   absl::MutexLock lock(&mu_);
@@ -136,6 +142,12 @@ std::string EngineMetrics::Render() const {
           "From request to its first generated token.", ttft_);
   summary("serve_inter_token_latency_seconds",
           "Between consecutive tokens of one request.", itl_);
+  summary("serve_step_model_seconds",
+          "A step's model forward (every rank; the rest is below).",
+          step_model_);
+  summary("serve_step_after_model_seconds",
+          "A step's sampling, detokenising and callbacks after the model.",
+          step_after_);
   return out;
 }
 

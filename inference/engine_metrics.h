@@ -20,7 +20,11 @@ class EngineMetrics {
   void RecordRequest(int64_t prompt_tokens);
   void RecordRejected();
   void RecordFinished();
-  void RecordStep(int64_t sequences, int64_t tokens);
+  // A model step over `sequences` sequences and `tokens` rows; the model's
+  // time (every rank's forward, as rank 0 waits for it).
+  void RecordStep(int64_t sequences, int64_t tokens, double model_seconds);
+  // The rest of that step: sampling, detokenising, the requests' callbacks.
+  void RecordStepAfterModel(double seconds);
   void RecordOutputToken();
   void RecordTimeToFirstToken(double seconds);
   void RecordInterTokenLatency(double seconds);
@@ -51,8 +55,9 @@ class EngineMetrics {
   int64_t prompt_tokens_ = 0, output_tokens_ = 0, steps_ = 0;
   int64_t waiting_ = 0, running_ = 0, free_blocks_ = 0;
   std::map<int64_t, int64_t> batch_sizes_;  // Sequences in a step -> steps.
-  std::vector<double> ttft_, itl_;
-  size_t ttft_next_ = 0, itl_next_ = 0;
+  std::vector<double> ttft_, itl_, step_model_, step_after_;
+  size_t ttft_next_ = 0, itl_next_ = 0, step_model_next_ = 0,
+         step_after_next_ = 0;
 };
 
 }  // namespace inference

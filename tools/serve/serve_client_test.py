@@ -70,8 +70,13 @@ def test_health_and_metrics():
     for name in ["serve_requests_total", "serve_prompt_tokens_total",
                  "serve_output_tokens_total", "serve_queue_depth",
                  "serve_batch_size_bucket", "serve_time_to_first_token_seconds",
-                 "serve_inter_token_latency_seconds{quantile=\"0.99\"}"]:
+                 "serve_inter_token_latency_seconds{quantile=\"0.99\"}",
+                 "serve_step_model_seconds{quantile=\"0.5\"}",
+                 "serve_step_after_model_seconds_count"]:
         check(name in text, "metrics lacks %s" % name)
+    # Steps ran (the earlier tests generated): each has its model time.
+    check(metric("serve_step_model_seconds_count") >= 1 or
+          metric("serve_steps_total") == 0, "no step's model time recorded")
 
 
 def metric(name):
