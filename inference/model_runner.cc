@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/activation.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
 #include "inference/paged_attention.h"
@@ -32,12 +33,6 @@ void Apply(const LinearWeights& lin, const float* x, int64_t rows, float* y,
       for (int64_t c = 0; c < lin.out; ++c) y[r * lin.out + c] += lin.bias[c];
     }
   }
-}
-
-float Gelu(float v) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  return 0.5f * v *
-         (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
 }
 
 }  // namespace
@@ -201,17 +196,14 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
   const bool swiglu = c.activation == gpt::Activation::kSwiGLU;
   const int64_t f = swiglu ? lw.fc1.out / 2 : lw.fc1.out;
   std::vector<float> act(n * f);
+  // The training model's own CPU kernels (vectorised), one row at a time so
+  // that a row's arithmetic never depends on the rows around it.
   for (int64_t r = 0; r < n; ++r) {
-    const float* in = fc1.data() + r * lw.fc1.out;
-    float* out = act.data() + r * f;
-    for (int64_t e = 0; e < f; ++e) {
-      if (swiglu) {
-        const float a = in[e];
-        out[e] = a / (1.0f + std::exp(-a)) * in[f + e];
-      } else {
-        out[e] = Gelu(in[e]);
-      }
-    }
+    Tensor in = Tensor::FromExternal(fc1.data() + r * lw.fc1.out, {lw.fc1.out},
+                                     DType::kFloat32, Device::CPU(), nullptr);
+    Tensor out = Tensor::FromExternal(act.data() + r * f, {f}, DType::kFloat32,
+                                      Device::CPU(), nullptr);
+    MCC_RETURN_IF_ERROR(swiglu ? ops::SwiGLU(in, &out) : ops::Gelu(in, &out));
   }
   std::vector<float> mlp(n * h);
   Apply(lw.fc2, act.data(), n, mlp.data(), false);
