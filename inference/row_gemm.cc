@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "core/ops/cpu_isa.h"
 #include "core/thread_pool.h"
@@ -89,13 +91,33 @@ inline float OneOutput(const float* x, int64_t k, const W* w) {
 
 constexpr int kRowBlock = 3;
 
+// Columns [0, n) of int8 weights widened to fp32 (exactly) in buf: a block
+// that serves several rows then converts each weight once, not once per
+// row block, and computes what the int8 kernels compute, bit for bit (the
+// same products of the same values in the same order).
+inline const float* Widened(const int8_t* w, int64_t n, int64_t k,
+                            std::vector<float>* buf) {
+  buf->resize(n * k);
+  for (int64_t i = 0; i < n * k; ++i) (*buf)[i] = static_cast<float>(w[i]);
+  return buf->data();
+}
+
 template <typename W>
 void ColumnRange(const float* x, int64_t rows, int64_t k, const W* w,
                  const float* scales, int64_t cols, float* y, int64_t c0,
                  int64_t c1) {
   int64_t c = c0;
+  std::vector<float> buf;
   for (; c + kColBlock <= c1; c += kColBlock) {
     const float* sc = scales == nullptr ? nullptr : scales + c;
+    if constexpr (std::is_same_v<W, int8_t>) {
+      if (rows >= kRowBlock) {
+        const float* wf = Widened(w + c * k, kColBlock, k, &buf);
+        ColumnRange<float>(x, rows, k, wf - c * k, scales, cols, y, c,
+                           c + kColBlock);
+        continue;
+      }
+    }
     int64_t r = 0;
     for (; r + kRowBlock <= rows; r += kRowBlock) {
       MicroKernel<kRowBlock>(x + r * k, k, w + c * k, sc, y + r * cols + c,
@@ -173,8 +195,17 @@ MCC_AVX512 void ColumnRange512(const float* x, int64_t rows, int64_t k,
                                const W* w, const float* scales, int64_t cols,
                                float* y, int64_t c0, int64_t c1) {
   int64_t c = c0;
+  std::vector<float> buf;
   for (; c + kColBlock <= c1; c += kColBlock) {
     const float* sc = scales == nullptr ? nullptr : scales + c;
+    if constexpr (std::is_same_v<W, int8_t>) {
+      if (rows >= kRowBlock) {
+        const float* wf = Widened(w + c * k, kColBlock, k, &buf);
+        ColumnRange512<float>(x, rows, k, wf - c * k, scales, cols, y, c,
+                              c + kColBlock);
+        continue;
+      }
+    }
     int64_t r = 0;
     for (; r + kRowBlock <= rows; r += kRowBlock) {
       MicroKernel512<kRowBlock>(x + r * k, k, w + c * k, sc, y + r * cols + c,
