@@ -102,38 +102,6 @@ inline const float* Widened(const int8_t* w, int64_t n, int64_t k,
   return buf->data();
 }
 
-template <typename W>
-void ColumnRange(const float* x, int64_t rows, int64_t k, const W* w,
-                 const float* scales, int64_t cols, float* y, int64_t c0,
-                 int64_t c1) {
-  int64_t c = c0;
-  std::vector<float> buf;
-  for (; c + kColBlock <= c1; c += kColBlock) {
-    const float* sc = scales == nullptr ? nullptr : scales + c;
-    if constexpr (std::is_same_v<W, int8_t>) {
-      if (rows >= kRowBlock) {
-        const float* wf = Widened(w + c * k, kColBlock, k, &buf);
-        ColumnRange<float>(x, rows, k, wf - c * k, scales, cols, y, c,
-                           c + kColBlock);
-        continue;
-      }
-    }
-    int64_t r = 0;
-    for (; r + kRowBlock <= rows; r += kRowBlock) {
-      MicroKernel<kRowBlock>(x + r * k, k, w + c * k, sc, y + r * cols + c,
-                             cols);
-    }
-    for (; r < rows; ++r) {
-      MicroKernel<1>(x + r * k, k, w + c * k, sc, y + r * cols + c, cols);
-    }
-  }
-  for (; c < c1; ++c) {
-    for (int64_t r = 0; r < rows; ++r) {
-      y[r * cols + c] = Scaled(OneOutput(x + r * k, k, w + c * k), scales, c);
-    }
-  }
-}
-
 // ---- AVX-512 (where ops::KernelIsa() says so) -------------------------------
 // The same structure with 16 lanes: per output, 16 lanes accumulated over k
 // in steps of 16, the k % 16 tail through masked loads (zeros past the end)
@@ -190,10 +158,39 @@ MCC_AVX512 float OneOutput512(const float* x, int64_t k, const W* w) {
   return _mm512_reduce_add_ps(acc);
 }
 
-template <typename W>
-MCC_AVX512 void ColumnRange512(const float* x, int64_t rows, int64_t k,
-                               const W* w, const float* scales, int64_t cols,
-                               float* y, int64_t c0, int64_t c1) {
+// The two ISAs' kernels, for the one column loop below (calls into the
+// AVX-512 functions are not inlined into it; a call per micro-kernel is
+// noise beside its k x 12 multiply-adds).
+struct Avx2Kernels {
+  template <int MR, typename W>
+  static void Micro(const float* x, int64_t k, const W* w, const float* sc,
+                    float* y, int64_t ldy) {
+    MicroKernel<MR>(x, k, w, sc, y, ldy);
+  }
+  template <typename W>
+  static float One(const float* x, int64_t k, const W* w) {
+    return OneOutput(x, k, w);
+  }
+};
+struct Avx512Kernels {
+  template <int MR, typename W>
+  static void Micro(const float* x, int64_t k, const W* w, const float* sc,
+                    float* y, int64_t ldy) {
+    MicroKernel512<MR>(x, k, w, sc, y, ldy);
+  }
+  template <typename W>
+  static float One(const float* x, int64_t k, const W* w) {
+    return OneOutput512(x, k, w);
+  }
+};
+
+// Columns [c0, c1) of y for every row: blocks of kColBlock columns through
+// the micro-kernel (kRowBlock rows at a time, then single rows), the odd
+// columns one output at a time.
+template <typename K, typename W>
+void ColumnRange(const float* x, int64_t rows, int64_t k, const W* w,
+                 const float* scales, int64_t cols, float* y, int64_t c0,
+                 int64_t c1) {
   int64_t c = c0;
   std::vector<float> buf;
   for (; c + kColBlock <= c1; c += kColBlock) {
@@ -201,24 +198,23 @@ MCC_AVX512 void ColumnRange512(const float* x, int64_t rows, int64_t k,
     if constexpr (std::is_same_v<W, int8_t>) {
       if (rows >= kRowBlock) {
         const float* wf = Widened(w + c * k, kColBlock, k, &buf);
-        ColumnRange512<float>(x, rows, k, wf - c * k, scales, cols, y, c,
+        ColumnRange<K, float>(x, rows, k, wf - c * k, scales, cols, y, c,
                               c + kColBlock);
         continue;
       }
     }
     int64_t r = 0;
     for (; r + kRowBlock <= rows; r += kRowBlock) {
-      MicroKernel512<kRowBlock>(x + r * k, k, w + c * k, sc, y + r * cols + c,
-                                cols);
+      K::template Micro<kRowBlock>(x + r * k, k, w + c * k, sc,
+                                   y + r * cols + c, cols);
     }
     for (; r < rows; ++r) {
-      MicroKernel512<1>(x + r * k, k, w + c * k, sc, y + r * cols + c, cols);
+      K::template Micro<1>(x + r * k, k, w + c * k, sc, y + r * cols + c, cols);
     }
   }
   for (; c < c1; ++c) {
     for (int64_t r = 0; r < rows; ++r) {
-      y[r * cols + c] =
-          Scaled(OneOutput512(x + r * k, k, w + c * k), scales, c);
+      y[r * cols + c] = Scaled(K::One(x + r * k, k, w + c * k), scales, c);
     }
   }
 }
@@ -236,9 +232,9 @@ void RowGemmOf(const float* x, int64_t rows, int64_t k, const W* w,
   ThreadPool::Global().ParallelFor(blocks, grain, [&](int64_t b0, int64_t b1) {
     const int64_t c0 = b0 * kColBlock, c1 = std::min(cols, b1 * kColBlock);
     if (avx512) {
-      ColumnRange512(x, rows, k, w, scales, cols, y, c0, c1);
+      ColumnRange<Avx512Kernels>(x, rows, k, w, scales, cols, y, c0, c1);
     } else {
-      ColumnRange(x, rows, k, w, scales, cols, y, c0, c1);
+      ColumnRange<Avx2Kernels>(x, rows, k, w, scales, cols, y, c0, c1);
     }
   });
 }
