@@ -184,8 +184,21 @@ struct Avx512Kernels {
   }
 };
 
-// Columns [c0, c1) of y for every row: blocks of kColBlock columns through
-// the micro-kernel (kRowBlock rows at a time, then single rows), the odd
+// Every row against one block of kColBlock columns (w, scales and y already
+// offset to the block): kRowBlock rows at a time, then single rows.
+template <typename K, typename W>
+void ColumnBlock(const float* x, int64_t rows, int64_t k, const W* w,
+                 const float* scales, float* y, int64_t ldy) {
+  int64_t r = 0;
+  for (; r + kRowBlock <= rows; r += kRowBlock) {
+    K::template Micro<kRowBlock>(x + r * k, k, w, scales, y + r * ldy, ldy);
+  }
+  for (; r < rows; ++r) {
+    K::template Micro<1>(x + r * k, k, w, scales, y + r * ldy, ldy);
+  }
+}
+
+// Columns [c0, c1) of y for every row: blocks of kColBlock columns, the odd
 // columns one output at a time.
 template <typename K, typename W>
 void ColumnRange(const float* x, int64_t rows, int64_t k, const W* w,
@@ -197,20 +210,12 @@ void ColumnRange(const float* x, int64_t rows, int64_t k, const W* w,
     const float* sc = scales == nullptr ? nullptr : scales + c;
     if constexpr (std::is_same_v<W, int8_t>) {
       if (rows >= kRowBlock) {
-        const float* wf = Widened(w + c * k, kColBlock, k, &buf);
-        ColumnRange<K, float>(x, rows, k, wf - c * k, scales, cols, y, c,
-                              c + kColBlock);
+        ColumnBlock<K>(x, rows, k, Widened(w + c * k, kColBlock, k, &buf), sc,
+                       y + c, cols);
         continue;
       }
     }
-    int64_t r = 0;
-    for (; r + kRowBlock <= rows; r += kRowBlock) {
-      K::template Micro<kRowBlock>(x + r * k, k, w + c * k, sc,
-                                   y + r * cols + c, cols);
-    }
-    for (; r < rows; ++r) {
-      K::template Micro<1>(x + r * k, k, w + c * k, sc, y + r * cols + c, cols);
-    }
+    ColumnBlock<K>(x, rows, k, w + c * k, sc, y + c, cols);
   }
   for (; c < c1; ++c) {
     for (int64_t r = 0; r < rows; ++r) {
