@@ -39,7 +39,7 @@ class NcclTest : public ::testing::Test {
 
 TEST_F(NcclTest, CollectivesOnOneRankMatchTheInput) {
   for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16,
-                   DType::kInt32, DType::kInt64}) {
+                   DType::kInt32, DType::kInt64, DType::kInt8}) {
     std::vector<float> v(7);
     std::iota(v.begin(), v.end(), -3.0f);
     Tensor host = Tensor::FromVector(v, {7}, dt).value();

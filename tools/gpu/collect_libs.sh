@@ -7,7 +7,8 @@
 #
 # BINARYs default to the gpu-tagged tests and the bench under
 # bazel-out/k8-opt/bin (build them first:
-#   tools/bazel build //core/cuda/... //core/ops/cuda/...).
+#   tools/bazel build //core/cuda/... //core/ops/cuda/...
+#   //core/comm:nccl_process_group_test).
 # Binaries land in DEST/bin/<package path>/, libraries in DEST/lib/. The C
 # runtime (libc, libm, ld-linux, ...) and the NVIDIA driver (libcuda) stay
 # behind: they must come from the GPU machine. CUDA toolkit libraries
@@ -37,6 +38,7 @@ if [[ ${#binaries[@]} -eq 0 ]]; then
     "${bin_root}/core/ops/cuda/registrations_test"
     "${bin_root}/core/ops/cuda/gemm_test"
     "${bin_root}/core/ops/cuda/registrations_nodevice_test"
+    "${bin_root}/core/comm/nccl_process_group_test"
     "${bin_root}/core/ops/cuda/bench"
   )
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the prebuilt CUDA test binaries and the CUDA bench on a GPU machine
 # without Bazel, each under a timeout, and prints one summary line:
-#   GPU CHECKS: 5 passed, 0 failed, 0 timed out; skipped tests: 0; bench ok
+#   GPU CHECKS: 7 passed, 0 failed, 0 timed out; skipped tests: 0; bench ok
 #
 #   tools/gpu/run_checks.sh [DIR] [--quick]
 #
@@ -41,6 +41,7 @@ tests=(
   core/ops/cuda/registrations_nodevice_test
   core/ops/cuda/registrations_test
   core/ops/cuda/gemm_test
+  core/comm/nccl_process_group_test
 )
 passed=0 failed=0 timed_out=0 skipped=0 failures=()
 for t in "${tests[@]}"; do

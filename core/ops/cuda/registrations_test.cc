@@ -544,6 +544,14 @@ TEST_F(CudaKernelTest, FillIsExact) {
       EXPECT_TRUE(SameBytes(t.dev, t.host));
     }
   }
+  // int8 (quantised weights) with values it holds.
+  for (double value : {0.0, -0.0, 1.0, -3.7, 127.0, -128.0}) {
+    SCOPED_TRACE(absl::StrCat("int8 ", value));
+    Pair t = Both(RandomHost({513}, DType::kInt8, 12, -100.0f, 100.0f));
+    ASSERT_TRUE(Fill(value, &t.host).ok());
+    ASSERT_TRUE(Fill(value, &t.dev).ok());
+    EXPECT_TRUE(SameBytes(t.dev, t.host));
+  }
   // Tensor::Fill and Zeros on the device use the same slot.
   Tensor z = Tensor::Zeros({7}, kBF16, KernelDevice());
   EXPECT_TRUE(SameBytes(z, Tensor::Zeros({7}, kBF16)));
@@ -566,6 +574,21 @@ TEST_F(CudaKernelTest, ConvertIsExact) {
       EXPECT_TRUE(SameBytes(dd, dh));
       // Tensor::To(DType) on the device uses the same slot.
       EXPECT_TRUE(SameBytes(*ToCuda(src).To(to), dh));
+    }
+  }
+  // int8 (quantised weights) to and from every dtype, with values int8 holds
+  // (a float outside its range has no defined conversion on either side).
+  for (DType other : all) {
+    for (bool to_int8 : {false, true}) {
+      const DType from = to_int8 ? other : DType::kInt8;
+      const DType to = to_int8 ? DType::kInt8 : other;
+      SCOPED_TRACE(Name(from) + " -> " + Name(to));
+      const Tensor src = RandomHost({1027}, from, 16, -127.0f, 127.0f);
+      Tensor dh = Tensor::Empty({1027}, to);
+      Tensor dd = Tensor::Empty({1027}, to, KernelDevice());
+      ASSERT_TRUE(Convert(src, &dh).ok());
+      ASSERT_TRUE(Convert(ToCuda(src), &dd).ok());
+      EXPECT_TRUE(SameBytes(dd, dh));
     }
   }
   // Subnormal and overflowing fp16 results round as core/half.h does.
