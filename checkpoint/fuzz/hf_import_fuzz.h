@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/config.pb.h"
+#include "checkpoint/file_util.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/test_util.h"
 #include "glog/logging.h"
@@ -44,11 +44,10 @@ inline std::string RandomSafetensorsBytes(
   const std::string path =
       absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", stem, ".safetensors");
   CHECK(WriteSafetensors(path, tensors).ok());
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
+  absl::StatusOr<std::string> bytes = file_util::ReadFileToString(path);
+  CHECK(bytes.ok()) << bytes.status();
   std::remove(path.c_str());
-  return ss.str();
+  return *std::move(bytes);
 }
 
 // One architecture's import: its config.json parser (errors must name the
