@@ -82,10 +82,6 @@ ABSL_FLAG(double, top_p, 0.0,
           "(0: all).");
 ABSL_FLAG(bool, no_kv_cache, false,
           "Recompute the whole prefix for every new token (for comparison).");
-ABSL_FLAG(std::string, quantize, "",
-          "int8: weight-only int8 for the decoder's linear layers, quantised "
-          "per output channel at load (a checkpoint written by "
-          "convert_checkpoint --quantize int8 loads as int8 without it).");
 
 namespace mcc {
 namespace tools {

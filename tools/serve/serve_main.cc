@@ -54,10 +54,6 @@ ABSL_FLAG(std::string, batching, "continuous",
 ABSL_FLAG(int64_t, max_body_bytes, 1 << 20,
           "Request bodies larger than this are refused (413) unread.");
 ABSL_FLAG(int32_t, http_threads, 128, "Connections served at once.");
-ABSL_FLAG(std::string, quantize, "",
-          "int8: weight-only int8 for the decoder's linear layers, quantised "
-          "per output channel at load (a checkpoint written by "
-          "convert_checkpoint --quantize int8 loads as int8 without it).");
 
 namespace mcc {
 namespace serve {
