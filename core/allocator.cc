@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "absl/strings/str_format.h"
+#include "core/host_block_cache.h"
 #include "glog/logging.h"
 
 namespace mcc {
@@ -40,34 +41,38 @@ void Allocator::ResetPeak() { peak_.store(current_.load()); }
 
 namespace {
 
-// Blocks up to this size come from the heap, not from fresh mappings.
-constexpr int kHeapUpTo = 1 << 30;
-
 class CpuAllocator : public Allocator {
  public:
-  CpuAllocator() {
-    // glibc maps every block above its mmap threshold (at most 32 MiB)
-    // afresh and unmaps it on free, so the large activation buffers a
-    // training step frees and takes again (the [tokens, vocabulary] logits
-    // are 64 MiB at the bench preset) cost page faults on every step. Keep
-    // them in the heap instead, and keep freed memory instead of trimming
-    // it, as a caching allocator would (the counters below are unaffected).
-    mallopt(M_MMAP_THRESHOLD, kHeapUpTo);
-    // (The largest threshold mallopt's int takes; 2 * kHeapUpTo overflowed
-    // to a negative int, which glibc read as an even larger unsigned one.)
+  CpuAllocator() : large_(HostBlockCache::DefaultMaxCachedBytes()) {
+    // Small blocks come from glibc's heap; keep freed heap memory instead
+    // of trimming it (large blocks never reach the heap: see below).
     mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
   }
   Device device() const override { return Device::CPU(); }
 
  protected:
+  // Large blocks (activations, logits, their gradients) go through a cache
+  // that keeps them mapped once freed: glibc unmaps them (its mmap
+  // threshold caps at 32 MiB whatever mallopt is told), so every step paid
+  // a page fault per 4 KiB page of them again (core/host_block_cache.h).
   void* RawAllocate(size_t bytes) override {
+    if (bytes >= HostBlockCache::kMinBlockBytes) return large_.Allocate(bytes);
     // aligned_alloc needs a size that is a multiple of the alignment.
     size_t rounded =
         (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
     if (rounded == 0) rounded = kCpuAlignment;
     return std::aligned_alloc(kCpuAlignment, rounded);
   }
-  void RawFree(void* ptr, size_t) override { std::free(ptr); }
+  void RawFree(void* ptr, size_t bytes) override {
+    if (bytes >= HostBlockCache::kMinBlockBytes) {
+      large_.Free(ptr);
+    } else {
+      std::free(ptr);
+    }
+  }
+
+ private:
+  HostBlockCache large_;
 };
 
 constexpr int kMaxDevices = 64;

@@ -1,0 +1,125 @@
+#include "core/host_block_cache.h"
+
+#include <cstdint>
+#include <cstring>
+#include <set>
+
+#include "core/allocator.h"
+#include "core/tensor.h"
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+bool Aligned(void* p) {
+  return reinterpret_cast<uintptr_t>(p) % HostBlockCache::kGranule == 0;
+}
+
+TEST(HostBlockCacheTest, FreedBlockIsReusedForTheSameSize) {
+  HostBlockCache cache(64 * kMiB);
+  void* a = cache.Allocate(5 * kMiB + 3);
+  ASSERT_NE(a, nullptr);
+  EXPECT_TRUE(Aligned(a));
+  std::memset(a, 0x5a, 5 * kMiB + 3);       // Every byte asked for is usable.
+  EXPECT_EQ(cache.live_bytes(), 6 * kMiB);  // Whole 2 MiB granules.
+  cache.Free(a);
+  EXPECT_EQ(cache.live_bytes(), 0u);
+  EXPECT_EQ(cache.cached_bytes(), 6 * kMiB);
+  void* b = cache.Allocate(5 * kMiB);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(cache.hits(), 1);
+  EXPECT_EQ(cache.misses(), 1);
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+  cache.Free(b);
+}
+
+TEST(HostBlockCacheTest, LiveBlocksAreNeverShared) {
+  HostBlockCache cache(64 * kMiB);
+  std::set<void*> seen;
+  void* blocks[4];
+  for (void*& p : blocks) {
+    p = cache.Allocate(2 * kMiB);
+    ASSERT_NE(p, nullptr);
+    EXPECT_TRUE(seen.insert(p).second);
+    std::memset(p, 1, 2 * kMiB);
+  }
+  cache.Free(blocks[1]);
+  void* again = cache.Allocate(2 * kMiB);
+  EXPECT_EQ(again, blocks[1]);
+  void* fresh = cache.Allocate(2 * kMiB);  // The cache is empty now.
+  EXPECT_EQ(seen.count(fresh), 0u);
+  cache.Free(fresh);
+  cache.Free(again);
+  for (int i : {0, 2, 3}) cache.Free(blocks[i]);
+  EXPECT_EQ(cache.live_bytes(), 0u);
+}
+
+TEST(HostBlockCacheTest, TakesNoBlockThatWastesMoreThanAQuarter) {
+  HostBlockCache cache(256 * kMiB);
+  void* big = cache.Allocate(16 * kMiB);
+  cache.Free(big);
+  void* small = cache.Allocate(8 * kMiB);  // 16 MiB would waste half.
+  EXPECT_NE(small, big);
+  void* close = cache.Allocate(14 * kMiB);  // Wastes 1/8: reused.
+  EXPECT_EQ(close, big);
+  cache.Free(small);
+  cache.Free(close);
+}
+
+TEST(HostBlockCacheTest, CachedBytesStayWithinTheLimit) {
+  HostBlockCache cache(10 * kMiB);
+  void* a = cache.Allocate(8 * kMiB);
+  void* b = cache.Allocate(4 * kMiB);
+  void* c = cache.Allocate(12 * kMiB);  // Over the limit by itself.
+  cache.Free(a);
+  cache.Free(b);  // 12 MiB cached > 10: the largest (8 MiB) goes.
+  EXPECT_EQ(cache.cached_bytes(), 4 * kMiB);
+  cache.Free(c);
+  EXPECT_EQ(cache.cached_bytes(), 4 * kMiB);
+  cache.Release();
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+}
+
+TEST(HostBlockCacheTest, ZeroLimitCachesNothing) {
+  HostBlockCache cache(0);
+  void* a = cache.Allocate(3 * kMiB);
+  cache.Free(a);
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+  EXPECT_EQ(cache.hits(), 0);
+}
+
+TEST(HostBlockCacheTest, ImpossibleSizeFailsWithoutDying) {
+  HostBlockCache cache(64 * kMiB);
+  EXPECT_EQ(cache.Allocate(~size_t{0} - 10), nullptr);
+  EXPECT_EQ(cache.Allocate(size_t{1} << 62), nullptr);
+}
+
+TEST(HostBlockCacheDeathTest, ForeignPointerDies) {
+  HostBlockCache cache(64 * kMiB);
+  int local = 0;
+  EXPECT_DEATH(cache.Free(&local), "not handed out by this cache");
+}
+
+// The CPU allocator serves large tensors from its cache: a step that frees
+// and takes the same buffer again gets the same (already backed) memory,
+// and the allocator's counters still count tensor bytes.
+TEST(CpuAllocatorTest, LargeTensorMemoryIsReusedAndCounted) {
+  Allocator* cpu = GetAllocator(Device::CPU());
+  const int64_t before = cpu->Stats().current_bytes;
+  const void* first = nullptr;
+  {
+    Tensor t = Tensor::Empty({3, 1 << 20}, DType::kFloat32, Device::CPU());
+    first = t.raw_data();
+    EXPECT_EQ(cpu->Stats().current_bytes - before, 12 * int64_t{kMiB});
+  }
+  EXPECT_EQ(cpu->Stats().current_bytes, before);
+  Tensor again = Tensor::Empty({3, 1 << 20}, DType::kFloat32, Device::CPU());
+  EXPECT_EQ(again.raw_data(), first);
+  Tensor small = Tensor::Empty({100}, DType::kFloat32, Device::CPU());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.raw_data()) % kCpuAlignment, 0u);
+}
+
+}  // namespace
+}  // namespace mcc
