@@ -3,8 +3,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
-#include <iterator>
 
 #include "glog/logging.h"
 
@@ -27,9 +27,13 @@ size_t HostBlockCache::DefaultMaxCachedBytes() {
     LOG(WARNING) << "MCC_HOST_CACHE_BYTES='" << env
                  << "' is not a byte count; using the default";
   }
+  size_t ranks = 1;
+  if (const char* local = std::getenv("LOCAL_WORLD_SIZE")) {
+    ranks = std::max<long long>(1, std::atoll(local));
+  }
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return size_t{1} << 30;
-  return static_cast<size_t>(pages) * static_cast<size_t>(page) / 4;
+  if (pages <= 0 || page <= 0) return (size_t{1} << 30) / ranks;
+  return static_cast<size_t>(pages) * static_cast<size_t>(page) / 4 / ranks;
 }
 
 void* HostBlockCache::Allocate(size_t bytes) {
@@ -38,12 +42,13 @@ void* HostBlockCache::Allocate(size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = cached_.lower_bound(block);
   if (it != cached_.end() && it->first - block <= it->first / 4) {
-    void* ptr = it->second;
+    void* ptr = it->second.ptr;
     const size_t got = it->first;
     cached_.erase(it);
     cached_bytes_ -= got;
     live_.emplace(ptr, got);
     live_bytes_ += got;
+    peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
     ++hits_;
     return ptr;
   }
@@ -55,6 +60,7 @@ void* HostBlockCache::Allocate(size_t bytes) {
   if (ptr == nullptr) return nullptr;
   live_.emplace(ptr, block);
   live_bytes_ += block;
+  peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
   ++misses_;
   return ptr;
 }
@@ -69,13 +75,19 @@ void HostBlockCache::Free(void* ptr) {
   const size_t block = it->second;
   live_.erase(it);
   live_bytes_ -= block;
-  if (block > max_cached_bytes_) {
+  const size_t limit = LimitLocked();
+  if (block > limit) {
     UnmapLocked(ptr, block);
     return;
   }
-  cached_.emplace(block, ptr);
+  cached_.emplace(block, Cached{ptr, frees_++});
   cached_bytes_ += block;
-  TrimLocked(max_cached_bytes_);
+  TrimLocked(limit);
+}
+
+size_t HostBlockCache::LimitLocked() const {
+  constexpr size_t kFloor = size_t{256} << 20;
+  return std::min(max_cached_bytes_, std::max(kFloor, peak_live_bytes_));
 }
 
 void HostBlockCache::Release() {
@@ -127,10 +139,14 @@ void HostBlockCache::UnmapLocked(void* ptr, size_t block) {
 
 void HostBlockCache::TrimLocked(size_t limit) {
   while (cached_bytes_ > limit && !cached_.empty()) {
-    auto largest = std::prev(cached_.end());
-    UnmapLocked(largest->second, largest->first);
-    cached_bytes_ -= largest->first;
-    cached_.erase(largest);
+    // A linear scan: a process caches tens of blocks, not thousands.
+    auto oldest = cached_.begin();
+    for (auto it = cached_.begin(); it != cached_.end(); ++it) {
+      if (it->second.freed_at < oldest->second.freed_at) oldest = it;
+    }
+    UnmapLocked(oldest->second.ptr, oldest->first);
+    cached_bytes_ -= oldest->first;
+    cached_.erase(oldest);
   }
 }
 

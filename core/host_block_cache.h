@@ -19,9 +19,12 @@
 // MADV_HUGEPAGE (fewer faults where transparent huge pages are allowed).
 // A request takes the smallest cached block that is at least its size and
 // wastes at most a quarter of it; otherwise it maps a new one. Freed blocks
-// stay cached up to a byte limit, beyond which the largest cached blocks
-// are unmapped; when a mapping fails, every cached block is unmapped and
-// the mapping is tried once more.
+// stay cached up to a limit, beyond which the blocks freed longest ago
+// are unmapped (a step frees the sizes it will take again): the most that was
+// ever live at once (at least 256 MiB), so a process holds at most about twice
+// its own peak, and never more than the cap given at construction. When a
+// mapping fails, every cached block is unmapped and the mapping is tried once
+// more.
 //
 // Memory handed out is not zeroed (as malloc's is not). Thread-safe.
 
@@ -41,7 +44,7 @@ class HostBlockCache {
   // Blocks are multiples of this (one x86-64 huge page) and aligned to it.
   static constexpr size_t kGranule = size_t{2} << 20;
 
-  // `max_cached_bytes`: the most freed memory kept mapped.
+  // `max_cached_bytes`: the most freed memory ever kept mapped.
   explicit HostBlockCache(size_t max_cached_bytes);
   ~HostBlockCache();
   HostBlockCache(const HostBlockCache&) = delete;
@@ -64,23 +67,31 @@ class HostBlockCache {
   int64_t hits() const;
   int64_t misses() const;
 
-  // The default limit: a quarter of physical memory, or
-  // MCC_HOST_CACHE_BYTES when set (0 turns caching off).
+  // The default cap: a quarter of physical memory shared by the node's
+  // local ranks (LOCAL_WORLD_SIZE), or MCC_HOST_CACHE_BYTES when set (0
+  // turns caching off).
   static size_t DefaultMaxCachedBytes();
 
  private:
   void* MapLocked(size_t block_bytes);
   void UnmapLocked(void* ptr, size_t block_bytes);
   void TrimLocked(size_t limit);
+  size_t LimitLocked() const;
 
   const size_t max_cached_bytes_;
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> cached_;      // block bytes -> block
+  struct Cached {
+    void* ptr;
+    uint64_t freed_at;  // Order of freeing, for eviction.
+  };
+  std::multimap<size_t, Cached> cached_;     // block bytes -> block
   absl::flat_hash_map<void*, size_t> live_;  // block -> block bytes
   size_t cached_bytes_ = 0;
   size_t live_bytes_ = 0;
+  size_t peak_live_bytes_ = 0;
   int64_t hits_ = 0;
   int64_t misses_ = 0;
+  uint64_t frees_ = 0;
 };
 
 }  // namespace mcc

@@ -1,5 +1,6 @@
 #include "core/host_block_cache.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <set>
@@ -74,12 +75,30 @@ TEST(HostBlockCacheTest, CachedBytesStayWithinTheLimit) {
   void* b = cache.Allocate(4 * kMiB);
   void* c = cache.Allocate(12 * kMiB);  // Over the limit by itself.
   cache.Free(a);
-  cache.Free(b);  // 12 MiB cached > 10: the largest (8 MiB) goes.
+  cache.Free(b);  // 12 MiB cached > 10: the oldest (a, 8 MiB) goes.
   EXPECT_EQ(cache.cached_bytes(), 4 * kMiB);
   cache.Free(c);
   EXPECT_EQ(cache.cached_bytes(), 4 * kMiB);
   cache.Release();
   EXPECT_EQ(cache.cached_bytes(), 0u);
+}
+
+// Beyond 256 MiB, a process keeps no more cached than it ever had live.
+TEST(HostBlockCacheTest, CacheFollowsThePeakOfLiveBytes) {
+  HostBlockCache cache(size_t{4} << 30);
+  // Blocks of sizes that never fit each other (each over 1.25x the last),
+  // live one at a time: the peak is the largest, 300 MiB.
+  for (size_t mib : {40, 60, 80, 110, 150, 200, 300}) {
+    void* p = cache.Allocate(mib * kMiB);
+    ASSERT_NE(p, nullptr) << mib;
+    cache.Free(p);
+    EXPECT_LE(cache.cached_bytes(), std::max<size_t>(256, mib) * kMiB) << mib;
+  }
+  // 300 MiB were live once: the newest blocks that fit in it stay.
+  EXPECT_EQ(cache.cached_bytes(), 300 * kMiB);
+  void* again = cache.Allocate(300 * kMiB);  // The latest size: still there.
+  EXPECT_EQ(cache.hits(), 1);
+  cache.Free(again);
 }
 
 TEST(HostBlockCacheTest, ZeroLimitCachesNothing) {
