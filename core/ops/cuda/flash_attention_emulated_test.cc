@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/half.h"
 #include "core/ops/attention.h"
 #include "core/ops/cuda/elem_type.h"
 #include "core/ops/cuda/flash_attention_test_util.h"
@@ -17,48 +16,8 @@
 #include "gtest/gtest.h"
 
 // After every other header: it defines CUDA's keywords as macros.
-#include "core/ops/cuda/cuda_emulator.h"
-
-namespace mcc {
-namespace cuda_kernels {
-namespace internal {
-
-// kernel_util.cuh's loads and stores, with core/half.h's conversions (which
-// kernel_util.cuh matches bit for bit).
-inline float LoadAs(const void* p, ElemType t, int64_t i) {
-  switch (t) {
-    case ElemType::kBF16:
-      return BFloat16ToFloat(static_cast<const BFloat16*>(p)[i]);
-    case ElemType::kF16:
-      return Float16ToFloat(static_cast<const Float16*>(p)[i]);
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
-
-inline void StoreAs(void* p, ElemType t, int64_t i, float v) {
-  switch (t) {
-    case ElemType::kBF16:
-      static_cast<BFloat16*>(p)[i] = FloatToBFloat16(v);
-      break;
-    case ElemType::kF16:
-      static_cast<Float16*>(p)[i] = FloatToFloat16(v);
-      break;
-    default:
-      static_cast<float*>(p)[i] = v;
-  }
-}
-
-}  // namespace internal
-
-namespace flash {
-inline float* SharedFloats() {
-  return ::mcc::cuda_emu::Emulator::Current().shared();
-}
-}  // namespace flash
-}  // namespace cuda_kernels
-}  // namespace mcc
-
+#include "core/ops/cuda/emulated_device.h"
+// The kernels, after the definitions they expect.
 #include "core/ops/cuda/flash_attention_kernels.cuh"
 
 namespace mcc {

@@ -297,6 +297,82 @@ inline std::vector<AttentionCase> Cases() {
   };
 }
 
+// ---- Cached attention (core/ops/cached_attention.h) -------------------------
+
+struct CachedCase {
+  int64_t b, n, heads, groups, d, position, capacity;
+  DType dtype;  // q and out
+
+  std::string Name() const {
+    return absl::StrCat("b", b, " n", n, " heads", heads, " groups", groups,
+                        " d", d, " position", position, " capacity", capacity,
+                        " ", DTypeName(dtype));
+  }
+};
+
+// Decode (n = 1) and a prefill chunk, positions 0 and past a few hundred
+// keys, head dims 64, 80 and 128, GQA, every q dtype.
+inline std::vector<CachedCase> CachedCases() {
+  const DType f32 = DType::kFloat32, bf16 = DType::kBFloat16,
+              f16 = DType::kFloat16;
+  return {
+      {2, 1, 4, 2, 64, 0, 4, f32},      {2, 1, 4, 1, 128, 300, 305, bf16},
+      {1, 5, 4, 4, 80, 37, 45, f32},    {1, 7, 2, 1, 64, 0, 7, f16},
+      {1, 3, 8, 2, 128, 129, 140, f32}, {1, 1, 2, 2, 256, 77, 78, bf16},
+  };
+}
+
+// The bound for out (before its dtype's ulp), as for the flash forward:
+// scores (q . k) scale within 2 d u A_j + 2 u |s_j| of each other (A_j =
+// scale sum |q k|), probabilities within E = 2 d u max A + 2 u max(|s| +
+// |m|) + 8u relatively, so out_x within 2 (2E + 4 keys u + 4u) sum_j p_j
+// |v_jx| / l.
+inline std::vector<double> CachedBound(const CachedCase& c, const Tensor& q,
+                                       const Tensor& k, const Tensor& v) {
+  constexpr double u = 1.0 / (1 << 24);
+  const std::vector<double> qv = q.ToDoubles(), kv = k.ToDoubles(),
+                            vv = v.ToDoubles();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+  const int64_t per_group = c.heads / c.groups;
+  std::vector<double> bound(q.numel());
+  std::vector<double> sc, ab;
+  for (int64_t bi = 0; bi < c.b; ++bi) {
+    for (int64_t i = 0; i < c.n; ++i) {
+      for (int64_t h = 0; h < c.heads; ++h) {
+        const int64_t g = h / per_group, keys = c.position + i + 1;
+        const int64_t qrow = ((bi * c.n + i) * c.heads + h) * c.d;
+        sc.assign(keys, 0.0);
+        ab.assign(keys, 0.0);
+        double m = -INFINITY, amax = 0.0, smax = 0.0;
+        for (int64_t j = 0; j < keys; ++j) {
+          const int64_t krow = ((bi * c.capacity + j) * c.groups + g) * c.d;
+          for (int64_t x = 0; x < c.d; ++x) {
+            sc[j] += qv[qrow + x] * kv[krow + x] * scale;
+            ab[j] += std::fabs(qv[qrow + x] * kv[krow + x]) * scale;
+          }
+          m = std::max(m, sc[j]);
+          amax = std::max(amax, ab[j]);
+          smax = std::max(smax, std::fabs(sc[j]));
+        }
+        double l = 0.0;
+        for (int64_t j = 0; j < keys; ++j) l += std::exp(sc[j] - m);
+        const double e =
+            2 * c.d * u * amax + 2 * u * (smax + std::fabs(m)) + 8 * u;
+        for (int64_t x = 0; x < c.d; ++x) {
+          double mag = 0.0;
+          for (int64_t j = 0; j < keys; ++j) {
+            const int64_t krow = ((bi * c.capacity + j) * c.groups + g) * c.d;
+            mag += std::exp(sc[j] - m) * std::fabs(vv[krow + x]);
+          }
+          bound[qrow + x] =
+              2 * (2 * e + 4 * static_cast<double>(keys) * u + 4 * u) * mag / l;
+        }
+      }
+    }
+  }
+  return bound;
+}
+
 }  // namespace flash_testing
 }  // namespace ops
 }  // namespace mcc

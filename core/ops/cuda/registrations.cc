@@ -9,7 +9,9 @@
 #include "core/ops/adamw.h"
 #include "core/ops/attention.h"
 #include "core/ops/bias.h"
+#include "core/ops/cached_attention.h"
 #include "core/ops/cross_entropy.h"
+#include "core/ops/cuda/cached_attention.h"
 #include "core/ops/cuda/dropout.h"
 #include "core/ops/cuda/elementwise.h"
 #include "core/ops/cuda/embedding.h"
@@ -568,6 +570,25 @@ absl::Status FlashAttentionBackwardCuda(const Tensor& q, const Tensor& kt,
       Out(dk), Out(dv), ElemTypeOf(*dk), F32(&row_dot), s.stream()));
 }
 
+absl::Status CachedAttentionCuda(const Tensor& q, const Tensor& k_cache,
+                                 const Tensor& v_cache, int64_t position,
+                                 Tensor* out) {
+  KernelScope s("CachedAttention", q);
+  MCC_RETURN_IF_ERROR(s.status());
+  const int64_t d = q.size(3);
+  if (d > k::kCachedAttentionMaxHeadDim) {
+    return absl::UnimplementedError(
+        absl::StrCat("CachedAttention: the CUDA kernel takes head_dim up to ",
+                     k::kCachedAttentionMaxHeadDim, ", got q ", q.Describe()));
+  }
+  // The CPU kernel's scale (core/ops/cached_attention.cc).
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  return s.Check(k::CachedAttention(
+      In(q), ElemTypeOf(q), F32(&k_cache), F32(&v_cache), Out(out), q.size(0),
+      q.size(1), q.size(2), k_cache.size(2), k_cache.size(1), d, position,
+      scale, s.stream()));
+}
+
 // ---- Rotary ----------------------------------------------------------------
 
 absl::Status RotaryCuda(const char* op, const Tensor& x,
@@ -713,6 +734,7 @@ bool RegisterCudaKernels() {
     FlashAttentionForwardKernels().Register(kCuda, &FlashAttentionForwardCuda);
     FlashAttentionBackwardKernels().Register(kCuda,
                                              &FlashAttentionBackwardCuda);
+    CachedAttentionKernels().Register(kCuda, &CachedAttentionCuda);
     RotaryBackwardKernels().Register(kCuda, &RotaryBackwardCuda);
     LossSumKernels().Register(kCuda, &LossSumCuda);
     LossSumGradientKernels().Register(kCuda, &LossSumGradientCuda);
