@@ -1,10 +1,10 @@
-// A host-only stand-in for the few CUDA features that the kernels in
-// flash_attention_kernels.cuh use, so that CI (no GPU) runs their indexing,
+// A host-only stand-in for the few CUDA features that the kernels of the
+// *_kernels.cuh files use, so that CI (no GPU) runs their indexing,
 // masking, tiling and synchronisation against the CPU kernels: a block's
 // threads run as cooperative fibers (ucontext), one block after another;
-// __syncthreads and warp shuffles are barriers at which a fiber yields, and
-// the scheduler runs fibers round-robin until every live one waits, then
-// releases the barrier. The schedule is deterministic; a missing
+// __syncthreads, __syncwarp and warp shuffles are barriers at which a fiber
+// yields, and the scheduler runs fibers round-robin until every live one waits,
+// then releases the barrier. The schedule is deterministic; a missing
 // __syncthreads shows up as a thread reading a tile that later threads have
 // not written yet, or have already overwritten. A barrier that some threads
 // never reach aborts the test with a message.
@@ -57,6 +57,7 @@ class Emulator {
   float* shared() { return shared_.data(); }
 
   void SyncThreads() { Yield(kBlockBarrier); }
+  void SyncWarp() { Yield(kWarpBarrier); }
 
   float ShuffleXor(float v, int lane_mask) {
     const unsigned int t = running_;
@@ -183,6 +184,10 @@ class Emulator {
 #define blockDim (::mcc::cuda_emu::Emulator::Current().block_dim())
 #define gridDim (::mcc::cuda_emu::Emulator::Current().grid_dim())
 #define __syncthreads() (::mcc::cuda_emu::Emulator::Current().SyncThreads())
+
+inline void __syncwarp(unsigned int /*mask*/ = 0xffffffffu) {
+  ::mcc::cuda_emu::Emulator::Current().SyncWarp();
+}
 
 inline float __shfl_xor_sync(unsigned int /*mask*/, float v, int lane_mask) {
   return ::mcc::cuda_emu::Emulator::Current().ShuffleXor(v, lane_mask);
