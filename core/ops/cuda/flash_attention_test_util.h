@@ -275,9 +275,9 @@ inline ::testing::AssertionResult Near(const char* what, const Tensor& got,
          << bound[worst] + Ulp(got.dtype(), std::fabs(w[worst]) + bound[worst]);
 }
 
-// The cases both tests run: odd sequence lengths (1, 17, 129, 200), head
-// dims 64, 80, 128 and 200 (every padded kernel size), causal and not, GQA,
-// every input dtype, 16-bit inputs with fp32 outputs or gradients, dropout
+// The cases both tests run: odd sequence lengths (1, 17, 19, 129), head
+// dims 33, 64, 80, 128, 200 and 256 (every padded kernel size), causal and not,
+// GQA, every input dtype, 16-bit inputs with fp32 outputs or gradients, dropout
 // (also on a tensor-parallel rank's heads).
 inline std::vector<AttentionCase> Cases() {
   const DType f32 = DType::kFloat32, bf16 = DType::kBFloat16,
@@ -294,6 +294,7 @@ inline std::vector<AttentionCase> Cases() {
       {1, 97, 2, 1, 128, true, bf16, bf16, bf16, 0.1f},
       {2, 40, 2, 2, 64, false, f32, f32, f32, 0.25f, 2, 8},
       {1, 129, 2, 2, 64, true, f16, f32, f16, 0.1f},
+      {1, 19, 3, 1, 33, true, bf16, bf16, f32, 0.2f},
   };
 }
 
@@ -319,6 +320,7 @@ inline std::vector<CachedCase> CachedCases() {
       {2, 1, 4, 2, 64, 0, 4, f32},      {2, 1, 4, 1, 128, 300, 305, bf16},
       {1, 5, 4, 4, 80, 37, 45, f32},    {1, 7, 2, 1, 64, 0, 7, f16},
       {1, 3, 8, 2, 128, 129, 140, f32}, {1, 1, 2, 2, 256, 77, 78, bf16},
+      {1, 2, 3, 1, 33, 10, 12, f16},
   };
 }
 
