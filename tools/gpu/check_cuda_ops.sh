@@ -27,6 +27,8 @@ tests=(
   core/ops/cuda/registrations_nodevice_test
   core/ops/cuda/registrations_test
   core/ops/cuda/gemm_test
+  core/ops/cuda/flash_attention_test
+  core/ops/cuda/cached_attention_test
 )
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 

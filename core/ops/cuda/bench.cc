@@ -1,10 +1,12 @@
 // GPU benchmark of the registered CUDA kernels, called through the dispatch
 // ops as library code calls them: GEMM TFLOP/s through ops::Gemm beside a
 // direct cublasGemmEx call, and GB/s of the memory-bound kernels beside a
-// device-to-device cudaMemcpy. Prints "no CUDA device" and exits 0 without a
-// GPU.
+// device-to-device cudaMemcpy, and flash-attention TFLOP/s (forward and
+// backward) beside the bf16 cuBLAS GEMM rate of the same run. Prints "no
+// CUDA device" and exits 0 without a GPU.
 //
-//   bench [--iters=20] [--gemm=true] [--memory=true] [--mem_elements=67108864]
+//   bench [--iters=20] [--gemm=true] [--memory=true] [--attention=true]
+//         [--mem_elements=67108864]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include "core/cuda/runtime.h"
 #include "core/ops/activation.h"
 #include "core/ops/adamw.h"
+#include "core/ops/attention.h"
 #include "core/ops/bias.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/cuda/gemm.h"
@@ -32,6 +35,7 @@
 ABSL_FLAG(int, iters, 20, "timed iterations per measurement");
 ABSL_FLAG(bool, gemm, true, "run the GEMM benchmarks");
 ABSL_FLAG(bool, memory, true, "run the memory-bound kernel benchmarks");
+ABSL_FLAG(bool, attention, true, "run the flash-attention benchmarks");
 ABSL_FLAG(int64_t, mem_elements, int64_t{1} << 26,
           "elements per tensor in the memory-bound benchmarks");
 
@@ -115,6 +119,84 @@ void BenchGemm() {
       std::fflush(stdout);
     }
   }
+}
+
+// TFLOP/s of one bf16 4096^3 cublasGemmEx (fp32 accumulation): the dense
+// rate the attention rows are set against.
+double CublasBf16Tflops() {
+  const int64_t n = 4096;
+  Tensor a = Random({n, n}, DType::kBFloat16);
+  Tensor b = Random({n, n}, DType::kBFloat16);
+  Tensor c = Tensor::Empty({n, n}, DType::kBFloat16, kGpu);
+  cublasHandle_t handle = *oc::CublasHandle(0);
+  const float alpha = 1.0f, beta = 0.0f;
+  const double ms = TimeMs([&] {
+    MCC_CHECK_OK(oc::CublasToStatus(
+        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha,
+                     b.raw_data(), CUDA_R_16BF, n, a.raw_data(), CUDA_R_16BF, n,
+                     &beta, c.raw_data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx"));
+  });
+  return 2.0 * n * n * n / ms / 1e9;
+}
+
+struct AttentionShape {
+  const char* name;
+  int64_t b, s, heads, kv_heads, d;
+  bool causal;
+  DType dtype;
+};
+
+// Flash attention through ops::FlashAttentionForward/Backward: useful
+// TFLOP/s (core/ops/attention.h's counts: causal counts the lower triangle)
+// and the share of the bf16 cuBLAS rate.
+void BenchAttention() {
+  const double peak = CublasBf16Tflops();
+  std::printf("cuBLAS bf16 GEMM 4096^3: %.1f TFLOP/s (reference below)\n",
+              peak);
+  const AttentionShape shapes[] = {
+      {"gpt2-124M (12h, d64)", 8, 1024, 12, 12, 64, true, DType::kBFloat16},
+      {"llama gqa (32/8h, d128)", 2, 4096, 32, 8, 128, true, DType::kBFloat16},
+      {"d128 full", 2, 2048, 16, 16, 128, false, DType::kBFloat16},
+      {"gpt2-124M fp32", 8, 1024, 12, 12, 64, true, DType::kFloat32},
+  };
+  std::printf("%-26s %-5s %-22s %9s %9s %6s %9s %9s %6s\n", "attention", "type",
+              "b x s x h/hkv x d", "fwd ms", "fwd TF/s", "%peak", "bwd ms",
+              "bwd TF/s", "%peak");
+  for (const AttentionShape& a : shapes) {
+    Tensor q = Random({a.b, a.s, a.heads, a.d}, a.dtype);
+    Tensor k = Random({a.b, a.s, a.kv_heads, a.d}, a.dtype);
+    Tensor v = Random({a.b, a.s, a.kv_heads, a.d}, a.dtype);
+    Tensor dout = Random({a.b, a.s, a.heads, a.d}, a.dtype);
+    Tensor out = Tensor::Empty(q.shape(), a.dtype, kGpu);
+    Tensor lse = Tensor::Empty({a.b, a.heads, a.s}, DType::kFloat32, kGpu);
+    Tensor dq = Tensor::Empty(q.shape(), a.dtype, kGpu);
+    Tensor dk = Tensor::Empty(k.shape(), a.dtype, kGpu);
+    Tensor dv = Tensor::Empty(v.shape(), a.dtype, kGpu);
+    ops::AttentionOptions o;
+    o.causal = a.causal;
+    const double fwd = TimeMs([&] {
+      MCC_CHECK_OK(ops::FlashAttentionForward(q, k, v, o, &out, &lse));
+    });
+    const double bwd = TimeMs([&] {
+      MCC_CHECK_OK(ops::FlashAttentionBackward(q, k, v, out, dout, lse, o, &dq,
+                                               &dk, &dv));
+    });
+    const double ff =
+        ops::FlashAttentionForwardFlops(a.b, a.s, a.heads, a.d, a.causal);
+    const double bf =
+        ops::FlashAttentionBackwardFlops(a.b, a.s, a.heads, a.d, a.causal);
+    const double ft = ff / fwd / 1e9, bt = bf / bwd / 1e9;
+    std::printf(
+        "%-26s %-5s %-22s %9.3f %9.1f %5.1f%% %9.3f %9.1f %5.1f%%\n", a.name,
+        a.dtype == DType::kFloat32 ? "fp32" : "bf16",
+        absl::StrFormat("%dx%dx%d/%dx%d", a.b, a.s, a.heads, a.kv_heads, a.d)
+            .c_str(),
+        fwd, ft, 100 * ft / peak, bwd, bt, 100 * bt / peak);
+    std::fflush(stdout);
+  }
+  MCC_CHECK_OK(cuda::Synchronize(0));
 }
 
 void Report(const char* name, double bytes, double ms) {
@@ -240,5 +322,6 @@ int main(int argc, char** argv) {
   std::printf("device: %s\n", mcc::cuda::DeviceDescription(0)->c_str());
   if (absl::GetFlag(FLAGS_gemm)) mcc::BenchGemm();
   if (absl::GetFlag(FLAGS_memory)) mcc::BenchMemory();
+  if (absl::GetFlag(FLAGS_attention)) mcc::BenchAttention();
   return 0;
 }

@@ -7,11 +7,15 @@
 
 #include "core/ops/activation.h"
 #include "core/ops/adamw.h"
+#include "core/ops/attention.h"
 #include "core/ops/bias.h"
+#include "core/ops/cached_attention.h"
 #include "core/ops/cross_entropy.h"
+#include "core/ops/cuda/cached_attention.h"
 #include "core/ops/cuda/dropout.h"
 #include "core/ops/cuda/elementwise.h"
 #include "core/ops/cuda/embedding.h"
+#include "core/ops/cuda/flash_attention.h"
 #include "core/ops/cuda/gemm.h"
 #include "core/ops/cuda/launch.h"
 #include "core/ops/cuda/layout.h"
@@ -483,6 +487,108 @@ absl::Status DropoutCuda(const Tensor& x, float p, uint64_t seed,
                             p == 0.0f, s.stream()));
 }
 
+// ---- Attention -------------------------------------------------------------
+
+// The kernels' arguments, with the scale, threshold and keep scale computed
+// exactly as the CPU kernel (core/ops/attention.cc) computes them.
+k::FlashAttentionArgs AttentionArgsOf(const Tensor& q, const Tensor& kv,
+                                      const AttentionOptions& o) {
+  k::FlashAttentionArgs a;
+  a.batch = q.size(0);
+  a.seq = q.size(1);
+  a.heads = q.size(2);
+  a.kv_heads = kv.size(2);
+  a.head_dim = q.size(3);
+  a.scale =
+      o.softmax_scale > 0.0f
+          ? o.softmax_scale
+          : 1.0f /
+                std::sqrt(static_cast<float>(std::max<int64_t>(a.head_dim, 1)));
+  a.causal = o.causal;
+  a.dropout = o.dropout_p > 0.0f;
+  a.threshold = static_cast<uint32_t>(
+      std::lround(static_cast<double>(o.dropout_p) * (1 << 24)));
+  a.keep_scale = 1.0f / (1.0f - o.dropout_p);
+  a.seed = o.dropout_seed;
+  a.offset = o.dropout_offset;
+  a.head_offset = o.head_offset;
+  a.total_heads = o.total_heads > 0 ? o.total_heads : a.heads;
+  return a;
+}
+
+// The head dims the kernels take, and shared memory for their tiles.
+absl::Status CheckAttentionFits(const KernelScope& s, const char* op,
+                                const Tensor& q) {
+  const int64_t d = q.size(3);
+  if (d > k::FlashAttentionArgs::kMaxHeadDim) {
+    return absl::UnimplementedError(absl::StrCat(
+        op, ": the CUDA kernel takes head_dim up to ",
+        k::FlashAttentionArgs::kMaxHeadDim, ", got q ", q.Describe()));
+  }
+  int optin = 0;
+  MCC_RETURN_IF_ERROR(s.Check(cudaDeviceGetAttribute(
+      &optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, s.device())));
+  const size_t need = k::FlashAttentionSharedBytes(d);
+  if (static_cast<size_t>(optin) < need) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(op, ": head_dim ", d, " needs ", need,
+                     " bytes of shared memory per block; cuda:", s.device(),
+                     " allows ", optin));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FlashAttentionForwardCuda(const Tensor& q, const Tensor& kt,
+                                       const Tensor& v,
+                                       const AttentionOptions& options,
+                                       Tensor* out, Tensor* lse) {
+  KernelScope s("FlashAttentionForward", q);
+  MCC_RETURN_IF_ERROR(s.status());
+  if (q.numel() == 0) return absl::OkStatus();
+  MCC_RETURN_IF_ERROR(CheckAttentionFits(s, "FlashAttentionForward", q));
+  return s.Check(k::FlashAttentionForward(
+      AttentionArgsOf(q, kt, options), In(q), In(kt), In(v), ElemTypeOf(q),
+      Out(out), ElemTypeOf(*out), F32(lse), s.stream()));
+}
+
+absl::Status FlashAttentionBackwardCuda(const Tensor& q, const Tensor& kt,
+                                        const Tensor& v, const Tensor& out,
+                                        const Tensor& dout, const Tensor& lse,
+                                        const AttentionOptions& options,
+                                        Tensor* dq, Tensor* dk, Tensor* dv) {
+  KernelScope s("FlashAttentionBackward", q);
+  MCC_RETURN_IF_ERROR(s.status());
+  if (q.numel() == 0) return absl::OkStatus();
+  MCC_RETURN_IF_ERROR(CheckAttentionFits(s, "FlashAttentionBackward", q));
+  // D = rowsum(dout * out), [b, heads, s]; back to the caching allocator
+  // when the call ends (later work on this stream may reuse it safely).
+  Tensor row_dot = Tensor::Empty({q.size(0), q.size(2), q.size(1)},
+                                 DType::kFloat32, q.device());
+  return s.Check(k::FlashAttentionBackward(
+      AttentionArgsOf(q, kt, options), In(q), In(kt), In(v), ElemTypeOf(q),
+      In(out), In(dout), ElemTypeOf(out), F32(&lse), Out(dq), ElemTypeOf(*dq),
+      Out(dk), Out(dv), ElemTypeOf(*dk), F32(&row_dot), s.stream()));
+}
+
+absl::Status CachedAttentionCuda(const Tensor& q, const Tensor& k_cache,
+                                 const Tensor& v_cache, int64_t position,
+                                 Tensor* out) {
+  KernelScope s("CachedAttention", q);
+  MCC_RETURN_IF_ERROR(s.status());
+  const int64_t d = q.size(3);
+  if (d > k::kCachedAttentionMaxHeadDim) {
+    return absl::UnimplementedError(
+        absl::StrCat("CachedAttention: the CUDA kernel takes head_dim up to ",
+                     k::kCachedAttentionMaxHeadDim, ", got q ", q.Describe()));
+  }
+  // The CPU kernel's scale (core/ops/cached_attention.cc).
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  return s.Check(k::CachedAttention(
+      In(q), ElemTypeOf(q), F32(&k_cache), F32(&v_cache), Out(out), q.size(0),
+      q.size(1), q.size(2), k_cache.size(2), k_cache.size(1), d, position,
+      scale, s.stream()));
+}
+
 // ---- Rotary ----------------------------------------------------------------
 
 absl::Status RotaryCuda(const char* op, const Tensor& x,
@@ -625,6 +731,10 @@ bool RegisterCudaKernels() {
     StridedCopyKernels().Register(kCuda, &StridedCopyCuda);
     RotaryForwardKernels().Register(kCuda, &RotaryForwardCuda);
     DropoutKernels().Register(kCuda, &DropoutCuda);
+    FlashAttentionForwardKernels().Register(kCuda, &FlashAttentionForwardCuda);
+    FlashAttentionBackwardKernels().Register(kCuda,
+                                             &FlashAttentionBackwardCuda);
+    CachedAttentionKernels().Register(kCuda, &CachedAttentionCuda);
     RotaryBackwardKernels().Register(kCuda, &RotaryBackwardCuda);
     LossSumKernels().Register(kCuda, &LossSumCuda);
     LossSumGradientKernels().Register(kCuda, &LossSumGradientCuda);

@@ -28,6 +28,9 @@
 //   Dropout, DropoutBackward (the same
 //   Philox stream: the CPU's masks)          core/ops/dropout.h
 //     (rotary_dim up to 256)
+//   FlashAttentionForward/Backward (head_dim
+//   up to 256; the CPU's dropout masks)     core/ops/attention.h
+//   CachedAttention (head_dim up to 256)     core/ops/cached_attention.h
 // Every kernel runs on the device's current stream (core/cuda/stream.h) and
 // never synchronises with the host, except Reduce's and
 // CrossEntropyMeanLoss's, whose ops return host values. Where the CPU kernel

@@ -1,0 +1,163 @@
+#include "core/ops/cuda/flash_attention.h"
+#include "core/ops/cuda/kernel_util.cuh"
+
+namespace mcc {
+namespace cuda_kernels {
+namespace flash {
+
+__device__ __forceinline__ float* SharedFloats() {
+  extern __shared__ float4 flash_shared[];
+  return reinterpret_cast<float*>(flash_shared);
+}
+
+}  // namespace flash
+}  // namespace cuda_kernels
+}  // namespace mcc
+
+#include "core/ops/cuda/flash_attention_kernels.cuh"
+
+namespace mcc {
+namespace cuda_kernels {
+namespace {
+
+flash::Params ParamsOf(const FlashAttentionArgs& a) {
+  flash::Params p;
+  p.b = a.batch;
+  p.s = a.seq;
+  p.hq = a.heads;
+  p.hkv = a.kv_heads;
+  p.d = a.head_dim;
+  p.scale = a.scale;
+  p.causal = a.causal;
+  p.dropout = a.dropout;
+  p.threshold = a.threshold;
+  p.keep_scale = a.keep_scale;
+  p.seed = a.seed;
+  p.offset = a.offset;
+  p.head_offset = a.head_offset;
+  p.total_heads = a.total_heads > 0 ? a.total_heads : a.heads;
+  return p;
+}
+
+dim3 Dim(flash::Grid g) { return dim3(g.x, g.y, g.z); }
+
+// Raises the kernel's dynamic shared-memory limit to `bytes` (above the
+// default 48 KiB) and launches it.
+template <typename Kernel>
+cudaError_t Launch(Kernel kernel, flash::Grid grid, size_t bytes,
+                   const flash::Params& p, cudaStream_t stream) {
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes));
+  if (e != cudaSuccess) return e;
+  kernel<<<Dim(grid), flash::kThreads, bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int kD>
+cudaError_t Forward(const flash::Params& p, cudaStream_t stream) {
+  return Launch(flash::ForwardKernel<kD>, flash::ForwardGrid<kD>(p),
+                flash::Smem<kD>::kForward, p, stream);
+}
+
+template <int kD>
+cudaError_t Backward(const flash::Params& p, cudaStream_t stream) {
+  flash::
+      RowDotKernel<<<Dim(flash::RowDotGrid(p)), flash::kThreads, 0, stream>>>(
+          p);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  e = Launch(flash::KvGradKernel<kD>, flash::KvGradGrid<kD>(p),
+             flash::Smem<kD>::kKvGrad, p, stream);
+  if (e != cudaSuccess) return e;
+  return Launch(flash::QGradKernel<kD>, flash::QGradGrid<kD>(p),
+                flash::Smem<kD>::kQGrad, p, stream);
+}
+
+}  // namespace
+
+size_t FlashAttentionSharedBytes(int64_t head_dim) {
+  auto largest = [](size_t a, size_t b, size_t c) {
+    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+  };
+  switch (flash::PaddedHeadDim(head_dim)) {
+    case 64:
+      return largest(flash::Smem<64>::kForward, flash::Smem<64>::kKvGrad,
+                     flash::Smem<64>::kQGrad);
+    case 128:
+      return largest(flash::Smem<128>::kForward, flash::Smem<128>::kKvGrad,
+                     flash::Smem<128>::kQGrad);
+    case 256:
+      return largest(flash::Smem<256>::kForward, flash::Smem<256>::kKvGrad,
+                     flash::Smem<256>::kQGrad);
+    default:
+      return 0;
+  }
+}
+
+cudaError_t FlashAttentionForward(const FlashAttentionArgs& args, const void* q,
+                                  const void* k, const void* v, ElemType qt,
+                                  void* out, ElemType ot, float* lse,
+                                  cudaStream_t stream) {
+  if (args.batch * args.seq * args.heads * args.head_dim == 0) {
+    return cudaSuccess;
+  }
+  flash::Params p = ParamsOf(args);
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.qt = qt;
+  p.out = out;
+  p.ot = ot;
+  p.lse = lse;
+  switch (flash::PaddedHeadDim(args.head_dim)) {
+    case 64:
+      return Forward<64>(p, stream);
+    case 128:
+      return Forward<128>(p, stream);
+    case 256:
+      return Forward<256>(p, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t FlashAttentionBackward(const FlashAttentionArgs& args,
+                                   const void* q, const void* k, const void* v,
+                                   ElemType qt, const void* out,
+                                   const void* dout, ElemType ot,
+                                   const float* lse, void* dq, ElemType dqt,
+                                   void* dk, void* dv, ElemType dkt,
+                                   float* row_dot, cudaStream_t stream) {
+  if (args.batch * args.seq * args.heads * args.head_dim == 0) {
+    return cudaSuccess;
+  }
+  flash::Params p = ParamsOf(args);
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.qt = qt;
+  p.out = const_cast<void*>(out);
+  p.dout = dout;
+  p.ot = ot;
+  p.lse = const_cast<float*>(lse);
+  p.drow = row_dot;
+  p.dq = dq;
+  p.dqt = dqt;
+  p.dk = dk;
+  p.dv = dv;
+  p.dkt = dkt;
+  switch (flash::PaddedHeadDim(args.head_dim)) {
+    case 64:
+      return Backward<64>(p, stream);
+    case 128:
+      return Backward<128>(p, stream);
+    case 256:
+      return Backward<256>(p, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace cuda_kernels
+}  // namespace mcc

@@ -1,0 +1,70 @@
+// Launchers of the flash-attention CUDA kernels of //core/ops/cuda:kernels
+// (the FlashAttentionForward and FlashAttentionBackward slots,
+// core/ops/attention.h). Conventions as in elementwise.h: device pointers
+// with their element types, work enqueued on `stream`, the launch's
+// cudaError_t returned, no synchronisation. The callers (registrations.cc)
+// have validated shapes and dtypes.
+//
+// q [b, s, heads, d]; k, v [b, s, kv_heads, d] (one element type, qt); out,
+// dout [b, s, heads, d] (ot); lse [b, heads, s] fp32; dq like q (dqt); dk,
+// dv like k (dkt). head_dim up to kMaxHeadDim; the kernels are compiled for
+// padded head dims 64, 128 and 256 (a head dim pads to the next of them).
+// Arithmetic is fp32 whatever the element types; nothing [s, s] is stored;
+// no atomics, so results are the same run to run.
+#ifndef CORE_OPS_CUDA_FLASH_ATTENTION_H_
+#define CORE_OPS_CUDA_FLASH_ATTENTION_H_
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/ops/cuda/elem_type.h"
+
+namespace mcc {
+namespace cuda_kernels {
+
+struct FlashAttentionArgs {
+  static constexpr int64_t kMaxHeadDim = 256;
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;  // Applied to q (rounded to fp32) before q k^T.
+  bool causal = true;
+  // Attention dropout exactly as core/ops/attention.h draws it: probability
+  // (b, h, i, j) is kept when word
+  //   offset + ((b * total_heads + head_offset + h) * seq + i) * seq + j
+  // of seed's Philox stream (core/ops/dropout.h), shifted right by 8, is
+  // >= threshold; kept probabilities are multiplied by keep_scale.
+  bool dropout = false;
+  uint32_t threshold = 0;
+  float keep_scale = 1.0f;
+  uint64_t seed = 0, offset = 0;
+  int64_t head_offset = 0, total_heads = 0;
+};
+
+// Dynamic shared memory (bytes) the largest kernel for this head_dim needs
+// per block: the caller checks it against the device's opt-in limit
+// (cudaDevAttrMaxSharedMemoryPerBlockOptin) for a clear error.
+size_t FlashAttentionSharedBytes(int64_t head_dim);
+
+// out = softmax(scale q k^T [causal mask]) v (dropped as args say), lse =
+// the rows' logsumexp of the scaled scores; both overwritten.
+cudaError_t FlashAttentionForward(const FlashAttentionArgs& args, const void* q,
+                                  const void* k, const void* v, ElemType qt,
+                                  void* out, ElemType ot, float* lse,
+                                  cudaStream_t stream);
+
+// dq, dk, dv overwritten from q, k, v, out, dout and the forward's lse;
+// row_dot is device scratch of batch * heads * seq floats (D = rowsum(dout
+// * out)).
+cudaError_t FlashAttentionBackward(const FlashAttentionArgs& args,
+                                   const void* q, const void* k, const void* v,
+                                   ElemType qt, const void* out,
+                                   const void* dout, ElemType ot,
+                                   const float* lse, void* dq, ElemType dqt,
+                                   void* dk, void* dv, ElemType dkt,
+                                   float* row_dot, cudaStream_t stream);
+
+}  // namespace cuda_kernels
+}  // namespace mcc
+
+#endif  // CORE_OPS_CUDA_FLASH_ATTENTION_H_

@@ -1,0 +1,209 @@
+// The flash-attention CUDA kernels (flash_attention_kernels.cuh), run on the
+// host through cuda_emulator.h, against the CPU kernel on the cases and
+// bounds of flash_attention_test_util.h. Needs no GPU: it checks the
+// kernels' indexing, tiling, masking, dropout stream, GQA sums and
+// synchronisation in CI; the GPU run (flash_attention_test) then checks the
+// same kernels as nvcc compiles them.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/ops/attention.h"
+#include "core/ops/cuda/elem_type.h"
+#include "core/ops/cuda/flash_attention_test_util.h"
+#include "core/ops/dropout.h"
+#include "core/tensor.h"
+#include "gtest/gtest.h"
+
+// After every other header: it defines CUDA's keywords as macros.
+#include "core/ops/cuda/emulated_device.h"
+// The kernels, after the definitions they expect.
+#include "core/ops/cuda/flash_attention_kernels.cuh"
+
+namespace mcc {
+namespace ops {
+namespace {
+
+namespace flash = ::mcc::cuda_kernels::flash;
+using cuda_emu::Dim3;
+using cuda_emu::Emulator;
+using cuda_kernels::ElemType;
+using flash_testing::AttentionCase;
+using flash_testing::Near;
+
+ElemType TypeOf(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::kBFloat16:
+      return ElemType::kBF16;
+    case DType::kFloat16:
+      return ElemType::kF16;
+    default:
+      return ElemType::kF32;
+  }
+}
+
+// Params as the launchers (flash_attention.cu) and the registration
+// (registrations.cc) fill them.
+flash::Params ParamsFor(const AttentionCase& c, const AttentionOptions& o) {
+  flash::Params p;
+  p.b = c.b;
+  p.s = c.s;
+  p.hq = c.hq;
+  p.hkv = c.hkv;
+  p.d = c.d;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+  p.causal = o.causal;
+  p.dropout = o.dropout_p > 0.0f;
+  p.threshold = static_cast<uint32_t>(
+      std::lround(static_cast<double>(o.dropout_p) * (1 << 24)));
+  p.keep_scale = 1.0f / (1.0f - o.dropout_p);
+  p.seed = o.dropout_seed;
+  p.offset = o.dropout_offset;
+  p.head_offset = o.head_offset;
+  p.total_heads = o.total_heads > 0 ? o.total_heads : c.hq;
+  return p;
+}
+
+Dim3 DimOf(flash::Grid g) { return Dim3{g.x, g.y, g.z}; }
+
+template <int kD>
+void Forward(const flash::Params& p) {
+  Emulator::Launch(DimOf(flash::ForwardGrid<kD>(p)), flash::kThreads,
+                   flash::Smem<kD>::kForward,
+                   [&] { flash::ForwardKernel<kD>(p); });
+}
+
+template <int kD>
+void Backward(const flash::Params& p) {
+  Emulator::Launch(DimOf(flash::RowDotGrid(p)), flash::kThreads, 0,
+                   [&] { flash::RowDotKernel(p); });
+  Emulator::Launch(DimOf(flash::KvGradGrid<kD>(p)), flash::kThreads,
+                   flash::Smem<kD>::kKvGrad,
+                   [&] { flash::KvGradKernel<kD>(p); });
+  Emulator::Launch(DimOf(flash::QGradGrid<kD>(p)), flash::kThreads,
+                   flash::Smem<kD>::kQGrad, [&] { flash::QGradKernel<kD>(p); });
+}
+
+template <typename Fn>
+void ForHeadDim(int64_t d, Fn&& fn) {
+  switch (flash::PaddedHeadDim(d)) {
+    case 64:
+      fn(std::integral_constant<int, 64>{});
+      break;
+    case 128:
+      fn(std::integral_constant<int, 128>{});
+      break;
+    case 256:
+      fn(std::integral_constant<int, 256>{});
+      break;
+    default:
+      FAIL() << "head dim " << d;
+  }
+}
+
+void EmulatedForward(const AttentionCase& c, const AttentionOptions& o,
+                     const flash_testing::HostInputs& in,
+                     flash_testing::Results* r) {
+  flash::Params p = ParamsFor(c, o);
+  p.q = in.q.raw_data();
+  p.k = in.k.raw_data();
+  p.v = in.v.raw_data();
+  p.qt = TypeOf(in.q);
+  p.out = r->out.raw_data();
+  p.ot = TypeOf(r->out);
+  p.lse = r->lse.data<float>();
+  ForHeadDim(c.d, [&](auto kd) { Forward<decltype(kd)::value>(p); });
+}
+
+void EmulatedBackward(const AttentionCase& c,
+                      const flash_testing::HostInputs& in, const Tensor& out,
+                      const Tensor& lse, flash_testing::Results* r) {
+  flash::Params p = ParamsFor(c, c.Options());
+  std::vector<float> row_dot(c.b * c.hq * c.s);
+  p.q = in.q.raw_data();
+  p.k = in.k.raw_data();
+  p.v = in.v.raw_data();
+  p.qt = TypeOf(in.q);
+  p.out = out.raw_data();
+  p.dout = in.dout.raw_data();
+  p.ot = TypeOf(out);
+  p.lse = const_cast<float*>(lse.data<float>());
+  p.drow = row_dot.data();
+  p.dq = r->dq.raw_data();
+  p.dqt = TypeOf(r->dq);
+  p.dk = r->dk.raw_data();
+  p.dv = r->dv.raw_data();
+  p.dkt = TypeOf(r->dk);
+  ForHeadDim(c.d, [&](auto kd) { Backward<decltype(kd)::value>(p); });
+}
+
+TEST(FlashAttentionEmulatedTest, PhiloxWordsAreTheCpuStream) {
+  for (uint64_t seed : {0ull, 42ull, 0xfedcba9876543210ull}) {
+    const uint64_t first =
+        (1ull << 32) * 4 - 5;  // The counter's low word wraps.
+    std::vector<uint32_t> want(64);
+    PhiloxStream(seed, first, 64, want.data());
+    for (int i = 0; i < 64; ++i) {
+      ASSERT_EQ(flash::PhiloxWord(seed, first + i), want[i])
+          << "seed " << seed << " word " << first + i;
+    }
+  }
+}
+
+TEST(FlashAttentionEmulatedTest, ForwardAndBackwardMatchTheCpuKernel) {
+  uint32_t seed = 7;
+  for (const AttentionCase& c : flash_testing::Cases()) {
+    SCOPED_TRACE(c.Name());
+    const AttentionOptions o = c.Options();
+    const flash_testing::HostInputs in = flash_testing::MakeInputs(c, seed++);
+    flash_testing::Results want = flash_testing::EmptyResults(c, Device::CPU());
+    flash_testing::Results got = flash_testing::EmptyResults(c, Device::CPU());
+    ASSERT_TRUE(
+        FlashAttentionForward(in.q, in.k, in.v, o, &want.out, &want.lse).ok());
+    EmulatedForward(c, o, in, &got);
+    const flash_testing::Bounds bd =
+        flash_testing::AttentionBounds(c, in, want.out, want.lse);
+    EXPECT_TRUE(Near("out", got.out, want.out, bd.out));
+    EXPECT_TRUE(Near("lse", got.lse, want.lse, bd.lse));
+    ASSERT_TRUE(FlashAttentionBackward(in.q, in.k, in.v, want.out, in.dout,
+                                       want.lse, o, &want.dq, &want.dk,
+                                       &want.dv)
+                    .ok());
+    EmulatedBackward(c, in, want.out, want.lse, &got);
+    EXPECT_TRUE(Near("dq", got.dq, want.dq, bd.dq));
+    EXPECT_TRUE(Near("dk", got.dk, want.dk, bd.dk));
+    EXPECT_TRUE(Near("dv", got.dv, want.dv, bd.dv));
+  }
+}
+
+// The bounds are tight enough to see a wrong mask: the same kernel drawing
+// from a stream shifted by one word fails them.
+TEST(FlashAttentionEmulatedTest, ABoundSeesAShiftedDropoutStream) {
+  const AttentionCase c = {1,
+                           33,
+                           2,
+                           1,
+                           64,
+                           true,
+                           DType::kFloat32,
+                           DType::kFloat32,
+                           DType::kFloat32,
+                           0.1f};
+  const flash_testing::HostInputs in = flash_testing::MakeInputs(c, 99);
+  flash_testing::Results want = flash_testing::EmptyResults(c, Device::CPU());
+  flash_testing::Results got = flash_testing::EmptyResults(c, Device::CPU());
+  const AttentionOptions o = c.Options();
+  ASSERT_TRUE(
+      FlashAttentionForward(in.q, in.k, in.v, o, &want.out, &want.lse).ok());
+  AttentionOptions shifted = o;
+  shifted.dropout_offset += 1;
+  EmulatedForward(c, shifted, in, &got);
+  const flash_testing::Bounds bd =
+      flash_testing::AttentionBounds(c, in, want.out, want.lse);
+  EXPECT_FALSE(Near("out", got.out, want.out, bd.out));
+  EXPECT_TRUE(Near("lse", got.lse, want.lse, bd.lse));  // lse is undropped.
+}
+
+}  // namespace
+}  // namespace ops
+}  // namespace mcc

@@ -1,0 +1,102 @@
+// ops::FlashAttentionForward and ops::FlashAttentionBackward on CUDA tensors
+// (the kernels of flash_attention.cu, registered by registrations.cc)
+// against the CPU kernel on the same random inputs: the cases and the
+// bounds derived in flash_attention_test_util.h (causal and not, GQA, odd
+// sequence lengths 1 to 129, head dims 33 to 256, fp32, bf16 and
+// fp16 inputs, 16-bit inputs with fp32 outputs, dropout with the CPU's
+// masks, also on a tensor-parallel rank's heads). The backward of both is
+// given the CPU forward's out and lse, so each comparison sees one kernel's
+// error. Skips without a CUDA device (the *_on_test_device build runs every
+// line in CI against the CPU kernels; see test_util.h).
+#include <cstdint>
+#include <vector>
+
+#include "core/ops/attention.h"
+#include "core/ops/cuda/flash_attention_test_util.h"
+#include "core/ops/cuda/test_util.h"
+#include "core/tensor.h"
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace ops {
+namespace cuda {
+namespace {
+
+using flash_testing::AttentionCase;
+using flash_testing::Near;
+using testing::CudaTest;
+using testing::KernelDevice;
+using testing::SameBytes;
+using testing::ToCuda;
+using testing::ToHost;
+
+class CudaFlashAttentionTest : public CudaTest {};
+
+TEST(CudaFlashAttentionSlotsTest, HoldCudaKernels) {
+  EXPECT_TRUE(FlashAttentionForwardKernels().Get(Device::CUDA(0)).ok());
+  EXPECT_TRUE(FlashAttentionBackwardKernels().Get(Device::CUDA(0)).ok());
+}
+
+TEST_F(CudaFlashAttentionTest, MatchesTheCpuKernel) {
+  uint32_t seed = 11;
+  for (const AttentionCase& c : flash_testing::Cases()) {
+    SCOPED_TRACE(c.Name());
+    const AttentionOptions o = c.Options();
+    const flash_testing::HostInputs in = flash_testing::MakeInputs(c, seed++);
+    flash_testing::Results want = flash_testing::EmptyResults(c, Device::CPU());
+    flash_testing::Results got = flash_testing::EmptyResults(c, KernelDevice());
+    const Tensor q = ToCuda(in.q), k = ToCuda(in.k), v = ToCuda(in.v),
+                 dout = ToCuda(in.dout);
+    ASSERT_TRUE(
+        FlashAttentionForward(in.q, in.k, in.v, o, &want.out, &want.lse).ok());
+    const absl::Status fwd =
+        FlashAttentionForward(q, k, v, o, &got.out, &got.lse);
+    ASSERT_TRUE(fwd.ok()) << fwd;
+    const flash_testing::Bounds bd =
+        flash_testing::AttentionBounds(c, in, want.out, want.lse);
+    EXPECT_TRUE(Near("out", ToHost(got.out), want.out, bd.out));
+    EXPECT_TRUE(Near("lse", ToHost(got.lse), want.lse, bd.lse));
+
+    ASSERT_TRUE(FlashAttentionBackward(in.q, in.k, in.v, want.out, in.dout,
+                                       want.lse, o, &want.dq, &want.dk,
+                                       &want.dv)
+                    .ok());
+    const Tensor out = ToCuda(want.out), lse = ToCuda(want.lse);
+    const absl::Status bwd = FlashAttentionBackward(q, k, v, out, dout, lse, o,
+                                                    &got.dq, &got.dk, &got.dv);
+    ASSERT_TRUE(bwd.ok()) << bwd;
+    EXPECT_TRUE(Near("dq", ToHost(got.dq), want.dq, bd.dq));
+    EXPECT_TRUE(Near("dk", ToHost(got.dk), want.dk, bd.dk));
+    EXPECT_TRUE(Near("dv", ToHost(got.dv), want.dv, bd.dv));
+
+    // No atomics: a second run gives the same bits.
+    flash_testing::Results again =
+        flash_testing::EmptyResults(c, KernelDevice());
+    ASSERT_TRUE(FlashAttentionForward(q, k, v, o, &again.out, &again.lse).ok());
+    ASSERT_TRUE(FlashAttentionBackward(q, k, v, out, dout, lse, o, &again.dq,
+                                       &again.dk, &again.dv)
+                    .ok());
+    EXPECT_TRUE(SameBytes(again.out, got.out));
+    EXPECT_TRUE(SameBytes(again.dq, got.dq));
+    EXPECT_TRUE(SameBytes(again.dk, got.dk));
+    EXPECT_TRUE(SameBytes(again.dv, got.dv));
+  }
+}
+
+// A head dim above what the kernels take is an error naming the op, not a
+// wrong result.
+TEST_F(CudaFlashAttentionTest, RefusesHeadDimAbove256) {
+  if (testing::OnTestDevice()) GTEST_SKIP() << "the CPU kernel takes it";
+  const Tensor q =
+      ToCuda(flash_testing::RandomTensor({1, 4, 1, 264}, DType::kFloat32, 1));
+  Tensor out = Tensor::Empty(q.shape(), DType::kFloat32, KernelDevice());
+  Tensor lse = Tensor::Empty({1, 1, 4}, DType::kFloat32, KernelDevice());
+  const absl::Status st = FlashAttentionForward(q, q, q, {}, &out, &lse);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_NE(st.message().find("FlashAttentionForward"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace ops
+}  // namespace mcc
