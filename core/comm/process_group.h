@@ -45,6 +45,11 @@ struct GroupOptions {
   // The device whose tensors a gloo group moves: the CPU, or a host-backed
   // device (the test device). NCCL groups take their GPU separately.
   Device device = Device::CPU();
+  // NCCL: Work::Wait blocks the host until the operation has finished (as
+  // TORCH_NCCL_BLOCKING_WAIT=1). By default it only makes the caller's
+  // current stream wait for it; a failure or timeout is then found by the
+  // group's watchdog, logged, and returned by the next call.
+  bool blocking_wait = false;
 };
 
 // One transfer of a ProcessGroup::BatchP2P.
