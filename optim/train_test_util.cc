@@ -74,7 +74,10 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   MCC_ASSIGN_OR_RETURN(
       auto executor,
       pipeline::PipelineExecutor::Create(
-          model->stages(), pp != nullptr && pp->size() > 1 ? pp : nullptr,
+          model->stages(),
+          pp != nullptr && pp->size() > 1
+              ? (o.pipeline_p2p_group != nullptr ? o.pipeline_p2p_group : pp)
+              : nullptr,
           o.schedule));
   comm::ProcessGroup* dp = state ? state->data() : nullptr;
   const int dp_size = dp ? dp->size() : 1;

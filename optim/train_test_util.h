@@ -65,6 +65,10 @@ struct TrainOptions {
   // pipeline.pipeline_size; num_layers is taken from the model).
   pipeline::PipelineConfig pipeline;
   pipeline::PipelineOptions schedule;
+  // Test hook: the executor moves activations and gradients through this
+  // group (the same ranks as state->pipeline(), e.g. the NCCL-like wrapper
+  // of core/comm/nccl_like_p2p_group.h) instead; null: state->pipeline().
+  comm::ProcessGroup* pipeline_p2p_group = nullptr;
   // Context parallelism over state->context() when its size is above 1
   // (batches stay whole; the model takes its chunks): how attention
   // crosses the group.

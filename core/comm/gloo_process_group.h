@@ -23,11 +23,13 @@ namespace comm {
 // Collectives run in order on one worker thread per group; point-to-point
 // transfers are posted at once from the calling thread and completed by
 // Work::Wait on the waiting thread (sends and receives of any tags may be
-// waited for in any order). 16-bit floating types (bf16, fp16) are reduced in
-// fp32: the values are widened to fp32, reduced (all-reduce: gloo's ring;
-// reduce- scatter: our own ring over gloo's unbound buffers), then rounded back
-// to 16 bits once, so the result is the fp32 reduction rounded to nearest even.
-// Average is the sum divided by the group size (integers: truncated).
+// waited for in any order); BatchP2P posts all of its transfers at once and
+// completes when all have (ProcessGroup's default). 16-bit floating types
+// (bf16, fp16) are reduced in fp32: the values are widened to fp32, reduced
+// (all-reduce: gloo's ring; reduce- scatter: our own ring over gloo's unbound
+// buffers), then rounded back to 16 bits once, so the result is the fp32
+// reduction rounded to nearest even. Average is the sum divided by the group
+// size (integers: truncated).
 //
 // The transport binds to GLOO_SOCKET_IFNAME when set, to 127.0.0.1 when
 // MASTER_ADDR is a loopback address or unset, else to this host's name.

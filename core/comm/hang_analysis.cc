@@ -50,9 +50,15 @@ std::string Describe(const Entry& e) {
   if (e.seq >= 0) {
     return absl::StrCat(e.op, " #", e.seq, " of group '", e.group, "'");
   }
-  return absl::StrCat(e.op, " (p2p #", e.p2p_index, ") ",
-                      e.op == "Recv" ? "from" : "to", " rank ", e.peer,
-                      " of group '", e.group, "'");
+  // A batch (BatchP2P) names its peer when it has only one.
+  const char* direction =
+      e.op == "Recv" ? "from" : (e.op == "Send" ? "to" : "with");
+  if (e.peer < 0) {
+    return absl::StrCat(e.op, " (p2p #", e.p2p_index, ") of group '", e.group,
+                        "'");
+  }
+  return absl::StrCat(e.op, " (p2p #", e.p2p_index, ") ", direction, " rank ",
+                      e.peer, " of group '", e.group, "'");
 }
 
 // Groups are told apart by name and members (subgroups of one name on

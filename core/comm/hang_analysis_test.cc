@@ -65,6 +65,21 @@ TEST(HangAnalysisTest, NamesTheRankBehindAndTheCallItIsIn) {
                       "#88) to rank 1 of group 'pp'"));
 }
 
+TEST(HangAnalysisTest, NamesABatchOfTransfersByItsPeer) {
+  const std::vector<int> dp = {0, 1, 2, 3}, pp = {1, 3};
+  std::map<std::string, std::string> dumps;
+  for (int r = 0; r < 3; ++r) {
+    dumps["r" + std::to_string(r)] =
+        Dump(r, {Coll(0, "dp", dp, "AllReduce(sum, fp32[8])", 7, "started")});
+  }
+  dumps["r3"] = Dump(3, {P2p(1, "pp", pp, "BatchP2P", 12, 1, "started")});
+  absl::StatusOr<std::vector<std::string>> f = AnalyzeHang(dumps);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_FALSE(f->empty());
+  EXPECT_THAT((*f)[0],
+              HasSubstr("is in BatchP2P (p2p #12) with rank 1 of group 'pp'"));
+}
+
 TEST(HangAnalysisTest, NamesARankThatLeftNoDump) {
   const std::vector<int> world = {0, 1, 2};
   std::map<std::string, std::string> dumps;

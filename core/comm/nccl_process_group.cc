@@ -3,35 +3,86 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
 
 namespace mcc {
 namespace comm {
 
+namespace {
+
+// A CUDA event destroyed (on its device) with the last reference: works
+// hold their completion event for Wait after the watchdog has let go.
+struct OwnedEvent {
+  int device = -1;
+  cudaEvent_t event = nullptr;
+  ~OwnedEvent() {
+    if (event == nullptr) return;
+    cuda::DeviceGuard guard(device);
+    const cudaError_t e = cudaEventDestroy(event);
+    LOG_IF(ERROR, e != cudaSuccess)
+        << "cudaEventDestroy: " << cudaGetErrorString(e);
+  }
+};
+
+std::string CudaError(absl::string_view what, cudaError_t e) {
+  (void)cudaGetLastError();  // Clears the error for later calls.
+  return absl::StrCat(what, ": CUDA error ", cudaGetErrorName(e), " (",
+                      cudaGetErrorString(e), ")");
+}
+
+}  // namespace
+
 struct NcclProcessGroup::State {
+  int device = -1;
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   void* scratch = nullptr;  // One int for Barrier.
   std::mutex mu;
   bool aborted = false;
 
+  // Operations on the group's stream, oldest first, until they finish.
+  struct Pending {
+    Call call;
+    std::shared_ptr<OwnedEvent> done;
+    absl::Time deadline;
+    std::shared_ptr<Work> work;
+    std::vector<Tensor> keep;
+  };
+  std::mutex pending_mu;
+  std::condition_variable pending_cv;
+  std::deque<Pending> pending;
+  bool stopping = false;
+
   ~State() {
-    if (comm != nullptr) {
-      if (aborted) {
-        // Already aborted.
-      } else {
-        ncclCommDestroy(comm);
-      }
+    cuda::DeviceGuard guard(comm != nullptr || stream != nullptr ? device : -1);
+    if (comm != nullptr && !aborted) {
+      // The watchdog has seen every operation finish.
+      ncclCommDestroy(comm);
     }
     if (scratch != nullptr) cudaFree(scratch);
     if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  // ncclCommGetAsyncError's state (an error once aborted: the communicator
+  // is gone then).
+  ncclResult_t AsyncError() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (aborted) return ncclInvalidUsage;
+    ncclResult_t async = ncclSuccess;
+    const ncclResult_t got = ncclCommGetAsyncError(comm, &async);
+    return got != ncclSuccess ? got : async;
   }
 
   void Abort() {
@@ -93,7 +144,15 @@ NcclProcessGroup::NcclProcessGroup(int rank, int size, std::string name,
       device_(device),
       state_(std::make_shared<State>()) {}
 
-NcclProcessGroup::~NcclProcessGroup() = default;
+NcclProcessGroup::~NcclProcessGroup() {
+  {
+    std::lock_guard<std::mutex> lock(state_->pending_mu);
+    state_->stopping = true;
+  }
+  state_->pending_cv.notify_all();
+  // Returns once every pending operation has finished or timed out.
+  if (watchdog_.joinable()) watchdog_.join();
+}
 
 absl::StatusOr<std::shared_ptr<NcclProcessGroup>> NcclProcessGroup::Create(
     std::shared_ptr<Store> store, int rank, int size, std::string name,
@@ -109,11 +168,9 @@ absl::StatusOr<std::shared_ptr<NcclProcessGroup>> NcclProcessGroup::Create(
         ce != cudaSuccess ? absl::StrCat(": ", cudaGetErrorString(ce)) : "",
         ")"));
   }
-  ce = cudaSetDevice(device);
-  if (ce != cudaSuccess) {
-    return absl::InternalError(
-        absl::StrCat(where, ": cudaSetDevice: ", cudaGetErrorString(ce)));
-  }
+  // The communicator, stream and scratch belong to `device`; the caller's
+  // current device is restored on return.
+  cuda::DeviceGuard device_guard(device);
   // Rank 0 makes the unique id; the others read it from the store.
   ncclUniqueId id;
   if (rank == 0) {
@@ -142,6 +199,7 @@ absl::StatusOr<std::shared_ptr<NcclProcessGroup>> NcclProcessGroup::Create(
       new NcclProcessGroup(rank, size, name, std::move(global_ranks),
                            std::move(store), std::move(options), device));
   State& st = *group->state_;
+  st.device = device;
   // Non-blocking init, so a rank that never comes is a timeout.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
@@ -149,7 +207,8 @@ absl::StatusOr<std::shared_ptr<NcclProcessGroup>> NcclProcessGroup::Create(
   const absl::Time deadline = absl::Now() + group->options().timeout;
   while (r == ncclInProgress || r == ncclSuccess) {
     ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(st.comm, &async);
+    const ncclResult_t q = ncclCommGetAsyncError(st.comm, &async);
+    if (q != ncclSuccess) async = q;
     if (async == ncclSuccess) {
       r = ncclSuccess;
       break;
@@ -172,10 +231,11 @@ absl::StatusOr<std::shared_ptr<NcclProcessGroup>> NcclProcessGroup::Create(
   }
   ce = cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking);
   if (ce == cudaSuccess) ce = cudaMalloc(&st.scratch, sizeof(int));
+  if (ce == cudaSuccess) ce = cudaMemset(st.scratch, 0, sizeof(int));
   if (ce != cudaSuccess) {
-    return absl::InternalError(
-        absl::StrCat(where, ": ", cudaGetErrorString(ce)));
+    return absl::InternalError(CudaError(where, ce));
   }
+  group->watchdog_ = std::thread([g = group.get()] { g->Watchdog(); });
   return group;
 }
 
@@ -190,61 +250,175 @@ std::shared_ptr<Work> NcclProcessGroup::Launch(
                      "failure: ",
                      broken.message())));
   }
-  cudaSetDevice(device_);
   State& st = *state_;
-  // Inputs written on the default stream must be ready first.
-  cudaEvent_t ready, done;
-  cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
-  cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
-  cudaEventRecord(ready, cudaStreamLegacy);
-  cudaStreamWaitEvent(st.stream, ready, 0);
-  cudaEventDestroy(ready);
-  const int r = enqueue();
-  if (r != ncclSuccess && r != ncclInProgress) {
-    cudaEventDestroy(done);
-    return Work::Done(Fail(call, absl::StatusCode::kInternal, NcclError(r)));
+  cuda::DeviceGuard device_guard(device_);
+  // The inputs are ready once the caller's current stream has reached this
+  // point: the group's stream waits for it there.
+  const cudaStream_t caller = cuda::CurrentStream(device_);
+  cudaEvent_t ready = nullptr;
+  cudaError_t ce = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
+  if (ce != cudaSuccess) {
+    return Work::Done(Fail(call, absl::StatusCode::kInternal,
+                           CudaError("creating an event", ce)));
   }
-  cudaEventRecord(done, st.stream);
-  // The default stream waits for the result, as PyTorch's current stream
-  // does after Wait.
+  ce = cudaEventRecord(ready, caller);
+  if (ce == cudaSuccess) ce = cudaStreamWaitEvent(st.stream, ready, 0);
+  const cudaError_t destroyed = cudaEventDestroy(ready);
+  if (ce == cudaSuccess) ce = destroyed;
+  if (ce != cudaSuccess) {
+    return Work::Done(
+        Fail(call, absl::StatusCode::kInternal,
+             CudaError("ordering the group's stream after the current "
+                       "stream",
+                       ce)));
+  }
+  auto done = std::make_shared<OwnedEvent>();
+  done->device = device_;
+  ce = cudaEventCreateWithFlags(&done->event, cudaEventDisableTiming);
+  if (ce != cudaSuccess) {
+    done->event = nullptr;
+    return Work::Done(Fail(call, absl::StatusCode::kInternal,
+                           CudaError("creating an event", ce)));
+  }
+  int r = ncclInvalidUsage;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (!st.aborted) r = enqueue();
+  }
+  // A non-blocking communicator may still be queueing the kernels: the
+  // completion event must follow them.
   const absl::Time deadline = absl::Now() + call.timeout;
-  std::shared_ptr<State> state = state_;
-  auto waiter = [this, call, done, deadline, state, keep = std::move(keep)](
-                    absl::Duration timeout, bool* finished) -> absl::Status {
-    const absl::Time until = std::min(deadline, absl::Now() + timeout);
-    while (true) {
-      cudaError_t q = cudaEventQuery(done);
-      if (q == cudaSuccess) {
-        cudaStreamWaitEvent(cudaStreamLegacy, done, 0);
-        cudaEventDestroy(done);
-        *finished = true;
-        return absl::OkStatus();
-      }
-      if (q != cudaErrorNotReady) {
-        *finished = true;
-        return Fail(call, absl::StatusCode::kInternal,
-                    absl::StrCat("CUDA error: ", cudaGetErrorString(q)));
-      }
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(state->comm, &async);
-      if (async != ncclSuccess && async != ncclInProgress) {
-        state->Abort();
-        *finished = true;
-        return Fail(call, absl::StatusCode::kUnavailable, NcclError(async));
-      }
+  while (r == ncclInProgress) {
+    r = st.AsyncError();
+    if (r == ncclInProgress) {
       if (absl::Now() >= deadline) {
-        state->Abort();
-        *finished = true;
-        return Fail(call, absl::StatusCode::kDeadlineExceeded,
-                    absl::StrCat("did not complete within its timeout of ",
-                                 absl::FormatDuration(call.timeout),
-                                 " (communicator aborted)"));
+        st.Abort();
+        return Work::Done(FailPending(
+            call, absl::StatusCode::kDeadlineExceeded,
+            absl::StrCat("could not be queued within its timeout of ",
+                         absl::FormatDuration(call.timeout),
+                         " (communicator aborted)")));
       }
-      if (absl::Now() >= until) return absl::DeadlineExceededError("");
-      absl::SleepFor(absl::Microseconds(50));
+      absl::SleepFor(absl::Microseconds(20));
     }
-  };
-  return std::make_shared<Work>(call.what, call.timeout, std::move(waiter));
+  }
+  if (r != ncclSuccess) {
+    st.Abort();
+    return Work::Done(
+        FailPending(call, absl::StatusCode::kInternal, NcclError(r)));
+  }
+  ce = cudaEventRecord(done->event, st.stream);
+  if (ce != cudaSuccess) {
+    return Work::Done(Fail(call, absl::StatusCode::kInternal,
+                           CudaError("recording the completion event", ce)));
+  }
+  auto work = std::make_shared<Work>(call.what, call.timeout);
+  if (!options().blocking_wait) {
+    const int device = device_;
+    work->SetDeviceWait([done, device, what = call.what]() -> absl::Status {
+      cuda::DeviceGuard guard(device);
+      const cudaError_t e =
+          cudaStreamWaitEvent(cuda::CurrentStream(device), done->event, 0);
+      if (e != cudaSuccess) {
+        return absl::InternalError(CudaError(
+            absl::StrCat(what, ": ordering the current stream after it"), e));
+      }
+      return absl::OkStatus();
+    });
+  }
+  {
+    std::lock_guard<std::mutex> lock(st.pending_mu);
+    st.pending.push_back({call, done, deadline, work, std::move(keep)});
+  }
+  st.pending_cv.notify_all();
+  return work;
+}
+
+absl::Status NcclProcessGroup::FailPending(const Call& call,
+                                           absl::StatusCode code,
+                                           const std::string& detail) {
+  const absl::Status status = Fail(call, code, detail);
+  LOG(ERROR) << status.message();
+  std::deque<State::Pending> failed;
+  {
+    std::lock_guard<std::mutex> lock(state_->pending_mu);
+    failed.swap(state_->pending);
+  }
+  for (State::Pending& p : failed) {
+    p.work->MarkDone(
+        p.call.what == call.what
+            ? status
+            : absl::FailedPreconditionError(absl::StrCat(
+                  p.call.what, ": the group failed while it was pending: ",
+                  status.message())));
+  }
+  return status;
+}
+
+void NcclProcessGroup::Watchdog() {
+  State& st = *state_;
+  // Polling: often when someone blocks on a Wait, sparingly otherwise (a
+  // finished operation then only releases its tensors a little later).
+  const absl::Duration poll = options().blocking_wait ? absl::Microseconds(50)
+                                                      : absl::Microseconds(500);
+  while (true) {
+    State::Pending front;
+    absl::Time earliest = absl::InfiniteFuture();
+    const Call* expired = nullptr;
+    Call expired_call;
+    {
+      std::unique_lock<std::mutex> lock(st.pending_mu);
+      st.pending_cv.wait(lock,
+                         [&] { return st.stopping || !st.pending.empty(); });
+      if (st.pending.empty()) return;  // Stopping, nothing left.
+      front = st.pending.front();
+      const absl::Time now = absl::Now();
+      for (const State::Pending& p : st.pending) {
+        if (p.deadline < earliest) earliest = p.deadline;
+        if (expired == nullptr && now >= p.deadline) {
+          expired_call = p.call;
+          expired = &expired_call;
+        }
+      }
+    }
+    // The stream runs its operations in order: the oldest finishes first.
+    const cudaError_t q = cudaEventQuery(front.done->event);
+    if (q == cudaSuccess) {
+      {
+        std::lock_guard<std::mutex> lock(st.pending_mu);
+        if (!st.pending.empty() && st.pending.front().work == front.work) {
+          st.pending.pop_front();
+        }
+      }
+      front.work->MarkDone(absl::OkStatus());
+      continue;
+    }
+    if (q != cudaErrorNotReady) {
+      st.Abort();
+      FailPending(front.call, absl::StatusCode::kInternal,
+                  CudaError("waiting for completion", q))
+          .IgnoreError();
+      continue;
+    }
+    const ncclResult_t async = st.AsyncError();
+    if (async != ncclSuccess && async != ncclInProgress) {
+      st.Abort();
+      FailPending(front.call, absl::StatusCode::kUnavailable, NcclError(async))
+          .IgnoreError();
+      continue;
+    }
+    if (expired != nullptr) {
+      st.Abort();
+      FailPending(*expired, absl::StatusCode::kDeadlineExceeded,
+                  absl::StrCat("did not complete within its timeout of ",
+                               absl::FormatDuration(expired->timeout),
+                               " (communicator aborted)"))
+          .IgnoreError();
+      continue;
+    }
+    absl::SleepFor(
+        std::min(poll, std::max(absl::ZeroDuration(), earliest - absl::Now())));
+  }
 }
 
 std::shared_ptr<Work> NcclProcessGroup::DoAllReduce(const Call& call, Tensor t,
@@ -280,17 +454,20 @@ std::shared_ptr<Work> NcclProcessGroup::DoAllGatherV(
                   const size_t esize = DTypeSize(in.dtype());
                   char* base = static_cast<char*>(out.raw_data());
                   size_t offset = 0;
-                  ncclGroupStart();
+                  ncclResult_t r = ncclGroupStart();
+                  if (r != ncclSuccess) return static_cast<int>(r);
                   for (int q = 0; q < size(); ++q) {
                     const size_t n = elements_per_rank[q];
-                    if (n > 0) {
-                      ncclBroadcast(q == rank() ? in.raw_data() : base + offset,
-                                    base + offset, n, NcclType(in.dtype()), q,
-                                    st->comm, st->stream);
+                    if (n > 0 && r == ncclSuccess) {
+                      r = ncclBroadcast(
+                          q == rank() ? in.raw_data() : base + offset,
+                          base + offset, n, NcclType(in.dtype()), q, st->comm,
+                          st->stream);
                     }
                     offset += n * esize;
                   }
-                  return static_cast<int>(ncclGroupEnd());
+                  const ncclResult_t end = ncclGroupEnd();
+                  return static_cast<int>(r != ncclSuccess ? r : end);
                 },
                 {in, out});
 }
@@ -329,14 +506,18 @@ std::shared_ptr<Work> NcclProcessGroup::DoAllToAll(const Call& call, Tensor in,
                   const size_t bytes = block * DTypeSize(in.dtype());
                   char* src = static_cast<char*>(in.raw_data());
                   char* dst = static_cast<char*>(out.raw_data());
-                  ncclGroupStart();
-                  for (int q = 0; q < size(); ++q) {
-                    ncclSend(src + q * bytes, block, NcclType(in.dtype()), q,
-                             st->comm, st->stream);
-                    ncclRecv(dst + q * bytes, block, NcclType(in.dtype()), q,
-                             st->comm, st->stream);
+                  ncclResult_t r = ncclGroupStart();
+                  if (r != ncclSuccess) return static_cast<int>(r);
+                  for (int q = 0; q < size() && r == ncclSuccess; ++q) {
+                    r = ncclSend(src + q * bytes, block, NcclType(in.dtype()),
+                                 q, st->comm, st->stream);
+                    if (r == ncclSuccess) {
+                      r = ncclRecv(dst + q * bytes, block, NcclType(in.dtype()),
+                                   q, st->comm, st->stream);
+                    }
                   }
-                  return static_cast<int>(ncclGroupEnd());
+                  const ncclResult_t end = ncclGroupEnd();
+                  return static_cast<int>(r != ncclSuccess ? r : end);
                 },
                 {in, out});
 }
@@ -371,6 +552,32 @@ std::shared_ptr<Work> NcclProcessGroup::DoRecv(const Call& call, Tensor t,
                                   src, st->comm, st->stream);
                 },
                 {t});
+}
+
+std::shared_ptr<Work> NcclProcessGroup::DoBatchP2P(const Call& call,
+                                                   std::vector<P2POp> ops) {
+  State* st = state_.get();
+  std::vector<Tensor> keep;
+  for (const P2POp& op : ops) keep.push_back(op.tensor);
+  return Launch(
+      call,
+      [&] {
+        // One group: the transfers progress together, so two ranks that
+        // send to each other here cannot deadlock.
+        ncclResult_t r = ncclGroupStart();
+        if (r != ncclSuccess) return static_cast<int>(r);
+        for (size_t i = 0; i < ops.size() && r == ncclSuccess; ++i) {
+          const Tensor& t = ops[i].tensor;
+          r = ops[i].kind == P2POp::kSend
+                  ? ncclSend(t.raw_data(), t.numel(), NcclType(t.dtype()),
+                             ops[i].peer, st->comm, st->stream)
+                  : ncclRecv(t.raw_data(), t.numel(), NcclType(t.dtype()),
+                             ops[i].peer, st->comm, st->stream);
+        }
+        const ncclResult_t end = ncclGroupEnd();
+        return static_cast<int>(r != ncclSuccess ? r : end);
+      },
+      std::move(keep));
 }
 
 absl::StatusOr<std::shared_ptr<ProcessGroup>> NcclProcessGroup::CreateSubgroup(

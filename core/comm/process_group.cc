@@ -104,7 +104,41 @@ void Work::SetOnDone(std::function<void(const absl::Status&)> fn) {
   fn(status);
 }
 
+std::shared_ptr<Work> Work::All(std::string what,
+                                absl::Duration default_timeout,
+                                std::vector<std::shared_ptr<Work>> works) {
+  // Each work fails by itself at its own deadline; this one waits for them
+  // in turn (they are all under way) within the caller's timeout.
+  auto waiter = [works = std::move(works)](absl::Duration timeout,
+                                           bool* finished) -> absl::Status {
+    const absl::Time until = timeout == absl::InfiniteDuration()
+                                 ? absl::InfiniteFuture()
+                                 : absl::Now() + timeout;
+    for (const std::shared_ptr<Work>& w : works) {
+      absl::Status s =
+          w->Wait(std::max(absl::ZeroDuration(), until - absl::Now()));
+      if (!w->IsCompleted()) return absl::DeadlineExceededError("not finished");
+      if (!s.ok()) {
+        *finished = true;
+        return s;
+      }
+    }
+    *finished = true;
+    return absl::OkStatus();
+  };
+  return std::make_shared<Work>(std::move(what), default_timeout,
+                                std::move(waiter));
+}
+
+void Work::SetDeviceWait(std::function<absl::Status()> device_wait) {
+  device_wait_ = std::move(device_wait);
+}
+
 bool Work::IsCompleted() {
+  if (device_wait_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
   Wait(absl::ZeroDuration()).IgnoreError();
   std::lock_guard<std::mutex> lock(mu_);
   return done_;
@@ -115,6 +149,12 @@ absl::Status Work::Wait() {
 }
 
 absl::Status Work::Wait(absl::Duration timeout) {
+  if (device_wait_) {
+    absl::Status ordered = device_wait_();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_ && !status_.ok()) return status_;
+    return ordered;
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (waiter_ && !done_) {
     bool finished = false;
@@ -570,6 +610,55 @@ std::shared_ptr<Work> ProcessGroup::Recv(Tensor* t, int src, uint32_t tag,
                       "", false, opts);
   return Recorded(call, t->nbytes(), global_ranks_[src],
                   [&] { return DoRecv(call, *t, src, tag); });
+}
+
+std::shared_ptr<Work> ProcessGroup::BatchP2P(std::vector<P2POp> ops,
+                                             const CollectiveOptions& opts) {
+  if (ops.empty()) return Work::Done(absl::OkStatus());
+  const std::string what =
+      absl::StrCat("BatchP2P on rank ", rank_, " of group '", name_, "'");
+  std::vector<std::string> parts;
+  int64_t bytes = 0;
+  int peer = -2;  // The one peer of every op, or -1.
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    const bool send = op.kind == P2POp::kSend;
+    const std::string op_what = absl::StrCat(what, ", op ", i);
+    MCC_CHECK_OR_RETURN(
+        CheckTensor(op.tensor, op_what, send ? "input" : "output"));
+    if (op.peer < 0 || op.peer >= size_ || op.peer == rank_) {
+      return Work::Done(absl::InvalidArgumentError(absl::StrCat(
+          op_what, ": ", send ? "destination " : "source ", op.peer,
+          " must be another rank of a group of ", size_)));
+    }
+    parts.push_back(absl::StrCat(send ? "Send(" : "Recv(", TensorSig(op.tensor),
+                                 send ? " to rank " : " from rank ", op.peer,
+                                 ", tag ", op.tag, ")"));
+    bytes += op.tensor.nbytes();
+    peer = peer == -2 || peer == op.peer ? op.peer : -1;
+  }
+  MCC_BEGIN_OR_RETURN(
+      call, "BatchP2P",
+      absl::StrCat("BatchP2P(", absl::StrJoin(parts, ", "), ")"), "", false,
+      opts);
+  return Recorded(call, bytes, peer >= 0 ? global_ranks_[peer] : -1,
+                  [&] { return DoBatchP2P(call, std::move(ops)); });
+}
+
+std::shared_ptr<Work> ProcessGroup::DoBatchP2P(const Call& call,
+                                               std::vector<P2POp> ops) {
+  std::vector<std::shared_ptr<Work>> works;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    const bool send = op.kind == P2POp::kSend;
+    Call sub = call;
+    sub.op = send ? "Send" : "Recv";
+    sub.what = absl::StrCat(call.what, ", op ", i, " (", sub.op,
+                            send ? " to rank " : " from rank ", op.peer, ")");
+    works.push_back(send ? DoSend(sub, op.tensor, op.peer, op.tag)
+                         : DoRecv(sub, op.tensor, op.peer, op.tag));
+  }
+  return Work::All(call.what, call.timeout, std::move(works));
 }
 
 absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewSubgroup(

@@ -45,6 +45,30 @@ struct GroupOptions {
   // The device whose tensors a gloo group moves: the CPU, or a host-backed
   // device (the test device). NCCL groups take their GPU separately.
   Device device = Device::CPU();
+  // NCCL: Work::Wait blocks the host until the operation has finished (as
+  // TORCH_NCCL_BLOCKING_WAIT=1). By default it only makes the caller's
+  // current stream wait for it; a failure or timeout is then found by the
+  // group's watchdog, logged, and returned by the next call.
+  bool blocking_wait = false;
+};
+
+// One transfer of a ProcessGroup::BatchP2P.
+struct P2POp {
+  enum Kind { kSend, kRecv };
+  Kind kind = kSend;
+  // The tensor sent, or the one received into (a handle on the caller's
+  // storage).
+  Tensor tensor;
+  int peer = 0;  // Group rank.
+  // gloo matches on it; NCCL does not (see BatchP2P).
+  uint32_t tag = 0;
+
+  static P2POp Send(Tensor t, int dst, uint32_t tag = 0) {
+    return {kSend, std::move(t), dst, tag};
+  }
+  static P2POp Recv(Tensor t, int src, uint32_t tag = 0) {
+    return {kRecv, std::move(t), src, tag};
+  }
 };
 
 // The handle of one asynchronous operation. Wait() may be called from any
@@ -62,8 +86,17 @@ class Work {
   Work(std::string what, absl::Duration default_timeout, Waiter waiter);
   static std::shared_ptr<Work> Done(absl::Status status);
 
+  // A work that finishes when every one of `works` has (all already
+  // issued, none device-ordered): its status is the first failure among
+  // them, else OK.
+  static std::shared_ptr<Work> All(std::string what,
+                                   absl::Duration default_timeout,
+                                   std::vector<std::shared_ptr<Work>> works);
+
   // Waits up to timeout; DeadlineExceeded (naming the operation) when the
-  // operation has not finished by then.
+  // operation has not finished by then. A device-ordered work (see
+  // SetDeviceWait) does not block: it orders the caller's current stream
+  // after the operation and returns at once.
   absl::Status Wait(absl::Duration timeout);
   // Waits until the operation finishes: it fails by itself once its own
   // timeout passes, so this never hangs.
@@ -77,7 +110,15 @@ class Work {
   // (at once if it already has). For the flight recorder.
   void SetOnDone(std::function<void(const absl::Status&)> fn);
 
+  // Makes the work device-ordered, as a CUDA work in PyTorch: Wait calls
+  // device_wait (which makes the calling thread's current stream wait for
+  // the operation) and returns its error, or the operation's if it has
+  // already failed, without blocking the host; the backend's watchdog calls
+  // MarkDone when the operation has finished. Set before the work is shared.
+  void SetDeviceWait(std::function<absl::Status()> device_wait);
+
  private:
+  std::function<absl::Status()> device_wait_;
   std::function<void(const absl::Status&)> on_done_;
   std::string what_;
   absl::Duration default_timeout_;
@@ -141,7 +182,22 @@ class ProcessGroup {
   std::shared_ptr<Work> AllToAll(const Tensor& in, Tensor* out,
                                  const CollectiveOptions& opts = {});
   std::shared_ptr<Work> Barrier(const CollectiveOptions& opts = {});
-  // Point to point; a Send matches the Recv with the same tag, in order.
+  // Posts sends and receives together (torch.distributed.batch_isend_irecv):
+  // NCCL runs them inside one ncclGroupStart/End, so two ranks that send to
+  // each other in one batch cannot deadlock; gloo posts them all at once.
+  // The work finishes when every transfer has. Portable callers must not
+  // rely on tags: NCCL ignores them, and transfers from one rank to another
+  // match the other's receives from it in posting order (also across
+  // batches and single Send/Recv calls). A rank may appear in several ops;
+  // empty batches are done at once.
+  std::shared_ptr<Work> BatchP2P(std::vector<P2POp> ops,
+                                 const CollectiveOptions& opts = {});
+  absl::Status BatchP2PSync(std::vector<P2POp> ops,
+                            const CollectiveOptions& opts = {}) {
+    return BatchP2P(std::move(ops), opts)->Wait();
+  }
+  // Point to point; a Send matches the Recv with the same tag, in order
+  // (gloo; NCCL ignores the tag: see BatchP2P).
   std::shared_ptr<Work> Send(const Tensor& t, int dst, uint32_t tag = 0,
                              const CollectiveOptions& opts = {});
   std::shared_ptr<Work> Recv(Tensor* t, int src, uint32_t tag = 0,
@@ -222,6 +278,11 @@ class ProcessGroup {
                                        uint32_t tag) = 0;
   virtual std::shared_ptr<Work> DoRecv(const Call& call, Tensor t, int src,
                                        uint32_t tag) = 0;
+  // Posts every op (checked, at least one) and returns a work that finishes
+  // with all of them. The default posts each through DoSend / DoRecv, which
+  // suits backends whose transfers progress independently (gloo).
+  virtual std::shared_ptr<Work> DoBatchP2P(const Call& call,
+                                           std::vector<P2POp> ops);
   // Creates this backend's group over `store` (already prefixed for it).
   virtual absl::StatusOr<std::shared_ptr<ProcessGroup>> CreateSubgroup(
       int rank, int size, std::string name, std::vector<int> global_ranks,

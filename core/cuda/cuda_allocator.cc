@@ -2,8 +2,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
 #include "core/cuda/cuda_status.h"
 #include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
 #include "glog/logging.h"
 
 namespace mcc {
@@ -14,6 +18,7 @@ CudaAllocator::CudaAllocator(int device_index) : device_index_(device_index) {}
 CudaAllocator::~CudaAllocator() {
   std::lock_guard<std::mutex> lock(mu_);
   EmptyCacheLocked();
+  for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
 }
 
 size_t CudaAllocator::RoundSize(size_t bytes) {
@@ -26,27 +31,31 @@ size_t CudaAllocator::RoundSize(size_t bytes) {
 
 void* CudaAllocator::RawAllocate(size_t bytes) {
   const size_t rounded = RoundSize(bytes);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = free_blocks_.find(rounded);
-  if (it != free_blocks_.end() && !it->second.empty()) {
-    void* ptr = it->second.back();
-    it->second.pop_back();
-    cached_bytes_ -= static_cast<int64_t>(rounded);
-    return ptr;
-  }
   if (!CheckDeviceIndex(device_index_).ok()) {
     LOG(FATAL) << "no CUDA device: cannot allocate " << FormatBytes(bytes)
                << " (" << bytes << " bytes) on cuda:" << device_index_ << " ("
                << CudaDeviceCount() << " CUDA devices present)";
   }
+  const cudaStream_t stream = CurrentStream(device_index_);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!pending_.empty()) ProcessPendingLocked(/*wait=*/false);
+  auto it = free_blocks_.find({stream, rounded});
+  if (it != free_blocks_.end() && !it->second.empty()) {
+    void* ptr = it->second.back();
+    it->second.pop_back();
+    cached_bytes_ -= static_cast<int64_t>(rounded);
+    live_[reinterpret_cast<uintptr_t>(ptr)] = {rounded, stream, {}};
+    return ptr;
+  }
   DeviceGuard guard(device_index_);
   void* ptr = nullptr;
   cudaError_t error = cudaMalloc(&ptr, rounded);
-  if (error == cudaErrorMemoryAllocation && cached_bytes_ > 0) {
+  if (error == cudaErrorMemoryAllocation &&
+      (cached_bytes_ > 0 || pending_bytes_ > 0)) {
     (void)cudaGetLastError();
     LOG(WARNING) << "cudaMalloc of " << FormatBytes(rounded)
                  << " on cuda:" << device_index_ << " failed; releasing "
-                 << FormatBytes(cached_bytes_)
+                 << FormatBytes(cached_bytes_ + pending_bytes_)
                  << " of cached blocks and retrying";
     EmptyCacheLocked();
     error = cudaMalloc(&ptr, rounded);
@@ -60,14 +69,109 @@ void* CudaAllocator::RawAllocate(size_t bytes) {
   }
   ++malloc_calls_;
   reserved_bytes_ += static_cast<int64_t>(rounded);
+  live_[reinterpret_cast<uintptr_t>(ptr)] = {rounded, stream, {}};
   return ptr;
 }
 
+cudaEvent_t CudaAllocator::TakeEventLocked() {
+  if (!spare_events_.empty()) {
+    cudaEvent_t e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  DeviceGuard guard(device_index_);
+  cudaEvent_t e = nullptr;
+  const cudaError_t error =
+      cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();
+    LOG(ERROR) << "cudaEventCreate on cuda:" << device_index_ << ": "
+               << cudaGetErrorString(error);
+    return nullptr;
+  }
+  return e;
+}
+
 void CudaAllocator::RawFree(void* ptr, size_t bytes) {
-  const size_t rounded = RoundSize(bytes);
   std::lock_guard<std::mutex> lock(mu_);
-  free_blocks_[rounded].push_back(ptr);
-  cached_bytes_ += static_cast<int64_t>(rounded);
+  auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
+  CHECK(it != live_.end()) << "CudaAllocator: freeing " << ptr << " (" << bytes
+                           << " bytes) that cuda:" << device_index_
+                           << " did not allocate";
+  Block block = std::move(it->second);
+  live_.erase(it);
+  if (block.others.empty()) {
+    free_blocks_[{block.stream, block.size}].push_back(ptr);
+    cached_bytes_ += static_cast<int64_t>(block.size);
+    return;
+  }
+  // Reusable once the other streams have done what was queued on them.
+  PendingFree pending;
+  pending.ptr = ptr;
+  for (cudaStream_t s : block.others) {
+    cudaEvent_t e = TakeEventLocked();
+    cudaError_t error = e != nullptr ? cudaEventRecord(e, s) : cudaErrorUnknown;
+    if (error != cudaSuccess) {
+      // Without an event, wait for the stream here: slower, still safe.
+      (void)cudaGetLastError();
+      LOG(ERROR) << "CudaAllocator: recording an event on a stream of cuda:"
+                 << device_index_ << " failed (" << cudaGetErrorString(error)
+                 << "); synchronising the stream instead";
+      if (e != nullptr) spare_events_.push_back(e);
+      cudaStreamSynchronize(s);
+      continue;
+    }
+    pending.events.push_back(e);
+  }
+  pending.block = std::move(block);
+  pending_bytes_ += static_cast<int64_t>(pending.block.size);
+  pending_.push_back(std::move(pending));
+}
+
+void CudaAllocator::ProcessPendingLocked(bool wait) {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    bool ready = true;
+    for (cudaEvent_t e : it->events) {
+      cudaError_t q = wait ? cudaEventSynchronize(e) : cudaEventQuery(e);
+      if (q == cudaErrorNotReady) {
+        ready = false;
+        break;
+      }
+      if (q != cudaSuccess) {
+        (void)cudaGetLastError();
+        LOG(ERROR) << "CudaAllocator: waiting for a stream of cuda:"
+                   << device_index_ << ": " << cudaGetErrorString(q);
+      }
+    }
+    if (!ready) {
+      ++it;
+      continue;
+    }
+    for (cudaEvent_t e : it->events) spare_events_.push_back(e);
+    const size_t size = it->block.size;
+    free_blocks_[{it->block.stream, size}].push_back(it->ptr);
+    cached_bytes_ += static_cast<int64_t>(size);
+    pending_bytes_ -= static_cast<int64_t>(size);
+    it = pending_.erase(it);
+  }
+}
+
+absl::Status CudaAllocator::RecordStream(const void* ptr, cudaStream_t stream) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.upper_bound(p);
+  if (it == live_.begin() || (--it, p >= it->first + it->second.size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RecordStream: ", absl::Hex(p), " is not in memory that ",
+                     "cuda:", device_index_, "'s allocator has handed out"));
+  }
+  Block& block = it->second;
+  if (stream != block.stream &&
+      std::find(block.others.begin(), block.others.end(), stream) ==
+          block.others.end()) {
+    block.others.push_back(stream);
+  }
+  return absl::OkStatus();
 }
 
 void CudaAllocator::EmptyCache() {
@@ -76,15 +180,16 @@ void CudaAllocator::EmptyCache() {
 }
 
 void CudaAllocator::EmptyCacheLocked() {
+  if (!pending_.empty()) ProcessPendingLocked(/*wait=*/true);
   if (cached_bytes_ == 0) return;
   DeviceGuard guard(device_index_);
-  for (auto& [size, blocks] : free_blocks_) {
+  for (auto& [key, blocks] : free_blocks_) {
     for (void* ptr : blocks) {
       const cudaError_t error = cudaFree(ptr);
       LOG_IF(ERROR, error != cudaSuccess)
           << "cudaFree on cuda:" << device_index_ << ": "
           << cudaGetErrorString(error);
-      reserved_bytes_ -= static_cast<int64_t>(size);
+      reserved_bytes_ -= static_cast<int64_t>(key.second);
     }
     blocks.clear();
   }
@@ -102,6 +207,11 @@ int64_t CudaAllocator::CachedBytes() const {
   return cached_bytes_;
 }
 
+int64_t CudaAllocator::PendingBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_bytes_;
+}
+
 int64_t CudaAllocator::CudaMallocCalls() const {
   std::lock_guard<std::mutex> lock(mu_);
   return malloc_calls_;
@@ -109,6 +219,15 @@ int64_t CudaAllocator::CudaMallocCalls() const {
 
 CudaAllocator* GetCudaAllocator(int index) {
   return static_cast<CudaAllocator*>(GetAllocator(Device::CUDA(index)));
+}
+
+absl::Status RecordStream(const Tensor& t, cudaStream_t stream) {
+  if (!t.device().is_cuda()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RecordStream: ", t.Describe(), " is not on a CUDA device"));
+  }
+  if (t.nbytes() == 0 || t.raw_data() == nullptr) return absl::OkStatus();
+  return GetCudaAllocator(t.device().index)->RecordStream(t.raw_data(), stream);
 }
 
 namespace {

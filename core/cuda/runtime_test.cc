@@ -4,7 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -154,6 +156,85 @@ TEST(CudaRuntimeTest, StreamsAndEvents) {
                    dst.nbytes(), other->get())
                   .ok());
   EXPECT_EQ(out, values);
+}
+
+void CUDART_CB SleepOnStream(void* ms) {
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(*static_cast<int*>(ms)));
+}
+
+TEST(CudaRuntimeTest, AllocatorReusesPerStream) {
+  if (CudaDeviceCount() == 0)
+    GTEST_SKIP() << "no CUDA device: AllocatorReusesPerStream skipped";
+  CudaAllocator* alloc = GetCudaAllocator(0);
+  absl::StatusOr<Stream> s1 = Stream::Create(0);
+  absl::StatusOr<Stream> s2 = Stream::Create(0);
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  // An odd size class no other test uses.
+  const Shape shape{777, 13};
+  void* first = nullptr;
+  {
+    StreamGuard guard(0, s1->get());
+    Tensor a = Tensor::Empty(shape, DType::kFloat32, Device::CUDA(0));
+    first = a.raw_data();
+  }
+  {
+    // Freed on s1: another stream does not get it...
+    StreamGuard guard(0, s2->get());
+    Tensor b = Tensor::Empty(shape, DType::kFloat32, Device::CUDA(0));
+    EXPECT_NE(b.raw_data(), first);
+  }
+  {
+    // ...s1 does, at once.
+    StreamGuard guard(0, s1->get());
+    Tensor c = Tensor::Empty(shape, DType::kFloat32, Device::CUDA(0));
+    EXPECT_EQ(c.raw_data(), first);
+  }
+  EXPECT_EQ(alloc->PendingBytes(), 0);
+}
+
+TEST(CudaRuntimeTest, RecordStreamDefersReuseUntilTheStreamIsDone) {
+  if (CudaDeviceCount() == 0) {
+    GTEST_SKIP()
+        << "no CUDA device: RecordStreamDefersReuseUntilTheStreamIsDone "
+           "skipped";
+  }
+  CudaAllocator* alloc = GetCudaAllocator(0);
+  absl::StatusOr<Stream> mine = Stream::Create(0);
+  absl::StatusOr<Stream> side = Stream::Create(0);
+  ASSERT_TRUE(mine.ok() && side.ok());
+  StreamGuard guard(0, mine->get());
+  const Shape shape{555, 7};
+  const std::vector<float> values = RandomFloats(555 * 7, 11);
+  Tensor x = *Tensor::FromVector(values, shape)->To(Device::CUDA(0));
+  void* block = x.raw_data();
+  // The side stream reads x after a stall; x is freed meanwhile.
+  static int ms = 300;
+  ASSERT_EQ(cudaLaunchHostFunc(side->get(), &SleepOnStream, &ms), cudaSuccess);
+  Tensor copy = Tensor::Empty(shape, DType::kFloat32, Device::CUDA(0));
+  ASSERT_TRUE(Copy(copy.raw_data(), copy.device(), x.raw_data(), x.device(),
+                   x.nbytes(), side->get())
+                  .ok());
+  ASSERT_TRUE(RecordStream(x, side->get()).ok());
+  // A view records the block it lies in.
+  ASSERT_TRUE(
+      alloc->RecordStream(static_cast<char*>(block) + 100, side->get()).ok());
+  x = Tensor();
+  EXPECT_GE(alloc->PendingBytes(),
+            static_cast<int64_t>(CudaAllocator::RoundSize(555 * 7 * 4)));
+  {
+    // Overwriting the block now would corrupt the side stream's read.
+    Tensor y = Tensor::Full(shape, -1.0, DType::kFloat32, Device::CUDA(0));
+    EXPECT_NE(y.raw_data(), block);
+  }
+  ASSERT_TRUE(side->Synchronize().ok());
+  EXPECT_EQ(copy.To(Device::CPU())->ToFloats(), values);
+  Tensor z = Tensor::Empty(shape, DType::kFloat32, Device::CUDA(0));
+  EXPECT_EQ(z.raw_data(), block)
+      << "the block came back once the stream was done";
+  EXPECT_EQ(alloc->PendingBytes(), 0);
+  EXPECT_FALSE(
+      RecordStream(Tensor::Zeros({2}, DType::kFloat32), side->get()).ok());
 }
 
 }  // namespace

@@ -10,9 +10,10 @@ namespace cuda {
 
 // The stream that kernels, GEMMs and copies for a device are issued on by
 // this thread. It is the legacy default stream (nullptr) unless a
-// StreamGuard has set another one. Memory freed by the caching allocator is
-// reused without synchronisation, so work on several streams must be
-// ordered by the caller (events), as with PyTorch's caching allocator.
+// StreamGuard has set another one. The caching allocator reuses a freed
+// block at once only on the stream it was allocated on; memory also used on
+// another stream must be marked with RecordStream (cuda_allocator.h), and
+// work on several streams ordered with events, as with PyTorch's.
 cudaStream_t CurrentStream(int device);
 
 // Sets this thread's current stream for `device` for the guard's scope.

@@ -2,19 +2,69 @@
 #define PARALLEL_PIPELINE_P2P_H_
 
 #include <memory>
+#include <vector>
 
 #include "core/comm/process_group.h"
 #include "core/tensor.h"
+#include "parallel/pipeline/schedules.h"
 
 namespace mcc {
 namespace pipeline {
 
-// Point-to-point transfers between neighbouring pipeline stages over the
-// pipeline group (group rank = stage). Activations flow to the next stage,
-// gradients to the previous one; the last stage's next is stage 0 (and
-// stage 0's previous is the last) so that interleaved chunks form a ring.
-// Each transfer is tagged with its direction and the receiving chunk, so
-// transfers of one kind match in the order they are issued.
+// Where a stage's activations and gradients come from and go to. Stages
+// are the pipeline group's ranks; activations flow to the next stage,
+// gradients to the previous one, and the last stage's next is stage 0 (and
+// stage 0's previous the last) so that interleaved chunks form a ring:
+// virtual stage chunk x stages + stage feeds the one after it.
+struct StageLayout {
+  int stages = 1;
+  int stage = 0;
+  int chunks = 1;  // Model chunks (virtual stages) per stage.
+
+  int Next() const { return (stage + 1) % stages; }
+  int Prev() const { return (stage + stages - 1) % stages; }
+  // Whether action `a` receives its input (activations for a forward, the
+  // output's gradient for a backward) from a neighbour, and from which.
+  bool Receives(const Action& a) const;
+  int Source(const Action& a) const;
+  // Whether action `a` sends its result (activations, input gradient) to a
+  // neighbour, and to which.
+  bool Sends(const Action& a) const;
+  int Destination(const Action& a) const;
+  // The action of stage Destination(a) that consumes what `a` sends.
+  Action Consumer(const Action& a) const;
+};
+
+// A stage's schedule cut into units that compute without communicating,
+// and the transfers posted as one batch before each unit: the results of
+// the previous unit's actions that go to a neighbour, and the inputs of the
+// next unit's actions that come from one (sends first, each in action
+// order). Each action is a unit of its own, except that with virtual stages
+// a forward followed by a backward in the steady state make one unit
+// (Megatron's interleaved steady state, which sends both results and
+// receives both inputs of the next pair together; one action per batch
+// would deadlock there over NCCL). Posting exactly these batches, in order, is
+// free of deadlock and needs no tags: between two stages the sends of one match
+// the other's receives in posting order, even when the previous and the next
+// stage are the same peer (two stages), and also where each batch waits for
+// the one posted before it and every send waits for its receive (NCCL's
+// stream order). p2p_test checks this for every schedule by simulation.
+struct TransferBatch {
+  // The batch precedes actions [first_action, end_action) (the unit; both
+  // are actions.size() for the batch after the last unit).
+  int first_action = 0;
+  int end_action = 0;
+  std::vector<int> send_actions;  // Whose results are sent.
+  std::vector<int> recv_actions;  // Whose inputs are received.
+  bool empty() const { return send_actions.empty() && recv_actions.empty(); }
+};
+// One batch per unit, then one after the last (units + 1 in all; some may
+// be empty).
+std::vector<TransferBatch> PlanTransfers(const StageLayout& layout,
+                                         const std::vector<Action>& actions);
+
+// Posts a batch's transfers over the pipeline group together
+// (ProcessGroup::BatchP2P: one ncclGroupStart/End over NCCL), without tags.
 class PipelineP2P {
  public:
   explicit PipelineP2P(comm::ProcessGroup* pipeline) : group_(pipeline) {}
@@ -22,18 +72,15 @@ class PipelineP2P {
   int stage() const { return group_->rank(); }
   int stages() const { return group_->size(); }
 
-  // Activations for chunk `chunk` of the next stage.
-  std::shared_ptr<comm::Work> SendForward(const Tensor& t, int chunk);
-  // Activations for this stage's chunk `chunk` from the previous stage.
-  std::shared_ptr<comm::Work> RecvForward(Tensor* t, int chunk);
-  // Gradients for chunk `chunk` of the previous stage.
-  std::shared_ptr<comm::Work> SendBackward(const Tensor& t, int chunk);
-  // Gradients for this stage's chunk `chunk` from the next stage.
-  std::shared_ptr<comm::Work> RecvBackward(Tensor* t, int chunk);
+  struct Transfer {
+    Tensor tensor;  // Sent, or received into.
+    int peer = 0;
+  };
+  // Null when both lists are empty.
+  std::shared_ptr<comm::Work> Exchange(const std::vector<Transfer>& sends,
+                                       const std::vector<Transfer>& recvs);
 
  private:
-  int Next() const { return (stage() + 1) % stages(); }
-  int Prev() const { return (stage() + stages() - 1) % stages(); }
   comm::ProcessGroup* group_;
 };
 

@@ -73,6 +73,12 @@ absl::StatusOr<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(
   e->stage_ = pipeline != nullptr ? pipeline->rank() : 0;
   if (e->stages_ > 1) e->p2p_ = std::make_unique<PipelineP2P>(pipeline);
   const int v = static_cast<int>(e->chunks_.size());
+  if (v > 1 && e->stages_ == 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline: ", v,
+                     " model chunks (virtual stages) need a pipeline "
+                     "group of at least 2 stages"));
+  }
   if (e->stage_ == 0 && !e->chunks_[0]->takes_batch_input()) {
     return absl::InvalidArgumentError(
         "pipeline: the first stage's first chunk must take the batch input "
@@ -88,12 +94,6 @@ absl::StatusOr<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(
     e->options_ = options;
   }
   return e;
-}
-
-bool PipelineExecutor::NeedsRecv(const Action& a) const {
-  const int v = static_cast<int>(chunks_.size());
-  if (a.kind == Action::kForward) return !(stage_ == 0 && a.chunk == 0);
-  return !(stage_ == stages_ - 1 && a.chunk == v - 1);
 }
 
 absl::Status PipelineExecutor::BroadcastLossTotals(Tensor* totals) {
@@ -132,57 +132,104 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
       v);
   for (auto& r : records) r.resize(m);
 
-  struct Transfer {
-    Tensor buffer;
+  // Transfers go in the batches PlanTransfers lays out (p2p.h), posted
+  // after the unit before them, with no tags. A batch is waited for before
+  // the first action whose input it brings, which releases what it sent.
+  // With overlap_p2p a batch that only sends completes in the background,
+  // and gloo cannot poll one (a wait that times out closes the connection),
+  // so it is waited for where it has provably finished: one holding the
+  // forward output of (chunk, micro-batch) once the gradient of that
+  // micro-batch has come back (the peer received the output before
+  // computing it), so at most the micro-batches in flight hold theirs;
+  // others at the step's end. Without overlap_p2p every batch is waited for
+  // at once (Megatron's send_forward_recv_backward and friends).
+  const StageLayout layout{stages_, stage_, v};
+  const std::vector<TransferBatch> plan = stages_ > 1
+                                              ? PlanTransfers(layout, actions)
+                                              : std::vector<TransferBatch>();
+  struct Posted {
     std::shared_ptr<comm::Work> work;
+    std::vector<Tensor> sent;  // Alive until the work is done.
+    int held_outputs = 0;      // Forward outputs counted in held_outputs.
+    bool waited = false;
   };
-  std::vector<Transfer> recvs(actions.size());
-  // Overlapped sends complete in the background, and gloo cannot poll one
-  // (a wait that times out closes the connection), so each is waited for
-  // where it has provably finished: a forward output of (chunk, micro-batch)
-  // once the gradient of that micro-batch has come back (the peer received
-  // the output before computing it), so at most the micro-batches in flight
-  // hold theirs; input gradients at the step's end.
-  std::vector<std::vector<Transfer>> forward_sends(v, std::vector<Transfer>(m));
-  std::list<Transfer> sends;
+  std::vector<Posted> posted(plan.size());
+  std::vector<Tensor> inputs(actions.size()), outputs(actions.size());
+  std::vector<int> input_batch(actions.size(), -1);
+  // Batch holding each (chunk, micro-batch)'s sent forward output, or -1.
+  std::vector<std::vector<int>> output_batch(v, std::vector<int>(m, -1));
+  int held_outputs = 0;
   auto name = [&](const Action& a) {
     return absl::StrCat("pipeline stage ", stage_, " of ", stages_, ", ",
                         a.kind == Action::kForward ? "forward" : "backward",
                         " of micro-batch ", a.microbatch, " on chunk ",
                         a.chunk);
   };
-  auto post_recv = [&](size_t i) -> absl::Status {
-    if (i >= actions.size() || recvs[i].work != nullptr) {
-      return absl::OkStatus();
-    }
-    const Action& a = actions[i];
-    if (!NeedsRecv(a)) return absl::OkStatus();
-    const parallel::PipelineStage* chunk = chunks_[a.chunk];
-    absl::StatusOr<parallel::TensorSpec> spec =
-        a.kind == Action::kForward ? chunk->InputSpec(a.microbatch)
-                                   : chunk->OutputSpec(a.microbatch);
-    if (!spec.ok()) {
-      return absl::Status(spec.status().code(),
-                          absl::StrCat(name(a), ": ", spec.status().message()));
-    }
-    recvs[i].buffer = Tensor::Empty(spec->shape, spec->dtype, spec->device);
-    recvs[i].work = a.kind == Action::kForward
-                        ? p2p_->RecvForward(&recvs[i].buffer, a.chunk)
-                        : p2p_->RecvBackward(&recvs[i].buffer, a.chunk);
-    return absl::OkStatus();
+  auto batch_name = [&](size_t b) {
+    return plan[b].first_action < static_cast<int>(actions.size())
+               ? absl::StrCat("transfers before the ",
+                              name(actions[plan[b].first_action]))
+               : absl::StrCat("pipeline stage ", stage_, " of ", stages_,
+                              ", transfers after the last action");
   };
-  auto wait = [&](const std::shared_ptr<comm::Work>& work) -> absl::Status {
-    if (work == nullptr) return absl::OkStatus();
+  auto wait_batch = [&](size_t b) -> absl::Status {
+    Posted& p = posted[b];
+    if (p.waited || p.work == nullptr) return absl::OkStatus();
+    p.waited = true;
     const auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = work->Wait();
+    absl::Status s = p.work->Wait();
     stats.wait_seconds += Seconds(t0);
     Trace(t0, [&](observability::TraceEvent* e) {
-      e->name =
-          absl::StartsWith(work->what(), "Recv") ? "wait recv" : "wait send";
+      e->name = plan[b].recv_actions.empty() ? "wait send" : "wait recv";
       e->category = "wait";
-      e->args = {{"what", work->what()}};
+      e->args = {{"what", p.work->what()}};
     });
-    return s;
+    held_outputs -= p.held_outputs;
+    p.sent.clear();
+    if (!s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat(batch_name(b), ": ", s.message()));
+    }
+    return absl::OkStatus();
+  };
+  auto post_batch = [&](size_t b) -> absl::Status {
+    const TransferBatch& batch = plan[b];
+    if (batch.empty()) return absl::OkStatus();
+    std::vector<PipelineP2P::Transfer> sends, recvs;
+    Posted& p = posted[b];
+    for (int i : batch.send_actions) {
+      sends.push_back({outputs[i], layout.Destination(actions[i])});
+      p.sent.push_back(std::move(outputs[i]));
+      outputs[i] = Tensor();
+    }
+    for (int i : batch.recv_actions) {
+      const Action& a = actions[i];
+      const parallel::PipelineStage* chunk = chunks_[a.chunk];
+      absl::StatusOr<parallel::TensorSpec> spec =
+          a.kind == Action::kForward ? chunk->InputSpec(a.microbatch)
+                                     : chunk->OutputSpec(a.microbatch);
+      if (!spec.ok()) {
+        return absl::Status(
+            spec.status().code(),
+            absl::StrCat(name(a), ": ", spec.status().message()));
+      }
+      inputs[i] = Tensor::Empty(spec->shape, spec->dtype, spec->device);
+      recvs.push_back({inputs[i], layout.Source(a)});
+      input_batch[i] = static_cast<int>(b);
+    }
+    p.work = p2p_->Exchange(sends, recvs);
+    if (!options_.overlap_p2p) return wait_batch(b);
+    if (batch.recv_actions.empty()) {
+      for (int i : batch.send_actions) {
+        if (actions[i].kind != Action::kForward) continue;
+        output_batch[actions[i].chunk][actions[i].microbatch] =
+            static_cast<int>(b);
+        ++p.held_outputs;
+      }
+      held_outputs += p.held_outputs;
+      stats.max_held_outputs = std::max(stats.max_held_outputs, held_outputs);
+    }
+    return absl::OkStatus();
   };
 
   // Each micro-batch's loss, kept on its device.
@@ -195,32 +242,28 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
     return absl::OkStatus();
   };
 
-  int in_flight = 0, held_outputs = 0;
+  int in_flight = 0;
+  size_t next_batch = 0;
+  auto post_due = [&](size_t first_action) -> absl::Status {
+    while (next_batch < plan.size() &&
+           plan[next_batch].first_action == static_cast<int>(first_action)) {
+      MCC_RETURN_IF_ERROR(post_batch(next_batch++));
+    }
+    return absl::OkStatus();
+  };
+  MCC_RETURN_IF_ERROR(post_due(0));
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
-    MCC_RETURN_IF_ERROR(post_recv(i));
-    if (options_.overlap_p2p) MCC_RETURN_IF_ERROR(post_recv(i + 1));
-    absl::Status received = wait(recvs[i].work);
-    if (!received.ok()) {
-      return absl::Status(received.code(),
-                          absl::StrCat(name(a), ": ", received.message()));
-    }
-    Tensor input = std::move(recvs[i].buffer);
-    recvs[i] = Transfer();
+    if (input_batch[i] >= 0) MCC_RETURN_IF_ERROR(wait_batch(input_batch[i]));
+    Tensor input = std::move(inputs[i]);
+    inputs[i] = Tensor();
     if (a.kind == Action::kBackward) {
-      Transfer& output = forward_sends[a.chunk][a.microbatch];
-      absl::Status s = wait(output.work);
-      if (!s.ok()) {
-        return absl::Status(s.code(), absl::StrCat(name(a), ": ", s.message()));
-      }
-      if (output.work != nullptr) --held_outputs;
-      output = Transfer();
+      const int b = output_batch[a.chunk][a.microbatch];
+      if (b >= 0) MCC_RETURN_IF_ERROR(wait_batch(b));
     }
     parallel::PipelineStage* chunk = chunks_[a.chunk];
     std::unique_ptr<parallel::ActivationRecord>& record =
         records[a.chunk][a.microbatch];
-    std::shared_ptr<comm::Work> sent;
-    Tensor out;
     const auto t0 = std::chrono::steady_clock::now();
     if (a.kind == Action::kForward) {
       auto y = chunk->ForwardStep(a.microbatch, input, !forward_only);
@@ -236,9 +279,7 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
       if (last_stage && a.chunk == v - 1) {
         MCC_RETURN_IF_ERROR(keep_loss(a, std::move(y->loss_sum)));
       } else {
-        out = std::move(y->output);
-        sent = p2p_->SendForward(out,
-                                 stage_ == stages_ - 1 ? a.chunk + 1 : a.chunk);
+        outputs[i] = std::move(y->output);
       }
     } else {
       if (last_microbatch_) last_microbatch_(a.microbatch == m - 1);
@@ -250,33 +291,19 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
       stats.backward_seconds += Seconds(t0);
       TraceAction(a, stage_, stages_, v, forward_only, t0);
       --in_flight;
-      if (!(stage_ == 0 && a.chunk == 0)) {
-        out = std::move(*dx);
-        sent = p2p_->SendBackward(out, stage_ == 0 ? a.chunk - 1 : a.chunk);
-      }
+      if (!(stage_ == 0 && a.chunk == 0)) outputs[i] = std::move(*dx);
     }
-    if (!options_.overlap_p2p) {
-      // Batched as Megatron's send_forward_recv_backward and friends.
-      MCC_RETURN_IF_ERROR(post_recv(i + 1));
-      MCC_RETURN_IF_ERROR(wait(sent));
-      if (i + 1 < actions.size()) {
-        absl::Status s = wait(recvs[i + 1].work);
-        if (!s.ok()) {
-          return absl::Status(
-              s.code(), absl::StrCat(name(actions[i + 1]), ": ", s.message()));
-        }
-      }
-    } else if (sent != nullptr && a.kind == Action::kForward) {
-      forward_sends[a.chunk][a.microbatch] = {out, sent};
-      stats.max_held_outputs = std::max(stats.max_held_outputs, ++held_outputs);
-    } else if (sent != nullptr) {
-      sends.push_back({out, sent});
+    if (layout.Sends(a) && !outputs[i].defined()) {
+      return absl::InternalError(
+          absl::StrCat(name(a), ": the chunk returned no ",
+                       a.kind == Action::kForward ? "output" : "input gradient",
+                       " to send"));
     }
+    MCC_RETURN_IF_ERROR(post_due(i + 1));
   }
-  for (auto& chunk_sends : forward_sends) {
-    for (Transfer& t : chunk_sends) MCC_RETURN_IF_ERROR(wait(t.work));
+  for (size_t b = 0; b < posted.size(); ++b) {
+    MCC_RETURN_IF_ERROR(wait_batch(b));
   }
-  for (Transfer& t : sends) MCC_RETURN_IF_ERROR(wait(t.work));
   if (last_stage) {
     // Totalled on the losses' device in micro-batch order (no host read);
     // without micro-batches, zeros where a loss would have been.

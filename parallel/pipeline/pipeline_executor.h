@@ -16,10 +16,12 @@ namespace pipeline {
 
 struct PipelineOptions {
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
-  // Post the next action's receive before computing the current one and
-  // let sends complete in the background (Megatron's overlapped p2p;
-  // --no-overlap-p2p-communication turns it off: each action's sends and
-  // the next action's receive are issued together and waited for).
+  // Let batches that only send complete in the background, waiting for
+  // each where it has provably finished (Megatron's overlapped p2p);
+  // --no-overlap-p2p-communication turns it off: every batch of sends and
+  // receives (p2p.h, PlanTransfers) is waited for as soon as it is posted.
+  // Either way each unit's results and the next unit's inputs move in one
+  // batch, posted after the unit, with no tags (NCCL ignores them).
   bool overlap_p2p = true;
 };
 
@@ -89,7 +91,6 @@ class PipelineExecutor {
 
  private:
   PipelineExecutor() = default;
-  bool NeedsRecv(const Action& a) const;
   // Sends the last stage's loss totals to every stage (collective over the
   // pipeline group).
   absl::Status BroadcastLossTotals(Tensor* totals);

@@ -3,18 +3,23 @@
 // interleaved schedule with 2 virtual stages, uneven splits, p2p without
 // overlap, recomputation, the distributed optimizer, ZeRO-2 and ZeRO-3
 // (1F1B and interleaved) and untied embeddings,
-// with dropout on, over 10 steps. Also counts how many micro-batches'
-// activations each stage holds at once under each schedule.
+// with dropout on, over 10 steps. The *_nccl_like cases move activations
+// through a wrapper with NCCL's point-to-point semantics (tags ignored, one
+// operation at a time, sends that wait for their receive), so a posting
+// order that would deadlock or mismatch over NCCL fails here. Also counts how
+// many micro-batches' activations each stage holds at once under each schedule.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/comm/init.h"
 #include "core/comm/mp_test_util.h"
+#include "core/comm/nccl_like_p2p_group.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "optim/parity_test_util.h"
@@ -44,6 +49,8 @@ struct Case {
   bool inf_on_last_stage = false;  // An overflow only the last stage sees.
   // ZeRO-2 / ZeRO-3 (the sharded wrapper) instead of the DDP.
   fsdp::ShardingStrategy sharding = fsdp::ShardingStrategy::kNoShard;
+  // Pipeline transfers through NcclLikeP2PGroup.
+  bool nccl_like = false;
 };
 
 std::vector<Case> Cases() {
@@ -74,6 +81,14 @@ std::vector<Case> Cases() {
     Case interleaved{"pp2_dp2_" + zero + "_interleaved", 4, 1, 2, 1};
     interleaved.sharding = s;
     v.push_back(interleaved);
+  }
+  // NCCL's semantics: 1F1B, 1F1B at PP 4, and interleaved at PP 2, where
+  // the previous and the next stage are one peer.
+  for (Case nccl :
+       {Case{"pp2_nccl_like", 2, 1, 2}, Case{"pp4_nccl_like", 4, 1, 4},
+        Case{"pp2_interleaved_nccl_like", 2, 1, 2, 1}}) {
+    nccl.nccl_like = true;
+    v.push_back(nccl);
   }
   Case fill{"pp4_all_forward_all_backward", 4, 1, 4};
   fill.schedule = ScheduleKind::kAllForwardAllBackward;
@@ -139,7 +154,13 @@ MCC_WORKER(pp_train) {
   sizes.pipeline = c.pp;
   auto state = optim::testing::InitWorkerState(sizes);
   if (!state.ok()) return 3;
-  auto result = optim::testing::Train(Options(c), state->get());
+  TrainOptions options = Options(c);
+  std::unique_ptr<comm::NcclLikeP2PGroup> nccl_like;
+  if (c.nccl_like) {
+    nccl_like = std::make_unique<comm::NcclLikeP2PGroup>((*state)->pipeline());
+    options.pipeline_p2p_group = nccl_like.get();
+  }
+  auto result = optim::testing::Train(options, state->get());
   if (!result.ok()) {
     std::fprintf(stderr, "train: %s\n", result.status().ToString().c_str());
     return 4;
