@@ -14,7 +14,12 @@ namespace {
 // Replaced tables are leaked: a stream made before a test re-registers may
 // still read the old one.
 std::atomic<const SideStreamHooks*>& SlotOf(DeviceType type) {
-  static auto* slots = new std::atomic<const SideStreamHooks*>[kNumDeviceTypes];
+  static auto* slots = [] {
+    auto* s = new std::atomic<const SideStreamHooks*>[kNumDeviceTypes];
+    // A default-constructed atomic holds no value before C++20.
+    for (int i = 0; i < kNumDeviceTypes; ++i) s[i].store(nullptr);
+    return s;
+  }();
   return slots[static_cast<int>(type)];
 }
 
