@@ -212,10 +212,11 @@ TEST(GPTOffloadDeviceTest, DeferredSideStreamsChangeNoBit) {
 
 // Peak test-device memory of a micro-batch's forward and backward falls by
 // the bytes offloaded less a slack of one layer's activations: while layer
-// i runs its backward, layer i - 1's come back (the prefetch), so the
-// backward of the last offloaded layer holds two layers where the run
-// without offloading held one. Prints what the benchmark line in
-// BENCHMARKS.md records.
+// i runs its backward, layer i - 1's come back (the prefetch), so the first
+// layer not offloaded runs its backward beside one offloaded layer; with
+// every layer offloaded, the last comes back as its backward starts, beside
+// the prefetch of the one before (two layers' slack). Prints step time and
+// peak memory with and without offloading.
 TEST(GPTOffloadDeviceTest, PeakMemoryFallsByTheOffloadedBytes) {
   GPTConfig c;
   c.num_layers = 4;
@@ -234,7 +235,7 @@ TEST(GPTOffloadDeviceTest, PeakMemoryFallsByTheOffloadedBytes) {
               "peak", "offloaded/mb");
   std::printf("%-18d %12.2f %12s %14s\n", 0, plain->seconds * 1e3,
               FormatBytes(plain->peak_bytes).c_str(), "0");
-  for (int layers : {2, 3}) {
+  for (int layers : {2, 3, 4}) {
     SCOPED_TRACE(absl::StrCat(layers, " layers offloaded"));
     auto off =
         Train(WithOffload(c, layers), DType::kFloat32, nullptr, false, kBatch);
@@ -251,7 +252,10 @@ TEST(GPTOffloadDeviceTest, PeakMemoryFallsByTheOffloadedBytes) {
         "  peak fell by %s; offloaded %s per micro-batch (%s a layer)\n",
         FormatBytes(saved).c_str(), FormatBytes(per_micro_batch).c_str(),
         FormatBytes(per_layer).c_str());
-    EXPECT_GE(saved, per_micro_batch - per_layer);
+    // Offloading the last layer too saves nothing more: its activations
+    // come back as its backward starts, with the layer before's prefetch.
+    const int64_t slack = (layers == c.num_layers ? 2 : 1) * per_layer;
+    EXPECT_GE(saved, per_micro_batch - slack);
     EXPECT_EQ(off->offload.kept_tensors, 0);
   }
 }
