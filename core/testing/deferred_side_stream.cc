@@ -86,6 +86,10 @@ absl::Status CopyAsync(Device, void* stream, void* dst, const void* src,
   c.dst = to_host ? dst : HostAddress(dst);
   c.src = to_host ? HostAddress(src) : src;
   c.bytes = bytes;
+  // Until the copy runs, its destination holds NaN bytes (what a device
+  // would show is undefined): a read without the wait sees them, not the
+  // stale bytes a freed block may still hold.
+  std::memset(c.dst, 0xFF, bytes);
   s->queue.push_back(c);
   ++s->issued;
   ++g_issued;

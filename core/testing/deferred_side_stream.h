@@ -5,10 +5,11 @@
 // copies as late as the ordering contract allows: a copy issued on a side
 // stream happens only when the host or the current stream waits for an
 // event recorded after it (or the stream is synchronised or destroyed).
-// So code that uses a copy's result, or frees its source, without the
-// waits the contract asks for reads stale memory and fails its test,
-// where the synchronous stand-in would hide the mistake. Test-only; not
-// thread-safe.
+// Until then the destination holds NaN bytes, so code that uses a copy's
+// result without the wait the contract asks for reads garbage and fails its
+// test, where the synchronous stand-in would hide the mistake. (Code that
+// frees a copy's source too early may still read the stale bytes.)
+// Test-only; not thread-safe.
 
 #include <cstdint>
 
