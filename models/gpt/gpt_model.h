@@ -98,6 +98,13 @@ struct ChunkRecord : parallel::ActivationRecord {
 // that memory only through ops (kernels), collectives and the copy hook;
 // the only device-to-host reads are the loss sums returned as host values
 // (ForwardBackward, Forward, StageOutput::loss), one copy each.
+//
+// Activation offloading (config.cpu_offloading, a device only): during a
+// training forward, what each of this chunk's first
+// config.cpu_offloading_num_layers layers saves for its backward (a
+// recomputed chunk: its input) moves to pinned host memory on a side
+// stream, and the backward brings each back one step ahead
+// (core/activation_offload.h); results are unchanged bit for bit.
 class GPTModel : public parallel::Model, public parallel::PipelineStage {
  public:
   static absl::StatusOr<std::unique_ptr<GPTModel>> Create(
