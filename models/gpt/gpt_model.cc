@@ -651,8 +651,9 @@ absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& full_batch,
     if (!offload_logged_) {
       offload_logged_ = true;
       int64_t bytes = 0;
-      for (const auto& g : rec->offloaded)
-        bytes += g == nullptr ? 0 : g->bytes();
+      for (const auto& g : rec->offloaded) {
+        if (g != nullptr) bytes += g->bytes();
+      }
       LOG(INFO) << "--cpu-offloading: the first " << offload_layers_ << " of "
                 << num_layers << " layers of the model chunk from layer "
                 << chunk_.first_layer << " move " << FormatBytes(bytes)
