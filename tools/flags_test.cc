@@ -384,6 +384,10 @@ std::vector<Row> Table() {
       {"--recompute-num-layers", "2"}, full);
   add("train", "recompute_num_layers", V::kWarned,
       {"--recompute-num-layers", "2"}, tm);
+  // Refused while train builds its model on the CPU.
+  add("train", "cpu_offloading", V::kRefused, {"--cpu-offloading"}, tm);
+  add("train", "cpu_offloading_num_layers", V::kWarned,
+      {"--cpu-offloading-num-layers", "1"}, tm);
   add("train", "seed", V::kEffect, {"--seed", "7"}, tm);
   add("train", "bf16", V::kEffect, {"--bf16"}, tm);
   add("train", "fp16", V::kEffect, {"--fp16"}, tm);
@@ -710,6 +714,8 @@ std::vector<Row> Table() {
            {"recompute_granularity", "full"},
            {"recompute_method", "block"},
            {"recompute_num_layers", "2"},
+           {"cpu_offloading", "true"},
+           {"cpu_offloading_num_layers", "1"},
            {"num_layers_per_virtual_pipeline_stage", "1"},
            {"decoder_first_pipeline_num_layers", "1"},
            {"decoder_last_pipeline_num_layers", "1"},

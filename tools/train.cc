@@ -343,6 +343,10 @@ std::vector<flags::UnusedFlag> RefusedFlags() {
       {"keep_last", no_save, "it needs --save DIR"},
       {"no_load_optim", no_load, "it needs --load DIR"},
       {"no_load_rng", no_load, "it needs --load DIR"},
+      // train builds its model on the CPU.
+      {"cpu_offloading", true,
+       "the model is on the CPU, where activations already live in host "
+       "memory: there is nothing to offload (it needs a device)"},
   };
 }
 
@@ -401,6 +405,8 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
       {"recompute_num_layers",
        absl::GetFlag(FLAGS_recompute_granularity) != "full",
        "it needs --recompute-granularity full"},
+      {"cpu_offloading_num_layers", !absl::GetFlag(FLAGS_cpu_offloading),
+       "it needs --cpu-offloading"},
       {"cp_comm_type", absl::GetFlag(FLAGS_context_parallel_size) == 1,
        "it needs --context-parallel-size > 1"},
       {"sequence_parallel", tp == 1,

@@ -94,6 +94,11 @@ absl::Status GPTConfig::Validate(int tp, bool sequence_parallel) const {
     return bad("--recompute-num-layers (", recompute_num_layers,
                ") must be positive");
   }
+  if (cpu_offloading_num_layers < 0 ||
+      (cpu_offloading && cpu_offloading_num_layers > num_layers)) {
+    return bad("--cpu-offloading-num-layers (", cpu_offloading_num_layers,
+               ") must be in [0, --num-layers ", num_layers, "]");
+  }
   return absl::OkStatus();
 }
 

@@ -44,6 +44,12 @@ struct GPTConfig {
   RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;
   RecomputeMethod recompute_method = RecomputeMethod::kUniform;
   int recompute_num_layers = 1;  // --recompute-num-layers
+  // --cpu-offloading: between forward and backward, the activations each
+  // model chunk's first cpu_offloading_num_layers layers save (a
+  // recomputed layer: its input) wait in pinned host memory, moved on a
+  // side stream (core/activation_offload.h). Refused on the CPU device.
+  bool cpu_offloading = false;
+  int cpu_offloading_num_layers = 0;  // --cpu-offloading-num-layers
 
   int64_t ffn() const {
     return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size;

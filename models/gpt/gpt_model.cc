@@ -12,6 +12,7 @@
 #include "core/ops/layout.h"
 #include "core/ops/loss_sum.h"
 #include "core/status_macros.h"
+#include "glog/logging.h"
 #include "parallel/context_parallel/chunk_layout.h"
 #include "parallel/mappings.h"
 
@@ -113,6 +114,12 @@ absl::StatusOr<std::unique_ptr<GPTModel>> GPTModel::Create(
     }
     model->head_unit_ = static_cast<int>(model->units_.size());
     model->units_.push_back(unit);
+  }
+  if (config.cpu_offloading) {
+    MCC_ASSIGN_OR_RETURN(model->offloader_,
+                         ActivationOffloader::Create(context.device));
+    model->offload_layers_ =
+        std::min(config.cpu_offloading_num_layers, num_layers);
   }
   model->vocab_start_ = GroupRank(context.tp_group) * (padded_vocab / tp);
   // The flat list keeps the order of the whole model: embeddings, layers,
@@ -606,7 +613,12 @@ absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& full_batch,
   }
   rec->layers.assign(num_layers, TransformerLayer::Activations());
   rec->chunk_inputs.assign(num_layers, Tensor());
+  // --cpu-offloading: what the first layers save goes to host memory as
+  // soon as each has run (the copies overlap the next layer's forward).
+  const bool offload = backward_after && offloader_ != nullptr;
+  if (offload) rec->offloaded.resize(num_layers);
   for (int i = 0; i < num_layers;) {
+    const int first = i;
     if (rec->chunk_len[i] > 0 && backward_after) {
       // Keep only the chunk's input; its records are rebuilt in backward.
       rec->chunk_inputs[i] = x;
@@ -623,6 +635,33 @@ absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& full_batch,
       MCC_RETURN_IF_ERROR(CallAfterForward(first_layer_unit_ + i));
       if (!backward_after) rec->layers[i] = TransformerLayer::Activations();
       ++i;
+    }
+    if (offload && first < offload_layers_) {
+      // Also releases the layer before, whose copies this one's forward
+      // covered.
+      MCC_ASSIGN_OR_RETURN(rec->offloaded[first],
+                           offloader_->Offload(OffloadSlots(rec, first)));
+    } else if (offload) {
+      MCC_RETURN_IF_ERROR(offloader_->ReleaseOffloaded());
+    }
+  }
+  if (offload) {
+    // The last copies end before the head's peak.
+    MCC_RETURN_IF_ERROR(offloader_->ReleaseOffloaded());
+    if (!offload_logged_) {
+      offload_logged_ = true;
+      int64_t bytes = 0;
+      for (const auto& g : rec->offloaded) {
+        if (g != nullptr) bytes += g->bytes();
+      }
+      LOG(INFO) << "--cpu-offloading: the first " << offload_layers_ << " of "
+                << num_layers << " layers of the model chunk from layer "
+                << chunk_.first_layer << " move " << FormatBytes(bytes)
+                << " of activations per micro-batch to pinned host memory ("
+                << (offloader_->asynchronous()
+                        ? "on a side stream"
+                        : "synchronous copies: the device has no side stream")
+                << ", " << context_.device.ToString() << ")";
     }
   }
   if (!chunk_.post_process) {
@@ -731,17 +770,35 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
     dx = output_grad;
   }
   const std::vector<int>& chunk_len = rec->chunk_len;
-  for (int i = num_layers - 1; i >= 0;) {
-    // The recomputed chunk that holds layer i, if any.
+  // The first layer of the backward step that holds layer i: the start of
+  // its recomputed chunk, or i itself.
+  const auto step_start = [&chunk_len](int i) {
     int start = i;
     for (int j = 0; j <= i; ++j) {
       if (chunk_len[j] > 0 && j + chunk_len[j] - 1 >= i) start = j;
     }
-    const bool recomputed =
-        chunk_len[start] > 0 && start + chunk_len[start] - 1 >= i;
-    if (!recomputed) start = i;
+    return start;
+  };
+  for (int i = num_layers - 1; i >= 0;) {
+    // The recomputed chunk that holds layer i, if any.
+    const int start = step_start(i);
+    const bool recomputed = start < i || chunk_len[i] > 0;
     for (int j = start; j <= i; ++j) {
       MCC_RETURN_IF_ERROR(CallBeforeBackward(first_layer_unit_ + j));
+    }
+    if (!rec->offloaded.empty()) {
+      // This step's activations come back (the current stream waits for
+      // them); the next offloaded step's start coming back overlaps it.
+      for (int j = start; j <= i; ++j) {
+        if (rec->offloaded[j] == nullptr) continue;
+        MCC_RETURN_IF_ERROR(
+            offloader_->Restore(rec->offloaded[j].get(), OffloadSlots(rec, j)));
+        rec->offloaded[j].reset();
+      }
+      const int next = start > 0 ? step_start(start - 1) : -1;
+      if (next >= 0 && rec->offloaded[next] != nullptr) {
+        MCC_RETURN_IF_ERROR(offloader_->Prefetch(rec->offloaded[next].get()));
+      }
     }
     if (recomputed) {
       Tensor y = rec->chunk_inputs[start];
@@ -788,6 +845,15 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
   MCC_RETURN_IF_ERROR(CallAfterBackward(embedding_unit_));
   MCC_RETURN_IF_ERROR(CallGradsReady(units_[embedding_unit_]));
   return Tensor();
+}
+
+std::vector<Tensor*> GPTModel::OffloadSlots(ChunkRecord* rec, int i) {
+  if (rec->chunk_len[i] > 0) return {&rec->chunk_inputs[i]};
+  return rec->layers[i].Tensors();
+}
+
+OffloadStats GPTModel::offload_stats() const {
+  return offloader_ == nullptr ? OffloadStats() : offloader_->stats();
 }
 
 }  // namespace gpt

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/activation_offload.h"
 #include "core/parameter.h"
 #include "core/tensor.h"
 #include "models/gpt/gpt_config.h"
@@ -55,6 +56,9 @@ struct ChunkRecord : parallel::ActivationRecord {
   Norm::Activations final_act;  // post_process
   parallel::ColumnParallelLinear::Activations head_act;
   parallel::VocabParallelCrossEntropy::Activations ce_act;
+  // --cpu-offloading: the activations of local layer i (of a recomputed
+  // chunk starting at i: its input) while they wait in host memory.
+  std::vector<std::unique_ptr<ActivationOffloader::Group>> offloaded;
   Tensor mask;           // Sequence-major loss mask; undefined: all ones.
   Tensor loss_sum;       // ops::LossSum's fp32 [4], on the model's device.
   bool pending = false;  // Forward done, backward not yet.
@@ -94,6 +98,13 @@ struct ChunkRecord : parallel::ActivationRecord {
 // that memory only through ops (kernels), collectives and the copy hook;
 // the only device-to-host reads are the loss sums returned as host values
 // (ForwardBackward, Forward, StageOutput::loss), one copy each.
+//
+// Activation offloading (config.cpu_offloading, a device only): during a
+// training forward, what each of this chunk's first
+// config.cpu_offloading_num_layers layers saves for its backward (a
+// recomputed chunk: its input) moves to pinned host memory on a side
+// stream, and the backward brings each back one step ahead
+// (core/activation_offload.h); results are unchanged bit for bit.
 class GPTModel : public parallel::Model, public parallel::PipelineStage {
  public:
   static absl::StatusOr<std::unique_ptr<GPTModel>> Create(
@@ -168,6 +179,11 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   int num_local_layers() const { return static_cast<int>(layers_.size()); }
   TransformerLayer* layer(int i) { return layers_[i].get(); }
   const TransformerLayer* layer(int i) const { return layers_[i].get(); }
+  // --cpu-offloading: how many of this chunk's first layers offload their
+  // activations during a training forward (0 without), and the offloader's
+  // totals (zeros without).
+  int num_offloaded_layers() const { return offload_layers_; }
+  OffloadStats offload_stats() const;
 
  private:
   absl::StatusOr<LossSum> Run(const MicroBatch& batch, bool backward,
@@ -185,6 +201,10 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   absl::Status LayerForward(int i, const Tensor& x, const ChunkRecord& rec,
                             TransformerLayer::Activations* act, Tensor* out);
   absl::Status CheckWholeModel(const char* what) const;
+  // What local layer i leaves for its backward, as offloading slots: a
+  // recomputed chunk's input at its first layer (nothing for its other
+  // layers), else the layer's activations.
+  static std::vector<Tensor*> OffloadSlots(ChunkRecord* rec, int i);
   absl::Status CheckBatch(const MicroBatch& batch) const;
   // Word plus position embeddings of sequence-major ids, with dropout at
   // `offset` when p > 0, split along the sequence under SP.
@@ -228,6 +248,10 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   int64_t vocab_start_ = 0;  // First vocabulary row of this TP rank.
   std::shared_ptr<const std::vector<MicroBatch>> batches_;
   uint64_t forward_calls_ = 0;
+  // --cpu-offloading (null without) and the local layers it covers.
+  std::unique_ptr<ActivationOffloader> offloader_;
+  int offload_layers_ = 0;
+  bool offload_logged_ = false;
 };
 
 }  // namespace gpt

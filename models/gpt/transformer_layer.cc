@@ -84,6 +84,21 @@ void Norm::AppendParameters(ParameterList* out) const {
   if (bias_ != nullptr) out->push_back(bias_);
 }
 
+std::vector<Tensor*> TransformerLayer::Activations::Tensors() {
+  std::vector<Tensor*> out = {
+      &ln1.input, &ln1.mean,   &ln1.rstd,   &ln2.input, &ln2.mean, &ln2.rstd,
+      &qkv.input, &fc1.input,  &proj.input, &fc2.input, &q,        &k,
+      &v,         &attn_out,   &lse,        &fc1_out,   &cp_a2a.q, &cp_a2a.k,
+      &cp_a2a.v,  &cp_a2a.out, &cp_a2a.lse};
+  for (int c = 0; c < 2; ++c) {
+    for (Tensor* t :
+         {&cp_qkv.q[c], &cp_qkv.k[c], &cp_qkv.v[c], &cp_out[c], &cp_lse[c]}) {
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<TransformerLayer>> TransformerLayer::Create(
     int layer_number, const GPTConfig& config,
     const parallel::LayerContext& context) {

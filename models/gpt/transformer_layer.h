@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/ops/attention.h"
@@ -62,6 +63,11 @@ class TransformerLayer {
     context_parallel::QkvChunks cp_qkv;
     context_parallel::ChunkPair cp_out, cp_lse;  // Dropped under selective.
     context_parallel::UlyssesRecord cp_a2a;      // --cp-comm-type a2a.
+
+    // Every tensor above, in a fixed order, for activation offloading
+    // (core/activation_offload.h); a tensor field added above belongs here
+    // too, or it stays on the device.
+    std::vector<Tensor*> Tensors();
   };
 
   static absl::StatusOr<std::unique_ptr<TransformerLayer>> Create(

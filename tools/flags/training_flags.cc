@@ -41,6 +41,15 @@ ABSL_FLAG(std::string, recompute_method, "uniform",
           "uniform or block (with --recompute-granularity full).");
 ABSL_FLAG(int32_t, recompute_num_layers, 1,
           "Layers per recomputed chunk (uniform) or recomputed (block).");
+ABSL_FLAG(bool, cpu_offloading, false,
+          "Activation offloading: the activations the first "
+          "--cpu-offloading-num-layers layers of each model chunk save for "
+          "their backward wait in pinned host memory, moved on a side stream "
+          "(on a device; refused on the CPU, where they live in host memory "
+          "already).");
+ABSL_FLAG(int32_t, cpu_offloading_num_layers, 0,
+          "Layers whose activations --cpu-offloading moves, counted from "
+          "each model chunk's first (0 to --num-layers).");
 ABSL_FLAG(int32_t, seed, 1234, "Seed for initialisation, data and dropout.");
 ABSL_FLAG(bool, bf16, false, "bf16 parameters and activations.");
 ABSL_FLAG(bool, fp16, false, "fp16 training with a dynamic loss scaler.");
@@ -155,6 +164,8 @@ absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size) {
         "--recompute-method: '", method, "' is not uniform or block"));
   }
   c.recompute_num_layers = absl::GetFlag(FLAGS_recompute_num_layers);
+  c.cpu_offloading = absl::GetFlag(FLAGS_cpu_offloading);
+  c.cpu_offloading_num_layers = absl::GetFlag(FLAGS_cpu_offloading_num_layers);
   if (absl::GetFlag(FLAGS_bf16) && absl::GetFlag(FLAGS_fp16)) {
     return absl::InvalidArgumentError("--bf16 and --fp16 exclude each other");
   }

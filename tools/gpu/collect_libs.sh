@@ -34,6 +34,7 @@ if [[ ${#binaries[@]} -eq 0 ]]; then
   binaries=(
     "${bin_root}/core/cuda/runtime_test"
     "${bin_root}/core/cuda/staging_test"
+    "${bin_root}/core/cuda/activation_offload_test"
     "${bin_root}/core/cuda/runtime_nodevice_test"
     "${bin_root}/core/ops/cuda/registrations_test"
     "${bin_root}/core/ops/cuda/gemm_test"

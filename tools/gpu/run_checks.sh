@@ -38,6 +38,7 @@ tests=(
   core/cuda/runtime_nodevice_test
   core/cuda/runtime_test
   core/cuda/staging_test
+  core/cuda/activation_offload_test
   core/ops/cuda/registrations_nodevice_test
   core/ops/cuda/registrations_test
   core/ops/cuda/gemm_test
