@@ -29,6 +29,7 @@ tests=(
   core/ops/cuda/gemm_test
   core/ops/cuda/flash_attention_test
   core/ops/cuda/cached_attention_test
+  parallel/context_parallel/softmax_merge_cuda_test
 )
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 

@@ -40,6 +40,7 @@ if [[ ${#binaries[@]} -eq 0 ]]; then
     "${bin_root}/core/ops/cuda/gemm_test"
     "${bin_root}/core/ops/cuda/flash_attention_test"
     "${bin_root}/core/ops/cuda/cached_attention_test"
+    "${bin_root}/parallel/context_parallel/softmax_merge_cuda_test"
     "${bin_root}/core/ops/cuda/registrations_nodevice_test"
     "${bin_root}/core/comm/nccl_process_group_test"
     "${bin_root}/core/ops/cuda/bench"

@@ -44,6 +44,7 @@ tests=(
   core/ops/cuda/gemm_test
   core/ops/cuda/flash_attention_test
   core/ops/cuda/cached_attention_test
+  parallel/context_parallel/softmax_merge_cuda_test
   core/comm/nccl_process_group_test
 )
 passed=0 failed=0 timed_out=0 skipped=0 failures=()
