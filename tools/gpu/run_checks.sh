@@ -41,6 +41,9 @@ tests=(
   core/ops/cuda/registrations_nodevice_test
   core/ops/cuda/registrations_test
   core/ops/cuda/gemm_test
+  core/ops/cuda/int8_test
+  core/ops/cuda/index_check_loss_totals_test
+  core/ops/cuda/slot_coverage_test
   core/comm/nccl_process_group_test
 )
 passed=0 failed=0 timed_out=0 skipped=0 failures=()
