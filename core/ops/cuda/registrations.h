@@ -18,7 +18,8 @@
 //   CrossEntropyMeanLoss (synchronises: it
 //   returns host values), the
 //   ShardedCrossEntropy* steps               core/ops/cross_entropy.h
-//   Gemm, BatchedGemm (cuBLAS)               core/ops/gemm.h
+//   Gemm, BatchedGemm (cuBLASLt, cuBLAS
+//   where it finds no algorithm)             core/ops/gemm.h
 //   CheckIndexRange (synchronises: its
 //   error is its result)                     core/ops/index_check.h
 //   AccumulateLossTotals, PackLossTotals     core/ops/loss_totals.h
