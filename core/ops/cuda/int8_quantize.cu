@@ -13,8 +13,7 @@ __device__ __forceinline__ void ReportBad(int64_t r, int64_t cols,
                                           int64_t last_bad,
                                           unsigned long long* bad) {
   if (last_bad >= 0) {
-    atomicMin(
-        bad, static_cast<unsigned long long>(r * cols + (cols - 1 - last_bad)));
+    atomicMin(bad, BadKey(r, last_bad, cols));
   }
 }
 

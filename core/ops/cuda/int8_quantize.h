@@ -34,6 +34,12 @@ cudaError_t QuantizeRowsInt8(const void* w, ElemType wt, const float* absmax,
                              float* scales, unsigned long long* bad,
                              cudaStream_t stream);
 
+// The key of an offending element (r, c) of a matrix with cols columns.
+inline __host__ __device__ unsigned long long BadKey(int64_t r, int64_t c,
+                                                     int64_t cols) {
+  return static_cast<unsigned long long>(r * cols + (cols - 1 - c));
+}
+
 // Decodes a key found in *bad (not ~0ull) into its row and column.
 inline void DecodeBadKey(unsigned long long key, int64_t cols, int64_t* row,
                          int64_t* col) {

@@ -13,13 +13,16 @@
 // they differ by at most 2 B before rounding y; a 16-bit y rounds each
 // side once more, by at most one ulp of its type (relative OutputUlp) at
 // values within 2 B of each other: 2 B + OutputUlp (2 |want| + 2 B).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/cuda/int8_quantize.h"
 #include "core/ops/cuda/test_util.h"
 #include "core/ops/int8_gemm.h"
 #include "core/ops/int8_quantize.h"
@@ -58,6 +61,28 @@ std::string FromRow(const absl::Status& s) {
 }
 
 class CudaInt8Test : public CudaTest {};
+
+// The kernels report the smallest key over the offending elements: that
+// must be the first offending row and its last offending column, as the
+// CPU kernels name them. (Host-side: runs without a GPU.)
+TEST(Int8BadKeyTest, SmallestKeyIsFirstRowLastColumn) {
+  const int64_t cols = 13;
+  const std::vector<std::pair<int64_t, int64_t>> bad = {
+      {7, 2}, {3, 5}, {3, 11}, {3, 0}, {9, 12}};
+  unsigned long long smallest = ~0ull;
+  for (const auto& [r, c] : bad) {
+    smallest = std::min(smallest, cuda_kernels::BadKey(r, c, cols));
+    int64_t row, col;
+    cuda_kernels::DecodeBadKey(cuda_kernels::BadKey(r, c, cols), cols, &row,
+                               &col);
+    EXPECT_EQ(row, r);
+    EXPECT_EQ(col, c);
+  }
+  int64_t row, col;
+  cuda_kernels::DecodeBadKey(smallest, cols, &row, &col);
+  EXPECT_EQ(row, 3);
+  EXPECT_EQ(col, 11);
+}
 
 TEST_F(CudaInt8Test, RowAbsMax) {
   for (DType dt : kFloatTypes) {
