@@ -23,6 +23,27 @@ namespace mcc {
 template <typename Fn>
 class KernelSlot;
 
+// What every slot tells about itself, whatever its kernel type: for the
+// listing of all slots below.
+class KernelSlotInfo {
+ public:
+  virtual const char* op() const = 0;
+  // Whether a kernel of this device type's own is registered (a host-backed
+  // device falling back to the CPU kernel does not count).
+  virtual bool HasKernel(DeviceType type) const = 0;
+
+ protected:
+  ~KernelSlotInfo() = default;
+};
+
+// Every slot defined with MCC_KERNEL_SLOT (below) in the linked program, in
+// load order: they are listed when the program (or the shared library that
+// defines them) is loaded, before main. Lets a test check, without a hand
+// list, that a device library fills every slot. Thread-safe.
+std::vector<const KernelSlotInfo*> AllKernelSlots();
+// Adds a slot to the list (MCC_KERNEL_SLOT does; slots are never destroyed).
+bool ListKernelSlot(const KernelSlotInfo* slot);
+
 namespace kernel_slot_internal {
 
 // How one kernel argument is passed to the CPU kernel on a host-backed
@@ -95,7 +116,7 @@ struct HostArg<absl::Span<const Tensor* const>> {
 // Thread-safety: Register is meant for static initialisation or test set-up
 // but is safe at any time; lookups and calls may come from any thread.
 template <typename R, typename... Args>
-class KernelSlot<R (*)(Args...)> {
+class KernelSlot<R (*)(Args...)> final : public KernelSlotInfo {
  public:
   using Fn = R (*)(Args...);
 
@@ -146,7 +167,13 @@ class KernelSlot<R (*)(Args...)> {
     return Get(device).status();
   }
 
-  const char* op() const { return op_; }
+  const char* op() const override { return op_; }
+
+  bool HasKernel(DeviceType type) const override {
+    const int i = static_cast<int>(type);
+    return i >= 0 && i < kNumDeviceTypes &&
+           fns_[i].load(std::memory_order_acquire) != nullptr;
+  }
 
  private:
   const char* op_;
@@ -154,5 +181,22 @@ class KernelSlot<R (*)(Args...)> {
 };
 
 }  // namespace mcc
+
+// Defines the accessor of an op's one slot,
+//   KernelSlot<Fn>& Name();  // constructed on first use, never destroyed
+// and lists the slot in AllKernelSlots() at load time. Every op's slot is
+// defined this way (in the namespace of its declaration), so that a slot
+// added without a kernel for some device fails that device's coverage test
+// (core/ops/cuda/slot_coverage_test.cc) instead of going unnoticed.
+#define MCC_KERNEL_SLOT(Fn, Name, op, cpu)                    \
+  ::mcc::KernelSlot<Fn>& Name() {                             \
+    static auto* slot = new ::mcc::KernelSlot<Fn>(op, cpu);   \
+    return *slot;                                             \
+  }                                                           \
+  namespace {                                                 \
+  [[maybe_unused]] const bool mcc_kernel_slot_listed_##Name = \
+      ::mcc::ListKernelSlot(&Name());                         \
+  }                                                           \
+  static_assert(true, "")
 
 #endif  // CORE_KERNEL_SLOT_H_

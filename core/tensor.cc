@@ -256,15 +256,9 @@ HostAddressFn g_to_host[kNumDeviceTypes] = {};
 
 }  // namespace
 
-KernelSlot<FillKernel>& FillKernels() {
-  static auto* slot = new KernelSlot<FillKernel>("Fill", &FillCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(FillKernel, FillKernels, "Fill", &FillCpu);
 
-KernelSlot<ConvertKernel>& ConvertKernels() {
-  static auto* slot = new KernelSlot<ConvertKernel>("Convert", &ConvertCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(ConvertKernel, ConvertKernels, "Convert", &ConvertCpu);
 
 void Tensor::Fill(double value) {
   CHECK(defined()) << "Fill of an undefined tensor";

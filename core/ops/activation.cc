@@ -443,24 +443,12 @@ absl::Status BiasGeluBackwardCpu(const Tensor& dy, const Tensor& x,
 
 }  // namespace
 
-KernelSlot<UnaryKernel>& GeluKernels() {
-  static auto* slot = new KernelSlot<UnaryKernel>("Gelu", &GeluCpu);
-  return *slot;
-}
-KernelSlot<UnaryBackwardKernel>& GeluBackwardKernels() {
-  static auto* slot = new KernelSlot<UnaryBackwardKernel>(
-      "GeluBackward", &GeluBackwardKernelCpu);
-  return *slot;
-}
-KernelSlot<BiasGeluKernel>& BiasGeluKernels() {
-  static auto* slot = new KernelSlot<BiasGeluKernel>("BiasGelu", &BiasGeluCpu);
-  return *slot;
-}
-KernelSlot<BiasGeluBackwardKernel>& BiasGeluBackwardKernels() {
-  static auto* slot = new KernelSlot<BiasGeluBackwardKernel>(
-      "BiasGeluBackward", &BiasGeluBackwardCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(UnaryKernel, GeluKernels, "Gelu", &GeluCpu);
+MCC_KERNEL_SLOT(UnaryBackwardKernel, GeluBackwardKernels, "GeluBackward",
+                &GeluBackwardKernelCpu);
+MCC_KERNEL_SLOT(BiasGeluKernel, BiasGeluKernels, "BiasGelu", &BiasGeluCpu);
+MCC_KERNEL_SLOT(BiasGeluBackwardKernel, BiasGeluBackwardKernels,
+                "BiasGeluBackward", &BiasGeluBackwardCpu);
 
 absl::Status Gelu(const Tensor& x, Tensor* y) {
   ScopedOpTimer op_timer("Gelu");
@@ -607,15 +595,9 @@ absl::Status SwiGLUBackwardCpu(const Tensor& dy, const Tensor& x, Tensor* dx);
 
 }  // namespace
 
-KernelSlot<UnaryKernel>& SwiGLUKernels() {
-  static auto* slot = new KernelSlot<UnaryKernel>("SwiGLU", &SwiGLUCpu);
-  return *slot;
-}
-KernelSlot<UnaryBackwardKernel>& SwiGLUBackwardKernels() {
-  static auto* slot =
-      new KernelSlot<UnaryBackwardKernel>("SwiGLUBackward", &SwiGLUBackwardCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(UnaryKernel, SwiGLUKernels, "SwiGLU", &SwiGLUCpu);
+MCC_KERNEL_SLOT(UnaryBackwardKernel, SwiGLUBackwardKernels, "SwiGLUBackward",
+                &SwiGLUBackwardCpu);
 
 absl::Status SwiGLU(const Tensor& x, Tensor* y) {
   ScopedOpTimer op_timer("SwiGLU");

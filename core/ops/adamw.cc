@@ -114,10 +114,7 @@ absl::Status AdamWCpu(const AdamWConfig& cfg, const Tensor& grad, Tensor* param,
 
 }  // namespace
 
-KernelSlot<AdamWKernel>& AdamWKernels() {
-  static auto* slot = new KernelSlot<AdamWKernel>("AdamWStep", &AdamWCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(AdamWKernel, AdamWKernels, "AdamWStep", &AdamWCpu);
 
 }  // namespace ops
 }  // namespace mcc

@@ -721,17 +721,11 @@ absl::Status FlashAttentionBackwardCpu(const Tensor& q, const Tensor& k,
 
 }  // namespace
 
-KernelSlot<FlashAttentionForwardKernel>& FlashAttentionForwardKernels() {
-  static auto* slot = new KernelSlot<FlashAttentionForwardKernel>(
-      "FlashAttentionForward", &FlashAttentionForwardCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(FlashAttentionForwardKernel, FlashAttentionForwardKernels,
+                "FlashAttentionForward", &FlashAttentionForwardCpu);
 
-KernelSlot<FlashAttentionBackwardKernel>& FlashAttentionBackwardKernels() {
-  static auto* slot = new KernelSlot<FlashAttentionBackwardKernel>(
-      "FlashAttentionBackward", &FlashAttentionBackwardCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(FlashAttentionBackwardKernel, FlashAttentionBackwardKernels,
+                "FlashAttentionBackward", &FlashAttentionBackwardCpu);
 
 double FlashAttentionForwardFlops(int64_t batch, int64_t seq, int64_t heads,
                                   int64_t head_dim, bool causal) {

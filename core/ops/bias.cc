@@ -189,15 +189,9 @@ absl::Status BiasAddBackwardCpu(const Tensor& dy, Tensor* dbias) {
 
 }  // namespace
 
-KernelSlot<BiasAddKernel>& BiasAddKernels() {
-  static auto* slot = new KernelSlot<BiasAddKernel>("BiasAdd", &BiasAddCpu);
-  return *slot;
-}
-KernelSlot<BiasAddBackwardKernel>& BiasAddBackwardKernels() {
-  static auto* slot = new KernelSlot<BiasAddBackwardKernel>(
-      "BiasAddBackward", &BiasAddBackwardCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(BiasAddKernel, BiasAddKernels, "BiasAdd", &BiasAddCpu);
+MCC_KERNEL_SLOT(BiasAddBackwardKernel, BiasAddBackwardKernels,
+                "BiasAddBackward", &BiasAddBackwardCpu);
 
 }  // namespace ops
 }  // namespace mcc

@@ -69,11 +69,8 @@ absl::Status CachedAttentionCpu(const Tensor& q, const Tensor& k_cache,
 
 }  // namespace
 
-KernelSlot<CachedAttentionKernel>& CachedAttentionKernels() {
-  static auto* slot = new KernelSlot<CachedAttentionKernel>(
-      "CachedAttention", &CachedAttentionCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(CachedAttentionKernel, CachedAttentionKernels,
+                "CachedAttention", &CachedAttentionCpu);
 
 absl::Status CachedAttention(const Tensor& q, const Tensor& k_cache,
                              const Tensor& v_cache, int64_t position,

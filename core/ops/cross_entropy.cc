@@ -556,11 +556,7 @@ absl::StatusOr<MeanLoss> CrossEntropyMeanLossCpu(const Tensor& loss,
 
 }  // namespace
 
-#define MCC_CE_SLOT(Type, Name, op, cpu)               \
-  KernelSlot<Type>& Name() {                           \
-    static auto* slot = new KernelSlot<Type>(op, cpu); \
-    return *slot;                                      \
-  }
+#define MCC_CE_SLOT(Type, Name, op, cpu) MCC_KERNEL_SLOT(Type, Name, op, cpu);
 MCC_CE_SLOT(CrossEntropyForwardKernel, CrossEntropyForwardKernels,
             "CrossEntropyForward", &CrossEntropyForwardCpu)
 MCC_CE_SLOT(CrossEntropyBackwardKernel, CrossEntropyBackwardKernels,

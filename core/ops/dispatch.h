@@ -13,9 +13,11 @@
 // op code that runs on the CPU runs on every device.
 //
 // A slot (KernelSlot, core/kernel_slot.h) holds one kernel per device type.
-// The CPU kernel is a named function registered where the op is defined
-// (KernelSlot<GeluKernel>("Gelu", &GeluCpu)); a device library registers
-// its own when it is linked in, e.g.
+// The CPU kernel is a named function registered where the op is defined,
+// with the slot itself: MCC_KERNEL_SLOT(GeluKernel, GeluKernels, "Gelu",
+// &GeluCpu), which also lists the slot for the coverage tests
+// (AllKernelSlots()). A device library registers its own when it is linked
+// in, e.g.
 //   GemmKernels().Register(DeviceType::kCUDA, &CudaGemm);
 // A device type without a kernel gets Unimplemented naming the op and the
 // device. Host-backed devices (the test device, core/testing/test_device.h)

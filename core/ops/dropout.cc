@@ -291,10 +291,7 @@ absl::Status DropoutBackward(const Tensor& dy, float p, uint64_t seed,
   return DropoutImpl("DropoutBackward", "dy", "dx", dy, p, seed, offset, dx);
 }
 
-KernelSlot<DropoutKernel>& DropoutKernels() {
-  static auto* slot = new KernelSlot<DropoutKernel>("Dropout", &DropoutCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(DropoutKernel, DropoutKernels, "Dropout", &DropoutCpu);
 
 }  // namespace ops
 }  // namespace mcc

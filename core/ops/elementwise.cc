@@ -131,19 +131,10 @@ absl::Status AccumulateCpu(const Tensor& x, float alpha, Tensor* y) {
 
 }  // namespace
 
-KernelSlot<ScaleKernel>& ScaleKernels() {
-  static auto* slot = new KernelSlot<ScaleKernel>("Scale", &ScaleCpu);
-  return *slot;
-}
-KernelSlot<AddKernel>& AddKernels() {
-  static auto* slot = new KernelSlot<AddKernel>("Add", &AddCpu);
-  return *slot;
-}
-KernelSlot<AccumulateKernel>& AccumulateKernels() {
-  static auto* slot =
-      new KernelSlot<AccumulateKernel>("Accumulate", &AccumulateCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(ScaleKernel, ScaleKernels, "Scale", &ScaleCpu);
+MCC_KERNEL_SLOT(AddKernel, AddKernels, "Add", &AddCpu);
+MCC_KERNEL_SLOT(AccumulateKernel, AccumulateKernels, "Accumulate",
+                &AccumulateCpu);
 
 absl::Status Fill(double value, Tensor* x) {
   ScopedOpTimer op_timer("Fill");

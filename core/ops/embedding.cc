@@ -292,16 +292,10 @@ absl::Status EmbeddingBackwardCpu(const Tensor& ids, const Tensor& dout,
 
 }  // namespace
 
-KernelSlot<EmbeddingKernel>& EmbeddingLookupKernels() {
-  static auto* slot =
-      new KernelSlot<EmbeddingKernel>("EmbeddingLookup", &EmbeddingLookupCpu);
-  return *slot;
-}
-KernelSlot<EmbeddingKernel>& EmbeddingBackwardKernels() {
-  static auto* slot = new KernelSlot<EmbeddingKernel>("EmbeddingBackward",
-                                                      &EmbeddingBackwardCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(EmbeddingKernel, EmbeddingLookupKernels, "EmbeddingLookup",
+                &EmbeddingLookupCpu);
+MCC_KERNEL_SLOT(EmbeddingKernel, EmbeddingBackwardKernels, "EmbeddingBackward",
+                &EmbeddingBackwardCpu);
 
 }  // namespace ops
 }  // namespace mcc

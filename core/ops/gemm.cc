@@ -588,16 +588,9 @@ absl::Status BatchedGemmCpu(const Tensor& a, bool trans_a, const Tensor& b,
 
 }  // namespace
 
-KernelSlot<GemmKernel>& GemmKernels() {
-  static auto* slot = new KernelSlot<GemmKernel>("Gemm", &GemmCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(GemmKernel, GemmKernels, "Gemm", &GemmCpu);
 
-KernelSlot<GemmKernel>& BatchedGemmKernels() {
-  static auto* slot =
-      new KernelSlot<GemmKernel>("BatchedGemm", &BatchedGemmCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(GemmKernel, BatchedGemmKernels, "BatchedGemm", &BatchedGemmCpu);
 
 absl::Status Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                   Tensor* c, float alpha, float beta) {

@@ -35,11 +35,8 @@ absl::Status CheckIndexRangeCpu(const Tensor& ids, int64_t limit,
 
 }  // namespace
 
-KernelSlot<CheckIndexRangeKernel>& CheckIndexRangeKernels() {
-  static auto* slot = new KernelSlot<CheckIndexRangeKernel>(
-      "CheckIndexRange", &CheckIndexRangeCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(CheckIndexRangeKernel, CheckIndexRangeKernels,
+                "CheckIndexRange", &CheckIndexRangeCpu);
 
 absl::Status CheckIndexRange(const Tensor& ids, int64_t limit,
                              int64_t ignore_index, absl::string_view what) {

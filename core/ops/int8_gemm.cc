@@ -285,6 +285,12 @@ void Int8GemmF32(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx,
                  const int8_t* q, const float* scales, float* y, int64_t ldy,
                  Int8GemmPath path) {
   if (m <= 0 || n <= 0) return;
+  if (k == 0) {  // An empty sum, on every path (they divide by k or need it).
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) y[i * ldy + j] = 0.0f * scales[j];
+    }
+    return;
+  }
   if (path == Int8GemmPath::kAuto) {
     path = static_cast<Int8GemmPath>(g_forced_path.load());
   }
@@ -305,10 +311,7 @@ void Int8GemmF32(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx,
   }
 }
 
-KernelSlot<Int8GemmKernel>& Int8GemmKernels() {
-  static auto* slot = new KernelSlot<Int8GemmKernel>("Int8Gemm", &Int8GemmCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(Int8GemmKernel, Int8GemmKernels, "Int8Gemm", &Int8GemmCpu);
 
 absl::Status Int8Gemm(const Tensor& x, const Tensor& q, const Tensor& scales,
                       Tensor* y) {

@@ -126,6 +126,21 @@ TEST(Int8GemmTest, EveryPathMeetsTheFp32AccumulationBound) {
   }
 }
 
+// k == 0: an empty product, y = 0 on every path (the direct path once
+// divided by k to size its work chunks, the sgemm one had no valid lda).
+TEST(Int8GemmTest, EmptyInnerDimensionGivesZeros) {
+  for (Int8GemmPath path : RunnablePaths()) {
+    SCOPED_TRACE(Int8GemmPathName(path));
+    PathScope scope(path);
+    const Tensor x = Tensor::Zeros({3, 0}, DType::kFloat32);
+    const Tensor q = Tensor::Zeros({5, 0}, DType::kInt8);
+    const Tensor s = Tensor::Full({5}, 0.5, DType::kFloat32);
+    Tensor y = Tensor::Full({3, 5}, 7.0, DType::kFloat32);
+    ASSERT_TRUE(Int8Gemm(x, q, s, &y).ok());
+    for (double v : y.ToDoubles()) EXPECT_EQ(v, 0.0);
+  }
+}
+
 // The bound is tight enough to catch a wrong weight: flipping one int8
 // value by one step moves an output by s |x|, far above the bound.
 TEST(Int8GemmTest, BoundCatchesAOneStepWeightError) {

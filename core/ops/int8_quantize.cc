@@ -141,17 +141,10 @@ absl::Status CheckRowVector(const char* op, const char* name, const Tensor& w,
 
 }  // namespace
 
-KernelSlot<RowAbsMaxKernel>& RowAbsMaxKernels() {
-  static auto* slot =
-      new KernelSlot<RowAbsMaxKernel>("RowAbsMax", &RowAbsMaxCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(RowAbsMaxKernel, RowAbsMaxKernels, "RowAbsMax", &RowAbsMaxCpu);
 
-KernelSlot<QuantizeRowsInt8Kernel>& QuantizeRowsInt8Kernels() {
-  static auto* slot = new KernelSlot<QuantizeRowsInt8Kernel>(
-      "QuantizeRowsInt8", &QuantizeRowsInt8Cpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(QuantizeRowsInt8Kernel, QuantizeRowsInt8Kernels,
+                "QuantizeRowsInt8", &QuantizeRowsInt8Cpu);
 
 absl::Status RowAbsMax(const Tensor& w, Tensor* absmax) {
   ScopedOpTimer op_timer("RowAbsMax");

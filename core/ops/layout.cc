@@ -256,11 +256,8 @@ absl::Status CheckPieces(const char* op, const Tensor& whole,
 
 }  // namespace
 
-KernelSlot<StridedCopyKernel>& StridedCopyKernels() {
-  static auto* slot =
-      new KernelSlot<StridedCopyKernel>("StridedCopy", &StridedCopyCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(StridedCopyKernel, StridedCopyKernels, "StridedCopy",
+                &StridedCopyCpu);
 
 void ContiguousStrides(absl::Span<const int64_t> shape, int64_t* strides) {
   int64_t s = 1;

@@ -91,16 +91,10 @@ absl::Status CheckLossSum(const char* op, const Tensor* out) {
 
 }  // namespace
 
-KernelSlot<LossSumKernel>& LossSumKernels() {
-  static auto* slot = new KernelSlot<LossSumKernel>("LossSum", &LossSumCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(LossSumKernel, LossSumKernels, "LossSum", &LossSumCpu);
 
-KernelSlot<LossSumGradientKernel>& LossSumGradientKernels() {
-  static auto* slot = new KernelSlot<LossSumGradientKernel>(
-      "LossSumGradient", &LossSumGradientCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(LossSumGradientKernel, LossSumGradientKernels,
+                "LossSumGradient", &LossSumGradientCpu);
 
 absl::Status LossSum(const Tensor& loss, const Tensor& mask,
                      const Tensor& labels, int64_t ignore_index,

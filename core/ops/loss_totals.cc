@@ -72,17 +72,11 @@ absl::Status CheckFp32Vector(const char* op, const char* name, const Tensor* t,
 
 }  // namespace
 
-KernelSlot<AccumulateLossTotalsKernel>& AccumulateLossTotalsKernels() {
-  static auto* slot = new KernelSlot<AccumulateLossTotalsKernel>(
-      "AccumulateLossTotals", &AccumulateLossTotalsCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(AccumulateLossTotalsKernel, AccumulateLossTotalsKernels,
+                "AccumulateLossTotals", &AccumulateLossTotalsCpu);
 
-KernelSlot<PackLossTotalsKernel>& PackLossTotalsKernels() {
-  static auto* slot = new KernelSlot<PackLossTotalsKernel>("PackLossTotals",
-                                                           &PackLossTotalsCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(PackLossTotalsKernel, PackLossTotalsKernels, "PackLossTotals",
+                &PackLossTotalsCpu);
 
 absl::Status AccumulateLossTotals(const Tensor& loss_sum, int num_microbatches,
                                   Tensor* totals) {

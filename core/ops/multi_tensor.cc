@@ -95,11 +95,8 @@ absl::Status CheckList(const char* op, const char* list,
 
 }  // namespace
 
-KernelSlot<MultiTensorSumOfSquaresKernel>& MultiTensorSumOfSquaresKernels() {
-  static auto* slot = new KernelSlot<MultiTensorSumOfSquaresKernel>(
-      "MultiTensorSumOfSquares", &MultiTensorSumOfSquaresCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(MultiTensorSumOfSquaresKernel, MultiTensorSumOfSquaresKernels,
+                "MultiTensorSumOfSquares", &MultiTensorSumOfSquaresCpu);
 
 absl::Status MultiTensorSumOfSquares(absl::Span<const Tensor> counted,
                                      absl::Span<const Tensor> checked,

@@ -359,26 +359,14 @@ absl::Status RMSNormBackwardCpu(const Tensor& dy, const Tensor& x,
 
 }  // namespace
 
-KernelSlot<LayerNormForwardKernel>& LayerNormForwardKernels() {
-  static auto* slot = new KernelSlot<LayerNormForwardKernel>(
-      "LayerNormForward", &LayerNormForwardCpu);
-  return *slot;
-}
-KernelSlot<LayerNormBackwardKernel>& LayerNormBackwardKernels() {
-  static auto* slot = new KernelSlot<LayerNormBackwardKernel>(
-      "LayerNormBackward", &LayerNormBackwardCpu);
-  return *slot;
-}
-KernelSlot<RMSNormForwardKernel>& RMSNormForwardKernels() {
-  static auto* slot = new KernelSlot<RMSNormForwardKernel>("RMSNormForward",
-                                                           &RMSNormForwardCpu);
-  return *slot;
-}
-KernelSlot<RMSNormBackwardKernel>& RMSNormBackwardKernels() {
-  static auto* slot = new KernelSlot<RMSNormBackwardKernel>(
-      "RMSNormBackward", &RMSNormBackwardCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(LayerNormForwardKernel, LayerNormForwardKernels,
+                "LayerNormForward", &LayerNormForwardCpu);
+MCC_KERNEL_SLOT(LayerNormBackwardKernel, LayerNormBackwardKernels,
+                "LayerNormBackward", &LayerNormBackwardCpu);
+MCC_KERNEL_SLOT(RMSNormForwardKernel, RMSNormForwardKernels, "RMSNormForward",
+                &RMSNormForwardCpu);
+MCC_KERNEL_SLOT(RMSNormBackwardKernel, RMSNormBackwardKernels,
+                "RMSNormBackward", &RMSNormBackwardCpu);
 
 absl::Status LayerNormForward(const Tensor& x, const Tensor& gamma,
                               const Tensor& beta, float eps, Tensor* y,

@@ -97,11 +97,7 @@ namespace internal {
 double SumOfSquaresCpu(const Tensor& x) { return ReduceCpuTyped<true>(x); }
 }  // namespace internal
 
-KernelSlot<ReduceKernel>& ReduceKernels() {
-  static auto* slot =
-      new KernelSlot<ReduceKernel>("Sum/SumOfSquares", &ReduceCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(ReduceKernel, ReduceKernels, "Sum/SumOfSquares", &ReduceCpu);
 
 absl::StatusOr<double> Sum(const Tensor& x) { return Reduce<false>("Sum", x); }
 

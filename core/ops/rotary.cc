@@ -176,17 +176,11 @@ absl::Status RotaryBackwardCpu(const Tensor& dy, const RotaryOptions& options,
 
 }  // namespace
 
-KernelSlot<RotaryKernel>& RotaryForwardKernels() {
-  static auto* slot =
-      new KernelSlot<RotaryKernel>("RotaryForward", &RotaryForwardCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(RotaryKernel, RotaryForwardKernels, "RotaryForward",
+                &RotaryForwardCpu);
 
-KernelSlot<RotaryKernel>& RotaryBackwardKernels() {
-  static auto* slot =
-      new KernelSlot<RotaryKernel>("RotaryBackward", &RotaryBackwardCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(RotaryKernel, RotaryBackwardKernels, "RotaryBackward",
+                &RotaryBackwardCpu);
 
 absl::Status RotaryForward(const Tensor& x, const RotaryOptions& options,
                            Tensor* y) {

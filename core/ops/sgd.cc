@@ -42,10 +42,7 @@ absl::Status SgdCpu(const SgdConfig& cfg, const Tensor& grad, Tensor* param,
 
 }  // namespace
 
-KernelSlot<SgdKernel>& SgdKernels() {
-  static auto* slot = new KernelSlot<SgdKernel>("SgdStep", &SgdCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(SgdKernel, SgdKernels, "SgdStep", &SgdCpu);
 
 absl::Status SgdStep(const SgdConfig& cfg, const Tensor& grad, Tensor* param,
                      Tensor* momentum_buffer) {

@@ -86,11 +86,8 @@ absl::Status MergeAttentionPartial(const Tensor& part_out,
   return MergeAttentionPartialKernels()(device, part_out, part_lse, out, lse);
 }
 
-KernelSlot<MergeAttentionPartialKernel>& MergeAttentionPartialKernels() {
-  static auto* slot =
-      new KernelSlot<MergeAttentionPartialKernel>(kOp, &MergeCpu);
-  return *slot;
-}
+MCC_KERNEL_SLOT(MergeAttentionPartialKernel, MergeAttentionPartialKernels, kOp,
+                &MergeCpu);
 
 }  // namespace context_parallel
 }  // namespace mcc

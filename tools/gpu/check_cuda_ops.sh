@@ -30,6 +30,9 @@ tests=(
   core/ops/cuda/flash_attention_test
   core/ops/cuda/cached_attention_test
   parallel/context_parallel/softmax_merge_cuda_test
+  core/ops/cuda/int8_test
+  core/ops/cuda/index_check_loss_totals_test
+  core/ops/cuda/slot_coverage_test
 )
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 
@@ -110,7 +113,8 @@ done
 if ((sanitize)); then
   sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
   if [[ -x "${sanitizer}" ]]; then
-    for t in core/ops/cuda/registrations_test core/ops/cuda/gemm_test; do
+    for t in core/ops/cuda/registrations_test core/ops/cuda/gemm_test \
+      core/ops/cuda/int8_test core/ops/cuda/index_check_loss_totals_test; do
       log="${logs}/$(basename "${t}").memcheck.log"
       timeout "${step_timeout}" "${sanitizer}" --tool memcheck --error-exitcode 99 \
         "${bin}/${t}" >"${log}" 2>&1

@@ -45,6 +45,9 @@ tests=(
   core/ops/cuda/flash_attention_test
   core/ops/cuda/cached_attention_test
   parallel/context_parallel/softmax_merge_cuda_test
+  core/ops/cuda/int8_test
+  core/ops/cuda/index_check_loss_totals_test
+  core/ops/cuda/slot_coverage_test
   core/comm/nccl_process_group_test
 )
 passed=0 failed=0 timed_out=0 skipped=0 failures=()

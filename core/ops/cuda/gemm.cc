@@ -2,8 +2,13 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
@@ -19,6 +24,11 @@ namespace {
 constexpr int kMaxDevices = 64;
 constexpr int64_t kIntMax = 2147483647;
 
+std::atomic<bool> g_allow_tf32{false};
+std::atomic<int> g_route{static_cast<int>(internal::CudaGemmRoute::kAuto)};
+std::atomic<int64_t> g_lt_calls{0};
+std::atomic<int64_t> g_fallback_calls{0};
+
 cudaDataType_t CudaType(DType dtype) {
   switch (dtype) {
     case DType::kBFloat16:
@@ -30,11 +40,242 @@ cudaDataType_t CudaType(DType dtype) {
   }
 }
 
-// Whether cublasGemmEx with CUBLAS_COMPUTE_32F takes operands of `in` and a
-// C of `out` directly: fp32 -> fp32, and 16-bit operands -> their own type
-// or fp32. Other outputs go through an fp32 staging C.
+// Whether cuBLAS(Lt) with CUBLAS_COMPUTE_32F takes operands of `in` and a C
+// of `out` directly: fp32 -> fp32, and 16-bit operands -> their own type or
+// fp32. Other outputs go through an fp32 staging C.
 bool DirectOutput(DType in, DType out) {
   return out == DType::kFloat32 ? true : in == out;
+}
+
+// The largest power of two, up to cuBLASLt's default 256, that divides the
+// address: the heuristic must only offer algorithms that work with it (a
+// view into a larger tensor may start anywhere).
+uint32_t Alignment(const void* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && address % align != 0) align >>= 1;
+  return align;
+}
+
+// One GEMM in cuBLAS's column-major terms. Row-major C = op(A) op(B) is
+// column-major C^T = op(B)^T op(A)^T, so cuBLAS's first operand is the
+// row-major b and its second the row-major a, with the row-major leading
+// dimensions.
+struct ColumnMajorGemm {
+  cublasOperation_t op_first, op_second;
+  int64_t m, n, k;  // C is m x n, the inner dimension k.
+  int64_t ld_first, ld_second, ldc;
+  int64_t batch;  // 1: a single GEMM.
+  int64_t stride_first, stride_second, stride_c;
+  cudaDataType_t in_type, out_type;
+  cublasComputeType_t compute;
+};
+
+// What decides cuBLASLt's algorithm: the shape, types, transposes and
+// operand alignment, on one device.
+struct LtKey {
+  int device;
+  ColumnMajorGemm g;
+  uint32_t align_first, align_second, align_c;
+
+  auto Tie() const {
+    return std::make_tuple(
+        device, g.op_first, g.op_second, g.m, g.n, g.k, g.ld_first, g.ld_second,
+        g.ldc, g.batch, g.stride_first, g.stride_second, g.stride_c, g.in_type,
+        g.out_type, g.compute, align_first, align_second, align_c);
+  }
+  bool operator==(const LtKey& o) const { return Tie() == o.Tie(); }
+  template <typename H>
+  friend H AbslHashValue(H h, const LtKey& key) {
+    return H::combine(std::move(h), key.Tie());
+  }
+};
+
+// Descriptors and the chosen algorithm for one key; immutable once cached
+// (cuBLASLt only reads them), never destroyed.
+struct LtPlan {
+  bool found = false;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo = {};
+  size_t workspace = 0;
+};
+
+absl::Status Lt(cublasStatus_t status, const char* call) {
+  return CublasToStatus(status, call);
+}
+
+absl::Status MakeLayout(cudaDataType_t type, bool trans, int64_t rows,
+                        int64_t cols, int64_t ld, int64_t batch, int64_t stride,
+                        cublasLtMatrixLayout_t* layout) {
+  // A transposed operand is stored cols x rows.
+  const uint64_t stored_rows = trans ? cols : rows;
+  const uint64_t stored_cols = trans ? rows : cols;
+  MCC_RETURN_IF_ERROR(
+      Lt(cublasLtMatrixLayoutCreate(layout, type, stored_rows, stored_cols, ld),
+         "cublasLtMatrixLayoutCreate"));
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    MCC_RETURN_IF_ERROR(Lt(
+        cublasLtMatrixLayoutSetAttribute(
+            *layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+        "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)"));
+    MCC_RETURN_IF_ERROR(
+        Lt(cublasLtMatrixLayoutSetAttribute(
+               *layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+               sizeof(stride)),
+           "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)"));
+  }
+  return absl::OkStatus();
+}
+
+void Destroy(LtPlan* plan) {
+  if (plan->op) cublasLtMatmulDescDestroy(plan->op);
+  if (plan->first) cublasLtMatrixLayoutDestroy(plan->first);
+  if (plan->second) cublasLtMatrixLayoutDestroy(plan->second);
+  if (plan->c) cublasLtMatrixLayoutDestroy(plan->c);
+  *plan = LtPlan();
+}
+
+// Builds the descriptors and asks the heuristic for its best algorithm;
+// found == false (and no descriptors) when it has none.
+absl::Status MakePlan(cublasLtHandle_t handle, const LtKey& key, LtPlan* plan) {
+  const ColumnMajorGemm& g = key.g;
+  auto fail = [plan](absl::Status s) {
+    Destroy(plan);
+    return s;
+  };
+  absl::Status s =
+      Lt(cublasLtMatmulDescCreate(&plan->op, g.compute, CUDA_R_32F),
+         "cublasLtMatmulDescCreate");
+  if (!s.ok()) return fail(s);
+  s = Lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                        &g.op_first, sizeof(g.op_first)),
+         "cublasLtMatmulDescSetAttribute(TRANSA)");
+  if (!s.ok()) return fail(s);
+  s = Lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                        &g.op_second, sizeof(g.op_second)),
+         "cublasLtMatmulDescSetAttribute(TRANSB)");
+  if (!s.ok()) return fail(s);
+  s = MakeLayout(g.in_type, g.op_first != CUBLAS_OP_N, g.m, g.k, g.ld_first,
+                 g.batch, g.stride_first, &plan->first);
+  if (!s.ok()) return fail(s);
+  s = MakeLayout(g.in_type, g.op_second != CUBLAS_OP_N, g.k, g.n, g.ld_second,
+                 g.batch, g.stride_second, &plan->second);
+  if (!s.ok()) return fail(s);
+  s = MakeLayout(g.out_type, false, g.m, g.n, g.ldc, g.batch, g.stride_c,
+                 &plan->c);
+  if (!s.ok()) return fail(s);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  s = Lt(cublasLtMatmulPreferenceCreate(&pref),
+         "cublasLtMatmulPreferenceCreate");
+  if (!s.ok()) return fail(s);
+  const uint64_t max_workspace = kCublasLtWorkspaceBytes;
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
+      sizeof(max_workspace));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_first},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_second},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c},
+  };
+  for (const auto& [attr, value] : aligns) {
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &value,
+                                                sizeof(value));
+    }
+  }
+  cublasLtMatmulHeuristicResult_t result = {};
+  int returned = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->first,
+                                        plan->second, plan->c, plan->c, pref, 1,
+                                        &result, &returned);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+      (st == CUBLAS_STATUS_SUCCESS &&
+       (returned == 0 || result.state != CUBLAS_STATUS_SUCCESS))) {
+    Destroy(plan);  // No algorithm: the caller falls back.
+    return absl::OkStatus();
+  }
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    return fail(Lt(st, "cublasLtMatmulAlgoGetHeuristic"));
+  }
+  plan->found = true;
+  plan->algo = result.algo;
+  plan->workspace = result.workspaceSize;
+  return absl::OkStatus();
+}
+
+// The cached plan for a key (built on first use).
+absl::StatusOr<const LtPlan*> PlanFor(cublasLtHandle_t handle,
+                                      const LtKey& key) {
+  static auto* mu = new std::mutex;
+  static auto* plans =
+      new absl::flat_hash_map<LtKey, std::unique_ptr<LtPlan>>();
+  std::lock_guard<std::mutex> lock(*mu);
+  auto it = plans->find(key);
+  if (it != plans->end()) return it->second.get();
+  auto plan = std::make_unique<LtPlan>();
+  MCC_RETURN_IF_ERROR(MakePlan(handle, key, plan.get()));
+  const LtPlan* result = plan.get();
+  plans->emplace(key, std::move(plan));
+  return result;
+}
+
+// Runs g through cuBLASLt; *ran = false (nothing launched) when it has no
+// algorithm for it.
+absl::Status RunLt(const ColumnMajorGemm& g, const void* first,
+                   const void* second, void* c, float alpha, float beta,
+                   const Device& device, cudaStream_t stream, bool* ran) {
+  *ran = false;
+  MCC_ASSIGN_OR_RETURN(cublasLtHandle_t handle, CublasLtHandle(device.index));
+  LtKey key{device.index, g, Alignment(first), Alignment(second), Alignment(c)};
+  MCC_ASSIGN_OR_RETURN(const LtPlan* plan, PlanFor(handle, key));
+  if (!plan->found) return absl::OkStatus();
+  // From the caching allocator; later work in this stream's order may reuse
+  // it once the call is queued, as with the staging buffers.
+  Tensor workspace;
+  if (plan->workspace > 0) {
+    workspace = Tensor::Empty({static_cast<int64_t>(plan->workspace)},
+                              DType::kInt8, device);
+  }
+  MCC_RETURN_IF_ERROR(Lt(
+      cublasLtMatmul(handle, plan->op, &alpha, first, plan->first, second,
+                     plan->second, &beta, c, plan->c, c, plan->c, &plan->algo,
+                     plan->workspace > 0 ? workspace.raw_data() : nullptr,
+                     plan->workspace, stream),
+      "cublasLtMatmul"));
+  *ran = true;
+  return absl::OkStatus();
+}
+
+absl::Status RunCublas(const ColumnMajorGemm& g, const void* first,
+                       const void* second, void* c, float alpha, float beta,
+                       int device) {
+  MCC_ASSIGN_OR_RETURN(cublasHandle_t handle, CublasHandle(device));
+  const int m = static_cast<int>(g.m), n = static_cast<int>(g.n),
+            k = static_cast<int>(g.k);
+  const int ld_first = static_cast<int>(g.ld_first),
+            ld_second = static_cast<int>(g.ld_second),
+            ldc = static_cast<int>(g.ldc);
+  if (g.batch == 1) {
+    return CublasToStatus(
+        cublasGemmEx(handle, g.op_first, g.op_second, m, n, k, &alpha, first,
+                     g.in_type, ld_first, second, g.in_type, ld_second, &beta,
+                     c, g.out_type, ldc, g.compute, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
+  }
+  return CublasToStatus(
+      cublasGemmStridedBatchedEx(
+          handle, g.op_first, g.op_second, m, n, k, &alpha, first, g.in_type,
+          ld_first, g.stride_first, second, g.in_type, ld_second,
+          g.stride_second, &beta, c, g.out_type, ldc, g.stride_c,
+          static_cast<int>(g.batch), g.compute, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmStridedBatchedEx");
 }
 
 absl::Status RunGemm(const char* op, const Tensor& a, bool trans_a,
@@ -43,7 +284,7 @@ absl::Status RunGemm(const char* op, const Tensor& a, bool trans_a,
   const int64_t m = trans_a ? a.size(-1) : a.size(-2);
   const int64_t k = trans_a ? a.size(-2) : a.size(-1);
   const int64_t n = trans_b ? b.size(-2) : b.size(-1);
-  const int64_t batch = batched ? c->size(0) : 1;
+  int64_t batch = batched ? c->size(0) : 1;
   const bool b_shared = batched && b.dim() == 2;
   KernelScope scope(op, *c);
   MCC_RETURN_IF_ERROR(scope.status());
@@ -79,37 +320,52 @@ absl::Status RunGemm(const char* op, const Tensor& a, bool trans_a,
           cuda_kernels::ElemType::kF32, c->numel(), stream)));
     }
   }
-  MCC_ASSIGN_OR_RETURN(cublasHandle_t handle, CublasHandle(c->device().index));
 
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the
-  // column-major call takes B first with the row-major leading dimensions.
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int cm = static_cast<int>(n), cn = static_cast<int>(m),
-            ck = static_cast<int>(k);
-  const int ldb = static_cast<int>(trans_b ? k : n);
-  const int lda = static_cast<int>(trans_a ? m : k);
-  const int ldc = static_cast<int>(n);
-  const cudaDataType_t in_type = CudaType(a.dtype());
-  const cudaDataType_t out_type = CudaType(out.dtype());
-  if (!batched) {
-    MCC_RETURN_IF_ERROR(CublasToStatus(
-        cublasGemmEx(handle, op_b, op_a, cm, cn, ck, &alpha, b.raw_data(),
-                     in_type, ldb, a.raw_data(), in_type, lda, &beta,
-                     out.raw_data(), out_type, ldc, CUBLAS_COMPUTE_32F,
-                     CUBLAS_GEMM_DEFAULT),
-        "cublasGemmEx"));
+  // A shared b under an untransposed a is one GEMM with batch * m rows (the
+  // entries of a and c are consecutive row blocks).
+  int64_t rows = m;
+  if (b_shared && !trans_a && batch * m <= kIntMax) {
+    rows = batch * m;
+    batch = 1;
+  }
+  ColumnMajorGemm g;
+  g.op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  g.op_second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  g.m = n;
+  g.n = rows;
+  g.k = k;
+  g.ld_first = trans_b ? k : n;
+  g.ld_second = trans_a ? m : k;
+  g.ldc = n;
+  g.batch = batch;
+  // A shared b is batch stride 0: every entry reads the same matrix.
+  g.stride_first = batch > 1 && !b_shared ? k * n : 0;
+  g.stride_second = batch > 1 ? m * k : 0;
+  g.stride_c = batch > 1 ? m * n : 0;
+  g.in_type = CudaType(a.dtype());
+  g.out_type = CudaType(out.dtype());
+  g.compute = a.dtype() == DType::kFloat32 && g_allow_tf32.load()
+                  ? CUBLAS_COMPUTE_32F_FAST_TF32
+                  : CUBLAS_COMPUTE_32F;
+
+  const auto route = static_cast<internal::CudaGemmRoute>(g_route.load());
+  bool ran = false;
+  if (route != internal::CudaGemmRoute::kCublas) {
+    MCC_RETURN_IF_ERROR(RunLt(g, b.raw_data(), a.raw_data(), out.raw_data(),
+                              alpha, beta, c->device(), stream, &ran));
+    if (!ran && route == internal::CudaGemmRoute::kCublasLt) {
+      return absl::UnimplementedError(absl::StrCat(
+          op, ": cuBLASLt has no algorithm for m ", m, " n ", n, " k ", k,
+          " batch ", batch, " (", DTypeName(a.dtype()), " -> ",
+          DTypeName(out.dtype()), ") and the fallback is off for testing"));
+    }
+  }
+  if (ran) {
+    g_lt_calls.fetch_add(1, std::memory_order_relaxed);
   } else {
-    // A shared b is batch stride 0: every entry reads the same matrix.
-    const long long stride_a = m * k, stride_b = b_shared ? 0 : k * n,
-                    stride_c = m * n;
-    MCC_RETURN_IF_ERROR(CublasToStatus(
-        cublasGemmStridedBatchedEx(
-            handle, op_b, op_a, cm, cn, ck, &alpha, b.raw_data(), in_type, ldb,
-            stride_b, a.raw_data(), in_type, lda, stride_a, &beta,
-            out.raw_data(), out_type, ldc, stride_c, static_cast<int>(batch),
-            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-        "cublasGemmStridedBatchedEx"));
+    MCC_RETURN_IF_ERROR(RunCublas(g, b.raw_data(), a.raw_data(), out.raw_data(),
+                                  alpha, beta, c->device().index));
+    g_fallback_calls.fetch_add(1, std::memory_order_relaxed);
   }
   if (out.raw_data() != c->raw_data()) {
     return scope.Check(cuda_kernels::Convert(
@@ -147,6 +403,32 @@ absl::StatusOr<cublasHandle_t> CublasHandle(int device) {
   return handle;
 }
 
+absl::StatusOr<cublasLtHandle_t> CublasLtHandle(int device) {
+  MCC_RETURN_IF_ERROR(::mcc::cuda::CheckDeviceIndex(device));
+  if (device >= kMaxDevices) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuBLASLt: device index ", device, " beyond ", kMaxDevices));
+  }
+  thread_local cublasLtHandle_t handles[kMaxDevices] = {};  // As above.
+  cublasLtHandle_t& handle = handles[device];
+  if (handle == nullptr) {
+    ::mcc::cuda::DeviceGuard guard(device);
+    MCC_RETURN_IF_ERROR(
+        CublasToStatus(cublasLtCreate(&handle), "cublasLtCreate"));
+  }
+  return handle;
+}
+
+bool SetCudaGemmAllowTf32(bool allow) { return g_allow_tf32.exchange(allow); }
+bool CudaGemmAllowsTf32() { return g_allow_tf32.load(); }
+
+CudaGemmRouteCounts CudaGemmRoutes() {
+  CudaGemmRouteCounts counts;
+  counts.cublas_lt = g_lt_calls.load(std::memory_order_relaxed);
+  counts.cublas_fallback = g_fallback_calls.load(std::memory_order_relaxed);
+  return counts;
+}
+
 absl::Status GemmCuda(const Tensor& a, bool trans_a, const Tensor& b,
                       bool trans_b, Tensor* c, float alpha, float beta) {
   return RunGemm("Gemm", a, trans_a, b, trans_b, c, alpha, beta,
@@ -159,6 +441,13 @@ absl::Status BatchedGemmCuda(const Tensor& a, bool trans_a, const Tensor& b,
                  /*batched=*/true);
 }
 
+namespace internal {
+
+CudaGemmRoute SetCudaGemmRouteForTesting(CudaGemmRoute route) {
+  return static_cast<CudaGemmRoute>(g_route.exchange(static_cast<int>(route)));
+}
+
+}  // namespace internal
 }  // namespace cuda
 }  // namespace ops
 }  // namespace mcc

@@ -17,9 +17,13 @@
 #include "core/ops/cuda/embedding.h"
 #include "core/ops/cuda/flash_attention.h"
 #include "core/ops/cuda/gemm.h"
+#include "core/ops/cuda/index_check.h"
+#include "core/ops/cuda/int8_gemm.h"
+#include "core/ops/cuda/int8_quantize.h"
 #include "core/ops/cuda/launch.h"
 #include "core/ops/cuda/layout.h"
 #include "core/ops/cuda/loss.h"
+#include "core/ops/cuda/loss_totals.h"
 #include "core/ops/cuda/norm_loss.h"
 #include "core/ops/cuda/reduce.h"
 #include "core/ops/cuda/rotary.h"
@@ -27,8 +31,12 @@
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/gemm.h"
+#include "core/ops/index_check.h"
+#include "core/ops/int8_gemm.h"
+#include "core/ops/int8_quantize.h"
 #include "core/ops/layout.h"
 #include "core/ops/loss_sum.h"
+#include "core/ops/loss_totals.h"
 #include "core/ops/multi_tensor.h"
 #include "core/ops/norm.h"
 #include "core/ops/reduce.h"
@@ -370,6 +378,118 @@ absl::Status LossSumGradientCuda(const Tensor& loss_sum, const Tensor& mask,
                          grad_scale, F32(dloss), dloss->numel(), s.stream()));
 }
 
+// ---- Index checks, loss totals, int8 ---------------------------------------
+
+// The device's answer to "is there an offending element, and which" (a key
+// the kernel wrote, ~0 for none), read on the host: the error must be
+// returned from the call, so these ops synchronise with the host once each
+// (CheckIndexRange runs once per micro-batch on its ids; the int8 ones run
+// at load).
+absl::StatusOr<unsigned long long> ReadKey(const KernelScope& s,
+                                           const unsigned long long* key) {
+  unsigned long long value = 0;
+  MCC_RETURN_IF_ERROR(s.Check(cudaMemcpyAsync(
+      &value, key, sizeof(value), cudaMemcpyDeviceToHost, s.stream())));
+  MCC_RETURN_IF_ERROR(s.Check(cudaStreamSynchronize(s.stream())));
+  return value;
+}
+
+constexpr unsigned long long kNoKey = ~0ull;
+
+unsigned long long* KeyOf(Tensor* scratch) {
+  return static_cast<unsigned long long*>(scratch->raw_data());
+}
+
+absl::Status CheckIndexRangeCuda(const Tensor& ids, int64_t limit,
+                                 int64_t ignore_index, absl::string_view what) {
+  KernelScope s("CheckIndexRange", ids);
+  MCC_RETURN_IF_ERROR(s.status());
+  Tensor scratch = Tensor::Empty({1}, DType::kInt64, ids.device());
+  MCC_RETURN_IF_ERROR(
+      s.Check(k::FirstOutOfRange(In(ids), ElemTypeOf(ids), ids.numel(), limit,
+                                 ignore_index, KeyOf(&scratch), s.stream())));
+  MCC_ASSIGN_OR_RETURN(const unsigned long long first,
+                       ReadKey(s, KeyOf(&scratch)));
+  if (first == kNoKey) return absl::OkStatus();
+  // The offending id itself, for the CPU kernel's message.
+  const int64_t i = static_cast<int64_t>(first);
+  int64_t id = 0;
+  if (ids.dtype() == DType::kInt32) {
+    int32_t v = 0;
+    MCC_RETURN_IF_ERROR(s.Check(cudaMemcpy(&v, ids.data<int32_t>() + i,
+                                           sizeof(v), cudaMemcpyDeviceToHost)));
+    id = v;
+  } else {
+    MCC_RETURN_IF_ERROR(s.Check(cudaMemcpy(
+        &id, ids.data<int64_t>() + i, sizeof(id), cudaMemcpyDeviceToHost)));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " ", id, " at token ", i, " is outside the vocabulary of ", limit));
+}
+
+absl::Status AccumulateLossTotalsCuda(const Tensor& loss_sum,
+                                      int num_microbatches, Tensor* totals) {
+  KernelScope s("AccumulateLossTotals", *totals);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::AccumulateLossTotals(F32(&loss_sum), num_microbatches,
+                                         F32(totals), s.stream()));
+}
+
+absl::Status PackLossTotalsCuda(const Tensor& totals, Tensor* packed) {
+  KernelScope s("PackLossTotals", *packed);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::PackLossTotals(F32(&totals), F32(packed), s.stream()));
+}
+
+absl::Status RowAbsMaxCuda(const Tensor& w, Tensor* absmax) {
+  KernelScope s("RowAbsMax", w);
+  MCC_RETURN_IF_ERROR(s.status());
+  const int64_t rows = w.size(0), cols = w.size(1);
+  Tensor scratch = Tensor::Empty({1}, DType::kInt64, w.device());
+  MCC_RETURN_IF_ERROR(
+      s.Check(k::RowAbsMax(In(w), ElemTypeOf(w), rows, cols, F32(absmax),
+                           KeyOf(&scratch), s.stream())));
+  MCC_ASSIGN_OR_RETURN(const unsigned long long key,
+                       ReadKey(s, KeyOf(&scratch)));
+  if (key == kNoKey) return absl::OkStatus();
+  int64_t r, c;
+  k::DecodeBadKey(key, cols, &r, &c);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "RowAbsMax: w ", w.Describe(), " has a non-finite value at row ", r,
+      " column ", c, "; it cannot be quantised"));
+}
+
+absl::Status QuantizeRowsInt8Cuda(const Tensor& w, const Tensor& absmax,
+                                  Tensor* q, Tensor* scales) {
+  KernelScope s("QuantizeRowsInt8", w);
+  MCC_RETURN_IF_ERROR(s.status());
+  const int64_t rows = w.size(0), cols = w.size(1);
+  Tensor scratch = Tensor::Empty({1}, DType::kInt64, w.device());
+  MCC_RETURN_IF_ERROR(s.Check(k::QuantizeRowsInt8(
+      In(w), ElemTypeOf(w), F32(&absmax), rows, cols, q->data<int8_t>(),
+      F32(scales), KeyOf(&scratch), s.stream())));
+  MCC_ASSIGN_OR_RETURN(const unsigned long long key,
+                       ReadKey(s, KeyOf(&scratch)));
+  if (key == kNoKey) return absl::OkStatus();
+  int64_t r, c;
+  k::DecodeBadKey(key, cols, &r, &c);
+  float m = 0.0f;  // The row maximum given, for the CPU kernel's message.
+  MCC_RETURN_IF_ERROR(s.Check(cudaMemcpy(&m, absmax.data<float>() + r,
+                                         sizeof(m), cudaMemcpyDeviceToHost)));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "QuantizeRowsInt8: w ", w.Describe(), " row ", r, " column ", c,
+      " exceeds the row maximum given (", m, ") or is not finite"));
+}
+
+absl::Status Int8GemmCuda(const Tensor& x, const Tensor& q,
+                          const Tensor& scales, Tensor* y) {
+  KernelScope s("Int8Gemm", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::Int8Gemm(In(x), ElemTypeOf(x), q.data<int8_t>(),
+                             F32(&scales), Out(y), ElemTypeOf(*y), x.size(0),
+                             q.size(0), x.size(1), s.stream()));
+}
+
 // ---- Reductions ------------------------------------------------------------
 
 // Float64 scratch on the device for a call's reductions (int64 storage: the
@@ -698,6 +818,14 @@ absl::Status ShardedBackwardCuda(const Tensor& logits, const Tensor& targets,
 bool RegisterCudaKernels() {
   static const bool registered = [] {
     constexpr DeviceType kCuda = DeviceType::kCUDA;
+    // Index checks, loss totals and int8 (kept as one block).
+    CheckIndexRangeKernels().Register(kCuda, &CheckIndexRangeCuda);
+    AccumulateLossTotalsKernels().Register(kCuda, &AccumulateLossTotalsCuda);
+    PackLossTotalsKernels().Register(kCuda, &PackLossTotalsCuda);
+    RowAbsMaxKernels().Register(kCuda, &RowAbsMaxCuda);
+    QuantizeRowsInt8Kernels().Register(kCuda, &QuantizeRowsInt8Cuda);
+    Int8GemmKernels().Register(kCuda, &Int8GemmCuda);
+    // The kernels before this block.
     GeluKernels().Register(kCuda, &GeluCuda);
     GeluBackwardKernels().Register(kCuda, &GeluBackwardCuda);
     BiasGeluKernels().Register(kCuda, &BiasGeluCuda);

@@ -18,7 +18,14 @@
 //   CrossEntropyMeanLoss (synchronises: it
 //   returns host values), the
 //   ShardedCrossEntropy* steps               core/ops/cross_entropy.h
-//   Gemm, BatchedGemm (cuBLAS)               core/ops/gemm.h
+//   Gemm, BatchedGemm (cuBLASLt, cuBLAS
+//   where it finds no algorithm)             core/ops/gemm.h
+//   CheckIndexRange (synchronises: its
+//   error is its result)                     core/ops/index_check.h
+//   AccumulateLossTotals, PackLossTotals     core/ops/loss_totals.h
+//   RowAbsMax, QuantizeRowsInt8
+//   (synchronise, as CheckIndexRange)        core/ops/int8_quantize.h
+//   Int8Gemm                                 core/ops/int8_gemm.h
 //   StridedCopy (CopyStrided, Permute,
 //   Concat, Split)                           core/ops/layout.h
 //   LossSum, LossSumGradient                 core/ops/loss_sum.h
@@ -33,9 +40,12 @@
 //   CachedAttention (head_dim up to 256)     core/ops/cached_attention.h
 // Every kernel runs on the device's current stream (core/cuda/stream.h) and
 // never synchronises with the host, except Reduce's and
-// CrossEntropyMeanLoss's, whose ops return host values. Where the CPU kernel
-// reports bad data (a cross-entropy target or an embedding id outside the
-// vocabulary), the CUDA kernel cannot without synchronising: it writes NaN
+// CrossEntropyMeanLoss's, whose ops return host values, and CheckIndexRange's,
+// RowAbsMax's and QuantizeRowsInt8's, whose ops return the CPU kernel's
+// error for bad data (one device-to-host read of 8 bytes each). Where the
+// CPU kernel of another op reports bad data (a cross-entropy target or an
+// embedding id outside the vocabulary), the CUDA kernel cannot without
+// synchronising: it writes NaN
 // instead (the loss and gradient row; the embedding row) and skips the id in
 // the embedding backward, as norm_loss.h and embedding.h state. On a machine
 // without the device a kernel returns FailedPrecondition naming the op ("Gelu:

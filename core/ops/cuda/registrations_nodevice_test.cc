@@ -18,8 +18,12 @@
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/gemm.h"
+#include "core/ops/index_check.h"
+#include "core/ops/int8_gemm.h"
+#include "core/ops/int8_quantize.h"
 #include "core/ops/layout.h"
 #include "core/ops/loss_sum.h"
+#include "core/ops/loss_totals.h"
 #include "core/ops/multi_tensor.h"
 #include "core/ops/norm.h"
 #include "core/ops/reduce.h"
@@ -195,6 +199,19 @@ TEST_F(NoCudaDeviceTest, OpsOnCudaTensorsGiveClearErrors) {
                  "LossSum");
   ExpectNoDevice(LossSumGradient(sum4, Tensor(), 1.0f, &rows2),
                  "LossSumGradient");
+  ExpectNoDevice(CheckIndexRange(targets, 16, -100, "token id"),
+                 "CheckIndexRange");
+  Tensor totals = Fake({kLossTotalsSize}, DType::kFloat32);
+  Tensor packed = Fake({kPackedLossTotalsSize}, DType::kFloat32);
+  ExpectNoDevice(AccumulateLossTotals(sum4, 2, &totals),
+                 "AccumulateLossTotals");
+  ExpectNoDevice(PackLossTotals(totals, &packed), "PackLossTotals");
+  ExpectNoDevice(RowAbsMax(x, &rows), "RowAbsMax");
+  Tensor q8 = Fake({4, 8}, DType::kInt8);
+  ExpectNoDevice(QuantizeRowsInt8(x, rows, &q8, &rows2), "QuantizeRowsInt8");
+  Tensor scales = Fake({8}, DType::kFloat32);
+  Tensor q88 = Fake({8, 8}, DType::kInt8);
+  ExpectNoDevice(Int8Gemm(x, q88, scales, &y), "Int8Gemm");
   ExpectNoDevice(Sum(x).status(), "Sum");
   ExpectNoDevice(
       MultiTensorSumOfSquares({x, y}, {}, SumOfSquaresOptions(), &sum4),
