@@ -74,5 +74,16 @@ for binary in "${binaries[@]}"; do
     fi
   done < <(ldd "${binary}")
 done
+# cuBLAS is loaded with dlopen (core/ops/cuda/cublas_library.h), so ldd does
+# not list it; with --with-cuda carry it anyway (LD_LIBRARY_PATH finds it).
+if ((with_cuda)); then
+  for path in /usr/local/cuda/lib64/libcublasLt.so.[0-9]* \
+    /usr/local/cuda/lib64/libcublas.so.[0-9]*; do
+    name="$(basename "${path}")"
+    [[ "${name}" =~ ^libcublas(Lt)?\.so\.[0-9]+$ ]] || continue
+    cp -L "${path}" "${dest}/lib/${name}"
+    copied[${name}]=1
+  done
+fi
 echo "collect_libs: ${#binaries[@]} binaries, ${#copied[@]} libraries into ${dest}" \
   "($(du -sh "${dest}" | cut -f1))"

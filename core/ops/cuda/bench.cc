@@ -26,6 +26,7 @@
 #include "core/ops/attention.h"
 #include "core/ops/bias.h"
 #include "core/ops/cross_entropy.h"
+#include "core/ops/cuda/cublas_library.h"
 #include "core/ops/cuda/gemm.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/gemm.h"
@@ -106,10 +107,10 @@ void BenchGemm() {
       const float alpha = 1.0f, beta = 0.0f;
       const double direct = TimeMs([&] {
         MCC_CHECK_OK(oc::CublasToStatus(
-            cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, g.n, g.m, g.k,
-                         &alpha, b.raw_data(), t, g.n, a.raw_data(), t, g.k,
-                         &beta, c.raw_data(), t, g.n, CUBLAS_COMPUTE_32F,
-                         CUBLAS_GEMM_DEFAULT),
+            oc::Cublas().cublasGemmEx(
+                handle, CUBLAS_OP_N, CUBLAS_OP_N, g.n, g.m, g.k, &alpha,
+                b.raw_data(), t, g.n, a.raw_data(), t, g.k, &beta, c.raw_data(),
+                t, g.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
             "cublasGemmEx"));
       });
       const double flops = 2.0 * g.m * g.n * g.k;
@@ -132,10 +133,10 @@ double CublasBf16Tflops() {
   const float alpha = 1.0f, beta = 0.0f;
   const double ms = TimeMs([&] {
     MCC_CHECK_OK(oc::CublasToStatus(
-        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha,
-                     b.raw_data(), CUDA_R_16BF, n, a.raw_data(), CUDA_R_16BF, n,
-                     &beta, c.raw_data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                     CUBLAS_GEMM_DEFAULT),
+        oc::Cublas().cublasGemmEx(
+            handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, b.raw_data(),
+            CUDA_R_16BF, n, a.raw_data(), CUDA_R_16BF, n, &beta, c.raw_data(),
+            CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx"));
   });
   return 2.0 * n * n * n / ms / 1e9;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
+#include "core/ops/cuda/cublas_library.h"
 #include "core/ops/cuda/elementwise.h"
 #include "core/ops/cuda/launch.h"
 #include "core/status_macros.h"
@@ -111,17 +112,17 @@ absl::Status MakeLayout(cudaDataType_t type, bool trans, int64_t rows,
   // A transposed operand is stored cols x rows.
   const uint64_t stored_rows = trans ? cols : rows;
   const uint64_t stored_cols = trans ? rows : cols;
-  MCC_RETURN_IF_ERROR(
-      Lt(cublasLtMatrixLayoutCreate(layout, type, stored_rows, stored_cols, ld),
-         "cublasLtMatrixLayoutCreate"));
+  MCC_RETURN_IF_ERROR(Lt(Cublas().cublasLtMatrixLayoutCreate(
+                             layout, type, stored_rows, stored_cols, ld),
+                         "cublasLtMatrixLayoutCreate"));
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
     MCC_RETURN_IF_ERROR(Lt(
-        cublasLtMatrixLayoutSetAttribute(
+        Cublas().cublasLtMatrixLayoutSetAttribute(
             *layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
         "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)"));
     MCC_RETURN_IF_ERROR(
-        Lt(cublasLtMatrixLayoutSetAttribute(
+        Lt(Cublas().cublasLtMatrixLayoutSetAttribute(
                *layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
                sizeof(stride)),
            "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)"));
@@ -130,10 +131,10 @@ absl::Status MakeLayout(cudaDataType_t type, bool trans, int64_t rows,
 }
 
 void Destroy(LtPlan* plan) {
-  if (plan->op) cublasLtMatmulDescDestroy(plan->op);
-  if (plan->first) cublasLtMatrixLayoutDestroy(plan->first);
-  if (plan->second) cublasLtMatrixLayoutDestroy(plan->second);
-  if (plan->c) cublasLtMatrixLayoutDestroy(plan->c);
+  if (plan->op) Cublas().cublasLtMatmulDescDestroy(plan->op);
+  if (plan->first) Cublas().cublasLtMatrixLayoutDestroy(plan->first);
+  if (plan->second) Cublas().cublasLtMatrixLayoutDestroy(plan->second);
+  if (plan->c) Cublas().cublasLtMatrixLayoutDestroy(plan->c);
   *plan = LtPlan();
 }
 
@@ -146,15 +147,17 @@ absl::Status MakePlan(cublasLtHandle_t handle, const LtKey& key, LtPlan* plan) {
     return s;
   };
   absl::Status s =
-      Lt(cublasLtMatmulDescCreate(&plan->op, g.compute, CUDA_R_32F),
+      Lt(Cublas().cublasLtMatmulDescCreate(&plan->op, g.compute, CUDA_R_32F),
          "cublasLtMatmulDescCreate");
   if (!s.ok()) return fail(s);
-  s = Lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA,
-                                        &g.op_first, sizeof(g.op_first)),
+  s = Lt(Cublas().cublasLtMatmulDescSetAttribute(
+             plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &g.op_first,
+             sizeof(g.op_first)),
          "cublasLtMatmulDescSetAttribute(TRANSA)");
   if (!s.ok()) return fail(s);
-  s = Lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB,
-                                        &g.op_second, sizeof(g.op_second)),
+  s = Lt(Cublas().cublasLtMatmulDescSetAttribute(
+             plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &g.op_second,
+             sizeof(g.op_second)),
          "cublasLtMatmulDescSetAttribute(TRANSB)");
   if (!s.ok()) return fail(s);
   s = MakeLayout(g.in_type, g.op_first != CUBLAS_OP_N, g.m, g.k, g.ld_first,
@@ -168,11 +171,11 @@ absl::Status MakePlan(cublasLtHandle_t handle, const LtKey& key, LtPlan* plan) {
   if (!s.ok()) return fail(s);
 
   cublasLtMatmulPreference_t pref = nullptr;
-  s = Lt(cublasLtMatmulPreferenceCreate(&pref),
+  s = Lt(Cublas().cublasLtMatmulPreferenceCreate(&pref),
          "cublasLtMatmulPreferenceCreate");
   if (!s.ok()) return fail(s);
   const uint64_t max_workspace = kCublasLtWorkspaceBytes;
-  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+  cublasStatus_t st = Cublas().cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
       sizeof(max_workspace));
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
@@ -183,18 +186,18 @@ absl::Status MakePlan(cublasLtHandle_t handle, const LtKey& key, LtPlan* plan) {
   };
   for (const auto& [attr, value] : aligns) {
     if (st == CUBLAS_STATUS_SUCCESS) {
-      st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &value,
-                                                sizeof(value));
+      st = Cublas().cublasLtMatmulPreferenceSetAttribute(pref, attr, &value,
+                                                         sizeof(value));
     }
   }
   cublasLtMatmulHeuristicResult_t result = {};
   int returned = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->first,
-                                        plan->second, plan->c, plan->c, pref, 1,
-                                        &result, &returned);
+    st = Cublas().cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->first,
+                                                 plan->second, plan->c, plan->c,
+                                                 pref, 1, &result, &returned);
   }
-  cublasLtMatmulPreferenceDestroy(pref);
+  Cublas().cublasLtMatmulPreferenceDestroy(pref);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
       (st == CUBLAS_STATUS_SUCCESS &&
        (returned == 0 || result.state != CUBLAS_STATUS_SUCCESS))) {
@@ -243,12 +246,13 @@ absl::Status RunLt(const ColumnMajorGemm& g, const void* first,
     workspace = Tensor::Empty({static_cast<int64_t>(plan->workspace)},
                               DType::kInt8, device);
   }
-  MCC_RETURN_IF_ERROR(Lt(
-      cublasLtMatmul(handle, plan->op, &alpha, first, plan->first, second,
-                     plan->second, &beta, c, plan->c, c, plan->c, &plan->algo,
-                     plan->workspace > 0 ? workspace.raw_data() : nullptr,
-                     plan->workspace, stream),
-      "cublasLtMatmul"));
+  MCC_RETURN_IF_ERROR(
+      Lt(Cublas().cublasLtMatmul(
+             handle, plan->op, &alpha, first, plan->first, second, plan->second,
+             &beta, c, plan->c, c, plan->c, &plan->algo,
+             plan->workspace > 0 ? workspace.raw_data() : nullptr,
+             plan->workspace, stream),
+         "cublasLtMatmul"));
   *ran = true;
   return absl::OkStatus();
 }
@@ -264,13 +268,14 @@ absl::Status RunCublas(const ColumnMajorGemm& g, const void* first,
             ldc = static_cast<int>(g.ldc);
   if (g.batch == 1) {
     return CublasToStatus(
-        cublasGemmEx(handle, g.op_first, g.op_second, m, n, k, &alpha, first,
-                     g.in_type, ld_first, second, g.in_type, ld_second, &beta,
-                     c, g.out_type, ldc, g.compute, CUBLAS_GEMM_DEFAULT),
+        Cublas().cublasGemmEx(handle, g.op_first, g.op_second, m, n, k, &alpha,
+                              first, g.in_type, ld_first, second, g.in_type,
+                              ld_second, &beta, c, g.out_type, ldc, g.compute,
+                              CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx");
   }
   return CublasToStatus(
-      cublasGemmStridedBatchedEx(
+      Cublas().cublasGemmStridedBatchedEx(
           handle, g.op_first, g.op_second, m, n, k, &alpha, first, g.in_type,
           ld_first, g.stride_first, second, g.in_type, ld_second,
           g.stride_second, &beta, c, g.out_type, ldc, g.stride_c,
@@ -379,8 +384,10 @@ absl::Status RunGemm(const char* op, const Tensor& a, bool trans_a,
 
 absl::Status CublasToStatus(cublasStatus_t status, const char* call) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(call, " failed: ", cublasGetStatusString(status)));
+  return absl::InternalError(absl::StrCat(
+      call, " failed: ",
+      CublasLoaded() ? Cublas().cublasGetStatusString(status) : "status", " (",
+      static_cast<int>(status), ")"));
 }
 
 absl::StatusOr<cublasHandle_t> CublasHandle(int device) {
@@ -389,16 +396,18 @@ absl::StatusOr<cublasHandle_t> CublasHandle(int device) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuBLAS: device index ", device, " beyond ", kMaxDevices));
   }
+  MCC_RETURN_IF_ERROR(LoadCublas().status());
   // Never destroyed: destroying at thread or process exit can race the
   // driver's own teardown.
   thread_local cublasHandle_t handles[kMaxDevices] = {};
   cublasHandle_t& handle = handles[device];
   ::mcc::cuda::DeviceGuard guard(device);
   if (handle == nullptr) {
-    MCC_RETURN_IF_ERROR(CublasToStatus(cublasCreate(&handle), "cublasCreate"));
+    MCC_RETURN_IF_ERROR(
+        CublasToStatus(Cublas().cublasCreate(&handle), "cublasCreate"));
   }
   MCC_RETURN_IF_ERROR(CublasToStatus(
-      cublasSetStream(handle, ::mcc::cuda::CurrentStream(device)),
+      Cublas().cublasSetStream(handle, ::mcc::cuda::CurrentStream(device)),
       "cublasSetStream"));
   return handle;
 }
@@ -409,12 +418,13 @@ absl::StatusOr<cublasLtHandle_t> CublasLtHandle(int device) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cuBLASLt: device index ", device, " beyond ", kMaxDevices));
   }
+  MCC_RETURN_IF_ERROR(LoadCublas().status());
   thread_local cublasLtHandle_t handles[kMaxDevices] = {};  // As above.
   cublasLtHandle_t& handle = handles[device];
   if (handle == nullptr) {
     ::mcc::cuda::DeviceGuard guard(device);
     MCC_RETURN_IF_ERROR(
-        CublasToStatus(cublasLtCreate(&handle), "cublasLtCreate"));
+        CublasToStatus(Cublas().cublasLtCreate(&handle), "cublasLtCreate"));
   }
   return handle;
 }
