@@ -614,6 +614,9 @@ std::vector<Row> Table() {
   add("train", "config", V::kEffect, {"--config", g_tmp + "/seed.textproto"},
       tm);
   add("train", "num_threads", V::kEffect, {"--num-threads", "2"}, tm);
+  // auto picks the CPU here too, but says why otherwise; cuda without a GPU
+  // is refused (tools/device_e2e_test checks that).
+  add("train", "device", V::kEffect, {"--device", "cpu"}, tm);
   add("train", "flagfile", V::kEffect, {flagfile}, tm);
   for (const char* f : {"fromenv", "tryfromenv", "undefok"}) {
     add("train", f, V::kRefused, {absl::StrCat("--", f, "=seed")}, tm);
@@ -660,6 +663,7 @@ std::vector<Row> Table() {
       Nproc(el, 2));
   add("eval", "debug_collectives", V::kWarned, {"--debug-collectives"}, el);
   add("eval", "num_threads", V::kEffect, {"--num-threads", "2"}, el);
+  add("eval", "device", V::kEffect, {"--device", "cpu"}, el);
   add("eval", "data_path", V::kEffect, {"--data-path", g_tmp + "/corpus_b"},
       ed);
   add("eval", "data_path", V::kWarned, {"--data-path", g_tmp + "/corpus_b"},
