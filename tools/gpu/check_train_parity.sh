@@ -47,6 +47,8 @@ flags=(--data-path "${data}" --data-cache-path "${logs}/train_data_cache"
        --train-iters 20 --lr-decay-iters 20 --log-interval 1 --eval-iters 0
        --peak-tflops 1)
 for device in cuda cpu; do
+  # --metrics-file appends: start each run's file afresh.
+  rm -f "${logs}/train_${device}.jsonl"
   timeout "${step_timeout}" "${train}" "${flags[@]}" --device "${device}" \
     --metrics-file "${logs}/train_${device}.jsonl" \
     >"${logs}/train_${device}.log" 2>&1
