@@ -8,7 +8,7 @@
 # distributed optimizer and PP 2, gives identical loss lines (training,
 # validation and test). A checkpoint saved on the test device (DP 2, sharded
 # optimizer state) resumes on the CPU with the same next losses, and eval
-# reads it to the same losses on both. The user binaries refuse --device
+# reads it to the same losses on both, serially and at TP 2. The user binaries refuse --device
 # test, and --device cuda without a GPU, naming the flag.
 set -euo pipefail
 abs() { [[ $1 == /* ]] && echo "$1" || echo "$PWD/$1"; }
@@ -76,22 +76,28 @@ diff <(losses "$work/dp2_distopt_dev.jsonl" | tail -4) \
   || { echo "resumed on the CPU: losses differ"; exit 1; }
 echo "checkpoint saved on the test device resumes on the CPU"
 
-# eval: the final checkpoint's losses, on the test device and on the CPU.
+# eval: the final checkpoint's losses, on the test device and on the CPU,
+# serially and at TP 2.
 echo 8 > "$work/ckpt_dev/latest_checkpointed_iteration.txt"
-for d in cpu dev; do
-  bin=$eval
-  flag=cpu
-  if [[ $d == dev ]]; then bin=$eval_dev; flag=test; fi
-  "$bin" --device "$flag" --load "$work/ckpt_dev" --eval-iters 2 \
-    --num-threads 1 > "$work/eval_$d.log" 2>&1 \
-    || { cat "$work/eval_$d.log"; exit 1; }
+for tp in 1 2; do
+  for d in cpu dev; do
+    cmd=("$eval" --device cpu)
+    if [[ $d == dev ]]; then cmd=("$eval_dev" --device test); fi
+    cmd+=(--load "$work/ckpt_dev" --eval-iters 2 --num-threads 1
+          --tensor-model-parallel-size "$tp")
+    if [[ $tp -gt 1 ]]; then
+      cmd=("$launch" --nproc_per_node "$tp" -- "${cmd[@]}")
+    fi
+    "${cmd[@]}" > "$work/eval_tp${tp}_$d.log" 2>&1 \
+      || { cat "$work/eval_tp${tp}_$d.log"; exit 1; }
+  done
+  grep -q 'device testdev:0' "$work/eval_tp${tp}_dev.log"
+  [[ $(grep -c 'loss digits' "$work/eval_tp${tp}_dev.log") == 2 ]]
+  diff <(grep -o 'loss digits.*' "$work/eval_tp${tp}_cpu.log") \
+    <(grep -o 'loss digits.*' "$work/eval_tp${tp}_dev.log") \
+    || { echo "eval TP $tp: the test device's losses differ"; exit 1; }
+  echo "eval TP $tp: test device = CPU"
 done
-grep -q 'device testdev:0' "$work/eval_dev.log"
-[[ $(grep -c 'loss digits' "$work/eval_dev.log") == 2 ]]
-diff <(grep -o 'loss digits.*' "$work/eval_cpu.log") \
-  <(grep -o 'loss digits.*' "$work/eval_dev.log") \
-  || { echo "eval: the test device's losses differ"; exit 1; }
-echo "eval: test device = CPU"
 
 # refused BINARY VALUE TEXT: exit 2 and one line naming --device.
 refused() {
