@@ -44,8 +44,8 @@ void RegisterDeviceWorldFactory(DeviceType type, DeviceWorldFactory factory);
 // Connects to (rank 0: hosts) the store at env.master_addr:master_port and
 // creates the world gloo group (moving options.device's tensors, the CPU by
 // default). options.timeout bounds the rendezvous too. With `device` other
-// than the gloo group's, also creates the device world: gloo again on a
-// host-backed device (the test device), the registered factory's group
+// than the CPU and the gloo group's, also creates the device world: gloo again
+// on a host-backed device (the test device), the registered factory's group
 // otherwise (NCCL for CUDA); an error names the device when no backend can
 // move its tensors.
 absl::StatusOr<World> InitWorld(const DistEnv& env,
