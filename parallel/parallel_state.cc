@@ -22,35 +22,72 @@ absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> MakeGroups(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ParallelState>> ParallelState::Create(
-    std::shared_ptr<comm::ProcessGroup> world, ParallelSizes sizes) {
+    std::shared_ptr<comm::ProcessGroup> world, ParallelSizes sizes,
+    std::shared_ptr<comm::ProcessGroup> device_world) {
   MCC_ASSIGN_OR_RETURN(RankLayout layout,
                        RankLayout::Create(world->size(), sizes));
+  if (device_world != nullptr && (device_world->size() != world->size() ||
+                                  device_world->rank() != world->rank())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ParallelState: the device world '", device_world->name(), "' (rank ",
+        device_world->rank(), " of ", device_world->size(),
+        ") is not the host world '", world->name(), "' (rank ", world->rank(),
+        " of ", world->size(), ")"));
+  }
   auto state = std::unique_ptr<ParallelState>(new ParallelState);
   state->layout_ = layout;
   state->coords_ = layout.Coordinates(world->rank());
-  state->world_ = world;
-  comm::ProcessGroup* w = world.get();
-  MCC_ASSIGN_OR_RETURN(state->tp_, MakeGroups(w, layout.TensorGroups()));
-  MCC_ASSIGN_OR_RETURN(state->pp_, MakeGroups(w, layout.PipelineGroups()));
-  MCC_ASSIGN_OR_RETURN(state->cp_, MakeGroups(w, layout.ContextGroups()));
-  MCC_ASSIGN_OR_RETURN(state->dp_, MakeGroups(w, layout.DataGroups()));
-  MCC_ASSIGN_OR_RETURN(state->dp_cp_,
-                       MakeGroups(w, layout.DataContextGroups()));
-  MCC_ASSIGN_OR_RETURN(state->tp_cp_,
-                       MakeGroups(w, layout.TensorContextGroups()));
-  MCC_ASSIGN_OR_RETURN(state->mp_, MakeGroups(w, layout.ModelGroups()));
-  MCC_ASSIGN_OR_RETURN(state->embedding_,
-                       MakeGroups(w, layout.EmbeddingGroups()));
+  const std::vector<std::vector<int>> kinds[kNumKinds] = {
+      {},  // The world itself.
+      layout.TensorGroups(),
+      layout.PipelineGroups(),
+      layout.ContextGroups(),
+      layout.DataGroups(),
+      layout.DataContextGroups(),
+      layout.TensorContextGroups(),
+      layout.ModelGroups(),
+      layout.EmbeddingGroups(),
+  };
+  const bool twins = device_world != nullptr && device_world != world;
+  state->groups_[kWorld] = {world, twins ? device_world : world};
+  for (int k = kWorld + 1; k < kNumKinds; ++k) {
+    Twins& g = state->groups_[k];
+    MCC_ASSIGN_OR_RETURN(g.host, MakeGroups(world.get(), kinds[k]));
+    g.device = g.host;
+    if (twins) {
+      MCC_ASSIGN_OR_RETURN(g.device, MakeGroups(device_world.get(), kinds[k]));
+    }
+  }
   if (!state->is_first_stage() && !state->is_last_stage()) {
-    state->embedding_.reset();
+    state->groups_[kEmbedding] = Twins();
   }
   return state;
 }
 
+comm::ProcessGroup* ParallelState::GroupFor(const comm::ProcessGroup* group,
+                                            Device device) const {
+  if (group == nullptr) return nullptr;
+  for (const Twins& g : groups_) {
+    if (g.host.get() != group && g.device.get() != group) continue;
+    if (g.host->device() == device) return g.host.get();
+    if (g.device->device() == device) return g.device.get();
+    break;
+  }
+  return const_cast<comm::ProcessGroup*>(group);
+}
+
 std::string ParallelState::ToString() const {
-  return absl::StrCat(layout_.ToString(), "; rank ", world_->rank(), " is tp ",
-                      coords_.tp, ", cp ", coords_.cp, ", dp ", coords_.dp,
-                      ", pp ", coords_.pp);
+  const comm::ProcessGroup* world = groups_[kWorld].host.get();
+  std::string out = absl::StrCat(layout_.ToString(), "; rank ", world->rank(),
+                                 " is tp ", coords_.tp, ", cp ", coords_.cp,
+                                 ", dp ", coords_.dp, ", pp ", coords_.pp);
+  if (groups_[kWorld].device != groups_[kWorld].host) {
+    absl::StrAppend(&out, "; ", groups_[kWorld].device->backend(),
+                    " groups move ",
+                    groups_[kWorld].device->device().ToString(), " tensors, ",
+                    groups_[kWorld].host->backend(), " groups host tensors");
+  }
+  return out;
 }
 
 }  // namespace parallel

@@ -1,11 +1,13 @@
 #ifndef PARALLEL_PARALLEL_STATE_H_
 #define PARALLEL_PARALLEL_STATE_H_
 
+#include <array>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "core/comm/process_group.h"
+#include "core/device.h"
 #include "parallel/rank_layout.h"
 
 namespace mcc {
@@ -15,24 +17,43 @@ namespace parallel {
 // RankLayout): tensor, pipeline, context, data, data x context, tensor x
 // context, model (tensor x pipeline) and embedding (first and last pipeline
 // stage). Created collectively from the world group by every rank.
+//
+// Each group can exist twice, as twins over the same ranks: one moving host
+// tensors (gloo: scalars, counts, checkpoint metadata) and one moving the
+// job's device tensors (NCCL on a GPU). On the CPU the twins are one group.
+// The named accessors return the device twin, the one layers, data
+// parallelism, pipelines and optimizers move their tensors over;
+// GroupFor picks a twin by a tensor's device.
 class ParallelState {
  public:
+  // `world` moves host tensors (or, alone, whatever its device is);
+  // `device_world` (null: none) the same ranks' device tensors. Both are
+  // split alike, collectively.
   static absl::StatusOr<std::unique_ptr<ParallelState>> Create(
-      std::shared_ptr<comm::ProcessGroup> world, ParallelSizes sizes);
+      std::shared_ptr<comm::ProcessGroup> world, ParallelSizes sizes,
+      std::shared_ptr<comm::ProcessGroup> device_world = nullptr);
 
   const RankLayout& layout() const { return layout_; }
   RankCoordinates coordinates() const { return coords_; }
 
-  comm::ProcessGroup* world() const { return world_.get(); }
-  comm::ProcessGroup* tensor() const { return tp_.get(); }
-  comm::ProcessGroup* pipeline() const { return pp_.get(); }
-  comm::ProcessGroup* context() const { return cp_.get(); }
-  comm::ProcessGroup* data() const { return dp_.get(); }
-  comm::ProcessGroup* data_context() const { return dp_cp_.get(); }
-  comm::ProcessGroup* tensor_context() const { return tp_cp_.get(); }
-  comm::ProcessGroup* model() const { return mp_.get(); }
+  comm::ProcessGroup* world() const { return device(kWorld); }
+  comm::ProcessGroup* tensor() const { return device(kTensor); }
+  comm::ProcessGroup* pipeline() const { return device(kPipeline); }
+  comm::ProcessGroup* context() const { return device(kContext); }
+  comm::ProcessGroup* data() const { return device(kData); }
+  comm::ProcessGroup* data_context() const { return device(kDataContext); }
+  comm::ProcessGroup* tensor_context() const { return device(kTensorContext); }
+  comm::ProcessGroup* model() const { return device(kModel); }
   // Null on ranks outside the first and last pipeline stage.
-  comm::ProcessGroup* embedding() const { return embedding_.get(); }
+  comm::ProcessGroup* embedding() const { return device(kEmbedding); }
+
+  // The twin of `group` (any group of this state, either twin) that moves
+  // tensors on `device`: the one place where a tensor's device picks the
+  // backend. Null for null; `group` itself when it is not this state's or
+  // no twin moves that device (its collectives then refuse the tensor,
+  // naming both devices).
+  comm::ProcessGroup* GroupFor(const comm::ProcessGroup* group,
+                               Device device) const;
 
   int tensor_rank() const { return coords_.tp; }
   int pipeline_rank() const { return coords_.pp; }
@@ -46,10 +67,28 @@ class ParallelState {
   std::string ToString() const;  // Layout and this rank's coordinates.
 
  private:
+  enum Kind {
+    kWorld,
+    kTensor,
+    kPipeline,
+    kContext,
+    kData,
+    kDataContext,
+    kTensorContext,
+    kModel,
+    kEmbedding,
+    kNumKinds
+  };
+  struct Twins {
+    std::shared_ptr<comm::ProcessGroup> host, device;
+  };
+  comm::ProcessGroup* device(Kind kind) const {
+    return groups_[kind].device.get();
+  }
+
   RankLayout layout_;
   RankCoordinates coords_;
-  std::shared_ptr<comm::ProcessGroup> world_, tp_, pp_, cp_, dp_, dp_cp_,
-      tp_cp_, mp_, embedding_;
+  std::array<Twins, kNumKinds> groups_;
 };
 
 }  // namespace parallel

@@ -53,6 +53,8 @@
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline_executor.h"
 #include "parallel/rank_layout.h"
+#include "tools/device_choice.h"
+#include "tools/flags/device_flag.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/training_flags.h"
 #include "tools/int8_checkpoint.h"
@@ -303,6 +305,7 @@ absl::StatusOr<std::vector<int64_t>> ParsePromptIds(
 absl::StatusOr<Plan> PlanFromFlags(
     int world_size, const std::set<std::string>& explicitly_set) {
   MCC_RETURN_IF_ERROR(flags::RefuseUnusedFlags(RefusedFlags(), explicitly_set));
+  MCC_RETURN_IF_ERROR(CheckDevice(absl::GetFlag(FLAGS_device)));
   Plan plan;
   plan.load_dir = LoadDir();
   if (plan.load_dir.empty()) {
@@ -476,7 +479,24 @@ absl::StatusOr<Plan> PlanFromFlags(
 // sequence; the weights do not depend on it).
 absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
   auto job = std::make_unique<Job>();
-  MCC_RETURN_IF_ERROR(JoinWorld(job.get()));
+  MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(plan.load_dir));
+  MCC_ASSIGN_OR_RETURN(DeviceChoice device,
+                       ChooseDevice(absl::GetFlag(FLAGS_device)));
+  // The inference engine (generation) and the int8 GEMM have CPU kernels
+  // only: those runs stay on the host.
+  const auto& extra = reader->common_state().extra();
+  const auto quantization = extra.find("quantization");
+  const bool int8 =
+      !absl::GetFlag(FLAGS_quantize).empty() ||
+      (quantization != extra.end() && quantization->second == "int8");
+  if (!device.device.is_cpu() && (plan.generate || int8)) {
+    device = {Device::CPU(),
+              absl::StrCat(device.reason, "; but ",
+                           plan.generate ? "generation (the inference engine)"
+                                         : "int8 weights",
+                           " run on the CPU only, so this run does")};
+  }
+  MCC_RETURN_IF_ERROR(JoinWorld(job.get(), std::move(device)));
   if (job->world.has_value() && job->is_logging_rank() &&
       job->world->group->options().debug_collectives) {
     LOG(INFO) << "every collective's fingerprint checked";
@@ -490,6 +510,7 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
   job->context.sequence_parallel = false;
   job->context.dtype = plan.dtype;
   job->context.seed = job->config.seed;
+  job->context.device = job->device.device;
   job->pipeline.num_layers = job->config.num_layers;
   job->pipeline.pipeline_size =
       absl::GetFlag(FLAGS_pipeline_model_parallel_size);
@@ -498,7 +519,6 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
                                                job->pipeline, job->pp_rank()));
   // The weights: this rank's box of every global tensor (whatever padding
   // the checkpoint's or this layout's vocabulary has).
-  MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(plan.load_dir));
   MCC_RETURN_IF_ERROR(LoadInferenceWeights(*reader, job->model->chunks(),
                                            absl::GetFlag(FLAGS_quantize),
                                            job->is_logging_rank()));

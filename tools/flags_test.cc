@@ -384,8 +384,9 @@ std::vector<Row> Table() {
       {"--recompute-num-layers", "2"}, full);
   add("train", "recompute_num_layers", V::kWarned,
       {"--recompute-num-layers", "2"}, tm);
-  // Refused while train builds its model on the CPU.
-  add("train", "cpu_offloading", V::kRefused, {"--cpu-offloading"}, tm);
+  // Refused on the CPU device (it needs a GPU to offload from).
+  add("train", "cpu_offloading", V::kRefused,
+      {"--cpu-offloading", "--device", "cpu"}, tm);
   add("train", "cpu_offloading_num_layers", V::kWarned,
       {"--cpu-offloading-num-layers", "1"}, tm);
   add("train", "seed", V::kEffect, {"--seed", "7"}, tm);
@@ -618,6 +619,9 @@ std::vector<Row> Table() {
   add("train", "config", V::kEffect, {"--config", g_tmp + "/seed.textproto"},
       tm);
   add("train", "num_threads", V::kEffect, {"--num-threads", "2"}, tm);
+  // auto picks the CPU here too, but says why otherwise; cuda without a GPU
+  // is refused (tools/device_e2e_test checks that).
+  add("train", "device", V::kEffect, {"--device", "cpu"}, tm);
   add("train", "flagfile", V::kEffect, {flagfile}, tm);
   for (const char* f : {"fromenv", "tryfromenv", "undefok"}) {
     add("train", f, V::kRefused, {absl::StrCat("--", f, "=seed")}, tm);
@@ -664,6 +668,7 @@ std::vector<Row> Table() {
       Nproc(el, 2));
   add("eval", "debug_collectives", V::kWarned, {"--debug-collectives"}, el);
   add("eval", "num_threads", V::kEffect, {"--num-threads", "2"}, el);
+  add("eval", "device", V::kEffect, {"--device", "cpu"}, el);
   add("eval", "data_path", V::kEffect, {"--data-path", g_tmp + "/corpus_b"},
       ed);
   add("eval", "data_path", V::kWarned, {"--data-path", g_tmp + "/corpus_b"},

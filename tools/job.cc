@@ -141,12 +141,19 @@ absl::Status CheckFlagsBeforeLaunch(int world_size) {
   return flags::GPTConfigFromFlags(vocab).status();
 }
 
-absl::Status JoinWorld(Job* job) {
+absl::Status JoinWorld(Job* job, DeviceChoice device) {
+  job->device = std::move(device);
   auto env = comm::DistEnvFromEnvironment();
   if (env.ok() && env->world_size > 1) {
+    LOG(INFO) << "rank " << env->rank << ": device "
+              << job->device.device.ToString() << " (" << job->device.reason
+              << ")";
     comm::GroupOptions options;
     options.timeout = absl::Minutes(5);
-    MCC_ASSIGN_OR_RETURN(comm::World world, comm::InitWorld(*env, options));
+    // gloo for host tensors and barriers; for a device that is not the
+    // host, a device world beside it (NCCL for CUDA).
+    MCC_ASSIGN_OR_RETURN(comm::World world,
+                         comm::InitWorld(*env, options, job->device.device));
     job->world = std::move(world);
     job->rank = env->rank;
     job->world_size = env->world_size;
@@ -156,15 +163,19 @@ absl::Status JoinWorld(Job* job) {
                              job->world->group,
                              {absl::GetFlag(FLAGS_tensor_model_parallel_size),
                               absl::GetFlag(FLAGS_pipeline_model_parallel_size),
-                              absl::GetFlag(FLAGS_context_parallel_size)}));
+                              absl::GetFlag(FLAGS_context_parallel_size)},
+                             job->world->device_group));
     if (job->is_logging_rank()) LOG(INFO) << job->state->ToString();
+  } else {
+    LOG(INFO) << "device " << job->device.device.ToString() << " ("
+              << job->device.reason << ")";
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Job>> SetupJob() {
+absl::StatusOr<std::unique_ptr<Job>> SetupJob(DeviceChoice device) {
   auto job = std::make_unique<Job>();
-  MCC_RETURN_IF_ERROR(JoinWorld(job.get()));
+  MCC_RETURN_IF_ERROR(JoinWorld(job.get(), std::move(device)));
   if (absl::GetFlag(FLAGS_mock_data)) {
     job->vocab_size = absl::GetFlag(FLAGS_vocab_size) > 0
                           ? absl::GetFlag(FLAGS_vocab_size)
@@ -197,6 +208,9 @@ absl::StatusOr<std::unique_ptr<Job>> SetupJob() {
                        : absl::GetFlag(FLAGS_fp16) ? DType::kFloat16
                                                    : DType::kFloat32;
   job->context.seed = job->config.seed;
+  // Parameters, gradients, optimizer state and activations live there;
+  // the model stages each micro-batch there.
+  job->context.device = job->device.device;
   MCC_ASSIGN_OR_RETURN(job->pipeline, flags::PipelineConfigFromFlags());
   MCC_ASSIGN_OR_RETURN(job->model,
                        gpt::StageModel::Create(job->config, job->context,

@@ -14,6 +14,7 @@
 #include "models/gpt/stage_model.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layer_split.h"
+#include "tools/device_choice.h"
 
 namespace mcc {
 namespace tools {
@@ -24,6 +25,9 @@ struct Job {
   int rank = 0;
   int world_size = 1;
   int local_world_size = 1;
+  // Where the model, optimizer state, batches and loss live (--device), and
+  // why that one.
+  DeviceChoice device{Device::CPU(), "the default"};
   std::optional<comm::World> world;  // Unset for a single process.
   std::unique_ptr<parallel::ParallelState> state;
   std::unique_ptr<data::Tokenizer> tokenizer;
@@ -55,6 +59,12 @@ struct Job {
   int dp_size() const { return state ? state->layout().data_size() : 1; }
   int dp_rank() const { return state ? state->data_rank() : 0; }
   bool is_logging_rank() const { return rank == 0; }
+  // The twin of one of this job's groups that moves tensors on `d`: the
+  // host (gloo) twin for CPU tensors, the device twin for the device's
+  // (ParallelState::GroupFor). `group` itself for a single process.
+  comm::ProcessGroup* GroupFor(comm::ProcessGroup* group, Device d) const {
+    return state ? state->GroupFor(group, d) : group;
+  }
   // A barrier over the world (nothing for one process).
   absl::Status Barrier() const;
 };
@@ -73,12 +83,15 @@ bool IsFirstRank();
 // Splits the CPU cores among the local ranks unless --num-threads is given.
 void ConfigureThreads();
 
-// Under a launcher (world size above 1): joins the world and creates the
-// groups of the flags' layout into *job. A single process stays alone.
-absl::Status JoinWorld(Job* job);
+// Sets job->device and, under a launcher (world size above 1), joins the
+// world and creates the groups of the flags' layout into *job, each with a
+// device twin when the device is not the host (NCCL for CUDA). A single
+// process stays alone. Logs the device and why it was chosen.
+absl::Status JoinWorld(Job* job, DeviceChoice device);
 
-// Joins the world, creates the groups, the tokenizer and the model.
-absl::StatusOr<std::unique_ptr<Job>> SetupJob();
+// Joins the world (JoinWorld), creates the groups, the tokenizer and the
+// model on `device`.
+absl::StatusOr<std::unique_ptr<Job>> SetupJob(DeviceChoice device);
 
 // Where runs without --save or --data-path keep their files: the workspace
 // (under `bazel run`) or the current directory, plus "runs/default".

@@ -47,7 +47,9 @@
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline_executor.h"
 #include "tools/comm_dist_context.h"
+#include "tools/device_choice.h"
 #include "tools/dry_run.h"
+#include "tools/flags/device_flag.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/presets.h"
 #include "tools/flags/train_config.pb.h"
@@ -269,6 +271,7 @@ absl::StatusOr<optim::LrSchedule> ScheduleFromFlags() {
 
 // Every check that needs no process group; errors are flag errors.
 absl::Status CheckTrainFlags(int world_size) {
+  MCC_RETURN_IF_ERROR(CheckDevice(absl::GetFlag(FLAGS_device)));
   MCC_RETURN_IF_ERROR(CheckFlagsBeforeLaunch(world_size));
   const int model_parallel = absl::GetFlag(FLAGS_tensor_model_parallel_size) *
                              absl::GetFlag(FLAGS_pipeline_model_parallel_size) *
@@ -343,10 +346,11 @@ std::vector<flags::UnusedFlag> RefusedFlags() {
       {"keep_last", no_save, "it needs --save DIR"},
       {"no_load_optim", no_load, "it needs --load DIR"},
       {"no_load_rng", no_load, "it needs --load DIR"},
-      // train builds its model on the CPU.
-      {"cpu_offloading", true,
+      // Under --device auto the model builder refuses it once the CPU is
+      // chosen (ActivationOffloader::Create).
+      {"cpu_offloading", absl::GetFlag(FLAGS_device) == "cpu",
        "the model is on the CPU, where activations already live in host "
-       "memory: there is nothing to offload (it needs a device)"},
+       "memory: there is nothing to offload (it needs --device cuda)"},
   };
 }
 
@@ -607,7 +611,8 @@ absl::StatusOr<double> Evaluate(Job& job, training::Trainer* trainer,
 absl::Status LogPipelineStats(const Job& job,
                               const pipeline::PipelineStats& window,
                               const std::string& schedule) {
-  comm::ProcessGroup* pp = job.pp();
+  // Host scalars: over the pipeline group's host twin.
+  comm::ProcessGroup* pp = job.GroupFor(job.pp(), Device::CPU());
   if (pp == nullptr) return absl::OkStatus();
   Tensor mine =
       *Tensor::FromVector({static_cast<float>(window.forward_seconds),
@@ -715,7 +720,9 @@ class TensorBoardLog {
 
 absl::Status Train() {
   MCC_RETURN_IF_ERROR(SetUpFlightRecorder());
-  MCC_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, SetupJob());
+  MCC_ASSIGN_OR_RETURN(DeviceChoice device,
+                       ChooseDevice(absl::GetFlag(FLAGS_device)));
+  MCC_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, SetupJob(std::move(device)));
   const int dp = job->dp_size();
   MCC_ASSIGN_OR_RETURN(Batching batching, PlanBatches(dp));
   const int64_t train_iters = absl::GetFlag(FLAGS_train_iters);
@@ -725,7 +732,7 @@ absl::Status Train() {
   // Peak for MFU: measured on rank 0 alone while the others wait.
   double peak_flops = absl::GetFlag(FLAGS_peak_tflops) * 1e12;
   if (peak_flops <= 0 && log) {
-    peak_flops = MeasureGemmPeakFlops(job->context.dtype);
+    peak_flops = MeasureGemmPeakFlops(job->context.dtype, job->context.device);
   }
   MCC_RETURN_IF_ERROR(job->Barrier());
 
@@ -1050,7 +1057,7 @@ absl::Status Train() {
                                             step.optimizer_seconds, iteration));
       }
       if (absl::GetFlag(FLAGS_log_memory_to_tensorboard)) {
-        const MemoryStats mem = GetAllocator(Device::CPU())->Stats();
+        const MemoryStats mem = GetAllocator(job->context.device)->Stats();
         MCC_RETURN_IF_ERROR(
             tensorboard.Add("mem-allocated-bytes",
                             static_cast<double>(mem.current_bytes), iteration));
@@ -1090,7 +1097,7 @@ absl::Status Train() {
                   : "the machine was likely busy then: pass --peak-tflops "
                     "for a fixed reference");
       }
-      const MemoryStats mem = GetAllocator(Device::CPU())->Stats();
+      const MemoryStats mem = GetAllocator(job->context.device)->Stats();
       m.mem_current_bytes = mem.current_bytes;
       m.mem_peak_bytes = mem.peak_bytes;
       m.num_zeros = step.num_zeros;

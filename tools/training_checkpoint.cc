@@ -56,12 +56,17 @@ absl::StatusOr<Tensor> WholeLocalState(const Job& job,
     Tensor t = s->tensor.Clone();
     return t.Reshape(p.value.shape());
   }
-  Tensor mine = s != nullptr ? s->tensor : Tensor::Empty({0}, DType::kFloat32);
+  // The state lives on the job's device; the counts are host scalars, each
+  // over the data-parallel group's twin for its device.
+  const Device device = p.value.device();
+  Tensor mine =
+      s != nullptr ? s->tensor : Tensor::Empty({0}, DType::kFloat32, device);
   MCC_ASSIGN_OR_RETURN(mine, mine.Reshape({-1}));
   Tensor count =
       Tensor::Full({1}, static_cast<double>(mine.numel()), DType::kInt64);
   Tensor counts = Tensor::Empty({dp->size()}, DType::kInt64);
-  MCC_RETURN_IF_ERROR(dp->AllGatherSync(count, &counts));
+  MCC_RETURN_IF_ERROR(
+      job.GroupFor(dp, Device::CPU())->AllGatherSync(count, &counts));
   std::vector<int64_t> rows(dp->size());
   int64_t total = 0;
   for (int r = 0; r < dp->size(); ++r)
@@ -71,8 +76,9 @@ absl::StatusOr<Tensor> WholeLocalState(const Job& job,
                                             p.name, " hold ", total, " of ", n,
                                             " elements"));
   }
-  Tensor whole = Tensor::Empty({n}, DType::kFloat32);
-  MCC_RETURN_IF_ERROR(dp->AllGatherVSync(mine, &whole, rows));
+  Tensor whole = Tensor::Empty({n}, DType::kFloat32, mine.device());
+  MCC_RETURN_IF_ERROR(
+      job.GroupFor(dp, mine.device())->AllGatherVSync(mine, &whole, rows));
   return whole.Reshape(p.value.shape());
 }
 

@@ -32,13 +32,18 @@ double TrainingFlopsPerToken(const gpt::GPTConfig& c) {
   return 3.0 * forward;
 }
 
-double MeasureGemmPeakFlops(DType dtype) {
-  const int64_t n = 1024;
+double MeasureGemmPeakFlops(DType dtype, Device device) {
+  const int64_t n = device.is_cuda() ? 4096 : 1024;
   const DType in =
       dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
-  Tensor a = Tensor::Full({n, n}, 0.5, in);
-  Tensor b = Tensor::Full({n, n}, 0.25, in);
-  Tensor c = Tensor::Empty({n, n}, DType::kFloat32);
+  absl::StatusOr<Tensor> a = Tensor::Full({n, n}, 0.5, in).To(device);
+  absl::StatusOr<Tensor> b = Tensor::Full({n, n}, 0.25, in).To(device);
+  if (!a.ok() || !b.ok()) {
+    LOG(WARNING) << "GEMM peak measurement failed: "
+                 << (a.ok() ? b.status() : a.status());
+    return 0;
+  }
+  Tensor c = Tensor::Empty({n, n}, DType::kFloat32, device);
   // At least half a second of GEMMs (the first is warm-up): a handful of
   // 15 ms calls could all land in a moment when another process held a core,
   // and an underestimated peak shows as MFU above 100%.
@@ -46,7 +51,12 @@ double MeasureGemmPeakFlops(DType dtype) {
   const absl::Time start = absl::Now();
   for (int i = 0; i < 200; ++i) {
     const absl::Time t0 = absl::Now();
-    absl::Status s = ops::Gemm(a, false, b, false, &c);
+    absl::Status s = ops::Gemm(*a, false, *b, false, &c);
+    if (s.ok() && !device.is_cpu()) {
+      // Waits for the GEMM: the copy runs after it on the device's stream.
+      absl::StatusOr<Tensor> row = c.Slice(0, 1);
+      s = row.ok() ? row->To(Device::CPU()).status() : row.status();
+    }
     const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
     if (!s.ok()) {
       LOG(WARNING) << "GEMM peak measurement failed: " << s;

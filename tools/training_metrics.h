@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "core/device.h"
 #include "core/dtype.h"
 #include "models/gpt/gpt_config.h"
 
@@ -18,9 +19,12 @@ namespace tools {
 // the full sequence, and the output layer.
 double TrainingFlopsPerToken(const gpt::GPTConfig& config);
 
-// The best of the 1024^3 GEMMs in `dtype` run over about half a second, in
-// FLOP/s: the peak that MFU is measured against.
-double MeasureGemmPeakFlops(DType dtype);
+// The best of the n^3 GEMMs in `dtype` on `device` run over about half a
+// second, in FLOP/s: the peak that MFU is measured against. n is 1024 on
+// the host, 4096 on a GPU (a 1024^3 GEMM is too short there to time); each
+// GEMM is timed to a device-to-host read of one row, so an asynchronous
+// device is not timed at its launch rate.
+double MeasureGemmPeakFlops(DType dtype, Device device = Device::CPU());
 
 // Logs the bf16 GEMM path chosen for each shape class so far (nothing when no
 // choice was measured: fp32 runs, or CPUs without native bf16).

@@ -5,10 +5,14 @@
 #
 #   tools/gpu/collect_libs.sh [--with-cuda] DEST [BINARY...]
 #
-# BINARYs default to the gpu-tagged tests and the bench under
-# bazel-out/k8-opt/bin (build them first:
+# BINARYs default to the gpu-tagged tests, the bench and the train binary
+# under bazel-out/k8-opt/bin (build them first:
 #   tools/bazel build //core/cuda/... //core/ops/cuda/...
-#   //core/comm:nccl_process_group_test).
+#   //core/comm:nccl_process_group_test //tools:train).
+# With train comes the data its GPU check trains on
+# (tools/gpu/check_train_parity.sh): the default corpus, tokenized here into
+# DEST/data/default_corpus_text_document.{bin,idx} (about 3 MB), since the
+# GPU machine need not have the Debian packages it comes from.
 # Binaries land in DEST/bin/<package path>/, libraries in DEST/lib/. The C
 # runtime (libc, libm, ld-linux, ...) and the NVIDIA driver (libcuda) stay
 # behind: they must come from the GPU machine. CUDA toolkit libraries
@@ -47,6 +51,7 @@ if [[ ${#binaries[@]} -eq 0 ]]; then
     "${bin_root}/core/ops/cuda/registrations_nodevice_test"
     "${bin_root}/core/comm/nccl_process_group_test"
     "${bin_root}/core/ops/cuda/bench"
+    "${bin_root}/tools/train"
   )
 fi
 
@@ -85,5 +90,22 @@ if ((with_cuda)); then
     copied[${name}]=1
   done
 fi
+# The train binary's data: it writes the default corpus under
+# ./runs/default/data when it has neither --data-path nor --mock-data.
+for binary in "${binaries[@]}"; do
+  [[ "${binary}" == */tools/train ]] || continue
+  corpus_dir="$(mktemp -d)"
+  train="$(cd "$(dirname "${binary}")" && pwd)/$(basename "${binary}")"
+  if ! (cd "${corpus_dir}" && "${train}" --device cpu --train-iters 1 \
+    --eval-iters 0 --peak-tflops 1 >train.log 2>&1); then
+    echo "collect_libs: ${binary} could not write the default corpus:" >&2
+    tail -5 "${corpus_dir}/train.log" >&2
+    exit 1
+  fi
+  mkdir -p "${dest}/data"
+  cp "${corpus_dir}"/runs/default/data/default_corpus_text_document.{bin,idx} \
+    "${dest}/data/"
+  rm -rf "${corpus_dir}"
+done
 echo "collect_libs: ${#binaries[@]} binaries, ${#copied[@]} libraries into ${dest}" \
   "($(du -sh "${dest}" | cut -f1))"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the prebuilt CUDA test binaries and the CUDA bench on a GPU machine
-# without Bazel, each under a timeout, and prints one summary line:
-#   GPU CHECKS: 7 passed, 0 failed, 0 timed out; skipped tests: 0; bench ok
+# without Bazel, each under a timeout, then the train binary's GPU smoke check
+# (tools/gpu/check_train_parity.sh), and prints one summary line:
+#   GPU CHECKS: 7 passed, 0 failed, 0 timed out; skipped tests: 0; bench ok;
+#   train parity ok
 #
 #   tools/gpu/run_checks.sh [DIR] [--quick]
 #
@@ -93,6 +95,22 @@ if [[ -x "${bench}" ]]; then
   esac
 fi
 
+# train on the GPU against train on the CPU (tools/gpu/check_train_parity.sh:
+# skips without a GPU).
+train_parity="missing"
+parity_script="$(dirname "$0")/check_train_parity.sh"
+if [[ -x "${parity_script}" ]]; then
+  parity_line="$("${parity_script}" "${dir}" | tee "${logs}/train_parity.log" | tail -1)"
+  echo "${parity_line}"
+  case "${parity_line}" in
+    "TRAIN PARITY: ok"*) train_parity="ok" ;;
+    "TRAIN PARITY: skipped"*) train_parity="skipped" ;;
+    *) train_parity="failed" ;;
+  esac
+fi
+
 echo "GPU CHECKS: ${passed} passed, ${failed} failed, ${timed_out} timed out;" \
-  "skipped tests: ${skipped}; bench ${bench_state}${failures:+; failing: ${failures[*]}}"
-[[ ${failed} -eq 0 && ${timed_out} -eq 0 && "${bench_state}" == "ok" ]]
+  "skipped tests: ${skipped}; bench ${bench_state}; train parity" \
+  "${train_parity}${failures:+; failing: ${failures[*]}}"
+[[ ${failed} -eq 0 && ${timed_out} -eq 0 && "${bench_state}" == "ok" &&
+  "${train_parity}" != "failed" && "${train_parity}" != "missing" ]]

@@ -187,7 +187,8 @@ absl::StatusOr<Loaded> Load() {
   }
   out.job = std::make_unique<tools::Job>();
   tools::Job& job = *out.job;
-  MCC_RETURN_IF_ERROR(tools::JoinWorld(&job));
+  MCC_RETURN_IF_ERROR(tools::JoinWorld(
+      &job, {Device::CPU(), "the inference engine runs on the CPU"}));
   job.config = config;
   job.context.tp_group = job.tp();
   job.context.sequence_parallel = false;
