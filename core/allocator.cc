@@ -41,12 +41,22 @@ void Allocator::ResetPeak() { peak_.store(current_.load()); }
 
 namespace {
 
+// glibc's ceiling for M_MMAP_THRESHOLD on 64-bit (HEAP_MAX_SIZE / 2); a
+// larger value is refused.
+constexpr int kGlibcMmapThresholdMax = 32 << 20;
+
 class CpuAllocator : public Allocator {
  public:
   CpuAllocator() : large_(HostBlockCache::DefaultMaxCachedBytes()) {
     // Small blocks come from glibc's heap; keep freed heap memory instead
     // of trimming it (large blocks never reach the heap: see below).
     mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+    // Setting the trim threshold also freezes glibc's mmap threshold at its
+    // 128 KiB start (no dynamic raising), so every other buffer of 128 KiB
+    // and more (std::vector scratch, gloo's buffers) would be mapped and
+    // unmapped, and re-faulted, on each use; tensors of that size go to the
+    // block cache below.
+    mallopt(M_MMAP_THRESHOLD, kGlibcMmapThresholdMax);
   }
   Device device() const override { return Device::CPU(); }
 

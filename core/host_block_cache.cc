@@ -36,9 +36,15 @@ size_t HostBlockCache::DefaultMaxCachedBytes() {
   return static_cast<size_t>(pages) * static_cast<size_t>(page) / 4 / ranks;
 }
 
+size_t HostBlockCache::BlockBytes(size_t bytes) {
+  const size_t granule = bytes >= kGranule ? kGranule : kSmallGranule;
+  const size_t block = (bytes + granule - 1) / granule * granule;
+  return block < bytes ? 0 : block;  // Overflow.
+}
+
 void* HostBlockCache::Allocate(size_t bytes) {
-  const size_t block = (bytes + kGranule - 1) / kGranule * kGranule;
-  if (block < bytes || block == 0) return nullptr;  // Overflow or zero.
+  const size_t block = BlockBytes(bytes);
+  if (block == 0) return nullptr;  // Overflow or zero.
   std::lock_guard<std::mutex> lock(mu_);
   auto it = cached_.lower_bound(block);
   if (it != cached_.end() && it->first - block <= it->first / 4) {
@@ -116,6 +122,11 @@ int64_t HostBlockCache::misses() const {
 }
 
 void* HostBlockCache::MapLocked(size_t block) {
+  if (block < kGranule) {
+    void* ptr = mmap(nullptr, block, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return ptr == MAP_FAILED ? nullptr : ptr;
+  }
   // Over-map by one granule and cut the ends off, for 2 MiB alignment.
   const size_t span = block + kGranule;
   void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE,

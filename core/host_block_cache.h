@@ -15,8 +15,13 @@
 // threshold (at most 32 MiB, even when told more) are unmapped on free,
 // and a thread's arena cannot hold a block over 64 MiB at all.
 //
-// Blocks are whole multiples of 2 MiB, mapped 2 MiB-aligned with
-// MADV_HUGEPAGE (fewer faults where transparent huge pages are allowed).
+// Blocks of 2 MiB and more are whole multiples of 2 MiB, mapped 2 MiB-aligned
+// with MADV_HUGEPAGE (fewer faults where transparent huge pages are
+// allowed); smaller ones (from 128 KiB: what glibc itself would map and
+// unmap each time) are multiples of 64 KiB. Medium blocks matter as much:
+// attention's per-head scratch under context parallelism (~600 KiB) went
+// through glibc, whose heap placed each take at a fresh address often
+// enough to make the backward kernel 9x slower.
 // A request takes the smallest cached block that is at least its size and
 // wastes at most a quarter of it; otherwise it maps a new one. Freed blocks
 // stay cached up to a limit, beyond which the blocks freed longest ago
@@ -40,9 +45,15 @@ namespace mcc {
 class HostBlockCache {
  public:
   // Requests of at least this many bytes are served here.
-  static constexpr size_t kMinBlockBytes = size_t{1} << 20;
-  // Blocks are multiples of this (one x86-64 huge page) and aligned to it.
+  static constexpr size_t kMinBlockBytes = size_t{128} << 10;
+  // Blocks of at least kGranule bytes are multiples of it (one x86-64 huge
+  // page) and aligned to it; smaller blocks are multiples of kSmallGranule,
+  // page-aligned.
   static constexpr size_t kGranule = size_t{2} << 20;
+  static constexpr size_t kSmallGranule = size_t{64} << 10;
+
+  // The block size a request of `bytes` takes (0 on overflow or for 0).
+  static size_t BlockBytes(size_t bytes);
 
   // `max_cached_bytes`: the most freed memory ever kept mapped.
   explicit HostBlockCache(size_t max_cached_bytes);
@@ -50,7 +61,8 @@ class HostBlockCache {
   HostBlockCache(const HostBlockCache&) = delete;
   HostBlockCache& operator=(const HostBlockCache&) = delete;
 
-  // A block of at least `bytes` bytes, 2 MiB-aligned; nullptr when the
+  // A block of at least `bytes` bytes (BlockBytes(bytes)), 2 MiB-aligned
+  // when it is 2 MiB or more, page-aligned otherwise; nullptr when the
   // memory cannot be mapped.
   void* Allocate(size_t bytes);
   // Returns a block from Allocate to the cache. Dies on a pointer it did
