@@ -11,7 +11,8 @@
 #   tools/gpu/run_checks.sh [DIR] [--quick]
 #
 # DIR is a folder made by tools/gpu/collect_libs.sh (DIR/bin, DIR/lib;
-# default: gpu_bundle) or a copied bazel-bin tree (then libraries come from
+# default: gpu_bundle; DIR.tar.xz is unpacked when DIR is absent) or a copied
+# bazel-bin tree (then libraries come from
 # DIR/../lib if present). LD_LIBRARY_PATH gets DIR/lib first, then
 # /usr/local/cuda/lib64. --quick runs the bench with fewer iterations and
 # no GEMM sweep. Per-step timeouts: STEP_TIMEOUT (default 300 s) and
@@ -29,6 +30,12 @@ for arg in "$@"; do
     *) dir="${arg}" ;;
   esac
 done
+# A bundle carried packed (tar -cJf gpu_bundle.tar.xz gpu_bundle: about
+# 17 MB against 85 MB unpacked; the device tool carries 64 MiB): unpacked
+# beside its tarball first.
+if [[ ! -d "${dir}" && -f "${dir}.tar.xz" ]]; then
+  tar -xJf "${dir}.tar.xz" -C "$(dirname "${dir}")" || exit 1
+fi
 bin="${dir}/bin"
 [[ -d "${bin}" ]] || bin="${dir}"
 lib="${dir}/lib"
