@@ -37,6 +37,10 @@ bundle_paths() {
   mkdir -p "${logs}"
 }
 
+# A run that aborts (out of device memory is a fatal log line) must end at
+# once, not write a core of a process that maps the GPU.
+ulimit -c 0
+
 check_device="${GPU_CHECK_DEVICE:-cuda}"
 # Word-split on purpose: a flag list.
 read -r -a candidate_flags <<<"${GPU_CHECK_CANDIDATE_FLAGS:-}"

@@ -141,6 +141,7 @@ throughput="${section_state}"
 section multi_rank check_multi_rank.sh "MULTI-RANK"
 multi_rank="${section_state}"
 
+echo "time: ${SECONDS} s of the ${RUN_CHECKS_BUDGET:-560} s budget"
 echo "GPU CHECKS: ${passed} passed, ${failed} failed, ${timed_out} timed out;" \
   "skipped tests: ${skipped}; bench ${bench_state}; train parity" \
   "${train_parity}; gpt2 throughput ${throughput}; multi-rank" \
