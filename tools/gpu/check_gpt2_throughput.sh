@@ -87,8 +87,8 @@ for mbs in "${micro_batches[@]}"; do
     echo "micro-batch ${mbs}: no step timed within ${limit} s; trying a smaller one"
     continue
   fi
-  echo "GPT2 THROUGHPUT: FAILED (micro-batch ${mbs}: rc=${rc}; log ${logs}/${name}.log)"
   tail -5 "${logs}/${name}.log"
+  echo "GPT2 THROUGHPUT: FAILED (micro-batch ${mbs}: rc=${rc}; log ${logs}/${name}.log)"
   exit 1
 done
 if [[ -z "${chosen}" ]]; then

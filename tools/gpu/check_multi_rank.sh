@@ -68,10 +68,10 @@ go() {
   timeout "${limit}" "${cmd[@]}" >"${logs}/${name}.log" 2>&1
   rc=$?
   if ((rc != 0)); then
+    tail -5 "${logs}/${name}.log"
     echo "MULTI-RANK: FAILED (${name#mr_}: rc=${rc}" \
       "$( ((rc == 124)) && echo "(timed out after ${limit} s)");" \
       "log ${logs}/${name}.log)"
-    tail -5 "${logs}/${name}.log"
     exit 1
   fi
 }

@@ -76,10 +76,10 @@ for precision in "${precisions[@]}"; do
       exit 0
     fi
     if [[ ${rc} -ne 0 ]]; then
+      tail -5 "${logs}/${name}.log"
       echo "TRAIN PARITY: FAILED (${precision} --device ${device}: rc=${rc}" \
         "$([[ ${rc} -eq 124 ]] && echo "(timed out after ${limit} s)");" \
         "log ${logs}/${name}.log)"
-      tail -5 "${logs}/${name}.log"
       exit 1
     fi
   done

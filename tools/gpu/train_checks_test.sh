@@ -42,8 +42,9 @@ make_bundle "${work}/user" "${train}"
 export GPU_CHECK_DEVICE=test
 export GPU_CHECK_EXTRA_FLAGS="--num-threads 1 --num-layers 2 --seq-length 32"
 failures=0
-# expect NAME RC PATTERN... -- COMMAND...: COMMAND exits RC and its output
-# holds every PATTERN (grep -E).
+# expect NAME RC PATTERN... -- COMMAND...: COMMAND exits RC, its output
+# holds every PATTERN (grep -E) and ends with the check's summary line
+# (run_checks.sh reads the last line).
 expect() {
   local name="$1" want_rc="$2" patterns=() out rc
   shift 2
@@ -55,6 +56,7 @@ expect() {
   local ok=1
   [[ ${rc} == "${want_rc}" ]] || ok=0
   for p in "${patterns[@]}"; do grep -qE -- "${p}" <<<"${out}" || ok=0; done
+  tail -1 <<<"${out}" | grep -qE '^(TRAIN PARITY|GPT2 THROUGHPUT|MULTI-RANK): ' || ok=0
   if ((ok)); then
     echo "PASS ${name} ($((SECONDS - start)) s)"
   else
@@ -119,6 +121,10 @@ expect "throughput: out of memory falls back; figures and MFU reference" 0 \
 expect "throughput: every micro-batch out of memory fails" 1 \
   '^GPT2 THROUGHPUT: FAILED \(no micro-batch of 16 8 ran\)$' -- \
   env THROUGHPUT_MICRO_BATCHES="16 8" THROUGHPUT_MODEL_FLAGS="${tiny}" \
+  "${scripts}/check_gpt2_throughput.sh" "${work}/oom"
+expect "throughput: a failing run (not out of memory) fails" 1 \
+  '^GPT2 THROUGHPUT: FAILED \(micro-batch 4: rc=[1-9][0-9]*; log ' -- \
+  env THROUGHPUT_MICRO_BATCHES="4" THROUGHPUT_MODEL_FLAGS="${tiny} --num-attention-heads 5" \
   "${scripts}/check_gpt2_throughput.sh" "${work}/oom"
 
 # Without a GPU: the user binary refuses --device cuda and every check skips.
