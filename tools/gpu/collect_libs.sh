@@ -20,6 +20,9 @@
 # behind: they must come from the GPU machine. CUDA toolkit libraries
 # (libcudart, libcublas, libcublasLt: ~700 MB) are copied only with
 # --with-cuda; without it the GPU machine's /usr/local/cuda/lib64 is used.
+# The default set is about 85 MB (oneDNN alone 40 MB), over the device
+# tool's 64 MiB carry: pack it (tar -cJf DEST.tar.xz DEST, about 17 MB) and
+# run_checks.sh unpacks it there.
 set -euo pipefail
 
 with_cuda=0
