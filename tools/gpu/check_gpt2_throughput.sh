@@ -28,7 +28,7 @@
 # first THROUGHPUT_WARMUP (default 3) untimed (cuBLASLt's algorithm search).
 # THROUGHPUT_MICRO_BATCHES (default "128 64 32 16 8 4") and
 # THROUGHPUT_MODEL_FLAGS (default: GPT-2 124M as above) exist for tests
-# (tools/gpu/train_checks_test.sh runs a tiny model on the CPU). Exit
+# (tools/gpu/train_checks_test.sh runs a tiny model on the test device). Exit
 # status: 0 ok or skipped, 1 failed (a figure below the goal is reported,
 # not failed).
 set -uo pipefail

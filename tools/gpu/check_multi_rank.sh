@@ -21,7 +21,7 @@
 # MULTI_RANK_LAYOUTS (default "tp2_sp pp2 dp2_zero1"), MULTI_RANK_STEPS
 # (default 20), SCALING_MODEL_FLAGS (default: GPT-2 124M, bf16, micro-batch
 # 16) and SCALING_ITERS (default 10, the first 3 untimed) exist for tests
-# (tools/gpu/train_checks_test.sh runs them on the CPU); SCALING_ITERS=0
+# (tools/gpu/train_checks_test.sh runs them on the test device); SCALING_ITERS=0
 # skips the scaling figure. tools/gpu/check_lib.sh lists the variables every
 # check shares. Exit status: 0 ok or skipped, 1 failed.
 set -uo pipefail

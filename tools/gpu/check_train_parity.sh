@@ -20,8 +20,8 @@
 # Logs go to DIR/logs/parity_{fp32,bf16}_{device,cpu}.{log,jsonl}. Exit
 # status: 0 ok or skipped, 1 failed. PARITY_PRECISIONS (default "fp32 bf16")
 # and PARITY_STEPS (default 20) narrow the check; tools/gpu/check_lib.sh
-# lists the variables every check shares (GPU_CHECK_DEVICE=cpu runs the
-# same comparison with the CPU standing in for the GPU:
+# lists the variables every check shares (GPU_CHECK_DEVICE=test with
+# //tools:train_testdev, or cpu, runs the same comparison without a GPU:
 # tools/gpu/train_checks_test.sh).
 set -uo pipefail
 source "$(dirname "$0")/check_lib.sh"
