@@ -21,9 +21,10 @@ double TrainingFlopsPerToken(const gpt::GPTConfig& config);
 
 // The best of the n^3 GEMMs in `dtype` on `device` run over about half a
 // second, in FLOP/s: the peak that MFU is measured against. n is 1024 on
-// the host, 4096 on a GPU (a 1024^3 GEMM is too short there to time); each
-// GEMM is timed to a device-to-host read of one row, so an asynchronous
-// device is not timed at its launch rate.
+// the host, 4096 on a GPU (a 1024^3 GEMM is too short there to time). On a
+// device other than the host, each group of 10 GEMMs is timed to a
+// device-to-host read of one row, so an asynchronous device is not timed at
+// its launch rate, nor the read's latency counted against the GEMMs.
 double MeasureGemmPeakFlops(DType dtype, Device device = Device::CPU());
 
 // Logs the bf16 GEMM path chosen for each shape class so far (nothing when no

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The train binary's GPU smoke check, on a GPU machine without Bazel: the
-# tiny GPT (train's default model: 4 layers, hidden 128, sequence 128) for
-# 20 steps in fp32 with TF32 off, once with --device cuda and once with
-# --device cpu, the flags otherwise identical; every step's loss must agree
-# within 1e-4 (relative). Prints one line:
-#   TRAIN PARITY: ok (20 steps, max relative difference 3.1e-07)
+# The train binary's one-GPU parity check, on a GPU machine without Bazel:
+# the tiny GPT (train's default model: 4 layers, hidden 128, sequence 128)
+# for 20 steps with --device cuda and with --device cpu, the flags otherwise
+# identical, in fp32 with TF32 off (every step's loss within 1e-4, relative:
+# fp32 reduction order over 20 steps) and in bf16 (within 2%: bf16's 8-bit
+# mantissa, rounded differently by cuBLASLt and the CPU's GEMMs). Prints a
+# line per precision, then one summary line:
+#   TRAIN PARITY fp32: ok (20 steps, max relative difference 3.1e-07; tolerance 1e-4)
+#   TRAIN PARITY bf16: ok (20 steps, max relative difference 4.2e-03; tolerance 2e-2)
+#   TRAIN PARITY: ok (fp32, bf16)
 #   TRAIN PARITY: skipped (no CUDA device)
 #   TRAIN PARITY: FAILED (...)
 #
@@ -13,23 +17,19 @@
 # DIR is a bundle from tools/gpu/collect_libs.sh (default gpu_bundle):
 # DIR/bin/tools/train and the default corpus it carries in DIR/data (the
 # GPU machine need not have the Debian packages the corpus comes from).
-# Logs go to DIR/logs/train_{cuda,cpu}.log. Exit status: 0 ok or skipped,
-# 1 failed. STEP_TIMEOUT (default 300 s) bounds each run.
+# Logs go to DIR/logs/parity_{fp32,bf16}_{device,cpu}.{log,jsonl}. Exit
+# status: 0 ok or skipped, 1 failed. PARITY_PRECISIONS (default "fp32 bf16")
+# and PARITY_STEPS (default 20) narrow the check; tools/gpu/check_lib.sh
+# lists the variables every check shares (GPU_CHECK_DEVICE=test with
+# //tools:train_testdev, or cpu, runs the same comparison without a GPU:
+# tools/gpu/train_checks_test.sh).
 set -uo pipefail
+source "$(dirname "$0")/check_lib.sh"
 
-dir="${1:-gpu_bundle}"
-bin="${dir}/bin"
-[[ -d "${bin}" ]] || bin="${dir}"
-train="${bin}/tools/train"
-data="${dir}/data/default_corpus_text_document"
-lib="${dir}/lib"
-[[ -d "${lib}" ]] || lib="${dir}/../lib"
-# As run_checks.sh: the bundle's libraries, then the machine's CUDA.
-export LD_LIBRARY_PATH="$(cd "${lib}" 2>/dev/null && pwd):/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
-logs="${dir}/logs"
-mkdir -p "${logs}"
+bundle_paths "${1:-gpu_bundle}"
 step_timeout="${STEP_TIMEOUT:-300}"
-tolerance=1e-4
+steps="${PARITY_STEPS:-20}"
+read -r -a precisions <<<"${PARITY_PRECISIONS:-fp32 bf16}"
 
 if [[ ! -x "${train}" ]]; then
   echo "TRAIN PARITY: FAILED (missing ${train}; run tools/gpu/collect_libs.sh)"
@@ -44,45 +44,54 @@ fi
 # fp32 GEMMs in full fp32 (the TF32 override covers cuBLAS and cuBLASLt).
 export NVIDIA_TF32_OVERRIDE=0
 flags=(--data-path "${data}" --data-cache-path "${logs}/train_data_cache"
-       --train-iters 20 --lr-decay-iters 20 --log-interval 1 --eval-iters 0
-       --peak-tflops 1)
-for device in cuda cpu; do
-  # --metrics-file appends: start each run's file afresh.
-  rm -f "${logs}/train_${device}.jsonl"
-  timeout "${step_timeout}" "${train}" "${flags[@]}" --device "${device}" \
-    --metrics-file "${logs}/train_${device}.jsonl" \
-    >"${logs}/train_${device}.log" 2>&1
-  rc=$?
-  if [[ ${device} == cuda && ${rc} -eq 2 ]] &&
-    grep -q -- '--device cuda: no CUDA device' "${logs}/train_cuda.log"; then
-    echo "TRAIN PARITY: skipped (no CUDA device)"
-    exit 0
-  fi
-  if [[ ${rc} -ne 0 ]]; then
-    echo "TRAIN PARITY: FAILED (--device ${device}: rc=${rc}; log" \
-      "${logs}/train_${device}.log)"
-    tail -5 "${logs}/train_${device}.log"
+       --train-iters "${steps}" --lr-decay-iters "${steps}" --log-interval 1
+       --eval-iters 0 --peak-tflops 1 "${extra_flags[@]}")
+summary=()
+for precision in "${precisions[@]}"; do
+  case "${precision}" in
+    fp32) tolerance=1e-4 precision_flags=() ;;
+    bf16) tolerance=2e-2 precision_flags=(--bf16) ;;
+    *) echo "TRAIN PARITY: FAILED (PARITY_PRECISIONS: unknown '${precision}')"
+       exit 1 ;;
+  esac
+  # The device under test first: its refusal without a GPU skips the rest.
+  for role in device cpu; do
+    name="parity_${precision}_${role}"
+    device=cpu extra=()
+    [[ ${role} == device ]] && device="${check_device}" extra=("${candidate_flags[@]}")
+    limit="$(run_timeout "${step_timeout}")"
+    if ((limit == 0)); then
+      echo "TRAIN PARITY: FAILED (no time left for ${precision} on ${device})"
+      exit 1
+    fi
+    # --metrics-file appends: start each run's file afresh.
+    rm -f "${logs}/${name}.jsonl"
+    timeout "${limit}" "${train}" "${flags[@]}" "${precision_flags[@]}" \
+      --device "${device}" "${extra[@]}" \
+      --metrics-file "${logs}/${name}.jsonl" >"${logs}/${name}.log" 2>&1
+    rc=$?
+    if [[ ${role} == device && ${rc} -eq 2 ]] &&
+      no_device "${logs}/${name}.log"; then
+      echo "TRAIN PARITY: skipped (no CUDA device)"
+      exit 0
+    fi
+    if [[ ${rc} -ne 0 ]]; then
+      tail -5 "${logs}/${name}.log"
+      echo "TRAIN PARITY: FAILED (${precision} --device ${device}: rc=${rc}" \
+        "$([[ ${rc} -eq 124 ]] && echo "(timed out after ${limit} s)");" \
+        "log ${logs}/${name}.log)"
+      exit 1
+    fi
+  done
+  grep -h -m1 "device ${check_device}" "${logs}/parity_${precision}_device.log" |
+    sed 's/^.*\] //'
+  compare_losses "${logs}/parity_${precision}_cpu.jsonl" \
+    "${logs}/parity_${precision}_device.jsonl" "${tolerance}" "${steps}" \
+    "TRAIN PARITY ${precision}" || {
+    echo "TRAIN PARITY: FAILED (${precision}: ${check_device} differs from cpu" \
+      "beyond ${tolerance})"
     exit 1
-  fi
-done
-
-grep -h 'device cuda' "${logs}/train_cuda.log" | sed 's/^.*\] //'
-# "iteration loss" per metrics line.
-losses() {
-  sed -n 's/.*"iteration": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/p' "$1"
-}
-awk -v tol="${tolerance}" '
-  NR == FNR { ref[$1] = $2; next }
-  ($1 in ref) {
-    d = ref[$1] - $2; if (d < 0) d = -d
-    m = ref[$1] < 0 ? -ref[$1] : ref[$1]
-    r = m > 0 ? d / m : d
-    if (r > worst) worst = r
-    n++
-    if (r > tol) { printf "  iteration %d: cpu %s cuda %s\n", $1, ref[$1], $2; bad++ }
   }
-  END {
-    if (n != 20) { printf "TRAIN PARITY: FAILED (%d common steps, not 20)\n", n; exit 1 }
-    if (bad) { printf "TRAIN PARITY: FAILED (%d of 20 steps beyond %s)\n", bad, tol; exit 1 }
-    printf "TRAIN PARITY: ok (20 steps, max relative difference %.2g)\n", worst
-  }' <(losses "${logs}/train_cpu.jsonl") <(losses "${logs}/train_cuda.jsonl")
+  summary+=("${precision}")
+done
+echo "TRAIN PARITY: ok (${summary[*]}; ${steps} steps, ${check_device} against cpu)"

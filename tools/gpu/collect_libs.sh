@@ -5,12 +5,14 @@
 #
 #   tools/gpu/collect_libs.sh [--with-cuda] DEST [BINARY...]
 #
-# BINARYs default to the gpu-tagged tests, the bench and the train binary
+# BINARYs default to the gpu-tagged tests, the bench, the train binary and
+# the launcher (tools/gpu/check_multi_rank.sh starts its ranks with it)
 # under bazel-out/k8-opt/bin (build them first:
 #   tools/bazel build //core/cuda/... //core/ops/cuda/...
-#   //core/comm:nccl_process_group_test //tools:train).
-# With train comes the data its GPU check trains on
-# (tools/gpu/check_train_parity.sh): the default corpus, tokenized here into
+#   //core/comm:nccl_process_group_test //tools:train //tools:launch).
+# With train comes the data its GPU checks train on
+# (tools/gpu/check_train_parity.sh, check_multi_rank.sh; the throughput
+# check uses mock data): the default corpus, tokenized here into
 # DEST/data/default_corpus_text_document.{bin,idx} (about 3 MB), since the
 # GPU machine need not have the Debian packages it comes from.
 # Binaries land in DEST/bin/<package path>/, libraries in DEST/lib/. The C
@@ -18,6 +20,9 @@
 # behind: they must come from the GPU machine. CUDA toolkit libraries
 # (libcudart, libcublas, libcublasLt: ~700 MB) are copied only with
 # --with-cuda; without it the GPU machine's /usr/local/cuda/lib64 is used.
+# The default set is about 85 MB (oneDNN alone 40 MB), over the device
+# tool's 64 MiB carry: pack it (tar -cJf DEST.tar.xz DEST, about 17 MB) and
+# run_checks.sh unpacks it there.
 set -euo pipefail
 
 with_cuda=0
@@ -52,6 +57,7 @@ if [[ ${#binaries[@]} -eq 0 ]]; then
     "${bin_root}/core/comm/nccl_process_group_test"
     "${bin_root}/core/ops/cuda/bench"
     "${bin_root}/tools/train"
+    "${bin_root}/tools/launch"
   )
 fi
 

@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # Runs the prebuilt CUDA test binaries and the CUDA bench on a GPU machine
 # without Bazel, each under a timeout, then the train binary's GPU smoke check
-# (tools/gpu/check_train_parity.sh), and prints one summary line:
+# (tools/gpu/check_train_parity.sh: fp32 and bf16 against the CPU), GPT-2
+# 124M throughput (tools/gpu/check_gpt2_throughput.sh) and, with two GPUs or
+# more, the multi-rank layouts and DP scaling (tools/gpu/check_multi_rank.sh),
+# and prints one summary line:
 #   GPU CHECKS: 7 passed, 0 failed, 0 timed out; skipped tests: 0; bench ok;
-#   train parity ok
+#   train parity ok; gpt2 throughput ok; multi-rank skipped
 #
 #   tools/gpu/run_checks.sh [DIR] [--quick]
 #
 # DIR is a folder made by tools/gpu/collect_libs.sh (DIR/bin, DIR/lib;
-# default: gpu_bundle) or a copied bazel-bin tree (then libraries come from
+# default: gpu_bundle; DIR.tar.xz is unpacked when DIR is absent) or a copied
+# bazel-bin tree (then libraries come from
 # DIR/../lib if present). LD_LIBRARY_PATH gets DIR/lib first, then
 # /usr/local/cuda/lib64. --quick runs the bench with fewer iterations and
 # no GEMM sweep. Per-step timeouts: STEP_TIMEOUT (default 300 s) and
-# BENCH_TIMEOUT (default 420 s). Logs go to DIR/logs/.
+# BENCH_TIMEOUT (default 420 s), all cut to fit RUN_CHECKS_BUDGET (default
+# 560 s) for the whole script, so it ends within the device tool's 10
+# minutes (the train checks get the deadline as GPU_CHECK_DEADLINE). Logs go
+# to DIR/logs/.
 set -uo pipefail
 
 dir="gpu_bundle"
@@ -23,6 +30,12 @@ for arg in "$@"; do
     *) dir="${arg}" ;;
   esac
 done
+# A bundle carried packed (tar -cJf gpu_bundle.tar.xz gpu_bundle: about
+# 17 MB against 85 MB unpacked; the device tool carries 64 MiB): unpacked
+# beside its tarball first.
+if [[ ! -d "${dir}" && -f "${dir}.tar.xz" ]]; then
+  tar -xJf "${dir}.tar.xz" -C "$(dirname "${dir}")" || exit 1
+fi
 bin="${dir}/bin"
 [[ -d "${bin}" ]] || bin="${dir}"
 lib="${dir}/lib"
@@ -32,6 +45,16 @@ logs="${dir}/logs"
 mkdir -p "${logs}"
 step_timeout="${STEP_TIMEOUT:-300}"
 bench_timeout="${BENCH_TIMEOUT:-420}"
+export GPU_CHECK_DEADLINE=$(($(date +%s) + ${RUN_CHECKS_BUDGET:-560}))
+# The tests and the bench leave TRAIN_CHECKS_RESERVE (default 300 s) of the
+# budget to the train checks (parity about a minute, throughput at most
+# THROUGHPUT_BUDGET, 200 s).
+tests_deadline=$((GPU_CHECK_DEADLINE - ${TRAIN_CHECKS_RESERVE:-300}))
+# capped SECONDS: SECONDS cut to what the tests' share leaves (at least 1).
+capped() {
+  local left=$((tests_deadline - $(date +%s)))
+  ((left < $1)) && echo $((left > 1 ? left : 1)) || echo "$1"
+}
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total \
   --format=csv,noheader
@@ -62,7 +85,7 @@ for t in "${tests[@]}"; do
     failures+=("${t}(missing)")
     continue
   fi
-  timeout "${step_timeout}" "${exe}" >"${log}" 2>&1
+  timeout "$(capped "${step_timeout}")" "${exe}" >"${log}" 2>&1
   rc=$?
   n_skip=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "${log}" || true)
   skipped=$((skipped + n_skip))
@@ -86,7 +109,7 @@ bench_state="missing"
 if [[ -x "${bench}" ]]; then
   bench_args=()
   ((quick)) && bench_args=(--iters=5 --gemm=false --mem_elements=16777216)
-  timeout "${bench_timeout}" "${bench}" "${bench_args[@]}" 2>&1 | tee "${logs}/bench.log"
+  timeout "$(capped "${bench_timeout}")" "${bench}" "${bench_args[@]}" 2>&1 | tee "${logs}/bench.log"
   rc=${PIPESTATUS[0]}
   case ${rc} in
     0) bench_state="ok" ;;
@@ -95,22 +118,35 @@ if [[ -x "${bench}" ]]; then
   esac
 fi
 
-# train on the GPU against train on the CPU (tools/gpu/check_train_parity.sh:
-# skips without a GPU).
-train_parity="missing"
-parity_script="$(dirname "$0")/check_train_parity.sh"
-if [[ -x "${parity_script}" ]]; then
-  parity_line="$("${parity_script}" "${dir}" | tee "${logs}/train_parity.log" | tail -1)"
-  echo "${parity_line}"
-  case "${parity_line}" in
-    "TRAIN PARITY: ok"*) train_parity="ok" ;;
-    "TRAIN PARITY: skipped"*) train_parity="skipped" ;;
-    *) train_parity="failed" ;;
+# section NAME SCRIPT PREFIX: runs a train check (each skips without a
+# GPU), which ends with one line "PREFIX: ok|skipped|FAILED ..."; sets
+# section_state.
+section() {
+  local script="$(dirname "$0")/$2" line
+  section_state="missing"
+  [[ -x "${script}" ]] || return
+  "${script}" "${dir}" 2>&1 | tee "${logs}/$1.log"
+  line="$(tail -1 "${logs}/$1.log")"
+  case "${line}" in
+    "$3: ok"*) section_state="ok" ;;
+    "$3: skipped"*) section_state="skipped" ;;
+    *) section_state="failed" ;;
   esac
-fi
+}
+# train on the GPU against train on the CPU.
+section train_parity check_train_parity.sh "TRAIN PARITY"
+train_parity="${section_state}"
+section gpt2_throughput check_gpt2_throughput.sh "GPT2 THROUGHPUT"
+throughput="${section_state}"
+section multi_rank check_multi_rank.sh "MULTI-RANK"
+multi_rank="${section_state}"
 
+echo "time: ${SECONDS} s of the ${RUN_CHECKS_BUDGET:-560} s budget"
 echo "GPU CHECKS: ${passed} passed, ${failed} failed, ${timed_out} timed out;" \
   "skipped tests: ${skipped}; bench ${bench_state}; train parity" \
-  "${train_parity}${failures:+; failing: ${failures[*]}}"
+  "${train_parity}; gpt2 throughput ${throughput}; multi-rank" \
+  "${multi_rank}${failures:+; failing: ${failures[*]}}"
 [[ ${failed} -eq 0 && ${timed_out} -eq 0 && "${bench_state}" == "ok" &&
-  "${train_parity}" != "failed" && "${train_parity}" != "missing" ]]
+  "${train_parity}" != "failed" && "${train_parity}" != "missing" &&
+  "${throughput}" != "failed" && "${throughput}" != "missing" &&
+  "${multi_rank}" != "failed" && "${multi_rank}" != "missing" ]]
