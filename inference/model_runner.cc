@@ -20,14 +20,18 @@ Tensor HostTensor(std::vector<float>* v) {
                               DType::kFloat32, Device::CPU(), nullptr);
 }
 
-// y = x W^T (+ bias) for x [rows, lin.in].
-void Apply(const LinearWeights& lin, const float* x, int64_t rows, float* y,
-           bool add_bias) {
-  if (!lin.q.empty()) {
-    RowGemmInt8(x, rows, lin.in, lin.q.data(), lin.scales.data(), lin.out, y);
-  } else {
-    RowGemm(x, rows, lin.in, lin.weight.data(), lin.out, y);
-  }
+// lin's weights (fp32 or int8) packed for RowGemm.
+RowGemmWeights PackLinear(const LinearWeights& lin) {
+  return lin.q.empty()
+             ? RowGemmWeights::Pack(lin.weight.data(), lin.out, lin.in)
+             : RowGemmWeights::PackInt8(lin.q.data(), lin.scales.data(),
+                                        lin.out, lin.in);
+}
+
+// y = x W^T (+ bias) for x [rows, lin.in], W packed from lin.
+void Apply(const LinearWeights& lin, const RowGemmWeights& packed,
+           const float* x, int64_t rows, float* y, bool add_bias) {
+  RowGemm(x, rows, packed, y);
   if (add_bias && !lin.bias.empty()) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < lin.out; ++c) y[r * lin.out + c] += lin.bias[c];
@@ -41,6 +45,14 @@ ModelRunner::ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
                          PagedKvCache cache)
     : weights_(std::move(weights)), tp_(tp), cache_(std::move(cache)) {
   const gpt::GPTConfig& c = weights_.config;
+  for (const LayerWeights& lw : weights_.layers) {
+    packed_.push_back(PackedLayer{PackLinear(lw.qkv), PackLinear(lw.proj),
+                                  PackLinear(lw.fc1), PackLinear(lw.fc2)});
+  }
+  if (weights_.post_process && weights_.vocab_rows > 0) {
+    packed_head_ = RowGemmWeights::Pack(weights_.head().data(),
+                                        weights_.vocab_rows, c.hidden_size);
+  }
   if (c.position_embedding == gpt::PositionEmbedding::kRope) {
     const int64_t d = c.head_dim(), half = d / 2, n = c.max_positions();
     cos_.resize(n * half);
@@ -146,6 +158,7 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
                                 const std::vector<const int32_t*>& tables,
                                 std::vector<float>* x) {
   const LayerWeights& lw = weights_.layers[i];
+  const PackedLayer& pl = packed_[i];
   const gpt::GPTConfig& c = weights_.config;
   const int64_t n = rows.rows(), h = c.hidden_size, d = c.head_dim();
   const int64_t groups = weights_.local_groups, heads = weights_.local_heads;
@@ -153,7 +166,7 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
   std::vector<float> ln(n * h);
   Norm(lw.ln1, x->data(), n, ln.data());
   std::vector<float> qkv(n * lw.qkv.out);
-  Apply(lw.qkv, ln.data(), n, qkv.data(), true);
+  Apply(lw.qkv, pl.qkv, ln.data(), n, qkv.data(), true);
   std::vector<float> q(n * heads * d), k(n * groups * d), v(n * groups * d);
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
@@ -182,7 +195,7 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
   PagedAttention(q.data(), n, heads, rows.positions.data(), tables.data(), i,
                  &cache_, ctx.data());
   std::vector<float> attn(n * h);
-  Apply(lw.proj, ctx.data(), n, attn.data(), false);
+  Apply(lw.proj, pl.proj, ctx.data(), n, attn.data(), false);
   MCC_RETURN_IF_ERROR(SumOverTp(&attn));
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t e = 0; e < h; ++e) {
@@ -192,7 +205,7 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
   }
   Norm(lw.ln2, x->data(), n, ln.data());
   std::vector<float> fc1(n * lw.fc1.out);
-  Apply(lw.fc1, ln.data(), n, fc1.data(), true);
+  Apply(lw.fc1, pl.fc1, ln.data(), n, fc1.data(), true);
   const bool swiglu = c.activation == gpt::Activation::kSwiGLU;
   const int64_t f = swiglu ? lw.fc1.out / 2 : lw.fc1.out;
   std::vector<float> act(n * f);
@@ -206,7 +219,7 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
     MCC_RETURN_IF_ERROR(swiglu ? ops::SwiGLU(in, &out) : ops::Gelu(in, &out));
   }
   std::vector<float> mlp(n * h);
-  Apply(lw.fc2, act.data(), n, mlp.data(), false);
+  Apply(lw.fc2, pl.fc2, act.data(), n, mlp.data(), false);
   MCC_RETURN_IF_ERROR(SumOverTp(&mlp));
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t e = 0; e < h; ++e) {
@@ -230,7 +243,7 @@ absl::StatusOr<std::vector<float>> ModelRunner::Logits(
   Norm(weights_.final_norm, picked.data(), l, normed.data());
   const int64_t vr = weights_.vocab_rows, tp = weights_.tp_size;
   std::vector<float> local(l * vr);
-  RowGemm(normed.data(), l, h, weights_.head().data(), vr, local.data());
+  RowGemm(normed.data(), l, packed_head_, local.data());
   std::vector<float> all;
   if (tp > 1) {
     all.resize(tp * l * vr);

@@ -11,6 +11,7 @@
 #include "core/comm/process_group.h"
 #include "inference/inference_weights.h"
 #include "inference/paged_kv_cache.h"
+#include "inference/row_gemm.h"
 
 namespace mcc {
 namespace inference {
@@ -67,6 +68,13 @@ class ModelRunner {
               const std::vector<int64_t>& positions) const;
 
   InferenceWeights weights_;
+  // The linear layers' and the output layer's weights packed for RowGemm at
+  // construction (kept beside weights_, which callers may read).
+  struct PackedLayer {
+    RowGemmWeights qkv, proj, fc1, fc2;
+  };
+  std::vector<PackedLayer> packed_;
+  RowGemmWeights packed_head_;
   comm::ProcessGroup* tp_;
   PagedKvCache cache_;
   std::vector<float> cos_, sin_;  // [max_positions, head_dim / 2] (RoPE)
