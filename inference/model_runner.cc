@@ -20,6 +20,15 @@ Tensor HostTensor(std::vector<float>* v) {
                               DType::kFloat32, Device::CPU(), nullptr);
 }
 
+// *v sized n, its capacity kept between steps: a step then reuses memory
+// instead of mapping (and faulting in) fresh pages for every activation,
+// which cost more than the step's arithmetic on these VMs at 32+ rows. The
+// contents are stale; every user overwrites them whole.
+std::vector<float>& Buffer(std::vector<float>* v, int64_t n) {
+  v->resize(n);
+  return *v;
+}
+
 // lin's weights (fp32 or int8) packed for RowGemm.
 RowGemmWeights PackLinear(const LinearWeights& lin) {
   return lin.q.empty()
@@ -163,11 +172,13 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
   const int64_t n = rows.rows(), h = c.hidden_size, d = c.head_dim();
   const int64_t groups = weights_.local_groups, heads = weights_.local_heads;
   const int64_t hpg = heads / groups;
-  std::vector<float> ln(n * h);
+  std::vector<float>& ln = Buffer(&scratch_.ln, n * h);
   Norm(lw.ln1, x->data(), n, ln.data());
-  std::vector<float> qkv(n * lw.qkv.out);
+  std::vector<float>& qkv = Buffer(&scratch_.qkv, n * lw.qkv.out);
   Apply(lw.qkv, pl.qkv, ln.data(), n, qkv.data(), true);
-  std::vector<float> q(n * heads * d), k(n * groups * d), v(n * groups * d);
+  std::vector<float>& q = Buffer(&scratch_.q, n * heads * d);
+  std::vector<float>& k = Buffer(&scratch_.k, n * groups * d);
+  std::vector<float>& v = Buffer(&scratch_.v, n * groups * d);
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
       const float* src = qkv.data() + r * lw.qkv.out + g * (hpg + 2) * d;
@@ -191,10 +202,10 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
                   v.data() + (r * groups + g) * d, d * sizeof(float));
     }
   }
-  std::vector<float> ctx(n * heads * d);
+  std::vector<float>& ctx = Buffer(&scratch_.ctx, n * heads * d);
   PagedAttention(q.data(), n, heads, rows.positions.data(), tables.data(), i,
                  &cache_, ctx.data());
-  std::vector<float> attn(n * h);
+  std::vector<float>& attn = Buffer(&scratch_.attn, n * h);
   Apply(lw.proj, pl.proj, ctx.data(), n, attn.data(), false);
   MCC_RETURN_IF_ERROR(SumOverTp(&attn));
   for (int64_t r = 0; r < n; ++r) {
@@ -204,11 +215,11 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
     }
   }
   Norm(lw.ln2, x->data(), n, ln.data());
-  std::vector<float> fc1(n * lw.fc1.out);
+  std::vector<float>& fc1 = Buffer(&scratch_.fc1, n * lw.fc1.out);
   Apply(lw.fc1, pl.fc1, ln.data(), n, fc1.data(), true);
   const bool swiglu = c.activation == gpt::Activation::kSwiGLU;
   const int64_t f = swiglu ? lw.fc1.out / 2 : lw.fc1.out;
-  std::vector<float> act(n * f);
+  std::vector<float>& act = Buffer(&scratch_.act, n * f);
   // The training model's own CPU kernels (vectorised), one row at a time so
   // that a row's arithmetic never depends on the rows around it.
   for (int64_t r = 0; r < n; ++r) {
@@ -218,7 +229,7 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
                                       Device::CPU(), nullptr);
     MCC_RETURN_IF_ERROR(swiglu ? ops::SwiGLU(in, &out) : ops::Gelu(in, &out));
   }
-  std::vector<float> mlp(n * h);
+  std::vector<float>& mlp = Buffer(&scratch_.mlp, n * h);
   Apply(lw.fc2, pl.fc2, act.data(), n, mlp.data(), false);
   MCC_RETURN_IF_ERROR(SumOverTp(&mlp));
   for (int64_t r = 0; r < n; ++r) {

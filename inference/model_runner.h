@@ -75,6 +75,11 @@ class ModelRunner {
   };
   std::vector<PackedLayer> packed_;
   RowGemmWeights packed_head_;
+  // A layer's activations, kept between steps (see Buffer in the .cc).
+  struct Scratch {
+    std::vector<float> ln, qkv, q, k, v, ctx, attn, fc1, act, mlp;
+  };
+  Scratch scratch_;
   comm::ProcessGroup* tp_;
   PagedKvCache cache_;
   std::vector<float> cos_, sin_;  // [max_positions, head_dim / 2] (RoPE)
