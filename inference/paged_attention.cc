@@ -69,6 +69,41 @@ void ExpShifted(float* p, int64_t n, float max) {
   for (; j < n; ++j) p[j] = ops::VecExp(p[j] - max);
 }
 
+// out[0, d) = sum_j p[j] * value(j) over j in increasing order, each lane
+// one fma chain held in a register (64 lanes at a time, then 8, then one):
+// no store and reload of out per key.
+template <typename ValueAt>
+void WeightedValues(const float* p, int64_t keys, int64_t d, ValueAt value_at,
+                    float* out) {
+  int64_t e0 = 0;
+  for (; e0 + 64 <= d; e0 += 64) {
+    __m256 acc[8];
+    for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < keys; ++j) {
+      const __m256 pj = _mm256_set1_ps(p[j]);
+      const float* v = value_at(j) + e0;
+      for (int u = 0; u < 8; ++u) {
+        acc[u] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * u), acc[u]);
+      }
+    }
+    for (int u = 0; u < 8; ++u) _mm256_storeu_ps(out + e0 + 8 * u, acc[u]);
+  }
+  for (; e0 + 8 <= d; e0 += 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t j = 0; j < keys; ++j) {
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]),
+                            _mm256_loadu_ps(value_at(j) + e0), acc);
+    }
+    _mm256_storeu_ps(out + e0, acc);
+  }
+  for (; e0 < d; ++e0) {
+    float acc = 0;
+    for (int64_t j = 0; j < keys; ++j)
+      acc = std::fma(p[j], value_at(j)[e0], acc);
+    out[e0] = acc;
+  }
+}
+
 }  // namespace
 
 void PagedAttention(const float* q, int64_t rows, int64_t heads,
@@ -96,14 +131,12 @@ void PagedAttention(const float* q, int64_t rows, int64_t heads,
               *std::max_element(scores.begin(), scores.end());
           ExpShifted(scores.data(), keys, max_score);
           float* orow = out + (r * heads + h) * d;
-          std::fill(orow, orow + d, 0.0f);
+          WeightedValues(
+              scores.data(), keys, d,
+              [&](int64_t j) { return cache->Value(layer, tables[r], j, g); },
+              orow);
           float sum = 0;
-          for (int64_t j = 0; j < keys; ++j) {
-            const float p = scores[j];
-            sum += p;
-            const float* vrow = cache->Value(layer, tables[r], j, g);
-            for (int64_t e = 0; e < d; ++e) orow[e] += p * vrow[e];
-          }
+          for (int64_t j = 0; j < keys; ++j) sum += scores[j];
           const float inv = 1.0f / sum;
           for (int64_t e = 0; e < d; ++e) orow[e] *= inv;
         }
