@@ -54,9 +54,15 @@ ModelRunner::ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
                          PagedKvCache cache)
     : weights_(std::move(weights)), tp_(tp), cache_(std::move(cache)) {
   const gpt::GPTConfig& c = weights_.config;
-  for (const LayerWeights& lw : weights_.layers) {
+  for (LayerWeights& lw : weights_.layers) {
     packed_.push_back(PackedLayer{PackLinear(lw.qkv), PackLinear(lw.proj),
                                   PackLinear(lw.fc1), PackLinear(lw.fc2)});
+    // Only the packed copy is used: free the other (shapes, scales and
+    // biases stay).
+    for (LinearWeights* lin : {&lw.qkv, &lw.proj, &lw.fc1, &lw.fc2}) {
+      std::vector<float>().swap(lin->weight);
+      std::vector<int8_t>().swap(lin->q);
+    }
   }
   if (weights_.post_process && weights_.vocab_rows > 0) {
     packed_head_ = RowGemmWeights::Pack(weights_.head().data(),
@@ -75,6 +81,14 @@ ModelRunner::ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
       }
     }
   }
+}
+
+int64_t ModelRunner::linear_weight_bytes() const {
+  int64_t bytes = 0;
+  for (const PackedLayer& p : packed_) {
+    bytes += p.qkv.bytes() + p.proj.bytes() + p.fc1.bytes() + p.fc2.bytes();
+  }
+  return bytes;
 }
 
 absl::Status ModelRunner::SumOverTp(std::vector<float>* v) {

@@ -49,7 +49,12 @@ class ModelRunner {
   absl::StatusOr<std::vector<float>> Run(const StepRows& rows,
                                          std::vector<float>* hidden);
 
+  // The weights given at construction, except that the linear layers'
+  // values (weight, q) are empty: the runner keeps them packed for RowGemm
+  // (their shapes, scales and biases stay).
   const InferenceWeights& weights() const { return weights_; }
+  // Bytes of the linear layers' packed values and scales, all layers.
+  int64_t linear_weight_bytes() const;
   PagedKvCache& cache() { return cache_; }
 
  private:
