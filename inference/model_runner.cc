@@ -67,6 +67,10 @@ ModelRunner::ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
   if (weights_.post_process && weights_.vocab_rows > 0) {
     packed_head_ = RowGemmWeights::Pack(weights_.head().data(),
                                         weights_.vocab_rows, c.hidden_size);
+    // One copy: the output layer lives packed only; tied embeddings too,
+    // Embed then reading its rows back from the panels.
+    std::vector<float>().swap(weights_.output.empty() ? weights_.word_embeddings
+                                                      : weights_.output);
   }
   if (c.position_embedding == gpt::PositionEmbedding::kRope) {
     const int64_t d = c.head_dim(), half = d / 2, n = c.max_positions();
@@ -160,9 +164,13 @@ absl::Status ModelRunner::Embed(const StepRows& rows, std::vector<float>* x) {
     }
     const int64_t local = t - weights_.vocab_start;
     if (local >= 0 && local < weights_.vocab_rows) {
-      std::memcpy(x->data() + r * h,
-                  weights_.word_embeddings.data() + local * h,
-                  h * sizeof(float));
+      if (weights_.word_embeddings.empty()) {  // Tied, held packed.
+        packed_head_.UnpackRow(local, x->data() + r * h);
+      } else {
+        std::memcpy(x->data() + r * h,
+                    weights_.word_embeddings.data() + local * h,
+                    h * sizeof(float));
+      }
     }
   }
   // Exactly one rank holds each row (the others add zeros: exact).

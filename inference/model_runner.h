@@ -50,8 +50,9 @@ class ModelRunner {
                                          std::vector<float>* hidden);
 
   // The weights given at construction, except that the linear layers'
-  // values (weight, q) are empty: the runner keeps them packed for RowGemm
-  // (their shapes, scales and biases stay).
+  // values (weight, q) and the output layer's (output, or word_embeddings
+  // when tied, on the last stage) are empty: the runner keeps them packed
+  // for RowGemm (shapes, scales and biases stay).
   const InferenceWeights& weights() const { return weights_; }
   // Bytes of the linear layers' packed values and scales, all layers.
   int64_t linear_weight_bytes() const;

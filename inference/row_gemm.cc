@@ -245,6 +245,11 @@ RowGemmWeights RowGemmWeights::PackInt8(const int8_t* q, const float* scales,
   return out;
 }
 
+void RowGemmWeights::UnpackRow(int64_t c, float* out) const {
+  const float* panel = f32_panel(c / kPanel) + c % kPanel;
+  for (int64_t i = 0; i < k_; ++i) out[i] = panel[i * kPanel];
+}
+
 int64_t RowGemmWeights::bytes() const {
   const int64_t values = panels() * k_ * kPanel;
   return is_int8() ? values + panels() * kPanel * 4 : values * 4;

@@ -43,6 +43,8 @@ class RowGemmWeights {
   int64_t panels() const { return (cols_ + kPanel - 1) / kPanel; }
   // Bytes held (values and scales).
   int64_t bytes() const;
+  // Row c of the fp32 weights given to Pack (w[c, 0..k)) into out[k].
+  void UnpackRow(int64_t c, float* out) const;
 
   static constexpr int64_t kPanel = 16;
 

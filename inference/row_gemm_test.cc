@@ -249,6 +249,21 @@ TEST_P(RowGemmIsaTest, PackedOnceEqualsPackedPerCall) {
   EXPECT_EQ(a, b);
 }
 
+// UnpackRow gives back each row given to Pack (the engine's tied
+// embeddings read their rows from the packed output layer).
+TEST(RowGemmTest, UnpackRowGivesBackEachRow) {
+  const int64_t k = 9, cols = 35;
+  auto w = Random(cols * k, 31);
+  const RowGemmWeights packed = RowGemmWeights::Pack(w.data(), cols, k);
+  std::vector<float> row(k);
+  for (int64_t c = 0; c < cols; ++c) {
+    packed.UnpackRow(c, row.data());
+    EXPECT_EQ(row,
+              std::vector<float>(w.begin() + c * k, w.begin() + (c + 1) * k))
+        << "row " << c;
+  }
+}
+
 // The two kernel ISAs compute the same chain: the same bits on AVX2 and
 // AVX-512 (where the CPU has it).
 TEST(RowGemmTest, AvxTwoAndAvx512GiveTheSameBits) {
