@@ -276,16 +276,22 @@ TEST(EngineTest, Int8GreedyMatchesTheInt8ModelsKvCacheGeneration) {
     const LayerWeights& first = setup->runner->weights().layers[0];
     for (const LinearWeights* lin :
          {&first.qkv, &first.proj, &first.fc1, &first.fc2}) {
+      // The runner holds the values packed (RowGemmWeights), these freed.
       EXPECT_TRUE(lin->weight.empty());
-      EXPECT_EQ(static_cast<int64_t>(lin->q.size()), lin->out * lin->in);
+      EXPECT_TRUE(lin->q.empty());
       EXPECT_EQ(static_cast<int64_t>(lin->scales.size()), lin->out);
     }
     // The same request on the dense model, through the same engine code:
     // were the int8 weights ignored, every log-probability would be equal;
     // int8's rounding (up to half a step of 1/127 of each row's largest
     // weight) moves them by more than the 1e-4 that summation order may.
+    std::unique_ptr<mcc::inference::Setup> dense_setup;
     const GenerationEvent dense = ExpectGreedyMatchesTheKvCacheGeneration(
-        config, /*int8=*/false, nullptr);
+        config, /*int8=*/false, &dense_setup);
+    ASSERT_NE(dense_setup, nullptr);
+    // Packed int8 values take a quarter of fp32's bytes (plus fp32 scales).
+    EXPECT_LT(setup->runner->linear_weight_bytes() * 3,
+              dense_setup->runner->linear_weight_bytes());
     double max_diff = 0;
     for (size_t i = 0; i < int8.logprobs.size() && i < dense.logprobs.size();
          ++i) {

@@ -20,14 +20,27 @@ Tensor HostTensor(std::vector<float>* v) {
                               DType::kFloat32, Device::CPU(), nullptr);
 }
 
-// y = x W^T (+ bias) for x [rows, lin.in].
-void Apply(const LinearWeights& lin, const float* x, int64_t rows, float* y,
-           bool add_bias) {
-  if (!lin.q.empty()) {
-    RowGemmInt8(x, rows, lin.in, lin.q.data(), lin.scales.data(), lin.out, y);
-  } else {
-    RowGemm(x, rows, lin.in, lin.weight.data(), lin.out, y);
-  }
+// *v sized n, its capacity kept between steps: a step then reuses memory
+// instead of mapping (and faulting in) fresh pages for every activation,
+// which cost more than the step's arithmetic on these VMs at 32+ rows. The
+// contents are stale; every user overwrites them whole.
+std::vector<float>& Buffer(std::vector<float>* v, int64_t n) {
+  v->resize(n);
+  return *v;
+}
+
+// lin's weights (fp32 or int8) packed for RowGemm.
+RowGemmWeights PackLinear(const LinearWeights& lin) {
+  return lin.q.empty()
+             ? RowGemmWeights::Pack(lin.weight.data(), lin.out, lin.in)
+             : RowGemmWeights::PackInt8(lin.q.data(), lin.scales.data(),
+                                        lin.out, lin.in);
+}
+
+// y = x W^T (+ bias) for x [rows, lin.in], W packed from lin.
+void Apply(const LinearWeights& lin, const RowGemmWeights& packed,
+           const float* x, int64_t rows, float* y, bool add_bias) {
+  RowGemm(x, rows, packed, y);
   if (add_bias && !lin.bias.empty()) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < lin.out; ++c) y[r * lin.out + c] += lin.bias[c];
@@ -41,6 +54,24 @@ ModelRunner::ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
                          PagedKvCache cache)
     : weights_(std::move(weights)), tp_(tp), cache_(std::move(cache)) {
   const gpt::GPTConfig& c = weights_.config;
+  for (LayerWeights& lw : weights_.layers) {
+    packed_.push_back(PackedLayer{PackLinear(lw.qkv), PackLinear(lw.proj),
+                                  PackLinear(lw.fc1), PackLinear(lw.fc2)});
+    // Only the packed copy is used: free the other (shapes, scales and
+    // biases stay).
+    for (LinearWeights* lin : {&lw.qkv, &lw.proj, &lw.fc1, &lw.fc2}) {
+      std::vector<float>().swap(lin->weight);
+      std::vector<int8_t>().swap(lin->q);
+    }
+  }
+  if (weights_.post_process && weights_.vocab_rows > 0) {
+    packed_head_ = RowGemmWeights::Pack(weights_.head().data(),
+                                        weights_.vocab_rows, c.hidden_size);
+    // One copy: the output layer lives packed only; tied embeddings too,
+    // Embed then reading its rows back from the panels.
+    std::vector<float>().swap(weights_.output.empty() ? weights_.word_embeddings
+                                                      : weights_.output);
+  }
   if (c.position_embedding == gpt::PositionEmbedding::kRope) {
     const int64_t d = c.head_dim(), half = d / 2, n = c.max_positions();
     cos_.resize(n * half);
@@ -54,6 +85,14 @@ ModelRunner::ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
       }
     }
   }
+}
+
+int64_t ModelRunner::linear_weight_bytes() const {
+  int64_t bytes = 0;
+  for (const PackedLayer& p : packed_) {
+    bytes += p.qkv.bytes() + p.proj.bytes() + p.fc1.bytes() + p.fc2.bytes();
+  }
+  return bytes;
 }
 
 absl::Status ModelRunner::SumOverTp(std::vector<float>* v) {
@@ -125,9 +164,13 @@ absl::Status ModelRunner::Embed(const StepRows& rows, std::vector<float>* x) {
     }
     const int64_t local = t - weights_.vocab_start;
     if (local >= 0 && local < weights_.vocab_rows) {
-      std::memcpy(x->data() + r * h,
-                  weights_.word_embeddings.data() + local * h,
-                  h * sizeof(float));
+      if (weights_.word_embeddings.empty()) {  // Tied, held packed.
+        packed_head_.UnpackRow(local, x->data() + r * h);
+      } else {
+        std::memcpy(x->data() + r * h,
+                    weights_.word_embeddings.data() + local * h,
+                    h * sizeof(float));
+      }
     }
   }
   // Exactly one rank holds each row (the others add zeros: exact).
@@ -146,15 +189,18 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
                                 const std::vector<const int32_t*>& tables,
                                 std::vector<float>* x) {
   const LayerWeights& lw = weights_.layers[i];
+  const PackedLayer& pl = packed_[i];
   const gpt::GPTConfig& c = weights_.config;
   const int64_t n = rows.rows(), h = c.hidden_size, d = c.head_dim();
   const int64_t groups = weights_.local_groups, heads = weights_.local_heads;
   const int64_t hpg = heads / groups;
-  std::vector<float> ln(n * h);
+  std::vector<float>& ln = Buffer(&scratch_.ln, n * h);
   Norm(lw.ln1, x->data(), n, ln.data());
-  std::vector<float> qkv(n * lw.qkv.out);
-  Apply(lw.qkv, ln.data(), n, qkv.data(), true);
-  std::vector<float> q(n * heads * d), k(n * groups * d), v(n * groups * d);
+  std::vector<float>& qkv = Buffer(&scratch_.qkv, n * lw.qkv.out);
+  Apply(lw.qkv, pl.qkv, ln.data(), n, qkv.data(), true);
+  std::vector<float>& q = Buffer(&scratch_.q, n * heads * d);
+  std::vector<float>& k = Buffer(&scratch_.k, n * groups * d);
+  std::vector<float>& v = Buffer(&scratch_.v, n * groups * d);
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
       const float* src = qkv.data() + r * lw.qkv.out + g * (hpg + 2) * d;
@@ -178,11 +224,11 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
                   v.data() + (r * groups + g) * d, d * sizeof(float));
     }
   }
-  std::vector<float> ctx(n * heads * d);
+  std::vector<float>& ctx = Buffer(&scratch_.ctx, n * heads * d);
   PagedAttention(q.data(), n, heads, rows.positions.data(), tables.data(), i,
                  &cache_, ctx.data());
-  std::vector<float> attn(n * h);
-  Apply(lw.proj, ctx.data(), n, attn.data(), false);
+  std::vector<float>& attn = Buffer(&scratch_.attn, n * h);
+  Apply(lw.proj, pl.proj, ctx.data(), n, attn.data(), false);
   MCC_RETURN_IF_ERROR(SumOverTp(&attn));
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t e = 0; e < h; ++e) {
@@ -191,11 +237,11 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
     }
   }
   Norm(lw.ln2, x->data(), n, ln.data());
-  std::vector<float> fc1(n * lw.fc1.out);
-  Apply(lw.fc1, ln.data(), n, fc1.data(), true);
+  std::vector<float>& fc1 = Buffer(&scratch_.fc1, n * lw.fc1.out);
+  Apply(lw.fc1, pl.fc1, ln.data(), n, fc1.data(), true);
   const bool swiglu = c.activation == gpt::Activation::kSwiGLU;
   const int64_t f = swiglu ? lw.fc1.out / 2 : lw.fc1.out;
-  std::vector<float> act(n * f);
+  std::vector<float>& act = Buffer(&scratch_.act, n * f);
   // The training model's own CPU kernels (vectorised), one row at a time so
   // that a row's arithmetic never depends on the rows around it.
   for (int64_t r = 0; r < n; ++r) {
@@ -205,8 +251,8 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
                                       Device::CPU(), nullptr);
     MCC_RETURN_IF_ERROR(swiglu ? ops::SwiGLU(in, &out) : ops::Gelu(in, &out));
   }
-  std::vector<float> mlp(n * h);
-  Apply(lw.fc2, act.data(), n, mlp.data(), false);
+  std::vector<float>& mlp = Buffer(&scratch_.mlp, n * h);
+  Apply(lw.fc2, pl.fc2, act.data(), n, mlp.data(), false);
   MCC_RETURN_IF_ERROR(SumOverTp(&mlp));
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t e = 0; e < h; ++e) {
@@ -230,7 +276,7 @@ absl::StatusOr<std::vector<float>> ModelRunner::Logits(
   Norm(weights_.final_norm, picked.data(), l, normed.data());
   const int64_t vr = weights_.vocab_rows, tp = weights_.tp_size;
   std::vector<float> local(l * vr);
-  RowGemm(normed.data(), l, h, weights_.head().data(), vr, local.data());
+  RowGemm(normed.data(), l, packed_head_, local.data());
   std::vector<float> all;
   if (tp > 1) {
     all.resize(tp * l * vr);

@@ -11,6 +11,7 @@
 #include "core/comm/process_group.h"
 #include "inference/inference_weights.h"
 #include "inference/paged_kv_cache.h"
+#include "inference/row_gemm.h"
 
 namespace mcc {
 namespace inference {
@@ -48,7 +49,13 @@ class ModelRunner {
   absl::StatusOr<std::vector<float>> Run(const StepRows& rows,
                                          std::vector<float>* hidden);
 
+  // The weights given at construction, except that the linear layers'
+  // values (weight, q) and the output layer's (output, or word_embeddings
+  // when tied, on the last stage) are empty: the runner keeps them packed
+  // for RowGemm (shapes, scales and biases stay).
   const InferenceWeights& weights() const { return weights_; }
+  // Bytes of the linear layers' packed values and scales, all layers.
+  int64_t linear_weight_bytes() const;
   PagedKvCache& cache() { return cache_; }
 
  private:
@@ -67,6 +74,18 @@ class ModelRunner {
               const std::vector<int64_t>& positions) const;
 
   InferenceWeights weights_;
+  // The linear layers' and the output layer's weights packed for RowGemm at
+  // construction (kept beside weights_, which callers may read).
+  struct PackedLayer {
+    RowGemmWeights qkv, proj, fc1, fc2;
+  };
+  std::vector<PackedLayer> packed_;
+  RowGemmWeights packed_head_;
+  // A layer's activations, kept between steps (see Buffer in the .cc).
+  struct Scratch {
+    std::vector<float> ln, qkv, q, k, v, ctx, attn, fc1, act, mlp;
+  };
+  Scratch scratch_;
   comm::ProcessGroup* tp_;
   PagedKvCache cache_;
   std::vector<float> cos_, sin_;  // [max_positions, head_dim / 2] (RoPE)

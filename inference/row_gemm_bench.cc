@@ -55,16 +55,20 @@ int main(int argc, char** argv) {
     for (int8_t& v : q)
       v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
     std::vector<float> scales(n, 0.01f);
+    // Packed once, as the engine packs its weights at load.
+    const mcc::inference::RowGemmWeights packed =
+        mcc::inference::RowGemmWeights::Pack(w.data(), n, k);
+    const mcc::inference::RowGemmWeights packed8 =
+        mcc::inference::RowGemmWeights::PackInt8(q.data(), scales.data(), n, k);
     for (int64_t rows : {1, 8, 32, 64}) {
       std::vector<float> x(rows * k), y(rows * n);
       for (float& v : x) v = dist(rng);
       const double flops = 2.0 * rows * k * n;
       const double row_gemm = Rate(flops, [&] {
-        mcc::inference::RowGemm(x.data(), rows, k, w.data(), n, y.data());
+        mcc::inference::RowGemm(x.data(), rows, packed, y.data());
       });
       const double row_int8 = Rate(flops, [&] {
-        mcc::inference::RowGemmInt8(x.data(), rows, k, q.data(), scales.data(),
-                                    n, y.data());
+        mcc::inference::RowGemm(x.data(), rows, packed8, y.data());
       });
       mcc::Tensor a =
           *mcc::Tensor::FromVector(x, {rows, k}, mcc::DType::kFloat32);

@@ -1,5 +1,6 @@
-// RowGemm: against a double-precision reference, and row by row
-// bit-identical whatever the number of rows around it.
+// RowGemm: against a double-precision reference, bit for bit against the
+// scalar fma chain its contract names, and row by row bit-identical
+// whatever the number of rows around it.
 #include "inference/row_gemm.h"
 
 #include <cmath>
@@ -169,6 +170,114 @@ TEST_P(RowGemmIsaTest, FixedOrderDotIsOneOutputOfRowGemm) {
           << "k " << k << " col " << c;
     }
   }
+}
+
+// The contract's order, written out: one fma chain over k from 0.
+float ScalarChain(const float* x, const float* w, int64_t k) {
+  float s = 0;
+  for (int64_t i = 0; i < k; ++i) s = std::fma(x[i], w[i], s);
+  return s;
+}
+
+// Every tile shape (rows 1..13 cover each row block of 1..6 and their
+// splits; columns cover whole and partial panels and panel groups) gives
+// the scalar chain's bits, so no tile or ISA can reorder a sum.
+TEST_P(RowGemmIsaTest, EqualsTheScalarFmaChainBitForBit) {
+  for (int64_t k : {1, 3, 16, 67}) {
+    for (int64_t cols : {1, 15, 16, 17, 64, 65, 100}) {
+      for (int64_t rows : {1, 2, 5, 6, 7, 12, 13}) {
+        auto x = Random(rows * k, 20), w = Random(cols * k, 21);
+        std::vector<float> y(rows * cols);
+        RowGemm(x.data(), rows, k, w.data(), cols, y.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            ASSERT_EQ(y[r * cols + c],
+                      ScalarChain(x.data() + r * k, w.data() + c * k, k))
+                << "k " << k << " cols " << cols << " rows " << rows << " at "
+                << r << "," << c;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(RowGemmIsaTest, Int8EqualsTheScalarFmaChainThenScaleBitForBit) {
+  for (int64_t k : {1, 16, 67}) {
+    for (int64_t cols : {1, 17, 64, 65}) {
+      for (int64_t rows : {1, 6, 7, 13}) {
+        auto x = Random(rows * k, 22);
+        auto q = RandomInt8(cols * k, 23);
+        auto scales = Random(cols, 24);
+        std::vector<float> y(rows * cols);
+        RowGemmInt8(x.data(), rows, k, q.data(), scales.data(), cols, y.data());
+        for (int64_t c = 0; c < cols; ++c) {
+          std::vector<float> widened(q.begin() + c * k,
+                                     q.begin() + (c + 1) * k);
+          for (int64_t r = 0; r < rows; ++r) {
+            ASSERT_EQ(
+                y[r * cols + c],
+                ScalarChain(x.data() + r * k, widened.data(), k) * scales[c])
+                << "k " << k << " cols " << cols << " rows " << rows;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Weights packed once serve any number of calls and rows, as packing per
+// call does; a packed int8 matrix reports itself as such.
+TEST_P(RowGemmIsaTest, PackedOnceEqualsPackedPerCall) {
+  const int64_t k = 40, cols = 50, rows = 9;
+  auto x = Random(rows * k, 25), w = Random(cols * k, 26);
+  const RowGemmWeights packed = RowGemmWeights::Pack(w.data(), cols, k);
+  EXPECT_FALSE(packed.is_int8());
+  EXPECT_EQ(packed.cols(), cols);
+  EXPECT_EQ(packed.panels(), 4);
+  std::vector<float> a(rows * cols), b(rows * cols);
+  RowGemm(x.data(), rows, packed, a.data());
+  RowGemm(x.data(), rows, k, w.data(), cols, b.data());
+  EXPECT_EQ(a, b);
+  auto q = RandomInt8(cols * k, 27);
+  auto scales = Random(cols, 28);
+  const RowGemmWeights packed8 =
+      RowGemmWeights::PackInt8(q.data(), scales.data(), cols, k);
+  EXPECT_TRUE(packed8.is_int8());
+  RowGemm(x.data(), rows, packed8, a.data());
+  RowGemmInt8(x.data(), rows, k, q.data(), scales.data(), cols, b.data());
+  EXPECT_EQ(a, b);
+}
+
+// UnpackRow gives back each row given to Pack (the engine's tied
+// embeddings read their rows from the packed output layer).
+TEST(RowGemmTest, UnpackRowGivesBackEachRow) {
+  const int64_t k = 9, cols = 35;
+  auto w = Random(cols * k, 31);
+  const RowGemmWeights packed = RowGemmWeights::Pack(w.data(), cols, k);
+  std::vector<float> row(k);
+  for (int64_t c = 0; c < cols; ++c) {
+    packed.UnpackRow(c, row.data());
+    EXPECT_EQ(row,
+              std::vector<float>(w.begin() + c * k, w.begin() + (c + 1) * k))
+        << "row " << c;
+  }
+}
+
+// The two kernel ISAs compute the same chain: the same bits on AVX2 and
+// AVX-512 (where the CPU has it).
+TEST(RowGemmTest, AvxTwoAndAvx512GiveTheSameBits) {
+  if (!ops::CpuSupportsAvx512()) GTEST_SKIP() << "this CPU has no AVX-512";
+  const int64_t k = 130, cols = 77, rows = 11;
+  auto x = Random(rows * k, 29), w = Random(cols * k, 30);
+  std::vector<float> y2(rows * cols), y512(rows * cols);
+  const ops::CpuIsa previous =
+      ops::internal::SetKernelIsaForTesting(ops::CpuIsa::kAvx2);
+  RowGemm(x.data(), rows, k, w.data(), cols, y2.data());
+  ops::internal::SetKernelIsaForTesting(ops::CpuIsa::kAvx512);
+  RowGemm(x.data(), rows, k, w.data(), cols, y512.data());
+  ops::internal::SetKernelIsaForTesting(previous);
+  EXPECT_EQ(std::memcmp(y2.data(), y512.data(), y2.size() * sizeof(float)), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, RowGemmIsaTest,
