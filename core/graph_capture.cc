@@ -110,7 +110,8 @@ absl::Status BeginGraphCapture(Device device,
   if (hooks == nullptr) {
     return absl::UnimplementedError(absl::StrCat(
         "graph capture is not supported on ", device.ToString(),
-        device.is_cuda() ? " (link //core/cuda:graph_capture)" : ""));
+        device.is_cuda() ? " (link the CUDA runtime, //core/cuda:runtime)"
+                         : ""));
   }
   // Active before the hook so that the hook's own allocations and any
   // refused synchronisation already count as the capture's.
