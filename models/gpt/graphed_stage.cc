@@ -70,7 +70,14 @@ absl::StatusOr<std::unique_ptr<GraphedStage>> GraphedStage::Create(
 
 void GraphedStage::SetMicroBatches(
     std::shared_ptr<const std::vector<MicroBatch>> batches) {
-  batches_ = std::move(batches);
+  batches_ = batches;
+  model_->SetMicroBatches(std::move(batches));
+}
+
+void GraphedStage::SetModelList(
+    std::shared_ptr<const std::vector<MicroBatch>> list) {
+  own_list_ = list;
+  model_->SetMicroBatches(std::move(list));
 }
 
 absl::Status GraphedStage::SetMicroBatches(std::vector<MicroBatch> batches) {
@@ -115,8 +122,7 @@ bool GraphedStage::MatchesStatic(const MicroBatch& batch) const {
 
 absl::StatusOr<parallel::StageOutput> GraphedStage::Eager(
     const MicroBatch& batch) {
-  model_->SetMicroBatches(
-      std::make_shared<const std::vector<MicroBatch>>(1, batch));
+  SetModelList(std::make_shared<const std::vector<MicroBatch>>(1, batch));
   return model_->ForwardStep(0, Tensor(), /*backward_after=*/true);
 }
 
@@ -133,7 +139,7 @@ absl::Status GraphedStage::CaptureForward(const MicroBatch& batch) {
   static_batch_.labels = batch.labels.Clone();
   static_batch_.loss_mask =
       batch.loss_mask.defined() ? batch.loss_mask.Clone() : Tensor();
-  model_->SetMicroBatches(
+  SetModelList(
       std::make_shared<const std::vector<MicroBatch>>(1, static_batch_));
   GraphCaptureOptions options;
   options.index_inputs_checked_outside = true;  // By ForwardStep.
@@ -172,6 +178,12 @@ absl::StatusOr<parallel::StageOutput> GraphedStage::ForwardStep(
   if (!backward_after) {
     // Evaluation: eager, on the model's own micro-batches.
     return model_->ForwardStep(microbatch, input, false);
+  }
+  // A list given to the model since this stage last set it: adopted.
+  if (std::shared_ptr<const std::vector<MicroBatch>> given =
+          model_->micro_batches();
+      given != nullptr && given != own_list_) {
+    batches_ = std::move(given);
   }
   MCC_ASSIGN_OR_RETURN(const MicroBatch* batch, Batch(microbatch));
   if (!warmed_up_ || (forward_graph_.valid() && !MatchesStatic(*batch))) {

@@ -86,9 +86,10 @@ class GraphedStage : public parallel::PipelineStage {
   static absl::StatusOr<std::unique_ptr<GraphedStage>> Create(
       GPTModel* model, GraphedStageOptions options = {});
 
-  // The training micro-batches ForwardStep addresses by index (instead of
-  // the model's SetMicroBatches, which training through this stage
-  // overwrites).
+  // The training micro-batches ForwardStep addresses by index. Also taken
+  // from the model: a list given to the model's own SetMicroBatches (or
+  // StageModel's, which stages host batches to the device) since this
+  // stage last set the model's is adopted at the next training forward.
   void SetMicroBatches(std::shared_ptr<const std::vector<MicroBatch>> batches);
   absl::Status SetMicroBatches(std::vector<MicroBatch> batches);
 
@@ -120,7 +121,11 @@ class GraphedStage : public parallel::PipelineStage {
 
   GPTModel* model_;
   GraphedStageOptions options_;
+  void SetModelList(std::shared_ptr<const std::vector<MicroBatch>> list);
+
   std::shared_ptr<const std::vector<MicroBatch>> batches_;
+  // The list this stage last gave the model (one micro-batch).
+  std::shared_ptr<const std::vector<MicroBatch>> own_list_;
   GraphedStageStats stats_;
   bool warmed_up_ = false;
   Pending pending_ = Pending::kNone;
