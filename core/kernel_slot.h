@@ -8,6 +8,10 @@
 // slots too without core depending on core/ops.
 
 #include <atomic>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -16,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "core/device.h"
+#include "core/graph_capture.h"
 #include "core/tensor.h"
 
 namespace mcc {
@@ -109,6 +114,69 @@ struct HostArg<absl::Span<const Tensor* const>> {
   std::vector<const Tensor*> ptrs;
 };
 
+// How one kernel argument is kept by a kernel call recorded during a graph
+// capture (core/graph_capture.h) until it runs at replay: tensors as
+// handles (the memory stays alive and at its address, as a CUDA graph's
+// does), everything else by value, so nothing the caller frees after the
+// call is left dangling.
+template <typename A>
+struct StoredArg {
+  explicit StoredArg(A a) : value(a) {}
+  A get() { return value; }
+  std::decay_t<A> value;
+};
+template <typename T>
+struct StoredArg<const T&> {
+  explicit StoredArg(const T& a) : value(a) {}
+  const T& get() { return value; }
+  T value;
+};
+template <>
+struct StoredArg<Tensor*> {
+  explicit StoredArg(Tensor* t) : value(t ? *t : Tensor()), null(!t) {}
+  Tensor* get() { return null ? nullptr : &value; }
+  Tensor value;
+  bool null;
+};
+template <>
+struct StoredArg<const Tensor*> {
+  explicit StoredArg(const Tensor* t) : value(t ? *t : Tensor()), null(!t) {}
+  const Tensor* get() { return null ? nullptr : &value; }
+  Tensor value;
+  bool null;
+};
+template <>
+struct StoredArg<absl::string_view> {
+  explicit StoredArg(absl::string_view s) : value(s) {}
+  absl::string_view get() { return value; }
+  std::string value;
+};
+template <typename T>
+struct StoredArg<absl::Span<const T>> {
+  explicit StoredArg(absl::Span<const T> s) : value(s.begin(), s.end()) {}
+  absl::Span<const T> get() { return value; }
+  std::vector<T> value;
+};
+template <typename T>
+struct StoredArg<absl::Span<T* const>> {
+  explicit StoredArg(absl::Span<T* const> s) {
+    for (T* t : s) {
+      null.push_back(t == nullptr);
+      value.push_back(t ? *t : std::remove_const_t<T>());
+    }
+  }
+  absl::Span<T* const> get() {
+    ptrs.clear();
+    for (size_t i = 0; i < value.size(); ++i) {
+      ptrs.push_back(null[i] ? nullptr : &value[i]);
+    }
+    return ptrs;
+  }
+  std::vector<std::remove_const_t<T>> value;
+  std::vector<bool> null;
+  std::vector<T*> ptrs;
+};
+
 }  // namespace kernel_slot_internal
 
 // One kernel per DeviceType for an op whose kernels have type R(*)(Args...).
@@ -151,7 +219,46 @@ class KernelSlot<R (*)(Args...)> final : public KernelSlotInfo {
   // host-backed device without a kernel of its own runs the CPU kernel on
   // host views. Without any kernel, returns Get's error (R must be
   // constructible from an absl::Status: Status or StatusOr).
+  //
+  // Inside a graph capture (core/graph_capture.h): a kernel that returns a
+  // value to the host (R is not Status) is refused; on a device type with a
+  // kernel recorder (the test device), the call is recorded with its
+  // arguments and runs only at replay.
   R operator()(Device device, Args... args) const {
+    if (IsCapturingGraph() && !device.is_cpu()) {
+      if constexpr (!std::is_same_v<R, absl::Status>) {
+        return RefuseInsideGraphCapture(
+            absl::StrCat(op_, " (it returns a value to the host)"));
+      } else {
+        graph_capture_internal::KernelRecorder* recorder =
+            graph_capture_internal::CurrentKernelRecorder();
+        if (recorder != nullptr && recorder->type() == device.type) {
+          auto stored = std::make_shared<
+              std::tuple<kernel_slot_internal::StoredArg<Args>...>>(
+              std::forward<Args>(args)...);
+          recorder->Record(op_, [this, device, stored]() {
+            return std::apply(
+                [this, device](auto&... a) { return Run(device, a.get()...); },
+                *stored);
+          });
+          return absl::OkStatus();
+        }
+      }
+    }
+    return Run(device, std::forward<Args>(args)...);
+  }
+
+  const char* op() const override { return op_; }
+
+  bool HasKernel(DeviceType type) const override {
+    const int i = static_cast<int>(type);
+    return i >= 0 && i < kNumDeviceTypes &&
+           fns_[i].load(std::memory_order_acquire) != nullptr;
+  }
+
+ private:
+  // The dispatch itself (operator() without capture handling).
+  R Run(Device device, Args... args) const {
     const int i = static_cast<int>(device.type);
     if (i >= 0 && i < kNumDeviceTypes) {
       if (Fn fn = fns_[i].load(std::memory_order_acquire)) {
@@ -167,15 +274,6 @@ class KernelSlot<R (*)(Args...)> final : public KernelSlotInfo {
     return Get(device).status();
   }
 
-  const char* op() const override { return op_; }
-
-  bool HasKernel(DeviceType type) const override {
-    const int i = static_cast<int>(type);
-    return i >= 0 && i < kNumDeviceTypes &&
-           fns_[i].load(std::memory_order_acquire) != nullptr;
-  }
-
- private:
   const char* op_;
   std::atomic<Fn> fns_[kNumDeviceTypes] = {};
 };

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/graph_capture.h"
 #include "core/status_macros.h"
 #include "core/tensor_kernels.h"
 #include "glog/logging.h"
@@ -335,6 +336,12 @@ absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memmove(dst, src, bytes);
     return absl::OkStatus();
+  }
+  if (dst_device.is_cpu() || src_device.is_cpu() ||
+      dst_device.type != src_device.type) {
+    MCC_RETURN_IF_ERROR(RefuseInsideGraphCapture(
+        absl::StrCat("a copy of ", bytes, " bytes from ", src_device.ToString(),
+                     " to ", dst_device.ToString())));
   }
   // One copier handles transfers between its type and the host (and within
   // its type); two different non-CPU types meet on the host.

@@ -209,6 +209,8 @@ std::vector<flags::UnusedFlag> RefusedFlags() {
        "eval keeps no activations for a backward (nothing to offload)"},
       {"cpu_offloading_num_layers", true,
        "eval keeps no activations for a backward (nothing to offload)"},
+      {"cuda_graph", true,
+       "eval runs forwards of varying batches eagerly (nothing captured)"},
       {"num_layers_per_virtual_pipeline_stage", true, no_pipeline},
       {"decoder_first_pipeline_num_layers", true, no_pipeline},
       {"decoder_last_pipeline_num_layers", true, no_pipeline},

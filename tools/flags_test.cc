@@ -389,6 +389,10 @@ std::vector<Row> Table() {
       {"--cpu-offloading", "--device", "cpu"}, tm);
   add("train", "cpu_offloading_num_layers", V::kWarned,
       {"--cpu-offloading-num-layers", "1"}, tm);
+  // Refused on the CPU device (nothing to capture); its effect on the test
+  // device is tools:cuda_graph_e2e_test's.
+  add("train", "cuda_graph", V::kRefused, {"--cuda-graph", "--device", "cpu"},
+      tm);
   add("train", "seed", V::kEffect, {"--seed", "7"}, tm);
   add("train", "bf16", V::kEffect, {"--bf16"}, tm);
   add("train", "fp16", V::kEffect, {"--fp16"}, tm);
@@ -721,6 +725,7 @@ std::vector<Row> Table() {
            {"recompute_num_layers", "2"},
            {"cpu_offloading", "true"},
            {"cpu_offloading_num_layers", "1"},
+           {"cuda_graph", "true"},
            {"num_layers_per_virtual_pipeline_stage", "1"},
            {"decoder_first_pipeline_num_layers", "1"},
            {"decoder_last_pipeline_num_layers", "1"},

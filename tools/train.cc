@@ -34,6 +34,7 @@
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "glog/logging.h"
+#include "models/gpt/graphed_stage.h"
 #include "observability/tensorboard_writer.h"
 #include "observability/trace.h"
 #include "optim/lr_schedule.h"
@@ -351,6 +352,10 @@ std::vector<flags::UnusedFlag> RefusedFlags() {
       {"cpu_offloading", absl::GetFlag(FLAGS_device) == "cpu",
        "the model is on the CPU, where activations already live in host "
        "memory: there is nothing to offload (it needs --device cuda)"},
+      // Under --device auto, GraphedStage::Create refuses the CPU.
+      {"cuda_graph", absl::GetFlag(FLAGS_device) == "cpu",
+       "the CPU runs kernels as they are called: there is no device work "
+       "to capture (it needs --device cuda)"},
   };
 }
 
@@ -718,6 +723,30 @@ class TensorBoardLog {
   std::shared_ptr<observability::TensorBoardWriter> writer_;
 };
 
+// --cuda-graph with flags that put communication or host work inside the
+// captured micro-batch: refused, naming them. (GraphedStage::Create refuses
+// what the model itself cannot capture: PP, TP, CP, dropout, offloading.)
+absl::Status CheckCudaGraphFlags(int num_chunks) {
+  const char* clash = nullptr;
+  if (absl::GetFlag(FLAGS_overlap_grad_reduce)) {
+    clash = "--overlap-grad-reduce (reduces gradients inside the backward)";
+  } else if (absl::GetFlag(FLAGS_overlap_param_gather)) {
+    clash = "--overlap-param-gather (gathers parameters inside the forward)";
+  } else if (fsdp::ShardsGradients(
+                 fsdp::ParseShardingStrategy(
+                     absl::GetFlag(FLAGS_data_parallel_sharding_strategy))
+                     .value_or(fsdp::ShardingStrategy::kNoShard))) {
+    clash =
+        "--data-parallel-sharding-strategy that shards gradients (reduces "
+        "and gathers per unit inside the forward and backward)";
+  } else if (num_chunks != 1) {
+    clash = "virtual pipeline stages (several model chunks per rank)";
+  }
+  if (clash == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--cuda-graph cannot be combined with ", clash));
+}
+
 absl::Status Train() {
   MCC_RETURN_IF_ERROR(SetUpFlightRecorder());
   MCC_ASSIGN_OR_RETURN(DeviceChoice device,
@@ -766,9 +795,18 @@ absl::Status Train() {
                                   : pipeline::ScheduleKind::kNoPipelining;
   pipeline_options.overlap_p2p =
       !absl::GetFlag(FLAGS_no_overlap_p2p_communication);
-  MCC_ASSIGN_OR_RETURN(auto executor,
-                       pipeline::PipelineExecutor::Create(
-                           job->model->stages(), job->pp(), pipeline_options));
+  // --cuda-graph: the one chunk's micro-batches captured and replayed
+  // (models/gpt/graphed_stage.h refuses the layouts it cannot cover).
+  std::unique_ptr<gpt::GraphedStage> graphed;
+  std::vector<parallel::PipelineStage*> stages = job->model->stages();
+  if (absl::GetFlag(FLAGS_cuda_graph)) {
+    MCC_RETURN_IF_ERROR(CheckCudaGraphFlags(job->model->num_chunks()));
+    MCC_ASSIGN_OR_RETURN(graphed,
+                         gpt::GraphedStage::Create(job->model->chunk(0)));
+    stages = {graphed.get()};
+  }
+  MCC_ASSIGN_OR_RETURN(auto executor, pipeline::PipelineExecutor::Create(
+                                          stages, job->pp(), pipeline_options));
   const std::string schedule_name = pipeline::ScheduleName(
       job->model->num_chunks() > 1 ? pipeline::ScheduleKind::kInterleaved
                                    : pipeline_options.schedule);
@@ -995,6 +1033,8 @@ absl::Status Train() {
       }
     }
     timers.Stop("data");
+    // (Staged to the device; under --cuda-graph the graphed stage adopts
+    // them from the model.)
     MCC_RETURN_IF_ERROR(job->model->SetMicroBatches(std::move(batches)));
     MCC_ASSIGN_OR_RETURN(training::StepMetrics step,
                          trainer->Step(batching.num_microbatches, iteration));
@@ -1182,6 +1222,13 @@ absl::Status Train() {
       LOG(INFO) << absl::StrFormat("test loss: %.4f | perplexity %.2f", tloss,
                                    std::exp(std::min(tloss, 20.0)));
     }
+  }
+  if (log && graphed != nullptr) {
+    const gpt::GraphedStageStats& g = graphed->stats();
+    LOG(INFO) << absl::StrFormat(
+        "cuda graph: %d micro-batches replayed, %d captured, %d eager "
+        "(warm-up, other shapes), %d re-run after a loss-scale change",
+        g.replays, g.captures, g.eager_microbatches, g.rescaled);
   }
   if (log) {
     LogBf16GemmChoices();

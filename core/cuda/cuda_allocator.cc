@@ -12,6 +12,10 @@
 
 namespace mcc {
 namespace cuda {
+namespace {
+// The capture pool this thread allocates from, per allocator.
+thread_local std::map<const CudaAllocator*, int> t_capture_pool;
+}  // namespace
 
 CudaAllocator::CudaAllocator(int device_index) : device_index_(device_index) {}
 
@@ -38,6 +42,9 @@ void* CudaAllocator::RawAllocate(size_t bytes) {
   }
   const cudaStream_t stream = CurrentStream(device_index_);
   std::lock_guard<std::mutex> lock(mu_);
+  if (auto pool = t_capture_pool.find(this); pool != t_capture_pool.end()) {
+    return AllocateFromPoolLocked(pool->second, rounded, stream);
+  }
   if (!pending_.empty()) ProcessPendingLocked(/*wait=*/false);
   auto it = free_blocks_.find({stream, rounded});
   if (it != free_blocks_.end() && !it->second.empty()) {
@@ -100,6 +107,21 @@ void CudaAllocator::RawFree(void* ptr, size_t bytes) {
                            << " did not allocate";
   Block block = std::move(it->second);
   live_.erase(it);
+  if (block.pool != 0) {
+    // Back to its pool (never the shared cache), or to the driver once the
+    // pool is released.
+    auto pool = pools_.find(block.pool);
+    if (pool != pools_.end()) {
+      pool->second.free[block.size].push_back(ptr);
+      return;
+    }
+    DeviceGuard guard(device_index_);
+    const cudaError_t error = cudaFree(ptr);
+    LOG_IF(ERROR, error != cudaSuccess) << "cudaFree on cuda:" << device_index_
+                                        << ": " << cudaGetErrorString(error);
+    reserved_bytes_ -= static_cast<int64_t>(block.size);
+    return;
+  }
   if (block.others.empty()) {
     free_blocks_[{block.stream, block.size}].push_back(ptr);
     cached_bytes_ += static_cast<int64_t>(block.size);
@@ -195,6 +217,69 @@ void CudaAllocator::EmptyCacheLocked() {
   }
   free_blocks_.clear();
   cached_bytes_ = 0;
+}
+
+void* CudaAllocator::AllocateFromPoolLocked(int pool_id, size_t rounded,
+                                            cudaStream_t stream) {
+  Pool& pool = pools_[pool_id];
+  auto it = pool.free.find(rounded);
+  if (it != pool.free.end() && !it->second.empty()) {
+    void* ptr = it->second.back();
+    it->second.pop_back();
+    live_[reinterpret_cast<uintptr_t>(ptr)] = {rounded, stream, {}, pool_id};
+    return ptr;
+  }
+  // No retry after releasing the cache: cudaFree is illegal in a capture.
+  DeviceGuard guard(device_index_);
+  void* ptr = nullptr;
+  const cudaError_t error = cudaMalloc(&ptr, rounded);
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();
+    LOG(ERROR)
+        << CudaErrorToStatus(error, "cudaMalloc", __FILE__, __LINE__).message()
+        << " for " << rounded << " bytes on cuda:" << device_index_
+        << " inside a graph capture";
+    return nullptr;
+  }
+  ++malloc_calls_;
+  reserved_bytes_ += static_cast<int64_t>(rounded);
+  pool.bytes += static_cast<int64_t>(rounded);
+  live_[reinterpret_cast<uintptr_t>(ptr)] = {rounded, stream, {}, pool_id};
+  return ptr;
+}
+
+int CudaAllocator::BeginCapturePool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int id = next_pool_++;
+  pools_[id];
+  t_capture_pool[this] = id;
+  return id;
+}
+
+void CudaAllocator::EndCapturePool() { t_capture_pool.erase(this); }
+
+void CudaAllocator::ReleasePool(int pool_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto pool = pools_.find(pool_id);
+  if (pool == pools_.end()) return;
+  DeviceGuard guard(device_index_);
+  for (auto& [size, blocks] : pool->second.free) {
+    for (void* ptr : blocks) {
+      const cudaError_t error = cudaFree(ptr);
+      LOG_IF(ERROR, error != cudaSuccess)
+          << "cudaFree on cuda:" << device_index_ << ": "
+          << cudaGetErrorString(error);
+      reserved_bytes_ -= static_cast<int64_t>(size);
+    }
+  }
+  pools_.erase(pool);
+}
+
+int64_t CudaAllocator::PoolBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t bytes = 0;
+  for (const auto& [id, pool] : pools_) bytes += pool.bytes;
+  return bytes;
 }
 
 int64_t CudaAllocator::ReservedBytes() const {

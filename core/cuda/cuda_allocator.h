@@ -64,6 +64,23 @@ class CudaAllocator : public Allocator {
 
   static size_t RoundSize(size_t bytes);
 
+  // Private pools for graph captures (core/cuda/graph_capture.cc). Between
+  // BeginCapturePool and EndCapturePool, the calling thread's allocations
+  // come from a new pool (by cudaMalloc, or a block freed earlier in the
+  // same pool: reuse inside a capture follows the captured stream order),
+  // never from the shared cache, and the pool's blocks never go to the
+  // shared cache: they stay reserved until ReleasePool, so a captured graph
+  // finds its memory at the same addresses on every replay. No event query
+  // or cudaFree happens while a pool is active (both are illegal inside a
+  // capture). ReleasePool frees the pool's free blocks (cudaFree, which
+  // waits for the device) and the rest when they are freed. One active pool
+  // per thread.
+  int BeginCapturePool();
+  void EndCapturePool();
+  void ReleasePool(int pool);
+  // Bytes reserved by live pools (in use or free within them).
+  int64_t PoolBytes() const;
+
  protected:
   void* RawAllocate(size_t bytes) override;
   void RawFree(void* ptr, size_t bytes) override;
@@ -73,6 +90,11 @@ class CudaAllocator : public Allocator {
     size_t size = 0;
     cudaStream_t stream = nullptr;     // Allocated on (owns the reuse).
     std::vector<cudaStream_t> others;  // Also used on (RecordStream).
+    int pool = 0;                      // Capture pool; 0: the shared cache.
+  };
+  struct Pool {
+    std::map<size_t, std::vector<void*>> free;  // By rounded size.
+    int64_t bytes = 0;                          // Reserved by the pool.
   };
   struct PendingFree {
     void* ptr = nullptr;
@@ -85,6 +107,7 @@ class CudaAllocator : public Allocator {
   // (all of them, waiting, when `wait`).
   void ProcessPendingLocked(bool wait);
   void EmptyCacheLocked();
+  void* AllocateFromPoolLocked(int pool, size_t rounded, cudaStream_t stream);
   cudaEvent_t TakeEventLocked();
 
   const int device_index_;
@@ -93,6 +116,8 @@ class CudaAllocator : public Allocator {
   std::map<FreeKey, std::vector<void*>> free_blocks_;  // Reusable now.
   std::deque<PendingFree> pending_;
   std::vector<cudaEvent_t> spare_events_;
+  std::map<int, Pool> pools_;  // Live (not released) capture pools.
+  int next_pool_ = 1;
   int64_t reserved_bytes_ = 0;
   int64_t cached_bytes_ = 0;
   int64_t pending_bytes_ = 0;

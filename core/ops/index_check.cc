@@ -1,6 +1,7 @@
 #include "core/ops/index_check.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/graph_capture.h"
 #include "core/op_profile.h"
 #include "core/ops/kernel_util.h"
 #include "core/status_macros.h"
@@ -48,6 +49,16 @@ absl::Status CheckIndexRange(const Tensor& ids, int64_t limit,
         absl::StrCat(op, ": ids ", Brief(ids), " must be int32 or int64"));
   }
   if (ids.numel() == 0) return absl::OkStatus();
+  if (IsCapturingGraph() && !ids.device().is_cpu()) {
+    // Reporting needs the ids on the host: a capture either leaves the
+    // check to its caller (who checks every replay's inputs outside) or
+    // refuses it.
+    if (CurrentGraphCaptureOptions().index_inputs_checked_outside) {
+      return absl::OkStatus();
+    }
+    return RefuseInsideGraphCapture(
+        absl::StrCat(op, " of ", what, " (it reads the ids back)"));
+  }
   return CheckIndexRangeKernels()(ids.device(), ids, limit, ignore_index, what);
 }
 

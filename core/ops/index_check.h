@@ -21,6 +21,9 @@ namespace ops {
 // (i: its flat index). Writes nothing. The CPU kernel reads the ids on the
 // calling thread; a device kernel that cannot report without synchronising
 // with the host states what it does instead.
+// Inside a graph capture (core/graph_capture.h) of device ids, it passes
+// without checking when the capture's index_inputs_checked_outside is set,
+// and otherwise fails (FailedPrecondition, spoiling the capture).
 absl::Status CheckIndexRange(const Tensor& ids, int64_t limit,
                              int64_t ignore_index, absl::string_view what);
 

@@ -12,7 +12,13 @@
 //     (core/ops/dispatch.h), unless a test registers another;
 //   - the copy hook: Tensor::CopyFrom / To(Device) between it and the host;
 //   - communication: the gloo process group works on its host views, as
-//     NCCL works on device memory.
+//     NCCL works on device memory;
+//   - graph capture (core/graph_capture.h): while a thread captures, its
+//     kernel calls and device-to-device copies for the test device are
+//     recorded with their arguments, not run (as CUDA runs nothing during
+//     a capture), and Replay runs the list; host copies inside a capture
+//     fail. So a graph whose caller forgot to copy an input into its static
+//     buffer, or read a result before replaying, fails a test here.
 // So a model that trains on the test device with the CPU's losses, bit for
 // bit, runs no line of host code on device memory: what CI checks here, a
 // GPU run only confirms.
@@ -40,6 +46,8 @@ bool RegisterTestDevice();
 // far, for tests that bound the host synchronisations of a step.
 int64_t TestDeviceCopiesToHost();
 int64_t TestDeviceCopiesFromHost();
+// Recorded calls (kernels and device copies) run by graph replays so far.
+int64_t TestDeviceReplayedCalls();
 
 }  // namespace testing
 }  // namespace mcc

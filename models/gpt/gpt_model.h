@@ -114,6 +114,10 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   // The micro-batches the pipeline steps address by index, until the next
   // call (every chunk of a step may share one list).
   void SetMicroBatches(std::shared_ptr<const std::vector<MicroBatch>> batches);
+  // The list SetMicroBatches gave last (null before the first call).
+  std::shared_ptr<const std::vector<MicroBatch>> micro_batches() const {
+    return batches_;
+  }
 
   // parallel::PipelineStage. ForwardStep embeds micro-batch i's tokens
   // (pre_process) and computes its loss from its labels (post_process);

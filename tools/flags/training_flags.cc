@@ -50,6 +50,13 @@ ABSL_FLAG(bool, cpu_offloading, false,
 ABSL_FLAG(int32_t, cpu_offloading_num_layers, 0,
           "Layers whose activations --cpu-offloading moves, counted from "
           "each model chunk's first (0 to --num-layers).");
+ABSL_FLAG(bool, cuda_graph, false,
+          "CUDA graphs: after one eager warm-up micro-batch, capture one "
+          "micro-batch's forward and backward and replay them for every "
+          "later micro-batch of the same shapes (losses unchanged). For a "
+          "whole model on one rank of a data-parallel group: no TP, PP, CP, "
+          "dropout, --cpu-offloading, --overlap-grad-reduce or "
+          "--overlap-param-gather (each refused, named).");
 ABSL_FLAG(int32_t, seed, 1234, "Seed for initialisation, data and dropout.");
 ABSL_FLAG(bool, bf16, false, "bf16 parameters and activations.");
 ABSL_FLAG(bool, fp16, false, "fp16 training with a dynamic loss scaler.");

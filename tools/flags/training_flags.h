@@ -39,6 +39,7 @@ ABSL_DECLARE_FLAG(std::string, recompute_method);
 ABSL_DECLARE_FLAG(int32_t, recompute_num_layers);
 ABSL_DECLARE_FLAG(bool, cpu_offloading);
 ABSL_DECLARE_FLAG(int32_t, cpu_offloading_num_layers);
+ABSL_DECLARE_FLAG(bool, cuda_graph);
 ABSL_DECLARE_FLAG(int32_t, seed);
 ABSL_DECLARE_FLAG(bool, bf16);
 ABSL_DECLARE_FLAG(bool, fp16);

@@ -72,6 +72,7 @@ tests=(
   parallel/context_parallel/softmax_merge_cuda_test
   core/ops/cuda/int8_test
   core/ops/cuda/index_check_loss_totals_test
+  core/ops/cuda/graph_capture_test
   core/ops/cuda/slot_coverage_test
   core/comm/nccl_process_group_test
 )
