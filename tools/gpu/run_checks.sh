@@ -2,11 +2,12 @@
 # Runs the prebuilt CUDA test binaries and the CUDA bench on a GPU machine
 # without Bazel, each under a timeout, then the train binary's GPU smoke check
 # (tools/gpu/check_train_parity.sh: fp32 and bf16 against the CPU), GPT-2
-# 124M throughput (tools/gpu/check_gpt2_throughput.sh) and, with two GPUs or
+# 124M throughput (tools/gpu/check_gpt2_throughput.sh), --cuda-graph
+# against eager (tools/gpu/check_cuda_graph.sh) and, with two GPUs or
 # more, the multi-rank layouts and DP scaling (tools/gpu/check_multi_rank.sh),
 # and prints one summary line:
 #   GPU CHECKS: 7 passed, 0 failed, 0 timed out; skipped tests: 0; bench ok;
-#   train parity ok; gpt2 throughput ok; multi-rank skipped
+#   train parity ok; cuda graph ok; gpt2 throughput ok; multi-rank skipped
 #
 #   tools/gpu/run_checks.sh [DIR] [--quick]
 #
@@ -137,6 +138,10 @@ section() {
 # train on the GPU against train on the CPU.
 section train_parity check_train_parity.sh "TRAIN PARITY"
 train_parity="${section_state}"
+# --cuda-graph against eager on the GPU (losses, step times); the tiny
+# model, so 90 s per run is ample and keeps the budget.
+STEP_TIMEOUT="${CUDA_GRAPH_TIMEOUT:-90}" section cuda_graph check_cuda_graph.sh "CUDA GRAPH"
+cuda_graph="${section_state}"
 section gpt2_throughput check_gpt2_throughput.sh "GPT2 THROUGHPUT"
 throughput="${section_state}"
 section multi_rank check_multi_rank.sh "MULTI-RANK"
@@ -145,9 +150,11 @@ multi_rank="${section_state}"
 echo "time: ${SECONDS} s of the ${RUN_CHECKS_BUDGET:-560} s budget"
 echo "GPU CHECKS: ${passed} passed, ${failed} failed, ${timed_out} timed out;" \
   "skipped tests: ${skipped}; bench ${bench_state}; train parity" \
-  "${train_parity}; gpt2 throughput ${throughput}; multi-rank" \
+  "${train_parity}; cuda graph ${cuda_graph}; gpt2 throughput" \
+  "${throughput}; multi-rank" \
   "${multi_rank}${failures:+; failing: ${failures[*]}}"
 [[ ${failed} -eq 0 && ${timed_out} -eq 0 && "${bench_state}" == "ok" &&
   "${train_parity}" != "failed" && "${train_parity}" != "missing" &&
+  "${cuda_graph}" != "failed" && "${cuda_graph}" != "missing" &&
   "${throughput}" != "failed" && "${throughput}" != "missing" &&
   "${multi_rank}" != "failed" && "${multi_rank}" != "missing" ]]
