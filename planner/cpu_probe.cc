@@ -177,6 +177,10 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   const int64_t rows = std::min<int64_t>(model.seq_length, 2048);
   const int64_t width = std::min<int64_t>(model.hidden_size, 2048);
   const double shaped = GemmRate(rows, width, width, dtype);
+  // And a quarter of those rows (micro-batch 1 under CP, say), which run
+  // less efficiently (measured: 35% slower GEMMs at 256 rows than at 1024).
+  const int64_t small_rows = std::max<int64_t>(16, rows / 4);
+  const double shaped_small = GemmRate(small_rows, width, width, dtype);
   const double attention = AttentionRate(model, dtype);
   ThreadPool::SetGlobalThreads(saved_threads);
   // More ranks than cores time-share them (StepTime::core_wait).
@@ -184,6 +188,14 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   d.fp32_flops = peak;
   d.bf16_flops = peak;
   d.gemm_efficiency = peak > 0 ? std::min(1.0, shaped / peak) : 1;
+  if (peak > 0 && small_rows < rows) {
+    d.gemm_rows = static_cast<double>(rows);
+    d.gemm_small_rows = static_cast<double>(small_rows);
+    d.gemm_small_efficiency = std::min(1.0, shaped_small / peak);
+  }
+  // Gloo's transport needs the cores the kernels run on: no communication
+  // is hidden behind computation (DeviceSpec::comm_overlap).
+  d.comm_overlap = 0;
   d.attention_efficiency = shaped > 0 ? attention / shaped : 0.5;
   d.memory_bandwidth = CopyBandwidth() / ranks;
   Loopback(&d.intra_node_bandwidth, &d.intra_node_latency);

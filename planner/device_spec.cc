@@ -1,5 +1,8 @@
 #include "planner/device_spec.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -103,6 +106,20 @@ DeviceSpec H200() {
 
 std::vector<std::string> ShippedDeviceNames() {
   return {"a100", "h100", "h200"};
+}
+
+double GemmEfficiencyAt(const DeviceSpec& device, double rows) {
+  if (device.gemm_small_rows <= 0 ||
+      device.gemm_rows <= device.gemm_small_rows ||
+      device.gemm_small_efficiency <= 0) {
+    return device.gemm_efficiency;
+  }
+  const double lo = std::log2(device.gemm_small_rows);
+  const double hi = std::log2(device.gemm_rows);
+  const double x = std::clamp(std::log2(std::max(rows, 1.0)), lo, hi);
+  const double w = (x - lo) / (hi - lo);
+  return device.gemm_small_efficiency +
+         w * (device.gemm_efficiency - device.gemm_small_efficiency);
 }
 
 absl::StatusOr<DeviceSpec> ShippedDevice(absl::string_view name) {

@@ -27,6 +27,19 @@ struct DeviceSpec {
   double inter_node_latency = 0;
   // Fraction of the peak large GEMMs reach (1 for measured rates).
   double gemm_efficiency = 1;
+  // GEMMs of fewer rows run less efficiently: when gemm_small_rows > 0,
+  // gemm_efficiency holds at gemm_rows rows and gemm_small_efficiency at
+  // gemm_small_rows, interpolated in log2(rows) between them and held
+  // beyond (the CPU probe measures both; 0 means no row dependence).
+  double gemm_rows = 0;
+  double gemm_small_rows = 0;
+  double gemm_small_efficiency = 0;
+  // Fraction of overlappable communication that computation really hides:
+  // 1 where transfers run beside the kernels (NCCL on GPUs); 0 on a CPU
+  // whose cores all run kernels, where gloo's transport needs those same
+  // cores (measured: ZeRO-3's gathers took 1.2 s of a 4.0 s step outside
+  // the ops, none of it hidden).
+  double comm_overlap = 1;
   // Fraction of the link bandwidth collectives reach.
   double link_efficiency = 1;
   // Flash attention's FLOP rate relative to the GEMMs'.
@@ -47,6 +60,9 @@ struct DeviceSpec {
     return dtype == DType::kFloat32 ? fp32_flops : bf16_flops;
   }
 };
+
+// GEMM efficiency at `rows` rows (see DeviceSpec::gemm_small_rows).
+double GemmEfficiencyAt(const DeviceSpec& device, double rows);
 
 // The machines a job runs on.
 struct ClusterSpec {

@@ -61,7 +61,9 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   const double layers = static_cast<double>(c.num_layers) / l.pp;
   const int m = NumMicroBatches(job, l);
 
-  const double gemm_rate = dev.PeakFlops(job.dtype) * dev.gemm_efficiency;
+  // Every GEMM of a micro-batch has T rows (the gathered sequence under
+  // SP); the efficiency of that row count.
+  const double gemm_rate = dev.PeakFlops(job.dtype) * GemmEfficiencyAt(dev, T);
   const double attn_rate = gemm_rate * dev.attention_efficiency;
   const double bw = dev.memory_bandwidth;
 
@@ -127,6 +129,7 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
         exposed += std::max(comm, gemm) + std::min(comm, gemm) / l.tp - gemm;
       }
     }
+    exposed = per_layer - dev.comm_overlap * (per_layer - exposed);
     tp_mb = layers * exposed + 2 * AllReduce(hidden_bytes, l.tp, tp_inter, dev);
     tp_hidden_mb = layers * (per_layer - exposed);
   }
@@ -141,7 +144,7 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     const double ring =
         3 * (l.cp - 1) * LinkSeconds(kv_bytes, 1, cp_inter, dev) * layers;
     const double hideable = 3.5 * attn_fwd * layers;
-    st.cp_comm = m * std::max(0.0, ring - hideable);
+    st.cp_comm = m * (ring - dev.comm_overlap * std::min(ring, hideable));
     st.cp_comm_hidden = m * ring - st.cp_comm;
   }
 
@@ -203,7 +206,8 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
         break;
       }
     }
-    st.dp_comm = std::min(comm, exposed);
+    exposed = std::min(comm, exposed);
+    st.dp_comm = comm - dev.comm_overlap * (comm - exposed);
     st.dp_comm_hidden = comm - st.dp_comm;
   }
 
@@ -213,7 +217,9 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     const bool pp_inter = l.world() > per_node;
     const double msg = LinkSeconds(Tl * h * e, 1, pp_inter, dev);
     const double all = 2.0 * m * l.virtual_stages * msg;
-    st.pp_comm = job.overlap_p2p ? std::min(all, 2.0 * (l.pp - 1) * msg) : all;
+    const double exposed =
+        job.overlap_p2p ? std::min(all, 2.0 * (l.pp - 1) * msg) : all;
+    st.pp_comm = all - dev.comm_overlap * (all - exposed);
     st.pp_comm_hidden = all - st.pp_comm;
     st.bubble = (l.pp - 1.0) / l.virtual_stages * stage_mb;
   }

@@ -83,6 +83,51 @@ TEST(StepTimeModelTest, OverlapHidesGradientReduction) {
   EXPECT_GT(plain.dp_comm, EstimateStepTime(one_node, l8).dp_comm);
 }
 
+// A device whose cores all compute (the CPU) hides nothing: the same
+// communication is all exposed, and the step is longer by what was hidden.
+TEST(StepTimeModelTest, NoOverlapWhereTransfersNeedTheComputeCores) {
+  JobSpec job = H100Job(2, 16);
+  job.overlap_grad_reduce = true;
+  Layout l;
+  l.dp = 16;
+  const StepTime overlapped = EstimateStepTime(job, l);
+  ASSERT_GT(overlapped.dp_comm_hidden, 0);
+  job.cluster.device.comm_overlap = 0;
+  const StepTime cpu_like = EstimateStepTime(job, l);
+  EXPECT_EQ(cpu_like.dp_comm_hidden, 0);
+  EXPECT_NEAR(cpu_like.dp_comm, overlapped.dp_comm + overlapped.dp_comm_hidden,
+              1e-15);
+  EXPECT_NEAR(cpu_like.total() - overlapped.total(), overlapped.dp_comm_hidden,
+              1e-12);
+}
+
+TEST(StepTimeModelTest, GemmEfficiencyFollowsTheRowCount) {
+  DeviceSpec d;
+  d.gemm_efficiency = 0.8;
+  EXPECT_EQ(GemmEfficiencyAt(d, 7), 0.8);  // No row dependence given.
+  d.gemm_rows = 1024;
+  d.gemm_small_rows = 256;
+  d.gemm_small_efficiency = 0.6;
+  EXPECT_DOUBLE_EQ(GemmEfficiencyAt(d, 256), 0.6);
+  EXPECT_DOUBLE_EQ(GemmEfficiencyAt(d, 512), 0.7);  // Halfway in log2.
+  EXPECT_DOUBLE_EQ(GemmEfficiencyAt(d, 1024), 0.8);
+  EXPECT_DOUBLE_EQ(GemmEfficiencyAt(d, 64), 0.6);  // Held beyond.
+  EXPECT_DOUBLE_EQ(GemmEfficiencyAt(d, 8192), 0.8);
+  // Fewer rows per GEMM, slower GEMMs: micro-batch 1 costs more than 2 for
+  // the same tokens.
+  JobSpec job = H100Job(1, 16);
+  job.cluster.device.gemm_rows = 8192;
+  job.cluster.device.gemm_small_rows = 1024;
+  job.cluster.device.gemm_small_efficiency =
+      job.cluster.device.gemm_efficiency / 2;
+  Layout l;
+  l.dp = 8;
+  l.micro_batch = 1;
+  const double mb1 = EstimateStepTime(job, l).gemm;
+  l.micro_batch = 2;
+  EXPECT_GT(mb1, EstimateStepTime(job, l).gemm);
+}
+
 // --tp-comm-overlap: each of a layer's 10 sequence-parallel collectives runs
 // beside one GEMM in TP chunks, costing max(comm, gemm) + min / TP.
 TEST(StepTimeModelTest, TpCommOverlapHidesCollectivesBehindGemms) {
