@@ -48,8 +48,8 @@ constexpr int kGlibcMmapThresholdMax = 32 << 20;
 class CpuAllocator : public Allocator {
  public:
   CpuAllocator() : large_(HostBlockCache::DefaultMaxCachedBytes()) {
-    // Small blocks come from glibc's heap; keep freed heap memory instead
-    // of trimming it (large blocks never reach the heap: see below).
+    // Blocks under 128 KiB come from glibc's heap; keep freed heap memory
+    // instead of trimming it (larger ones never reach the heap: see below).
     mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
     // Setting the trim threshold also freezes glibc's mmap threshold at its
     // 128 KiB start (no dynamic raising), so every other buffer of 128 KiB
@@ -61,10 +61,12 @@ class CpuAllocator : public Allocator {
   Device device() const override { return Device::CPU(); }
 
  protected:
-  // Large blocks (activations, logits, their gradients) go through a cache
-  // that keeps them mapped once freed: glibc unmaps them (its mmap
-  // threshold caps at 32 MiB whatever mallopt is told), so every step paid
-  // a page fault per 4 KiB page of them again (core/host_block_cache.h).
+  // Blocks from HostBlockCache::kMinBlockBytes (128 KiB) up (activations,
+  // logits, their gradients, kernels' scratch) go through a cache that
+  // keeps them mapped once freed: glibc unmaps the largest (its mmap
+  // threshold caps at 32 MiB) and gives medium ones fresh addresses often
+  // enough that every step paid a page fault per 4 KiB page of them again
+  // (core/host_block_cache.h).
   void* RawAllocate(size_t bytes) override {
     if (bytes >= HostBlockCache::kMinBlockBytes) return large_.Allocate(bytes);
     // aligned_alloc needs a size that is a multiple of the alignment.

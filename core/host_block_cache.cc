@@ -52,11 +52,8 @@ void* HostBlockCache::Allocate(size_t bytes) {
     const size_t got = it->first;
     cached_.erase(it);
     cached_bytes_ -= got;
-    live_.emplace(ptr, got);
-    live_bytes_ += got;
-    peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
     ++hits_;
-    return ptr;
+    return HandOutLocked(ptr, got);
   }
   void* ptr = MapLocked(block);
   if (ptr == nullptr && cached_bytes_ > 0) {
@@ -64,10 +61,14 @@ void* HostBlockCache::Allocate(size_t bytes) {
     ptr = MapLocked(block);
   }
   if (ptr == nullptr) return nullptr;
+  ++misses_;
+  return HandOutLocked(ptr, block);
+}
+
+void* HostBlockCache::HandOutLocked(void* ptr, size_t block) {
   live_.emplace(ptr, block);
   live_bytes_ += block;
   peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
-  ++misses_;
   return ptr;
 }
 

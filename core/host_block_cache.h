@@ -86,6 +86,8 @@ class HostBlockCache {
 
  private:
   void* MapLocked(size_t block_bytes);
+  // Records `ptr` (a block of `block_bytes`) as live and returns it.
+  void* HandOutLocked(void* ptr, size_t block_bytes);
   void UnmapLocked(void* ptr, size_t block_bytes);
   void TrimLocked(size_t limit);
   size_t LimitLocked() const;
