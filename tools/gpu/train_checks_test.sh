@@ -11,6 +11,8 @@
 #   (a wrapper that fails as train does) falls back to the next size, and
 #   the figures and the MFU reference are printed; all sizes out of memory
 #   fails.
+# - check_cuda_graph.sh: --cuda-graph on the test device matches eager and
+#   counts its replays; a planted mismatch fails.
 # - Without a GPU (the user binary, --device cuda) each check skips.
 #   train_checks_test.sh LAUNCH TRAIN_TESTDEV TRAIN
 set -uo pipefail
@@ -56,7 +58,7 @@ expect() {
   local ok=1
   [[ ${rc} == "${want_rc}" ]] || ok=0
   for p in "${patterns[@]}"; do grep -qE -- "${p}" <<<"${out}" || ok=0; done
-  tail -1 <<<"${out}" | grep -qE '^(TRAIN PARITY|GPT2 THROUGHPUT|MULTI-RANK): ' || ok=0
+  tail -1 <<<"${out}" | grep -qE '^(TRAIN PARITY|GPT2 THROUGHPUT|MULTI-RANK|CUDA GRAPH): ' || ok=0
   if ((ok)); then
     echo "PASS ${name} ($((SECONDS - start)) s)"
   else
@@ -76,6 +78,15 @@ expect "parity: planted mismatch fails" 1 '  iteration [0-9]+: reference [0-9.e+
   '^TRAIN PARITY: FAILED \(fp32: test differs from cpu beyond 1e-4\)$' -- \
   env PARITY_STEPS=6 PARITY_PRECISIONS=fp32 GPU_CHECK_CANDIDATE_FLAGS="--seed 7" \
   "${scripts}/check_train_parity.sh" "${work}/dev"
+
+expect "cuda graph: graphed = eager on the test device" 0 \
+  '^CUDA GRAPH losses: ok \(4 steps, max relative difference 0; tolerance 1e-6\)' \
+  '^CUDA GRAPH: ok \(4 steps; [0-9]+ replays; step [0-9.]+ ms eager, [0-9.]+ ms graphed\)$' -- \
+  env CUDA_GRAPH_STEPS=4 "${scripts}/check_cuda_graph.sh" "${work}/dev"
+expect "cuda graph: planted mismatch fails" 1 '  iteration [0-9]+: reference [0-9.e+-]+, under test' \
+  '^CUDA GRAPH: FAILED \(graphed losses differ from eager beyond 1e-6\)$' -- \
+  env CUDA_GRAPH_STEPS=4 GPU_CHECK_CANDIDATE_FLAGS="--seed 7" \
+  "${scripts}/check_cuda_graph.sh" "${work}/dev"
 
 expect "multi-rank: TP 2 + SP, PP 2, DP 2 + ZeRO-1 = serial; DP scaling" 0 \
   '^MULTI-RANK tp2_sp: ok \(4 steps' '^MULTI-RANK pp2: ok \(4 steps' \
@@ -135,6 +146,8 @@ if [[ ! -e /dev/nvidia0 ]]; then
     env GPU_CHECK_DEVICE=cuda "${scripts}/check_gpt2_throughput.sh" "${work}/user"
   expect "no GPU: multi-rank skips" 0 '^MULTI-RANK: skipped \(0 GPUs\)$' -- \
     env GPU_CHECK_DEVICE=cuda "${scripts}/check_multi_rank.sh" "${work}/user"
+  expect "no GPU: cuda graph skips" 0 '^CUDA GRAPH: skipped \(no CUDA device\)$' -- \
+    env GPU_CHECK_DEVICE=cuda "${scripts}/check_cuda_graph.sh" "${work}/user"
 fi
 expect "one GPU: multi-rank skips" 0 '^MULTI-RANK: skipped \(1 GPU\)$' -- \
   env GPU_CHECK_GPUS=1 "${scripts}/check_multi_rank.sh" "${work}/user"
