@@ -1,6 +1,10 @@
 #include "core/thread_pool.h"
 
+#include <immintrin.h>
+#include <sched.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 
@@ -42,6 +46,8 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    // Ends a polling worker's wait at once.
+    published_generation_.store(~uint64_t{0}, std::memory_order_release);
   }
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -52,6 +58,23 @@ void ThreadPool::WorkerLoop(int) {
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
+    const int64_t spin = spin_micros_.load(std::memory_order_relaxed);
+    if (spin > 0 && generation_ == seen && !stop_) {
+      lock.unlock();
+      const auto until =
+          std::chrono::steady_clock::now() + std::chrono::microseconds(spin);
+      int polls = 0;
+      while (published_generation_.load(std::memory_order_acquire) == seen) {
+        _mm_pause();
+        if (++polls % 64 == 0) {
+          if (std::chrono::steady_clock::now() > until) break;
+          // Lets a thread that is ready to run here (an HTTP thread with a
+          // token to send) have the core.
+          sched_yield();
+        }
+      }
+      lock.lock();
+    }
     work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
     if (stop_) return;
     seen = generation_;
@@ -89,6 +112,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   next_chunk_ = 0;
   chunks_done_ = 0;
   ++generation_;
+  published_generation_.store(generation_, std::memory_order_release);
   work_cv_.notify_all();
   t_inside_pool = true;
   while (next_chunk_ < num_chunks_) {

@@ -1,6 +1,7 @@
 #ifndef CORE_THREAD_POOL_H_
 #define CORE_THREAD_POOL_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -29,6 +30,14 @@ class ThreadPool {
   void ParallelFor(int64_t n, int64_t grain,
                    const std::function<void(int64_t, int64_t)>& fn);
 
+  // How long an idle worker polls for the next loop before it sleeps.
+  // Waking a sleeping worker costs tens of microseconds on a VM, as long as
+  // a whole loop of a decoding step at a few rows, so without it the
+  // caller did most loops alone (inference's 8-sequence step took one
+  // core's CPU time on two threads). Polling burns its core, so it is off
+  // (0) unless a process that owns its cores asks (tools/serve).
+  void SetSpinMicros(int64_t micros) { spin_micros_.store(micros); }
+
   // The process-wide pool: --num_threads (or --num-threads), else the
   // MCC_NUM_THREADS or OMP_NUM_THREADS environment variable, else every core.
   static ThreadPool& Global();
@@ -51,6 +60,9 @@ class ThreadPool {
   int64_t next_chunk_ = 0;
   int64_t chunks_done_ = 0;
   uint64_t generation_ = 0;
+  // generation_, readable without mu_ by polling workers.
+  std::atomic<uint64_t> published_generation_{0};
+  std::atomic<int64_t> spin_micros_{0};
   bool stop_ = false;
   std::mutex loop_mu_;  // One loop at a time per pool.
 };

@@ -86,7 +86,11 @@ int main(int argc, char** argv) {
   const int64_t position = argc > 2 ? std::atoll(argv[2]) : 64;
   // Only this many sequences (0: all), e.g. to profile one point.
   const int64_t only = argc > 3 ? std::atoll(argv[3]) : 0;
+  // Microseconds the pool's idle workers poll before sleeping (tools/serve's
+  // --spin-wait-us).
+  const int64_t spin_us = argc > 4 ? std::atoll(argv[4]) : 0;
   if (threads > 0) ThreadPool::SetGlobalThreads(threads);
+  ThreadPool::Global().SetSpinMicros(spin_us);
   gpt::GPTConfig config;
   config.num_layers = 4;
   config.hidden_size = 512;
@@ -94,9 +98,10 @@ int main(int argc, char** argv) {
   config.vocab_size = 512;
   config.seq_length = 256;
   config.seed = 1;
-  std::printf("%d threads, every sequence at position %lld\n",
-              ThreadPool::Global().num_threads(),
-              static_cast<long long>(position));
+  std::printf(
+      "%d threads, every sequence at position %lld, workers poll %lld us\n",
+      ThreadPool::Global().num_threads(), static_cast<long long>(position),
+      static_cast<long long>(spin_us));
   std::printf(
       "| weights | sequences | step ms (min) | step ms (median) | tokens/s "
       "(median) | x one sequence | CPU ms per step (median) | tokens per "

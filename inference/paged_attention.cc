@@ -112,8 +112,10 @@ void PagedAttention(const float* q, int64_t rows, int64_t heads,
   const int64_t d = cache->shape().head_dim;
   const int64_t per_group = heads / cache->shape().kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  // Whole rows per chunk: a row's heads read neighbouring bytes of each
+  // position's keys and values.
   ThreadPool::Global().ParallelFor(
-      rows * heads, 1, [&](int64_t t0, int64_t t1) {
+      rows * heads, heads, [&](int64_t t0, int64_t t1) {
         std::vector<float> scores;
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t r = t / heads, h = t % heads, g = h / per_group;
