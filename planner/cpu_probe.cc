@@ -11,12 +11,17 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/comm/gloo_process_group.h"
+#include "core/comm/tcp_store.h"
 #include "core/ops/attention.h"
 #include "core/ops/gemm.h"
+#include "core/status_macros.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "glog/logging.h"
 
 namespace mcc {
 namespace planner {
@@ -37,30 +42,87 @@ double BestRate(double work, absl::Duration budget, Fn run) {
   return best;
 }
 
+// The median rate of `work`-sized calls while `workers` threads each make
+// them at once for about `budget` (each thread's first call is a warm-up):
+// what a rank sustains while the other ranks on its cores compute too, as
+// they do in training (a lone rank's best call was 13% faster than the
+// GEMMs of a 2-rank training step). `make` builds one worker's call (its own
+// buffers).
+template <typename Make>
+double ConcurrentMedianRate(int workers, double work, absl::Duration budget,
+                            Make make) {
+  std::vector<std::vector<double>> rates(workers);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      auto run = make();
+      const absl::Time start = absl::Now();
+      for (int i = 0; i < 1000; ++i) {
+        const absl::Time t0 = absl::Now();
+        if (!run()) return;
+        const double s = absl::ToDoubleSeconds(absl::Now() - t0);
+        if (i > 0 && s > 0) rates[w].push_back(work / s);
+        if (i >= 3 && absl::Now() - start > budget) break;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::vector<double> all;
+  for (const std::vector<double>& r : rates) {
+    all.insert(all.end(), r.begin(), r.end());
+  }
+  if (all.empty()) return 0;
+  std::nth_element(all.begin(), all.begin() + all.size() / 2, all.end());
+  return all[all.size() / 2];
+}
+
+DType GemmInput(DType dtype) {
+  return dtype == DType::kFloat32 ? DType::kFloat32 : DType::kBFloat16;
+}
+
 double GemmRate(int64_t m, int64_t k, int64_t n, DType dtype) {
-  const DType in =
-      dtype == DType::kFloat32 ? DType::kFloat32 : DType::kBFloat16;
-  Tensor a = Tensor::Full({m, k}, 0.5, in);
-  Tensor b = Tensor::Full({k, n}, 0.25, in);
+  Tensor a = Tensor::Full({m, k}, 0.5, GemmInput(dtype));
+  Tensor b = Tensor::Full({k, n}, 0.25, GemmInput(dtype));
   Tensor c = Tensor::Empty({m, n}, DType::kFloat32);
   return BestRate(2.0 * m * k * n, absl::Milliseconds(400),
                   [&] { return ops::Gemm(a, false, b, false, &c).ok(); });
 }
 
-double AttentionRate(const gpt::GPTConfig& model, DType dtype) {
+// The model-shaped GEMM's sustained rate with `workers` ranks computing.
+double ConcurrentGemmRate(int workers, int64_t m, int64_t k, int64_t n,
+                          DType dtype) {
+  return ConcurrentMedianRate(
+      workers, 2.0 * m * k * n, absl::Milliseconds(400), [&] {
+        auto a = std::make_shared<Tensor>(
+            Tensor::Full({m, k}, 0.5, GemmInput(dtype)));
+        auto b = std::make_shared<Tensor>(
+            Tensor::Full({k, n}, 0.25, GemmInput(dtype)));
+        auto c =
+            std::make_shared<Tensor>(Tensor::Empty({m, n}, DType::kFloat32));
+        return
+            [a, b, c] { return ops::Gemm(*a, false, *b, false, c.get()).ok(); };
+      });
+}
+
+double AttentionRate(const gpt::GPTConfig& model, DType dtype, int workers) {
   // Capped, so a large model's probe stays well under a second a call.
   const int64_t s = std::min<int64_t>(model.seq_length, 1024);
   const int64_t heads = std::min(model.num_attention_heads, 8);
   const int64_t d = model.head_dim();
   const DType t = dtype == DType::kFloat32 ? DType::kFloat32 : dtype;
-  Tensor q = Tensor::Full({1, s, heads, d}, 0.1, t);
-  Tensor out = Tensor::Empty(q.shape(), t);
-  Tensor lse = Tensor::Empty({1, heads, s}, DType::kFloat32);
-  ops::AttentionOptions options;
-  options.causal = true;
   const double flops = 0.5 * 4.0 * s * s * heads * d;
-  return BestRate(flops, absl::Milliseconds(300), [&] {
-    return ops::FlashAttentionForward(q, q, q, options, &out, &lse).ok();
+  return ConcurrentMedianRate(workers, flops, absl::Milliseconds(300), [&] {
+    auto q = std::make_shared<Tensor>(Tensor::Full({1, s, heads, d}, 0.1, t));
+    auto out = std::make_shared<Tensor>(Tensor::Empty(q->shape(), t));
+    auto lse =
+        std::make_shared<Tensor>(Tensor::Empty({1, heads, s}, DType::kFloat32));
+    return [q, out, lse] {
+      ops::AttentionOptions options;
+      options.causal = true;
+      return ops::FlashAttentionForward(*q, *q, *q, options, out.get(),
+                                        lse.get())
+          .ok();
+    };
   });
 }
 
@@ -160,6 +222,130 @@ void Loopback(double* bandwidth, double* latency) {
   close(server);
 }
 
+// gloo's collectives among `ranks` threads of this process over loopback,
+// the transport train's CPU ranks use, every rank on its own thread as the
+// node's ranks are (so they share the cores as they will), each collective
+// after a model-shaped GEMM as in training: what a collective of `bytes`
+// adds to the GEMMs' time, as per-rank bandwidths of an all-gather and an
+// all-reduce beside the latency of one ring step (a 4-byte all-reduce on
+// idle ranks, over its 2 (n - 1) steps). Medians over 8 rounds, seen from
+// rank 0. (A fit through two message sizes, tried to split the
+// per-collective cost from the per-byte one, gave bandwidths from 0.5 to 28
+// GB/s between runs: too noisy here.) Measured on a 2-core VM: the same
+// collectives on idle ranks ran at 2 GB/s (the single loopback connection the
+// probe used before: 2.9 GB/s), but TP 2's 2 MB all-gathers and reduce-scatters
+// between its GEMMs took 2.6 ms each in training (a ~0.4 GB/s rate): the
+// ranks arrive apart, the collective thread must be woken, and the copies
+// run on cores that were computing.
+struct CollectiveRates {
+  double gather_bandwidth = 0;
+  double reduce_bandwidth = 0;
+  double latency = 0;
+};
+
+absl::StatusOr<CollectiveRates> MeasureGlooCollectives(int ranks, int64_t bytes,
+                                                       int64_t gemm_rows,
+                                                       int64_t gemm_width,
+                                                       DType dtype) {
+  comm::TcpStore::Options store_options;
+  store_options.host = "127.0.0.1";
+  store_options.port = 0;
+  store_options.is_server = true;
+  store_options.timeout = absl::Seconds(60);
+  MCC_ASSIGN_OR_RETURN(std::shared_ptr<comm::TcpStore> server,
+                       comm::TcpStore::Connect(store_options));
+  std::vector<std::shared_ptr<comm::Store>> stores = {server};
+  for (int r = 1; r < ranks; ++r) {
+    MCC_ASSIGN_OR_RETURN(std::shared_ptr<comm::TcpStore> clone,
+                         server->Clone());
+    stores.push_back(std::move(clone));
+  }
+  // Whole fp32 elements, a multiple of the group size.
+  const int64_t elements = std::max<int64_t>(ranks, bytes / 4 / ranks * ranks);
+  constexpr int kRounds = 8, kPerRound = 8, kSmall = 20;
+  std::vector<double> small_s, gather_s, reduce_s;
+  std::vector<absl::Status> status(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      comm::GroupOptions options;
+      options.timeout = absl::Seconds(60);
+      options.debug_collectives = false;
+      std::vector<int> members(ranks);
+      for (int i = 0; i < ranks; ++i) members[i] = i;
+      auto group = comm::GlooProcessGroup::Create(
+          std::make_shared<comm::PrefixStore>("planner_probe", stores[r]), r,
+          ranks, "planner_probe", members, options);
+      if (!group.ok()) {
+        status[r] = group.status();
+        return;
+      }
+      comm::ProcessGroup& g = **group;
+      Tensor in = Tensor::Full({elements / ranks}, 1, DType::kFloat32);
+      Tensor out = Tensor::Empty({elements}, DType::kFloat32);
+      Tensor sum = Tensor::Full({elements}, 1, DType::kFloat32);
+      Tensor one = Tensor::Full({1}, 1, DType::kFloat32);
+      Tensor a = Tensor::Full({gemm_rows, gemm_width}, 0.5, GemmInput(dtype));
+      Tensor b = Tensor::Full({gemm_width, gemm_width}, 0.25, GemmInput(dtype));
+      Tensor c = Tensor::Empty({gemm_rows, gemm_width}, DType::kFloat32);
+      auto note = [&](const absl::Status& s) {
+        if (!s.ok() && status[r].ok()) status[r] = s;
+        return s.ok();
+      };
+      // Seconds of kPerRound GEMMs, each followed by `collective` (if any),
+      // from a barrier.
+      auto timed = [&](auto collective) -> double {
+        if (!note(g.Barrier()->Wait())) return 0;
+        const absl::Time t0 = absl::Now();
+        for (int i = 0; i < kPerRound; ++i) {
+          if (!note(ops::Gemm(a, false, b, false, &c))) return 0;
+          if (!note(collective())) return 0;
+        }
+        return absl::ToDoubleSeconds(absl::Now() - t0);
+      };
+      for (int round = 0; round <= kRounds; ++round) {
+        if (!note(g.Barrier()->Wait())) return;
+        const absl::Time s0 = absl::Now();
+        for (int i = 0; i < kSmall; ++i) {
+          if (!note(g.AllReduce(&one, comm::ReduceOp::kSum)->Wait())) return;
+        }
+        const double small = absl::ToDoubleSeconds(absl::Now() - s0);
+        const double compute = timed([] { return absl::OkStatus(); });
+        const double gather =
+            timed([&] { return g.AllGather(in, &out)->Wait(); });
+        const double reduce = timed(
+            [&] { return g.AllReduce(&sum, comm::ReduceOp::kSum)->Wait(); });
+        if (r == 0 && round > 0) {  // Round 0 warms the connections up.
+          small_s.push_back(small / kSmall);
+          gather_s.push_back((gather - compute) / kPerRound);
+          reduce_s.push_back((reduce - compute) / kPerRound);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : status) MCC_RETURN_IF_ERROR(s);
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const double n = ranks, data = 4.0 * elements;
+  CollectiveRates rates;
+  rates.latency = median(small_s) / (2 * (n - 1));
+  // What is left of a collective's cost after its steps' latency moves the
+  // data; at least a tenth of it (and 1 us), so noise cannot make the rate
+  // unbounded.
+  auto rate = [&](double moved, double seconds, double steps) {
+    const double transfer =
+        std::max({1e-6, 0.1 * seconds, seconds - steps * rates.latency});
+    return moved / transfer;
+  };
+  rates.gather_bandwidth = rate((n - 1) / n * data, median(gather_s), n - 1);
+  rates.reduce_bandwidth =
+      rate(2 * (n - 1) / n * data, median(reduce_s), 2 * (n - 1));
+  return rates;
+}
+
 }  // namespace
 
 DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
@@ -171,17 +357,42 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   // local ranks), so a loaded machine's share shows as it will in the run.
   const int saved_threads = ThreadPool::Global().num_threads();
   const int cores = std::max(1u, std::thread::hardware_concurrency());
-  ThreadPool::SetGlobalThreads(std::max(1, cores / static_cast<int>(ranks)));
+  const int threads_per_rank = std::max(1, cores / static_cast<int>(ranks));
+  ThreadPool::SetGlobalThreads(threads_per_rank);
   const double peak = GemmRate(1024, 1024, 1024, dtype);
-  // One sequence through a hidden x hidden GEMM, capped at 2048^3.
-  const int64_t rows = std::min<int64_t>(model.seq_length, 2048);
+  // The shaped GEMMs and attention run on as many ranks at once as the cores
+  // hold. With several threads a rank, only one: the kernels' pool runs one
+  // loop at a time, so concurrent callers would queue, not contend.
+  const int workers =
+      threads_per_rank == 1 ? std::min(cores, static_cast<int>(ranks)) : 1;
+  // Up to four sequences (micro-batch 4) through a hidden x hidden GEMM,
+  // capped at 2048 rows and width.
+  const int64_t rows = std::min<int64_t>(4 * model.seq_length, 2048);
   const int64_t width = std::min<int64_t>(model.hidden_size, 2048);
-  const double shaped = GemmRate(rows, width, width, dtype);
-  // And a quarter of those rows (micro-batch 1 under CP, say), which run
-  // less efficiently (measured: 35% slower GEMMs at 256 rows than at 1024).
+  // Measured twice, a second apart, keeping the faster median: a VM's
+  // neighbours can halve the rate for a second (seen: 0.50 of the peak in
+  // one probe, 0.93-0.97 in the next three).
+  double shaped = ConcurrentGemmRate(workers, rows, width, width, dtype);
+  // And a quarter of those rows (micro-batch 1; or CP), which run less
+  // efficiently (measured: 35% slower GEMMs at 256 rows than at 1024; a
+  // micro-batch of 1 sequence 7-20% slower than of 2 in training).
   const int64_t small_rows = std::max<int64_t>(16, rows / 4);
-  const double shaped_small = GemmRate(small_rows, width, width, dtype);
-  const double attention = AttentionRate(model, dtype);
+  const double shaped_small =
+      ConcurrentGemmRate(workers, small_rows, width, width, dtype);
+  const double attention = AttentionRate(model, dtype, workers);
+  shaped =
+      std::max(shaped, ConcurrentGemmRate(workers, rows, width, width, dtype));
+  // The node's ranks' own collectives between GEMMs, at the size of one
+  // sequence's hidden states (a TP all-gather's; 1-32 MiB).
+  absl::StatusOr<CollectiveRates> collectives =
+      absl::FailedPreconditionError("one rank a node");
+  if (ranks >= 2) {
+    const int64_t bytes =
+        std::clamp<int64_t>(model.seq_length * model.hidden_size * 4,
+                            int64_t{1} << 20, int64_t{32} << 20);
+    collectives = MeasureGlooCollectives(std::min(static_cast<int>(ranks), 8),
+                                         bytes, rows, width, dtype);
+  }
   ThreadPool::SetGlobalThreads(saved_threads);
   // More ranks than cores time-share them (StepTime::core_wait).
   d.core_share = std::min(1.0, cores / ranks);
@@ -201,6 +412,15 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   Loopback(&d.intra_node_bandwidth, &d.intra_node_latency);
   d.inter_node_bandwidth = d.intra_node_bandwidth;
   d.inter_node_latency = d.intra_node_latency;
+  if (collectives.ok()) {
+    d.intra_node_bandwidth = collectives->gather_bandwidth;
+    d.reduce_bandwidth = collectives->reduce_bandwidth;
+    d.intra_node_latency = collectives->latency;
+  } else if (ranks >= 2) {
+    LOG(WARNING) << "planner: gloo collectives probe failed ("
+                 << collectives.status()
+                 << "); using one loopback connection's rate";
+  }
   d.link_efficiency = 1;
   d.allocator_overhead = 0;
   d.reduce_scatter_copies_input = true;

@@ -40,6 +40,11 @@ struct DeviceSpec {
   // cores (measured: ZeRO-3's gathers took 1.2 s of a 4.0 s step outside
   // the ops, none of it hidden).
   double comm_overlap = 1;
+  // Per-rank rate of a ring all-reduce's (and reduce-scatter's) traffic
+  // when it differs from a gather's: on a CPU the reduction runs on the
+  // cores that also move the data (the CPU probe measures both). 0: the
+  // link's bandwidth.
+  double reduce_bandwidth = 0;
   // Fraction of the link bandwidth collectives reach.
   double link_efficiency = 1;
   // Flash attention's FLOP rate relative to the GEMMs'.

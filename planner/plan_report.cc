@@ -140,6 +140,11 @@ std::string FormatJson(const JobSpec& job,
                   {"memory_bandwidth", d.memory_bandwidth},
                   {"intra_node_bandwidth", d.intra_node_bandwidth},
                   {"inter_node_bandwidth", d.inter_node_bandwidth},
+                  {"intra_node_latency", d.intra_node_latency},
+                  {"reduce_bandwidth", d.reduce_bandwidth},
+                  {"gemm_efficiency", d.gemm_efficiency},
+                  {"gemm_small_efficiency", d.gemm_small_efficiency},
+                  {"attention_efficiency", d.attention_efficiency},
                   {"source", d.source}};
   nlohmann::json layouts = nlohmann::json::array();
   for (const Prediction& p : predictions) {

@@ -20,10 +20,25 @@ double LinkSeconds(double bytes, double messages, bool inter_node,
   return (bw > 0 ? bytes / bw : 0) + messages * lat;
 }
 
+// A reducing collective's time for `bytes` in `messages` steps: at the
+// measured reduction rate inside a node where there is one.
+double ReduceSeconds(double bytes, double messages, bool inter,
+                     const DeviceSpec& d) {
+  if (inter || d.reduce_bandwidth <= 0) {
+    return LinkSeconds(bytes, messages, inter, d);
+  }
+  return bytes / (d.reduce_bandwidth * d.link_efficiency) +
+         messages * d.intra_node_latency;
+}
+
 // Ring collectives over n ranks on `bytes` of data per rank.
 double AllReduce(double bytes, int n, bool inter, const DeviceSpec& d) {
   if (n <= 1) return 0;
-  return LinkSeconds(2.0 * (n - 1) / n * bytes, 2.0 * (n - 1), inter, d);
+  return ReduceSeconds(2.0 * (n - 1) / n * bytes, 2.0 * (n - 1), inter, d);
+}
+double ReduceScatter(double bytes, int n, bool inter, const DeviceSpec& d) {
+  if (n <= 1) return 0;
+  return ReduceSeconds(1.0 * (n - 1) / n * bytes, n - 1.0, inter, d);
 }
 double GatherOrScatter(double bytes, int n, bool inter, const DeviceSpec& d) {
   if (n <= 1) return 0;
@@ -64,7 +79,9 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   // Every GEMM of a micro-batch has T rows (the gathered sequence under
   // SP); the efficiency of that row count.
   const double gemm_rate = dev.PeakFlops(job.dtype) * GemmEfficiencyAt(dev, T);
-  const double attn_rate = gemm_rate * dev.attention_efficiency;
+  // Attention splits heads under TP, not widths: no narrowing.
+  const double attn_rate = dev.PeakFlops(job.dtype) * GemmEfficiencyAt(dev, T) *
+                           dev.attention_efficiency;
   const double bw = dev.memory_bandwidth;
 
   // One layer, one micro-batch, forward.
@@ -107,7 +124,8 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   if (l.tp > 1) {
     const double per_layer =
         l.sequence_parallel
-            ? 10 * GatherOrScatter(hidden_bytes, l.tp, tp_inter, dev)
+            ? 6 * GatherOrScatter(hidden_bytes, l.tp, tp_inter, dev) +
+                  4 * ReduceScatter(hidden_bytes, l.tp, tp_inter, dev)
             : 4 * AllReduce(hidden_bytes, l.tp, tp_inter, dev);
     double exposed = per_layer;
     if (job.overlap_tp_comm && l.sequence_parallel) {
@@ -167,10 +185,9 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     switch (l.zero) {
       case ZeroStage::kNone:
       case ZeroStage::kOptimizer: {
-        const double reduce =
-            l.zero == ZeroStage::kNone
-                ? AllReduce(grads, shards, dp_inter, dev)
-                : GatherOrScatter(grads, shards, dp_inter, dev);
+        const double reduce = l.zero == ZeroStage::kNone
+                                  ? AllReduce(grads, shards, dp_inter, dev)
+                                  : ReduceScatter(grads, shards, dp_inter, dev);
         const double gather =
             l.zero == ZeroStage::kNone
                 ? 0
@@ -190,7 +207,7 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
         // Each micro-batch reduce-scatters its gradients as units finish
         // (behind the backward); ZeRO-3 also gathers every unit before its
         // forward and backward (prefetched behind the previous unit).
-        const double rs = GatherOrScatter(grads, shards, dp_inter, dev);
+        const double rs = ReduceScatter(grads, shards, dp_inter, dev);
         const double ag = GatherOrScatter(params, shards, dp_inter, dev);
         const double units = layers + 2;
         if (l.zero == ZeroStage::kGradients) {

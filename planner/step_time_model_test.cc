@@ -1,6 +1,7 @@
 #include "planner/step_time_model.h"
 
 #include "gtest/gtest.h"
+#include "planner/memory_model.h"
 
 namespace mcc {
 namespace planner {
@@ -99,6 +100,46 @@ TEST(StepTimeModelTest, NoOverlapWhereTransfersNeedTheComputeCores) {
               1e-15);
   EXPECT_NEAR(cpu_like.total() - overlapped.total(), overlapped.dp_comm_hidden,
               1e-12);
+}
+
+// The CPU probe measures reducing collectives apart from gathers: they use
+// reduce_bandwidth inside a node; gathers and the link's rate are unchanged.
+TEST(StepTimeModelTest, ReducingCollectivesUseTheReduceBandwidth) {
+  JobSpec job = H100Job(1, 8);
+  job.cluster.device.comm_overlap = 0;  // Every transfer shows in the step.
+  Layout dp;
+  dp.dp = 8;
+  Layout tp;
+  tp.tp = 8;
+  tp.sequence_parallel = true;
+  const StepTime dp_link = EstimateStepTime(job, dp);
+  const StepTime tp_link = EstimateStepTime(job, tp);
+  // Half the link's rate for reductions: the all-reduce's bandwidth term
+  // doubles; the latency term stays.
+  job.cluster.device.reduce_bandwidth =
+      job.cluster.device.intra_node_bandwidth / 2;
+  const StepTime dp_slow = EstimateStepTime(job, dp);
+  const StepTime tp_slow = EstimateStepTime(job, tp);
+  const DeviceSpec& d = job.cluster.device;
+  const double latency = 2.0 * 7 * d.intra_node_latency;
+  EXPECT_NEAR(dp_slow.dp_comm - latency, 2 * (dp_link.dp_comm - latency),
+              1e-9 * dp_link.dp_comm);
+  // SP: a layer's 6 gathers keep the link's rate; its 4 reduce-scatters
+  // and the embedding's and output layer's all-reduces pay their bandwidth
+  // term twice.
+  const double n = 8, rate = d.intra_node_bandwidth * d.link_efficiency;
+  const double hidden_bytes = 1.0 * tp.micro_batch * 2048 * 1024 * 2;
+  const double per_micro_batch = 8 * 4 * (n - 1) / n * hidden_bytes / rate +
+                                 2 * 2 * (n - 1) / n * hidden_bytes / rate;
+  EXPECT_NEAR(tp_slow.tp_comm - tp_link.tp_comm,
+              NumMicroBatches(job, tp) * per_micro_batch,
+              1e-9 * tp_link.tp_comm);
+  // Between nodes the link's rate holds.
+  job.cluster.devices_per_node = 1;
+  job.cluster.nodes = 8;
+  const StepTime inter = EstimateStepTime(job, dp);
+  job.cluster.device.reduce_bandwidth = 0;
+  EXPECT_DOUBLE_EQ(inter.dp_comm, EstimateStepTime(job, dp).dp_comm);
 }
 
 TEST(StepTimeModelTest, GemmEfficiencyFollowsTheRowCount) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The planner against measured runs: the bench preset in 2 processes under
 # several layouts; rank 0's peak memory (train's allocator, the metrics file)
-# and mean step time of the last iterations beside tools/plan's prediction
+# and median step time of the iterations after the first two beside tools/plan's prediction
 # for the same layout (pipeline stage 0, --device cpu measured at start) and
 # Megatron's theoretical_memory_usage, as a Markdown table.
 #   tools/bazel run //tools/bench:plan_check -- [--iters N] [--procs 2|4]
@@ -18,7 +18,7 @@ launch=$1
 train=$2
 plan=$3
 shift 3
-iters=4
+iters=6
 procs=2
 only=""
 recommend=1
@@ -138,8 +138,11 @@ import json, sys
 name, metrics, pred, layout, measured = sys.argv[1:]
 rows = [json.loads(l) for l in open(metrics)]
 peak = max(r["mem_peak_bytes"] for r in rows)
-steps = [r["seconds_per_iteration"] for r in rows[1:]] or [rows[0]["seconds_per_iteration"]]
-step = sum(steps) / len(steps)
+# The steady state: the median of the iterations after the first two (the
+# first maps memory and builds kernels; the second still took up to 40%
+# longer than the rest in some runs).
+steps = sorted(r["seconds_per_iteration"] for r in rows[2:]) or [rows[-1]["seconds_per_iteration"]]
+step = steps[len(steps) // 2]
 p = json.load(open(pred))["layouts"][0]
 mem = p["stage_memory"][0]
 t = p["time"]["total"]
