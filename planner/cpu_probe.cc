@@ -225,12 +225,12 @@ void Loopback(double* bandwidth, double* latency) {
 // gloo's collectives among `ranks` threads of this process over loopback,
 // the transport train's CPU ranks use, every rank on its own thread as the
 // node's ranks are (so they share the cores as they will), each collective
-// after a model-shaped GEMM as in training: what a collective of `bytes`
-// adds to the GEMMs' time, as per-rank bandwidths of an all-gather and an
-// all-reduce beside the latency of one ring step (a 4-byte all-reduce on
-// idle ranks, over its 2 (n - 1) steps). Medians over 8 rounds, seen from
-// rank 0. (A fit through two message sizes, tried to split the
-// per-collective cost from the per-byte one, gave bandwidths from 0.5 to 28
+// after a model-shaped GEMM as in training and back to back: per-rank
+// bandwidths of an all-gather and an all-reduce of `bytes` (back to back),
+// and the latency of one ring step (a 4-byte all-reduce's, plus what a
+// collective between GEMMs costs beyond one back to back). Medians over 8
+// rounds, seen from rank 0. (A fit through two message sizes, tried to split
+// the per-collective cost from the per-byte one, gave bandwidths from 0.5 to 28
 // GB/s between runs: too noisy here.) Measured on a 2-core VM: the same
 // collectives on idle ranks ran at 2 GB/s (the single loopback connection the
 // probe used before: 2.9 GB/s), but TP 2's 2 MB all-gathers and reduce-scatters
@@ -263,7 +263,7 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(int ranks, int64_t bytes,
   // Whole fp32 elements, a multiple of the group size.
   const int64_t elements = std::max<int64_t>(ranks, bytes / 4 / ranks * ranks);
   constexpr int kRounds = 8, kPerRound = 8, kSmall = 20;
-  std::vector<double> small_s, gather_s, reduce_s;
+  std::vector<double> small_s, gather_s, reduce_s, idle_gather_s, idle_reduce_s;
   std::vector<absl::Status> status(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
@@ -292,13 +292,13 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(int ranks, int64_t bytes,
         if (!s.ok() && status[r].ok()) status[r] = s;
         return s.ok();
       };
-      // Seconds of kPerRound GEMMs, each followed by `collective` (if any),
-      // from a barrier.
-      auto timed = [&](auto collective) -> double {
+      // Seconds of kPerRound GEMMs (none when !gemms), each followed by
+      // `collective` (if any), from a barrier.
+      auto timed = [&](auto collective, bool gemms = true) -> double {
         if (!note(g.Barrier()->Wait())) return 0;
         const absl::Time t0 = absl::Now();
         for (int i = 0; i < kPerRound; ++i) {
-          if (!note(ops::Gemm(a, false, b, false, &c))) return 0;
+          if (gemms && !note(ops::Gemm(a, false, b, false, &c))) return 0;
           if (!note(collective())) return 0;
         }
         return absl::ToDoubleSeconds(absl::Now() - t0);
@@ -315,8 +315,15 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(int ranks, int64_t bytes,
             timed([&] { return g.AllGather(in, &out)->Wait(); });
         const double reduce = timed(
             [&] { return g.AllReduce(&sum, comm::ReduceOp::kSum)->Wait(); });
+        const double idle_gather =
+            timed([&] { return g.AllGather(in, &out)->Wait(); }, false);
+        const double idle_reduce = timed(
+            [&] { return g.AllReduce(&sum, comm::ReduceOp::kSum)->Wait(); },
+            false);
         if (r == 0 && round > 0) {  // Round 0 warms the connections up.
           small_s.push_back(small / kSmall);
+          idle_gather_s.push_back(idle_gather / kPerRound);
+          idle_reduce_s.push_back(idle_reduce / kPerRound);
           gather_s.push_back((gather - compute) / kPerRound);
           reduce_s.push_back((reduce - compute) / kPerRound);
         }
@@ -329,20 +336,26 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(int ranks, int64_t bytes,
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
     return v[v.size() / 2];
   };
+  // Back to back on idle ranks a collective costs its steps' latency plus
+  // its bytes at the link's rate; between GEMMs it costs more, by about the
+  // same time whatever its size (the ranks arrive apart, the collective
+  // thread must be woken): that excess is added to every step's latency,
+  // so a large all-reduce of gradients keeps the idle rate and the many
+  // small TP collectives pay the excess each.
   const double n = ranks, data = 4.0 * elements;
-  CollectiveRates rates;
-  rates.latency = median(small_s) / (2 * (n - 1));
-  // What is left of a collective's cost after its steps' latency moves the
-  // data; at least a tenth of it (and 1 us), so noise cannot make the rate
-  // unbounded.
+  const double small_latency = median(small_s) / (2 * (n - 1));
   auto rate = [&](double moved, double seconds, double steps) {
     const double transfer =
-        std::max({1e-6, 0.1 * seconds, seconds - steps * rates.latency});
+        std::max({1e-6, 0.1 * seconds, seconds - steps * small_latency});
     return moved / transfer;
   };
-  rates.gather_bandwidth = rate((n - 1) / n * data, median(gather_s), n - 1);
+  const double idle_gather = median(idle_gather_s);
+  CollectiveRates rates;
+  rates.gather_bandwidth = rate((n - 1) / n * data, idle_gather, n - 1);
   rates.reduce_bandwidth =
-      rate(2 * (n - 1) / n * data, median(reduce_s), 2 * (n - 1));
+      rate(2 * (n - 1) / n * data, median(idle_reduce_s), 2 * (n - 1));
+  rates.latency =
+      small_latency + std::max(0.0, median(gather_s) - idle_gather) / (n - 1);
   return rates;
 }
 

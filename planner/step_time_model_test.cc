@@ -1,5 +1,7 @@
 #include "planner/step_time_model.h"
 
+#include <algorithm>
+
 #include "gtest/gtest.h"
 #include "planner/memory_model.h"
 
@@ -140,6 +142,42 @@ TEST(StepTimeModelTest, ReducingCollectivesUseTheReduceBandwidth) {
   const StepTime inter = EstimateStepTime(job, dp);
   job.cluster.device.reduce_bandwidth = 0;
   EXPECT_DOUBLE_EQ(inter.dp_comm, EstimateStepTime(job, dp).dp_comm);
+}
+
+// Ranks that outnumber the cores (a CPU probe's core_share < 1): the step
+// is at least the node's compute spread over the cores plus the exposed
+// collectives (the group waits together), while a pipeline bubble leaves the
+// core to another stage and adds nothing beyond the shared compute.
+TEST(StepTimeModelTest, SharedCoresAddCollectivesButAbsorbBubbles) {
+  JobSpec job = H100Job(1, 8);
+  job.cluster.device.comm_overlap = 0;
+  Layout tp;
+  tp.tp = 8;
+  tp.sequence_parallel = true;
+  const StepTime own = EstimateStepTime(job, tp);
+  ASSERT_EQ(own.core_wait, 0);
+  ASSERT_GT(own.tp_comm, 0);
+  job.cluster.device.core_share = 0.25;
+  const StepTime shared = EstimateStepTime(job, tp);
+  const double busy = own.gemm + own.attention + own.elementwise + own.head +
+                      own.recompute + own.optimizer;
+  EXPECT_NEAR(shared.total(), busy / 0.25 + own.tp_comm, 1e-12 * busy);
+
+  Layout pp;
+  pp.pp = 4;
+  pp.dp = 2;
+  job.cluster.device.core_share = 1;
+  const StepTime pp_own = EstimateStepTime(job, pp);
+  ASSERT_GT(pp_own.bubble, 0);
+  job.cluster.device.core_share = 0.25;
+  const StepTime pp_shared = EstimateStepTime(job, pp);
+  const double pp_busy = pp_own.gemm + pp_own.attention + pp_own.elementwise +
+                         pp_own.head + pp_own.recompute + pp_own.optimizer;
+  EXPECT_NEAR(pp_shared.total(),
+              std::max(pp_own.total(), pp_busy / 0.25 + pp_own.pp_comm +
+                                           pp_own.dp_comm + pp_own.tp_comm),
+              1e-12 * pp_busy);
+  EXPECT_GT(pp_busy / 0.25, pp_own.bubble);  // The bubble is absorbed.
 }
 
 TEST(StepTimeModelTest, GemmEfficiencyFollowsTheRowCount) {
