@@ -382,19 +382,22 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   // capped at 2048 rows and width.
   const int64_t rows = std::min<int64_t>(4 * model.seq_length, 2048);
   const int64_t width = std::min<int64_t>(model.hidden_size, 2048);
-  // Measured twice, a second apart, keeping the faster median: a VM's
-  // neighbours can halve the rate for a second (seen: 0.50 of the peak in
-  // one probe, 0.93-0.97 in the next three).
+  // Both row counts are measured twice, a second apart, keeping the faster
+  // median: a VM's neighbours can halve the rate for a second (seen: 0.50
+  // of the peak in one probe, 0.93-0.97 in the next three).
   double shaped = ConcurrentGemmRate(workers, rows, width, width, dtype);
   // And a quarter of those rows (micro-batch 1; or CP), which run less
   // efficiently (measured: 35% slower GEMMs at 256 rows than at 1024; a
   // micro-batch of 1 sequence 7-20% slower than of 2 in training).
   const int64_t small_rows = std::max<int64_t>(16, rows / 4);
-  const double shaped_small =
+  double shaped_small =
       ConcurrentGemmRate(workers, small_rows, width, width, dtype);
   const double attention = AttentionRate(model, dtype, workers);
   shaped =
       std::max(shaped, ConcurrentGemmRate(workers, rows, width, width, dtype));
+  shaped_small =
+      std::max(shaped_small,
+               ConcurrentGemmRate(workers, small_rows, width, width, dtype));
   // The node's ranks' own collectives between GEMMs, at the size of one
   // sequence's hidden states (a TP all-gather's; 1-32 MiB).
   absl::StatusOr<CollectiveRates> collectives =

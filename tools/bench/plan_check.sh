@@ -131,6 +131,9 @@ measure() {
   "$launch" --nproc_per_node "$procs" -- "$train" "${common[@]}" "${model[@]}" \
     "${extra[@]}" --metrics-file "$work/m.jsonl" > "$work/train.log" 2>&1 \
     || { tail -20 "$work/train.log"; exit 1; }
+  # The planner probes the machine: let the run's exit (freeing its memory)
+  # finish first, as a job is planned on a quiet machine.
+  sleep 3
   "$plan" --preset bench --global-batch-size 8 "${model[@]}" --device cpu \
     --devices-per-node "$procs" "${bf16[@]}" --explain "$layout" --json > "$work/p.json"
   python3 - "$name" "$work/m.jsonl" "$work/p.json" "$layout" "$work/measured" <<'PY'
