@@ -247,8 +247,12 @@ absl::Status CheckpointReader::ReadRegion(
     const Box sb{ToShape(s.global_offsets()), ToShape(s.local_shape())};
     if (Intersect(sb, want).Empty()) continue;
     // The last shard read stays cached, verified: reading a shard's column
-    // blocks one after another reads and checks it once.
-    const std::string key = absl::StrCat(s.file(), ":", s.byte_offset());
+    // blocks one after another reads and checks it once. The key holds
+    // everything that decides the bytes and their check: two records at the
+    // same offset with other lengths (a damaged or hostile metadata file;
+    // found by the checkpoint_metadata fuzzer) must not share a buffer.
+    const std::string key = absl::StrCat(s.file(), ":", s.byte_offset(), ":",
+                                         s.byte_length(), ":", s.crc32c());
     if (key != cache_key_) {
       cache_key_.clear();
       MCC_RETURN_IF_ERROR(ReadShard(*t, s, &cache_));
