@@ -464,7 +464,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeHuggingFaceTokenizerFromText(
         }
       }
       const std::string c = content->get<std::string>();
-      put(id->get<uint64_t>(), c);
+      const uint64_t n = id->get<uint64_t>();
+      if (n < v->present.size() && v->present[n] && v->id_to_bytes[n] != c) {
+        // One id, two texts: decoding could give back only one of them.
+        return error("added_tokens[", i, "] (", content->dump(), "): id ", n,
+                     " is already ", JsonDocument(v->id_to_bytes[n]).dump());
+      }
+      put(n, c);
       added_ids[c] = static_cast<int32_t>(id->get<uint64_t>());
     }
   }

@@ -184,6 +184,15 @@ TEST(HuggingFaceTokenizer, RefusesWhatItDoesNotImplement) {
          d["pre_tokenizer"] = {{"type", "Metaspace"}};
        },
        "\"Metaspace\" is not supported"},
+      // Found by the hf_tokenizer fuzzer: one id, two texts, so the text
+      // encoded as the first decoded as the second.
+      {"added id twice",
+       [](JsonDocument& d) {
+         JsonDocument again = d["added_tokens"][0];
+         again["content"] = "<|another|>";
+         d["added_tokens"].push_back(again);
+       },
+       "is already"},
   };
   for (const Case& c : cases) {
     JsonDocument d = *base;
