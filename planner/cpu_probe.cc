@@ -27,19 +27,36 @@ namespace mcc {
 namespace planner {
 namespace {
 
-// Best rate of `flops`-sized calls of `run` over about `budget`.
+// Appends the rate of each `work`-sized call of `run` over about `budget`
+// (at least four calls; the first, a warm-up, is not counted) to *rates.
+// False when a call fails.
 template <typename Fn>
-double BestRate(double work, absl::Duration budget, Fn run) {
-  double best = 0;
+bool CallRates(double work, absl::Duration budget, Fn& run,
+               std::vector<double>* rates) {
   const absl::Time start = absl::Now();
   for (int i = 0; i < 1000; ++i) {
     const absl::Time t0 = absl::Now();
-    if (!run()) return 0;
+    if (!run()) return false;
     const double s = absl::ToDoubleSeconds(absl::Now() - t0);
-    if (i > 0 && s > 0) best = std::max(best, work / s);  // first: warm-up
+    if (i > 0 && s > 0) rates->push_back(work / s);
     if (i >= 3 && absl::Now() - start > budget) break;
   }
-  return best;
+  return true;
+}
+
+// The upper median (of an even count, the larger middle value).
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// Best rate of `work`-sized calls of `run` over about `budget`.
+template <typename Fn>
+double BestRate(double work, absl::Duration budget, Fn run) {
+  std::vector<double> rates;
+  if (!CallRates(work, budget, run, &rates) || rates.empty()) return 0;
+  return *std::max_element(rates.begin(), rates.end());
 }
 
 // The median rate of `work`-sized calls while `workers` threads each make
@@ -56,14 +73,8 @@ double ConcurrentMedianRate(int workers, double work, absl::Duration budget,
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
       auto run = make();
-      const absl::Time start = absl::Now();
-      for (int i = 0; i < 1000; ++i) {
-        const absl::Time t0 = absl::Now();
-        if (!run()) return;
-        const double s = absl::ToDoubleSeconds(absl::Now() - t0);
-        if (i > 0 && s > 0) rates[w].push_back(work / s);
-        if (i >= 3 && absl::Now() - start > budget) break;
-      }
+      // A failed call ends this worker; its rates so far still count.
+      CallRates(work, budget, run, &rates[w]);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -71,9 +82,7 @@ double ConcurrentMedianRate(int workers, double work, absl::Duration budget,
   for (const std::vector<double>& r : rates) {
     all.insert(all.end(), r.begin(), r.end());
   }
-  if (all.empty()) return 0;
-  std::nth_element(all.begin(), all.begin() + all.size() / 2, all.end());
-  return all[all.size() / 2];
+  return Median(std::move(all));
 }
 
 DType GemmInput(DType dtype) {
@@ -332,10 +341,6 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(int ranks, int64_t bytes,
   }
   for (std::thread& t : threads) t.join();
   for (const absl::Status& s : status) MCC_RETURN_IF_ERROR(s);
-  auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
   // Back to back on idle ranks a collective costs its steps' latency plus
   // its bytes at the link's rate; between GEMMs it costs more, by about the
   // same time whatever its size (the ranks arrive apart, the collective
@@ -343,19 +348,19 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(int ranks, int64_t bytes,
   // so a large all-reduce of gradients keeps the idle rate and the many
   // small TP collectives pay the excess each.
   const double n = ranks, data = 4.0 * elements;
-  const double small_latency = median(small_s) / (2 * (n - 1));
+  const double small_latency = Median(small_s) / (2 * (n - 1));
   auto rate = [&](double moved, double seconds, double steps) {
     const double transfer =
         std::max({1e-6, 0.1 * seconds, seconds - steps * small_latency});
     return moved / transfer;
   };
-  const double idle_gather = median(idle_gather_s);
+  const double idle_gather = Median(idle_gather_s);
   CollectiveRates rates;
   rates.gather_bandwidth = rate((n - 1) / n * data, idle_gather, n - 1);
   rates.reduce_bandwidth =
-      rate(2 * (n - 1) / n * data, median(idle_reduce_s), 2 * (n - 1));
+      rate(2 * (n - 1) / n * data, Median(idle_reduce_s), 2 * (n - 1));
   rates.latency =
-      small_latency + std::max(0.0, median(gather_s) - idle_gather) / (n - 1);
+      small_latency + std::max(0.0, Median(gather_s) - idle_gather) / (n - 1);
   return rates;
 }
 

@@ -79,9 +79,7 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   // Every GEMM of a micro-batch has T rows (the gathered sequence under
   // SP); the efficiency of that row count.
   const double gemm_rate = dev.PeakFlops(job.dtype) * GemmEfficiencyAt(dev, T);
-  // Attention splits heads under TP, not widths: no narrowing.
-  const double attn_rate = dev.PeakFlops(job.dtype) * GemmEfficiencyAt(dev, T) *
-                           dev.attention_efficiency;
+  const double attn_rate = gemm_rate * dev.attention_efficiency;
   const double bw = dev.memory_bandwidth;
 
   // One layer, one micro-batch, forward.

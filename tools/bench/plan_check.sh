@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The planner against measured runs: the bench preset in 2 processes under
 # several layouts; rank 0's peak memory (train's allocator, the metrics file)
-# and median step time of the iterations after the first two beside tools/plan's prediction
-# for the same layout (pipeline stage 0, --device cpu measured at start) and
-# Megatron's theoretical_memory_usage, as a Markdown table.
+# and median step time of the iterations after the first two beside
+# tools/plan's prediction for the same layout (pipeline stage 0, --device cpu
+# measured at start) and Megatron's theoretical_memory_usage, as a Markdown
+# table.
 #   tools/bazel run //tools/bench:plan_check -- [--iters N] [--procs 2|4]
 #       [--only NAME] [--no-recommend]
 # --procs 4 runs the 4-process list (TP x DP, PP x DP, TP x PP, ZeRO over 4,

@@ -4,10 +4,10 @@
 # inter-token latency at 1, 8, 32 and 64 concurrent clients, for the same
 # model served several ways in one run: continuous batching tuned for latency
 # and for throughput, --max-batch-size 1 (no batching) and static batching,
-# and continuous batching again with
-# weight-only int8 (--quantize int8, the decoding tokens/s change). Prints a markdown table and the goals
-# (at 32 clients: >= 4x the tokens/s of --max-batch-size 1, p99 inter-token
-# latency < 3x the single-client one).
+# and continuous batching again with weight-only int8 (--quantize int8, the
+# decoding tokens/s change). Prints a markdown table and the goals (at 32
+# clients: >= 4x the tokens/s of --max-batch-size 1, p99 inter-token latency
+# < 3x the single-client one).
 #   tools/bazel run //tools/bench:serve [-- SECONDS_PER_POINT]
 set -euo pipefail
 train=$1
