@@ -80,22 +80,30 @@ std::shared_ptr<Work> Work::Done(absl::Status status) {
 
 void Work::MarkDone(absl::Status status) {
   std::function<void(const absl::Status&)> on_done;
+  absl::Status final_status;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;
-    done_ = true;
+    if (done_ || finishing_) return;
+    finishing_ = true;
     status_ = std::move(status);
+    final_status = status_;
     on_done.swap(on_done_);
   }
+  // on_done runs before waiters wake, so a caller that waited on this work
+  // sees its effects (the flight recorder's entry is "completed").
+  if (on_done) on_done(final_status);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  }
   cv_.notify_all();
-  if (on_done) on_done(status_);
 }
 
 void Work::SetOnDone(std::function<void(const absl::Status&)> fn) {
   absl::Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!done_) {
+    if (!done_ && !finishing_) {
       on_done_ = std::move(fn);
       return;
     }

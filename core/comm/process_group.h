@@ -107,7 +107,8 @@ class Work {
   // Marks the operation finished (backends call this once).
   void MarkDone(absl::Status status);
   // Runs fn once with the final status when the operation is seen to finish
-  // (at once if it already has). For the flight recorder.
+  // (at once if it already has). A waiter released by MarkDone sees fn's
+  // effects: fn runs before waiters wake. For the flight recorder.
   void SetOnDone(std::function<void(const absl::Status&)> fn);
 
   // Makes the work device-ordered, as a CUDA work in PyTorch: Wait calls
@@ -126,6 +127,9 @@ class Work {
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
+  // MarkDone has the final status and is running on_done_; waiters still
+  // wait, and a late SetOnDone runs its callback at once.
+  bool finishing_ = false;
   absl::Status status_;
 };
 
