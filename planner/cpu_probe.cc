@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/comm/gloo_process_group.h"
@@ -233,29 +234,37 @@ void Loopback(double* bandwidth, double* latency) {
 
 // gloo's collectives among `ranks` threads of this process over loopback,
 // the transport train's CPU ranks use, every rank on its own thread as the
-// node's ranks are (so they share the cores as they will), each collective
-// after a model-shaped GEMM as in training and back to back: per-rank
-// bandwidths of an all-gather and an all-reduce of `bytes` (back to back),
-// and the latency of one ring step (a 4-byte all-reduce's, plus what a
-// collective between GEMMs costs beyond one back to back). Medians over 8
-// rounds, seen from rank 0. (A fit through two message sizes, tried to split
-// the per-collective cost from the per-byte one, gave bandwidths from 0.5 to 28
-// GB/s between runs: too noisy here.) Measured on a 2-core VM: the same
-// collectives on idle ranks ran at 2 GB/s (the single loopback connection the
-// probe used before: 2.9 GB/s), but TP 2's 2 MB all-gathers and reduce-scatters
-// between its GEMMs took 2.6 ms each in training (a ~0.4 GB/s rate): the
-// ranks arrive apart, the collective thread must be woken, and the copies
-// run on cores that were computing.
+// node's ranks are (so they share the cores as they will), in groups of
+// `group_size` consecutive ranks that all run the same loop at once (as a
+// layout's TP or pipeline groups do), each collective after a model-shaped
+// fp32 GEMM as in training and back to back: per-rank bandwidths of an
+// all-gather and an all-reduce of `bytes` (back to back), and the latency of
+// one ring step (a 4-byte all-reduce's, plus what a collective between GEMMs
+// costs beyond one back to back). Medians over 12 rounds, seen from rank 0 (8
+// rounds gave TP 4's predicted step 3.3-4.1 s in six probes; 16, 3.4-3.8 s).
+// (A fit through two message sizes, tried to split the per-collective cost
+// from the per-byte one, gave bandwidths from 0.5 to 28 GB/s between runs:
+// too noisy here.) Measured on a 2-core VM: the same collectives on idle
+// ranks ran at 2 GB/s (the single loopback connection the probe used before:
+// 2.9 GB/s), but TP 2's 2 MB all-gathers and reduce-scatters between its
+// GEMMs took 2.6 ms each in training (a ~0.4 GB/s rate): the ranks arrive
+// apart, the collective thread must be woken, and the copies run on cores
+// that were computing. The GEMMs between are fp32 whatever the model's type:
+// bf16 training's collectives cost as much as fp32's (4 ranks on 2 cores, TP
+// 2 x DP 2: 0.9-1.0 s a step outside ops in bf16, 0.7 s in fp32), since
+// attention and the memory-bound ops between them do not get faster, but
+// bf16 GEMMs between the probe's collectives halved its latency.
 struct CollectiveRates {
   double gather_bandwidth = 0;
   double reduce_bandwidth = 0;
   double latency = 0;
 };
 
-absl::StatusOr<CollectiveRates> MeasureGlooCollectives(int ranks, int64_t bytes,
+absl::StatusOr<CollectiveRates> MeasureGlooCollectives(int ranks,
+                                                       int group_size,
+                                                       int64_t bytes,
                                                        int64_t gemm_rows,
-                                                       int64_t gemm_width,
-                                                       DType dtype) {
+                                                       int64_t gemm_width) {
   comm::TcpStore::Options store_options;
   store_options.host = "127.0.0.1";
   store_options.port = 0;
@@ -270,8 +279,9 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(int ranks, int64_t bytes,
     stores.push_back(std::move(clone));
   }
   // Whole fp32 elements, a multiple of the group size.
-  const int64_t elements = std::max<int64_t>(ranks, bytes / 4 / ranks * ranks);
-  constexpr int kRounds = 8, kPerRound = 8, kSmall = 20;
+  const int gs = group_size;
+  const int64_t elements = std::max<int64_t>(gs, bytes / 4 / gs * gs);
+  constexpr int kRounds = 12, kPerRound = 8, kSmall = 20;
   std::vector<double> small_s, gather_s, reduce_s, idle_gather_s, idle_reduce_s;
   std::vector<absl::Status> status(ranks);
   std::vector<std::thread> threads;
@@ -280,22 +290,24 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(int ranks, int64_t bytes,
       comm::GroupOptions options;
       options.timeout = absl::Seconds(60);
       options.debug_collectives = false;
-      std::vector<int> members(ranks);
-      for (int i = 0; i < ranks; ++i) members[i] = i;
+      const int first = r / gs * gs;
+      std::vector<int> members(gs);
+      for (int i = 0; i < gs; ++i) members[i] = first + i;
+      const std::string name = absl::StrCat("planner_probe_", first);
       auto group = comm::GlooProcessGroup::Create(
-          std::make_shared<comm::PrefixStore>("planner_probe", stores[r]), r,
-          ranks, "planner_probe", members, options);
+          std::make_shared<comm::PrefixStore>(name, stores[r]), r - first, gs,
+          name, members, options);
       if (!group.ok()) {
         status[r] = group.status();
         return;
       }
       comm::ProcessGroup& g = **group;
-      Tensor in = Tensor::Full({elements / ranks}, 1, DType::kFloat32);
+      Tensor in = Tensor::Full({elements / gs}, 1, DType::kFloat32);
       Tensor out = Tensor::Empty({elements}, DType::kFloat32);
       Tensor sum = Tensor::Full({elements}, 1, DType::kFloat32);
       Tensor one = Tensor::Full({1}, 1, DType::kFloat32);
-      Tensor a = Tensor::Full({gemm_rows, gemm_width}, 0.5, GemmInput(dtype));
-      Tensor b = Tensor::Full({gemm_width, gemm_width}, 0.25, GemmInput(dtype));
+      Tensor a = Tensor::Full({gemm_rows, gemm_width}, 0.5, DType::kFloat32);
+      Tensor b = Tensor::Full({gemm_width, gemm_width}, 0.25, DType::kFloat32);
       Tensor c = Tensor::Empty({gemm_rows, gemm_width}, DType::kFloat32);
       auto note = [&](const absl::Status& s) {
         if (!s.ok() && status[r].ok()) status[r] = s;
@@ -347,7 +359,7 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(int ranks, int64_t bytes,
   // thread must be woken): that excess is added to every step's latency,
   // so a large all-reduce of gradients keeps the idle rate and the many
   // small TP collectives pay the excess each.
-  const double n = ranks, data = 4.0 * elements;
+  const double n = gs, data = 4.0 * elements;
   const double small_latency = Median(small_s) / (2 * (n - 1));
   auto rate = [&](double moved, double seconds, double steps) {
     const double transfer =
@@ -407,12 +419,23 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   // sequence's hidden states (a TP all-gather's; 1-32 MiB).
   absl::StatusOr<CollectiveRates> collectives =
       absl::FailedPreconditionError("one rank a node");
+  absl::StatusOr<CollectiveRates> subgroups =
+      absl::FailedPreconditionError("no subgroup probe");
   if (ranks >= 2) {
     const int64_t bytes =
         std::clamp<int64_t>(model.seq_length * model.hidden_size * 4,
                             int64_t{1} << 20, int64_t{32} << 20);
-    collectives = MeasureGlooCollectives(std::min(static_cast<int>(ranks), 8),
-                                         bytes, rows, width, dtype);
+    const int probe_ranks = std::min(static_cast<int>(ranks), 8);
+    collectives =
+        MeasureGlooCollectives(probe_ranks, probe_ranks, bytes, rows, width);
+    // When ranks time-share cores, a group smaller than the node (TP 2 of
+    // 4 ranks, a pipeline's pair) pays more per collective than the whole
+    // node does together: the node's other groups keep the cores busy when
+    // its ring steps wake (measured, 4 ranks on 2 cores: 2.5-4.6 ms per
+    // step of pairs against 0.8-1.0 ms of the four together).
+    if (collectives.ok() && probe_ranks > 2 && ranks > cores) {
+      subgroups = MeasureGlooCollectives(probe_ranks, 2, bytes, rows, width);
+    }
   }
   ThreadPool::SetGlobalThreads(saved_threads);
   // More ranks than cores time-share them (StepTime::core_wait).
@@ -437,6 +460,11 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
     d.intra_node_bandwidth = collectives->gather_bandwidth;
     d.reduce_bandwidth = collectives->reduce_bandwidth;
     d.intra_node_latency = collectives->latency;
+    if (subgroups.ok()) {
+      d.subgroup_bandwidth = subgroups->gather_bandwidth;
+      d.subgroup_reduce_bandwidth = subgroups->reduce_bandwidth;
+      d.subgroup_latency = subgroups->latency;
+    }
   } else if (ranks >= 2) {
     LOG(WARNING) << "planner: gloo collectives probe failed ("
                  << collectives.status()
@@ -445,6 +473,7 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   d.link_efficiency = 1;
   d.allocator_overhead = 0;
   d.reduce_scatter_copies_input = true;
+  d.reduces_16bit_in_fp32 = true;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   d.memory_bytes = static_cast<double>(pages) * page / ranks;
   d.source = "measured on this machine at start (--device cpu)";

@@ -45,6 +45,14 @@ struct DeviceSpec {
   // cores that also move the data (the CPU probe measures both). 0: the
   // link's bandwidth.
   double reduce_bandwidth = 0;
+  // A group smaller than the node's ranks, while the node's other groups
+  // run the same collectives (a CPU node whose ranks outnumber its cores,
+  // where the others' computing delays each ring step; the CPU probe
+  // measures groups of 2): its gather and reduction rates and per-step
+  // latency. 0: the whole node's figures above.
+  double subgroup_bandwidth = 0;
+  double subgroup_reduce_bandwidth = 0;
+  double subgroup_latency = 0;
   // Fraction of the link bandwidth collectives reach.
   double link_efficiency = 1;
   // Flash attention's FLOP rate relative to the GEMMs'.
@@ -59,6 +67,9 @@ struct DeviceSpec {
   // The reduce-scatter reduces into a private copy of its whole input
   // (gloo on CPU tensors); NCCL reduces in place.
   bool reduce_scatter_copies_input = false;
+  // Reductions of bf16/fp16 data widen to fp32 and move 4-byte elements
+  // (gloo on CPU tensors); NCCL reduces in the data's own type.
+  bool reduces_16bit_in_fp32 = false;
   std::string source;
 
   double PeakFlops(DType dtype) const {

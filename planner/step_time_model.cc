@@ -45,6 +45,17 @@ double GatherOrScatter(double bytes, int n, bool inter, const DeviceSpec& d) {
   return LinkSeconds(1.0 * (n - 1) / n * bytes, n - 1.0, inter, d);
 }
 
+// The link figures a group of `n` ranks inside a node sees: one smaller than
+// the node's ranks takes the device's subgroup figures where it has them.
+DeviceSpec ForGroup(const DeviceSpec& d, int n, int per_node) {
+  if (n >= per_node || d.subgroup_latency <= 0) return d;
+  DeviceSpec g = d;
+  g.intra_node_bandwidth = d.subgroup_bandwidth;
+  g.reduce_bandwidth = d.subgroup_reduce_bandwidth;
+  g.intra_node_latency = d.subgroup_latency;
+  return g;
+}
+
 }  // namespace
 
 double TrainingFlopsPerToken(const gpt::GPTConfig& c) {
@@ -118,13 +129,18 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   // and the output layer's.
   const bool tp_inter = l.tp > per_node;
   const double hidden_bytes = T * h * e;
+  // What a reduction of the hidden states moves (widened to fp32 by gloo).
+  const double reduced_hidden_bytes =
+      dev.reduces_16bit_in_fp32 ? T * h * std::max(e, 4.0) : hidden_bytes;
   double tp_mb = 0, tp_hidden_mb = 0;
   if (l.tp > 1) {
+    const DeviceSpec tp_dev = ForGroup(dev, l.tp, per_node);
     const double per_layer =
         l.sequence_parallel
-            ? 6 * GatherOrScatter(hidden_bytes, l.tp, tp_inter, dev) +
-                  4 * ReduceScatter(hidden_bytes, l.tp, tp_inter, dev)
-            : 4 * AllReduce(hidden_bytes, l.tp, tp_inter, dev);
+            ? 6 * GatherOrScatter(hidden_bytes, l.tp, tp_inter, tp_dev) +
+                  4 * ReduceScatter(reduced_hidden_bytes, l.tp, tp_inter,
+                                    tp_dev)
+            : 4 * AllReduce(reduced_hidden_bytes, l.tp, tp_inter, tp_dev);
     double exposed = per_layer;
     if (job.overlap_tp_comm && l.sequence_parallel) {
       // Megatron's --tp-comm-overlap splits each all-gather (reduce-scatter)
@@ -138,7 +154,7 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
       // gradients (beside their input-gradient GEMMs).
       const double qkv = h * (h + 2 * kv), proj = h * h, fc1 = h * f1,
                    fc2 = f * h;
-      const double comm = GatherOrScatter(hidden_bytes, l.tp, tp_inter, dev);
+      const double comm = GatherOrScatter(hidden_bytes, l.tp, tp_inter, tp_dev);
       exposed = 0;
       for (double w : {qkv, proj, fc1, fc2, qkv, qkv, fc1, fc1, proj, fc2}) {
         const double gemm = 2 * T * w / t / gemm_rate;
@@ -146,7 +162,8 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
       }
     }
     exposed = per_layer - dev.comm_overlap * (per_layer - exposed);
-    tp_mb = layers * exposed + 2 * AllReduce(hidden_bytes, l.tp, tp_inter, dev);
+    tp_mb = layers * exposed +
+            2 * AllReduce(reduced_hidden_bytes, l.tp, tp_inter, tp_dev);
     tp_hidden_mb = layers * (per_layer - exposed);
   }
   st.tp_comm = m * tp_mb;
@@ -158,7 +175,9 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     const bool cp_inter = l.tp * l.cp > per_node;
     const double kv_bytes = 2 * T * kv / t * e;
     const double ring =
-        3 * (l.cp - 1) * LinkSeconds(kv_bytes, 1, cp_inter, dev) * layers;
+        3 * (l.cp - 1) *
+        LinkSeconds(kv_bytes, 1, cp_inter, ForGroup(dev, l.cp, per_node)) *
+        layers;
     const double hideable = 3.5 * attn_fwd * layers;
     st.cp_comm = m * (ring - dev.comm_overlap * std::min(ring, hideable));
     st.cp_comm_hidden = m * ring - st.cp_comm;
@@ -180,6 +199,7 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   const int shards = l.dp * l.cp;
   if (shards > 1) {
     const bool dp_inter = l.tp * l.cp * l.dp > per_node;
+    const DeviceSpec dp_dev = ForGroup(dev, shards, per_node);
     const double P = static_cast<double>(
         StageParams(c, l.tp, l.pp, l.pp - 1, static_cast<int>(layers)));
     const double grads = 4 * P, params = e * P;
@@ -187,13 +207,14 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     switch (l.zero) {
       case ZeroStage::kNone:
       case ZeroStage::kOptimizer: {
-        const double reduce = l.zero == ZeroStage::kNone
-                                  ? AllReduce(grads, shards, dp_inter, dev)
-                                  : ReduceScatter(grads, shards, dp_inter, dev);
+        const double reduce =
+            l.zero == ZeroStage::kNone
+                ? AllReduce(grads, shards, dp_inter, dp_dev)
+                : ReduceScatter(grads, shards, dp_inter, dp_dev);
         const double gather =
             l.zero == ZeroStage::kNone
                 ? 0
-                : GatherOrScatter(params, shards, dp_inter, dev);
+                : GatherOrScatter(params, shards, dp_inter, dp_dev);
         const double buckets = std::max(
             1.0, std::ceil(grads / std::max<int64_t>(1, job.bucket_bytes)));
         comm = reduce + gather;
@@ -209,8 +230,8 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
         // Each micro-batch reduce-scatters its gradients as units finish
         // (behind the backward); ZeRO-3 also gathers every unit before its
         // forward and backward (prefetched behind the previous unit).
-        const double rs = ReduceScatter(grads, shards, dp_inter, dev);
-        const double ag = GatherOrScatter(params, shards, dp_inter, dev);
+        const double rs = ReduceScatter(grads, shards, dp_inter, dp_dev);
+        const double ag = GatherOrScatter(params, shards, dp_inter, dp_dev);
         const double units = layers + 2;
         if (l.zero == ZeroStage::kGradients) {
           comm = m * rs + ag;
@@ -234,7 +255,9 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   // per micro-batch; overlapped, only the fill and drain are exposed.
   if (l.pp > 1) {
     const bool pp_inter = l.world() > per_node;
-    const double msg = LinkSeconds(Tl * h * e, 1, pp_inter, dev);
+    // Each send is between two stages while the others compute.
+    const double msg =
+        LinkSeconds(Tl * h * e, 1, pp_inter, ForGroup(dev, 2, per_node));
     const double all = 2.0 * m * l.virtual_stages * msg;
     const double exposed =
         job.overlap_p2p ? std::min(all, 2.0 * (l.pp - 1) * msg) : all;

@@ -146,6 +146,67 @@ TEST(StepTimeModelTest, ReducingCollectivesUseTheReduceBandwidth) {
   EXPECT_DOUBLE_EQ(inter.dp_comm, EstimateStepTime(job, dp).dp_comm);
 }
 
+// A group smaller than the node's ranks (TP 2 of 8) takes the subgroup
+// figures where the device has them; the whole node's group keeps the node's.
+TEST(StepTimeModelTest, SmallerGroupsUseTheSubgroupFigures) {
+  JobSpec job = H100Job(1, 8);
+  job.cluster.device.comm_overlap = 0;
+  Layout tp2;
+  tp2.tp = 2;
+  tp2.dp = 4;
+  tp2.sequence_parallel = true;
+  Layout tp8;
+  tp8.tp = 8;
+  tp8.sequence_parallel = true;
+  const StepTime tp2_node = EstimateStepTime(job, tp2);
+  const StepTime tp8_node = EstimateStepTime(job, tp8);
+  DeviceSpec& d = job.cluster.device;
+  d.subgroup_bandwidth = d.intra_node_bandwidth / 4;
+  d.subgroup_reduce_bandwidth = d.intra_node_bandwidth / 4;
+  d.subgroup_latency = d.intra_node_latency * 10;
+  const StepTime tp2_sub = EstimateStepTime(job, tp2);
+  EXPECT_DOUBLE_EQ(EstimateStepTime(job, tp8).tp_comm, tp8_node.tp_comm);
+  // TP 2: per layer 6 gathers and 4 reduce-scatters of one ring step each,
+  // plus two all-reduces of two steps, per micro-batch.
+  const double bytes = 1.0 * tp2.micro_batch * 2048 * 1024 * 2;
+  auto comm = [&](double bw, double lat) {
+    return NumMicroBatches(job, tp2) *
+           (8 * 10 * (bytes / 2 / bw + lat) + 2 * (bytes / bw + 2 * lat));
+  };
+  const double link = d.link_efficiency;
+  EXPECT_NEAR(tp2_node.tp_comm,
+              comm(d.intra_node_bandwidth * link, d.intra_node_latency),
+              1e-9 * tp2_node.tp_comm);
+  EXPECT_NEAR(tp2_sub.tp_comm,
+              comm(d.subgroup_bandwidth * link, d.subgroup_latency),
+              1e-9 * tp2_sub.tp_comm);
+}
+
+// gloo widens bf16 reductions to fp32: TP's reduce-scatters and all-reduces
+// move twice the bytes; its gathers do not.
+TEST(StepTimeModelTest, WidenedReductionsMoveFp32) {
+  JobSpec job = H100Job(1, 8);
+  job.cluster.device.comm_overlap = 0;
+  Layout tp;
+  tp.tp = 8;
+  tp.sequence_parallel = true;
+  const StepTime native = EstimateStepTime(job, tp);
+  job.cluster.device.reduces_16bit_in_fp32 = true;
+  const StepTime widened = EstimateStepTime(job, tp);
+  const DeviceSpec& d = job.cluster.device;
+  const double n = 8, rate = d.intra_node_bandwidth * d.link_efficiency;
+  const double hidden_bytes = 1.0 * tp.micro_batch * 2048 * 1024 * 2;
+  // The extra bf16 bytes once more: 4 reduce-scatters a layer, 2 all-reduces.
+  const double extra = 8 * 4 * (n - 1) / n * hidden_bytes / rate +
+                       2 * 2 * (n - 1) / n * hidden_bytes / rate;
+  EXPECT_NEAR(widened.tp_comm - native.tp_comm,
+              NumMicroBatches(job, tp) * extra, 1e-9 * native.tp_comm);
+  job.dtype = DType::kFloat32;
+  const StepTime fp32_widened = EstimateStepTime(job, tp);
+  job.cluster.device.reduces_16bit_in_fp32 = false;
+  EXPECT_DOUBLE_EQ(fp32_widened.tp_comm, EstimateStepTime(job, tp).tp_comm);
+}
+
 // Ranks that outnumber the cores (a CPU probe's core_share < 1): the step
 // is at least the node's compute spread over the cores plus the exposed
 // collectives (the group waits together), while a pipeline bubble leaves the

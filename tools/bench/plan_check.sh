@@ -19,7 +19,7 @@ launch=$1
 train=$2
 plan=$3
 shift 3
-iters=6
+iters=8
 procs=2
 only=""
 recommend=1
