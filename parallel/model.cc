@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/comm/all_reduce_coalesced.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -89,13 +90,13 @@ absl::Status Model::SyncSharedGradients(comm::ProcessGroup* embedding_group) {
 absl::Status Model::FinalizeGradients() {
   comm::ProcessGroup* tp = tensor_group();
   if (tp == nullptr || tp->size() == 1) return absl::OkStatus();
+  // One collective for all of them (norms and row-parallel biases: six a
+  // layer), not one each.
+  std::vector<Tensor*> grads;
   for (const auto& p : parameters()) {
-    if (p->sequence_parallel) {
-      MCC_RETURN_IF_ERROR(
-          tp->AllReduceSync(&p->main_grad, comm::ReduceOp::kSum));
-    }
+    if (p->sequence_parallel) grads.push_back(&p->main_grad);
   }
-  return absl::OkStatus();
+  return comm::AllReduceCoalescedSync(tp, grads, comm::ReduceOp::kSum);
 }
 
 absl::Status Model::CallUnitHooks(absl::Status (UnitHooks::*fn)(int),

@@ -168,6 +168,12 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   }
   st.tp_comm = m * tp_mb;
   st.tp_comm_hidden = m * tp_hidden_mb;
+  if (l.tp > 1 && l.sequence_parallel) {
+    // Once a step: the norms' and row-parallel biases' fp32 gradients (about
+    // six vectors of h a layer), summed over TP in one coalesced all-reduce.
+    st.tp_comm += AllReduce(4 * h * (6 * layers + 2), l.tp, tp_inter,
+                            ForGroup(dev, l.tp, per_node));
+  }
 
   // CP: the ring passes K and V (CP - 1 times) in the forward, and K, V
   // and their gradients in the backward, behind the attention.

@@ -135,8 +135,12 @@ TEST(StepTimeModelTest, ReducingCollectivesUseTheReduceBandwidth) {
   const double hidden_bytes = 1.0 * tp.micro_batch * 2048 * 1024 * 2;
   const double per_micro_batch = 8 * 4 * (n - 1) / n * hidden_bytes / rate +
                                  2 * 2 * (n - 1) / n * hidden_bytes / rate;
+  // And once a step, the norms' and biases' gradients: 6 vectors of h a
+  // layer and the final norm's 2, fp32.
+  const double sp_grads = 4.0 * 1024 * (6 * 8 + 2);
   EXPECT_NEAR(tp_slow.tp_comm - tp_link.tp_comm,
-              NumMicroBatches(job, tp) * per_micro_batch,
+              NumMicroBatches(job, tp) * per_micro_batch +
+                  2 * (n - 1) / n * sp_grads / rate,
               1e-9 * tp_link.tp_comm);
   // Between nodes the link's rate holds.
   job.cluster.devices_per_node = 1;
@@ -169,9 +173,11 @@ TEST(StepTimeModelTest, SmallerGroupsUseTheSubgroupFigures) {
   // TP 2: per layer 6 gathers and 4 reduce-scatters of one ring step each,
   // plus two all-reduces of two steps, per micro-batch.
   const double bytes = 1.0 * tp2.micro_batch * 2048 * 1024 * 2;
+  const double sp_grads = 4.0 * 1024 * (6 * 8 + 2);
   auto comm = [&](double bw, double lat) {
     return NumMicroBatches(job, tp2) *
-           (8 * 10 * (bytes / 2 / bw + lat) + 2 * (bytes / bw + 2 * lat));
+               (8 * 10 * (bytes / 2 / bw + lat) + 2 * (bytes / bw + 2 * lat)) +
+           sp_grads / bw + 2 * lat;
   };
   const double link = d.link_efficiency;
   EXPECT_NEAR(tp2_node.tp_comm,

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/comm/all_reduce_coalesced.h"
 #include "core/comm/init.h"
 #include "core/comm/mp_test_util.h"
 #include "core/tensor.h"
@@ -257,6 +258,30 @@ MCC_WORKER(collectives) {
       failures +=
           Compare(absl::StrCat("async AllReduce ", k), ts[k],
                   ReduceRef(DType::kFloat32, {13}, n, 500 + k, ReduceOp::kSum));
+    }
+  }
+  // Coalesced: three tensors of odd shapes in one collective, each reduced
+  // as by itself; mixed dtypes are refused, naming the tensor.
+  {
+    const std::vector<Shape> shapes = {{7}, {3, 5}, {1}};
+    std::vector<Tensor> ts;
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      ts.push_back(Input(DType::kFloat32, shapes[k], r, 600 + k));
+    }
+    std::vector<Tensor*> ptrs = {&ts[0], &ts[1], &ts[2]};
+    absl::Status s = AllReduceCoalescedSync(&pg, ptrs, ReduceOp::kSum);
+    if (!s.ok()) return Fail("AllReduceCoalesced", s);
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      failures += Compare(
+          absl::StrCat("AllReduceCoalesced ", k), ts[k],
+          ReduceRef(DType::kFloat32, shapes[k], n, 600 + k, ReduceOp::kSum));
+    }
+    Tensor half = Input(DType::kBFloat16, {2}, r, 700);
+    s = AllReduceCoalescedSync(&pg, {&ts[0], &half}, ReduceOp::kSum);
+    if (s.ok() || s.message().find("tensor 1 is bf16") == std::string::npos) {
+      fprintf(stderr, "AllReduceCoalesced of mixed dtypes: %s\n",
+              s.ToString().c_str());
+      ++failures;
     }
   }
   absl::Status s = pg.BarrierSync();

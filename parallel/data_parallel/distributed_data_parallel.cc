@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "core/comm/all_reduce_coalesced.h"
 #include "core/ops/elementwise.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
@@ -325,7 +326,7 @@ absl::Status DistributedDataParallel::StartParamGather() {
   if (!config_.use_distributed_optimizer || dp_size() == 1) {
     return absl::OkStatus();
   }
-  const int n = dp_size(), r = dp_rank();
+  const int r = dp_rank();
   // Forward order: the last bucket holds the first layers.
   for (int b = static_cast<int>(buckets_.size()) - 1; b >= 0; --b) {
     if (param_work_[b]) {
@@ -391,19 +392,21 @@ absl::Status DistributedDataParallel::FinalizeGradients() {
   if (tp_ == nullptr) return absl::OkStatus();
   // Sequence parallelism leaves the gradients of the parameters it applies
   // to a TP rank's own tokens (norms) partial: sum them over TP.
+  // In one collective (as Megatron coalesces them), not one each.
+  std::vector<Tensor*> grads;
+  Tensor skipped;  // The test hook's copy: reduced, then dropped.
   for (const auto& p : params_) {
     if (!p->sequence_parallel) continue;
     if (p->name == config_.skip_sequence_parallel_reduce_for_testing) {
-      Tensor copy = Tensor::Empty(p->main_grad.shape(), DType::kFloat32,
-                                  p->main_grad.device());
-      MCC_RETURN_IF_ERROR(copy.CopyFrom(p->main_grad));
-      MCC_RETURN_IF_ERROR(tp_->AllReduceSync(&copy, comm::ReduceOp::kSum));
+      skipped = Tensor::Empty(p->main_grad.shape(), DType::kFloat32,
+                              p->main_grad.device());
+      MCC_RETURN_IF_ERROR(skipped.CopyFrom(p->main_grad));
+      grads.push_back(&skipped);
       continue;
     }
-    MCC_RETURN_IF_ERROR(
-        tp_->AllReduceSync(&p->main_grad, comm::ReduceOp::kSum));
+    grads.push_back(&p->main_grad);
   }
-  return absl::OkStatus();
+  return comm::AllReduceCoalescedSync(tp_, grads, comm::ReduceOp::kSum);
 }
 
 absl::StatusOr<std::unique_ptr<optim::Optimizer>>
