@@ -4,7 +4,7 @@
 # and median step time of the iterations after the first two beside
 # tools/plan's prediction for the same layout (pipeline stage 0, --device cpu
 # measured at start) and Megatron's theoretical_memory_usage, as a Markdown
-# table.
+# table, with the hypervisor's steal time during each run (a VM neighbour's load).
 #   tools/bazel run //tools/bench:plan_check -- [--iters N] [--procs 2|4]
 #       [--only NAME] [--no-recommend]
 # --procs 4 runs the 4-process list (TP x DP, PP x DP, TP x PP, ZeRO over 4,
@@ -118,8 +118,11 @@ print(" ".join(out))
 PY
 }
 
-echo "| layout | measured peak (rank 0) | predicted | error | Megatron's formula | measured step | predicted step | error |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| layout | measured peak (rank 0) | predicted | error | Megatron's formula | measured step | predicted step | error | steal |"
+echo "|---|---|---|---|---|---|---|---|---|"
+# The hypervisor's steal time (/proc/stat) over a run, as a share of the
+# cores' time: a VM neighbour's load shows here, not in the run's figures.
+steal_jiffies() { awk '/^cpu /{print $9}' /proc/stat; }
 # measure NAME LAYOUT FLAGS MODEL_FLAGS: one training run and its table row;
 # appends "LAYOUT STEP_SECONDS" to $work/measured.
 measure() {
@@ -129,17 +132,23 @@ measure() {
   bf16=()
   [[ " $flags " == *" --bf16 "* ]] && bf16=(--bf16)
   rm -f "$work/m.jsonl"  # train appends to its metrics file
+  local steal0 t0
+  steal0=$(steal_jiffies)
+  t0=$(date +%s.%N)
   "$launch" --nproc_per_node "$procs" -- "$train" "${common[@]}" "${model[@]}" \
     "${extra[@]}" --metrics-file "$work/m.jsonl" > "$work/train.log" 2>&1 \
     || { tail -20 "$work/train.log"; exit 1; }
+  local steal
+  steal=$(python3 -c "import os,sys; s0,s1,t0,t1=map(float,sys.argv[1:]); print('%.1f%%' % (100*(s1-s0)/os.sysconf('SC_CLK_TCK')/os.cpu_count()/max(1e-9,t1-t0)))" \
+    "$steal0" "$(steal_jiffies)" "$t0" "$(date +%s.%N)")
   # The planner probes the machine: let the run's exit (freeing its memory)
   # finish first, as a job is planned on a quiet machine.
   sleep 3
   "$plan" --preset bench --global-batch-size 8 "${model[@]}" --device cpu \
     --devices-per-node "$procs" "${bf16[@]}" --explain "$layout" --json > "$work/p.json"
-  python3 - "$name" "$work/m.jsonl" "$work/p.json" "$layout" "$work/measured" <<'PY'
+  python3 - "$name" "$work/m.jsonl" "$work/p.json" "$layout" "$work/measured" "$steal" <<'PY'
 import json, sys
-name, metrics, pred, layout, measured = sys.argv[1:]
+name, metrics, pred, layout, measured, steal = sys.argv[1:]
 rows = [json.loads(l) for l in open(metrics)]
 peak = max(r["mem_peak_bytes"] for r in rows)
 # The steady state: the median of the iterations after the first two (the
@@ -152,9 +161,9 @@ mem = p["stage_memory"][0]
 t = p["time"]["total"]
 meg = p["memory"]["megatron_theoretical"]
 g = lambda b: "%.1f MiB" % (b / 2**20)
-print("| %s | %s | %s | %+.1f%% | %s | %.2f s | %.2f s | %+.0f%% |" % (
+print("| %s | %s | %s | %+.1f%% | %s | %.2f s | %.2f s | %+.0f%% | %s |" % (
     name, g(peak), g(mem), 100 * (mem - peak) / peak, g(meg), step, t,
-    100 * (t - step) / step))
+    100 * (t - step) / step, steal))
 with open(measured, "a") as f:
     f.write("%s %.4f %s\n" % (layout, step, name.replace(" ", "_")))
 PY
