@@ -24,6 +24,14 @@ JobSpec H100Job(int nodes, int64_t global_batch) {
   return job;
 }
 
+// TP over `tp` devices with sequence parallelism.
+Layout SequenceParallel(int tp) {
+  Layout l;
+  l.tp = tp;
+  l.sequence_parallel = true;
+  return l;
+}
+
 // Megatron's count (Narayanan et al. 2021): 72 L h^2 (1 + s / 6h +
 // V / 12 h L) FLOPs a token for ffn 4h.
 TEST(StepTimeModelTest, FlopsPerTokenAsMegatronCounts) {
@@ -155,13 +163,9 @@ TEST(StepTimeModelTest, ReducingCollectivesUseTheReduceBandwidth) {
 TEST(StepTimeModelTest, SmallerGroupsUseTheSubgroupFigures) {
   JobSpec job = H100Job(1, 8);
   job.cluster.device.comm_overlap = 0;
-  Layout tp2;
-  tp2.tp = 2;
+  Layout tp2 = SequenceParallel(2);
   tp2.dp = 4;
-  tp2.sequence_parallel = true;
-  Layout tp8;
-  tp8.tp = 8;
-  tp8.sequence_parallel = true;
+  const Layout tp8 = SequenceParallel(8);
   const StepTime tp2_node = EstimateStepTime(job, tp2);
   const StepTime tp8_node = EstimateStepTime(job, tp8);
   DeviceSpec& d = job.cluster.device;
@@ -193,9 +197,7 @@ TEST(StepTimeModelTest, SmallerGroupsUseTheSubgroupFigures) {
 TEST(StepTimeModelTest, WidenedReductionsMoveFp32) {
   JobSpec job = H100Job(1, 8);
   job.cluster.device.comm_overlap = 0;
-  Layout tp;
-  tp.tp = 8;
-  tp.sequence_parallel = true;
+  const Layout tp = SequenceParallel(8);
   const StepTime native = EstimateStepTime(job, tp);
   job.cluster.device.reduces_16bit_in_fp32 = true;
   const StepTime widened = EstimateStepTime(job, tp);
@@ -220,9 +222,7 @@ TEST(StepTimeModelTest, WidenedReductionsMoveFp32) {
 TEST(StepTimeModelTest, SharedCoresAddCollectivesButAbsorbBubbles) {
   JobSpec job = H100Job(1, 8);
   job.cluster.device.comm_overlap = 0;
-  Layout tp;
-  tp.tp = 8;
-  tp.sequence_parallel = true;
+  const Layout tp = SequenceParallel(8);
   const StepTime own = EstimateStepTime(job, tp);
   ASSERT_EQ(own.core_wait, 0);
   ASSERT_GT(own.tp_comm, 0);
