@@ -431,8 +431,8 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
     // When ranks time-share cores, a group smaller than the node (TP 2 of
     // 4 ranks, a pipeline's pair) pays more per collective than the whole
     // node does together: the node's other groups keep the cores busy when
-    // its ring steps wake (measured, 4 ranks on 2 cores: 2.5-4.6 ms per
-    // step of pairs against 0.8-1.0 ms of the four together).
+    // its ring steps wake (measured, 4 ranks on 2 cores: 1.6-5.0 ms per
+    // step of pairs against 0.8-1.3 ms of the four together).
     if (collectives.ok() && probe_ranks > 2 && ranks > cores) {
       subgroups = MeasureGlooCollectives(probe_ranks, 2, bytes, rows, width);
     }
