@@ -240,8 +240,11 @@ void Loopback(double* bandwidth, double* latency) {
 // fp32 GEMM as in training and back to back: per-rank bandwidths of an
 // all-gather and an all-reduce of `bytes` (back to back), and the latency of
 // one ring step (a 4-byte all-reduce's, plus what a collective between GEMMs
-// costs beyond one back to back). Medians over 12 rounds, seen from rank 0 (8
-// rounds gave TP 4's predicted step 3.3-4.1 s in six probes; 16, 3.4-3.8 s).
+// costs beyond one back to back). Medians over `rounds` rounds, seen from
+// rank 0: the probe's noise falls with them (the whole node: TP 4's
+// predicted step over six probes 3.3-4.1 s with 8 rounds, 3.4-3.8 s with 16;
+// pairs: TP 2 x DP 2's 2.24-2.81 s over five probes with 12 rounds, 2.40-2.76
+// s over eight with 24, the pairs' step latency 1.4-3.3 ms against 1.9-2.8).
 // (A fit through two message sizes, tried to split the per-collective cost
 // from the per-byte one, gave bandwidths from 0.5 to 28 GB/s between runs:
 // too noisy here.) Measured on a 2-core VM: the same collectives on idle
@@ -260,11 +263,9 @@ struct CollectiveRates {
   double latency = 0;
 };
 
-absl::StatusOr<CollectiveRates> MeasureGlooCollectives(int ranks,
-                                                       int group_size,
-                                                       int64_t bytes,
-                                                       int64_t gemm_rows,
-                                                       int64_t gemm_width) {
+absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
+    int ranks, int group_size, int64_t bytes, int64_t gemm_rows,
+    int64_t gemm_width, int rounds) {
   comm::TcpStore::Options store_options;
   store_options.host = "127.0.0.1";
   store_options.port = 0;
@@ -281,7 +282,8 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(int ranks,
   // Whole fp32 elements, a multiple of the group size.
   const int gs = group_size;
   const int64_t elements = std::max<int64_t>(gs, bytes / 4 / gs * gs);
-  constexpr int kRounds = 12, kPerRound = 8, kSmall = 20;
+  const int kRounds = rounds;
+  constexpr int kPerRound = 8, kSmall = 20;
   std::vector<double> small_s, gather_s, reduce_s, idle_gather_s, idle_reduce_s;
   std::vector<absl::Status> status(ranks);
   std::vector<std::thread> threads;
@@ -426,15 +428,16 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
         std::clamp<int64_t>(model.seq_length * model.hidden_size * 4,
                             int64_t{1} << 20, int64_t{32} << 20);
     const int probe_ranks = std::min(static_cast<int>(ranks), 8);
-    collectives =
-        MeasureGlooCollectives(probe_ranks, probe_ranks, bytes, rows, width);
+    collectives = MeasureGlooCollectives(probe_ranks, probe_ranks, bytes, rows,
+                                         width, 12);
     // When ranks time-share cores, a group smaller than the node (TP 2 of
     // 4 ranks, a pipeline's pair) pays more per collective than the whole
     // node does together: the node's other groups keep the cores busy when
     // its ring steps wake (measured, 4 ranks on 2 cores: 1.6-5.0 ms per
     // step of pairs against 0.8-1.3 ms of the four together).
     if (collectives.ok() && probe_ranks > 2 && ranks > cores) {
-      subgroups = MeasureGlooCollectives(probe_ranks, 2, bytes, rows, width);
+      subgroups =
+          MeasureGlooCollectives(probe_ranks, 2, bytes, rows, width, 24);
     }
   }
   ThreadPool::SetGlobalThreads(saved_threads);
