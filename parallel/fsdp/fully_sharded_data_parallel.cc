@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/comm/all_reduce_coalesced.h"
 #include "core/ops/elementwise.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
@@ -577,37 +578,21 @@ absl::StatusOr<Tensor> FullyShardedDataParallel::HeldGradient(
 absl::Status FullyShardedDataParallel::FinalizeGradients() {
   if (tp_ == nullptr) return absl::OkStatus();
   // The shards' pieces of sequence-parallel parameters, summed over TP in
-  // one buffer (TP ranks' layouts agree, so the pieces match).
+  // one collective (TP ranks' layouts agree, so the pieces match).
   std::vector<Tensor> pieces;
-  int64_t total = 0;
   for (Unit& unit : units_) {
     for (const auto& piece : unit.pieces) {
       if (!unit.layout.params[piece.param]->sequence_parallel) continue;
-      const int64_t n = piece.end - piece.begin;
       MCC_ASSIGN_OR_RETURN(
           Tensor view,
-          unit.grad_shard.Slice(piece.shard_offset, piece.shard_offset + n));
+          unit.grad_shard.Slice(piece.shard_offset,
+                                piece.shard_offset + piece.end - piece.begin));
       pieces.push_back(std::move(view));
-      total += n;
     }
   }
-  Tensor buf =
-      Tensor::Empty({std::max<int64_t>(total, 1)}, DType::kFloat32, device_);
-  if (total == 0) buf.Zero();
-  int64_t at = 0;
-  for (Tensor& piece : pieces) {
-    MCC_ASSIGN_OR_RETURN(Tensor to, buf.Slice(at, at + piece.numel()));
-    MCC_RETURN_IF_ERROR(ops::Convert(piece, &to));
-    at += piece.numel();
-  }
-  MCC_RETURN_IF_ERROR(tp_->AllReduceSync(&buf, comm::ReduceOp::kSum));
-  at = 0;
-  for (Tensor& piece : pieces) {
-    MCC_ASSIGN_OR_RETURN(Tensor from, buf.Slice(at, at + piece.numel()));
-    MCC_RETURN_IF_ERROR(ops::Convert(from, &piece));
-    at += piece.numel();
-  }
-  return absl::OkStatus();
+  std::vector<Tensor*> grads;
+  for (Tensor& piece : pieces) grads.push_back(&piece);
+  return comm::AllReduceCoalescedSync(tp_, grads, comm::ReduceOp::kSum);
 }
 
 absl::Status FullyShardedDataParallel::AfterOptimizerStep() {
