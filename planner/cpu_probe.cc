@@ -282,7 +282,6 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
   // Whole fp32 elements, a multiple of the group size.
   const int gs = group_size;
   const int64_t elements = std::max<int64_t>(gs, bytes / 4 / gs * gs);
-  const int kRounds = rounds;
   constexpr int kPerRound = 8, kSmall = 20;
   std::vector<double> small_s, gather_s, reduce_s, idle_gather_s, idle_reduce_s;
   std::vector<absl::Status> status(ranks);
@@ -326,7 +325,7 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
         }
         return absl::ToDoubleSeconds(absl::Now() - t0);
       };
-      for (int round = 0; round <= kRounds; ++round) {
+      for (int round = 0; round <= rounds; ++round) {
         if (!note(g.Barrier()->Wait())) return;
         const absl::Time s0 = absl::Now();
         for (int i = 0; i < kSmall; ++i) {

@@ -128,13 +128,13 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   // parallelism re-gathers two inputs in the backward. Plus the embedding's
   // and the output layer's.
   const bool tp_inter = l.tp > per_node;
+  const DeviceSpec tp_dev = ForGroup(dev, l.tp, per_node);
   const double hidden_bytes = T * h * e;
   // What a reduction of the hidden states moves (widened to fp32 by gloo).
   const double reduced_hidden_bytes =
       dev.reduces_16bit_in_fp32 ? T * h * std::max(e, 4.0) : hidden_bytes;
   double tp_mb = 0, tp_hidden_mb = 0;
   if (l.tp > 1) {
-    const DeviceSpec tp_dev = ForGroup(dev, l.tp, per_node);
     const double per_layer =
         l.sequence_parallel
             ? 6 * GatherOrScatter(hidden_bytes, l.tp, tp_inter, tp_dev) +
@@ -171,8 +171,7 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   if (l.tp > 1 && l.sequence_parallel) {
     // Once a step: the norms' and row-parallel biases' fp32 gradients (about
     // six vectors of h a layer), summed over TP in one coalesced all-reduce.
-    st.tp_comm += AllReduce(4 * h * (6 * layers + 2), l.tp, tp_inter,
-                            ForGroup(dev, l.tp, per_node));
+    st.tp_comm += AllReduce(4 * h * (6 * layers + 2), l.tp, tp_inter, tp_dev);
   }
 
   // CP: the ring passes K and V (CP - 1 times) in the forward, and K, V
