@@ -100,7 +100,9 @@ MCC_WORKER(observed_calls) {
   comm::GroupOptions options;
   options.timeout = absl::Seconds(30);
   absl::StatusOr<comm::World> world = comm::InitWorldFromEnvironment(options);
-  if (!world.ok()) return 10;
+  if (!world.ok()) {
+    return comm::testing::ReportFailure("init", world.status(), 10);
+  }
   comm::ProcessGroup& pg = *world->group;
   TraceRecorder& recorder = TraceRecorder::Global();
   recorder.Enable(pg.rank());

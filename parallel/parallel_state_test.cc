@@ -17,7 +17,9 @@ MCC_WORKER(groups) {
   comm::GroupOptions options;
   options.timeout = absl::Seconds(30);
   auto world = comm::InitWorldFromEnvironment(options);
-  if (!world.ok()) return 3;
+  if (!world.ok()) {
+    return comm::testing::ReportFailure("init", world.status(), 3);
+  }
   auto state = ParallelState::Create(world->group, {2, 2, 1});
   if (!state.ok()) {
     std::fprintf(stderr, "%s\n", state.status().ToString().c_str());

@@ -156,7 +156,9 @@ MCC_WORKER(int8_ckpt_tp) {
   comm::GroupOptions options;
   options.timeout = absl::Seconds(60);
   auto world = comm::InitWorldFromEnvironment(options);
-  if (!world.ok()) return 3;
+  if (!world.ok()) {
+    return comm::testing::ReportFailure("init", world.status(), 3);
+  }
   auto model = Model(false, 1, world->group.get());
   auto reader = CheckpointReader::Open(Dir("dense_gelu_int8"));
   if (!reader.ok()) return 4;

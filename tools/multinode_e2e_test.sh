@@ -22,9 +22,23 @@ common=(--mock-data --vocab-size 512 --num-layers 2 --hidden-size 64
         --tensor-model-parallel-size 2 --sequence-parallel)
 limit=240  # seconds per run; a run takes about 10 s on 2 loaded cores
 
-# A port nobody listens on now (the kernel's choice of a free one).
+# A port nobody listens on now, below the kernel's ephemeral range (as
+# FindFreePort picks): no outgoing connection can take it before the store
+# listens on it.
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(64):
+    port = random.randrange(max(1024, low // 2), low) if low > 2048 else 0
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", port)); print(s.getsockname()[1]); break
+    except OSError:
+        pass
+    finally:
+        s.close()
+'
 }
 
 # Waits for the given pids; fails (printing the logs) if any failed.

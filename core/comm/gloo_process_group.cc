@@ -174,6 +174,9 @@ uint32_t Tag(const ProcessGroup::Call& call) {
   return static_cast<uint32_t>(call.seq & 0x7fffffff);
 }
 
+// Outside the range Tag() gives collectives.
+constexpr uint32_t kCreationBarrierTag = 0x80000000u;
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
@@ -193,6 +196,16 @@ absl::StatusOr<std::shared_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
                          options.timeout);
     std::shared_ptr<gloo::transport::Device> device = SharedDevice();
     context->connectFullMesh(gloo_store, device);
+    // A rank's mesh can be complete while a peer is still finishing its
+    // side; without this barrier a fast rank that returned and exited
+    // would break the slower rank's creation ("Connection closed by
+    // peer"). PyTorch's init_process_group ends with a barrier likewise.
+    if (size > 1) {
+      gloo::BarrierOptions opts(context);
+      opts.setTag(kCreationBarrierTag);
+      opts.setTimeout(ToChrono(options.timeout));
+      gloo::barrier(opts);
+    }
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("creating gloo group '", name,
                                                "' (rank ", rank, " of ", size,

@@ -127,6 +127,12 @@ std::vector<WorkerResult> RunWorkers(
   return results;
 }
 
+int ReportFailure(const std::string& what, const absl::Status& status,
+                  int exit_code) {
+  fprintf(stderr, "%s failed: %s\n", what.c_str(), status.ToString().c_str());
+  return exit_code;
+}
+
 std::string Describe(const std::vector<WorkerResult>& results) {
   std::string out;
   for (const WorkerResult& r : results) {

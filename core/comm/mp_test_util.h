@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 
 namespace mcc {
@@ -40,6 +41,11 @@ std::vector<WorkerResult> RunWorkers(
     int world_size, const std::string& name, absl::Duration timeout,
     const std::function<std::map<std::string, std::string>(int)>& extra_env =
         nullptr);
+
+// For worker bodies: prints `what` and the status to stderr (where
+// Describe shows it) and returns exit_code.
+int ReportFailure(const std::string& what, const absl::Status& status,
+                  int exit_code);
 
 // All outputs, for failure messages.
 std::string Describe(const std::vector<WorkerResult>& results);

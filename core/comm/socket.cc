@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <random>
 #include <string>
 #include <thread>
 
@@ -77,7 +79,29 @@ absl::StatusOr<int> ListenTcp(absl::string_view host, int port,
       absl::StrCat("cannot listen on ", host, ":", port, ": ", last_error));
 }
 
+bool EphemeralPortRange(int* low, int* high) {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  return static_cast<bool>(in >> *low >> *high) && *low <= *high;
+}
+
 absl::StatusOr<int> FindFreePort() {
+  // Prefer a port below the kernel's ephemeral range: a port from inside it
+  // can be handed to another process's outgoing connection or port-0
+  // listener (gloo's pair listeners) between this check and the store's
+  // listen, which then fails with "Address already in use".
+  int low = 0, high = 0;
+  if (EphemeralPortRange(&low, &high) && low > 2048) {
+    const int first = std::max(1024, low / 2);
+    std::mt19937 rng(std::random_device{}());
+    std::uniform_int_distribution<int> pick(first, low - 1);
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      int port = 0;
+      absl::StatusOr<int> fd = ListenTcp("127.0.0.1", pick(rng), &port);
+      if (!fd.ok()) continue;
+      close(*fd);
+      return port;
+    }
+  }
   int port = 0;
   absl::StatusOr<int> fd = ListenTcp("127.0.0.1", 0, &port);
   if (!fd.ok()) return fd.status();

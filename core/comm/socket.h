@@ -18,7 +18,9 @@ namespace comm {
 // and writes the bound port to *bound_port.
 absl::StatusOr<int> ListenTcp(absl::string_view host, int port,
                               int* bound_port);
-// A port that was free a moment ago (bind to port 0, read it, close).
+// A port that was free a moment ago, picked at random below the kernel's
+// ephemeral range where possible (so that no outgoing connection takes it
+// before the caller listens), else the kernel's pick for port 0.
 absl::StatusOr<int> FindFreePort();
 // Connects to host:port, retrying until the deadline (the server may not be
 // up yet).

@@ -3,9 +3,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <thread>
 #include <vector>
 
+#include "core/comm/socket.h"
 #include "gtest/gtest.h"
 
 namespace mcc {
@@ -120,6 +122,29 @@ TEST(TcpStoreTest, UnreachableServerTimesOut) {
   absl::StatusOr<std::shared_ptr<TcpStore>> c = TcpStore::Connect(o);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(c.status().message().find("127.0.0.1:1"), std::string::npos);
+}
+
+// A port from the ephemeral range could be taken by any outgoing connection
+// before the store listens on it; FindFreePort stays below that range.
+TEST(FindFreePortTest, StaysBelowTheEphemeralRangeAndIsListenable) {
+  int low = 0, high = 0;
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  if (!(in >> low >> high) || low <= 2048) {
+    GTEST_SKIP() << "no ephemeral port range below which to pick";
+  }
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<int> port = FindFreePort();
+    ASSERT_TRUE(port.ok()) << port.status();
+    EXPECT_LT(*port, low);
+    EXPECT_GE(*port, 1024);
+    TcpStore::Options o;
+    o.is_server = true;
+    o.port = *port;
+    o.timeout = absl::Seconds(10);
+    absl::StatusOr<std::shared_ptr<TcpStore>> server = TcpStore::Connect(o);
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_EQ((*server)->port(), *port);
+  }
 }
 
 TEST(PrefixStoreTest, KeysAreNamespaced) {

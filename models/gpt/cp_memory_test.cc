@@ -62,7 +62,9 @@ MCC_WORKER(cp_memory) {
   comm::GroupOptions options;
   options.timeout = absl::Seconds(60);
   auto world = comm::InitWorldFromEnvironment(options);
-  if (!world.ok()) return 3;
+  if (!world.ok()) {
+    return comm::testing::ReportFailure("init", world.status(), 3);
+  }
   const Bytes whole = Measure(nullptr);
   const Bytes split = Measure(world->group.get());
   std::printf("rank %d: held %lld -> %lld bytes, peak %lld -> %lld bytes\n",

@@ -202,7 +202,9 @@ MCC_WORKER(int8_tp) {
   comm::GroupOptions options;
   options.timeout = absl::Seconds(60);
   auto world = comm::InitWorldFromEnvironment(options);
-  if (!world.ok()) return 3;
+  if (!world.ok()) {
+    return comm::testing::ReportFailure("init", world.status(), 3);
+  }
   auto model = Build(TinyConfig(), world->group.get());
   if (!model.ok()) return 4;
   if (!QuantizeLinearWeightsInt8(model->get()).ok()) return 5;

@@ -57,7 +57,9 @@ MCC_WORKER(sp_memory) {
   comm::GroupOptions options;
   options.timeout = absl::Seconds(30);
   auto world = comm::InitWorldFromEnvironment(options);
-  if (!world.ok()) return 3;
+  if (!world.ok()) {
+    return comm::testing::ReportFailure("init", world.status(), 3);
+  }
   const int64_t without = RegionPeakBytes(world->group.get(), false);
   const int64_t with = RegionPeakBytes(world->group.get(), true);
   std::printf("tp %d: region peak %lld bytes without SP, %lld with SP\n",

@@ -150,7 +150,9 @@ absl::StatusOr<comm::World> Init() {
 // serial accumulation over all ranks' micro-batches.
 MCC_WORKER(ddp_overlap) {
   auto world = Init();
-  if (!world.ok()) return 3;
+  if (!world.ok()) {
+    return comm::testing::ReportFailure("init", world.status(), 3);
+  }
   comm::ProcessGroup* dp = world->group.get();
   const int n = dp->size(), r = dp->rank();
   const bool overlap = std::getenv("MCC_TEST_OVERLAP")[0] == '1';
@@ -245,7 +247,9 @@ INSTANTIATE_TEST_SUITE_P(Dp, DdpOverlapTest,
 // owners' values.
 MCC_WORKER(ddp_shards) {
   auto world = Init();
-  if (!world.ok()) return 3;
+  if (!world.ok()) {
+    return comm::testing::ReportFailure("init", world.status(), 3);
+  }
   comm::ProcessGroup* dp = world->group.get();
   auto model = Model();
   DdpConfig cfg;
@@ -302,7 +306,9 @@ TEST(DdpShardTest, ShardsCoverEveryElementOnce) {
 // error naming it and the ranks on each side.
 MCC_WORKER(weight_hash) {
   auto world = Init();
-  if (!world.ok()) return 3;
+  if (!world.ok()) {
+    return comm::testing::ReportFailure("init", world.status(), 3);
+  }
   comm::ProcessGroup* dp = world->group.get();
   auto model = Model();
   WORKER_OK(CheckWeightHashAcrossReplicas(model->parameters(), dp));

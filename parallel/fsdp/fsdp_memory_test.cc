@@ -134,7 +134,9 @@ MCC_WORKER(fsdp_memory) {
   comm::GroupOptions options;
   options.timeout = absl::Seconds(60);
   auto world = comm::InitWorldFromEnvironment(options);
-  if (!world.ok()) return 3;
+  if (!world.ok()) {
+    return comm::testing::ReportFailure("init", world.status(), 3);
+  }
   comm::ProcessGroup* dp = world->group.get();
   const int n = dp->size();
   std::map<ShardingStrategy, Measured> m;
