@@ -168,17 +168,22 @@ absl::Status Work::Wait(absl::Duration timeout) {
     bool finished = false;
     absl::Status s = waiter_(timeout, &finished);
     if (finished) {
-      done_ = true;
+      // As MarkDone: on_done runs before done_ is set, so another thread
+      // waiting here (on the condition variable now that waiter_ is gone)
+      // sees its effects.
       status_ = std::move(s);
       waiter_ = nullptr;
+      finishing_ = true;
       std::function<void(const absl::Status&)> on_done;
       on_done.swap(on_done_);
       if (on_done) {
         const absl::Status final_status = status_;
         lock.unlock();
         on_done(final_status);
-        return final_status;
+        lock.lock();
       }
+      done_ = true;
+      cv_.notify_all();
     }
   } else if (!done_) {
     if (timeout == absl::InfiniteDuration()) {
