@@ -6,7 +6,7 @@
 # measured at start) and Megatron's theoretical_memory_usage, as a Markdown
 # table, with the hypervisor's steal time during each run (a VM neighbour's load).
 #   tools/bazel run //tools/bench:plan_check -- [--iters N] [--procs 2|4]
-#       [--only NAME] [--no-recommend]
+#       [--repeats N] [--only NAME] [--no-recommend]
 # --procs 4 runs the 4-process list (TP x DP, PP x DP, TP x PP, ZeRO over 4,
 # PP 4 1F1B and interleaved on an 8-layer bench model, CP with DP and TP);
 # both lists also run the small Llama (--preset llama-small in the model
@@ -14,6 +14,10 @@
 # layout whose name starts with NAME (a smoke check). Without --only it ends
 # with the recommendation check: the layout tools/plan ranks first (measured
 # too when it is not in the list) against the fastest measured.
+# --repeats N measures the whole list N times, one pass after another (so a
+# slow minute of the VM lands on different layouts in each pass), and
+# reports each layout's median step and median prediction, with every
+# pass's step beside them: with more ranks than cores one run is a sample.
 set -euo pipefail
 launch=$1
 train=$2
@@ -21,18 +25,24 @@ plan=$3
 shift 3
 iters=8
 procs=2
+repeats=1
 only=""
 recommend=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --iters) iters=$2; shift 2 ;;
     --procs) procs=$2; shift 2 ;;
+    --repeats) repeats=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --no-recommend) recommend=0; shift ;;
-    *) echo "plan_check: unknown argument '$1' (--iters N, --procs 2|4, --only NAME, --no-recommend)" >&2
+    *) echo "plan_check: unknown argument '$1' (--iters N, --procs 2|4, --repeats N, --only NAME, --no-recommend)" >&2
        exit 2 ;;
   esac
 done
+if ! [[ "$repeats" =~ ^[1-9][0-9]*$ ]]; then
+  echo "plan_check: --repeats $repeats: a positive count" >&2
+  exit 2
+fi
 if [[ "$procs" != 2 && "$procs" != 4 ]]; then
   echo "plan_check: --procs $procs: the lists are for 2 or 4 processes" >&2
   exit 2
@@ -118,13 +128,12 @@ print(" ".join(out))
 PY
 }
 
-echo "| layout | measured peak (rank 0) | predicted | error | Megatron's formula | measured step | predicted step | error | steal |"
-echo "|---|---|---|---|---|---|---|---|---|"
 # The hypervisor's steal time (/proc/stat) over a run, as a share of the
 # cores' time: a VM neighbour's load shows here, not in the run's figures.
 steal_jiffies() { awk '/^cpu /{print $9}' /proc/stat; }
-# measure NAME LAYOUT FLAGS MODEL_FLAGS: one training run and its table row;
-# appends "LAYOUT STEP_SECONDS" to $work/measured.
+# measure NAME LAYOUT FLAGS MODEL_FLAGS: one training run and the planner's
+# prediction for it; appends a JSON record to $work/records.jsonl and a
+# progress line to stderr.
 measure() {
   local name=$1 layout=$2 flags=$3 model_flags=$4
   read -r -a extra <<< "$flags"
@@ -146,42 +155,69 @@ measure() {
   sleep 3
   "$plan" --preset bench --global-batch-size 8 "${model[@]}" --device cpu \
     --devices-per-node "$procs" "${bf16[@]}" --explain "$layout" --json > "$work/p.json"
-  python3 - "$name" "$work/m.jsonl" "$work/p.json" "$layout" "$work/measured" "$steal" <<'PY'
+  python3 - "$name" "$work/m.jsonl" "$work/p.json" "$layout" "$work/records.jsonl" "$steal" <<'PY'
 import json, sys
-name, metrics, pred, layout, measured, steal = sys.argv[1:]
+name, metrics, pred, layout, records, steal = sys.argv[1:]
 rows = [json.loads(l) for l in open(metrics)]
-peak = max(r["mem_peak_bytes"] for r in rows)
 # The steady state: the median of the iterations after the first two (the
 # first maps memory and builds kernels; the second still took up to 40%
 # longer than the rest in some runs).
 steps = sorted(r["seconds_per_iteration"] for r in rows[2:]) or [rows[-1]["seconds_per_iteration"]]
-step = steps[len(steps) // 2]
 p = json.load(open(pred))["layouts"][0]
-mem = p["stage_memory"][0]
-t = p["time"]["total"]
-meg = p["memory"]["megatron_theoretical"]
+rec = dict(name=name, layout=layout,
+           peak=max(r["mem_peak_bytes"] for r in rows),
+           mem=p["stage_memory"][0], meg=p["memory"]["megatron_theoretical"],
+           step=steps[len(steps) // 2], pred=p["time"]["total"],
+           steal=float(steal.rstrip("%")))
+with open(records, "a") as f:
+    f.write(json.dumps(rec) + "\n")
+print("%s: measured %.2f s, predicted %.2f s, steal %s" % (
+    name, rec["step"], rec["pred"], steal), file=sys.stderr)
+PY
+}
+
+# report: the table over every record, one row per
+# layout name: medians over the passes, every pass's step, the largest steal.
+report() {
+  python3 - "$work/records.jsonl" <<'PY'
+import json, statistics, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+names = list(dict.fromkeys(r["name"] for r in recs))
 g = lambda b: "%.1f MiB" % (b / 2**20)
-print("| %s | %s | %s | %+.1f%% | %s | %.2f s | %.2f s | %+.0f%% | %s |" % (
-    name, g(peak), g(mem), 100 * (mem - peak) / peak, g(meg), step, t,
-    100 * (t - step) / step, steal))
-with open(measured, "a") as f:
-    f.write("%s %.4f %s\n" % (layout, step, name.replace(" ", "_")))
+print("| layout | measured peak (rank 0) | predicted | error | Megatron's formula | measured step | predicted step | error | runs | steal |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for n in names:
+    rs = [r for r in recs if r["name"] == n]
+    peak = max(r["peak"] for r in rs)
+    mem = statistics.median(r["mem"] for r in rs)
+    step = statistics.median(r["step"] for r in rs)
+    t = statistics.median(r["pred"] for r in rs)
+    print("| %s | %s | %s | %+.1f%% | %s | %.2f s | %.2f s | %+.0f%% | %s | %.1f%% |" % (
+        n, g(peak), g(mem), 100 * (mem - peak) / peak, g(rs[0]["meg"]), step, t,
+        100 * (t - step) / step, ", ".join("%.2f" % r["step"] for r in rs),
+        max(r["steal"] for r in rs)))
 PY
 }
 
 ran=0
-: > "$work/measured"
-for row in "${layouts[@]}"; do
-  IFS='|' read -r name layout flags model_flags <<< "$row"
-  [[ -n "$only" && "$name" != "$only"* ]] && continue
-  ran=$((ran + 1))
-  measure "$name" "$layout" "$flags" "${model_flags:-}"
+: > "$work/records.jsonl"
+for ((pass = 1; pass <= repeats; pass++)); do
+  [[ "$repeats" -gt 1 ]] && echo "pass $pass of $repeats" >&2
+  for row in "${layouts[@]}"; do
+    IFS='|' read -r name layout flags model_flags <<< "$row"
+    [[ -n "$only" && "$name" != "$only"* ]] && continue
+    ran=$((ran + 1))
+    measure "$name" "$layout" "$flags" "${model_flags:-}"
+  done
 done
 if [[ "$ran" == 0 ]]; then
   echo "plan_check: --only '$only' names no layout of the $procs-process list" >&2
   exit 2
 fi
-[[ -n "$only" || "$recommend" == 0 ]] && exit 0
+if [[ -n "$only" || "$recommend" == 0 ]]; then
+  report
+  exit 0
+fi
 
 # The recommendation: the layout tools/plan ranks first for the bench preset
 # on these processes (micro-batches 1 to 8, fp32, the bench model), measured
@@ -190,19 +226,27 @@ fi
 top=$("$plan" --preset bench --global-batch-size 8 --device cpu \
   --devices-per-node "$procs" --micro-batches 1,2,4,8 --top 1 --json \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["layouts"][0]["layout"])')
-if ! grep -q "^$top " "$work/measured"; then
-  measure "planner's first: $top" "$top" "$(flags_of "$top")" ""
+if ! grep -q "\"layout\": \"$top\"" "$work/records.jsonl"; then
+  for ((pass = 1; pass <= repeats; pass++)); do
+    measure "planner's first: $top" "$top" "$(flags_of "$top")" ""
+  done
 fi
-python3 - "$top" "$work/measured" <<'PY'
-import sys
+report
+python3 - "$top" "$work/records.jsonl" <<'PY'
+import json, statistics, sys
 top, path = sys.argv[1:]
-rows = [l.split() for l in open(path)]
-bench = [(float(s), lay, n) for lay, s, n in rows
-         if "Llama" not in n and "8_layers" not in n and "bf16" not in n]
+recs = [json.loads(l) for l in open(path)]
+# Each layout's median step over the passes (bench model, fp32 only).
+by_name = {}
+for r in recs:
+    if "Llama" in r["name"] or "8 layers" in r["name"] or "bf16" in r["name"]:
+        continue
+    by_name.setdefault((r["name"], r["layout"]), []).append(r["step"])
+bench = [(statistics.median(s), lay, n) for (n, lay), s in by_name.items()]
 mine = min(s for s, lay, n in bench if lay == top)
 best = min(bench)
 print()
 print("Recommendation: tools/plan ranks %s first; measured %.2f s per step; the "
       "fastest measured bench layout is %s (%s) at %.2f s: %+.1f%% (goal: within 5%%)."
-      % (top, mine, best[1], best[2].replace("_", " "), best[0], 100 * (mine - best[0]) / best[0]))
+      % (top, mine, best[1], best[2], best[0], 100 * (mine - best[0]) / best[0]))
 PY
