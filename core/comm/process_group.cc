@@ -79,23 +79,26 @@ std::shared_ptr<Work> Work::Done(absl::Status status) {
 }
 
 void Work::MarkDone(absl::Status status) {
-  std::function<void(const absl::Status&)> on_done;
-  absl::Status final_status;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_ || finishing_) return;
-    finishing_ = true;
-    status_ = std::move(status);
-    final_status = status_;
-    on_done.swap(on_done_);
-  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (done_ || finishing_) return;
+  status_ = std::move(status);
+  FinishLocked(lock);
+}
+
+void Work::FinishLocked(std::unique_lock<std::mutex>& lock) {
   // on_done runs before waiters wake, so a caller that waited on this work
-  // sees its effects (the flight recorder's entry is "completed").
-  if (on_done) on_done(final_status);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    done_ = true;
+  // sees its effects (the flight recorder's entry is "completed"); a
+  // SetOnDone meanwhile runs its callback at once.
+  finishing_ = true;
+  std::function<void(const absl::Status&)> on_done;
+  on_done.swap(on_done_);
+  if (on_done) {
+    const absl::Status final_status = status_;
+    lock.unlock();
+    on_done(final_status);
+    lock.lock();
   }
+  done_ = true;
   cv_.notify_all();
 }
 
@@ -168,22 +171,11 @@ absl::Status Work::Wait(absl::Duration timeout) {
     bool finished = false;
     absl::Status s = waiter_(timeout, &finished);
     if (finished) {
-      // As MarkDone: on_done runs before done_ is set, so another thread
-      // waiting here (on the condition variable now that waiter_ is gone)
-      // sees its effects.
+      // Another thread waiting meanwhile waits on the condition variable
+      // (waiter_ is gone) until the callback has run.
       status_ = std::move(s);
       waiter_ = nullptr;
-      finishing_ = true;
-      std::function<void(const absl::Status&)> on_done;
-      on_done.swap(on_done_);
-      if (on_done) {
-        const absl::Status final_status = status_;
-        lock.unlock();
-        on_done(final_status);
-        lock.lock();
-      }
-      done_ = true;
-      cv_.notify_all();
+      FinishLocked(lock);
     }
   } else if (!done_) {
     if (timeout == absl::InfiniteDuration()) {

@@ -119,6 +119,10 @@ class Work {
   void SetDeviceWait(std::function<absl::Status()> device_wait);
 
  private:
+  // With status_ set and `lock` held: runs on_done_ (unlocked) and only then
+  // marks the work done and wakes waiters, so they see its effects.
+  void FinishLocked(std::unique_lock<std::mutex>& lock);
+
   std::function<absl::Status()> device_wait_;
   std::function<void(const absl::Status&)> on_done_;
   std::string what_;

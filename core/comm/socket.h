@@ -18,6 +18,9 @@ namespace comm {
 // and writes the bound port to *bound_port.
 absl::StatusOr<int> ListenTcp(absl::string_view host, int port,
                               int* bound_port);
+// The kernel's ephemeral port range (ip_local_port_range): the ports it
+// hands to port-0 binds and outgoing connections. False when unreadable.
+bool EphemeralPortRange(int* low, int* high);
 // A port that was free a moment ago, picked at random below the kernel's
 // ephemeral range where possible (so that no outgoing connection takes it
 // before the caller listens), else the kernel's pick for port 0.

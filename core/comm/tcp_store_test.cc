@@ -3,7 +3,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -128,8 +127,7 @@ TEST(TcpStoreTest, UnreachableServerTimesOut) {
 // before the store listens on it; FindFreePort stays below that range.
 TEST(FindFreePortTest, StaysBelowTheEphemeralRangeAndIsListenable) {
   int low = 0, high = 0;
-  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
-  if (!(in >> low >> high) || low <= 2048) {
+  if (!EphemeralPortRange(&low, &high) || low <= 2048) {
     GTEST_SKIP() << "no ephemeral port range below which to pick";
   }
   for (int i = 0; i < 20; ++i) {

@@ -21,15 +21,23 @@ std::function<void(const absl::Status&)> SlowCallback(std::atomic<bool>* ran) {
   };
 }
 
+// A thread that waits on `work` and records whether the callback had run
+// by the time Wait returned.
+std::thread WaiterNotingCallback(const std::shared_ptr<Work>& work,
+                                 const std::atomic<bool>* ran,
+                                 std::atomic<bool>* saw_callback) {
+  return std::thread([work, ran, saw_callback] {
+    ASSERT_TRUE(work->Wait().ok());
+    saw_callback->store(ran->load());
+  });
+}
+
 TEST(WorkTest, MarkDoneRunsTheCallbackBeforeWaitersWake) {
   auto work = std::make_shared<Work>("op", absl::Seconds(10));
   std::atomic<bool> ran{false};
   work->SetOnDone(SlowCallback(&ran));
   std::atomic<bool> saw_callback{false};
-  std::thread waiter([&] {
-    ASSERT_TRUE(work->Wait().ok());
-    saw_callback.store(ran.load());
-  });
+  std::thread waiter = WaiterNotingCallback(work, &ran, &saw_callback);
   absl::SleepFor(absl::Milliseconds(20));
   work->MarkDone(absl::OkStatus());
   waiter.join();
@@ -46,10 +54,7 @@ TEST(WorkTest, SecondWaiterOfAnAllWorkSeesTheCallback) {
   std::thread first([&] { ASSERT_TRUE(all->Wait().ok()); });
   absl::SleepFor(absl::Milliseconds(20));
   std::atomic<bool> saw_callback{false};
-  std::thread second([&] {
-    ASSERT_TRUE(all->Wait().ok());
-    saw_callback.store(ran.load());
-  });
+  std::thread second = WaiterNotingCallback(all, &ran, &saw_callback);
   absl::SleepFor(absl::Milliseconds(20));
   inner->MarkDone(absl::OkStatus());
   first.join();
