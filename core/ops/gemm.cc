@@ -83,10 +83,20 @@ void CheckLeadingDims(const char* op, bool trans_a, bool trans_b, int64_t m,
 using MatmulKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t,
                              int64_t, int64_t, int64_t, float, float>;
 
+// A primitive with its scratchpad's layout. The scratchpad is the caller's
+// (scratchpad_mode::user, one buffer per thread): with oneDNN's own,
+// threads executing one primitive at once ran at a third of its rate each
+// (two threads, one 2048 x 512 x 512 bf16 shape: 120 against 370 GFLOP/s
+// alone or in separate processes).
+struct CachedMatmul {
+  dnnl::matmul prim;
+  dnnl::memory::desc scratchpad;
+};
+
 struct MatmulCache {
   std::mutex mu;
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  absl::flat_hash_map<MatmulKey, std::shared_ptr<dnnl::matmul>> prims;
+  absl::flat_hash_map<MatmulKey, std::shared_ptr<const CachedMatmul>> prims;
 };
 
 MatmulCache& Cache() {
@@ -110,7 +120,7 @@ void MatmulPrimitive(
   const dnnl::memory::desc c_md({m, n}, c_dt, dims{ldc, 1});
   const MatmulKey key(static_cast<int>(dt), static_cast<int>(c_dt), trans_a,
                       trans_b, m, n, k, lda, ldb, ldc, alpha, beta);
-  std::shared_ptr<dnnl::matmul> prim;
+  std::shared_ptr<const CachedMatmul> prim;
   {
     std::lock_guard<std::mutex> lock(cache.mu);
     auto it = cache.prims.find(key);
@@ -118,6 +128,7 @@ void MatmulPrimitive(
   }
   if (prim == nullptr) {
     dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     if (beta != 0.0f) {
       dnnl::post_ops ops;
@@ -126,7 +137,8 @@ void MatmulPrimitive(
     }
     const dnnl::matmul::desc desc(a_md, b_md, c_md);
     const dnnl::matmul::primitive_desc pd(desc, attr, cache.engine);
-    prim = std::make_shared<dnnl::matmul>(pd);
+    prim = std::make_shared<const CachedMatmul>(
+        CachedMatmul{dnnl::matmul(pd), pd.scratchpad_desc()});
     g_primitives_created.fetch_add(1);
     std::lock_guard<std::mutex> lock(cache.mu);
     cache.prims.emplace(key, prim);
@@ -136,9 +148,14 @@ void MatmulPrimitive(
   dnnl::memory am(a_md, cache.engine, const_cast<void*>(a));
   dnnl::memory bm(b_md, cache.engine, const_cast<void*>(b));
   dnnl::memory cm(c_md, cache.engine, c);
-  prim->execute(
-      *stream,
-      {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  thread_local std::vector<uint8_t> scratch;
+  const size_t scratch_bytes = prim->scratchpad.get_size();
+  if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
+  dnnl::memory sm(prim->scratchpad, cache.engine, scratch.data());
+  prim->prim.execute(*stream, {{DNNL_ARG_SRC, am},
+                               {DNNL_ARG_WEIGHTS, bm},
+                               {DNNL_ARG_DST, cm},
+                               {DNNL_ARG_SCRATCHPAD, sm}});
   stream->wait();
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -332,6 +333,56 @@ TEST(GemmTest, ThreadCountDoesNotChangeResults) {
   ASSERT_TRUE(Gemm(a, false, b, false, &c2).ok());
   testing::ExpectAllNear(c1.ToDoubles(), c2.ToDoubles(), 1e-5, 1e-5,
                          "1 thread vs many");
+}
+
+// Threads running one shape at once share its cached oneDNN primitive, each
+// with its own scratchpad: every thread's results must be exactly what the
+// same call gives alone (one oneDNN thread a call, so the sums' order is
+// fixed). fp32 through the forced matmul-primitive path on every CPU, bf16
+// on the native path where the CPU has it. k is long, so the kernels keep
+// partial sums in the scratchpad.
+TEST(GemmTest, ThreadsSharingAPrimitiveGetTheirOwnExactResults) {
+  const bool saved_force = internal::SetForceMatmulPrimitiveForTesting(true);
+  const Bf16PathPolicy saved_policy =
+      internal::SetBf16PathPolicyForTesting(Bf16PathPolicy::kNative);
+  const int saved_threads = ThreadPool::Global().num_threads();
+  ThreadPool::SetGlobalThreads(1);
+  std::vector<DType> dtypes = {DType::kFloat32};
+  if (NativeBf16Available()) dtypes.push_back(DType::kBFloat16);
+  const int64_t m = 96, n = 80, k = 2048;
+  constexpr int kThreads = 4, kRounds = 20;
+  for (DType dtype : dtypes) {
+    std::vector<Tensor> a, b, alone;
+    for (int w = 0; w < kThreads; ++w) {
+      a.push_back(RandomTensor({m, k}, dtype, 700 + 2 * w));
+      b.push_back(RandomTensor({k, n}, dtype, 701 + 2 * w));
+      alone.push_back(Tensor::Zeros({m, n}, DType::kFloat32));
+      ASSERT_TRUE(Gemm(a[w], false, b[w], false, &alone[w]).ok());
+    }
+    std::vector<int> mismatches(kThreads, 0);
+    std::vector<std::thread> threads;
+    for (int w = 0; w < kThreads; ++w) {
+      threads.emplace_back([&, w] {
+        Tensor c = Tensor::Zeros({m, n}, DType::kFloat32);
+        for (int r = 0; r < kRounds; ++r) {
+          if (!Gemm(a[w], false, b[w], false, &c).ok() ||
+              Bytes(c) != Bytes(alone[w])) {
+            ++mismatches[w];
+          }
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int w = 0; w < kThreads; ++w) {
+      EXPECT_EQ(mismatches[w], 0)
+          << DTypeName(dtype) << ", thread " << w << ": " << mismatches[w]
+          << " of " << kRounds
+          << " concurrent calls differ from the call alone";
+    }
+  }
+  ThreadPool::SetGlobalThreads(saved_threads);
+  internal::SetBf16PathPolicyForTesting(saved_policy);
+  internal::SetForceMatmulPrimitiveForTesting(saved_force);
 }
 
 // Restores the bf16 path policy and forgets measured choices on exit.
