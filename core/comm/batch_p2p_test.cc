@@ -107,17 +107,25 @@ MCC_WORKER(batch_p2p) {
     }
     // Both ranks send before receiving, outside a batch: over NCCL each
     // send waits for a receive the peer posts only after its own send.
-    CollectiveOptions short_timeout;
-    short_timeout.timeout = absl::Seconds(2);
+    // Rank 0's deadline is the short one: gloo closes the pair when a wait
+    // times out, so whichever rank's deadline fires second would see the
+    // pair closed by its peer, not a timeout (equal deadlines made the
+    // check a race). Rank 1 waits longer and only must not succeed.
+    CollectiveOptions timeout;
+    timeout.timeout = r == 0 ? absl::Seconds(2) : absl::Seconds(30);
     Tensor out = Message(r, 5, 3, DType::kFloat32);
     Tensor in = Tensor::Zeros({3}, DType::kFloat32);
-    auto send = nccl_like.Send(out, 1 - r, 0, short_timeout);
-    auto recv = nccl_like.Recv(&in, 1 - r, 0, short_timeout);
+    auto send = nccl_like.Send(out, 1 - r, 0, timeout);
+    auto recv = nccl_like.Recv(&in, 1 - r, 0, timeout);
     absl::Status s = send->Wait();
-    if (s.code() != absl::StatusCode::kDeadlineExceeded ||
-        s.message().find("Send") == absl::string_view::npos) {
-      std::fprintf(stderr, "expected the unpaired send to time out, got %s\n",
-                   s.ToString().c_str());
+    const bool as_expected =
+        r == 0 ? s.code() == absl::StatusCode::kDeadlineExceeded &&
+                     s.message().find("Send") != absl::string_view::npos
+               : !s.ok();
+    if (!as_expected) {
+      std::fprintf(stderr,
+                   "rank %d: expected the unpaired send to %s, got %s\n", r,
+                   r == 0 ? "time out" : "fail", s.ToString().c_str());
       ++failures;
     }
   }
