@@ -174,15 +174,21 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     st.tp_comm += AllReduce(4 * h * (6 * layers + 2), l.tp, tp_inter, tp_dev);
   }
 
-  // CP: the ring passes K and V (CP - 1 times) in the forward, and K, V
-  // and their gradients in the backward, behind the attention.
+  // CP: ring attention (parallel/context_parallel/ring_attention.cc) passes
+  // this rank's K and V on CP - 1 times in the forward and again in the
+  // backward, and their gradients, in fp32 whatever the dtype, CP times (the
+  // last takes them home); full recompute repeats the forward's ring. Each
+  // pass is one exchange of the block with both neighbours, behind the
+  // attention where the device overlaps them.
   if (l.cp > 1) {
     const bool cp_inter = l.tp * l.cp > per_node;
-    const double kv_bytes = 2 * T * kv / t * e;
+    const DeviceSpec cp_dev = ForGroup(dev, l.cp, per_node);
+    const double kv_elems = 2 * T * kv / t;
+    const double kv_passes =
+        (l.recompute == Recompute::kFull ? 3.0 : 2.0) * (l.cp - 1);
     const double ring =
-        3 * (l.cp - 1) *
-        LinkSeconds(kv_bytes, 1, cp_inter, ForGroup(dev, l.cp, per_node)) *
-        layers;
+        layers * (kv_passes * LinkSeconds(kv_elems * e, 1, cp_inter, cp_dev) +
+                  l.cp * LinkSeconds(kv_elems * 4, 1, cp_inter, cp_dev));
     const double hideable = 3.5 * attn_fwd * layers;
     st.cp_comm = m * (ring - dev.comm_overlap * std::min(ring, hideable));
     st.cp_comm_hidden = m * ring - st.cp_comm;

@@ -114,6 +114,44 @@ TEST(StepTimeModelTest, NoOverlapWhereTransfersNeedTheComputeCores) {
               1e-12);
 }
 
+// Ring attention's traffic as ring_attention.cc moves it: K and V CP - 1
+// times forward and backward in the model's dtype, their gradients CP times
+// in fp32; full recompute passes K and V once more. On a link with no
+// latency and no overlap the ring's time is its bytes over the bandwidth.
+TEST(StepTimeModelTest, ContextParallelRingMovesWhatRingAttentionSends) {
+  JobSpec job = H100Job(1, 8);
+  job.cluster.device.intra_node_latency = 0;
+  job.cluster.device.subgroup_latency = 0;
+  job.cluster.device.comm_overlap = 0;
+  const DeviceSpec& d = job.cluster.device;
+  const double bw = d.intra_node_bandwidth * d.link_efficiency;
+  const gpt::GPTConfig& c = job.model;
+  const double layers = c.num_layers;
+  for (int cp : {2, 4, 8}) {
+    Layout l;
+    l.cp = cp;
+    l.dp = 8 / cp;
+    const int m = static_cast<int>(job.global_batch / l.dp);
+    // K and V of this rank's T = S / CP tokens (micro-batch 1, no GQA).
+    const double kv_elems = 2.0 * c.seq_length / cp * c.hidden_size;
+    for (DType dtype : {DType::kBFloat16, DType::kFloat32}) {
+      job.dtype = dtype;
+      const double e = DTypeSize(dtype);
+      const double bytes = kv_elems * (2 * (cp - 1) * e + cp * 4.0);
+      EXPECT_NEAR(EstimateStepTime(job, l).cp_comm, m * layers * bytes / bw,
+                  1e-9 * m * layers * bytes / bw)
+          << "CP " << cp << " " << DTypeName(dtype);
+      l.recompute = Recompute::kFull;
+      const double again = kv_elems * (cp - 1) * e;
+      EXPECT_NEAR(EstimateStepTime(job, l).cp_comm,
+                  m * layers * (bytes + again) / bw,
+                  1e-9 * m * layers * bytes / bw)
+          << "CP " << cp << " " << DTypeName(dtype) << ", full recompute";
+      l.recompute = Recompute::kNone;
+    }
+  }
+}
+
 // The CPU probe measures reducing collectives apart from gathers: they use
 // reduce_bandwidth inside a node; gathers and the link's rate are unchanged.
 TEST(StepTimeModelTest, ReducingCollectivesUseTheReduceBandwidth) {
