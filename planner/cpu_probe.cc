@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -112,6 +114,75 @@ double ConcurrentGemmRate(int workers, int64_t m, int64_t k, int64_t n,
         return
             [a, b, c] { return ops::Gemm(*a, false, *b, false, c.get()).ok(); };
       });
+}
+
+// One GEMM of a training step: C[m, n] = op(A) op(B), as parallel/linear.cc
+// calls it.
+struct GemmShape {
+  int64_t m, n, k;
+  bool trans_a, trans_b;
+  bool accumulate;  // Into an fp32 main gradient (beta 1).
+};
+
+// A layer's and the output layer's GEMMs at TP degree `tp` on `rows` rows:
+// for each linear layer (out x in, split over TP) the forward (x w^T), the
+// input gradient (dy w) and the weight gradient accumulated into fp32
+// (dy^T x). Empty when TP does not divide the model.
+std::vector<GemmShape> ModelGemms(const gpt::GPTConfig& c, int tp,
+                                  int64_t rows) {
+  const int64_t h = c.hidden_size, f = c.ffn();
+  const int64_t kv = c.query_groups() * c.head_dim();
+  const int64_t f1 = c.activation == gpt::Activation::kSwiGLU ? 2 * f : f;
+  if (c.num_attention_heads % tp != 0 || c.query_groups() % tp != 0 ||
+      f % tp != 0) {
+    return {};
+  }
+  const std::pair<int64_t, int64_t> linears[] = {
+      {(h + 2 * kv) / tp, h},              // QKV
+      {h, h / tp},                         // attention projection
+      {f1 / tp, h},                        // FC1
+      {h, f / tp},                         // FC2
+      {c.padded_vocab_size(tp) / tp, h}};  // output layer
+  std::vector<GemmShape> gemms;
+  for (const auto& [out, in] : linears) {
+    gemms.push_back({rows, out, in, false, true, false});
+    gemms.push_back({rows, in, out, false, false, false});
+    gemms.push_back({out, in, rows, true, false, true});
+  }
+  return gemms;
+}
+
+// The FLOP rate of `gemms` run one after another, with `workers` ranks each
+// running them at once (the median over calls, as ConcurrentGemmRate).
+double GemmListRate(int workers, const std::vector<GemmShape>& gemms,
+                    DType dtype) {
+  double flops = 0;
+  for (const GemmShape& g : gemms) flops += 2.0 * g.m * g.n * g.k;
+  const DType in = GemmInput(dtype);
+  return ConcurrentMedianRate(workers, flops, absl::Milliseconds(400), [&] {
+    auto tensors = std::make_shared<std::vector<Tensor>>();
+    for (const GemmShape& g : gemms) {
+      tensors->push_back(g.trans_a ? Tensor::Full({g.k, g.m}, 0.5, in)
+                                   : Tensor::Full({g.m, g.k}, 0.5, in));
+      tensors->push_back(g.trans_b ? Tensor::Full({g.n, g.k}, 0.25, in)
+                                   : Tensor::Full({g.k, g.n}, 0.25, in));
+      tensors->push_back(g.accumulate
+                             ? Tensor::Full({g.m, g.n}, 0, DType::kFloat32)
+                             : Tensor::Empty({g.m, g.n}, in));
+    }
+    return [tensors, gemms] {
+      std::vector<Tensor>& t = *tensors;
+      for (size_t i = 0; i < gemms.size(); ++i) {
+        const GemmShape& g = gemms[i];
+        if (!ops::Gemm(t[3 * i], g.trans_a, t[3 * i + 1], g.trans_b,
+                       &t[3 * i + 2], 1.0f, g.accumulate ? 1.0f : 0.0f)
+                 .ok()) {
+          return false;
+        }
+      }
+      return true;
+    };
+  });
 }
 
 double AttentionRate(const gpt::GPTConfig& model, DType dtype, int workers) {
@@ -411,6 +482,27 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   double shaped_small =
       ConcurrentGemmRate(workers, small_rows, width, width, dtype);
   const double attention = AttentionRate(model, dtype, workers);
+  // The model's own GEMM shapes against one square-ish GEMM of the same rows,
+  // per TP degree the node can hold: narrower GEMMs (TP splits QKV, FC1 and
+  // the output layer) and transposed operands run slower than the shaped
+  // probe (measured, 2 ranks on 2 cores, bench model at 1024 rows: 0.93 of
+  // it in fp32 and 0.85-0.89 in bf16 at TP 1-2). Skipped for a model whose
+  // GEMMs would take over 64 GFLOP a pass (their shapes are wide enough to
+  // run at the shaped rate).
+  std::map<int, double> mix_factor;
+  {
+    const int64_t mix_rows = std::min<int64_t>(rows, 1024);
+    const double square =
+        ConcurrentGemmRate(workers, mix_rows, width, width, dtype);
+    for (int tp = 1; tp <= std::min(8, static_cast<int>(ranks)); tp *= 2) {
+      const std::vector<GemmShape> gemms = ModelGemms(model, tp, mix_rows);
+      double flops = 0;
+      for (const GemmShape& g : gemms) flops += 2.0 * g.m * g.n * g.k;
+      if (gemms.empty() || flops > 64e9 || square <= 0) continue;
+      const double rate = GemmListRate(workers, gemms, dtype);
+      if (rate > 0) mix_factor[tp] = std::clamp(rate / square, 0.3, 1.5);
+    }
+  }
   shaped =
       std::max(shaped, ConcurrentGemmRate(workers, rows, width, width, dtype));
   shaped_small =
@@ -453,6 +545,7 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   // Gloo's transport needs the cores the kernels run on: no communication
   // is hidden behind computation (DeviceSpec::comm_overlap).
   d.comm_overlap = 0;
+  d.gemm_mix_factor = std::move(mix_factor);
   d.attention_efficiency = shaped > 0 ? attention / shaped : 0.5;
   d.memory_bandwidth = CopyBandwidth() / ranks;
   Loopback(&d.intra_node_bandwidth, &d.intra_node_latency);

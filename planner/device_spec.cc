@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -120,6 +121,13 @@ double GemmEfficiencyAt(const DeviceSpec& device, double rows) {
   const double w = (x - lo) / (hi - lo);
   return device.gemm_small_efficiency +
          w * (device.gemm_efficiency - device.gemm_small_efficiency);
+}
+
+double GemmMixFactor(const DeviceSpec& device, int tp) {
+  if (device.gemm_mix_factor.empty()) return 1;
+  auto it = device.gemm_mix_factor.upper_bound(tp);
+  if (it == device.gemm_mix_factor.begin()) return it->second;
+  return std::prev(it)->second;
 }
 
 absl::StatusOr<DeviceSpec> ShippedDevice(absl::string_view name) {

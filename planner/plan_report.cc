@@ -132,6 +132,10 @@ std::string FormatJson(const JobSpec& job,
                 {"dtype", std::string(DTypeName(job.dtype))}};
   j["global_batch"] = job.global_batch;
   const DeviceSpec& d = job.cluster.device;
+  nlohmann::json mix = nlohmann::json::object();  // TP degree -> factor.
+  for (const auto& [tp, factor] : d.gemm_mix_factor) {
+    mix[std::to_string(tp)] = factor;
+  }
   j["cluster"] = {{"device", d.name},
                   {"nodes", job.cluster.nodes},
                   {"devices_per_node", job.cluster.devices_per_node},
@@ -147,6 +151,7 @@ std::string FormatJson(const JobSpec& job,
                   {"subgroup_latency", d.subgroup_latency},
                   {"gemm_efficiency", d.gemm_efficiency},
                   {"gemm_small_efficiency", d.gemm_small_efficiency},
+                  {"gemm_mix_factor", mix},
                   {"attention_efficiency", d.attention_efficiency},
                   {"source", d.source}};
   nlohmann::json layouts = nlohmann::json::array();

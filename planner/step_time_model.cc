@@ -88,9 +88,12 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   const int m = NumMicroBatches(job, l);
 
   // Every GEMM of a micro-batch has T rows (the gathered sequence under
-  // SP); the efficiency of that row count.
-  const double gemm_rate = dev.PeakFlops(job.dtype) * GemmEfficiencyAt(dev, T);
-  const double attn_rate = gemm_rate * dev.attention_efficiency;
+  // SP); the efficiency of that row count, and of the TP degree's shapes.
+  const double shaped_rate =
+      dev.PeakFlops(job.dtype) * GemmEfficiencyAt(dev, T);
+  const double gemm_rate = shaped_rate * GemmMixFactor(dev, l.tp);
+  // Attention's rate was measured against the one shaped GEMM's.
+  const double attn_rate = shaped_rate * dev.attention_efficiency;
   const double bw = dev.memory_bandwidth;
 
   // One layer, one micro-batch, forward.

@@ -314,6 +314,36 @@ TEST(StepTimeModelTest, GemmEfficiencyFollowsTheRowCount) {
   EXPECT_GT(mb1, EstimateStepTime(job, l).gemm);
 }
 
+// The model's GEMM shapes per TP degree scale the GEMMs' rate (not
+// attention's, which was measured against the one shaped GEMM).
+TEST(StepTimeModelTest, GemmMixFactorScalesTheTpDegreesGemms) {
+  DeviceSpec d;
+  EXPECT_EQ(GemmMixFactor(d, 2), 1);  // Nothing measured.
+  d.gemm_mix_factor = {{1, 0.9}, {2, 0.8}, {4, 0.7}};
+  EXPECT_EQ(GemmMixFactor(d, 1), 0.9);
+  EXPECT_EQ(GemmMixFactor(d, 2), 0.8);
+  EXPECT_EQ(GemmMixFactor(d, 8), 0.7);  // The largest degree measured.
+  d.gemm_mix_factor = {{2, 0.8}};
+  EXPECT_EQ(GemmMixFactor(d, 1), 0.8);  // Only larger degrees measured.
+
+  JobSpec job = H100Job(1, 8);
+  Layout l;
+  l.tp = 2;
+  l.dp = 4;
+  const StepTime plain = EstimateStepTime(job, l);
+  job.cluster.device.gemm_mix_factor = {{1, 1.0}, {2, 0.5}};
+  const StepTime mixed = EstimateStepTime(job, l);
+  EXPECT_NEAR(mixed.gemm, 2 * plain.gemm, 1e-12 * plain.gemm);
+  EXPECT_EQ(mixed.attention, plain.attention);
+  EXPECT_GT(mixed.head, plain.head);  // The output layer is GEMMs too.
+  l.tp = 1;
+  l.dp = 8;
+  job.cluster.device.gemm_mix_factor = {};
+  const StepTime tp1_plain = EstimateStepTime(job, l);
+  job.cluster.device.gemm_mix_factor = {{1, 1.0}, {2, 0.5}};
+  EXPECT_EQ(EstimateStepTime(job, l).gemm, tp1_plain.gemm);
+}
+
 // --tp-comm-overlap: each of a layer's 10 sequence-parallel collectives runs
 // beside one GEMM in TP chunks, costing max(comm, gemm) + min / TP.
 TEST(StepTimeModelTest, TpCommOverlapHidesCollectivesBehindGemms) {
