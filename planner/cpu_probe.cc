@@ -124,12 +124,13 @@ struct GemmShape {
   bool accumulate;  // Into an fp32 main gradient (beta 1).
 };
 
-// A layer's and the output layer's GEMMs at TP degree `tp` on `rows` rows:
-// for each linear layer (out x in, split over TP) the forward (x w^T), the
-// input gradient (dy w) and the weight gradient accumulated into fp32
-// (dy^T x). Empty when TP does not divide the model.
-std::vector<GemmShape> ModelGemms(const gpt::GPTConfig& c, int tp,
-                                  int64_t rows) {
+// The GEMMs of one transformer layer (`output_layer` false) or of the
+// output layer at TP degree `tp` on `rows` rows: for each linear layer (out
+// x in, split over TP) the forward (x w^T), the input gradient (dy w) and
+// the weight gradient accumulated into fp32 (dy^T x). Empty when TP does
+// not divide the model.
+std::vector<GemmShape> ModelGemms(const gpt::GPTConfig& c, int tp, int64_t rows,
+                                  bool output_layer) {
   const int64_t h = c.hidden_size, f = c.ffn();
   const int64_t kv = c.query_groups() * c.head_dim();
   const int64_t f1 = c.activation == gpt::Activation::kSwiGLU ? 2 * f : f;
@@ -137,12 +138,15 @@ std::vector<GemmShape> ModelGemms(const gpt::GPTConfig& c, int tp,
       f % tp != 0) {
     return {};
   }
-  const std::pair<int64_t, int64_t> linears[] = {
-      {(h + 2 * kv) / tp, h},              // QKV
-      {h, h / tp},                         // attention projection
-      {f1 / tp, h},                        // FC1
-      {h, f / tp},                         // FC2
-      {c.padded_vocab_size(tp) / tp, h}};  // output layer
+  std::vector<std::pair<int64_t, int64_t>> linears;
+  if (output_layer) {
+    linears = {{c.padded_vocab_size(tp) / tp, h}};
+  } else {
+    linears = {{(h + 2 * kv) / tp, h},  // QKV
+               {h, h / tp},             // attention projection
+               {f1 / tp, h},            // FC1
+               {h, f / tp}};            // FC2
+  }
   std::vector<GemmShape> gemms;
   for (const auto& [out, in] : linears) {
     gemms.push_back({rows, out, in, false, true, false});
@@ -152,14 +156,19 @@ std::vector<GemmShape> ModelGemms(const gpt::GPTConfig& c, int tp,
   return gemms;
 }
 
+double Flops(const std::vector<GemmShape>& gemms) {
+  double flops = 0;
+  for (const GemmShape& g : gemms) flops += 2.0 * g.m * g.n * g.k;
+  return flops;
+}
+
 // The FLOP rate of `gemms` run one after another, with `workers` ranks each
 // running them at once (the median over calls, as ConcurrentGemmRate).
 double GemmListRate(int workers, const std::vector<GemmShape>& gemms,
                     DType dtype) {
-  double flops = 0;
-  for (const GemmShape& g : gemms) flops += 2.0 * g.m * g.n * g.k;
+  const double flops = Flops(gemms);
   const DType in = GemmInput(dtype);
-  return ConcurrentMedianRate(workers, flops, absl::Milliseconds(400), [&] {
+  return ConcurrentMedianRate(workers, flops, absl::Milliseconds(1000), [&] {
     auto tensors = std::make_shared<std::vector<Tensor>>();
     for (const GemmShape& g : gemms) {
       tensors->push_back(g.trans_a ? Tensor::Full({g.k, g.m}, 0.5, in)
@@ -484,23 +493,38 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   const double attention = AttentionRate(model, dtype, workers);
   // The model's own GEMM shapes against one square-ish GEMM of the same rows,
   // per TP degree the node can hold: narrower GEMMs (TP splits QKV, FC1 and
-  // the output layer) and transposed operands run slower than the shaped
-  // probe (measured, 2 ranks on 2 cores, bench model at 1024 rows: 0.93 of
-  // it in fp32 and 0.85-0.89 in bf16 at TP 1-2). Skipped for a model whose
-  // GEMMs would take over 64 GFLOP a pass (their shapes are wide enough to
-  // run at the shaped rate).
+  // the output layer), transposed operands and the wide output layer run
+  // slower than the shaped probe (measured, bench model at 1024 rows, two
+  // ranks computing: one layer 0.92-0.97 of it, the output layer 0.79-0.91;
+  // a step's mix 0.90-0.94 in fp32 and bf16). Each list gets a second of
+  // calls: with 0.4 s TP 1's layer measured 10% lower. Skipped for a model
+  // whose GEMMs would take over 64 GFLOP a pass (their shapes are wide
+  // enough to run at the shaped rate).
   std::map<int, double> mix_factor;
   {
     const int64_t mix_rows = std::min<int64_t>(rows, 1024);
     const double square =
         ConcurrentGemmRate(workers, mix_rows, width, width, dtype);
     for (int tp = 1; tp <= std::min(8, static_cast<int>(ranks)); tp *= 2) {
-      const std::vector<GemmShape> gemms = ModelGemms(model, tp, mix_rows);
-      double flops = 0;
-      for (const GemmShape& g : gemms) flops += 2.0 * g.m * g.n * g.k;
-      if (gemms.empty() || flops > 64e9 || square <= 0) continue;
-      const double rate = GemmListRate(workers, gemms, dtype);
-      if (rate > 0) mix_factor[tp] = std::clamp(rate / square, 0.3, 1.5);
+      const std::vector<GemmShape> layer =
+          ModelGemms(model, tp, mix_rows, false);
+      const std::vector<GemmShape> head = ModelGemms(model, tp, mix_rows, true);
+      if (layer.empty() || square <= 0 || Flops(layer) + Flops(head) > 64e9) {
+        continue;
+      }
+      const double layer_rate = GemmListRate(workers, layer, dtype);
+      const double head_rate = GemmListRate(workers, head, dtype);
+      if (layer_rate <= 0 || head_rate <= 0) continue;
+      // A step's GEMMs: every layer's and the output layer's once.
+      const double layers = model.num_layers;
+      const double rate =
+          (layers * Flops(layer) + Flops(head)) /
+          (layers * Flops(layer) / layer_rate + Flops(head) / head_rate);
+      mix_factor[tp] = std::clamp(rate / square, 0.3, 1.5);
+      VLOG(1) << "planner probe: TP " << tp << " GEMMs " << mix_rows
+              << " rows: one layer's " << layer_rate / 1e9
+              << " GFLOP/s, the output layer's " << head_rate / 1e9
+              << ", the shaped GEMM's " << square / 1e9;
     }
   }
   shaped =

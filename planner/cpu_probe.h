@@ -12,7 +12,9 @@ namespace planner {
 // share it: on the threads one rank gets (cores / ranks, train's default),
 // the best 1024^3 GEMM rate in `dtype` (the peak train's MFU uses), the rate
 // of a GEMM shaped as the model's (one sequence times hidden times hidden,
-// each at most 2048; its ratio to the peak is the GEMM efficiency) and
+// each at most 2048; its ratio to the peak is the GEMM efficiency), the
+// model's own GEMMs (a layer's and the output layer's, forward and
+// backward) per TP degree relative to it (DeviceSpec::gemm_mix_factor), and
 // causal flash attention's rate relative to it; over every core, streaming
 // copy bandwidth (split among the ranks); the cores per rank when ranks
 // outnumber cores (DeviceSpec::core_share); and TCP loopback bandwidth and

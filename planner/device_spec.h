@@ -37,9 +37,9 @@ struct DeviceSpec {
   double gemm_small_efficiency = 0;
   // The model's own GEMMs at TP degree t (a layer's and the output layer's
   // forward, input-gradient and accumulating weight-gradient GEMMs, FLOP
-  // weighted) run at gemm_mix_factor[t] times the rate of the one shaped
-  // GEMM gemm_efficiency comes from (the CPU probe measures it per degree:
-  // TP 2's narrower GEMMs ran at 0.88 of it in bf16, 0.93 in fp32). Empty: 1.
+  // weighted over a step) run at gemm_mix_factor[t] times the rate of the
+  // one shaped GEMM gemm_efficiency comes from (the CPU probe measures it
+  // per degree: 0.90-0.94 for the bench model). Empty: 1.
   std::map<int, double> gemm_mix_factor;
   // Fraction of overlappable communication that computation really hides:
   // 1 where transfers run beside the kernels (NCCL on GPUs); 0 on a CPU

@@ -2,9 +2,9 @@
 // step time of each way to run it (TP x PP (virtual stages) x DP x CP x
 // ZeRO x recomputation x micro-batch) on a cluster, and ranks them.
 //
-//   plan --preset bench --global-batch-size 16 --device cpu \
+//   plan --preset bench --global-batch-size 16 --device cpu
 //        --devices-per-node 4
-//   plan --hf-config config.json --seq-length 8192 --global-batch-size 1024 \
+//   plan --hf-config config.json --seq-length 8192 --global-batch-size 1024
 //        --device h100 --devices-per-node 8 --nnodes 4 --bf16
 //   plan ... --explain tp2sp.pp2.dp2.cp1.z1.rnone.mb4 [--json]
 #include <cstdio>

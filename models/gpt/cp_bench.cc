@@ -13,9 +13,8 @@
 // so on a loaded machine the hidden share is a lower bound).
 //
 //   tools/bazel build //models/gpt:cp_bench //tools:launch
-//   bazel-bin/tools/launch --nproc_per_node 4 -- bazel-bin/models/gpt/cp_bench
-//   \
-//     --cp 2 --seq 8192
+//   bazel-bin/tools/launch --nproc_per_node 4 --
+//     bazel-bin/models/gpt/cp_bench --cp 2 --seq 8192
 #include <algorithm>
 #include <cstdio>
 #include <memory>
