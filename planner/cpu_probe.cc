@@ -127,17 +127,14 @@ struct GemmShape {
 // The GEMMs of one transformer layer (`output_layer` false) or of the
 // output layer at TP degree `tp` on `rows` rows: for each linear layer (out
 // x in, split over TP) the forward (x w^T), the input gradient (dy w) and
-// the weight gradient accumulated into fp32 (dy^T x). Empty when TP does
-// not divide the model.
+// the weight gradient accumulated into fp32 (dy^T x). Empty when the model
+// cannot be split over `tp` (GPTConfig::Validate).
 std::vector<GemmShape> ModelGemms(const gpt::GPTConfig& c, int tp, int64_t rows,
                                   bool output_layer) {
   const int64_t h = c.hidden_size, f = c.ffn();
   const int64_t kv = c.query_groups() * c.head_dim();
   const int64_t f1 = c.activation == gpt::Activation::kSwiGLU ? 2 * f : f;
-  if (c.num_attention_heads % tp != 0 || c.query_groups() % tp != 0 ||
-      f % tp != 0) {
-    return {};
-  }
+  if (!c.Validate(tp, /*sequence_parallel=*/false).ok()) return {};
   std::vector<std::pair<int64_t, int64_t>> linears;
   if (output_layer) {
     linears = {{c.padded_vocab_size(tp) / tp, h}};
