@@ -59,11 +59,15 @@ double RoundTo(DType dt, double x) {
 std::vector<double> ReduceRef(DType dt, const Shape& shape, int world, int salt,
                               ReduceOp op) {
   const int64_t n = NumElements(shape);
+  std::vector<std::vector<double>> inputs;
+  for (int q = 0; q < world; ++q) {
+    inputs.push_back(Input(dt, shape, q, salt).ToDoubles());
+  }
   std::vector<double> out(n);
   for (int64_t i = 0; i < n; ++i) {
     double acc = 0;
     for (int q = 0; q < world; ++q) {
-      const double v = Input(dt, shape, q, salt).ToDoubles()[i];
+      const double v = inputs[q][i];
       if (q == 0) {
         acc = v;
       } else if (op == ReduceOp::kMax) {
@@ -195,6 +199,23 @@ MCC_WORKER(collectives) {
       std::vector<double> full = ReduceRef(dt, {5 * n}, n, salt, op);
       std::vector<double> want(full.begin() + 5 * r, full.begin() + 5 * r + 5);
       failures += Compare(what, out, want, op != ReduceOp::kAvg);
+    }
+    // A block the ring sends in several pieces (4 MiB each) and a partial
+    // one: 2.5 pieces of fp32 (or of int64, whose pieces hold half as many).
+    if (dt == DType::kFloat32 || dt == DType::kInt64) {
+      ++salt;
+      const int64_t block = (int64_t{5} << 20) / 2 + 3;
+      const std::string what =
+          absl::StrCat("ReduceScatter ", d, " of ", block, " elements a rank");
+      Tensor in = Input(dt, {block * n}, r, salt);
+      Tensor out = Tensor::Empty({block}, dt);
+      absl::Status s = pg.ReduceScatterSync(in, &out, ReduceOp::kSum);
+      if (!s.ok()) return Fail(what, s);
+      std::vector<double> full =
+          ReduceRef(dt, {block * n}, n, salt, ReduceOp::kSum);
+      std::vector<double> want(full.begin() + block * r,
+                               full.begin() + block * (r + 1));
+      failures += Compare(what, out, want);
     }
     // Broadcast from the first and the last rank.
     for (int root : {0, n - 1}) {

@@ -345,32 +345,67 @@ void GlooProcessGroup::RingReduceScatter(const Call& call, void* acc, void* out,
   // Ring over n ranks: at step s rank r sends block (r - s - 1) to its right
   // neighbour and receives block (r - s - 2) from its left, reducing it into
   // its own copy; after n - 1 steps block r holds every rank's contribution.
+  // Each block travels in pieces of at most kPieceBytes, the next piece's
+  // receive posted before this one is reduced, so the transport moves one
+  // while this thread reduces the other. (Whole blocks ran 3-4x slower from
+  // 64 MB up: 0.29 GB/s against gloo's all-reduce's 0.8-0.95 GB/s, two ranks
+  // on a 2-core VM, //core/comm:bench.)
+  constexpr size_t kPieceBytes = size_t{4} << 20;
   const int n = size();
   const int r = rank();
   const size_t esize = DTypeSize(dtype);
   const size_t block_bytes = static_cast<size_t>(block) * esize;
-  std::vector<char> tmp(block_bytes);
+  const int64_t piece = std::max<int64_t>(1, kPieceBytes / esize);
+  const int64_t pieces = (block + piece - 1) / piece;
+  const size_t piece_bytes =
+      static_cast<size_t>(std::min(block, piece)) * esize;
+  std::vector<char> tmp(2 * piece_bytes);
   char* base = static_cast<char*>(acc);
   const int right = (r + 1) % n;
   const int left = (r - 1 + n) % n;
   const absl::Time deadline = absl::Now() + call.timeout;
   auto remaining = [&] { return ToChrono(deadline - absl::Now()); };
+  auto elements = [&](int64_t p) { return std::min(piece, block - p * piece); };
   for (int s = 0; s < n - 1; ++s) {
     const int send_block = ((r - s - 1) % n + n) % n;
     const int recv_block = ((r - s - 2) % n + n) % n;
+    // One slot a step: gloo's pair matches a slot's messages in the order
+    // they were posted, so the pieces pair up in order.
     const uint64_t slot = kReduceScatterSlot |
                           (static_cast<uint64_t>(Tag(call)) << 16) |
                           static_cast<uint64_t>(s);
-    auto send_buf = context_->createUnboundBuffer(
-        base + send_block * block_bytes, block_bytes);
-    auto recv_buf = context_->createUnboundBuffer(tmp.data(), block_bytes);
-    recv_buf->recv(left, slot);
-    send_buf->send(right, slot);
-    if (!recv_buf->waitRecv(remaining()) || !send_buf->waitSend(remaining())) {
-      throw gloo::IoException("reduce-scatter transfer aborted");
+    char* send_base = base + send_block * block_bytes;
+    char* recv_base = base + recv_block * block_bytes;
+    // The block being sent is not written this step: every piece is posted
+    // at once. Two receive buffers take turns.
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> sends;
+    for (int64_t p = 0; p < pieces; ++p) {
+      sends.push_back(context_->createUnboundBuffer(
+          send_base + p * piece * esize, elements(p) * esize));
+      sends.back()->send(right, slot);
     }
-    char* dst = base + recv_block * block_bytes;
-    Reduce(dtype, dst, dst, tmp.data(), block, op);
+    std::unique_ptr<gloo::transport::UnboundBuffer> recv[2];
+    auto post_recv = [&](int64_t p) {
+      recv[p % 2] = context_->createUnboundBuffer(
+          tmp.data() + (p % 2) * piece_bytes, elements(p) * esize);
+      recv[p % 2]->recv(left, slot);
+    };
+    post_recv(0);
+    if (pieces > 1) post_recv(1);
+    for (int64_t p = 0; p < pieces; ++p) {
+      if (!recv[p % 2]->waitRecv(remaining())) {
+        throw gloo::IoException("reduce-scatter transfer aborted");
+      }
+      char* dst = recv_base + p * piece * esize;
+      Reduce(dtype, dst, dst, tmp.data() + (p % 2) * piece_bytes, elements(p),
+             op);
+      if (p + 2 < pieces) post_recv(p + 2);
+    }
+    for (auto& send : sends) {
+      if (!send->waitSend(remaining())) {
+        throw gloo::IoException("reduce-scatter transfer aborted");
+      }
+    }
   }
   std::memcpy(out, base + r * block_bytes, block_bytes);
 }
