@@ -25,6 +25,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "glog/logging.h"
+#include "planner/param_count.h"
 
 namespace mcc {
 namespace planner {
@@ -131,18 +132,14 @@ struct GemmShape {
 // cannot be split over `tp` (GPTConfig::Validate).
 std::vector<GemmShape> ModelGemms(const gpt::GPTConfig& c, int tp, int64_t rows,
                                   bool output_layer) {
-  const int64_t h = c.hidden_size, f = c.ffn();
-  const int64_t kv = c.query_groups() * c.head_dim();
-  const int64_t f1 = c.activation == gpt::Activation::kSwiGLU ? 2 * f : f;
   if (!c.Validate(tp, /*sequence_parallel=*/false).ok()) return {};
   std::vector<std::pair<int64_t, int64_t>> linears;
   if (output_layer) {
-    linears = {{c.padded_vocab_size(tp) / tp, h}};
+    linears = {{c.padded_vocab_size(tp) / tp, c.hidden_size}};
   } else {
-    linears = {{(h + 2 * kv) / tp, h},  // QKV
-               {h, h / tp},             // attention projection
-               {f1 / tp, h},            // FC1
-               {h, f / tp}};            // FC2
+    for (const LinearShape& l : LayerLinears(c)) {
+      linears.push_back({l.OutPerRank(tp), l.InPerRank(tp)});
+    }
   }
   std::vector<GemmShape> gemms;
   for (const auto& [out, in] : linears) {

@@ -11,17 +11,14 @@ int64_t NormParams(const gpt::GPTConfig& c) {
 
 ParamCount Count(const gpt::GPTConfig& c, int tp, int64_t vocab_rows) {
   const int64_t h = c.hidden_size;
-  const int64_t kv = c.query_groups() * c.head_dim();
-  const int64_t qkv_out = h + 2 * kv;
-  const int64_t fc1_out =
-      c.activation == gpt::Activation::kSwiGLU ? 2 * c.ffn() : c.ffn();
   const int64_t bias = c.add_bias_linear ? 1 : 0;
   ParamCount p;
-  p.layer = 2 * NormParams(c) + (qkv_out / tp) * h +
-            bias * (qkv_out / tp) +                       // QKV (column)
-            h * (h / tp) + bias * h +                     // proj (row)
-            (fc1_out / tp) * h + bias * (fc1_out / tp) +  // fc1 (column)
-            h * (c.ffn() / tp) + bias * h;                // fc2 (row)
+  p.layer = 2 * NormParams(c);
+  for (const LinearShape& l : LayerLinears(c)) {
+    // A column-parallel layer's bias is split with its output; a
+    // row-parallel layer's is whole on every rank.
+    p.layer += l.OutPerRank(tp) * l.InPerRank(tp) + bias * l.OutPerRank(tp);
+  }
   p.embedding = vocab_rows / tp * h;
   if (c.position_embedding == gpt::PositionEmbedding::kLearned) {
     p.embedding += c.max_positions() * h;
@@ -32,6 +29,14 @@ ParamCount Count(const gpt::GPTConfig& c, int tp, int64_t vocab_rows) {
 }
 
 }  // namespace
+
+std::array<LinearShape, 4> LayerLinears(const gpt::GPTConfig& c) {
+  const int64_t h = c.hidden_size, f = c.ffn();
+  const int64_t kv = c.query_groups() * c.head_dim();
+  const int64_t f1 = c.activation == gpt::Activation::kSwiGLU ? 2 * f : f;
+  return {LinearShape{h + 2 * kv, h, true}, LinearShape{h, h, false},
+          LinearShape{f1, h, true}, LinearShape{h, f, false}};
+}
 
 ParamCount CountParams(const gpt::GPTConfig& config, int tp) {
   return Count(config, tp, config.padded_vocab_size(tp));

@@ -1,12 +1,30 @@
 #ifndef PLANNER_PARAM_COUNT_H_
 #define PLANNER_PARAM_COUNT_H_
 
+#include <array>
 #include <cstdint>
 
 #include "models/gpt/gpt_config.h"
 
 namespace mcc {
 namespace planner {
+
+// One linear layer of a transformer layer at full size (TP 1): output x
+// input features; TP splits the output of a column-parallel layer and the
+// input of a row-parallel one.
+struct LinearShape {
+  int64_t out = 0;
+  int64_t in = 0;
+  bool column_parallel = true;
+  int64_t OutPerRank(int tp) const { return column_parallel ? out / tp : out; }
+  int64_t InPerRank(int tp) const { return column_parallel ? in : in / tp; }
+};
+
+// A layer's linear layers as models/gpt builds them, in the order they run:
+// QKV (column), the attention projection (row), FC1 (column; two halves
+// under SwiGLU) and FC2 (row).
+enum LayerLinear { kQkv = 0, kProjection, kFc1, kFc2 };
+std::array<LinearShape, 4> LayerLinears(const gpt::GPTConfig& config);
 
 // Parameter elements one tensor-parallel rank holds, as models/gpt builds
 // them: norms (weight, and bias under LayerNorm) and row-parallel biases

@@ -1,6 +1,7 @@
 #include "planner/step_time_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "planner/memory_model.h"
@@ -56,15 +57,20 @@ DeviceSpec ForGroup(const DeviceSpec& d, int n, int per_node) {
   return g;
 }
 
+// One layer's linear weights (TP 1): its GEMMs' multiply-adds per token.
+double LayerWeights(const gpt::GPTConfig& c) {
+  double w = 0;
+  for (const LinearShape& l : LayerLinears(c)) {
+    w += static_cast<double>(l.out) * static_cast<double>(l.in);
+  }
+  return w;
+}
+
 }  // namespace
 
 double TrainingFlopsPerToken(const gpt::GPTConfig& c) {
   const double h = static_cast<double>(c.hidden_size);
-  const double kv = static_cast<double>(c.query_groups() * c.head_dim());
-  const double ffn = static_cast<double>(c.ffn());
-  const double mlp_in =
-      c.activation == gpt::Activation::kSwiGLU ? 2 * ffn : ffn;
-  const double gemm = h * (h + 2 * kv) + h * h + h * mlp_in + ffn * h;
+  const double gemm = LayerWeights(c);
   const double attention = 2.0 * c.seq_length * h;
   return 3.0 * 2.0 *
          (c.num_layers * (gemm + attention) +
@@ -97,8 +103,7 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   const double bw = dev.memory_bandwidth;
 
   // One layer, one micro-batch, forward.
-  const double gemm_fwd =
-      2 * T * (h * (h + 2 * kv) + h * h + h * f1 + f * h) / t / gemm_rate;
+  const double gemm_fwd = 2 * T * LayerWeights(c) / t / gemm_rate;
   // Causal flash attention: half of the 4 T s h / TP score and value FLOPs;
   // its backward is about 2.5 forwards (it recomputes the scores).
   const double attn_fwd = 0.5 * 4 * T * c.seq_length * h / t / attn_rate;
@@ -155,8 +160,12 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
       // scatters of their input gradients (beside the weight-gradient
       // GEMMs), and the gathers of the projection's and FC2's output
       // gradients (beside their input-gradient GEMMs).
-      const double qkv = h * (h + 2 * kv), proj = h * h, fc1 = h * f1,
-                   fc2 = f * h;
+      const std::array<LinearShape, 4> linears = LayerLinears(c);
+      auto weights = [&](LayerLinear which) {
+        return static_cast<double>(linears[which].out) * linears[which].in;
+      };
+      const double qkv = weights(kQkv), proj = weights(kProjection),
+                   fc1 = weights(kFc1), fc2 = weights(kFc2);
       const double comm = GatherOrScatter(hidden_bytes, l.tp, tp_inter, tp_dev);
       exposed = 0;
       for (double w : {qkv, proj, fc1, fc2, qkv, qkv, fc1, fc1, proj, fc2}) {
