@@ -585,7 +585,7 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   }
   d.link_efficiency = 1;
   d.allocator_overhead = 0;
-  d.reduce_scatter_copies_input = true;
+  d.reduce_scatter_partial_blocks = 2;
   d.reduces_16bit_in_fp32 = true;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   d.memory_bytes = static_cast<double>(pages) * page / ranks;

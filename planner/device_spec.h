@@ -71,9 +71,11 @@ struct DeviceSpec {
   // Cores per rank when a node's ranks outnumber its cores (the CPU probe);
   // 1 for GPUs. Rates above are for a rank with a core of its own.
   double core_share = 1;
-  // The reduce-scatter reduces into a private copy of its whole input
-  // (gloo on CPU tensors); NCCL reduces in place.
-  bool reduce_scatter_copies_input = false;
+  // Blocks of its own (each 1/n of its input) a ring reduce-scatter over n
+  // > 2 ranks holds while reducing: the partial sums it passes on (gloo on
+  // CPU tensors, core/comm/gloo_process_group.cc: 2, in memory train's
+  // allocator counts). 0: none the allocator sees (NCCL's own buffers).
+  int reduce_scatter_partial_blocks = 0;
   // Reductions of bf16/fp16 data widen to fp32 and move 4-byte elements
   // (gloo on CPU tensors); NCCL reduces in the data's own type.
   bool reduces_16bit_in_fp32 = false;

@@ -211,7 +211,13 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   // Between the backward and the optimizer (activations freed) the
   // gradient reduction may hold buffers of its own.
   double sync_transient = 0;
-  const bool rs_copies = job.cluster.device.reduce_scatter_copies_input;
+  // A reduce-scatter's partial sums over more than two ranks, per byte of
+  // its input.
+  const double rs_partials =
+      shards > 2 ? static_cast<double>(
+                       job.cluster.device.reduce_scatter_partial_blocks) /
+                       shards
+                 : 0;
   switch (l.zero) {
     case ZeroStage::kNone:
       mem.weights = P * e;
@@ -225,19 +231,20 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
       mem.main_weights = e == 4 ? 0 : 4 * P / shards;
       mem.optimizer_state = 4 * states * P / shards;
       // DDP keeps a copy of this rank's updated shard as the parameter
-      // all-gather's input; the reduce-scatter of a bucket may copy it.
+      // all-gather's input; the reduce-scatter of a bucket may hold partial
+      // sums of its own.
       if (shards > 1) {
         mem.comm_buffers = e * P / shards;
         const double bucket_elems = static_cast<double>(job.bucket_bytes) / 4;
-        if (rs_copies) sync_transient = 4 * std::min(P, bucket_elems);
+        sync_transient = rs_partials * 4 * std::min(P, bucket_elems);
       }
       break;
     case ZeroStage::kGradients:
     case ZeroStage::kParameters: {
       // Per unit: fp32 main and gradient shards. At the activation peak
       // (the head's backward) one unit's full fp32 gradient is held and one
-      // reduce-scatter output may be pending; later units' buffers (and
-      // gloo's copy of a reduce-scatter input) come as activations go.
+      // reduce-scatter output may be pending; later units' buffers (and a
+      // reduce-scatter's partial sums) come as activations go.
       mem.main_weights = 4 * P / shards;
       mem.optimizer_state = 4 * states * P / shards;
       mem.gradients = 4 * P / shards + 4 * unit;

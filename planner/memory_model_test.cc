@@ -1,5 +1,6 @@
 #include "planner/memory_model.h"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -147,25 +148,40 @@ TEST(MemoryModelTest, StatesByShardingByHand) {
   EXPECT_EQ(m.weights, 2.0 * 3 * pc.layer);
 }
 
-// DDP's distributed optimizer keeps its shard as the all-gather input; on
-// CPU tensors gloo's reduce-scatter reduces into a copy of the bucket, after
-// the backward has freed the activations: for a small model that is the
-// peak (measured in train: 14 P bytes held, 18 P at the peak, fp32, DP 2).
+// DDP's distributed optimizer keeps its shard as the all-gather input. On
+// CPU tensors gloo's ring reduce-scatter over n > 2 ranks passes partial sums
+// on in two blocks of its own (1/n of the bucket each), after the backward
+// has freed the activations; over 2 ranks its one step sends this rank's
+// own block and writes the sum into the shard, holding nothing.
 TEST(MemoryModelTest, DistributedOptimizerBuffers) {
-  JobSpec job = SmallJob(2);
-  job.cluster.device.reduce_scatter_copies_input = true;
-  Layout l;
-  l.dp = 2;
-  l.zero = ZeroStage::kOptimizer;
-  const double P = static_cast<double>(StageParams(job.model, 1, 1, 0, 2));
-  MemoryBreakdown m = EstimateStageMemory(job, l, 0);
-  EXPECT_EQ(m.comm_buffers, 2 * P + 4 * P);
-  EXPECT_EQ(m.activations, 0);
-  EXPECT_EQ(m.total(), 18 * P);
-  job.cluster.device.reduce_scatter_copies_input = false;  // NCCL
-  m = EstimateStageMemory(job, l, 0);
-  EXPECT_EQ(m.comm_buffers, 2 * P);
-  EXPECT_GT(m.activations, 0);
+  for (int dp : {2, 4}) {
+    SCOPED_TRACE(dp);
+    JobSpec job = SmallJob(dp);
+    job.model.seq_length = 8;
+    job.global_batch = dp;
+    Layout l;
+    l.dp = dp;
+    l.zero = ZeroStage::kOptimizer;
+    const double P = static_cast<double>(StageParams(job.model, 1, 1, 0, 2));
+    job.cluster.device.reduce_scatter_partial_blocks = 0;  // NCCL
+    const MemoryBreakdown none = EstimateStageMemory(job, l, 0);
+    EXPECT_EQ(none.comm_buffers, 4 * P / dp);
+    EXPECT_GT(none.activations, 0);
+    job.cluster.device.reduce_scatter_partial_blocks = 2;  // gloo
+    const MemoryBreakdown gloo = EstimateStageMemory(job, l, 0);
+    const double step_peak = none.activations + none.workspace;
+    if (dp == 2) {
+      EXPECT_EQ(gloo.comm_buffers, none.comm_buffers);
+      EXPECT_EQ(gloo.total(), none.total());
+    } else {
+      const double partials = 2 * 4 * P / dp;
+      // One sequence of 8 tokens a rank: the reduction is the peak.
+      ASSERT_GT(partials, step_peak);
+      EXPECT_EQ(gloo.comm_buffers, 4 * P / dp + partials);
+      EXPECT_EQ(gloo.activations, 0);
+      EXPECT_EQ(gloo.total(), none.total() - step_peak + partials);
+    }
+  }
 }
 
 // The records held follow the project's schedules: 1F1B keeps PP - stage

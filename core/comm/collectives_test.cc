@@ -1,5 +1,6 @@
 // Every collective at several world sizes, every dtype, odd element counts,
 // checked against a float64 reference computed from the same inputs.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -216,6 +217,22 @@ MCC_WORKER(collectives) {
       std::vector<double> want(full.begin() + block * r,
                                full.begin() + block * (r + 1));
       failures += Compare(what, out, want);
+    }
+    // In place, as the distributed optimizer calls it: the output is this
+    // rank's own block of the input, whose other blocks are only read.
+    {
+      ++salt;
+      const std::string what = absl::StrCat("ReduceScatter ", d, " in place");
+      Tensor in = Input(dt, {7 * n}, r, salt);
+      Tensor out = in.Slice(7 * r, 7 * (r + 1)).value();
+      absl::Status s = pg.ReduceScatterSync(in, &out, ReduceOp::kSum);
+      if (!s.ok()) return Fail(what, s);
+      std::vector<double> want = Input(dt, {7 * n}, r, salt).ToDoubles();
+      const std::vector<double> full =
+          ReduceRef(dt, {7 * n}, n, salt, ReduceOp::kSum);
+      std::copy(full.begin() + 7 * r, full.begin() + 7 * (r + 1),
+                want.begin() + 7 * r);
+      failures += Compare(what, in, want);
     }
     // Broadcast from the first and the last rank.
     for (int root : {0, n - 1}) {

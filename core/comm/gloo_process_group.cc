@@ -339,12 +339,16 @@ std::shared_ptr<Work> GlooProcessGroup::DoAllGatherV(
   });
 }
 
-void GlooProcessGroup::RingReduceScatter(const Call& call, void* acc, void* out,
-                                         int64_t block, DType dtype,
+void GlooProcessGroup::RingReduceScatter(const Call& call, const void* in,
+                                         void* out, int64_t block, DType dtype,
                                          ReduceOp op) {
   // Ring over n ranks: at step s rank r sends block (r - s - 1) to its right
-  // neighbour and receives block (r - s - 2) from its left, reducing it into
-  // its own copy; after n - 1 steps block r holds every rank's contribution.
+  // neighbour and receives block (r - s - 2) from its left, adding its own
+  // input's block to it; the sum is what it sends next step, and after n - 1
+  // steps block r, written to `out`, holds every rank's contribution. The
+  // input is only read (and `out` may be its block r, as the distributed
+  // optimizer's shard is): the partial sums take two blocks of their own
+  // when n > 2, where a whole copy of the input was made before.
   // Each block travels in pieces of at most kPieceBytes, the next piece's
   // receive posted before this one is reduced, so the transport moves one
   // while this thread reduces the other. (Whole blocks ran 3-4x slower from
@@ -360,7 +364,11 @@ void GlooProcessGroup::RingReduceScatter(const Call& call, void* acc, void* out,
   const size_t piece_bytes =
       static_cast<size_t>(std::min(block, piece)) * esize;
   std::vector<char> tmp(2 * piece_bytes);
-  char* base = static_cast<char*>(acc);
+  Tensor partial[2];
+  if (n > 2) {
+    for (Tensor& t : partial) t = Tensor::Empty({block}, dtype);
+  }
+  const char* input = static_cast<const char*>(in);
   const int right = (r + 1) % n;
   const int left = (r - 1 + n) % n;
   const absl::Time deadline = absl::Now() + call.timeout;
@@ -374,10 +382,16 @@ void GlooProcessGroup::RingReduceScatter(const Call& call, void* acc, void* out,
     const uint64_t slot = kReduceScatterSlot |
                           (static_cast<uint64_t>(Tag(call)) << 16) |
                           static_cast<uint64_t>(s);
-    char* send_base = base + send_block * block_bytes;
-    char* recv_base = base + recv_block * block_bytes;
-    // The block being sent is not written this step: every piece is posted
-    // at once. Two receive buffers take turns.
+    // The first step sends this rank's own block; later ones the sum the
+    // step before made.
+    char* send_base = s == 0
+                          ? const_cast<char*>(input) + send_block * block_bytes
+                          : static_cast<char*>(partial[(s - 1) % 2].raw_data());
+    char* sum_base = s == n - 2 ? static_cast<char*>(out)
+                                : static_cast<char*>(partial[s % 2].raw_data());
+    const char* own_base = input + recv_block * block_bytes;
+    // What is sent is not written this step: every piece is posted at once.
+    // Two receive buffers take turns.
     std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> sends;
     for (int64_t p = 0; p < pieces; ++p) {
       sends.push_back(context_->createUnboundBuffer(
@@ -396,9 +410,9 @@ void GlooProcessGroup::RingReduceScatter(const Call& call, void* acc, void* out,
       if (!recv[p % 2]->waitRecv(remaining())) {
         throw gloo::IoException("reduce-scatter transfer aborted");
       }
-      char* dst = recv_base + p * piece * esize;
-      Reduce(dtype, dst, dst, tmp.data() + (p % 2) * piece_bytes, elements(p),
-             op);
+      const size_t offset = p * piece * esize;
+      Reduce(dtype, sum_base + offset, own_base + offset,
+             tmp.data() + (p % 2) * piece_bytes, elements(p), op);
       if (p + 2 < pieces) post_recv(p + 2);
     }
     for (auto& send : sends) {
@@ -407,7 +421,6 @@ void GlooProcessGroup::RingReduceScatter(const Call& call, void* acc, void* out,
       }
     }
   }
-  std::memcpy(out, base + r * block_bytes, block_bytes);
 }
 
 std::shared_ptr<Work> GlooProcessGroup::DoReduceScatter(const Call& call,
@@ -418,14 +431,26 @@ std::shared_ptr<Work> GlooProcessGroup::DoReduceScatter(const Call& call,
   return Enqueue(call, [this, call, in, out, op] {
     if (out.numel() == 0) return;
     const DType rtype = ReduceType(in.dtype());
-    // A private copy (in the reduction type) the ring reduces into.
-    Tensor acc = rtype != in.dtype() ? in.To(rtype).value() : in.Clone();
+    const size_t block_bytes = out.numel() * DTypeSize(rtype);
+    // The ring reads the input in the reduction type; it writes only the
+    // result, which may be the input's own block (the distributed
+    // optimizer's shard) but no other part of it.
+    Tensor src = in;
+    if (rtype != in.dtype()) {
+      src = in.To(rtype).value();
+    } else if (out.SharesStorageWith(in) &&
+               out.raw_data() !=
+                   static_cast<char*>(in.raw_data()) + rank() * block_bytes) {
+      src = in.Clone();
+    }
     Tensor result =
         rtype != out.dtype() ? Tensor::Empty(out.shape(), rtype) : out;
     if (size() == 1) {
-      std::memcpy(result.raw_data(), acc.raw_data(), acc.nbytes());
+      if (result.raw_data() != src.raw_data()) {
+        std::memcpy(result.raw_data(), src.raw_data(), block_bytes);
+      }
     } else {
-      RingReduceScatter(call, acc.raw_data(), result.raw_data(), out.numel(),
+      RingReduceScatter(call, src.raw_data(), result.raw_data(), out.numel(),
                         rtype, op);
     }
     if (op == ReduceOp::kAvg) {

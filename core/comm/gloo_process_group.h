@@ -76,8 +76,8 @@ class GlooProcessGroup : public ProcessGroup {
   // Queues fn on the collective thread; gloo's exceptions become the work's
   // error, naming the call.
   std::shared_ptr<Work> Enqueue(const Call& call, std::function<void()> fn);
-  void RingReduceScatter(const Call& call, void* acc, void* out, int64_t block,
-                         DType dtype, ReduceOp op);
+  void RingReduceScatter(const Call& call, const void* in, void* out,
+                         int64_t block, DType dtype, ReduceOp op);
 
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<SerialQueue> collectives_;

@@ -183,14 +183,15 @@ MCC_WORKER(fsdp_memory) {
   // What optim_grads_params adds while computing, over plain DDP (whose
   // parameters and gradients are persistent): gathered bf16 units (at most
   // two), their all-gather inputs (1/DP each), the full fp32 gradient
-  // buffer of the unit in backward and of the one being reduce-scattered
-  // (plus the private copy gloo's reduce-scatter reduces into), with its
-  // 1/DP output.
+  // buffer of the unit in backward and of the one being reduce-scattered,
+  // with its 1/DP output (and, over more than 2 ranks, the two 1/DP blocks
+  // of partial sums gloo's ring reduce-scatter passes on).
   const Measured& ddp = m[ShardingStrategy::kNoShard];
   const Measured& z3 = m[ShardingStrategy::kOptimGradsParams];
   const int64_t u = max_unit + 16 * n * 8;  // Alignment and padding.
   const int64_t params_extra = 2 * (2 * u) + 2 * (2 * u / n);
-  const int64_t grads_extra = 3 * (4 * u) + 2 * (4 * u / n);
+  const int64_t grads_extra =
+      2 * (4 * u) + 2 * (4 * u / n) + (n > 2 ? 2 * (4 * u / n) : 0);
   check(z3.peak_units <= 2, absl::StrCat("optim_grads_params gathered ",
                                          z3.peak_units, " units at once"));
   check(
