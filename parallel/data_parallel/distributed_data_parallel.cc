@@ -126,19 +126,17 @@ DistributedDataParallel::Create(const ParameterList& params,
     ddp->buckets_.push_back(std::move(b));
   }
 
+  // The gradients move into their buffer before the parameter buffer is
+  // made, so each old tensor is freed before the next full-size buffer is
+  // allocated: setup holds three copies of the parameters at most, not four
+  // (measured, bench preset, CP 4 ZeRO-1 fp32: the setup peak 356.6 MiB,
+  // above every training step's 313 MiB).
   ddp->grad_buffer_ = Tensor::Zeros({total}, DType::kFloat32, device);
-  if (config.use_distributed_optimizer) {
-    ddp->param_buffer_ = Tensor::Zeros({total}, dtype, device);
-  }
   int64_t start = 0;
   for (Bucket& b : ddp->buckets_) {
     const int64_t padded = b.layout.padded_numel;
     MCC_ASSIGN_OR_RETURN(b.grad_data,
                          ddp->grad_buffer_.Slice(start, start + padded));
-    if (config.use_distributed_optimizer) {
-      MCC_ASSIGN_OR_RETURN(b.param_data,
-                           ddp->param_buffer_.Slice(start, start + padded));
-    }
     for (size_t i = 0; i < b.layout.params.size(); ++i) {
       Parameter* p = b.layout.params[i].get();
       const int64_t off = b.layout.offsets[i], n = p->value.numel();
@@ -146,15 +144,27 @@ DistributedDataParallel::Create(const ParameterList& params,
       MCC_ASSIGN_OR_RETURN(g, g.Reshape(p->value.shape()));
       if (p->main_grad.defined()) MCC_RETURN_IF_ERROR(g.CopyFrom(p->main_grad));
       p->main_grad = g;
-      if (config.use_distributed_optimizer) {
+      ddp->slots_[p] = Slot{b.index, false};
+    }
+    start += padded;
+  }
+  if (config.use_distributed_optimizer) {
+    ddp->param_buffer_ = Tensor::Zeros({total}, dtype, device);
+    start = 0;
+    for (Bucket& b : ddp->buckets_) {
+      const int64_t padded = b.layout.padded_numel;
+      MCC_ASSIGN_OR_RETURN(b.param_data,
+                           ddp->param_buffer_.Slice(start, start + padded));
+      for (size_t i = 0; i < b.layout.params.size(); ++i) {
+        Parameter* p = b.layout.params[i].get();
+        const int64_t off = b.layout.offsets[i], n = p->value.numel();
         MCC_ASSIGN_OR_RETURN(Tensor v, b.param_data.Slice(off, off + n));
         MCC_ASSIGN_OR_RETURN(v, v.Reshape(p->value.shape()));
         MCC_RETURN_IF_ERROR(v.CopyFrom(p->value));
         p->value = v;
       }
-      ddp->slots_[p] = Slot{b.index, false};
+      start += padded;
     }
-    start += padded;
   }
   const int nb = static_cast<int>(ddp->buckets_.size());
   ddp->pending_.resize(nb);
