@@ -312,25 +312,28 @@ void Loopback(double* bandwidth, double* latency) {
 // `group_size` consecutive ranks that all run the same loop at once (as a
 // layout's TP or pipeline groups do), each collective after a model-shaped
 // fp32 GEMM as in training and back to back: per-rank bandwidths of an
-// all-gather and an all-reduce of `bytes` (back to back), and the latency of
-// one ring step (a 4-byte all-reduce's, plus what a collective between GEMMs
-// costs beyond one back to back). Medians over `rounds` rounds, seen from
-// rank 0: the probe's noise falls with them (the whole node: TP 4's
-// predicted step over six probes 3.3-4.1 s with 8 rounds, 3.4-3.8 s with 16;
-// pairs: TP 2 x DP 2's 2.24-2.81 s over five probes with 12 rounds, 2.40-2.76
-// s over eight with 24, the pairs' step latency 1.4-3.3 ms against 1.9-2.8).
-// (A fit through two message sizes, tried to split the per-collective cost
-// from the per-byte one, gave bandwidths from 0.5 to 28 GB/s between runs:
-// too noisy here.) Measured on a 2-core VM: the same collectives on idle
-// ranks ran at 2 GB/s (the single loopback connection the probe used before:
-// 2.9 GB/s), but TP 2's 2 MB all-gathers and reduce-scatters between its
-// GEMMs took 2.6 ms each in training (a ~0.4 GB/s rate): the ranks arrive
-// apart, the collective thread must be woken, and the copies run on cores
-// that were computing. The GEMMs between are fp32 whatever the model's type:
-// bf16 training's collectives cost as much as fp32's (4 ranks on 2 cores, TP
-// 2 x DP 2: 0.9-1.0 s a step outside ops in bf16, 0.7 s in fp32), since
-// attention and the memory-bound ops between them do not get faster, but
-// bf16 GEMMs between the probe's collectives halved its latency.
+// all-gather and an all-reduce of 16 MiB (or `bytes`, if more) back to back,
+// and the latency of one ring step (a 4-byte all-reduce's, plus what a
+// collective between GEMMs costs beyond one back to back). Medians over
+// `rounds` rounds, seen from rank 0: the probe's noise falls with them (the
+// whole node: TP 4's predicted step over six probes 3.3-4.1 s with 8
+// rounds, 3.4-3.8 s with 16; pairs: TP 2 x DP 2's 2.24-2.81 s over five probes
+// with 12 rounds, 2.40-2.76 s over eight with 24, the pairs' step
+// latency 1.4-3.3 ms against 1.9-2.8). (A fit through two message sizes, tried
+// to split the per-collective cost from the per-byte one, gave bandwidths from
+// 0.5 to 28 GB/s between runs: too noisy here.) Measured on a 2-core VM: the
+// same collectives on idle ranks ran at 2 GB/s (the single loopback connection
+// the probe used before: 2.9 GB/s), but TP 2's 2 MB all-gathers and
+// reduce-scatters between its GEMMs took 2.6 ms each in training (a ~0.4 GB/s
+// rate): the ranks arrive apart, the collective thread must be woken, and the
+// copies run on cores that were computing. The GEMMs between are fp32 whatever
+// the model's type: bf16 training's collectives cost as much as fp32's (4 ranks
+// on 2 cores, TP 2 x DP 2: 0.9-1.0 s a step outside ops in bf16, 0.7 s in
+// fp32), since attention and the memory-bound ops between them do not get
+// faster, but bf16 GEMMs between the probe's collectives halved its latency.
+// Collectives a probe round times of each kind (of the 1-32 MiB size).
+constexpr int kPerRound = 8;
+
 struct CollectiveRates {
   double gather_bandwidth = 0;
   double reduce_bandwidth = 0;
@@ -356,8 +359,14 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
   // Whole fp32 elements, a multiple of the group size.
   const int gs = group_size;
   const int64_t elements = std::max<int64_t>(gs, bytes / 4 / gs * gs);
-  constexpr int kPerRound = 8, kSmall = 20;
-  std::vector<double> small_s, gather_s, reduce_s, idle_gather_s, idle_reduce_s;
+  // The bandwidths come from 16 MiB messages back to back, whose time is
+  // mostly bytes: at 1 MiB, less the steps' latency, a gather's rate moved
+  // from 0.44 to 2.6 GB/s between probes a minute apart (2 ranks, 2-core
+  // VM), and gradient buckets are large.
+  const int64_t big = std::max<int64_t>(elements, (int64_t{4} << 20) / gs * gs);
+  constexpr int kSmall = 20, kBigPerRound = 2;
+  std::vector<double> small_s, gather_s, idle_gather_s, big_gather_s,
+      big_reduce_s;
   std::vector<absl::Status> status(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
@@ -379,8 +388,10 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
       comm::ProcessGroup& g = **group;
       Tensor in = Tensor::Full({elements / gs}, 1, DType::kFloat32);
       Tensor out = Tensor::Empty({elements}, DType::kFloat32);
-      Tensor sum = Tensor::Full({elements}, 1, DType::kFloat32);
       Tensor one = Tensor::Full({1}, 1, DType::kFloat32);
+      Tensor big_in = Tensor::Full({big / gs}, 1, DType::kFloat32);
+      Tensor big_out = Tensor::Empty({big}, DType::kFloat32);
+      Tensor big_sum = Tensor::Full({big}, 1, DType::kFloat32);
       Tensor a = Tensor::Full({gemm_rows, gemm_width}, 0.5, DType::kFloat32);
       Tensor b = Tensor::Full({gemm_width, gemm_width}, 0.25, DType::kFloat32);
       Tensor c = Tensor::Empty({gemm_rows, gemm_width}, DType::kFloat32);
@@ -388,12 +399,13 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
         if (!s.ok() && status[r].ok()) status[r] = s;
         return s.ok();
       };
-      // Seconds of kPerRound GEMMs (none when !gemms), each followed by
+      // Seconds of `count` GEMMs (none when !gemms), each followed by
       // `collective` (if any), from a barrier.
-      auto timed = [&](auto collective, bool gemms = true) -> double {
+      auto timed = [&](auto collective, bool gemms = true,
+                       int count = kPerRound) -> double {
         if (!note(g.Barrier()->Wait())) return 0;
         const absl::Time t0 = absl::Now();
-        for (int i = 0; i < kPerRound; ++i) {
+        for (int i = 0; i < count; ++i) {
           if (gemms && !note(ops::Gemm(a, false, b, false, &c))) return 0;
           if (!note(collective())) return 0;
         }
@@ -409,19 +421,20 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
         const double compute = timed([] { return absl::OkStatus(); });
         const double gather =
             timed([&] { return g.AllGather(in, &out)->Wait(); });
-        const double reduce = timed(
-            [&] { return g.AllReduce(&sum, comm::ReduceOp::kSum)->Wait(); });
         const double idle_gather =
             timed([&] { return g.AllGather(in, &out)->Wait(); }, false);
-        const double idle_reduce = timed(
-            [&] { return g.AllReduce(&sum, comm::ReduceOp::kSum)->Wait(); },
-            false);
+        const double big_gather =
+            timed([&] { return g.AllGather(big_in, &big_out)->Wait(); }, false,
+                  kBigPerRound);
+        const double big_reduce = timed(
+            [&] { return g.AllReduce(&big_sum, comm::ReduceOp::kSum)->Wait(); },
+            false, kBigPerRound);
         if (r == 0 && round > 0) {  // Round 0 warms the connections up.
           small_s.push_back(small / kSmall);
           idle_gather_s.push_back(idle_gather / kPerRound);
-          idle_reduce_s.push_back(idle_reduce / kPerRound);
+          big_gather_s.push_back(big_gather / kBigPerRound);
+          big_reduce_s.push_back(big_reduce / kBigPerRound);
           gather_s.push_back((gather - compute) / kPerRound);
-          reduce_s.push_back((reduce - compute) / kPerRound);
         }
       }
     });
@@ -434,7 +447,7 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
   // thread must be woken): that excess is added to every step's latency,
   // so a large all-reduce of gradients keeps the idle rate and the many
   // small TP collectives pay the excess each.
-  const double n = gs, data = 4.0 * elements;
+  const double n = gs, data = 4.0 * big;
   const double small_latency = Median(small_s) / (2 * (n - 1));
   auto rate = [&](double moved, double seconds, double steps) {
     const double transfer =
@@ -443,9 +456,10 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
   };
   const double idle_gather = Median(idle_gather_s);
   CollectiveRates rates;
-  rates.gather_bandwidth = rate((n - 1) / n * data, idle_gather, n - 1);
+  rates.gather_bandwidth =
+      rate((n - 1) / n * data, Median(big_gather_s), n - 1);
   rates.reduce_bandwidth =
-      rate(2 * (n - 1) / n * data, Median(idle_reduce_s), 2 * (n - 1));
+      rate(2 * (n - 1) / n * data, Median(big_reduce_s), 2 * (n - 1));
   rates.latency =
       small_latency + std::max(0.0, Median(gather_s) - idle_gather) / (n - 1);
   return rates;
