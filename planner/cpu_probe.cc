@@ -365,8 +365,7 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
   // VM), and gradient buckets are large.
   const int64_t big = std::max<int64_t>(elements, (int64_t{4} << 20) / gs * gs);
   constexpr int kSmall = 20, kBigPerRound = 2;
-  std::vector<double> small_s, gather_s, idle_gather_s, big_gather_s,
-      big_reduce_s;
+  std::vector<double> small_s, gather_s, big_gather_s, big_reduce_s;
   std::vector<absl::Status> status(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
@@ -421,8 +420,6 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
         const double compute = timed([] { return absl::OkStatus(); });
         const double gather =
             timed([&] { return g.AllGather(in, &out)->Wait(); });
-        const double idle_gather =
-            timed([&] { return g.AllGather(in, &out)->Wait(); }, false);
         const double big_gather =
             timed([&] { return g.AllGather(big_in, &big_out)->Wait(); }, false,
                   kBigPerRound);
@@ -431,7 +428,6 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
             false, kBigPerRound);
         if (r == 0 && round > 0) {  // Round 0 warms the connections up.
           small_s.push_back(small / kSmall);
-          idle_gather_s.push_back(idle_gather / kPerRound);
           big_gather_s.push_back(big_gather / kBigPerRound);
           big_reduce_s.push_back(big_reduce / kBigPerRound);
           gather_s.push_back((gather - compute) / kPerRound);
@@ -444,9 +440,9 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
   // Back to back on idle ranks a collective costs its steps' latency plus
   // its bytes at the link's rate; between GEMMs it costs more, by about the
   // same time whatever its size (the ranks arrive apart, the collective
-  // thread must be woken): that excess is added to every step's latency,
-  // so a large all-reduce of gradients keeps the idle rate and the many
-  // small TP collectives pay the excess each.
+  // thread must be woken): that excess goes into every step's latency, so
+  // a large all-reduce of gradients keeps the idle rate and the many small
+  // TP collectives pay the excess each.
   const double n = gs, data = 4.0 * big;
   const double small_latency = Median(small_s) / (2 * (n - 1));
   auto rate = [&](double moved, double seconds, double steps) {
@@ -454,14 +450,19 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
         std::max({1e-6, 0.1 * seconds, seconds - steps * small_latency});
     return moved / transfer;
   };
-  const double idle_gather = Median(idle_gather_s);
   CollectiveRates rates;
   rates.gather_bandwidth =
       rate((n - 1) / n * data, Median(big_gather_s), n - 1);
   rates.reduce_bandwidth =
       rate(2 * (n - 1) / n * data, Median(big_reduce_s), 2 * (n - 1));
+  // A TP-sized gather between GEMMs is priced at the 16 MiB rate plus n - 1
+  // steps' latency: the latency takes what its bytes at that rate leave of
+  // the time the probe saw (at least a 4-byte all-reduce's step), so the
+  // model gives that gather exactly its measured time.
+  const double moved = (n - 1) / n * 4.0 * elements;
   rates.latency =
-      small_latency + std::max(0.0, Median(gather_s) - idle_gather) / (n - 1);
+      std::max(small_latency,
+               (Median(gather_s) - moved / rates.gather_bandwidth) / (n - 1));
   return rates;
 }
 
