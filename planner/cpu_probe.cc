@@ -306,6 +306,9 @@ void Loopback(double* bandwidth, double* latency) {
   close(server);
 }
 
+// Collectives of the TP size (1-32 MiB) a probe round times between GEMMs.
+constexpr int kPerRound = 8;
+
 // gloo's collectives among `ranks` threads of this process over loopback,
 // the transport train's CPU ranks use, every rank on its own thread as the
 // node's ranks are (so they share the cores as they will), in groups of
@@ -313,10 +316,10 @@ void Loopback(double* bandwidth, double* latency) {
 // layout's TP or pipeline groups do), each collective after a model-shaped
 // fp32 GEMM as in training and back to back: per-rank bandwidths of an
 // all-gather and an all-reduce of 16 MiB (or `bytes`, if more) back to back,
-// and the latency of one ring step (a 4-byte all-reduce's, plus what a
-// collective between GEMMs costs beyond one back to back). Medians over
-// `rounds` rounds, seen from rank 0: the probe's noise falls with them (the
-// whole node: TP 4's predicted step over six probes 3.3-4.1 s with 8
+// and the latency of one ring step (what a TP-sized gather between GEMMs
+// leaves after its bytes at that rate; at least a 4-byte all-reduce's). Medians
+// over `rounds` rounds, seen from rank 0: the probe's noise falls with them
+// (the whole node: TP 4's predicted step over six probes 3.3-4.1 s with 8
 // rounds, 3.4-3.8 s with 16; pairs: TP 2 x DP 2's 2.24-2.81 s over five probes
 // with 12 rounds, 2.40-2.76 s over eight with 24, the pairs' step
 // latency 1.4-3.3 ms against 1.9-2.8). (A fit through two message sizes, tried
@@ -331,9 +334,6 @@ void Loopback(double* bandwidth, double* latency) {
 // on 2 cores, TP 2 x DP 2: 0.9-1.0 s a step outside ops in bf16, 0.7 s in
 // fp32), since attention and the memory-bound ops between them do not get
 // faster, but bf16 GEMMs between the probe's collectives halved its latency.
-// Collectives a probe round times of each kind (of the 1-32 MiB size).
-constexpr int kPerRound = 8;
-
 struct CollectiveRates {
   double gather_bandwidth = 0;
   double reduce_bandwidth = 0;

@@ -24,32 +24,30 @@ const DType kDTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16,
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax,
                          ReduceOp::kMin};
 
-// Deterministic per-rank inputs; floats are not integers so 16-bit rounding
-// matters.
+double RoundTo(DType dt, double x);
+
+// Element i of rank `rank`'s deterministic input (Input below); floats are
+// not integers so 16-bit rounding matters.
+double InputAt(DType dt, int64_t i, int rank, int salt) {
+  const int64_t k = ((i * 7 + rank * 13 + salt * 5) % 17) - 8;
+  if (!IsFloatingPoint(dt)) return static_cast<double>(k * 1000003);
+  return RoundTo(dt, static_cast<float>(k) * 0.37f);
+}
+
 Tensor Input(DType dt, const Shape& shape, int rank, int salt) {
   const int64_t n = NumElements(shape);
   if (IsFloatingPoint(dt)) {
     std::vector<float> v(n);
     for (int64_t i = 0; i < n; ++i) {
-      v[i] =
-          static_cast<float>(((i * 7 + rank * 13 + salt * 5) % 17) - 8) * 0.37f;
+      v[i] = static_cast<float>(InputAt(dt, i, rank, salt));
     }
     return Tensor::FromVector(v, shape, dt).value();
   }
   std::vector<int64_t> v(n);
   for (int64_t i = 0; i < n; ++i) {
-    v[i] = (((i * 7 + rank * 13 + salt * 5) % 17) - 8) * 1000003;
+    v[i] = static_cast<int64_t>(InputAt(dt, i, rank, salt));
   }
   return Tensor::FromInts(v, shape, dt).value();
-}
-
-double RoundTo(DType dt, double x);
-
-// Element i of Input(dt, shape, rank, salt), without building the tensor.
-double InputAt(DType dt, int64_t i, int rank, int salt) {
-  const int64_t k = ((i * 7 + rank * 13 + salt * 5) % 17) - 8;
-  if (!IsFloatingPoint(dt)) return static_cast<double>(k * 1000003);
-  return RoundTo(dt, static_cast<float>(k) * 0.37f);
 }
 
 // x rounded to dtype, as a double.

@@ -38,6 +38,16 @@ class ParamGatherHooks : public parallel::UnitHooks {
   std::vector<ParameterList> units_;
 };
 
+// Parameter i's view of a bucket's flat buffer, shaped as its value.
+absl::StatusOr<Tensor> ParamView(const FlatLayout& layout, size_t i,
+                                 const Tensor& bucket_data) {
+  const Tensor& value = layout.params[i]->value;
+  const int64_t off = layout.offsets[i];
+  MCC_ASSIGN_OR_RETURN(Tensor view,
+                       bucket_data.Slice(off, off + value.numel()));
+  return view.Reshape(value.shape());
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DistributedDataParallel>>
@@ -139,9 +149,7 @@ DistributedDataParallel::Create(const ParameterList& params,
                          ddp->grad_buffer_.Slice(start, start + padded));
     for (size_t i = 0; i < b.layout.params.size(); ++i) {
       Parameter* p = b.layout.params[i].get();
-      const int64_t off = b.layout.offsets[i], n = p->value.numel();
-      MCC_ASSIGN_OR_RETURN(Tensor g, b.grad_data.Slice(off, off + n));
-      MCC_ASSIGN_OR_RETURN(g, g.Reshape(p->value.shape()));
+      MCC_ASSIGN_OR_RETURN(Tensor g, ParamView(b.layout, i, b.grad_data));
       if (p->main_grad.defined()) MCC_RETURN_IF_ERROR(g.CopyFrom(p->main_grad));
       p->main_grad = g;
       ddp->slots_[p] = Slot{b.index, false};
@@ -157,9 +165,7 @@ DistributedDataParallel::Create(const ParameterList& params,
                            ddp->param_buffer_.Slice(start, start + padded));
       for (size_t i = 0; i < b.layout.params.size(); ++i) {
         Parameter* p = b.layout.params[i].get();
-        const int64_t off = b.layout.offsets[i], n = p->value.numel();
-        MCC_ASSIGN_OR_RETURN(Tensor v, b.param_data.Slice(off, off + n));
-        MCC_ASSIGN_OR_RETURN(v, v.Reshape(p->value.shape()));
+        MCC_ASSIGN_OR_RETURN(Tensor v, ParamView(b.layout, i, b.param_data));
         MCC_RETURN_IF_ERROR(v.CopyFrom(p->value));
         p->value = v;
       }
