@@ -2,6 +2,7 @@
 #define PLANNER_MEMORY_MODEL_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "planner/job_spec.h"
@@ -26,6 +27,10 @@ struct MemoryBreakdown {
   double workspace = 0;     // Transients of the step at the peak.
   double allocator_overhead = 0;
   int in_flight = 0;  // Most micro-batch records held at once (chunks).
+  // When the peak falls: "the schedule" (a forward or backward), "the
+  // gradient reduction" (activations freed) or "DDP's setup" (before the
+  // first step).
+  std::string peak_at = "the schedule";
   double total() const {
     return weights + gradients + main_weights + optimizer_state + activations +
            comm_buffers + workspace + allocator_overhead;

@@ -69,8 +69,10 @@ std::string FormatExplain(const JobSpec& job, const Prediction& p) {
                     "\n");
   }
   absl::StrAppendFormat(
-      &out, "memory of the largest rank (pipeline stage %d, %d parameters):\n",
-      m.stage, m.params);
+      &out,
+      "memory of the largest rank (pipeline stage %d, %d parameters), at its "
+      "peak during %s:\n",
+      m.stage, m.params, m.peak_at);
   auto row = [&](const char* name, double bytes, const std::string& why) {
     absl::StrAppendFormat(&out, "  %-20s %12s  %s\n", name, GiB(bytes), why);
   };
@@ -177,6 +179,7 @@ std::string FormatJson(const JobSpec& job,
                          {"optimizer_state", m.optimizer_state},
                          {"activations", m.activations},
                          {"in_flight", m.in_flight},
+                         {"peak_at", m.peak_at},
                          {"comm_buffers", m.comm_buffers},
                          {"workspace", m.workspace},
                          {"allocator_overhead", m.allocator_overhead},
