@@ -47,6 +47,10 @@ struct DeviceSpec {
   // cores (measured: ZeRO-3's gathers took 1.2 s of a 4.0 s step outside
   // the ops, none of it hidden).
   double comm_overlap = 1;
+  // How far one layout's predicted step moves between runs of a measured
+  // device's probe (a fraction; 0 for the datasheet table): layouts
+  // predicted closer than this to the first are not reliably ordered.
+  double prediction_spread = 0;
   // Per-rank rate of a ring all-reduce's (and reduce-scatter's) traffic
   // when it differs from a gather's: on a CPU the reduction runs on the
   // cores that also move the data (the CPU probe measures both). 0: the

@@ -80,6 +80,32 @@ TEST(LayoutSearchTest, TooSmallADeviceDropsLayouts) {
   EXPECT_GT(SearchLayouts(job, all).size(), roomy);
 }
 
+// A measured device's table says which leading layouts sit within its
+// probe's run-to-run spread of the first; the datasheet devices' does not.
+TEST(LayoutSearchTest, TableNotesLayoutsWithinTheProbesSpread) {
+  JobSpec job = Job();
+  std::vector<Prediction> ps(4);
+  const double steps[] = {1.00, 1.03, 1.05, 1.20};
+  for (size_t i = 0; i < ps.size(); ++i) {
+    ps[i].time.gemm = steps[i];
+    ps[i].fits = true;
+  }
+  EXPECT_EQ(FormatTable(job, ps).find("note:"), std::string::npos);
+  job.cluster.device.prediction_spread = 0.05;
+  const std::string table = FormatTable(job, ps);
+  EXPECT_NE(table.find("note: layouts 1-3 are predicted within 5%"),
+            std::string::npos)
+      << table;
+  ps.pop_back();  // Every layout shown is within it.
+  EXPECT_NE(
+      FormatTable(job, ps).find("layouts 1-3 (all shown; --top shows more)"),
+      std::string::npos);
+  ps.push_back(ps.back());
+  ps.back().time.gemm = 1.20;
+  job.cluster.device.prediction_spread = 0.01;
+  EXPECT_EQ(FormatTable(job, ps).find("note:"), std::string::npos);
+}
+
 TEST(LayoutSearchTest, ReportsNameEveryPart) {
   const JobSpec job = Job();
   auto p = Predict(job, *ParseLayout("tp2sp.pp2.dp2.z1.mb1"));

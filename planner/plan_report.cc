@@ -46,6 +46,28 @@ std::string FormatTable(const JobSpec& job,
         100 * p.time.mfu, p.fits ? "" : "DOES NOT FIT ",
         p.unsupported.empty() ? "" : "(" + p.unsupported + ")");
   }
+  // Layouts closer to the first than the probe moves between runs are not
+  // reliably ordered: say so, so the user measures them before choosing.
+  const double spread = job.cluster.device.prediction_spread;
+  if (spread > 0 && predictions.size() > 1) {
+    const double first = predictions[0].time.total();
+    size_t close = 1;
+    while (close < predictions.size() &&
+           predictions[close].time.total() <= first * (1 + spread)) {
+      ++close;
+    }
+    if (close > 1) {
+      absl::StrAppendFormat(
+          &out,
+          "note: layouts 1-%d%s are predicted within %.0f%% of the first, "
+          "inside how far this device's probe moves between runs: their "
+          "order is not reliable; measure them before choosing "
+          "(tools/bench/plan_check)\n",
+          close,
+          close == predictions.size() ? " (all shown; --top shows more)" : "",
+          100 * spread);
+    }
+  }
   return out;
 }
 
@@ -155,6 +177,7 @@ std::string FormatJson(const JobSpec& job,
                   {"gemm_small_efficiency", d.gemm_small_efficiency},
                   {"gemm_mix_factor", mix},
                   {"attention_efficiency", d.attention_efficiency},
+                  {"prediction_spread", d.prediction_spread},
                   {"source", d.source}};
   nlohmann::json layouts = nlohmann::json::array();
   for (const Prediction& p : predictions) {
