@@ -43,14 +43,15 @@ while [[ $# -gt 0 ]]; do
        exit 2 ;;
   esac
 done
-if ! [[ "$repeats" =~ ^[1-9][0-9]*$ ]]; then
-  echo "plan_check: --repeats $repeats: a positive count" >&2
-  exit 2
-fi
-if ! [[ "$rounds" =~ ^[1-9][0-9]*$ ]]; then
-  echo "plan_check: --rounds $rounds: a positive count" >&2
-  exit 2
-fi
+# require_count FLAG VALUE: exits 2 unless VALUE is a positive count.
+require_count() {
+  if ! [[ "$2" =~ ^[1-9][0-9]*$ ]]; then
+    echo "plan_check: --$1 $2: a positive count" >&2
+    exit 2
+  fi
+}
+require_count repeats "$repeats"
+require_count rounds "$rounds"
 if [[ "$procs" != 2 && "$procs" != 4 ]]; then
   echo "plan_check: --procs $procs: the lists are for 2 or 4 processes" >&2
   exit 2
@@ -271,12 +272,8 @@ if [[ "$fast_layout" == "$top" ]]; then
   echo "The planner's first is the fastest measured layout: +0.0% (goal: within 5%)."
   exit 0
 fi
-fast_flags=""
-for row in "${layouts[@]}"; do
-  IFS='|' read -r name layout flags model_flags <<< "$row"
-  [[ "$name" == "$fast_name" ]] && fast_flags=$flags
-done
-[[ "$fast_name" == "planner's first"* ]] && fast_flags=$(flags_of "$fast_layout")
+# The fastest is a bench-model fp32 layout: its name gives its flags.
+fast_flags=$(flags_of "$fast_layout")
 : > "$work/paired.jsonl"
 for ((round = 1; round <= rounds; round++)); do
   echo "paired round $round of $rounds" >&2
