@@ -156,13 +156,25 @@ double Flops(const std::vector<GemmShape>& gemms) {
   return flops;
 }
 
+// Elements of the weight-sized operand of each of `gemms`: the weight a
+// forward or input-gradient GEMM reads (its B), the gradient a
+// weight-gradient GEMM accumulates into (its C).
+double WeightElements(const std::vector<GemmShape>& gemms) {
+  double elements = 0;
+  for (const GemmShape& g : gemms) {
+    elements += g.accumulate ? 1.0 * g.m * g.n : 1.0 * g.k * g.n;
+  }
+  return elements;
+}
+
 // The FLOP rate of `gemms` run one after another, with `workers` ranks each
 // running them at once (the median over calls, as ConcurrentGemmRate).
 double GemmListRate(int workers, const std::vector<GemmShape>& gemms,
-                    DType dtype) {
+                    DType dtype,
+                    absl::Duration budget = absl::Milliseconds(1000)) {
   const double flops = Flops(gemms);
   const DType in = GemmInput(dtype);
-  return ConcurrentMedianRate(workers, flops, absl::Milliseconds(1000), [&] {
+  return ConcurrentMedianRate(workers, flops, budget, [&] {
     auto tensors = std::make_shared<std::vector<Tensor>>();
     for (const GemmShape& g : gemms) {
       tensors->push_back(g.trans_a ? Tensor::Full({g.k, g.m}, 0.5, in)
@@ -505,35 +517,74 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   // the output layer), transposed operands and the wide output layer run
   // slower than the shaped probe (measured, bench model at 1024 rows, two
   // ranks computing: one layer 0.92-0.97 of it, the output layer 0.79-0.91;
-  // a step's mix 0.90-0.94 in fp32 and bf16). Each list gets a second of
-  // calls: with 0.4 s TP 1's layer measured 10% lower. Skipped for a model
+  // a step's mix 0.90-0.94 in fp32 and bf16, with each call's fixed cost
+  // below in it; 0.90-0.95 without). Each list gets a second of calls: with
+  // 0.4 s TP 1's layer measured 10% lower. Skipped for a model
   // whose GEMMs would take over 64 GFLOP a pass (their shapes are wide
   // enough to run at the shaped rate).
   std::map<int, double> mix_factor;
+  double seconds_per_weight = 0;
   {
     const int64_t mix_rows = std::min<int64_t>(rows, 1024);
     const double square =
         ConcurrentGemmRate(workers, mix_rows, width, width, dtype);
-    for (int tp = 1; tp <= std::min(8, static_cast<int>(ranks)); tp *= 2) {
-      const std::vector<GemmShape> layer =
-          ModelGemms(model, tp, mix_rows, false);
-      const std::vector<GemmShape> head = ModelGemms(model, tp, mix_rows, true);
-      if (layer.empty() || square <= 0 || Flops(layer) + Flops(head) > 64e9) {
-        continue;
-      }
-      const double layer_rate = GemmListRate(workers, layer, dtype);
-      const double head_rate = GemmListRate(workers, head, dtype);
-      if (layer_rate <= 0 || head_rate <= 0) continue;
-      // A step's GEMMs: every layer's and the output layer's once.
+    // A step's GEMMs at TP degree `tp` on `r` rows: every layer's and the
+    // output layer's once; nothing when the model does not split over `tp`
+    // or its GEMMs are too large to time.
+    struct StepGemms {
+      double flops = 0, seconds = 0, weights = 0;
+    };
+    auto time_step = [&](int tp, int64_t r, absl::Duration budget,
+                         StepGemms* step) {
+      const std::vector<GemmShape> layer = ModelGemms(model, tp, r, false);
+      const std::vector<GemmShape> head = ModelGemms(model, tp, r, true);
+      if (layer.empty() || Flops(layer) + Flops(head) > 64e9) return false;
+      const double layer_rate = GemmListRate(workers, layer, dtype, budget);
+      const double head_rate = GemmListRate(workers, head, dtype, budget);
+      if (layer_rate <= 0 || head_rate <= 0) return false;
       const double layers = model.num_layers;
-      const double rate =
-          (layers * Flops(layer) + Flops(head)) /
-          (layers * Flops(layer) / layer_rate + Flops(head) / head_rate);
-      mix_factor[tp] = std::clamp(rate / square, 0.3, 1.5);
-      VLOG(1) << "planner probe: TP " << tp << " GEMMs " << mix_rows
+      step->flops = layers * Flops(layer) + Flops(head);
+      step->seconds =
+          layers * Flops(layer) / layer_rate + Flops(head) / head_rate;
+      step->weights = layers * WeightElements(layer) + WeightElements(head);
+      VLOG(1) << "planner probe: TP " << tp << " GEMMs " << r
               << " rows: one layer's " << layer_rate / 1e9
               << " GFLOP/s, the output layer's " << head_rate / 1e9
               << ", the shaped GEMM's " << square / 1e9;
+      return true;
+    };
+    std::map<int, StepGemms> steps;
+    for (int tp = 1; tp <= std::min(8, static_cast<int>(ranks)); tp *= 2) {
+      StepGemms step;
+      if (square > 0 &&
+          time_step(tp, mix_rows, absl::Milliseconds(1000), &step)) {
+        steps[tp] = step;
+      }
+    }
+    // Each call also costs time for its weight-sized operand whatever the
+    // rows (bench model, 2 ranks computing: a layer's GEMMs took 3.4, 7.7,
+    // 24, 47, 92 and 184 ms at 16 to 2048 rows, about 1.8 ms plus 0.089 ms
+    // a row), which a micro-batch of fewer rows pays for less work
+    // (training at micro-batch 1 against 2: 35 ms more in GEMMs a step).
+    // TP 1's step at a sixteenth of the rows gives that intercept: there it
+    // is a third or more of the time, so the probe's noise moves it little.
+    const int64_t few_rows = std::max<int64_t>(16, mix_rows / 16);
+    auto tp1 = steps.find(1);
+    StepGemms few;
+    if (tp1 != steps.end() && few_rows < mix_rows &&
+        time_step(1, few_rows, absl::Milliseconds(500), &few)) {
+      const StepGemms& many = tp1->second;
+      const double per_flop =
+          (many.seconds - few.seconds) / (many.flops - few.flops);
+      const double fixed = few.seconds - few.flops * per_flop;
+      if (per_flop > 0 && fixed > 0) seconds_per_weight = fixed / few.weights;
+    }
+    for (const auto& [tp, step] : steps) {
+      // The FLOPs' own rate: the step's time less its fixed cost.
+      const double fixed =
+          std::min(seconds_per_weight * step.weights, 0.5 * step.seconds);
+      mix_factor[tp] =
+          std::clamp(step.flops / (step.seconds - fixed) / square, 0.3, 1.5);
     }
   }
   shaped =
@@ -584,6 +635,7 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   // band inside which the table's order is noise.
   d.prediction_spread = 0.05;
   d.gemm_mix_factor = std::move(mix_factor);
+  d.gemm_seconds_per_weight = seconds_per_weight;
   d.attention_efficiency = shaped > 0 ? attention / shaped : 0.5;
   d.memory_bandwidth = CopyBandwidth() / ranks;
   Loopback(&d.intra_node_bandwidth, &d.intra_node_latency);

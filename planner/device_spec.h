@@ -41,6 +41,13 @@ struct DeviceSpec {
   // one shaped GEMM gemm_efficiency comes from (the CPU probe measures it
   // per degree: 0.90-0.94 for the bench model). Empty: 1.
   std::map<int, double> gemm_mix_factor;
+  // Seconds each GEMM call costs per element of its weight-sized operand
+  // (the weight a forward or input-gradient GEMM reads, the gradient a
+  // weight-gradient GEMM accumulates), beyond its FLOPs at the rates above:
+  // a fixed cost per micro-batch that a micro-batch of fewer rows amortizes
+  // over less work (the CPU probe: the intercept of the model's GEMM lists'
+  // time against their row count). 0: none modelled (the datasheet table).
+  double gemm_seconds_per_weight = 0;
   // Fraction of overlappable communication that computation really hides:
   // 1 where transfers run beside the kernels (NCCL on GPUs); 0 on a CPU
   // whose cores all run kernels, where gloo's transport needs those same

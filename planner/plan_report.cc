@@ -176,6 +176,7 @@ std::string FormatJson(const JobSpec& job,
                   {"gemm_efficiency", d.gemm_efficiency},
                   {"gemm_small_efficiency", d.gemm_small_efficiency},
                   {"gemm_mix_factor", mix},
+                  {"gemm_seconds_per_weight", d.gemm_seconds_per_weight},
                   {"attention_efficiency", d.attention_efficiency},
                   {"prediction_spread", d.prediction_spread},
                   {"source", d.source}};

@@ -102,8 +102,16 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   const double attn_rate = shaped_rate * dev.attention_efficiency;
   const double bw = dev.memory_bandwidth;
 
+  // One GEMM call's time for `weights` weight elements (this rank's share):
+  // its FLOPs on `rows` rows at the mix's rate, plus the fixed cost of its
+  // weight-sized operand, which fewer rows amortize over less work.
+  auto gemm_call = [&](double rows, double weights) {
+    return 2 * rows * weights / gemm_rate +
+           dev.gemm_seconds_per_weight * weights;
+  };
+
   // One layer, one micro-batch, forward.
-  const double gemm_fwd = 2 * T * LayerWeights(c) / t / gemm_rate;
+  const double gemm_fwd = gemm_call(T, LayerWeights(c) / t);
   // Causal flash attention: half of the 4 T s h / TP score and value FLOPs;
   // its backward is about 2.5 forwards (it recomputes the scores).
   const double attn_fwd = 0.5 * 4 * T * c.seq_length * h / t / attn_rate;
@@ -128,8 +136,7 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     st.recompute = m * layers * (gemm_fwd / 2 + elem_fwd);
   }
   // The last stage's head: output-layer GEMMs and cross entropy passes.
-  const double head_mb =
-      3 * 2 * T * h * V / t / gemm_rate + 6 * T * V / t * e / bw;
+  const double head_mb = 3 * gemm_call(T, h * V / t) + 6 * T * V / t * e / bw;
   st.head = m * head_mb;
 
   // TP: per layer two collectives of the hidden states each way; sequence
@@ -169,7 +176,7 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
       const double comm = GatherOrScatter(hidden_bytes, l.tp, tp_inter, tp_dev);
       exposed = 0;
       for (double w : {qkv, proj, fc1, fc2, qkv, qkv, fc1, fc1, proj, fc2}) {
-        const double gemm = 2 * T * w / t / gemm_rate;
+        const double gemm = gemm_call(T, w / t);
         exposed += std::max(comm, gemm) + std::min(comm, gemm) / l.tp - gemm;
       }
     }

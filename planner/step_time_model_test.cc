@@ -344,6 +344,42 @@ TEST(StepTimeModelTest, GemmMixFactorScalesTheTpDegreesGemms) {
   EXPECT_EQ(EstimateStepTime(job, l).gemm, tp1_plain.gemm);
 }
 
+// Each GEMM call's fixed cost (DeviceSpec::gemm_seconds_per_weight) is paid
+// per micro-batch: three calls a linear (forward, input gradient, weight
+// gradient) over this rank's share of the weights, and one more a linear
+// under full recomputation.
+TEST(StepTimeModelTest, GemmCallCostIsPaidPerMicroBatch) {
+  JobSpec job = H100Job(1, 16);
+  Layout l;
+  l.tp = 2;
+  l.dp = 4;
+  l.micro_batch = 1;  // 16 / 4 = 4 micro-batches.
+  auto with_cost = [&](double seconds_per_weight) {
+    JobSpec j = job;
+    j.cluster.device.gemm_seconds_per_weight = seconds_per_weight;
+    return EstimateStepTime(j, l);
+  };
+  const double c = 1e-9, h = 1024, V = 32000, layers = 8;
+  const double layer_weights = 12 * h * h;  // QKV 3h^2, projection, FFN 8h^2.
+  StepTime plain = with_cost(0), costed = with_cost(c);
+  EXPECT_NEAR(costed.gemm - plain.gemm, 4 * layers * 3 * c * layer_weights / 2,
+              1e-9 * costed.gemm);
+  EXPECT_NEAR(costed.head - plain.head, 4 * 3 * c * h * V / 2,
+              1e-9 * costed.head);
+  EXPECT_EQ(costed.attention, plain.attention);
+  // The same tokens in half the micro-batches pay half of it.
+  l.micro_batch = 2;
+  plain = with_cost(0);
+  costed = with_cost(c);
+  EXPECT_NEAR(costed.gemm - plain.gemm, 2 * layers * 3 * c * layer_weights / 2,
+              1e-9 * costed.gemm);
+  l.recompute = Recompute::kFull;
+  plain = with_cost(0);
+  costed = with_cost(c);
+  EXPECT_NEAR(costed.recompute - plain.recompute,
+              2 * layers * c * layer_weights / 2, 1e-9 * costed.recompute);
+}
+
 // --tp-comm-overlap: each of a layer's 10 sequence-parallel collectives runs
 // beside one GEMM in TP chunks, costing max(comm, gemm) + min / TP.
 TEST(StepTimeModelTest, TpCommOverlapHidesCollectivesBehindGemms) {
