@@ -587,8 +587,9 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
           std::clamp(step.flops / (step.seconds - fixed) / square, 0.3, 1.5);
     }
   }
-  shaped =
-      std::max(shaped, ConcurrentGemmRate(workers, rows, width, width, dtype));
+  std::vector<double> shaped_readings = {
+      shaped, ConcurrentGemmRate(workers, rows, width, width, dtype)};
+  shaped = std::max(shaped, shaped_readings.back());
   shaped_small =
       std::max(shaped_small,
                ConcurrentGemmRate(workers, small_rows, width, width, dtype));
@@ -615,6 +616,10 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
           MeasureGlooCollectives(probe_ranks, 2, bytes, rows, width, 24);
     }
   }
+  // A third reading after the collectives: a probe whose readings disagree
+  // ran beside another load (DeviceSpec::probe_drift).
+  shaped_readings.push_back(
+      ConcurrentGemmRate(workers, rows, width, width, dtype));
   ThreadPool::SetGlobalThreads(saved_threads);
   // More ranks than cores time-share them (StepTime::core_wait).
   d.core_share = std::min(1.0, cores / ranks);
@@ -634,6 +639,9 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   // DP 4 2.33 and 2.13 s, TP 4 + SP 3.81 and 3.33 s); the low end is the
   // band inside which the table's order is noise.
   d.prediction_spread = 0.05;
+  const auto [slowest, fastest] =
+      std::minmax_element(shaped_readings.begin(), shaped_readings.end());
+  d.probe_drift = *fastest > 0 ? 1 - *slowest / *fastest : 0;
   d.gemm_mix_factor = std::move(mix_factor);
   d.gemm_seconds_per_weight = seconds_per_weight;
   d.attention_efficiency = shaped > 0 ? attention / shaped : 0.5;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace mcc {
@@ -107,6 +108,15 @@ DeviceSpec H200() {
 
 std::vector<std::string> ShippedDeviceNames() {
   return {"a100", "h100", "h200"};
+}
+
+std::string ProbeDriftNote(const DeviceSpec& device) {
+  if (device.probe_drift <= kProbeDriftWarning) return "";
+  return absl::StrFormat(
+      "note: this machine's GEMM rate moved %.0f%% during the probe: "
+      "something else was using it, and the predictions may be off by as "
+      "much; plan again on a quiet machine\n",
+      100 * device.probe_drift);
 }
 
 double GemmEfficiencyAt(const DeviceSpec& device, double rows) {

@@ -58,6 +58,12 @@ struct DeviceSpec {
   // device's probe (a fraction; 0 for the datasheet table): layouts
   // predicted closer than this to the first are not reliably ordered.
   double prediction_spread = 0;
+  // How far a measured device's speed moved during its own probe: 1 - the
+  // slowest over the fastest reading of the shaped GEMM, which the CPU probe
+  // takes at its start, middle and end (0 for the datasheet table). Above
+  // kProbeDriftWarning something else was using the machine, and every
+  // figure measured meanwhile may be off by as much (ProbeDriftNote).
+  double probe_drift = 0;
   // Per-rank rate of a ring all-reduce's (and reduce-scatter's) traffic
   // when it differs from a gather's: on a CPU the reduction runs on the
   // cores that also move the data (the CPU probe measures both). 0: the
@@ -96,6 +102,14 @@ struct DeviceSpec {
     return dtype == DType::kFloat32 ? fp32_flops : bf16_flops;
   }
 };
+
+// Readings of one shaped GEMM within a quiet probe agreed within 10% (2-core
+// VM); a neighbour's load halved one (BENCHMARKS.md, 2026-12-02).
+inline constexpr double kProbeDriftWarning = 0.15;
+
+// A line for the report when `device`'s probe drifted more than
+// kProbeDriftWarning, empty otherwise.
+std::string ProbeDriftNote(const DeviceSpec& device);
 
 // GEMM efficiency at `rows` rows (see DeviceSpec::gemm_small_rows).
 double GemmEfficiencyAt(const DeviceSpec& device, double rows);

@@ -106,6 +106,25 @@ TEST(LayoutSearchTest, TableNotesLayoutsWithinTheProbesSpread) {
   EXPECT_EQ(FormatTable(job, ps).find("note:"), std::string::npos);
 }
 
+// A probe whose GEMM readings disagreed by more than kProbeDriftWarning
+// says so under the table, the breakdown and in the JSON.
+TEST(LayoutSearchTest, ReportsSayWhenTheProbeDrifted) {
+  JobSpec job = Job();
+  auto p = Predict(job, *ParseLayout("tp2sp.pp2.dp2.z1.mb1"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  const std::string note = "GEMM rate moved";
+  job.cluster.device.probe_drift = kProbeDriftWarning;  // At the threshold.
+  EXPECT_EQ(FormatTable(job, {*p}).find(note), std::string::npos);
+  EXPECT_EQ(FormatExplain(job, *p).find(note), std::string::npos);
+  job.cluster.device.probe_drift = 0.4;
+  EXPECT_NE(FormatTable(job, {*p}).find("moved 40% during the probe"),
+            std::string::npos)
+      << FormatTable(job, {*p});
+  EXPECT_NE(FormatExplain(job, *p).find(note), std::string::npos);
+  const auto json = nlohmann::json::parse(FormatJson(job, {*p}));
+  EXPECT_DOUBLE_EQ(json["cluster"]["probe_drift"].get<double>(), 0.4);
+}
+
 TEST(LayoutSearchTest, ReportsNameEveryPart) {
   const JobSpec job = Job();
   auto p = Predict(job, *ParseLayout("tp2sp.pp2.dp2.z1.mb1"));

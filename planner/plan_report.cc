@@ -68,7 +68,7 @@ std::string FormatTable(const JobSpec& job,
           100 * spread);
     }
   }
-  return out;
+  return out + ProbeDriftNote(job.cluster.device);
 }
 
 std::string FormatExplain(const JobSpec& job, const Prediction& p) {
@@ -138,7 +138,7 @@ std::string FormatExplain(const JobSpec& job, const Prediction& p) {
   trow("total", t.total(), 0);
   absl::StrAppendFormat(&out, "  MFU %.1f%%, %.0f tokens/s\n", 100 * t.mfu,
                         t.tokens_per_second);
-  return out;
+  return out + ProbeDriftNote(job.cluster.device);
 }
 
 std::string FormatJson(const JobSpec& job,
@@ -179,6 +179,7 @@ std::string FormatJson(const JobSpec& job,
                   {"gemm_seconds_per_weight", d.gemm_seconds_per_weight},
                   {"attention_efficiency", d.attention_efficiency},
                   {"prediction_spread", d.prediction_spread},
+                  {"probe_drift", d.probe_drift},
                   {"source", d.source}};
   nlohmann::json layouts = nlohmann::json::array();
   for (const Prediction& p : predictions) {
