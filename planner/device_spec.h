@@ -103,8 +103,9 @@ struct DeviceSpec {
   }
 };
 
-// Readings of one shaped GEMM within a quiet probe agreed within 10% (2-core
-// VM); a neighbour's load halved one (BENCHMARKS.md, 2026-12-02).
+// A quiet probe's readings of its shaped GEMM moved 1.4-5.5% (three probes,
+// 2-core VM, 2026-12-03); a neighbour's load has halved one reading between
+// probes (BENCHMARKS.md, 2026-12-02).
 inline constexpr double kProbeDriftWarning = 0.15;
 
 // A line for the report when `device`'s probe drifted more than

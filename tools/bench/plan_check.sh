@@ -4,7 +4,10 @@
 # and median step time of the iterations after the first two beside
 # tools/plan's prediction for the same layout (pipeline stage 0, --device cpu
 # measured at start) and Megatron's theoretical_memory_usage, as a Markdown
-# table, with the hypervisor's steal time during each run (a VM neighbour's load).
+# table, with the hypervisor's steal time during each run (a VM neighbour's load)
+# and how far each of the planner's probes drifted (DeviceSpec::probe_drift:
+# its shaped GEMM's readings at the start, middle and end; over 15%, another
+# load shared the machine while it measured).
 #   tools/bazel run //tools/bench:plan_check -- [--iters N] [--procs 2|4]
 #       [--repeats N] [--only NAME] [--no-recommend] [--rounds N]
 # --procs 4 runs the 4-process list (TP x DP, PP x DP, TP x PP, ZeRO over 4,
@@ -173,16 +176,18 @@ rows = [json.loads(l) for l in open(metrics)]
 # first maps memory and builds kernels; the second still took up to 40%
 # longer than the rest in some runs).
 steps = sorted(r["seconds_per_iteration"] for r in rows[2:]) or [rows[-1]["seconds_per_iteration"]]
-p = json.load(open(pred))["layouts"][0]
+plan = json.load(open(pred))
+p = plan["layouts"][0]
 rec = dict(name=name, layout=layout,
            peak=max(r["mem_peak_bytes"] for r in rows),
            mem=p["stage_memory"][0], meg=p["memory"]["megatron_theoretical"],
            step=steps[len(steps) // 2], pred=p["time"]["total"],
-           steal=float(steal.rstrip("%")))
+           steal=float(steal.rstrip("%")),
+           drift=plan["cluster"].get("probe_drift", 0))
 with open(records, "a") as f:
     f.write(json.dumps(rec) + "\n")
-print("%s: measured %.2f s, predicted %.2f s, steal %s" % (
-    name, rec["step"], rec["pred"], steal), file=sys.stderr)
+print("%s: measured %.2f s, predicted %.2f s, steal %s, probe drift %.1f%%" % (
+    name, rec["step"], rec["pred"], steal, 100 * rec["drift"]), file=sys.stderr)
 PY
 }
 
@@ -194,18 +199,19 @@ import json, statistics, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 names = list(dict.fromkeys(r["name"] for r in recs))
 g = lambda b: "%.1f MiB" % (b / 2**20)
-print("| layout | measured peak (rank 0) | predicted | error | Megatron's formula | measured step | predicted step | error | runs | steal |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| layout | measured peak (rank 0) | predicted | error | Megatron's formula | measured step | predicted step | error | runs | steal | probe drift |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for n in names:
     rs = [r for r in recs if r["name"] == n]
     peak = max(r["peak"] for r in rs)
     mem = statistics.median(r["mem"] for r in rs)
     step = statistics.median(r["step"] for r in rs)
     t = statistics.median(r["pred"] for r in rs)
-    print("| %s | %s | %s | %+.1f%% | %s | %.2f s | %.2f s | %+.0f%% | %s | %.1f%% |" % (
+    print("| %s | %s | %s | %+.1f%% | %s | %.2f s | %.2f s | %+.0f%% | %s | %.1f%% | %s |" % (
         n, g(peak), g(mem), 100 * (mem - peak) / peak, g(rs[0]["meg"]), step, t,
         100 * (t - step) / step, ", ".join("%.2f" % r["step"] for r in rs),
-        max(r["steal"] for r in rs)))
+        max(r["steal"] for r in rs),
+        ", ".join("%.0f%%" % (100 * r.get("drift", 0)) for r in rs)))
 PY
 }
 
