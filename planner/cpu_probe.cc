@@ -518,7 +518,7 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   // slower than the shaped probe (measured, bench model at 1024 rows, two
   // ranks computing: one layer 0.92-0.97 of it, the output layer 0.79-0.91;
   // a step's mix 0.90-0.94 in fp32 and bf16, with each call's fixed cost
-  // below in it; 0.90-0.95 without). Each list gets a second of calls: with
+  // below in it; 0.89-0.98 without). Each list gets a second of calls: with
   // 0.4 s TP 1's layer measured 10% lower. Skipped for a model
   // whose GEMMs would take over 64 GFLOP a pass (their shapes are wide
   // enough to run at the shaped rate).
@@ -565,7 +565,8 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
     // rows (bench model, 2 ranks computing: a layer's GEMMs took 3.4, 7.7,
     // 24, 47, 92 and 184 ms at 16 to 2048 rows, about 1.8 ms plus 0.089 ms
     // a row), which a micro-batch of fewer rows pays for less work
-    // (training at micro-batch 1 against 2: 35 ms more in GEMMs a step).
+    // (DP 2 training at micro-batch 1 against 2: 35 ms more in GEMMs a
+    // step).
     // TP 1's step at a sixteenth of the rows gives that intercept: there it
     // is a third or more of the time, so the probe's noise moves it little.
     const int64_t few_rows = std::max<int64_t>(16, mix_rows / 16);
