@@ -23,6 +23,9 @@
 # slow minute of the VM lands on different layouts in each pass), and
 # reports each layout's median step and median prediction, with every
 # pass's step beside them: with more ranks than cores one run is a sample.
+# --records FILE keeps every run's record, with the probe's figures
+# (tools/plan --json's cluster), as JSON lines: an outlying prediction can
+# then be traced to the figure that moved.
 set -euo pipefail
 launch=$1
 train=$2
@@ -34,6 +37,7 @@ repeats=1
 only=""
 recommend=1
 rounds=3
+keep=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --iters) iters=$2; shift 2 ;;
@@ -42,7 +46,8 @@ while [[ $# -gt 0 ]]; do
     --only) only=$2; shift 2 ;;
     --no-recommend) recommend=0; shift ;;
     --rounds) rounds=$2; shift 2 ;;
-    *) echo "plan_check: unknown argument '$1' (--iters N, --procs 2|4, --repeats N, --only NAME, --no-recommend, --rounds N)" >&2
+    --records) keep=$2; shift 2 ;;
+    *) echo "plan_check: unknown argument '$1' (--iters N, --procs 2|4, --repeats N, --only NAME, --no-recommend, --rounds N, --records FILE)" >&2
        exit 2 ;;
   esac
 done
@@ -60,7 +65,14 @@ if [[ "$procs" != 2 && "$procs" != 4 ]]; then
   exit 2
 fi
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# --records: the list's and the paired runs' records, kept at exit (a
+# relative path is from where `bazel run` was called).
+[[ -n "$keep" && "$keep" != /* ]] && keep="${BUILD_WORKING_DIRECTORY:-$PWD}/$keep"
+keep_records() {
+  [[ -z "$keep" ]] || cat "$work"/records.jsonl "$work"/paired.jsonl \
+    > "$keep" 2> /dev/null || true
+}
+trap 'keep_records; rm -rf "$work"' EXIT
 common=(--preset bench --global-batch-size 8 --micro-batch-size 2
         --train-iters "$iters" --log-interval 1 --num-threads 1)
 
@@ -183,7 +195,8 @@ rec = dict(name=name, layout=layout,
            mem=p["stage_memory"][0], meg=p["memory"]["megatron_theoretical"],
            step=steps[len(steps) // 2], pred=p["time"]["total"],
            steal=float(steal.rstrip("%")),
-           drift=plan["cluster"].get("probe_drift", 0))
+           drift=plan["cluster"].get("probe_drift", 0),
+           probe=plan["cluster"])
 with open(records, "a") as f:
     f.write(json.dumps(rec) + "\n")
 print("%s: measured %.2f s, predicted %.2f s, steal %s, probe drift %.1f%%" % (
