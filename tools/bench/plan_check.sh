@@ -6,7 +6,7 @@
 # measured at start) and Megatron's theoretical_memory_usage, as a Markdown
 # table, with the hypervisor's steal time during each run (a VM neighbour's load)
 # and how far each of the planner's probes drifted (DeviceSpec::probe_drift:
-# its shaped GEMM's readings at the start, middle and end; over 15%, another
+# its shaped GEMM's readings at the start, middle and end; over 20%, another
 # load shared the machine while it measured).
 #   tools/bazel run //tools/bench:plan_check -- [--iters N] [--procs 2|4]
 #       [--repeats N] [--only NAME] [--no-recommend] [--rounds N]
