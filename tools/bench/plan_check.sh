@@ -195,12 +195,12 @@ rec = dict(name=name, layout=layout,
            mem=p["stage_memory"][0], meg=p["memory"]["megatron_theoretical"],
            step=steps[len(steps) // 2], pred=p["time"]["total"],
            steal=float(steal.rstrip("%")),
-           drift=plan["cluster"].get("probe_drift", 0),
            probe=plan["cluster"])
 with open(records, "a") as f:
     f.write(json.dumps(rec) + "\n")
 print("%s: measured %.2f s, predicted %.2f s, steal %s, probe drift %.1f%%" % (
-    name, rec["step"], rec["pred"], steal, 100 * rec["drift"]), file=sys.stderr)
+    name, rec["step"], rec["pred"], steal,
+    100 * rec["probe"].get("probe_drift", 0)), file=sys.stderr)
 PY
 }
 
@@ -224,7 +224,8 @@ for n in names:
         n, g(peak), g(mem), 100 * (mem - peak) / peak, g(rs[0]["meg"]), step, t,
         100 * (t - step) / step, ", ".join("%.2f" % r["step"] for r in rs),
         max(r["steal"] for r in rs),
-        ", ".join("%.0f%%" % (100 * r.get("drift", 0)) for r in rs)))
+        ", ".join("%.0f%%" % (100 * r["probe"].get("probe_drift", 0))
+                  for r in rs)))
 PY
 }
 
