@@ -480,6 +480,10 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
 
 }  // namespace
 
+double RankMemoryBandwidth(double node_bandwidth, int ranks, int cores) {
+  return node_bandwidth / std::max(1, std::min(ranks, cores));
+}
+
 DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
                             int ranks_per_node) {
   const double ranks = std::max(1, ranks_per_node);
@@ -646,7 +650,8 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   d.gemm_mix_factor = std::move(mix_factor);
   d.gemm_seconds_per_weight = seconds_per_weight;
   d.attention_efficiency = shaped > 0 ? attention / shaped : 0.5;
-  d.memory_bandwidth = CopyBandwidth() / ranks;
+  d.memory_bandwidth =
+      RankMemoryBandwidth(CopyBandwidth(), static_cast<int>(ranks), cores);
   Loopback(&d.intra_node_bandwidth, &d.intra_node_latency);
   d.inter_node_bandwidth = d.intra_node_bandwidth;
   d.inter_node_latency = d.intra_node_latency;

@@ -16,12 +16,20 @@ namespace planner {
 // model's own GEMMs (a layer's and the output layer's, forward and
 // backward) per TP degree relative to it (DeviceSpec::gemm_mix_factor), and
 // causal flash attention's rate relative to it; over every core, streaming
-// copy bandwidth (split among the ranks); the cores per rank when ranks
-// outnumber cores (DeviceSpec::core_share); and TCP loopback bandwidth and
-// round-trip latency. Takes a few seconds; not thread-safe (it resizes the
+// copy bandwidth (RankMemoryBandwidth's share of it); the cores per rank when
+// ranks outnumber cores (DeviceSpec::core_share); and TCP loopback bandwidth
+// and round-trip latency. Takes a few seconds; not thread-safe (it resizes the
 // kernel thread pool for the measurement and restores it).
 DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
                             int ranks_per_node);
+
+// The copy bandwidth a rank gets while it runs, out of the node's
+// `node_bandwidth` over all its `cores`: the ranks that run at once split it,
+// and no more run at once than there are cores. (DeviceSpec's rates are for a
+// rank with a core of its own; the step-time model spreads the ranks' time
+// over the cores with DeviceSpec::core_share, so dividing by all the ranks
+// here would count the sharing twice.)
+double RankMemoryBandwidth(double node_bandwidth, int ranks, int cores);
 
 }  // namespace planner
 }  // namespace mcc
