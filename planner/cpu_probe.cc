@@ -673,6 +673,7 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   d.allocator_overhead = 0;
   d.reduce_scatter_partial_blocks = 2;
   d.reduces_16bit_in_fp32 = true;
+  d.elementwise_16bit_at_fp32_cost = true;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   d.memory_bytes = static_cast<double>(pages) * page / ranks;
   d.source = "measured on this machine at start (--device cpu)";

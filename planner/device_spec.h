@@ -97,6 +97,12 @@ struct DeviceSpec {
   // Reductions of bf16/fp16 data widen to fp32 and move 4-byte elements
   // (gloo on CPU tensors); NCCL reduces in the data's own type.
   bool reduces_16bit_in_fp32 = false;
+  // Memory-bound kernels on bf16/fp16 data cost what they do on fp32: they
+  // widen each element to fp32 in registers and the conversions cost what
+  // the halved bytes save (CPU kernels; measured, bench DP 2 ZeRO-1 on a
+  // 2-core Zen 5: the ops other than GEMMs and attention took 134 ms a step
+  // in bf16 against 98 ms in fp32). GPU kernels move the 16-bit bytes.
+  bool elementwise_16bit_at_fp32_cost = false;
   std::string source;
 
   double PeakFlops(DType dtype) const {

@@ -101,6 +101,9 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   // Attention's rate was measured against the one shaped GEMM's.
   const double attn_rate = shaped_rate * dev.attention_efficiency;
   const double bw = dev.memory_bandwidth;
+  // Bytes an element of activations costs a memory-bound kernel.
+  const double elem_bytes =
+      dev.elementwise_16bit_at_fp32_cost ? std::max(e, 4.0) : e;
 
   // One GEMM call's time for `weights` weight elements (this rank's share):
   // its FLOPs on `rows` rows at the mix's rate, plus the fixed cost of its
@@ -117,7 +120,7 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   const double attn_fwd = 0.5 * 4 * T * c.seq_length * h / t / attn_rate;
   // Norms, residual adds, the QKV split, the context transpose, the
   // activation: bytes read and written.
-  const double elem_fwd = e *
+  const double elem_fwd = elem_bytes *
                           (14 * Tl * h + 2 * T * (h + 2 * kv) / t +
                            2 * T * h / t + T * (f1 + f) / t) /
                           bw;
@@ -136,7 +139,8 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     st.recompute = m * layers * (gemm_fwd / 2 + elem_fwd);
   }
   // The last stage's head: output-layer GEMMs and cross entropy passes.
-  const double head_mb = 3 * gemm_call(T, h * V / t) + 6 * T * V / t * e / bw;
+  const double head_mb =
+      3 * gemm_call(T, h * V / t) + 6 * T * V / t * elem_bytes / bw;
   st.head = m * head_mb;
 
   // TP: per layer two collectives of the hidden states each way; sequence

@@ -253,6 +253,37 @@ TEST(StepTimeModelTest, WidenedReductionsMoveFp32) {
   EXPECT_DOUBLE_EQ(fp32_widened.tp_comm, EstimateStepTime(job, tp).tp_comm);
 }
 
+// CPU kernels widen bf16 to fp32 and cost what fp32 does: the memory-bound
+// ops (the layers' and the loss's passes) take twice the bf16 bytes' time,
+// the same as an fp32 model's; the GEMMs and attention are unchanged.
+TEST(StepTimeModelTest, WidenedElementwiseCostsWhatFp32Does) {
+  JobSpec job = H100Job(1, 8);
+  const Layout tp = SequenceParallel(8);
+  const StepTime bf16 = EstimateStepTime(job, tp);
+  job.cluster.device.elementwise_16bit_at_fp32_cost = true;
+  const StepTime widened = EstimateStepTime(job, tp);
+  ASSERT_GT(bf16.elementwise, 0);
+  EXPECT_NEAR(widened.elementwise, 2 * bf16.elementwise,
+              1e-12 * bf16.elementwise);
+  EXPECT_DOUBLE_EQ(widened.gemm, bf16.gemm);
+  EXPECT_DOUBLE_EQ(widened.attention, bf16.attention);
+  // The loss's six passes over the logits (micro-batch x sequence x the
+  // padded vocabulary / TP) move 2 more bytes an element.
+  const Layout& l = tp;
+  const double logits = 1.0 * l.micro_batch * job.model.seq_length *
+                        job.model.padded_vocab_size(l.tp) / l.tp;
+  const double bw = job.cluster.device.memory_bandwidth;
+  EXPECT_NEAR(widened.head - bf16.head,
+              NumMicroBatches(job, tp) * 6 * logits * 2 / bw, 1e-9 * bf16.head);
+  // An fp32 model is unaffected by the flag.
+  job.dtype = DType::kFloat32;
+  const StepTime fp32_widened = EstimateStepTime(job, tp);
+  job.cluster.device.elementwise_16bit_at_fp32_cost = false;
+  const StepTime fp32 = EstimateStepTime(job, tp);
+  EXPECT_DOUBLE_EQ(fp32_widened.elementwise, fp32.elementwise);
+  EXPECT_NEAR(fp32.elementwise, widened.elementwise, 1e-12 * fp32.elementwise);
+}
+
 // Ranks that outnumber the cores (a CPU probe's core_share < 1): the step
 // is at least the node's compute spread over the cores plus the exposed
 // collectives (the group waits together), while a pipeline bubble leaves the
