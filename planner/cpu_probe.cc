@@ -651,7 +651,7 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   d.gemm_seconds_per_weight = seconds_per_weight;
   d.attention_efficiency = shaped > 0 ? attention / shaped : 0.5;
   d.memory_bandwidth =
-      RankMemoryBandwidth(CopyBandwidth(), static_cast<int>(ranks), cores);
+      RankMemoryBandwidth(CopyBandwidth(), ranks_per_node, cores);
   Loopback(&d.intra_node_bandwidth, &d.intra_node_latency);
   d.inter_node_bandwidth = d.intra_node_bandwidth;
   d.inter_node_latency = d.intra_node_latency;

@@ -269,9 +269,8 @@ TEST(StepTimeModelTest, WidenedElementwiseCostsWhatFp32Does) {
   EXPECT_DOUBLE_EQ(widened.attention, bf16.attention);
   // The loss's six passes over the logits (micro-batch x sequence x the
   // padded vocabulary / TP) move 2 more bytes an element.
-  const Layout& l = tp;
-  const double logits = 1.0 * l.micro_batch * job.model.seq_length *
-                        job.model.padded_vocab_size(l.tp) / l.tp;
+  const double logits = 1.0 * tp.micro_batch * job.model.seq_length *
+                        job.model.padded_vocab_size(tp.tp) / tp.tp;
   const double bw = job.cluster.device.memory_bandwidth;
   EXPECT_NEAR(widened.head - bf16.head,
               NumMicroBatches(job, tp) * 6 * logits * 2 / bw, 1e-9 * bf16.head);
