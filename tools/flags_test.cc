@@ -303,7 +303,7 @@ Outcome RunIn(const std::string& binary, const Context& c,
 // The contexts (filled by SetUpTestSuite, once inputs exist).
 struct Contexts {
   Context train_mock, train_data, eval_loss, eval_gen, eval_data, export_hf,
-      import_hf, preprocess, launch, launch_grace;
+      import_hf, preprocess, launch, launch_grace, launch_node1;
 };
 Contexts ctx;
 
@@ -830,6 +830,8 @@ std::vector<Row> Table() {
       With(la, {"--nnodes", "2"}));
   add("launch", "master_addr", V::kEffect, {"--master_addr", "10.1.2.3"}, la);
   add("launch", "master_port", V::kEffect, {"--master_port", "29413"}, la);
+  // Node 1 of two has no job id of its own: the flag gives its ranks one.
+  add("launch", "rdzv_id", V::kEffect, {"--rdzv-id", "run7"}, ctx.launch_node1);
   add("launch", "grace_period_s", V::kEffect, {"--grace-period-s", "0.2"},
       ctx.launch_grace);
   t.back().code = 3;  // Rank 1's.
@@ -953,6 +955,9 @@ class FlagsTest : public ::testing::Test {
         "port=$MASTER_PORT"};
     // Rank 1 fails (after rank 0 has had a second to ignore SIGTERM); rank 0
     // then runs until the launcher's SIGKILL.
+    ctx.launch_node1.args = {"--master_port", "29411", "--nnodes", "2",
+                             "--node_rank",   "1"};
+    ctx.launch_node1.tail = {"--", "/bin/sh", "-c", "echo job=$MCC_JOB_ID"};
     ctx.launch_grace.args = {"--nproc_per_node", "2", "--grace_period_s",
                              "0.5"};
     ctx.launch_grace.tail = {

@@ -4,8 +4,14 @@
 // exits with the failing rank's code, or, with --max-restarts K, starts the
 // job again up to K times (it resumes from its latest checkpoint).
 //
+// On node 0 the launcher listens on the rendezvous port itself and hands the
+// socket to rank 0, so no other job can take the port in between; each job
+// carries an id (MCC_JOB_ID) that rank 0's store checks, so ranks that reach
+// another job's store fail at once, naming both jobs.
+//
 //   tools/launch --nproc_per_node N [--nnodes M --node_rank R
-//       --master_addr A --master_port P] [--max-restarts K] -- PROGRAM ARGS...
+//       --master_addr A --master_port P --rdzv_id ID] [--max-restarts K]
+//       -- PROGRAM ARGS...
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -24,6 +30,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/comm/env.h"
+#include "core/comm/port_reservation.h"
 #include "core/comm/socket.h"
 
 ABSL_FLAG(int, nproc_per_node, 1, "Processes to start on this node.");
@@ -33,6 +41,10 @@ ABSL_FLAG(std::string, master_addr, "127.0.0.1",
           "Host of rank 0, which serves the rendezvous store.");
 ABSL_FLAG(int, master_port, 0,
           "Port of the rendezvous store; 0 picks a free one (one node only).");
+ABSL_FLAG(std::string, rdzv_id, "",
+          "The job's id (torchrun's flag), the same on every node: rank 0's "
+          "store refuses ranks of another job. One node: a random id when "
+          "empty; several nodes: no check when empty.");
 ABSL_FLAG(int, max_restarts, 0,
           "When a rank fails, stop the job and start it again, up to this "
           "many times (torchrun's flag); the program resumes from its own "
@@ -150,18 +162,15 @@ int main(int argc, char** argv) {
                      nnodes, " --node_rank ", node_rank));
     return 2;
   }
-  int port = absl::GetFlag(FLAGS_master_port);
-  if (port == 0) {
-    if (nnodes > 1) {
-      Log("--master_port is required with more than one node");
-      return 2;
-    }
-    absl::StatusOr<int> free_port = mcc::comm::FindFreePort();
-    if (!free_port.ok()) {
-      Log(std::string(free_port.status().message()));
-      return 2;
-    }
-    port = *free_port;
+  const int fixed_port = absl::GetFlag(FLAGS_master_port);
+  if (fixed_port == 0 && nnodes > 1) {
+    Log("--master_port is required with more than one node");
+    return 2;
+  }
+  const std::string master_addr = absl::GetFlag(FLAGS_master_addr);
+  std::string job_id = absl::GetFlag(FLAGS_rdzv_id);
+  if (job_id.empty() && nnodes == 1) {
+    job_id = mcc::comm::RandomJobId();
   }
   const absl::Duration grace = absl::Seconds(
       std::min(25.0, std::max(0.0, absl::GetFlag(FLAGS_grace_period_s))));
@@ -181,7 +190,39 @@ int main(int argc, char** argv) {
     int received_signal = 0;  // A signal the launcher got (no restart).
   };
   const int world = nproc * nnodes;
-  auto run_once = [&](int attempt, int port) -> Outcome {
+  // Node 0 holds the store's port from now until rank 0 serves on it. Only a
+  // port in use is an error here: an address this machine cannot listen on
+  // is left for rank 0 to report, as before.
+  auto reserve_port = [&]() -> absl::StatusOr<mcc::comm::PortReservation> {
+    if (node_rank != 0) return mcc::comm::PortReservation();
+    absl::StatusOr<mcc::comm::PortReservation> reservation =
+        mcc::comm::PortReservation::Listen(master_addr, fixed_port);
+    if (reservation.ok()) return reservation;
+    if (fixed_port == 0 ||
+        reservation.status().code() != absl::StatusCode::kAlreadyExists) {
+      return mcc::comm::PortReservation();
+    }
+    return absl::AlreadyExistsError(absl::StrCat(
+        "cannot hold the rendezvous port for rank 0 (--master_addr ",
+        master_addr, " --master_port ", fixed_port,
+        "): it is in use, by another job? ", reservation.status().message()));
+  };
+  auto run_once = [&](int attempt) -> Outcome {
+    absl::StatusOr<mcc::comm::PortReservation> reservation = reserve_port();
+    if (!reservation.ok()) {
+      Log(std::string(reservation.status().message()));
+      return Outcome{2, -1, 0};
+    }
+    int port = reservation->held() ? reservation->port() : fixed_port;
+    if (port == 0) {
+      // Not listenable here: a port free on loopback, for rank 0 to try.
+      absl::StatusOr<int> free_port = mcc::comm::FindFreePort();
+      if (!free_port.ok()) {
+        Log(std::string(free_port.status().message()));
+        return Outcome{2, -1, 0};
+      }
+      port = *free_port;
+    }
     std::vector<Child> children(nproc);
     for (int local = 0; local < nproc; ++local) {
       Child& c = children[local];
@@ -209,8 +250,15 @@ int main(int argc, char** argv) {
         setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
         setenv("GROUP_RANK", std::to_string(node_rank).c_str(), 1);
         setenv("NODE_RANK", std::to_string(node_rank).c_str(), 1);
-        setenv("MASTER_ADDR", absl::GetFlag(FLAGS_master_addr).c_str(), 1);
+        setenv("MASTER_ADDR", master_addr.c_str(), 1);
         setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+        if (job_id.empty()) {
+          unsetenv(mcc::comm::kJobIdEnv);
+        } else {
+          setenv(mcc::comm::kJobIdEnv, job_id.c_str(), 1);
+        }
+        unsetenv(mcc::comm::kStoreListenFdEnv);
+        if (c.rank == 0) reservation->HandToChild();
         setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(attempt).c_str(),
                1);
         std::vector<char*> cargv = program;
@@ -227,6 +275,7 @@ int main(int argc, char** argv) {
       c.err_fd = err[0];
       c.running = true;
     }
+    reservation->Release();  // Rank 0 has it now.
 
     int running = nproc;
     int failed_rank = -1;
@@ -334,7 +383,7 @@ int main(int argc, char** argv) {
 
   const int max_restarts = std::max(0, absl::GetFlag(FLAGS_max_restarts));
   for (int attempt = 0;; ++attempt) {
-    const Outcome outcome = run_once(attempt, port);
+    const Outcome outcome = run_once(attempt);
     if (outcome.failed_rank < 0 || outcome.received_signal != 0 ||
         attempt >= max_restarts) {
       if (outcome.failed_rank >= 0 && max_restarts > 0) {
@@ -348,14 +397,7 @@ int main(int argc, char** argv) {
     Log(absl::StrCat("rank ", outcome.failed_rank,
                      " failed; restarting the job (restart ", attempt + 1,
                      " of ", max_restarts, ")"));
-    if (absl::GetFlag(FLAGS_master_port) == 0) {
-      // The old store's port may linger in TIME_WAIT: take a fresh one.
-      absl::StatusOr<int> free_port = mcc::comm::FindFreePort();
-      if (!free_port.ok()) {
-        Log(std::string(free_port.status().message()));
-        return 2;
-      }
-      port = *free_port;
-    }
+    // Without --master_port each attempt holds a fresh port: the old store's
+    // may linger in TIME_WAIT.
   }
 }

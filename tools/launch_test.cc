@@ -7,12 +7,15 @@
 #include <unistd.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/comm/port_reservation.h"
+#include "core/comm/socket.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -21,6 +24,13 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string g_launch, g_prog;
+
+// A port held by "another job" for the length of a test.
+struct PortReservationHolder {
+  mcc::comm::PortReservation reservation =
+      mcc::comm::PortReservation::Listen("127.0.0.1", 0).value();
+  int port = reservation.port();
+};
 
 struct LaunchResult {
   int exit_code = -1;
@@ -113,6 +123,77 @@ TEST(LaunchTest, RanksRendezvousAndAllReduce) {
   for (int r = 0; r < 4; ++r) {
     EXPECT_THAT(run.output, HasSubstr(absl::StrCat("[rank ", r, "] sum=10")));
   }
+}
+
+// The text after `key` up to the end of its line, in the given rank's output.
+std::string RankValue(const std::string& output, int rank,
+                      const std::string& key) {
+  const std::string tag = absl::StrCat("[rank ", rank, "] ", key);
+  const size_t at = output.find(tag);
+  if (at == std::string::npos) return "";
+  const size_t from = at + tag.size();
+  return output.substr(from, output.find_first_of(" \n", from) - from);
+}
+
+TEST(LaunchTest, EachJobHasItsOwnIdAndRankZeroGetsTheHeldPort) {
+  LaunchResult a = Launch({"--nproc_per_node=2", "--", g_prog, "allreduce"});
+  LaunchResult b = Launch({"--nproc_per_node=2", "--", g_prog, "allreduce"});
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const std::string job = RankValue(a.output, 0, "job=");
+  EXPECT_EQ(job.size(), 16u) << a.output;
+  EXPECT_EQ(RankValue(a.output, 1, "job="), job);
+  EXPECT_NE(RankValue(b.output, 0, "job="), job);
+  EXPECT_EQ(RankValue(a.output, 0, "handed_socket="), "yes");
+  EXPECT_EQ(RankValue(a.output, 1, "handed_socket="), "no");
+  // --rdzv_id names the job on every node.
+  LaunchResult named =
+      Launch({"--nproc_per_node=1", "--rdzv-id=run7", "--", g_prog, "ok"});
+  EXPECT_EQ(RankValue(named.output, 0, "job="), "run7") << named.output;
+}
+
+TEST(LaunchTest, APortAnotherJobHoldsIsAClearErrorBeforeAnyRankStarts) {
+  PortReservationHolder held;
+  LaunchResult run =
+      Launch({"--nproc_per_node=2", absl::StrCat("--master_port=", held.port),
+              "--", g_prog, "ok"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("cannot hold the rendezvous port"));
+  EXPECT_THAT(run.output, HasSubstr(absl::StrCat(held.port)));
+  EXPECT_FALSE(absl::StrContains(run.output, "[rank 0]")) << run.output;
+}
+
+// Node 1 of another job given this job's port: its ranks are refused by
+// rank 0's store, naming both jobs, and this job still completes with its
+// own node 1.
+TEST(LaunchTest, RanksOfAnotherJobAreRefusedAndTheJobCompletes) {
+  const std::string port =
+      absl::StrCat("--master_port=", mcc::comm::FindFreePort().value());
+  const std::vector<std::string> node = {"--nproc_per_node=2", "--nnodes=2",
+                                         port};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = node;
+    args.insert(args.end(), extra.begin(), extra.end());
+    for (const char* a : {"--", g_prog.c_str(), "allreduce"}) {
+      args.push_back(a);
+    }
+    return args;
+  };
+  LaunchResult node0;
+  std::thread first([&] {
+    node0 = Launch(with({"--node_rank=0", "--rdzv_id=first"}));
+  });
+  LaunchResult intruder = Launch(with({"--node_rank=1", "--rdzv_id=second"}));
+  EXPECT_NE(intruder.exit_code, 0) << intruder.output;
+  EXPECT_THAT(intruder.output, HasSubstr("of job 'second'"));
+  EXPECT_THAT(intruder.output,
+              HasSubstr("reached the rendezvous store of job 'first'"));
+  LaunchResult node1 = Launch(with({"--node_rank=1", "--rdzv_id=first"}));
+  first.join();
+  EXPECT_EQ(node1.exit_code, 0) << node1.output;
+  EXPECT_EQ(node0.exit_code, 0) << node0.output;
+  EXPECT_THAT(node0.output, HasSubstr("[rank 0] sum=10"));
+  EXPECT_THAT(node1.output, HasSubstr("[rank 3] sum=10"));
 }
 
 TEST(LaunchTest, FailingRankStopsTheOthersAndSetsTheExitCode) {

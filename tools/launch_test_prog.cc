@@ -24,10 +24,13 @@ void OnSignal(int sig) { got = sig; }
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "ok";
   const int rank = std::atoi(std::getenv("RANK"));
+  const char* job = std::getenv("MCC_JOB_ID");
   printf("rank=%s world=%s local_rank=%s local_world=%s master=%s:%s\n",
          std::getenv("RANK"), std::getenv("WORLD_SIZE"),
          std::getenv("LOCAL_RANK"), std::getenv("LOCAL_WORLD_SIZE"),
          std::getenv("MASTER_ADDR"), std::getenv("MASTER_PORT"));
+  printf("job=%s\nhanded_socket=%s\n", job ? job : "(none)",
+         std::getenv("MCC_STORE_LISTEN_FD") ? "yes" : "no");
   fprintf(stderr, "to stderr\n");
   fflush(stdout);
   if (mode == "fail" || mode == "stubborn") {

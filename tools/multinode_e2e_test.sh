@@ -61,7 +61,7 @@ port=$(free_port)
 pids=()
 for node in 0 1; do
   timeout "$limit" "$launch" --nnodes 2 --node_rank "$node" --nproc_per_node 2 \
-    --master_addr 127.0.0.1 --master_port "$port" -- \
+    --master_addr 127.0.0.1 --master_port "$port" --rdzv_id multinode -- \
     "$train" "${common[@]}" --metrics-file "$work/two_launchers.jsonl" \
     > "$work/two_launchers.node$node.log" 2>&1 &
   pids+=($!)
@@ -75,7 +75,7 @@ port=$(free_port)
 pids=()
 for rank in 0 1 2 3; do
   env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE \
-    SLURM_PROCID=$rank SLURM_NTASKS=4 SLURM_LOCALID=$((rank % 2)) \
+    SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_PROCID=$rank SLURM_NTASKS=4 SLURM_LOCALID=$((rank % 2)) \
     SLURM_NODEID=$((rank / 2)) SLURM_NTASKS_PER_NODE=2 SLURM_NNODES=2 \
     SLURM_TASKS_PER_NODE='2(x2)' SLURM_JOB_NODELIST='node[0-1]' \
     MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \

@@ -20,7 +20,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "core/comm/init.h"
-#include "core/comm/socket.h"
+#include "core/comm/port_reservation.h"
 #include "core/tensor.h"
 
 ABSL_FLAG(std::string, format, "text", "text or json (one object per line)");
@@ -131,7 +131,10 @@ int main(int argc, char** argv) {
   for (char c : absl::GetFlag(FLAGS_world_sizes)) {
     if (c < '1' || c > '9') continue;
     const int n = c - '0';
-    const int port = mcc::comm::FindFreePort().value();
+    // Held until rank 0 serves the store on it (see PortReservation).
+    mcc::comm::PortReservation reservation =
+        mcc::comm::PortReservation::Listen("127.0.0.1", 0).value();
+    const int port = reservation.port();
     std::vector<pid_t> pids;
     for (int r = 0; r < n; ++r) {
       pid_t pid = fork();
@@ -143,6 +146,7 @@ int main(int argc, char** argv) {
         setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
         setenv("MASTER_ADDR", "127.0.0.1", 1);
         setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+        if (r == 0) reservation.HandToChild();
         std::vector<char*> args(argv, argv + argc);
         args.push_back(nullptr);
         execv("/proc/self/exe", args.data());
@@ -150,6 +154,7 @@ int main(int argc, char** argv) {
       }
       pids.push_back(pid);
     }
+    reservation.Release();
     int failed = 0;
     for (pid_t pid : pids) {
       int status = 0;

@@ -1,10 +1,12 @@
 #include "core/comm/env.h"
 
 #include <cstdlib>
+#include <random>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 
 namespace mcc {
@@ -64,9 +66,8 @@ absl::Status ReadMaster(const Lookup& getenv_fn, DistEnv* env,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<DistEnv> DistEnvFromLookup(const Lookup& getenv_fn) {
+// The ranks' places, from the first launcher's variables found.
+absl::StatusOr<DistEnv> ReadPlaces(const Lookup& getenv_fn) {
   DistEnv env;
   // torchrun (and tools/launch).
   {
@@ -168,6 +169,28 @@ absl::StatusOr<DistEnv> DistEnvFromLookup(const Lookup& getenv_fn) {
       "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE (with "
       "OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE); start the "
       "program with tools/launch, torchrun, srun or mpirun");
+}
+
+}  // namespace
+
+absl::StatusOr<DistEnv> DistEnvFromLookup(const Lookup& getenv_fn) {
+  absl::StatusOr<DistEnv> env = ReadPlaces(getenv_fn);
+  if (!env.ok()) return env;
+  if (const char* id = getenv_fn(kJobIdEnv); id != nullptr) {
+    env->job_id = id;
+  } else if (const char* slurm_job = getenv_fn("SLURM_JOB_ID");
+             slurm_job != nullptr && env->source == "slurm") {
+    // One srun: its step, within the allocation.
+    const char* step = getenv_fn("SLURM_STEP_ID");
+    env->job_id =
+        absl::StrCat("slurm-", slurm_job, step ? "." : "", step ? step : "");
+  }
+  return env;
+}
+
+std::string RandomJobId() {
+  std::random_device random;
+  return absl::StrFormat("%08x%08x", random(), random());
 }
 
 absl::StatusOr<DistEnv> DistEnvFromEnvironment() {

@@ -18,7 +18,15 @@ struct DistEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   std::string source;  // "torchrun", "slurm", "openmpi"
+  // Which job the ranks belong to: rank 0's store refuses ranks of another
+  // job (two jobs given one port). From MCC_JOB_ID (tools/launch sets it),
+  // else SLURM's job and step ids; "" when neither is set.
+  std::string job_id;
 };
+
+inline constexpr char kJobIdEnv[] = "MCC_JOB_ID";
+// A fresh job id (16 random hex digits) for a launcher to set in kJobIdEnv.
+std::string RandomJobId();
 
 // Reads the environment, trying in order:
 //  torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,

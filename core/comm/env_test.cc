@@ -73,6 +73,29 @@ TEST(EnvTest, NothingSetListsTheVariables) {
   }
 }
 
+TEST(EnvTest, JobIdFromTheLauncherOrSlurm) {
+  const std::map<std::string, std::string> torchrun = {
+      {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}};
+  EXPECT_EQ(Parse(torchrun).value().job_id, "");
+  std::map<std::string, std::string> vars = torchrun;
+  vars["MCC_JOB_ID"] = "abc";
+  vars["SLURM_JOB_ID"] = "77";
+  EXPECT_EQ(Parse(vars).value().job_id, "abc");
+  // A launcher inside an allocation: its ranks are not the allocation's.
+  vars.erase("MCC_JOB_ID");
+  EXPECT_EQ(Parse(vars).value().job_id, "");
+  const std::map<std::string, std::string> srun = {
+      {"SLURM_PROCID", "3"},  {"SLURM_NTASKS", "4"}, {"SLURM_JOB_ID", "77"},
+      {"SLURM_STEP_ID", "2"}, {"MASTER_ADDR", "n0"}, {"MASTER_PORT", "1"}};
+  EXPECT_EQ(Parse(srun).value().job_id, "slurm-77.2");
+}
+
+TEST(EnvTest, RandomJobIdsDiffer) {
+  const std::string a = RandomJobId(), b = RandomJobId();
+  EXPECT_EQ(a.size(), 16u);
+  EXPECT_NE(a, b);
+}
+
 TEST(EnvTest, BadValuesAreNamed) {
   absl::StatusOr<DistEnv> env =
       Parse({{"RANK", "x"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}});

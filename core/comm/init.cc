@@ -82,6 +82,7 @@ absl::StatusOr<World> InitWorld(const DistEnv& env, GroupOptions options,
   store_options.port = env.master_port;
   store_options.is_server = env.rank == 0;
   store_options.rank = env.rank;
+  store_options.job_id = env.job_id;
   store_options.timeout = options.timeout;
   MCC_ASSIGN_OR_RETURN(world.store, TcpStore::Connect(store_options));
   if (options.liveness_store == nullptr) {

@@ -11,7 +11,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "core/comm/socket.h"
+#include "core/comm/env.h"
+#include "core/comm/port_reservation.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 
@@ -56,7 +57,11 @@ int MaybeRunWorker(int argc, char** argv) {
 std::vector<WorkerResult> RunWorkers(
     int world_size, const std::string& name, absl::Duration timeout,
     const std::function<std::map<std::string, std::string>(int)>& extra_env) {
-  const int port = FindFreePort().value();
+  // Held until rank 0 serves on it, as tools/launch does: tests run side by
+  // side, and a port merely found free could be picked by two of them.
+  PortReservation reservation = PortReservation::Listen("127.0.0.1", 0).value();
+  const int port = reservation.port();
+  const std::string job_id = RandomJobId();
   static int run_counter = 0;
   const std::string dir =
       absl::StrCat(TempDir(), "/mp_", getpid(), "_", run_counter++);
@@ -73,6 +78,7 @@ std::vector<WorkerResult> RunWorkers(
         {"LOCAL_WORLD_SIZE", std::to_string(world_size)},
         {"MASTER_ADDR", "127.0.0.1"},
         {"MASTER_PORT", std::to_string(port)},
+        {kJobIdEnv, job_id},
     };
     if (extra_env) {
       for (auto& kv : extra_env(r)) env[kv.first] = kv.second;
@@ -82,6 +88,8 @@ std::vector<WorkerResult> RunWorkers(
     CHECK_GE(pid, 0);
     if (pid == 0) {
       for (auto& kv : env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+      unsetenv(kStoreListenFdEnv);
+      if (r == 0) reservation.HandToChild();
       int fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(fd, 1);
       dup2(fd, 2);
@@ -93,6 +101,7 @@ std::vector<WorkerResult> RunWorkers(
     pids[r] = pid;
     results[r].rank = r;
   }
+  reservation.Release();
   int remaining = world_size;
   bool killed = false;
   while (remaining > 0) {

@@ -52,6 +52,7 @@ absl::StatusOr<int> ListenTcp(absl::string_view host, int port,
         "cannot resolve '", host, "' to listen on: ", gai_strerror(rc)));
   }
   std::string last_error = "no address";
+  bool in_use = false;
   for (struct addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     int fd =
         socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
@@ -59,6 +60,7 @@ absl::StatusOr<int> ListenTcp(absl::string_view host, int port,
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+      in_use = in_use || errno == EADDRINUSE;
       last_error = ErrnoString(errno);
       close(fd);
       continue;
@@ -75,8 +77,10 @@ absl::StatusOr<int> ListenTcp(absl::string_view host, int port,
     return fd;
   }
   freeaddrinfo(res);
-  return absl::UnavailableError(
-      absl::StrCat("cannot listen on ", host, ":", port, ": ", last_error));
+  const std::string message =
+      absl::StrCat("cannot listen on ", host, ":", port, ": ", last_error);
+  return in_use ? absl::AlreadyExistsError(message)
+                : absl::UnavailableError(message);
 }
 
 bool EphemeralPortRange(int* low, int* high) {
@@ -84,26 +88,26 @@ bool EphemeralPortRange(int* low, int* high) {
   return static_cast<bool>(in >> *low >> *high) && *low <= *high;
 }
 
-absl::StatusOr<int> FindFreePort() {
+absl::StatusOr<int> ListenOnFreePort(absl::string_view host, int* bound_port) {
   // Prefer a port below the kernel's ephemeral range: a port from inside it
   // can be handed to another process's outgoing connection or port-0
-  // listener (gloo's pair listeners) between this check and the store's
-  // listen, which then fails with "Address already in use".
+  // listener (gloo's pair listeners) between a check and a later listen.
   int low = 0, high = 0;
   if (EphemeralPortRange(&low, &high) && low > 2048) {
     const int first = std::max(1024, low / 2);
     std::mt19937 rng(std::random_device{}());
     std::uniform_int_distribution<int> pick(first, low - 1);
     for (int attempt = 0; attempt < 64; ++attempt) {
-      int port = 0;
-      absl::StatusOr<int> fd = ListenTcp("127.0.0.1", pick(rng), &port);
-      if (!fd.ok()) continue;
-      close(*fd);
-      return port;
+      absl::StatusOr<int> fd = ListenTcp(host, pick(rng), bound_port);
+      if (fd.ok()) return fd;
     }
   }
+  return ListenTcp(host, 0, bound_port);
+}
+
+absl::StatusOr<int> FindFreePort() {
   int port = 0;
-  absl::StatusOr<int> fd = ListenTcp("127.0.0.1", 0, &port);
+  absl::StatusOr<int> fd = ListenOnFreePort("127.0.0.1", &port);
   if (!fd.ok()) return fd.status();
   close(*fd);
   return port;

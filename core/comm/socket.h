@@ -15,15 +15,20 @@ namespace comm {
 // Small blocking-TCP helpers for the store and the launcher.
 
 // Listens on host:port (port 0: the kernel picks one). Returns the socket
-// and writes the bound port to *bound_port.
+// and writes the bound port to *bound_port. A port in use is AlreadyExists;
+// other failures (an address not of this machine) are Unavailable.
 absl::StatusOr<int> ListenTcp(absl::string_view host, int port,
                               int* bound_port);
 // The kernel's ephemeral port range (ip_local_port_range): the ports it
 // hands to port-0 binds and outgoing connections. False when unreadable.
 bool EphemeralPortRange(int* low, int* high);
-// A port that was free a moment ago, picked at random below the kernel's
-// ephemeral range where possible (so that no outgoing connection takes it
-// before the caller listens), else the kernel's pick for port 0.
+// Listens on a free port of host, picked at random below the kernel's
+// ephemeral range where possible (so that no outgoing connection takes it),
+// else the kernel's pick for port 0.
+absl::StatusOr<int> ListenOnFreePort(absl::string_view host, int* bound_port);
+// A port that was free a moment ago (ListenOnFreePort, closed again). Two
+// callers at the same moment can get the same port: a launcher should hold
+// it instead (PortReservation).
 absl::StatusOr<int> FindFreePort();
 // Connects to host:port, retrying until the deadline (the server may not be
 // up yet).

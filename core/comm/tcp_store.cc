@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/comm/port_reservation.h"
 #include "core/comm/socket.h"
 #include "core/comm/store_message.h"
 #include "core/status_macros.h"
@@ -62,10 +63,17 @@ std::string ToMillisString(absl::Duration d) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
-    const std::string& host, int port) {
+    const std::string& host, int port, const std::string& job_id) {
   std::unique_ptr<TcpStoreServer> server(new TcpStoreServer);
-  MCC_ASSIGN_OR_RETURN(server->listen_fd_,
-                       ListenTcp(host, port, &server->port_));
+  server->job_id_ = job_id;
+  const int handed = port != 0 ? TakeHandedListener(port) : -1;
+  if (handed >= 0) {
+    server->listen_fd_ = handed;
+    server->port_ = port;
+  } else {
+    MCC_ASSIGN_OR_RETURN(server->listen_fd_,
+                         ListenTcp(host, port, &server->port_));
+  }
   server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
   return server;
 }
@@ -181,11 +189,26 @@ void TcpStoreServer::Serve(int fd) {
         case kDelete:
           for (const std::string& k : args) data_.erase(k);
           break;
-        case kHello:
-          if (args.size() != 1 || !absl::SimpleAtoi(args[0], &rank)) {
+        case kHello: {
+          int announced = -1;
+          const std::string job = args.size() > 1 ? args[1] : "";
+          if (args.empty() || args.size() > 2 ||
+              !absl::SimpleAtoi(args[0], &announced)) {
             code = kError;
+          } else if (job != job_id_) {
+            // Not recorded as a rank: its leaving is not this job's loss.
+            code = kError;
+            reply.push_back(absl::StrCat(
+                "rank ", announced, " of job '", job,
+                "' reached the rendezvous store of job '", job_id_,
+                "' on port ", port_,
+                ": two jobs were given the same MASTER_ADDR:MASTER_PORT; "
+                "give each job its own port"));
+          } else {
+            rank = announced;
           }
           break;
+        }
         case kBye:
           said_bye = true;
           break;
@@ -216,7 +239,7 @@ absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Connect(
   store->options_ = options;
   if (options.is_server) {
     absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
-        TcpStoreServer::Start(options.host, options.port);
+        TcpStoreServer::Start(options.host, options.port, options.job_id);
     if (!server.ok()) {
       return absl::Status(
           server.status().code(),
@@ -240,10 +263,10 @@ absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Connect(
   }
   store->fd_ = *fd;
   if (options.rank >= 0) {
+    std::vector<std::string> hello = {std::to_string(options.rank)};
+    if (!options.job_id.empty()) hello.push_back(options.job_id);
     MCC_RETURN_IF_ERROR(
-        store
-            ->Call(kHello, {std::to_string(options.rank)}, absl::ZeroDuration())
-            .status());
+        store->Call(kHello, hello, absl::ZeroDuration()).status());
   }
   return store;
 }

@@ -24,12 +24,16 @@ namespace comm {
 //
 // Clients may announce their rank; when such a connection drops without a
 // goodbye (the process died), the rank is recorded as lost, so the other
-// ranks can name it in their errors.
+// ranks can name it in their errors. The announcement carries the client's
+// job; a client of another job is refused (two jobs given one port).
 class TcpStoreServer {
  public:
-  // Listens on host:port; port 0 picks a free port (see port()).
+  // Listens on host:port; port 0 picks a free port (see port()). When a
+  // launcher handed this process a socket already listening on that port
+  // (PortReservation), serves on it instead of binding again. `job_id` is
+  // the job whose ranks may announce themselves ("" for any announcing "").
   static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(
-      const std::string& host, int port);
+      const std::string& host, int port, const std::string& job_id = "");
   ~TcpStoreServer();
 
   int port() const { return port_; }
@@ -41,6 +45,7 @@ class TcpStoreServer {
 
   int listen_fd_ = -1;
   int port_ = 0;
+  std::string job_id_;
   std::atomic<bool> stop_{false};
   std::thread accept_thread_;
 
@@ -63,6 +68,9 @@ class TcpStore : public Store {
     bool is_server = false;
     // The rank this connection reports for liveness tracking; -1 for none.
     int rank = -1;
+    // The job this rank belongs to (DistEnv::job_id): the server refuses a
+    // rank of another job. Checked only where rank >= 0.
+    std::string job_id;
     absl::Duration timeout = absl::Minutes(5);
   };
 

@@ -3,9 +3,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "core/comm/port_reservation.h"
 #include "core/comm/socket.h"
 #include "gtest/gtest.h"
 
@@ -143,6 +146,102 @@ TEST(FindFreePortTest, StaysBelowTheEphemeralRangeAndIsListenable) {
     ASSERT_TRUE(server.ok()) << server.status();
     EXPECT_EQ((*server)->port(), *port);
   }
+}
+
+// Two jobs given one port: a rank of the second job that reaches the first
+// job's store is refused, naming both jobs, and the first job loses nothing.
+TEST(TcpStoreTest, RefusesARankOfAnotherJob) {
+  TcpStore::Options o;
+  o.is_server = true;
+  o.rank = 0;
+  o.job_id = "job-a";
+  o.timeout = absl::Seconds(10);
+  std::shared_ptr<TcpStore> server = TcpStore::Connect(o).value();
+  TcpStore::Options other;
+  other.port = server->port();
+  other.rank = 2;
+  other.job_id = "job-b";
+  other.timeout = absl::Seconds(10);
+  absl::StatusOr<std::shared_ptr<TcpStore>> refused = TcpStore::Connect(other);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("rank 2 of job 'job-b'"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("store of job 'job-a'"),
+            std::string::npos)
+      << refused.status();
+  // A rank without a job id is of another job too.
+  other.job_id = "";
+  EXPECT_FALSE(TcpStore::Connect(other).ok());
+  // The refused ranks were never this job's: they are not reported lost.
+  EXPECT_TRUE(server->LostRanks().value().empty());
+  other.job_id = "job-a";
+  absl::StatusOr<std::shared_ptr<TcpStore>> same = TcpStore::Connect(other);
+  ASSERT_TRUE(same.ok()) << same.status();
+  ASSERT_TRUE((*same)->Set("k", "v").ok());
+  EXPECT_EQ(server->Get("k").value(), "v");
+}
+
+// A launcher holds the port and hands the listening socket to rank 0, whose
+// store serves on it: binding the port again would fail while it is held.
+TEST(TcpStoreTest, ServesOnTheSocketALauncherHanded) {
+  PortReservation reservation = PortReservation::Listen("127.0.0.1", 0).value();
+  int unused = 0;
+  EXPECT_FALSE(ListenTcp("127.0.0.1", reservation.port(), &unused).ok())
+      << "the port is not held";
+  // As in the forked rank 0: the socket survives exec, named in the
+  // environment. The store then owns it, so the reservation must not close
+  // it: it moves to a copy that is never destroyed.
+  reservation.HandToChild();
+  auto* kept = new PortReservation(std::move(reservation));
+  TcpStore::Options o;
+  o.is_server = true;
+  o.port = kept->port();
+  o.rank = 0;
+  o.timeout = absl::Seconds(10);
+  absl::StatusOr<std::shared_ptr<TcpStore>> server = TcpStore::Connect(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(std::getenv(kStoreListenFdEnv), nullptr)
+      << "the variable must not reach rank 0's own children";
+  std::shared_ptr<TcpStore> client = Client(kept->port(), 1);
+  ASSERT_TRUE(client->Set("k", "v").ok());
+  EXPECT_EQ((*server)->Get("k").value(), "v");
+}
+
+// A variable naming a socket that does not listen on the store's port (left
+// over, or meant for another port) is ignored: the store binds its own.
+TEST(TcpStoreTest, IgnoresAHandedSocketOfAnotherPort) {
+  PortReservation held = PortReservation::Listen("127.0.0.1", 0).value();
+  held.HandToChild();
+  const int port = FindFreePort().value();
+  TcpStore::Options o;
+  o.is_server = true;
+  o.port = port;
+  o.timeout = absl::Seconds(10);
+  absl::StatusOr<std::shared_ptr<TcpStore>> server = TcpStore::Connect(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ((*server)->port(), port);
+  EXPECT_EQ(std::getenv(kStoreListenFdEnv), nullptr);
+  int unused = 0;
+  EXPECT_FALSE(ListenTcp("127.0.0.1", held.port(), &unused).ok())
+      << "the other port's socket must stay open";
+}
+
+TEST(PortReservationTest, ReleaseFreesThePort) {
+  PortReservation reservation = PortReservation::Listen("127.0.0.1", 0).value();
+  const int port = reservation.port();
+  ASSERT_TRUE(reservation.held());
+  int unused = 0;
+  EXPECT_FALSE(ListenTcp("127.0.0.1", port, &unused).ok());
+  reservation.Release();
+  EXPECT_FALSE(reservation.held());
+  absl::StatusOr<int> fd = ListenTcp("127.0.0.1", port, &unused);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  close(*fd);
+  // A named port is held the same way, and a second holder is refused.
+  PortReservation named = PortReservation::Listen("127.0.0.1", port).value();
+  EXPECT_EQ(named.port(), port);
+  EXPECT_FALSE(PortReservation::Listen("127.0.0.1", port).ok());
 }
 
 TEST(PrefixStoreTest, KeysAreNamespaced) {

@@ -6,8 +6,6 @@
 // against Megatron's published 18 and 6 + 12/DP.
 //
 //   tools/bazel run -c opt //parallel/fsdp:bench
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "core/allocator.h"
 #include "core/comm/init.h"
+#include "core/comm/port_reservation.h"
 #include "core/status_macros.h"
 #include "models/gpt/gpt_model.h"
 #include "optim/lr_schedule.h"
@@ -242,24 +241,14 @@ int Worker() {
   return 0;
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
-
 // Starts the ranks (this binary again, with torchrun's variables, one
 // thread each) and waits for them.
 int Launch(char** argv) {
   const int n = absl::GetFlag(FLAGS_world);
-  const std::string port = std::to_string(FreePort());
+  // Held until rank 0 serves the store on it (see PortReservation).
+  mcc::comm::PortReservation reservation =
+      mcc::comm::PortReservation::Listen("127.0.0.1", 0).value();
+  const std::string port = std::to_string(reservation.port());
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     const pid_t pid = fork();
@@ -270,6 +259,7 @@ int Launch(char** argv) {
       setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", port.c_str(), 1);
+      if (r == 0) reservation.HandToChild();
       const int threads =
           std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / n);
       setenv("MCC_NUM_THREADS", std::to_string(threads).c_str(), 1);
@@ -280,6 +270,7 @@ int Launch(char** argv) {
     }
     pids.push_back(pid);
   }
+  reservation.Release();
   int rc = 0;
   for (pid_t pid : pids) {
     int status = 0;
