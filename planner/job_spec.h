@@ -24,6 +24,12 @@ struct JobSpec {
   // TP collectives split into chunks run behind the GEMMs that produce or
   // consume them (Megatron's --tp-comm-overlap; train does not do it).
   bool overlap_tp_comm = false;
+  // Each norm, rotary embedding and activation is one kernel that reads and
+  // writes the activations once (Megatron with its fused kernels, this
+  // project's train, torch.compile). False for eager PyTorch running the
+  // Llama block as torchtitan writes it, where each is several kernels with
+  // fp32 intermediates (EagerElementwiseBytes in step_time_model.cc).
+  bool fused_elementwise = true;
   int64_t bucket_bytes = 40000000LL * 4;  // train's --ddp-bucket-size x 4
   ClusterSpec cluster;
 };

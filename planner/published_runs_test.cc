@@ -13,7 +13,7 @@ bool IsMegatron(const PublishedRun& run) {
   return run.name.rfind("Megatron", 0) == 0;
 }
 
-// The goal, met by every Megatron-LM row (worst 4.0 points when
+// The goal, met by every row (worst 4.0 points when
 // this test was written; BENCHMARKS.md has the table). A change to the
 // step-time model or the H100 spec that moves any row past it fails here.
 constexpr double kMegatronBoundPoints = 5;
@@ -34,24 +34,32 @@ TEST(PublishedRunsTest, MegatronRowsWithinFiveMfuPoints) {
   EXPECT_EQ(rows, 17);  // 9 weak-scaling, 8 strong-scaling
 }
 
-// torchtitan's eager PyTorch on power-capped H100s is another software
-// stack and device than the calibration's (unfused ops are not modelled, the
-// device's peak is known to 8%); its row is reported and held to the error
-// it had when this test was written (+15% tokens/s, +5.1 MFU points;
-// BENCHMARKS.md says why), so it cannot silently get worse.
-constexpr double kTorchtitanBoundFraction = 0.16;
-TEST(PublishedRunsTest, TorchtitanRowDoesNotDrift) {
+// torchtitan's row: eager PyTorch (its norms, rotary and SwiGLU counted
+// kernel by kernel) on power-capped H100s whose peak is known to 8%. Held to
+// the same goal, and its tokens/s to 10% (+2% when this test was written;
+// +15% before the eager kernels were counted).
+constexpr double kTorchtitanTokensBound = 0.10;
+TEST(PublishedRunsTest, TorchtitanRowWithinFiveMfuPoints) {
+  int rows = 0;
   for (const PublishedRun& run : PublishedRuns()) {
     if (IsMegatron(run)) continue;
+    ++rows;
     auto c = ComparePublished(run);
     ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_LE(std::fabs(c->mfu_error_points), kMegatronBoundPoints)
+        << run.name << ": published " << 100 * run.published_mfu
+        << "%, predicted " << 100 * c->predicted_mfu << "%";
     ASSERT_GT(run.published_tokens_per_gpu, 0);
     const double error =
         c->predicted_tokens_per_gpu / run.published_tokens_per_gpu - 1;
-    EXPECT_LE(std::fabs(error), kTorchtitanBoundFraction)
+    EXPECT_LE(std::fabs(error), kTorchtitanTokensBound)
         << run.name << ": published " << run.published_tokens_per_gpu
         << " tokens/s/GPU, predicted " << c->predicted_tokens_per_gpu;
+    // Counted as fused, the row was 5.1 points high: the eager count is
+    // what brings it in, so the flag must stay set.
+    EXPECT_FALSE(run.job.fused_elementwise) << run.name;
   }
+  EXPECT_EQ(rows, 1);
 }
 
 // The transcription: the weak-scaling table's per-GPU teraFLOP/s over the

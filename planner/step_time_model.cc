@@ -66,6 +66,38 @@ double LayerWeights(const gpt::GPTConfig& c) {
   return w;
 }
 
+// The bytes one layer's memory-bound ops move in a micro-batch's forward
+// under eager PyTorch, counted kernel by kernel from torchtitan's Llama block
+// (torchtitan/models/llama/model.py and models/norms.py at 9dec370): `a`
+// bytes an activation, fp32 (4 bytes) in between.
+//  - RMSNorm, x * rsqrt(x.float().pow(2).mean(-1) + eps), cast back, times
+//    the weight: cast up (a + 4), square (4 + 4), mean (4), scale (4 + 4),
+//    cast down (4 + a), weight (a + a): 28 + 4a an element, twice a layer.
+//  - The residual adds: 3a an element, twice.
+//  - Rotary, through complex fp32: cast up (a + 4), multiply (4 + 4), cast
+//    down (4 + a): 16 + 2a for each query and key element.
+//  - Grouped-query attention's repeat_kv copies keys and values to every
+//    query head: a kv read and a h written, each.
+//  - SwiGLU, silu(w1 x) * w3 x: silu (2a), multiply (3a) per FFN element;
+//    GeLU one kernel (2a).
+// The attention output's transpose is free (flash attention writes it in
+// that layout); the QKV projections are separate GEMMs, so nothing splits.
+double EagerElementwiseBytes(const gpt::GPTConfig& c, double T, double Tl,
+                             double t, double a) {
+  const double h = static_cast<double>(c.hidden_size);
+  const double kv = static_cast<double>(c.query_groups() * c.head_dim());
+  const double f = static_cast<double>(c.ffn());
+  const double norm =
+      c.normalization == gpt::Normalization::kRMSNorm ? 28 + 4 * a : 2 * a;
+  const double rotary =
+      c.position_embedding == gpt::PositionEmbedding::kRope ? 16 + 2 * a : 0;
+  const double repeat_kv = kv < h ? 2 * (a * kv + a * h) : 0;
+  const double activation =
+      c.activation == gpt::Activation::kSwiGLU ? 5 * a : 2 * a;
+  return Tl * h * (2 * norm + 2 * 3 * a) +
+         T / t * ((h + kv) * rotary + repeat_kv + f * activation);
+}
+
 }  // namespace
 
 double TrainingFlopsPerToken(const gpt::GPTConfig& c) {
@@ -119,11 +151,13 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   // its backward is about 2.5 forwards (it recomputes the scores).
   const double attn_fwd = 0.5 * 4 * T * c.seq_length * h / t / attn_rate;
   // Norms, residual adds, the QKV split, the context transpose, the
-  // activation: bytes read and written.
-  const double elem_fwd = elem_bytes *
-                          (14 * Tl * h + 2 * T * (h + 2 * kv) / t +
-                           2 * T * h / t + T * (f1 + f) / t) /
-                          bw;
+  // activation: bytes read and written, each op one kernel.
+  const double elem_fwd =
+      (job.fused_elementwise
+           ? elem_bytes * (14 * Tl * h + 2 * T * (h + 2 * kv) / t +
+                           2 * T * h / t + T * (f1 + f) / t)
+           : EagerElementwiseBytes(c, T, Tl, t, elem_bytes)) /
+      bw;
 
   StepTime st;
   st.gemm = m * layers * 3 * gemm_fwd;

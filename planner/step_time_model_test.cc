@@ -283,6 +283,53 @@ TEST(StepTimeModelTest, WidenedElementwiseCostsWhatFp32Does) {
   EXPECT_NEAR(fp32.elementwise, widened.elementwise, 1e-12 * fp32.elementwise);
 }
 
+// Eager PyTorch's Llama block: its memory-bound ops, kernel by kernel, on a
+// small model whose bytes are counted here by hand (bf16, a = 2): RMSNorm
+// 36 bytes an element (cast up 6, square 8, mean 4, scale 8, cast down 6,
+// weight 4), residual adds 6, rotary 20 a query or key element, repeat_kv
+// 2 (kv + h) a tensor, SwiGLU 10 an FFN element.
+TEST(StepTimeModelTest, EagerElementwiseCountsEachKernel) {
+  JobSpec job = H100Job(1, 8);
+  gpt::GPTConfig& c = job.model;
+  c.hidden_size = 1024;
+  c.num_attention_heads = 16;
+  c.num_query_groups = 4;  // kv = 4 x 64 = 256
+  c.ffn_hidden_size = 2048;
+  c.position_embedding = gpt::PositionEmbedding::kRope;
+  c.normalization = gpt::Normalization::kRMSNorm;
+  c.activation = gpt::Activation::kSwiGLU;
+  Layout dp;
+  dp.dp = 8;
+  const StepTime fused = EstimateStepTime(job, dp);
+  job.fused_elementwise = false;
+  const StepTime eager = EstimateStepTime(job, dp);
+  const double h = 1024, kv = 256, f = 2048;
+  const double per_token =
+      2 * 36 * h + 2 * 6 * h + 20 * (h + kv) + 2 * 2 * (kv + h) + 10 * f;
+  const double tokens = 1.0 * dp.micro_batch * c.seq_length;
+  const double per_layer_fwd =
+      per_token * tokens / job.cluster.device.memory_bandwidth;
+  // A forward and a backward of twice its passes, every layer and micro-batch.
+  EXPECT_NEAR(eager.elementwise,
+              NumMicroBatches(job, dp) * c.num_layers * 3 * per_layer_fwd,
+              1e-9 * eager.elementwise);
+  EXPECT_GT(eager.elementwise, 2 * fused.elementwise);
+  EXPECT_DOUBLE_EQ(eager.gemm, fused.gemm);
+  // Megatron-style selective recomputation keeps them; torchtitan's 'op'
+  // policy recomputes them all.
+  EXPECT_DOUBLE_EQ(eager.recompute, fused.recompute);
+  dp.recompute = Recompute::kSelectiveOps;
+  const StepTime eager_ops = EstimateStepTime(job, dp);
+  job.fused_elementwise = true;
+  const StepTime fused_ops = EstimateStepTime(job, dp);
+  EXPECT_NEAR(
+      eager_ops.recompute - fused_ops.recompute,
+      NumMicroBatches(job, dp) * c.num_layers *
+          (per_layer_fwd -
+           fused.elementwise / (3.0 * NumMicroBatches(job, dp) * c.num_layers)),
+      1e-9 * eager_ops.recompute);
+}
+
 // Ranks that outnumber the cores (a CPU probe's core_share < 1): the step
 // is at least the node's compute spread over the cores plus the exposed
 // collectives (the group waits together), while a pipeline bubble leaves the
