@@ -1,8 +1,6 @@
 #include "core/comm/port_reservation.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,25 +13,6 @@
 
 namespace mcc {
 namespace comm {
-namespace {
-
-// The port a socket is bound to, or -1.
-int BoundPort(int fd) {
-  struct sockaddr_storage addr;
-  socklen_t len = sizeof(addr);
-  if (getsockname(fd, reinterpret_cast<struct sockaddr*>(&addr), &len) != 0) {
-    return -1;
-  }
-  if (addr.ss_family == AF_INET) {
-    return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-  }
-  if (addr.ss_family == AF_INET6) {
-    return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-  }
-  return -1;
-}
-
-}  // namespace
 
 absl::StatusOr<PortReservation> PortReservation::Listen(absl::string_view host,
                                                         int port) {

@@ -35,6 +35,21 @@ std::string ErrnoString(int err) { return strerror(err); }
 
 }  // namespace
 
+int BoundPort(int fd) {
+  struct sockaddr_storage addr;
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<struct sockaddr*>(&addr), &len) != 0) {
+    return -1;
+  }
+  if (addr.ss_family == AF_INET) {
+    return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  }
+  if (addr.ss_family == AF_INET6) {
+    return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  }
+  return -1;
+}
+
 absl::StatusOr<int> ListenTcp(absl::string_view host, int port,
                               int* bound_port) {
   struct addrinfo hints;
@@ -65,14 +80,7 @@ absl::StatusOr<int> ListenTcp(absl::string_view host, int port,
       close(fd);
       continue;
     }
-    struct sockaddr_storage addr;
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<struct sockaddr*>(&addr), &len);
-    if (addr.ss_family == AF_INET) {
-      *bound_port = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-    } else {
-      *bound_port = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-    }
+    *bound_port = BoundPort(fd);
     freeaddrinfo(res);
     return fd;
   }

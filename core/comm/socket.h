@@ -14,6 +14,8 @@ namespace comm {
 
 // Small blocking-TCP helpers for the store and the launcher.
 
+// The local port a socket is bound to, or -1.
+int BoundPort(int fd);
 // Listens on host:port (port 0: the kernel picks one). Returns the socket
 // and writes the bound port to *bound_port. A port in use is AlreadyExists;
 // other failures (an address not of this machine) are Unavailable.
