@@ -1,5 +1,7 @@
 #include "training/trainer.h"
 
+#include <cmath>
+#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -281,56 +283,96 @@ absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
   m.iteration = iteration;
   m.num_microbatches = num_microbatches;
   data_parallel::DataParallel* dp = parts_.data_parallel;
-  if (dp != nullptr) {
-    MCC_RETURN_IF_ERROR(dp->BeginStep());
-  } else {
-    for (parallel::Model* model : parts_.models) model->ZeroGradients();
-  }
   // Each micro-batch's mean loss counts 1/M, times the loss scale.
   const float grad_scale =
       static_cast<float>(parts_.optimizer->loss_scale() / num_microbatches);
-  absl::Time start = absl::Now();
-  MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
-                       parts_.executor->Run(num_microbatches, grad_scale));
-  m.pipeline = run.stats;
-  m.forward_backward_seconds = SecondsSince(start);
-
-  start = absl::Now();
-  {
-    observability::TraceScope trace("gradient sync", "grad_sync");
-    MCC_RETURN_IF_ERROR(FinalizeModelGrads());
-  }
-  m.grad_sync_seconds = SecondsSince(start);
-  if (options_.before_optimizer_step) {
-    MCC_RETURN_IF_ERROR(options_.before_optimizer_step(iteration));
-  }
-
-  start = absl::Now();
+  // Open from the statistics' reduction to the end of the update.
   std::optional<observability::TraceScope> trace_optimizer;
-  trace_optimizer.emplace("optimizer step", "optimizer");
-  // The loss totals and the gradient statistics meet in one device buffer,
-  // and the step's one device-to-host copy reads both (none on the CPU).
-  MCC_RETURN_IF_ERROR(
-      ReduceLossTotals(run.loss_totals, parts_.dp_group, step_buffer_));
-  MCC_RETURN_IF_ERROR(parts_.optimizer->ComputeGradStats(&grad_stats_));
-  MCC_ASSIGN_OR_RETURN(const float* values,
-                       ReadBuffer(step_buffer_, &host_buffer_));
+  // The micro-batches through the schedule, the gradient sync, and the
+  // step's one read of its loss and gradient statistics.
+  auto run = [&]() -> absl::StatusOr<const float*> {
+    trace_optimizer.reset();
+    if (dp != nullptr) {
+      MCC_RETURN_IF_ERROR(dp->BeginStep());
+    } else {
+      for (parallel::Model* model : parts_.models) model->ZeroGradients();
+    }
+    absl::Time start = absl::Now();
+    MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult result,
+                         parts_.executor->Run(num_microbatches, grad_scale));
+    m.pipeline = result.stats;
+    m.forward_backward_seconds += SecondsSince(start);
+
+    start = absl::Now();
+    {
+      observability::TraceScope trace("gradient sync", "grad_sync");
+      MCC_RETURN_IF_ERROR(FinalizeModelGrads());
+    }
+    m.grad_sync_seconds += SecondsSince(start);
+    if (options_.before_optimizer_step) {
+      MCC_RETURN_IF_ERROR(options_.before_optimizer_step(iteration));
+    }
+
+    start = absl::Now();
+    trace_optimizer.emplace("optimizer step", "optimizer");
+    // The loss totals and the gradient statistics meet in one device
+    // buffer, and the step's one device-to-host copy reads both (none on
+    // the CPU).
+    MCC_RETURN_IF_ERROR(
+        ReduceLossTotals(result.loss_totals, parts_.dp_group, step_buffer_));
+    MCC_RETURN_IF_ERROR(parts_.optimizer->ComputeGradStats(&grad_stats_));
+    MCC_ASSIGN_OR_RETURN(const float* values,
+                         ReadBuffer(step_buffer_, &host_buffer_));
+    m.optimizer_seconds += SecondsSince(start);
+    return values;
+  };
+  // The loss as Megatron reports it, and the unscaled global gradient norm
+  // (the optimizer's own formula), from a read buffer.
+  auto loss_of = [&](const float* values) -> absl::StatusOr<double> {
+    MCC_ASSIGN_OR_RETURN(const ops::LossTotalValues total,
+                         TotalsOf(values, parts_.dp_group));
+    m.loss_tokens = total.tokens;
+    return total.mean_of_means / GroupSize(parts_.dp_group);
+  };
+  auto grad_norm_of = [](const float* values) {
+    return std::sqrt(static_cast<double>(values[kStatsBegin]) +
+                     static_cast<double>(values[kStatsBegin + 1]));
+  };
+
+  MCC_ASSIGN_OR_RETURN(const float* values, run());
+  MCC_ASSIGN_OR_RETURN(m.loss, loss_of(values));
+  if (options_.rerun_step_if) {
+    const double grad_norm = grad_norm_of(values);
+    MCC_ASSIGN_OR_RETURN(bool rerun,
+                         options_.rerun_step_if(iteration, m.loss, grad_norm));
+    if (rerun) {
+      m.rerun = true;
+      m.first_loss = m.loss;
+      m.first_grad_norm = grad_norm;
+      if (options_.before_rerun) MCC_RETURN_IF_ERROR(options_.before_rerun());
+      MCC_ASSIGN_OR_RETURN(values, run());
+      MCC_ASSIGN_OR_RETURN(m.loss, loss_of(values));
+      // Bits, not values: NaN equals NaN here, and -0 differs from 0.
+      auto same = [](double a, double b) {
+        return std::memcmp(&a, &b, sizeof(double)) == 0;
+      };
+      m.reproduced = same(m.loss, m.first_loss) &&
+                     same(grad_norm_of(values), m.first_grad_norm);
+    }
+  }
+
+  const absl::Time start = absl::Now();
   MCC_ASSIGN_OR_RETURN(
       optim::StepInfo info,
       parts_.optimizer->ApplyStep(schedule_.LearningRate(iteration),
                                   {values + kStatsBegin, 4}));
   trace_optimizer.reset();
-  m.optimizer_seconds = SecondsSince(start);
+  m.optimizer_seconds += SecondsSince(start);
   m.lr = info.lr;
   m.grad_norm = info.grad_norm;
   m.num_zeros = info.num_zeros;
   m.skipped = info.skipped;
   m.loss_scale = info.loss_scale;
-
-  MCC_ASSIGN_OR_RETURN(const ops::LossTotalValues total,
-                       TotalsOf(values, parts_.dp_group));
-  m.loss = total.mean_of_means / GroupSize(parts_.dp_group);
-  m.loss_tokens = total.tokens;
   return m;
 }
 

@@ -103,6 +103,19 @@ struct TrainerOptions {
   // sequence-parallel ones summed) and before the optimizer step; an error
   // stops the step. For tests that inject faults or read traces.
   std::function<absl::Status(int64_t iteration)> before_optimizer_step;
+  // The rerun check (train --rerun-mode validate_results). Called once the
+  // step's loss and global gradient norm are known, before the optimizer
+  // uses them: true reruns the step's micro-batches once from the same
+  // state (gradients zeroed, before_rerun called first), and the optimizer
+  // then applies the rerun's result. Every rank must answer alike (the
+  // caller agrees over its groups); the answer may be a collective.
+  std::function<absl::StatusOr<bool>(int64_t iteration, double loss,
+                                     double grad_norm)>
+      rerun_step_if;
+  // Restores what a run advanced besides the gradients before the rerun
+  // (for the GPT, the models' dropout counters), so the rerun computes what
+  // the first run did unless something faulted.
+  std::function<absl::Status()> before_rerun;
 };
 
 // What one step did. Every rank of the data-parallel group gets the same
@@ -122,6 +135,13 @@ struct StepMetrics {
   int64_t num_zeros = -1;
   bool skipped = false;   // inf or NaN in the gradients: no update.
   double loss_scale = 1;  // In effect for this step.
+  // Set when rerun_step_if asked for a rerun: the first run's loss and
+  // gradient norm, and whether the rerun reproduced both bit for bit (a
+  // deterministic cause: the data or the model) or not (a transient fault).
+  bool rerun = false;
+  double first_loss = 0;
+  double first_grad_norm = 0;
+  bool reproduced = false;
   // Wall-clock seconds on this rank: the micro-batches, the gradient sync
   // and finalisation, the optimizer step.
   double forward_backward_seconds = 0;

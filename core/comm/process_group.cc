@@ -1,6 +1,7 @@
 #include "core/comm/process_group.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <set>
 #include <utility>
@@ -159,6 +160,12 @@ absl::Status Work::Wait() {
   return Wait(waiter_ ? default_timeout_ : absl::InfiniteDuration());
 }
 
+namespace {
+thread_local double seconds_blocked_in_wait = 0;
+}  // namespace
+
+double ThreadSecondsBlockedInWait() { return seconds_blocked_in_wait; }
+
 absl::Status Work::Wait(absl::Duration timeout) {
   if (device_wait_) {
     absl::Status ordered = device_wait_();
@@ -167,7 +174,17 @@ absl::Status Work::Wait(absl::Duration timeout) {
     return ordered;
   }
   std::unique_lock<std::mutex> lock(mu_);
-  if (waiter_ && !done_) {
+  if (done_) return status_;
+  const auto blocked_from = std::chrono::steady_clock::now();
+  struct CountBlocked {
+    std::chrono::steady_clock::time_point from;
+    ~CountBlocked() {
+      seconds_blocked_in_wait +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - from)
+              .count();
+    }
+  } count_blocked{blocked_from};
+  if (waiter_) {
     bool finished = false;
     absl::Status s = waiter_(timeout, &finished);
     if (finished) {

@@ -71,6 +71,12 @@ struct P2POp {
   }
 };
 
+// Seconds the calling thread has spent blocked in Work::Wait, over its
+// life: the time it waited on peers. A rank's step time less this is its own
+// busy time, which the straggler report compares across ranks (a rank that
+// waits on a slow peer is not slow itself).
+double ThreadSecondsBlockedInWait();
+
 // The handle of one asynchronous operation. Wait() may be called from any
 // thread, any number of times; every call returns the same final status
 // once the operation has finished.
