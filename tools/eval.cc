@@ -278,6 +278,8 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const Plan& plan, int world_size) {
        "the weights are the same)"},
       {"debug_collectives", world_size == 1,
        "a single process makes no collectives"},
+      {"distributed_timeout_minutes", world_size == 1,
+       "a single process makes no collectives"},
   };
 }
 
@@ -308,6 +310,7 @@ absl::StatusOr<Plan> PlanFromFlags(
     int world_size, const std::set<std::string>& explicitly_set) {
   MCC_RETURN_IF_ERROR(flags::RefuseUnusedFlags(RefusedFlags(), explicitly_set));
   MCC_RETURN_IF_ERROR(CheckDevice(absl::GetFlag(FLAGS_device)));
+  MCC_RETURN_IF_ERROR(DistributedTimeoutFromFlags().status());
   Plan plan;
   plan.load_dir = LoadDir();
   if (plan.load_dir.empty()) {

@@ -190,6 +190,8 @@ std::vector<std::string> Observe(const Outcome& r, bool several_ranks) {
        "T $1"},
       {std::regex(R"(\(ms\): [0-9.]+)"), "(ms): T"},
       {std::regex(R"(pid \d+)"), "pid P"},
+      // --log-straggler's ratios to the median.
+      {std::regex(R"(\([0-9]+\.[0-9]+x)"), "(Rx"},
   };
   std::vector<std::string> lines;
   for (const std::string* text : {&r.out, &r.err}) {
@@ -454,6 +456,53 @@ std::vector<Row> Table() {
   add("train", "log_params_norm", V::kEffect, {"--log-params-norm"}, tm);
   add("train", "debug_collectives", V::kEffect, {"--debug-collectives"}, dp2);
   add("train", "debug_collectives", V::kWarned, {"--debug-collectives"}, tm);
+  add("train", "distributed_timeout_minutes", V::kEffect,
+      {"--distributed-timeout-minutes", "2"}, dp2);
+  add("train", "distributed_timeout_minutes", V::kWarned,
+      {"--distributed-timeout-minutes", "2"}, tm);
+  add("train", "exit_signal_handler", V::kEffect, {"--exit-signal-handler"},
+      tm);
+  add("train", "exit_duration_in_mins", V::kEffect,
+      {"--exit-duration-in-mins", "0.00001"}, tm);
+  add("train", "exit_interval", V::kEffect, {"--exit-interval", "1"}, tm);
+  add("train", "log_straggler", V::kEffect, {"--log-straggler"}, tm);
+  add("train", "rerun_mode", V::kEffect, {"--rerun-mode", "validate_results"},
+      tm);
+  add("train", "rerun_mode", V::kRefused, {"--rerun-mode", "report_stats"}, tm);
+  const Context rerun = With(tm, {"--rerun-mode", "validate_results"});
+  add("train", "check_for_spiky_loss", V::kEffect, {"--check-for-spiky-loss"},
+      rerun);
+  add("train", "check_for_spiky_loss", V::kWarned, {"--check-for-spiky-loss"},
+      tm);
+  add("train", "check_for_large_grads", V::kEffect, {"--check-for-large-grads"},
+      rerun);
+  add("train", "check_for_large_grads", V::kWarned, {"--check-for-large-grads"},
+      tm);
+  add("train", "spiky_loss_factor", V::kEffect, {"--spiky-loss-factor", "3"},
+      With(rerun, {"--check-for-spiky-loss"}));
+  add("train", "spiky_loss_factor", V::kWarned, {"--spiky-loss-factor", "3"},
+      rerun);
+  add("train", "error_injection_rate", V::kEffect,
+      {"--error-injection-rate", "1"}, rerun);
+  add("train", "error_injection_rate", V::kWarned,
+      {"--error-injection-rate", "1"}, tm);
+  add("train", "error_injection_type", V::kEffect,
+      {"--error-injection-type", "persistent_error"},
+      With(rerun, {"--error-injection-rate", "1"}));
+  add("train", "error_injection_type", V::kWarned,
+      {"--error-injection-type", "persistent_error"}, rerun);
+  // Rank 1 sleeps 300 ms a step: always the slowest, and a straggler.
+  const Context straggling = With(dp2, {"--log-straggler"});
+  const std::vector<std::string> slow_rank1 = {"MCC_CHAOS_SLOW_RANK=1",
+                                               "MCC_CHAOS_SLOW_MS=300"};
+  add("train", "straggler_minmax_count", V::kEffect,
+      {"--straggler-minmax-count", "2"}, straggling, slow_rank1);
+  add("train", "straggler_minmax_count", V::kWarned,
+      {"--straggler-minmax-count", "2"}, tm);
+  add("train", "straggler_threshold", V::kEffect,
+      {"--straggler-threshold", "1000"}, straggling, slow_rank1);
+  add("train", "straggler_threshold", V::kWarned,
+      {"--straggler-threshold", "2"}, tm);
   add("train", "accumulate_allreduce_grads_in_fp32", V::kRefused,
       {"--no-accumulate-allreduce-grads-in-fp32"}, tm);
   // ---- train: data.
@@ -671,6 +720,10 @@ std::vector<Row> Table() {
   add("eval", "debug_collectives", V::kEffect, {"--debug-collectives"},
       Nproc(el, 2));
   add("eval", "debug_collectives", V::kWarned, {"--debug-collectives"}, el);
+  add("eval", "distributed_timeout_minutes", V::kEffect,
+      {"--distributed-timeout-minutes", "2"}, Nproc(el, 2));
+  add("eval", "distributed_timeout_minutes", V::kWarned,
+      {"--distributed-timeout-minutes", "2"}, el);
   add("eval", "num_threads", V::kEffect, {"--num-threads", "2"}, el);
   add("eval", "device", V::kEffect, {"--device", "cpu"}, el);
   add("eval", "data_path", V::kEffect, {"--data-path", g_tmp + "/corpus_b"},

@@ -99,7 +99,20 @@ void ConfigureThreads() {
   setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
 }
 
+absl::StatusOr<absl::Duration> DistributedTimeoutFromFlags() {
+  const double minutes = absl::GetFlag(FLAGS_distributed_timeout_minutes);
+  // Past a year it is a typo or an overflow, not a timeout.
+  if (!(minutes > 0) || minutes > 365 * 24 * 60) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--distributed-timeout-minutes must be positive and at most a year, "
+        "got ",
+        minutes));
+  }
+  return absl::Seconds(minutes * 60);
+}
+
 absl::Status CheckFlagsBeforeLaunch(int world_size) {
+  MCC_RETURN_IF_ERROR(DistributedTimeoutFromFlags().status());
   const int tp = absl::GetFlag(FLAGS_tensor_model_parallel_size);
   const int pp = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
   const int cp = absl::GetFlag(FLAGS_context_parallel_size);
@@ -149,12 +162,18 @@ absl::Status JoinWorld(Job* job, DeviceChoice device) {
               << job->device.device.ToString() << " (" << job->device.reason
               << ")";
     comm::GroupOptions options;
-    options.timeout = absl::Minutes(5);
+    MCC_ASSIGN_OR_RETURN(options.timeout, DistributedTimeoutFromFlags());
     // gloo for host tensors and barriers; for a device that is not the
     // host, a device world beside it (NCCL for CUDA).
     MCC_ASSIGN_OR_RETURN(comm::World world,
                          comm::InitWorld(*env, options, job->device.device));
     job->world = std::move(world);
+    if (env->rank == 0) {
+      LOG(INFO) << "collectives, p2p transfers and the rendezvous time out "
+                   "after "
+                << absl::FormatDuration(options.timeout)
+                << " (--distributed-timeout-minutes)";
+    }
     job->rank = env->rank;
     job->world_size = env->world_size;
     job->local_world_size = env->local_world_size;

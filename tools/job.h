@@ -69,6 +69,10 @@ struct Job {
   absl::Status Barrier() const;
 };
 
+// --distributed-timeout-minutes as a duration; InvalidArgument naming the
+// flag when it is not positive.
+absl::StatusOr<absl::Duration> DistributedTimeoutFromFlags();
+
 // Everything that can be checked before any process group forms: the flags
 // against each other and the world size from the launcher's environment,
 // the tokenizer files and the data paths. Errors name the flag at fault.

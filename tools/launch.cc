@@ -370,12 +370,18 @@ int main(int argc, char** argv) {
     if (failed_rank >= 0) {
       outcome.exit_code = exit_code;
     } else if (received_signal != 0) {
-      outcome.exit_code = 128 + received_signal;
+      // Every rank that handled the signal and exited 0 (train
+      // --exit-signal-handler saves and does) ends the job cleanly: 0.
+      // Otherwise the first rank's code that is not 0.
+      outcome.exit_code = 0;
       for (Child& c : children) {
         if (c.exit_code != 0) {
           outcome.exit_code = c.exit_code;
           break;
         }
+      }
+      if (outcome.exit_code == 0) {
+        Log(absl::StrCat("every rank exited 0 after signal ", received_signal));
       }
     }
     return outcome;

@@ -229,6 +229,18 @@ TEST(LaunchTest, ForwardsSigterm) {
   EXPECT_EQ(run.exit_code, 143) << run.output;
 }
 
+// Ranks that handle the signal and exit 0 (train --exit-signal-handler)
+// end the job with 0: it stopped as asked, nothing failed.
+TEST(LaunchTest, RanksThatStopCleanlyOnSigtermEndTheJobWithZero) {
+  LaunchResult run =
+      Launch({"--nproc_per_node=2", "--", g_prog, "handle_signal"}, "] ready",
+             SIGTERM, 2);
+  EXPECT_THAT(run.output,
+              HasSubstr("[rank 1] stopping cleanly after signal 15"));
+  EXPECT_THAT(run.output, HasSubstr("every rank exited 0 after signal 15"));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+}
+
 TEST(LaunchTest, MissingProgramIsAnError) {
   LaunchResult run = Launch({"--nproc_per_node=2"});
   EXPECT_EQ(run.exit_code, 2);

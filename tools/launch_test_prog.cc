@@ -5,6 +5,8 @@
 //                 (up to 60 s) to be stopped
 //   stubborn R C  as fail, but the others ignore SIGTERM
 //   wait_signal   print "ready", exit 130 on SIGINT or 143 on SIGTERM
+//   handle_signal print "ready", exit 0 on SIGTERM (as a program that saves
+//                 and stops cleanly)
 //   allreduce     all-reduce (rank + 1) over the world through core/comm
 #include <signal.h>
 #include <unistd.h>
@@ -52,6 +54,14 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 600 && got == 0; ++i) usleep(100000);
     printf("got signal %d\n", static_cast<int>(got));
     return got == SIGINT ? 130 : got == SIGTERM ? 143 : 1;
+  }
+  if (mode == "handle_signal") {
+    signal(SIGTERM, OnSignal);
+    printf("ready\n");
+    fflush(stdout);
+    for (int i = 0; i < 600 && got == 0; ++i) usleep(100000);
+    printf("stopping cleanly after signal %d\n", static_cast<int>(got));
+    return got == SIGTERM ? 0 : 1;
   }
   if (mode == "allreduce") {
     mcc::comm::GroupOptions options;

@@ -59,6 +59,9 @@
 #include "tools/timeline_profile.h"
 #include "tools/training_checkpoint.h"
 #include "tools/training_metrics.h"
+#include "training/exit_conditions.h"
+#include "training/rerun_check.h"
+#include "training/straggler_detector.h"
 #include "training/trainer.h"
 
 // Defined with the process groups (core/comm).
@@ -155,6 +158,61 @@ ABSL_FLAG(std::string, flight_recorder_dir, "",
           "Each rank dumps its last collectives and p2p calls here on a "
           "collective failure, SIGUSR1 or a fatal signal; tools/analyze_hang "
           "DIR names the ranks behind.");
+
+ABSL_FLAG(bool, exit_signal_handler, false,
+          "On SIGTERM (SLURM's warning before it ends a job, or tools/launch "
+          "forwarding one), finish the step in hand, save a checkpoint to "
+          "--save and exit 0, every rank after the same step (Megatron's "
+          "flag). Under tools/launch give the save time with "
+          "--grace-period-s.");
+ABSL_FLAG(double, exit_duration_in_mins, 0,
+          "Stop after the first step that ends this many minutes after the "
+          "start, saving a checkpoint to --save first (Megatron's flag; 0: "
+          "never).");
+ABSL_FLAG(int64_t, exit_interval, 0,
+          "Stop after an iteration that is a multiple of this, saving a "
+          "checkpoint to --save first (Megatron's flag; 0: never).");
+ABSL_FLAG(std::string, rerun_mode, "disabled",
+          "validate_results: a step whose loss or gradient norm is not "
+          "finite (or spikes, with --check-for-spiky-loss or "
+          "--check-for-large-grads) is run again from the same state before "
+          "the optimizer applies it; the log says whether the rerun "
+          "reproduced it (the data or the model) or not (a transient fault "
+          "of the machine; training goes on with the rerun's result). "
+          "disabled: no check (Megatron's flag; its report_stats is not "
+          "built).");
+ABSL_FLAG(bool, check_for_spiky_loss, false,
+          "With --rerun-mode validate_results, also rerun a step whose loss "
+          "is above --spiky-loss-factor x the largest of the last 50 "
+          "(Megatron's flag).");
+ABSL_FLAG(bool, check_for_large_grads, false,
+          "With --rerun-mode validate_results, also rerun a step whose "
+          "gradient norm is above --spiky-loss-factor x the largest of the "
+          "last 50 (Megatron's flag).");
+ABSL_FLAG(double, spiky_loss_factor, 10,
+          "The factor of --check-for-spiky-loss and --check-for-large-grads "
+          "(a flag of ours; Megatron fixes it at 10).");
+ABSL_FLAG(int64_t, error_injection_rate, 0,
+          "With --rerun-mode validate_results, the check sees a NaN loss at "
+          "every iteration that is a multiple of this (a drill of the rerun; "
+          "training itself is unchanged; Megatron's flag, 0: never).");
+ABSL_FLAG(std::string, error_injection_type, "transient_error",
+          "transient_error (only the first run reads NaN), persistent_error "
+          "(the rerun too) or correct_result (nothing reads wrong) "
+          "(Megatron's flag).");
+ABSL_FLAG(bool, log_straggler, false,
+          "At every --log-interval, gather each rank's own time per step "
+          "(busy: wall less the time blocked waiting on peers) and GEMM time, "
+          "and log the slowest and fastest ranks with their ratios to the "
+          "median, naming the ranks past --straggler-threshold (Megatron's "
+          "flag).");
+ABSL_FLAG(int32_t, straggler_minmax_count, 1,
+          "How many slowest and fastest ranks --log-straggler lists "
+          "(Megatron's flag).");
+ABSL_FLAG(double, straggler_threshold, 1.2,
+          "--log-straggler names a rank whose busy time per step is above "
+          "this many times the median (a flag of ours; Megatron lists the "
+          "slowest ranks without a threshold).");
 
 ABSL_FLAG(bool, profile, false,
           "Record a timeline of --profile-ranks over the steps from "
@@ -271,7 +329,75 @@ absl::StatusOr<optim::LrSchedule> ScheduleFromFlags() {
 }
 
 // Every check that needs no process group; errors are flag errors.
+absl::StatusOr<training::ExitOptions> ExitOptionsFromFlags() {
+  training::ExitOptions options;
+  options.on_signal = absl::GetFlag(FLAGS_exit_signal_handler);
+  const double minutes = absl::GetFlag(FLAGS_exit_duration_in_mins);
+  if (!(minutes >= 0) || minutes > 365 * 24 * 60) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--exit-duration-in-mins must be 0 (none) or positive and at most a "
+        "year, got ",
+        minutes));
+  }
+  if (minutes > 0) options.max_duration = absl::Seconds(minutes * 60);
+  options.interval = absl::GetFlag(FLAGS_exit_interval);
+  if (options.interval < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--exit-interval must be 0 (none) or positive, got ",
+                     options.interval));
+  }
+  return options;
+}
+
+// The rerun check's options; nullopt with --rerun-mode disabled.
+absl::StatusOr<std::optional<training::RerunCheckOptions>>
+RerunCheckOptionsFromFlags() {
+  const std::string mode = absl::GetFlag(FLAGS_rerun_mode);
+  if (mode != "disabled" && mode != "validate_results") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rerun-mode must be disabled or validate_results, got '", mode, "'",
+        mode == "report_stats" ? " (report_stats is not built here)" : ""));
+  }
+  training::RerunCheckOptions options;
+  options.check_spiky_loss = absl::GetFlag(FLAGS_check_for_spiky_loss);
+  options.check_large_grads = absl::GetFlag(FLAGS_check_for_large_grads);
+  options.spike_factor = absl::GetFlag(FLAGS_spiky_loss_factor);
+  if (!(options.spike_factor > 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--spiky-loss-factor must be above 1, got ", options.spike_factor));
+  }
+  options.injection_rate = absl::GetFlag(FLAGS_error_injection_rate);
+  if (options.injection_rate < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--error-injection-rate must be 0 (none) or positive, "
+                     "got ",
+                     options.injection_rate));
+  }
+  MCC_ASSIGN_OR_RETURN(
+      options.injection,
+      training::ParseInjection(absl::GetFlag(FLAGS_error_injection_type)));
+  if (mode == "disabled") return std::nullopt;
+  return options;
+}
+
+absl::Status CheckStragglerFlags() {
+  if (absl::GetFlag(FLAGS_straggler_minmax_count) < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--straggler-minmax-count must be at least 1, got ",
+                     absl::GetFlag(FLAGS_straggler_minmax_count)));
+  }
+  if (!(absl::GetFlag(FLAGS_straggler_threshold) > 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--straggler-threshold must be above 1, got ",
+                     absl::GetFlag(FLAGS_straggler_threshold)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckTrainFlags(int world_size) {
+  MCC_RETURN_IF_ERROR(ExitOptionsFromFlags().status());
+  MCC_RETURN_IF_ERROR(CheckStragglerFlags());
+  MCC_RETURN_IF_ERROR(RerunCheckOptionsFromFlags().status());
   MCC_RETURN_IF_ERROR(CheckDevice(absl::GetFlag(FLAGS_device)));
   MCC_RETURN_IF_ERROR(CheckFlagsBeforeLaunch(world_size));
   const int model_parallel = absl::GetFlag(FLAGS_tensor_model_parallel_size) *
@@ -386,6 +512,8 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
       "no parameter is replicated on another rank (DP, TP and CP are 1 and "
       "no tied embedding spans pipeline stages)";
   const std::string loss_scaling = "loss scaling is fp16's (give --fp16)";
+  const bool rerun = absl::GetFlag(FLAGS_rerun_mode) == "validate_results";
+  const std::string no_rerun = "only --rerun-mode validate_results reads it";
   const std::string mock_why =
       "--mock-data draws tokens uniformly below --vocab-size; no files or "
       "tokenizer are read";
@@ -481,6 +609,24 @@ std::vector<flags::UnusedFlag> IgnoredFlags(int world_size) {
       {"check_grad_consistency_interval", no_replicas, no_replicas_why},
       {"debug_collectives", world_size == 1,
        "a single process makes no collectives"},
+      {"distributed_timeout_minutes", world_size == 1,
+       "a single process makes no collectives"},
+      {"check_for_spiky_loss", !rerun, no_rerun},
+      {"check_for_large_grads", !rerun, no_rerun},
+      {"spiky_loss_factor",
+       !rerun || (!absl::GetFlag(FLAGS_check_for_spiky_loss) &&
+                  !absl::GetFlag(FLAGS_check_for_large_grads)),
+       "only --check-for-spiky-loss and --check-for-large-grads under "
+       "--rerun-mode validate_results read it"},
+      {"error_injection_rate", !rerun, no_rerun},
+      {"error_injection_type",
+       !rerun || absl::GetFlag(FLAGS_error_injection_rate) == 0,
+       "errors are injected only with --error-injection-rate under "
+       "--rerun-mode validate_results"},
+      {"straggler_minmax_count", !absl::GetFlag(FLAGS_log_straggler),
+       "only --log-straggler lists ranks"},
+      {"straggler_threshold", !absl::GetFlag(FLAGS_log_straggler),
+       "only --log-straggler names stragglers"},
   };
 }
 
@@ -579,6 +725,18 @@ void ChaosKillAfterIteration(int64_t iteration) {
                << (rank ? rank : "0") << " with SIGKILL";
   google::FlushLogFiles(google::GLOG_INFO);
   raise(SIGKILL);
+}
+
+// Fault injection for the straggler test: with MCC_CHAOS_SLOW_RANK=R and
+// MCC_CHAOS_SLOW_MS=M, rank R sleeps M ms before each step, as a rank on a
+// slow node would take longer, so --log-straggler must name it.
+void ChaosSlowStep() {
+  static const char* const victim = std::getenv("MCC_CHAOS_SLOW_RANK");
+  static const char* const ms = std::getenv("MCC_CHAOS_SLOW_MS");
+  if (victim == nullptr || ms == nullptr) return;
+  const char* rank = std::getenv("RANK");
+  if (std::strcmp(rank != nullptr ? rank : "0", victim) != 0) return;
+  absl::SleepFor(absl::Milliseconds(std::atoi(ms)));
 }
 
 // A failed checkpoint save: the error itself (the run stops), or, with
@@ -748,6 +906,8 @@ absl::Status CheckCudaGraphFlags(int num_chunks) {
 }
 
 absl::Status Train() {
+  // --exit-duration-in-mins counts from here, as Megatron's from its start.
+  const absl::Time run_start = absl::Now();
   MCC_RETURN_IF_ERROR(SetUpFlightRecorder());
   MCC_ASSIGN_OR_RETURN(DeviceChoice device,
                        ChooseDevice(absl::GetFlag(FLAGS_device)));
@@ -848,6 +1008,60 @@ absl::Status Train() {
   const bool per_layer_grad_norms = absl::GetFlag(FLAGS_timing_log_level) >= 2;
   std::vector<double> layer_grad_norms;
   training::TrainerOptions trainer_options;
+  // --rerun-mode validate_results: what the check saw of the first run.
+  MCC_ASSIGN_OR_RETURN(std::optional<training::RerunCheckOptions> rerun_options,
+                       RerunCheckOptionsFromFlags());
+  std::optional<training::RerunCheck> rerun_check;
+  double first_seen_loss = 0, first_seen_grad_norm = 0;
+  std::string rerun_suspicion;
+  uint64_t rng_calls_before_step = 0;
+  if (rerun_options.has_value()) {
+    rerun_check.emplace(*rerun_options);
+    if (job->is_logging_rank()) {
+      std::string checks = "non-finite losses and gradient norms";
+      if (rerun_options->check_spiky_loss) {
+        absl::StrAppend(&checks, ", losses above ", rerun_options->spike_factor,
+                        "x the recent largest");
+      }
+      if (rerun_options->check_large_grads) {
+        absl::StrAppend(&checks, ", gradient norms above ",
+                        rerun_options->spike_factor, "x the recent largest");
+      }
+      LOG(INFO) << "rerun check (--rerun-mode validate_results): steps with "
+                << checks << " rerun once from the same state"
+                << (rerun_options->injection_rate > 0
+                        ? absl::StrCat(
+                              "; injecting ",
+                              absl::GetFlag(FLAGS_error_injection_type),
+                              " every ", rerun_options->injection_rate,
+                              " iterations")
+                        : "");
+    }
+    trainer_options.rerun_step_if =
+        [&](int64_t iteration, double loss,
+            double grad_norm) -> absl::StatusOr<bool> {
+      first_seen_loss = rerun_check->SeenLoss(iteration, loss, false);
+      first_seen_grad_norm = grad_norm;
+      rerun_suspicion = rerun_check->Suspicion(first_seen_loss, grad_norm);
+      // Every rank reruns or none: a step is rerun if any rank saw cause.
+      int64_t rerun = rerun_suspicion.empty() ? 0 : 1;
+      if (job->world.has_value()) {
+        MCC_ASSIGN_OR_RETURN(Tensor t, Tensor::FromInts({rerun}, {1}));
+        MCC_RETURN_IF_ERROR(
+            job->world->group->AllReduceSync(&t, comm::ReduceOp::kMax));
+        rerun = t.data<int64_t>()[0];
+      }
+      if (rerun != 0 && rerun_suspicion.empty()) {
+        rerun_suspicion = "another rank saw cause";
+      }
+      return rerun != 0;
+    };
+    // The rerun draws the first run's dropout masks again.
+    trainer_options.before_rerun = [&]() -> absl::Status {
+      job->model->set_rng_calls(rng_calls_before_step);
+      return absl::OkStatus();
+    };
+  }
   trainer_options.before_optimizer_step =
       [&](int64_t iteration) -> absl::Status {
     if (grad_check_interval > 0 && iteration % grad_check_interval == 0) {
@@ -963,6 +1177,45 @@ absl::Status Train() {
   const bool profile_ops = absl::GetFlag(FLAGS_timing_log_level) >= 2;
   OpProfile::Enable(profile_ops);
   OpProfile::Reset();
+  comm::ProcessGroup* const world_group =
+      job->world.has_value() ? job->world->group.get() : nullptr;
+  std::optional<training::StragglerDetector> straggler;
+  int straggler_steps = 0;  // In the detector's window.
+  if (absl::GetFlag(FLAGS_log_straggler)) {
+    straggler.emplace(world_group, absl::GetFlag(FLAGS_straggler_threshold));
+  }
+  MCC_ASSIGN_OR_RETURN(training::ExitOptions exit_options,
+                       ExitOptionsFromFlags());
+  MCC_ASSIGN_OR_RETURN(
+      std::unique_ptr<training::ExitConditions> exit_conditions,
+      training::ExitConditions::Create(exit_options, run_start, world_group));
+  bool stopped_early = false;
+  if (log && exit_options.on_signal) {
+    LOG(INFO) << "--exit-signal-handler: on SIGTERM every rank finishes the "
+                 "step in hand, "
+              << (ckpt.save.empty() ? "(no --save: saves nothing) "
+                                    : "saves to --save ")
+              << "and exits 0";
+  }
+  // Saves the state after `iteration` to --save.
+  auto save_checkpoint = [&](int64_t iteration) -> absl::Status {
+    timers.Start("save-checkpoint");
+    observability::TraceScope trace("checkpoint save", "checkpoint");
+    TrainingProgress now{iteration, iteration * batching.global_batch};
+    MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
+    // With --async-save this also reports the previous save's failure.
+    const absl::Status saved = SaveTrainingCheckpoint(
+        ckpt.save, *job, optimizer.get(), schedule, now, dist,
+        ckpt.async_save ? &async_saver : nullptr, ckpt.keep_last);
+    MCC_RETURN_IF_ERROR(ddp->ReleaseFullParams());
+    timers.Stop("save-checkpoint");
+    MCC_RETURN_IF_ERROR(SaveFailure(saved, ckpt));
+    if (log && saved.ok()) {
+      LOG(INFO) << (ckpt.async_save ? "saving (in the background) " : "saved ")
+                << ckpt.save << "/" << IterationDirName(iteration);
+    }
+    return absl::OkStatus();
+  };
   bool warned_mfu_above_peak = false;
   pipeline::PipelineStats pipeline_window;
   int64_t skipped = 0;
@@ -1036,8 +1289,43 @@ absl::Status Train() {
     // (Staged to the device; under --cuda-graph the graphed stage adopts
     // them from the model.)
     MCC_RETURN_IF_ERROR(job->model->SetMicroBatches(std::move(batches)));
+    ChaosSlowStep();
+    rng_calls_before_step = job->model->rng_calls();
     MCC_ASSIGN_OR_RETURN(training::StepMetrics step,
                          trainer->Step(batching.num_microbatches, iteration));
+    if (rerun_check.has_value()) {
+      if (step.rerun) {
+        // Bits, not values: a NaN read twice reproduces.
+        auto same = [](double a, double b) {
+          return std::memcmp(&a, &b, sizeof(double)) == 0;
+        };
+        const double rerun_loss =
+            rerun_check->SeenLoss(iteration, step.loss, true);
+        const bool reproduced = same(rerun_loss, first_seen_loss) &&
+                                same(step.grad_norm, first_seen_grad_norm);
+        if (log) {
+          LOG(WARNING) << absl::StrFormat(
+              "iteration %d: %s; rerun from the same state: loss %.17g, "
+              "gradient norm %.17g (first run %.17g, %.17g): %s",
+              iteration, rerun_suspicion, rerun_loss, step.grad_norm,
+              first_seen_loss, first_seen_grad_norm,
+              reproduced ? "reproduced, so the data or the model caused it "
+                           "(the result stands)"
+                         : "not reproduced, a transient fault of the "
+                           "machine (training goes on with the rerun's "
+                           "result)");
+        }
+      }
+      rerun_check->Accept(step.loss, step.grad_norm);
+    }
+    if (straggler.has_value()) {
+      if (iteration == progress.iteration + 1) {
+        straggler->StartWindow();  // After the first step's one-time costs.
+        straggler_steps = 0;
+      } else {
+        ++straggler_steps;
+      }
+    }
     timers.Add("forward-backward", step.forward_backward_seconds);
     timers.Add("grad-sync", step.grad_sync_seconds);
     timers.Add("optimizer", step.optimizer_seconds);
@@ -1152,9 +1440,26 @@ absl::Status Train() {
         LOG(INFO) << FormatLayerGradNorms(layer_grad_norms);
       }
       layer_grad_norms.clear();
+      // The window of the run's first step holds its one-time costs (lazy
+      // connections wait on the slowest peer outside any collective), so it
+      // is not reported. Every rank skips alike.
+      if (straggler.has_value() && straggler_steps > 0) {
+        // Collective over the world: every rank reaches it at this step.
+        MCC_ASSIGN_OR_RETURN(training::StragglerReport report,
+                             straggler->EndWindow(straggler_steps));
+        if (log) {
+          LOG(INFO) << "iteration " << iteration << ": "
+                    << report.Format(
+                           absl::GetFlag(FLAGS_straggler_minmax_count));
+        }
+      }
       if (profile_ops) {
         if (log) LogOpProfile(window_steps, seconds * window_steps);
         OpProfile::Reset();
+      }
+      if (straggler.has_value()) {
+        straggler->StartWindow();
+        straggler_steps = 0;
       }
       MCC_RETURN_IF_ERROR(
           LogPipelineStats(*job, pipeline_window, schedule_name));
@@ -1187,30 +1492,33 @@ absl::Status Train() {
                                           iteration));
       MCC_RETURN_IF_ERROR(tensorboard.Flush());
     }
-    if (ckpt.ShouldSave(iteration, train_iters)) {
-      timers.Start("save-checkpoint");
-      observability::TraceScope trace("checkpoint save", "checkpoint");
-      TrainingProgress now{iteration, iteration * batching.global_batch};
-      MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
-      // With --async-save this also reports the previous save's failure.
-      const absl::Status saved = SaveTrainingCheckpoint(
-          ckpt.save, *job, optimizer.get(), schedule, now, dist,
-          ckpt.async_save ? &async_saver : nullptr, ckpt.keep_last);
-      MCC_RETURN_IF_ERROR(ddp->ReleaseFullParams());
-      timers.Stop("save-checkpoint");
-      MCC_RETURN_IF_ERROR(SaveFailure(saved, ckpt));
-      if (log && saved.ok()) {
-        LOG(INFO) << (ckpt.async_save ? "saving (in the background) "
-                                      : "saved ")
-                  << ckpt.save << "/" << IterationDirName(iteration);
-      }
-    }
+    const bool save_due = ckpt.ShouldSave(iteration, train_iters);
+    if (save_due) MCC_RETURN_IF_ERROR(save_checkpoint(iteration));
     iteration_trace.reset();
     MCC_RETURN_IF_ERROR(profile.AfterStep(iteration));
     ChaosKillAfterIteration(iteration);
+    MCC_ASSIGN_OR_RETURN(training::ExitReason exit_reason,
+                         exit_conditions->After(iteration));
+    if (exit_reason != training::ExitReason::kNone) {
+      // Megatron's order: save (unless this step just did), then exit 0.
+      if (!save_due && !ckpt.save.empty()) {
+        MCC_RETURN_IF_ERROR(save_checkpoint(iteration));
+      }
+      if (log) {
+        LOG(INFO) << "stopping after iteration " << iteration << " of "
+                  << train_iters << ": "
+                  << training::DescribeExitReason(exit_reason, exit_options)
+                  << (ckpt.save.empty()
+                          ? "; no --save, so nothing was saved"
+                          : absl::StrCat("; resume with --load ", ckpt.save));
+      }
+      stopped_early = true;
+      break;
+    }
   }
   MCC_RETURN_IF_ERROR(profile.Finish());
   MCC_RETURN_IF_ERROR(SaveFailure(async_saver.Wait(), ckpt));
+  if (stopped_early) return job->Barrier();
   // The test split, once, at the end.
   if (datasets[2] != nullptr && eval_iters > 0) {
     MCC_ASSIGN_OR_RETURN(

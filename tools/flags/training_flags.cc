@@ -73,6 +73,12 @@ ABSL_FLAG(int32_t, decoder_last_pipeline_num_layers, 0,
 ABSL_FLAG(bool, no_overlap_p2p_communication, false,
           "Wait for each pipeline transfer instead of overlapping it with "
           "compute.");
+ABSL_FLAG(double, distributed_timeout_minutes, 10,
+          "Timeout of every collective, p2p transfer and rendezvous of the "
+          "job's groups, in minutes (Megatron's flag; fractions allowed): a "
+          "rank that died or stopped (SIGSTOP, a hung node) fails the others "
+          "within it, naming the operation, and with --flight-recorder-dir "
+          "tools/analyze_hang names the rank.");
 ABSL_FLAG(int32_t, context_parallel_size, 1,
           "Context-parallel size: each sequence splits into 2 x this many "
           "chunks, rank i of the group holding chunks i and 2C-1-i.");

@@ -54,6 +54,7 @@ ABSL_DECLARE_FLAG(int32_t, num_layers_per_virtual_pipeline_stage);
 ABSL_DECLARE_FLAG(int32_t, decoder_first_pipeline_num_layers);
 ABSL_DECLARE_FLAG(int32_t, decoder_last_pipeline_num_layers);
 ABSL_DECLARE_FLAG(bool, no_overlap_p2p_communication);
+ABSL_DECLARE_FLAG(double, distributed_timeout_minutes);
 
 // Data.
 ABSL_DECLARE_FLAG(std::string, data_path);
