@@ -50,6 +50,26 @@ int BoundPort(int fd) {
   return -1;
 }
 
+std::string PeerName(int fd) {
+  struct sockaddr_storage addr;
+  socklen_t len = sizeof(addr);
+  char host[INET6_ADDRSTRLEN] = {0};
+  if (getpeername(fd, reinterpret_cast<struct sockaddr*>(&addr), &len) != 0) {
+    return "an unknown peer";
+  }
+  if (addr.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    return absl::StrCat(host, ":", ntohs(in->sin_port));
+  }
+  if (addr.ss_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+    return absl::StrCat("[", host, "]:", ntohs(in6->sin6_port));
+  }
+  return "an unknown peer";
+}
+
 absl::StatusOr<int> ListenTcp(absl::string_view host, int port,
                               int* bound_port) {
   struct addrinfo hints;

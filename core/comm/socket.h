@@ -16,6 +16,9 @@ namespace comm {
 
 // The local port a socket is bound to, or -1.
 int BoundPort(int fd);
+// The address and port of a connected socket's peer ("10.0.0.2:41234",
+// "[::1]:41234"), or "an unknown peer".
+std::string PeerName(int fd);
 // Listens on host:port (port 0: the kernel picks one). Returns the socket
 // and writes the bound port to *bound_port. A port in use is AlreadyExists;
 // other failures (an address not of this machine) are Unavailable.

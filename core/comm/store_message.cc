@@ -23,8 +23,16 @@ std::string EncodeStoreMessage(char head,
 }
 
 absl::Status ReadStoreMessage(const ReadExactly& read, char* head,
-                              std::vector<std::string>* args) {
+                              std::vector<std::string>* args,
+                              uint64_t max_message_bytes) {
   args->clear();
+  // Bytes the message takes on the wire so far, framing included.
+  uint64_t total = 1 + sizeof(uint32_t);
+  auto too_long = [&](uint64_t bytes) {
+    return absl::DataLossError(absl::StrCat(
+        "store message: ", bytes, " bytes or more, more than the limit of ",
+        max_message_bytes, " for this connection"));
+  };
   if (absl::Status s = read(head, 1); !s.ok()) return s;
   uint32_t n = 0;
   if (absl::Status s = read(&n, sizeof(n)); !s.ok()) return s;
@@ -33,6 +41,10 @@ absl::Status ReadStoreMessage(const ReadExactly& read, char* head,
                                             " arguments, more than the limit ",
                                             kMaxStoreArgs));
   }
+  if (total + uint64_t{n} * sizeof(uint32_t) > max_message_bytes) {
+    return too_long(total + uint64_t{n} * sizeof(uint32_t));
+  }
+  total += uint64_t{n} * sizeof(uint32_t);
   for (uint32_t i = 0; i < n; ++i) {
     uint32_t len = 0;
     if (absl::Status s = read(&len, sizeof(len)); !s.ok()) return s;
@@ -41,6 +53,8 @@ absl::Status ReadStoreMessage(const ReadExactly& read, char* head,
           absl::StrCat("store message: argument ", i, " of ", len,
                        " bytes, more than the limit ", kMaxStoreArgBytes));
     }
+    if (total + len > max_message_bytes) return too_long(total + len);
+    total += len;
     args->emplace_back();
     std::string& arg = args->back();
     // 64 KiB, then as much again as has arrived: memory stays within twice

@@ -15,12 +15,21 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/comm/store.h"
+#include "core/comm/store_service.h"
 
 namespace mcc {
 namespace comm {
 
 // The server side of the rendezvous store: an in-memory key-value map served
-// over TCP, one thread per client. Rank 0 hosts it at MASTER_ADDR:MASTER_PORT.
+// over TCP, one thread per client connection up to limits.max_connections
+// (more are refused with a logged warning; finished threads are joined as
+// they end). Rank 0 hosts it at MASTER_ADDR:MASTER_PORT. Requests are
+// handled by StoreService (store_service.h), which checks each.
+//
+// With a secret, a connection must prove it holds the secret (a
+// challenge-response in its hello) before any other request, within
+// limits.hello_deadline of connecting. Without one the store serves anyone
+// who reaches it, as a single-user run may want; it logs that once.
 //
 // Clients may announce their rank; when such a connection drops without a
 // goodbye (the process died), the rank is recorded as lost, so the other
@@ -28,33 +37,46 @@ namespace comm {
 // job; a client of another job is refused (two jobs given one port).
 class TcpStoreServer {
  public:
-  // Listens on host:port; port 0 picks a free port (see port()). When a
-  // launcher handed this process a socket already listening on that port
-  // (PortReservation), serves on it instead of binding again. `job_id` is
-  // the job whose ranks may announce themselves ("" for any announcing "").
+  struct Options {
+    std::string host = "127.0.0.1";
+    // 0 picks a free port (see port()). When a launcher handed this process
+    // a socket already listening on that port (PortReservation), the server
+    // serves on it instead of binding again.
+    int port = 0;
+    // The job whose ranks may announce themselves ("" for any announcing "").
+    std::string job_id;
+    // The job's shared secret (MCC_JOB_SECRET); "" for none.
+    std::string secret;
+    StoreLimits limits;
+  };
   static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(
-      const std::string& host, int port, const std::string& job_id = "");
+      const Options& options);
   ~TcpStoreServer();
 
   int port() const { return port_; }
+  // Connections being served now.
+  int connections();
 
  private:
   TcpStoreServer() = default;
   void AcceptLoop();
-  void Serve(int fd);
+  void Serve(int fd, const std::string& peer);
+  // Joins the threads of connections that ended.
+  void ReapFinished();
+  // Refuses a connection past the limit (or whose thread did not start).
+  void Refuse(int fd, const std::string& peer, const std::string& why);
 
   int listen_fd_ = -1;
   int port_ = 0;
-  std::string job_id_;
+  std::unique_ptr<StoreService> service_;
   std::atomic<bool> stop_{false};
   std::thread accept_thread_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, std::string> data_;
-  std::set<int> lost_ranks_;
+  std::mutex mu_;  // Guards the connection bookkeeping below.
   std::set<int> client_fds_;
-  std::vector<std::thread> client_threads_;
+  std::map<std::thread::id, std::thread> client_threads_;
+  std::vector<std::thread::id> finished_;
+  int64_t refused_ = 0;
 };
 
 // A client of TcpStoreServer. Calls are serialised per client object; use
@@ -69,8 +91,14 @@ class TcpStore : public Store {
     // The rank this connection reports for liveness tracking; -1 for none.
     int rank = -1;
     // The job this rank belongs to (DistEnv::job_id): the server refuses a
-    // rank of another job. Checked only where rank >= 0.
+    // rank of another job. Checked where rank >= 0 or a secret is set.
     std::string job_id;
+    // The job's shared secret (DistEnv::secret): every connection proves it
+    // to the server in its hello, and a hosted server requires that proof.
+    // "" for none (an unauthenticated store).
+    std::string secret;
+    // The hosted server's limits (is_server only).
+    StoreLimits limits;
     absl::Duration timeout = absl::Minutes(5);
   };
 
@@ -81,7 +109,8 @@ class TcpStore : public Store {
   ~TcpStore() override;
 
   // A second connection to the same server (for another thread), without
-  // the liveness announcement and sharing the hosted server, if any.
+  // the liveness announcement (but authenticated like the first) and sharing
+  // the hosted server, if any.
   absl::StatusOr<std::shared_ptr<TcpStore>> Clone() const;
 
   absl::Duration default_timeout() const override { return options_.timeout; }

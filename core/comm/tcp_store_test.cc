@@ -10,6 +10,7 @@
 
 #include "core/comm/port_reservation.h"
 #include "core/comm/socket.h"
+#include "core/comm/store_message.h"
 #include "gtest/gtest.h"
 
 namespace mcc {
@@ -30,6 +31,47 @@ std::shared_ptr<TcpStore> Client(int port, int rank = -1) {
   o.rank = rank;
   o.timeout = absl::Seconds(10);
   return TcpStore::Connect(o).value();
+}
+
+// Sends one raw request and reads the reply, as a client of another program
+// (or an attacker) would.
+struct RawReply {
+  absl::Status status;
+  char code = 0;
+  std::vector<std::string> args;
+};
+RawReply RawCall(int fd, char op, const std::vector<std::string>& args) {
+  RawReply r;
+  const std::string buf = EncodeStoreMessage(op, args);
+  r.status =
+      SendAll(fd, buf.data(), buf.size(), absl::Now() + absl::Seconds(5));
+  if (!r.status.ok()) return r;
+  r.status = ReadStoreMessage(
+      [&](void* data, size_t n) {
+        return RecvAll(fd, data, n, absl::Now() + absl::Seconds(5));
+      },
+      &r.code, &r.args);
+  return r;
+}
+
+// A Get carrying only its timeout once indexed an empty key list and took
+// rank 0 (and the job) down. It is an error reply naming the problem, and
+// the store keeps serving.
+TEST(TcpStoreTest, GetWithoutAKeyIsAnErrorNotACrash) {
+  auto server = Server();
+  const int fd =
+      ConnectTcp("127.0.0.1", server->port(), absl::Now() + absl::Seconds(5))
+          .value();
+  RawReply r = RawCall(fd, 'G', {"100"});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.code, 2);
+  ASSERT_EQ(r.args.size(), 1u);
+  EXPECT_NE(r.args[0].find("exactly one key"), std::string::npos) << r.args[0];
+  EXPECT_NE(r.args[0].find("127.0.0.1:"), std::string::npos) << r.args[0];
+  close(fd);
+  auto other = Client(server->port());
+  ASSERT_TRUE(other->Set("k", "v").ok());
+  EXPECT_EQ(server->Get("k").value(), "v");
 }
 
 TEST(TcpStoreTest, SetGetCheckDelete) {
