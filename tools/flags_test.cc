@@ -885,6 +885,9 @@ std::vector<Row> Table() {
   add("launch", "master_port", V::kEffect, {"--master_port", "29413"}, la);
   // Node 1 of two has no job id of its own: the flag gives its ranks one.
   add("launch", "rdzv_id", V::kEffect, {"--rdzv-id", "run7"}, ctx.launch_node1);
+  // Node 1 of two has no secret of its own: its ranks get the file's.
+  add("launch", "rdzv_secret_file", V::kEffect,
+      {"--rdzv-secret-file", g_tmp + "/job.secret"}, ctx.launch_node1);
   add("launch", "grace_period_s", V::kEffect, {"--grace-period-s", "0.2"},
       ctx.launch_grace);
   t.back().code = 3;  // Rank 1's.
@@ -927,6 +930,7 @@ class FlagsTest : public ::testing::Test {
     WriteFile(g_tmp + "/corpus_bad.jsonl", a + "{not json\n");
     WriteFile(g_tmp + "/eod.flags", "--append_eod\n");
     WriteFile(g_tmp + "/addr.flags", "--master_addr=10.7.7.7\n");
+    WriteFile(g_tmp + "/job.secret", "flags test secret\n");
     for (const char* name : {"a", "b"}) {
       Outcome r =
           Execute({g_bin["preprocess_data"], "--input",
@@ -1010,7 +1014,9 @@ class FlagsTest : public ::testing::Test {
     // then runs until the launcher's SIGKILL.
     ctx.launch_node1.args = {"--master_port", "29411", "--nnodes", "2",
                              "--node_rank",   "1"};
-    ctx.launch_node1.tail = {"--", "/bin/sh", "-c", "echo job=$MCC_JOB_ID"};
+    ctx.launch_node1.tail = {
+        "--", "/bin/sh", "-c",
+        "echo job=$MCC_JOB_ID secret_file=$MCC_JOB_SECRET_FILE"};
     ctx.launch_grace.args = {"--nproc_per_node", "2", "--grace_period_s",
                              "0.5"};
     ctx.launch_grace.tail = {

@@ -7,11 +7,15 @@
 // On node 0 the launcher listens on the rendezvous port itself and hands the
 // socket to rank 0, so no other job can take the port in between; each job
 // carries an id (MCC_JOB_ID) that rank 0's store checks, so ranks that reach
-// another job's store fail at once, naming both jobs.
+// another job's store fail at once, naming both jobs. Each job also carries
+// a secret that every connection to the store must prove (a
+// challenge-response, never the secret itself): a random one on one node
+// (MCC_JOB_SECRET), a file every node reads across nodes
+// (--rdzv-secret-file, passed on as MCC_JOB_SECRET_FILE).
 //
 //   tools/launch --nproc_per_node N [--nnodes M --node_rank R
-//       --master_addr A --master_port P --rdzv_id ID] [--max-restarts K]
-//       -- PROGRAM ARGS...
+//       --master_addr A --master_port P --rdzv_id ID
+//       --rdzv-secret-file FILE] [--max-restarts K] -- PROGRAM ARGS...
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -20,6 +24,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -33,6 +38,7 @@
 #include "core/comm/env.h"
 #include "core/comm/port_reservation.h"
 #include "core/comm/socket.h"
+#include "core/comm/store_auth.h"
 
 ABSL_FLAG(int, nproc_per_node, 1, "Processes to start on this node.");
 ABSL_FLAG(int, nnodes, 1, "Number of nodes.");
@@ -45,6 +51,12 @@ ABSL_FLAG(std::string, rdzv_id, "",
           "The job's id (torchrun's flag), the same on every node: rank 0's "
           "store refuses ranks of another job. One node: a random id when "
           "empty; several nodes: no check when empty.");
+ABSL_FLAG(std::string, rdzv_secret_file, "",
+          "A file holding the job's secret, the same file content on every "
+          "node: rank 0's store serves only connections that prove it. "
+          "Without it: MCC_JOB_SECRET or MCC_JOB_SECRET_FILE from the "
+          "environment, else a random secret on one node; several nodes "
+          "without any secret run an unauthenticated store (with a warning).");
 ABSL_FLAG(int, max_restarts, 0,
           "When a rank fails, stop the job and start it again, up to this "
           "many times (torchrun's flag); the program resumes from its own "
@@ -145,7 +157,8 @@ int main(int argc, char** argv) {
   for (std::string& a : args) fixed.push_back(&a[0]);
   absl::SetProgramUsageMessage(
       "tools/launch --nproc_per_node N [--nnodes M --node_rank R "
-      "--master_addr A --master_port P] -- PROGRAM ARGS...");
+      "--master_addr A --master_port P --rdzv-secret-file FILE] -- "
+      "PROGRAM ARGS...");
   std::vector<char*> rest =
       absl::ParseCommandLine(static_cast<int>(fixed.size()), fixed.data());
   // rest[0] is the launcher; the program follows "--".
@@ -171,6 +184,46 @@ int main(int argc, char** argv) {
   std::string job_id = absl::GetFlag(FLAGS_rdzv_id);
   if (job_id.empty() && nnodes == 1) {
     job_id = mcc::comm::RandomJobId();
+  }
+  // The job's secret: a file every node reads (the ranks read it too, so
+  // the secret itself is not copied into their environments), or one
+  // inherited from the environment, or a fresh one on one node.
+  std::string secret_file = absl::GetFlag(FLAGS_rdzv_secret_file);
+  std::string secret;
+  const char* env_secret = std::getenv(mcc::comm::kJobSecretEnv);
+  const char* env_secret_file = std::getenv(mcc::comm::kJobSecretFileEnv);
+  if (secret_file.empty() && (env_secret == nullptr || *env_secret == '\0') &&
+      env_secret_file != nullptr && *env_secret_file != '\0') {
+    secret_file = env_secret_file;
+  }
+  if (!secret_file.empty()) {
+    // Checked here, before any rank starts.
+    absl::StatusOr<std::string> content =
+        mcc::comm::ReadJobSecretFile(secret_file);
+    if (!content.ok()) {
+      Log(std::string(content.status().message()));
+      return 2;
+    }
+    if (char* absolute = realpath(secret_file.c_str(), nullptr)) {
+      secret_file = absolute;  // Ranks that change directory still find it.
+      free(absolute);
+    }
+  } else if (env_secret != nullptr && *env_secret != '\0') {
+    secret = env_secret;
+  } else if (nnodes == 1) {
+    absl::StatusOr<std::string> random = mcc::comm::RandomSecretHex();
+    if (!random.ok()) {
+      Log(std::string(random.status().message()));
+      return 2;
+    }
+    secret = *random;
+  } else {
+    Log(absl::StrCat(
+        "warning: no job secret (--rdzv-secret-file, MCC_JOB_SECRET or "
+        "MCC_JOB_SECRET_FILE): rank 0's store on ",
+        master_addr, ":", fixed_port,
+        " will serve anyone who reaches it; give every node the same "
+        "--rdzv-secret-file"));
   }
   const absl::Duration grace = absl::Seconds(
       std::min(25.0, std::max(0.0, absl::GetFlag(FLAGS_grace_period_s))));
@@ -256,6 +309,13 @@ int main(int argc, char** argv) {
           unsetenv(mcc::comm::kJobIdEnv);
         } else {
           setenv(mcc::comm::kJobIdEnv, job_id.c_str(), 1);
+        }
+        if (!secret_file.empty()) {
+          setenv(mcc::comm::kJobSecretFileEnv, secret_file.c_str(), 1);
+          unsetenv(mcc::comm::kJobSecretEnv);
+        } else if (!secret.empty()) {
+          setenv(mcc::comm::kJobSecretEnv, secret.c_str(), 1);
+          unsetenv(mcc::comm::kJobSecretFileEnv);
         }
         unsetenv(mcc::comm::kStoreListenFdEnv);
         if (c.rank == 0) reservation->HandToChild();

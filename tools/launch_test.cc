@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -194,6 +196,72 @@ TEST(LaunchTest, RanksOfAnotherJobAreRefusedAndTheJobCompletes) {
   EXPECT_EQ(node0.exit_code, 0) << node0.output;
   EXPECT_THAT(node0.output, HasSubstr("[rank 0] sum=10"));
   EXPECT_THAT(node1.output, HasSubstr("[rank 3] sum=10"));
+}
+
+// One node: each job gets a fresh secret of its own in the environment,
+// which its ranks prove to rank 0's store.
+TEST(LaunchTest, OneNodeJobsGetASecret) {
+  LaunchResult run = Launch({"--nproc_per_node=2", "--", g_prog, "allreduce"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(RankValue(run.output, 0, "secret="), "env:64") << run.output;
+  EXPECT_EQ(RankValue(run.output, 1, "secret="), "env:64") << run.output;
+  EXPECT_THAT(run.output, HasSubstr("[rank 1] sum=3"));
+  EXPECT_FALSE(absl::StrContains(run.output, "unauthenticated")) << run.output;
+}
+
+std::string WriteSecret(const std::string& name, const std::string& text) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(dir ? dir : "/tmp", "/", name);
+  FILE* f = fopen(path.c_str(), "w");
+  fputs(text.c_str(), f);
+  fclose(f);
+  return path;
+}
+
+// Across nodes every launcher reads the same secret file; a node with
+// another secret (of the same job id, on the same port) cannot join, and the
+// job completes with the right node.
+TEST(LaunchTest, NodesShareASecretFileAndOthersAreRefused) {
+  const std::string right = WriteSecret("right.secret", "s3cret-a\n");
+  const std::string wrong = WriteSecret("wrong.secret", "s3cret-b\n");
+  const std::string port =
+      absl::StrCat("--master_port=", mcc::comm::FindFreePort().value());
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--nproc_per_node=2", "--nnodes=2", port,
+                                     "--rdzv_id=shared"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    for (const char* a : {"--", g_prog.c_str(), "allreduce"}) {
+      args.push_back(a);
+    }
+    return args;
+  };
+  LaunchResult node0;
+  std::thread first([&] {
+    node0 = Launch(with({"--node_rank=0", "--rdzv-secret-file=" + right}));
+  });
+  LaunchResult stranger =
+      Launch(with({"--node_rank=1", "--rdzv-secret-file=" + wrong}));
+  EXPECT_NE(stranger.exit_code, 0) << stranger.output;
+  EXPECT_THAT(stranger.output, HasSubstr("PERMISSION_DENIED"));
+  EXPECT_THAT(stranger.output,
+              HasSubstr("the proof of the job secret is wrong"));
+  LaunchResult node1 =
+      Launch(with({"--node_rank=1", "--rdzv-secret-file=" + right}));
+  first.join();
+  EXPECT_EQ(node1.exit_code, 0) << node1.output;
+  EXPECT_EQ(node0.exit_code, 0) << node0.output;
+  EXPECT_EQ(RankValue(node1.output, 2, "secret="), "file") << node1.output;
+  EXPECT_THAT(node0.output, HasSubstr("[rank 0] sum=10"));
+  EXPECT_THAT(node1.output, HasSubstr("[rank 3] sum=10"));
+}
+
+TEST(LaunchTest, AMissingSecretFileIsAnErrorBeforeAnyRankStarts) {
+  LaunchResult run =
+      Launch({"--nproc_per_node=2", "--rdzv-secret-file=/nonexistent/secret",
+              "--", g_prog, "ok"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("/nonexistent/secret"));
+  EXPECT_FALSE(absl::StrContains(run.output, "[rank 0]")) << run.output;
 }
 
 TEST(LaunchTest, FailingRankStopsTheOthersAndSetsTheExitCode) {

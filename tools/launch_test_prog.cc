@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/comm/init.h"
@@ -33,6 +34,14 @@ int main(int argc, char** argv) {
          std::getenv("MASTER_ADDR"), std::getenv("MASTER_PORT"));
   printf("job=%s\nhanded_socket=%s\n", job ? job : "(none)",
          std::getenv("MCC_STORE_LISTEN_FD") ? "yes" : "no");
+  // Where the secret comes from, never the secret.
+  const char* secret = std::getenv("MCC_JOB_SECRET");
+  const char* secret_file = std::getenv("MCC_JOB_SECRET_FILE");
+  if (secret != nullptr) {
+    printf("secret=env:%zu\n", strlen(secret));
+  } else {
+    printf("secret=%s\n", secret_file != nullptr ? "file" : "none");
+  }
   fprintf(stderr, "to stderr\n");
   fflush(stdout);
   if (mode == "fail" || mode == "stubborn") {

@@ -1,9 +1,14 @@
 #include "core/comm/env.h"
 
+#include <errno.h>
+#include <string.h>
+
 #include <cstdlib>
+#include <fstream>
 #include <random>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -173,9 +178,46 @@ absl::StatusOr<DistEnv> ReadPlaces(const Lookup& getenv_fn) {
 
 }  // namespace
 
+absl::StatusOr<std::string> ReadJobSecretFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string secret;
+  if (in) {
+    // Far more than a secret needs; a wrong path to a large file stops here.
+    secret.resize(64 << 10);
+    in.read(&secret[0], static_cast<std::streamsize>(secret.size()));
+    secret.resize(static_cast<size_t>(in.gcount()));
+  }
+  if (!in && !in.eof()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the job secret file '", path,
+                     "' (MCC_JOB_SECRET_FILE, tools/launch "
+                     "--rdzv-secret-file): ",
+                     strerror(errno)));
+  }
+  while (!secret.empty() && absl::ascii_isspace(secret.back())) {
+    secret.pop_back();
+  }
+  if (secret.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the job secret file '", path,
+        "' is empty: write a random secret into it, e.g. openssl rand -hex "
+        "32 > FILE"));
+  }
+  return secret;
+}
+
 absl::StatusOr<DistEnv> DistEnvFromLookup(const Lookup& getenv_fn) {
   absl::StatusOr<DistEnv> env = ReadPlaces(getenv_fn);
   if (!env.ok()) return env;
+  if (const char* secret = getenv_fn(kJobSecretEnv);
+      secret != nullptr && *secret != '\0') {
+    env->secret = secret;
+  } else if (const char* file = getenv_fn(kJobSecretFileEnv);
+             file != nullptr && *file != '\0') {
+    absl::StatusOr<std::string> from_file = ReadJobSecretFile(file);
+    if (!from_file.ok()) return from_file.status();
+    env->secret = *std::move(from_file);
+  }
   if (const char* id = getenv_fn(kJobIdEnv); id != nullptr) {
     env->job_id = id;
   } else if (const char* slurm_job = getenv_fn("SLURM_JOB_ID");

@@ -22,11 +22,25 @@ struct DistEnv {
   // job (two jobs given one port). From MCC_JOB_ID (tools/launch sets it),
   // else SLURM's job and step ids; "" when neither is set.
   std::string job_id;
+  // The job's shared secret, which rank 0's store requires every connection
+  // to prove (a challenge-response in its hello): MCC_JOB_SECRET, else the
+  // content of the file MCC_JOB_SECRET_FILE names (trailing whitespace
+  // dropped). "" when neither is set: the store is then unauthenticated,
+  // as for a job started by hand with plain RANK/WORLD_SIZE/MASTER_* or by
+  // srun without these variables.
+  std::string secret;
 };
 
 inline constexpr char kJobIdEnv[] = "MCC_JOB_ID";
 // A fresh job id (16 random hex digits) for a launcher to set in kJobIdEnv.
 std::string RandomJobId();
+
+inline constexpr char kJobSecretEnv[] = "MCC_JOB_SECRET";
+inline constexpr char kJobSecretFileEnv[] = "MCC_JOB_SECRET_FILE";
+// The secret in a file (every node of a job reads the same one): its content
+// without trailing whitespace. An unreadable or empty file is an error
+// naming it.
+absl::StatusOr<std::string> ReadJobSecretFile(const std::string& path);
 
 // Reads the environment, trying in order:
 //  torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,

@@ -1,5 +1,7 @@
 #include "core/comm/env.h"
 
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -88,6 +90,32 @@ TEST(EnvTest, JobIdFromTheLauncherOrSlurm) {
       {"SLURM_PROCID", "3"},  {"SLURM_NTASKS", "4"}, {"SLURM_JOB_ID", "77"},
       {"SLURM_STEP_ID", "2"}, {"MASTER_ADDR", "n0"}, {"MASTER_PORT", "1"}};
   EXPECT_EQ(Parse(srun).value().job_id, "slurm-77.2");
+}
+
+TEST(EnvTest, SecretFromTheEnvironmentOrAFile) {
+  std::map<std::string, std::string> vars = {
+      {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}};
+  EXPECT_EQ(Parse(vars).value().secret, "") << "no secret: unauthenticated";
+  const std::string dir =
+      std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  const std::string path = dir + "/secret";
+  std::ofstream(path) << "from file\n";
+  vars["MCC_JOB_SECRET_FILE"] = path;
+  EXPECT_EQ(Parse(vars).value().secret, "from file");
+  vars["MCC_JOB_SECRET"] = "direct";
+  EXPECT_EQ(Parse(vars).value().secret, "direct");
+  vars.erase("MCC_JOB_SECRET");
+  vars["MCC_JOB_SECRET_FILE"] = dir + "/no such file";
+  absl::StatusOr<DistEnv> missing = Parse(vars);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("no such file"), std::string::npos)
+      << missing.status();
+  std::ofstream(path) << " \n";
+  vars["MCC_JOB_SECRET_FILE"] = path;
+  absl::StatusOr<DistEnv> empty = Parse(vars);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("is empty"), std::string::npos)
+      << empty.status();
 }
 
 TEST(EnvTest, RandomJobIdsDiffer) {

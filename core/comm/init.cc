@@ -1,5 +1,6 @@
 #include "core/comm/init.h"
 
+#include <algorithm>
 #include <mutex>
 #include <numeric>
 #include <string>
@@ -83,6 +84,11 @@ absl::StatusOr<World> InitWorld(const DistEnv& env, GroupOptions options,
   store_options.is_server = env.rank == 0;
   store_options.rank = env.rank;
   store_options.job_id = env.job_id;
+  store_options.secret = env.secret;
+  // Each rank holds two connections (the store and its liveness clone);
+  // room for those and a few more of each rank's own.
+  store_options.limits.max_connections =
+      std::max(store_options.limits.max_connections, 4 * env.world_size + 64);
   store_options.timeout = options.timeout;
   MCC_ASSIGN_OR_RETURN(world.store, TcpStore::Connect(store_options));
   if (options.liveness_store == nullptr) {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/comm/env.h"
 #include "core/comm/port_reservation.h"
+#include "core/comm/store_auth.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 
@@ -62,6 +63,8 @@ std::vector<WorkerResult> RunWorkers(
   PortReservation reservation = PortReservation::Listen("127.0.0.1", 0).value();
   const int port = reservation.port();
   const std::string job_id = RandomJobId();
+  // Every test job's store is authenticated, as tools/launch's are.
+  const std::string secret = RandomSecretHex().value();
   static int run_counter = 0;
   const std::string dir =
       absl::StrCat(TempDir(), "/mp_", getpid(), "_", run_counter++);
@@ -79,6 +82,7 @@ std::vector<WorkerResult> RunWorkers(
         {"MASTER_ADDR", "127.0.0.1"},
         {"MASTER_PORT", std::to_string(port)},
         {kJobIdEnv, job_id},
+        {kJobSecretEnv, secret},
     };
     if (extra_env) {
       for (auto& kv : extra_env(r)) env[kv.first] = kv.second;

@@ -195,12 +195,14 @@ void TcpStoreServer::Serve(int fd, const std::string& peer) {
     const bool authorized = service_->Authorized(session);
     const absl::Time first_deadline =
         authorized ? absl::InfiniteFuture() : connected + limits.hello_deadline;
-    bool first = true;
+    bool first = true;     // Nothing of this request read yet.
+    bool started = false;  // Its first byte arrived.
     absl::Time rest_deadline = absl::InfiniteFuture();
     auto read = [&](void* data, size_t n) -> absl::Status {
       if (first) {
         first = false;
         MCC_RETURN_IF_ERROR(RecvAll(fd, data, 1, first_deadline));
+        started = true;
         rest_deadline = absl::Now() + limits.message_deadline;
         if (n == 1) return absl::OkStatus();
         return RecvAll(fd, static_cast<char*>(data) + 1, n - 1, rest_deadline);
@@ -213,18 +215,18 @@ void TcpStoreServer::Serve(int fd, const std::string& peer) {
         read, &op, &args,
         authorized ? UINT64_MAX : limits.max_unauthenticated_message_bytes);
     if (!s.ok()) {
-      if (s.code() != absl::StatusCode::kUnavailable || !first) {
+      if (s.code() != absl::StatusCode::kUnavailable || started) {
         // Not a plain close between requests: a stalled or bad client.
         LOG(WARNING)
             << "rendezvous store on port " << port_
             << ": dropping the connection from " << peer
             << (session.rank >= 0 ? absl::StrCat(" (rank ", session.rank, ")")
                                   : std::string())
-            << (first ? std::string(": ")
-                      : absl::StrCat(" during a request '", std::string(1, op),
-                                     "': "))
+            << (!started ? std::string(": ")
+                         : absl::StrCat(" during a request '",
+                                        std::string(1, op), "': "))
             << (s.code() == absl::StatusCode::kDeadlineExceeded
-                    ? (first
+                    ? (!started
                            ? absl::StrCat(
                                  "no hello within ",
                                  absl::FormatDuration(limits.hello_deadline))

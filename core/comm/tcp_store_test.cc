@@ -74,6 +74,264 @@ TEST(TcpStoreTest, GetWithoutAKeyIsAnErrorNotACrash) {
   EXPECT_EQ(server->Get("k").value(), "v");
 }
 
+// Every op's arguments are checked; each bad request is an error reply that
+// names the op, and the connection goes on serving.
+TEST(TcpStoreTest, MalformedRequestsAreErrorsNamingTheOp) {
+  auto server = Server();
+  const int fd =
+      ConnectTcp("127.0.0.1", server->port(), absl::Now() + absl::Seconds(5))
+          .value();
+  struct Case {
+    char op;
+    std::vector<std::string> args;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {'S', {"k"}, "set takes a key and a value"},
+      {'S', {"", "v"}, "empty key"},
+      {'G', {"abc", "k"}, "timeout 'abc' is not milliseconds"},
+      {'G', {"-5", "k"}, "timeout '-5'"},
+      {'G', {"10", "a", "b"}, "exactly one key"},
+      {'W', {"10"}, "at least one key"},
+      {'A', {"n", "x"}, "increment 'x' is not a 64-bit integer"},
+      {'A', {"n"}, "add takes a key and an integer"},
+      {'D', {}, "delete takes one key"},
+      {'H', {"two"}, "rank 'two' is not an integer"},
+      {'L', {"x"}, "lost-ranks takes no arguments"},
+      {'Z', {}, "unknown store operation"},
+      {'\x01', {}, "0x01"},
+  };
+  for (const Case& c : cases) {
+    RawReply r = RawCall(fd, c.op, c.args);
+    ASSERT_TRUE(r.status.ok()) << c.op << ": " << r.status;
+    EXPECT_EQ(r.code, 2) << c.op;
+    ASSERT_EQ(r.args.size(), 1u) << c.op;
+    EXPECT_NE(r.args[0].find(c.expect), std::string::npos) << r.args[0];
+  }
+  RawReply ok = RawCall(fd, 'S', {"k", "v"});
+  EXPECT_EQ(ok.code, 0);
+  ASSERT_TRUE(server->Set("big", std::to_string(INT64_MAX)).ok());
+  absl::StatusOr<int64_t> overflow = server->Add("big", 1);
+  EXPECT_NE(overflow.status().message().find("overflows"), std::string::npos)
+      << overflow.status();
+  close(fd);
+  EXPECT_EQ(server->Get("k").value(), "v");
+}
+
+std::shared_ptr<TcpStore> SecretServer(const std::string& secret,
+                                       StoreLimits limits = StoreLimits()) {
+  TcpStore::Options o;
+  o.is_server = true;
+  o.rank = 0;
+  o.job_id = "job";
+  o.secret = secret;
+  o.limits = limits;
+  o.timeout = absl::Seconds(10);
+  return TcpStore::Connect(o).value();
+}
+
+absl::StatusOr<std::shared_ptr<TcpStore>> SecretClient(
+    int port, int rank, const std::string& secret) {
+  TcpStore::Options o;
+  o.port = port;
+  o.rank = rank;
+  o.job_id = "job";
+  o.secret = secret;
+  o.timeout = absl::Seconds(10);
+  return TcpStore::Connect(o);
+}
+
+// With a job secret, a client must prove it holds it (challenge-response in
+// its hello) before anything else: one without it, or with another, can
+// neither read nor write a key, and is told why.
+TEST(TcpStoreAuthTest, OnlyClientsWithTheSecretReadOrWrite) {
+  auto server = SecretServer("right secret");
+  ASSERT_TRUE(server->Set("gloo/addr", "10.0.0.1:4000").ok());
+
+  absl::StatusOr<std::shared_ptr<TcpStore>> wrong =
+      SecretClient(server->port(), 1, "wrong secret");
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(wrong.status().message().find("proof of the job secret is wrong"),
+            std::string::npos)
+      << wrong.status();
+  absl::StatusOr<std::shared_ptr<TcpStore>> none =
+      SecretClient(server->port(), 1, "");
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(none.status().message().find("MCC_JOB_SECRET"), std::string::npos)
+      << none.status();
+
+  // A connection that announces nothing is refused at its first request.
+  std::shared_ptr<TcpStore> silent =
+      SecretClient(server->port(), -1, "").value();
+  absl::Status set = silent->Set("gloo/addr", "attacker:1");
+  EXPECT_EQ(set.code(), absl::StatusCode::kPermissionDenied) << set;
+  EXPECT_NE(set.message().find("has not proved it"), std::string::npos) << set;
+
+  // Raw requests: denied, no value in the reply, and the connection closed.
+  for (char op : {'G', 'S', 'D', 'A', 'W', 'C', 'L'}) {
+    const int fd =
+        ConnectTcp("127.0.0.1", server->port(), absl::Now() + absl::Seconds(5))
+            .value();
+    const std::vector<std::string> args =
+        op == 'G' || op == 'W' ? std::vector<std::string>{"0", "gloo/addr"}
+        : op == 'L'            ? std::vector<std::string>{}
+                               : std::vector<std::string>{"gloo/addr", "1"};
+    RawReply r = RawCall(
+        fd, op,
+        op == 'C' || op == 'D' ? std::vector<std::string>{"gloo/addr"} : args);
+    ASSERT_TRUE(r.status.ok()) << op << ": " << r.status;
+    EXPECT_EQ(r.code, 3) << op;
+    ASSERT_EQ(r.args.size(), 1u);
+    EXPECT_EQ(r.args[0].find("10.0.0.1"), std::string::npos);
+    char byte = 0;
+    EXPECT_FALSE(RecvAll(fd, &byte, 1, absl::Now() + absl::Seconds(5)).ok())
+        << "the connection stays open after a denied request";
+    close(fd);
+  }
+  // A raw hello answering a challenge with garbage is refused too.
+  {
+    const int fd =
+        ConnectTcp("127.0.0.1", server->port(), absl::Now() + absl::Seconds(5))
+            .value();
+    RawReply nonce = RawCall(fd, 'N', {});
+    ASSERT_EQ(nonce.code, 0);
+    ASSERT_EQ(nonce.args.size(), 1u);
+    EXPECT_EQ(nonce.args[0].size(), 32u);
+    RawReply hello = RawCall(fd, 'H', {"1", "job", std::string(32, 'x')});
+    EXPECT_EQ(hello.code, 3);
+    close(fd);
+  }
+
+  EXPECT_EQ(server->Get("gloo/addr").value(), "10.0.0.1:4000");
+  EXPECT_TRUE(server->LostRanks().value().empty());
+
+  // The right secret works, and so do clones (which announce no rank).
+  std::shared_ptr<TcpStore> rank1 =
+      SecretClient(server->port(), 1, "right secret").value();
+  EXPECT_EQ(rank1->Get("gloo/addr").value(), "10.0.0.1:4000");
+  std::shared_ptr<TcpStore> clone = rank1->Clone().value();
+  ASSERT_TRUE(clone->Set("from-clone", "1").ok());
+  EXPECT_EQ(server->Get("from-clone").value(), "1");
+  std::shared_ptr<TcpStore> server_clone = server->Clone().value();
+  EXPECT_TRUE(server_clone->Check({"from-clone"}).value());
+}
+
+// A connection that never says its hello is dropped after the hello
+// deadline, without holding up the others.
+TEST(TcpStoreAuthTest, SilentConnectionIsDroppedAfterTheHelloDeadline) {
+  StoreLimits limits;
+  limits.hello_deadline = absl::Milliseconds(300);
+  auto server = SecretServer("s", limits);
+  const absl::Time start = absl::Now();
+  const int fd =
+      ConnectTcp("127.0.0.1", server->port(), absl::Now() + absl::Seconds(5))
+          .value();
+  std::shared_ptr<TcpStore> rank1 =
+      SecretClient(server->port(), 1, "s").value();
+  ASSERT_TRUE(rank1->Set("k", "v").ok());
+  char byte = 0;
+  absl::Status s = RecvAll(fd, &byte, 1, absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  close(fd);
+  // Authenticated clients may stay quiet for longer than that.
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(rank1->Get("k").value(), "v");
+}
+
+// A client that announces a large argument and goes silent is dropped once
+// the message deadline passes; meanwhile the store serves the others.
+TEST(TcpStoreTest, StalledRequestIsDroppedAfterTheMessageDeadline) {
+  TcpStore::Options o;
+  o.is_server = true;
+  o.limits.message_deadline = absl::Milliseconds(500);
+  o.timeout = absl::Seconds(10);
+  std::shared_ptr<TcpStore> server = TcpStore::Connect(o).value();
+  const int fd =
+      ConnectTcp("127.0.0.1", server->port(), absl::Now() + absl::Seconds(5))
+          .value();
+  // 'S', two arguments, the first of 1 MiB, then nothing.
+  std::string head = "S";
+  const uint32_t n = 2, len = 1 << 20;
+  head.append(reinterpret_cast<const char*>(&n), 4);
+  head.append(reinterpret_cast<const char*>(&len), 4);
+  head.append("abc");
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(
+      SendAll(fd, head.data(), head.size(), absl::Now() + absl::Seconds(5))
+          .ok());
+  auto other = Client(server->port(), 1);
+  ASSERT_TRUE(other->Set("k", "v").ok());
+  EXPECT_EQ(other->Get("k").value(), "v");
+  char byte = 0;
+  absl::Status s = RecvAll(fd, &byte, 1, absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  close(fd);
+  EXPECT_TRUE(server->Check({"k"}).value());
+}
+
+// Connections past the limit are refused with a reason; the store goes on,
+// and takes new ones once the others have left.
+TEST(TcpStoreTest, ConnectionsPastTheLimitAreRefused) {
+  TcpStore::Options o;
+  o.is_server = true;
+  o.limits.max_connections = 3;  // The server's own client is one.
+  o.timeout = absl::Seconds(10);
+  std::shared_ptr<TcpStore> server = TcpStore::Connect(o).value();
+  std::vector<std::shared_ptr<TcpStore>> clients;
+  clients.push_back(Client(server->port(), 1));
+  clients.push_back(Client(server->port(), 2));
+  for (int i = 0; i < 3; ++i) {
+    TcpStore::Options c;
+    c.port = server->port();
+    c.rank = 3;
+    c.timeout = absl::Seconds(10);
+    absl::StatusOr<std::shared_ptr<TcpStore>> extra = TcpStore::Connect(c);
+    ASSERT_FALSE(extra.ok());
+    EXPECT_NE(extra.status().message().find("its limit"), std::string::npos)
+        << extra.status();
+  }
+  ASSERT_TRUE(server->Set("k", "v").ok());
+  EXPECT_EQ(clients[0]->Get("k").value(), "v");
+  clients.clear();
+  absl::StatusOr<std::shared_ptr<TcpStore>> later;
+  for (int i = 0; i < 100; ++i) {
+    later = TcpStore::Connect([&] {
+      TcpStore::Options c;
+      c.port = server->port();
+      c.rank = 4;
+      c.timeout = absl::Seconds(10);
+      return c;
+    }());
+    if (later.ok()) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ((*later)->Get("k").value(), "v");
+}
+
+// Keys and values together are bounded: a Set past the limit is an error
+// reply naming the limit, and deleting makes room again.
+TEST(TcpStoreTest, StoredBytesAreBounded) {
+  TcpStore::Options o;
+  o.is_server = true;
+  o.limits.max_stored_bytes = 1000;
+  o.timeout = absl::Seconds(10);
+  std::shared_ptr<TcpStore> server = TcpStore::Connect(o).value();
+  ASSERT_TRUE(server->Set("a", std::string(600, 'x')).ok());
+  absl::Status full = server->Set("b", std::string(600, 'y'));
+  EXPECT_FALSE(full.ok());
+  EXPECT_NE(full.message().find("limit of 1000 bytes"), std::string::npos)
+      << full;
+  EXPECT_FALSE(server->Check({"b"}).value());
+  ASSERT_TRUE(server->Set("a", std::string(300, 'x')).ok());  // Shrinks.
+  ASSERT_TRUE(server->Set("b", std::string(600, 'y')).ok());
+  EXPECT_FALSE(server->Set("c", std::string(200, 'z')).ok());
+  ASSERT_TRUE(server->Delete("b").ok());
+  ASSERT_TRUE(server->Set("c", std::string(600, 'z')).ok());
+}
+
 TEST(TcpStoreTest, SetGetCheckDelete) {
   auto server = Server();
   auto client = Client(server->port());
