@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed inputs of the fuzz targets that are made from test data
-rather than copied from it: a slice of GPT-2's vocabulary (data/gpt2), the
+rather than copied from it: the store's request sequences, a slice of GPT-2's vocabulary (data/gpt2), the
 jsonl fixture's records, and .idx/.bin pairs like the ones the tests build.
 Run from the repository root; the output is checked in under
 <pkg>/fuzz/corpus/<target>/."""
@@ -74,7 +74,44 @@ def hf_slice(name, merges_wanted):
     return json.dumps(doc, ensure_ascii=False).encode("utf-8")
 
 
+def store_message(op, args):
+    """core/comm/store_message.h's wire format."""
+    out = op.encode() + struct.pack("<I", len(args))
+    for a in args:
+        a = a.encode() if isinstance(a, str) else a
+        out += struct.pack("<I", len(a)) + a
+    return out
+
+
+def store_service_seeds():
+    """Request sequences for core/comm/fuzz/store_service_fuzz.cc: a config
+    byte, then (selector, request) records; selector 0x80 | rank << 2 | s
+    authenticates session s, 0x40 | s ends it."""
+    records = b"".join(b"\x00" + r for r in (
+        store_message("S", ["k", "v"]), store_message("G", ["0", "k"]),
+        store_message("A", ["n", "5"]), store_message("W", ["0", "k", "n"]),
+        store_message("C", ["k", "x"]), store_message("D", ["k"]),
+        store_message("L", []), store_message("B", [])))
+    base = "core/comm/fuzz/corpus/store_service/"
+    write(base + "open_store_ops", b"\x00" + records)
+    write(base + "secret_unauthenticated_ops", b"\x01" + records)
+    write(base + "secret_authenticated_ops",
+          b"\x01" + bytes([0x80 | 3 << 2]) + records +
+          b"\x41" + b"\x01" + store_message("S", ["k", "v"]))
+    write(base + "small_cap",
+          b"\x02\x00" + store_message("S", ["a", "x" * 3000]) +
+          b"\x00" + store_message("S", ["b", "y" * 3000]) +
+          b"\x00" + store_message("A", ["a", "1"]))
+    write(base + "bad_hellos",
+          b"\x01\x00" + store_message("N", []) +
+          b"\x00" + store_message("H", ["1", "fuzz-job", "x" * 32]) +
+          b"\x01" + store_message("H", ["1"]) +
+          b"\x02" + store_message("G", ["5"]))
+    write(base + "get_without_key", b"\x00\x00" + store_message("G", ["5"]))
+
+
 def main():
+    store_service_seeds()
     texts = []
     with open("data/testdata/gpt2_encoder_fixture.jsonl", encoding="utf-8") as f:
         for n, line in enumerate(f):
