@@ -3,10 +3,11 @@
 # users start one. TP 2 x DP 2 trained by
 #  - one launcher with 4 local ranks (the reference);
 #  - two launchers, --nnodes 2 --node_rank 0/1 --master_addr 127.0.0.1, each
-#    with 2 local ranks;
+#    with 2 local ranks, sharing a job secret (--rdzv-secret-file);
 #  - 4 ranks started the way SLURM's srun starts them (SLURM_PROCID,
 #    SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID, SLURM_NTASKS_PER_NODE,
-#    MASTER_ADDR/MASTER_PORT), with no launcher.
+#    MASTER_ADDR/MASTER_PORT, the secret in MCC_JOB_SECRET_FILE), with no
+#    launcher.
 # The ranks, groups and reduction orders are the same in all three, so the
 # losses must be bit-identical. Every run is bounded by `timeout`, so a rank
 # that never finds its peers fails the test instead of hanging it.
@@ -55,18 +56,28 @@ wait_all() {
 
 run reference 4
 
+# The job's secret, one file that every node reads.
+secret_file=$work/job.secret
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$secret_file"
+chmod 600 "$secret_file"
+
 # Two launchers, one per node, 2 local ranks each; node 0's rank 0 serves
 # the rendezvous store on the master port.
 port=$(free_port)
 pids=()
 for node in 0 1; do
   timeout "$limit" "$launch" --nnodes 2 --node_rank "$node" --nproc_per_node 2 \
-    --master_addr 127.0.0.1 --master_port "$port" --rdzv_id multinode -- \
+    --master_addr 127.0.0.1 --master_port "$port" --rdzv_id multinode \
+    --rdzv-secret-file "$secret_file" -- \
     "$train" "${common[@]}" --metrics-file "$work/two_launchers.jsonl" \
     > "$work/two_launchers.node$node.log" 2>&1 &
   pids+=($!)
 done
 wait_all two_launchers "${pids[@]}"
+# The store required the secret (it logs when it runs without one).
+if grep -q unauthenticated "$work"/two_launchers.node*.log; then
+  echo "the two launchers' store ran unauthenticated"; exit 1
+fi
 diff <(losses "$work/reference.jsonl") <(losses "$work/two_launchers.jsonl")
 [[ $(losses "$work/two_launchers.jsonl" | wc -l) == 6 ]]
 
@@ -78,12 +89,15 @@ for rank in 0 1 2 3; do
     SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_PROCID=$rank SLURM_NTASKS=4 SLURM_LOCALID=$((rank % 2)) \
     SLURM_NODEID=$((rank / 2)) SLURM_NTASKS_PER_NODE=2 SLURM_NNODES=2 \
     SLURM_TASKS_PER_NODE='2(x2)' SLURM_JOB_NODELIST='node[0-1]' \
-    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port MCC_JOB_SECRET_FILE=$secret_file \
     timeout "$limit" "$train" "${common[@]}" --metrics-file "$work/slurm.jsonl" \
     > "$work/slurm.rank$rank.log" 2>&1 &
   pids+=($!)
 done
 wait_all slurm "${pids[@]}"
+if grep -q unauthenticated "$work"/slurm.rank*.log; then
+  echo "the srun-style ranks' store ran unauthenticated"; exit 1
+fi
 diff <(losses "$work/reference.jsonl") <(losses "$work/slurm.jsonl")
 [[ $(losses "$work/slurm.jsonl" | wc -l) == 6 ]]
 echo "multi-node: two launchers and srun-style ranks match one launcher exactly"
