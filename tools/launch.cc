@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/comm/env.h"
@@ -203,6 +205,13 @@ int main(int argc, char** argv) {
     if (!content.ok()) {
       Log(std::string(content.status().message()));
       return 2;
+    }
+    struct stat st;
+    if (stat(secret_file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      Log(absl::StrFormat(
+          "warning: the job secret file %s can be read by other users "
+          "(mode %04o): chmod 600 it",
+          secret_file, st.st_mode & 07777));
     }
     if (char* absolute = realpath(secret_file.c_str(), nullptr)) {
       secret_file = absolute;  // Ranks that change directory still find it.

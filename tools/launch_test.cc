@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -209,12 +210,14 @@ TEST(LaunchTest, OneNodeJobsGetASecret) {
   EXPECT_FALSE(absl::StrContains(run.output, "unauthenticated")) << run.output;
 }
 
-std::string WriteSecret(const std::string& name, const std::string& text) {
+std::string WriteSecret(const std::string& name, const std::string& text,
+                        mode_t mode) {
   const char* dir = std::getenv("TEST_TMPDIR");
   const std::string path = absl::StrCat(dir ? dir : "/tmp", "/", name);
   FILE* f = fopen(path.c_str(), "w");
   fputs(text.c_str(), f);
   fclose(f);
+  chmod(path.c_str(), mode);
   return path;
 }
 
@@ -222,8 +225,8 @@ std::string WriteSecret(const std::string& name, const std::string& text) {
 // another secret (of the same job id, on the same port) cannot join, and the
 // job completes with the right node.
 TEST(LaunchTest, NodesShareASecretFileAndOthersAreRefused) {
-  const std::string right = WriteSecret("right.secret", "s3cret-a\n");
-  const std::string wrong = WriteSecret("wrong.secret", "s3cret-b\n");
+  const std::string right = WriteSecret("right.secret", "s3cret-a\n", 0600);
+  const std::string wrong = WriteSecret("wrong.secret", "s3cret-b\n", 0644);
   const std::string port =
       absl::StrCat("--master_port=", mcc::comm::FindFreePort().value());
   auto with = [&](std::vector<std::string> extra) {
@@ -251,6 +254,10 @@ TEST(LaunchTest, NodesShareASecretFileAndOthersAreRefused) {
   EXPECT_EQ(node1.exit_code, 0) << node1.output;
   EXPECT_EQ(node0.exit_code, 0) << node0.output;
   EXPECT_EQ(RankValue(node1.output, 2, "secret="), "file") << node1.output;
+  // A file others can read is pointed out.
+  EXPECT_THAT(stranger.output, HasSubstr("can be read by other users"));
+  EXPECT_FALSE(absl::StrContains(node1.output, "can be read by other users"))
+      << node1.output;
   EXPECT_THAT(node0.output, HasSubstr("[rank 0] sum=10"));
   EXPECT_THAT(node1.output, HasSubstr("[rank 3] sum=10"));
 }
