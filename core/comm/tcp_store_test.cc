@@ -10,6 +10,7 @@
 
 #include "core/comm/port_reservation.h"
 #include "core/comm/socket.h"
+#include "core/comm/store_auth.h"
 #include "core/comm/store_message.h"
 #include "gtest/gtest.h"
 
@@ -214,6 +215,40 @@ TEST(TcpStoreAuthTest, OnlyClientsWithTheSecretReadOrWrite) {
   EXPECT_EQ(server->Get("from-clone").value(), "1");
   std::shared_ptr<TcpStore> server_clone = server->Clone().value();
   EXPECT_TRUE(server_clone->Check({"from-clone"}).value());
+}
+
+// A proof answers one nonce on one connection: replayed on another
+// connection it fails. Before the hello, messages are small.
+TEST(TcpStoreAuthTest, ProofsDoNotReplayAndEarlyMessagesAreSmall) {
+  auto server = SecretServer("s");
+  auto connect = [&] {
+    return ConnectTcp("127.0.0.1", server->port(),
+                      absl::Now() + absl::Seconds(5))
+        .value();
+  };
+  const int a = connect();
+  RawReply nonce = RawCall(a, 'N', {});
+  ASSERT_EQ(nonce.code, 0);
+  const std::string proof = StoreHelloMac("s", nonce.args.at(0), "job", 1);
+  RawReply hello = RawCall(a, 'H', {"1", "job", proof});
+  EXPECT_EQ(hello.code, 0);
+  EXPECT_EQ(RawCall(a, 'S', {"k", "v"}).code, 0);
+  EXPECT_EQ(RawCall(a, 'H', {"1", "job", proof}).code, 2) << "second hello";
+  const int b = connect();
+  ASSERT_EQ(RawCall(b, 'N', {}).code, 0);
+  RawReply replay = RawCall(b, 'H', {"1", "job", proof});
+  EXPECT_EQ(replay.code, 3);
+  EXPECT_NE(replay.args.at(0).find("proof of the job secret is wrong"),
+            std::string::npos)
+      << replay.args.at(0);
+  // A large message before the hello is not read: the connection drops.
+  const int c = connect();
+  RawReply big = RawCall(c, 'N', {std::string(16 << 10, 'x')});
+  EXPECT_FALSE(big.status.ok());
+  close(a);
+  close(b);
+  close(c);
+  EXPECT_EQ(server->Get("k").value(), "v");
 }
 
 // A connection that never says its hello is dropped after the hello
