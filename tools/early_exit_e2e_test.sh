@@ -18,10 +18,10 @@ common=(--mock-data --vocab-size 256 --num-layers 2 --hidden-size 32
 run straight 2
 
 # The last loss logged for each iteration of the given metrics files.
-last_losses() { cat "$@" > "$work/joined.jsonl"; losses "$work/joined.jsonl" | awk '{ l[$1] = $2 } END { for (i in l) print i, l[i] }' | sort -n; }
+last_losses() { cat "$@" | losses /dev/stdin | awk '{ l[$1] = $2 } END { for (i in l) print i, l[i] }' | sort -n; }
 
-# stopped NAME FLAGS...: runs until the flags stop it, checks it stopped
-# early with a checkpoint and exit 0, resumes it to the end and compares.
+# resume_and_compare NAME: resumes the stopped run NAME to the end and
+# compares every iteration's last loss with the uninterrupted run's.
 resume_and_compare() {
   local name=$1
   run "${name}_resumed" 2 --load "$work/$name" --save "$work/$name"
