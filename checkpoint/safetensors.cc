@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/file_util.h"
+#include "core/checked_math.h"
 #include "core/json_document.h"
 #include "core/status_macros.h"
 
@@ -219,7 +220,13 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
     if (!b.has_value() || !e.has_value() || *e < *b) {
       return bad("bad data_offsets");
     }
-    const uint64_t want = NumElements(dims) * DTypeSize(*dt);
+    const std::optional<int64_t> bytes =
+        CheckedNumBytes(dims, static_cast<int64_t>(DTypeSize(*dt)));
+    if (!bytes.has_value()) {
+      return bad(absl::StrCat("shape ", ShapeToString(dims), " of ", dtype,
+                              " overflows a 64-bit byte count"));
+    }
+    const uint64_t want = static_cast<uint64_t>(*bytes);
     if (static_cast<uint64_t>(*e - *b) != want) {
       return bad(absl::StrCat("data_offsets [", *b, ", ", *e, "] hold ",
                               *e - *b, " bytes but ", dtype,

@@ -146,5 +146,23 @@ TEST(SafetensorsTest, RejectsMalformedFiles) {
                    .ok());
 }
 
+// Element counts whose byte size wraps int64 to a small number (here 0, so
+// that empty data_offsets would match it) are refused before any allocation.
+TEST(SafetensorsTest, RejectsShapesWhoseSizeOverflows) {
+  for (const std::string shape :
+       {"[4294967296,4294967296]", "[4611686018427387904]",
+        "[3,3074457345618258603,2]"}) {
+    const std::string header = R"({"x":{"dtype":"F32","shape":)" + shape +
+                               R"(,"data_offsets":[0,0]}})";
+    auto file = ParseSafetensors(Build(header, ""), "big.safetensors");
+    ASSERT_FALSE(file.ok()) << shape;
+    EXPECT_NE(file.status().message().find("overflows"), std::string::npos)
+        << file.status();
+    EXPECT_NE(file.status().message().find("big.safetensors: tensor x"),
+              std::string::npos)
+        << file.status();
+  }
+}
+
 }  // namespace
 }  // namespace mcc
