@@ -40,20 +40,26 @@ CheckpointReader::~CheckpointReader() {
 
 absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
     const std::string& dir, std::optional<int64_t> iteration) {
-  int64_t it;
+  CheckpointLocation loc;
   if (iteration.has_value()) {
-    it = *iteration;
+    MCC_ASSIGN_OR_RETURN(loc, LocateCheckpoint(dir, *iteration));
   } else {
-    auto latest = LatestIteration(dir);
-    if (!latest.ok()) {
-      return absl::Status(latest.status().code(),
+    auto found = FindCheckpointToLoad(dir);
+    if (!found.ok()) {
+      return absl::Status(found.status().code(),
                           absl::StrCat("no checkpoint to load in ", dir, ": ",
-                                       latest.status().message()));
+                                       found.status().message()));
     }
-    it = *latest;
+    if (!found->has_value()) {
+      return absl::NotFoundError(absl::StrCat(
+          "no checkpoint to load in ", dir, ": ",
+          file_util::JoinPath(dir, kLatestFileName), " does not exist"));
+    }
+    loc = **found;
   }
+  const int64_t it = loc.iteration;
   std::unique_ptr<CheckpointReader> r(new CheckpointReader());
-  r->path_ = file_util::JoinPath(dir, IterationDirName(it));
+  r->path_ = loc.path;
   const std::string meta_path =
       file_util::JoinPath(r->path_, kMetadataFileName);
   auto bytes = file_util::ReadFileToString(meta_path);

@@ -93,8 +93,9 @@ absl::StatusOr<std::vector<RankManifest>> GatherManifests(
 // Fault injection for the chaos benchmark (//tools/bench:chaos): with
 // MCC_CHAOS_KILL_AT_SAVE=<event prefix> and MCC_CHAOS_KILL_RANK=<rank>, that
 // rank kills itself (SIGKILL) at the first save event with that prefix.
+// Read at every event (not cached), so that a forked test child can set it.
 void ChaosKill(absl::string_view event) {
-  static const char* const at = std::getenv("MCC_CHAOS_KILL_AT_SAVE");
+  const char* const at = std::getenv("MCC_CHAOS_KILL_AT_SAVE");
   if (at == nullptr || *at == '\0' || !absl::StartsWith(event, at)) return;
   const char* rank = std::getenv("RANK");
   const char* victim = std::getenv("MCC_CHAOS_KILL_RANK");
@@ -206,11 +207,20 @@ absl::Status CommitOnRank0(const std::string& dir, int64_t iteration,
   const bool replacing = file_util::Exists(final_dir);
   if (replacing) {
     // Saving an iteration again (a resumed run): move the old copy aside.
+    // Dying from here until the rename below leaves it only as .old, which
+    // the next load reads and the next load or save of the writer moves
+    // back (RepairCheckpointDir).
     MCC_RETURN_IF_ERROR(file_util::RemoveAll(old_dir));
     MCC_RETURN_IF_ERROR(file_util::Rename(final_dir, old_dir));
+    MCC_RETURN_IF_ERROR(file_util::FsyncDir(dir));
+    Hook(options, "old_moved_aside");
   }
   Hook(options, "renaming");
-  MCC_RETURN_IF_ERROR(file_util::Rename(tmp_dir, final_dir));
+  if (absl::Status s = file_util::Rename(tmp_dir, final_dir); !s.ok()) {
+    // Put the old copy back (best effort: else the next start restores it).
+    if (replacing) (void)file_util::Rename(old_dir, final_dir);
+    return s;
+  }
   MCC_RETURN_IF_ERROR(file_util::FsyncDir(dir));
   if (replacing) MCC_RETURN_IF_ERROR(file_util::RemoveAll(old_dir));
   MCC_RETURN_IF_ERROR(
@@ -253,7 +263,11 @@ absl::Status SaveCheckpoint(const std::string& dir, int64_t iteration,
           absl::StrCat("checkpoint iteration ", iteration, " is negative"));
     }
     if (prep.ok()) prep = file_util::MakeDirs(dir);
-    if (prep.ok()) prep = file_util::RemoveAll(tmp_dir);  // A killed save's.
+    // What a killed save left: temporaries, a re-save's .old. Safe here:
+    // saves run one at a time (an async save waits for the previous one),
+    // and only rank 0 of the one job saving into dir gets here.
+    if (prep.ok()) prep = RepairCheckpointDir(dir);
+    if (prep.ok()) prep = file_util::RemoveAll(tmp_dir);
     if (prep.ok()) prep = file_util::MakeDirs(tmp_dir);
   }
   MCC_RETURN_IF_ERROR(AgreeOnStatus(dist, prep, "prepare " + tmp_dir));

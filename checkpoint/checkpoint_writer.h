@@ -21,8 +21,10 @@ struct SaveOptions {
   // Alignment of each shard inside its file.
   int64_t alignment = 64;
   // Called on the saving thread after each step ("shard <name>" after each
-  // shard is written, "files_synced", "metadata_written", "renaming" just
-  // before the directory's rename, "committed");
+  // shard is written, "files_synced", "metadata_written",
+  // "old_moved_aside" when re-saving an iteration, after its old directory
+  // was renamed to iter_N.old, "renaming" just before the directory's
+  // rename, "committed");
   // tests use it to pause or kill a save part-way.
   std::function<void(absl::string_view event)> progress_hook;
 };
@@ -37,8 +39,9 @@ struct SaveOptions {
 // fsyncs; rank 0 then writes metadata.pb, renames iter_N.tmp to iter_N and
 // rewrites latest_checkpointed_iteration.txt (temporary file, fsync,
 // rename). A save that dies part-way leaves the previous checkpoint and the
-// latest file untouched. Every rank returns the same status; an error names
-// the rank, file and tensor at fault.
+// latest file untouched; rank 0 removes what it left (RepairCheckpointDir)
+// at the start of the next save. Every rank returns the same status; an
+// error names the rank, file and tensor at fault.
 absl::Status SaveCheckpoint(const std::string& dir, int64_t iteration,
                             const std::vector<ShardedTensorRef>& tensors,
                             const checkpoint::CommonState& common,

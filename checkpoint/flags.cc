@@ -9,7 +9,11 @@ ABSL_FLAG(int64_t, save_interval, 0,
           "Save a checkpoint every this many iterations (needs --save).");
 ABSL_FLAG(std::string, load, "",
           "Directory to load the latest checkpoint from "
-          "(latest_checkpointed_iteration.txt names it).");
+          "(latest_checkpointed_iteration.txt names it). A directory with no "
+          "checkpoint is an error (exit 2), unless it is also --save: then "
+          "the run starts fresh and a restart resumes there (auto-resume, "
+          "as tools/launch --max-restarts needs). An unreadable tracker, or "
+          "one naming a missing or incomplete iter_N, is always an error.");
 ABSL_FLAG(bool, async_save, false,
           "Copy tensors to host memory and write them in a background thread "
           "while training continues.");

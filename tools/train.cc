@@ -923,20 +923,22 @@ absl::Status Train() {
   if (peak_flops <= 0 && log) {
     peak_flops = MeasureGemmPeakFlops(job->context.dtype, job->context.device);
   }
+  // A run that saves where it loads repairs what a killed save left there
+  // (rank 0, before any rank reads it; checkpoint_dir.h).
+  MCC_ASSIGN_OR_RETURN(CheckpointFlags ckpt, CheckpointFlagsFromCommandLine());
+  if (log && !ckpt.load.empty() && SameDirectory(ckpt.load, ckpt.save)) {
+    MCC_RETURN_IF_ERROR(RepairCheckpointDir(ckpt.load));
+  }
   MCC_RETURN_IF_ERROR(job->Barrier());
 
   // Resume: the model first, so data parallelism and the optimizer take
   // their copies from the loaded weights.
-  MCC_ASSIGN_OR_RETURN(CheckpointFlags ckpt, CheckpointFlagsFromCommandLine());
   TrainingProgress progress;
-  bool resumed = false;
-  if (!ckpt.load.empty() && LatestIteration(ckpt.load).ok()) {
+  MCC_ASSIGN_OR_RETURN(const bool resumed,
+                       ShouldResume(ckpt.load, ckpt.save, log));
+  if (resumed) {
     MCC_ASSIGN_OR_RETURN(
         progress, LoadModelCheckpoint(ckpt.load, *job, !ckpt.no_load_rng));
-    resumed = true;
-  } else if (!ckpt.load.empty() && log) {
-    LOG(WARNING) << "--load " << ckpt.load
-                 << " holds no checkpoint yet; starting from scratch";
   }
 
   // Data parallelism and the optimizer.
@@ -1634,6 +1636,14 @@ int main(int argc, char** argv) {
     if (!mcc::tools::IsFirstRank()) return 0;
     return mcc::tools::DryRun(mcc::tools::DryRunSettings(world_size),
                               world_size);
+  }
+  // --load must hold a checkpoint unless it is also --save (auto-resume).
+  if (auto r = mcc::ShouldResume(absl::GetFlag(FLAGS_load),
+                                 absl::GetFlag(FLAGS_save), false);
+      !r.ok()) {
+    std::fprintf(stderr, "train: %s\n",
+                 std::string(r.status().message()).c_str());
+    return absl::IsNotFound(r.status()) ? mcc::tools::kFlagError : 1;
   }
   mcc::tools::ConfigureThreads();
   status = mcc::tools::Train();
