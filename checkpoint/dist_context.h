@@ -1,6 +1,7 @@
 #ifndef CHECKPOINT_DIST_CONTEXT_H_
 #define CHECKPOINT_DIST_CONTEXT_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,6 +33,18 @@ struct DistContext {
 
   static DistContext Single();
 };
+
+// The most bytes one rank may contribute to a checkpoint all-gather (its
+// manifest: a few hundred bytes a tensor shard).
+inline constexpr int64_t kMaxAllGatherBytesPerRank = int64_t{1} << 30;
+
+// Checks the byte counts ranks announce before an all-gather of strings
+// allocates for them: each in [0, max_bytes_per_rank], and their total in
+// 4-byte words within int64. DataLoss naming the first bad rank otherwise.
+// Every rank sees the same counts, so every rank fails alike.
+absl::Status CheckAllGatherSizes(
+    const std::vector<int64_t>& sizes,
+    int64_t max_bytes_per_rank = kMaxAllGatherBytesPerRank);
 
 }  // namespace mcc
 

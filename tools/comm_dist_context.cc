@@ -21,11 +21,15 @@ DistContext MakeDistContext(comm::ProcessGroup* group) {
         Tensor::Full({1}, static_cast<double>(mine.size()), DType::kInt64);
     Tensor sizes = Tensor::Empty({n}, DType::kInt64);
     MCC_RETURN_IF_ERROR(group->AllGatherSync(size, &sizes));
+    // Peers' counts are checked before anything is sized by them.
+    const std::vector<int64_t> bytes(sizes.data<int64_t>(),
+                                     sizes.data<int64_t>() + n);
+    MCC_RETURN_IF_ERROR(CheckAllGatherSizes(bytes));
     // Bytes travel as int32 words, each rank's string padded to whole words.
     std::vector<int64_t> words(n);
     int64_t total = 0;
     for (int r = 0; r < n; ++r) {
-      words[r] = (sizes.data<int64_t>()[r] + 3) / 4;
+      words[r] = (bytes[r] + 3) / 4;
       total += words[r];
     }
     Tensor in = Tensor::Zeros({words[group->rank()]}, DType::kInt32);
@@ -35,7 +39,7 @@ DistContext MakeDistContext(comm::ProcessGroup* group) {
     std::vector<std::string> all(n);
     const char* p = static_cast<const char*>(out.raw_data());
     for (int r = 0; r < n; ++r) {
-      all[r].assign(p, sizes.data<int64_t>()[r]);
+      all[r].assign(p, bytes[r]);
       p += words[r] * 4;
     }
     return all;
