@@ -1,6 +1,7 @@
 #include "checkpoint/checkpoint_reader.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "checkpoint/crc32c.h"
 #include "checkpoint/file_util.h"
 #include "checkpoint/region.h"
+#include "core/checked_math.h"
 #include "core/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -182,14 +184,46 @@ absl::StatusOr<int> CheckpointReader::FileFor(const std::string& file,
                      ": ", std::strerror(err));
     return err == ENOENT ? absl::NotFoundError(msg) : absl::InternalError(msg);
   }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("cannot stat shard file ", path,
+                                            ": ", std::strerror(err)));
+  }
   fds_[file] = fd;
+  file_sizes_[file] = static_cast<int64_t>(st.st_size);
   return fd;
+}
+
+absl::StatusOr<int64_t> CheckpointReader::FileSize(const std::string& file,
+                                                   absl::string_view tensor) {
+  MCC_RETURN_IF_ERROR(FileFor(file, tensor).status());
+  std::lock_guard<std::mutex> lock(mu_);
+  return file_sizes_.at(file);
+}
+
+absl::Status CheckpointReader::CheckShardInFile(const TensorRecord& t,
+                                                const ShardRecord& s) {
+  MCC_ASSIGN_OR_RETURN(const int64_t file_size, FileSize(s.file(), t.name()));
+  // Validate() keeps offset + length within int64. The file's size bounds
+  // what is read, whatever metadata.pb claims.
+  if (s.byte_offset() + s.byte_length() > static_cast<uint64_t>(file_size)) {
+    const Box b{ToShape(s.global_offsets()), ToShape(s.local_shape())};
+    return absl::DataLossError(absl::StrCat(
+        "shard file ", file_util::JoinPath(path_, s.file()),
+        " is truncated: tensor ", t.name(), " shard ", b.ToString(),
+        " needs bytes [", s.byte_offset(), ", ",
+        s.byte_offset() + s.byte_length(), ") but the file has ", file_size));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckpointReader::ReadShard(const TensorRecord& t,
                                          const ShardRecord& s,
                                          std::string* buf) {
   MCC_ASSIGN_OR_RETURN(int fd, FileFor(s.file(), t.name()));
+  MCC_RETURN_IF_ERROR(CheckShardInFile(t, s));
   const std::string path = file_util::JoinPath(path_, s.file());
   const Box b{ToShape(s.global_offsets()), ToShape(s.local_shape())};
   buf->resize(s.byte_length());
@@ -287,8 +321,32 @@ absl::Status CheckpointReader::ReadRegion(
 
 absl::StatusOr<Tensor> CheckpointReader::ReadTensor(absl::string_view name) {
   MCC_ASSIGN_OR_RETURN(const TensorRecord* t, FindTensor(name));
-  Tensor out =
-      Tensor::Empty(ToShape(t->global_shape()), static_cast<DType>(t->dtype()));
+  // The tensor's bytes (int64 holds them: Validate) must be on disk, in the
+  // files its shards name, before they are allocated.
+  const DType dtype = static_cast<DType>(t->dtype());
+  const Shape shape = ToShape(t->global_shape());
+  const int64_t want = NumElements(shape) * DTypeSize(dtype);
+  if (want > 0) {
+    std::map<std::string, int64_t> files;
+    for (const ShardRecord& s : t->shards()) {
+      MCC_RETURN_IF_ERROR(CheckShardInFile(*t, s));
+      MCC_ASSIGN_OR_RETURN(files[s.file()], FileSize(s.file(), t->name()));
+    }
+    int64_t on_disk = 0;
+    for (const auto& [file, size] : files) {
+      on_disk = CheckedAdd(on_disk, size).value_or(on_disk);
+    }
+    if (on_disk < want) {
+      std::vector<std::string> names;
+      for (const auto& [file, size] : files) names.push_back(file);
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", path_, ": tensor ", name, " ", ShapeToString(shape),
+          " needs ", want, " bytes but its shard files (",
+          names.empty() ? "none" : absl::StrJoin(names, ", "), ") hold ",
+          on_disk));
+    }
+  }
+  Tensor out = Tensor::Empty(shape, dtype);
   MCC_RETURN_IF_ERROR(ReadRegion(name, Shape(t->global_shape_size(), 0), &out));
   return out;
 }

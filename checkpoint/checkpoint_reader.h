@@ -72,6 +72,12 @@ class CheckpointReader {
   absl::Status Validate() const;
   absl::StatusOr<int> FileFor(const std::string& file,
                               absl::string_view tensor);
+  // The size of shard file `file` (opened by FileFor), read when opened.
+  absl::StatusOr<int64_t> FileSize(const std::string& file,
+                                   absl::string_view tensor);
+  // DataLoss ("truncated") when the shard's bytes are not all in its file.
+  absl::Status CheckShardInFile(const checkpoint::TensorRecord& t,
+                                const checkpoint::ShardRecord& s);
   absl::Status ReadShard(const checkpoint::TensorRecord& t,
                          const checkpoint::ShardRecord& s, std::string* buf);
 
@@ -80,6 +86,7 @@ class CheckpointReader {
   std::map<std::string, int, std::less<>> index_;  // Name to tensors() index.
   std::mutex mu_;
   std::map<std::string, int> fds_;
+  std::map<std::string, int64_t> file_sizes_;  // Of the files in fds_.
   // The last shard read and verified (file:offset) and its bytes.
   std::string cache_key_;
   std::string cache_;

@@ -84,5 +84,64 @@ TEST_F(HostileMetadata, ByteRangePastInt64) {
   ExpectRefused("at byte");
 }
 
+// Sizes that int64 counts but the shard files do not hold: refused before
+// anything is allocated for them (a 2^40-element tensor claimed by a
+// 32-byte shard file made ReadTensor allocate 4 TiB).
+TEST_F(HostileMetadata, GlobalShapeLargerThanTheShardFiles) {
+  W()->set_global_shape(0, int64_t{1} << 38);
+  W()->set_global_shape(1, 4);
+  Shard()->set_local_shape(0, int64_t{1} << 38);
+  Shard()->set_local_shape(1, 4);
+  Shard()->set_byte_length(uint64_t{1} << 42);
+  ASSERT_TRUE(
+      file_util::WriteFileAtomically(meta_path_, meta_.SerializeAsString())
+          .ok());
+  auto r = CheckpointReader::Open(dir_);
+  ASSERT_TRUE(r.ok()) << r.status();  // Open reads no shard file.
+  auto t = (*r)->ReadTensor("w");
+  ASSERT_FALSE(t.ok());
+  EXPECT_TRUE(absl::IsDataLoss(t.status())) << t.status();
+  EXPECT_NE(t.status().message().find("tensor w"), std::string::npos)
+      << t.status();
+  EXPECT_NE(t.status().message().find("shard_r00000.bin"), std::string::npos)
+      << t.status();
+  // A region of it (the model's own buffer): the shard is refused before its
+  // bytes are read into memory.
+  Tensor out = Tensor::Zeros({2, 4}, DType::kFloat32);
+  const absl::Status s = (*r)->ReadRegion("w", {0, 0}, &out);
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_NE(s.message().find("truncated"), std::string::npos) << s;
+}
+
+// Every shard inside its file, but the files cannot hold the whole tensor.
+TEST_F(HostileMetadata, ShardFilesSmallerThanTheTensor) {
+  W()->set_global_shape(0, int64_t{1} << 36);
+  ASSERT_TRUE(
+      file_util::WriteFileAtomically(meta_path_, meta_.SerializeAsString())
+          .ok());
+  auto r = CheckpointReader::Open(dir_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto t = (*r)->ReadTensor("w");
+  EXPECT_TRUE(absl::IsDataLoss(t.status())) << t.status();
+  EXPECT_NE(t.status().message().find("needs 549755813888 bytes but its "
+                                      "shard files (shard_r00000.bin) hold"),
+            std::string::npos)
+      << t.status();
+}
+
+// A shard past the end of its file, within the tensor's size.
+TEST_F(HostileMetadata, ShardPastTheEndOfItsFile) {
+  Shard()->set_byte_offset(4096);
+  ASSERT_TRUE(
+      file_util::WriteFileAtomically(meta_path_, meta_.SerializeAsString())
+          .ok());
+  auto r = CheckpointReader::Open(dir_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto t = (*r)->ReadTensor("w");
+  EXPECT_TRUE(absl::IsDataLoss(t.status())) << t.status();
+  EXPECT_NE(t.status().message().find("truncated"), std::string::npos)
+      << t.status();
+}
+
 }  // namespace
 }  // namespace mcc
