@@ -1,6 +1,10 @@
 #ifndef CORE_JSON_DOCUMENT_H_
 #define CORE_JSON_DOCUMENT_H_
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
@@ -28,6 +32,26 @@ inline constexpr int kMaxJsonDepth = 128;
 //   line 3, column 7: syntax error while parsing object key - ...
 // that callers prefix with the file name. Thread-safe (no shared state).
 absl::StatusOr<JsonDocument> ParseJsonDocument(absl::string_view text);
+
+// Typed members of a JSON object read from outside. nlohmann's value() and
+// get<>() throw type_error on a member of another type, which aborts a
+// binary that does not catch it; these return InvalidArgument instead,
+// naming `where` (the file, and the place inside it: "f.json: entries[3]")
+// and the key. An absent member gives `fallback`; so does null where noted.
+// `object` that is not an object is an error naming `where`.
+absl::StatusOr<int64_t> JsonIntMember(const JsonDocument& object,
+                                      absl::string_view key, int64_t fallback,
+                                      absl::string_view where);
+absl::StatusOr<std::string> JsonStringMember(const JsonDocument& object,
+                                             absl::string_view key,
+                                             absl::string_view fallback,
+                                             absl::string_view where);
+absl::StatusOr<bool> JsonBoolMember(const JsonDocument& object,
+                                    absl::string_view key, bool fallback,
+                                    absl::string_view where);
+// An array of integers; absent or null: empty.
+absl::StatusOr<std::vector<int64_t>> JsonIntArrayMember(
+    const JsonDocument& object, absl::string_view key, absl::string_view where);
 
 // nlohmann's exception text without its "[json.exception.parse_error.101]
 // parse error at" tag: "line 3, column 7: syntax error ...".

@@ -61,5 +61,43 @@ TEST(JsonDocument, RejectsInvalidText) {
   }
 }
 
+TEST(JsonDocument, TypedMembersNameFileAndKey) {
+  auto doc = ParseJsonDocument(
+      R"({"i": 7, "big": 18446744073709551615, "f": 1.5, "s": "x", "b": true,
+          "a": [1, 2], "bad": [1, "2"], "n": null})");
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  EXPECT_EQ(*JsonIntMember(*doc, "i", 0, "f.json"), 7);
+  EXPECT_EQ(*JsonIntMember(*doc, "absent", -3, "f.json"), -3);
+  EXPECT_EQ(*JsonStringMember(*doc, "s", "", "f.json"), "x");
+  EXPECT_EQ(*JsonStringMember(*doc, "absent", "d", "f.json"), "d");
+  EXPECT_TRUE(*JsonBoolMember(*doc, "b", false, "f.json"));
+  EXPECT_EQ(*JsonIntArrayMember(*doc, "a", "f.json"),
+            (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(JsonIntArrayMember(*doc, "n", "f.json")->empty());
+  struct Case {
+    absl::Status status;
+    std::string want;
+  } cases[] = {
+      {JsonIntMember(*doc, "s", 0, "f.json: entries[3]").status(),
+       "f.json: entries[3]: \"s\" must be an integer within int64, found "
+       "string"},
+      {JsonIntMember(*doc, "big", 0, "f.json").status(), "\"big\" must be"},
+      {JsonIntMember(*doc, "f", 0, "f.json").status(), "found number"},
+      {JsonStringMember(*doc, "i", "", "f.json").status(),
+       "\"i\" must be a string, found number"},
+      {JsonBoolMember(*doc, "s", false, "f.json").status(), "true or false"},
+      {JsonIntArrayMember(*doc, "bad", "f.json").status(),
+       "\"bad\" must be an array of integers, found array"},
+      {JsonIntArrayMember(*doc, "i", "f.json").status(), "found number"},
+      {JsonIntMember((*doc)["a"], "x", 0, "f.json: a").status(),
+       "f.json: a: expected a JSON object, found array"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_TRUE(absl::IsInvalidArgument(c.status)) << c.status;
+    EXPECT_NE(c.status.message().find(c.want), std::string::npos)
+        << c.status << " lacks " << c.want;
+  }
+}
+
 }  // namespace
 }  // namespace mcc

@@ -1,5 +1,6 @@
 #include "observability/trace.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,51 @@ TEST(TraceMergeTest, NamesTheTraceWithoutAMark) {
   ASSERT_FALSE(merged.ok());
   EXPECT_NE(merged.status().message().find("rank1.json"), std::string::npos);
   EXPECT_FALSE(MergeChromeTraces({"not json"}, {"x.json"}).ok());
+}
+
+// Members of the wrong type threw nlohmann's type_error out of value(),
+// aborting merge_traces.
+TEST(TraceMergeTest, WrongTypedFieldsNameTheFileAndField) {
+  const std::string good = RankTrace(0, 1000, {Event("fwd", 1200, 10, 0)});
+  auto with = [](nlohmann::json doc) { return doc.dump(); };
+  const nlohmann::json event = nlohmann::json::parse(good)["traceEvents"][0];
+  nlohmann::json bad_ts = event, bad_ph = event;
+  bad_ts["ts"] = "1200";
+  bad_ph["ph"] = 1;
+  const nlohmann::json mark = {{"clock_sync_us", 1000}};
+  struct Case {
+    std::string trace;
+    std::string want;
+  } cases[] = {
+      {with({{"traceEvents", nlohmann::json::array()}, {"mcc", 5}}),
+       "bad.json: mcc: expected a JSON object"},
+      {with({{"traceEvents", nlohmann::json::array()},
+             {"mcc", {{"clock_sync_us", "1000"}}}}),
+       "bad.json: mcc: \"clock_sync_us\" must be an integer"},
+      {with({{"traceEvents", {event, 3}}, {"mcc", mark}}),
+       "bad.json: traceEvents[1]: expected a JSON object"},
+      {with({{"traceEvents", {bad_ts}}, {"mcc", mark}}),
+       "bad.json: traceEvents[0]: \"ts\" must be an integer"},
+      {with({{"traceEvents", {bad_ph}}, {"mcc", mark}}),
+       "bad.json: traceEvents[0]: \"ph\" must be a string"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<std::string> merged =
+        MergeChromeTraces({good, c.trace}, {"good.json", "bad.json"});
+    ASSERT_FALSE(merged.ok()) << c.trace;
+    EXPECT_NE(merged.status().message().find(c.want), std::string::npos)
+        << merged.status();
+  }
+  // Times whose shifted sum overflows int64.
+  nlohmann::json far = event;
+  far["ts"] = std::numeric_limits<int64_t>::min();
+  absl::StatusOr<std::string> merged = MergeChromeTraces(
+      {with({{"traceEvents", {far}}, {"mcc", {{"clock_sync_us", 0}}}}),
+       RankTrace(1, 1000, {Event("fwd", 1200, 10, 0)})},
+      {"a.json", "b.json"});
+  ASSERT_FALSE(merged.ok());
+  EXPECT_NE(merged.status().message().find("out of range"), std::string::npos)
+      << merged.status();
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 #include "planner/hf_config.h"
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/json_document.h"
+#include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace mcc {
@@ -16,54 +19,60 @@ absl::StatusOr<gpt::GPTConfig> GPTConfigFromHuggingFace(
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a JSON object"));
   }
-  auto need = [&](const char* key) -> absl::StatusOr<int64_t> {
-    if (!j.contains(key) || !j[key].is_number_integer()) {
+  // Every member is read by type: a wrong-typed one is an error naming the
+  // file and field (nlohmann's value() would throw type_error). Sizes must
+  // be positive and, where the config holds an int, fit one.
+  auto need = [&](const char* key, int64_t max) -> absl::StatusOr<int64_t> {
+    if (!j.contains(key)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": \"", key, "\" is missing or not an integer"));
+          absl::StrCat(path, ": \"", key, "\" is missing"));
     }
-    return j[key].get<int64_t>();
+    MCC_ASSIGN_OR_RETURN(const int64_t v, JsonIntMember(j, key, 0, path));
+    if (v < 1 || v > max) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": \"", key, "\" is ", v, ", not in [1, ", max, "]"));
+    }
+    return v;
   };
-  const std::string type = j.value("model_type", "");
+  constexpr int64_t kInt = std::numeric_limits<int>::max();
+  constexpr int64_t kSize = std::numeric_limits<int64_t>::max();
+  MCC_ASSIGN_OR_RETURN(const std::string type,
+                       JsonStringMember(j, "model_type", "", path));
   gpt::GPTConfig c;
   if (type == "gpt2") {
-    auto layers = need("n_layer"), hidden = need("n_embd"),
-         heads = need("n_head"), positions = need("n_positions"),
-         vocab = need("vocab_size");
-    for (const auto* s : {&layers, &hidden, &heads, &positions, &vocab}) {
-      if (!s->ok()) return s->status();
+    MCC_ASSIGN_OR_RETURN(c.num_layers, need("n_layer", kInt));
+    MCC_ASSIGN_OR_RETURN(c.hidden_size, need("n_embd", kSize));
+    MCC_ASSIGN_OR_RETURN(c.num_attention_heads, need("n_head", kInt));
+    MCC_ASSIGN_OR_RETURN(c.max_position_embeddings, need("n_positions", kSize));
+    MCC_ASSIGN_OR_RETURN(c.vocab_size, need("vocab_size", kSize));
+    // n_inner: null (the usual) or absent means 4 x hidden.
+    if (j.contains("n_inner") && !j["n_inner"].is_null()) {
+      MCC_ASSIGN_OR_RETURN(c.ffn_hidden_size, need("n_inner", kSize));
     }
-    c.num_layers = static_cast<int>(*layers);
-    c.hidden_size = *hidden;
-    c.num_attention_heads = static_cast<int>(*heads);
-    c.max_position_embeddings = *positions;
-    c.vocab_size = *vocab;
-    if (j.contains("n_inner") && j["n_inner"].is_number_integer()) {
-      c.ffn_hidden_size = j["n_inner"].get<int64_t>();
-    }
-    c.untie_embeddings_and_output_weights =
-        !j.value("tie_word_embeddings", true);
+    MCC_ASSIGN_OR_RETURN(const bool tied,
+                         JsonBoolMember(j, "tie_word_embeddings", true, path));
+    c.untie_embeddings_and_output_weights = !tied;
   } else if (type == "llama" || type == "mistral" || type == "qwen2") {
-    auto layers = need("num_hidden_layers"), hidden = need("hidden_size"),
-         heads = need("num_attention_heads"), ffn = need("intermediate_size"),
-         positions = need("max_position_embeddings"),
-         vocab = need("vocab_size");
-    for (const auto* s : {&layers, &hidden, &heads, &ffn, &positions, &vocab}) {
-      if (!s->ok()) return s->status();
+    MCC_ASSIGN_OR_RETURN(c.num_layers, need("num_hidden_layers", kInt));
+    MCC_ASSIGN_OR_RETURN(c.hidden_size, need("hidden_size", kSize));
+    MCC_ASSIGN_OR_RETURN(c.num_attention_heads,
+                         need("num_attention_heads", kInt));
+    c.num_query_groups = c.num_attention_heads;
+    if (j.contains("num_key_value_heads")) {
+      MCC_ASSIGN_OR_RETURN(c.num_query_groups,
+                           need("num_key_value_heads", kInt));
     }
-    c.num_layers = static_cast<int>(*layers);
-    c.hidden_size = *hidden;
-    c.num_attention_heads = static_cast<int>(*heads);
-    c.num_query_groups =
-        static_cast<int>(j.value("num_key_value_heads", *heads));
-    c.ffn_hidden_size = *ffn;
-    c.max_position_embeddings = *positions;
-    c.vocab_size = *vocab;
+    MCC_ASSIGN_OR_RETURN(c.ffn_hidden_size, need("intermediate_size", kSize));
+    MCC_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                         need("max_position_embeddings", kSize));
+    MCC_ASSIGN_OR_RETURN(c.vocab_size, need("vocab_size", kSize));
     c.normalization = gpt::Normalization::kRMSNorm;
     c.activation = gpt::Activation::kSwiGLU;
     c.position_embedding = gpt::PositionEmbedding::kRope;
     c.add_bias_linear = type == "qwen2";
-    c.untie_embeddings_and_output_weights =
-        !j.value("tie_word_embeddings", false);
+    MCC_ASSIGN_OR_RETURN(const bool tied,
+                         JsonBoolMember(j, "tie_word_embeddings", false, path));
+    c.untie_embeddings_and_output_weights = !tied;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": model_type '", type,

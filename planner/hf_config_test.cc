@@ -46,6 +46,54 @@ TEST(HfConfigTest, ErrorsNameTheFileAndField) {
   EXPECT_FALSE(GPTConfigFromHuggingFace(R"({"model_type": "t5"})", "z").ok());
 }
 
+// Members of the wrong type threw nlohmann's type_error out of value(),
+// aborting the planner.
+TEST(HfConfigTest, WrongTypedFieldsNameTheFileAndField) {
+  const std::string gpt2 =
+      R"("n_layer": 2, "n_embd": 8, "n_head": 2, "n_positions": 16, )"
+      R"("vocab_size": 32)";
+  const std::string llama =
+      R"("num_hidden_layers": 2, "hidden_size": 8, "num_attention_heads": 2, )"
+      R"("intermediate_size": 16, "max_position_embeddings": 16, )"
+      R"("vocab_size": 32)";
+  struct Case {
+    std::string json;
+    std::string want;
+  } cases[] = {
+      {R"({"model_type": 2})", "\"model_type\" must be a string"},
+      {R"({"model_type": "gpt2", )" + gpt2 + R"(, "tie_word_embeddings": 1})",
+       "\"tie_word_embeddings\" must be true or false"},
+      {R"({"model_type": "gpt2", )" + gpt2 + R"(, "n_inner": "64"})",
+       "\"n_inner\" must be an integer"},
+      {R"({"model_type": "llama", )" + llama +
+           R"(, "num_key_value_heads": "2"})",
+       "\"num_key_value_heads\" must be an integer"},
+      {R"({"model_type": "llama", )" + llama +
+           R"(, "tie_word_embeddings": "no"})",
+       "\"tie_word_embeddings\" must be true or false"},
+      {R"({"model_type": "gpt2", "n_layer": 2.5, "n_embd": 8})",
+       "\"n_layer\" must be an integer"},
+      {R"({"model_type": "gpt2", "n_layer": 4294967296, "n_embd": 8})",
+       "\"n_layer\" is 4294967296, not in [1, 2147483647]"},
+      {R"({"model_type": "llama", "num_hidden_layers": 0})",
+       "\"num_hidden_layers\" is 0"},
+  };
+  for (const Case& c : cases) {
+    auto config = GPTConfigFromHuggingFace(c.json, "config.json");
+    ASSERT_FALSE(config.ok()) << c.json;
+    EXPECT_NE(config.status().message().find("config.json: "),
+              std::string::npos)
+        << config.status();
+    EXPECT_NE(config.status().message().find(c.want), std::string::npos)
+        << config.status();
+  }
+  // n_inner null (Hugging Face's default) means 4 x hidden.
+  auto ok = GPTConfigFromHuggingFace(
+      R"({"model_type": "gpt2", )" + gpt2 + R"(, "n_inner": null})", "c");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->ffn_hidden_size, 0);
+}
+
 }  // namespace
 }  // namespace planner
 }  // namespace mcc

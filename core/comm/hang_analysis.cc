@@ -1,11 +1,14 @@
 #include "core/comm/hang_analysis.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/json_document.h"
+#include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace mcc {
@@ -61,6 +64,19 @@ std::string Describe(const Entry& e) {
                       e.peer, " of group '", e.group, "'");
 }
 
+// A rank (or -1 for none) in an int.
+absl::StatusOr<int> RankMember(const nlohmann::json& object,
+                               absl::string_view key, int fallback,
+                               absl::string_view where) {
+  MCC_ASSIGN_OR_RETURN(const int64_t v,
+                       JsonIntMember(object, key, fallback, where));
+  if (v < -1 || v > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": \"", key, "\" is ", v, ", not a rank"));
+  }
+  return static_cast<int>(v);
+}
+
 // Groups are told apart by name and members (subgroups of one name on
 // different ranks are different groups).
 using GroupKey = std::pair<std::string, std::vector<int>>;
@@ -78,20 +94,35 @@ absl::StatusOr<std::vector<std::string>> AnalyzeHang(
       return absl::InvalidArgumentError(absl::StrCat(
           label, ": not a flight-recorder dump (JSON with rank and entries)"));
     }
+    // Every member is read by type: a wrong-typed one is an error naming the
+    // file, the entry and the field (nlohmann's value() would throw).
     RankDump d;
-    d.rank = doc.value("rank", 0);
-    d.reason = doc.value("reason", "");
-    for (const nlohmann::json& j : doc["entries"]) {
+    MCC_ASSIGN_OR_RETURN(d.rank, RankMember(doc, "rank", 0, label));
+    MCC_ASSIGN_OR_RETURN(d.reason, JsonStringMember(doc, "reason", "", label));
+    const nlohmann::json& entries = doc["entries"];
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const nlohmann::json& j = entries[i];
+      const std::string where = absl::StrCat(label, ": entries[", i, "]");
       Entry e;
-      e.id = j.value("id", int64_t{0});
-      e.group = j.value("group", "");
-      e.group_ranks = j.value("group_ranks", std::vector<int>{});
-      e.op = j.value("op", "");
-      e.signature = j.value("signature", "");
-      e.state = j.value("state", "");
-      e.seq = j.value("seq", int64_t{-1});
-      e.p2p_index = j.value("p2p_index", int64_t{-1});
-      e.peer = j.value("peer", -1);
+      MCC_ASSIGN_OR_RETURN(e.id, JsonIntMember(j, "id", 0, where));
+      MCC_ASSIGN_OR_RETURN(e.group, JsonStringMember(j, "group", "", where));
+      MCC_ASSIGN_OR_RETURN(std::vector<int64_t> group_ranks,
+                           JsonIntArrayMember(j, "group_ranks", where));
+      for (int64_t r : group_ranks) {
+        if (r < 0 || r > std::numeric_limits<int>::max()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": \"group_ranks\" holds ", r, ", not a rank"));
+        }
+        e.group_ranks.push_back(static_cast<int>(r));
+      }
+      MCC_ASSIGN_OR_RETURN(e.op, JsonStringMember(j, "op", "", where));
+      MCC_ASSIGN_OR_RETURN(e.signature,
+                           JsonStringMember(j, "signature", "", where));
+      MCC_ASSIGN_OR_RETURN(e.state, JsonStringMember(j, "state", "", where));
+      MCC_ASSIGN_OR_RETURN(e.seq, JsonIntMember(j, "seq", -1, where));
+      MCC_ASSIGN_OR_RETURN(e.p2p_index,
+                           JsonIntMember(j, "p2p_index", -1, where));
+      MCC_ASSIGN_OR_RETURN(e.peer, RankMember(j, "peer", -1, where));
       d.entries.push_back(std::move(e));
     }
     if (by_rank.count(d.rank)) {

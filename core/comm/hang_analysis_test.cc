@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -114,6 +115,43 @@ TEST(HangAnalysisTest, BadDumpNamesTheFile) {
       AnalyzeHang({{"flight_recorder_rank7.json", "{"}});
   ASSERT_FALSE(f.ok());
   EXPECT_THAT(f.status().message(), HasSubstr("flight_recorder_rank7.json"));
+}
+
+// Members of the wrong type threw nlohmann's type_error out of value(),
+// aborting analyze_hang.
+TEST(HangAnalysisTest, WrongTypedFieldsNameTheFileAndField) {
+  const nlohmann::json good =
+      Coll(1, "dp", {0, 1}, "AllReduce(fp32[4])", 0, "started");
+  struct Case {
+    std::string dump;
+    std::string want;
+  } cases[] = {
+      {R"({"rank": "0", "entries": []})", "\"rank\" must be an integer"},
+      {R"({"rank": 0, "reason": 5, "entries": []})", "\"reason\" must be"},
+      {R"({"rank": 0, "entries": [7]})",
+       "entries[0]: expected a JSON object, found number"},
+      {R"({"rank": 4294967296, "entries": []})", "not a rank"},
+  };
+  std::vector<Case> all(std::begin(cases), std::end(cases));
+  for (const char* key : {"id", "group", "group_ranks", "op", "signature",
+                          "state", "seq", "p2p_index", "peer"}) {
+    nlohmann::json bad = good;
+    bad[key] = bad[key].is_string() ? nlohmann::json(3) : nlohmann::json("x");
+    all.push_back({nlohmann::json{{"rank", 0}, {"entries", {good, bad}}}.dump(),
+                   absl::StrCat("entries[1]: \"", key, "\" must be")});
+  }
+  nlohmann::json bad_ranks = good;
+  bad_ranks["group_ranks"] = {0, -5};
+  all.push_back({nlohmann::json{{"rank", 0}, {"entries", {bad_ranks}}}.dump(),
+                 "not a rank"});
+  for (const Case& c : all) {
+    absl::StatusOr<std::vector<std::string>> f =
+        AnalyzeHang({{"flight_recorder_rank0.json", c.dump}});
+    ASSERT_FALSE(f.ok()) << c.dump;
+    EXPECT_THAT(f.status().message(),
+                HasSubstr("flight_recorder_rank0.json: "));
+    EXPECT_THAT(f.status().message(), HasSubstr(c.want)) << c.dump;
+  }
 }
 
 }  // namespace
