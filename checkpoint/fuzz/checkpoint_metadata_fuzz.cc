@@ -1,9 +1,13 @@
 // Fuzzes a checkpoint as CheckpointReader finds it on disk: an input is
-// metadata.pb and the shard file shard_r000000.bin, joined by
-// mcc::fuzz::kPartSeparator, written into DIR/iter_0000100 for each run.
+// metadata.pb, the shard file shard_r00000.bin and the tracker
+// latest_checkpointed_iteration.txt, joined by mcc::fuzz::kPartSeparator,
+// written into DIR (the first two into DIR/iter_0000100) for each run.
 // Damaged metadata or shards must give an error; a checkpoint the reader
-// opens must read every (reasonably sized) tensor without reading outside a
-// shard or its output (ASan) and report a stored configuration.
+// opens must read every tensor it lists, or refuse it, without reading
+// outside a shard or its output (ASan) and without allocating more than the
+// shard file holds; it must report a stored configuration. The tracker goes
+// through FindCheckpointToLoad and Open(DIR): a location it returns holds
+// metadata.pb, and its errors name the directory.
 //
 // MCC_FUZZ_WRITE_SEED=FILE writes the checkpoint that start-up saved, as an
 // input, to FILE (how the seed corpus was made).
@@ -17,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/dist_context.h"
@@ -28,9 +33,6 @@
 namespace {
 
 constexpr int64_t kIteration = 100;
-// Tensors larger than this are not read whole (an honest reader may refuse
-// them for memory, which is no bug).
-constexpr int64_t kMaxElements = 1 << 16;
 
 std::string* dir = nullptr;
 
@@ -48,6 +50,8 @@ void WriteFile(const std::string& path, const std::string& bytes) {
 }
 
 std::string IterDir() { return *dir + "/iter_0000100"; }
+std::string ShardPath() { return IterDir() + "/" + mcc::ShardFileName(0); }
+std::string TrackerPath() { return *dir + "/" + mcc::kLatestFileName; }
 
 }  // namespace
 
@@ -75,17 +79,34 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
                             mcc::DistContext::Single())
             .ok());
   if (const char* seed = std::getenv("MCC_FUZZ_WRITE_SEED")) {
-    WriteFile(seed, absl::StrCat(ReadFile(IterDir() + "/metadata.pb"),
-                                 mcc::fuzz::kPartSeparator,
-                                 ReadFile(IterDir() + "/shard_r000000.bin")));
+    WriteFile(seed,
+              absl::StrCat(ReadFile(IterDir() + "/metadata.pb"),
+                           mcc::fuzz::kPartSeparator, ReadFile(ShardPath()),
+                           mcc::fuzz::kPartSeparator, ReadFile(TrackerPath())));
   }
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::vector<std::string> parts = mcc::fuzz::SplitParts(data, size, 2);
+  const std::vector<std::string> parts = mcc::fuzz::SplitParts(data, size, 3);
   WriteFile(IterDir() + "/metadata.pb", parts[0]);
-  WriteFile(IterDir() + "/shard_r000000.bin", parts[1]);
+  WriteFile(ShardPath(), parts[1]);
+  WriteFile(TrackerPath(), parts[2]);
+
+  // The tracker: an error naming the directory, or a complete checkpoint.
+  auto found = mcc::FindCheckpointToLoad(*dir);
+  if (found.ok()) {
+    CHECK(found->has_value()) << "iter_0000100 exists: never a fresh start";
+    CHECK(mcc::file_util::Exists((*found)->path + "/metadata.pb"))
+        << (*found)->path;
+    CHECK_EQ((*found)->iteration, kIteration);
+  } else {
+    CHECK(found.status().message().find(*dir) != std::string::npos)
+        << found.status();
+  }
+  auto by_tracker = mcc::CheckpointReader::Open(*dir);
+  CHECK(by_tracker.ok() || !by_tracker.status().message().empty());
+
   auto reader = mcc::CheckpointReader::Open(*dir, kIteration);
   if (!reader.ok()) {
     CHECK(!reader.status().message().empty());
@@ -99,14 +120,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (++read > 16) break;
     auto t = r.FindTensor(name);
     CHECK(t.ok()) << t.status();
-    int64_t n = 1;
     for (int64_t d : (*t)->global_shape()) {
       CHECK_GE(d, 0) << name;  // Open rejects negative extents.
-      n = d == 0 ? 0 : (n > kMaxElements / d ? kMaxElements + 1 : n * d);
     }
-    if (n > kMaxElements) continue;
+    // Any size: the reader refuses what the shard file cannot hold before
+    // allocating it.
     auto tensor = r.ReadTensor(name);
-    if (tensor.ok()) CHECK_EQ(tensor->numel(), n) << name;
+    if (!tensor.ok()) continue;
+    CHECK_LE(tensor->nbytes(), parts[1].size()) << name;
+    int64_t n = 1;
+    for (int64_t d : (*t)->global_shape()) n *= d;
+    CHECK_EQ(tensor->numel(), n) << name;
   }
   return 0;
 }
