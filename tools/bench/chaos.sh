@@ -118,9 +118,12 @@ for ((i = 1; i <= runs; i++)); do
     echo "run ${i} (${what}): processes left behind: ${left}"
     kill -KILL ${left} 2>/dev/null
   fi
-  # Resume from whatever `latest` names (from scratch when nothing was saved).
+  # Resume from whatever `latest` names, as tools/launch --max-restarts
+  # would: --load equal to --save, so a run killed before its first save
+  # starts from scratch, and a killed save's leftovers are repaired.
   if MCC_CHAOS_RUN="${i}r" "${launch}" --nproc_per_node 4 -- "${train}" "${common[@]}" \
-      --load "${dir}/ckpt" --metrics-file "${dir}/resumed.jsonl" >"${dir}/resumed.log" 2>&1; then
+      --load "${dir}/ckpt" --save "${dir}/ckpt" --metrics-file "${dir}/resumed.jsonl" \
+      >"${dir}/resumed.log" 2>&1; then
     # The job's history (the killed run's iterations, overridden by the
     # resumed run's) must be the uninterrupted run's, all 12 iterations.
     cat "${dir}/killed.jsonl" "${dir}/resumed.jsonl" >"${dir}/history.jsonl" 2>/dev/null
