@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -37,11 +38,18 @@ std::optional<int64_t> IterationOf(const std::string& name,
   return it;
 }
 
-std::vector<std::string> EntryNames(const std::string& dir) {
+// The names in dir, sorted; none when dir does not exist. A directory that
+// cannot be listed is an error: taken for empty, it would start a run fresh.
+absl::StatusOr<std::vector<std::string>> EntryNames(const std::string& dir) {
   std::vector<std::string> names;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    names.push_back(entry.path().filename().string());
+  std::filesystem::directory_iterator it(dir, ec);
+  for (; !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    names.push_back(it->path().filename().string());
+  }
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return absl::InternalError(absl::StrCat("cannot list checkpoint directory ",
+                                            dir, ": ", ec.message()));
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -63,8 +71,12 @@ absl::StatusOr<int64_t> LatestIteration(const std::string& dir) {
   if (!text.ok()) return text.status();
   int64_t it = 0;
   if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &it) || it < 0) {
-    return absl::DataLossError(absl::StrCat(
-        path, " does not hold an iteration number: \"", *text, "\""));
+    // A damaged file may hold anything: quote only its start.
+    const bool long_text = text->size() > 40;
+    return absl::DataLossError(
+        absl::StrCat(path, " does not hold an iteration number: \"",
+                     absl::CHexEscape(absl::string_view(*text).substr(0, 40)),
+                     long_text ? "...\"" : "\""));
   }
   return it;
 }
@@ -122,8 +134,9 @@ absl::StatusOr<std::optional<CheckpointLocation>> FindCheckpointToLoad(
   if (!file_util::Exists(tracker)) {
     // No tracker: a fresh directory, unless checkpoints are there (then
     // starting from scratch would overwrite them at the same iterations).
+    MCC_ASSIGN_OR_RETURN(const std::vector<std::string> names, EntryNames(dir));
     std::vector<std::string> found;
-    for (const std::string& name : EntryNames(dir)) {
+    for (const std::string& name : names) {
       const bool checkpoint = IterationOf(name, "").has_value() ||
                               IterationOf(name, kOldSuffix).has_value();
       if (checkpoint && IsComplete(file_util::JoinPath(dir, name))) {
@@ -179,7 +192,8 @@ bool SameDirectory(const std::string& a, const std::string& b) {
 }
 
 absl::Status RepairCheckpointDir(const std::string& dir) {
-  for (const std::string& name : EntryNames(dir)) {
+  MCC_ASSIGN_OR_RETURN(const std::vector<std::string> names, EntryNames(dir));
+  for (const std::string& name : names) {
     const std::string path = file_util::JoinPath(dir, name);
     if (IterationOf(name, kTmpSuffix).has_value() ||
         name == absl::StrCat(kLatestFileName, kTmpSuffix)) {

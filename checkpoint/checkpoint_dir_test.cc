@@ -60,7 +60,8 @@ TEST(CheckpointDirTest, CorruptTrackerIsAnErrorNamingIt) {
   const std::string dir = FreshDir("corrupt_tracker");
   Save(dir, 3, 1);
   const std::string tracker = dir + "/" + kLatestFileName;
-  for (const std::string text : {"", "x3\n", "-1\n", "3 4\n"}) {
+  for (const std::string& text : std::vector<std::string>{
+           "", "x3\n", "-1\n", "3 4\n", std::string(1000, '\xff')}) {
     SCOPED_TRACE(text);
     ASSERT_TRUE(file_util::WriteFileAtomically(tracker, text).ok());
     auto found = FindCheckpointToLoad(dir);
@@ -79,6 +80,17 @@ TEST(CheckpointDirTest, CorruptTrackerIsAnErrorNamingIt) {
   auto resume = ShouldResume(dir, dir, true);
   ASSERT_FALSE(resume.ok());
   ExpectMentions(resume.status(), tracker);
+}
+
+TEST(CheckpointDirTest, UnlistableDirectoryIsAnError) {
+  // A regular file where the directory should be: never taken for empty.
+  const std::string file = FreshDir("unlistable") + "/file";
+  ASSERT_TRUE(file_util::WriteFileAtomically(file, "x").ok());
+  auto found = FindCheckpointToLoad(file);
+  ASSERT_FALSE(found.ok());
+  ExpectMentions(found.status(), "cannot list checkpoint directory " + file);
+  EXPECT_FALSE(ShouldResume(file, file, true).ok());
+  EXPECT_FALSE(RepairCheckpointDir(file).ok());
 }
 
 TEST(CheckpointDirTest, TrackerNamingAMissingOrIncompleteCheckpoint) {
