@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
+#include "core/checked_math.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
 #include "parallel/mappings.h"
@@ -69,8 +70,17 @@ absl::StatusOr<Tensor> WholeLocalState(const Job& job,
       job.GroupFor(dp, Device::CPU())->AllGatherSync(count, &counts));
   std::vector<int64_t> rows(dp->size());
   int64_t total = 0;
-  for (int r = 0; r < dp->size(); ++r)
-    total += rows[r] = counts.data<int64_t>()[r];
+  for (int r = 0; r < dp->size(); ++r) {
+    // A peer's count sizes the gather: checked before it reaches one.
+    rows[r] = counts.data<int64_t>()[r];
+    if (rows[r] < 0 || rows[r] > n) {
+      return absl::InternalError(
+          absl::StrCat("distributed optimizer shards of ", p.name, ": rank ", r,
+                       " of the data-parallel group announced ", rows[r],
+                       " of ", n, " elements"));
+    }
+    total = CheckedAdd(total, rows[r]).value_or(-1);
+  }
   if (total != n) {
     return absl::InternalError(absl::StrCat("distributed optimizer shards of ",
                                             p.name, " hold ", total, " of ", n,

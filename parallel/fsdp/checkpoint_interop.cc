@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -57,7 +58,14 @@ absl::StatusOr<Tensor> WholeState(const optim::StateTensor* mine, int64_t n,
   std::vector<int64_t> rows(dp->size());
   int64_t total = 0;
   for (int r = 0; r < dp->size(); ++r) {
-    total += rows[r] = counts.data<int64_t>()[r];
+    // A peer's count sizes the gather: checked before it reaches one.
+    rows[r] = counts.data<int64_t>()[r];
+    if (rows[r] < 0 || rows[r] > n) {
+      return absl::InternalError(absl::StrCat(
+          "sharded optimizer state: rank ", r, " of group '", dp->name(),
+          "' announced ", rows[r], " of ", n, " elements"));
+    }
+    total = CheckedAdd(total, rows[r]).value_or(-1);
   }
   if (total != n) {
     return absl::InternalError(absl::StrCat("sharded optimizer state holds ",
