@@ -206,7 +206,7 @@ absl::Status RepairCheckpointDir(const std::string& dir) {
     const std::string current = file_util::JoinPath(dir, IterationDirName(*it));
     if (IsComplete(current)) {
       LOG(INFO) << "removing " << path << ": " << current
-                << " replaced it (a re-save died before removing it)";
+                << " replaced it (a re-save did not get to remove it)";
       MCC_RETURN_IF_ERROR(file_util::RemoveAll(path));
     } else if (!file_util::Exists(current) && IsComplete(path)) {
       LOG(WARNING) << "restoring " << current << " from " << path

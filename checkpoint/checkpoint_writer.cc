@@ -212,14 +212,17 @@ absl::Status CommitOnRank0(const std::string& dir, int64_t iteration,
     // back (RepairCheckpointDir).
     MCC_RETURN_IF_ERROR(file_util::RemoveAll(old_dir));
     MCC_RETURN_IF_ERROR(file_util::Rename(final_dir, old_dir));
-    MCC_RETURN_IF_ERROR(file_util::FsyncDir(dir));
-    Hook(options, "old_moved_aside");
   }
-  Hook(options, "renaming");
-  if (absl::Status s = file_util::Rename(tmp_dir, final_dir); !s.ok()) {
+  absl::Status moved = replacing ? file_util::FsyncDir(dir) : absl::OkStatus();
+  if (moved.ok()) {
+    if (replacing) Hook(options, "old_moved_aside");
+    Hook(options, "renaming");
+    moved = file_util::Rename(tmp_dir, final_dir);
+  }
+  if (!moved.ok()) {
     // Put the old copy back (best effort: else the next start restores it).
     if (replacing) (void)file_util::Rename(old_dir, final_dir);
-    return s;
+    return moved;
   }
   MCC_RETURN_IF_ERROR(file_util::FsyncDir(dir));
   if (replacing) MCC_RETURN_IF_ERROR(file_util::RemoveAll(old_dir));

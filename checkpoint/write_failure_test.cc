@@ -138,6 +138,64 @@ void RunEveryFailure(
             << " injected failures, nothing lost";
 }
 
+// Saving iteration 2 again (a resumed run), each step failing in turn:
+// whatever the tracker names loads, old or new copy, before and after the
+// writer's repair, and nothing is left only as .old once repaired.
+TEST(WriteFailureTest, EveryFailedStepOfAReSaveLosesNothing) {
+  const auto model1 = Model(100), model2 = Model(200), model3 = Model(300);
+  FaultInjectingFileSystem fs;
+  std::vector<FileOpRecord> ops;
+  const std::string count_dir = FreshDir("resave_count");
+  ASSERT_TRUE(SaveSync(count_dir, 1, model1).ok());
+  ASSERT_TRUE(SaveSync(count_dir, 2, model2).ok());
+  {
+    ScopedFileSystem scoped(&fs);
+    fs.FailOperation(-1, testing::Fault::kIoError);
+    ASSERT_TRUE(SaveSync(count_dir, 2, model3).ok());
+    ops = fs.operations();
+  }
+  bool renamed_aside = false;
+  for (const FileOpRecord& op : ops) {
+    renamed_aside |= op.op == FileOp::kRename &&
+                     absl::StrContains(op.path, "iter_0000002.old");
+  }
+  ASSERT_TRUE(renamed_aside) << "the re-save moved nothing aside";
+  for (size_t k = 0; k < ops.size(); ++k) {
+    for (testing::Fault fault : FaultsFor(ops[k].op)) {
+      SCOPED_TRACE(absl::StrCat(
+          "operation ", k, " (", testing::FileOpName(ops[k].op), " ",
+          ops[k].path, ") fails with ", testing::FaultName(fault)));
+      const std::string dir = FreshDir(absl::StrCat("resave_", k));
+      ASSERT_TRUE(SaveSync(dir, 1, model1).ok());
+      ASSERT_TRUE(SaveSync(dir, 2, model2).ok());
+      {
+        ScopedFileSystem scoped(&fs);
+        fs.FailOperation(static_cast<int64_t>(k), fault);
+        (void)SaveSync(dir, 2, model3);
+        ASSERT_TRUE(fs.fired());
+      }
+      auto holds_old_or_new = [&] {
+        auto reader = CheckpointReader::Open(dir);
+        ASSERT_TRUE(reader.ok()) << reader.status();
+        ASSERT_EQ((*reader)->iteration(), 2);
+        auto a = (*reader)->ReadTensor("a");
+        ASSERT_TRUE(a.ok()) << a.status();
+        const auto& want =
+            a->ToDoubles() == model2[0].local.ToDoubles() ? model2 : model3;
+        ExpectHolds(dir, 2, want);
+      };
+      holds_old_or_new();
+      ASSERT_TRUE(RepairCheckpointDir(dir).ok());
+      EXPECT_TRUE(file_util::Exists(dir + "/iter_0000002/metadata.pb"));
+      EXPECT_FALSE(file_util::Exists(dir + "/iter_0000002.old"));
+      holds_old_or_new();
+      ExpectHolds(dir, 1, model1);
+      ASSERT_TRUE(SaveSync(dir, 2, model3).ok());
+      ExpectHolds(dir, 2, model3);
+    }
+  }
+}
+
 TEST(WriteFailureTest, EveryFailedStepOfASyncSaveLosesNothing) {
   RunEveryFailure("sync", &SaveSync);
 }
