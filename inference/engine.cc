@@ -19,6 +19,8 @@ const char* FinishReasonName(FinishReason reason) {
       return "stop";
     case FinishReason::kCancelled:
       return "cancelled";
+    case FinishReason::kTimeout:
+      return "timeout";
     case FinishReason::kNone:
       break;
   }
@@ -51,11 +53,19 @@ absl::StatusOr<uint64_t> Engine::Submit(GenerationRequest request,
                                  options_.model_vocab));
     }
   }
+  if (options_.max_prompt_tokens > 0 && n > options_.max_prompt_tokens) {
+    return refuse(absl::StrCat(
+        "the prompt's ", n, " tokens exceed the server's limit of ",
+        options_.max_prompt_tokens, " (--max-prompt-tokens)"));
+  }
   if (request.max_new_tokens < 0) {
     return refuse(absl::StrCat("max new tokens must be >= 0, got ",
                                request.max_new_tokens));
   }
-  if (n + request.max_new_tokens > options_.max_positions) {
+  // Compared without adding: n + max_new_tokens overflows for a client's
+  // max_new_tokens near INT64_MAX.
+  if (n > options_.max_positions ||
+      request.max_new_tokens > options_.max_positions - n) {
     return refuse(absl::StrCat("the prompt's ", n, " tokens plus ",
                                request.max_new_tokens,
                                " to generate exceed the model's context of ",
@@ -83,6 +93,18 @@ absl::StatusOr<uint64_t> Engine::Submit(GenerationRequest request,
     return absl::UnavailableError(
         "the engine has stopped (see the server's log)");
   }
+  const int64_t queue_limit =
+      options_.max_queued_requests > 0
+          ? options_.scheduler.max_batch_size + options_.max_queued_requests
+          : 0;
+  if (queue_limit > 0 && unfinished_.load() >= queue_limit) {
+    metrics_.RecordRejected();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the server is busy: ", unfinished_.load(),
+                     " requests are running or queued (--max-queued-requests ",
+                     options_.max_queued_requests, "); retry later"));
+  }
+  ++unfinished_;
   metrics_.RecordRequest(n);
   const uint64_t id = next_id_++;
   auto s =
@@ -116,6 +138,13 @@ void Engine::Drain() {
   }
 }
 
+void Engine::ExpireDeadlines() {
+  const absl::Time now = absl::Now();
+  for (Sequence* s : scheduler_.All()) {
+    if (now >= s->request.deadline) Finish(s, FinishReason::kTimeout);
+  }
+}
+
 void Engine::Finish(Sequence* s, FinishReason reason) {
   GenerationEvent event;
   event.finished = true;
@@ -128,6 +157,7 @@ void Engine::Finish(Sequence* s, FinishReason reason) {
   s->callback(event);
   metrics_.RecordFinished();
   scheduler_.Remove(s);
+  --unfinished_;
 }
 
 int64_t Engine::SampleLimit() const {
@@ -178,6 +208,7 @@ void Engine::Sampled(Sequence* s, const float* logits) {
 
 absl::StatusOr<bool> Engine::Step() {
   Drain();
+  ExpireDeadlines();
   StepPlan plan = scheduler_.Plan();
   metrics_.SetQueue(scheduler_.waiting(), scheduler_.running(),
                     cache_->free_blocks());

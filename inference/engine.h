@@ -5,6 +5,7 @@
 // them with continuous batching (scheduler.h) on one engine thread, reporting
 // each token through the request's callback.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -27,6 +28,11 @@ struct EngineOptions {
   SchedulerOptions scheduler;
   int64_t max_positions = 0;  // The model's context.
   int64_t model_vocab = 0;    // Ids a prompt may hold.
+  // Prompt tokens one request may hold (0: only the context bounds them).
+  int64_t max_prompt_tokens = 0;
+  // Requests that may wait beyond the scheduler's max_batch_size unfinished
+  // ones; Submit refuses more (ResourceExhausted). 0: no bound.
+  int64_t max_queued_requests = 0;
   // How often an idle engine calls StepExecutor::Idle.
   absl::Duration idle_interval = absl::Seconds(5);
 };
@@ -44,14 +50,18 @@ class Engine {
   // Thread-safe. Checks the request (a clear InvalidArgument error says
   // what is wrong: empty prompt, an id outside the vocabulary, prompt plus
   // max_new_tokens beyond the context, more KV blocks than the pool holds,
-  // bad sampling parameters) and queues it; returns its id. The callback
+  // bad sampling parameters) and queues it; returns its id. A full queue
+  // (EngineOptions::max_queued_requests) is ResourceExhausted. The callback
   // then gets every event, the last with finished set (also after Cancel or
   // an engine failure).
   absl::StatusOr<uint64_t> Submit(GenerationRequest request,
                                   GenerationCallback callback);
-  // Thread-safe. Drops a request at the next step (its callback gets a last
-  // event with FinishReason::kCancelled); unknown ids are ignored.
+  // Thread-safe. Drops a request at the next step, returning its KV blocks
+  // (its callback gets a last event with FinishReason::kCancelled); unknown
+  // ids are ignored.
   void Cancel(uint64_t id);
+  // Thread-safe: requests submitted and not yet finished.
+  int64_t unfinished() const { return unfinished_.load(); }
 
   // Engine thread. One step: queued requests join, one model step runs and
   // its tokens are reported. Returns false when there was nothing to run.
@@ -68,6 +78,7 @@ class Engine {
 
  private:
   void Drain();
+  void ExpireDeadlines();
   void Finish(Sequence* s, FinishReason reason);
   int64_t SampleLimit() const;
   void Sampled(Sequence* s, const float* logits);
@@ -81,6 +92,7 @@ class Engine {
   std::unique_ptr<data::Tokenizer> tokenizer_;
   Scheduler scheduler_;
   EngineMetrics metrics_;
+  std::atomic<int64_t> unfinished_{0};
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

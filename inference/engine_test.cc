@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/comm/init.h"
 #include "core/comm/mp_test_util.h"
 #include "core/status_macros.h"
@@ -469,6 +471,105 @@ TEST(EngineTest, BadRequestsAreRefusedWithAReason) {
   r = ok;
   r.sampling.top_p = 1.5;
   refused(r, "top_p");
+}
+
+// A client's max_tokens of INT64_MAX once wrapped prompt + max_new_tokens
+// negative: the request passed, got no blocks, and the model runner refused
+// the step, which stopped the engine (and serve).
+TEST(EngineTest, MaxNewTokensNearInt64MaxIsRefusedNotOverflowed) {
+  auto setup = MakeSetup(TinyConfig(), nullptr, {}, /*blocks=*/4);
+  ASSERT_TRUE(setup.ok());
+  Engine& engine = *(*setup)->engine;
+  for (int64_t max_new : {std::numeric_limits<int64_t>::max(),
+                          std::numeric_limits<int64_t>::max() - 1,
+                          std::numeric_limits<int64_t>::max() - 2}) {
+    GenerationRequest r;
+    r.prompt = {1, 2, 3};
+    r.max_new_tokens = max_new;
+    auto id = engine.Submit(r, [](const GenerationEvent&) {});
+    ASSERT_FALSE(id.ok()) << max_new;
+    EXPECT_TRUE(absl::IsInvalidArgument(id.status())) << id.status();
+    EXPECT_NE(id.status().message().find("context of 48"), std::string::npos)
+        << id.status();
+  }
+  EXPECT_EQ(engine.unfinished(), 0);
+  auto worked = engine.Step();
+  ASSERT_TRUE(worked.ok()) << worked.status();
+  EXPECT_FALSE(*worked);
+}
+
+TEST(EngineTest, PromptTokenLimitRefuses) {
+  SchedulerOptions scheduler;
+  auto setup = MakeSetup(TinyConfig(), nullptr, scheduler);
+  ASSERT_TRUE(setup.ok());
+  EngineOptions options = (*setup)->engine->options();
+  options.max_prompt_tokens = 4;
+  Engine engine(options, (*setup)->executor.get(), &(*setup)->runner->cache(),
+                nullptr);
+  GenerationRequest r;
+  r.prompt = {1, 2, 3, 4, 5};
+  r.max_new_tokens = 1;
+  auto id = engine.Submit(r, [](const GenerationEvent&) {});
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("--max-prompt-tokens"),
+            std::string::npos)
+      << id.status();
+  r.prompt.pop_back();
+  EXPECT_TRUE(engine.Submit(r, [](const GenerationEvent&) {}).ok());
+}
+
+TEST(EngineTest, QueueLimitRefusesWithResourceExhausted) {
+  SchedulerOptions scheduler;
+  scheduler.max_batch_size = 1;
+  auto setup = MakeSetup(TinyConfig(), nullptr, scheduler, /*blocks=*/64);
+  ASSERT_TRUE(setup.ok());
+  EngineOptions options = (*setup)->engine->options();
+  options.max_queued_requests = 2;
+  Engine engine(options, (*setup)->executor.get(), &(*setup)->runner->cache(),
+                nullptr);
+  GenerationRequest r;
+  r.prompt = {1, 2, 3};
+  r.max_new_tokens = 2;
+  int finished = 0;
+  auto count = [&](const GenerationEvent& e) { finished += e.finished; };
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(engine.Submit(r, count).ok()) << i;
+  auto refused = engine.Submit(r, count);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  while (finished < 3) ASSERT_TRUE(engine.Step().ok());
+  EXPECT_EQ(engine.unfinished(), 0);
+  EXPECT_TRUE(engine.Submit(r, count).ok());  // Room again.
+}
+
+TEST(EngineTest, DeadlineEndsRunningAndWaitingRequestsAndFreesBlocks) {
+  SchedulerOptions scheduler;
+  scheduler.max_batch_size = 1;
+  auto setup = MakeSetup(TinyConfig(), nullptr, scheduler, /*blocks=*/16);
+  ASSERT_TRUE(setup.ok());
+  Engine& engine = *(*setup)->engine;
+  GenerationRequest r;
+  r.prompt = {1, 2, 3};
+  r.max_new_tokens = 30;
+  r.stop_at_eod = false;
+  std::vector<FinishReason> reasons(2, FinishReason::kNone);
+  for (int i = 0; i < 2; ++i) {
+    r.deadline = absl::Now() + absl::Milliseconds(150);
+    ASSERT_TRUE(engine
+                    .Submit(r,
+                            [&reasons, i](const GenerationEvent& e) {
+                              if (e.finished) reasons[i] = e.finish_reason;
+                            })
+                    .ok());
+  }
+  ASSERT_TRUE(engine.Step().ok());
+  EXPECT_LT((*setup)->runner->cache().free_blocks(), 16);
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(engine.Step().ok());
+  EXPECT_EQ(reasons[0], FinishReason::kTimeout);  // Was running.
+  EXPECT_EQ(reasons[1], FinishReason::kTimeout);  // Was waiting.
+  EXPECT_EQ((*setup)->runner->cache().free_blocks(), 16);
+  EXPECT_EQ(engine.unfinished(), 0);
+  EXPECT_STREQ(FinishReasonName(FinishReason::kTimeout), "timeout");
 }
 
 TEST(EngineTest, RunServesThenRefusesOnceStopped) {

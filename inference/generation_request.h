@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "inference/sampler.h"
 
 namespace mcc {
@@ -21,10 +22,14 @@ struct GenerationRequest {
   bool stop_at_eod = true;        // The end-of-document token ends it.
   // Log-probabilities of prompt[1..] given what precedes each.
   bool prompt_logprobs = false;
+  // Past this the engine ends the request (FinishReason::kTimeout) and frees
+  // its blocks, running or waiting.
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
-enum class FinishReason { kNone, kLength, kStop, kCancelled };
-const char* FinishReasonName(FinishReason reason);  // "length", "stop", ...
+enum class FinishReason { kNone, kLength, kStop, kCancelled, kTimeout };
+// "length", "stop", "cancelled", "timeout".
+const char* FinishReasonName(FinishReason reason);
 
 // One event per generated token, and a last one (finished) that carries the
 // whole result. Text is the decoded continuation, cut before a stop string.
