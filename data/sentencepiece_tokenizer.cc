@@ -23,16 +23,24 @@ class SentencePieceTokenizer : public Tokenizer {
   int64_t eod() const override { return m_->eos_id(); }
 
   void Encode(absl::string_view text, std::vector<int32_t>* out) override {
+    if (absl::Status s = TryEncode(text, out); !s.ok()) {
+      // The library fails only for a model that did not load, which the
+      // factory rules out; callers that take a client's text use TryEncode.
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+      std::abort();
+    }
+  }
+
+  absl::Status TryEncode(absl::string_view text,
+                         std::vector<int32_t>* out) override {
     std::string error;
     if (!m_->Encode(std::string_view(text.data(), text.size()), &ids_,
                     &error)) {
-      // The library fails only for a model that did not load, which the
-      // factory rules out.
-      std::fprintf(stderr, "SentencePieceTokenizer: Encode: %s\n",
-                   error.c_str());
-      std::abort();
+      return absl::InvalidArgumentError(
+          absl::StrCat("SentencePieceTokenizer: Encode: ", error));
     }
     out->insert(out->end(), ids_.begin(), ids_.end());
+    return absl::OkStatus();
   }
 
   absl::StatusOr<std::string> Decode(

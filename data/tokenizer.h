@@ -34,6 +34,14 @@ class Tokenizer {
   // encoded byte by byte (callers that must reject them check first with
   // FindInvalidUtf8).
   virtual void Encode(absl::string_view text, std::vector<int32_t>* out) = 0;
+  // Encode for a tokenizer that can fail (SentencePiece's library, whose
+  // Encode aborts on failure): an error instead, with nothing appended. What
+  // a server calls on a client's text.
+  virtual absl::Status TryEncode(absl::string_view text,
+                                 std::vector<int32_t>* out) {
+    Encode(text, out);
+    return absl::OkStatus();
+  }
   virtual absl::StatusOr<std::string> Decode(
       absl::Span<const int64_t> ids) const = 0;
   virtual std::unique_ptr<Tokenizer> Clone() const = 0;

@@ -1,9 +1,14 @@
 #include "tools/serve/http_frontend.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
 #include <deque>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -89,30 +94,69 @@ absl::StatusOr<Submission> SubmitAll(inference::Engine* engine,
   return s;
 }
 
-// Waits for every generation's last event.
-std::vector<GenerationEvent> WaitAll(const Submission& s, size_t n) {
-  std::vector<GenerationEvent> finals(n);
+// Waits for every generation's last event; a client that leaves cancels
+// them (false).
+bool WaitAll(Submission& s, size_t n, std::vector<GenerationEvent>* out) {
+  std::vector<GenerationEvent>& finals = *out;
+  finals.assign(n, GenerationEvent());
   size_t done = 0;
   while (done < n) {
-    for (auto& [index, event] : s.channel->Take(absl::Seconds(1))) {
+    if (GuardedServer::ClientLeft()) {
+      s.CancelAll();
+      return false;
+    }
+    for (auto& [index, event] : s.channel->Take(absl::Milliseconds(100))) {
       if (event.finished) {
         finals[index] = std::move(event);
         ++done;
       }
     }
   }
-  return finals;
+  return true;
 }
 
-// A refused request is the client's fault (400) unless the engine stopped.
+// A refused request is the client's fault (400), or the queue is full (429),
+// or the engine stopped (503).
 int StatusOf(const absl::Status& status) {
-  return absl::IsInvalidArgument(status) ? 400 : 503;
+  if (absl::IsInvalidArgument(status)) return 400;
+  if (absl::IsResourceExhausted(status)) return 429;
+  return 503;
 }
 
 void Reply(httplib::Response& res, int status, const std::string& body,
            const char* type = kJson) {
   res.status = status;
+  if (status == 429 || status == 503) res.set_header("Retry-After", "1");
   res.set_content(body, type);
+}
+
+// Compares in time that depends only on the lengths, so the answer's timing
+// does not tell a client how much of a key it guessed.
+bool SameSecret(absl::string_view given, absl::string_view want) {
+  unsigned char diff = given.size() == want.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i) {
+    diff |=
+        static_cast<unsigned char>(given[i]) ^
+        static_cast<unsigned char>(want.empty() ? 0 : want[i % want.size()]);
+  }
+  return diff == 0;
+}
+
+GuardOptions GuardsOf(const FrontendOptions& o) {
+  GuardOptions g;
+  g.max_body_bytes = o.max_body_bytes;
+  g.workers = o.http_threads;
+  g.read_timeout = o.read_timeout;
+  g.idle_timeout = o.idle_timeout;
+  g.max_connections = o.max_connections;
+  return g;
+}
+
+std::string TimeoutMessage(absl::Duration timeout) {
+  return absl::StrCat(
+      "the generation did not finish within the server's "
+      "--request-timeout of ",
+      absl::FormatDuration(timeout));
 }
 
 }  // namespace
@@ -122,13 +166,27 @@ HttpFrontend::HttpFrontend(inference::Engine* engine,
                            FrontendOptions options)
     : engine_(engine),
       options_(std::move(options)),
+      server_(GuardsOf(options_)),
       tokenizer_(std::move(tokenizer)),
       seeds_(std::random_device{}()) {
-  const int threads = options_.http_threads;
-  server_.new_task_queue = [threads] {
-    return new httplib::ThreadPool(threads);
-  };
-  server_.set_payload_max_length(options_.max_body_bytes);
+  // httplib's default adds SO_REUSEPORT, with which a second server binds a
+  // port in use and takes half its connections.
+  server_.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  // Before the body is read: a request without the key reads nothing more.
+  server_.set_pre_routing_handler(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        if (Authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
+        engine_->metrics().RecordRejected();
+        res.set_header("WWW-Authenticate", "Bearer");
+        Reply(res, 401,
+              ErrorBody("a valid API key is required: send the header "
+                        "\"Authorization: Bearer KEY\"",
+                        401));
+        return httplib::Server::HandlerResponse::Handled;
+      });
   server_.Put("/api",
               [this](const httplib::Request& req, httplib::Response& res) {
                 HandleMegatron(req, res);
@@ -165,6 +223,9 @@ HttpFrontend::HttpFrontend(inference::Engine* engine,
           case 413:
             message = "the request body is larger than the server's limit";
             break;
+          case 400:
+            message = "a malformed HTTP request";
+            break;
           default:
             message = absl::StrCat("HTTP ", res.status);
         }
@@ -194,6 +255,10 @@ absl::StatusOr<int> HttpFrontend::Bind(const std::string& host, int port) {
   } else if (server_.bind_to_port(host, port)) {
     bound = port;
   }
+  if (bound > 0) {
+    port_ = bound;
+    server_.WidenBacklog();
+  }
   if (bound <= 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on --host ", host, " --port ", port,
@@ -202,19 +267,51 @@ absl::StatusOr<int> HttpFrontend::Bind(const std::string& host, int port) {
   return bound;
 }
 
-void HttpFrontend::Listen() { server_.listen_after_bind(); }
+absl::Status HttpFrontend::Listen() {
+  const bool clean = server_.listen_after_bind();
+  const int error = errno;
+  if (stop_requested_.load()) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("stopped accepting connections on port ", port_,
+                   clean ? "" : absl::StrCat(": ", std::strerror(error))));
+}
 
-void HttpFrontend::Stop() { server_.stop(); }
+void HttpFrontend::Stop() {
+  stop_requested_ = true;
+  server_.stop();
+}
+
+bool HttpFrontend::Authorized(const httplib::Request& req) const {
+  if (options_.api_key.empty() || req.path == "/health") return true;
+  const std::string given = req.get_header_value("Authorization");
+  constexpr absl::string_view kBearer = "Bearer ";
+  if (given.size() < kBearer.size() ||
+      !absl::EqualsIgnoreCase(given.substr(0, kBearer.size()), kBearer)) {
+    return false;
+  }
+  return SameSecret(absl::string_view(given).substr(kBearer.size()),
+                    options_.api_key);
+}
+
+absl::Time HttpFrontend::Deadline() const {
+  return options_.request_timeout > absl::ZeroDuration()
+             ? absl::Now() + options_.request_timeout
+             : absl::InfiniteFuture();
+}
 
 void HttpFrontend::SetUnhealthy(const std::string& why) {
   absl::MutexLock lock(&health_mu_);
   unhealthy_ = why;
 }
 
-std::vector<int64_t> HttpFrontend::Encode(const std::string& text) {
+absl::StatusOr<std::vector<int64_t>> HttpFrontend::Encode(
+    const std::string& text) {
   std::vector<int32_t> ids;
   absl::MutexLock lock(&tokenizer_mu_);
-  tokenizer_->Encode(text, &ids);
+  if (absl::Status s = tokenizer_->TryEncode(text, &ids); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prompt cannot be tokenized: ", s.message()));
+  }
   return std::vector<int64_t>(ids.begin(), ids.end());
 }
 
@@ -247,10 +344,18 @@ void HttpFrontend::HandleMegatron(const httplib::Request& req,
   const uint64_t seed = parsed->random_seed.has_value()
                             ? static_cast<uint64_t>(*parsed->random_seed)
                             : NextSeed();
+  const absl::Time deadline = Deadline();
   for (const std::string& prompt : parsed->prompts) {
     GenerationRequest r;
     if (parsed->add_BOS) r.prompt.push_back(eod);
-    for (int64_t id : Encode(prompt)) r.prompt.push_back(id);
+    auto ids = Encode(prompt);
+    if (!ids.ok()) {
+      engine_->metrics().RecordRejected();
+      Reply(res, 400, Dump(std::string(ids.status().message())));
+      return;
+    }
+    r.prompt.insert(r.prompt.end(), ids->begin(), ids->end());
+    r.deadline = deadline;
     r.max_new_tokens = parsed->tokens_to_generate;
     r.sampling.temperature = parsed->temperature;
     r.sampling.top_k = parsed->top_k;
@@ -267,11 +372,15 @@ void HttpFrontend::HandleMegatron(const httplib::Request& req,
           Dump(std::string(submission.status().message())));
     return;
   }
-  const std::vector<GenerationEvent> finals =
-      WaitAll(*submission, prompts.size());
+  std::vector<GenerationEvent> finals;
+  if (!WaitAll(*submission, prompts.size(), &finals)) return;  // Client left.
   std::vector<MegatronResult> results;
   for (size_t i = 0; i < finals.size(); ++i) {
     const GenerationEvent& e = finals[i];
+    if (e.finish_reason == inference::FinishReason::kTimeout) {
+      Reply(res, 504, Dump(TimeoutMessage(options_.request_timeout)));
+      return;
+    }
     if (e.finish_reason == inference::FinishReason::kCancelled) {
       Reply(res, 503, Dump("the server stopped before the generation ended"));
       return;
@@ -305,9 +414,17 @@ void HttpFrontend::HandleCompletions(const httplib::Request& req,
   const uint64_t seed = parsed->seed.has_value() ? *parsed->seed : NextSeed();
   std::vector<GenerationRequest> requests;
   int64_t prompt_tokens = 0;
+  const absl::Time deadline = Deadline();
   for (const std::string& prompt : parsed->prompts) {
     GenerationRequest r;
-    r.prompt = Encode(prompt);
+    auto ids = Encode(prompt);
+    if (!ids.ok()) {
+      engine_->metrics().RecordRejected();
+      Reply(res, 400, ErrorBody(std::string(ids.status().message()), 400));
+      return;
+    }
+    r.prompt = std::move(*ids);
+    r.deadline = deadline;
     if (r.prompt.empty()) r.prompt.push_back(eod);  // A new document.
     prompt_tokens += static_cast<int64_t>(r.prompt.size());
     r.max_new_tokens = parsed->max_tokens;
@@ -332,10 +449,16 @@ void HttpFrontend::HandleCompletions(const httplib::Request& req,
   const std::string model =
       parsed->model.empty() ? options_.model_name : parsed->model;
   if (!parsed->stream) {
-    const std::vector<GenerationEvent> finals = WaitAll(*submission, n);
+    std::vector<GenerationEvent> finals;
+    if (!WaitAll(*submission, n, &finals)) return;  // The client left.
     std::vector<CompletionChoice> choices;
     int64_t completion_tokens = 0;
     for (const GenerationEvent& e : finals) {
+      if (e.finish_reason == inference::FinishReason::kTimeout) {
+        Reply(res, 504,
+              ErrorBody(TimeoutMessage(options_.request_timeout), 504));
+        return;
+      }
       if (e.finish_reason == inference::FinishReason::kCancelled) {
         Reply(res, 503,
               ErrorBody("the server stopped before the generation ended", 503));

@@ -14,19 +14,32 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "data/tokenizer.h"
 #include "httplib.h"
 #include "inference/engine.h"
+#include "tools/serve/guarded_server.h"
 
 namespace mcc {
 namespace serve {
 
 struct FrontendOptions {
   std::string model_name = "gpt";
-  // Bodies longer than this are refused (413) from their Content-Length,
-  // before they are read.
+  // Bodies longer than this are refused (413) as their Content-Length or
+  // chunk sizes arrive, before they are buffered.
   size_t max_body_bytes = 1 << 20;
-  int http_threads = 128;  // Concurrent connections served.
+  int http_threads = 128;  // Complete requests handled at once.
+  // Clients must send "Authorization: Bearer <api_key>" on every route but
+  // /health (401 otherwise); empty: no key.
+  std::string api_key;
+  // A request still generating after this is ended in the engine (504, or
+  // finish_reason "timeout" when streamed). Zero: no limit.
+  absl::Duration request_timeout = absl::ZeroDuration();
+  // A request's head and body must arrive within read_timeout (408); an idle
+  // kept-alive connection is closed after idle_timeout.
+  absl::Duration read_timeout = absl::Seconds(10);
+  absl::Duration idle_timeout = absl::Seconds(5);
+  int max_connections = 1024;  // More are refused (503).
 };
 
 // Thread-safe: handlers run on the server's threads; the engine runs on its
@@ -40,22 +53,28 @@ class HttpFrontend {
 
   // Binds host:port (port 0: a free port); returns the port bound.
   absl::StatusOr<int> Bind(const std::string& host, int port);
-  // Serves until Stop (from any thread).
-  void Listen();
+  // Serves until Stop (from any thread): OK then; an error when the server
+  // stopped accepting connections otherwise.
+  absl::Status Listen();
   void Stop();
+  int open_connections() const { return server_.open_connections(); }
   // /health answers 503 from now on (the engine failed).
   void SetUnhealthy(const std::string& why);
 
  private:
   void HandleMegatron(const httplib::Request& req, httplib::Response& res);
   void HandleCompletions(const httplib::Request& req, httplib::Response& res);
-  std::vector<int64_t> Encode(const std::string& text);
+  bool Authorized(const httplib::Request& req) const;
+  absl::StatusOr<std::vector<int64_t>> Encode(const std::string& text);
+  absl::Time Deadline() const;
   std::string Decode(const std::vector<int64_t>& ids);
   uint64_t NextSeed();
 
   inference::Engine* engine_;
   FrontendOptions options_;
-  httplib::Server server_;
+  GuardedServer server_;
+  int port_ = 0;
+  std::atomic<bool> stop_requested_{false};
   absl::Mutex tokenizer_mu_;
   std::unique_ptr<data::Tokenizer> tokenizer_ ABSL_GUARDED_BY(tokenizer_mu_);
   absl::Mutex seed_mu_;

@@ -1,0 +1,484 @@
+// HttpFrontend against hostile and careless clients, over real sockets: the
+// engine behind it runs a FakeStepExecutor (no model), so each test costs
+// what the server does, not what a model does.
+#include "tools/serve/http_frontend.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "data/tokenizer.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "inference/engine.h"
+#include "inference/fake_step_executor.h"
+#include "inference/paged_kv_cache.h"
+
+namespace mcc {
+namespace serve {
+namespace {
+
+constexpr int64_t kBlocks = 64;
+constexpr int64_t kBlockSize = 4;
+
+// The byte tokenizer, except that it cannot encode the text "\x01fail" (as
+// SentencePiece's library fails).
+class FailingTokenizer : public data::Tokenizer {
+ public:
+  FailingTokenizer() : bytes_(data::MakeByteTokenizer()) {}
+  std::string name() const override { return "failing"; }
+  int64_t vocab_size() const override { return bytes_->vocab_size(); }
+  int64_t eod() const override { return bytes_->eod(); }
+  void Encode(absl::string_view text, std::vector<int32_t>* out) override {
+    bytes_->Encode(text, out);
+  }
+  absl::Status TryEncode(absl::string_view text,
+                         std::vector<int32_t>* out) override {
+    if (text ==
+        "\x01"
+        "fail")
+      return absl::InternalError("encoder broke");
+    Encode(text, out);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> Decode(
+      absl::Span<const int64_t> ids) const override {
+    return bytes_->Decode(ids);
+  }
+  std::unique_ptr<Tokenizer> Clone() const override {
+    return std::make_unique<FailingTokenizer>();
+  }
+
+ private:
+  std::unique_ptr<data::Tokenizer> bytes_;
+};
+
+struct ServerSetup {
+  inference::EngineOptions engine;
+  FrontendOptions frontend;
+  absl::Duration step_time = absl::ZeroDuration();
+};
+
+// An engine (fake model, context 128) behind a frontend on a free port.
+class TestServer {
+ public:
+  explicit TestServer(ServerSetup setup) {
+    inference::KvCacheShape shape;
+    shape.num_layers = 1;
+    shape.kv_heads = 1;
+    shape.head_dim = 1;
+    shape.block_size = kBlockSize;
+    cache_ = std::make_unique<inference::PagedKvCache>(
+        inference::PagedKvCache::WithBlocks(shape, kBlocks));
+    executor_ = std::make_unique<inference::FakeStepExecutor>(264, kBlockSize,
+                                                              /*favoured=*/200);
+    executor_->set_step_time(setup.step_time);
+    setup.engine.max_positions = 128;
+    setup.engine.model_vocab = 264;
+    engine_ = std::make_unique<inference::Engine>(
+        setup.engine, executor_.get(), cache_.get(),
+        std::make_unique<FailingTokenizer>());
+    engine_thread_ = std::thread([this] { engine_status_ = engine_->Run(); });
+    frontend_ = std::make_unique<HttpFrontend>(
+        engine_.get(), std::make_unique<FailingTokenizer>(), setup.frontend);
+    auto port = frontend_->Bind("127.0.0.1", 0);
+    EXPECT_TRUE(port.ok()) << port.status();
+    port_ = port.ok() ? *port : 0;
+    listen_thread_ =
+        std::thread([this] { listen_status_ = frontend_->Listen(); });
+  }
+  ~TestServer() {
+    frontend_->Stop();
+    listen_thread_.join();
+    EXPECT_TRUE(listen_status_.ok()) << listen_status_;
+    engine_->Stop();
+    engine_thread_.join();
+    frontend_.reset();
+  }
+  int port() const { return port_; }
+  inference::Engine& engine() { return *engine_; }
+  inference::FakeStepExecutor& executor() { return *executor_; }
+  int64_t free_blocks() const { return cache_->free_blocks(); }
+  const absl::Status& engine_status() const { return engine_status_; }
+  // Waits until the engine has nothing left and every block is back.
+  bool Drained(absl::Duration within = absl::Seconds(5)) {
+    const absl::Time end = absl::Now() + within;
+    while (absl::Now() < end) {
+      if (engine_->unfinished() == 0 && cache_->free_blocks() == kBlocks) {
+        return true;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  }
+
+ private:
+  std::unique_ptr<inference::PagedKvCache> cache_;
+  std::unique_ptr<inference::FakeStepExecutor> executor_;
+  std::unique_ptr<inference::Engine> engine_;
+  std::unique_ptr<HttpFrontend> frontend_;
+  absl::Status engine_status_, listen_status_;
+  std::thread engine_thread_, listen_thread_;
+  int port_ = 0;
+};
+
+httplib::Result Post(int port, const std::string& body,
+                     const std::string& key = "") {
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(30, 0);
+  httplib::Headers headers;
+  if (!key.empty()) headers.emplace("Authorization", "Bearer " + key);
+  return client.Post("/v1/completions", headers, body, "application/json");
+}
+
+int Connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool SendAll(int fd, const std::string& data) {
+  size_t sent = 0;
+  while (sent < data.size()) {
+    const ssize_t n =
+        ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// What arrives within `timeout` or until the peer closes.
+std::string ReadFor(int fd, absl::Duration timeout) {
+  std::string out;
+  const absl::Time end = absl::Now() + timeout;
+  char buf[4096];
+  while (absl::Now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (absl::StrContains(out, "\r\n\r\n") &&
+        absl::StrContains(out, "Connection: close") &&
+        absl::EndsWith(out, "}")) {
+      break;
+    }
+  }
+  return out;
+}
+
+int64_t RssKiB() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "VmRSS:")) {
+      return std::stoll(line.substr(6));
+    }
+  }
+  return -1;
+}
+
+TEST(HttpFrontendTest, ApiKeyIsRequiredOnEveryRouteButHealth) {
+  ServerSetup setup;
+  setup.frontend.api_key = "s3cret-key";
+  TestServer server(setup);
+  const std::string body = R"({"prompt": "hi", "max_tokens": 2})";
+  auto none = Post(server.port(), body);
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_TRUE(absl::StrContains(none->body, "Authorization: Bearer"))
+      << none->body;
+  EXPECT_FALSE(absl::StrContains(none->body, "s3cret")) << none->body;
+  auto wrong = Post(server.port(), body, "s3cret-kez");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  auto prefix = Post(server.port(), body, "s3cret");
+  ASSERT_TRUE(prefix);
+  EXPECT_EQ(prefix->status, 401);
+  auto right = Post(server.port(), body, "s3cret-key");
+  ASSERT_TRUE(right);
+  EXPECT_EQ(right->status, 200) << right->body;
+  httplib::Client client("127.0.0.1", server.port());
+  auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 401);
+  auto health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+// max_tokens of INT64_MAX once overflowed the engine's length check; the
+// model runner then refused the step and serve exited.
+TEST(HttpFrontendTest, MaxTokensOverflowIsA400AndTheServerLives) {
+  TestServer server({});
+  for (const char* body :
+       {R"({"prompt": "hi", "max_tokens": 9223372036854775807})",
+        R"({"prompt": "hi", "max_tokens": 9223372036854775806})"}) {
+    auto res = Post(server.port(), body);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << res->body;
+    EXPECT_TRUE(absl::StrContains(res->body, "context of 128")) << res->body;
+  }
+  httplib::Client client("127.0.0.1", server.port());
+  auto res = client.Put(
+      "/api",
+      R"({"prompts": ["hi"], "tokens_to_generate": 9223372036854775807})",
+      "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  auto ok = Post(server.port(), R"({"prompt": "hi", "max_tokens": 3})");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_TRUE(server.engine_status().ok()) << server.engine_status();
+}
+
+TEST(HttpFrontendTest, EncodeFailureIsA400) {
+  TestServer server({});
+  auto res =
+      Post(server.port(), R"({"prompt": "\u0001fail", "max_tokens": 2})");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  EXPECT_TRUE(absl::StrContains(res->body, "encoder broke")) << res->body;
+}
+
+TEST(HttpFrontendTest, PromptTokenLimitIsA400) {
+  ServerSetup setup;
+  setup.engine.max_prompt_tokens = 8;
+  TestServer server(setup);
+  auto res = Post(server.port(), R"({"prompt": "123456789", "max_tokens": 2})");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  EXPECT_TRUE(absl::StrContains(res->body, "--max-prompt-tokens")) << res->body;
+}
+
+TEST(HttpFrontendTest, FullQueueIs429WithRetryAfter) {
+  ServerSetup setup;
+  setup.engine.scheduler.max_batch_size = 1;
+  setup.engine.max_queued_requests = 1;
+  setup.step_time = absl::Milliseconds(20);
+  TestServer server(setup);
+  const std::string slow = R"({"prompt": "hi", "max_tokens": 40})";
+  std::vector<std::thread> clients;
+  std::vector<int> statuses(2, 0);
+  for (int i = 0; i < 2; ++i) {
+    clients.emplace_back([&, i] {
+      auto r = Post(server.port(), slow);
+      statuses[i] = r ? r->status : -1;
+    });
+  }
+  const absl::Time end = absl::Now() + absl::Seconds(10);
+  while (server.engine().unfinished() < 2 && absl::Now() < end) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  auto refused = Post(server.port(), slow);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 429) << refused->body;
+  EXPECT_EQ(refused->get_header_value("Retry-After"), "1");
+  EXPECT_TRUE(absl::StrContains(refused->body, "--max-queued-requests"))
+      << refused->body;
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(statuses, (std::vector<int>{200, 200}));
+}
+
+TEST(HttpFrontendTest, OversizedBodiesAreRefusedBeforeTheyAreBuffered) {
+  ServerSetup setup;
+  setup.frontend.max_body_bytes = 1 << 20;
+  TestServer server(setup);
+  const int64_t rss_before = RssKiB();
+  // A chunked body that claims 100 MB in one chunk: refused at its size.
+  {
+    const int fd = Connect(server.port());
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd,
+                        "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                        "Transfer-Encoding: chunked\r\n\r\n5F5E100\r\n"));
+    const std::string answer = ReadFor(fd, absl::Seconds(5));
+    EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 413")) << answer;
+    ::close(fd);
+  }
+  // A chunked body of 64 KiB chunks sent as fast as the socket takes them,
+  // up to 100 MB: refused once past 1 MiB, the rest read and dropped.
+  int64_t sent = 0;
+  {
+    const int fd = Connect(server.port());
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd,
+                        "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                        "Transfer-Encoding: chunked\r\n\r\n"));
+    const std::string chunk =
+        absl::StrCat("10000\r\n", std::string(65536, 'a'), "\r\n");
+    std::string answer;
+    while (sent < 100'000'000) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) > 0) break;  // The answer came.
+      if (!SendAll(fd, chunk)) break;
+      sent += static_cast<int64_t>(chunk.size());
+    }
+    answer = ReadFor(fd, absl::Seconds(5));
+    EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 413")) << answer;
+    ::close(fd);
+  }
+  // Compressed bodies are refused (a small one decompresses to any size).
+  {
+    const int fd = Connect(server.port());
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd,
+                        "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                        "Content-Encoding: gzip\r\nContent-Length: 1000\r\n"
+                        "\r\n"));
+    const std::string answer = ReadFor(fd, absl::Seconds(5));
+    EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 415")) << answer;
+    ::close(fd);
+  }
+  // A Content-Length past the limit: refused before any byte of the body.
+  {
+    const int fd = Connect(server.port());
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd,
+                        "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                        "Content-Length: 100000000\r\n\r\n"));
+    const std::string answer = ReadFor(fd, absl::Seconds(5));
+    EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 413")) << answer;
+    ::close(fd);
+  }
+  const int64_t grown = RssKiB() - rss_before;
+  std::printf(
+      "chunked client sent %lld bytes before its 413; RSS grew by "
+      "%lld KiB over the four refusals\n",
+      static_cast<long long>(sent), static_cast<long long>(grown));
+  EXPECT_LT(grown, 16 * 1024);
+  // And the server still serves.
+  auto ok = Post(server.port(), R"({"prompt": "hi", "max_tokens": 2})");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
+// 200 connections that send a header line every 2 s once held every HTTP
+// thread: /health did not answer within 30 s.
+TEST(HttpFrontendTest, DribblingClientsDoNotDelayHealth) {
+  ServerSetup setup;
+  setup.frontend.http_threads = 8;
+  TestServer server(setup);
+  std::vector<int> slow;
+  const absl::Time connecting = absl::Now();
+  for (int i = 0; i < 200; ++i) {
+    const int fd = Connect(server.port());
+    ASSERT_GE(fd, 0) << i;
+    ASSERT_TRUE(SendAll(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"));
+    slow.push_back(fd);
+  }
+  std::printf("200 connections opened in %s\n",
+              absl::FormatDuration(absl::Now() - connecting).c_str());
+  absl::Duration worst;
+  const absl::Time start = absl::Now();
+  absl::Time next_line = start + absl::Seconds(2);
+  while (absl::Now() - start < absl::Seconds(5)) {
+    if (absl::Now() >= next_line) {
+      for (int fd : slow) SendAll(fd, "X-Slow: 1\r\n");
+      next_line += absl::Seconds(2);
+    }
+    const absl::Time t = absl::Now();
+    httplib::Client client("127.0.0.1", server.port());
+    client.set_read_timeout(10, 0);
+    auto health = client.Get("/health");
+    const absl::Duration took = absl::Now() - t;
+    worst = std::max(worst, took);
+    ASSERT_TRUE(health) << "no answer after " << took;
+    EXPECT_EQ(health->status, 200);
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  std::printf("worst /health latency with 200 dribbling clients: %s\n",
+              absl::FormatDuration(worst).c_str());
+  EXPECT_LT(worst, absl::Seconds(1));
+  const absl::Time closing = absl::Now();
+  for (int fd : slow) ::close(fd);
+}
+
+// A client that leaves stops its generation, and its KV blocks come back.
+void ExpectLeavingCancels(bool stream) {
+  ServerSetup setup;
+  setup.step_time = absl::Milliseconds(10);
+  TestServer server(setup);
+  const std::string body = absl::StrCat(
+      R"({"prompt": "hi", "max_tokens": 120, "ignore_eos": true, "stream": )",
+      stream ? "true" : "false", "}");
+  const int fd = Connect(server.port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(
+      fd, absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                       "Content-Type: application/json\r\nContent-Length: ",
+                       body.size(), "\r\n\r\n", body)));
+  const absl::Time end = absl::Now() + absl::Seconds(5);
+  while (server.executor().steps() < 5 && absl::Now() < end) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_LT(server.free_blocks(), kBlocks);
+  ::close(fd);
+  EXPECT_TRUE(server.Drained(absl::Seconds(2)))
+      << "unfinished " << server.engine().unfinished() << ", free blocks "
+      << server.free_blocks();
+  // 120 tokens at 10 ms a step would take 1.2 s more.
+  EXPECT_LT(server.executor().steps(), 100);
+}
+
+TEST(HttpFrontendTest, ClientThatLeavesCancelsItsGeneration) {
+  ExpectLeavingCancels(/*stream=*/false);
+}
+
+TEST(HttpFrontendTest, StreamingClientThatLeavesCancelsItsGeneration) {
+  ExpectLeavingCancels(/*stream=*/true);
+}
+
+TEST(HttpFrontendTest, RequestTimeoutEndsTheGenerationWith504) {
+  ServerSetup setup;
+  setup.step_time = absl::Milliseconds(10);
+  setup.frontend.request_timeout = absl::Milliseconds(200);
+  TestServer server(setup);
+  auto res = Post(server.port(),
+                  R"({"prompt": "hi", "max_tokens": 120, "ignore_eos": true})");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 504) << res->body;
+  EXPECT_TRUE(absl::StrContains(res->body, "--request-timeout")) << res->body;
+  EXPECT_TRUE(server.Drained());
+  auto streamed = Post(
+      server.port(),
+      R"({"prompt": "hi", "max_tokens": 120, "ignore_eos": true, "stream": true})");
+  ASSERT_TRUE(streamed);
+  EXPECT_EQ(streamed->status, 200);
+  EXPECT_TRUE(absl::StrContains(streamed->body, R"("finish_reason":"timeout")"))
+      << streamed->body;
+  EXPECT_TRUE(server.Drained());
+}
+
+TEST(HttpFrontendTest, BindNamesThePortInUse) {
+  TestServer server({});
+  HttpFrontend second(&server.engine(), data::MakeByteTokenizer(), {});
+  auto port = second.Bind("127.0.0.1", server.port());
+  ASSERT_FALSE(port.ok());
+  EXPECT_TRUE(absl::StrContains(port.status().message(),
+                                absl::StrCat("--port ", server.port())))
+      << port.status();
+}
+
+}  // namespace
+}  // namespace serve
+}  // namespace mcc
