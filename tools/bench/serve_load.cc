@@ -27,6 +27,8 @@ ABSL_FLAG(double, seconds, 10, "How long the clients keep sending.");
 ABSL_FLAG(int, prompt_tokens, 32,
           "Prompt length (bytes of the byte tokenizer).");
 ABSL_FLAG(int, max_tokens, 64, "Tokens generated per request.");
+ABSL_FLAG(std::string, api_key, "",
+          "Sent as Authorization: Bearer KEY (for serve --api-key).");
 
 namespace {
 
@@ -65,6 +67,9 @@ void Client(int id, absl::Time deadline, Totals* totals) {
     req.path = "/v1/completions";
     req.body = body;
     req.set_header("Content-Type", "application/json");
+    if (const std::string key = absl::GetFlag(FLAGS_api_key); !key.empty()) {
+      req.set_header("Authorization", "Bearer " + key);
+    }
     const absl::Time start = absl::Now();
     absl::Time last = start;
     bool first = true;

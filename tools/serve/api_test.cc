@@ -1,5 +1,6 @@
 // The request parsers and answer formats of both APIs, without a server
 // (serve_e2e_test checks them through HTTP with real clients).
+#include <limits>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -110,6 +111,24 @@ TEST(CompletionsApiTest, RefusesWithTheFieldNamed) {
     EXPECT_NE(r.status().message().find(words), std::string::npos)
         << body << ": " << r.status();
   }
+}
+
+// The largest max_tokens JSON can carry reaches the engine intact, which
+// refuses it against the context (engine_test, http_frontend_test); one past
+// int64 is refused here.
+TEST(CompletionsApiTest, Int64EdgeMaxTokens) {
+  auto r = ParseCompletionRequest(
+      R"({"prompt": "x", "max_tokens": 9223372036854775807})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->max_tokens, std::numeric_limits<int64_t>::max());
+  r = ParseCompletionRequest(
+      R"({"prompt": "x", "max_tokens": 9223372036854775808})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("max_tokens"), std::string::npos);
+  auto m = ParseMegatronRequest(
+      R"({"prompts": ["x"], "tokens_to_generate": 9223372036854775807})");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->tokens_to_generate, std::numeric_limits<int64_t>::max());
 }
 
 TEST(CompletionsApiTest, AnswerAndStreamEvents) {

@@ -274,9 +274,10 @@ bool GuardedServer::Complete(Connection* c, std::string* refusal) {
                                  options_.max_head_bytes, " bytes"));
     }
     // The headers that frame the body.
-    bool has_length = false;
+    bool has_length = false, expect_continue = false;
     size_t line = c->buf.find('\n') + 1;
     while (line < c->head_end) {
+      const size_t start = line;
       const size_t nl = c->buf.find('\n', line);
       absl::string_view h(c->buf.data() + line, nl - line);
       line = nl + 1;
@@ -310,6 +311,11 @@ bool GuardedServer::Complete(Connection* c, std::string* refusal) {
                         absl::StrCat("Transfer-Encoding ", value,
                                      " is not supported (only chunked)"));
         }
+      } else if (name == "expect") {
+        // Answered here (the body is read here); renamed so that httplib
+        // does not answer it again.
+        expect_continue = value == "100-continue";
+        c->buf[start] = 'X';
       } else if (name == "content-encoding") {
         // Decompression would grow a small body past the limit in memory.
         if (!value.empty() && value != "identity") {
@@ -328,6 +334,14 @@ bool GuardedServer::Complete(Connection* c, std::string* refusal) {
       c->chunk_pos = c->head_end;
     } else if (has_length) {
       c->framing = Connection::Framing::kLength;
+    }
+    const bool body_to_come =
+        c->framing == Connection::Framing::kChunked ||
+        (has_length && c->buf.size() < c->head_end + c->content_length);
+    if (expect_continue && body_to_come) {
+      constexpr absl::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      (void)!::send(c->fd, kContinue.data(), kContinue.size(),
+                    MSG_NOSIGNAL | MSG_DONTWAIT);
     }
   }
   switch (c->framing) {

@@ -469,6 +469,52 @@ TEST(HttpFrontendTest, RequestTimeoutEndsTheGenerationWith504) {
   EXPECT_TRUE(server.Drained());
 }
 
+TEST(HttpFrontendTest, ExpectContinueIsAnsweredOnceAndKeepAliveServesMore) {
+  TestServer server({});
+  const std::string body = R"({"prompt": "hi", "max_tokens": 2})";
+  const int fd = Connect(server.port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(
+      SendAll(fd, absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                               "Expect: 100-continue\r\nContent-Length: ",
+                               body.size(), "\r\n\r\n")));
+  std::string got = ReadFor(fd, absl::Milliseconds(500));
+  EXPECT_EQ(got, "HTTP/1.1 100 Continue\r\n\r\n");
+  // The body, then two more requests pipelined in one write.
+  const std::string health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_TRUE(SendAll(fd, body + health + health));
+  const absl::Time end = absl::Now() + absl::Seconds(5);
+  char buf[4096];
+  while (absl::Now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20) <= 0) {
+      if (absl::StrContains(got, R"({"status":"ok"}{"status":"ok"})") ||
+          absl::EndsWith(got, R"({"status":"ok"})") &&
+              got.find("200 OK") != got.rfind("200 OK")) {
+        break;
+      }
+      continue;
+    }
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  size_t oks = 0;
+  for (size_t at = got.find("HTTP/1.1 200"); at != std::string::npos;
+       at = got.find("HTTP/1.1 200", at + 1)) {
+    ++oks;
+  }
+  EXPECT_EQ(oks, 3u) << got;
+  size_t continues = 0;
+  for (size_t at = got.find("100 Continue"); at != std::string::npos;
+       at = got.find("100 Continue", at + 1)) {
+    ++continues;
+  }
+  EXPECT_EQ(continues, 1u) << got;
+  EXPECT_TRUE(absl::StrContains(got, "text_completion")) << got;
+}
+
 TEST(HttpFrontendTest, BindNamesThePortInUse) {
   TestServer server({});
   HttpFrontend second(&server.engine(), data::MakeByteTokenizer(), {});

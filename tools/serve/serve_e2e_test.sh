@@ -7,7 +7,9 @@
 #    and 64 concurrent requests against the same requests one at a time;
 #  - the server under TP 2, PP 2 and TP 2 x PP 2 (the TP 2 checkpoint
 #    resharded) answers greedy requests as TP 1 PP 1 does;
-#  - killing a rank stops the job with an error, without a hang.
+#  - killing a rank stops the job with an error, without a hang;
+#  - max_tokens overflow is a 400, a second serve on a port in use exits
+#    non-zero naming it, and an API key is asked for and never logged.
 set -euo pipefail
 launch=$1
 train=$2
@@ -86,7 +88,32 @@ curl -s "$url/metrics" | grep -q '^serve_requests_total [1-9]' || fail "curl /me
 run "$work/client.log" "$python" "$client" "$port" --max-body-bytes 4096
 grep -q "all client checks passed" "$work/client.log" || fail "client: $(cat "$work/client.log")"
 "$python" "$client" "$port" --only greedy > "$work/greedy_tp1.json"
+# max_tokens of INT64_MAX once overflowed the length check and stopped serve.
+code=$(curl -s -o "$work/err.json" -w '%{http_code}' "$url/v1/completions" \
+  -d '{"prompt": "Hi", "max_tokens": 9223372036854775807}')
+[[ $code == 400 ]] && grep -q "context of" "$work/err.json" || fail "max_tokens overflow: $code $(cat "$work/err.json")"
+[[ $(curl -s "$url/health") == '{"status":"ok"}' ]] || fail "/health after max_tokens overflow"
+# A second server on the port in use exits non-zero, naming the port.
+busy=$port
+if "$serve" --load "$work/ckpt" --port "$busy" --num-threads 1 > "$work/busy.log" 2>&1; then
+  fail "a second serve on port $busy exited 0"
+fi
+grep -q -- "--port $busy" "$work/busy.log" || fail "no error names port $busy: $(cat "$work/busy.log")"
+[[ $(curl -s "$url/health") == '{"status":"ok"}' ]] || fail "/health after the second serve"
 stop "$pid"
+
+# --- An API key (from MCC_API_KEY): 401 without it, 200 with it, /health
+# open, and the key never in the log. ---
+MCC_API_KEY=e2e-secret-key start keyed 1 --load "$work/ckpt"
+url=http://127.0.0.1:$port
+code=$(curl -s -o "$work/err.json" -w '%{http_code}' "$url/v1/completions" -d '{"prompt": "Hi", "max_tokens": 2}')
+[[ $code == 401 ]] || fail "no key: $code $(cat "$work/err.json")"
+code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer e2e-secret-key' \
+  "$url/v1/completions" -d '{"prompt": "Hi", "max_tokens": 2}')
+[[ $code == 200 ]] || fail "with the key: $code"
+[[ $(curl -s -o /dev/null -w '%{http_code}' "$url/health") == 200 ]] || fail "/health needs no key"
+stop "$pid"
+grep -q "e2e-secret-key" "$work/keyed.log" && fail "the API key is in the log"
 
 # --- Layouts: the same greedy answers (tokens exact, log-probabilities to
 # fp32 reduction-order error). ---

@@ -3,7 +3,9 @@
 // POST /v1/completions, GET /health, GET /metrics) and plans every step; the
 // other ranks of a TP / PP / TP x PP job follow its steps. Any layout loads
 // any checkpoint (resharded on load).
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -53,7 +55,31 @@ ABSL_FLAG(std::string, batching, "continuous",
           "runs to completion, then the next; for comparison).");
 ABSL_FLAG(int64_t, max_body_bytes, 1 << 20,
           "Request bodies larger than this are refused (413) unread.");
-ABSL_FLAG(int32_t, http_threads, 128, "Connections served at once.");
+ABSL_FLAG(int32_t, http_threads, 128,
+          "Requests handled at once (whole requests: a slow client's bytes "
+          "are received by one reader thread first); at least "
+          "--max-batch-size + --max-queued-requests + 8 are started.");
+ABSL_FLAG(std::string, api_key, "",
+          "Clients must send 'Authorization: Bearer KEY' on every route but "
+          "/health (401 otherwise). Default: the environment variable "
+          "MCC_API_KEY (which, unlike a flag, other users cannot read from "
+          "the process list); empty: no key.");
+ABSL_FLAG(int64_t, max_prompt_tokens, 0,
+          "Prompt tokens one request may hold; more is a 400 (0: the model's "
+          "context).");
+ABSL_FLAG(int64_t, max_queued_requests, 64,
+          "Requests that may wait beyond the --max-batch-size running ones; "
+          "more get 429 with Retry-After (0: no bound).");
+ABSL_FLAG(double, request_timeout, 600,
+          "Seconds a request may take; then its generation is stopped and "
+          "its KV blocks freed, and the client gets 504 (or finish_reason "
+          "\"timeout\" when streamed). 0: no limit.");
+ABSL_FLAG(double, request_read_timeout, 10,
+          "Seconds a client has to send a request's headers and body (408 "
+          "and closed after); idle kept-alive connections close after 5 s "
+          "or this, whichever is less.");
+ABSL_FLAG(int32_t, max_connections, 1024,
+          "Open connections at once; more are answered 503 and closed.");
 ABSL_FLAG(int64_t, spin_wait_us, 200,
           "Microseconds the kernel pool's idle threads poll for the next "
           "loop before sleeping (0: sleep at once). Waking a sleeping thread "
@@ -82,6 +108,12 @@ const std::set<std::string>& UsedFlags() {
                                 "batching",
                                 "max_body_bytes",
                                 "http_threads",
+                                "api_key",
+                                "max_prompt_tokens",
+                                "max_queued_requests",
+                                "request_timeout",
+                                "request_read_timeout",
+                                "max_connections",
                                 "spin_wait_us",
                                 "quantize",
                                 "tokenizer_type",
@@ -144,6 +176,22 @@ absl::Status CheckFlags() {
       absl::GetFlag(FLAGS_http_threads) < 1) {
     return absl::InvalidArgumentError(
         "--max-body-bytes and --http-threads must be positive");
+  }
+  if (absl::GetFlag(FLAGS_max_prompt_tokens) < 0 ||
+      absl::GetFlag(FLAGS_max_queued_requests) < 0) {
+    return absl::InvalidArgumentError(
+        "--max-prompt-tokens and --max-queued-requests must be at least 0");
+  }
+  const double timeout = absl::GetFlag(FLAGS_request_timeout);
+  const double read_timeout = absl::GetFlag(FLAGS_request_read_timeout);
+  if (!(timeout >= 0 && timeout < 1e9) ||
+      !(read_timeout > 0 && read_timeout < 1e9)) {
+    return absl::InvalidArgumentError(
+        "--request-timeout must be at least 0 and --request-read-timeout "
+        "positive (seconds)");
+  }
+  if (absl::GetFlag(FLAGS_max_connections) < 1) {
+    return absl::InvalidArgumentError("--max-connections must be positive");
   }
   if (absl::GetFlag(FLAGS_port) < 0 || absl::GetFlag(FLAGS_port) > 65535) {
     return absl::InvalidArgumentError("--port must be in [0, 65535]");
@@ -257,6 +305,15 @@ absl::StatusOr<Loaded> Load() {
   return out;
 }
 
+// --api-key, else MCC_API_KEY. Never logged.
+std::string ApiKey() {
+  std::string key = absl::GetFlag(FLAGS_api_key);
+  if (key.empty()) {
+    if (const char* env = std::getenv("MCC_API_KEY")) key = env;
+  }
+  return key;
+}
+
 int Serve(Loaded& loaded) {
   const gpt::GPTConfig& config = loaded.runner->weights().config;
   std::unique_ptr<inference::StepExecutor> executor;
@@ -277,12 +334,37 @@ int Serve(Loaded& loaded) {
   options.scheduler.static_batching = absl::GetFlag(FLAGS_batching) == "static";
   options.max_positions = config.max_positions();
   options.model_vocab = config.vocab_size;
+  options.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   inference::Engine engine(options, executor.get(), &loaded.runner->cache(),
                            loaded.tokenizer->Clone());
   FrontendOptions frontend_options;
   frontend_options.max_body_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
+  // A generation holds its handler's thread; with more threads than the
+  // engine takes requests, /health and the 429s always find one.
   frontend_options.http_threads = absl::GetFlag(FLAGS_http_threads);
+  if (options.max_queued_requests > 0) {
+    frontend_options.http_threads = std::max<int64_t>(
+        frontend_options.http_threads,
+        options.scheduler.max_batch_size + options.max_queued_requests + 8);
+  }
+  frontend_options.api_key = ApiKey();
+  frontend_options.request_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_request_timeout));
+  frontend_options.read_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_request_read_timeout));
+  frontend_options.idle_timeout =
+      std::min(absl::Seconds(5), frontend_options.read_timeout);
+  frontend_options.max_connections = absl::GetFlag(FLAGS_max_connections);
+  const std::string host = absl::GetFlag(FLAGS_host);
+  if (frontend_options.api_key.empty() && host != "127.0.0.1" &&
+      host != "localhost" && host != "::1") {
+    LOG(WARNING) << "serve: --host " << host
+                 << " accepts other machines' connections and no --api-key "
+                    "(or MCC_API_KEY) is set: anyone who reaches the port "
+                    "can use it";
+  }
   HttpFrontend frontend(&engine, loaded.tokenizer->Clone(), frontend_options);
   auto port =
       frontend.Bind(absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port));
@@ -305,9 +387,13 @@ int Serve(Loaded& loaded) {
     std::ofstream(file + ".tmp") << *port << "\n";
     std::rename((file + ".tmp").c_str(), file.c_str());
   }
-  frontend.Listen();
+  const absl::Status listened = frontend.Listen();
   engine.Stop();
   engine_thread.join();
+  if (!listened.ok()) {
+    LOG(ERROR) << "serve: " << listened.message();
+    return 1;
+  }
   if (!engine_status.ok()) {
     LOG(ERROR) << "serve: the engine stopped: " << engine_status;
     return 1;
