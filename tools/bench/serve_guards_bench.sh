@@ -44,9 +44,9 @@ run_one() {  # run_one NAME: prints output tokens/s
   [[ -s "$work/port" ]] || { cat "$work/$name.log" >&2; exit 1; }
   local port
   port=$(cat "$work/port")
-  "$load" --port "$port" --api-key "$key" --concurrency 4 --seconds 2 > /dev/null
+  "$load" --port "$port" --api_key "$key" --concurrency 4 --seconds 2 > /dev/null
   local line
-  line=$("$load" --port "$port" --api-key "$key" --concurrency "$clients" \
+  line=$("$load" --port "$port" --api_key "$key" --concurrency "$clients" \
     --seconds "$seconds")
   kill "$pid"; wait "$pid" 2>/dev/null || true
   python3 -c 'import json,sys; r=json.loads(sys.argv[1]); assert r["errors"]==0, r; print(r["tokens_per_s"])' "$line"
@@ -55,10 +55,19 @@ run_one() {  # run_one NAME: prints output tokens/s
 echo "| round | ${configs[*]} |"
 for r in $(seq "$rounds"); do
   row="| $r"
-  for c in "${configs[@]}"; do
+  # Every other round in reverse order, so that a drifting machine load
+  # falls on each configuration alike.
+  order=("${configs[@]}")
+  if ((r % 2 == 0)); then
+    order=()
+    for ((i = ${#configs[@]} - 1; i >= 0; i--)); do order+=("${configs[$i]}"); done
+  fi
+  for c in "${order[@]}"; do
     t=$(run_one "$c")
     echo "$r $c $t" >> "$work/results"
-    row="$row | $t"
+  done
+  for c in "${configs[@]}"; do
+    row="$row | $(awk -v r="$r" -v c="$c" '$1 == r && $2 == c {print $3}' "$work/results")"
   done
   echo "$row |"
 done

@@ -28,7 +28,7 @@ ABSL_FLAG(int, prompt_tokens, 32,
           "Prompt length (bytes of the byte tokenizer).");
 ABSL_FLAG(int, max_tokens, 64, "Tokens generated per request.");
 ABSL_FLAG(std::string, api_key, "",
-          "Sent as Authorization: Bearer KEY (for serve --api-key).");
+          "Sent as Authorization: Bearer KEY (serve --api-key).");
 
 namespace {
 
