@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -513,6 +514,54 @@ TEST(HttpFrontendTest, ExpectContinueIsAnsweredOnceAndKeepAliveServesMore) {
   }
   EXPECT_EQ(continues, 1u) << got;
   EXPECT_TRUE(absl::StrContains(got, "text_completion")) << got;
+}
+
+// An accept loop that fails (here: its socket shut down under it) is an
+// error naming the port, not a clean return (which serve took as exit 0).
+TEST(HttpFrontendTest, ListenReportsAnAcceptLoopThatStops) {
+  inference::KvCacheShape shape;
+  shape.num_layers = shape.kv_heads = shape.head_dim = 1;
+  shape.block_size = kBlockSize;
+  auto cache = inference::PagedKvCache::WithBlocks(shape, kBlocks);
+  inference::FakeStepExecutor executor(264, kBlockSize, 200);
+  inference::EngineOptions options;
+  options.max_positions = 128;
+  options.model_vocab = 264;
+  inference::Engine engine(options, &executor, &cache, nullptr);
+  HttpFrontend frontend(&engine, data::MakeByteTokenizer(), {});
+  auto port = frontend.Bind("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status();
+  absl::Status status;
+  std::atomic<bool> returned{false};
+  std::thread listen([&] {
+    status = frontend.Listen();
+    returned = true;
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  // The listening socket of that port.
+  int listening = -1;
+  for (int fd = 3; fd < 4096 && listening < 0; ++fd) {
+    sockaddr_in addr{};
+    socklen_t len = sizeof(addr);
+    int accepting = 0;
+    socklen_t alen = sizeof(accepting);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
+        addr.sin_family == AF_INET && ntohs(addr.sin_port) == *port &&
+        ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &alen) == 0 &&
+        accepting) {
+      listening = fd;
+    }
+  }
+  ASSERT_GE(listening, 0);
+  ::shutdown(listening, SHUT_RDWR);
+  const absl::Time end = absl::Now() + absl::Seconds(5);
+  while (!returned && absl::Now() < end) absl::SleepFor(absl::Milliseconds(10));
+  if (!returned) frontend.Stop();
+  listen.join();
+  EXPECT_TRUE(returned);
+  EXPECT_FALSE(status.ok());
+  EXPECT_TRUE(absl::StrContains(status.message(), absl::StrCat("port ", *port)))
+      << status;
 }
 
 TEST(HttpFrontendTest, BindNamesThePortInUse) {
