@@ -93,9 +93,10 @@ code=$(curl -s -o "$work/err.json" -w '%{http_code}' "$url/v1/completions" \
   -d '{"prompt": "Hi", "max_tokens": 9223372036854775807}')
 [[ $code == 400 ]] && grep -q "context of" "$work/err.json" || fail "max_tokens overflow: $code $(cat "$work/err.json")"
 [[ $(curl -s "$url/health") == '{"status":"ok"}' ]] || fail "/health after max_tokens overflow"
-# A second server on the port in use exits non-zero, naming the port.
+# A second server on the port in use exits non-zero, naming the port (it
+# once bound it too, through SO_REUSEPORT, and served: timeout's 124).
 busy=$port
-if "$serve" --load "$work/ckpt" --port "$busy" --num-threads 1 > "$work/busy.log" 2>&1; then
+if timeout 120 "$serve" --load "$work/ckpt" --port "$busy" --num-threads 1 > "$work/busy.log" 2>&1; then
   fail "a second serve on port $busy exited 0"
 fi
 grep -q -- "--port $busy" "$work/busy.log" || fail "no error names port $busy: $(cat "$work/busy.log")"
