@@ -356,7 +356,7 @@ bool GuardedServer::Complete(Connection* c, std::string* refusal) {
   }
   // Chunked: each size is checked against the limit before its data is
   // waited for; framing bytes are bounded too (many 1-byte chunks).
-  if (c->buf.size() - c->head_end > 8 * options_.max_body_bytes + 65536) {
+  if (c->buf.size() - c->head_end > 2 * options_.max_body_bytes + 65536) {
     return refuse(413, "Payload Too Large",
                   "the chunked request body is larger than the server's limit");
   }
@@ -462,6 +462,9 @@ void GuardedServer::ReadLoop() {
       uint64_t n;
       (void)!::read(wake_fd_, &n, sizeof(n));
     }
+    // Bytes of requests still arriving, all connections together.
+    size_t buffered = 0;
+    for (const auto& [fd, c] : conns) buffered += c->buf.size();
     for (size_t i = 1; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
       auto it = conns.find(fds[i].fd);
@@ -478,8 +481,9 @@ void GuardedServer::ReadLoop() {
           }
           c->buf.append(chunk, static_cast<size_t>(n));
           parse = true;
+          buffered += static_cast<size_t>(n);
           if (c->buf.size() >
-              options_.max_head_bytes + 8 * options_.max_body_bytes + 65536) {
+              options_.max_head_bytes + 2 * options_.max_body_bytes + 65536) {
             break;  // Complete refuses it.
           }
         } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
@@ -488,7 +492,18 @@ void GuardedServer::ReadLoop() {
           break;
         }
       }
-      if (keep && parse && !c->draining) keep = advance(c);
+      if (keep && parse && !c->draining) {
+        const size_t held = c->buf.size();
+        keep = advance(c);
+        if (!keep) {
+          buffered -= std::min(buffered, held);  // To the workers.
+        } else if (buffered > options_.max_buffered_bytes && !c->draining) {
+          buffered -= std::min(buffered, held);
+          refuse(c, Response(503, "Service Unavailable",
+                             "the server is receiving too many requests at "
+                             "once; retry later"));
+        }
+      }
       // Not kept: closed, or (null) handed to the workers.
       if (!keep) {
         if (it->second != nullptr) Close(std::move(it->second));

@@ -12,7 +12,7 @@
 // bodies are refused), and only a complete request goes to a worker thread,
 // which runs httplib's routing and handlers on the buffered bytes. Idle
 // keep-alive connections go back to the reader. So slow or hostile clients
-// cost a buffer each, bounded by max_connections, not a thread.
+// cost a buffer each, bounded in all by max_buffered_bytes, not a thread.
 
 #include <sys/types.h>
 
@@ -45,7 +45,11 @@ struct GuardOptions {
   absl::Duration idle_timeout = absl::Seconds(5);
   absl::Duration write_timeout = absl::Seconds(10);
   int max_connections = 1024;  // Open at once; more are refused (503).
-  int workers = 128;           // Complete requests handled at once.
+  // Bytes of requests still arriving, all connections together: past it
+  // the connection that grew is refused (503), so that slow senders of large
+  // bodies cannot hold max_connections x max_body_bytes.
+  size_t max_buffered_bytes = size_t{256} << 20;
+  int workers = 128;  // Complete requests handled at once.
   int max_requests_per_connection = 1000;
   // httplib listens with a backlog of 5: a burst of connections overflows
   // it and each dropped SYN costs its client a 1 s (then 3 s) retry.

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -149,6 +150,8 @@ GuardOptions GuardsOf(const FrontendOptions& o) {
   g.read_timeout = o.read_timeout;
   g.idle_timeout = o.idle_timeout;
   g.max_connections = o.max_connections;
+  g.max_buffered_bytes =
+      std::max(o.max_buffered_bytes, 2 * o.max_body_bytes + (64 << 10));
   return g;
 }
 

@@ -40,6 +40,9 @@ struct FrontendOptions {
   absl::Duration read_timeout = absl::Seconds(10);
   absl::Duration idle_timeout = absl::Seconds(5);
   int max_connections = 1024;  // More are refused (503).
+  // Bytes of requests still arriving, together (503 past it); at least twice
+  // max_body_bytes.
+  size_t max_buffered_bytes = size_t{256} << 20;
 };
 
 // Thread-safe: handlers run on the server's threads; the engine runs on its

@@ -373,6 +373,37 @@ TEST(HttpFrontendTest, OversizedBodiesAreRefusedBeforeTheyAreBuffered) {
   EXPECT_EQ(ok->status, 200);
 }
 
+// Slow senders of large bodies together cannot hold more than the budget.
+TEST(HttpFrontendTest, BytesBeingReceivedAreBoundedTogether) {
+  ServerSetup setup;
+  setup.frontend.max_body_bytes = 1 << 20;
+  setup.frontend.max_buffered_bytes = 2 << 20;
+  TestServer server(setup);
+  const std::string head =
+      "PUT /api HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+      "Content-Length: 1000000\r\n\r\n";
+  std::vector<int> fds;
+  for (int i = 0; i < 2; ++i) {
+    fds.push_back(Connect(server.port()));
+    ASSERT_GE(fds.back(), 0);
+    ASSERT_TRUE(SendAll(fds.back(), head + std::string(900000, ' ')));
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  const int third = Connect(server.port());
+  ASSERT_GE(third, 0);
+  ASSERT_TRUE(SendAll(third, head + std::string(400000, ' ')));
+  const std::string refused = ReadFor(third, absl::Seconds(5));
+  EXPECT_TRUE(absl::StartsWith(refused, "HTTP/1.1 503")) << refused;
+  ::close(third);
+  // The first two still complete (their bodies are not JSON: 400, not 503).
+  for (int fd : fds) {
+    ASSERT_TRUE(SendAll(fd, std::string(100000, ' ')));
+    const std::string answer = ReadFor(fd, absl::Seconds(5));
+    EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 400")) << answer;
+    ::close(fd);
+  }
+}
+
 // 200 connections that send a header line every 2 s once held every HTTP
 // thread: /health did not answer within 30 s.
 TEST(HttpFrontendTest, DribblingClientsDoNotDelayHealth) {
