@@ -178,7 +178,8 @@ HttpFrontend::HttpFrontend(inference::Engine* engine,
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  // Before the body is read: a request without the key reads nothing more.
+  // Before any handler: a request without the key gets no further than its
+  // buffered (bounded) bytes.
   server_.set_pre_routing_handler(
       [this](const httplib::Request& req, httplib::Response& res) {
         if (Authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
