@@ -905,9 +905,9 @@ absl::Status CheckCudaGraphFlags(int num_chunks) {
       absl::StrCat("--cuda-graph cannot be combined with ", clash));
 }
 
-absl::Status Train() {
-  // --exit-duration-in-mins counts from here, as Megatron's from its start.
-  const absl::Time run_start = absl::Now();
+// `exit_conditions` (from main, so that SIGTERM is caught from the start to
+// the process's end) gets the world here.
+absl::Status Train(training::ExitConditions* exit_conditions) {
   MCC_RETURN_IF_ERROR(SetUpFlightRecorder());
   MCC_ASSIGN_OR_RETURN(DeviceChoice device,
                        ChooseDevice(absl::GetFlag(FLAGS_device)));
@@ -1186,11 +1186,8 @@ absl::Status Train() {
   if (absl::GetFlag(FLAGS_log_straggler)) {
     straggler.emplace(world_group, absl::GetFlag(FLAGS_straggler_threshold));
   }
-  MCC_ASSIGN_OR_RETURN(training::ExitOptions exit_options,
-                       ExitOptionsFromFlags());
-  MCC_ASSIGN_OR_RETURN(
-      std::unique_ptr<training::ExitConditions> exit_conditions,
-      training::ExitConditions::Create(exit_options, run_start, world_group));
+  const training::ExitOptions& exit_options = exit_conditions->options();
+  exit_conditions->SetWorld(world_group);
   bool stopped_early = false;
   if (log && exit_options.on_signal) {
     LOG(INFO) << "--exit-signal-handler: on SIGTERM every rank finishes the "
@@ -1645,8 +1642,23 @@ int main(int argc, char** argv) {
                  std::string(r.status().message()).c_str());
     return absl::IsNotFound(r.status()) ? mcc::tools::kFlagError : 1;
   }
+  // --exit-duration-in-mins counts from here, as Megatron's from its start;
+  // SIGTERM is caught from here on.
+  absl::StatusOr<mcc::training::ExitOptions> exit_options =
+      mcc::tools::ExitOptionsFromFlags();
+  absl::StatusOr<std::unique_ptr<mcc::training::ExitConditions>>
+      exit_conditions =
+          exit_options.ok()
+              ? mcc::training::ExitConditions::Create(*exit_options,
+                                                      absl::Now(), nullptr)
+              : absl::StatusOr<std::unique_ptr<mcc::training::ExitConditions>>(
+                    exit_options.status());
+  if (!exit_conditions.ok()) {
+    LOG(ERROR) << "train: " << exit_conditions.status();
+    return 1;
+  }
   mcc::tools::ConfigureThreads();
-  status = mcc::tools::Train();
+  status = mcc::tools::Train(exit_conditions->get());
   if (!status.ok()) {
     LOG(ERROR) << "training failed: " << status;
     return 1;

@@ -56,6 +56,10 @@ class ExitConditions {
   ExitConditions(const ExitConditions&) = delete;
   ExitConditions& operator=(const ExitConditions&) = delete;
 
+  // Sets the world once the job has joined it (Create may run before, so
+  // that a signal during setup is caught, not fatal).
+  void SetWorld(comm::ProcessGroup* world) { world_ = world; }
+
   // After `iteration` is done: why the run should stop now, the same on
   // every rank (kNone: go on). Collective over `world` when a signal or a
   // duration is watched.

@@ -326,7 +326,8 @@ absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Clone() const {
 TcpStore::~TcpStore() {
   if (fd_ >= 0) {
     if (options_.rank >= 0) {
-      Call(kStoreBye, {}, absl::ZeroDuration()).IgnoreError();
+      // A courtesy: a stopped host must not hold a failing rank's exit.
+      Call(kStoreBye, {}, absl::ZeroDuration(), absl::Seconds(1)).IgnoreError();
     }
     close(fd_);
   }
@@ -334,11 +335,13 @@ TcpStore::~TcpStore() {
 }
 
 absl::StatusOr<std::vector<std::string>> TcpStore::Call(
-    char op, const std::vector<std::string>& args, absl::Duration wait) {
+    char op, const std::vector<std::string>& args, absl::Duration wait,
+    absl::Duration slack) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_.ok()) return broken_;
   const absl::Time deadline = wait == absl::InfiniteDuration()
                                   ? absl::InfiniteFuture()
-                                  : absl::Now() + wait + absl::Seconds(10);
+                                  : absl::Now() + wait + slack;
   auto lost = [&](const absl::Status& s) {
     return absl::UnavailableError(absl::StrCat(
         "lost the rendezvous store at ", options_.host, ":", options_.port,
@@ -350,7 +353,10 @@ absl::StatusOr<std::vector<std::string>> TcpStore::Call(
   char code = 0;
   std::vector<std::string> reply;
   const absl::Status read = ReadMessage(fd_, &code, &reply, deadline);
-  if (!read.ok()) return lost(s.ok() ? read : s);
+  if (!read.ok()) {
+    broken_ = lost(s.ok() ? read : s);
+    return broken_;
+  }
   if (code == kStoreTimeout) {
     return absl::DeadlineExceededError(absl::StrCat(
         "rendezvous store: timed out after ", absl::FormatDuration(wait),
@@ -413,8 +419,12 @@ absl::Status TcpStore::Delete(absl::string_view key) {
 }
 
 absl::StatusOr<std::vector<int>> TcpStore::LostRanks() {
-  MCC_ASSIGN_OR_RETURN(std::vector<std::string> reply,
-                       Call(kStoreLost, {}, absl::ZeroDuration()));
+  // Asked after a collective failed: a host that does not answer within
+  // 2 s is stopped or gone, and the caller names it, rather than adding 10
+  // s to every failure while rank 0 hangs.
+  MCC_ASSIGN_OR_RETURN(
+      std::vector<std::string> reply,
+      Call(kStoreLost, {}, absl::ZeroDuration(), absl::Seconds(2)));
   std::vector<int> ranks;
   for (const std::string& r : reply) {
     int v = 0;

@@ -133,14 +133,19 @@ class TcpStore : public Store {
  private:
   TcpStore() = default;
   // Sends one request and reads the reply; `wait` is how long the server
-  // may take to answer (blocking Get/Wait).
+  // may take to answer (blocking Get/Wait), `slack` how much longer a
+  // loaded server may take. A reply that does not come leaves the
+  // connection out of step: every later call fails at once with the same
+  // error (the store's host is gone or stopped).
   absl::StatusOr<std::vector<std::string>> Call(
-      char op, const std::vector<std::string>& args, absl::Duration wait);
+      char op, const std::vector<std::string>& args, absl::Duration wait,
+      absl::Duration slack = absl::Seconds(10));
 
   Options options_;
   std::shared_ptr<TcpStoreServer> server_;
   std::mutex mu_;
   int fd_ = -1;
+  absl::Status broken_;  // Set once a reply failed to arrive.
 };
 
 }  // namespace comm

@@ -452,6 +452,29 @@ TEST(TcpStoreTest, LostServerIsAClearError) {
   EXPECT_NE(v.status().message().find("rank 0"), std::string::npos);
 }
 
+// A store host that is stopped (SIGSTOP, a hung node) accepts connections
+// in the kernel but never answers: the lost-ranks query after a failure
+// gives up within 2 s, and later calls fail at once instead of waiting out
+// their own deadlines.
+TEST(TcpStoreTest, SilentServerFailsTheLostRanksQueryFastAndThenEveryCall) {
+  int port = 0;
+  absl::StatusOr<int> listener = ListenOnFreePort("127.0.0.1", &port);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  TcpStore::Options o;
+  o.port = port;
+  o.timeout = absl::Seconds(5);
+  absl::StatusOr<std::shared_ptr<TcpStore>> client = TcpStore::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<int>> lost = (*client)->LostRanks();
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+  start = absl::Now();
+  EXPECT_EQ((*client)->Set("k", "v").code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  close(*listener);
+}
+
 TEST(TcpStoreTest, UnreachableServerTimesOut) {
   TcpStore::Options o;
   o.port = 1;  // Nothing listens there.

@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
 # Chaos runs: N trainings under tools/launch (4 ranks, TP 2 x DP 2, async
-# checkpoint saves every 3 iterations), each with one rank SIGKILLed: at a
-# random moment (mid-forward, mid-collective) or, through the writer's fault
-# hook (MCC_CHAOS_KILL_AT_SAVE), mid-save: after a shard, after the files'
-# fsync, after the metadata, just before the directory's rename, or after
-# the commit. After each run it checks that
-#   - the job ended within 30 s of the death (else: a hang),
-#   - the launcher named the dead rank,
+# checkpoint saves every 3 iterations, --distributed-timeout-minutes 0.1,
+# --exit-signal-handler), each with one fault, the modes in turn:
+#   time    a random rank SIGKILLed at a random moment (mid-forward,
+#           mid-collective);
+#   save:*  a rank SIGKILLed mid-save through the writer's fault hook
+#           (MCC_CHAOS_KILL_AT_SAVE): after a shard, after the files' fsync,
+#           after the metadata, just before the directory's rename, or after
+#           the commit;
+#   stop    a random rank SIGSTOPped at a random moment (a hung node);
+#   term    the launcher SIGTERMed at a random moment (SLURM's warning).
+# After each run it checks that
+#   - the job ended within 30 s of the fault (else: a hang),
+#   - the launcher named the dead rank (time, save), or tools/analyze_hang
+#     named the stopped one from the others' flight-recorder dumps (stop), or
+#     the job saved and exited 0 (term, unless it had already finished),
 #   - no process of the job was left behind,
 #   - the latest checkpoint loads (checksums verified on read), and resuming
 #     from it reproduces the uninterrupted run's losses bit for bit.
 #
 #   tools/bazel run //tools/bench:chaos -- [N]       (default 100)
-#   tools/bench/chaos.sh LAUNCH TRAIN [N]
+#   tools/bench/chaos.sh LAUNCH TRAIN ANALYZE_HANG [N]
 # Environment: SEED (default 1). Exits non-zero when any run failed a check.
 set -uo pipefail
 launch="$(realpath "$1")"
 train="$(realpath "$2")"
-runs="${3:-100}"
+analyze_hang="$(realpath "$3")"
+runs="${4:-100}"
 RANDOM="${SEED:-1}"
 work="${TEST_TMPDIR:-$(mktemp -d)}/chaos"
 rm -rf "${work}" && mkdir -p "${work}"
@@ -25,7 +34,8 @@ common=(--mock-data --vocab-size 256 --num-layers 2 --hidden-size 32
         --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
         --global-batch-size 8 --eval-iters 0 --log-interval 1
         --train-iters 12 --lr-decay-iters 12 --num-threads 1
-        --tensor-model-parallel-size 2)
+        --tensor-model-parallel-size 2 --distributed-timeout-minutes 0.1
+        --exit-signal-handler)
 
 losses() { sed -n 's/.*"iteration": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/p' "$1"; }
 last_losses() { losses "$1" | awk '{ l[$1] = $2 } END { for (i in l) print i, l[i] }' | sort -n; }
@@ -49,10 +59,11 @@ ref_seconds=$(awk -v a="${start}" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'
 echo "uninterrupted run: ${ref_seconds} s"
 
 # Every other run kills at a random moment; the others cycle the save steps.
-modes=(time save:shard time save:files_synced time save:metadata_written
-       time save:renaming time save:committed)
+# The first four (CI's smoke test) try each kind of fault once.
+modes=(time save:shard stop term save:files_synced save:metadata_written
+       time save:renaming stop save:committed term save:shard)
 declare -A count
-faults=0; hangs=0; unnamed=0; leftovers=0; corrupted=0; exact=0; mismatched=0; no_fault=0
+faults=0; hangs=0; unnamed=0; unsaved=0; leftovers=0; corrupted=0; exact=0; mismatched=0; no_fault=0
 : >"${work}/death_to_exit"
 for ((i = 1; i <= runs; i++)); do
   mode=${modes[$(((i - 1) % ${#modes[@]}))]}
@@ -67,6 +78,7 @@ for ((i = 1; i <= runs; i++)); do
   fi
   env MCC_CHAOS_RUN="${i}" "${env_extra[@]}" "${launch}" --nproc_per_node 4 --grace-period-s 5 -- \
     "${train}" "${common[@]}" --save "${dir}/ckpt" --save-interval 3 --async-save \
+    --flight-recorder-dir "${dir}/fr" \
     --metrics-file "${dir}/killed.jsonl" >"${dir}/killed.log" 2>&1 &
   launcher=$!
   victim_pid=""
@@ -75,17 +87,22 @@ for ((i = 1; i <= runs; i++)); do
     [[ -n "${victim_pid}" ]] && break
     sleep 0.05
   done
-  if [[ "${mode}" == time ]]; then
+  died=""
+  if [[ "${mode}" == time || "${mode}" == stop || "${mode}" == term ]]; then
     delay=$(awk -v r="${RANDOM}" -v d="${ref_seconds}" 'BEGIN { printf "%.2f", 0.3 + (d * 0.7) * r / 32768 }')
     sleep "${delay}"
-    [[ -n "${victim_pid}" ]] && kill -KILL "${victim_pid}" 2>/dev/null
+    case "${mode}" in
+      time) [[ -n "${victim_pid}" ]] && kill -KILL "${victim_pid}" 2>/dev/null ;;
+      stop) [[ -n "${victim_pid}" ]] && kill -STOP "${victim_pid}" 2>/dev/null ;;
+      term) kill -TERM "${launcher}" 2>/dev/null ;;
+    esac
+    [[ -n "${victim_pid}" || "${mode}" == term ]] && died=$(now)
     what="${mode} ${delay}s"
   else
     what="${mode}"
   fi
-  # Wait for the victim's death, then up to 30 s for the launcher.
-  died=""
-  [[ "${mode}" == time && -n "${victim_pid}" ]] && died=$(now)
+  # Wait for the fault (a death by the hook), then up to 30 s for the
+  # launcher.
   while kill -0 "${launcher}" 2>/dev/null; do
     if [[ -z "${died}" && -n "${victim_pid}" ]] && ! kill -0 "${victim_pid}" 2>/dev/null; then died=$(now); fi
     if [[ -n "${died}" ]] && awk -v a="${died}" -v b="$(now)" 'BEGIN { exit !(b - a > 30) }'; then break; fi
@@ -100,8 +117,31 @@ for ((i = 1; i <= runs; i++)); do
   code=$?
   ended=$(now)
   echo "run ${i}: kill rank ${victim} at ${what}: job exit code ${code}"
-  if [[ "${code}" == 0 ]]; then
-    no_fault=$((no_fault + 1))  # The kill came after the end, or the event never fired.
+  if [[ "${mode}" == term ]]; then
+    # SIGTERM: every rank finishes its step, saves and exits 0, or the run
+    # had ended; either way the job's code is 0 and a checkpoint is there.
+    if [[ "${code}" != 0 ]] || [[ ! -f "${dir}/ckpt/latest_checkpointed_iteration.txt" ]]; then
+      unsaved=$((unsaved + 1))
+      echo "run ${i} (${what}): SIGTERM did not end in a save and exit 0"
+      tail -5 "${dir}/killed.log"
+    elif grep -q "SIGTERM received" "${dir}/killed.log"; then
+      faults=$((faults + 1))
+      count[${mode}]=$((${count[${mode}]:-0} + 1))
+      awk -v a="${died}" -v b="${ended}" 'BEGIN { printf "%.2f\n", b - a }' >>"${work}/death_to_exit"
+    else
+      no_fault=$((no_fault + 1))
+    fi
+  elif [[ "${code}" == 0 ]]; then
+    no_fault=$((no_fault + 1))  # The fault came after the end, or the event never fired.
+  elif [[ "${mode}" == stop ]]; then
+    faults=$((faults + 1))
+    count[${mode}]=$((${count[${mode}]:-0} + 1))
+    [[ -n "${died}" ]] && awk -v a="${died}" -v b="${ended}" 'BEGIN { printf "%.2f\n", b - a }' >>"${work}/death_to_exit"
+    if ! "${analyze_hang}" "${dir}/fr" 2>&1 | grep -q "rank ${victim}\b.*left no dump"; then
+      unnamed=$((unnamed + 1))
+      echo "run ${i} (${what}, rank ${victim}): analyze_hang did not name the stopped rank"
+      "${analyze_hang}" "${dir}/fr" 2>&1 | tail -3
+    fi
   else
     faults=$((faults + 1))
     count[${mode}]=$((${count[${mode}]:-0} + 1))
@@ -145,6 +185,6 @@ p50=$(sort -g "${work}/death_to_exit" | awk '{ a[NR] = $1 } END { if (NR) print 
 max=$(sort -g "${work}/death_to_exit" | tail -1)
 echo
 echo "chaos: ${runs} runs, ${faults} with a rank killed (by mode: $(for m in "${!count[@]}"; do printf '%s %s, ' "${m}" "${count[${m}]}"; done | sed 's/, $//')), ${no_fault} ended before the kill"
-echo "hangs ${hangs}, dead rank not named ${unnamed}, processes left behind ${leftovers}, corrupted checkpoints ${corrupted}, bit-exact resumes ${exact} of ${runs} (mismatched ${mismatched})"
-echo "death to job exit: p50 ${p50} s, max ${max:-n/a} s"
-[[ $((hangs + unnamed + leftovers + corrupted + mismatched)) == 0 ]]
+echo "hangs ${hangs}, dead or stopped rank not named ${unnamed}, SIGTERM without a save and exit 0 ${unsaved}, processes left behind ${leftovers}, corrupted checkpoints ${corrupted}, bit-exact resumes ${exact} of ${runs} (mismatched ${mismatched})"
+echo "fault to job exit: p50 ${p50} s, max ${max:-n/a} s"
+[[ $((hangs + unnamed + unsaved + leftovers + corrupted + mismatched)) == 0 ]]

@@ -147,6 +147,7 @@ struct Loaded {
 };
 
 absl::Status CheckFlags() {
+  MCC_RETURN_IF_ERROR(tools::DistributedTimeoutFromFlags().status());
   if (absl::GetFlag(FLAGS_max_batch_size) < 1) {
     return absl::InvalidArgumentError("--max-batch-size must be at least 1");
   }
