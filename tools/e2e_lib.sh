@@ -35,3 +35,19 @@ run() {
       || { cat "$work/$name.log"; exit 1; }
   fi
 }
+
+# The tiny mock-data GPT of the resilience tests (early exits, a stopped
+# rank, the rerun check): 2 layers, hidden 32, a log line every iteration.
+tiny_gpt=(--mock-data --vocab-size 256 --num-layers 2 --hidden-size 32
+          --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
+          --global-batch-size 8 --eval-iters 0 --log-interval 1 --num-threads 1)
+
+# wait_for_iterations FILE N: waits (up to 60 s) until the --metrics-file
+# FILE has logged N iterations.
+wait_for_iterations() {
+  for _ in $(seq 600); do
+    [[ -f "$1" ]] && [[ "$(losses "$1" | wc -l)" -ge "$2" ]] && return 0
+    sleep 0.1
+  done
+  return 1
+}

@@ -10,10 +10,7 @@ launch=$1
 train=$2
 source "$3"
 work=${TEST_TMPDIR:-$(mktemp -d)}
-common=(--mock-data --vocab-size 256 --num-layers 2 --hidden-size 32
-        --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
-        --global-batch-size 8 --eval-iters 0 --log-interval 1
-        --train-iters 12 --lr-decay-iters 12 --num-threads 1)
+common=("${tiny_gpt[@]}" --train-iters 12 --lr-decay-iters 12)
 
 run straight 2
 
@@ -52,10 +49,7 @@ MCC_CHAOS_SLOW_RANK=1 MCC_CHAOS_SLOW_MS=150 \
   --exit-signal-handler --metrics-file "$work/signal.jsonl" \
   > "$work/signal.log" 2>&1 &
 launcher=$!
-for _ in $(seq 600); do
-  [[ -f "$work/signal.jsonl" ]] && [[ "$(losses "$work/signal.jsonl" | wc -l)" -ge 3 ]] && break
-  sleep 0.1
-done
+wait_for_iterations "$work/signal.jsonl" 3 || true
 kill -TERM "$launcher"
 code=0
 wait "$launcher" || code=$?

@@ -8,10 +8,7 @@ launch=$1
 train=$2
 source "$3"
 work=${TEST_TMPDIR:-$(mktemp -d)}
-common=(--mock-data --vocab-size 256 --num-layers 2 --hidden-size 32
-        --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
-        --global-batch-size 8 --eval-iters 0 --log-interval 1
-        --train-iters 8 --lr-decay-iters 8 --num-threads 1
+common=("${tiny_gpt[@]}" --train-iters 8 --lr-decay-iters 8
         --hidden-dropout 0.1 --attention-dropout 0.1
         --use-distributed-optimizer --rerun-mode validate_results)
 

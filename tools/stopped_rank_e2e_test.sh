@@ -8,10 +8,7 @@ train=$2
 analyze_hang=$3
 source "$4"
 work=${TEST_TMPDIR:-$(mktemp -d)}
-common=(--mock-data --vocab-size 256 --num-layers 2 --hidden-size 32
-        --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
-        --global-batch-size 8 --eval-iters 0 --log-interval 1
-        --train-iters 100000 --num-threads 1)
+common=("${tiny_gpt[@]}" --train-iters 100000)
 
 start=$(date +%s)
 "$launch" --nproc_per_node 2 --grace-period-s 2 -- \
@@ -19,10 +16,7 @@ start=$(date +%s)
   --flight-recorder-dir "$work/fr" --metrics-file "$work/run.jsonl" \
   > "$work/run.log" 2>&1 &
 launcher=$!
-for _ in $(seq 600); do
-  [[ -f "$work/run.jsonl" ]] && [[ "$(losses "$work/run.jsonl" | wc -l)" -ge 2 ]] && break
-  sleep 0.1
-done
+wait_for_iterations "$work/run.jsonl" 2 || { cat "$work/run.log"; exit 1; }
 # Rank 1: the launcher's child whose environment says RANK=1.
 victim=""
 for pid in $(pgrep -P "$launcher"); do
