@@ -305,7 +305,7 @@ Outcome RunIn(const std::string& binary, const Context& c,
 // The contexts (filled by SetUpTestSuite, once inputs exist).
 struct Contexts {
   Context train_mock, train_data, eval_loss, eval_gen, eval_data, export_hf,
-      import_hf, preprocess, launch, launch_grace, launch_node1;
+      import_hf, preprocess, launch, launch_grace, launch_node1, launch_linger;
 };
 Contexts ctx;
 
@@ -888,6 +888,10 @@ std::vector<Row> Table() {
   // Node 1 of two has no secret of its own: its ranks get the file's.
   add("launch", "rdzv_secret_file", V::kEffect,
       {"--rdzv-secret-file", g_tmp + "/job.secret"}, ctx.launch_node1);
+  // Rank 1 outlives rank 0 by 3 s: the flag stops it as a failed rank.
+  add("launch", "rank_exit_timeout_s", V::kEffect,
+      {"--rank-exit-timeout-s", "0.5"}, ctx.launch_linger);
+  t.back().code = 1;
   add("launch", "grace_period_s", V::kEffect, {"--grace-period-s", "0.2"},
       ctx.launch_grace);
   t.back().code = 3;  // Rank 1's.
@@ -1017,6 +1021,10 @@ class FlagsTest : public ::testing::Test {
     ctx.launch_node1.tail = {
         "--", "/bin/sh", "-c",
         "echo job=$MCC_JOB_ID secret_file=$MCC_JOB_SECRET_FILE"};
+    ctx.launch_linger.args = {"--nproc_per_node", "2", "--grace_period_s",
+                              "0.5"};
+    ctx.launch_linger.tail = {"--", "/bin/sh", "-c",
+                              "if [ $RANK = 1 ]; then sleep 3; fi"};
     ctx.launch_grace.args = {"--nproc_per_node", "2", "--grace_period_s",
                              "0.5"};
     ctx.launch_grace.tail = {

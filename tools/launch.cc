@@ -64,6 +64,11 @@ ABSL_FLAG(int, max_restarts, 0,
           "many times (torchrun's flag); the program resumes from its own "
           "checkpoint (train: --load equal to --save). Ranks see the attempt "
           "in TORCHELASTIC_RESTART_COUNT.");
+ABSL_FLAG(double, rank_exit_timeout_s, 60,
+          "Seconds the other ranks may keep running once one rank has exited "
+          "0 (the job's collectives are over); a rank still running then is "
+          "stopped (SIGSTOP, hung in its teardown) and stopped as a failed "
+          "rank, so the job ends instead of waiting for it.");
 ABSL_FLAG(double, grace_period_s, 10,
           "Seconds between SIGTERM and SIGKILL when stopping ranks (at most "
           "25).");
@@ -234,6 +239,8 @@ int main(int argc, char** argv) {
         " will serve anyone who reaches it; give every node the same "
         "--rdzv-secret-file"));
   }
+  const absl::Duration rank_exit_timeout =
+      absl::Seconds(std::max(0.0, absl::GetFlag(FLAGS_rank_exit_timeout_s)));
   const absl::Duration grace = absl::Seconds(
       std::min(25.0, std::max(0.0, absl::GetFlag(FLAGS_grace_period_s))));
 
@@ -351,6 +358,7 @@ int main(int argc, char** argv) {
     int exit_code = 0;
     int received_signal = 0;
     absl::Time kill_at = absl::InfiniteFuture();
+    absl::Time first_clean_exit = absl::InfiniteFuture();
     bool killed = false;
     absl::Time all_exited_at = absl::InfiniteFuture();
     while (true) {
@@ -406,6 +414,9 @@ int main(int argc, char** argv) {
           --running;
           c.exit_code =
               WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+          if (c.exit_code == 0 && first_clean_exit == absl::InfiniteFuture()) {
+            first_clean_exit = absl::Now();
+          }
           if (c.exit_code != 0 && failed_rank < 0 && received_signal == 0) {
             failed_rank = c.rank;
             exit_code = c.exit_code;
@@ -416,6 +427,25 @@ int main(int argc, char** argv) {
             kill_at = absl::Now() + grace;
           }
         }
+      }
+      if (running > 0 && failed_rank < 0 && received_signal == 0 &&
+          absl::Now() >= first_clean_exit + rank_exit_timeout) {
+        for (Child& c : children) {
+          if (!c.running) continue;
+          if (failed_rank < 0) {
+            failed_rank = c.rank;
+            exit_code = 1;
+          }
+          Log(absl::StrCat("rank ", c.rank, " (pid ", c.pid,
+                           ") is still running ",
+                           absl::FormatDuration(rank_exit_timeout),
+                           " after another rank exited 0 (stopped, or hung "
+                           "in its teardown; --rank-exit-timeout-s); "
+                           "stopping it"));
+        }
+        SignalAll(children, SIGTERM);
+        // SIGTERM waits in a stopped process; SIGKILL after the grace.
+        kill_at = absl::Now() + grace;
       }
       if (!killed && running > 0 && absl::Now() >= kill_at) {
         Log(absl::StrCat("ranks still running after the grace period of ",

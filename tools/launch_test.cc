@@ -316,6 +316,18 @@ TEST(LaunchTest, RanksThatStopCleanlyOnSigtermEndTheJobWithZero) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
 }
 
+// A rank still running long after another exited 0 (stopped, or hung in
+// its teardown) is stopped and named, and the job fails instead of waiting.
+TEST(LaunchTest, ARankLingeringAfterTheOthersExitedIsStopped) {
+  LaunchResult run =
+      Launch({"--nproc_per_node=3", "--rank_exit_timeout_s=0.5",
+              "--grace_period_s=0.5", "--", g_prog, "linger", "2"});
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("rank 2 (pid "));
+  EXPECT_THAT(run.output, HasSubstr("after another rank exited 0"));
+  EXPECT_LT(run.elapsed, absl::Seconds(20)) << run.output;
+}
+
 TEST(LaunchTest, MissingProgramIsAnError) {
   LaunchResult run = Launch({"--nproc_per_node=2"});
   EXPECT_EQ(run.exit_code, 2);

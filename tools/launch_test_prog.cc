@@ -5,6 +5,8 @@
 //                 (up to 60 s) to be stopped
 //   stubborn R C  as fail, but the others ignore SIGTERM
 //   wait_signal   print "ready", exit 130 on SIGINT or 143 on SIGTERM
+//   linger R      rank R sleeps (up to 60 s, as a rank stopped after the
+//                 job's last collective); the others exit 0
 //   handle_signal print "ready", exit 0 on SIGTERM (as a program that saves
 //                 and stops cleanly)
 //   allreduce     all-reduce (rank + 1) over the world through core/comm
@@ -44,6 +46,10 @@ int main(int argc, char** argv) {
   }
   fprintf(stderr, "to stderr\n");
   fflush(stdout);
+  if (mode == "linger") {
+    if (rank == std::atoi(argv[2])) sleep(60);
+    return 0;
+  }
   if (mode == "fail" || mode == "stubborn") {
     const int bad = std::atoi(argv[2]);
     if (rank == bad) {

@@ -13,7 +13,9 @@
 # After each run it checks that
 #   - the job ended within 30 s of the fault (else: a hang),
 #   - the launcher named the dead rank (time, save), or tools/analyze_hang
-#     named the stopped one from the others' flight-recorder dumps (stop), or
+#     named the stopped one from the others' flight-recorder dumps (stop;
+#     the launcher names it when it stopped after the job's last collective,
+#     --rank-exit-timeout-s), or
 #     the job saved and exited 0 (term, unless it had already finished),
 #   - no process of the job was left behind,
 #   - the latest checkpoint loads (checksums verified on read), and resuming
@@ -76,7 +78,8 @@ for ((i = 1; i <= runs; i++)); do
   if [[ "${mode}" == save:* ]]; then
     env_extra=(MCC_CHAOS_KILL_AT_SAVE="${mode#save:}" MCC_CHAOS_KILL_RANK="${victim}")
   fi
-  env MCC_CHAOS_RUN="${i}" "${env_extra[@]}" "${launch}" --nproc_per_node 4 --grace-period-s 5 -- \
+  env MCC_CHAOS_RUN="${i}" "${env_extra[@]}" "${launch}" --nproc_per_node 4 --grace-period-s 5 \
+    --rank-exit-timeout-s 10 -- \
     "${train}" "${common[@]}" --save "${dir}/ckpt" --save-interval 3 --async-save \
     --flight-recorder-dir "${dir}/fr" \
     --metrics-file "${dir}/killed.jsonl" >"${dir}/killed.log" 2>&1 &
@@ -137,7 +140,10 @@ for ((i = 1; i <= runs; i++)); do
     faults=$((faults + 1))
     count[${mode}]=$((${count[${mode}]:-0} + 1))
     [[ -n "${died}" ]] && awk -v a="${died}" -v b="${ended}" 'BEGIN { printf "%.2f\n", b - a }' >>"${work}/death_to_exit"
-    if ! "${analyze_hang}" "${dir}/fr" 2>&1 | grep -q "rank ${victim}\b.*left no dump"; then
+    # Stopped mid-job, the others' dumps name it; stopped after the job's
+    # last collective, the launcher does (--rank-exit-timeout-s).
+    if ! "${analyze_hang}" "${dir}/fr" 2>&1 | grep -q "rank ${victim}\b.*left no dump" &&
+       ! grep -q "rank ${victim} (pid [0-9]*) is still running" "${dir}/killed.log"; then
       unnamed=$((unnamed + 1))
       echo "run ${i} (${what}, rank ${victim}): analyze_hang did not name the stopped rank"
       "${analyze_hang}" "${dir}/fr" 2>&1 | tail -3
