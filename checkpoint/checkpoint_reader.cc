@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -201,6 +202,20 @@ absl::StatusOr<int64_t> CheckpointReader::FileSize(const std::string& file,
   MCC_RETURN_IF_ERROR(FileFor(file, tensor).status());
   std::lock_guard<std::mutex> lock(mu_);
   return file_sizes_.at(file);
+}
+
+absl::StatusOr<int64_t> CheckpointReader::ShardFileBytes() {
+  std::set<std::string> seen;
+  int64_t total = 0;
+  for (const TensorRecord& t : metadata_.tensors()) {
+    for (const ShardRecord& s : t.shards()) {
+      if (!seen.insert(s.file()).second) continue;
+      MCC_ASSIGN_OR_RETURN(const int64_t size, FileSize(s.file(), t.name()));
+      // Sizes of real files: their sum stays far inside int64.
+      total += size;
+    }
+  }
+  return total;
 }
 
 absl::Status CheckpointReader::CheckShardInFile(const TensorRecord& t,

@@ -67,6 +67,12 @@ class CheckpointReader {
   // sequence length.
   absl::Status CheckModelConfig(const checkpoint::ModelConfig& run) const;
 
+  // The bytes of every shard file the metadata names (each opened once):
+  // all the checkpoint can hold, to bound what a stored configuration asks
+  // a reader to allocate before any tensor is read. An error names a file
+  // that is missing.
+  absl::StatusOr<int64_t> ShardFileBytes();
+
  private:
   CheckpointReader() = default;
   absl::Status Validate() const;

@@ -58,6 +58,20 @@ TEST_F(HostileMetadata, UntouchedLoads) {
   EXPECT_TRUE(CheckpointReader::Open(dir_).ok());
 }
 
+// What the files hold bounds what a reader may allocate for the model.
+TEST_F(HostileMetadata, ShardFileBytesCountsEachFileOnce) {
+  auto reader = CheckpointReader::Open(dir_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto bytes = (*reader)->ShardFileBytes();
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  // The one 4 x 2 fp32 tensor's shard file: its 32 bytes at least.
+  EXPECT_GE(*bytes, 32);
+  const std::string file = dir_ + "/iter_0000001/" + Shard()->file();
+  auto size = file_util::ReadFileToString(file);
+  ASSERT_TRUE(size.ok());
+  EXPECT_EQ(*bytes, static_cast<int64_t>(size->size()));
+}
+
 TEST_F(HostileMetadata, NegativeGlobalExtent) {
   W()->set_global_shape(0, -4);
   ExpectRefused("negative extent");

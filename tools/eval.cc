@@ -326,6 +326,10 @@ absl::StatusOr<Plan> PlanFromFlags(
   plan.checkpoint_path = (*reader)->path();
   MCC_RETURN_IF_ERROR(CheckModelFlags(plan, explicitly_set));
   MCC_ASSIGN_OR_RETURN(plan.config, FromProto(plan.stored));
+  MCC_ASSIGN_OR_RETURN(const int64_t checkpoint_bytes,
+                       (*reader)->ShardFileBytes());
+  MCC_RETURN_IF_ERROR(CheckConfigFitsCheckpoint(plan.config, checkpoint_bytes,
+                                                plan.checkpoint_path));
   plan.config.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   // The padding is this layout's (it never changes the logits).
   plan.config.make_vocab_size_divisible_by =

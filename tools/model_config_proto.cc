@@ -1,5 +1,10 @@
 #include "tools/model_config_proto.h"
 
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
 namespace mcc {
 namespace tools {
 
@@ -57,6 +62,38 @@ absl::StatusOr<gpt::GPTConfig> FromProto(const checkpoint::ModelConfig& p) {
   c.norm_epsilon = p.layernorm_epsilon();
   c.rotary_base = p.rotary_base();
   return c;
+}
+
+absl::Status CheckConfigFitsCheckpoint(const gpt::GPTConfig& config,
+                                       int64_t checkpoint_bytes,
+                                       const std::string& path) {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"num_layers", config.num_layers},
+      {"hidden_size", config.hidden_size},
+      {"num_attention_heads", config.num_attention_heads},
+      {"vocab_size", config.vocab_size},
+      {"ffn_hidden_size", config.ffn()}};
+  for (const auto& [name, value] : sizes) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint ", path, ": its model config has ", name,
+                       " ", value, " (must be positive)"));
+    }
+  }
+  const double h = static_cast<double>(config.hidden_size);
+  const double elements =
+      static_cast<double>(config.vocab_size) * h +
+      static_cast<double>(config.num_layers) *
+          (2 * h * h + 2 * h * static_cast<double>(config.ffn()));
+  if (elements > static_cast<double>(checkpoint_bytes)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "checkpoint %s: its model config (%d layers, hidden %d, FFN %d, "
+        "vocabulary %d) has at least %.3g parameters, but its shard files "
+        "hold %d bytes: metadata.pb is damaged or not this checkpoint's",
+        path, config.num_layers, config.hidden_size, config.ffn(),
+        config.vocab_size, elements, checkpoint_bytes));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tools

@@ -215,6 +215,10 @@ absl::StatusOr<Loaded> Load() {
   }
   const checkpoint::ModelConfig stored = (*reader)->common_state().model();
   MCC_ASSIGN_OR_RETURN(gpt::GPTConfig config, tools::FromProto(stored));
+  MCC_ASSIGN_OR_RETURN(const int64_t checkpoint_bytes,
+                       (*reader)->ShardFileBytes());
+  MCC_RETURN_IF_ERROR(tools::CheckConfigFitsCheckpoint(config, checkpoint_bytes,
+                                                       (*reader)->path()));
   config.make_vocab_size_divisible_by =
       absl::GetFlag(FLAGS_make_vocab_size_divisible_by);
   Loaded out;

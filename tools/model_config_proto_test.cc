@@ -1,0 +1,55 @@
+// A stored model config is checked against what its checkpoint's files can
+// hold before the model it describes is allocated.
+#include "tools/model_config_proto.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace tools {
+namespace {
+
+gpt::GPTConfig Small() {
+  gpt::GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 32;
+  c.num_attention_heads = 4;
+  c.vocab_size = 256;
+  return c;  // FFN 128: 256 x 32 + 2 x (2 x 32^2 + 2 x 32 x 128) = 28,672.
+}
+
+TEST(CheckConfigFitsCheckpointTest, AConfigItsFilesCanHoldPasses) {
+  EXPECT_TRUE(CheckConfigFitsCheckpoint(Small(), 28672, "ckpt").ok());
+  // A real checkpoint holds fp32 or bf16 weights and more tensors besides.
+  EXPECT_TRUE(CheckConfigFitsCheckpoint(Small(), 4 * 40000, "ckpt").ok());
+}
+
+TEST(CheckConfigFitsCheckpointTest, MoreParametersThanTheFilesHoldAreRefused) {
+  absl::Status s = CheckConfigFitsCheckpoint(Small(), 28671, "ckpt/iter_1");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("ckpt/iter_1"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("hidden 32"), std::string::npos) << s;
+  // What a hostile metadata.pb asks for: 2^31 hidden, 2^31 layers.
+  gpt::GPTConfig huge = Small();
+  huge.hidden_size = int64_t{1} << 31;
+  huge.num_layers = (1 << 30) * 2 - 1;
+  EXPECT_FALSE(CheckConfigFitsCheckpoint(huge, int64_t{1} << 40, "c").ok());
+}
+
+TEST(CheckConfigFitsCheckpointTest, SizesMustBePositive) {
+  for (int field = 0; field < 4; ++field) {
+    gpt::GPTConfig c = Small();
+    if (field == 0) c.num_layers = 0;
+    if (field == 1) c.hidden_size = -32;
+    if (field == 2) c.num_attention_heads = 0;
+    if (field == 3) c.vocab_size = -1;
+    absl::Status s = CheckConfigFitsCheckpoint(c, int64_t{1} << 40, "c");
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << field;
+    EXPECT_NE(s.message().find("must be positive"), std::string::npos) << s;
+  }
+}
+
+}  // namespace
+}  // namespace tools
+}  // namespace mcc
