@@ -20,7 +20,9 @@ wait_for_iterations "$work/run.jsonl" 2 || { cat "$work/run.log"; exit 1; }
 # Rank 1: the launcher's child whose environment says RANK=1.
 victim=""
 for pid in $(pgrep -P "$launcher"); do
-  if tr '\0' '\n' < "/proc/$pid/environ" | grep -qx "RANK=1"; then victim=$pid; fi
+  # grep reads the file itself: under pipefail a tr feeding "grep -q" can
+  # die of SIGPIPE once grep has matched, and the match would read false.
+  if grep -qsxz "RANK=1" "/proc/$pid/environ"; then victim=$pid; fi
 done
 [[ -n $victim ]] || { echo "rank 1 not found"; cat "$work/run.log"; exit 1; }
 stopped_at=$(date +%s)

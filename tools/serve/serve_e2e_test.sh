@@ -140,7 +140,9 @@ for layout in "tp2 2 ckpt --tensor-model-parallel-size 2" \
     # A rank's death stops the job with an error, within a minute.
     victim=""
     for child in $(pgrep -P "$pid"); do
-      tr '\0' '\n' < "/proc/$child/environ" | grep -qx "RANK=1" && victim=$child
+      # grep reads the file itself: under pipefail a tr feeding "grep -q"
+      # can die of SIGPIPE once grep has matched (a long environment).
+      grep -qsxz "RANK=1" "/proc/$child/environ" && victim=$child
     done
     [[ -n $victim ]] || fail "no rank 1 under the launcher"
     kill -9 "$victim"
