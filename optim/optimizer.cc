@@ -305,6 +305,11 @@ absl::StatusOr<StepInfo> Optimizer::Step(double lr) {
   return ApplyStep(lr, values);
 }
 
+double GradNormOfStats(absl::Span<const float> grad_stats) {
+  return std::sqrt(static_cast<double>(grad_stats[0]) +
+                   static_cast<double>(grad_stats[1]));
+}
+
 absl::StatusOr<StepInfo> Optimizer::ApplyStep(
     double lr, absl::Span<const float> grad_stats) {
   if (grad_stats.size() != 4) {
@@ -317,15 +322,14 @@ absl::StatusOr<StepInfo> Optimizer::ApplyStep(
   info.lr = lr;
   info.loss_scale = loss_scale();
   const double inv_scale = 1.0 / info.loss_scale;
-  const double total =
-      static_cast<double>(grad_stats[0]) + static_cast<double>(grad_stats[1]);
-  info.grad_norm = std::sqrt(total);
+  info.grad_norm = GradNormOfStats(grad_stats);
   if (config_.log_num_zeros_in_grad) {
     info.num_zeros =
         static_cast<int64_t>(std::llround(static_cast<double>(grad_stats[2]) +
                                           static_cast<double>(grad_stats[3])));
   }
-  if (!std::isfinite(total)) {
+  // The sum of squares is never negative: its root is finite just when it is.
+  if (!std::isfinite(info.grad_norm)) {
     info.skipped = true;
     if (scaler_) scaler_->Update(true);
     LOG(WARNING) << "optimizer: found inf or NaN in the gradients at step "

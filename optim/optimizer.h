@@ -57,6 +57,12 @@ struct StepInfo {
   int64_t num_zeros = -1;  // With log_num_zeros_in_grad.
 };
 
+// The global gradient norm from the statistics Optimizer::ComputeGradStats
+// wrote (the square root of stats[0] + stats[1], the sum of squares as two
+// fp32 halves); inf when a gradient holds an inf or NaN. ApplyStep reports
+// this value; the trainer's rerun check reads it before ApplyStep.
+double GradNormOfStats(absl::Span<const float> grad_stats);
+
 // A piece of a parameter the optimizer updates: elements [begin, end) of
 // the flattened TP-local parameter of shape `param_shape`. Without `value`
 // and `grad` the piece views the parameter's own value and main_grad (a

@@ -66,9 +66,9 @@ ABSL_FLAG(int, max_restarts, 0,
           "in TORCHELASTIC_RESTART_COUNT.");
 ABSL_FLAG(double, rank_exit_timeout_s, 60,
           "Seconds the other ranks may keep running once one rank has exited "
-          "0 (the job's collectives are over); a rank still running then is "
-          "stopped (SIGSTOP, hung in its teardown) and stopped as a failed "
-          "rank, so the job ends instead of waiting for it.");
+          "0 (the job's collectives are over); a rank still running then "
+          "(stopped by SIGSTOP, or hung in its teardown) is stopped as a "
+          "failed rank, so the job ends instead of waiting for it.");
 ABSL_FLAG(double, grace_period_s, 10,
           "Seconds between SIGTERM and SIGKILL when stopping ranks (at most "
           "25).");

@@ -328,7 +328,7 @@ absl::StatusOr<optim::LrSchedule> ScheduleFromFlags() {
   return optim::LrSchedule::Create(c);
 }
 
-// Every check that needs no process group; errors are flag errors.
+// The early-exit flags, checked.
 absl::StatusOr<training::ExitOptions> ExitOptionsFromFlags() {
   training::ExitOptions options;
   options.on_signal = absl::GetFlag(FLAGS_exit_signal_handler);
@@ -394,6 +394,7 @@ absl::Status CheckStragglerFlags() {
   return absl::OkStatus();
 }
 
+// Every check that needs no process group; errors are flag errors.
 absl::Status CheckTrainFlags(int world_size) {
   MCC_RETURN_IF_ERROR(ExitOptionsFromFlags().status());
   MCC_RETURN_IF_ERROR(CheckStragglerFlags());

@@ -1,7 +1,5 @@
 #include "training/trainer.h"
 
-#include <cmath>
-#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -327,7 +325,7 @@ absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
     return values;
   };
   // The loss as Megatron reports it, and the unscaled global gradient norm
-  // (the optimizer's own formula), from a read buffer.
+  // (as ApplyStep reports it), from a read buffer.
   auto loss_of = [&](const float* values) -> absl::StatusOr<double> {
     MCC_ASSIGN_OR_RETURN(const ops::LossTotalValues total,
                          TotalsOf(values, parts_.dp_group));
@@ -335,8 +333,7 @@ absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
     return total.mean_of_means / GroupSize(parts_.dp_group);
   };
   auto grad_norm_of = [](const float* values) {
-    return std::sqrt(static_cast<double>(values[kStatsBegin]) +
-                     static_cast<double>(values[kStatsBegin + 1]));
+    return optim::GradNormOfStats({values + kStatsBegin, 4});
   };
 
   MCC_ASSIGN_OR_RETURN(const float* values, run());
@@ -347,17 +344,9 @@ absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
                          options_.rerun_step_if(iteration, m.loss, grad_norm));
     if (rerun) {
       m.rerun = true;
-      m.first_loss = m.loss;
-      m.first_grad_norm = grad_norm;
       if (options_.before_rerun) MCC_RETURN_IF_ERROR(options_.before_rerun());
       MCC_ASSIGN_OR_RETURN(values, run());
       MCC_ASSIGN_OR_RETURN(m.loss, loss_of(values));
-      // Bits, not values: NaN equals NaN here, and -0 differs from 0.
-      auto same = [](double a, double b) {
-        return std::memcmp(&a, &b, sizeof(double)) == 0;
-      };
-      m.reproduced = same(m.loss, m.first_loss) &&
-                     same(grad_norm_of(values), m.first_grad_norm);
     }
   }
 

@@ -135,13 +135,9 @@ struct StepMetrics {
   int64_t num_zeros = -1;
   bool skipped = false;   // inf or NaN in the gradients: no update.
   double loss_scale = 1;  // In effect for this step.
-  // Set when rerun_step_if asked for a rerun: the first run's loss and
-  // gradient norm, and whether the rerun reproduced both bit for bit (a
-  // deterministic cause: the data or the model) or not (a transient fault).
+  // Set when rerun_step_if asked for a rerun: the metrics are then the
+  // rerun's; the caller compares them with what rerun_step_if was shown.
   bool rerun = false;
-  double first_loss = 0;
-  double first_grad_norm = 0;
-  bool reproduced = false;
   // Wall-clock seconds on this rank: the micro-batches, the gradient sync
   // and finalisation, the optimizer step.
   double forward_backward_seconds = 0;

@@ -115,6 +115,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   mcc::CheckpointReader& r = **reader;
   r.RankStateOf(0).IgnoreError();
   r.CheckModelConfig(r.common_state().model()).IgnoreError();
+  // eval and serve bound the stored model config by this before building it.
+  auto shard_bytes = r.ShardFileBytes();
+  if (shard_bytes.ok()) CHECK_GE(*shard_bytes, 0);
   int read = 0;
   for (const std::string& name : r.TensorNames()) {
     if (++read > 16) break;

@@ -175,7 +175,7 @@ absl::Status Work::Wait(absl::Duration timeout) {
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (done_) return status_;
-  const auto blocked_from = std::chrono::steady_clock::now();
+  // Counted however the wait ends.
   struct CountBlocked {
     std::chrono::steady_clock::time_point from;
     ~CountBlocked() {
@@ -183,7 +183,7 @@ absl::Status Work::Wait(absl::Duration timeout) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - from)
               .count();
     }
-  } count_blocked{blocked_from};
+  } count_blocked{std::chrono::steady_clock::now()};
   if (waiter_) {
     bool finished = false;
     absl::Status s = waiter_(timeout, &finished);
