@@ -42,6 +42,14 @@ common=(--mock-data --vocab-size 256 --num-layers 2 --hidden-size 32
 losses() { sed -n 's/.*"iteration": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/p' "$1"; }
 last_losses() { losses "$1" | awk '{ l[$1] = $2 } END { for (i in l) print i, l[i] }' | sort -n; }
 now() { date +%s.%N; }
+# A run whose fault took effect: counted by mode, with the time from the
+# fault (died) to the job's end (ended) when the fault's moment is known.
+count_fault() {
+  faults=$((faults + 1))
+  count[${mode}]=$((${count[${mode}]:-0} + 1))
+  [[ -n "${died}" ]] && awk -v a="${died}" -v b="${ended}" 'BEGIN { printf "%.2f\n", b - a }' >>"${work}/death_to_exit"
+  return 0
+}
 # PIDs of processes whose environment holds MCC_CHAOS_RUN=$1 (one grep over
 # /proc: the job's ranks and anything they started).
 job_pids() {
@@ -128,30 +136,27 @@ for ((i = 1; i <= runs; i++)); do
       echo "run ${i} (${what}): SIGTERM did not end in a save and exit 0"
       tail -5 "${dir}/killed.log"
     elif grep -q "SIGTERM received" "${dir}/killed.log"; then
-      faults=$((faults + 1))
-      count[${mode}]=$((${count[${mode}]:-0} + 1))
-      awk -v a="${died}" -v b="${ended}" 'BEGIN { printf "%.2f\n", b - a }' >>"${work}/death_to_exit"
+      count_fault
     else
       no_fault=$((no_fault + 1))
     fi
   elif [[ "${code}" == 0 ]]; then
     no_fault=$((no_fault + 1))  # The fault came after the end, or the event never fired.
   elif [[ "${mode}" == stop ]]; then
-    faults=$((faults + 1))
-    count[${mode}]=$((${count[${mode}]:-0} + 1))
-    [[ -n "${died}" ]] && awk -v a="${died}" -v b="${ended}" 'BEGIN { printf "%.2f\n", b - a }' >>"${work}/death_to_exit"
+    count_fault
     # Stopped mid-job, the others' dumps name it; stopped after the job's
-    # last collective, the launcher does (--rank-exit-timeout-s).
-    if ! "${analyze_hang}" "${dir}/fr" 2>&1 | grep -q "rank ${victim}\b.*left no dump" &&
+    # last collective, the launcher does (--rank-exit-timeout-s). The report
+    # is read whole: under pipefail a writer into "grep -q" can die of
+    # SIGPIPE once grep has matched.
+    hang_report=$("${analyze_hang}" "${dir}/fr" 2>&1)
+    if ! grep -q "rank ${victim}\b.*left no dump" <<<"${hang_report}" &&
        ! grep -q "rank ${victim} (pid [0-9]*) is still running" "${dir}/killed.log"; then
       unnamed=$((unnamed + 1))
       echo "run ${i} (${what}, rank ${victim}): analyze_hang did not name the stopped rank"
-      "${analyze_hang}" "${dir}/fr" 2>&1 | tail -3
+      tail -3 <<<"${hang_report}"
     fi
   else
-    faults=$((faults + 1))
-    count[${mode}]=$((${count[${mode}]:-0} + 1))
-    [[ -n "${died}" ]] && awk -v a="${died}" -v b="${ended}" 'BEGIN { printf "%.2f\n", b - a }' >>"${work}/death_to_exit"
+    count_fault
     if ! grep -q "rank ${victim} (pid [0-9]*) exited with code 137" "${dir}/killed.log"; then
       unnamed=$((unnamed + 1))
       echo "run ${i} (${what}, rank ${victim}): the launcher did not name the dead rank"
