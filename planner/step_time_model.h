@@ -9,7 +9,7 @@ namespace planner {
 
 // Model FLOPs of one training token (forward and backward, no
 // recomputation), counted as train's MFU counts them
-// (tools/training_metrics: TrainingFlopsPerToken): the four GEMMs and the
+// (training/metrics: TrainingFlopsPerToken): the four GEMMs and the
 // attention scores and weighted values per layer, and the output layer.
 double TrainingFlopsPerToken(const gpt::GPTConfig& config);
 

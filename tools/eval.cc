@@ -36,7 +36,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "checkpoint/checkpoint_reader.h"
-#include "checkpoint/flags.h"
 #include "checkpoint/sharded_tensor.h"
 #include "core/comm/env.h"
 #include "core/status_macros.h"
@@ -49,18 +48,20 @@
 #include "inference/inference_weights.h"
 #include "inference/model_runner.h"
 #include "inference/sampler.h"
+#include "models/gpt/model_config_proto.h"
 #include "parallel/mappings.h"
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline_executor.h"
 #include "parallel/rank_layout.h"
-#include "tools/device_choice.h"
+#include "tools/flags/checkpoint_flags.h"
 #include "tools/flags/device_flag.h"
 #include "tools/flags/megatron_args.h"
+#include "tools/flags/train_config_from_flags.h"
 #include "tools/flags/training_flags.h"
 #include "tools/int8_checkpoint.h"
-#include "tools/job.h"
-#include "tools/model_config_proto.h"
-#include "tools/training_checkpoint.h"
+#include "training/checkpointing.h"
+#include "training/device_choice.h"
+#include "training/job.h"
 #include "training/trainer.h"
 
 // Defined with the process groups (core/comm).
@@ -87,6 +88,16 @@ ABSL_FLAG(bool, no_kv_cache, false,
 
 namespace mcc {
 namespace tools {
+
+// The run's pieces eval shares with training (//training).
+using gpt::CheckConfigFitsCheckpoint;
+using gpt::FromProto;
+using training::CheckDevice;
+using training::ChooseDevice;
+using training::DeviceChoice;
+using training::IsFirstRank;
+using training::Job;
+using training::WorldSizeFromEnvironment;
 namespace {
 
 constexpr int kFlagError = 2;
@@ -310,7 +321,10 @@ absl::StatusOr<Plan> PlanFromFlags(
     int world_size, const std::set<std::string>& explicitly_set) {
   MCC_RETURN_IF_ERROR(flags::RefuseUnusedFlags(RefusedFlags(), explicitly_set));
   MCC_RETURN_IF_ERROR(CheckDevice(absl::GetFlag(FLAGS_device)));
-  MCC_RETURN_IF_ERROR(DistributedTimeoutFromFlags().status());
+  MCC_ASSIGN_OR_RETURN(const training::TrainConfig train_config,
+                       flags::TrainConfigFromFlags());
+  MCC_RETURN_IF_ERROR(
+      training::DistributedTimeoutFromConfig(train_config).status());
   Plan plan;
   plan.load_dir = LoadDir();
   if (plan.load_dir.empty()) {
@@ -505,7 +519,10 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
                                          : "int8 weights",
                            " run on the CPU only, so this run does")};
   }
-  MCC_RETURN_IF_ERROR(JoinWorld(job.get(), std::move(device)));
+  MCC_ASSIGN_OR_RETURN(const training::TrainConfig train_config,
+                       flags::TrainConfigFromFlags());
+  MCC_RETURN_IF_ERROR(
+      training::JoinWorld(train_config, job.get(), std::move(device)));
   if (job->world.has_value() && job->is_logging_rank() &&
       job->world->group->options().debug_collectives) {
     LOG(INFO) << "every collective's fingerprint checked";
@@ -577,8 +594,11 @@ absl::Status RunEvaluation(Job& job) {
   const int iters = absl::GetFlag(FLAGS_eval_iters);
   const int64_t mbs = absl::GetFlag(FLAGS_micro_batch_size);
   const int64_t samples = static_cast<int64_t>(iters) * mbs * job.dp_size();
-  MCC_ASSIGN_OR_RETURN(auto datasets,
-                       BuildDatasets(job, {1, samples, samples}));
+  MCC_ASSIGN_OR_RETURN(const training::TrainConfig train_config,
+                       flags::TrainConfigFromFlags());
+  MCC_ASSIGN_OR_RETURN(
+      auto datasets,
+      training::BuildDatasets(train_config, job, {1, samples, samples}));
   data::LoaderConfig loader_config;
   loader_config.micro_batch_size = mbs;
   loader_config.dp_rank = job.dp_rank();
@@ -820,7 +840,8 @@ int main(int argc, char** argv) {
       LOG(WARNING) << line;
     }
   }
-  mcc::tools::ConfigureThreads();
+  mcc::training::ConfigureThreads(mcc::flags::TrainConfigFromFlags().value_or(
+      mcc::training::TrainConfig()));
   auto job = mcc::tools::SetupEvalJob(*plan);
   absl::Status status = job.status();
   if (status.ok() && plan->evaluate) {

@@ -32,6 +32,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -39,7 +40,7 @@
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tools/flags/train_config.pb.h"
+#include "training/train_config.pb.h"
 
 namespace {
 
@@ -1065,7 +1066,8 @@ TEST_F(FlagsTest, EveryFlagIsClassified) {
 TEST_F(FlagsTest, TrainConfigMirrorsTrainFlags) {
   const std::set<std::string> registered = RegisteredFlags("train");
   std::set<std::string> fields;
-  const google::protobuf::Descriptor* d = mcc::tools::TrainConfig::descriptor();
+  const google::protobuf::Descriptor* d =
+      mcc::training::TrainConfig::descriptor();
   for (int i = 0; i < d->field_count(); ++i) {
     fields.insert(d->field(i)->name());
     EXPECT_TRUE(registered.count(d->field(i)->name()))
@@ -1078,6 +1080,55 @@ TEST_F(FlagsTest, TrainConfigMirrorsTrainFlags) {
   EXPECT_EQ(without_field,
             (std::set<std::string>{"config", "flagfile", "fromenv",
                                    "tryfromenv", "undefok"}));
+}
+
+// A program that builds a TrainConfig in code gets what train does without
+// the flag: each field's proto default is its flag's default.
+TEST_F(FlagsTest, TrainConfigDefaultsAreTheFlagDefaults) {
+  Outcome r = Execute({g_bin["train"], "--helpfull"});
+  std::map<std::string, std::string> defaults;
+  static const std::regex line(R"(^\s+--([A-Za-z0-9_-]+) \(default (.*?)\): )");
+  for (absl::string_view l : absl::StrSplit(r.out + r.err, '\n')) {
+    std::smatch m;
+    std::string text(l);
+    if (std::regex_search(text, m, line)) {
+      defaults[absl::StrReplaceAll(m[1].str(), {{"-", "_"}})] = m[2].str();
+    }
+  }
+  ASSERT_FALSE(defaults.empty()) << "train --helpfull listed no defaults";
+  const mcc::training::TrainConfig config;
+  const google::protobuf::Descriptor* d = config.GetDescriptor();
+  const google::protobuf::Reflection* reflection = config.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    ASSERT_TRUE(defaults.count(f->name())) << f->name();
+    const std::string& flag = defaults[f->name()];
+    using google::protobuf::FieldDescriptor;
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32:
+      case FieldDescriptor::CPPTYPE_INT64:
+      case FieldDescriptor::CPPTYPE_DOUBLE: {
+        double want = 0;
+        ASSERT_TRUE(absl::SimpleAtod(flag, &want)) << f->name() << ": " << flag;
+        const double got =
+            f->cpp_type() == FieldDescriptor::CPPTYPE_INT32
+                ? reflection->GetInt32(config, f)
+            : f->cpp_type() == FieldDescriptor::CPPTYPE_INT64
+                ? static_cast<double>(reflection->GetInt64(config, f))
+                : reflection->GetDouble(config, f);
+        EXPECT_EQ(got, want) << "TrainConfig." << f->name() << " defaults to "
+                             << got << ", its flag to " << flag;
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_BOOL:
+        EXPECT_EQ(reflection->GetBool(config, f) ? "true" : "false", flag)
+            << "TrainConfig." << f->name();
+        break;
+      default:
+        EXPECT_EQ(reflection->GetString(config, f), flag)
+            << "TrainConfig." << f->name();
+    }
+  }
 }
 
 // Not in the registry, so not in the table: --help and --helpfull print the

@@ -6,7 +6,7 @@
 #include "core/status_macros.h"
 #include "glog/logging.h"
 #include "models/gpt/int8_quantization.h"
-#include "tools/training_checkpoint.h"
+#include "training/checkpointing.h"
 
 ABSL_FLAG(std::string, quantize, "",
           "int8: weight-only int8 for the decoder's linear layers, quantised "
@@ -32,14 +32,14 @@ absl::Status LoadInferenceWeights(CheckpointReader& reader,
       const ParameterList p = gpt::Int8CheckpointParameters(chunk);
       params.insert(params.end(), p.begin(), p.end());
     }
-    MCC_RETURN_IF_ERROR(LoadParameters(reader, params));
+    MCC_RETURN_IF_ERROR(training::LoadParameters(reader, params));
   } else {
     ParameterList params;
     for (gpt::GPTModel* chunk : chunks) {
       params.insert(params.end(), chunk->parameters().begin(),
                     chunk->parameters().end());
     }
-    MCC_RETURN_IF_ERROR(LoadParameters(reader, params));
+    MCC_RETURN_IF_ERROR(training::LoadParameters(reader, params));
     if (quantize == kInt8) {
       for (gpt::GPTModel* chunk : chunks) {
         MCC_RETURN_IF_ERROR(gpt::QuantizeLinearWeightsInt8(chunk));

@@ -17,8 +17,8 @@
 #include "gtest/gtest.h"
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/int8_quantization.h"
-#include "tools/model_config_proto.h"
-#include "tools/training_checkpoint.h"
+#include "models/gpt/model_config_proto.h"
+#include "training/checkpointing.h"
 
 namespace mcc {
 namespace tools {
@@ -62,7 +62,7 @@ std::string SaveDense(bool swiglu) {
   auto model = Model(swiglu, 7);
   std::vector<ShardedTensorRef> refs;
   for (const auto& p : model->parameters()) {
-    refs.push_back(*ParameterRef(p->name, *p, p->value));
+    refs.push_back(*training::ParameterRef(p->name, *p, p->value));
   }
   checkpoint::CommonState common;
   *common.mutable_model() = ToProto(Config(swiglu), DType::kFloat32);
@@ -137,7 +137,7 @@ TEST(Int8CheckpointTest, RefusalsNameTheProblem) {
   auto reader = *CheckpointReader::Open(int8);
   // A dense run (train) must not read int8 values as weights.
   auto dense = Model(false, 1);
-  absl::Status s = LoadParameters(*reader, dense->parameters());
+  absl::Status s = training::LoadParameters(*reader, dense->parameters());
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("is int8"), std::string::npos) << s;
   s = WriteInt8Checkpoint(*reader, Dir("twice"));

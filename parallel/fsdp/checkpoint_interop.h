@@ -23,7 +23,7 @@ using TrainingTensors = std::map<std::string, Tensor>;
 
 // The parameters and optimizer state of any data-parallel layout made
 // whole: FSDP's parameters gathered, sharded state all-gathered over `dp`
-// (as tools/training_checkpoint saves them), so a layout without FSDP can
+// (as training/checkpointing saves them), so a layout without FSDP can
 // load them and the other way round. fsdp and dp may be null (a plain
 // model and optimizer). Collective over dp.
 absl::StatusOr<TrainingTensors> GatherTrainingTensors(

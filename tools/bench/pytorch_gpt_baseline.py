@@ -83,7 +83,7 @@ class GPT(nn.Module):
 
 
 def flops_per_token(layers, hidden, vocab, seq):
-  """Model FLOPs per token as tools/training_metrics.cc counts them."""
+  """Model FLOPs per token as training/metrics.cc counts them."""
   gemm = hidden * 3 * hidden + hidden * hidden + 2 * hidden * 4 * hidden
   attention = 2.0 * seq * hidden
   return 3.0 * 2.0 * (layers * (gemm + attention) + hidden * vocab)

@@ -1,7 +1,7 @@
 #ifndef TOOLS_FLAGS_DEVICE_FLAG_H_
 #define TOOLS_FLAGS_DEVICE_FLAG_H_
 
-// --device, for train and eval (what it means: tools/device_choice.h).
+// --device, for train and eval (what it means: training/device_choice.h).
 
 #include <string>
 

@@ -8,8 +8,8 @@
 #include "absl/flags/flag.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tools/flags/train_config.pb.h"
 #include "tools/flags/training_flags.h"
+#include "training/train_config.pb.h"
 
 namespace mcc {
 namespace flags {
@@ -131,13 +131,14 @@ TEST(MegatronArgsTest, ConfigFileIsOverriddenByFlags) {
   auto parsed = Parse({"--hidden-size", "48"});
   ASSERT_TRUE(parsed.ok());
   ASSERT_TRUE(
-      ApplyConfigFile(path, tools::TrainConfig(), parsed->explicitly_set).ok());
+      ApplyConfigFile(path, training::TrainConfig(), parsed->explicitly_set)
+          .ok());
   EXPECT_EQ(absl::GetFlag(FLAGS_num_layers), 3);
   EXPECT_EQ(absl::GetFlag(FLAGS_hidden_size), 48);
   EXPECT_EQ(absl::GetFlag(FLAGS_data_path), "0.5 x 0.5 y");
 
   std::ofstream(path) << "num_layers: \"many\"\n";
-  absl::Status bad = ApplyConfigFile(path, tools::TrainConfig(), {});
+  absl::Status bad = ApplyConfigFile(path, training::TrainConfig(), {});
   EXPECT_THAT(std::string(bad.message()), HasSubstr(path));
   EXPECT_THAT(std::string(bad.message()), HasSubstr("line 1"));
 }

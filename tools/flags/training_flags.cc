@@ -5,6 +5,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "tools/flags/train_config_from_flags.h"
+#include "training/model_from_config.h"
 
 ABSL_FLAG(int32_t, num_layers, 4, "Transformer layers.");
 ABSL_FLAG(int64_t, hidden_size, 128, "Hidden size.");
@@ -110,110 +112,20 @@ ABSL_FLAG(int32_t, micro_batch_size, 8, "Micro-batch size per DP rank.");
 namespace mcc {
 namespace flags {
 
+// The flags' TrainConfig, read once per call: these run before a job forms.
 absl::StatusOr<parallel::LayerContext::CpCommType> CpCommTypeFromFlags() {
-  const std::string type = absl::GetFlag(FLAGS_cp_comm_type);
-  if (type == "p2p") return parallel::LayerContext::CpCommType::kP2P;
-  if (type == "a2a") return parallel::LayerContext::CpCommType::kAllToAll;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--cp-comm-type: '", type, "' is not p2p or a2a"));
+  MCC_ASSIGN_OR_RETURN(training::TrainConfig config, TrainConfigFromFlags());
+  return training::CpCommTypeFromConfig(config);
 }
 
 absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size) {
-  gpt::GPTConfig c;
-  c.num_layers = absl::GetFlag(FLAGS_num_layers);
-  c.hidden_size = absl::GetFlag(FLAGS_hidden_size);
-  c.num_attention_heads = absl::GetFlag(FLAGS_num_attention_heads);
-  if (absl::GetFlag(FLAGS_group_query_attention)) {
-    // Megatron's default is one group (multi-query attention).
-    c.num_query_groups = std::max(1, absl::GetFlag(FLAGS_num_query_groups));
-  }
-  c.ffn_hidden_size = absl::GetFlag(FLAGS_ffn_hidden_size);
-  c.seq_length = absl::GetFlag(FLAGS_seq_length);
-  c.max_position_embeddings = absl::GetFlag(FLAGS_max_position_embeddings);
-  const std::string pos = absl::GetFlag(FLAGS_position_embedding_type);
-  if (pos == "rope") {
-    c.position_embedding = gpt::PositionEmbedding::kRope;
-  } else if (pos != "learned_absolute") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--position-embedding-type: '", pos,
-                     "' is not learned_absolute or rope"));
-  }
-  c.rotary_base = absl::GetFlag(FLAGS_rotary_base);
-  const std::string norm = absl::GetFlag(FLAGS_normalization);
-  if (norm == "RMSNorm") {
-    c.normalization = gpt::Normalization::kRMSNorm;
-  } else if (norm != "LayerNorm") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--normalization: '", norm, "' is not LayerNorm or RMSNorm"));
-  }
-  c.norm_epsilon = absl::GetFlag(FLAGS_norm_epsilon);
-  if (absl::GetFlag(FLAGS_swiglu)) c.activation = gpt::Activation::kSwiGLU;
-  c.untie_embeddings_and_output_weights =
-      absl::GetFlag(FLAGS_untie_embeddings_and_output_weights);
-  c.add_bias_linear = !absl::GetFlag(FLAGS_disable_bias_linear);
-  c.hidden_dropout = absl::GetFlag(FLAGS_hidden_dropout);
-  c.attention_dropout = absl::GetFlag(FLAGS_attention_dropout);
-  c.init_method_std = absl::GetFlag(FLAGS_init_method_std);
-  c.vocab_size = vocab_size;
-  // Padding for TP is the model's business (zero rows, no probability).
-  c.make_vocab_size_divisible_by =
-      absl::GetFlag(FLAGS_make_vocab_size_divisible_by);
-  c.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
-  const std::string granularity = absl::GetFlag(FLAGS_recompute_granularity);
-  if (granularity == "full") {
-    c.recompute_granularity = gpt::RecomputeGranularity::kFull;
-  } else if (granularity == "selective") {
-    c.recompute_granularity = gpt::RecomputeGranularity::kSelective;
-  } else if (!granularity.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--recompute-granularity: '", granularity,
-                     "' is not full or selective"));
-  }
-  const std::string method = absl::GetFlag(FLAGS_recompute_method);
-  if (method == "block") {
-    c.recompute_method = gpt::RecomputeMethod::kBlock;
-  } else if (method != "uniform") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--recompute-method: '", method, "' is not uniform or block"));
-  }
-  c.recompute_num_layers = absl::GetFlag(FLAGS_recompute_num_layers);
-  c.cpu_offloading = absl::GetFlag(FLAGS_cpu_offloading);
-  c.cpu_offloading_num_layers = absl::GetFlag(FLAGS_cpu_offloading_num_layers);
-  if (absl::GetFlag(FLAGS_bf16) && absl::GetFlag(FLAGS_fp16)) {
-    return absl::InvalidArgumentError("--bf16 and --fp16 exclude each other");
-  }
-  if (absl::GetFlag(FLAGS_context_parallel_size) > 1) {
-    const int64_t split = 2 * absl::GetFlag(FLAGS_context_parallel_size);
-    if (c.seq_length % split != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--seq-length ", c.seq_length, " must divide into 2 x ",
-                       "--context-parallel-size = ", split, " equal chunks"));
-    }
-    if (c.attention_dropout > 0) {
-      return absl::InvalidArgumentError(
-          "--context-parallel-size > 1 needs --attention-dropout 0");
-    }
-  }
-  MCC_RETURN_IF_ERROR(CpCommTypeFromFlags().status());
-  if (absl::Status s =
-          c.Validate(absl::GetFlag(FLAGS_tensor_model_parallel_size),
-                     absl::GetFlag(FLAGS_sequence_parallel));
-      !s.ok()) {
-    return s;
-  }
-  return c;
+  MCC_ASSIGN_OR_RETURN(training::TrainConfig config, TrainConfigFromFlags());
+  return training::GPTConfigFromConfig(config, vocab_size);
 }
 
 absl::StatusOr<pipeline::PipelineConfig> PipelineConfigFromFlags() {
-  pipeline::PipelineConfig c;
-  c.num_layers = absl::GetFlag(FLAGS_num_layers);
-  c.pipeline_size = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
-  c.layers_per_virtual_stage =
-      absl::GetFlag(FLAGS_num_layers_per_virtual_pipeline_stage);
-  c.first_stage_layers = absl::GetFlag(FLAGS_decoder_first_pipeline_num_layers);
-  c.last_stage_layers = absl::GetFlag(FLAGS_decoder_last_pipeline_num_layers);
-  MCC_RETURN_IF_ERROR(pipeline::ValidatePipelineConfig(c));
-  return c;
+  MCC_ASSIGN_OR_RETURN(training::TrainConfig config, TrainConfigFromFlags());
+  return training::PipelineConfigFromConfig(config);
 }
 
 }  // namespace flags

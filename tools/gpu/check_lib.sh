@@ -68,7 +68,7 @@ run_timeout() {
   echo "${want}"
 }
 
-# The no-device refusal of --device cuda (tools/device_choice.h).
+# The no-device refusal of --device cuda (training/device_choice.h).
 no_device() { grep -q -- "--device ${check_device}: no CUDA device" "$1"; }
 
 # "iteration loss" per line of a --metrics-file.

@@ -17,7 +17,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_reader.h"
-#include "checkpoint/flags.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
 #include "data/tokenizer.h"
@@ -26,13 +25,15 @@
 #include "inference/engine.h"
 #include "inference/inference_weights.h"
 #include "inference/model_runner.h"
+#include "models/gpt/model_config_proto.h"
 #include "parallel/mappings.h"
+#include "tools/flags/checkpoint_flags.h"
 #include "tools/flags/megatron_args.h"
+#include "tools/flags/train_config_from_flags.h"
 #include "tools/flags/training_flags.h"
 #include "tools/int8_checkpoint.h"
-#include "tools/job.h"
-#include "tools/model_config_proto.h"
 #include "tools/serve/http_frontend.h"
+#include "training/job.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on.");
 ABSL_FLAG(int32_t, port, 8000, "Port to listen on (0: any free port).");
@@ -140,14 +141,17 @@ std::string LoadDir() {
 }
 
 struct Loaded {
-  std::unique_ptr<tools::Job> job;
+  std::unique_ptr<training::Job> job;
   std::unique_ptr<data::Tokenizer> tokenizer;
   std::unique_ptr<inference::ModelRunner> runner;
   inference::StageLayout layout;
 };
 
 absl::Status CheckFlags() {
-  MCC_RETURN_IF_ERROR(tools::DistributedTimeoutFromFlags().status());
+  MCC_ASSIGN_OR_RETURN(const training::TrainConfig train_config,
+                       flags::TrainConfigFromFlags());
+  MCC_RETURN_IF_ERROR(
+      training::DistributedTimeoutFromConfig(train_config).status());
   if (absl::GetFlag(FLAGS_max_batch_size) < 1) {
     return absl::InvalidArgumentError("--max-batch-size must be at least 1");
   }
@@ -214,11 +218,11 @@ absl::StatusOr<Loaded> Load() {
         absl::StrCat("--load ", dir, ": ", reader.status().message()));
   }
   const checkpoint::ModelConfig stored = (*reader)->common_state().model();
-  MCC_ASSIGN_OR_RETURN(gpt::GPTConfig config, tools::FromProto(stored));
+  MCC_ASSIGN_OR_RETURN(gpt::GPTConfig config, gpt::FromProto(stored));
   MCC_ASSIGN_OR_RETURN(const int64_t checkpoint_bytes,
                        (*reader)->ShardFileBytes());
-  MCC_RETURN_IF_ERROR(tools::CheckConfigFitsCheckpoint(config, checkpoint_bytes,
-                                                       (*reader)->path()));
+  MCC_RETURN_IF_ERROR(gpt::CheckConfigFitsCheckpoint(config, checkpoint_bytes,
+                                                     (*reader)->path()));
   config.make_vocab_size_divisible_by =
       absl::GetFlag(FLAGS_make_vocab_size_divisible_by);
   Loaded out;
@@ -234,7 +238,7 @@ absl::StatusOr<Loaded> Load() {
   }
   const int tp = absl::GetFlag(FLAGS_tensor_model_parallel_size);
   const int pp = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
-  const int world_size = tools::WorldSizeFromEnvironment();
+  const int world_size = training::WorldSizeFromEnvironment();
   if (world_size != tp * pp) {
     return absl::InvalidArgumentError(
         absl::StrCat("serve needs exactly --tensor-model-parallel-size x "
@@ -248,10 +252,13 @@ absl::StatusOr<Loaded> Load() {
         absl::StrCat("--tensor-model-parallel-size ", tp, " cannot hold ",
                      (*reader)->path(), "'s model: ", s.message()));
   }
-  out.job = std::make_unique<tools::Job>();
-  tools::Job& job = *out.job;
-  MCC_RETURN_IF_ERROR(tools::JoinWorld(
-      &job, {Device::CPU(), "the inference engine runs on the CPU"}));
+  out.job = std::make_unique<training::Job>();
+  training::Job& job = *out.job;
+  MCC_ASSIGN_OR_RETURN(const training::TrainConfig train_config,
+                       flags::TrainConfigFromFlags());
+  MCC_RETURN_IF_ERROR(training::JoinWorld(
+      train_config, &job,
+      {Device::CPU(), "the inference engine runs on the CPU"}));
   job.config = config;
   job.context.tp_group = job.tp();
   job.context.sequence_parallel = false;
@@ -437,7 +444,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "serve: %s\n", std::string(s.message()).c_str());
     return mcc::serve::kFlagError;
   }
-  mcc::tools::ConfigureThreads();
+  mcc::training::ConfigureThreads(mcc::flags::TrainConfigFromFlags().value_or(
+      mcc::training::TrainConfig()));
   auto loaded = mcc::serve::Load();
   if (!loaded.ok()) {
     LOG(ERROR) << "serve: " << loaded.status().message();

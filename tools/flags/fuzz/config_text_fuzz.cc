@@ -15,7 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "glog/logging.h"
 #include "tools/flags/megatron_args.h"
-#include "tools/flags/train_config.pb.h"
+#include "training/train_config.pb.h"
 #include "tools/fuzz/fuzz_input.h"
 
 ABSL_FLAG(int32_t, num_layers, 2, "stand-in");
@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<std::string> parts = mcc::fuzz::SplitParts(data, size, 2);
   const std::set<std::string> explicitly_set = {"seed"};
   absl::Status s = mcc::flags::ApplyConfigText(
-      parts[0], "run.cfg", mcc::tools::TrainConfig(), explicitly_set);
+      parts[0], "run.cfg", mcc::training::TrainConfig(), explicitly_set);
   if (!s.ok()) {
     CHECK(absl::string_view(s.message()).find("run.cfg") !=
           absl::string_view::npos)

@@ -1,4 +1,4 @@
-#include "tools/timeline_profile.h"
+#include "training/timeline_profile.h"
 
 #include <filesystem>
 #include <utility>
@@ -12,7 +12,7 @@
 #include "observability/trace.h"
 
 namespace mcc {
-namespace tools {
+namespace training {
 
 absl::StatusOr<std::set<int>> ParseProfileRanks(const std::string& text,
                                                 int world_size) {
@@ -142,5 +142,5 @@ absl::Status TimelineProfile::Stop() {
   return absl::OkStatus();
 }
 
-}  // namespace tools
+}  // namespace training
 }  // namespace mcc

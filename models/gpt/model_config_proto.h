@@ -1,5 +1,5 @@
-#ifndef TOOLS_MODEL_CONFIG_PROTO_H_
-#define TOOLS_MODEL_CONFIG_PROTO_H_
+#ifndef MODELS_GPT_MODEL_CONFIG_PROTO_H_
+#define MODELS_GPT_MODEL_CONFIG_PROTO_H_
 
 #include <string>
 
@@ -9,7 +9,7 @@
 #include "models/gpt/gpt_config.h"
 
 namespace mcc {
-namespace tools {
+namespace gpt {
 
 // The GPT configuration as checkpoint metadata stores it, and back. The
 // checkpoint records the true vocabulary (its tensors hold only those rows);
@@ -29,7 +29,7 @@ absl::Status CheckConfigFitsCheckpoint(const gpt::GPTConfig& config,
                                        int64_t checkpoint_bytes,
                                        const std::string& path);
 
-}  // namespace tools
+}  // namespace gpt
 }  // namespace mcc
 
-#endif  // TOOLS_MODEL_CONFIG_PROTO_H_
+#endif  // MODELS_GPT_MODEL_CONFIG_PROTO_H_

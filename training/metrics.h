@@ -1,5 +1,5 @@
-#ifndef TOOLS_TRAINING_METRICS_H_
-#define TOOLS_TRAINING_METRICS_H_
+#ifndef TRAINING_METRICS_H_
+#define TRAINING_METRICS_H_
 
 #include <cstdint>
 #include <fstream>
@@ -12,7 +12,7 @@
 #include "models/gpt/gpt_config.h"
 
 namespace mcc {
-namespace tools {
+namespace training {
 
 // Model FLOPs of one training token (forward and backward, 3x forward) as
 // Megatron counts them: the GEMMs of every layer, attention scores over
@@ -77,7 +77,7 @@ class MetricsLogger {
   std::ofstream metrics_;
 };
 
-}  // namespace tools
+}  // namespace training
 }  // namespace mcc
 
-#endif  // TOOLS_TRAINING_METRICS_H_
+#endif  // TRAINING_METRICS_H_

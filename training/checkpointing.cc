@@ -1,4 +1,4 @@
-#include "tools/training_checkpoint.h"
+#include "training/checkpointing.h"
 
 #include <algorithm>
 #include <cstring>
@@ -10,11 +10,11 @@
 #include "core/checked_math.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
+#include "models/gpt/model_config_proto.h"
 #include "parallel/mappings.h"
-#include "tools/model_config_proto.h"
 
 namespace mcc {
-namespace tools {
+namespace training {
 namespace {
 
 constexpr char kRngKey[] = "dropout_forward_calls";
@@ -296,5 +296,5 @@ absl::Status LoadOptimizerCheckpoint(const std::string& dir, const Job& job,
   return absl::OkStatus();
 }
 
-}  // namespace tools
+}  // namespace training
 }  // namespace mcc

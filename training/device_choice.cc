@@ -1,4 +1,4 @@
-#include "tools/device_choice.h"
+#include "training/device_choice.h"
 
 #include <cuda_runtime.h>
 
@@ -8,7 +8,7 @@
 #include "core/tensor.h"
 
 namespace mcc {
-namespace tools {
+namespace training {
 namespace {
 
 // Only a build that links //core/testing:test_device knows the test device.
@@ -94,5 +94,5 @@ absl::StatusOr<DeviceChoice> ChooseDevice(const std::string& value) {
   return choice;
 }
 
-}  // namespace tools
+}  // namespace training
 }  // namespace mcc

@@ -1,11 +1,11 @@
-#include "tools/comm_dist_context.h"
+#include "training/comm_dist_context.h"
 
 #include <cstring>
 
 #include "core/status_macros.h"
 
 namespace mcc {
-namespace tools {
+namespace training {
 
 DistContext MakeDistContext(comm::ProcessGroup* group) {
   if (group == nullptr || group->size() == 1) return DistContext::Single();
@@ -47,5 +47,5 @@ DistContext MakeDistContext(comm::ProcessGroup* group) {
   return d;
 }
 
-}  // namespace tools
+}  // namespace training
 }  // namespace mcc

@@ -1,18 +1,18 @@
-#ifndef TOOLS_COMM_DIST_CONTEXT_H_
-#define TOOLS_COMM_DIST_CONTEXT_H_
+#ifndef TRAINING_COMM_DIST_CONTEXT_H_
+#define TRAINING_COMM_DIST_CONTEXT_H_
 
 #include "checkpoint/dist_context.h"
 #include "core/comm/process_group.h"
 
 namespace mcc {
-namespace tools {
+namespace training {
 
 // Checkpointing's collectives over a process group (its own group, so an
 // asynchronous save can run beside training's collectives). Null: one
 // process.
 DistContext MakeDistContext(comm::ProcessGroup* group);
 
-}  // namespace tools
+}  // namespace training
 }  // namespace mcc
 
-#endif  // TOOLS_COMM_DIST_CONTEXT_H_
+#endif  // TRAINING_COMM_DIST_CONTEXT_H_

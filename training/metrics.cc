@@ -1,4 +1,4 @@
-#include "tools/training_metrics.h"
+#include "training/metrics.h"
 
 #include <algorithm>
 #include <vector>
@@ -14,7 +14,7 @@
 #include "glog/logging.h"
 
 namespace mcc {
-namespace tools {
+namespace training {
 
 double TrainingFlopsPerToken(const gpt::GPTConfig& c) {
   const double h = static_cast<double>(c.hidden_size);
@@ -176,5 +176,5 @@ void MetricsLogger::Log(const IterationMetrics& m, const Timers* timers) {
   }
 }
 
-}  // namespace tools
+}  // namespace training
 }  // namespace mcc

@@ -1,5 +1,5 @@
-#ifndef TOOLS_TIMELINE_PROFILE_H_
-#define TOOLS_TIMELINE_PROFILE_H_
+#ifndef TRAINING_TIMELINE_PROFILE_H_
+#define TRAINING_TIMELINE_PROFILE_H_
 
 #include <cstdint>
 #include <functional>
@@ -14,7 +14,7 @@
 #include "observability/comm_trace.h"
 
 namespace mcc {
-namespace tools {
+namespace training {
 
 // train --profile: which steps and ranks record a timeline, and where.
 struct TimelineProfileConfig {
@@ -78,7 +78,7 @@ class TimelineProfile {
   bool recording_ = false;
 };
 
-}  // namespace tools
+}  // namespace training
 }  // namespace mcc
 
-#endif  // TOOLS_TIMELINE_PROFILE_H_
+#endif  // TRAINING_TIMELINE_PROFILE_H_

@@ -1,5 +1,5 @@
-#ifndef TOOLS_DEVICE_CHOICE_H_
-#define TOOLS_DEVICE_CHOICE_H_
+#ifndef TRAINING_DEVICE_CHOICE_H_
+#define TRAINING_DEVICE_CHOICE_H_
 
 // What --device (tools/flags/device_flag.h) means for train and eval: where
 // the model's parameters, the optimizer state, the batches and the loss
@@ -17,7 +17,7 @@
 #include "core/device.h"
 
 namespace mcc {
-namespace tools {
+namespace training {
 
 struct DeviceChoice {
   Device device;
@@ -35,7 +35,7 @@ absl::Status CheckDevice(const std::string& value);
 // than GPUs (NCCL needs a GPU per process).
 absl::StatusOr<DeviceChoice> ChooseDevice(const std::string& value);
 
-}  // namespace tools
+}  // namespace training
 }  // namespace mcc
 
-#endif  // TOOLS_DEVICE_CHOICE_H_
+#endif  // TRAINING_DEVICE_CHOICE_H_

@@ -1,5 +1,5 @@
-#ifndef TOOLS_TRAINING_CHECKPOINT_H_
-#define TOOLS_TRAINING_CHECKPOINT_H_
+#ifndef TRAINING_CHECKPOINTING_H_
+#define TRAINING_CHECKPOINTING_H_
 
 #include <cstdint>
 #include <optional>
@@ -13,10 +13,10 @@
 #include "core/parameter.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
-#include "tools/job.h"
+#include "training/job.h"
 
 namespace mcc {
-namespace tools {
+namespace training {
 
 // What a training run resumes from besides the tensors.
 struct TrainingProgress {
@@ -68,7 +68,7 @@ absl::StatusOr<TrainingProgress> LoadModelCheckpoint(const std::string& dir,
 absl::Status LoadOptimizerCheckpoint(const std::string& dir, const Job& job,
                                      optim::Optimizer* optimizer);
 
-}  // namespace tools
+}  // namespace training
 }  // namespace mcc
 
-#endif  // TOOLS_TRAINING_CHECKPOINT_H_
+#endif  // TRAINING_CHECKPOINTING_H_

@@ -1,4 +1,4 @@
-#include "tools/job.h"
+#include "training/job.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +10,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/comm/env.h"
@@ -20,12 +19,10 @@
 #include "data/default_corpus.h"
 #include "data/mock_dataset.h"
 #include "glog/logging.h"
-#include "tools/flags/training_flags.h"
-
-ABSL_DECLARE_FLAG(int32_t, num_threads);
+#include "training/model_from_config.h"
 
 namespace mcc {
-namespace tools {
+namespace training {
 namespace {
 
 bool FileExists(const std::string& path) {
@@ -80,10 +77,10 @@ void UsePassiveOpenMpWait() {
 
 }  // namespace
 
-void ConfigureThreads() {
+void ConfigureThreads(const TrainConfig& train_config) {
   UsePassiveOpenMpWait();
-  if (absl::GetFlag(FLAGS_num_threads) > 0) {
-    ThreadPool::SetGlobalThreads(absl::GetFlag(FLAGS_num_threads));
+  if (train_config.num_threads() > 0) {
+    ThreadPool::SetGlobalThreads(train_config.num_threads());
     return;
   }
   if (std::getenv("MCC_NUM_THREADS") != nullptr ||
@@ -99,8 +96,9 @@ void ConfigureThreads() {
   setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
 }
 
-absl::StatusOr<absl::Duration> DistributedTimeoutFromFlags() {
-  const double minutes = absl::GetFlag(FLAGS_distributed_timeout_minutes);
+absl::StatusOr<absl::Duration> DistributedTimeoutFromConfig(
+    const TrainConfig& train_config) {
+  const double minutes = train_config.distributed_timeout_minutes();
   // Past a year it is a typo or an overflow, not a timeout.
   if (!(minutes > 0) || minutes > 365 * 24 * 60) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -111,32 +109,32 @@ absl::StatusOr<absl::Duration> DistributedTimeoutFromFlags() {
   return absl::Seconds(minutes * 60);
 }
 
-absl::Status CheckFlagsBeforeLaunch(int world_size) {
-  MCC_RETURN_IF_ERROR(DistributedTimeoutFromFlags().status());
-  const int tp = absl::GetFlag(FLAGS_tensor_model_parallel_size);
-  const int pp = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
-  const int cp = absl::GetFlag(FLAGS_context_parallel_size);
+absl::Status CheckConfigBeforeLaunch(const TrainConfig& train_config,
+                                     int world_size) {
+  MCC_RETURN_IF_ERROR(DistributedTimeoutFromConfig(train_config).status());
+  const int tp = train_config.tensor_model_parallel_size();
+  const int pp = train_config.pipeline_model_parallel_size();
+  const int cp = train_config.context_parallel_size();
   MCC_RETURN_IF_ERROR(
       parallel::RankLayout::Create(world_size, {tp, pp, cp}).status());
-  if (absl::GetFlag(FLAGS_micro_batch_size) <= 0) {
+  if (train_config.micro_batch_size() <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--micro-batch-size must be positive, got ",
-                     absl::GetFlag(FLAGS_micro_batch_size)));
+                     train_config.micro_batch_size()));
   }
   int64_t vocab = 257;
-  if (absl::GetFlag(FLAGS_mock_data)) {
-    if (absl::GetFlag(FLAGS_vocab_size) > 0)
-      vocab = absl::GetFlag(FLAGS_vocab_size);
+  if (train_config.mock_data()) {
+    if (train_config.vocab_size() > 0) vocab = train_config.vocab_size();
   } else {
     MCC_ASSIGN_OR_RETURN(
         auto tokenizer,
         data::CreateTokenizer(
-            absl::GetFlag(FLAGS_tokenizer_type),
-            data::TokenizerFiles{absl::GetFlag(FLAGS_vocab_file),
-                                 absl::GetFlag(FLAGS_merge_file),
-                                 absl::GetFlag(FLAGS_tokenizer_model)}));
+            train_config.tokenizer_type(),
+            data::TokenizerFiles{train_config.vocab_file(),
+                                 train_config.merge_file(),
+                                 train_config.tokenizer_model()}));
     vocab = tokenizer->vocab_size();
-    const std::string path = absl::GetFlag(FLAGS_data_path);
+    const std::string path = train_config.data_path();
     if (!path.empty()) {
       MCC_ASSIGN_OR_RETURN(data::Blend blend, data::ParseDataPath(path));
       for (const std::string& prefix : blend.prefixes) {
@@ -148,13 +146,14 @@ absl::Status CheckFlagsBeforeLaunch(int world_size) {
         }
       }
     }
-    MCC_RETURN_IF_ERROR(data::ParseSplit(absl::GetFlag(FLAGS_split)).status());
+    MCC_RETURN_IF_ERROR(data::ParseSplit(train_config.split()).status());
   }
-  MCC_RETURN_IF_ERROR(flags::PipelineConfigFromFlags().status());
-  return flags::GPTConfigFromFlags(vocab).status();
+  MCC_RETURN_IF_ERROR(PipelineConfigFromConfig(train_config).status());
+  return GPTConfigFromConfig(train_config, vocab).status();
 }
 
-absl::Status JoinWorld(Job* job, DeviceChoice device) {
+absl::Status JoinWorld(const TrainConfig& train_config, Job* job,
+                       DeviceChoice device) {
   job->device = std::move(device);
   auto env = comm::DistEnvFromEnvironment();
   if (env.ok() && env->world_size > 1) {
@@ -162,7 +161,8 @@ absl::Status JoinWorld(Job* job, DeviceChoice device) {
               << job->device.device.ToString() << " (" << job->device.reason
               << ")";
     comm::GroupOptions options;
-    MCC_ASSIGN_OR_RETURN(options.timeout, DistributedTimeoutFromFlags());
+    MCC_ASSIGN_OR_RETURN(options.timeout,
+                         DistributedTimeoutFromConfig(train_config));
     // gloo for host tensors and barriers; for a device that is not the
     // host, a device world beside it (NCCL for CUDA).
     MCC_ASSIGN_OR_RETURN(comm::World world,
@@ -180,9 +180,9 @@ absl::Status JoinWorld(Job* job, DeviceChoice device) {
     MCC_ASSIGN_OR_RETURN(job->state,
                          parallel::ParallelState::Create(
                              job->world->group,
-                             {absl::GetFlag(FLAGS_tensor_model_parallel_size),
-                              absl::GetFlag(FLAGS_pipeline_model_parallel_size),
-                              absl::GetFlag(FLAGS_context_parallel_size)},
+                             {train_config.tensor_model_parallel_size(),
+                              train_config.pipeline_model_parallel_size(),
+                              train_config.context_parallel_size()},
                              job->world->device_group));
     if (job->is_logging_rank()) LOG(INFO) << job->state->ToString();
   } else {
@@ -192,45 +192,47 @@ absl::Status JoinWorld(Job* job, DeviceChoice device) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Job>> SetupJob(DeviceChoice device) {
+absl::StatusOr<std::unique_ptr<Job>> SetupJob(const TrainConfig& train_config,
+                                              DeviceChoice device) {
   auto job = std::make_unique<Job>();
-  MCC_RETURN_IF_ERROR(JoinWorld(job.get(), std::move(device)));
-  if (absl::GetFlag(FLAGS_mock_data)) {
-    job->vocab_size = absl::GetFlag(FLAGS_vocab_size) > 0
-                          ? absl::GetFlag(FLAGS_vocab_size)
-                          : 257;
+  MCC_RETURN_IF_ERROR(JoinWorld(train_config, job.get(), std::move(device)));
+  if (train_config.mock_data()) {
+    job->vocab_size =
+        train_config.vocab_size() > 0 ? train_config.vocab_size() : 257;
   } else {
     MCC_ASSIGN_OR_RETURN(
         job->tokenizer,
         data::CreateTokenizer(
-            absl::GetFlag(FLAGS_tokenizer_type),
-            data::TokenizerFiles{absl::GetFlag(FLAGS_vocab_file),
-                                 absl::GetFlag(FLAGS_merge_file),
-                                 absl::GetFlag(FLAGS_tokenizer_model)}));
+            train_config.tokenizer_type(),
+            data::TokenizerFiles{train_config.vocab_file(),
+                                 train_config.merge_file(),
+                                 train_config.tokenizer_model()}));
     job->vocab_size = job->tokenizer->vocab_size();
   }
-  MCC_ASSIGN_OR_RETURN(job->config, flags::GPTConfigFromFlags(job->vocab_size));
+  MCC_ASSIGN_OR_RETURN(job->config,
+                       GPTConfigFromConfig(train_config, job->vocab_size));
   job->context.tp_group = job->tp();
-  job->context.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
+  job->context.sequence_parallel = train_config.sequence_parallel();
   job->context.cp_group = job->cp();
-  MCC_ASSIGN_OR_RETURN(job->context.cp_comm_type, flags::CpCommTypeFromFlags());
+  MCC_ASSIGN_OR_RETURN(job->context.cp_comm_type,
+                       CpCommTypeFromConfig(train_config));
   if (job->cp() != nullptr && job->is_logging_rank()) {
     LOG(INFO) << "context parallelism: each sequence in "
               << 2 * job->cp()->size() << " chunks over " << job->cp()->size()
-              << " ranks, attention by " << absl::GetFlag(FLAGS_cp_comm_type)
+              << " ranks, attention by " << train_config.cp_comm_type()
               << (job->context.cp_comm_type ==
                           parallel::LayerContext::CpCommType::kP2P
                       ? " (ring: K/V around the CP ring)"
                       : " (all-to-all over heads)");
   }
-  job->context.dtype = absl::GetFlag(FLAGS_bf16)   ? DType::kBFloat16
-                       : absl::GetFlag(FLAGS_fp16) ? DType::kFloat16
-                                                   : DType::kFloat32;
+  job->context.dtype = train_config.bf16()   ? DType::kBFloat16
+                       : train_config.fp16() ? DType::kFloat16
+                                             : DType::kFloat32;
   job->context.seed = job->config.seed;
   // Parameters, gradients, optimizer state and activations live there;
   // the model stages each micro-batch there.
   job->context.device = job->device.device;
-  MCC_ASSIGN_OR_RETURN(job->pipeline, flags::PipelineConfigFromFlags());
+  MCC_ASSIGN_OR_RETURN(job->pipeline, PipelineConfigFromConfig(train_config));
   MCC_ASSIGN_OR_RETURN(job->model,
                        gpt::StageModel::Create(job->config, job->context,
                                                job->pipeline, job->pp_rank()));
@@ -243,17 +245,18 @@ std::string DefaultRunDir() {
 }
 
 absl::StatusOr<std::array<std::shared_ptr<const data::SampleDataset>, 3>>
-BuildDatasets(const Job& job, const std::array<int64_t, 3>& samples) {
+BuildDatasets(const TrainConfig& train_config, const Job& job,
+              const std::array<int64_t, 3>& samples) {
   std::array<std::shared_ptr<const data::SampleDataset>, 3> out;
   const int64_t seq = job.config.seq_length;
-  if (absl::GetFlag(FLAGS_mock_data)) {
+  if (train_config.mock_data()) {
     for (int i = 0; i < 3; ++i) {
       out[i] = std::make_shared<data::MockDataset>(
           samples[i], seq, job.vocab_size, job.config.seed + 1000 * i);
     }
     return out;
   }
-  std::string path = absl::GetFlag(FLAGS_data_path);
+  std::string path = train_config.data_path();
   if (path.empty()) {
     MCC_ASSIGN_OR_RETURN(path,
                          data::EnsureDefaultCorpus(DefaultRunDir() + "/data"));
@@ -262,17 +265,17 @@ BuildDatasets(const Job& job, const std::array<int64_t, 3>& samples) {
   data::GPTDatasetConfig config;
   config.sequence_length = static_cast<int32_t>(seq);
   config.random_seed = static_cast<uint32_t>(job.config.seed);
-  if (!absl::GetFlag(FLAGS_data_cache_path).empty()) {
-    config.path_to_cache = absl::GetFlag(FLAGS_data_cache_path);
+  if (!train_config.data_cache_path().empty()) {
+    config.path_to_cache = train_config.data_cache_path();
   }
   data::RankSync sync;
   sync.rank = [&job] { return job.rank; };
   sync.barrier = [&job] { return job.Barrier(); };
   std::array<std::optional<int64_t>, 3> sizes;
   for (int i = 0; i < 3; ++i) sizes[i] = samples[i];
-  return data::BuildGPTDatasets(blend, absl::GetFlag(FLAGS_split), sizes,
-                                config, sync);
+  return data::BuildGPTDatasets(blend, train_config.split(), sizes, config,
+                                sync);
 }
 
-}  // namespace tools
+}  // namespace training
 }  // namespace mcc

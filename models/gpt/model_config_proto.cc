@@ -1,4 +1,4 @@
-#include "tools/model_config_proto.h"
+#include "models/gpt/model_config_proto.h"
 
 #include <utility>
 
@@ -6,7 +6,7 @@
 #include "absl/strings/str_format.h"
 
 namespace mcc {
-namespace tools {
+namespace gpt {
 
 checkpoint::ModelConfig ToProto(const gpt::GPTConfig& c, DType dtype) {
   checkpoint::ModelConfig p;
@@ -96,5 +96,5 @@ absl::Status CheckConfigFitsCheckpoint(const gpt::GPTConfig& config,
   return absl::OkStatus();
 }
 
-}  // namespace tools
+}  // namespace gpt
 }  // namespace mcc

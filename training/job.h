@@ -1,5 +1,5 @@
-#ifndef TOOLS_JOB_H_
-#define TOOLS_JOB_H_
+#ifndef TRAINING_JOB_H_
+#define TRAINING_JOB_H_
 
 #include <array>
 #include <memory>
@@ -14,13 +14,14 @@
 #include "models/gpt/stage_model.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layer_split.h"
-#include "tools/device_choice.h"
+#include "training/device_choice.h"
+#include "training/train_config.pb.h"
 
 namespace mcc {
-namespace tools {
+namespace training {
 
-// What the train and eval binaries share: where this process sits, its
-// groups, the tokenizer and the model, all from the flags.
+// What a training run and evaluation share: where this process sits, its
+// groups, the tokenizer and the model, all from the TrainConfig.
 struct Job {
   int rank = 0;
   int world_size = 1;
@@ -69,14 +70,17 @@ struct Job {
   absl::Status Barrier() const;
 };
 
-// --distributed-timeout-minutes as a duration; InvalidArgument naming the
+// distributed_timeout_minutes as a duration; InvalidArgument naming the
 // flag when it is not positive.
-absl::StatusOr<absl::Duration> DistributedTimeoutFromFlags();
+absl::StatusOr<absl::Duration> DistributedTimeoutFromConfig(
+    const TrainConfig& train_config);
 
-// Everything that can be checked before any process group forms: the flags
-// against each other and the world size from the launcher's environment,
-// the tokenizer files and the data paths. Errors name the flag at fault.
-absl::Status CheckFlagsBeforeLaunch(int world_size);
+// Everything that can be checked before any process group forms: the
+// settings against each other and the world size from the launcher's
+// environment, the tokenizer files and the data paths. Errors name the flag
+// at fault.
+absl::Status CheckConfigBeforeLaunch(const TrainConfig& train_config,
+                                     int world_size);
 
 // The world size the launcher's environment describes (1 without one).
 int WorldSizeFromEnvironment();
@@ -84,29 +88,32 @@ int WorldSizeFromEnvironment();
 // Whether this process is rank 0 (or alone): it prints warnings about flags.
 bool IsFirstRank();
 
-// Splits the CPU cores among the local ranks unless --num-threads is given.
-void ConfigureThreads();
+// Splits the CPU cores among the local ranks unless num_threads is given.
+void ConfigureThreads(const TrainConfig& train_config);
 
 // Sets job->device and, under a launcher (world size above 1), joins the
 // world and creates the groups of the flags' layout into *job, each with a
 // device twin when the device is not the host (NCCL for CUDA). A single
 // process stays alone. Logs the device and why it was chosen.
-absl::Status JoinWorld(Job* job, DeviceChoice device);
+absl::Status JoinWorld(const TrainConfig& train_config, Job* job,
+                       DeviceChoice device);
 
 // Joins the world (JoinWorld), creates the groups, the tokenizer and the
 // model on `device`.
-absl::StatusOr<std::unique_ptr<Job>> SetupJob(DeviceChoice device);
+absl::StatusOr<std::unique_ptr<Job>> SetupJob(const TrainConfig& train_config,
+                                              DeviceChoice device);
 
 // Where runs without --save or --data-path keep their files: the workspace
 // (under `bazel run`) or the current directory, plus "runs/default".
 std::string DefaultRunDir();
 
-// Train, valid and test datasets from --data-path (or the embedded corpus,
-// or --mock-data), sized for `samples` per split as Megatron sizes them.
+// Train, valid and test datasets from data_path (or the embedded corpus,
+// or mock_data), sized for `samples` per split as Megatron sizes them.
 absl::StatusOr<std::array<std::shared_ptr<const data::SampleDataset>, 3>>
-BuildDatasets(const Job& job, const std::array<int64_t, 3>& samples);
+BuildDatasets(const TrainConfig& train_config, const Job& job,
+              const std::array<int64_t, 3>& samples);
 
-}  // namespace tools
+}  // namespace training
 }  // namespace mcc
 
-#endif  // TOOLS_JOB_H_
+#endif  // TRAINING_JOB_H_

@@ -1,13 +1,13 @@
 // A stored model config is checked against what its checkpoint's files can
 // hold before the model it describes is allocated.
-#include "tools/model_config_proto.h"
+#include "models/gpt/model_config_proto.h"
 
 #include <string>
 
 #include "gtest/gtest.h"
 
 namespace mcc {
-namespace tools {
+namespace gpt {
 namespace {
 
 gpt::GPTConfig Small() {
@@ -51,5 +51,5 @@ TEST(CheckConfigFitsCheckpointTest, SizesMustBePositive) {
 }
 
 }  // namespace
-}  // namespace tools
+}  // namespace gpt
 }  // namespace mcc

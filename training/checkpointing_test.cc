@@ -2,7 +2,7 @@
 // padding; checkpoints written before the padding left the model (their
 // vocabulary tensors hold the padded rows) still load, and a vocabulary
 // tensor that is neither is refused naming the checkpoint.
-#include "tools/training_checkpoint.h"
+#include "training/checkpointing.h"
 
 #include <cstdlib>
 #include <string>
@@ -12,10 +12,10 @@
 #include "checkpoint/checkpoint_writer.h"
 #include "gtest/gtest.h"
 #include "models/gpt/gpt_model.h"
-#include "tools/model_config_proto.h"
+#include "models/gpt/model_config_proto.h"
 
 namespace mcc {
-namespace tools {
+namespace training {
 namespace {
 
 constexpr char kEmbedding[] = "embedding.word_embeddings.weight";
@@ -146,5 +146,5 @@ TEST(TrainingCheckpointTest, CheckpointsWithPaddedRowsLoadWithoutThem) {
 }
 
 }  // namespace
-}  // namespace tools
+}  // namespace training
 }  // namespace mcc

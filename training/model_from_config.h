@@ -1,0 +1,35 @@
+#ifndef TRAINING_MODEL_FROM_CONFIG_H_
+#define TRAINING_MODEL_FROM_CONFIG_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "models/gpt/gpt_config.h"
+#include "parallel/linear.h"
+#include "parallel/pipeline/layer_split.h"
+#include "training/train_config.pb.h"
+
+// The model and its layout that a TrainConfig describes. Errors name the
+// Megatron flag (the field of the same name) at fault.
+
+namespace mcc {
+namespace training {
+
+// The GPT for a tokenizer vocabulary of vocab_size; the model pads it for
+// TP (GPTConfig::padded_vocab_size, from make_vocab_size_divisible_by).
+absl::StatusOr<gpt::GPTConfig> GPTConfigFromConfig(const TrainConfig& config,
+                                                   int64_t vocab_size);
+
+// How num_layers splits over pipeline_model_parallel_size stages (and
+// virtual stages), checked.
+absl::StatusOr<pipeline::PipelineConfig> PipelineConfigFromConfig(
+    const TrainConfig& config);
+
+// cp_comm_type: p2p or a2a.
+absl::StatusOr<parallel::LayerContext::CpCommType> CpCommTypeFromConfig(
+    const TrainConfig& config);
+
+}  // namespace training
+}  // namespace mcc
+
+#endif  // TRAINING_MODEL_FROM_CONFIG_H_

@@ -1,0 +1,231 @@
+#include "training/run_options.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "parallel/fsdp/sharding_strategy.h"
+#include "parallel/pipeline/pipeline_executor.h"
+#include "training/device_choice.h"
+#include "training/job.h"
+#include "training/model_from_config.h"
+
+namespace mcc {
+namespace training {
+
+bool CheckpointOptions::ShouldSave(int64_t iteration,
+                                   int64_t train_iters) const {
+  if (save.empty()) return false;
+  if (iteration == train_iters) return true;
+  return save_interval > 0 && iteration % save_interval == 0;
+}
+
+absl::StatusOr<CheckpointOptions> CheckpointOptionsFromConfig(
+    const TrainConfig& config) {
+  CheckpointOptions f;
+  f.save = config.save();
+  f.save_interval = config.save_interval();
+  f.load = config.load();
+  f.async_save = config.async_save();
+  f.keep_last = config.keep_last();
+  f.no_load_rng = config.no_load_rng();
+  f.no_load_optim = config.no_load_optim();
+  f.continue_on_save_failure = config.continue_on_save_failure();
+  if (f.save_interval < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--save-interval ", f.save_interval, " is negative"));
+  }
+  if (f.save_interval > 0 && f.save.empty()) {
+    return absl::InvalidArgumentError("--save-interval needs --save DIR");
+  }
+  if (f.keep_last < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--keep-last ", f.keep_last, " is negative"));
+  }
+  if (f.async_save && f.save.empty()) {
+    return absl::InvalidArgumentError("--async-save needs --save DIR");
+  }
+  if (f.continue_on_save_failure && f.save.empty()) {
+    return absl::InvalidArgumentError(
+        "--continue-on-save-failure needs --save DIR");
+  }
+  return f;
+}
+
+// --profile and its window, checked (errors name the flag).
+absl::StatusOr<TimelineProfileConfig> TimelineProfileFromConfig(
+    const TrainConfig& config, int world_size) {
+  TimelineProfileConfig c;
+  c.enabled = config.profile();
+  c.start = config.profile_step_start();
+  c.end = config.profile_step_end();
+  c.dir = config.profile_dir();
+  if (!c.enabled) return c;
+  MCC_ASSIGN_OR_RETURN(c.ranks,
+                       ParseProfileRanks(config.profile_ranks(), world_size));
+  MCC_RETURN_IF_ERROR(CheckTimelineProfile(c, config.train_iters()));
+  return c;
+}
+
+absl::StatusOr<Batching> PlanBatches(const TrainConfig& config, int dp) {
+  Batching b;
+  const int64_t mbs = config.micro_batch_size();
+  b.global_batch =
+      config.global_batch_size() > 0 ? config.global_batch_size() : mbs * dp;
+  if (b.global_batch % (mbs * dp) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--global-batch-size (", b.global_batch,
+                     ") is not divisible by --micro-batch-size (", mbs,
+                     ") x data-parallel size (", dp, ")"));
+  }
+  b.num_microbatches = static_cast<int>(b.global_batch / (mbs * dp));
+  return b;
+}
+
+absl::StatusOr<optim::OptimizerConfig> OptimizerConfigFromConfig(
+    const TrainConfig& config) {
+  optim::OptimizerConfig c;
+  const std::string type = config.optimizer();
+  if (type == "adam" || type == "adamw") {
+    c.type = optim::OptimizerType::kAdam;
+  } else if (type == "sgd") {
+    c.type = optim::OptimizerType::kSgd;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer: '", type, "' is not adam or sgd"));
+  }
+  c.weight_decay = config.weight_decay();
+  c.adam_beta1 = config.adam_beta1();
+  c.adam_beta2 = config.adam_beta2();
+  c.adam_eps = config.adam_eps();
+  c.sgd_momentum = config.sgd_momentum();
+  c.clip_grad = config.clip_grad();
+  c.log_num_zeros_in_grad = config.log_num_zeros_in_grad();
+  c.loss_scaling = config.fp16();
+  c.loss_scaler.initial_scale = config.initial_loss_scale();
+  c.loss_scaler.min_scale = config.min_loss_scale();
+  c.loss_scaler.growth_interval = config.loss_scale_window();
+  c.loss_scaler.hysteresis = config.hysteresis();
+  c.loss_scaler.static_scale = config.loss_scale();
+  if (c.loss_scaling && c.loss_scaler.static_scale <= 0 &&
+      !(c.loss_scaler.min_scale > 0 &&
+        c.loss_scaler.min_scale <= c.loss_scaler.initial_scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--min-loss-scale (", c.loss_scaler.min_scale,
+                     ") must be positive and at most --initial-loss-scale (",
+                     c.loss_scaler.initial_scale, ")"));
+  }
+  return c;
+}
+
+absl::StatusOr<optim::LrSchedule> ScheduleFromConfig(
+    const TrainConfig& config) {
+  optim::LrScheduleConfig c;
+  c.lr = config.lr();
+  c.min_lr = std::min(config.min_lr(), c.lr);
+  c.warmup_iters = config.lr_warmup_iters();
+  c.warmup_fraction = config.lr_warmup_fraction();
+  c.decay_iters = config.lr_decay_iters() > 0 ? config.lr_decay_iters()
+                                              : config.train_iters();
+  MCC_ASSIGN_OR_RETURN(c.decay_style,
+                       optim::ParseLrDecayStyle(config.lr_decay_style()));
+  return optim::LrSchedule::Create(c);
+}
+
+absl::StatusOr<ExitOptions> ExitOptionsFromConfig(const TrainConfig& config) {
+  ExitOptions options;
+  options.on_signal = config.exit_signal_handler();
+  const double minutes = config.exit_duration_in_mins();
+  if (!(minutes >= 0) || minutes > 365 * 24 * 60) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--exit-duration-in-mins must be 0 (none) or positive and at most a "
+        "year, got ",
+        minutes));
+  }
+  if (minutes > 0) options.max_duration = absl::Seconds(minutes * 60);
+  options.interval = config.exit_interval();
+  if (options.interval < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--exit-interval must be 0 (none) or positive, got ",
+                     options.interval));
+  }
+  return options;
+}
+
+absl::StatusOr<std::optional<RerunCheckOptions>> RerunCheckOptionsFromConfig(
+    const TrainConfig& config) {
+  const std::string mode = config.rerun_mode();
+  if (mode != "disabled" && mode != "validate_results") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rerun-mode must be disabled or validate_results, got '", mode, "'",
+        mode == "report_stats" ? " (report_stats is not built here)" : ""));
+  }
+  RerunCheckOptions options;
+  options.check_spiky_loss = config.check_for_spiky_loss();
+  options.check_large_grads = config.check_for_large_grads();
+  options.spike_factor = config.spiky_loss_factor();
+  if (!(options.spike_factor > 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--spiky-loss-factor must be above 1, got ", options.spike_factor));
+  }
+  options.injection_rate = config.error_injection_rate();
+  if (options.injection_rate < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--error-injection-rate must be 0 (none) or positive, "
+                     "got ",
+                     options.injection_rate));
+  }
+  MCC_ASSIGN_OR_RETURN(options.injection,
+                       ParseInjection(config.error_injection_type()));
+  if (mode == "disabled") return std::nullopt;
+  return options;
+}
+
+absl::Status CheckStragglerOptions(const TrainConfig& config) {
+  if (config.straggler_minmax_count() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--straggler-minmax-count must be at least 1, got ",
+                     config.straggler_minmax_count()));
+  }
+  if (!(config.straggler_threshold() > 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--straggler-threshold must be above 1, got ",
+                     config.straggler_threshold()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTrainConfig(const TrainConfig& config, int world_size) {
+  MCC_RETURN_IF_ERROR(ExitOptionsFromConfig(config).status());
+  MCC_RETURN_IF_ERROR(CheckStragglerOptions(config));
+  MCC_RETURN_IF_ERROR(RerunCheckOptionsFromConfig(config).status());
+  MCC_RETURN_IF_ERROR(CheckDevice(config.device()));
+  MCC_RETURN_IF_ERROR(CheckConfigBeforeLaunch(config, world_size));
+  const int model_parallel = config.tensor_model_parallel_size() *
+                             config.pipeline_model_parallel_size() *
+                             config.context_parallel_size();
+  MCC_ASSIGN_OR_RETURN(Batching batching,
+                       PlanBatches(config, world_size / model_parallel));
+  MCC_ASSIGN_OR_RETURN(pipeline::PipelineConfig split,
+                       PipelineConfigFromConfig(config));
+  MCC_RETURN_IF_ERROR(
+      pipeline::ValidateMicroBatches(split, batching.num_microbatches));
+  MCC_RETURN_IF_ERROR(OptimizerConfigFromConfig(config).status());
+  MCC_RETURN_IF_ERROR(ScheduleFromConfig(config).status());
+  MCC_RETURN_IF_ERROR(
+      fsdp::ParseShardingStrategy(config.data_parallel_sharding_strategy())
+          .status());
+  MCC_RETURN_IF_ERROR(CheckpointOptionsFromConfig(config).status());
+  if (config.train_iters() <= 0) {
+    return absl::InvalidArgumentError("--train-iters must be positive");
+  }
+  if (config.log_interval() <= 0) {
+    return absl::InvalidArgumentError("--log-interval must be positive");
+  }
+  MCC_RETURN_IF_ERROR(TimelineProfileFromConfig(config, world_size).status());
+  return absl::OkStatus();
+}
+
+}  // namespace training
+}  // namespace mcc

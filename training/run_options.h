@@ -1,0 +1,76 @@
+#ifndef TRAINING_RUN_OPTIONS_H_
+#define TRAINING_RUN_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "training/exit_conditions.h"
+#include "training/rerun_check.h"
+#include "training/timeline_profile.h"
+#include "training/train_config.pb.h"
+
+// The options of each part of a training run, read from its TrainConfig and
+// checked. Every error names the Megatron flag (the field of the same name)
+// at fault, so a binary can print it as a flag error.
+
+namespace mcc {
+namespace training {
+
+// Saving and resuming: save, save_interval, load, async_save, keep_last,
+// no_load_rng, no_load_optim, continue_on_save_failure.
+struct CheckpointOptions {
+  std::string save;  // Directory to save into; empty: never save.
+  int64_t save_interval = 0;
+  std::string load;  // Directory to resume from; empty: start fresh.
+  bool async_save = false;
+  int keep_last = 0;  // 0 keeps every checkpoint.
+  bool no_load_rng = false;
+  bool no_load_optim = false;
+  // After a failed save: log it and train on (true), or stop (false).
+  bool continue_on_save_failure = false;
+
+  // Whether to save after `iteration` (also true at the last iteration when
+  // saving is on).
+  bool ShouldSave(int64_t iteration, int64_t train_iters) const;
+};
+absl::StatusOr<CheckpointOptions> CheckpointOptionsFromConfig(
+    const TrainConfig& config);
+
+// The global batch and how many micro-batches make it on each DP rank.
+struct Batching {
+  int64_t global_batch = 0;
+  int num_microbatches = 1;
+};
+// global_batch_size (0: micro_batch_size x dp) over `dp` data-parallel ranks.
+absl::StatusOr<Batching> PlanBatches(const TrainConfig& config, int dp);
+
+absl::StatusOr<optim::OptimizerConfig> OptimizerConfigFromConfig(
+    const TrainConfig& config);
+absl::StatusOr<optim::LrSchedule> ScheduleFromConfig(const TrainConfig& config);
+
+// exit_signal_handler, exit_duration_in_mins, exit_interval.
+absl::StatusOr<ExitOptions> ExitOptionsFromConfig(const TrainConfig& config);
+
+// The rerun check's options; nullopt with rerun_mode disabled.
+absl::StatusOr<std::optional<RerunCheckOptions>> RerunCheckOptionsFromConfig(
+    const TrainConfig& config);
+
+// straggler_minmax_count and straggler_threshold.
+absl::Status CheckStragglerOptions(const TrainConfig& config);
+
+// profile and its window over `world_size` ranks.
+absl::StatusOr<TimelineProfileConfig> TimelineProfileFromConfig(
+    const TrainConfig& config, int world_size);
+
+// Every check of the config that needs no process group, for a world of
+// `world_size` processes (the tokenizer files and data paths included).
+absl::Status CheckTrainConfig(const TrainConfig& config, int world_size);
+
+}  // namespace training
+}  // namespace mcc
+
+#endif  // TRAINING_RUN_OPTIONS_H_
