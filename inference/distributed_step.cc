@@ -133,6 +133,14 @@ absl::Status DistributedStepExecutor::Shutdown() {
   return BroadcastCommand(layout_.world, &command, &none);
 }
 
+std::unique_ptr<StepExecutor> MakeStepExecutor(ModelRunner* runner,
+                                               const StageLayout& layout) {
+  if (layout.world == nullptr) {
+    return std::make_unique<LocalStepExecutor>(runner);
+  }
+  return std::make_unique<DistributedStepExecutor>(runner, layout);
+}
+
 absl::Status FollowSteps(ModelRunner* runner, const StageLayout& layout) {
   while (true) {
     int64_t command = 0;

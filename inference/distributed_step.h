@@ -9,6 +9,7 @@
 // (a dead rank) is an error on every rank that waits on it, within the
 // groups' timeout: never a hang.
 
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -42,6 +43,12 @@ class DistributedStepExecutor : public StepExecutor {
   ModelRunner* runner_;
   StageLayout layout_;
 };
+
+// The executor world rank 0 hands its engine: the whole model in this
+// process without a world (LocalStepExecutor), else the job's ranks
+// (DistributedStepExecutor; the others run FollowSteps).
+std::unique_ptr<StepExecutor> MakeStepExecutor(ModelRunner* runner,
+                                               const StageLayout& layout);
 
 // On every other rank: runs the steps rank 0 broadcasts until it shuts
 // down (OK) or a collective fails (the error, naming the operation).

@@ -306,5 +306,29 @@ absl::Status Engine::RunSteps() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<GenerationEvent> GenerateOne(Engine* engine,
+                                            GenerationRequest request,
+                                            absl::Time* first_step_done) {
+  GenerationEvent result;
+  bool done = false;
+  auto id =
+      engine->Submit(std::move(request), [&](const GenerationEvent& event) {
+        if (!event.finished) return;
+        result = event;
+        done = true;
+      });
+  if (!id.ok()) return id.status();
+  for (int step = 0; !done; ++step) {
+    auto worked = engine->Step();
+    if (!worked.ok()) return worked.status();
+    if (step == 0 && first_step_done != nullptr) *first_step_done = absl::Now();
+    if (!*worked && !done) {
+      return absl::InternalError(
+          "the engine had nothing to run before the request finished");
+    }
+  }
+  return result;
+}
+
 }  // namespace inference
 }  // namespace mcc

@@ -102,6 +102,14 @@ class Engine {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // Run has returned.
 };
 
+// One request on an engine that no Run thread drives (eval's generation):
+// submits it and steps until it finishes. Returns its last event (tokens,
+// log-probabilities, finish reason); *first_step_done, when given, is when
+// the first step ended (the prefill, when one chunk holds the prompt).
+absl::StatusOr<GenerationEvent> GenerateOne(
+    Engine* engine, GenerationRequest request,
+    absl::Time* first_step_done = nullptr);
+
 }  // namespace inference
 }  // namespace mcc
 

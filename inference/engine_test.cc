@@ -1,9 +1,11 @@
-// The engine against the existing one-at-a-time generation (GPTModel's KV
-// cache), and against itself: batching, chunking and a full KV pool never
-// change a request's tokens or log-probabilities (bit for bit), serially
-// and under tensor parallelism in real processes.
+// The engine against the training model's forward pass (greedy argmax over
+// the whole prefix), and against itself: batching, chunking, a full KV pool
+// and full recompute (eval --no-kv-cache) never change a request's tokens
+// or log-probabilities (bit for bit), serially and under tensor
+// parallelism in real processes.
 #include "inference/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -85,11 +87,7 @@ absl::StatusOr<std::unique_ptr<Setup>> MakeSetup(const gpt::GPTConfig& config,
   }
   MCC_ASSIGN_OR_RETURN(InferenceWeights weights,
                        LoadInferenceWeights(*setup->model));
-  KvCacheShape shape;
-  shape.num_layers = config.num_layers;
-  shape.kv_heads = weights.local_groups;
-  shape.head_dim = config.head_dim();
-  shape.block_size = block_size;
+  const KvCacheShape shape = CacheShapeFor(weights, block_size);
   setup->runner = std::make_unique<ModelRunner>(
       std::move(weights), tp, PagedKvCache::WithBlocks(shape, blocks));
   setup->executor = std::make_unique<LocalStepExecutor>(setup->runner.get());
@@ -195,42 +193,38 @@ absl::StatusOr<std::vector<GenerationEvent>> Alone(
   return out;
 }
 
-// The existing generation: GPTModel's Prefill and DecodeStep, greedy.
+// The plainest greedy generation: the training model's forward pass over
+// the whole prefix (GPTModel::LastTokenLogits) for every token, argmax over
+// the tokenizer's 257 ids. Returns each step's logits.
 absl::StatusOr<std::vector<std::vector<float>>> ReferenceGreedy(
     gpt::GPTModel* model, std::vector<int64_t> tokens, int steps,
     std::vector<int64_t>* generated) {
   std::vector<std::vector<float>> all;
-  MCC_ASSIGN_OR_RETURN(
-      gpt::KvCache cache,
-      model->NewKvCache(1, static_cast<int64_t>(tokens.size()) + steps));
-  MCC_ASSIGN_OR_RETURN(
-      Tensor logits,
-      model->Prefill(
-          *Tensor::FromInts(tokens, {1, static_cast<int64_t>(tokens.size())}),
-          &cache));
   for (int i = 0; i < steps; ++i) {
-    all.push_back(logits.ToFloats());
-    std::mt19937_64 unused;
-    SamplingParams greedy;
-    greedy.temperature = 0;
-    const int64_t next = SampleToken(all.back().data(), 257, greedy, &unused);
-    generated->push_back(next);
-    if (i + 1 == steps) break;
     MCC_ASSIGN_OR_RETURN(
-        logits, model->DecodeStep(*Tensor::FromInts({next}, {1}), &cache));
+        Tensor logits, model->LastTokenLogits(*Tensor::FromInts(
+                           tokens, {1, static_cast<int64_t>(tokens.size())})));
+    all.push_back(logits.ToFloats());
+    const std::vector<float>& row = all.back();
+    const int64_t next =
+        std::max_element(row.begin(), row.begin() + 257) - row.begin();
+    generated->push_back(next);
+    tokens.push_back(next);
   }
   return all;
 }
 
-// The engine's greedy tokens for a chunked prompt equal GPTModel's KV-cache
-// generation (the model int8 too when asked), log-probabilities within
-// 1e-4: both fp32 throughout, summed in other orders (the kv_cache test's
-// 1e-5 relative bound on logits, as an absolute one on log-softmax).
-// Returns the engine's result.
-GenerationEvent ExpectGreedyMatchesTheKvCacheGeneration(
-    const gpt::GPTConfig& config, bool int8, std::unique_ptr<Setup>* kept) {
+// The engine's greedy tokens for a chunked prompt equal the forward-pass
+// argmax of the training model (the model int8 too when asked),
+// log-probabilities within 1e-4: both fp32 throughout, summed in other
+// orders. With `recompute_prefix` the engine recomputes the whole prefix
+// every step (eval --no-kv-cache). Returns the engine's result.
+GenerationEvent ExpectGreedyMatchesTheForwardPass(
+    const gpt::GPTConfig& config, bool int8, std::unique_ptr<Setup>* kept,
+    bool recompute_prefix = false) {
   SchedulerOptions chunked;
   chunked.prefill_chunk_size = 3;  // The prompt runs in chunks.
+  chunked.recompute_prefix = recompute_prefix;
   auto setup = MakeSetup(config, nullptr, chunked, 64, 4, int8);
   EXPECT_TRUE(setup.ok()) << setup.status();
   if (!setup.ok()) return {};
@@ -256,24 +250,93 @@ GenerationEvent ExpectGreedyMatchesTheKvCacheGeneration(
   return (*got)[0];
 }
 
-TEST(EngineTest, GreedyMatchesTheKvCacheGeneration) {
+TEST(EngineTest, GreedyMatchesTheForwardPass) {
   for (const auto& [name, config] : Variants(/*serial=*/true)) {
     SCOPED_TRACE(name);
-    ExpectGreedyMatchesTheKvCacheGeneration(config, /*int8=*/false, nullptr);
+    ExpectGreedyMatchesTheForwardPass(config, /*int8=*/false, nullptr);
+  }
+}
+
+// Full recompute (eval --no-kv-cache) is a mode of the engine: the same
+// reference holds, and it gives the cached mode's results bit for bit
+// (every row is computed alone, wherever its keys and values came from),
+// for every variant and for mixed batched requests with prompt
+// log-probabilities and sampling.
+TEST(EngineTest, FullRecomputeMatchesTheForwardPassAndTheCache) {
+  for (const auto& [name, config] : Variants(/*serial=*/true)) {
+    SCOPED_TRACE(name);
+    const GenerationEvent recomputed = ExpectGreedyMatchesTheForwardPass(
+        config, /*int8=*/false, nullptr, /*recompute_prefix=*/true);
+    const GenerationEvent cached =
+        ExpectGreedyMatchesTheForwardPass(config, /*int8=*/false, nullptr);
+    ExpectSame({recomputed}, {cached});
+    const auto requests = MixedRequests(8, 257);
+    auto alone = Alone(config, requests);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    SchedulerOptions batched;
+    batched.max_batch_size = 5;
+    batched.prefill_chunk_size = 4;
+    batched.max_tokens_per_step = 9;
+    batched.recompute_prefix = true;
+    auto setup = MakeSetup(config, nullptr, batched);
+    ASSERT_TRUE(setup.ok()) << setup.status();
+    auto together = RunAll((*setup)->engine.get(), requests);
+    ASSERT_TRUE(together.ok()) << together.status();
+    ExpectSame(*together, *alone);
+  }
+}
+
+// Each decoding step of the full-recompute mode runs every position again:
+// the step's rows grow with the prefix (the cached mode runs one).
+TEST(EngineTest, FullRecomputeRunsTheWholePrefixEveryStep) {
+  const gpt::GPTConfig config = TinyConfig();
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recompute" : "cached");
+    SchedulerOptions options;
+    options.prefill_chunk_size = 64;
+    options.recompute_prefix = recompute;
+    auto setup = MakeSetup(config, nullptr, options);
+    ASSERT_TRUE(setup.ok()) << setup.status();
+    Scheduler scheduler(options, &(*setup)->runner->cache());
+    GenerationRequest r;
+    r.prompt = {1, 2, 3};
+    r.max_new_tokens = 4;
+    r.prompt_logprobs = true;
+    auto s = std::make_unique<Sequence>(1, r, [](const GenerationEvent&) {});
+    Sequence* seq = s.get();
+    scheduler.Add(std::move(s));
+    StepPlan prefill = scheduler.Plan();
+    ASSERT_EQ(prefill.rows.rows(), 3);
+    EXPECT_EQ(prefill.rows.logit_rows, (std::vector<int32_t>{0, 1, 2}));
+    seq->computed = 3;
+    seq->tokens.push_back(9);
+    for (int64_t length = 4; length <= 6; ++length) {
+      StepPlan step = scheduler.Plan();
+      ASSERT_EQ(step.slices.size(), 1u);
+      const int64_t rows = recompute ? length : 1;
+      ASSERT_EQ(step.rows.rows(), rows);
+      EXPECT_EQ(step.rows.positions.front(), length - rows);
+      EXPECT_EQ(step.rows.positions.back(), length - 1);
+      // Only the newest row's logits: no prompt log-probability again.
+      EXPECT_EQ(step.rows.logit_rows,
+                (std::vector<int32_t>{static_cast<int32_t>(rows - 1)}));
+      seq->computed = length;
+      seq->tokens.push_back(9);
+    }
   }
 }
 
 // Weight-only int8 (eval/serve --quantize int8): the engine computes with the
 // int8 weights and scales that the model's own int8 layers use, so its
-// greedy tokens follow the int8 model's KV-cache generation (both sum fp32
+// greedy tokens follow the int8 model's forward pass (both sum fp32
 // products of the same widened weights, in other orders), not the dense
 // model's, and batching still changes nothing.
-TEST(EngineTest, Int8GreedyMatchesTheInt8ModelsKvCacheGeneration) {
+TEST(EngineTest, Int8GreedyMatchesTheInt8ModelsForwardPass) {
   for (const auto& [name, config] : Variants(/*serial=*/true)) {
     SCOPED_TRACE(name);
     std::unique_ptr<mcc::inference::Setup> setup;
     const GenerationEvent int8 =
-        ExpectGreedyMatchesTheKvCacheGeneration(config, /*int8=*/true, &setup);
+        ExpectGreedyMatchesTheForwardPass(config, /*int8=*/true, &setup);
     ASSERT_NE(setup, nullptr);
     const LayerWeights& first = setup->runner->weights().layers[0];
     for (const LinearWeights* lin :
@@ -288,8 +351,8 @@ TEST(EngineTest, Int8GreedyMatchesTheInt8ModelsKvCacheGeneration) {
     // int8's rounding (up to half a step of 1/127 of each row's largest
     // weight) moves them by more than the 1e-4 that summation order may.
     std::unique_ptr<mcc::inference::Setup> dense_setup;
-    const GenerationEvent dense = ExpectGreedyMatchesTheKvCacheGeneration(
-        config, /*int8=*/false, &dense_setup);
+    const GenerationEvent dense =
+        ExpectGreedyMatchesTheForwardPass(config, /*int8=*/false, &dense_setup);
     ASSERT_NE(dense_setup, nullptr);
     // Packed int8 values take a quarter of fp32's bytes (plus fp32 scales).
     EXPECT_LT(setup->runner->linear_weight_bytes() * 3,

@@ -50,6 +50,16 @@ void Apply(const LinearWeights& lin, const RowGemmWeights& packed,
 
 }  // namespace
 
+KvCacheShape CacheShapeFor(const InferenceWeights& weights,
+                           int64_t block_size) {
+  KvCacheShape shape;
+  shape.num_layers = static_cast<int64_t>(weights.layers.size());
+  shape.kv_heads = weights.local_groups;
+  shape.head_dim = weights.config.head_dim();
+  shape.block_size = block_size;
+  return shape;
+}
+
 ModelRunner::ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
                          PagedKvCache cache)
     : weights_(std::move(weights)), tp_(tp), cache_(std::move(cache)) {

@@ -27,6 +27,11 @@ struct StepRows {
   int64_t rows() const { return static_cast<int64_t>(tokens.size()); }
 };
 
+// The cache geometry `weights` need: this rank's layers and kv heads, in
+// blocks of `block_size` positions.
+KvCacheShape CacheShapeFor(const InferenceWeights& weights,
+                           int64_t block_size = 16);
+
 // Holds the weights and this rank's KV cache. Every row is computed alone
 // (fixed-order kernels, tensor-parallel sums in rank order), so a row's
 // results do not depend on the other rows or on how a prompt is split into

@@ -30,19 +30,20 @@ StepPlan Scheduler::Plan() {
     waiting_.pop_front();
   }
   int64_t budget = options_.token_budget();
-  auto add = [&](Sequence* s, int64_t count) {
-    plan.slices.push_back({s, s->computed, count});
-    budget -= count;
-  };
-  // Decoding sequences first (one token each), then prompt chunks in
+  // Decoding sequences first (one new token each), then prompt chunks in
   // admission order while the token budget lasts.
   for (const auto& s : running_) {
-    if (!s->prefilling() && budget > 0) add(s.get(), 1);
+    if (s->prefilling() || budget <= 0) continue;
+    const int64_t begin = options_.recompute_prefix ? 0 : s->computed;
+    plan.slices.push_back({s.get(), begin, s->computed + 1 - begin});
+    budget -= 1;
   }
   for (const auto& s : running_) {
     if (s->prefilling() && budget > 0) {
-      add(s.get(), std::min({s->prompt_len() - s->computed,
-                             options_.prefill_chunk_size, budget}));
+      const int64_t count = std::min(
+          {s->prompt_len() - s->computed, options_.prefill_chunk_size, budget});
+      plan.slices.push_back({s.get(), s->computed, count});
+      budget -= count;
     }
   }
   // The rows every rank runs.
@@ -54,8 +55,9 @@ StepPlan Scheduler::Plan() {
     const int64_t last = static_cast<int64_t>(s.tokens.size()) - 1;
     for (int64_t p = slice.begin; p < slice.begin + slice.count; ++p) {
       const bool sample = p == last && s.generated() < s.request.max_new_tokens;
-      const bool prompt_logprob =
-          s.request.prompt_logprobs && p + 1 < s.prompt_len();
+      // Once per prompt position (not again when the prefix is recomputed).
+      const bool prompt_logprob = s.request.prompt_logprobs &&
+                                  p + 1 < s.prompt_len() && p >= s.computed;
       if (sample || prompt_logprob) {
         rows.logit_rows.push_back(static_cast<int32_t>(rows.tokens.size()));
       }

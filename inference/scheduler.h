@@ -5,7 +5,8 @@
 // model step runs. At every step waiting requests join while the batch has
 // room and the KV-cache pool has blocks for their whole length (so a running
 // sequence never runs out); then the running sequences decode one token each
-// and unfinished prompts continue in chunks while the token budget lasts.
+// (or, with recompute_prefix, their whole prefix) and unfinished prompts
+// continue in chunks while the token budget lasts.
 
 #include <cstdint>
 #include <deque>
@@ -26,6 +27,13 @@ struct SchedulerOptions {
   // Static batching (for comparison): a batch forms only when none runs,
   // and runs to completion.
   bool static_batching = false;
+  // Full recompute (for comparison, eval --no-kv-cache): every decoding
+  // step runs the sequence's whole prefix again, positions 0 to the newest,
+  // instead of the newest token over the cached keys and values. The
+  // recomputed keys and values overwrite the cached ones in place (the same
+  // values: each row is computed alone), so only the newest row's logits are
+  // used. A decoding sequence still counts one token against the budget.
+  bool recompute_prefix = false;
   int64_t token_budget() const {
     return max_tokens_per_step > 0 ? max_tokens_per_step
                                    : prefill_chunk_size + max_batch_size;
