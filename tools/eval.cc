@@ -20,7 +20,6 @@
 #include <cstdio>
 #include <memory>
 #include <numeric>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -47,7 +46,6 @@
 #include "inference/engine.h"
 #include "inference/inference_weights.h"
 #include "inference/model_runner.h"
-#include "inference/sampler.h"
 #include "models/gpt/model_config_proto.h"
 #include "parallel/mappings.h"
 #include "parallel/pipeline/layer_split.h"
@@ -634,45 +632,6 @@ absl::Status RunEvaluation(Job& job) {
   return absl::OkStatus();
 }
 
-// --no-kv-cache: the whole prefix recomputed for every token by the
-// training model (for comparison; needs the whole model on each rank).
-absl::Status RunFullRecompute(Job& job, const Plan& plan,
-                              std::vector<int64_t>* generated,
-                              bool* stopped_at_eod) {
-  if (job.model->num_chunks() != 1 || job.pp() != nullptr) {
-    return absl::InvalidArgumentError(
-        "--no-kv-cache recomputes with the whole model on each rank: use "
-        "--pipeline-model-parallel-size 1");
-  }
-  gpt::GPTModel& model = *job.model->chunk(0);
-  inference::SamplingParams sampling;
-  sampling.temperature = absl::GetFlag(FLAGS_temperature);
-  sampling.top_k = absl::GetFlag(FLAGS_top_k);
-  sampling.top_p = absl::GetFlag(FLAGS_top_p);
-  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
-  // Without a tokenizer (--prompt-ids --output-ids) there is no end of
-  // document to stop at, and every id of the model may come next.
-  const int64_t eod = plan.tokenizer ? plan.tokenizer->eod() : -1;
-  const int64_t limit =
-      plan.tokenizer ? plan.tokenizer->vocab_size() : plan.config.vocab_size;
-  std::vector<int64_t> tokens = plan.prompt_ids;
-  if (tokens.empty()) tokens.push_back(eod);
-  while (static_cast<int64_t>(generated->size()) < plan.max_new_tokens) {
-    MCC_ASSIGN_OR_RETURN(
-        Tensor logits, model.LastTokenLogits(*Tensor::FromInts(
-                           tokens, {1, static_cast<int64_t>(tokens.size())})));
-    const int64_t next =
-        inference::SampleToken(logits.data<float>(), limit, sampling, &rng);
-    if (next == eod) {
-      *stopped_at_eod = true;
-      break;
-    }
-    generated->push_back(next);
-    tokens.push_back(next);
-  }
-  return absl::OkStatus();
-}
-
 absl::Status RunGeneration(Job& job, const Plan& plan) {
   const bool use_cache = !absl::GetFlag(FLAGS_no_kv_cache);
   std::vector<int64_t> prompt = plan.prompt_ids;
@@ -685,78 +644,52 @@ absl::Status RunGeneration(Job& job, const Plan& plan) {
   const int64_t prompt_len = static_cast<int64_t>(prompt.size());
   // --prompt-ids also reports the prompt's next-token loss.
   const bool prompt_loss = plan.ids_in && prompt_len >= 2;
-  std::vector<double> prompt_logprobs;
-  std::vector<int64_t> generated;
-  bool stopped_at_eod = false;
   MCC_RETURN_IF_ERROR(job.Barrier());
   const absl::Time start = absl::Now();
+  // The engine, one request: every rank holds its stage's part of the
+  // model; rank 0 plans the steps and the others follow.
+  MCC_ASSIGN_OR_RETURN(inference::InferenceWeights weights,
+                       inference::LoadInferenceWeights(*job.model->chunk(0)));
+  const inference::KvCacheShape shape = inference::CacheShapeFor(weights);
+  inference::PagedKvCache cache = inference::PagedKvCache::WithBlocks(
+      shape, (prompt_len + plan.max_new_tokens + shape.block_size - 1) /
+                 shape.block_size);
+  inference::ModelRunner runner(std::move(weights), job.tp(), std::move(cache));
+  inference::StageLayout layout;
+  layout.world = job.world.has_value() ? job.world->group.get() : nullptr;
+  layout.pipeline = job.pp();
+  layout.pp_rank = job.pp_rank();
+  layout.pp_size = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
+  layout.tp_rank = parallel::GroupRank(job.tp());
+  if (job.rank != 0) return inference::FollowSteps(&runner, layout);
+  std::unique_ptr<inference::StepExecutor> executor =
+      inference::MakeStepExecutor(&runner, layout);
+  inference::EngineOptions options;
+  options.scheduler.max_batch_size = 1;
+  options.scheduler.prefill_chunk_size = prompt_len;  // One prefill step.
+  // --no-kv-cache: every token recomputes the whole prefix (for comparison).
+  options.scheduler.recompute_prefix = !use_cache;
+  options.max_positions = job.config.max_positions();
+  options.model_vocab = job.config.vocab_size;
+  inference::Engine engine(options, executor.get(), &runner.cache(),
+                           plan.tokenizer ? plan.tokenizer->Clone() : nullptr);
+  inference::GenerationRequest request;
+  request.prompt = prompt;
+  request.prompt_logprobs = prompt_loss;
+  request.max_new_tokens = plan.max_new_tokens;
+  request.sampling.temperature = absl::GetFlag(FLAGS_temperature);
+  request.sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  request.sampling.top_p = absl::GetFlag(FLAGS_top_p);
+  request.sampling.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   absl::Time prefilled = start;
-  if (!use_cache) {
-    MCC_RETURN_IF_ERROR(
-        RunFullRecompute(job, plan, &generated, &stopped_at_eod));
-  } else {
-    // The engine, one request: every rank holds its stage's part of the
-    // model; rank 0 plans the steps and the others follow.
-    MCC_ASSIGN_OR_RETURN(inference::InferenceWeights weights,
-                         inference::LoadInferenceWeights(*job.model->chunk(0)));
-    inference::KvCacheShape shape;
-    shape.num_layers = static_cast<int64_t>(weights.layers.size());
-    shape.kv_heads = weights.local_groups;
-    shape.head_dim = job.config.head_dim();
-    inference::PagedKvCache cache = inference::PagedKvCache::WithBlocks(
-        shape, (prompt_len + plan.max_new_tokens + shape.block_size - 1) /
-                   shape.block_size);
-    inference::ModelRunner runner(std::move(weights), job.tp(),
-                                  std::move(cache));
-    inference::StageLayout layout;
-    layout.world = job.world.has_value() ? job.world->group.get() : nullptr;
-    layout.pipeline = job.pp();
-    layout.pp_rank = job.pp_rank();
-    layout.pp_size = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
-    layout.tp_rank = parallel::GroupRank(job.tp());
-    if (job.rank != 0) return inference::FollowSteps(&runner, layout);
-    std::unique_ptr<inference::StepExecutor> executor;
-    if (layout.world != nullptr) {
-      executor =
-          std::make_unique<inference::DistributedStepExecutor>(&runner, layout);
-    } else {
-      executor = std::make_unique<inference::LocalStepExecutor>(&runner);
-    }
-    inference::EngineOptions options;
-    options.scheduler.max_batch_size = 1;
-    options.scheduler.prefill_chunk_size = prompt_len;  // One prefill step.
-    options.max_positions = job.config.max_positions();
-    options.model_vocab = job.config.vocab_size;
-    inference::Engine engine(
-        options, executor.get(), &runner.cache(),
-        plan.tokenizer ? plan.tokenizer->Clone() : nullptr);
-    inference::GenerationRequest request;
-    request.prompt = prompt;
-    request.prompt_logprobs = prompt_loss;
-    request.max_new_tokens = plan.max_new_tokens;
-    request.sampling.temperature = absl::GetFlag(FLAGS_temperature);
-    request.sampling.top_k = absl::GetFlag(FLAGS_top_k);
-    request.sampling.top_p = absl::GetFlag(FLAGS_top_p);
-    request.sampling.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
-    bool done = false;
-    MCC_RETURN_IF_ERROR(engine
-                            .Submit(request,
-                                    [&](const inference::GenerationEvent& e) {
-                                      if (!e.finished) return;
-                                      done = true;
-                                      generated = e.tokens;
-                                      prompt_logprobs = e.prompt_logprobs;
-                                      stopped_at_eod =
-                                          e.finish_reason ==
-                                          inference::FinishReason::kStop;
-                                    })
-                            .status());
-    for (int step = 0; !done; ++step) {
-      MCC_RETURN_IF_ERROR(engine.Step().status());
-      if (step == 0) prefilled = absl::Now();
-    }
-    MCC_RETURN_IF_ERROR(executor->Shutdown());
-  }
+  MCC_ASSIGN_OR_RETURN(
+      const inference::GenerationEvent result,
+      inference::GenerateOne(&engine, std::move(request), &prefilled));
+  MCC_RETURN_IF_ERROR(executor->Shutdown());
+  const std::vector<int64_t>& generated = result.tokens;
+  const std::vector<double>& prompt_logprobs = result.prompt_logprobs;
+  const bool stopped_at_eod =
+      result.finish_reason == inference::FinishReason::kStop;
   const absl::Time done_at = absl::Now();
   if (!job.is_logging_rank()) return absl::OkStatus();
   const int64_t decode_steps =
@@ -786,8 +719,7 @@ absl::Status RunGeneration(Job& job, const Plan& plan) {
       stopped_at_eod ? "stopped at end of document" : "token limit",
       static_cast<int>(prompt_len),
       absl::ToDoubleMilliseconds(prefilled - start),
-      use_cache && decode_steps > 0 && decode_s > 0 ? decode_steps / decode_s
-                                                    : 0.0,
+      decode_steps > 0 && decode_s > 0 ? decode_steps / decode_s : 0.0,
       use_cache ? "KV cache" : "full recompute, --no-kv-cache");
   if (absl::GetFlag(FLAGS_output_ids)) {
     LOG(INFO) << stats;

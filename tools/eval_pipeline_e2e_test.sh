@@ -2,8 +2,8 @@
 # tools/eval under pipeline parallelism, in real processes: a checkpoint
 # trained serially and one trained under PP 2 are evaluated (validation and
 # test loss, perplexity) and continued greedily under TP 1 PP 1, PP 2, PP 4
-# and TP 2 x PP 2; every layout matches TP 1 PP 1 (losses within 1e-5,
-# greedy tokens identical).
+# and TP 2 x PP 2 (also without the KV cache); every layout matches TP 1
+# PP 1 (losses within 1e-5, greedy tokens identical).
 set -euo pipefail
 launch=$1
 train=$2
@@ -56,7 +56,12 @@ for ckpt in ckpt ckpt_pp2; do
   evaluate "${ckpt}_pp4" 4 "$ckpt" --pipeline-model-parallel-size 4
   evaluate "${ckpt}_tp2pp2" 4 "$ckpt" --tensor-model-parallel-size 2 \
     --pipeline-model-parallel-size 2
-  for layout in pp2 pp4 tp2pp2; do same "${ckpt}_serial" "${ckpt}_$layout"; done
+  # The engine's full-recompute mode runs in every layout too.
+  evaluate "${ckpt}_tp2pp2_nocache" 4 "$ckpt" --tensor-model-parallel-size 2 \
+    --pipeline-model-parallel-size 2 --no-kv-cache
+  for layout in pp2 pp4 tp2pp2 tp2pp2_nocache; do
+    same "${ckpt}_serial" "${ckpt}_$layout"
+  done
 done
 # A PP 2 checkpoint is the serial checkpoint's model, trained alike.
 grep -q "." "$work/ckpt_pp2_serial.text" || fail "no text"
