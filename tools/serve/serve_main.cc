@@ -280,11 +280,8 @@ absl::StatusOr<Loaded> Load() {
   MCC_ASSIGN_OR_RETURN(inference::InferenceWeights weights,
                        inference::LoadInferenceWeights(*job.model->chunk(0)));
   job.model.reset();  // The engine keeps its own copy (fp32, or int8).
-  inference::KvCacheShape shape;
-  shape.num_layers = static_cast<int64_t>(weights.layers.size());
-  shape.kv_heads = weights.local_groups;
-  shape.head_dim = config.head_dim();
-  shape.block_size = absl::GetFlag(FLAGS_kv_block_size);
+  const inference::KvCacheShape shape =
+      inference::CacheShapeFor(weights, absl::GetFlag(FLAGS_kv_block_size));
   MCC_ASSIGN_OR_RETURN(inference::PagedKvCache cache,
                        inference::PagedKvCache::Create(
                            shape, absl::GetFlag(FLAGS_kv_cache_bytes)));
@@ -328,14 +325,8 @@ std::string ApiKey() {
 
 int Serve(Loaded& loaded) {
   const gpt::GPTConfig& config = loaded.runner->weights().config;
-  std::unique_ptr<inference::StepExecutor> executor;
-  if (loaded.layout.world != nullptr) {
-    executor = std::make_unique<inference::DistributedStepExecutor>(
-        loaded.runner.get(), loaded.layout);
-  } else {
-    executor =
-        std::make_unique<inference::LocalStepExecutor>(loaded.runner.get());
-  }
+  std::unique_ptr<inference::StepExecutor> executor =
+      inference::MakeStepExecutor(loaded.runner.get(), loaded.layout);
   ThreadPool::Global().SetSpinMicros(absl::GetFlag(FLAGS_spin_wait_us));
   inference::EngineOptions options;
   options.scheduler.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
