@@ -10,7 +10,6 @@
 #include "core/parameter.h"
 #include "core/tensor.h"
 #include "models/gpt/gpt_config.h"
-#include "models/gpt/kv_cache.h"
 #include "models/gpt/transformer_layer.h"
 #include "parallel/linear.h"
 #include "parallel/model.h"
@@ -81,9 +80,8 @@ struct ChunkRecord : parallel::ActivationRecord {
 // mask follow the global positions, the loss sum and token count are summed
 // over the CP group (every CP rank reports the micro-batch's loss), and the
 // backward scales its gradients by C because data parallelism averages them
-// over DP x CP. Generation (LastTokenLogits, KV caches) and attention
-// dropout are refused under CP; hidden-dropout masks differ from the serial
-// run's.
+// over DP x CP. LastTokenLogits and attention dropout are refused under
+// CP; hidden-dropout masks differ from the serial run's.
 //
 // Implements the model contract (parallel/model.h): units are the
 // embeddings (pre_process), each layer, and the head (post_process: final
@@ -93,7 +91,7 @@ struct ChunkRecord : parallel::ActivationRecord {
 // [s * b (/ TP under SP), hidden] in the model dtype between chunks.
 //
 // Device: everything the model holds or computes (parameters, main_grad,
-// activations, KV caches, logits, the loss) lives on context.device, and
+// activations, logits, the loss) lives on context.device, and
 // micro-batch tensors and stage inputs must be there too. The model reaches
 // that memory only through ops (kernels), collectives and the copy hook;
 // the only device-to-host reads are the loss sums returned as host values
@@ -145,22 +143,11 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   absl::StatusOr<LossSum> Forward(const MicroBatch& batch);
 
   // Logits of the last position of every sequence: fp32 [b, vocab] with the
-  // full (gathered) vocabulary on every rank, for generation; the columns of
-  // the TP padding are dropped. tokens: int64 [b, s]; no dropout.
+  // full (gathered) vocabulary on every rank; the columns of the TP padding
+  // are dropped. tokens: int64 [b, s]; no dropout. One forward pass over
+  // the whole sequence: a reference for tests and tools (generation is the
+  // inference engine's, inference/).
   absl::StatusOr<Tensor> LastTokenLogits(const Tensor& tokens);
-
-  // Incremental decoding with a KV cache (no dropout; the model must be
-  // built without sequence parallelism, which cannot split one new token:
-  // the weights are the same, so build another model for decoding).
-  // An empty cache for `batch` sequences of up to `capacity` positions.
-  absl::StatusOr<KvCache> NewKvCache(int64_t batch, int64_t capacity) const;
-  // Runs tokens int64 [b, s] from position 0, filling the cache, and
-  // returns the last position's logits: fp32 [b, vocab], gathered over TP
-  // (without the padding columns).
-  absl::StatusOr<Tensor> Prefill(const Tensor& tokens, KvCache* cache);
-  // Appends one token per sequence (int64 [b]) at position cache->length
-  // and returns its logits as Prefill does.
-  absl::StatusOr<Tensor> DecodeStep(const Tensor& next_tokens, KvCache* cache);
 
   // parallel::Model. Gradient finalisation is the contract's: the tied
   // embedding / output weight of a pipelined model is the parameter shared
@@ -210,14 +197,12 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   // layers), else the layer's activations.
   static std::vector<Tensor*> OffloadSlots(ChunkRecord* rec, int i);
   absl::Status CheckBatch(const MicroBatch& batch) const;
-  // Word plus position embeddings of sequence-major ids, with dropout at
-  // `offset` when p > 0, split along the sequence under SP.
-  // tokens [b, n] at positions [cache->length, + n), through the cache.
-  absl::StatusOr<Tensor> Extend(const Tensor& tokens, KvCache* cache);
   // Final norm and output layer of the last position of sequence-major
   // hidden states x [s * b, h] (this rank's rows under SP): fp32 [b, vocab].
   absl::StatusOr<Tensor> LastPositionLogits(const Tensor& x, int64_t b,
                                             int64_t s) const;
+  // Word plus position embeddings of sequence-major ids, with dropout at
+  // `offset` when p > 0, split along the sequence under SP.
   absl::StatusOr<Tensor> Embed(const Tensor& ids, const Tensor& positions,
                                uint64_t offset, bool dropout) const;
   // Positions first, first + 1, ... of b sequences of length s in

@@ -510,14 +510,9 @@ TEST(GPTModelTest, VocabularyPaddingNeverChangesTheModel) {
       EXPECT_NEAR(loss.sum, ref_loss.sum, 1e-6 * ref_loss.sum);
       const Tensor logits = *model->LastTokenLogits(batch.tokens);
       ASSERT_EQ(logits.shape(), ref_logits.shape());
-      auto cache = *model->NewKvCache(kBatch, c.seq_length);
-      const Tensor prefill = *model->Prefill(batch.tokens, &cache);
-      ASSERT_EQ(prefill.shape(), ref_logits.shape());
-      const std::vector<float> a = logits.ToFloats(), b = ref_logits.ToFloats(),
-                               d = prefill.ToFloats();
+      const std::vector<float> a = logits.ToFloats(), b = ref_logits.ToFloats();
       for (size_t i = 0; i < b.size(); ++i) {
         EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << i;
-        EXPECT_NEAR(d[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << i;
       }
     }
   }

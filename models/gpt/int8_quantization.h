@@ -15,9 +15,9 @@
 // Norms and biases stay in the model's dtype too.
 //
 // After either call below the chunk serves inference only: its forward
-// passes (Forward, LastTokenLogits, Prefill, DecodeStep, pipeline forward
-// steps) run the int8 GEMM, any backward fails, and the quantised layers'
-// dense weights are released (Parameter::value undefined).
+// passes (Forward, LastTokenLogits, pipeline forward steps) run the int8
+// GEMM, any backward fails, and the quantised layers' dense weights are
+// released (Parameter::value undefined).
 
 #include <cstdint>
 #include <string>

@@ -134,15 +134,6 @@ void Check(const GPTConfig& config) {
   EXPECT_GT(moved, 1e-5);
   EXPECT_LT(moved, 5e-2);
 
-  // Cached decoding runs the same int8 layers.
-  auto cache = (*model)->NewKvCache(2, 13);
-  ASSERT_TRUE(cache.ok());
-  auto prefill = (*model)->Prefill(Tokens(), &*cache);
-  ASSERT_TRUE(prefill.ok()) << prefill.status();
-  EXPECT_LE(MaxRelativeError(prefill->ToFloats(), int8->ToFloats()), 1e-5);
-  auto step = (*model)->DecodeStep(*Tensor::FromInts({3, 4}, {2}), &*cache);
-  ASSERT_TRUE(step.ok()) << step.status();
-
   // Inference only.
   MicroBatch batch{Tokens(), Tokens(), Tensor()};
   auto trained = (*model)->ForwardBackward(batch, 1.0f);

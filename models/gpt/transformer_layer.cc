@@ -7,7 +7,6 @@
 #include "core/ops/activation.h"
 #include "core/ops/attention.h"
 #include "core/ops/bias.h"
-#include "core/ops/cached_attention.h"
 #include "core/ops/dropout.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/layout.h"
@@ -240,43 +239,6 @@ absl::Status TransposeBatchSeq(const Tensor& src, int64_t b, int64_t s,
   return ops::Permute(from, {1, 0, 2}, &to);
 }
 
-// Copies k and v ([b, n, kv heads, d], fp32 or bf16) into the cache's fp32
-// [b, capacity, kv heads, d] tensors at positions [position, position + n).
-absl::Status WriteKvCache(const Tensor& k, const Tensor& v, int64_t position,
-                          LayerKvCache* cache) {
-  const int64_t b = k.size(0), n = k.size(1);
-  const int64_t row = k.size(2) * k.size(3);
-  if (cache->k.dim() != 4 || cache->k.size(0) != b ||
-      cache->k.size(2) * cache->k.size(3) != row ||
-      position + n > cache->k.size(1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("KV cache ", cache->k.Describe(), " cannot take keys ",
-                     k.Describe(), " at position ", position));
-  }
-  const int64_t cap = cache->k.size(1);
-  ops::StridedCopyPlan plan;
-  plan.rank = 3;
-  plan.shape[0] = b;
-  plan.shape[1] = n;
-  plan.shape[2] = row;
-  plan.src_strides[0] = n * row;
-  plan.src_strides[1] = row;
-  plan.src_strides[2] = 1;
-  plan.dst_strides[0] = cap * row;
-  plan.dst_strides[1] = row;
-  plan.dst_strides[2] = 1;
-  plan.dst_offset = position * row;
-  for (const auto& [src, dst] :
-       {std::make_pair(&k, &cache->k), std::make_pair(&v, &cache->v)}) {
-    Tensor f = *src;
-    if (f.dtype() != DType::kFloat32) {
-      MCC_ASSIGN_OR_RETURN(f, src->To(DType::kFloat32));
-    }
-    MCC_RETURN_IF_ERROR(ops::CopyStrided(f, plan, dst));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<Tensor> TransformerLayer::Dropout(const Tensor& x,
@@ -366,20 +328,16 @@ ops::AttentionOptions TransformerLayer::AttentionOptionsFor(
   return options;
 }
 
-absl::StatusOr<Tensor> TransformerLayer::Forward(
-    const Tensor& x, int64_t micro_batch, uint64_t dropout_offset,
-    Activations* act, LayerKvCache* cache, int64_t cache_position) const {
+absl::StatusOr<Tensor> TransformerLayer::Forward(const Tensor& x,
+                                                 int64_t micro_batch,
+                                                 uint64_t dropout_offset,
+                                                 Activations* act) const {
   const int64_t b = micro_batch;
   const int64_t d = config_.head_dim();
   const uint64_t sp_shift = DropoutShift(x);
   const uint64_t stride = DropoutSiteStride(x);
   act->dropout_offset = dropout_offset;
   const bool cp = cp_size() > 1;
-  if (cp && cache != nullptr) {
-    return absl::FailedPreconditionError(
-        "KV-cache decoding with context parallelism: build the decoding "
-        "model without it");
-  }
 
   MCC_ASSIGN_OR_RETURN(Tensor ln1, ln1_->Forward(x, &act->ln1));
   MCC_ASSIGN_OR_RETURN(Tensor qkv, qkv_->Forward(ln1, &act->qkv));
@@ -389,8 +347,7 @@ absl::StatusOr<Tensor> TransformerLayer::Forward(
   if (cp) {
     MCC_RETURN_IF_ERROR(ContextParallelForward(qkv, b, s, act, &ctx));
   } else {
-    MCC_RETURN_IF_ERROR(
-        LocalAttentionForward(qkv, b, s, act, cache, cache_position, &ctx));
+    MCC_RETURN_IF_ERROR(LocalAttentionForward(qkv, b, s, act, &ctx));
   }
   MCC_ASSIGN_OR_RETURN(Tensor attn, proj_->Forward(ctx, &act->proj));
   MCC_ASSIGN_OR_RETURN(attn, Dropout(attn, dropout_offset + sp_shift));
@@ -399,9 +356,10 @@ absl::StatusOr<Tensor> TransformerLayer::Forward(
   return MlpForward(x, h1, dropout_offset + stride + sp_shift, act);
 }
 
-absl::Status TransformerLayer::LocalAttentionForward(
-    const Tensor& qkv, int64_t b, int64_t s, Activations* act,
-    LayerKvCache* cache, int64_t cache_position, Tensor* ctx) const {
+absl::Status TransformerLayer::LocalAttentionForward(const Tensor& qkv,
+                                                     int64_t b, int64_t s,
+                                                     Activations* act,
+                                                     Tensor* ctx) const {
   const int64_t d = config_.head_dim();
   const QkvLayout layout{b, s, local_groups_, local_heads_ / local_groups_, d};
   act->q = Tensor::Empty({b, s, local_heads_, d}, qkv.dtype(), qkv.device());
@@ -411,22 +369,10 @@ absl::Status TransformerLayer::LocalAttentionForward(
   if (config_.position_embedding == PositionEmbedding::kRope) {
     ops::RotaryOptions rope;
     rope.base = config_.rotary_base;
-    rope.position_offset = cache_position;
     MCC_RETURN_IF_ERROR(ops::RotaryForward(act->q, rope, &act->q));
     MCC_RETURN_IF_ERROR(ops::RotaryForward(act->k, rope, &act->k));
   }
-  if (cache != nullptr) {
-    MCC_RETURN_IF_ERROR(WriteKvCache(act->k, act->v, cache_position, cache));
-  }
-  if (cache != nullptr && cache_position > 0) {
-    // Queries over cached keys: the flash kernel needs equal lengths.
-    act->attn_out =
-        Tensor::Empty(act->q.shape(), act->q.dtype(), act->q.device());
-    MCC_RETURN_IF_ERROR(ops::CachedAttention(act->q, cache->k, cache->v,
-                                             cache_position, &act->attn_out));
-  } else {
-    MCC_RETURN_IF_ERROR(Attention(b, act));
-  }
+  MCC_RETURN_IF_ERROR(Attention(b, act));
   MCC_RETURN_IF_ERROR(
       TransposeBatchSeq(act->attn_out, b, s, ctx, /*to_seq_major=*/true));
   if (config_.recompute_granularity == RecomputeGranularity::kSelective) {

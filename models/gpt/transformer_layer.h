@@ -10,7 +10,6 @@
 #include "core/parameter.h"
 #include "core/tensor.h"
 #include "models/gpt/gpt_config.h"
-#include "models/gpt/kv_cache.h"
 #include "parallel/context_parallel/ring_attention.h"
 #include "parallel/context_parallel/ulysses_attention.h"
 #include "parallel/linear.h"
@@ -76,15 +75,9 @@ class TransformerLayer {
 
   // dropout_offset: where this call's dropout masks start in the generator's
   // stream (the same number on every TP rank).
-  //
-  // With a cache (incremental decoding, no sequence parallelism): x holds
-  // the tokens at positions [cache_position, cache_position + s); their keys
-  // and values are written into the cache there, and each query attends
-  // causally to every cached position up to its own.
   absl::StatusOr<Tensor> Forward(const Tensor& x, int64_t micro_batch,
-                                 uint64_t dropout_offset, Activations* act,
-                                 LayerKvCache* cache = nullptr,
-                                 int64_t cache_position = 0) const;
+                                 uint64_t dropout_offset,
+                                 Activations* act) const;
   absl::StatusOr<Tensor> Backward(const Tensor& dy, int64_t micro_batch,
                                   Activations* act) const;
 
@@ -106,11 +99,10 @@ class TransformerLayer {
  private:
   // The attention half of Forward between the QKV projection's output
   // [s * b, ...] and ctx [s * b, heads / TP * d] (the output projection's
-  // input): on the whole sequence here (with a KV cache when given), or on
-  // this rank's two chunks across the context-parallel group.
+  // input): on the whole sequence here, or on this rank's two chunks across
+  // the context-parallel group.
   absl::Status LocalAttentionForward(const Tensor& qkv, int64_t b, int64_t s,
-                                     Activations* act, LayerKvCache* cache,
-                                     int64_t cache_position, Tensor* ctx) const;
+                                     Activations* act, Tensor* ctx) const;
   absl::Status ContextParallelForward(const Tensor& qkv, int64_t b, int64_t s,
                                       Activations* act, Tensor* ctx) const;
   // dctx -> dqkv, the backward of the above.
