@@ -480,6 +480,34 @@ TEST(EngineTest, StopStringCutsTheText) {
   EXPECT_EQ(streamed, last[0].text);
 }
 
+// eval's path: one request stepped to its end without a Run thread.
+TEST(EngineTest, GenerateOneReturnsTheLastEventOrTheRefusal) {
+  const gpt::GPTConfig config = TinyConfig();
+  const auto requests = MixedRequests(3, 257);
+  auto alone = Alone(config, requests);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  SchedulerOptions one;
+  one.max_batch_size = 1;
+  auto setup = MakeSetup(config, nullptr, one);
+  ASSERT_TRUE(setup.ok()) << setup.status();
+  std::vector<GenerationEvent> got;
+  for (const GenerationRequest& r : requests) {
+    absl::Time first_step = absl::InfinitePast();
+    auto event = GenerateOne((*setup)->engine.get(), r, &first_step);
+    ASSERT_TRUE(event.ok()) << event.status();
+    EXPECT_TRUE(event->finished);
+    EXPECT_NE(first_step, absl::InfinitePast());
+    got.push_back(*event);
+  }
+  ExpectSame(got, *alone);
+  GenerationRequest bad = requests[0];
+  bad.prompt.clear();
+  auto refused = GenerateOne((*setup)->engine.get(), bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("no tokens"), std::string::npos)
+      << refused.status();
+}
+
 TEST(EngineTest, CancelFreesTheBlocks) {
   auto setup = MakeSetup(TinyConfig(), nullptr, {}, /*blocks=*/16);
   ASSERT_TRUE(setup.ok());
