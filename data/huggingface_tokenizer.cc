@@ -100,32 +100,12 @@ size_t MatchLlama3(const std::vector<uint32_t>& cps,
 std::vector<absl::string_view> SplitByPattern(SplitPattern pattern,
                                               absl::string_view text) {
   if (pattern == SplitPattern::kGpt2) return GPT2PreTokenize(text);
-  std::vector<uint32_t> cps;
-  std::vector<CharClass> cls;
-  std::vector<size_t> offs;
-  cps.reserve(text.size());
-  cls.reserve(text.size());
-  offs.reserve(text.size() + 1);
-  for (size_t i = 0; i < text.size();) {
-    uint32_t cp;
-    int len = DecodeUtf8(text, i, &cp);
-    if (len == 0) {  // a byte that is not UTF-8: a character of its own
-      cp = 0xFFFD;
-      len = 1;
-      cls.push_back(kOther);
-    } else {
-      cls.push_back(Classify(cp));
-    }
-    cps.push_back(cp);
-    offs.push_back(i);
-    i += len;
-  }
-  offs.push_back(text.size());
+  const ClassifiedText chars = ClassifyText(text);
   const size_t max_digits = pattern == SplitPattern::kLlama3 ? 3 : 1;
   std::vector<absl::string_view> pieces;
-  for (size_t i = 0; i < cps.size();) {
-    const size_t j = MatchLlama3(cps, cls, i, max_digits);
-    pieces.push_back(text.substr(offs[i], offs[j] - offs[i]));
+  for (size_t i = 0; i < chars.cps.size();) {
+    const size_t j = MatchLlama3(chars.cps, chars.cls, i, max_digits);
+    pieces.push_back(text.substr(chars.offs[i], chars.offs[j] - chars.offs[i]));
     i = j;
   }
   return pieces;
@@ -414,23 +394,6 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeHuggingFaceTokenizerFromText(
     }
   }
 
-  // Byte-level alphabet: code point -> byte.
-  const std::vector<uint32_t> b2u = BytesToUnicode();
-  absl::flat_hash_map<uint32_t, uint8_t> u2b;
-  for (int b = 0; b < 256; ++b) u2b[b2u[b]] = static_cast<uint8_t>(b);
-  auto to_bytes = [&](absl::string_view mapped, std::string* out) -> bool {
-    out->clear();
-    for (size_t i = 0; i < mapped.size();) {
-      uint32_t cp;
-      const int len = DecodeUtf8(mapped, i, &cp);
-      if (len == 0) return false;
-      auto it = u2b.find(cp);
-      if (it == u2b.end()) return false;
-      out->push_back(static_cast<char>(it->second));
-      i += len;
-    }
-    return true;
-  };
   constexpr uint64_t kMaxId = 1u << 21;  // bounds what a file makes us allocate
   auto put = [&](uint64_t id, std::string bytes) {
     if (id >= v->id_to_bytes.size()) {
@@ -486,7 +449,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeHuggingFaceTokenizerFromText(
                    " is not an integer in [0, 2^21): ", value.dump());
     }
     const uint64_t id = value.get<uint64_t>();
-    if (!to_bytes(key, &bytes)) {
+    if (!ByteLevelToBytes(key, &bytes)) {
       auto a = added_ids.find(key);
       if (a == added_ids.end() || a->second != static_cast<int32_t>(id)) {
         return error("model.vocab: token ", JsonDocument(key).dump(),
@@ -504,13 +467,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeHuggingFaceTokenizerFromText(
     }
     put(id, bytes);
   }
-  for (int b = 0; b < 256; ++b) {
-    auto it = v->bytes_to_id.find(std::string(1, static_cast<char>(b)));
-    if (it == v->bytes_to_id.end()) {
-      return error("model.vocab has no token for byte ", b,
-                   " (byte-level BPE needs all 256)");
-    }
-    v->byte_id[b] = it->second;
+  if (const int b = FillByteIds(v->bytes_to_id, v->byte_id); b >= 0) {
+    return error("model.vocab has no token for byte ", b,
+                 " (byte-level BPE needs all 256)");
   }
 
   const JsonDocument* merges = Member(*model, "merges");
@@ -526,12 +485,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeHuggingFaceTokenizerFromText(
       const size_t sp = s.find(' ');
       ok = sp != std::string::npos && sp > 0 && sp + 1 < s.size() &&
            s.find(' ', sp + 1) == std::string::npos &&
-           to_bytes(absl::string_view(s).substr(0, sp), &left) &&
-           to_bytes(absl::string_view(s).substr(sp + 1), &right);
+           ByteLevelToBytes(absl::string_view(s).substr(0, sp), &left) &&
+           ByteLevelToBytes(absl::string_view(s).substr(sp + 1), &right);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() &&
                m[1].is_string()) {
-      ok = to_bytes(m[0].get<std::string>(), &left) &&
-           to_bytes(m[1].get<std::string>(), &right);
+      ok = ByteLevelToBytes(m[0].get<std::string>(), &left) &&
+           ByteLevelToBytes(m[1].get<std::string>(), &right);
     }
     if (!ok) {
       return error("model.merges[", i, "] ", m.dump(),
@@ -545,11 +504,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeHuggingFaceTokenizerFromText(
       return error("model.merges[", i, "] ", m.dump(),
                    ": the merge or its parts are not in model.vocab");
     }
-    const uint64_t key = (static_cast<uint64_t>(l->second) << 32) |
-                         static_cast<uint32_t>(r->second);
     // The first (lowest-ranked) of a repeated merge counts, as in the
     // library.
-    v->merges.emplace(key,
+    v->merges.emplace(BpeMergeKey(l->second, r->second),
                       std::make_pair(static_cast<int32_t>(i), joined->second));
   }
 
@@ -566,8 +523,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeHuggingFaceTokenizerFromText(
   auto find_token = [&](const std::string& t) -> int32_t {
     auto a = added_ids.find(t);
     if (a != added_ids.end()) return a->second;
-    auto b =
-        to_bytes(t, &bytes) ? v->bytes_to_id.find(bytes) : v->bytes_to_id.end();
+    auto b = ByteLevelToBytes(t, &bytes) ? v->bytes_to_id.find(bytes)
+                                         : v->bytes_to_id.end();
     return b != v->bytes_to_id.end() ? b->second : -1;
   };
   if (!eos_token.empty()) {

@@ -33,28 +33,11 @@ size_t FindInvalidUtf8(absl::string_view text) {
 }
 
 std::vector<absl::string_view> GPT2PreTokenize(absl::string_view text) {
-  // Code points with their byte offsets; an invalid byte counts as one
-  // "other" character.
-  std::vector<uint32_t> cps;
-  std::vector<CharClass> cls;
-  std::vector<size_t> offs;
-  cps.reserve(text.size());
-  for (size_t i = 0; i < text.size();) {
-    uint32_t cp;
-    int len = DecodeUtf8(text, i, &cp);
-    if (len == 0) {
-      cp = 0xFFFD;
-      len = 1;
-      cls.push_back(kOther);
-    } else {
-      cls.push_back(Classify(cp));
-    }
-    cps.push_back(cp);
-    offs.push_back(i);
-    i += len;
-  }
+  const ClassifiedText chars = ClassifyText(text);
+  const std::vector<uint32_t>& cps = chars.cps;
+  const std::vector<CharClass>& cls = chars.cls;
+  const std::vector<size_t>& offs = chars.offs;
   const size_t n = cps.size();
-  offs.push_back(text.size());
   std::vector<absl::string_view> pieces;
   size_t i = 0;
   while (i < n) {
@@ -251,24 +234,6 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizer(
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizerFromText(
     absl::string_view vocab_text, absl::string_view merge_text,
     const std::string& vocab_file, const std::string& merge_file) {
-  // Inverse of the byte-to-unicode map, code point -> byte.
-  const std::vector<uint32_t> b2u = BytesToUnicode();
-  absl::flat_hash_map<uint32_t, uint8_t> u2b;
-  for (int b = 0; b < 256; ++b) u2b[b2u[b]] = static_cast<uint8_t>(b);
-  auto to_bytes = [&](absl::string_view mapped, std::string* out) -> bool {
-    out->clear();
-    for (size_t i = 0; i < mapped.size();) {
-      uint32_t cp;
-      const int len = DecodeUtf8(mapped, i, &cp);
-      if (len == 0) return false;
-      auto it = u2b.find(cp);
-      if (it == u2b.end()) return false;
-      out->push_back(static_cast<char>(it->second));
-      i += len;
-    }
-    return true;
-  };
-
   auto v = std::make_shared<GPT2Vocab>();
   absl::StatusOr<JsonDocument> entries = ParseJsonDocument(vocab_text);
   if (!entries.ok()) {
@@ -297,7 +262,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizerFromText(
           "--vocab-file ", vocab_file, ": id ", value.dump(), " of \"", key,
           "\" is duplicated or outside [0, ", n, ")"));
     }
-    if (!to_bytes(key, &bytes)) {
+    if (!ByteLevelToBytes(key, &bytes)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--vocab-file ", vocab_file, ": token \"", key,
                        "\" is not in GPT-2's byte-to-unicode alphabet"));
@@ -306,13 +271,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizerFromText(
     v->id_to_bytes[id] = bytes;
     v->bytes_to_id[bytes] = static_cast<int32_t>(id);
   }
-  for (int b = 0; b < 256; ++b) {
-    auto it = v->bytes_to_id.find(std::string(1, static_cast<char>(b)));
-    if (it == v->bytes_to_id.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--vocab-file ", vocab_file, ": no token for byte ", b));
-    }
-    v->byte_id[b] = it->second;
+  if (const int b = FillByteIds(v->bytes_to_id, v->byte_id); b >= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--vocab-file ", vocab_file, ": no token for byte ", b));
   }
   auto eod = v->bytes_to_id.find(std::string(kEndOfText));
   if (eod == v->bytes_to_id.end()) {
@@ -330,8 +291,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizerFromText(
     if (line.empty() || line[0] == '#') continue;
     const size_t sp = line.find(' ');
     if (sp == absl::string_view::npos || sp == 0 || sp + 1 == line.size() ||
-        !to_bytes(line.substr(0, sp), &left) ||
-        !to_bytes(line.substr(sp + 1), &right)) {
+        !ByteLevelToBytes(line.substr(0, sp), &left) ||
+        !ByteLevelToBytes(line.substr(sp + 1), &right)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--merge-file ", merge_file, " line ", line_no,
           ": expected two tokens of GPT-2's alphabet separated by a space"));
@@ -345,9 +306,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeGPT2BPETokenizerFromText(
           "--merge-file ", merge_file, " line ", line_no,
           ": the merge or its parts are not in --vocab-file ", vocab_file));
     }
-    const uint64_t key = (static_cast<uint64_t>(l->second) << 32) |
-                         static_cast<uint32_t>(r->second);
-    v->merges.emplace(key, std::make_pair(rank++, m->second));
+    v->merges.emplace(BpeMergeKey(l->second, r->second),
+                      std::make_pair(rank++, m->second));
   }
   return std::unique_ptr<Tokenizer>(new GPT2BPETokenizer(std::move(v)));
 }

@@ -78,6 +78,29 @@ CharClass Classify(uint32_t cp) {
   return kOther;
 }
 
+ClassifiedText ClassifyText(absl::string_view text) {
+  ClassifiedText t;
+  t.cps.reserve(text.size());
+  t.cls.reserve(text.size());
+  t.offs.reserve(text.size() + 1);
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp;
+    int len = DecodeUtf8(text, i, &cp);
+    if (len == 0) {
+      cp = 0xFFFD;
+      len = 1;
+      t.cls.push_back(kOther);
+    } else {
+      t.cls.push_back(Classify(cp));
+    }
+    t.cps.push_back(cp);
+    t.offs.push_back(i);
+    i += len;
+  }
+  t.offs.push_back(text.size());
+  return t;
+}
+
 // GPT-2's reversible map from bytes to printable code points.
 std::vector<uint32_t> BytesToUnicode() {
   std::vector<uint32_t> map(256, 0);

@@ -23,6 +23,17 @@ enum CharClass : uint8_t { kLetter, kNumber, kSpace, kOther };
 bool IsSpace(uint32_t cp);
 CharClass Classify(uint32_t cp);
 
+// Text as the characters a pre-tokenizer's pattern walks: the k-th has code
+// point cps[k] and class cls[k] and starts at byte offs[k]; offs ends with
+// the text's size. A byte that is not UTF-8 is a character of its own,
+// U+FFFD of class kOther.
+struct ClassifiedText {
+  std::vector<uint32_t> cps;
+  std::vector<CharClass> cls;
+  std::vector<size_t> offs;
+};
+ClassifiedText ClassifyText(absl::string_view text);
+
 // GPT-2's reversible map from bytes to printable code points, which
 // byte-level BPE vocabularies are written in.
 std::vector<uint32_t> BytesToUnicode();
