@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "models/gpt/model_flops.h"
 #include "planner/megatron_memory.h"
 #include "planner/memory_model.h"
 #include "planner/step_time_model.h"
@@ -163,7 +164,8 @@ PublishedRun Torchtitan() {
   r.layout.recompute = Recompute::kSelectiveOps;
   r.layout.micro_batch = 2;
   r.published_tokens_per_gpu = 5762;
-  r.published_mfu = 5762 * TrainingFlopsPerToken(c) / (kH100PeakTflops * 1e12);
+  r.published_mfu =
+      5762 * gpt::TrainingFlopsPerToken(c) / (kH100PeakTflops * 1e12);
   return r;
 }
 
@@ -244,7 +246,7 @@ absl::StatusOr<PublishedComparison> ComparePublished(const PublishedRun& run) {
   out.predicted_tokens_per_gpu =
       best->time.tokens_per_second / run.job.cluster.world();
   out.predicted_mfu = out.predicted_tokens_per_gpu *
-                      TrainingFlopsPerToken(run.job.model) /
+                      gpt::TrainingFlopsPerToken(run.job.model) /
                       run.published_peak_flops;
   out.mfu_error_points = 100 * (out.predicted_mfu - run.published_mfu);
   return out;

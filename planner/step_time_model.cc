@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 
+#include "models/gpt/model_flops.h"
 #include "planner/memory_model.h"
 #include "planner/param_count.h"
 
@@ -99,15 +100,6 @@ double EagerElementwiseBytes(const gpt::GPTConfig& c, double T, double Tl,
 }
 
 }  // namespace
-
-double TrainingFlopsPerToken(const gpt::GPTConfig& c) {
-  const double h = static_cast<double>(c.hidden_size);
-  const double gemm = LayerWeights(c);
-  const double attention = 2.0 * c.seq_length * h;
-  return 3.0 * 2.0 *
-         (c.num_layers * (gemm + attention) +
-          h * static_cast<double>(c.vocab_size));
-}
 
 StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   const gpt::GPTConfig& c = job.model;
@@ -356,7 +348,8 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     st.core_wait = std::max(0.0, busy / dev.core_share + comm - st.total());
   }
 
-  st.model_flops = TrainingFlopsPerToken(c) * job.global_batch * c.seq_length;
+  st.model_flops =
+      gpt::TrainingFlopsPerToken(c) * job.global_batch * c.seq_length;
   const double seconds = st.total();
   if (seconds > 0) {
     st.mfu = st.model_flops / (seconds * l.world() * dev.PeakFlops(job.dtype));

@@ -7,12 +7,6 @@
 namespace mcc {
 namespace planner {
 
-// Model FLOPs of one training token (forward and backward, no
-// recomputation), counted as train's MFU counts them
-// (training/metrics: TrainingFlopsPerToken): the four GEMMs and the
-// attention scores and weighted values per layer, and the output layer.
-double TrainingFlopsPerToken(const gpt::GPTConfig& config);
-
 // Seconds of one training step on the slowest pipeline stage, by part.
 // Compute parts are for the whole step (every micro-batch, forward and
 // backward, recomputation included); communication parts are what is

@@ -32,15 +32,6 @@ Layout SequenceParallel(int tp) {
   return l;
 }
 
-// Megatron's count (Narayanan et al. 2021): 72 L h^2 (1 + s / 6h +
-// V / 12 h L) FLOPs a token for ffn 4h.
-TEST(StepTimeModelTest, FlopsPerTokenAsMegatronCounts) {
-  const gpt::GPTConfig c = H100Job(1, 8).model;
-  const double L = 8, h = 1024, s = 2048, V = 32000;
-  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(c),
-                   72 * L * h * h * (1 + s / (6 * h) + V / (12 * h * L)));
-}
-
 TEST(StepTimeModelTest, BubbleIsPipelineFillAndDrain) {
   JobSpec job = H100Job(1, 64);
   Layout l;

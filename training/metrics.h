@@ -14,11 +14,6 @@
 namespace mcc {
 namespace training {
 
-// Model FLOPs of one training token (forward and backward, 3x forward) as
-// Megatron counts them: the GEMMs of every layer, attention scores over
-// the full sequence, and the output layer.
-double TrainingFlopsPerToken(const gpt::GPTConfig& config);
-
 // The best of the n^3 GEMMs in `dtype` on `device` run over about half a
 // second, in FLOP/s: the peak that MFU is measured against. n is 1024 on
 // the host, 4096 on a GPU (a 1024^3 GEMM is too short there to time). On a

@@ -27,6 +27,7 @@
 #include "data/loader.h"
 #include "glog/logging.h"
 #include "models/gpt/graphed_stage.h"
+#include "models/gpt/model_flops.h"
 #include "observability/tensorboard_writer.h"
 #include "observability/trace.h"
 #include "optim/lr_schedule.h"
@@ -575,7 +576,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions) {
                        TensorBoardLog::Create(config, log));
   const int tb_interval = std::max(1, config.tensorboard_log_interval());
   const double flops_per_iteration =
-      TrainingFlopsPerToken(job->config) * batching.global_batch * seq;
+      gpt::TrainingFlopsPerToken(job->config) * batching.global_batch * seq;
   if (log) {
     int64_t params = 0;
     for (const auto& p : job->model->parameters())

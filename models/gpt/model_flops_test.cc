@@ -1,0 +1,42 @@
+#include "models/gpt/model_flops.h"
+
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace gpt {
+namespace {
+
+// Megatron's count (Narayanan et al. 2021): 72 L h^2 (1 + s / 6h +
+// V / 12 h L) FLOPs a token for ffn 4h, GeLU, no GQA.
+TEST(ModelFlopsTest, MatchesMegatronsFormula) {
+  GPTConfig c;
+  c.num_layers = 8;
+  c.hidden_size = 1024;
+  c.num_attention_heads = 16;
+  c.vocab_size = 32000;
+  c.seq_length = 2048;
+  const double L = 8, h = 1024, s = 2048, V = 32000;
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(c),
+                   72 * L * h * h * (1 + s / (6 * h) + V / (12 * h * L)));
+}
+
+// GQA shrinks K and V to the query groups; SwiGLU doubles the MLP's input
+// GEMM: 6 (L (h (h + 2 kv) + h^2 + 3 h f + 2 s h) + h V).
+TEST(ModelFlopsTest, CountsGroupedQueriesAndSwiGlu) {
+  GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 64;
+  c.num_attention_heads = 8;
+  c.num_query_groups = 2;  // kv = 2 groups x head_dim 8 = 16.
+  c.ffn_hidden_size = 96;
+  c.activation = Activation::kSwiGLU;
+  c.vocab_size = 100;
+  c.seq_length = 32;
+  const double per_layer =
+      64.0 * (64 + 2 * 16) + 64.0 * 64 + 3 * 64.0 * 96 + 2 * 32.0 * 64;
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(c), 6 * (2 * per_layer + 64.0 * 100));
+}
+
+}  // namespace
+}  // namespace gpt
+}  // namespace mcc
