@@ -640,7 +640,7 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   // is hidden behind computation (DeviceSpec::comm_overlap).
   d.comm_overlap = 0;
   // The same layout's prediction moved 3-13% between probes minutes apart
-  // on a 2-core VM (BENCHMARKS.md, 2026-12-03: PP 2 x DP 2 2.00 and 1.93 s,
+  // on a 2-core VM (docs/benchmarks/2026-12-03.md: PP 2 x DP 2 2.00 and 1.93 s,
   // DP 4 2.33 and 2.13 s, TP 4 + SP 3.81 and 3.33 s); the low end is the
   // band inside which the table's order is noise.
   d.prediction_spread = 0.05;

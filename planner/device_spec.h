@@ -112,7 +112,7 @@ struct DeviceSpec {
 
 // Quiet probes' readings of their shaped GEMM moved 0.5-14% (the 40 probes
 // of one plan_check run, 2-core VM, 2026-12-03); a neighbour's load has
-// halved one reading between probes (BENCHMARKS.md, 2026-12-02).
+// halved one reading between probes (docs/benchmarks/2026-12-02.md).
 inline constexpr double kProbeDriftWarning = 0.2;
 
 // A line for the report when `device`'s probe drifted more than

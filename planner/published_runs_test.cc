@@ -14,8 +14,9 @@ bool IsMegatron(const PublishedRun& run) {
 }
 
 // The goal, met by every row (worst 4.0 points when
-// this test was written; BENCHMARKS.md has the table). A change to the
-// step-time model or the H100 spec that moves any row past it fails here.
+// this test was written; docs/benchmarks/2026-12-03.md has the table). A
+// change to the step-time model or the H100 spec that moves any row past it
+// fails here.
 constexpr double kMfuBoundPoints = 5;
 
 TEST(PublishedRunsTest, MegatronRowsWithinFiveMfuPoints) {

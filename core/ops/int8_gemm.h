@@ -58,7 +58,8 @@ void Int8GemmF32(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx,
                  Int8GemmPath path = Int8GemmPath::kAuto);
 
 // The largest M the automatic choice sends to the direct path: on the Zen 5
-// dev box (BENCHMARKS.md) it beat the dequantised sgemm at every M <= 64.
+// dev box (docs/benchmarks/2026-12-01.md) it beat the dequantised sgemm at
+// every M <= 64.
 constexpr int64_t kInt8DirectMaxRows = 64;
 
 // What kAuto runs for this M on this machine.

@@ -9,7 +9,7 @@
 #                         [--no-build] [TARGET_LABEL...]
 #
 # CI runs it with --seconds 60; a longer run (--seconds 600) is the benchmark
-# whose figures BENCHMARKS.md ("Fuzzing") records.
+# whose figures docs/benchmarks/2026-12-01.md ("Fuzzing") records.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
