@@ -107,9 +107,8 @@ absl::StatusOr<bool> JsonBool(const JsonDocument& json, const std::string& key,
   return json[key].get<bool>();
 }
 
-absl::StatusOr<JsonDocument> ReadHfConfigJson(const std::string& dir) {
-  const std::string path = dir + "/config.json";
-  MCC_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+absl::StatusOr<JsonDocument> ParseHfConfigJson(absl::string_view text,
+                                               const std::string& path) {
   absl::StatusOr<JsonDocument> parsed = ParseJsonDocument(text);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
@@ -120,6 +119,31 @@ absl::StatusOr<JsonDocument> ReadHfConfigJson(const std::string& dir) {
         absl::StrCat(path, ": not a JSON object"));
   }
   return std::move(*parsed);
+}
+
+absl::StatusOr<JsonDocument> ReadHfConfigJson(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  MCC_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  return ParseHfConfigJson(text, path);
+}
+
+absl::StatusOr<Tensor> FindTensorOfShape(
+    const std::map<std::string, Tensor>& tensors, const std::string& name,
+    const Shape& shape, absl::string_view what, bool to_cpu) {
+  auto it = tensors.find(name);
+  if (it == tensors.end()) {
+    return absl::NotFoundError(absl::StrCat(what, " ", name, " is missing"));
+  }
+  Tensor t = it->second;
+  if (to_cpu && !t.device().is_cpu()) {
+    MCC_ASSIGN_OR_RETURN(t, t.To(Device::CPU()));
+  }
+  if (t.shape() != shape) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ", name, " is ", t.Describe(),
+                     ", the configuration needs ", ShapeToString(shape)));
+  }
+  return t;
 }
 
 absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {

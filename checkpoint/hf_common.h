@@ -45,8 +45,20 @@ absl::StatusOr<double> JsonPositiveNumber(const JsonDocument& json,
                                           double fallback);
 absl::StatusOr<bool> JsonBool(const JsonDocument& json, const std::string& key,
                               const std::string& path, bool fallback);
+// The text of a config.json read from `path`, parsed; must be an object.
+absl::StatusOr<JsonDocument> ParseHfConfigJson(absl::string_view text,
+                                               const std::string& path);
 // The whole config.json of a model directory, parsed; must be an object.
 absl::StatusOr<JsonDocument> ReadHfConfigJson(const std::string& dir);
+
+// The tensor `name` of `tensors`, which must have `shape`: how each mapping
+// looks up an entry of its tensor table, ours on export and Hugging Face's
+// on import. Moved to the CPU first when `to_cpu`. Errors begin with `what`
+// ("GPT-2 import: tensor"): "<what> <name> is missing" (NotFound) and
+// "<what> <name> is <tensor>, the configuration needs <shape>".
+absl::StatusOr<Tensor> FindTensorOfShape(
+    const std::map<std::string, Tensor>& tensors, const std::string& name,
+    const Shape& shape, absl::string_view what, bool to_cpu = false);
 
 // A byte count such as "5GB", "200MB", "64KB" (powers of 1000, as Hugging
 // Face's max_shard_size) or plain "123456"; must be positive.

@@ -155,20 +155,9 @@ absl::StatusOr<NamedTensors> ExportGpt2(
   MCC_RETURN_IF_ERROR(CheckGpt2Compatible(config));
   NamedTensors out;
   for (const Entry& e : Table(config)) {
-    auto it = params.find(e.ours);
-    if (it == params.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("GPT-2 export: parameter ", e.ours, " is missing"));
-    }
-    Tensor t = it->second;
-    if (!t.device().is_cpu()) {
-      MCC_ASSIGN_OR_RETURN(t, t.To(Device::CPU()));
-    }
-    if (t.shape() != e.shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("GPT-2 export: parameter ", e.ours, " is ", t.Describe(),
-                       ", the configuration needs ", ShapeToString(e.shape)));
-    }
+    MCC_ASSIGN_OR_RETURN(Tensor t, FindTensorOfShape(params, e.ours, e.shape,
+                                                     "GPT-2 export: parameter",
+                                                     /*to_cpu=*/true));
     switch (e.kind) {
       case Kind::kCopy:
         break;
@@ -211,23 +200,15 @@ absl::StatusOr<std::map<std::string, Tensor>> ImportGpt2(
   }
   std::map<std::string, Tensor> out;
   for (const Entry& e : Table(config)) {
-    auto it = by_name.find(e.hf);
-    if (it == by_name.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("GPT-2 import: tensor ", e.hf, " is missing"));
-    }
-    const Tensor& t = it->second;
     Shape hf_shape = e.shape;
     if (e.kind == Kind::kLinear || e.kind == Kind::kQkvWeight) {
       hf_shape = {e.shape[1], e.shape[0]};
     } else if (e.kind == Kind::kVocab) {
       hf_shape[0] = HfVocabRows(config);
     }
-    if (t.shape() != hf_shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("GPT-2 import: tensor ", e.hf, " is ", t.Describe(),
-                       ", the configuration needs ", ShapeToString(hf_shape)));
-    }
+    MCC_ASSIGN_OR_RETURN(
+        const Tensor t,
+        FindTensorOfShape(by_name, e.hf, hf_shape, "GPT-2 import: tensor"));
     Tensor r;
     switch (e.kind) {
       case Kind::kCopy:
@@ -274,16 +255,7 @@ absl::Status ExportCheckpointToHfGpt2(CheckpointReader& reader,
 
 absl::StatusOr<ModelConfig> ParseGpt2ConfigJson(absl::string_view text,
                                                 const std::string& path) {
-  absl::StatusOr<JsonDocument> parsed = ParseJsonDocument(text);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", parsed.status().message()));
-  }
-  const JsonDocument& hf = *parsed;
-  if (!hf.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a JSON object"));
-  }
+  MCC_ASSIGN_OR_RETURN(const JsonDocument hf, ParseHfConfigJson(text, path));
   MCC_ASSIGN_OR_RETURN(int64_t vocab,
                        JsonPositiveInt(hf, "vocab_size", path, std::nullopt));
   MCC_ASSIGN_OR_RETURN(int64_t hidden,

@@ -173,20 +173,9 @@ absl::StatusOr<NamedTensors> ExportLlama(
   const Dims m = DimsOf(config);
   NamedTensors out;
   for (const Entry& e : Table(config)) {
-    auto it = params.find(e.ours);
-    if (it == params.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("Llama export: parameter ", e.ours, " is missing"));
-    }
-    Tensor t = it->second;
-    if (!t.device().is_cpu()) {
-      MCC_ASSIGN_OR_RETURN(t, t.To(Device::CPU()));
-    }
-    if (t.shape() != e.shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Llama export: parameter ", e.ours, " is ", t.Describe(),
-                       ", the configuration needs ", ShapeToString(e.shape)));
-    }
+    MCC_ASSIGN_OR_RETURN(Tensor t, FindTensorOfShape(params, e.ours, e.shape,
+                                                     "Llama export: parameter",
+                                                     /*to_cpu=*/true));
     const std::vector<Shape> shapes = HfShapes(e, m, config);
     switch (e.kind) {
       case Kind::kCopy:
@@ -230,25 +219,17 @@ absl::StatusOr<std::map<std::string, Tensor>> ImportLlama(
         "Llama import: the configuration has ", config.num_layers(),
         " layers (9 tensors each) but the files hold ", hf.size(), " tensors"));
   }
-  std::map<std::string, const Tensor*> by_name;
-  for (const auto& [name, t] : hf) by_name[name] = &t;
+  std::map<std::string, Tensor> by_name;
+  for (const auto& [name, t] : hf) by_name[name] = t;
   const Dims m = DimsOf(config);
   std::map<std::string, Tensor> out;
   for (const Entry& e : Table(config)) {
     const std::vector<Shape> shapes = HfShapes(e, m, config);
     std::vector<Tensor> parts;
     for (size_t i = 0; i < e.hf.size(); ++i) {
-      auto it = by_name.find(e.hf[i]);
-      if (it == by_name.end()) {
-        return absl::NotFoundError(
-            absl::StrCat("Llama import: tensor ", e.hf[i], " is missing"));
-      }
-      const Tensor& t = *it->second;
-      if (t.shape() != shapes[i]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "Llama import: tensor ", e.hf[i], " is ", t.Describe(),
-            ", the configuration needs ", ShapeToString(shapes[i])));
-      }
+      MCC_ASSIGN_OR_RETURN(const Tensor t,
+                           FindTensorOfShape(by_name, e.hf[i], shapes[i],
+                                             "Llama import: tensor"));
       Tensor f32 = t;
       if (t.dtype() != DType::kFloat32) {
         MCC_ASSIGN_OR_RETURN(f32, t.To(DType::kFloat32));
@@ -281,16 +262,7 @@ absl::StatusOr<std::map<std::string, Tensor>> ImportLlama(
 
 absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
                                                  const std::string& path) {
-  absl::StatusOr<JsonDocument> parsed = ParseJsonDocument(text);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", parsed.status().message()));
-  }
-  const JsonDocument& hf = *parsed;
-  if (!hf.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a JSON object"));
-  }
+  MCC_ASSIGN_OR_RETURN(const JsonDocument hf, ParseHfConfigJson(text, path));
   auto need = [&](const char* key) {
     return JsonPositiveInt(hf, key, path, std::nullopt);
   };
