@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/ops/activation.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/loss_sum.h"
@@ -20,12 +19,7 @@ namespace ops = mcc::ops;
 
 struct TinyLm::Record : parallel::ActivationRecord {
   int microbatch = 0;
-  struct BlockActivations {
-    parallel::ColumnParallelLinear::Activations fc1;
-    parallel::RowParallelLinear::Activations fc2;
-    Tensor pre_gelu;
-  };
-  std::vector<BlockActivations> blocks;
+  std::vector<parallel::MlpBlock::Activations> blocks;
   parallel::ColumnParallelLinear::Activations head;
   parallel::VocabParallelCrossEntropy::Activations cross_entropy;
   Tensor loss_sum;
@@ -81,16 +75,12 @@ absl::StatusOr<std::unique_ptr<TinyLm>> TinyLm::Create(
   options.weight_init = init;
   for (int i = first_block; i < first_block + num_blocks; ++i) {
     const std::string name = absl::StrCat("blocks.", i);
-    Block block;
-    MCC_ASSIGN_OR_RETURN(block.fc1, parallel::ColumnParallelLinear::Create(
-                                        name + ".fc1", config.hidden,
-                                        config.ffn_hidden, options, context));
-    MCC_ASSIGN_OR_RETURN(block.fc2, parallel::RowParallelLinear::Create(
-                                        name + ".fc2", config.ffn_hidden,
-                                        config.hidden, options, context));
+    MCC_ASSIGN_OR_RETURN(
+        parallel::MlpBlock block,
+        parallel::MlpBlock::Create(name, config.hidden, config.ffn_hidden,
+                                   options, context));
     mcc::ParameterList unit;
-    block.fc1->AppendParameters(&unit);
-    block.fc2->AppendParameters(&unit);
+    block.AppendParameters(&unit);
     model->units_.push_back(std::move(unit));
     model->blocks_.push_back(std::move(block));
   }
@@ -167,13 +157,8 @@ absl::StatusOr<parallel::StageOutput> TinyLm::ForwardStep(int microbatch,
   }
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const int unit = first_block_unit() + static_cast<int>(i);
-    Record::BlockActivations& act = record->blocks[i];
     MCC_RETURN_IF_ERROR(CallBeforeForward(unit));
-    MCC_ASSIGN_OR_RETURN(act.pre_gelu, blocks_[i].fc1->Forward(x, &act.fc1));
-    Tensor g = Tensor::Empty(act.pre_gelu.shape(), DType::kFloat32,
-                             act.pre_gelu.device());
-    MCC_RETURN_IF_ERROR(ops::Gelu(act.pre_gelu, &g));
-    MCC_ASSIGN_OR_RETURN(Tensor y, blocks_[i].fc2->Forward(g, &act.fc2));
+    MCC_ASSIGN_OR_RETURN(Tensor y, blocks_[i].Forward(x, &record->blocks[i]));
     MCC_RETURN_IF_ERROR(CallAfterForward(unit));
     MCC_ASSIGN_OR_RETURN(x, Add(x, y));
   }
@@ -238,13 +223,9 @@ absl::StatusOr<Tensor> TinyLm::BackwardStep(
   }
   for (int i = static_cast<int>(blocks_.size()) - 1; i >= 0; --i) {
     const int unit = first_block_unit() + i;
-    Record::BlockActivations& act = rec->blocks[i];
     MCC_RETURN_IF_ERROR(CallBeforeBackward(unit));
-    MCC_ASSIGN_OR_RETURN(Tensor dg, blocks_[i].fc2->Backward(dx, act.fc2));
-    Tensor dh = Tensor::Empty(dg.shape(), DType::kFloat32, dg.device());
-    MCC_RETURN_IF_ERROR(ops::GeluBackward(dg, act.pre_gelu, &dh));
-    MCC_ASSIGN_OR_RETURN(Tensor dpath, blocks_[i].fc1->Backward(dh, act.fc1));
-    act = Record::BlockActivations();
+    MCC_ASSIGN_OR_RETURN(Tensor dpath,
+                         blocks_[i].Backward(dx, &rec->blocks[i]));
     MCC_RETURN_IF_ERROR(CallAfterBackward(unit));
     MCC_RETURN_IF_ERROR(CallGradsReady(units_[unit]));
     // The residual's gradient plus the block's.

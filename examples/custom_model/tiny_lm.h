@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "parallel/linear.h"
+#include "parallel/mlp_block.h"
 #include "parallel/model.h"
 #include "parallel/vocab_parallel.h"
 
@@ -43,7 +44,8 @@ TinyLmBatch MakeBatch(const TinyLmConfig& config, int step, int index);
 // Blocks [first_block, first_block + num_blocks) of the model: the whole
 // model or one pipeline chunk. The chunk holding block 0 owns the embedding,
 // the chunk holding the last block owns the output layer and the loss.
-// Block i computes x + fc2_i(gelu(fc1_i(x))). Parameters are named after
+// Block i computes x + fc2_i(gelu(fc1_i(x))) (@megatron_cpp//parallel:
+// mlp_block). Parameters are named after
 // their global position, so every split starts from the same weights.
 // fp32, serial in the tensor dimension. Not thread-safe.
 class TinyLm : public mcc::parallel::Model,
@@ -79,10 +81,6 @@ class TinyLm : public mcc::parallel::Model,
       std::unique_ptr<mcc::parallel::ActivationRecord> record) override;
 
  private:
-  struct Block {
-    std::unique_ptr<mcc::parallel::ColumnParallelLinear> fc1;
-    std::unique_ptr<mcc::parallel::RowParallelLinear> fc2;
-  };
   struct Record;
 
   TinyLm() = default;
@@ -94,7 +92,7 @@ class TinyLm : public mcc::parallel::Model,
   mcc::parallel::LayerContext context_;
   int first_block_ = 0;
   std::unique_ptr<mcc::parallel::VocabParallelEmbedding> embedding_;
-  std::vector<Block> blocks_;
+  std::vector<mcc::parallel::MlpBlock> blocks_;
   std::unique_ptr<mcc::parallel::ColumnParallelLinear> head_;
   mcc::ParameterList params_;
   std::vector<mcc::ParameterList> units_;

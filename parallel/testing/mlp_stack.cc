@@ -4,7 +4,6 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "core/ops/activation.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/multi_tensor.h"
 #include "core/status_macros.h"
@@ -15,7 +14,7 @@ namespace testing {
 
 struct MlpStack::Record : ActivationRecord {
   int microbatch = 0;
-  std::vector<BlockActivations> blocks;
+  std::vector<MlpBlock::Activations> blocks;
   Tensor output;  // The last stage's, for the loss gradient.
 };
 
@@ -57,16 +56,11 @@ absl::StatusOr<std::unique_ptr<MlpStack>> MlpStack::Create(
   options.weight_init = InitSpec::Normal(0.2f);
   for (int i = first_block; i < first_block + num_blocks; ++i) {
     const std::string name = absl::StrCat("blocks.", i);
-    Block block;
-    MCC_ASSIGN_OR_RETURN(block.fc1, ColumnParallelLinear::Create(
-                                        name + ".fc1", config.hidden,
-                                        config.ffn_hidden, options, context));
     MCC_ASSIGN_OR_RETURN(
-        block.fc2, RowParallelLinear::Create(name + ".fc2", config.ffn_hidden,
-                                             config.hidden, options, context));
+        MlpBlock block, MlpBlock::Create(name, config.hidden, config.ffn_hidden,
+                                         options, context));
     ParameterList unit;
-    block.fc1->AppendParameters(&unit);
-    block.fc2->AppendParameters(&unit);
+    block.AppendParameters(&unit);
     for (const auto& p : unit) model->parameters_.push_back(p);
     model->units_.push_back(std::move(unit));
     model->blocks_.push_back(std::move(block));
@@ -130,13 +124,8 @@ absl::StatusOr<StageOutput> MlpStack::ForwardStep(int microbatch,
   record->microbatch = microbatch;
   record->blocks.resize(blocks_.size());
   for (int i = 0; i < num_blocks(); ++i) {
-    BlockActivations& act = record->blocks[i];
     MCC_RETURN_IF_ERROR(CallBeforeForward(i));
-    MCC_ASSIGN_OR_RETURN(act.pre_gelu, blocks_[i].fc1->Forward(x, &act.fc1));
-    Tensor g = Tensor::Empty(act.pre_gelu.shape(), DType::kFloat32,
-                             act.pre_gelu.device());
-    MCC_RETURN_IF_ERROR(ops::Gelu(act.pre_gelu, &g));
-    MCC_ASSIGN_OR_RETURN(Tensor y, blocks_[i].fc2->Forward(g, &act.fc2));
+    MCC_ASSIGN_OR_RETURN(Tensor y, blocks_[i].Forward(x, &record->blocks[i]));
     MCC_RETURN_IF_ERROR(CallAfterForward(i));
     MCC_ASSIGN_OR_RETURN(x, Add(x, y));
   }
@@ -189,13 +178,9 @@ absl::StatusOr<Tensor> MlpStack::BackwardStep(
     dx = output_grad;
   }
   for (int i = num_blocks() - 1; i >= 0; --i) {
-    BlockActivations& act = rec->blocks[i];
     MCC_RETURN_IF_ERROR(CallBeforeBackward(i));
-    MCC_ASSIGN_OR_RETURN(Tensor dg, blocks_[i].fc2->Backward(dx, act.fc2));
-    Tensor dh = Tensor::Empty(dg.shape(), DType::kFloat32, dg.device());
-    MCC_RETURN_IF_ERROR(ops::GeluBackward(dg, act.pre_gelu, &dh));
-    MCC_ASSIGN_OR_RETURN(Tensor dpath, blocks_[i].fc1->Backward(dh, act.fc1));
-    act = BlockActivations();
+    MCC_ASSIGN_OR_RETURN(Tensor dpath,
+                         blocks_[i].Backward(dx, &rec->blocks[i]));
     MCC_RETURN_IF_ERROR(CallAfterBackward(i));
     MCC_RETURN_IF_ERROR(CallGradsReady(units_[i]));
     MCC_ASSIGN_OR_RETURN(

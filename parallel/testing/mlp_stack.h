@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "parallel/linear.h"
+#include "parallel/mlp_block.h"
 #include "parallel/model.h"
 
 namespace mcc {
@@ -39,8 +40,8 @@ MlpBatch MakeMlpBatch(const MlpStackConfig& config, int step, int index,
 
 // A stack of residual MLP blocks, block i computing
 //   x + fc2_i(gelu(fc1_i(x)))
-// with fc1 a ColumnParallelLinear [hidden -> ffn_hidden] and fc2 a
-// RowParallelLinear [ffn_hidden -> hidden], and the loss
+// (parallel/mlp_block.h: fc1 a ColumnParallelLinear [hidden -> ffn_hidden],
+// fc2 a RowParallelLinear [ffn_hidden -> hidden]), and the loss
 //   sum over rows of 0.5 * |x - target|^2, counted per row.
 // One object holds blocks [first_block, first_block + num_blocks) of a
 // config.num_blocks stack: the whole model or one pipeline stage. Parameters
@@ -84,15 +85,6 @@ class MlpStack : public Model, public PipelineStage {
   int num_blocks() const { return static_cast<int>(blocks_.size()); }
 
  private:
-  struct Block {
-    std::unique_ptr<ColumnParallelLinear> fc1;
-    std::unique_ptr<RowParallelLinear> fc2;
-  };
-  struct BlockActivations {
-    ColumnParallelLinear::Activations fc1;
-    Tensor pre_gelu;
-    RowParallelLinear::Activations fc2;
-  };
   struct Record;
 
   MlpStack() = default;
@@ -101,7 +93,7 @@ class MlpStack : public Model, public PipelineStage {
   MlpStackConfig config_;
   LayerContext context_;
   int first_block_ = 0;
-  std::vector<Block> blocks_;
+  std::vector<MlpBlock> blocks_;
   ParameterList parameters_;
   std::vector<ParameterList> units_;
   std::shared_ptr<const std::vector<MlpBatch>> batches_;
