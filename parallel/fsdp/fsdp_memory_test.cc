@@ -19,6 +19,7 @@
 #include "optim/train_test_util.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "parallel/parallel_state.h"
+#include "parallel/testing/train_step.h"
 #include "training/trainer.h"
 
 namespace mcc {
@@ -94,16 +95,16 @@ absl::StatusOr<Measured> Measure(ShardingStrategy strategy,
     MCC_ASSIGN_OR_RETURN(m.persistent, settled());
     m.persistent -= base;
 
+    const std::vector<parallel::Model*> models = {model.get()};
     auto step = [&]() -> absl::Status {
-      MCC_RETURN_IF_ERROR(f->FinishParamGather());
-      f->ZeroGrads();
+      MCC_RETURN_IF_ERROR(parallel::testing::BeginTrainStep(f.get(), models));
       for (int i = 0; i < 2; ++i) {
         f->set_is_last_microbatch(i == 1);
         MCC_RETURN_IF_ERROR(model->ForwardBackward(batch, 0.5f).status());
       }
-      MCC_RETURN_IF_ERROR(f->FinishGradSync());
-      MCC_RETURN_IF_ERROR(f->FinalizeGradients());
-      MCC_RETURN_IF_ERROR(opt->Step(1e-3).status());
+      MCC_RETURN_IF_ERROR(
+          parallel::testing::FinishTrainStep(f.get(), models, *opt, 1e-3)
+              .status());
       return f->FinishParamGather();
     };
     // The first step records the unit order; measure the second.

@@ -40,6 +40,7 @@
 #include "parallel/pipeline/pipeline_executor.h"
 #include "parallel/testing/device_parity.h"
 #include "parallel/testing/mlp_stack.h"
+#include "parallel/testing/train_step.h"
 
 namespace mcc {
 namespace parallel {
@@ -63,27 +64,20 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
   const int stages = pp->size(), stage = pp->rank();
   const int dp_size = dp->size(), dp_rank = dp->rank();
   const int virtual_stages = layout == "pp2_interleaved" ? 2 : 1;
-  const int per_chunk = config.num_blocks / (stages * virtual_stages);
   const int local_mb = kMicrobatches / dp_size;
 
   LayerContext context;
   context.device = device;  // Parameters and buffers are built there.
-  std::vector<std::unique_ptr<MlpStack>> chunks;
-  std::vector<PipelineStage*> stage_chunks;
-  ParameterList params;
-  for (int v = 0; v < virtual_stages; ++v) {
-    MCC_ASSIGN_OR_RETURN(
-        auto chunk,
-        MlpStack::Create(config, context, (v * stages + stage) * per_chunk,
-                         per_chunk));
-    for (const auto& p : chunk->parameters()) params.push_back(p);
-    stage_chunks.push_back(chunk.get());
-    chunks.push_back(std::move(chunk));
-  }
+  MCC_ASSIGN_OR_RETURN(
+      MlpStackChunks local,
+      CreateMlpStackChunks(config, context, stages, stage, virtual_stages));
+  const std::vector<std::unique_ptr<MlpStack>>& chunks = local.chunks;
+  const std::vector<Model*>& models = local.models;
+  const ParameterList& params = local.parameters;
   MlpStack* model = chunks[0].get();
   MCC_ASSIGN_OR_RETURN(auto executor,
                        pipeline::PipelineExecutor::Create(
-                           stage_chunks, stages > 1 ? pp : nullptr,
+                           local.stages, stages > 1 ? pp : nullptr,
                            pipeline::PipelineOptions()));
   optim::OptimizerConfig opt_config;
   opt_config.type = optim::OptimizerType::kAdam;
@@ -98,6 +92,7 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
   std::unique_ptr<data_parallel::DistributedDataParallel> ddp;
   std::unique_ptr<fsdp::FullyShardedDataParallel> fsdp;
   std::unique_ptr<optim::Optimizer> opt;
+  data_parallel::DataParallel* data_parallel = nullptr;  // ddp or fsdp.
   if (layout == "zero3_dp2") {
     fsdp::FsdpConfig fsdp_config;
     fsdp_config.strategy = fsdp::ShardingStrategy::kOptimGradsParams;
@@ -106,6 +101,7 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
     MCC_ASSIGN_OR_RETURN(opt, fsdp->CreateOptimizer(opt_config, groups));
     executor->SetLastMicrobatchCallback(
         [f = fsdp.get()](bool last) { f->set_is_last_microbatch(last); });
+    data_parallel = fsdp.get();
   } else {
     data_parallel::DdpConfig ddp_config;
     ddp_config.use_distributed_optimizer = true;
@@ -117,6 +113,7 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
     MCC_ASSIGN_OR_RETURN(opt, ddp->CreateOptimizer(opt_config, groups));
     executor->SetLastMicrobatchCallback(
         [d = ddp.get()](bool last) { d->set_is_last_microbatch(last); });
+    data_parallel = ddp.get();
   }
   if (opt->device() != device) {
     return absl::InternalError(
@@ -136,13 +133,7 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
   for (int step = 0; step < kSteps; ++step) {
     int64_t reads = ::mcc::testing::TestDeviceCopiesToHost();
     int64_t writes = ::mcc::testing::TestDeviceCopiesFromHost();
-    if (fsdp) {
-      MCC_RETURN_IF_ERROR(fsdp->FinishParamGather());
-      fsdp->ZeroGrads();
-    } else {
-      MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
-      ddp->ZeroGrads();
-    }
+    MCC_RETURN_IF_ERROR(BeginTrainStep(data_parallel, models));
     int64_t engine_reads = ::mcc::testing::TestDeviceCopiesToHost() - reads;
     int64_t engine_writes = ::mcc::testing::TestDeviceCopiesFromHost() - writes;
     // Staging the micro-batches (host to device) and the forward/backward
@@ -171,14 +162,8 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
     result.lines.push_back(std::move(line));
     reads = ::mcc::testing::TestDeviceCopiesToHost();
     writes = ::mcc::testing::TestDeviceCopiesFromHost();
-    if (fsdp) {
-      MCC_RETURN_IF_ERROR(fsdp->FinishGradSync());
-      MCC_RETURN_IF_ERROR(fsdp->FinalizeGradients());
-    } else {
-      MCC_RETURN_IF_ERROR(ddp->FinishGradSync());
-      for (const auto& c : chunks) MCC_RETURN_IF_ERROR(c->FinalizeGradients());
-    }
-    MCC_ASSIGN_OR_RETURN(optim::StepInfo info, opt->Step(1e-2));
+    MCC_ASSIGN_OR_RETURN(optim::StepInfo info,
+                         FinishTrainStep(data_parallel, models, *opt, 1e-2));
     engine_reads += ::mcc::testing::TestDeviceCopiesToHost() - reads;
     engine_writes += ::mcc::testing::TestDeviceCopiesFromHost() - writes;
     result.engine_reads.push_back(engine_reads);

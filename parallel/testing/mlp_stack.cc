@@ -190,6 +190,24 @@ absl::StatusOr<Tensor> MlpStack::BackwardStep(
   return dx;
 }
 
+absl::StatusOr<MlpStackChunks> CreateMlpStackChunks(
+    const MlpStackConfig& config, const LayerContext& context, int stages,
+    int stage, int virtual_stages) {
+  const int per_chunk = config.num_blocks / (stages * virtual_stages);
+  MlpStackChunks local;
+  for (int v = 0; v < virtual_stages; ++v) {
+    MCC_ASSIGN_OR_RETURN(
+        std::unique_ptr<MlpStack> chunk,
+        MlpStack::Create(config, context, (v * stages + stage) * per_chunk,
+                         per_chunk));
+    for (const auto& p : chunk->parameters()) local.parameters.push_back(p);
+    local.stages.push_back(chunk.get());
+    local.models.push_back(chunk.get());
+    local.chunks.push_back(std::move(chunk));
+  }
+  return local;
+}
+
 }  // namespace testing
 }  // namespace parallel
 }  // namespace mcc

@@ -99,6 +99,20 @@ class MlpStack : public Model, public PipelineStage {
   std::shared_ptr<const std::vector<MlpBatch>> batches_;
 };
 
+// One rank's chunks of a config.num_blocks stack split over `stages`
+// pipeline stages of `virtual_stages` chunks each: its chunk v holds model
+// chunk v * stages + stage, as interleaving assigns them (one chunk, the
+// whole stack, when both are 1).
+struct MlpStackChunks {
+  std::vector<std::unique_ptr<MlpStack>> chunks;
+  std::vector<PipelineStage*> stages;  // The chunks, for the executor.
+  std::vector<Model*> models;          // The chunks, for the step.
+  ParameterList parameters;            // Every chunk's, in order.
+};
+absl::StatusOr<MlpStackChunks> CreateMlpStackChunks(
+    const MlpStackConfig& config, const LayerContext& context, int stages,
+    int stage, int virtual_stages);
+
 }  // namespace testing
 }  // namespace parallel
 }  // namespace mcc

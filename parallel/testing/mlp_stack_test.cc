@@ -31,6 +31,7 @@
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/pipeline_executor.h"
+#include "parallel/testing/train_step.h"
 
 namespace mcc {
 namespace parallel {
@@ -80,23 +81,15 @@ absl::StatusOr<Result> Train(ParallelState* state, bool zero3,
   const int stage = pp ? pp->rank() : 0;
   const int dp_size = dp ? dp->size() : 1;
   const int dp_rank = dp ? dp->rank() : 0;
-  const int per_chunk = config.num_blocks / (stages * virtual_stages);
   const int local_mb = kMicrobatches / dp_size;
 
   LayerContext context;
-  std::vector<std::unique_ptr<MlpStack>> chunks;
-  std::vector<PipelineStage*> stage_chunks;
-  ParameterList params;
-  for (int v = 0; v < virtual_stages; ++v) {
-    // Model chunk v * stages + stage, as interleaving assigns them.
-    MCC_ASSIGN_OR_RETURN(
-        auto chunk,
-        MlpStack::Create(config, context, (v * stages + stage) * per_chunk,
-                         per_chunk));
-    for (const auto& p : chunk->parameters()) params.push_back(p);
-    stage_chunks.push_back(chunk.get());
-    chunks.push_back(std::move(chunk));
-  }
+  MCC_ASSIGN_OR_RETURN(
+      MlpStackChunks local,
+      CreateMlpStackChunks(config, context, stages, stage, virtual_stages));
+  const std::vector<std::unique_ptr<MlpStack>>& chunks = local.chunks;
+  const std::vector<Model*>& models = local.models;
+  const ParameterList& params = local.parameters;
   MlpStack* model = chunks[0].get();
   if (zero3 && chunks.size() != 1) {
     return absl::InvalidArgumentError("ZeRO-3 here wraps one chunk");
@@ -104,7 +97,7 @@ absl::StatusOr<Result> Train(ParallelState* state, bool zero3,
   pipeline::PipelineOptions schedule;
   MCC_ASSIGN_OR_RETURN(auto executor,
                        pipeline::PipelineExecutor::Create(
-                           stage_chunks, stages > 1 ? pp : nullptr, schedule));
+                           local.stages, stages > 1 ? pp : nullptr, schedule));
   optim::OptimizerConfig opt_config;
   opt_config.type = optim::OptimizerType::kSgd;
   opt_config.sgd_momentum = 0.9;
@@ -132,12 +125,7 @@ absl::StatusOr<Result> Train(ParallelState* state, bool zero3,
   result.losses.assign(kSteps * kMicrobatches,
                        std::numeric_limits<double>::quiet_NaN());
   for (int step = 0; step < kSteps; ++step) {
-    if (fsdp) {
-      MCC_RETURN_IF_ERROR(fsdp->FinishParamGather());
-      fsdp->ZeroGrads();
-    } else {
-      for (const auto& c : chunks) c->ZeroGradients();
-    }
+    MCC_RETURN_IF_ERROR(BeginTrainStep(fsdp.get(), models));
     auto batches = std::make_shared<std::vector<MlpBatch>>();
     for (int i = 0; i < local_mb; ++i) {
       batches->push_back(MakeMlpBatch(config, step, dp_rank * local_mb + i));
@@ -151,16 +139,8 @@ absl::StatusOr<Result> Train(ParallelState* state, bool zero3,
       result.losses[step * kMicrobatches + dp_rank * local_mb + i] =
           loss.mean();
     }
-    for (const auto& c : chunks) {
-      MCC_RETURN_IF_ERROR(c->SyncSharedGradients(nullptr));
-    }
-    if (fsdp) {
-      MCC_RETURN_IF_ERROR(fsdp->FinishGradSync());
-      MCC_RETURN_IF_ERROR(fsdp->FinalizeGradients());
-    } else {
-      for (const auto& c : chunks) MCC_RETURN_IF_ERROR(c->FinalizeGradients());
-    }
-    MCC_RETURN_IF_ERROR(opt->Step(0.05).status());
+    MCC_RETURN_IF_ERROR(
+        FinishTrainStep(fsdp.get(), models, *opt, 0.05).status());
   }
   if (fsdp) {
     MCC_RETURN_IF_ERROR(fsdp->FinishParamGather());
