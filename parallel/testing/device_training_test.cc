@@ -71,10 +71,7 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
   MCC_ASSIGN_OR_RETURN(
       MlpStackChunks local,
       CreateMlpStackChunks(config, context, stages, stage, virtual_stages));
-  const std::vector<std::unique_ptr<MlpStack>>& chunks = local.chunks;
-  const std::vector<Model*>& models = local.models;
-  const ParameterList& params = local.parameters;
-  MlpStack* model = chunks[0].get();
+  MlpStack* model = local.chunks[0].get();
   MCC_ASSIGN_OR_RETURN(auto executor,
                        pipeline::PipelineExecutor::Create(
                            local.stages, stages > 1 ? pp : nullptr,
@@ -108,8 +105,10 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
     ddp_config.overlap_grad_reduce = true;
     ddp_config.bucket_size_bytes = 4096;  // Several buckets.
     MCC_ASSIGN_OR_RETURN(ddp, data_parallel::DistributedDataParallel::Create(
-                                  params, dp, ddp_config));
-    for (const auto& c : chunks) c->AddGradReadyHook(ddp->GradReadyHook());
+                                  local.parameters, dp, ddp_config));
+    for (const auto& c : local.chunks) {
+      c->AddGradReadyHook(ddp->GradReadyHook());
+    }
     MCC_ASSIGN_OR_RETURN(opt, ddp->CreateOptimizer(opt_config, groups));
     executor->SetLastMicrobatchCallback(
         [d = ddp.get()](bool last) { d->set_is_last_microbatch(last); });
@@ -124,7 +123,7 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
   // training moved them.
   std::vector<std::vector<float>> initial;
   if (!fsdp) {
-    for (const auto& p : params) {
+    for (const auto& p : local.parameters) {
       MCC_ASSIGN_OR_RETURN(Tensor host, p->value.To(Device::CPU()));
       initial.push_back(host.ToFloats());
     }
@@ -133,7 +132,7 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
   for (int step = 0; step < kSteps; ++step) {
     int64_t reads = ::mcc::testing::TestDeviceCopiesToHost();
     int64_t writes = ::mcc::testing::TestDeviceCopiesFromHost();
-    MCC_RETURN_IF_ERROR(BeginTrainStep(data_parallel, models));
+    MCC_RETURN_IF_ERROR(BeginTrainStep(data_parallel, local.models));
     int64_t engine_reads = ::mcc::testing::TestDeviceCopiesToHost() - reads;
     int64_t engine_writes = ::mcc::testing::TestDeviceCopiesFromHost() - writes;
     // Staging the micro-batches (host to device) and the forward/backward
@@ -145,7 +144,7 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
       MCC_ASSIGN_OR_RETURN(b.targets, b.targets.To(device));
       batches->push_back(std::move(b));
     }
-    for (const auto& c : chunks) c->SetMicroBatches(batches);
+    for (const auto& c : local.chunks) c->SetMicroBatches(batches);
     const float grad_scale = static_cast<float>(opt->loss_scale() / local_mb);
     MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
                          executor->Run(local_mb, grad_scale));
@@ -162,8 +161,9 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
     result.lines.push_back(std::move(line));
     reads = ::mcc::testing::TestDeviceCopiesToHost();
     writes = ::mcc::testing::TestDeviceCopiesFromHost();
-    MCC_ASSIGN_OR_RETURN(optim::StepInfo info,
-                         FinishTrainStep(data_parallel, models, *opt, 1e-2));
+    MCC_ASSIGN_OR_RETURN(
+        optim::StepInfo info,
+        FinishTrainStep(data_parallel, local.models, *opt, 1e-2));
     engine_reads += ::mcc::testing::TestDeviceCopiesToHost() - reads;
     engine_writes += ::mcc::testing::TestDeviceCopiesFromHost() - writes;
     result.engine_reads.push_back(engine_reads);
@@ -179,8 +179,8 @@ absl::StatusOr<Result> Train(ParallelState* state, const std::string& layout,
     MCC_RETURN_IF_ERROR(ddp->FinishParamGather());
   }
   bool moved = false;
-  for (size_t k = 0; k < params.size(); ++k) {
-    const auto& p = params[k];
+  for (size_t k = 0; k < local.parameters.size(); ++k) {
+    const auto& p = local.parameters[k];
     if (p->value.device() != device) {
       return absl::InternalError(absl::StrCat(
           "parameter ", p->name, " left the device: ", p->value.Describe()));

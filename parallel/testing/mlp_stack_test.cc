@@ -87,11 +87,8 @@ absl::StatusOr<Result> Train(ParallelState* state, bool zero3,
   MCC_ASSIGN_OR_RETURN(
       MlpStackChunks local,
       CreateMlpStackChunks(config, context, stages, stage, virtual_stages));
-  const std::vector<std::unique_ptr<MlpStack>>& chunks = local.chunks;
-  const std::vector<Model*>& models = local.models;
-  const ParameterList& params = local.parameters;
-  MlpStack* model = chunks[0].get();
-  if (zero3 && chunks.size() != 1) {
+  MlpStack* model = local.chunks[0].get();
+  if (zero3 && local.chunks.size() != 1) {
     return absl::InvalidArgumentError("ZeRO-3 here wraps one chunk");
   }
   pipeline::PipelineOptions schedule;
@@ -117,20 +114,20 @@ absl::StatusOr<Result> Train(ParallelState* state, bool zero3,
     executor->SetLastMicrobatchCallback(
         [f = fsdp.get()](bool last) { f->set_is_last_microbatch(last); });
   } else {
-    MCC_ASSIGN_OR_RETURN(opt,
-                         optim::Optimizer::Create(params, opt_config, groups));
+    MCC_ASSIGN_OR_RETURN(
+        opt, optim::Optimizer::Create(local.parameters, opt_config, groups));
   }
 
   Result result;
   result.losses.assign(kSteps * kMicrobatches,
                        std::numeric_limits<double>::quiet_NaN());
   for (int step = 0; step < kSteps; ++step) {
-    MCC_RETURN_IF_ERROR(BeginTrainStep(fsdp.get(), models));
+    MCC_RETURN_IF_ERROR(BeginTrainStep(fsdp.get(), local.models));
     auto batches = std::make_shared<std::vector<MlpBatch>>();
     for (int i = 0; i < local_mb; ++i) {
       batches->push_back(MakeMlpBatch(config, step, dp_rank * local_mb + i));
     }
-    for (const auto& c : chunks) c->SetMicroBatches(batches);
+    for (const auto& c : local.chunks) c->SetMicroBatches(batches);
     MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult run,
                          executor->Run(local_mb, 1.0f / local_mb));
     // The stage that computes the loss has each micro-batch's.
@@ -140,13 +137,15 @@ absl::StatusOr<Result> Train(ParallelState* state, bool zero3,
           loss.mean();
     }
     MCC_RETURN_IF_ERROR(
-        FinishTrainStep(fsdp.get(), models, *opt, 0.05).status());
+        FinishTrainStep(fsdp.get(), local.models, *opt, 0.05).status());
   }
   if (fsdp) {
     MCC_RETURN_IF_ERROR(fsdp->FinishParamGather());
     MCC_RETURN_IF_ERROR(fsdp->GatherFullParams());
   }
-  for (const auto& p : params) result.params[p->name] = p->value.ToFloats();
+  for (const auto& p : local.parameters) {
+    result.params[p->name] = p->value.ToFloats();
+  }
   if (fsdp) MCC_RETURN_IF_ERROR(fsdp->ReleaseFullParams());
   result.unit_hook_calls = counter.calls;
   return result;
