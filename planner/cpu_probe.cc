@@ -389,7 +389,7 @@ absl::StatusOr<CollectiveRates> MeasureGlooCollectives(
       std::vector<int> members(gs);
       for (int i = 0; i < gs; ++i) members[i] = first + i;
       const std::string name = absl::StrCat("planner_probe_", first);
-      auto group = comm::GlooProcessGroup::Create(
+      auto group = comm::CreateGlooProcessGroup(
           std::make_shared<comm::PrefixStore>(name, stores[r]), r - first, gs,
           name, members, options);
       if (!group.ok()) {

@@ -6,6 +6,7 @@
 // decides); and that it deadlocks, as NCCL can, when two ranks each send
 // before receiving outside a batch.
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -73,7 +74,8 @@ MCC_WORKER(batch_p2p) {
   absl::StatusOr<World> world = InitWorldFromEnvironment(options);
   if (!world.ok()) return Fail("init", world.status());
   ProcessGroup& gloo = *world->group;
-  NcclLikeP2PGroup nccl_like(&gloo);
+  std::unique_ptr<ProcessGroup> nccl_like_group = MakeNcclLikeP2PGroup(&gloo);
+  ProcessGroup& nccl_like = *nccl_like_group;
   int failures = RingExchange(gloo, "gloo");
   failures += RingExchange(nccl_like, "nccl-like");
   // An empty batch is done at once.

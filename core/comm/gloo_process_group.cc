@@ -6,11 +6,15 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/comm/backend.h"
+#include "core/comm/serial_queue.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
 #include "gloo/allgather.h"
@@ -170,7 +174,7 @@ void GlooAllReduce(const std::shared_ptr<gloo::Context>& context, void* ptr,
   gloo::allreduce(opts);
 }
 
-uint32_t Tag(const ProcessGroup::Call& call) {
+uint32_t Tag(const Call& call) {
   return static_cast<uint32_t>(call.seq & 0x7fffffff);
 }
 
@@ -179,7 +183,56 @@ constexpr uint32_t kCreationBarrierTag = 0x80000000u;
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
+// The transport behind CreateGlooProcessGroup (gloo_process_group.h says
+// how it behaves).
+class GlooBackend : public Backend {
+ public:
+  // Connects the ranks through `store` (keys prefixed per group).
+  static absl::StatusOr<std::unique_ptr<GlooBackend>> Create(
+      std::shared_ptr<Store> store, int rank, int size, std::string name,
+      std::vector<int> global_ranks, GroupOptions options);
+  ~GlooBackend() override;
+
+  absl::string_view type() const override { return "gloo"; }
+  Device device() const override { return options().device; }
+
+  std::shared_ptr<Work> DoAllReduce(const Call& call, Tensor t,
+                                    ReduceOp op) override;
+  std::shared_ptr<Work> DoAllGather(const Call& call, Tensor in,
+                                    Tensor out) override;
+  std::shared_ptr<Work> DoAllGatherV(
+      const Call& call, Tensor in, Tensor out,
+      std::vector<int64_t> elements_per_rank) override;
+  std::shared_ptr<Work> DoReduceScatter(const Call& call, Tensor in, Tensor out,
+                                        ReduceOp op) override;
+  std::shared_ptr<Work> DoBroadcast(const Call& call, Tensor t,
+                                    int root) override;
+  std::shared_ptr<Work> DoAllToAll(const Call& call, Tensor in,
+                                   Tensor out) override;
+  std::shared_ptr<Work> DoBarrier(const Call& call) override;
+  std::shared_ptr<Work> DoSend(const Call& call, Tensor t, int dst,
+                               uint32_t tag) override;
+  std::shared_ptr<Work> DoRecv(const Call& call, Tensor t, int src,
+                               uint32_t tag) override;
+  absl::StatusOr<std::unique_ptr<Backend>> CreateSubgroup(
+      int rank, int size, std::string name, std::vector<int> global_ranks,
+      std::shared_ptr<Store> store, GroupOptions options) override;
+
+ private:
+  GlooBackend(int rank, int size, std::string name,
+              std::vector<int> global_ranks, std::shared_ptr<Store> store,
+              GroupOptions options);
+  // Queues fn on the collective thread; gloo's exceptions become the work's
+  // error, naming the call.
+  std::shared_ptr<Work> Enqueue(const Call& call, std::function<void()> fn);
+  void RingReduceScatter(const Call& call, const void* in, void* out,
+                         int64_t block, DType dtype, ReduceOp op);
+
+  std::shared_ptr<gloo::Context> context_;
+  std::unique_ptr<SerialQueue> collectives_;
+};
+
+absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
     std::shared_ptr<Store> store, int rank, int size, std::string name,
     std::vector<int> global_ranks, GroupOptions options) {
   if (!options.device.is_cpu() && !IsHostBacked(options.device.type)) {
@@ -187,7 +240,7 @@ absl::StatusOr<std::shared_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
         "gloo group '", name, "' cannot move tensors on ",
         options.device.ToString(), ": gloo works on host memory (use NCCL)"));
   }
-  std::shared_ptr<GlooProcessGroup> group(new GlooProcessGroup(
+  std::unique_ptr<GlooBackend> group(new GlooBackend(
       rank, size, name, std::move(global_ranks), store, options));
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
   context->setTimeout(ToChrono(options.timeout));
@@ -215,21 +268,20 @@ absl::StatusOr<std::shared_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
   return group;
 }
 
-GlooProcessGroup::GlooProcessGroup(int rank, int size, std::string name,
-                                   std::vector<int> global_ranks,
-                                   std::shared_ptr<Store> store,
-                                   GroupOptions options)
-    : ProcessGroup(rank, size, std::move(name), std::move(global_ranks),
-                   std::move(store), std::move(options)),
+GlooBackend::GlooBackend(int rank, int size, std::string name,
+                         std::vector<int> global_ranks,
+                         std::shared_ptr<Store> store, GroupOptions options)
+    : Backend(rank, size, std::move(name), std::move(global_ranks),
+              std::move(store), std::move(options)),
       collectives_(new SerialQueue) {}
 
-GlooProcessGroup::~GlooProcessGroup() {
+GlooBackend::~GlooBackend() {
   // Finish (or time out) queued work before the context goes away.
   collectives_.reset();
 }
 
-std::shared_ptr<Work> GlooProcessGroup::Enqueue(const Call& call,
-                                                std::function<void()> fn) {
+std::shared_ptr<Work> GlooBackend::Enqueue(const Call& call,
+                                           std::function<void()> fn) {
   auto work = std::make_shared<Work>(call.what, call.timeout);
   collectives_->Push([this, work, call, fn = std::move(fn)] {
     absl::Status broken = broken_status();
@@ -261,8 +313,8 @@ std::shared_ptr<Work> GlooProcessGroup::Enqueue(const Call& call,
   return work;
 }
 
-std::shared_ptr<Work> GlooProcessGroup::DoAllReduce(const Call& call, Tensor t,
-                                                    ReduceOp op) {
+std::shared_ptr<Work> GlooBackend::DoAllReduce(const Call& call, Tensor t,
+                                               ReduceOp op) {
   t = HostView(t);
   return Enqueue(call, [this, call, t, op] {
     const int n = size();
@@ -297,8 +349,8 @@ std::shared_ptr<Work> GlooProcessGroup::DoAllReduce(const Call& call, Tensor t,
   });
 }
 
-std::shared_ptr<Work> GlooProcessGroup::DoAllGather(const Call& call, Tensor in,
-                                                    Tensor out) {
+std::shared_ptr<Work> GlooBackend::DoAllGather(const Call& call, Tensor in,
+                                               Tensor out) {
   in = HostView(in);
   out = HostView(out);
   return Enqueue(call, [this, call, in, out] {
@@ -316,7 +368,7 @@ std::shared_ptr<Work> GlooProcessGroup::DoAllGather(const Call& call, Tensor in,
   });
 }
 
-std::shared_ptr<Work> GlooProcessGroup::DoAllGatherV(
+std::shared_ptr<Work> GlooBackend::DoAllGatherV(
     const Call& call, Tensor in, Tensor out,
     std::vector<int64_t> elements_per_rank) {
   in = HostView(in);
@@ -339,9 +391,8 @@ std::shared_ptr<Work> GlooProcessGroup::DoAllGatherV(
   });
 }
 
-void GlooProcessGroup::RingReduceScatter(const Call& call, const void* in,
-                                         void* out, int64_t block, DType dtype,
-                                         ReduceOp op) {
+void GlooBackend::RingReduceScatter(const Call& call, const void* in, void* out,
+                                    int64_t block, DType dtype, ReduceOp op) {
   // Ring over n ranks: at step s rank r sends block (r - s - 1) to its right
   // neighbour and receives block (r - s - 2) from its left, adding its own
   // input's block to it; the sum is what it sends next step, and after n - 1
@@ -423,9 +474,8 @@ void GlooProcessGroup::RingReduceScatter(const Call& call, const void* in,
   }
 }
 
-std::shared_ptr<Work> GlooProcessGroup::DoReduceScatter(const Call& call,
-                                                        Tensor in, Tensor out,
-                                                        ReduceOp op) {
+std::shared_ptr<Work> GlooBackend::DoReduceScatter(const Call& call, Tensor in,
+                                                   Tensor out, ReduceOp op) {
   in = HostView(in);
   out = HostView(out);
   return Enqueue(call, [this, call, in, out, op] {
@@ -463,8 +513,8 @@ std::shared_ptr<Work> GlooProcessGroup::DoReduceScatter(const Call& call,
   });
 }
 
-std::shared_ptr<Work> GlooProcessGroup::DoBroadcast(const Call& call, Tensor t,
-                                                    int root) {
+std::shared_ptr<Work> GlooBackend::DoBroadcast(const Call& call, Tensor t,
+                                               int root) {
   t = HostView(t);
   return Enqueue(call, [this, call, t, root] {
     if (t.nbytes() == 0 || size() == 1) return;
@@ -477,8 +527,8 @@ std::shared_ptr<Work> GlooProcessGroup::DoBroadcast(const Call& call, Tensor t,
   });
 }
 
-std::shared_ptr<Work> GlooProcessGroup::DoAllToAll(const Call& call, Tensor in,
-                                                   Tensor out) {
+std::shared_ptr<Work> GlooBackend::DoAllToAll(const Call& call, Tensor in,
+                                              Tensor out) {
   in = HostView(in);
   out = HostView(out);
   return Enqueue(call, [this, call, in, out] {
@@ -496,7 +546,7 @@ std::shared_ptr<Work> GlooProcessGroup::DoAllToAll(const Call& call, Tensor in,
   });
 }
 
-std::shared_ptr<Work> GlooProcessGroup::DoBarrier(const Call& call) {
+std::shared_ptr<Work> GlooBackend::DoBarrier(const Call& call) {
   return Enqueue(call, [this, call] {
     if (size() == 1) return;
     gloo::BarrierOptions opts(context_);
@@ -511,9 +561,9 @@ namespace {
 // Posts a point-to-point transfer now; Work::Wait completes it on the
 // waiting thread (gloo's waits may be retried after a timeout).
 std::shared_ptr<Work> PostP2p(
-    ProcessGroup::Call call, std::shared_ptr<gloo::Context> context, Tensor t,
-    int peer, uint32_t tag, bool is_send,
-    std::function<absl::Status(const ProcessGroup::Call&, absl::StatusCode,
+    Call call, std::shared_ptr<gloo::Context> context, Tensor t, int peer,
+    uint32_t tag, bool is_send,
+    std::function<absl::Status(const Call&, absl::StatusCode,
                                absl::string_view)>
         fail) {
   const uint64_t slot = kSendRecvSlot | tag;
@@ -568,8 +618,8 @@ std::shared_ptr<Work> PostP2p(
 
 }  // namespace
 
-std::shared_ptr<Work> GlooProcessGroup::DoSend(const Call& call, Tensor t,
-                                               int dst, uint32_t tag) {
+std::shared_ptr<Work> GlooBackend::DoSend(const Call& call, Tensor t, int dst,
+                                          uint32_t tag) {
   t = HostView(t);
   return PostP2p(
       call, context_, t, dst, tag, /*is_send=*/true,
@@ -578,8 +628,8 @@ std::shared_ptr<Work> GlooProcessGroup::DoSend(const Call& call, Tensor t,
       });
 }
 
-std::shared_ptr<Work> GlooProcessGroup::DoRecv(const Call& call, Tensor t,
-                                               int src, uint32_t tag) {
+std::shared_ptr<Work> GlooBackend::DoRecv(const Call& call, Tensor t, int src,
+                                          uint32_t tag) {
   t = HostView(t);
   return PostP2p(
       call, context_, t, src, tag, /*is_send=*/false,
@@ -588,13 +638,23 @@ std::shared_ptr<Work> GlooProcessGroup::DoRecv(const Call& call, Tensor t,
       });
 }
 
-absl::StatusOr<std::shared_ptr<ProcessGroup>> GlooProcessGroup::CreateSubgroup(
+absl::StatusOr<std::unique_ptr<Backend>> GlooBackend::CreateSubgroup(
     int rank, int size, std::string name, std::vector<int> global_ranks,
     std::shared_ptr<Store> store, GroupOptions options) {
-  MCC_ASSIGN_OR_RETURN(std::shared_ptr<GlooProcessGroup> group,
+  MCC_ASSIGN_OR_RETURN(std::unique_ptr<GlooBackend> backend,
                        Create(std::move(store), rank, size, std::move(name),
                               std::move(global_ranks), std::move(options)));
-  return std::shared_ptr<ProcessGroup>(std::move(group));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+absl::StatusOr<std::shared_ptr<ProcessGroup>> CreateGlooProcessGroup(
+    std::shared_ptr<Store> store, int rank, int size, std::string name,
+    std::vector<int> global_ranks, GroupOptions options) {
+  MCC_ASSIGN_OR_RETURN(
+      std::unique_ptr<GlooBackend> backend,
+      GlooBackend::Create(std::move(store), rank, size, std::move(name),
+                          std::move(global_ranks), std::move(options)));
+  return std::make_shared<ProcessGroup>(std::move(backend));
 }
 
 }  // namespace comm

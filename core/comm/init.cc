@@ -40,12 +40,9 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> CreateDeviceWorld(
     GroupOptions device_options = options;
     device_options.device = device;
     const std::string name = absl::StrCat("world.", device.ToString());
-    MCC_ASSIGN_OR_RETURN(
-        std::shared_ptr<GlooProcessGroup> group,
-        GlooProcessGroup::Create(
-            std::make_shared<PrefixStore>(name, world.store), env.rank,
-            env.world_size, name, std::move(ranks), std::move(device_options)));
-    return std::shared_ptr<ProcessGroup>(std::move(group));
+    return CreateGlooProcessGroup(
+        std::make_shared<PrefixStore>(name, world.store), env.rank,
+        env.world_size, name, std::move(ranks), std::move(device_options));
   }
   DeviceWorldFactory factory = FactoryFor(device.type);
   if (factory == nullptr) {
@@ -96,11 +93,10 @@ absl::StatusOr<World> InitWorld(const DistEnv& env, GroupOptions options,
   }
   std::vector<int> ranks(env.world_size);
   std::iota(ranks.begin(), ranks.end(), 0);
-  MCC_ASSIGN_OR_RETURN(std::shared_ptr<GlooProcessGroup> group,
-                       GlooProcessGroup::Create(
+  MCC_ASSIGN_OR_RETURN(world.group,
+                       CreateGlooProcessGroup(
                            std::make_shared<PrefixStore>("world", world.store),
                            env.rank, env.world_size, "world", ranks, options));
-  world.group = std::move(group);
   // The CPU (the default) asks for no device world: callers that set
   // options.device (the test device's parity tests) get their gloo group
   // for both.

@@ -7,11 +7,16 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "core/comm/backend.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/status_macros.h"
@@ -19,6 +24,66 @@
 
 namespace mcc {
 namespace comm {
+
+// The transport behind CreateNcclProcessGroup (nccl_process_group.h says
+// how it behaves).
+class NcclBackend : public Backend {
+ public:
+  // `device` is this rank's CUDA device index (typically LOCAL_RANK).
+  static absl::StatusOr<std::unique_ptr<NcclBackend>> Create(
+      std::shared_ptr<Store> store, int rank, int size, std::string name,
+      std::vector<int> global_ranks, GroupOptions options, int device);
+  ~NcclBackend() override;
+
+  absl::string_view type() const override { return "nccl"; }
+  Device device() const override { return Device::CUDA(device_); }
+
+  std::shared_ptr<Work> DoAllReduce(const Call& call, Tensor t,
+                                    ReduceOp op) override;
+  std::shared_ptr<Work> DoAllGather(const Call& call, Tensor in,
+                                    Tensor out) override;
+  std::shared_ptr<Work> DoAllGatherV(
+      const Call& call, Tensor in, Tensor out,
+      std::vector<int64_t> elements_per_rank) override;
+  std::shared_ptr<Work> DoReduceScatter(const Call& call, Tensor in, Tensor out,
+                                        ReduceOp op) override;
+  std::shared_ptr<Work> DoBroadcast(const Call& call, Tensor t,
+                                    int root) override;
+  std::shared_ptr<Work> DoAllToAll(const Call& call, Tensor in,
+                                   Tensor out) override;
+  std::shared_ptr<Work> DoBarrier(const Call& call) override;
+  std::shared_ptr<Work> DoSend(const Call& call, Tensor t, int dst,
+                               uint32_t tag) override;
+  std::shared_ptr<Work> DoRecv(const Call& call, Tensor t, int src,
+                               uint32_t tag) override;
+  std::shared_ptr<Work> DoBatchP2P(const Call& call,
+                                   std::vector<P2POp> ops) override;
+  absl::StatusOr<std::unique_ptr<Backend>> CreateSubgroup(
+      int rank, int size, std::string name, std::vector<int> global_ranks,
+      std::shared_ptr<Store> store, GroupOptions options) override;
+
+ private:
+  struct State;
+  NcclBackend(int rank, int size, std::string name,
+              std::vector<int> global_ranks, std::shared_ptr<Store> store,
+              GroupOptions options, int device);
+  // Runs enqueue (NCCL calls on the group's stream) and returns a Work that
+  // completes with the stream. `keep` holds tensors alive until then.
+  std::shared_ptr<Work> Launch(const Call& call,
+                               const std::function<int()>& enqueue,
+                               std::vector<Tensor> keep);
+  // The watchdog: completes pending works in order, fails them on a CUDA
+  // or NCCL error or a timeout. Runs until the group is destroyed and
+  // nothing is pending.
+  void Watchdog();
+  // Fails `call` (breaking the group), and every pending work after it.
+  absl::Status FailPending(const Call& call, absl::StatusCode code,
+                           const std::string& detail);
+
+  int device_;
+  std::shared_ptr<State> state_;
+  std::thread watchdog_;
+};
 
 namespace {
 
@@ -44,7 +109,7 @@ std::string CudaError(absl::string_view what, cudaError_t e) {
 
 }  // namespace
 
-struct NcclProcessGroup::State {
+struct NcclBackend::State {
   int device = -1;
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
@@ -135,16 +200,16 @@ std::string NcclError(int r) {
 
 }  // namespace
 
-NcclProcessGroup::NcclProcessGroup(int rank, int size, std::string name,
-                                   std::vector<int> global_ranks,
-                                   std::shared_ptr<Store> store,
-                                   GroupOptions options, int device)
-    : ProcessGroup(rank, size, std::move(name), std::move(global_ranks),
-                   std::move(store), std::move(options)),
+NcclBackend::NcclBackend(int rank, int size, std::string name,
+                         std::vector<int> global_ranks,
+                         std::shared_ptr<Store> store, GroupOptions options,
+                         int device)
+    : Backend(rank, size, std::move(name), std::move(global_ranks),
+              std::move(store), std::move(options)),
       device_(device),
       state_(std::make_shared<State>()) {}
 
-NcclProcessGroup::~NcclProcessGroup() {
+NcclBackend::~NcclBackend() {
   {
     std::lock_guard<std::mutex> lock(state_->pending_mu);
     state_->stopping = true;
@@ -154,7 +219,7 @@ NcclProcessGroup::~NcclProcessGroup() {
   if (watchdog_.joinable()) watchdog_.join();
 }
 
-absl::StatusOr<std::shared_ptr<NcclProcessGroup>> NcclProcessGroup::Create(
+absl::StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
     std::shared_ptr<Store> store, int rank, int size, std::string name,
     std::vector<int> global_ranks, GroupOptions options, int device) {
   const std::string where =
@@ -195,9 +260,9 @@ absl::StatusOr<std::shared_ptr<NcclProcessGroup>> NcclProcessGroup::Create(
     }
     std::memcpy(&id, v->data(), sizeof(id));
   }
-  std::shared_ptr<NcclProcessGroup> group(
-      new NcclProcessGroup(rank, size, name, std::move(global_ranks),
-                           std::move(store), std::move(options), device));
+  std::unique_ptr<NcclBackend> group(
+      new NcclBackend(rank, size, name, std::move(global_ranks),
+                      std::move(store), std::move(options), device));
   State& st = *group->state_;
   st.device = device;
   // Non-blocking init, so a rank that never comes is a timeout.
@@ -239,9 +304,9 @@ absl::StatusOr<std::shared_ptr<NcclProcessGroup>> NcclProcessGroup::Create(
   return group;
 }
 
-std::shared_ptr<Work> NcclProcessGroup::Launch(
-    const Call& call, const std::function<int()>& enqueue,
-    std::vector<Tensor> keep) {
+std::shared_ptr<Work> NcclBackend::Launch(const Call& call,
+                                          const std::function<int()>& enqueue,
+                                          std::vector<Tensor> keep) {
   absl::Status broken = broken_status();
   if (!broken.ok()) {
     return Work::Done(absl::FailedPreconditionError(
@@ -334,9 +399,8 @@ std::shared_ptr<Work> NcclProcessGroup::Launch(
   return work;
 }
 
-absl::Status NcclProcessGroup::FailPending(const Call& call,
-                                           absl::StatusCode code,
-                                           const std::string& detail) {
+absl::Status NcclBackend::FailPending(const Call& call, absl::StatusCode code,
+                                      const std::string& detail) {
   const absl::Status status = Fail(call, code, detail);
   LOG(ERROR) << status.message();
   std::deque<State::Pending> failed;
@@ -355,7 +419,7 @@ absl::Status NcclProcessGroup::FailPending(const Call& call,
   return status;
 }
 
-void NcclProcessGroup::Watchdog() {
+void NcclBackend::Watchdog() {
   State& st = *state_;
   // Polling: often when someone blocks on a Wait, sparingly otherwise (a
   // finished operation then only releases its tensors a little later).
@@ -421,8 +485,8 @@ void NcclProcessGroup::Watchdog() {
   }
 }
 
-std::shared_ptr<Work> NcclProcessGroup::DoAllReduce(const Call& call, Tensor t,
-                                                    ReduceOp op) {
+std::shared_ptr<Work> NcclBackend::DoAllReduce(const Call& call, Tensor t,
+                                               ReduceOp op) {
   State* st = state_.get();
   return Launch(call,
                 [&] {
@@ -433,8 +497,8 @@ std::shared_ptr<Work> NcclProcessGroup::DoAllReduce(const Call& call, Tensor t,
                 {t});
 }
 
-std::shared_ptr<Work> NcclProcessGroup::DoAllGather(const Call& call, Tensor in,
-                                                    Tensor out) {
+std::shared_ptr<Work> NcclBackend::DoAllGather(const Call& call, Tensor in,
+                                               Tensor out) {
   State* st = state_.get();
   return Launch(call,
                 [&] {
@@ -445,7 +509,7 @@ std::shared_ptr<Work> NcclProcessGroup::DoAllGather(const Call& call, Tensor in,
                 {in, out});
 }
 
-std::shared_ptr<Work> NcclProcessGroup::DoAllGatherV(
+std::shared_ptr<Work> NcclBackend::DoAllGatherV(
     const Call& call, Tensor in, Tensor out,
     std::vector<int64_t> elements_per_rank) {
   State* st = state_.get();
@@ -472,9 +536,8 @@ std::shared_ptr<Work> NcclProcessGroup::DoAllGatherV(
                 {in, out});
 }
 
-std::shared_ptr<Work> NcclProcessGroup::DoReduceScatter(const Call& call,
-                                                        Tensor in, Tensor out,
-                                                        ReduceOp op) {
+std::shared_ptr<Work> NcclBackend::DoReduceScatter(const Call& call, Tensor in,
+                                                   Tensor out, ReduceOp op) {
   State* st = state_.get();
   return Launch(call,
                 [&] {
@@ -485,8 +548,8 @@ std::shared_ptr<Work> NcclProcessGroup::DoReduceScatter(const Call& call,
                 {in, out});
 }
 
-std::shared_ptr<Work> NcclProcessGroup::DoBroadcast(const Call& call, Tensor t,
-                                                    int root) {
+std::shared_ptr<Work> NcclBackend::DoBroadcast(const Call& call, Tensor t,
+                                               int root) {
   State* st = state_.get();
   return Launch(call,
                 [&] {
@@ -497,8 +560,8 @@ std::shared_ptr<Work> NcclProcessGroup::DoBroadcast(const Call& call, Tensor t,
                 {t});
 }
 
-std::shared_ptr<Work> NcclProcessGroup::DoAllToAll(const Call& call, Tensor in,
-                                                   Tensor out) {
+std::shared_ptr<Work> NcclBackend::DoAllToAll(const Call& call, Tensor in,
+                                              Tensor out) {
   State* st = state_.get();
   return Launch(call,
                 [&] {
@@ -522,7 +585,7 @@ std::shared_ptr<Work> NcclProcessGroup::DoAllToAll(const Call& call, Tensor in,
                 {in, out});
 }
 
-std::shared_ptr<Work> NcclProcessGroup::DoBarrier(const Call& call) {
+std::shared_ptr<Work> NcclBackend::DoBarrier(const Call& call) {
   State* st = state_.get();
   return Launch(call,
                 [&] {
@@ -532,8 +595,8 @@ std::shared_ptr<Work> NcclProcessGroup::DoBarrier(const Call& call) {
                 {});
 }
 
-std::shared_ptr<Work> NcclProcessGroup::DoSend(const Call& call, Tensor t,
-                                               int dst, uint32_t) {
+std::shared_ptr<Work> NcclBackend::DoSend(const Call& call, Tensor t, int dst,
+                                          uint32_t) {
   State* st = state_.get();
   return Launch(call,
                 [&] {
@@ -543,8 +606,8 @@ std::shared_ptr<Work> NcclProcessGroup::DoSend(const Call& call, Tensor t,
                 {t});
 }
 
-std::shared_ptr<Work> NcclProcessGroup::DoRecv(const Call& call, Tensor t,
-                                               int src, uint32_t) {
+std::shared_ptr<Work> NcclBackend::DoRecv(const Call& call, Tensor t, int src,
+                                          uint32_t) {
   State* st = state_.get();
   return Launch(call,
                 [&] {
@@ -554,8 +617,8 @@ std::shared_ptr<Work> NcclProcessGroup::DoRecv(const Call& call, Tensor t,
                 {t});
 }
 
-std::shared_ptr<Work> NcclProcessGroup::DoBatchP2P(const Call& call,
-                                                   std::vector<P2POp> ops) {
+std::shared_ptr<Work> NcclBackend::DoBatchP2P(const Call& call,
+                                              std::vector<P2POp> ops) {
   State* st = state_.get();
   std::vector<Tensor> keep;
   for (const P2POp& op : ops) keep.push_back(op.tensor);
@@ -580,14 +643,24 @@ std::shared_ptr<Work> NcclProcessGroup::DoBatchP2P(const Call& call,
       std::move(keep));
 }
 
-absl::StatusOr<std::shared_ptr<ProcessGroup>> NcclProcessGroup::CreateSubgroup(
+absl::StatusOr<std::unique_ptr<Backend>> NcclBackend::CreateSubgroup(
     int rank, int size, std::string name, std::vector<int> global_ranks,
     std::shared_ptr<Store> store, GroupOptions options) {
   MCC_ASSIGN_OR_RETURN(
-      std::shared_ptr<NcclProcessGroup> group,
+      std::unique_ptr<NcclBackend> backend,
       Create(std::move(store), rank, size, std::move(name),
              std::move(global_ranks), std::move(options), device_));
-  return std::shared_ptr<ProcessGroup>(std::move(group));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+absl::StatusOr<std::shared_ptr<ProcessGroup>> CreateNcclProcessGroup(
+    std::shared_ptr<Store> store, int rank, int size, std::string name,
+    std::vector<int> global_ranks, GroupOptions options, int device) {
+  MCC_ASSIGN_OR_RETURN(
+      std::unique_ptr<NcclBackend> backend,
+      NcclBackend::Create(std::move(store), rank, size, std::move(name),
+                          std::move(global_ranks), std::move(options), device));
+  return std::make_shared<ProcessGroup>(std::move(backend));
 }
 
 }  // namespace comm

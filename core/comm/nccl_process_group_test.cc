@@ -31,9 +31,9 @@ void Stall(cudaStream_t stream, int* ms) {
 
 class NcclTest : public ::testing::Test {
  protected:
-  std::shared_ptr<NcclProcessGroup> NewGroup(const std::string& name,
-                                             GroupOptions g) {
-    auto group = NcclProcessGroup::Create(
+  std::shared_ptr<ProcessGroup> NewGroup(const std::string& name,
+                                         GroupOptions g) {
+    auto group = CreateNcclProcessGroup(
         std::make_shared<PrefixStore>(name, store_), 0, 1, name, {0}, g, 0);
     EXPECT_TRUE(group.ok()) << group.status();
     return group.ok() ? *group : nullptr;
@@ -51,13 +51,12 @@ class NcclTest : public ::testing::Test {
     store_ = TcpStore::Connect(o).value();
     GroupOptions g;
     g.timeout = absl::Seconds(30);
-    group_ =
-        NcclProcessGroup::Create(std::make_shared<PrefixStore>("w", store_), 0,
-                                 1, "world", {0}, g, 0)
-            .value();
+    group_ = CreateNcclProcessGroup(std::make_shared<PrefixStore>("w", store_),
+                                    0, 1, "world", {0}, g, 0)
+                 .value();
   }
   std::shared_ptr<TcpStore> store_;
-  std::shared_ptr<NcclProcessGroup> group_;
+  std::shared_ptr<ProcessGroup> group_;
 };
 
 TEST_F(NcclTest, CollectivesOnOneRankMatchTheInput) {

@@ -18,12 +18,9 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> CreateNcclWorld(
     GroupOptions options, Device device) {
   std::vector<int> ranks(env.world_size);
   for (int r = 0; r < env.world_size; ++r) ranks[r] = r;
-  MCC_ASSIGN_OR_RETURN(
-      std::shared_ptr<NcclProcessGroup> group,
-      NcclProcessGroup::Create(std::move(store), env.rank, env.world_size,
-                               std::move(name), std::move(ranks),
-                               std::move(options), device.index));
-  return std::shared_ptr<ProcessGroup>(std::move(group));
+  return CreateNcclProcessGroup(std::move(store), env.rank, env.world_size,
+                                std::move(name), std::move(ranks),
+                                std::move(options), device.index);
 }
 
 const bool registered = [] {

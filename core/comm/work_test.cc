@@ -1,12 +1,13 @@
 // Work's completion order: a thread released by Wait sees what the on-done
 // callback did (the flight recorder marks an entry finished there), both for
 // works a backend marks done and for works that wait on others (Work::All).
+#include "core/comm/work.h"
+
 #include <atomic>
 #include <memory>
 #include <thread>
 
 #include "absl/time/clock.h"
-#include "core/comm/process_group.h"
 #include "gtest/gtest.h"
 
 namespace mcc {

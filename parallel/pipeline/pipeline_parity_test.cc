@@ -155,9 +155,9 @@ MCC_WORKER(pp_train) {
   auto state = optim::testing::InitWorkerState(sizes);
   if (!state.ok()) return 3;
   TrainOptions options = Options(c);
-  std::unique_ptr<comm::NcclLikeP2PGroup> nccl_like;
+  std::unique_ptr<comm::ProcessGroup> nccl_like;
   if (c.nccl_like) {
-    nccl_like = std::make_unique<comm::NcclLikeP2PGroup>((*state)->pipeline());
+    nccl_like = comm::MakeNcclLikeP2PGroup((*state)->pipeline());
     options.pipeline_p2p_group = nccl_like.get();
   }
   auto result = optim::testing::Train(options, state->get());
