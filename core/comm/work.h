@@ -20,27 +20,14 @@ namespace comm {
 // waits on a slow peer is not slow itself).
 double ThreadSecondsBlockedInWait();
 
-// The handle of one asynchronous operation. Wait() may be called from any
-// thread, any number of times; every call returns the same final status
-// once the operation has finished.
+// The handle of one asynchronous operation (process_group.h says when its
+// operation runs and how it fails). Callers wait on it; backends (backend.h)
+// make and complete it.
 class Work {
  public:
-  // `what` names the operation, group, rank and sequence number for errors.
-  Work(std::string what, absl::Duration default_timeout);
-  // A work completed by polling: waiter(timeout, &finished) waits up to
-  // timeout and sets finished once the operation is over (successfully or
-  // not), returning its status (used for point-to-point transfers and CUDA
-  // streams). It may be called again while not finished.
-  using Waiter = std::function<absl::Status(absl::Duration, bool*)>;
-  Work(std::string what, absl::Duration default_timeout, Waiter waiter);
-  static std::shared_ptr<Work> Done(absl::Status status);
-
-  // A work that finishes when every one of `works` has (all already
-  // issued, none device-ordered): its status is the first failure among
-  // them, else OK.
-  static std::shared_ptr<Work> All(std::string what,
-                                   absl::Duration default_timeout,
-                                   std::vector<std::shared_ptr<Work>> works);
+  // ---- What a caller uses. Wait may be called from any thread, any number
+  // of times; every call returns the same final status once the operation
+  // has finished.
 
   // Waits up to timeout; DeadlineExceeded (naming the operation) when the
   // operation has not finished by then. A device-ordered work (see
@@ -50,8 +37,29 @@ class Work {
   // Waits until the operation finishes: it fails by itself once its own
   // timeout passes, so this never hangs.
   absl::Status Wait();
+  // Whether the operation has finished, without blocking.
   bool IsCompleted();
+  // The operation, group, rank and sequence number, as errors name them.
   const std::string& what() const { return what_; }
+
+  // ---- What a backend uses to make and complete works.
+
+  // `what` names the operation, group, rank and sequence number for errors.
+  Work(std::string what, absl::Duration default_timeout);
+  // A work completed by polling: waiter(timeout, &finished) waits up to
+  // timeout and sets finished once the operation is over (successfully or
+  // not), returning its status (used for point-to-point transfers and CUDA
+  // streams). It may be called again while not finished.
+  using Waiter = std::function<absl::Status(absl::Duration, bool*)>;
+  Work(std::string what, absl::Duration default_timeout, Waiter waiter);
+  // A work already finished with `status`.
+  static std::shared_ptr<Work> Done(absl::Status status);
+  // A work that finishes when every one of `works` has (all already
+  // issued, none device-ordered): its status is the first failure among
+  // them, else OK.
+  static std::shared_ptr<Work> All(std::string what,
+                                   absl::Duration default_timeout,
+                                   std::vector<std::shared_ptr<Work>> works);
 
   // Marks the operation finished (backends call this once).
   void MarkDone(absl::Status status);
@@ -59,7 +67,6 @@ class Work {
   // (at once if it already has). A waiter released by MarkDone sees fn's
   // effects: fn runs before waiters wake. For the flight recorder.
   void SetOnDone(std::function<void(const absl::Status&)> fn);
-
   // Makes the work device-ordered, as a CUDA work in PyTorch: Wait calls
   // device_wait (which makes the calling thread's current stream wait for
   // the operation) and returns its error, or the operation's if it has
