@@ -12,7 +12,6 @@
 #include "core/comm/call_observer.h"
 #include "core/comm/flight_recorder.h"
 #include "core/status_macros.h"
-#include "glog/logging.h"
 
 ABSL_FLAG(bool, debug_collectives, false,
           "Check before every collective that all ranks of the group make "

@@ -49,7 +49,7 @@ struct Case {
   bool inf_on_last_stage = false;  // An overflow only the last stage sees.
   // ZeRO-2 / ZeRO-3 (the sharded wrapper) instead of the DDP.
   fsdp::ShardingStrategy sharding = fsdp::ShardingStrategy::kNoShard;
-  // Pipeline transfers through NcclLikeP2PGroup.
+  // Pipeline transfers through MakeNcclLikeP2PGroup's wrapper.
   bool nccl_like = false;
 };
 
