@@ -16,6 +16,10 @@ CUDA_ARCH_FLAGS = " ".join([
 ])
 
 def cuda_library(name, srcs, hdrs = [], textual_hdrs = [], deps = [], nvcc_flags = [], **kwargs):
+    # From another workspace the sources sit under external/<repo>/, and
+    # their includes ("core/ops/cuda/...") resolve from there.
+    repo = native.repository_name()
+    root = "." if repo == "@" else "external/" + repo[1:]
     objects = []
     for src in srcs:
         stem = src.replace("/", "_").rsplit(".", 1)[0]
@@ -29,8 +33,8 @@ def cuda_library(name, srcs, hdrs = [], textual_hdrs = [], deps = [], nvcc_flags
                 "-std=c++17",
                 "-O3",
                 "-Xcompiler=-fPIC",
-                "-I.",
-                "-I$(GENDIR)",
+                "-I" + root,
+                "-I$(GENDIR)/" + root,
                 CUDA_ARCH_FLAGS,
             ] + nvcc_flags + [
                 "-c",

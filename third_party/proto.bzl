@@ -18,13 +18,20 @@ def cc_proto(name, srcs, deps = [], **kwargs):
         srcs = srcs + [d + "_protos" for d in deps],
         visibility = kwargs.get("visibility"),
     )
+    # From another workspace (local_repository(name = "megatron_cpp")) the
+    # sources sit under external/megatron_cpp/ and the outputs must too, so
+    # that "checkpoint/config.pb.h" resolves there as it does here.
+    repo = native.repository_name()
+    root = "." if repo == "@" else "external/" + repo[1:]
     native.genrule(
         name = name + "_protoc",
         srcs = [name + "_protos"],
         outs = outs,
-        cmd = "%s -I. --cpp_out=$(GENDIR) %s" % (
+        cmd = "%s -I%s --cpp_out=$(GENDIR)/%s %s" % (
             PROTOC,
-            " ".join(["%s/%s" % (pkg, s) if pkg else s for s in srcs]),
+            root,
+            root,
+            " ".join(["%s/%s/%s" % (root, pkg, s) if pkg else "%s/%s" % (root, s) for s in srcs]),
         ),
         message = "protoc %s" % " ".join(srcs),
     )

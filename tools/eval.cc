@@ -59,6 +59,7 @@
 #include "tools/int8_checkpoint.h"
 #include "training/checkpointing.h"
 #include "training/device_choice.h"
+#include "training/evaluation.h"
 #include "training/job.h"
 #include "training/trainer.h"
 
@@ -564,16 +565,9 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
 }
 
 // Mean loss over `iters` micro-batches of a split, summed over DP.
+// Forward only, through the pipeline's stages when there are several (the
+// executor hands the loss totals to every stage).
 absl::StatusOr<double> Evaluate(Job& job, data::DataLoader* loader, int iters) {
-  std::vector<gpt::MicroBatch> batches;
-  for (int i = 0; i < iters; ++i) {
-    auto mb = loader->Next();
-    if (absl::IsOutOfRange(mb.status())) break;
-    MCC_RETURN_IF_ERROR(mb.status());
-    batches.push_back({mb->tokens, mb->labels, mb->loss_mask});
-  }
-  // Forward only, through the pipeline's stages when there are several
-  // (the executor hands the loss totals to every stage).
   pipeline::PipelineOptions options;
   options.schedule = job.pp() != nullptr
                          ? pipeline::ScheduleKind::kOneFOneB
@@ -581,11 +575,9 @@ absl::StatusOr<double> Evaluate(Job& job, data::DataLoader* loader, int iters) {
   MCC_ASSIGN_OR_RETURN(auto executor,
                        pipeline::PipelineExecutor::Create(job.model->stages(),
                                                           job.pp(), options));
-  const int n = static_cast<int>(batches.size());
-  MCC_RETURN_IF_ERROR(job.model->SetMicroBatches(std::move(batches)));
-  MCC_ASSIGN_OR_RETURN(training::EvalMetrics eval,
-                       training::Evaluate(executor.get(), job.dp(), n));
-  return eval.loss;
+  return training::EvaluateLoss(job, loader, iters, [&](int n) {
+    return training::Evaluate(executor.get(), job.dp(), n);
+  });
 }
 
 absl::Status RunEvaluation(Job& job) {

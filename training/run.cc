@@ -43,6 +43,7 @@
 #include "training/checkpointing.h"
 #include "training/comm_dist_context.h"
 #include "training/device_choice.h"
+#include "training/evaluation.h"
 #include "training/job.h"
 #include "training/metrics.h"
 #include "training/rerun_check.h"
@@ -177,23 +178,6 @@ absl::Status SaveFailure(const absl::Status& saved,
                 "previous checkpoint under "
              << ckpt.save << " is intact";
   return absl::OkStatus();
-}
-
-// Mean loss over `iters` micro-batches of a split (no gradients), through
-// the pipeline when there is one.
-absl::StatusOr<double> Evaluate(Job& job, Trainer* trainer,
-                                data::DataLoader* loader, int iters) {
-  std::vector<gpt::MicroBatch> batches;
-  for (int i = 0; i < iters; ++i) {
-    auto mb = loader->Next();
-    if (absl::IsOutOfRange(mb.status())) break;
-    MCC_RETURN_IF_ERROR(mb.status());
-    batches.push_back({mb->tokens, mb->labels, mb->loss_mask});
-  }
-  const int n = static_cast<int>(batches.size());
-  MCC_RETURN_IF_ERROR(job.model->SetMicroBatches(std::move(batches)));
-  MCC_ASSIGN_OR_RETURN(EvalMetrics eval, trainer->Evaluate(n));
-  return eval.loss;
 }
 
 // Per-stage pipeline timers over a logging window, gathered to every rank
@@ -527,6 +511,9 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions) {
   MCC_ASSIGN_OR_RETURN(
       auto trainer,
       Trainer::Create(parts, schedule, std::move(trainer_options)));
+  const EvaluateMicroBatches evaluate_with_trainer = [&trainer](int n) {
+    return trainer->Evaluate(n);
+  };
   if (resumed && !ckpt.no_load_optim) {
     // Sharded parameters are made whole around loads and saves.
     MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
@@ -898,9 +885,9 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions) {
       MCC_ASSIGN_OR_RETURN(
           auto valid_loader,
           data::DataLoader::Create(datasets[1], eval_loader_config));
-      MCC_ASSIGN_OR_RETURN(
-          double vloss,
-          Evaluate(*job, trainer.get(), valid_loader.get(), eval_iters));
+      MCC_ASSIGN_OR_RETURN(double vloss,
+                           EvaluateLoss(*job, valid_loader.get(), eval_iters,
+                                        evaluate_with_trainer));
       if (log) {
         LOG(INFO) << absl::StrFormat(
             "validation loss at iteration %d: %.4f | perplexity %.2f",
@@ -945,8 +932,9 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions) {
     MCC_ASSIGN_OR_RETURN(
         auto test_loader,
         data::DataLoader::Create(datasets[2], eval_loader_config));
-    MCC_ASSIGN_OR_RETURN(double tloss, Evaluate(*job, trainer.get(),
-                                                test_loader.get(), eval_iters));
+    MCC_ASSIGN_OR_RETURN(double tloss,
+                         EvaluateLoss(*job, test_loader.get(), eval_iters,
+                                      evaluate_with_trainer));
     if (log) {
       LOG(INFO) << absl::StrFormat("test loss: %.4f | perplexity %.2f", tloss,
                                    std::exp(std::min(tloss, 20.0)));
