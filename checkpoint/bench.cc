@@ -21,8 +21,8 @@
 #include "checkpoint/async_saver.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
-#include "checkpoint/crc32c.h"
 #include "checkpoint/file_util.h"
+#include "core/crc32c.h"
 #include "core/status_macros.h"
 
 ABSL_FLAG(int64_t, bytes_mb, 256, "Checkpoint size in MiB.");

@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/checkpoint_dir.h"
-#include "checkpoint/crc32c.h"
 #include "checkpoint/file_util.h"
 #include "checkpoint/save_plan.h"
+#include "core/crc32c.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
 

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "checkpoint/crc32c.h"
+#include "core/crc32c.h"
 
 namespace mcc {
 namespace observability {

@@ -15,9 +15,9 @@
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "optim/optimizer.h"
-#include "optim/parity_test_util.h"
-#include "optim/train_test_util.h"
 #include "parallel/parallel_state.h"
+#include "training/testing/parity_test_util.h"
+#include "training/testing/train_test_util.h"
 
 namespace mcc {
 namespace optim {

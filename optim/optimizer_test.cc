@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "optim/train_test_util.h"
+#include "training/testing/train_test_util.h"
 
 namespace mcc {
 namespace optim {

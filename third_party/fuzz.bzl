@@ -36,7 +36,7 @@ def cc_fuzz_test(name, srcs, deps = [], corpus = [], data = [], size = "small", 
         data = [":%s_corpus" % name] + data,
         deps = [
             ":" + lib,
-            "//tools/fuzz:replay_main",
+            "//core/testing/fuzz:replay_main",
         ],
         **kwargs
     )
@@ -45,12 +45,12 @@ def cc_fuzz_test(name, srcs, deps = [], corpus = [], data = [], size = "small", 
         testonly = True,
         data = [":%s_corpus" % name] + data,
         linkopts = select({
-            "//tools/fuzz:libfuzzer": ["-fsanitize=fuzzer"],
+            "//core/testing/fuzz:libfuzzer": ["-fsanitize=fuzzer"],
             "//conditions:default": [],
         }),
         tags = ["fuzz_target"],
         deps = [":" + lib] + select({
-            "//tools/fuzz:libfuzzer": [],
-            "//conditions:default": ["//tools/fuzz:replay_main"],
+            "//core/testing/fuzz:libfuzzer": [],
+            "//conditions:default": ["//core/testing/fuzz:replay_main"],
         }),
     )

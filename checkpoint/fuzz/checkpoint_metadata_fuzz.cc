@@ -27,8 +27,8 @@
 #include "checkpoint/dist_context.h"
 #include "checkpoint/file_util.h"
 #include "checkpoint/test_util.h"
+#include "core/testing/fuzz/fuzz_input.h"
 #include "glog/logging.h"
-#include "tools/fuzz/fuzz_input.h"
 
 namespace {
 

@@ -23,8 +23,8 @@
 #include "checkpoint/file_util.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/test_util.h"
+#include "core/testing/fuzz/fuzz_input.h"
 #include "glog/logging.h"
-#include "tools/fuzz/fuzz_input.h"
 
 namespace mcc::fuzz {
 

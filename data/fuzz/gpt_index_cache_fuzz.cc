@@ -19,11 +19,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/testing/fuzz/fuzz_input.h"
 #include "data/gpt_dataset.h"
 #include "data/indexed_dataset.h"
 #include "data/npy.h"
 #include "glog/logging.h"
-#include "tools/fuzz/fuzz_input.h"
 
 namespace {
 

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "core/testing/fuzz/fuzz_input.h"
 #include "data/indexed_dataset.h"
 #include "glog/logging.h"
-#include "tools/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<std::string> parts = mcc::fuzz::SplitParts(data, size, 2);

@@ -13,11 +13,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "core/json_document.h"
+#include "core/testing/fuzz/runfiles.h"
 #include "data/jsonl_record.h"
 #include "data/preprocess.h"
 #include "data/tokenizer.h"
 #include "glog/logging.h"
-#include "tools/fuzz/runfiles.h"
 
 namespace {
 

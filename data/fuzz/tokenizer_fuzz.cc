@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "core/testing/fuzz/fuzz_input.h"
 #include "data/tokenizer.h"
 #include "glog/logging.h"
-#include "tools/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<std::string> parts = mcc::fuzz::SplitParts(data, size, 3);

@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/comm/mp_test_util.h"
 #include "gtest/gtest.h"
-#include "optim/parity_test_util.h"
-#include "optim/train_test_util.h"
 #include "parallel/parallel_state.h"
+#include "training/testing/parity_test_util.h"
+#include "training/testing/train_test_util.h"
 
 namespace mcc {
 namespace context_parallel {

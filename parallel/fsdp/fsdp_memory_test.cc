@@ -16,10 +16,10 @@
 #include "core/comm/mp_test_util.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
-#include "optim/train_test_util.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "parallel/parallel_state.h"
 #include "parallel/testing/train_step.h"
+#include "training/testing/train_test_util.h"
 #include "training/trainer.h"
 
 namespace mcc {

@@ -13,8 +13,8 @@
 #include "core/comm/mp_test_util.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
-#include "parallel/fsdp/fsdp_test_util.h"
 #include "parallel/parallel_state.h"
+#include "training/testing/fsdp_test_util.h"
 
 namespace mcc {
 namespace fsdp {

@@ -12,10 +12,10 @@
 #include "core/comm/mp_test_util.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
-#include "optim/parity_test_util.h"
-#include "optim/train_test_util.h"
-#include "parallel/fsdp/fsdp_test_util.h"
 #include "parallel/parallel_state.h"
+#include "training/testing/fsdp_test_util.h"
+#include "training/testing/parity_test_util.h"
+#include "training/testing/train_test_util.h"
 
 namespace mcc {
 namespace fsdp {

@@ -22,10 +22,10 @@
 #include "core/comm/nccl_like_p2p_group.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
-#include "optim/parity_test_util.h"
-#include "optim/train_test_util.h"
 #include "parallel/fsdp/sharding_strategy.h"
 #include "parallel/parallel_state.h"
+#include "training/testing/parity_test_util.h"
+#include "training/testing/train_test_util.h"
 
 namespace mcc {
 namespace pipeline {

@@ -9,7 +9,7 @@ import json
 import os
 import struct
 
-SEP = b"\n~~~~~~~~\n"  # tools/fuzz/fuzz_input.h kPartSeparator
+SEP = b"\n~~~~~~~~\n"  # core/testing/fuzz/fuzz_input.h kPartSeparator
 
 
 def write(path, data):

@@ -13,10 +13,10 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "core/testing/fuzz/fuzz_input.h"
 #include "glog/logging.h"
 #include "tools/flags/megatron_args.h"
 #include "training/train_config.pb.h"
-#include "tools/fuzz/fuzz_input.h"
 
 ABSL_FLAG(int32_t, num_layers, 2, "stand-in");
 ABSL_FLAG(int64_t, hidden_size, 64, "stand-in");

@@ -1,4 +1,4 @@
-#include "optim/parity_test_util.h"
+#include "training/testing/parity_test_util.h"
 
 #include <algorithm>
 #include <map>

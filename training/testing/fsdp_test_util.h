@@ -1,7 +1,7 @@
-#ifndef PARALLEL_FSDP_FSDP_TEST_UTIL_H_
-#define PARALLEL_FSDP_FSDP_TEST_UTIL_H_
+#ifndef TRAINING_TESTING_FSDP_TEST_UTIL_H_
+#define TRAINING_TESTING_FSDP_TEST_UTIL_H_
 
-// The optimizer tests' tiny training loop (optim/train_test_util) with the
+// The tests' tiny training loop (train_test_util.h) with the
 // model wrapped by FullyShardedDataParallel, a start step, and whole
 // parameters and optimizer state loaded before / saved after training.
 
@@ -9,10 +9,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "optim/train_test_util.h"
 #include "parallel/fsdp/checkpoint_interop.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 #include "parallel/parallel_state.h"
+#include "training/testing/train_test_util.h"
 
 namespace mcc {
 namespace fsdp {
@@ -50,4 +50,4 @@ optim::testing::TrainOptions ParityOptions();
 }  // namespace fsdp
 }  // namespace mcc
 
-#endif  // PARALLEL_FSDP_FSDP_TEST_UTIL_H_
+#endif  // TRAINING_TESTING_FSDP_TEST_UTIL_H_

@@ -1,5 +1,5 @@
-#ifndef CHECKPOINT_CRC32C_H_
-#define CHECKPOINT_CRC32C_H_
+#ifndef CORE_CRC32C_H_
+#define CORE_CRC32C_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -24,4 +24,4 @@ bool HasHardwareSupport();
 
 }  // namespace mcc
 
-#endif  // CHECKPOINT_CRC32C_H_
+#endif  // CORE_CRC32C_H_

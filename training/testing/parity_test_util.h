@@ -1,5 +1,5 @@
-#ifndef OPTIM_PARITY_TEST_UTIL_H_
-#define OPTIM_PARITY_TEST_UTIL_H_
+#ifndef TRAINING_TESTING_PARITY_TEST_UTIL_H_
+#define TRAINING_TESTING_PARITY_TEST_UTIL_H_
 
 // What the multi-process parity tests (data parallel, pipeline, FSDP)
 // share: joining the world in a worker, running a case's workers and reading
@@ -13,8 +13,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "optim/train_test_util.h"
 #include "parallel/parallel_state.h"
+#include "training/testing/train_test_util.h"
 
 namespace mcc {
 namespace optim {
@@ -56,4 +56,4 @@ double ExpectMatchesSerial(const TrainResult& parallel,
 }  // namespace optim
 }  // namespace mcc
 
-#endif  // OPTIM_PARITY_TEST_UTIL_H_
+#endif  // TRAINING_TESTING_PARITY_TEST_UTIL_H_

@@ -1,5 +1,5 @@
-#ifndef TOOLS_FUZZ_RUNFILES_H_
-#define TOOLS_FUZZ_RUNFILES_H_
+#ifndef CORE_TESTING_FUZZ_RUNFILES_H_
+#define CORE_TESTING_FUZZ_RUNFILES_H_
 
 #include <cstdlib>
 #include <filesystem>
@@ -25,4 +25,4 @@ inline std::string FuzzRunfile(const char* argv0, const std::string& path) {
 
 }  // namespace mcc::fuzz
 
-#endif  // TOOLS_FUZZ_RUNFILES_H_
+#endif  // CORE_TESTING_FUZZ_RUNFILES_H_

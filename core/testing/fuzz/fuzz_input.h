@@ -1,5 +1,5 @@
-#ifndef TOOLS_FUZZ_FUZZ_INPUT_H_
-#define TOOLS_FUZZ_FUZZ_INPUT_H_
+#ifndef CORE_TESTING_FUZZ_FUZZ_INPUT_H_
+#define CORE_TESTING_FUZZ_FUZZ_INPUT_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -30,4 +30,4 @@ inline std::vector<std::string> SplitParts(const uint8_t* data, size_t size,
 
 }  // namespace mcc::fuzz
 
-#endif  // TOOLS_FUZZ_FUZZ_INPUT_H_
+#endif  // CORE_TESTING_FUZZ_FUZZ_INPUT_H_

@@ -1,4 +1,4 @@
-#include "optim/train_test_util.h"
+#include "training/testing/train_test_util.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -1,5 +1,5 @@
-#ifndef OPTIM_TRAIN_TEST_UTIL_H_
-#define OPTIM_TRAIN_TEST_UTIL_H_
+#ifndef TRAINING_TESTING_TRAIN_TEST_UTIL_H_
+#define TRAINING_TESTING_TRAIN_TEST_UTIL_H_
 
 // A small training loop (tiny GPT, fixed synthetic batches, model + DDP +
 // optimizer wired as the train binary wires them) for the optimizer and
@@ -107,4 +107,4 @@ std::string TmpPath(const std::string& name);
 }  // namespace optim
 }  // namespace mcc
 
-#endif  // OPTIM_TRAIN_TEST_UTIL_H_
+#endif  // TRAINING_TESTING_TRAIN_TEST_UTIL_H_

@@ -5,7 +5,7 @@
 // per parameter of each strategy (bf16 weights, Adam; allocator counts)
 // against Megatron's published 18 and 6 + 12/DP.
 //
-//   tools/bazel run -c opt //parallel/fsdp:bench
+//   tools/bazel run -c opt //training/testing:fsdp_bench
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "parallel/fsdp/fsdp_test_util.h"
+#include "training/testing/fsdp_test_util.h"
 
 #include <cstdio>
 #include <fstream>
