@@ -8,12 +8,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "absl/flags/flag.h"
 #include "glog/logging.h"
-
-ABSL_FLAG(int32_t, num_threads, 0,
-          "Threads for CPU kernels; 0 reads MCC_NUM_THREADS or "
-          "OMP_NUM_THREADS, else uses every core.");
 
 namespace mcc {
 namespace {
@@ -25,6 +20,7 @@ std::unique_ptr<ThreadPool>& GlobalSlot() {
   return *slot;
 }
 std::mutex g_global_mu;
+std::atomic<int> g_default_threads{0};
 
 int EnvThreads(const char* name) {
   const char* v = std::getenv(name);
@@ -130,11 +126,15 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
 }
 
 int ThreadPool::DefaultThreads() {
-  int n = absl::GetFlag(FLAGS_num_threads);
+  int n = g_default_threads.load();
   if (n <= 0) n = EnvThreads("MCC_NUM_THREADS");
   if (n <= 0) n = EnvThreads("OMP_NUM_THREADS");
   if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
   return std::max(1, n);
+}
+
+void ThreadPool::SetDefaultThreads(int num_threads) {
+  g_default_threads.store(num_threads);
 }
 
 ThreadPool& ThreadPool::Global() {

@@ -38,12 +38,17 @@ class ThreadPool {
   // (0) unless a process that owns its cores asks (tools/serve).
   void SetSpinMicros(int64_t micros) { spin_micros_.store(micros); }
 
-  // The process-wide pool: --num_threads (or --num-threads), else the
-  // MCC_NUM_THREADS or OMP_NUM_THREADS environment variable, else every core.
+  // The process-wide pool: DefaultThreads() threads when first used.
   static ThreadPool& Global();
   // Resizes the global pool (before any loop runs, typically from main).
   static void SetGlobalThreads(int num_threads);
+  // The count set by SetDefaultThreads, else the MCC_NUM_THREADS or
+  // OMP_NUM_THREADS environment variable, else every core.
   static int DefaultThreads();
+  // The count the global pool starts with, when positive (a binary's
+  // --num-threads flag sets it from main); zero leaves it to the
+  // environment. Takes effect if called before Global() is first used.
+  static void SetDefaultThreads(int num_threads);
 
  private:
   void WorkerLoop(int worker);

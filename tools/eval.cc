@@ -55,6 +55,7 @@
 #include "tools/flags/device_flag.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/train_config_from_flags.h"
+#include "tools/flags/runtime_flags.h"
 #include "tools/flags/training_flags.h"
 #include "tools/int8_checkpoint.h"
 #include "training/checkpointing.h"
@@ -735,6 +736,7 @@ int main(int argc, char** argv) {
                  std::string(parsed.status().message()).c_str());
     return mcc::tools::kFlagError;
   }
+  mcc::flags::ApplyRuntimeFlags();
   for (const std::string& arg : parsed->positional) {
     if (arg == "help" || arg == "-h") {
       std::printf(

@@ -20,6 +20,7 @@
 #include "planner/plan_report.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/presets.h"
+#include "tools/flags/runtime_flags.h"
 #include "tools/flags/training_flags.h"
 #include "tools/plan_job.h"
 
@@ -162,6 +163,7 @@ int main(int argc, char** argv) {
                  std::string(parsed.status().message()).c_str());
     return mcc::tools::kFlagError;
   }
+  mcc::flags::ApplyRuntimeFlags();
   for (const std::string& arg : parsed->positional) {
     if (arg == "help" || arg == "-h") {
       std::printf("usage: plan [--flag value ...]\n%s\n",

@@ -22,6 +22,7 @@
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/presets.h"
 #include "tools/flags/train_config_from_flags.h"
+#include "tools/flags/runtime_flags.h"
 #include "tools/flags/training_flags.h"
 #include "training/exit_conditions.h"
 #include "training/job.h"
@@ -448,6 +449,7 @@ int main(int argc, char** argv) {
                  std::string(parsed.status().message()).c_str());
     return mcc::tools::kFlagError;
   }
+  mcc::flags::ApplyRuntimeFlags();
   for (const std::string& arg : parsed->positional) {
     if (arg == "help" || arg == "-h") {
       std::printf("usage: train [--flag value ...]\n%s\n",

@@ -21,12 +21,19 @@
 #include "absl/strings/str_cat.h"
 #include "core/comm/init.h"
 #include "core/comm/port_reservation.h"
+#include "core/comm/process_group.h"
 #include "core/tensor.h"
 
 ABSL_FLAG(std::string, format, "text", "text or json (one object per line)");
 ABSL_FLAG(int64_t, min_bytes, 1 << 10, "Smallest message.");
 ABSL_FLAG(int64_t, max_bytes, 256ll << 20, "Largest message.");
 ABSL_FLAG(std::string, world_sizes, "2,4", "Process counts to run.");
+
+// Collective checking (core/comm takes it through SetDebugCollectivesDefault).
+ABSL_FLAG(bool, debug_collectives, false,
+          "Check before every collective that all ranks of the group make "
+          "the same call (operation, dtype, element count, root, rank list); "
+          "also set by MCC_DEBUG_COLLECTIVES=1.");
 
 namespace {
 
@@ -125,6 +132,7 @@ void Memcpy(bool json) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  mcc::comm::SetDebugCollectivesDefault(absl::GetFlag(FLAGS_debug_collectives));
   const bool json = absl::GetFlag(FLAGS_format) == "json";
   if (std::getenv("MCC_BENCH_WORKER") != nullptr) return Worker(json);
   Memcpy(json);

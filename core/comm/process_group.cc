@@ -1,11 +1,12 @@
 #include "core/comm/process_group.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <set>
 #include <utility>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/comm/backend.h"
@@ -13,14 +14,12 @@
 #include "core/comm/flight_recorder.h"
 #include "core/status_macros.h"
 
-ABSL_FLAG(bool, debug_collectives, false,
-          "Check before every collective that all ranks of the group make "
-          "the same call (operation, dtype, element count, root, rank list); "
-          "also set by MCC_DEBUG_COLLECTIVES=1.");
-
 namespace mcc {
 namespace comm {
 namespace {
+
+// SetDebugCollectivesDefault's setting.
+std::atomic<bool> g_debug_collectives{false};
 
 std::string TensorSig(const Tensor& t) {
   return absl::StrCat(DTypeName(t.dtype()), t.ShapeString());
@@ -56,8 +55,10 @@ absl::string_view ReduceOpName(ReduceOp op) {
   return "?";
 }
 
+void SetDebugCollectivesDefault(bool on) { g_debug_collectives.store(on); }
+
 bool DebugCollectivesDefault() {
-  if (absl::GetFlag(FLAGS_debug_collectives)) return true;
+  if (g_debug_collectives.load()) return true;
   const char* v = std::getenv("MCC_DEBUG_COLLECTIVES");
   return v != nullptr && *v != '\0' && std::string(v) != "0";
 }

@@ -93,10 +93,13 @@ struct CollectiveOptions {
   absl::Duration timeout = absl::ZeroDuration();
 };
 
-// Whether collective checking is on: --debug_collectives (also spelled
-// --debug-collectives by binaries that translate Megatron's names) or the
-// environment variable MCC_DEBUG_COLLECTIVES=1.
+// Whether collective checking is on by default: after
+// SetDebugCollectivesDefault(true) (a binary's --debug-collectives flag sets
+// it from main) or with the environment variable MCC_DEBUG_COLLECTIVES=1.
 bool DebugCollectivesDefault();
+// true turns checking on for the groups created afterwards with default
+// options; false leaves it to MCC_DEBUG_COLLECTIVES.
+void SetDebugCollectivesDefault(bool on);
 
 // Options of a group, fixed when it is made.
 struct GroupOptions {

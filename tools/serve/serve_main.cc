@@ -30,6 +30,7 @@
 #include "tools/flags/checkpoint_flags.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/train_config_from_flags.h"
+#include "tools/flags/runtime_flags.h"
 #include "tools/flags/training_flags.h"
 #include "tools/int8_checkpoint.h"
 #include "tools/serve/http_frontend.h"
@@ -417,6 +418,7 @@ int main(int argc, char** argv) {
                  std::string(parsed.status().message()).c_str());
     return mcc::serve::kFlagError;
   }
+  mcc::flags::ApplyRuntimeFlags();
   if (!parsed->positional.empty()) {
     std::fprintf(stderr, "serve: unexpected argument '%s'\n",
                  parsed->positional[0].c_str());

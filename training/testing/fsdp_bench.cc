@@ -25,7 +25,9 @@
 #include "core/allocator.h"
 #include "core/comm/init.h"
 #include "core/comm/port_reservation.h"
+#include "core/comm/process_group.h"
 #include "core/status_macros.h"
+#include "core/thread_pool.h"
 #include "models/gpt/gpt_model.h"
 #include "optim/lr_schedule.h"
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
@@ -43,6 +45,16 @@ ABSL_FLAG(int, steps, 6, "Timed steps per strategy and round.");
 ABSL_FLAG(int, warmup, 2, "Untimed steps per strategy and round.");
 ABSL_FLAG(int, rounds, 2, "Rounds over the strategies.");
 ABSL_FLAG(bool, bf16, false, "Train in bf16 (fp32 otherwise).");
+
+// The CPU thread count (core takes it through ThreadPool::SetDefaultThreads).
+ABSL_FLAG(int32_t, num_threads, 0,
+          "Threads for CPU kernels; 0 reads MCC_NUM_THREADS or "
+          "OMP_NUM_THREADS, else uses every core.");
+// Collective checking (core/comm takes it through SetDebugCollectivesDefault).
+ABSL_FLAG(bool, debug_collectives, false,
+          "Check before every collective that all ranks of the group make "
+          "the same call (operation, dtype, element count, root, rank list); "
+          "also set by MCC_DEBUG_COLLECTIVES=1.");
 
 namespace mcc {
 namespace fsdp {
@@ -286,6 +298,8 @@ int Launch(char** argv) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  mcc::ThreadPool::SetDefaultThreads(absl::GetFlag(FLAGS_num_threads));
+  mcc::comm::SetDebugCollectivesDefault(absl::GetFlag(FLAGS_debug_collectives));
   if (std::getenv("WORLD_SIZE") == nullptr) return mcc::fsdp::Launch(argv);
   return mcc::fsdp::Worker();
 }

@@ -32,6 +32,7 @@
 #include "core/ops/gemm.h"
 #include "core/ops/norm.h"
 #include "core/status_macros.h"
+#include "core/thread_pool.h"
 
 ABSL_FLAG(int, iters, 20, "timed iterations per measurement");
 ABSL_FLAG(bool, gemm, true, "run the GEMM benchmarks");
@@ -39,6 +40,11 @@ ABSL_FLAG(bool, memory, true, "run the memory-bound kernel benchmarks");
 ABSL_FLAG(bool, attention, true, "run the flash-attention benchmarks");
 ABSL_FLAG(int64_t, mem_elements, int64_t{1} << 26,
           "elements per tensor in the memory-bound benchmarks");
+
+// The CPU thread count (core takes it through ThreadPool::SetDefaultThreads).
+ABSL_FLAG(int32_t, num_threads, 0,
+          "Threads for CPU kernels; 0 reads MCC_NUM_THREADS or "
+          "OMP_NUM_THREADS, else uses every core.");
 
 namespace mcc {
 namespace {
@@ -316,6 +322,7 @@ void BenchMemory() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  mcc::ThreadPool::SetDefaultThreads(absl::GetFlag(FLAGS_num_threads));
   if (mcc::cuda::CudaDeviceCount() == 0) {
     std::printf("no CUDA device: bench skipped\n");
     return 0;
