@@ -1,17 +1,11 @@
 #include "tools/int8_checkpoint.h"
 
-#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
 #include "models/gpt/int8_quantization.h"
 #include "training/checkpointing.h"
-
-ABSL_FLAG(std::string, quantize, "",
-          "int8: weight-only int8 for the decoder's linear layers, quantised "
-          "per output channel at load (a checkpoint written by "
-          "convert_checkpoint --quantize int8 loads as int8 without it).");
 
 namespace mcc {
 namespace tools {

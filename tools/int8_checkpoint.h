@@ -17,16 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/declare.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "models/gpt/gpt_model.h"
 #include "tools/int8_checkpoint_writer.h"
-
-// --quantize of eval and serve (convert_checkpoint has its own, for
-// writing a quantised checkpoint).
-ABSL_DECLARE_FLAG(std::string, quantize);
 
 namespace mcc {
 namespace tools {

@@ -30,6 +30,7 @@
 #include "tools/flags/checkpoint_flags.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/train_config_from_flags.h"
+#include "tools/flags/quantize_flag.h"
 #include "tools/flags/runtime_flags.h"
 #include "tools/flags/training_flags.h"
 #include "tools/int8_checkpoint.h"
