@@ -302,7 +302,7 @@ absl::Status SaveCheckpoint(const std::string& dir, int64_t iteration,
   auto holdings = GatherManifests(dist, manifest, "exchange shard lists");
   if (!holdings.ok()) return cleanup_on_error(holdings.status());
   // Deterministic, so every rank fails or succeeds alike.
-  auto plan = PlanSave(*holdings);
+  auto plan = PlanSave(*holdings, /*require_cover=*/!options.partial);
   if (!plan.ok()) return cleanup_on_error(plan.status());
 
   // 3. Write and fsync this rank's shards.

@@ -18,6 +18,9 @@ struct SaveOptions {
   // After a successful save, delete all but the newest keep_last complete
   // checkpoints (never the one `latest` names). 0 keeps all.
   int keep_last = 0;
+  // Shards need not cover their tensors: each rank's own part, saved alone
+  // (local checkpoints); readers read only the boxes saved.
+  bool partial = false;
   // Alignment of each shard inside its file.
   int64_t alignment = 64;
   // Called on the saving thread after each step ("shard <name>" after each

@@ -30,6 +30,13 @@ struct DistContext {
   std::function<absl::StatusOr<std::vector<std::string>>(
       const std::string& mine)>
       all_gather;
+  // Optional (local checkpoints' peer copies): sends `mine` to rank `to`
+  // and returns what rank `from` sent to this rank, refusing more than
+  // max_bytes from it. Every rank calls it at once, each with its own
+  // partner pair, so every send meets its receive.
+  std::function<absl::StatusOr<std::string>(const std::string& mine, int to,
+                                            int from, int64_t max_bytes)>
+      send_recv;
 
   static DistContext Single();
 };

@@ -29,7 +29,8 @@ std::vector<int64_t> ToVec(const google::protobuf::RepeatedField<int64_t>& f) {
 }  // namespace
 
 absl::StatusOr<std::vector<PlannedShard>> PlanSave(
-    const std::vector<checkpoint::RankManifest>& manifests) {
+    const std::vector<checkpoint::RankManifest>& manifests,
+    bool require_cover) {
   std::map<std::string, TensorInfo> tensors;
   for (size_t r = 0; r < manifests.size(); ++r) {
     const int rank = static_cast<int>(r);
@@ -86,7 +87,7 @@ absl::StatusOr<std::vector<PlannedShard>> PlanSave(
       plan.push_back(std::move(p));
     }
     const int64_t numel = NumElements(info.global_shape);
-    if (covered != numel) {
+    if (require_cover && covered != numel) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor ", name, " ", ShapeToString(info.global_shape),
           ": the ranks' shards cover ", covered, " of ", numel, " elements"));

@@ -24,9 +24,12 @@ struct PlannedShard {
 // on each tensor's global shape and dtype, that distinct shards do not
 // overlap and together cover the tensor, and picks one writer per distinct
 // shard so that bytes spread evenly over the holders. Deterministic: every
-// rank computes the same plan from the same manifests.
+// rank computes the same plan from the same manifests. Without
+// require_cover, shards may leave parts of a tensor out (a rank's own part,
+// saved alone: local checkpoints).
 absl::StatusOr<std::vector<PlannedShard>> PlanSave(
-    const std::vector<checkpoint::RankManifest>& manifests);
+    const std::vector<checkpoint::RankManifest>& manifests,
+    bool require_cover = true);
 
 }  // namespace mcc
 

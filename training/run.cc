@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/comm_dist_context.h"
 #include "core/allocator.h"
 #include "core/comm/flight_recorder.h"
 #include "core/op_profile.h"
@@ -41,7 +42,6 @@
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline_executor.h"
 #include "training/checkpointing.h"
-#include "training/comm_dist_context.h"
 #include "training/device_choice.h"
 #include "training/evaluation.h"
 #include "training/job.h"
@@ -529,7 +529,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions) {
     for (int r = 0; r < job->world_size; ++r) all[r] = r;
     MCC_ASSIGN_OR_RETURN(ckpt_group, job->world->group->NewSubgroup(all));
   }
-  const DistContext dist = MakeDistContext(ckpt_group.get());
+  const DistContext dist = MakeProcessGroupDistContext(ckpt_group.get());
   AsyncCheckpointSaver async_saver;
 
   // Data.

@@ -19,9 +19,6 @@ set -euo pipefail
 # Libraries that still define flags, each on its way out; delete the entry
 # when its flags have moved, and never add one.
 BEING_REMOVED=(
-  # The 8 checkpoint flags (--save, --load, ...), being moved to tools/flags
-  # by the training-as-a-library work of issue 44.
-  checkpoint/flags.cc
 )
 
 script="$(readlink -f "${BASH_SOURCE[0]}")"
