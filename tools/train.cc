@@ -19,6 +19,7 @@
 #include "tools/dry_run.h"
 #include "tools/flags/checkpoint_flags.h"
 #include "tools/flags/device_flag.h"
+#include "tools/flags/local_checkpoint_flags.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/presets.h"
 #include "tools/flags/train_config_from_flags.h"

@@ -152,10 +152,13 @@ absl::Status LoadParameters(CheckpointReader& reader,
   return absl::OkStatus();
 }
 
-absl::Status SaveTrainingCheckpoint(
-    const std::string& dir, const Job& job, optim::Optimizer* optimizer,
-    const optim::LrSchedule& schedule, const TrainingProgress& progress,
-    const DistContext& dist, AsyncCheckpointSaver* async, int keep_last) {
+absl::Status SaveTrainingCheckpoint(const std::string& dir, const Job& job,
+                                    optim::Optimizer* optimizer,
+                                    const optim::LrSchedule& schedule,
+                                    const TrainingProgress& progress,
+                                    const DistContext& dist,
+                                    AsyncCheckpointSaver* async, int keep_last,
+                                    LocalCheckpointer* local) {
   std::vector<ShardedTensorRef> refs;
   auto index = StateIndex(optimizer);
   const std::vector<std::string> states = StateNames(optimizer);
@@ -213,6 +216,9 @@ absl::Status SaveTrainingCheckpoint(
   rank_state.set_rank(job.rank);
   (*rank_state.mutable_rng_states())[kRngKey] =
       std::to_string(job.model->rng_calls());
+  if (local != nullptr) {
+    return local->Save(progress.iteration, refs, common, rank_state);
+  }
   SaveOptions options;
   options.keep_last = keep_last;
   if (async != nullptr) {

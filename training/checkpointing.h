@@ -9,6 +9,7 @@
 #include "checkpoint/async_saver.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/dist_context.h"
+#include "checkpoint/local_checkpoint.h"
 #include "checkpoint/sharded_tensor.h"
 #include "core/parameter.h"
 #include "optim/lr_schedule.h"
@@ -48,13 +49,15 @@ absl::Status LoadParameters(CheckpointReader& reader,
 // tensors: every TP piece is a box of the full tensor, and the distributed
 // optimizer's shards are gathered over DP into whole local tensors first, so
 // any layout can load the result. Collective over the world. With `async`,
-// tensors are copied and written in the background.
+// tensors are copied and written in the background. With `local`, the same
+// state goes to this rank's local checkpoint instead (dir is unused).
 absl::Status SaveTrainingCheckpoint(const std::string& dir, const Job& job,
                                     optim::Optimizer* optimizer,
                                     const optim::LrSchedule& schedule,
                                     const TrainingProgress& progress,
                                     const DistContext& dist,
-                                    AsyncCheckpointSaver* async, int keep_last);
+                                    AsyncCheckpointSaver* async, int keep_last,
+                                    LocalCheckpointer* local = nullptr);
 
 // Loads the model from the latest checkpoint in dir, under this job's
 // layout, after checking that the stored model configuration equals this

@@ -45,6 +45,7 @@
 #include "training/device_choice.h"
 #include "training/evaluation.h"
 #include "training/job.h"
+#include "training/local_checkpointing.h"
 #include "training/metrics.h"
 #include "training/rerun_check.h"
 #include "training/run_options.h"
@@ -347,11 +348,17 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions) {
   // Resume: the model first, so data parallelism and the optimizer take
   // their copies from the loaded weights.
   TrainingProgress progress;
-  MCC_ASSIGN_OR_RETURN(const bool resumed,
-                       ShouldResume(ckpt.load, ckpt.save, log));
+  MCC_ASSIGN_OR_RETURN(bool resumed, ShouldResume(ckpt.load, ckpt.save, log));
+  // Local checkpoints at least as new as --load's are read instead.
+  MCC_ASSIGN_OR_RETURN(
+      LocalTrainingCheckpoints local,
+      StartLocalCheckpoints(config, *job, resumed ? ckpt.load : ""));
+  resumed = resumed || !local.restore_dir.empty();
+  const std::string load_dir =
+      local.restore_dir.empty() ? ckpt.load : local.restore_dir;
   if (resumed) {
     MCC_ASSIGN_OR_RETURN(
-        progress, LoadModelCheckpoint(ckpt.load, *job, !ckpt.no_load_rng));
+        progress, LoadModelCheckpoint(load_dir, *job, !ckpt.no_load_rng));
   }
 
   // Data parallelism and the optimizer.
@@ -518,7 +525,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions) {
     // Sharded parameters are made whole around loads and saves.
     MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
     MCC_RETURN_IF_ERROR(
-        LoadOptimizerCheckpoint(ckpt.load, *job, optimizer.get()));
+        LoadOptimizerCheckpoint(load_dir, *job, optimizer.get()));
     MCC_RETURN_IF_ERROR(ddp->ReleaseFullParams());
   }
   // Checkpoints travel over a group of their own, so an asynchronous save
@@ -902,6 +909,16 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions) {
     }
     const bool save_due = ckpt.ShouldSave(iteration, train_iters);
     if (save_due) MCC_RETURN_IF_ERROR(save_checkpoint(iteration));
+    if (!save_due && local.Due(iteration)) {
+      // A failed local save leaves --save's checkpoints: logged, not fatal.
+      TrainingProgress now{iteration, iteration * batching.global_batch};
+      MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
+      const absl::Status saved = SaveTrainingCheckpoint(
+          "", *job, optimizer.get(), schedule, now, local.dist, nullptr, 0,
+          local.checkpointer.get());
+      MCC_RETURN_IF_ERROR(ddp->ReleaseFullParams());
+      LOG_IF(WARNING, !saved.ok()) << "local checkpoint save: " << saved;
+    }
     iteration_trace.reset();
     MCC_RETURN_IF_ERROR(profile.AfterStep(iteration));
     ChaosKillAfterIteration(iteration);

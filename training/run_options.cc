@@ -217,6 +217,7 @@ absl::Status CheckTrainConfig(const TrainConfig& config, int world_size) {
       fsdp::ParseShardingStrategy(config.data_parallel_sharding_strategy())
           .status());
   MCC_RETURN_IF_ERROR(CheckpointOptionsFromConfig(config).status());
+  MCC_RETURN_IF_ERROR(LocalCheckpointSettingsFromConfig(config).status());
   if (config.train_iters() <= 0) {
     return absl::InvalidArgumentError("--train-iters must be positive");
   }
@@ -225,6 +226,62 @@ absl::Status CheckTrainConfig(const TrainConfig& config, int world_size) {
   }
   MCC_RETURN_IF_ERROR(TimelineProfileFromConfig(config, world_size).status());
   return absl::OkStatus();
+}
+
+absl::StatusOr<LocalCheckpointSettings> LocalCheckpointSettingsFromConfig(
+    const TrainConfig& config) {
+  LocalCheckpointSettings f;
+  const std::string type = config.non_persistent_ckpt_type();
+  f.save_interval = config.non_persistent_save_interval();
+  f.options.dir = config.non_persistent_local_ckpt_dir();
+  f.options.replicate = config.replication();
+  f.options.replication_jump = config.replication_jump();
+  const int factor = config.replication_factor();
+  if (!type.empty() && type != "local") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--non-persistent-ckpt-type ", type,
+                     " is not implemented; 'local' is (with "
+                     "--non-persistent-local-ckpt-dir)"));
+  }
+  f.enabled = type == "local";
+  if (!f.enabled) {
+    const char* needs_type =
+        !f.options.dir.empty()            ? "--non-persistent-local-ckpt-dir"
+        : f.save_interval != 0            ? "--non-persistent-save-interval"
+        : f.options.replicate             ? "--replication"
+        : f.options.replication_jump != 0 ? "--replication-jump"
+        : factor != 2                     ? "--replication-factor"
+                                          : nullptr;
+    if (needs_type != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(needs_type, " needs --non-persistent-ckpt-type local"));
+    }
+    return f;
+  }
+  if (f.options.dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--non-persistent-ckpt-type local needs "
+        "--non-persistent-local-ckpt-dir DIR");
+  }
+  if (f.save_interval <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--non-persistent-ckpt-type local needs a positive "
+                     "--non-persistent-save-interval (got ",
+                     f.save_interval, ")"));
+  }
+  if (f.options.replication_jump < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--replication-jump ", f.options.replication_jump, " is negative"));
+  }
+  if (f.options.replication_jump != 0 && !f.options.replicate) {
+    return absl::InvalidArgumentError("--replication-jump needs --replication");
+  }
+  if (factor != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--replication-factor ", factor,
+                     " is not implemented; 2 (one peer copy) is"));
+  }
+  return f;
 }
 
 }  // namespace training

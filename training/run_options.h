@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "checkpoint/local_checkpoint.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "training/exit_conditions.h"
@@ -38,6 +39,23 @@ struct CheckpointOptions {
   bool ShouldSave(int64_t iteration, int64_t train_iters) const;
 };
 absl::StatusOr<CheckpointOptions> CheckpointOptionsFromConfig(
+    const TrainConfig& config);
+
+// Megatron's non-persistent (local) checkpoints: non_persistent_ckpt_type
+// local, non_persistent_local_ckpt_dir, non_persistent_save_interval,
+// replication, replication_jump, replication_factor (2 only).
+struct LocalCheckpointSettings {
+  bool enabled = false;  // non_persistent_ckpt_type local
+  int64_t save_interval = 0;
+  // dir, replicate and replication_jump set; the caller adds
+  // ranks_per_node.
+  LocalCheckpointOptions options;
+
+  bool ShouldSave(int64_t iteration) const {
+    return enabled && iteration % save_interval == 0;
+  }
+};
+absl::StatusOr<LocalCheckpointSettings> LocalCheckpointSettingsFromConfig(
     const TrainConfig& config);
 
 // The global batch and how many micro-batches make it on each DP rank.
