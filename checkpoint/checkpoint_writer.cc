@@ -106,7 +106,7 @@ void ChaosKill(absl::string_view event) {
 
 void Hook(const SaveOptions& options, absl::string_view event) {
   if (options.progress_hook) options.progress_hook(event);
-  ChaosKill(event);
+  if (options.chaos_kill) ChaosKill(event);
 }
 
 // Writes the shards this rank was chosen for; returns their records.

@@ -30,6 +30,9 @@ struct SaveOptions {
   // rename, "committed");
   // tests use it to pause or kill a save part-way.
   std::function<void(absl::string_view event)> progress_hook;
+  // Whether the chaos bench's MCC_CHAOS_KILL_AT_SAVE applies (it aims at
+  // the shared saves; local checkpoints turn it off).
+  bool chaos_kill = true;
 };
 
 // Saves one checkpoint of `iteration` under dir, collectively: every rank of

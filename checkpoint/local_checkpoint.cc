@@ -350,6 +350,7 @@ absl::Status LocalCheckpointer::Save(
     SaveOptions save_options;
     save_options.keep_last = options_.keep;
     save_options.partial = true;  // This rank's boxes only.
+    save_options.chaos_kill = false;
     saved = SaveCheckpoint(rank_dir_, iteration, tensors, mine, rank_state,
                            DistContext::Single(), save_options);
   }
