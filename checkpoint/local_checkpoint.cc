@@ -333,6 +333,18 @@ LocalCheckpointer::LocalCheckpointer(LocalCheckpointOptions options,
   rank_dir_ = file_util::JoinPath(options_.dir, RankDirName(dist_.rank));
 }
 
+absl::Status LocalCheckpointer::DropNewerThan(int64_t iteration) {
+  for (const std::string& dir : {rank_dir_, replica_dir_}) {
+    if (dir.empty()) continue;
+    for (int64_t it : ListCheckpoints(dir)) {
+      if (it <= iteration) continue;
+      MCC_RETURN_IF_ERROR(file_util::RemoveAll(ChecksumPath(dir, it)));
+      MCC_RETURN_IF_ERROR(file_util::RemoveAll(CopyPath(dir, it)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void LocalCheckpointer::Hook(absl::string_view event) const {
   if (options_.progress_hook) options_.progress_hook(event);
 }
@@ -437,16 +449,26 @@ absl::StatusOr<std::optional<LocalRestore>> LocalCheckpointer::PrepareRestore(
     }
   }
   const bool log = dist_.rank == 0;
+  // The run resumes from the shared directory (or from scratch): copies
+  // newer than that belong to a past the run will not follow, and would
+  // hold on to the slots of the ones it saves.
+  auto shared_instead = [&]() -> absl::StatusOr<std::optional<LocalRestore>> {
+    if (absl::Status s = DropNewerThan(persistent_iteration.value_or(0));
+        !s.ok()) {
+      LOG(WARNING) << "local checkpoints: " << s;
+    }
+    return std::optional<LocalRestore>();
+  };
   if (!chosen.has_value()) {
     LOG_IF(INFO, log) << "no local checkpoint that every rank can restore"
                       << (candidates.empty() ? " (none saved)" : "");
-    return std::optional<LocalRestore>();
+    return shared_instead();
   }
   if (persistent_iteration.has_value() && *chosen < *persistent_iteration) {
     LOG_IF(INFO, log) << "the newest local checkpoint (iteration " << *chosen
                       << ") is older than the shared one (iteration "
                       << *persistent_iteration << "): loading the shared one";
-    return std::optional<LocalRestore>();
+    return shared_instead();
   }
   out.iteration = *chosen;
 
@@ -487,15 +509,7 @@ absl::StatusOr<std::optional<LocalRestore>> LocalCheckpointer::PrepareRestore(
                 << "iteration " << *chosen << " from rank " << peer_;
     }
   }
-  if (ready.ok()) {
-    // Newer copies are unusable (some rank lacks them); the resumed run
-    // saves those iterations again.
-    for (int64_t it : ListCheckpoints(rank_dir_)) {
-      if (it <= *chosen || !ready.ok()) continue;
-      ready = file_util::RemoveAll(ChecksumPath(rank_dir_, it));
-      if (ready.ok()) ready = file_util::RemoveAll(CopyPath(rank_dir_, it));
-    }
-  }
+  if (ready.ok()) ready = DropNewerThan(*chosen);
   if (ready.ok()) {
     ready = file_util::WriteFileAtomically(
         file_util::JoinPath(rank_dir_, kLatestFileName),
@@ -503,7 +517,7 @@ absl::StatusOr<std::optional<LocalRestore>> LocalCheckpointer::PrepareRestore(
   }
   if (absl::Status agreed = Agree(dist_, ready, "restore"); !agreed.ok()) {
     LOG_IF(WARNING, log) << agreed.message() << "; loading the shared one";
-    return std::optional<LocalRestore>();
+    return shared_instead();
   }
   LOG_IF(INFO, log) << "resuming from local checkpoints of iteration "
                     << *chosen << " (" << lost.size()

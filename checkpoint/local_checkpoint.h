@@ -90,11 +90,13 @@ class LocalCheckpointer {
   // Collective. Verifies every copy this rank holds (refused ones are
   // logged naming the file), agrees with every rank on the newest
   // iteration each can restore from its own copy or its peer's, fetches
-  // missing copies from the peers, and points rank_dir()'s tracker at it
-  // (newer own copies, which some rank lacks, are removed). Returns nullopt,
+  // missing copies from the peers, and points rank_dir()'s tracker at it.
+  // Returns nullopt,
   // the same on every rank, when no such iteration exists, it is older
   // than `persistent_iteration` (the shared directory's newest), or a rank
-  // could not write a fetched copy: then load the shared checkpoint.
+  // could not write a fetched copy: then load the shared checkpoint. Copies
+  // newer than where the run resumes (the local iteration, else
+  // persistent_iteration, else 0) are removed: the run saves them again.
   absl::StatusOr<std::optional<LocalRestore>> PrepareRestore(
       std::optional<int64_t> persistent_iteration);
 
@@ -107,6 +109,8 @@ class LocalCheckpointer {
   LocalCheckpointer(LocalCheckpointOptions options, DistContext dist);
   void Hook(absl::string_view event) const;
   absl::Status Replicate(int64_t iteration);
+  // Removes own and kept copies of iterations after `iteration`.
+  absl::Status DropNewerThan(int64_t iteration);
 
   LocalCheckpointOptions options_;
   DistContext dist_;

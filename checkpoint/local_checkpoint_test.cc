@@ -320,6 +320,41 @@ TEST_F(LocalCheckpointTest, BothCopiesGoneFallsBackToTheOlderIteration) {
   ExpectResumedIdentically(resumed, reference, 3);
 }
 
+TEST_F(LocalCheckpointTest, CopiesNewerThanTheResumePointAreDropped) {
+  // Rank 1's iteration 6 (own and kept) is lost; the others' 6 belongs to
+  // a past the resumed run does not follow: dropped, own and kept, whether
+  // the run resumes from the local 3 or from a shared 4.
+  for (const char* shared : {"", "4"}) {
+    SCOPED_TRACE(absl::StrCat("shared iteration '", shared, "'"));
+    const std::string dir =
+        testing_util::FreshDir(absl::StrCat("dropped", shared));
+    const std::string ckpt = file_util::JoinPath(dir, "ckpt");
+    Run(dir, "first", {{"LC_STOP_AFTER", "7"}});
+    ASSERT_TRUE(file_util::Exists(ckpt + "/node0/rank_00000/iter_0000006"));
+    ASSERT_TRUE(
+        file_util::RemoveAll(ckpt + "/node0/rank_00001/iter_0000006").ok());
+    ASSERT_TRUE(
+        file_util::RemoveAll(ckpt + "/node1/replica_of_rank_00001/iter_0000006")
+            .ok());
+    // Trains no further, so saves nothing.
+    std::map<std::string, std::string> env = {{"LC_ITERS", "0"}};
+    if (*shared != '\0') env["LC_PERSISTENT"] = shared;
+    std::vector<Report> resumed = Run(dir, "second", env);
+    for (const Report& r : resumed) {
+      EXPECT_EQ(r.restored, *shared != '\0' ? "none" : "3 0");
+    }
+    for (const char* path : {"/node0/rank_00000/iter_0000006",
+                             "/node0/rank_00000/iter_0000006.crc",
+                             "/node0/replica_of_rank_00002/iter_0000006",
+                             "/node1/rank_00003/iter_0000006"}) {
+      EXPECT_FALSE(file_util::Exists(ckpt + path)) << path;
+    }
+    EXPECT_TRUE(file_util::Exists(ckpt + "/node0/rank_00000/iter_0000003.crc"));
+    EXPECT_TRUE(
+        file_util::Exists(ckpt + "/node0/replica_of_rank_00002/iter_0000003"));
+  }
+}
+
 TEST_F(LocalCheckpointTest, NewerSharedCheckpointWins) {
   const std::string dir = testing_util::FreshDir("shared_newer");
   Run(dir, "first", {{"LC_STOP_AFTER", "7"}});
