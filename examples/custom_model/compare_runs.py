@@ -2,7 +2,7 @@
 
 Usage: compare_runs.py SERIAL_FILE PARALLEL_FILE...
 
-Each file holds "loss INDEX VALUE" and "param NAME COUNT VALUES..." lines.
+Each file holds "loss STEP VALUE" and "param NAME COUNT VALUES..." lines.
 The parallel files together must hold every loss and parameter of the serial
 run, each within 1e-5 (relative, absolute below magnitude 1).
 

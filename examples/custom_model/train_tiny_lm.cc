@@ -5,9 +5,10 @@
 //   dp2_zero3        ZeRO-3 (FullyShardedDataParallel, optim_grads_params);
 //   pp2              two pipeline stages, 1F1B;
 //   pp2_interleaved  two stages of two model chunks each, interleaved 1F1B.
-// Each rank writes the losses and parameters it holds to --out.RANK, one
-// "loss INDEX VALUE" or "param NAME COUNT VALUES..." per line, for
-// compare_runs.py.
+// The model is this workspace's; the training step is
+// @megatron_cpp//training's Trainer. Each rank writes each step's loss and
+// the parameters it holds to --out.RANK, one "loss STEP VALUE" or
+// "param NAME COUNT VALUES..." per line, for compare_runs.py.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/comm/init.h"
 #include "core/status_macros.h"
+#include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/distributed_data_parallel.h"
@@ -26,6 +28,7 @@
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/pipeline_executor.h"
 #include "tiny_lm.h"
+#include "training/trainer.h"
 
 ABSL_FLAG(std::string, layout, "serial",
           "serial, dp2, dp2_zero3, pp2 or pp2_interleaved.");
@@ -131,46 +134,42 @@ absl::Status Train(const Layout& layout, parallel::ParallelState* state,
   if (data_parallel) {
     MCC_ASSIGN_OR_RETURN(optimizer,
                          data_parallel->CreateOptimizer(opt_config, groups));
-    executor->SetLastMicrobatchCallback([d = data_parallel.get()](bool last) {
-      d->set_is_last_microbatch(last);
-    });
   } else {
     MCC_ASSIGN_OR_RETURN(
         optimizer, mcc::optim::Optimizer::Create(params, opt_config, groups));
   }
 
+  // The step is @megatron_cpp//training's: micro-batches through the
+  // schedule, gradient sync and finalisation, the optimizer, at a constant
+  // learning rate.
+  mcc::optim::LrScheduleConfig lr;
+  lr.lr = lr.min_lr = absl::GetFlag(FLAGS_lr);
+  lr.decay_style = mcc::optim::LrDecayStyle::kConstant;
+  MCC_ASSIGN_OR_RETURN(mcc::optim::LrSchedule schedule,
+                       mcc::optim::LrSchedule::Create(lr));
+  mcc::training::TrainerParts parts;
+  parts.models = models;
+  parts.executor = executor.get();
+  parts.data_parallel = data_parallel.get();
+  parts.optimizer = optimizer.get();
+  parts.dp_group = dp;
+  MCC_ASSIGN_OR_RETURN(auto trainer,
+                       mcc::training::Trainer::Create(parts, schedule));
+
   std::ofstream out(out_path);
   out.precision(17);
   for (int step = 0; step < absl::GetFlag(FLAGS_steps); ++step) {
-    if (data_parallel) {
-      MCC_RETURN_IF_ERROR(data_parallel->BeginStep());
-    } else {
-      for (const auto& c : chunks) c->ZeroGradients();
-    }
     auto batches = std::make_shared<std::vector<TinyLmBatch>>();
     for (int i = 0; i < local_mb; ++i) {
       batches->push_back(MakeBatch(config, step, dp_rank * local_mb + i));
     }
     for (const auto& c : chunks) c->SetMicroBatches(batches);
-    MCC_ASSIGN_OR_RETURN(mcc::pipeline::PipelineStepResult run,
-                         executor->Run(local_mb, 1.0f / local_mb));
-    for (size_t i = 0; i < run.microbatch_losses.size(); ++i) {
-      MCC_ASSIGN_OR_RETURN(parallel::LossSum loss,
-                           parallel::ReadLossSum(run.microbatch_losses[i]));
-      out << "loss " << step * microbatches + dp_rank * local_mb + i << " "
-          << loss.mean() << "\n";
-    }
-    for (const auto& c : chunks) {
-      MCC_RETURN_IF_ERROR(c->SyncSharedGradients(nullptr));
-    }
-    if (data_parallel) {
-      MCC_RETURN_IF_ERROR(data_parallel->FinishGradSync());
-      MCC_RETURN_IF_ERROR(data_parallel->FinalizeGradients());
-    } else {
-      for (const auto& c : chunks) MCC_RETURN_IF_ERROR(c->FinalizeGradients());
-    }
-    MCC_RETURN_IF_ERROR(optimizer->Step(absl::GetFlag(FLAGS_lr)).status());
+    MCC_ASSIGN_OR_RETURN(mcc::training::StepMetrics metrics,
+                         trainer->Step(local_mb, step + 1));
+    // The global batch's mean loss, the same on every rank.
+    out << "loss " << step << " " << metrics.loss << "\n";
   }
+  MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
   if (data_parallel) {
     MCC_RETURN_IF_ERROR(data_parallel->FinishParamGather());
     MCC_RETURN_IF_ERROR(data_parallel->GatherFullParams());
