@@ -5,7 +5,7 @@
 // slot added without a CUDA kernel fails here, in CI, without a GPU.
 //
 // Slots allowed to lack one would be named below while their CUDA kernels
-// are being written (none now); the test also fails when one of them gains
+// are being written; the test also fails when one of them gains
 // a kernel, so the list only shrinks.
 #include <set>
 #include <string>
@@ -21,8 +21,16 @@ namespace ops {
 namespace cuda {
 namespace {
 
-// Empty: every slot has its CUDA kernel. (An empty array is not C++.)
-const std::vector<std::string> kAwaitingCudaKernel = {};
+// The mixture-of-experts kernels (issue 41) run on the CPU only so far.
+const std::vector<std::string> kAwaitingCudaKernel = {
+    "MoeRouterForward",
+    "MoeRouterBackward",
+    "MoeLoadBalancingLoss",
+    "MoeLoadBalancingLossBackward",
+    "MoeZLoss",
+    "MoeZLossBackward",
+    "MoeUpdateExpertBias",
+};
 
 TEST(CudaSlotCoverageTest, EverySlotHasACudaKernel) {
   ASSERT_TRUE(RegisterCudaKernels());
