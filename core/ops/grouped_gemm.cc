@@ -1,0 +1,178 @@
+#include "core/ops/grouped_gemm.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/op_profile.h"
+#include "core/ops/gemm.h"
+#include "core/ops/kernel_util.h"
+#include "core/status_macros.h"
+
+namespace mcc {
+namespace ops {
+namespace {
+
+absl::Status Fail(const char* op, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what));
+}
+
+// Every size non-negative, summing to rows.
+absl::Status CheckGroupSizes(const char* op, absl::Span<const int64_t> sizes,
+                             int64_t groups, int64_t rows) {
+  if (static_cast<int64_t>(sizes.size()) != groups) {
+    return Fail(op, absl::StrCat(sizes.size(), " group sizes for ", groups,
+                                 " weight matrices"));
+  }
+  int64_t total = 0;
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    if (sizes[g] < 0) {
+      return Fail(op, absl::StrCat("group ", g, " has ", sizes[g], " rows"));
+    }
+    total += sizes[g];
+  }
+  if (total != rows) {
+    return Fail(op, absl::StrCat("group sizes sum to ", total, ", not the ",
+                                 rows, " rows of x"));
+  }
+  return absl::OkStatus();
+}
+
+// The [rows, cols] matrix of group g of a [G, rows, cols] tensor.
+absl::StatusOr<Tensor> GroupMatrix(const Tensor& w, int64_t g) {
+  MCC_ASSIGN_OR_RETURN(Tensor s, w.Slice(g, g + 1));
+  return s.Reshape({w.size(1), w.size(2)});
+}
+
+absl::Status GroupedGemmCpu(const Tensor& x, const Tensor& w, bool trans_w,
+                            absl::Span<const int64_t> sizes, Tensor* y,
+                            float beta) {
+  int64_t row = 0;
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    const int64_t m = sizes[g];
+    if (m == 0) continue;
+    MCC_ASSIGN_OR_RETURN(Tensor xg, x.Slice(row, row + m));
+    MCC_ASSIGN_OR_RETURN(Tensor yg, y->Slice(row, row + m));
+    MCC_ASSIGN_OR_RETURN(Tensor wg, GroupMatrix(w, g));
+    MCC_RETURN_IF_ERROR(Gemm(xg, false, wg, trans_w, &yg, 1.0f, beta));
+    row += m;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GroupedGemmWeightGradCpu(const Tensor& x, const Tensor& dy,
+                                      bool trans_w,
+                                      absl::Span<const int64_t> sizes,
+                                      Tensor* dw, float beta) {
+  int64_t row = 0;
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    const int64_t m = sizes[g];
+    MCC_ASSIGN_OR_RETURN(Tensor dwg, GroupMatrix(*dw, g));
+    if (m == 0) {
+      // An empty product is zero: dw_g = beta * dw_g.
+      float* p = dwg.data<float>();
+      if (beta == 0.0f) {
+        std::memset(p, 0, dwg.nbytes());
+      } else if (beta != 1.0f) {
+        for (int64_t i = 0; i < dwg.numel(); ++i) p[i] *= beta;
+      }
+      continue;
+    }
+    MCC_ASSIGN_OR_RETURN(Tensor xg, x.Slice(row, row + m));
+    MCC_ASSIGN_OR_RETURN(Tensor dyg, dy.Slice(row, row + m));
+    if (trans_w) {
+      MCC_RETURN_IF_ERROR(Gemm(dyg, true, xg, false, &dwg, 1.0f, beta));
+    } else {
+      MCC_RETURN_IF_ERROR(Gemm(xg, true, dyg, false, &dwg, 1.0f, beta));
+    }
+    row += m;
+  }
+  return absl::OkStatus();
+}
+
+// x [M, K] and w [G, K, N] / [G, N, K] of one dtype; returns N.
+absl::StatusOr<int64_t> CheckOperands(const char* op, const Tensor& x,
+                                      const Tensor& w, bool trans_w) {
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"x", &x}));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"w", &w}));
+  if (x.dtype() != w.dtype()) {
+    return Fail(op, absl::StrCat("x ", Brief(x), " and w ", Brief(w),
+                                 " must have one dtype"));
+  }
+  if (x.dim() != 2 || w.dim() != 3) {
+    return Fail(
+        op, absl::StrCat("x ", Brief(x), " must be [rows, K] and w ", Brief(w),
+                         " [groups, ", trans_w ? "N, K]" : "K, N]"));
+  }
+  const int64_t k = trans_w ? w.size(2) : w.size(1);
+  if (k != x.size(1)) {
+    return Fail(op, absl::StrCat("x ", Brief(x), " and w ", Brief(w),
+                                 trans_w ? " (transposed)" : "",
+                                 " differ in the inner dimension"));
+  }
+  return trans_w ? w.size(1) : w.size(2);
+}
+
+}  // namespace
+
+absl::Status GroupedGemm(const Tensor& x, const Tensor& w, bool trans_w,
+                         absl::Span<const int64_t> group_sizes, Tensor* y,
+                         float beta) {
+  ScopedOpTimer op_timer("GroupedGemm");
+  const char* op = "GroupedGemm";
+  MCC_RETURN_IF_ERROR(CheckDefined(op, {{"x", &x}, {"w", &w}, {"y", y}}));
+  MCC_RETURN_IF_ERROR(CheckSameDevice(op, {{"x", &x}, {"w", &w}, {"y", y}}));
+  MCC_ASSIGN_OR_RETURN(const int64_t n, CheckOperands(op, x, w, trans_w));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"y", y}));
+  if (y->dtype() != DType::kFloat32 && y->dtype() != x.dtype()) {
+    return Fail(op,
+                absl::StrCat("y ", Brief(*y), " must be fp32 or x's dtype"));
+  }
+  if (y->shape() != Shape{x.size(0), n}) {
+    return Fail(op, absl::StrCat("y ", Brief(*y), " must be [", x.size(0), ", ",
+                                 n, "]"));
+  }
+  MCC_RETURN_IF_ERROR(CheckGroupSizes(op, group_sizes, w.size(0), x.size(0)));
+  return GroupedGemmKernels()(x.device(), x, w, trans_w, group_sizes, y, beta);
+}
+
+absl::Status GroupedGemmWeightGrad(const Tensor& x, const Tensor& dy,
+                                   bool trans_w,
+                                   absl::Span<const int64_t> group_sizes,
+                                   Tensor* dw, float beta) {
+  ScopedOpTimer op_timer("GroupedGemmWeightGrad");
+  const char* op = "GroupedGemmWeightGrad";
+  MCC_RETURN_IF_ERROR(CheckDefined(op, {{"x", &x}, {"dy", &dy}, {"dw", dw}}));
+  MCC_RETURN_IF_ERROR(
+      CheckSameDevice(op, {{"x", &x}, {"dy", &dy}, {"dw", dw}}));
+  MCC_RETURN_IF_ERROR(CheckDType(op, {"dw", dw}, DType::kFloat32));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"x", &x}));
+  MCC_RETURN_IF_ERROR(CheckFloatDType(op, {"dy", &dy}));
+  if (x.dtype() != dy.dtype()) {
+    return Fail(op, absl::StrCat("x ", Brief(x), " and dy ", Brief(dy),
+                                 " must have one dtype"));
+  }
+  if (x.dim() != 2 || dy.dim() != 2 || dy.size(0) != x.size(0) ||
+      dw->dim() != 3) {
+    return Fail(op, absl::StrCat("x ", Brief(x), " and dy ", Brief(dy),
+                                 " must be [rows, .] with the same rows, dw ",
+                                 Brief(*dw), " [groups, ., .]"));
+  }
+  const Shape want = trans_w ? Shape{dw->size(0), dy.size(1), x.size(1)}
+                             : Shape{dw->size(0), x.size(1), dy.size(1)};
+  if (dw->shape() != want) {
+    return Fail(
+        op, absl::StrCat("dw ", Brief(*dw), " must be ", ShapeToString(want),
+                         " for x ", Brief(x), " and dy ", Brief(dy)));
+  }
+  MCC_RETURN_IF_ERROR(CheckGroupSizes(op, group_sizes, dw->size(0), x.size(0)));
+  return GroupedGemmWeightGradKernels()(x.device(), x, dy, trans_w, group_sizes,
+                                        dw, beta);
+}
+
+MCC_KERNEL_SLOT(GroupedGemmKernel, GroupedGemmKernels, "GroupedGemm",
+                &GroupedGemmCpu);
+MCC_KERNEL_SLOT(GroupedGemmWeightGradKernel, GroupedGemmWeightGradKernels,
+                "GroupedGemmWeightGrad", &GroupedGemmWeightGradCpu);
+
+}  // namespace ops
+}  // namespace mcc
