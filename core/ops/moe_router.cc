@@ -204,15 +204,17 @@ float AuxProbsRow(const float* s, int64_t e, MoeScoreFunction f, float* p) {
   return z;
 }
 
-// Per run of tokens: the routed counts per expert, in token order.
-std::vector<int64_t> RunCounts(const Tensor& indices, int64_t experts,
-                               int64_t sequences) {
-  const int64_t t = indices.size(0), k = indices.size(1), len = t / sequences;
+// Per sequence (token t in sequence t % sequences): the routed counts per
+// expert.
+std::vector<int64_t> SequenceCounts(const Tensor& indices, int64_t experts,
+                                    int64_t sequences) {
+  const int64_t t = indices.size(0), k = indices.size(1);
   const int32_t* ip = indices.data<int32_t>();
   std::vector<int64_t> counts(sequences * experts, 0);
   for (int64_t r = 0; r < t; ++r) {
-    for (int64_t i = 0; i < k; ++i)
-      ++counts[(r / len) * experts + ip[r * k + i]];
+    for (int64_t i = 0; i < k; ++i) {
+      ++counts[(r % sequences) * experts + ip[r * k + i]];
+    }
   }
   return counts;
 }
@@ -224,21 +226,21 @@ absl::Status MoeLoadBalancingLossCpu(const Tensor& scores,
   const int64_t t = scores.size(0), e = scores.size(1), k = indices.size(1);
   MCC_RETURN_IF_ERROR(CheckIndexValues("MoeLoadBalancingLoss", indices, e));
   const int64_t len = t / sequences;
-  const std::vector<int64_t> counts = RunCounts(indices, e, sequences);
+  const std::vector<int64_t> counts = SequenceCounts(indices, e, sequences);
   const float* sp = scores.data<float>();
   std::vector<float> p(e);
-  std::vector<double> psum(e);
+  std::vector<double> psum(sequences * e, 0.0);
+  for (int64_t r = 0; r < t; ++r) {
+    AuxProbsRow(sp + r * e, e, f, p.data());
+    double* ps = psum.data() + (r % sequences) * e;
+    for (int64_t j = 0; j < e; ++j) ps[j] += p[j];
+  }
   double total = 0.0;
   for (int64_t g = 0; g < sequences; ++g) {
-    std::fill(psum.begin(), psum.end(), 0.0);
-    for (int64_t r = g * len; r < (g + 1) * len; ++r) {
-      AuxProbsRow(sp + r * e, e, f, p.data());
-      for (int64_t j = 0; j < e; ++j) psum[j] += p[j];
-    }
     double run = 0.0;
     for (int64_t j = 0; j < e; ++j) {
-      run +=
-          static_cast<double>(counts[g * e + j]) / (len * k) * (psum[j] / len);
+      run += static_cast<double>(counts[g * e + j]) / (len * k) *
+             (psum[g * e + j] / len);
     }
     total += e * run;
   }
@@ -253,7 +255,7 @@ absl::Status MoeLoadBalancingLossBackwardCpu(
   MCC_RETURN_IF_ERROR(
       CheckIndexValues("MoeLoadBalancingLossBackward", indices, e));
   const int64_t len = t / sequences;
-  const std::vector<int64_t> counts = RunCounts(indices, e, sequences);
+  const std::vector<int64_t> counts = SequenceCounts(indices, e, sequences);
   // dL/dp_te = grad_scale * coeff * E * f_e / (len * sequences).
   std::vector<float> dp(sequences * e);
   for (int64_t g = 0; g < sequences; ++g) {
@@ -269,7 +271,7 @@ absl::Status MoeLoadBalancingLossBackwardCpu(
     std::vector<float> p(e), ds(e);
     for (int64_t r = t0; r < t1; ++r) {
       const float* s = sp + r * e;
-      const float* g = dp.data() + (r / len) * e;
+      const float* g = dp.data() + (r % sequences) * e;
       if (f == MoeScoreFunction::kSoftmax) {
         ScoreBackwardRow(s, g, e, f, dlp + r * e, /*accumulate=*/true);
         continue;

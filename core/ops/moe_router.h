@@ -20,13 +20,15 @@
 // With sigmoid it is Megatron's sigmoid router (normalised when k > 1).
 //
 // Losses (Megatron's formulas), each a fp32 [1] tensor on the device:
-//   load balancing: tokens are split into `sequences` equal contiguous runs;
-//     per run, f_e = (tokens routed to e) / (run length * k) and
-//     P_e = mean over the run's tokens of p_te, where p = scores (softmax) or
-//     scores / (sum_e scores + 1e-20) (sigmoid); loss = coeff * mean over runs
-//     of E * sum_e f_e P_e. One run is --moe-router-load-balancing-type
-//     aux_loss (over the whole micro-batch), one per sequence seq_aux_loss.
-//     Only P carries a gradient (f is a count).
+//   load balancing: tokens are in sequence-major order ([s, b] flattened,
+//     as the hidden states are), so token t belongs to sequence
+//     t % sequences; per sequence, f_e = (its tokens routed to e) / (s * k)
+//     and P_e = mean over its tokens of p_te, where p = scores (softmax) or
+//     scores / (sum_e scores + 1e-20) (sigmoid); loss = coeff * mean over
+//     sequences of E * sum_e f_e P_e. sequences = 1 is
+//     --moe-router-load-balancing-type aux_loss (over the whole
+//     micro-batch), sequences = b is seq_aux_loss. Only P carries a gradient
+//     (f is a count).
 //   z-loss: coeff * mean over tokens of logsumexp(logits_t)^2.
 // Backwards take the loss's gradient as a host float (grad_scale: the loss
 // scale over the micro-batch count, as Megatron's MoEAuxLossAutoScaler).
@@ -71,7 +73,7 @@ absl::Status MoeRouterBackward(const Tensor& scores, const Tensor& indices,
                                const MoeRouterOptions& options,
                                Tensor* dlogits);
 
-// loss [1] (fp32) overwritten. tokens must divide into `sequences` runs.
+// loss [1] (fp32) overwritten. tokens must be a multiple of sequences.
 absl::Status MoeLoadBalancingLoss(const Tensor& scores, const Tensor& indices,
                                   MoeScoreFunction score_function,
                                   int64_t sequences, float coeff, Tensor* loss);

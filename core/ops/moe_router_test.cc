@@ -94,7 +94,8 @@ double RefBalanceLoss(const std::vector<double>& s, const std::vector<int>& idx,
   double total = 0;
   for (int64_t g = 0; g < sequences; ++g) {
     std::vector<double> count(e, 0), pmean(e, 0);
-    for (int64_t r = g * len; r < (g + 1) * len; ++r) {
+    // Sequence-major tokens: sequence g holds tokens g, g + b, g + 2b, ...
+    for (int64_t r = g; r < t; r += sequences) {
       double z = 0;
       for (int64_t j = 0; j < e; ++j) z += s[r * e + j];
       for (int64_t j = 0; j < e; ++j) {
