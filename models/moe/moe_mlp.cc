@@ -1,0 +1,295 @@
+#include "models/moe/moe_mlp.h"
+
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/activation.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/gemm.h"
+#include "core/ops/grouped_gemm.h"
+#include "core/ops/moe_permute.h"
+#include "core/status_macros.h"
+
+namespace mcc {
+namespace moe {
+namespace {
+
+// A parameter of `shape` drawn from N(0, std) by its own generator (seed and
+// index), stored in dtype, with an fp32 gradient.
+absl::StatusOr<std::shared_ptr<Parameter>> MakeParameter(
+    const std::string& name, const Shape& shape, DType dtype, float std,
+    uint64_t seed, uint64_t index) {
+  std::mt19937_64 gen(seed * 1000003u + index);
+  std::normal_distribution<float> dist(0.0f, std);
+  std::vector<float> values(NumElements(shape));
+  for (float& v : values) v = dist(gen);
+  auto p = std::make_shared<Parameter>();
+  p->name = name;
+  MCC_ASSIGN_OR_RETURN(p->value, Tensor::FromVector(values, shape, dtype));
+  p->main_grad = Tensor::Zeros(shape, DType::kFloat32);
+  p->global_shape = shape;
+  return p;
+}
+
+absl::Status Invalid(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("MoeMlp: ", what));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(
+    const std::string& prefix, const MoeMlpConfig& config) {
+  if (config.hidden_size < 1 || config.ffn_hidden_size < 1) {
+    return Invalid(absl::StrCat("hidden size ", config.hidden_size,
+                                " and expert ffn hidden size ",
+                                config.ffn_hidden_size, " must be positive"));
+  }
+  if (config.num_experts < 1) {
+    return Invalid(absl::StrCat("num_experts ", config.num_experts,
+                                " must be at least 1"));
+  }
+  if (config.router.topk < 1 || config.router.topk > config.num_experts) {
+    return Invalid(absl::StrCat("topk ", config.router.topk, " must be in [1, ",
+                                config.num_experts, "] (num_experts)"));
+  }
+  if (config.shared_expert_ffn_hidden_size < 0) {
+    return Invalid("shared expert ffn hidden size must not be negative");
+  }
+  if (config.dtype != DType::kFloat32 && config.dtype != DType::kBFloat16) {
+    return Invalid(absl::StrCat("dtype ", DTypeName(config.dtype),
+                                " is not fp32 or bf16"));
+  }
+  std::unique_ptr<MoeMlp> m(new MoeMlp(config));
+  const int64_t e = config.num_experts, h = config.hidden_size,
+                f = config.ffn_hidden_size;
+  const float std = config.init_std;
+  MCC_ASSIGN_OR_RETURN(m->router_,
+                       MakeParameter(prefix + ".router.weight", {e, h},
+                                     DType::kFloat32, std, config.seed, 0));
+  MCC_ASSIGN_OR_RETURN(
+      m->fc1_, MakeParameter(prefix + ".experts.linear_fc1.weight",
+                             {e, m->fc1_outputs(f), h}, config.dtype, std,
+                             config.seed, 1));
+  MCC_ASSIGN_OR_RETURN(
+      m->fc2_, MakeParameter(prefix + ".experts.linear_fc2.weight", {e, h, f},
+                             config.dtype, std, config.seed, 2));
+  const int64_t fs = config.shared_expert_ffn_hidden_size;
+  if (fs > 0) {
+    MCC_ASSIGN_OR_RETURN(
+        m->shared_fc1_,
+        MakeParameter(prefix + ".shared_experts.linear_fc1.weight",
+                      {m->fc1_outputs(fs), h}, config.dtype, std, config.seed,
+                      3));
+    MCC_ASSIGN_OR_RETURN(
+        m->shared_fc2_,
+        MakeParameter(prefix + ".shared_experts.linear_fc2.weight", {h, fs},
+                      config.dtype, std, config.seed, 4));
+  }
+  if (config.expert_bias) {
+    m->expert_bias_ = Tensor::Zeros({e}, DType::kFloat32);
+  }
+  return m;
+}
+
+void MoeMlp::AppendParameters(ParameterList* out) const {
+  for (const auto& p : {router_, fc1_, fc2_, shared_fc1_, shared_fc2_}) {
+    if (p != nullptr) out->push_back(p);
+  }
+}
+
+absl::Status MoeMlp::Activate(const Tensor& in, Tensor* out) const {
+  return config_.activation == ExpertActivation::kSwiGLU ? ops::SwiGLU(in, out)
+                                                         : ops::Gelu(in, out);
+}
+
+absl::Status MoeMlp::ActivateBackward(const Tensor& dout, const Tensor& in,
+                                      Tensor* din) const {
+  return config_.activation == ExpertActivation::kSwiGLU
+             ? ops::SwiGLUBackward(dout, in, din)
+             : ops::GeluBackward(dout, in, din);
+}
+
+absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, int64_t sequences,
+                                       Activations* act) const {
+  const int64_t h = config_.hidden_size, e = config_.num_experts,
+                k = config_.router.topk, f = config_.ffn_hidden_size;
+  if (x.dim() != 2 || x.size(1) != h || x.dtype() != config_.dtype) {
+    return Invalid(absl::StrCat("input ", x.Describe(), " must be ",
+                                DTypeName(config_.dtype), "[tokens, ", h, "]"));
+  }
+  const int64_t t = x.size(0);
+  if (sequences < 1 || t % sequences != 0) {
+    return Invalid(absl::StrCat(t, " tokens are not ", sequences,
+                                " sequences of one length"));
+  }
+  const Device dev = x.device();
+  act->x = x;
+  act->sequences = sequences;
+  if (x.dtype() == DType::kFloat32) {
+    act->x32 = x;
+  } else {
+    MCC_ASSIGN_OR_RETURN(act->x32, x.To(DType::kFloat32));
+  }
+
+  // Router, in fp32.
+  act->logits = Tensor::Empty({t, e}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(
+      ops::Gemm(act->x32, false, router_->value, true, &act->logits));
+  act->scores = Tensor::Empty({t, e}, DType::kFloat32, dev);
+  act->indices = Tensor::Empty({t, k}, DType::kInt32, dev);
+  act->weights = Tensor::Empty({t, k}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(ops::MoeRouterForward(
+      act->logits, expert_bias_.defined() ? &expert_bias_ : nullptr,
+      config_.router, &act->scores, &act->indices, &act->weights));
+  if (config_.load_balancing != LoadBalancing::kNone &&
+      config_.aux_loss_coeff > 0) {
+    act->aux_loss = Tensor::Empty({1}, DType::kFloat32, dev);
+    MCC_RETURN_IF_ERROR(ops::MoeLoadBalancingLoss(
+        act->scores, act->indices, config_.router.score_function,
+        config_.load_balancing == LoadBalancing::kSeqAuxLoss ? sequences : 1,
+        config_.aux_loss_coeff, &act->aux_loss));
+  }
+  if (config_.z_loss_coeff > 0) {
+    act->z_loss = Tensor::Empty({1}, DType::kFloat32, dev);
+    MCC_RETURN_IF_ERROR(
+        ops::MoeZLoss(act->logits, config_.z_loss_coeff, &act->z_loss));
+  }
+
+  // Tokens grouped by expert; the counts come to the host for the grouped
+  // GEMMs (one read per layer, as Megatron's all-to-all splits).
+  act->row_to_slot = Tensor::Empty({t * k}, DType::kInt32, dev);
+  act->slot_to_row = Tensor::Empty({t * k}, DType::kInt32, dev);
+  Tensor counts = Tensor::Empty({e}, DType::kInt64, dev);
+  MCC_RETURN_IF_ERROR(ops::MoeSortTokens(act->indices, e, &act->row_to_slot,
+                                         &act->slot_to_row, &counts));
+  MCC_ASSIGN_OR_RETURN(Tensor host_counts, counts.To(Device::CPU()));
+  const int64_t* c = host_counts.data<int64_t>();
+  act->tokens_per_expert.assign(c, c + e);
+
+  // Experts.
+  const DType dt = x.dtype();
+  act->permuted = Tensor::Empty({t * k, h}, dt, dev);
+  MCC_RETURN_IF_ERROR(ops::MoePermute(x, act->row_to_slot, &act->permuted));
+  act->fc1_out = Tensor::Empty({t * k, fc1_outputs(f)}, dt, dev);
+  MCC_RETURN_IF_ERROR(ops::GroupedGemm(act->permuted, fc1_->value, true,
+                                       act->tokens_per_expert, &act->fc1_out));
+  act->act_out = Tensor::Empty({t * k, f}, dt, dev);
+  MCC_RETURN_IF_ERROR(Activate(act->fc1_out, &act->act_out));
+  act->expert_out = Tensor::Empty({t * k, h}, dt, dev);
+  MCC_RETURN_IF_ERROR(ops::GroupedGemm(act->act_out, fc2_->value, true,
+                                       act->tokens_per_expert,
+                                       &act->expert_out));
+  Tensor y = Tensor::Empty({t, h}, dt, dev);
+  MCC_RETURN_IF_ERROR(
+      ops::MoeUnpermute(act->expert_out, act->slot_to_row, &act->weights, &y));
+
+  if (shared_fc1_ != nullptr) {
+    const int64_t fs = config_.shared_expert_ffn_hidden_size;
+    act->shared_fc1_out = Tensor::Empty({t, fc1_outputs(fs)}, dt, dev);
+    MCC_RETURN_IF_ERROR(
+        ops::Gemm(x, false, shared_fc1_->value, true, &act->shared_fc1_out));
+    act->shared_act_out = Tensor::Empty({t, fs}, dt, dev);
+    MCC_RETURN_IF_ERROR(Activate(act->shared_fc1_out, &act->shared_act_out));
+    Tensor shared = Tensor::Empty({t, h}, DType::kFloat32, dev);
+    MCC_RETURN_IF_ERROR(ops::Gemm(act->shared_act_out, false,
+                                  shared_fc2_->value, true, &shared));
+    MCC_RETURN_IF_ERROR(ops::Add(y, shared, &y));
+  }
+  return y;
+}
+
+absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
+                                        const Activations& act,
+                                        float loss_grad_scale) const {
+  const int64_t h = config_.hidden_size, e = config_.num_experts,
+                k = config_.router.topk, f = config_.ffn_hidden_size;
+  const int64_t t = act.x.size(0);
+  if (dy.shape() != act.x.shape() || dy.dtype() != act.x.dtype()) {
+    return Invalid(absl::StrCat("output gradient ", dy.Describe(),
+                                " does not match the input ",
+                                act.x.Describe()));
+  }
+  const Device dev = dy.device();
+  const DType dt = dy.dtype();
+  // Input-gradient contributions that are not the permuted path, summed in
+  // fp32 and rounded once at the end.
+  Tensor dx32 = Tensor::Empty({t, h}, DType::kFloat32, dev);
+
+  // Unpermute: dexpert_out and the combine weights' gradient.
+  Tensor dexpert_out = Tensor::Empty({t * k, h}, dt, dev);
+  Tensor dweights = Tensor::Empty({t, k}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(ops::MoeUnpermuteBackward(dy, act.expert_out,
+                                                act.slot_to_row, &act.weights,
+                                                &dexpert_out, &dweights));
+  // Experts: fc2, activation, fc1.
+  MCC_RETURN_IF_ERROR(ops::GroupedGemmWeightGrad(
+      act.act_out, dexpert_out, true, act.tokens_per_expert, &fc2_->main_grad));
+  Tensor dact = Tensor::Empty({t * k, f}, dt, dev);
+  MCC_RETURN_IF_ERROR(ops::GroupedGemm(dexpert_out, fc2_->value, false,
+                                       act.tokens_per_expert, &dact));
+  Tensor dfc1 = Tensor::Empty(act.fc1_out.shape(), dt, dev);
+  MCC_RETURN_IF_ERROR(ActivateBackward(dact, act.fc1_out, &dfc1));
+  MCC_RETURN_IF_ERROR(ops::GroupedGemmWeightGrad(
+      act.permuted, dfc1, true, act.tokens_per_expert, &fc1_->main_grad));
+  Tensor dpermuted = Tensor::Empty({t * k, h}, dt, dev);
+  MCC_RETURN_IF_ERROR(ops::GroupedGemm(dfc1, fc1_->value, false,
+                                       act.tokens_per_expert, &dpermuted));
+  Tensor dx_experts = Tensor::Empty({t, h}, dt, dev);
+  MCC_RETURN_IF_ERROR(
+      ops::MoePermuteBackward(dpermuted, act.slot_to_row, &dx_experts));
+
+  // Router: the combine weights, the balancing loss and the z-loss.
+  Tensor dlogits = Tensor::Empty({t, e}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(ops::MoeRouterBackward(act.scores, act.indices, dweights,
+                                             config_.router, &dlogits));
+  if (act.aux_loss.defined()) {
+    MCC_RETURN_IF_ERROR(ops::MoeLoadBalancingLossBackward(
+        act.scores, act.indices, config_.router.score_function,
+        config_.load_balancing == LoadBalancing::kSeqAuxLoss ? act.sequences
+                                                             : 1,
+        config_.aux_loss_coeff, loss_grad_scale, &dlogits));
+  }
+  if (act.z_loss.defined()) {
+    MCC_RETURN_IF_ERROR(ops::MoeZLossBackward(act.logits, config_.z_loss_coeff,
+                                              loss_grad_scale, &dlogits));
+  }
+  MCC_RETURN_IF_ERROR(ops::Gemm(dlogits, true, act.x32, false,
+                                &router_->main_grad, 1.0f, 1.0f));
+  MCC_RETURN_IF_ERROR(ops::Gemm(dlogits, false, router_->value, false, &dx32));
+
+  // Shared expert.
+  if (shared_fc1_ != nullptr) {
+    MCC_RETURN_IF_ERROR(ops::Gemm(dy, true, act.shared_act_out, false,
+                                  &shared_fc2_->main_grad, 1.0f, 1.0f));
+    Tensor dsact = Tensor::Empty(act.shared_act_out.shape(), dt, dev);
+    MCC_RETURN_IF_ERROR(
+        ops::Gemm(dy, false, shared_fc2_->value, false, &dsact));
+    Tensor dsfc1 = Tensor::Empty(act.shared_fc1_out.shape(), dt, dev);
+    MCC_RETURN_IF_ERROR(ActivateBackward(dsact, act.shared_fc1_out, &dsfc1));
+    MCC_RETURN_IF_ERROR(ops::Gemm(dsfc1, true, act.x, false,
+                                  &shared_fc1_->main_grad, 1.0f, 1.0f));
+    MCC_RETURN_IF_ERROR(
+        ops::Gemm(dsfc1, false, shared_fc1_->value, false, &dx32, 1.0f, 1.0f));
+  }
+  Tensor dx = Tensor::Empty({t, h}, dt, dev);
+  MCC_RETURN_IF_ERROR(ops::Add(dx_experts, dx32, &dx));
+  return dx;
+}
+
+absl::Status MoeMlp::UpdateExpertBias(
+    const std::vector<int64_t>& tokens_per_expert, float rate) {
+  if (!expert_bias_.defined()) {
+    return absl::FailedPreconditionError(
+        "MoeMlp: UpdateExpertBias without expert_bias in the config");
+  }
+  MCC_ASSIGN_OR_RETURN(
+      Tensor counts,
+      Tensor::FromInts(tokens_per_expert,
+                       {static_cast<int64_t>(tokens_per_expert.size())}));
+  MCC_ASSIGN_OR_RETURN(counts, counts.To(expert_bias_.device()));
+  return ops::MoeUpdateExpertBias(counts, rate, &expert_bias_);
+}
+
+}  // namespace moe
+}  // namespace mcc

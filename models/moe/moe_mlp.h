@@ -1,0 +1,125 @@
+#ifndef MODELS_MOE_MOE_MLP_H_
+#define MODELS_MOE_MOE_MLP_H_
+
+// A mixture-of-experts MLP on one process (issue 41): the router, the token
+// permutation, the experts as grouped GEMMs and the weighted unpermutation,
+// plus an optional shared expert every token goes through (Qwen-MoE's,
+// DeepSeek's; without a gate, as Megatron's default):
+//
+//   logits = x W_r^T (fp32)           router: scores, top-k, combine weights
+//   y_t = sum_i w_ti E_{e_ti}(x_t) + S(x_t),  E(x) = fc2(act(fc1(x)))
+//
+// with act SwiGLU (fc1 has 2f outputs: [gate, up]) or GELU, no biases
+// (--disable-bias-linear, as MoE models train). Hidden states are
+// [tokens, hidden], tokens sequence-major ([s, b] flattened) as elsewhere in
+// the models; fp32 or bf16 (16-bit weights and activations, fp32 main
+// gradients and router). Forward records what Backward needs in an
+// Activations owned by the caller (the models' convention); Backward
+// accumulates the parameters' main_grad (fp32) and returns dx.
+//
+// Deterministic: the kernels under it (core/ops/moe_*.h, grouped_gemm.h)
+// give the same result on every run for a given thread count; the router,
+// permutation and unpermutation also across thread counts.
+//
+// Not here yet (issue 41): flags and the training config, expert parallelism
+// (EP/ETP groups, all-to-all or all-gather dispatch), tensor parallelism of
+// the experts, capacity factors and token dropping, CUDA kernels, logging of
+// the balance, checkpoint names.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/ops/moe_router.h"
+#include "core/parameter.h"
+#include "core/tensor.h"
+
+namespace mcc {
+namespace moe {
+
+enum class ExpertActivation { kSwiGLU, kGelu };
+enum class LoadBalancing { kNone, kAuxLoss, kSeqAuxLoss };
+
+struct MoeMlpConfig {
+  int64_t hidden_size = 0;
+  int64_t num_experts = 0;
+  int64_t ffn_hidden_size = 0;  // Per expert (--moe-ffn-hidden-size).
+  int64_t shared_expert_ffn_hidden_size = 0;  // 0: no shared expert.
+  ops::MoeRouterOptions router;               // topk, score function, ...
+  bool expert_bias = false;  // --moe-router-enable-expert-bias.
+  LoadBalancing load_balancing = LoadBalancing::kAuxLoss;
+  float aux_loss_coeff = 0.0f;
+  float z_loss_coeff = 0.0f;
+  ExpertActivation activation = ExpertActivation::kSwiGLU;
+  DType dtype = DType::kFloat32;  // Weights and activations: fp32 or bf16.
+  float init_std = 0.02f;
+  uint64_t seed = 1234;
+};
+
+class MoeMlp {
+ public:
+  struct Activations {
+    Tensor x, x32;  // Input, and as fp32 for the router.
+    Tensor logits, scores, indices, weights;
+    Tensor row_to_slot, slot_to_row;         // MoeSortTokens.
+    std::vector<int64_t> tokens_per_expert;  // On the host.
+    Tensor permuted, fc1_out, act_out, expert_out;
+    Tensor shared_fc1_out, shared_act_out;
+    int64_t sequences = 1;
+    // fp32 [1] each; undefined when the loss is off.
+    Tensor aux_loss, z_loss;
+  };
+
+  // Parameters named "<prefix>.router.weight" [E, h] (fp32),
+  // "<prefix>.experts.linear_fc1.weight" [E, f1, h] (f1 = 2f for SwiGLU),
+  // "<prefix>.experts.linear_fc2.weight" [E, h, f], and
+  // "<prefix>.shared_experts.linear_fc{1,2}.weight" when configured, drawn
+  // from N(0, init_std) with the config's seed.
+  static absl::StatusOr<std::unique_ptr<MoeMlp>> Create(
+      const std::string& prefix, const MoeMlpConfig& config);
+
+  // x [tokens, hidden] in the config's dtype; sequences: the micro-batch
+  // size b (for seq_aux_loss; tokens = s * b).
+  absl::StatusOr<Tensor> Forward(const Tensor& x, int64_t sequences,
+                                 Activations* act) const;
+  // dy [tokens, hidden]; loss_grad_scale: the gradient of the training loss
+  // with respect to the balancing and z-losses (the loss scale over the
+  // micro-batch count).
+  absl::StatusOr<Tensor> Backward(const Tensor& dy, const Activations& act,
+                                  float loss_grad_scale = 1.0f) const;
+
+  // DeepSeek-V3's expert-bias step from the tokens each expert received
+  // since the last call (summed over micro-batches).
+  absl::Status UpdateExpertBias(const std::vector<int64_t>& tokens_per_expert,
+                                float rate);
+
+  void AppendParameters(ParameterList* out) const;
+  const MoeMlpConfig& config() const { return config_; }
+  // fp32 [E]; undefined without expert_bias. Not a parameter: no gradient.
+  const Tensor& expert_bias() const { return expert_bias_; }
+  Parameter& router_weight() const { return *router_; }
+  Parameter& fc1_weight() const { return *fc1_; }
+  Parameter& fc2_weight() const { return *fc2_; }
+  Parameter* shared_fc1_weight() const { return shared_fc1_.get(); }
+  Parameter* shared_fc2_weight() const { return shared_fc2_.get(); }
+
+ private:
+  explicit MoeMlp(const MoeMlpConfig& config) : config_(config) {}
+  int64_t fc1_outputs(int64_t f) const {
+    return config_.activation == ExpertActivation::kSwiGLU ? 2 * f : f;
+  }
+  absl::Status Activate(const Tensor& in, Tensor* out) const;
+  absl::Status ActivateBackward(const Tensor& dout, const Tensor& in,
+                                Tensor* din) const;
+
+  MoeMlpConfig config_;
+  std::shared_ptr<Parameter> router_, fc1_, fc2_, shared_fc1_, shared_fc2_;
+  Tensor expert_bias_;
+};
+
+}  // namespace moe
+}  // namespace mcc
+
+#endif  // MODELS_MOE_MOE_MLP_H_
