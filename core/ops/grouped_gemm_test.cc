@@ -154,6 +154,24 @@ TEST(GroupedGemmSingleTest, EachGroupIsTheDenseGemm) {
   EXPECT_EQ(Bytes(y.Slice(40, 64).value()), Bytes(y1));
 }
 
+// Both ops run through their slots on a device that is not the host, with
+// the CPU's results bit for bit.
+TEST(GroupedGemmSingleTest, SameOnTheTestDevice) {
+  const std::vector<int64_t> sizes = {3, 0, 7};
+  Tensor x = RandomTensor({10, 8}, DType::kBFloat16, 1);
+  Tensor w = RandomTensor({3, 6, 8}, DType::kBFloat16, 2);
+  Tensor dy = RandomTensor({10, 6}, DType::kBFloat16, 3);
+  testing::ExpectSameOnTestDevice(
+      {x, w, dy, Tensor::Zeros({10, 6}, DType::kBFloat16),
+       RandomTensor({3, 6, 8}, DType::kFloat32, 4)},
+      [&](std::vector<Tensor>& a) -> absl::Status {
+        absl::Status s = GroupedGemm(a[0], a[1], true, sizes, &a[3]);
+        if (s.ok()) s = GroupedGemmWeightGrad(a[0], a[2], true, sizes, &a[4]);
+        return s;
+      },
+      "grouped GEMM");
+}
+
 TEST(GroupedGemmSingleTest, BadArgumentsAreNamedAndNothingIsWritten) {
   Tensor x = RandomTensor({10, 8}, DType::kFloat32, 1);
   Tensor w = RandomTensor({3, 8, 4}, DType::kFloat32, 2);

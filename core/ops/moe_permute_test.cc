@@ -204,6 +204,42 @@ TEST(MoePermuteTest, BitIdenticalAcrossRunsAndThreadCounts) {
   EXPECT_EQ(four, again);
 }
 
+// Every op runs through its slot on a device that is not the host, with
+// the CPU's results bit for bit.
+TEST(MoePermuteTest, SameOnTheTestDevice) {
+  const int64_t tokens = 30, k = 2, experts = 5, h = 12;
+  Tensor indices = RandomIndices(tokens, k, experts, 3);
+  std::vector<Tensor> p = testing::ExpectSameOnTestDevice(
+      {indices, Tensor::Zeros({tokens * k}, DType::kInt32),
+       Tensor::Zeros({tokens * k}, DType::kInt32),
+       Tensor::Zeros({experts}, DType::kInt64)},
+      [&](std::vector<Tensor>& a) {
+        return MoeSortTokens(a[0], experts, &a[1], &a[2], &a[3]);
+      },
+      "MoeSortTokens");
+  Tensor x = RandomTensor({tokens, h}, DType::kBFloat16, 4);
+  Tensor w = RandomTensor({tokens, k}, DType::kFloat32, 5);
+  Tensor out = RandomTensor({tokens * k, h}, DType::kBFloat16, 6);
+  Tensor dy = RandomTensor({tokens, h}, DType::kBFloat16, 7);
+  testing::ExpectSameOnTestDevice(
+      {x, p[1], p[2], w, out, dy,
+       Tensor::Zeros({tokens * k, h}, DType::kBFloat16),
+       Tensor::Zeros({tokens, h}, DType::kBFloat16),
+       Tensor::Zeros({tokens * k, h}, DType::kBFloat16),
+       Tensor::Zeros({tokens, k}, DType::kFloat32),
+       Tensor::Zeros({tokens, h}, DType::kBFloat16)},
+      [&](std::vector<Tensor>& a) -> absl::Status {
+        absl::Status s = MoePermute(a[0], a[1], &a[6]);
+        if (s.ok()) s = MoeUnpermute(a[4], a[2], &a[3], &a[7]);
+        if (s.ok()) {
+          s = MoeUnpermuteBackward(a[5], a[4], a[2], &a[3], &a[8], &a[9]);
+        }
+        if (s.ok()) s = MoePermuteBackward(a[4], a[2], &a[10]);
+        return s;
+      },
+      "permute ops");
+}
+
 TEST(MoePermuteTest, BadArgumentsAreNamedAndNothingIsWritten) {
   Tensor bad = Tensor::FromInts({0, 1, 5, 2}, {2, 2}, DType::kInt32).value();
   Tensor r2s = Tensor::Zeros({4}, DType::kInt32);

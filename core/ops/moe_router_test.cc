@@ -308,6 +308,43 @@ TEST(MoeRouterTest, ExpertBiasMovesTowardTheMeanLoad) {
   EXPECT_EQ(bias.ToFloats(), (std::vector<float>{-0.01f, 0.01f, 0, 0}));
 }
 
+// Every op runs through its slot on a device that is not the host, with
+// the CPU's results bit for bit.
+TEST(MoeRouterTest, SameOnTheTestDevice) {
+  const int64_t t = 20, e = 6;
+  MoeRouterOptions o;
+  o.topk = 2;
+  o.score_function = MoeScoreFunction::kSigmoid;
+  Tensor logits = RandomTensor({t, e}, DType::kFloat32, 1, -2, 2);
+  Tensor bias = RandomTensor({e}, DType::kFloat32, 2, -0.2f, 0.2f);
+  std::vector<Tensor> r = testing::ExpectSameOnTestDevice(
+      {logits, bias, Tensor::Zeros({t, e}, DType::kFloat32),
+       Tensor::Zeros({t, 2}, DType::kInt32),
+       Tensor::Zeros({t, 2}, DType::kFloat32)},
+      [&](std::vector<Tensor>& a) {
+        return MoeRouterForward(a[0], &a[1], o, &a[2], &a[3], &a[4]);
+      },
+      "MoeRouterForward");
+  Tensor dw = RandomTensor({t, 2}, DType::kFloat32, 3);
+  testing::ExpectSameOnTestDevice(
+      {logits, r[2], r[3], dw, Tensor::Zeros({t, e}, DType::kFloat32),
+       Tensor::Zeros({1}, DType::kFloat32)},
+      [&](std::vector<Tensor>& a) -> absl::Status {
+        absl::Status s = MoeRouterBackward(a[1], a[2], a[3], o, &a[4]);
+        if (s.ok()) {
+          s = MoeLoadBalancingLossBackward(a[1], a[2], o.score_function, 4,
+                                           0.1f, 1.0f, &a[4]);
+        }
+        if (s.ok()) s = MoeZLossBackward(a[0], 0.01f, 1.0f, &a[4]);
+        if (s.ok()) {
+          s = MoeLoadBalancingLoss(a[1], a[2], o.score_function, 4, 0.1f,
+                                   &a[5]);
+        }
+        return s;
+      },
+      "router backward and losses");
+}
+
 TEST(MoeRouterTest, BadArgumentsAreNamedAndNothingIsWritten) {
   Tensor logits = RandomTensor({3, 4}, DType::kFloat32, 1);
   MoeRouterOptions o;
