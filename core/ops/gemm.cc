@@ -31,6 +31,15 @@ namespace {
 // that already runs on the pool's threads asked for one thread per GEMM.
 thread_local int t_omp_threads = -1;
 thread_local int t_omp_override = 0;
+// Whether bf16 path choices key each dimension rounded up to a power of two
+// (internal::ScopedBf16ShapeClass).
+thread_local bool t_bf16_shape_class = false;
+
+int64_t RoundUpToPowerOfTwo(int64_t v) {
+  int64_t c = 1;
+  while (c < v) c *= 2;
+  return c;
+}
 
 void SyncOmpThreads() {
   const int want =
@@ -334,10 +343,11 @@ int CurrentGemmThreads() {
 
 // Times both paths on the call's own operands into scratch (so c and its
 // beta are untouched), alternating, best of a few runs each.
-Bf16GemmChoice MeasureBf16Paths(const Bf16GemmShape& shape, float alpha,
+// m, n, k: the call's own (shape may hold their classes).
+Bf16GemmChoice MeasureBf16Paths(const Bf16GemmShape& shape, int64_t m,
+                                int64_t n, int64_t k, float alpha,
                                 const BFloat16* a, int64_t lda,
                                 const BFloat16* b, int64_t ldb) {
-  const int64_t m = shape.m, n = shape.n, k = shape.k;
   std::vector<float> scratch(static_cast<size_t>(m * n));
   auto native = [&] {
     GemmNativeBf16(shape.trans_a, shape.trans_b, m, n, k, alpha, a, lda, b, ldb,
@@ -386,7 +396,15 @@ GemmPath ChooseBf16Path(bool trans_a, bool trans_b, int64_t m, int64_t n,
       break;
   }
   if (2.0 * m * n * k < kMinTunedFlops) return GemmPath::kConvertToF32;
-  const Bf16GemmShape shape{trans_a, trans_b, m, n, k, CurrentGemmThreads()};
+  const Bf16GemmShape shape =
+      t_bf16_shape_class
+          ? Bf16GemmShape{trans_a,
+                          trans_b,
+                          RoundUpToPowerOfTwo(m),
+                          RoundUpToPowerOfTwo(n),
+                          RoundUpToPowerOfTwo(k),
+                          CurrentGemmThreads()}
+          : Bf16GemmShape{trans_a, trans_b, m, n, k, CurrentGemmThreads()};
   Bf16ChoiceTable& table = Choices();
   {
     std::lock_guard<std::mutex> lock(table.mu);
@@ -400,7 +418,8 @@ GemmPath ChooseBf16Path(bool trans_a, bool trans_b, int64_t m, int64_t n,
     auto it = table.choices.find(shape);
     if (it != table.choices.end()) return it->second.path;
   }
-  const Bf16GemmChoice choice = MeasureBf16Paths(shape, alpha, a, lda, b, ldb);
+  const Bf16GemmChoice choice =
+      MeasureBf16Paths(shape, m, n, k, alpha, a, lda, b, ldb);
   static std::once_flag logged;
   std::call_once(logged, [] {
     LOG(INFO) << "bf16 GEMMs: choosing per shape between oneDNN's native bf16 "
@@ -648,6 +667,12 @@ std::string FormatBf16GemmChoice(const Bf16GemmChoice& c) {
 }
 
 namespace internal {
+
+ScopedBf16ShapeClass::ScopedBf16ShapeClass() : saved_(t_bf16_shape_class) {
+  t_bf16_shape_class = true;
+}
+
+ScopedBf16ShapeClass::~ScopedBf16ShapeClass() { t_bf16_shape_class = saved_; }
 
 bool SetForceMatmulPrimitiveForTesting(bool force) {
   return g_force_matmul.exchange(force);

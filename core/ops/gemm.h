@@ -121,6 +121,23 @@ KernelSlot<GemmKernel>& GemmKernels();
 KernelSlot<GemmKernel>& BatchedGemmKernels();
 
 namespace internal {
+// While alive, bf16 path choices (Bf16PathPolicy::kAuto) made on this thread
+// key m, n and k each rounded up to a power of two; the GEMM timed is still
+// the call's own. For GEMMs whose sizes change call by call (the grouped
+// GEMM's experts, core/ops/grouped_gemm.h, whose row counts change every
+// step), so that they share one measurement per class instead of timing
+// both paths at every new size. Nests; other threads are unaffected.
+class ScopedBf16ShapeClass {
+ public:
+  ScopedBf16ShapeClass();
+  ~ScopedBf16ShapeClass();
+  ScopedBf16ShapeClass(const ScopedBf16ShapeClass&) = delete;
+  ScopedBf16ShapeClass& operator=(const ScopedBf16ShapeClass&) = delete;
+
+ private:
+  bool saved_;
+};
+
 // For tests: force the oneDNN matmul-primitive path (normally only taken for
 // native bf16) for fp32 too, so its strides, alpha and beta are checked on
 // machines without AVX512-BF16. Returns the previous setting.

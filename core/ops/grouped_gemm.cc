@@ -46,6 +46,9 @@ absl::StatusOr<Tensor> GroupMatrix(const Tensor& w, int64_t g) {
 absl::Status GroupedGemmCpu(const Tensor& x, const Tensor& w, bool trans_w,
                             absl::Span<const int64_t> sizes, Tensor* y,
                             float beta) {
+  // Expert row counts change every step: one bf16 path measurement per
+  // power-of-two shape class, not per count.
+  internal::ScopedBf16ShapeClass shape_class;
   int64_t row = 0;
   for (size_t g = 0; g < sizes.size(); ++g) {
     const int64_t m = sizes[g];
@@ -63,6 +66,7 @@ absl::Status GroupedGemmWeightGradCpu(const Tensor& x, const Tensor& dy,
                                       bool trans_w,
                                       absl::Span<const int64_t> sizes,
                                       Tensor* dw, float beta) {
+  internal::ScopedBf16ShapeClass shape_class;  // As in GroupedGemmCpu.
   int64_t row = 0;
   for (size_t g = 0; g < sizes.size(); ++g) {
     const int64_t m = sizes[g];

@@ -154,6 +154,35 @@ TEST(GroupedGemmSingleTest, EachGroupIsTheDenseGemm) {
   EXPECT_EQ(Bytes(y.Slice(40, 64).value()), Bytes(y1));
 }
 
+// Expert row counts change every step; the bf16 path is measured once per
+// power-of-two shape class, not at every new count (each measurement times
+// both paths: several times the GEMM itself).
+TEST(GroupedGemmSingleTest, Bf16PathIsMeasuredOncePerShapeClass) {
+  if (!NativeBf16Available()) {
+    GTEST_SKIP() << "no native bf16 GEMM on this CPU: bf16 always widens";
+  }
+  const Bf16PathPolicy saved =
+      internal::SetBf16PathPolicyForTesting(Bf16PathPolicy::kAuto);
+  internal::ClearBf16GemmChoicesForTesting();
+  Tensor x = RandomTensor({1024, 128}, DType::kBFloat16, 1);
+  Tensor w = RandomTensor({2, 128, 128}, DType::kBFloat16, 2);
+  Tensor y = Tensor::Empty({1024, 128}, DType::kFloat32);
+  Tensor dw = Tensor::Zeros({2, 128, 128}, DType::kFloat32);
+  // Groups of 300 to 303 and 724 to 721 rows: classes 512 and 1024.
+  for (int64_t d = 0; d < 4; ++d) {
+    const std::vector<int64_t> sizes = {300 + d, 724 - d};
+    ASSERT_TRUE(GroupedGemm(x, w, true, sizes, &y).ok());
+    ASSERT_TRUE(GroupedGemmWeightGrad(x, y.To(DType::kBFloat16).value(), true,
+                                      sizes, &dw)
+                    .ok());
+  }
+  // Forward: (512, 128, 128) and (1024, 128, 128); weight gradient: the
+  // row count is k, (128, 128, 512) and (128, 128, 1024).
+  EXPECT_EQ(Bf16GemmChoices().size(), 4u);
+  internal::ClearBf16GemmChoicesForTesting();
+  internal::SetBf16PathPolicyForTesting(saved);
+}
+
 // Both ops run through their slots on a device that is not the host, with
 // the CPU's results bit for bit.
 TEST(GroupedGemmSingleTest, SameOnTheTestDevice) {
