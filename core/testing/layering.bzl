@@ -71,6 +71,7 @@ LAYERED_PACKAGES = [
     "parallel/pipeline",
     "parallel/testing",
     "models/gpt",
+    "models/moe",
     "training",
     "training/testing",
     "inference",
