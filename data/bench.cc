@@ -27,11 +27,6 @@ ABSL_FLAG(int, workers, 2, "preprocess workers");
 ABSL_FLAG(int, seq_length, 1024, "sequence length for the loader");
 ABSL_FLAG(int, micro_batch_size, 8, "micro batch size for the loader");
 
-// The CPU thread count (core takes it through ThreadPool::SetDefaultThreads).
-ABSL_FLAG(int32_t, num_threads, 0,
-          "Threads for CPU kernels; 0 reads MCC_NUM_THREADS or "
-          "OMP_NUM_THREADS, else uses every core.");
-
 namespace mcc::data {
 namespace {
 
@@ -233,7 +228,6 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  mcc::ThreadPool::SetDefaultThreads(absl::GetFlag(FLAGS_num_threads));
   google::InitGoogleLogging(argv[0]);
   return mcc::data::Main();
 }

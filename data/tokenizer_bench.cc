@@ -28,11 +28,6 @@ ABSL_FLAG(std::string, merge_file, "data/gpt2/vocab.bpe", "GPT-2 merges");
 ABSL_FLAG(int, workers, 2, "preprocess workers for the second run");
 ABSL_FLAG(int, sp_vocab_size, 8000, "SentencePiece vocabulary to train");
 
-// The CPU thread count (core takes it through ThreadPool::SetDefaultThreads).
-ABSL_FLAG(int32_t, num_threads, 0,
-          "Threads for CPU kernels; 0 reads MCC_NUM_THREADS or "
-          "OMP_NUM_THREADS, else uses every core.");
-
 namespace mcc::data {
 namespace {
 
@@ -184,7 +179,6 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  mcc::ThreadPool::SetDefaultThreads(absl::GetFlag(FLAGS_num_threads));
   google::InitGoogleLogging(argv[0]);
   return mcc::data::Main();
 }

@@ -15,16 +15,6 @@
 ABSL_FLAG(int64_t, numel, 8 << 20, "Parameter elements (split in 8 tensors).");
 ABSL_FLAG(int, iters, 10, "Timed steps.");
 
-// The CPU thread count (core takes it through ThreadPool::SetDefaultThreads).
-ABSL_FLAG(int32_t, num_threads, 0,
-          "Threads for CPU kernels; 0 reads MCC_NUM_THREADS or "
-          "OMP_NUM_THREADS, else uses every core.");
-// Collective checking (core/comm takes it through SetDebugCollectivesDefault).
-ABSL_FLAG(bool, debug_collectives, false,
-          "Check before every collective that all ranks of the group make "
-          "the same call (operation, dtype, element count, root, rank list); "
-          "also set by MCC_DEBUG_COLLECTIVES=1.");
-
 namespace mcc {
 namespace optim {
 namespace {
@@ -85,8 +75,6 @@ void Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  mcc::ThreadPool::SetDefaultThreads(absl::GetFlag(FLAGS_num_threads));
-  mcc::comm::SetDebugCollectivesDefault(absl::GetFlag(FLAGS_debug_collectives));
   mcc::optim::Run();
   return 0;
 }

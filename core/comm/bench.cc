@@ -29,12 +29,6 @@ ABSL_FLAG(int64_t, min_bytes, 1 << 10, "Smallest message.");
 ABSL_FLAG(int64_t, max_bytes, 256ll << 20, "Largest message.");
 ABSL_FLAG(std::string, world_sizes, "2,4", "Process counts to run.");
 
-// Collective checking (core/comm takes it through SetDebugCollectivesDefault).
-ABSL_FLAG(bool, debug_collectives, false,
-          "Check before every collective that all ranks of the group make "
-          "the same call (operation, dtype, element count, root, rank list); "
-          "also set by MCC_DEBUG_COLLECTIVES=1.");
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -132,7 +126,6 @@ void Memcpy(bool json) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  mcc::comm::SetDebugCollectivesDefault(absl::GetFlag(FLAGS_debug_collectives));
   const bool json = absl::GetFlag(FLAGS_format) == "json";
   if (std::getenv("MCC_BENCH_WORKER") != nullptr) return Worker(json);
   Memcpy(json);

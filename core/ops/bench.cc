@@ -43,11 +43,6 @@ ABSL_FLAG(std::string, filter, "",
 ABSL_FLAG(double, min_seconds, 0.25,
           "Minimum measuring time per case (at least 3 repetitions)");
 
-// The CPU thread count (core takes it through ThreadPool::SetDefaultThreads).
-ABSL_FLAG(int32_t, num_threads, 0,
-          "Threads for CPU kernels; 0 reads MCC_NUM_THREADS or "
-          "OMP_NUM_THREADS, else uses every core.");
-
 namespace mcc {
 namespace ops {
 namespace {
@@ -489,7 +484,6 @@ void Print(bool json) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  mcc::ThreadPool::SetDefaultThreads(absl::GetFlag(FLAGS_num_threads));
   const std::string format = absl::GetFlag(FLAGS_format);
   if (format != "table" && format != "json") {
     std::fprintf(stderr, "--format must be table or json, got %s\n",

@@ -20,11 +20,6 @@
 ABSL_FLAG(int32_t, threads, 0, "Threads (0: the global pool's default).");
 ABSL_FLAG(int32_t, reps, 15, "Timed calls per measurement (median taken).");
 
-// The CPU thread count (core takes it through ThreadPool::SetDefaultThreads).
-ABSL_FLAG(int32_t, num_threads, 0,
-          "Threads for CPU kernels; 0 reads MCC_NUM_THREADS or "
-          "OMP_NUM_THREADS, else uses every core.");
-
 namespace mcc {
 namespace ops {
 namespace {
@@ -100,7 +95,6 @@ void Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  mcc::ThreadPool::SetDefaultThreads(absl::GetFlag(FLAGS_num_threads));
   mcc::ops::Run();
   return 0;
 }

@@ -43,16 +43,6 @@ ABSL_FLAG(int, heads, 4, "Attention heads.");
 ABSL_FLAG(int, iters, 2, "Timed attention iterations (after one warm-up).");
 ABSL_FLAG(bool, a2a, false, "Time the all-to-all mode instead of the ring.");
 
-// The CPU thread count (core takes it through ThreadPool::SetDefaultThreads).
-ABSL_FLAG(int32_t, num_threads, 0,
-          "Threads for CPU kernels; 0 reads MCC_NUM_THREADS or "
-          "OMP_NUM_THREADS, else uses every core.");
-// Collective checking (core/comm takes it through SetDebugCollectivesDefault).
-ABSL_FLAG(bool, debug_collectives, false,
-          "Check before every collective that all ranks of the group make "
-          "the same call (operation, dtype, element count, root, rank list); "
-          "also set by MCC_DEBUG_COLLECTIVES=1.");
-
 namespace mcc {
 namespace {
 
@@ -232,8 +222,6 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  mcc::ThreadPool::SetDefaultThreads(absl::GetFlag(FLAGS_num_threads));
-  mcc::comm::SetDebugCollectivesDefault(absl::GetFlag(FLAGS_debug_collectives));
   const absl::Status s = mcc::Run();
   if (!s.ok()) {
     std::fprintf(stderr, "cp_bench: %s\n", s.ToString().c_str());

@@ -46,16 +46,6 @@ ABSL_FLAG(std::string, offload, "2,4",
           "with 0.");
 ABSL_FLAG(int, steps, 3, "Timed micro-batches per setting.");
 
-// The CPU thread count (core takes it through ThreadPool::SetDefaultThreads).
-ABSL_FLAG(int32_t, num_threads, 0,
-          "Threads for CPU kernels; 0 reads MCC_NUM_THREADS or "
-          "OMP_NUM_THREADS, else uses every core.");
-// Collective checking (core/comm takes it through SetDebugCollectivesDefault).
-ABSL_FLAG(bool, debug_collectives, false,
-          "Check before every collective that all ranks of the group make "
-          "the same call (operation, dtype, element count, root, rank list); "
-          "also set by MCC_DEBUG_COLLECTIVES=1.");
-
 namespace mcc {
 namespace gpt {
 namespace {
@@ -180,8 +170,6 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  mcc::ThreadPool::SetDefaultThreads(absl::GetFlag(FLAGS_num_threads));
-  mcc::comm::SetDebugCollectivesDefault(absl::GetFlag(FLAGS_debug_collectives));
   const absl::Status s = mcc::gpt::Run();
   if (!s.ok()) {
     std::fprintf(stderr, "offload_bench: %s\n", s.ToString().c_str());

@@ -46,16 +46,6 @@ ABSL_FLAG(int, warmup, 2, "Untimed steps per strategy and round.");
 ABSL_FLAG(int, rounds, 2, "Rounds over the strategies.");
 ABSL_FLAG(bool, bf16, false, "Train in bf16 (fp32 otherwise).");
 
-// The CPU thread count (core takes it through ThreadPool::SetDefaultThreads).
-ABSL_FLAG(int32_t, num_threads, 0,
-          "Threads for CPU kernels; 0 reads MCC_NUM_THREADS or "
-          "OMP_NUM_THREADS, else uses every core.");
-// Collective checking (core/comm takes it through SetDebugCollectivesDefault).
-ABSL_FLAG(bool, debug_collectives, false,
-          "Check before every collective that all ranks of the group make "
-          "the same call (operation, dtype, element count, root, rank list); "
-          "also set by MCC_DEBUG_COLLECTIVES=1.");
-
 namespace mcc {
 namespace fsdp {
 namespace {
@@ -298,8 +288,6 @@ int Launch(char** argv) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  mcc::ThreadPool::SetDefaultThreads(absl::GetFlag(FLAGS_num_threads));
-  mcc::comm::SetDebugCollectivesDefault(absl::GetFlag(FLAGS_debug_collectives));
   if (std::getenv("WORLD_SIZE") == nullptr) return mcc::fsdp::Launch(argv);
   return mcc::fsdp::Worker();
 }

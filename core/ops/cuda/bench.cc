@@ -41,11 +41,6 @@ ABSL_FLAG(bool, attention, true, "run the flash-attention benchmarks");
 ABSL_FLAG(int64_t, mem_elements, int64_t{1} << 26,
           "elements per tensor in the memory-bound benchmarks");
 
-// The CPU thread count (core takes it through ThreadPool::SetDefaultThreads).
-ABSL_FLAG(int32_t, num_threads, 0,
-          "Threads for CPU kernels; 0 reads MCC_NUM_THREADS or "
-          "OMP_NUM_THREADS, else uses every core.");
-
 namespace mcc {
 namespace {
 
@@ -322,7 +317,6 @@ void BenchMemory() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  mcc::ThreadPool::SetDefaultThreads(absl::GetFlag(FLAGS_num_threads));
   if (mcc::cuda::CudaDeviceCount() == 0) {
     std::printf("no CUDA device: bench skipped\n");
     return 0;
