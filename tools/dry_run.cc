@@ -2,47 +2,46 @@
 
 #include <cstdio>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
 #include "core/comm/env.h"
 #include "data/tokenizer.h"
 #include "glog/logging.h"
 #include "planner/layout_search.h"
 #include "planner/plan_report.h"
-#include "tools/flags/training_flags.h"
+#include "training/model_from_config.h"
 
 namespace mcc {
 namespace tools {
 
-int DryRun(const TrainSettings& settings, int world_size) {
+int DryRun(const training::TrainConfig& config, const TrainSettings& settings,
+           int world_size) {
   auto fail = [](const absl::Status& s) {
     std::fprintf(stderr, "train: --dry-run: %s\n",
                  std::string(s.message()).c_str());
     return 2;
   };
   int64_t vocab = 257;
-  if (absl::GetFlag(FLAGS_mock_data)) {
-    if (absl::GetFlag(FLAGS_vocab_size) > 0) {
-      vocab = absl::GetFlag(FLAGS_vocab_size);
+  if (config.mock_data()) {
+    if (config.vocab_size() > 0) {
+      vocab = config.vocab_size();
     }
   } else {
     auto tokenizer = data::CreateTokenizer(
-        absl::GetFlag(FLAGS_tokenizer_type),
-        data::TokenizerFiles{absl::GetFlag(FLAGS_vocab_file),
-                             absl::GetFlag(FLAGS_merge_file),
-                             absl::GetFlag(FLAGS_tokenizer_model)});
+        config.tokenizer_type(),
+        data::TokenizerFiles{config.vocab_file(), config.merge_file(),
+                             config.tokenizer_model()});
     if (!tokenizer.ok()) return fail(tokenizer.status());
     vocab = (*tokenizer)->vocab_size();
   }
-  auto model = flags::GPTConfigFromFlags(vocab);
+  auto model = training::GPTConfigFromConfig(config, vocab);
   if (!model.ok()) return fail(model.status());
-  auto layout = LayoutFromTrainFlags(world_size, settings.zero);
+  auto layout = LayoutFromTrainConfig(config, world_size, settings.zero);
   if (!layout.ok()) return fail(layout.status());
   // Ranks on this machine share its cores and memory.
   auto env = comm::DistEnvFromEnvironment();
   const int per_node = env.ok() ? std::max(1, env->local_world_size) : 1;
   const int nodes = std::max(1, world_size / per_node);
-  const DType dtype = DTypeFromFlags();
+  const DType dtype = DTypeFromConfig(config);
   auto cluster = MakeCluster("cpu", per_node, nodes, *model, dtype);
   if (!cluster.ok()) return fail(cluster.status());
   const planner::JobSpec job = MakeJobSpec(*model, dtype, settings, *cluster);

@@ -13,7 +13,8 @@ namespace tools {
 // and warns naming each stage whose ranks will not fit. Returns the exit
 // code: 0 when every rank fits, 1 when one will not, 2 for flags the model
 // cannot take.
-int DryRun(const TrainSettings& settings, int world_size);
+int DryRun(const training::TrainConfig& config, const TrainSettings& settings,
+           int world_size);
 
 }  // namespace tools
 }  // namespace mcc

@@ -21,6 +21,7 @@
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/presets.h"
 #include "tools/flags/runtime_flags.h"
+#include "tools/flags/train_config_from_flags.h"
 #include "tools/flags/training_flags.h"
 #include "tools/plan_job.h"
 
@@ -85,7 +86,9 @@ int Run(const std::set<std::string>& explicitly_set) {
   };
   auto model = ModelFromFlags(explicitly_set);
   if (!model.ok()) return fail(model.status());
-  const DType dtype = DTypeFromFlags();
+  absl::StatusOr<training::TrainConfig> config = flags::TrainConfigFromFlags();
+  if (!config.ok()) return fail(config.status());
+  const DType dtype = DTypeFromConfig(*config);
   TrainSettings settings;
   settings.adam = absl::GetFlag(FLAGS_optimizer) != "sgd";
   settings.overlap_grad_reduce = absl::GetFlag(FLAGS_overlap_grad_reduce);

@@ -1,9 +1,7 @@
 #include "tools/plan_job.h"
 
-#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "planner/cpu_probe.h"
-#include "tools/flags/training_flags.h"
 
 namespace mcc {
 namespace tools {
@@ -31,20 +29,20 @@ absl::StatusOr<planner::ClusterSpec> MakeCluster(const std::string& device,
   return cluster;
 }
 
-DType DTypeFromFlags() {
-  if (absl::GetFlag(FLAGS_bf16)) return DType::kBFloat16;
-  if (absl::GetFlag(FLAGS_fp16)) return DType::kFloat16;
+DType DTypeFromConfig(const training::TrainConfig& config) {
+  if (config.bf16()) return DType::kBFloat16;
+  if (config.fp16()) return DType::kFloat16;
   return DType::kFloat32;
 }
 
-absl::StatusOr<planner::Layout> LayoutFromTrainFlags(int world,
-                                                     planner::ZeroStage zero) {
+absl::StatusOr<planner::Layout> LayoutFromTrainConfig(
+    const training::TrainConfig& config, int world, planner::ZeroStage zero) {
   planner::Layout l;
-  l.tp = absl::GetFlag(FLAGS_tensor_model_parallel_size);
-  l.pp = absl::GetFlag(FLAGS_pipeline_model_parallel_size);
-  l.cp = absl::GetFlag(FLAGS_context_parallel_size);
-  l.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel) && l.tp > 1;
-  l.micro_batch = absl::GetFlag(FLAGS_micro_batch_size);
+  l.tp = config.tensor_model_parallel_size();
+  l.pp = config.pipeline_model_parallel_size();
+  l.cp = config.context_parallel_size();
+  l.sequence_parallel = config.sequence_parallel() && l.tp > 1;
+  l.micro_batch = config.micro_batch_size();
   l.zero = zero;
   const int model_parallel = l.tp * l.pp * l.cp;
   if (model_parallel < 1 || world % model_parallel != 0) {
@@ -56,10 +54,9 @@ absl::StatusOr<planner::Layout> LayoutFromTrainFlags(int world,
         model_parallel));
   }
   l.dp = world / model_parallel;
-  const int per_virtual =
-      absl::GetFlag(FLAGS_num_layers_per_virtual_pipeline_stage);
+  const int per_virtual = config.num_layers_per_virtual_pipeline_stage();
   if (per_virtual > 0) {
-    const int per_stage = absl::GetFlag(FLAGS_num_layers) / l.pp;
+    const int per_stage = config.num_layers() / l.pp;
     if (per_stage % per_virtual != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--num-layers-per-virtual-pipeline-stage ", per_virtual,
@@ -67,7 +64,7 @@ absl::StatusOr<planner::Layout> LayoutFromTrainFlags(int world,
     }
     l.virtual_stages = per_stage / per_virtual;
   }
-  const std::string r = absl::GetFlag(FLAGS_recompute_granularity);
+  const std::string r = config.recompute_granularity();
   l.recompute = r == "full"        ? planner::Recompute::kFull
                 : r == "selective" ? planner::Recompute::kSelective
                                    : planner::Recompute::kNone;

@@ -7,6 +7,7 @@
 #include "models/gpt/gpt_config.h"
 #include "planner/job_spec.h"
 #include "planner/layout.h"
+#include "training/train_config.pb.h"
 
 namespace mcc {
 namespace tools {
@@ -33,14 +34,14 @@ absl::StatusOr<planner::ClusterSpec> MakeCluster(const std::string& device,
                                                  DType dtype);
 
 // The model dtype the shared flags ask for (--bf16, --fp16, else fp32).
-DType DTypeFromFlags();
+DType DTypeFromConfig(const training::TrainConfig& config);
 
 // The layout the shared parallel flags describe for `world` ranks
 // (--tensor-model-parallel-size, --sequence-parallel, pipeline and virtual
 // stages, --context-parallel-size, --micro-batch-size, recomputation); DP
 // is what remains. The error names the flag that does not divide.
-absl::StatusOr<planner::Layout> LayoutFromTrainFlags(int world,
-                                                     planner::ZeroStage zero);
+absl::StatusOr<planner::Layout> LayoutFromTrainConfig(
+    const training::TrainConfig& config, int world, planner::ZeroStage zero);
 
 planner::JobSpec MakeJobSpec(const gpt::GPTConfig& model, DType dtype,
                              const TrainSettings& settings,

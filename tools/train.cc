@@ -22,8 +22,8 @@
 #include "tools/flags/local_checkpoint_flags.h"
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/presets.h"
-#include "tools/flags/train_config_from_flags.h"
 #include "tools/flags/runtime_flags.h"
+#include "tools/flags/train_config_from_flags.h"
 #include "tools/flags/training_flags.h"
 #include "training/exit_conditions.h"
 #include "training/job.h"
@@ -505,8 +505,8 @@ int main(int argc, char** argv) {
   }
   if (config->dry_run()) {
     if (!mcc::training::IsFirstRank()) return 0;
-    return mcc::tools::DryRun(mcc::tools::DryRunSettings(*config, world_size),
-                              world_size);
+    return mcc::tools::DryRun(
+        *config, mcc::tools::DryRunSettings(*config, world_size), world_size);
   }
   // --load must hold a checkpoint unless it is also --save (auto-resume).
   if (auto r = mcc::ShouldResume(config->load(), config->save(), false);
