@@ -137,6 +137,77 @@ std::vector<Shape> HfShapes(const Entry& e, const Dims& m,
   return {};
 }
 
+// config.json's rope_scaling: null or absent is none; a "llama3" object
+// (its type under "rope_type", or "type" as older files have it) needs all
+// four of its parameters. Other types are refused, naming the type.
+absl::StatusOr<std::optional<checkpoint::RopeScaling>> ParseRopeScaling(
+    const JsonDocument& hf, const std::string& path) {
+  if (!hf.contains("rope_scaling") || hf["rope_scaling"].is_null()) {
+    return std::nullopt;
+  }
+  const JsonDocument& r = hf["rope_scaling"];
+  if (!r.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": \"rope_scaling\" ", r.dump(), " is not an object or null"));
+  }
+  std::string type;
+  for (const char* key : {"rope_type", "type"}) {
+    if (r.contains(key) && r[key].is_string()) {
+      type = r[key].get<std::string>();
+      break;
+    }
+  }
+  if (type == "default") return std::nullopt;
+  if (type != "llama3") {
+    return absl::UnimplementedError(
+        absl::StrCat(path, ": \"rope_scaling\" type \"", type,
+                     "\" is not supported; only \"llama3\" (Llama 3.x) is"));
+  }
+  const std::string where = absl::StrCat(path, ": rope_scaling");
+  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor",
+                          "original_max_position_embeddings"}) {
+    if (!r.contains(key) || r[key].is_null()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " of type llama3 lacks \"", key, "\""));
+    }
+  }
+  checkpoint::RopeScaling out;
+  out.set_rope_type(type);
+  MCC_ASSIGN_OR_RETURN(double factor,
+                       JsonPositiveNumber(r, "factor", where, 0.0));
+  MCC_ASSIGN_OR_RETURN(double low,
+                       JsonPositiveNumber(r, "low_freq_factor", where, 0.0));
+  MCC_ASSIGN_OR_RETURN(double high,
+                       JsonPositiveNumber(r, "high_freq_factor", where, 0.0));
+  MCC_ASSIGN_OR_RETURN(int64_t original,
+                       JsonPositiveInt(r, "original_max_position_embeddings",
+                                       where, std::nullopt));
+  if (factor < 1.0 || high <= low) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where,
+                     ": need \"factor\" >= 1 and \"low_freq_factor\" < "
+                     "\"high_freq_factor\", got ",
+                     factor, ", ", low, " and ", high));
+  }
+  out.set_factor(factor);
+  out.set_low_freq_factor(low);
+  out.set_high_freq_factor(high);
+  out.set_original_max_position_embeddings(original);
+  return out;
+}
+
+// rope_scaling as Hugging Face writes it (keys sorted), or null.
+nlohmann::ordered_json RopeScalingJson(const ModelConfig& c) {
+  if (!c.has_rope_scaling()) return nullptr;
+  const checkpoint::RopeScaling& r = c.rope_scaling();
+  return {{"factor", r.factor()},
+          {"high_freq_factor", r.high_freq_factor()},
+          {"low_freq_factor", r.low_freq_factor()},
+          {"original_max_position_embeddings",
+           r.original_max_position_embeddings()},
+          {"rope_type", r.rope_type()}};
+}
+
 }  // namespace
 
 absl::Status CheckLlamaCompatible(const ModelConfig& c) {
@@ -151,6 +222,11 @@ absl::Status CheckLlamaCompatible(const ModelConfig& c) {
     why.push_back("activation is not SwiGLU");
   }
   if (c.add_bias_linear()) why.push_back("linear layers have biases");
+  if (c.has_rope_scaling() && c.rope_scaling().rope_type() != "llama3") {
+    why.push_back(absl::StrCat("rope_scaling type '",
+                               c.rope_scaling().rope_type(),
+                               "' is not llama3"));
+  }
   const Dims m = DimsOf(c);
   if (m.heads <= 0 || m.h <= 0 || m.h % m.heads != 0) {
     why.push_back(absl::StrCat("hidden_size ", m.h,
@@ -304,12 +380,8 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
         path, ": \"hidden_act\" ", hf["hidden_act"].dump(),
         " is not \"silu\" (SwiGLU), the only activation supported"));
   }
-  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null()) {
-    return absl::UnimplementedError(
-        absl::StrCat(path,
-                     ": \"rope_scaling\" is set; only plain RoPE "
-                     "(rope_scaling null) is supported"));
-  }
+  MCC_ASSIGN_OR_RETURN(std::optional<checkpoint::RopeScaling> rope_scaling,
+                       ParseRopeScaling(hf, path));
   for (const char* bias : {"attention_bias", "mlp_bias"}) {
     MCC_ASSIGN_OR_RETURN(bool has, JsonBool(hf, bias, path, false));
     if (has) {
@@ -336,6 +408,7 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
   config.set_add_bias_linear(false);
   config.set_layernorm_epsilon(eps);
   config.set_rotary_base(theta);
+  if (rope_scaling.has_value()) *config.mutable_rope_scaling() = *rope_scaling;
   return config;
 }
 
@@ -359,7 +432,7 @@ std::string LlamaConfigJson(const ModelConfig& c, DType dtype) {
       {"max_position_embeddings", c.max_position_embeddings()},
       {"rms_norm_eps", c.layernorm_epsilon()},
       {"rope_theta", c.rotary_base()},
-      {"rope_scaling", nullptr},
+      {"rope_scaling", RopeScalingJson(c)},
       {"attention_bias", false},
       {"mlp_bias", false},
       {"attention_dropout", 0.0},

@@ -61,9 +61,11 @@ absl::StatusOr<std::map<std::string, Tensor>> ImportLlama(
 // intermediate_size, num_attention_heads, num_hidden_layers, vocab_size,
 // max_position_embeddings, and optional num_key_value_heads (default: heads),
 // rms_norm_eps (1e-6), rope_theta (10000), tie_word_embeddings (false),
-// hidden_act ("silu"), head_dim (hidden / heads). rope_scaling, biases
-// (attention_bias, mlp_bias) and other head sizes are refused. seq_length is
-// max_position_embeddings. Errors name `path` and the key.
+// hidden_act ("silu"), head_dim (hidden / heads), rope_scaling (null, or
+// of type "llama3" with factor, low_freq_factor, high_freq_factor and
+// original_max_position_embeddings; other types are refused, naming the
+// type). Biases (attention_bias, mlp_bias) and other head sizes are refused.
+// seq_length is max_position_embeddings. Errors name `path` and the key.
 absl::StatusOr<checkpoint::ModelConfig> ParseLlamaConfigJson(
     absl::string_view text, const std::string& path);
 

@@ -186,7 +186,8 @@ TEST(HfLlamaTest, ErrorsNameTheProblem) {
     }
   }
   s = ImportLlama(wrong, config).status();
-  EXPECT_NE(s.message().find("k_proj.weight is fp32[12, 12]"), std::string::npos)
+  EXPECT_NE(s.message().find("k_proj.weight is fp32[12, 12]"),
+            std::string::npos)
       << s;
   EXPECT_NE(s.message().find("needs [6, 12]"), std::string::npos) << s;
   config.set_normalization(checkpoint::NORMALIZATION_LAYER_NORM);
@@ -245,6 +246,53 @@ TEST(HfLlamaTest, ParsesAHubConfigAndNamesBadKeys) {
             std::string::npos);
   EXPECT_NE(error("\"hidden_size\": 2048", "\"hidden_size\": -1")
                 .find("\"hidden_size\" must be a positive 32-bit integer"),
+            std::string::npos);
+}
+
+TEST(HfLlamaTest, ParsesLlama31RopeScalingAndWritesItBack) {
+  const std::string llama31 = R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 4096, "intermediate_size": 14336,
+    "num_attention_heads": 32, "num_key_value_heads": 8,
+    "num_hidden_layers": 32, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+    "vocab_size": 128256, "max_position_embeddings": 131072,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192,
+                     "rope_type": "llama3"}})";
+  auto c = ParseLlamaConfigJson(llama31, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->has_rope_scaling());
+  EXPECT_EQ(c->rope_scaling().rope_type(), "llama3");
+  EXPECT_EQ(c->rope_scaling().factor(), 8.0);
+  EXPECT_EQ(c->rope_scaling().low_freq_factor(), 1.0);
+  EXPECT_EQ(c->rope_scaling().high_freq_factor(), 4.0);
+  EXPECT_EQ(c->rope_scaling().original_max_position_embeddings(), 8192);
+  const std::string text = LlamaConfigJson(*c, DType::kBFloat16);
+  EXPECT_TRUE(absl::StrContains(text, "\"rope_type\": \"llama3\"")) << text;
+  auto again = ParseLlamaConfigJson(text, "again.json");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->DebugString(), c->DebugString());
+  // Without scaling the key stays null.
+  EXPECT_TRUE(
+      absl::StrContains(LlamaConfigJson(SmallConfig(false), DType::kFloat32),
+                        "\"rope_scaling\": null"));
+  // Older files name the type "type".
+  std::string old = llama31;
+  old.replace(old.find("\"rope_type\""), 11, "\"type\"");
+  EXPECT_TRUE(ParseLlamaConfigJson(old, "old.json").ok());
+  auto error = [&](const std::string& from, const std::string& to) {
+    std::string t = llama31;
+    t.replace(t.find(from), from.size(), to);
+    return std::string(ParseLlamaConfigJson(t, "x.json").status().message());
+  };
+  EXPECT_NE(error("\"llama3\"", "\"yarn\"").find("type \"yarn\""),
+            std::string::npos);
+  EXPECT_NE(
+      error("\"low_freq_factor\": 1.0,", "").find("lacks \"low_freq_factor\""),
+      std::string::npos);
+  EXPECT_NE(error("\"high_freq_factor\": 4.0", "\"high_freq_factor\": 0.5")
+                .find("\"low_freq_factor\" < \"high_freq_factor\""),
             std::string::npos);
 }
 

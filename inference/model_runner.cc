@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/activation.h"
+#include "core/ops/rotary.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
 #include "inference/paged_attention.h"
@@ -86,12 +87,13 @@ ModelRunner::ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
     const int64_t d = c.head_dim(), half = d / 2, n = c.max_positions();
     cos_.resize(n * half);
     sin_.resize(n * half);
+    // The training model's frequencies (Llama 3 scaling included).
+    const std::vector<double> inv_freq =
+        ops::RotaryInverseFrequencies(c.Rotary(), d);
     for (int64_t i = 0; i < half; ++i) {
-      const double inv_freq =
-          std::pow(c.rotary_base, -2.0 * static_cast<double>(i) / d);
       for (int64_t p = 0; p < n; ++p) {
-        cos_[p * half + i] = static_cast<float>(std::cos(p * inv_freq));
-        sin_[p * half + i] = static_cast<float>(std::sin(p * inv_freq));
+        cos_[p * half + i] = static_cast<float>(std::cos(p * inv_freq[i]));
+        sin_[p * half + i] = static_cast<float>(std::sin(p * inv_freq[i]));
       }
     }
   }

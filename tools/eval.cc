@@ -180,6 +180,23 @@ absl::Status CheckModelFlags(const Plan& plan,
             : "learned_absolute");
   check("rotary_base", "rotary_base", str(absl::GetFlag(FLAGS_rotary_base)),
         str(m.rotary_base()));
+  const bool scaled = m.has_rope_scaling();
+  check("use_rope_scaling", "rope_scaling",
+        boolean(absl::GetFlag(FLAGS_use_rope_scaling)), boolean(scaled));
+  check("rope_scaling_factor", "rope_scaling.factor",
+        str(absl::GetFlag(FLAGS_rope_scaling_factor)),
+        scaled ? str(m.rope_scaling().factor()) : "none");
+  check("rope_scaling_low_freq_factor", "rope_scaling.low_freq_factor",
+        str(absl::GetFlag(FLAGS_rope_scaling_low_freq_factor)),
+        scaled ? str(m.rope_scaling().low_freq_factor()) : "none");
+  check("rope_scaling_high_freq_factor", "rope_scaling.high_freq_factor",
+        str(absl::GetFlag(FLAGS_rope_scaling_high_freq_factor)),
+        scaled ? str(m.rope_scaling().high_freq_factor()) : "none");
+  check("rope_scaling_original_max_position_embeddings",
+        "rope_scaling.original_max_position_embeddings",
+        str(absl::GetFlag(FLAGS_rope_scaling_original_max_position_embeddings)),
+        scaled ? str(m.rope_scaling().original_max_position_embeddings())
+               : "none");
   check("normalization", "normalization", absl::GetFlag(FLAGS_normalization),
         m.normalization() == checkpoint::NORMALIZATION_RMS_NORM ? "RMSNorm"
                                                                 : "LayerNorm");

@@ -363,6 +363,30 @@ std::vector<Row> Table() {
       {"--position-embedding-type", "rope"}, tm);
   add("train", "rotary_base", V::kEffect, {"--rotary-base", "50"}, rope);
   add("train", "rotary_base", V::kWarned, {"--rotary-base", "50"}, tm);
+  // Llama 3 scaling: a context of 16 positions puts the tiny model's
+  // frequencies (head_dim 8) in all three bands.
+  const Context scaled = With(rope, {"--use-rope-scaling"});
+  const Context scaled16 =
+      With(scaled, {"--rope-scaling-original-max-position-embeddings", "16"});
+  add("train", "use_rope_scaling", V::kEffect, {"--use-rope-scaling"},
+      With(rope, {"--rope-scaling-original-max-position-embeddings", "16"}));
+  add("train", "use_rope_scaling", V::kRefused, {"--use-rope-scaling"}, tm);
+  add("train", "rope_scaling_factor", V::kEffect,
+      {"--rope-scaling-factor", "2"}, scaled16);
+  add("train", "rope_scaling_factor", V::kWarned,
+      {"--rope-scaling-factor", "2"}, rope);
+  add("train", "rope_scaling_low_freq_factor", V::kEffect,
+      {"--rope-scaling-low-freq-factor", "0.1"}, scaled16);
+  add("train", "rope_scaling_low_freq_factor", V::kWarned,
+      {"--rope-scaling-low-freq-factor", "0.1"}, rope);
+  add("train", "rope_scaling_high_freq_factor", V::kEffect,
+      {"--rope-scaling-high-freq-factor", "2"}, scaled16);
+  add("train", "rope_scaling_high_freq_factor", V::kWarned,
+      {"--rope-scaling-high-freq-factor", "2"}, rope);
+  add("train", "rope_scaling_original_max_position_embeddings", V::kEffect,
+      {"--rope-scaling-original-max-position-embeddings", "16"}, scaled);
+  add("train", "rope_scaling_original_max_position_embeddings", V::kWarned,
+      {"--rope-scaling-original-max-position-embeddings", "16"}, rope);
   add("train", "normalization", V::kEffect, {"--normalization", "RMSNorm"}, tm);
   add("train", "norm_epsilon", V::kEffect, {"--norm-epsilon", "0.5"}, tm);
   add("train", "swiglu", V::kEffect, {"--swiglu"}, tm);
@@ -792,6 +816,11 @@ std::vector<Row> Table() {
            {"max_position_embeddings", "64"},
            {"position_embedding_type", "rope"},
            {"rotary_base", "50"},
+           {"use_rope_scaling", "true"},
+           {"rope_scaling_factor", "4"},
+           {"rope_scaling_low_freq_factor", "2"},
+           {"rope_scaling_high_freq_factor", "8"},
+           {"rope_scaling_original_max_position_embeddings", "16"},
            {"normalization", "RMSNorm"},
            {"norm_epsilon", "0.5"},
            {"swiglu", "true"},

@@ -40,6 +40,12 @@ absl::StatusOr<gpt::GPTConfig> GPTConfigFromConfig(const TrainConfig& config,
                      "' is not learned_absolute or rope"));
   }
   c.rotary_base = config.rotary_base();
+  c.rope_scaling.enabled = config.use_rope_scaling();
+  c.rope_scaling.factor = config.rope_scaling_factor();
+  c.rope_scaling.low_freq_factor = config.rope_scaling_low_freq_factor();
+  c.rope_scaling.high_freq_factor = config.rope_scaling_high_freq_factor();
+  c.rope_scaling.original_max_position_embeddings =
+      config.rope_scaling_original_max_position_embeddings();
   const std::string norm = config.normalization();
   if (norm == "RMSNorm") {
     c.normalization = gpt::Normalization::kRMSNorm;

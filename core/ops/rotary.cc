@@ -30,19 +30,17 @@ std::shared_ptr<const std::vector<float>> AngleTable(
       new std::shared_ptr<const std::vector<float>>();
   static int64_t last_key[4] = {-1, -1, -1, -1};
   static double last_base = 0.0;
+  static Llama3RopeScaling* last_scaling = new Llama3RopeScaling();
   const int64_t key[4] = {seq, half, rd, options.position_offset};
   {
     absl::MutexLock lock(&mu);
     if (*last != nullptr && std::equal(key, key + 4, last_key) &&
-        last_base == options.base) {
+        last_base == options.base && *last_scaling == options.llama3) {
       return *last;
     }
   }
   auto table = std::make_shared<std::vector<float>>(seq * 2 * half);
-  std::vector<double> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(options.base, -2.0 * static_cast<double>(i) / rd);
-  }
+  const std::vector<double> inv_freq = RotaryInverseFrequencies(options, rd);
   float* cs = table->data();
   ThreadPool::Global().ParallelFor(seq, 16, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -58,6 +56,7 @@ std::shared_ptr<const std::vector<float>> AngleTable(
   *last = table;
   std::copy(key, key + 4, last_key);
   last_base = options.base;
+  *last_scaling = options.llama3;
   return table;
 }
 
@@ -130,6 +129,7 @@ absl::Status CheckRotary(absl::string_view op, const Tensor& x,
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": base must be positive, got ", options.base));
   }
+  MCC_RETURN_IF_ERROR(ValidateLlama3RopeScaling(options.llama3));
   if (options.position_offset < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": position_offset must be >= 0, got ", options.position_offset));
@@ -175,6 +175,59 @@ absl::Status RotaryBackwardCpu(const Tensor& dy, const RotaryOptions& options,
 }
 
 }  // namespace
+
+absl::Status ValidateLlama3RopeScaling(const Llama3RopeScaling& scaling) {
+  if (!scaling.enabled) return absl::OkStatus();
+  if (!(scaling.factor >= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope_scaling (llama3): factor must be >= 1, got ", scaling.factor));
+  }
+  if (!(scaling.low_freq_factor > 0.0) ||
+      !(scaling.high_freq_factor > scaling.low_freq_factor)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope_scaling (llama3): need 0 < low_freq_factor < high_freq_factor, "
+        "got low_freq_factor ",
+        scaling.low_freq_factor, " and high_freq_factor ",
+        scaling.high_freq_factor));
+  }
+  if (scaling.original_max_position_embeddings <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope_scaling (llama3): original_max_position_embeddings "
+                     "must be positive, got ",
+                     scaling.original_max_position_embeddings));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<double> RotaryInverseFrequencies(const RotaryOptions& options,
+                                             int64_t rotary_dim) {
+  const int64_t half = rotary_dim / 2;
+  std::vector<double> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[i] = std::pow(options.base, -2.0 * static_cast<double>(i) /
+                                             static_cast<double>(rotary_dim));
+  }
+  const Llama3RopeScaling& s = options.llama3;
+  if (!s.enabled) return inv_freq;
+  const double context =
+      static_cast<double>(s.original_max_position_embeddings);
+  // Wavelengths above this are divided by factor, below high_wavelen kept.
+  const double low_wavelen = context / s.low_freq_factor;
+  const double high_wavelen = context / s.high_freq_factor;
+  constexpr double kPi = 3.14159265358979323846;
+  for (double& f : inv_freq) {
+    const double wavelen = 2.0 * kPi / f;
+    if (wavelen < high_wavelen) continue;
+    if (wavelen > low_wavelen) {
+      f /= s.factor;
+      continue;
+    }
+    const double smooth = (context / wavelen - s.low_freq_factor) /
+                          (s.high_freq_factor - s.low_freq_factor);
+    f = (1.0 - smooth) * f / s.factor + smooth * f;
+  }
+  return inv_freq;
+}
 
 MCC_KERNEL_SLOT(RotaryKernel, RotaryForwardKernels, "RotaryForward",
                 &RotaryForwardCpu);

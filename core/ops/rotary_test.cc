@@ -117,6 +117,121 @@ TEST(RotaryTest, SixteenBitWithinRounding) {
   }
 }
 
+// Llama 3's rescaled inverse frequencies, written as Hugging Face states the
+// rule (masks over the whole vector: low frequencies divided, the band
+// between interpolated, high frequencies kept), in float64.
+std::vector<double> Llama3InvFreqRef(double base, int64_t dim, double factor,
+                                     double low, double high, double original) {
+  const double pi = std::acos(-1.0);
+  std::vector<double> out;
+  for (int64_t j = 0; j < dim; j += 2) {
+    const double f = 1.0 / std::pow(base, static_cast<double>(j) / dim);
+    const double wavelen = 2 * pi / f;
+    const double divided = wavelen > original / low ? f / factor : f;
+    const double s = (original / wavelen - low) / (high - low);
+    const double smoothed = (1 - s) * divided / factor + s * divided;
+    const bool medium =
+        !(wavelen < original / high) && !(wavelen > original / low);
+    out.push_back(medium ? smoothed : divided);
+  }
+  return out;
+}
+
+TEST(RotaryTest, Llama3ScalingMatchesReferenceInAllThreeBands) {
+  RotaryOptions opt;
+  opt.base = 10000.0;
+  opt.llama3.enabled = true;
+  opt.llama3.factor = 8.0;
+  opt.llama3.low_freq_factor = 1.0;
+  opt.llama3.high_freq_factor = 4.0;
+  // Wavelengths below 16 kept, above 64 divided by 8, between interpolated.
+  opt.llama3.original_max_position_embeddings = 64;
+  const int64_t d = 64;
+  const std::vector<double> got = RotaryInverseFrequencies(opt, d);
+  const std::vector<double> want =
+      Llama3InvFreqRef(10000.0, d, 8.0, 1.0, 4.0, 64.0);
+  ASSERT_EQ(got.size(), want.size());
+  int kept = 0, divided = 0, between = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-15 * want[i]) << "pair " << i;
+    const double plain = std::pow(10000.0, -2.0 * i / d);
+    if (got[i] == plain) {
+      ++kept;
+    } else if (std::abs(got[i] - plain / 8.0) < 1e-18) {
+      ++divided;
+    } else {
+      EXPECT_LT(got[i], plain);
+      EXPECT_GT(got[i], plain / 8.0);
+      ++between;
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(between, 0);
+  // Llama 3.1 8B's values (base 500000, head_dim 128, factor 8, 1, 4, 8192).
+  opt.base = 500000.0;
+  opt.llama3.original_max_position_embeddings = 8192;
+  const std::vector<double> llama31 = RotaryInverseFrequencies(opt, 128);
+  const std::vector<double> want31 =
+      Llama3InvFreqRef(500000.0, 128, 8.0, 1.0, 4.0, 8192.0);
+  for (size_t i = 0; i < llama31.size(); ++i) {
+    EXPECT_NEAR(llama31[i], want31[i], 1e-15 * want31[i]) << "pair " << i;
+  }
+  // Off: the plain frequencies.
+  opt.llama3.enabled = false;
+  EXPECT_EQ(RotaryInverseFrequencies(opt, 128)[5],
+            std::pow(500000.0, -10.0 / 128));
+}
+
+TEST(RotaryTest, Llama3ScalingRotatesByTheScaledAngles) {
+  RotaryOptions opt;
+  opt.llama3.enabled = true;
+  opt.llama3.original_max_position_embeddings = 32;
+  opt.position_offset = 7;
+  const int64_t b = 1, s = 9, h = 2, d = 32;
+  Tensor x = testing::RandomTensor({b, s, h, d}, DType::kFloat32, 31);
+  Tensor y = Tensor::Empty(x.shape(), DType::kFloat32);
+  ASSERT_TRUE(RotaryForward(x, opt, &y).ok());
+  const std::vector<double> f =
+      Llama3InvFreqRef(10000.0, d, 8.0, 1.0, 4.0, 32.0);
+  const std::vector<double> xd = x.ToDoubles();
+  std::vector<double> want = xd;
+  for (int64_t t = 0; t < s; ++t) {
+    for (int64_t hh = 0; hh < h; ++hh) {
+      const int64_t o = (t * h + hh) * d;
+      for (int64_t i = 0; i < d / 2; ++i) {
+        const double th = (t + 7) * f[i];
+        want[o + i] =
+            xd[o + i] * std::cos(th) - xd[o + i + d / 2] * std::sin(th);
+        want[o + i + d / 2] =
+            xd[o + i + d / 2] * std::cos(th) + xd[o + i] * std::sin(th);
+      }
+    }
+  }
+  ExpectClose(y.ToDoubles(), want, 2e-6, 1e-5, "llama3 rope");
+  // The angle table is cached: the unscaled rotation must not be reused.
+  RotaryOptions plain = opt;
+  plain.llama3.enabled = false;
+  Tensor y2 = Tensor::Empty(x.shape(), DType::kFloat32);
+  ASSERT_TRUE(RotaryForward(x, plain, &y2).ok());
+  EXPECT_NE(y2.ToDoubles(), y.ToDoubles());
+}
+
+TEST(RotaryTest, BadLlama3ScalingIsRefusedByName) {
+  Tensor x = Tensor::Full({1, 2, 1, 8}, 1.0, DType::kFloat32);
+  Tensor y = Tensor::Full({1, 2, 1, 8}, 4.0, DType::kFloat32);
+  RotaryOptions opt;
+  opt.llama3.enabled = true;
+  opt.llama3.high_freq_factor = 1.0;
+  absl::Status s = RotaryForward(x, opt, &y);
+  EXPECT_NE(s.message().find("high_freq_factor"), std::string::npos) << s;
+  opt.llama3.high_freq_factor = 4.0;
+  opt.llama3.factor = 0.5;
+  s = RotaryForward(x, opt, &y);
+  EXPECT_NE(s.message().find("factor must be >= 1"), std::string::npos) << s;
+  EXPECT_TRUE(testing::AllEqual(y, 4.0));
+}
+
 TEST(RotaryTest, BadInputsNameShapesAndLeaveOutputAlone) {
   Tensor x = Tensor::Full({2, 5, 3, 8}, 1.0, DType::kFloat32);
   Tensor y = Tensor::Full({2, 5, 3, 9}, 4.0, DType::kFloat32);

@@ -21,7 +21,7 @@ std::string GPTConfig::Architecture() const {
   if (normalization == Normalization::kRMSNorm) choices.push_back("RMSNorm");
   if (activation == Activation::kSwiGLU) choices.push_back("SwiGLU");
   if (position_embedding == PositionEmbedding::kRope) {
-    choices.push_back("RoPE");
+    choices.push_back(rope_scaling.enabled ? "RoPE llama3-scaled" : "RoPE");
   }
   if (query_groups() != num_attention_heads) {
     choices.push_back(
@@ -89,6 +89,13 @@ absl::Status GPTConfig::Validate(int tp, bool sequence_parallel) const {
   if (position_embedding == PositionEmbedding::kRope && head_dim() % 2 != 0) {
     return bad("rotary embeddings need an even head dimension, got ",
                head_dim());
+  }
+  if (rope_scaling.enabled) {
+    if (position_embedding != PositionEmbedding::kRope) {
+      return bad("--use-rope-scaling needs --position-embedding-type rope");
+    }
+    const absl::Status scaling = ops::ValidateLlama3RopeScaling(rope_scaling);
+    if (!scaling.ok()) return bad("--use-rope-scaling: ", scaling.message());
   }
   if (recompute_num_layers <= 0) {
     return bad("--recompute-num-layers (", recompute_num_layers,

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/ops/rotary.h"
 
 namespace mcc {
 namespace gpt {
@@ -31,7 +32,13 @@ struct GPTConfig {
   int64_t seq_length = 32;              // --seq-length
   int64_t max_position_embeddings = 0;  // 0: seq_length
   PositionEmbedding position_embedding = PositionEmbedding::kLearned;
-  double rotary_base = 10000.0;                             // --rotary-base
+  double rotary_base = 10000.0;  // --rotary-base
+  // Llama 3.x's frequency rescaling: --use-rope-scaling with
+  // --rope-scaling-factor (Megatron's) and our --rope-scaling-low-freq-factor,
+  // --rope-scaling-high-freq-factor and
+  // --rope-scaling-original-max-position-embeddings (Megatron fixes those
+  // three at 1, 4 and 8192).
+  ops::Llama3RopeScaling rope_scaling;
   Normalization normalization = Normalization::kLayerNorm;  // --normalization
   double norm_epsilon = 1e-5;                               // --norm-epsilon
   Activation activation = Activation::kGelu;  // --swiglu selects SwiGLU
@@ -58,6 +65,13 @@ struct GPTConfig {
     return num_query_groups > 0 ? num_query_groups : num_attention_heads;
   }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  // The rotation every layer applies to Q and K (base, Llama 3 scaling).
+  ops::RotaryOptions Rotary() const {
+    ops::RotaryOptions options;
+    options.base = rotary_base;
+    options.llama3 = rope_scaling;
+    return options;
+  }
   int64_t max_positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
   }

@@ -95,6 +95,13 @@ std::vector<std::pair<std::string, GPTConfig>> Variants() {
   llama_sel.hidden_dropout = 0.1;
   llama_sel.attention_dropout = 0.1;
   v.push_back({"llama_selective_dropout", llama_sel});
+  // Llama 3.x's rotary scaling: an original context of 8 positions puts the
+  // 8 frequencies of head_dim 16 in all three bands.
+  GPTConfig llama3 = llama;
+  llama3.rope_scaling.enabled = true;
+  llama3.rope_scaling.factor = 8.0;
+  llama3.rope_scaling.original_max_position_embeddings = 8;
+  v.push_back({"llama3_rope_scaling", llama3});
   // Padding that differs with TP: 128 rows at TP 1 and 2, 256 at TP 4
   // (where ranks 2 and 3 hold padding only).
   GPTConfig padded = base;

@@ -33,6 +33,15 @@ checkpoint::ModelConfig ToProto(const gpt::GPTConfig& c, DType dtype) {
   p.set_add_bias_linear(c.add_bias_linear);
   p.set_layernorm_epsilon(c.norm_epsilon);
   p.set_rotary_base(c.rotary_base);
+  if (c.rope_scaling.enabled) {
+    checkpoint::RopeScaling* r = p.mutable_rope_scaling();
+    r->set_rope_type("llama3");
+    r->set_factor(c.rope_scaling.factor);
+    r->set_low_freq_factor(c.rope_scaling.low_freq_factor);
+    r->set_high_freq_factor(c.rope_scaling.high_freq_factor);
+    r->set_original_max_position_embeddings(
+        c.rope_scaling.original_max_position_embeddings);
+  }
   p.set_params_dtype(static_cast<int32_t>(dtype));
   return p;
 }
@@ -61,6 +70,25 @@ absl::StatusOr<gpt::GPTConfig> FromProto(const checkpoint::ModelConfig& p) {
   c.add_bias_linear = p.add_bias_linear();
   c.norm_epsilon = p.layernorm_epsilon();
   c.rotary_base = p.rotary_base();
+  if (p.has_rope_scaling()) {
+    const checkpoint::RopeScaling& r = p.rope_scaling();
+    if (r.rope_type() != "llama3") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: rope_scaling type '", r.rope_type(),
+                       "' is not supported (only llama3)"));
+    }
+    c.rope_scaling.enabled = true;
+    c.rope_scaling.factor = r.factor();
+    c.rope_scaling.low_freq_factor = r.low_freq_factor();
+    c.rope_scaling.high_freq_factor = r.high_freq_factor();
+    c.rope_scaling.original_max_position_embeddings =
+        r.original_max_position_embeddings();
+    const absl::Status valid = ops::ValidateLlama3RopeScaling(c.rope_scaling);
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: ", valid.message()));
+    }
+  }
   return c;
 }
 

@@ -50,6 +50,35 @@ TEST(CheckConfigFitsCheckpointTest, SizesMustBePositive) {
   }
 }
 
+TEST(ModelConfigProtoTest, Llama3RopeScalingRoundTrips) {
+  gpt::GPTConfig c = Small();
+  c.position_embedding = PositionEmbedding::kRope;
+  EXPECT_FALSE(ToProto(c, DType::kFloat32).has_rope_scaling());
+  EXPECT_FALSE(FromProto(ToProto(c, DType::kFloat32))->rope_scaling.enabled);
+  c.rope_scaling.enabled = true;
+  c.rope_scaling.factor = 32.0;
+  c.rope_scaling.low_freq_factor = 2.0;
+  c.rope_scaling.high_freq_factor = 8.0;
+  c.rope_scaling.original_max_position_embeddings = 4096;
+  const checkpoint::ModelConfig p = ToProto(c, DType::kFloat32);
+  EXPECT_EQ(p.rope_scaling().rope_type(), "llama3");
+  absl::StatusOr<gpt::GPTConfig> back = FromProto(p);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->rope_scaling == c.rope_scaling);
+}
+
+TEST(ModelConfigProtoTest, UnknownRopeScalingTypeIsRefusedByName) {
+  checkpoint::ModelConfig p = ToProto(Small(), DType::kFloat32);
+  p.mutable_rope_scaling()->set_rope_type("yarn");
+  absl::StatusOr<gpt::GPTConfig> c = FromProto(p);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("'yarn'"), std::string::npos)
+      << c.status();
+  p.mutable_rope_scaling()->set_rope_type("llama3");
+  p.mutable_rope_scaling()->set_factor(0.0);
+  EXPECT_FALSE(FromProto(p).ok());
+}
+
 }  // namespace
 }  // namespace gpt
 }  // namespace mcc

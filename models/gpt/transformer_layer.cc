@@ -367,8 +367,7 @@ absl::Status TransformerLayer::LocalAttentionForward(const Tensor& qkv,
   act->v = Tensor::Empty({b, s, local_groups_, d}, qkv.dtype(), qkv.device());
   MCC_RETURN_IF_ERROR(SplitQkv(qkv, layout, &act->q, &act->k, &act->v));
   if (config_.position_embedding == PositionEmbedding::kRope) {
-    ops::RotaryOptions rope;
-    rope.base = config_.rotary_base;
+    ops::RotaryOptions rope = config_.Rotary();
     MCC_RETURN_IF_ERROR(ops::RotaryForward(act->q, rope, &act->q));
     MCC_RETURN_IF_ERROR(ops::RotaryForward(act->k, rope, &act->k));
   }
@@ -399,8 +398,7 @@ absl::Status TransformerLayer::ContextParallelForward(const Tensor& qkv,
         Tensor::Empty({b, l, local_groups_, d}, qkv.dtype(), qkv.device());
     MCC_RETURN_IF_ERROR(SplitQkv(rows, layout, &in.q[c], &in.k[c], &in.v[c]));
     if (config_.position_embedding == PositionEmbedding::kRope) {
-      ops::RotaryOptions rope;
-      rope.base = config_.rotary_base;
+      ops::RotaryOptions rope = config_.Rotary();
       rope.position_offset = ChunkStart(c, l);
       MCC_RETURN_IF_ERROR(ops::RotaryForward(in.q[c], rope, &in.q[c]));
       MCC_RETURN_IF_ERROR(ops::RotaryForward(in.k[c], rope, &in.k[c]));
@@ -531,8 +529,7 @@ absl::Status TransformerLayer::ContextParallelBackward(const Tensor& dctx,
   }
   for (int c = 0; c < 2; ++c) {
     if (config_.position_embedding == PositionEmbedding::kRope) {
-      ops::RotaryOptions rope;
-      rope.base = config_.rotary_base;
+      ops::RotaryOptions rope = config_.Rotary();
       rope.position_offset = ChunkStart(c, l);
       MCC_RETURN_IF_ERROR(ops::RotaryBackward(grads.q[c], rope, &grads.q[c]));
       MCC_RETURN_IF_ERROR(ops::RotaryBackward(grads.k[c], rope, &grads.k[c]));
@@ -561,8 +558,7 @@ absl::Status TransformerLayer::LocalAttentionBackward(const Tensor& dctx,
       act->q, act->k, act->v, act->attn_out, dout, act->lse,
       AttentionOptionsFor(b, s, *act), &dq, &dk, &dv));
   if (config_.position_embedding == PositionEmbedding::kRope) {
-    ops::RotaryOptions rope;
-    rope.base = config_.rotary_base;
+    ops::RotaryOptions rope = config_.Rotary();
     MCC_RETURN_IF_ERROR(ops::RotaryBackward(dq, rope, &dq));
     MCC_RETURN_IF_ERROR(ops::RotaryBackward(dk, rope, &dk));
   }

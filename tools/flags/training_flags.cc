@@ -22,6 +22,24 @@ ABSL_FLAG(int64_t, max_position_embeddings, 0,
 ABSL_FLAG(std::string, position_embedding_type, "learned_absolute",
           "learned_absolute or rope.");
 ABSL_FLAG(double, rotary_base, 10000.0, "Rotary embedding base.");
+ABSL_FLAG(bool, use_rope_scaling, false,
+          "Llama 3.x's rescaling of the rotary frequencies (Hugging Face's "
+          "rope_scaling of type llama3), with --rope-scaling-factor.");
+ABSL_FLAG(double, rope_scaling_factor, 8.0,
+          "With --use-rope-scaling: the factor low frequencies are divided "
+          "by.");
+ABSL_FLAG(double, rope_scaling_low_freq_factor, 1.0,
+          "With --use-rope-scaling: wavelengths above "
+          "original-max-position-embeddings / this are divided by the factor "
+          "(ours: Megatron fixes it at 1; Hugging Face's low_freq_factor).");
+ABSL_FLAG(double, rope_scaling_high_freq_factor, 4.0,
+          "With --use-rope-scaling: wavelengths below "
+          "original-max-position-embeddings / this are kept (ours: Megatron "
+          "fixes it at 4; Hugging Face's high_freq_factor).");
+ABSL_FLAG(int64_t, rope_scaling_original_max_position_embeddings, 8192,
+          "With --use-rope-scaling: the context the model was first trained "
+          "at (ours: Megatron fixes it at 8192; Hugging Face's "
+          "original_max_position_embeddings).");
 ABSL_FLAG(std::string, normalization, "LayerNorm", "LayerNorm or RMSNorm.");
 ABSL_FLAG(double, norm_epsilon, 1e-5, "Normalization epsilon.");
 ABSL_FLAG(bool, swiglu, false, "SwiGLU MLP instead of GELU.");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/ops/activation.h"
 #include "core/ops/adamw.h"
@@ -731,11 +732,9 @@ absl::Status RotaryCuda(const char* op, const Tensor& x,
                      " for ", x.Describe()));
   }
   // As the CPU kernel's angle table (core/ops/rotary.cc) computes them.
-  for (int64_t i = 0; i < half; ++i) {
-    a.inv_freq[i] =
-        std::pow(options.base, -2.0 * static_cast<double>(i) /
-                                   static_cast<double>(a.rotary_dim));
-  }
+  const std::vector<double> inv_freq =
+      RotaryInverseFrequencies(options, a.rotary_dim);
+  std::copy(inv_freq.begin(), inv_freq.end(), a.inv_freq);
   return s.Check(
       k::Rotary(a, In(x), ElemTypeOf(x), Out(y), ElemTypeOf(*y), s.stream()));
 }

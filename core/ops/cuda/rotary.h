@@ -13,8 +13,9 @@
 namespace mcc {
 namespace cuda_kernels {
 
-// The rotation's constants. inv_freq[i] = base^(-2i / rotary_dim) is
-// computed on the host with std::pow as the CPU kernel does, so theta =
+// The rotation's constants. inv_freq[i] (base^(-2i / rotary_dim), rescaled
+// for Llama 3) is computed on the host by RotaryInverseFrequencies, as the
+// CPU kernel's is, so theta =
 // (t + position_offset) * inv_freq[i] is the CPU's float64 value; its cos
 // and sin (float64, within 2 ulp) are rounded to fp32, so they differ from
 // the CPU's by at most one fp32 ulp, and only where a value lies that close
