@@ -16,10 +16,11 @@ using checkpoint::ModelConfig;
 
 // How one of our tensors becomes Hugging Face tensors.
 enum class Kind {
-  kCopy,   // one tensor, same shape
-  kVocab,  // one tensor, the true vocabulary's rows
-  kQkv,    // linear_qkv -> q_proj, k_proj, v_proj
-  kFc1,    // linear_fc1 [2, ffn, h] -> gate_proj, up_proj
+  kCopy,     // one tensor, same shape
+  kVocab,    // one tensor, the true vocabulary's rows
+  kQkv,      // linear_qkv -> q_proj, k_proj, v_proj
+  kQkvBias,  // linear_qkv.bias -> q_proj.bias, k_proj.bias, v_proj.bias
+  kFc1,      // linear_fc1 [2, ffn, h] -> gate_proj, up_proj
 };
 
 struct Entry {
@@ -63,6 +64,23 @@ std::vector<Entry> Table(const ModelConfig& c) {
                   b + "self_attn.v_proj.weight"},
                  Kind::kQkv,
                  {m.groups * (m.per_group() + 2) * m.d, m.h}});
+    if (c.add_qkv_bias()) {
+      t.push_back({a + "self_attention.linear_qkv.bias",
+                   {b + "self_attn.q_proj.bias", b + "self_attn.k_proj.bias",
+                    b + "self_attn.v_proj.bias"},
+                   Kind::kQkvBias,
+                   {m.groups * (m.per_group() + 2) * m.d}});
+    }
+    if (c.qk_layernorm()) {
+      t.push_back({a + "self_attention.q_layernorm.weight",
+                   {b + "self_attn.q_norm.weight"},
+                   Kind::kCopy,
+                   {m.d}});
+      t.push_back({a + "self_attention.k_layernorm.weight",
+                   {b + "self_attn.k_norm.weight"},
+                   Kind::kCopy,
+                   {m.d}});
+    }
     t.push_back({a + "self_attention.linear_proj.weight",
                  {b + "self_attn.o_proj.weight"},
                  Kind::kCopy,
@@ -100,10 +118,12 @@ void CopyRows(const Tensor& src, int64_t from, Tensor* dst, int64_t to,
 }
 
 // Our fused QKV rows [groups, per_group + 2, d] to q [heads, d], k and v
-// [groups, d] (to_hf), or back.
+// [groups, d] (to_hf), or back; a row is the weight's h elements or the
+// bias's one.
 void MapQkv(const Dims& m, bool to_hf, Tensor* fused, Tensor* q, Tensor* k,
             Tensor* v) {
-  const size_t row = m.h * DTypeSize(fused->dtype());
+  const int64_t row_elements = fused->dim() == 1 ? 1 : m.h;
+  const size_t row = row_elements * DTypeSize(fused->dtype());
   const int64_t block = (m.per_group() + 2) * m.d;
   for (int64_t g = 0; g < m.groups; ++g) {
     const int64_t base = g * block;
@@ -131,6 +151,8 @@ std::vector<Shape> HfShapes(const Entry& e, const Dims& m,
     case Kind::kQkv:
       return {
           {m.heads * m.d, m.h}, {m.groups * m.d, m.h}, {m.groups * m.d, m.h}};
+    case Kind::kQkvBias:
+      return {{m.heads * m.d}, {m.groups * m.d}, {m.groups * m.d}};
     case Kind::kFc1:
       return {{m.f, m.h}, {m.f, m.h}};
   }
@@ -222,6 +244,10 @@ absl::Status CheckLlamaCompatible(const ModelConfig& c) {
     why.push_back("activation is not SwiGLU");
   }
   if (c.add_bias_linear()) why.push_back("linear layers have biases");
+  if (c.add_qkv_bias() && c.qk_layernorm()) {
+    why.push_back(
+        "a QKV bias with QK-norm (Qwen3's attention_bias also biases o_proj)");
+  }
   if (c.has_rope_scaling() && c.rope_scaling().rope_type() != "llama3") {
     why.push_back(absl::StrCat("rope_scaling type '",
                                c.rope_scaling().rope_type(),
@@ -238,7 +264,9 @@ absl::Status CheckLlamaCompatible(const ModelConfig& c) {
                                m.groups));
   }
   if (why.empty()) return absl::OkStatus();
-  std::string msg = "model cannot be expressed as LlamaForCausalLM:";
+  std::string msg =
+      "model cannot be expressed as LlamaForCausalLM, Qwen2ForCausalLM or "
+      "Qwen3ForCausalLM:";
   for (const auto& w : why) absl::StrAppend(&msg, " ", w, ";");
   return absl::FailedPreconditionError(msg);
 }
@@ -262,7 +290,8 @@ absl::StatusOr<NamedTensors> ExportLlama(
         out.emplace_back(e.hf[0], kept);
         break;
       }
-      case Kind::kQkv: {
+      case Kind::kQkv:
+      case Kind::kQkvBias: {
         Tensor q = Tensor::Empty(shapes[0], t.dtype());
         Tensor k = Tensor::Empty(shapes[1], t.dtype());
         Tensor v = Tensor::Empty(shapes[2], t.dtype());
@@ -321,6 +350,7 @@ absl::StatusOr<std::map<std::string, Tensor>> ImportLlama(
         r = PadRows(parts[0], e.shape);
         break;
       case Kind::kQkv:
+      case Kind::kQkvBias:
         r = Tensor::Empty(e.shape, DType::kFloat32);
         MapQkv(m, /*to_hf=*/false, &r, &parts[0], &parts[1], &parts[2]);
         break;
@@ -339,6 +369,27 @@ absl::StatusOr<std::map<std::string, Tensor>> ImportLlama(
 absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
                                                  const std::string& path) {
   MCC_ASSIGN_OR_RETURN(const JsonDocument hf, ParseHfConfigJson(text, path));
+  const std::string model_type =
+      hf.contains("model_type") && hf["model_type"].is_string()
+          ? hf["model_type"].get<std::string>()
+          : "llama";
+  if (model_type != "llama" && model_type != "qwen2" && model_type != "qwen3") {
+    return absl::UnimplementedError(
+        absl::StrCat(path, ": \"model_type\" \"", model_type,
+                     "\" is not llama, qwen2 or qwen3"));
+  }
+  const bool qwen2 = model_type == "qwen2";
+  const bool qwen3 = model_type == "qwen3";
+  if (model_type != "llama") {
+    MCC_ASSIGN_OR_RETURN(bool sliding,
+                         JsonBool(hf, "use_sliding_window", path, false));
+    if (sliding) {
+      return absl::UnimplementedError(
+          absl::StrCat(path,
+                       ": \"use_sliding_window\" is true; sliding-window "
+                       "attention is not supported"));
+    }
+  }
   auto need = [&](const char* key) {
     return JsonPositiveInt(hf, key, path, std::nullopt);
   };
@@ -366,8 +417,10 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
         absl::StrCat(path, ": \"num_attention_heads\" ", heads,
                      " is not a multiple of \"num_key_value_heads\" ", groups));
   }
-  MCC_ASSIGN_OR_RETURN(int64_t head_dim,
-                       JsonPositiveInt(hf, "head_dim", path, hidden / heads));
+  // Qwen3Config's head_dim defaults to 128, the others' to hidden / heads.
+  MCC_ASSIGN_OR_RETURN(
+      int64_t head_dim,
+      JsonPositiveInt(hf, "head_dim", path, qwen3 ? 128 : hidden / heads));
   if (head_dim != hidden / heads) {
     return absl::UnimplementedError(
         absl::StrCat(path, ": \"head_dim\" ", head_dim,
@@ -383,6 +436,7 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
   MCC_ASSIGN_OR_RETURN(std::optional<checkpoint::RopeScaling> rope_scaling,
                        ParseRopeScaling(hf, path));
   for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    if (qwen2) break;  // Qwen2 has neither key: q/k/v biases, no others.
     MCC_ASSIGN_OR_RETURN(bool has, JsonBool(hf, bias, path, false));
     if (has) {
       return absl::UnimplementedError(
@@ -406,39 +460,60 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
   config.set_activation(checkpoint::ACTIVATION_SWIGLU);
   config.set_tied_embeddings(tied);
   config.set_add_bias_linear(false);
+  config.set_add_qkv_bias(qwen2);
+  config.set_qk_layernorm(qwen3);
   config.set_layernorm_epsilon(eps);
   config.set_rotary_base(theta);
   if (rope_scaling.has_value()) *config.mutable_rope_scaling() = *rope_scaling;
   return config;
 }
 
+std::string HfArchitecture(const ModelConfig& c) {
+  if (c.qk_layernorm()) return "Qwen3ForCausalLM";
+  return c.add_qkv_bias() ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+}
+
+namespace {
+bool qwen2_like(const std::string& architecture) {
+  return architecture == "Qwen2ForCausalLM";
+}
+}  // namespace
+
 std::string LlamaConfigJson(const ModelConfig& c, DType dtype) {
   const Dims m = DimsOf(c);
   const char* torch_dtype = dtype == DType::kBFloat16  ? "bfloat16"
                             : dtype == DType::kFloat16 ? "float16"
                                                        : "float32";
+  const std::string architecture = HfArchitecture(c);
+  const bool llama = architecture == "LlamaForCausalLM";
+  const bool qwen3 = architecture == "Qwen3ForCausalLM";
   // ordered_json: the keys in Hugging Face's order; doubles round-trip.
-  const nlohmann::ordered_json config = {
-      {"architectures", nlohmann::ordered_json::array({"LlamaForCausalLM"})},
-      {"model_type", "llama"},
+  nlohmann::ordered_json config = {
+      {"architectures", nlohmann::ordered_json::array({architecture})},
+      {"model_type", llama   ? "llama"
+                     : qwen3 ? "qwen3"
+                             : "qwen2"},
       {"vocab_size", HfVocabRows(c)},
       {"hidden_size", c.hidden_size()},
       {"intermediate_size", c.ffn_hidden_size()},
       {"num_hidden_layers", c.num_layers()},
       {"num_attention_heads", m.heads},
-      {"num_key_value_heads", m.groups},
-      {"head_dim", m.d},
-      {"hidden_act", "silu"},
-      {"max_position_embeddings", c.max_position_embeddings()},
-      {"rms_norm_eps", c.layernorm_epsilon()},
-      {"rope_theta", c.rotary_base()},
-      {"rope_scaling", RopeScalingJson(c)},
-      {"attention_bias", false},
-      {"mlp_bias", false},
-      {"attention_dropout", 0.0},
-      {"tie_word_embeddings", c.tied_embeddings()},
-      {"torch_dtype", torch_dtype},
-  };
+      {"num_key_value_heads", m.groups}};
+  if (!qwen2_like(architecture)) config["head_dim"] = m.d;
+  config["hidden_act"] = "silu";
+  config["max_position_embeddings"] = c.max_position_embeddings();
+  config["rms_norm_eps"] = c.layernorm_epsilon();
+  config["rope_theta"] = c.rotary_base();
+  config["rope_scaling"] = RopeScalingJson(c);
+  if (!qwen2_like(architecture)) config["attention_bias"] = false;
+  if (llama) {
+    config["mlp_bias"] = false;
+  } else {
+    config["use_sliding_window"] = false;
+  }
+  config["attention_dropout"] = 0.0;
+  config["tie_word_embeddings"] = c.tied_embeddings();
+  config["torch_dtype"] = torch_dtype;
   return config.dump(2) + "\n";
 }
 

@@ -38,8 +38,16 @@ namespace mcc {
 // order within a head; query head j reads K/V head j / (heads / groups) on
 // both sides (repeat_kv), so heads map in order.
 //
+// Qwen2 (Qwen2ForCausalLM) is the same mapping plus the QKV bias
+// (add_qkv_bias): decoder.layers.{i}.self_attention.linear_qkv.bias, its
+// rows ordered as the weight's <-> .self_attn.q_proj.bias, .k_proj.bias,
+// .v_proj.bias. Qwen3 (Qwen3ForCausalLM) adds QK-norm (qk_layernorm):
+// decoder.layers.{i}.self_attention.q_layernorm.weight, .k_layernorm.weight
+// [head_dim] <-> .self_attn.q_norm.weight, .k_norm.weight.
+//
 // Llama needs RMSNorm, SwiGLU, rotary positions over the whole head and no
-// linear biases; other configurations are refused, naming what differs.
+// linear biases but the QKV bias (Qwen2); other configurations are refused,
+// naming what differs.
 absl::Status CheckLlamaCompatible(const checkpoint::ModelConfig& config);
 
 // Export: the vocabulary tensors keep their first vocab_size rows, so the
@@ -57,7 +65,10 @@ absl::StatusOr<NamedTensors> ExportLlama(
 absl::StatusOr<std::map<std::string, Tensor>> ImportLlama(
     const NamedTensors& hf, const checkpoint::ModelConfig& config);
 
-// The model configuration of a LlamaForCausalLM config.json: hidden_size,
+// The model configuration of a LlamaForCausalLM, Qwen2ForCausalLM or
+// Qwen3ForCausalLM config.json (model_type "llama", the default; "qwen2":
+// add_qkv_bias; "qwen3": qk_layernorm, head_dim defaulting to 128 as
+// Qwen3Config's; use_sliding_window true is refused): hidden_size,
 // intermediate_size, num_attention_heads, num_hidden_layers, vocab_size,
 // max_position_embeddings, and optional num_key_value_heads (default: heads),
 // rms_norm_eps (1e-6), rope_theta (10000), tie_word_embeddings (false),
@@ -69,8 +80,14 @@ absl::StatusOr<std::map<std::string, Tensor>> ImportLlama(
 absl::StatusOr<checkpoint::ModelConfig> ParseLlamaConfigJson(
     absl::string_view text, const std::string& path);
 
-// config.json for LlamaForCausalLM (model_type "llama"), from our model
-// configuration; torch_dtype names `dtype`.
+// The Hugging Face class a Llama-family configuration exports as:
+// Qwen3ForCausalLM with qk_layernorm, Qwen2ForCausalLM with add_qkv_bias,
+// else LlamaForCausalLM.
+std::string HfArchitecture(const checkpoint::ModelConfig& config);
+
+// config.json for HfArchitecture(config) (model_type "llama", "qwen2" or
+// "qwen3"),
+// from our model configuration; torch_dtype names `dtype`.
 std::string LlamaConfigJson(const checkpoint::ModelConfig& config, DType dtype);
 
 // Reads every parameter of a sharded checkpoint (any layout) whole and maps

@@ -63,6 +63,11 @@ std::map<std::string, Tensor> RandomParams(const checkpoint::ModelConfig& c) {
     const std::string l = absl::StrCat("decoder.layers.", i, ".");
     add(l + "input_layernorm.weight", {h});
     add(l + "self_attention.linear_qkv.weight", {qkv, h});
+    if (c.add_qkv_bias()) add(l + "self_attention.linear_qkv.bias", {qkv});
+    if (c.qk_layernorm()) {
+      add(l + "self_attention.q_layernorm.weight", {d});
+      add(l + "self_attention.k_layernorm.weight", {d});
+    }
     add(l + "self_attention.linear_proj.weight", {h, h});
     add(l + "pre_mlp_layernorm.weight", {h});
     add(l + "mlp.linear_fc1.weight", {2, f, h});
@@ -150,6 +155,167 @@ TEST(HfLlamaTest, ImportInvertsExportExactly) {
       EXPECT_EQ(back->at(name).ToDoubles(), t.ToDoubles()) << name;
     }
   }
+}
+
+checkpoint::ModelConfig Qwen2Config(bool tied) {
+  checkpoint::ModelConfig c = SmallConfig(tied);
+  c.set_add_qkv_bias(true);
+  return c;
+}
+
+TEST(HfLlamaTest, Qwen2QkvBiasSplitsAsTheWeightsRowsAndRoundTrips) {
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    const auto config = Qwen2Config(tied);
+    EXPECT_TRUE(CheckLlamaCompatible(config).ok());
+    EXPECT_EQ(HfArchitecture(config), "Qwen2ForCausalLM");
+    const auto params = RandomParams(config);
+    auto hf = ExportLlama(params, config);
+    ASSERT_TRUE(hf.ok()) << hf.status();
+    EXPECT_EQ(hf->size(), (tied ? 1u : 2u) + 2 * 12 + 1);
+    const std::vector<double> fused =
+        params.at("decoder.layers.1.self_attention.linear_qkv.bias")
+            .ToDoubles();
+    const auto q = Get(*hf, "model.layers.1.self_attn.q_proj.bias").ToDoubles();
+    const auto k = Get(*hf, "model.layers.1.self_attn.k_proj.bias").ToDoubles();
+    const auto v = Get(*hf, "model.layers.1.self_attn.v_proj.bias").ToDoubles();
+    ASSERT_EQ(q.size(), 12u);
+    ASSERT_EQ(k.size(), 6u);
+    ASSERT_EQ(v.size(), 6u);
+    const int64_t d = 3;
+    for (int64_t head = 0; head < 4; ++head) {
+      const int64_t g = head / 2, j = head % 2;
+      for (int64_t e = 0; e < d; ++e) {
+        EXPECT_EQ(q[head * d + e], fused[(g * 4 + j) * d + e]) << head;
+      }
+    }
+    for (int64_t g = 0; g < 2; ++g) {
+      for (int64_t e = 0; e < d; ++e) {
+        EXPECT_EQ(k[g * d + e], fused[(g * 4 + 2) * d + e]) << g;
+        EXPECT_EQ(v[g * d + e], fused[(g * 4 + 3) * d + e]) << g;
+      }
+    }
+    auto back = ImportLlama(*hf, config);
+    ASSERT_TRUE(back.ok()) << back.status();
+    ASSERT_EQ(back->size(), params.size());
+    for (const auto& [name, t] : params) {
+      ASSERT_TRUE(back->count(name)) << name;
+      EXPECT_EQ(back->at(name).ToDoubles(), t.ToDoubles()) << name;
+    }
+  }
+}
+
+TEST(HfLlamaTest, ParsesAQwen25ConfigAndWritesQwen2Back) {
+  const std::string qwen = R"({
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+    "hidden_size": 896, "intermediate_size": 4864, "num_attention_heads": 14,
+    "num_key_value_heads": 2, "num_hidden_layers": 24, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "vocab_size": 151936,
+    "max_position_embeddings": 32768, "sliding_window": 32768,
+    "max_window_layers": 21, "use_sliding_window": false,
+    "tie_word_embeddings": true, "hidden_act": "silu",
+    "torch_dtype": "bfloat16"})";
+  auto c = ParseLlamaConfigJson(qwen, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->add_qkv_bias());
+  EXPECT_FALSE(c->add_bias_linear());
+  EXPECT_TRUE(c->tied_embeddings());
+  EXPECT_EQ(c->rotary_base(), 1000000.0);
+  const std::string text = LlamaConfigJson(*c, DType::kBFloat16);
+  EXPECT_TRUE(absl::StrContains(text, "\"Qwen2ForCausalLM\"")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "\"model_type\": \"qwen2\"")) << text;
+  auto again = ParseLlamaConfigJson(text, "again.json");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->DebugString(), c->DebugString());
+  std::string sliding = qwen;
+  sliding.replace(sliding.find("\"use_sliding_window\": false"), 27,
+                  "\"use_sliding_window\": true");
+  EXPECT_NE(ParseLlamaConfigJson(sliding, "s.json")
+                .status()
+                .message()
+                .find("\"use_sliding_window\""),
+            std::string::npos);
+  std::string other = qwen;
+  other.replace(other.find("\"qwen2\""), 7, "\"gemma\"");
+  EXPECT_NE(ParseLlamaConfigJson(other, "o.json")
+                .status()
+                .message()
+                .find("\"gemma\""),
+            std::string::npos);
+}
+
+checkpoint::ModelConfig Qwen3Config(bool tied) {
+  checkpoint::ModelConfig c = SmallConfig(tied);
+  c.set_qk_layernorm(true);
+  return c;
+}
+
+TEST(HfLlamaTest, Qwen3QkNormMapsAndRoundTrips) {
+  const auto config = Qwen3Config(/*tied=*/false);
+  EXPECT_TRUE(CheckLlamaCompatible(config).ok());
+  EXPECT_EQ(HfArchitecture(config), "Qwen3ForCausalLM");
+  const auto params = RandomParams(config);
+  auto hf = ExportLlama(params, config);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->size(), 2u + 2 * 11 + 1);
+  EXPECT_EQ(Get(*hf, "model.layers.1.self_attn.q_norm.weight").ToDoubles(),
+            params.at("decoder.layers.1.self_attention.q_layernorm.weight")
+                .ToDoubles());
+  EXPECT_EQ(Get(*hf, "model.layers.0.self_attn.k_norm.weight").ToDoubles(),
+            params.at("decoder.layers.0.self_attention.k_layernorm.weight")
+                .ToDoubles());
+  auto back = ImportLlama(*hf, config);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), params.size());
+  for (const auto& [name, t] : params) {
+    ASSERT_TRUE(back->count(name)) << name;
+    EXPECT_EQ(back->at(name).ToDoubles(), t.ToDoubles()) << name;
+  }
+  // A QKV bias with QK-norm has no Hugging Face class.
+  checkpoint::ModelConfig both = config;
+  both.set_add_qkv_bias(true);
+  EXPECT_NE(CheckLlamaCompatible(both).message().find("QK-norm"),
+            std::string::npos);
+}
+
+TEST(HfLlamaTest, ParsesAQwen3ConfigAndWritesQwen3Back) {
+  const std::string qwen = R"({
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+    "hidden_size": 4096, "intermediate_size": 12288,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "num_hidden_layers": 36, "rms_norm_eps": 1e-06, "rope_theta": 1000000,
+    "vocab_size": 151936, "max_position_embeddings": 40960,
+    "attention_bias": false, "use_sliding_window": false,
+    "tie_word_embeddings": false, "hidden_act": "silu",
+    "rope_scaling": null, "torch_dtype": "bfloat16"})";
+  auto c = ParseLlamaConfigJson(qwen, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->qk_layernorm());
+  EXPECT_FALSE(c->add_qkv_bias());
+  EXPECT_FALSE(c->tied_embeddings());
+  const std::string text = LlamaConfigJson(*c, DType::kBFloat16);
+  EXPECT_TRUE(absl::StrContains(text, "\"Qwen3ForCausalLM\"")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "\"head_dim\": 128")) << text;
+  auto again = ParseLlamaConfigJson(text, "again.json");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->DebugString(), c->DebugString());
+  // Qwen3-0.6B's head_dim 128 is not hidden / heads (64): refused by name.
+  std::string small = qwen;
+  small.replace(small.find("\"hidden_size\": 4096"), 19,
+                "\"hidden_size\": 2048");
+  EXPECT_NE(ParseLlamaConfigJson(small, "s.json")
+                .status()
+                .message()
+                .find("\"head_dim\" 128"),
+            std::string::npos);
+  std::string biased = qwen;
+  biased.replace(biased.find("\"attention_bias\": false"), 23,
+                 "\"attention_bias\": true");
+  EXPECT_NE(ParseLlamaConfigJson(biased, "b.json")
+                .status()
+                .message()
+                .find("\"attention_bias\""),
+            std::string::npos);
 }
 
 TEST(HfLlamaTest, ImportWidensBf16AndIgnoresExtraBuffers) {
@@ -355,53 +521,57 @@ TEST(HfLlamaTest, ExportsATensorParallelCheckpoint) {
   // Saved by 2 tensor-parallel ranks as the model splits it (qkv by rows,
   // one K/V group a rank; fc1 [2, ffn, h] along dimension 1; proj and fc2
   // by columns; the vocabulary by rows), exported whole.
-  const auto config = SmallConfig(/*tied=*/false);
-  const auto params = RandomParams(config);
-  checkpoint::CommonState common;
-  *common.mutable_model() = config;
-  const std::string dir = testing_util::FreshDir("hf_llama_export");
-  InProcessGroup group(2);
-  std::vector<absl::Status> status(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      std::vector<ShardedTensorRef> refs;
-      for (const auto& [name, t] : params) {
-        int dim = -1;
-        if (absl::StrContains(name, "linear_qkv") ||
-            absl::StrContains(name, "word_embeddings") ||
-            absl::StrContains(name, "output_layer")) {
-          dim = 0;
-        } else if (absl::StrContains(name, "linear_fc1") ||
-                   absl::StrContains(name, "linear_proj") ||
-                   absl::StrContains(name, "linear_fc2")) {
-          dim = 1;
+  for (const auto& config :
+       {SmallConfig(false), Qwen2Config(false), Qwen3Config(false)}) {
+    SCOPED_TRACE(HfArchitecture(config));
+    const auto params = RandomParams(config);
+    checkpoint::CommonState common;
+    *common.mutable_model() = config;
+    const std::string dir = testing_util::FreshDir(
+        absl::StrCat("hf_llama_export_", HfArchitecture(config)));
+    InProcessGroup group(2);
+    std::vector<absl::Status> status(2);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 2; ++rank) {
+      threads.emplace_back([&, rank] {
+        std::vector<ShardedTensorRef> refs;
+        for (const auto& [name, t] : params) {
+          int dim = -1;
+          if (absl::StrContains(name, "linear_qkv") ||
+              absl::StrContains(name, "word_embeddings") ||
+              absl::StrContains(name, "output_layer")) {
+            dim = 0;
+          } else if (absl::StrContains(name, "linear_fc1") ||
+                     absl::StrContains(name, "linear_proj") ||
+                     absl::StrContains(name, "linear_fc2")) {
+            dim = 1;
+          }
+          if (dim < 0) {
+            refs.push_back(ShardedTensorRef::Replicated(name, t));
+          } else {
+            const int64_t len = t.size(dim) / 2;
+            refs.push_back(ShardedTensorRef::SplitAlong(
+                name, testing_util::SliceDim(t, dim, rank * len, len), dim,
+                rank, 2));
+          }
         }
-        if (dim < 0) {
-          refs.push_back(ShardedTensorRef::Replicated(name, t));
-        } else {
-          const int64_t len = t.size(dim) / 2;
-          refs.push_back(ShardedTensorRef::SplitAlong(
-              name, testing_util::SliceDim(t, dim, rank * len, len), dim, rank,
-              2));
-        }
-      }
-      status[rank] =
-          SaveCheckpoint(dir, 10, refs, common, {}, group.Context(rank));
-    });
-  }
-  for (auto& t : threads) t.join();
-  ASSERT_TRUE(status[0].ok()) << status[0];
-  ASSERT_TRUE(status[1].ok()) << status[1];
-  auto reader = CheckpointReader::Open(dir);
-  ASSERT_TRUE(reader.ok()) << reader.status();
-  auto got = ExportCheckpointToHfLlama(**reader);
-  ASSERT_TRUE(got.ok()) << got.status();
-  auto want = ExportLlama(params, config);
-  ASSERT_TRUE(want.ok());
-  ASSERT_EQ(got->size(), want->size());
-  for (const auto& [name, t] : *want) {
-    EXPECT_EQ(Get(*got, name).ToDoubles(), t.ToDoubles()) << name;
+        status[rank] =
+            SaveCheckpoint(dir, 10, refs, common, {}, group.Context(rank));
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_TRUE(status[0].ok()) << status[0];
+    ASSERT_TRUE(status[1].ok()) << status[1];
+    auto reader = CheckpointReader::Open(dir);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    auto got = ExportCheckpointToHfLlama(**reader);
+    ASSERT_TRUE(got.ok()) << got.status();
+    auto want = ExportLlama(params, config);
+    ASSERT_TRUE(want.ok());
+    ASSERT_EQ(got->size(), want->size());
+    for (const auto& [name, t] : *want) {
+      EXPECT_EQ(Get(*got, name).ToDoubles(), t.ToDoubles()) << name;
+    }
   }
 }
 

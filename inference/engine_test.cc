@@ -55,6 +55,14 @@ std::vector<std::pair<std::string, gpt::GPTConfig>> Variants(bool serial) {
   gpt::GPTConfig gqa = rope;
   gqa.num_query_groups = 2;
   v.push_back({"rope_gqa", gqa});
+  // Qwen's attention (QKV bias, QK-norm) with Llama 3's scaled rotary
+  // frequencies (an original context of 4 positions scales most of them).
+  gpt::GPTConfig qwen = gqa;
+  qwen.add_qkv_bias = true;
+  qwen.qk_layernorm = true;
+  qwen.rope_scaling.enabled = true;
+  qwen.rope_scaling.original_max_position_embeddings = 4;
+  v.push_back({"qwen_qk_norm_qkv_bias_rope_scaling", qwen});
   if (serial) {
     gpt::GPTConfig swiglu = rope;
     swiglu.activation = gpt::Activation::kSwiGLU;

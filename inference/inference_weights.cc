@@ -146,8 +146,8 @@ absl::StatusOr<InferenceWeights> LoadInferenceWeights(
     auto ln1 = NormOf(params, prefix + "input_layernorm", layer_norm);
     auto ln2 = NormOf(params, prefix + "pre_mlp_layernorm", layer_norm);
     const gpt::TransformerLayer* t = model.layer(i - w.first_layer);
-    auto qkv = Linear(params, prefix + "self_attention.linear_qkv", bias,
-                      t->qkv_int8());
+    auto qkv = Linear(params, prefix + "self_attention.linear_qkv",
+                      c.qkv_bias(), t->qkv_int8());
     auto proj = Linear(params, prefix + "self_attention.linear_proj", bias,
                        t->proj_int8());
     auto fc1 = Linear(params, prefix + "mlp.linear_fc1", bias, t->fc1_int8());
@@ -155,6 +155,16 @@ absl::StatusOr<InferenceWeights> LoadInferenceWeights(
     for (const absl::Status& s : {ln1.status(), ln2.status(), qkv.status(),
                                   proj.status(), fc1.status(), fc2.status()}) {
       if (!s.ok()) return s;
+    }
+    if (c.qk_layernorm) {
+      auto qn =
+          NormOf(params, prefix + "self_attention.q_layernorm", layer_norm);
+      if (!qn.ok()) return qn.status();
+      auto kn =
+          NormOf(params, prefix + "self_attention.k_layernorm", layer_norm);
+      if (!kn.ok()) return kn.status();
+      layer.q_norm = std::move(*qn);
+      layer.k_norm = std::move(*kn);
     }
     layer.ln1 = std::move(*ln1);
     layer.ln2 = std::move(*ln2);

@@ -32,6 +32,7 @@ struct NormWeights {
 
 struct LayerWeights {
   NormWeights ln1, ln2;
+  NormWeights q_norm, k_norm;  // --qk-layernorm: [head_dim]; else empty
   LinearWeights qkv, proj, fc1, fc2;
 };
 

@@ -122,8 +122,8 @@ absl::Status ModelRunner::SumOverTp(std::vector<float>* v) {
 }
 
 void ModelRunner::Norm(const NormWeights& norm, const float* x, int64_t rows,
-                       float* y) const {
-  const int64_t h = weights_.config.hidden_size;
+                       float* y, int64_t width) const {
+  const int64_t h = width > 0 ? width : weights_.config.hidden_size;
   const float eps = static_cast<float>(weights_.config.norm_epsilon);
   const bool layer_norm = !norm.bias.empty();
   ThreadPool::Global().ParallelFor(rows, 8, [&](int64_t r0, int64_t r1) {
@@ -223,6 +223,10 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
       std::memcpy(v.data() + (r * groups + g) * d, src + (hpg + 1) * d,
                   d * sizeof(float));
     }
+  }
+  if (!lw.q_norm.weight.empty()) {  // QK-norm: per head, before rotary.
+    Norm(lw.q_norm, q.data(), n * heads, q.data(), d);
+    Norm(lw.k_norm, k.data(), n * groups, k.data(), d);
   }
   if (c.position_embedding == gpt::PositionEmbedding::kRope) {
     Rotate(q.data(), n, heads, rows.positions);

@@ -73,8 +73,9 @@ class ModelRunner {
   // Sums `v` over the TP group in rank order (the same bits on every rank,
   // for any length).
   absl::Status SumOverTp(std::vector<float>* v);
-  void Norm(const NormWeights& norm, const float* x, int64_t rows,
-            float* y) const;
+  // Over `width` elements a row (0: hidden_size); y may be x.
+  void Norm(const NormWeights& norm, const float* x, int64_t rows, float* y,
+            int64_t width = 0) const;
   void Rotate(float* x, int64_t rows, int64_t heads_per_row,
               const std::vector<int64_t>& positions) const;
 

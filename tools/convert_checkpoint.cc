@@ -1,6 +1,7 @@
 // tools/convert_checkpoint: a checkpoint of any layout to a Hugging Face
 // model directory (config.json and model.safetensors, or shards with
-// model.safetensors.index.json) for GPT2LMHeadModel or LlamaForCausalLM,
+// model.safetensors.index.json) for GPT2LMHeadModel, LlamaForCausalLM,
+// Qwen2ForCausalLM or Qwen3ForCausalLM,
 // and back into a checkpoint that loads under any layout.
 //
 //   convert_checkpoint --load DIR --export-hf OUT_DIR [--max-shard-size 5GB]
@@ -12,7 +13,9 @@
 //
 // Export picks the architecture from the checkpoint's model configuration
 // (GPT-2: LayerNorm, GELU, learned positions, biases; Llama: RMSNorm,
-// SwiGLU, RoPE, no biases); import picks it from config.json's model_type.
+// SwiGLU, RoPE, no biases; Qwen2: Llama with a QKV bias; Qwen3: Llama with
+// QK-norm); import picks it
+// from config.json's model_type.
 //
 // Checkpoints hold the true vocabulary (no TP padding), so the export does
 // not depend on the layout a checkpoint was saved at, and an import loads
@@ -42,10 +45,13 @@
 
 ABSL_FLAG(std::string, load, "", "Checkpoint directory to export.");
 ABSL_FLAG(std::string, export_hf, "",
-          "Write config.json and the weights for GPT2LMHeadModel or "
-          "LlamaForCausalLM (by the checkpoint's architecture) here.");
+          "Write config.json and the weights for GPT2LMHeadModel, "
+          "LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM (by the "
+          "checkpoint's "
+          "architecture) here.");
 ABSL_FLAG(std::string, import_hf, "",
-          "Read config.json (model_type gpt2 or llama) and model.safetensors "
+          "Read config.json (model_type gpt2, llama, qwen2 or qwen3) and "
+          "model.safetensors "
           "or model.safetensors.index.json with its shards from here.");
 ABSL_FLAG(std::string, max_shard_size, "5GB",
           "--export-hf: weights larger than this go into shards "
@@ -121,7 +127,8 @@ absl::Status Export() {
   std::printf("exported %s (iteration %lld) as %s to %s\n",
               reader->path().c_str(),
               static_cast<long long>(reader->iteration()),
-              gpt2.ok() ? "GPT2LMHeadModel" : "LlamaForCausalLM", out.c_str());
+              gpt2.ok() ? "GPT2LMHeadModel" : HfArchitecture(config).c_str(),
+              out.c_str());
   return absl::OkStatus();
 }
 
@@ -133,11 +140,14 @@ absl::Status Import() {
       json.contains("model_type") && json["model_type"].is_string()
           ? json["model_type"].get<std::string>()
           : "gpt2";  // Older GPT-2 files have none.
-  if (model_type != "gpt2" && model_type != "llama") {
-    return absl::UnimplementedError(absl::StrCat(
-        config_path, ": model_type \"", model_type, "\" is not gpt2 or llama"));
+  if (model_type != "gpt2" && model_type != "llama" && model_type != "qwen2" &&
+      model_type != "qwen3") {
+    return absl::UnimplementedError(
+        absl::StrCat(config_path, ": model_type \"", model_type,
+                     "\" is not gpt2, llama, qwen2 or qwen3"));
   }
-  const bool llama = model_type == "llama";
+  // Qwen2 and Qwen3 are the Llama mapping with their extras.
+  const bool llama = model_type != "gpt2";
   MCC_ASSIGN_OR_RETURN(checkpoint::ModelConfig config,
                        llama ? ParseLlamaConfigJson(json.dump(), config_path)
                              : ParseGpt2ConfigJson(json.dump(), config_path));

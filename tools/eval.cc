@@ -210,6 +210,10 @@ absl::Status CheckModelFlags(const Plan& plan,
   check("disable_bias_linear", "add_bias_linear (negated)",
         boolean(absl::GetFlag(FLAGS_disable_bias_linear)),
         boolean(!m.add_bias_linear()));
+  check("qk_layernorm", "qk_layernorm",
+        boolean(absl::GetFlag(FLAGS_qk_layernorm)), boolean(m.qk_layernorm()));
+  check("add_qkv_bias", "add_qkv_bias",
+        boolean(absl::GetFlag(FLAGS_add_qkv_bias)), boolean(m.add_qkv_bias()));
   check("vocab_size", "vocab_size", str(absl::GetFlag(FLAGS_vocab_size)),
         str(m.vocab_size()));
   if (errors.empty()) return absl::OkStatus();

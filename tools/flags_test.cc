@@ -394,6 +394,10 @@ std::vector<Row> Table() {
       {"--untie-embeddings-and-output-weights"}, tm);
   add("train", "disable_bias_linear", V::kEffect, {"--disable-bias-linear"},
       tm);
+  add("train", "add_qkv_bias", V::kEffect, {"--add-qkv-bias"},
+      With(tm, {"--disable-bias-linear"}));
+  add("train", "add_qkv_bias", V::kWarned, {"--add-qkv-bias"}, tm);
+  add("train", "qk_layernorm", V::kEffect, {"--qk-layernorm"}, tm);
   add("train", "hidden_dropout", V::kEffect, {"--hidden-dropout", "0.2"}, tm);
   add("train", "attention_dropout", V::kEffect, {"--attention-dropout", "0.2"},
       tm);
@@ -826,6 +830,8 @@ std::vector<Row> Table() {
            {"swiglu", "true"},
            {"untie_embeddings_and_output_weights", "true"},
            {"disable_bias_linear", "true"},
+           {"add_qkv_bias", "true"},
+           {"qk_layernorm", "true"},
            {"vocab_size", "300"}}) {
     add("eval", flag, V::kRefused, {"--" + Dashed(flag) + "=" + value}, el);
   }

@@ -8,13 +8,26 @@
 # (whose vocabulary padding must take no probability). The import trains
 # at another sequence length under TP 2 x PP 2 with the serial run's losses
 # (1e-5), and exporting it gives back the reference's tensors bit for bit,
-# sharded or not.
+# sharded or not. An optional sixth argument names the family the reference
+# writes (llama, llama31: rope_scaling of type llama3; qwen2: q/k/v biases,
+# tied embeddings; qwen3: QK-norm) and so the training flags.
 set -euo pipefail
 launch=$1
 train=$2
 eval=$3
 convert=$4
 reference=$5
+family=${6:-llama}
+case $family in
+  llama) family_flags=(--untie-embeddings-and-output-weights); model_type=llama ;;
+  llama31) family_flags=(--untie-embeddings-and-output-weights --use-rope-scaling
+             --rope-scaling-factor 8 --rope-scaling-low-freq-factor 1
+             --rope-scaling-high-freq-factor 4
+             --rope-scaling-original-max-position-embeddings 64); model_type=llama ;;
+  qwen2) family_flags=(--add-qkv-bias); model_type=qwen2 ;;
+  qwen3) family_flags=(--untie-embeddings-and-output-weights --qk-layernorm); model_type=qwen3 ;;
+  *) echo "unknown family $family"; exit 1 ;;
+esac
 work=${TEST_TMPDIR:-$(mktemp -d)}
 python=/usr/bin/python3
 if ! "$python" -c "import torch" > /dev/null 2>&1; then
@@ -25,7 +38,8 @@ fi
 
 prompt="3 17 42 5 88 1 60 23 9 71 14 2"
 new=10
-"$python" "$reference" write "$work/hf" --prompt-ids "$prompt" --new $new > "$work/ref.json"
+"$python" "$reference" write "$work/hf" --prompt-ids "$prompt" --new $new \
+  --family "$family" > "$work/ref.json"
 cat "$work/ref.json"
 read -r ref_loss ref_tokens margin < <("$python" -c '
 import json, sys
@@ -68,7 +82,7 @@ flags=(--num-layers 2 --hidden-size 64 --num-attention-heads 4
        --group-query-attention --num-query-groups 2 --ffn-hidden-size 176
        --seq-length 32 --position-embedding-type rope
        --rotary-base 50000 --normalization RMSNorm --norm-epsilon 1e-6 --swiglu
-       --untie-embeddings-and-output-weights --disable-bias-linear
+       "${family_flags[@]}" --disable-bias-linear
        --mock-data --vocab-size 96 --micro-batch-size 2 --global-batch-size 4
        --train-iters 3 --lr-decay-iters 3 --eval-iters 0 --log-interval 1
        --num-threads 1 --load "$work/ckpt" --no-load-optim)
@@ -86,11 +100,11 @@ paste <(losses "$work/serial.jsonl") <(losses "$work/tp2pp2.jsonl") | awk '
 # Export of the import: the reference's tensors, bit for bit.
 "$convert" --load "$work/ckpt" --export-hf "$work/out_single"
 test -f "$work/out_single/model.safetensors"
-grep -q '"model_type": "llama"' "$work/out_single/config.json"
+grep -q "\"model_type\": \"$model_type\"" "$work/out_single/config.json"
 grep -q '"num_key_value_heads": 2' "$work/out_single/config.json"
 "$python" "$reference" same "$work/hf" "$work/out_single"
 "$convert" --load "$work/ckpt" --export-hf "$work/out_sharded" --max-shard-size 100KB
 test -f "$work/out_sharded/model.safetensors.index.json"
 test ! -e "$work/out_sharded/model.safetensors"
 "$python" "$reference" same "$work/hf" "$work/out_sharded"
-echo "Llama: PyTorch reference loss and greedy tokens, training and export OK"
+echo "$family: PyTorch reference loss and greedy tokens, training and export OK"

@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""A plain PyTorch reference of Hugging Face's LlamaForCausalLM forward pass.
+"""A plain PyTorch reference of Hugging Face's LlamaForCausalLM forward pass,
+and of the family members built on it (--family): Llama 3.1's rope_scaling
+(type llama3), Qwen2's q/k/v biases with tied embeddings, Qwen3's QK-norm.
 
 Written from the architecture's definition (no transformers import): token
 embedding; per layer RMSNorm, rotary positions in the rotate-half form (dim i
@@ -7,6 +9,15 @@ paired with i + head_dim / 2), grouped-query causal attention (query head j
 reads K/V head j // (heads / kv_heads)), residual, RMSNorm, SwiGLU MLP
 (down(silu(gate(x)) * up(x))), residual; final RMSNorm; untied lm_head.
 Computed in float64.
+
+Llama 3.1's scaling, from its definition: with wavelength w = 2 pi / f of
+each inverse frequency f and L = original_max_position_embeddings, w <
+L / high_freq_factor keeps f, w > L / low_freq_factor gives f / factor, and
+between them f is blended as (1 - s) f / factor + s f with s = (L / w -
+low_freq_factor) / (high_freq_factor - low_freq_factor). Qwen2 adds biases
+to q_proj, k_proj and v_proj (not o_proj). Qwen3 applies an RMSNorm over
+each head's head_dim (weights q_norm and k_norm, shared by the heads) to
+the projected queries and keys before the rotation.
 
   llama_reference.py write DIR --prompt-ids '1 5 9' --new 8
       random weights saved as a Hugging Face model directory (config.json,
@@ -44,6 +55,27 @@ CONFIG = {
     "torch_dtype": "float32",
 }
 
+# What each family changes in CONFIG.
+FAMILIES = {
+    "llama": {},
+    # original 64 puts the 8 frequencies of head_dim 16 (base 50000) in all
+    # three bands: kept, blended, divided.
+    "llama31": {"max_position_embeddings": 256,
+                "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0,
+                                 "original_max_position_embeddings": 64,
+                                 "rope_type": "llama3"}},
+    "qwen2": {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+              "tie_word_embeddings": True, "use_sliding_window": False},
+    "qwen3": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+              "head_dim": 16, "attention_bias": False},
+}
+
+# Seeds whose greedy continuations keep their top two logits apart (the
+# test needs a margin over 1e-2); Qwen2's tied head repeats tokens, seed 3
+# changes token once.
+FAMILY_SEEDS = {"llama": 2, "llama31": 2, "qwen2": 3, "qwen3": 3}
+
 _DTYPES = {"F32": (torch.float32, 4), "BF16": (torch.bfloat16, 2),
            "F16": (torch.float16, 2)}
 
@@ -62,20 +94,34 @@ def random_weights(c, seed):
     def norm_weight():
         return 1.0 + normal(h, std=0.1)
 
-    w = {"model.embed_tokens.weight": normal(v, h, std=1.0)}
+    # Tied: the embedding is the output layer too; smaller rows keep the
+    # logits O(1).
+    tied = c["tie_word_embeddings"]
+    w = {"model.embed_tokens.weight": normal(v, h, std=0.2 if tied else 1.0)}
+    # Llama 3.1: sharper attention, so that the positions (and the scaled
+    # frequencies) move the logits well beyond the test's tolerance.
+    qk_std = (4.0 if c.get("rope_scaling") else 1.0) * h ** -0.5
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = norm_weight()
-        w[p + "self_attn.q_proj.weight"] = normal(h, h, std=h ** -0.5)
-        w[p + "self_attn.k_proj.weight"] = normal(kv, h, std=h ** -0.5)
+        w[p + "self_attn.q_proj.weight"] = normal(h, h, std=qk_std)
+        w[p + "self_attn.k_proj.weight"] = normal(kv, h, std=qk_std)
         w[p + "self_attn.v_proj.weight"] = normal(kv, h, std=h ** -0.5)
         w[p + "self_attn.o_proj.weight"] = normal(h, h, std=h ** -0.5)
+        if c["model_type"] == "qwen2":
+            w[p + "self_attn.q_proj.bias"] = normal(h, std=0.5)
+            w[p + "self_attn.k_proj.bias"] = normal(kv, std=0.5)
+            w[p + "self_attn.v_proj.bias"] = normal(kv, std=0.5)
+        if c["model_type"] == "qwen3":
+            w[p + "self_attn.q_norm.weight"] = 1.0 + normal(d, std=0.2)
+            w[p + "self_attn.k_norm.weight"] = 1.0 + normal(d, std=0.2)
         w[p + "post_attention_layernorm.weight"] = norm_weight()
         w[p + "mlp.gate_proj.weight"] = normal(f, h, std=h ** -0.5)
         w[p + "mlp.up_proj.weight"] = normal(f, h, std=h ** -0.5)
         w[p + "mlp.down_proj.weight"] = normal(h, f, std=f ** -0.5)
     w["model.norm.weight"] = norm_weight()
-    w["lm_head.weight"] = normal(v, h, std=h ** -0.5)
+    if not c["tie_word_embeddings"]:
+        w["lm_head.weight"] = normal(v, h, std=h ** -0.5)
     # What the file holds is fp32: the reference computes with those values.
     return {k: t.to(torch.float32).to(torch.float64) for k, t in w.items()}
 
@@ -89,6 +135,28 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def inverse_frequencies(c, d):
+    f = 1.0 / (c["rope_theta"] ** (
+        torch.arange(0, d, 2, dtype=torch.float64) / d))
+    r = c.get("rope_scaling")
+    if not r:
+        return f
+    assert r["rope_type"] == "llama3", r
+    out = []
+    for x in f.tolist():
+        wavelen = 2 * math.pi / x
+        big = r["original_max_position_embeddings"]
+        if wavelen < big / r["high_freq_factor"]:
+            out.append(x)
+        elif wavelen > big / r["low_freq_factor"]:
+            out.append(x / r["factor"])
+        else:
+            s = (big / wavelen - r["low_freq_factor"]) / (
+                r["high_freq_factor"] - r["low_freq_factor"])
+            out.append((1 - s) * x / r["factor"] + s * x)
+    return torch.tensor(out, dtype=torch.float64)
+
+
 def forward(w, c, ids):
     """Logits [s, vocab] of one sequence of token ids."""
     h = c["hidden_size"]
@@ -97,8 +165,7 @@ def forward(w, c, ids):
     s = len(ids)
     eps = c["rms_norm_eps"]
     x = w["model.embed_tokens.weight"][torch.tensor(ids)]
-    inv_freq = 1.0 / (c["rope_theta"] ** (
-        torch.arange(0, d, 2, dtype=torch.float64) / d))
+    inv_freq = inverse_frequencies(c, d)
     angles = torch.outer(torch.arange(s, dtype=torch.float64), inv_freq)
     angles = torch.cat((angles, angles), dim=-1)  # [s, d]
     cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
@@ -106,9 +173,18 @@ def forward(w, c, ids):
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
         y = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = (y @ w[p + "self_attn.q_proj.weight"].T).view(s, heads, d)
-        k = (y @ w[p + "self_attn.k_proj.weight"].T).view(s, kv_heads, d)
-        v = (y @ w[p + "self_attn.v_proj.weight"].T).view(s, kv_heads, d)
+        q = y @ w[p + "self_attn.q_proj.weight"].T
+        k = y @ w[p + "self_attn.k_proj.weight"].T
+        v = y @ w[p + "self_attn.v_proj.weight"].T
+        if p + "self_attn.q_proj.bias" in w:
+            q = q + w[p + "self_attn.q_proj.bias"]
+            k = k + w[p + "self_attn.k_proj.bias"]
+            v = v + w[p + "self_attn.v_proj.bias"]
+        q, k, v = q.view(s, heads, d), k.view(s, kv_heads, d), \
+            v.view(s, kv_heads, d)
+        if p + "self_attn.q_norm.weight" in w:
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         rep = heads // kv_heads
@@ -123,7 +199,8 @@ def forward(w, c, ids):
         x = x + (torch.nn.functional.silu(gate) * up) @ \
             w[p + "mlp.down_proj.weight"].T
     x = rms_norm(x, w["model.norm.weight"], eps)
-    return x @ w["lm_head.weight"].T
+    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+    return x @ head.T
 
 
 def write_safetensors(path, tensors):
@@ -173,7 +250,9 @@ def read_dir(path):
 
 def write(args):
     c = dict(CONFIG)
-    w = random_weights(c, args.seed)
+    c.update(FAMILIES[args.family])
+    seed = args.seed if args.seed is not None else FAMILY_SEEDS[args.family]
+    w = random_weights(c, seed)
     os.makedirs(args.dir, exist_ok=True)
     with open(os.path.join(args.dir, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
@@ -227,7 +306,8 @@ def main():
     w.add_argument("dir")
     w.add_argument("--prompt-ids", required=True)
     w.add_argument("--new", type=int, default=8)
-    w.add_argument("--seed", type=int, default=2)
+    w.add_argument("--seed", type=int, default=None)
+    w.add_argument("--family", choices=sorted(FAMILIES), default="llama")
     s = sub.add_parser("same")
     s.add_argument("a")
     s.add_argument("b")

@@ -58,6 +58,8 @@ absl::StatusOr<gpt::GPTConfig> GPTConfigFromConfig(const TrainConfig& config,
   c.untie_embeddings_and_output_weights =
       config.untie_embeddings_and_output_weights();
   c.add_bias_linear = !config.disable_bias_linear();
+  c.add_qkv_bias = config.add_qkv_bias();
+  c.qk_layernorm = config.qk_layernorm();
   c.hidden_dropout = config.hidden_dropout();
   c.attention_dropout = config.attention_dropout();
   c.init_method_std = config.init_method_std();

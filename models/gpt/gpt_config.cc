@@ -27,8 +27,11 @@ std::string GPTConfig::Architecture() const {
     choices.push_back(
         absl::StrCat("GQA ", num_attention_heads, "/", query_groups()));
   }
+  if (qk_layernorm) choices.push_back("QK-norm");
   if (untie_embeddings_and_output_weights) choices.push_back("untied");
-  if (!add_bias_linear) choices.push_back("no bias");
+  if (!add_bias_linear) {
+    choices.push_back(add_qkv_bias ? "QKV bias only" : "no bias");
+  }
   const std::string name = IsLlama() ? "Llama" : "GPT";
   if (choices.empty()) return name;
   return absl::StrCat(name, " (", absl::StrJoin(choices, ", "), ")");

@@ -43,7 +43,14 @@ struct GPTConfig {
   double norm_epsilon = 1e-5;                               // --norm-epsilon
   Activation activation = Activation::kGelu;  // --swiglu selects SwiGLU
   bool untie_embeddings_and_output_weights = false;
-  bool add_bias_linear = true;     // --disable-bias-linear clears it
+  bool add_bias_linear = true;  // --disable-bias-linear clears it
+  // --add-qkv-bias: the QKV projection keeps its bias when
+  // --disable-bias-linear removes the others (Qwen2).
+  bool add_qkv_bias = false;
+  // --qk-layernorm: Q and K normalised over each head (the model's
+  // --normalization, weights of head_dim shared by the heads) before the
+  // rotation (Qwen3).
+  bool qk_layernorm = false;
   double hidden_dropout = 0.0;     // --hidden-dropout
   double attention_dropout = 0.0;  // --attention-dropout
   double init_method_std = 0.02;   // --init-method-std
@@ -64,6 +71,7 @@ struct GPTConfig {
   int query_groups() const {
     return num_query_groups > 0 ? num_query_groups : num_attention_heads;
   }
+  bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   // The rotation every layer applies to Q and K (base, Llama 3 scaling).
   ops::RotaryOptions Rotary() const {

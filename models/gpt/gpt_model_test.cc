@@ -102,6 +102,18 @@ std::vector<std::pair<std::string, GPTConfig>> Variants() {
   llama3.rope_scaling.factor = 8.0;
   llama3.rope_scaling.original_max_position_embeddings = 8;
   v.push_back({"llama3_rope_scaling", llama3});
+  // Qwen2: the QKV projection alone has a bias, split with its rows.
+  GPTConfig qwen2 = llama;
+  qwen2.add_qkv_bias = true;
+  v.push_back({"qwen2_qkv_bias", qwen2});
+  // Qwen3: Q and K normalised per head before the rotation; each TP rank
+  // holds its heads, so the norm weights' gradients sum over TP.
+  GPTConfig qwen3 = llama;
+  qwen3.qk_layernorm = true;
+  v.push_back({"qwen3_qk_layernorm", qwen3});
+  GPTConfig qwen3_sel = qwen3;
+  qwen3_sel.recompute_granularity = RecomputeGranularity::kSelective;
+  v.push_back({"qwen3_qk_layernorm_selective", qwen3_sel});
   // Padding that differs with TP: 128 rows at TP 1 and 2, 256 at TP 4
   // (where ranks 2 and 3 hold padding only).
   GPTConfig padded = base;

@@ -31,6 +31,8 @@ checkpoint::ModelConfig ToProto(const gpt::GPTConfig& c, DType dtype) {
                        : checkpoint::ACTIVATION_GELU);
   p.set_tied_embeddings(!c.untie_embeddings_and_output_weights);
   p.set_add_bias_linear(c.add_bias_linear);
+  p.set_add_qkv_bias(c.add_qkv_bias);
+  p.set_qk_layernorm(c.qk_layernorm);
   p.set_layernorm_epsilon(c.norm_epsilon);
   p.set_rotary_base(c.rotary_base);
   if (c.rope_scaling.enabled) {
@@ -68,6 +70,8 @@ absl::StatusOr<gpt::GPTConfig> FromProto(const checkpoint::ModelConfig& p) {
                      : gpt::Activation::kGelu;
   c.untie_embeddings_and_output_weights = !p.tied_embeddings();
   c.add_bias_linear = p.add_bias_linear();
+  c.add_qkv_bias = p.add_qkv_bias();
+  c.qk_layernorm = p.qk_layernorm();
   c.norm_epsilon = p.layernorm_epsilon();
   c.rotary_base = p.rotary_base();
   if (p.has_rope_scaling()) {

@@ -1,6 +1,7 @@
 #include "models/gpt/transformer_layer.h"
 
 #include <cmath>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -48,6 +49,27 @@ absl::StatusOr<std::unique_ptr<Norm>> Norm::Create(
   return norm;
 }
 
+absl::StatusOr<std::unique_ptr<Norm>> Norm::CreatePerHead(
+    const std::string& name, const GPTConfig& config,
+    const parallel::LayerContext& context) {
+  auto norm = std::unique_ptr<Norm>(new Norm);
+  norm->kind_ = config.normalization;
+  norm->eps_ = static_cast<float>(config.norm_epsilon);
+  // Partial on every TP rank (its own heads), with or without SP.
+  const bool partial = GroupSize(context.tp_group) > 1;
+  MCC_ASSIGN_OR_RETURN(norm->weight_,
+                       MakeParameter(name + ".weight", {config.head_dim()}, -1,
+                                     InitSpec::Ones(), context, false));
+  norm->weight_->sequence_parallel = partial;
+  if (config.normalization == Normalization::kLayerNorm) {
+    MCC_ASSIGN_OR_RETURN(norm->bias_,
+                         MakeParameter(name + ".bias", {config.head_dim()}, -1,
+                                       InitSpec::Zeros(), context, false));
+    norm->bias_->sequence_parallel = partial;
+  }
+  return norm;
+}
+
 absl::StatusOr<Tensor> Norm::Forward(const Tensor& x, Activations* act) const {
   Tensor y = Tensor::Empty(x.shape(), x.dtype(), x.device());
   act->input = x;
@@ -89,6 +111,13 @@ std::vector<Tensor*> TransformerLayer::Activations::Tensors() {
       &qkv.input, &fc1.input,  &proj.input, &fc2.input, &q,        &k,
       &v,         &attn_out,   &lse,        &fc1_out,   &cp_a2a.q, &cp_a2a.k,
       &cp_a2a.v,  &cp_a2a.out, &cp_a2a.lse};
+  for (int c = 0; c < 2; ++c) {
+    for (Norm::Activations* n : {&q_norm[c], &k_norm[c]}) {
+      out.push_back(&n->input);
+      out.push_back(&n->mean);
+      out.push_back(&n->rstd);
+    }
+  }
   for (int c = 0; c < 2; ++c) {
     for (Tensor* t :
          {&cp_qkv.q[c], &cp_qkv.k[c], &cp_qkv.v[c], &cp_out[c], &cp_lse[c]}) {
@@ -141,8 +170,18 @@ absl::StatusOr<std::unique_ptr<TransformerLayer>> TransformerLayer::Create(
       layer->ln1_, Norm::Create(prefix + "input_layernorm", config, context));
   MCC_ASSIGN_OR_RETURN(
       layer->ln2_, Norm::Create(prefix + "pre_mlp_layernorm", config, context));
+  if (config.qk_layernorm) {
+    MCC_ASSIGN_OR_RETURN(
+        layer->q_norm_,
+        Norm::CreatePerHead(prefix + "self_attention.q_layernorm", config,
+                            context));
+    MCC_ASSIGN_OR_RETURN(
+        layer->k_norm_,
+        Norm::CreatePerHead(prefix + "self_attention.k_layernorm", config,
+                            context));
+  }
   LinearOptions qkv_options;
-  qkv_options.bias = config.add_bias_linear;
+  qkv_options.bias = config.qkv_bias();
   qkv_options.weight_init = InitSpec::Normal(std);
   MCC_ASSIGN_OR_RETURN(layer->qkv_, ColumnParallelLinear::Create(
                                         prefix + "self_attention.linear_qkv", h,
@@ -176,6 +215,10 @@ absl::StatusOr<std::unique_ptr<TransformerLayer>> TransformerLayer::Create(
 void TransformerLayer::AppendParameters(ParameterList* out) const {
   ln1_->AppendParameters(out);
   qkv_->AppendParameters(out);
+  if (q_norm_ != nullptr) {
+    q_norm_->AppendParameters(out);
+    k_norm_->AppendParameters(out);
+  }
   proj_->AppendParameters(out);
   ln2_->AppendParameters(out);
   fc1_->AppendParameters(out);
@@ -240,6 +283,36 @@ absl::Status TransposeBatchSeq(const Tensor& src, int64_t b, int64_t s,
 }
 
 }  // namespace
+
+absl::Status TransformerLayer::QkNormForward(Tensor* q, Tensor* k, int chunk,
+                                             Activations* act) const {
+  if (q_norm_ == nullptr) return absl::OkStatus();
+  const int64_t d = config_.head_dim();
+  for (auto [x, norm, record] :
+       {std::make_tuple(q, q_norm_.get(), &act->q_norm[chunk]),
+        std::make_tuple(k, k_norm_.get(), &act->k_norm[chunk])}) {
+    const Shape shape = x->shape();
+    MCC_ASSIGN_OR_RETURN(Tensor rows, x->Reshape({x->numel() / d, d}));
+    MCC_ASSIGN_OR_RETURN(Tensor y, norm->Forward(rows, record));
+    MCC_ASSIGN_OR_RETURN(*x, y.Reshape(shape));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TransformerLayer::QkNormBackward(Tensor* dq, Tensor* dk, int chunk,
+                                              const Activations& act) const {
+  if (q_norm_ == nullptr) return absl::OkStatus();
+  const int64_t d = config_.head_dim();
+  for (auto [dx, norm, record] :
+       {std::make_tuple(dq, q_norm_.get(), &act.q_norm[chunk]),
+        std::make_tuple(dk, k_norm_.get(), &act.k_norm[chunk])}) {
+    const Shape shape = dx->shape();
+    MCC_ASSIGN_OR_RETURN(Tensor rows, dx->Reshape({dx->numel() / d, d}));
+    MCC_ASSIGN_OR_RETURN(Tensor g, norm->Backward(rows, *record));
+    MCC_ASSIGN_OR_RETURN(*dx, g.Reshape(shape));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Tensor> TransformerLayer::Dropout(const Tensor& x,
                                                  uint64_t offset) const {
@@ -366,6 +439,7 @@ absl::Status TransformerLayer::LocalAttentionForward(const Tensor& qkv,
   act->k = Tensor::Empty({b, s, local_groups_, d}, qkv.dtype(), qkv.device());
   act->v = Tensor::Empty({b, s, local_groups_, d}, qkv.dtype(), qkv.device());
   MCC_RETURN_IF_ERROR(SplitQkv(qkv, layout, &act->q, &act->k, &act->v));
+  MCC_RETURN_IF_ERROR(QkNormForward(&act->q, &act->k, 0, act));
   if (config_.position_embedding == PositionEmbedding::kRope) {
     ops::RotaryOptions rope = config_.Rotary();
     MCC_RETURN_IF_ERROR(ops::RotaryForward(act->q, rope, &act->q));
@@ -397,6 +471,7 @@ absl::Status TransformerLayer::ContextParallelForward(const Tensor& qkv,
     in.v[c] =
         Tensor::Empty({b, l, local_groups_, d}, qkv.dtype(), qkv.device());
     MCC_RETURN_IF_ERROR(SplitQkv(rows, layout, &in.q[c], &in.k[c], &in.v[c]));
+    MCC_RETURN_IF_ERROR(QkNormForward(&in.q[c], &in.k[c], c, act));
     if (config_.position_embedding == PositionEmbedding::kRope) {
       ops::RotaryOptions rope = config_.Rotary();
       rope.position_offset = ChunkStart(c, l);
@@ -534,6 +609,7 @@ absl::Status TransformerLayer::ContextParallelBackward(const Tensor& dctx,
       MCC_RETURN_IF_ERROR(ops::RotaryBackward(grads.q[c], rope, &grads.q[c]));
       MCC_RETURN_IF_ERROR(ops::RotaryBackward(grads.k[c], rope, &grads.k[c]));
     }
+    MCC_RETURN_IF_ERROR(QkNormBackward(&grads.q[c], &grads.k[c], c, *act));
     MCC_ASSIGN_OR_RETURN(Tensor rows, dqkv->Slice(c * l * b, (c + 1) * l * b));
     MCC_RETURN_IF_ERROR(
         MergeQkv(grads.q[c], grads.k[c], grads.v[c], layout, &rows));
@@ -562,6 +638,7 @@ absl::Status TransformerLayer::LocalAttentionBackward(const Tensor& dctx,
     MCC_RETURN_IF_ERROR(ops::RotaryBackward(dq, rope, &dq));
     MCC_RETURN_IF_ERROR(ops::RotaryBackward(dk, rope, &dk));
   }
+  MCC_RETURN_IF_ERROR(QkNormBackward(&dq, &dk, 0, *act));
   const QkvLayout layout{b, s, local_groups_, local_heads_ / local_groups_, d};
   return MergeQkv(dq, dk, dv, layout, dqkv);
 }

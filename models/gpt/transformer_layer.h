@@ -27,6 +27,13 @@ class Norm {
   static absl::StatusOr<std::unique_ptr<Norm>> Create(
       const std::string& name, const GPTConfig& config,
       const parallel::LayerContext& context);
+  // QK-norm's (--qk-layernorm): over each head's head_dim elements, its
+  // weights shared by every head; each TP rank normalises its own heads, so
+  // the weight gradients are summed over TP (as Megatron's q_layernorm and
+  // k_layernorm).
+  static absl::StatusOr<std::unique_ptr<Norm>> CreatePerHead(
+      const std::string& name, const GPTConfig& config,
+      const parallel::LayerContext& context);
   absl::StatusOr<Tensor> Forward(const Tensor& x, Activations* act) const;
   // Returns dx; accumulates the weight (and bias) gradients.
   absl::StatusOr<Tensor> Backward(const Tensor& dy,
@@ -53,7 +60,10 @@ class TransformerLayer {
     Norm::Activations ln1, ln2;
     parallel::ColumnParallelLinear::Activations qkv, fc1;
     parallel::RowParallelLinear::Activations proj, fc2;
-    Tensor q, k, v;        // [b, s, heads / TP, d], after rotary
+    Tensor q, k, v;  // [b, s, heads / TP, d], after rotary
+    // --qk-layernorm: q and k before their norm (and its rstd); per
+    // context-parallel chunk under CP.
+    Norm::Activations q_norm[2], k_norm[2];
     Tensor attn_out, lse;  // dropped and recomputed under selective
     Tensor fc1_out;        // before the bias and activation
     uint64_t dropout_offset = 0;
@@ -137,7 +147,15 @@ class TransformerLayer {
   parallel::LayerContext context_;
   int64_t local_heads_ = 0;
   int64_t local_groups_ = 0;
+  // q and k [b, s, heads, d] through the QK-norm in place (forward), or
+  // their gradients back through it; `chunk` picks the activation record.
+  absl::Status QkNormForward(Tensor* q, Tensor* k, int chunk,
+                             Activations* act) const;
+  absl::Status QkNormBackward(Tensor* dq, Tensor* dk, int chunk,
+                              const Activations& act) const;
+
   std::unique_ptr<Norm> ln1_, ln2_;
+  std::unique_ptr<Norm> q_norm_, k_norm_;  // --qk-layernorm only
   std::unique_ptr<parallel::ColumnParallelLinear> qkv_, fc1_;
   std::unique_ptr<parallel::RowParallelLinear> proj_, fc2_;
   bool training_ = true;

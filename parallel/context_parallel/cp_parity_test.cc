@@ -35,6 +35,8 @@ struct Case {
   fsdp::ShardingStrategy sharding = fsdp::ShardingStrategy::kNoShard;
   bool recompute = false;
   bool gqa_rope = false;
+  // Qwen-style attention: QKV bias, QK-norm, Llama 3 rotary scaling.
+  bool qwen = false;
   CpCommType comm = CpCommType::kP2P;
   bool distopt = false;
   DType dtype = DType::kFloat32;
@@ -66,6 +68,10 @@ std::vector<Case> Cases() {
   Case a2a{"a2a_cp2", 2, 2};
   a2a.comm = CpCommType::kAllToAll;
   v.push_back(a2a);
+  Case qwen{"cp2_tp2_sp_qkv_bias_qk_norm_rope_scaling", 4, 2, 2};
+  qwen.gqa_rope = true;
+  qwen.qwen = true;
+  v.push_back(qwen);
   return v;
 }
 
@@ -81,6 +87,12 @@ TrainOptions Options(const Case& c) {
   if (c.gqa_rope) {
     o.model.num_query_groups = 2;
     o.model.position_embedding = gpt::PositionEmbedding::kRope;
+  }
+  if (c.qwen) {
+    o.model.add_qkv_bias = true;
+    o.model.qk_layernorm = true;
+    o.model.rope_scaling.enabled = true;
+    o.model.rope_scaling.original_max_position_embeddings = 8;
   }
   if (c.recompute) {
     o.model.recompute_granularity = gpt::RecomputeGranularity::kFull;

@@ -46,6 +46,12 @@ ABSL_FLAG(bool, swiglu, false, "SwiGLU MLP instead of GELU.");
 ABSL_FLAG(bool, untie_embeddings_and_output_weights, false,
           "Separate output layer weights.");
 ABSL_FLAG(bool, disable_bias_linear, false, "No biases in linear layers.");
+ABSL_FLAG(bool, qk_layernorm, false,
+          "Normalise Q and K over each head (with --normalization, weights "
+          "of head size shared by the heads) before the rotation (Qwen3).");
+ABSL_FLAG(bool, add_qkv_bias, false,
+          "Keep the QKV projection's bias under --disable-bias-linear "
+          "(Qwen2).");
 ABSL_FLAG(double, hidden_dropout, 0.0, "Dropout on hidden states.");
 ABSL_FLAG(double, attention_dropout, 0.0,
           "Dropout on the attention probabilities.");

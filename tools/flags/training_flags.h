@@ -34,6 +34,8 @@ ABSL_DECLARE_FLAG(double, norm_epsilon);
 ABSL_DECLARE_FLAG(bool, swiglu);
 ABSL_DECLARE_FLAG(bool, untie_embeddings_and_output_weights);
 ABSL_DECLARE_FLAG(bool, disable_bias_linear);
+ABSL_DECLARE_FLAG(bool, add_qkv_bias);
+ABSL_DECLARE_FLAG(bool, qk_layernorm);
 ABSL_DECLARE_FLAG(double, hidden_dropout);
 ABSL_DECLARE_FLAG(double, attention_dropout);
 ABSL_DECLARE_FLAG(double, init_method_std);
