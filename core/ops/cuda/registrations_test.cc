@@ -759,13 +759,21 @@ TEST_F(CudaKernelTest, DropoutIsExact) {
 // dims past rotary_dim are copied.
 TEST_F(CudaKernelTest, Rotary) {
   for (const DTypeMix& mix : kUnaryMixes) {
-    for (bool backward : {false, true}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool backward = variant == 1;
+      // Variant 2: Llama 3's scaled frequencies (an original context of 64
+      // puts the 8 frequencies in all three bands).
+      const bool scaled = variant == 2;
       SCOPED_TRACE(Name(mix.in) + " -> " + Name(mix.out) +
-                   (backward ? " backward" : ""));
+                   (backward ? " backward" : "") + (scaled ? " llama3" : ""));
       const int64_t b = 2, seq = 9, heads = 3, d = 22;
       RotaryOptions options;
       options.rotary_dim = 16;
       options.position_offset = 1000;
+      options.llama3.enabled = scaled;
+      options.llama3.original_max_position_embeddings = 64;
+      const std::vector<double> inv_freq =
+          RotaryInverseFrequencies(options, options.rotary_dim);
       const Tensor xh = RandomHost({b, seq, heads, d}, mix.in, 90);
       Tensor yh = Tensor::Empty(xh.shape(), mix.out);
       Tensor yd = Tensor::Empty(xh.shape(), mix.out, KernelDevice());
@@ -784,8 +792,7 @@ TEST_F(CudaKernelTest, Rotary) {
         if (j >= options.rotary_dim) continue;  // Copied: exact.
         const int64_t t = (i / (heads * d)) % seq + options.position_offset;
         const int64_t p = j < half ? j : j - half;
-        const double theta =
-            t * std::pow(options.base, -2.0 * p / options.rotary_dim);
+        const double theta = t * inv_freq[p];
         const double c = std::fabs(std::cos(theta)),
                      s = std::fabs(std::sin(theta));
         const double x1 = std::fabs(x[i - (j < half ? 0 : half)]);
