@@ -473,12 +473,6 @@ std::string HfArchitecture(const ModelConfig& c) {
   return c.add_qkv_bias() ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
 }
 
-namespace {
-bool qwen2_like(const std::string& architecture) {
-  return architecture == "Qwen2ForCausalLM";
-}
-}  // namespace
-
 std::string LlamaConfigJson(const ModelConfig& c, DType dtype) {
   const Dims m = DimsOf(c);
   const char* torch_dtype = dtype == DType::kBFloat16  ? "bfloat16"
@@ -486,6 +480,7 @@ std::string LlamaConfigJson(const ModelConfig& c, DType dtype) {
                                                        : "float32";
   const std::string architecture = HfArchitecture(c);
   const bool llama = architecture == "LlamaForCausalLM";
+  const bool qwen2 = architecture == "Qwen2ForCausalLM";
   const bool qwen3 = architecture == "Qwen3ForCausalLM";
   // ordered_json: the keys in Hugging Face's order; doubles round-trip.
   nlohmann::ordered_json config = {
@@ -499,13 +494,14 @@ std::string LlamaConfigJson(const ModelConfig& c, DType dtype) {
       {"num_hidden_layers", c.num_layers()},
       {"num_attention_heads", m.heads},
       {"num_key_value_heads", m.groups}};
-  if (!qwen2_like(architecture)) config["head_dim"] = m.d;
+  // Qwen2Config has neither head_dim nor attention_bias.
+  if (!qwen2) config["head_dim"] = m.d;
   config["hidden_act"] = "silu";
   config["max_position_embeddings"] = c.max_position_embeddings();
   config["rms_norm_eps"] = c.layernorm_epsilon();
   config["rope_theta"] = c.rotary_base();
   config["rope_scaling"] = RopeScalingJson(c);
-  if (!qwen2_like(architecture)) config["attention_bias"] = false;
+  if (!qwen2) config["attention_bias"] = false;
   if (llama) {
     config["mlp_bias"] = false;
   } else {
