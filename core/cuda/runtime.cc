@@ -2,7 +2,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -12,27 +14,64 @@
 namespace mcc {
 namespace cuda {
 
-int CudaDeviceCount() {
-  static const int count = [] {
-    int n = 0;
-    const cudaError_t error = cudaGetDeviceCount(&n);
+namespace {
+
+struct DeviceCount {
+  int count = 0;
+  std::string why_none;  // Empty when count > 0.
+};
+
+const DeviceCount& CountDevices() {
+  static const DeviceCount* result = [] {
+    auto* r = new DeviceCount;
+    const cudaError_t error = cudaGetDeviceCount(&r->count);
     if (error != cudaSuccess) {
       (void)cudaGetLastError();  // Clear the error so later calls start clean.
-      VLOG(1) << "cudaGetDeviceCount: " << cudaGetErrorName(error) << " ("
-              << cudaGetErrorString(error) << "); using 0 CUDA devices";
-      return 0;
+      r->count = 0;
     }
-    return n;
+    r->why_none = NoDeviceReason(error, r->count);
+    if (r->count == 0 && CudaExpected()) {
+      // The GPU checks set MCC_EXPECT_CUDA: a skip there would read as a
+      // pass, so a process that sees no device dies saying why.
+      LOG(FATAL) << "MCC_EXPECT_CUDA is set but no CUDA device is usable: "
+                 << r->why_none;
+    }
+    VLOG(1) << (r->count > 0 ? "CUDA devices: " : "")
+            << (r->count > 0 ? std::to_string(r->count) : r->why_none);
+    return r;
   }();
-  return count;
+  return *result;
 }
+
+}  // namespace
+
+std::string NoDeviceReason(int error_code, int count) {
+  const auto error = static_cast<cudaError_t>(error_code);
+  if (error != cudaSuccess) {
+    return absl::StrCat("cudaGetDeviceCount failed with ",
+                        cudaGetErrorName(error), " (",
+                        cudaGetErrorString(error), ")");
+  }
+  if (count == 0) return "cudaGetDeviceCount found 0 devices";
+  return "";
+}
+
+bool CudaExpected() {
+  const char* value = std::getenv("MCC_EXPECT_CUDA");
+  return value != nullptr && *value != '\0' && std::string(value) != "0";
+}
+
+int CudaDeviceCount() { return CountDevices().count; }
+
+std::string NoCudaDeviceReason() { return CountDevices().why_none; }
 
 absl::Status CheckDeviceIndex(int index) {
   const int count = CudaDeviceCount();
   if (index < 0 || index >= count) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no CUDA device: cuda:", index, " requested, ", count,
-                     count == 1 ? " device" : " devices", " present"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device: cuda:", index, " requested, ", count,
+        count == 1 ? " device" : " devices", " present",
+        count == 0 ? absl::StrCat(" (", NoCudaDeviceReason(), ")") : ""));
   }
   return absl::OkStatus();
 }

@@ -11,11 +11,28 @@ namespace mcc {
 namespace cuda {
 
 // Number of CUDA devices this process can use; 0 (not an error) when there
-// is no driver or no device. Counted once per process.
+// is no driver or no device. Counted once per process. When the environment
+// sets MCC_EXPECT_CUDA (to anything but "" or "0"; tools/gpu/run_checks.sh
+// does on a GPU machine) a count of 0 is fatal, naming NoCudaDeviceReason():
+// there a test that skips for want of a device must fail, not pass.
 int CudaDeviceCount();
 
+// Why CudaDeviceCount() is 0: "cudaGetDeviceCount failed with
+// cudaErrorInsufficientDriver (CUDA driver version is insufficient for CUDA
+// runtime version)", or "cudaGetDeviceCount found 0 devices"; "" when
+// devices are present.
+std::string NoCudaDeviceReason();
+
+// The reason above for a cudaGetDeviceCount result: its cudaError_t and
+// count (exposed for tests).
+std::string NoDeviceReason(int error, int count);
+
+// Whether MCC_EXPECT_CUDA asks for a CUDA device.
+bool CudaExpected();
+
 // OK when cuda:index exists; otherwise FailedPrecondition naming the device
-// and the number present, e.g. "no CUDA device: cuda:0 requested, 0 present".
+// and the number present, e.g. "no CUDA device: cuda:0 requested, 0 devices
+// present (cudaGetDeviceCount found 0 devices)".
 absl::Status CheckDeviceIndex(int index);
 
 // "NVIDIA H200 (sm_90, 139.8 GiB)"; an error when the device is absent.

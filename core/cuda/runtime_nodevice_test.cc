@@ -3,7 +3,13 @@
 // no CUDA device was found.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "core/cuda/cuda_allocator.h"
 #include "core/cuda/cuda_status.h"
 #include "core/cuda/device_copy.h"
@@ -53,6 +59,32 @@ TEST(CudaAllocatorTest, RoundSizeClasses) {
   }
 }
 
+// Why no device is seen reads as what CUDA said, never as silence: the GPU
+// checks print it (and MCC_EXPECT_CUDA makes it fatal there).
+TEST(NoDeviceReasonTest, NamesTheCudaErrorOrTheEmptyCount) {
+  EXPECT_EQ(NoDeviceReason(cudaErrorInsufficientDriver, 0),
+            absl::StrCat("cudaGetDeviceCount failed with "
+                         "cudaErrorInsufficientDriver (",
+                         cudaGetErrorString(cudaErrorInsufficientDriver), ")"));
+  EXPECT_EQ(NoDeviceReason(cudaSuccess, 0),
+            "cudaGetDeviceCount found 0 devices");
+  EXPECT_EQ(NoDeviceReason(cudaSuccess, 2), "");
+  EXPECT_EQ(NoCudaDeviceReason().empty(), CudaDeviceCount() > 0);
+}
+
+TEST(NoDeviceReasonTest, ExpectCudaReadsTheEnvironment) {
+  const char* saved = std::getenv("MCC_EXPECT_CUDA");
+  const std::string restore = saved == nullptr ? "" : saved;
+  for (const auto& [value, want] : std::vector<std::pair<const char*, bool>>{
+           {"1", true}, {"yes", true}, {"0", false}, {"", false}}) {
+    setenv("MCC_EXPECT_CUDA", value, 1);
+    EXPECT_EQ(CudaExpected(), want) << "MCC_EXPECT_CUDA=" << value;
+  }
+  unsetenv("MCC_EXPECT_CUDA");
+  EXPECT_FALSE(CudaExpected());
+  if (saved != nullptr) setenv("MCC_EXPECT_CUDA", restore.c_str(), 1);
+}
+
 class NoDeviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -68,6 +100,8 @@ TEST_F(NoDeviceTest, DeviceCountIsZero) {
   const absl::Status status = CheckDeviceIndex(0);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(status.message(), "no CUDA device: cuda:0"))
+      << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), NoCudaDeviceReason()))
       << status;
   EXPECT_FALSE(DeviceDescription(0).ok());
   EXPECT_FALSE(Synchronize(0).ok());

@@ -62,8 +62,9 @@ class CudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!OnTestDevice() && ::mcc::cuda::CudaDeviceCount() == 0) {
-      GTEST_SKIP() << "no CUDA device: the CUDA kernels are checked on a GPU "
-                      "machine (tools/gpu/check_cuda_ops.sh)";
+      GTEST_SKIP() << "no CUDA device (" << ::mcc::cuda::NoCudaDeviceReason()
+                   << "): the CUDA kernels are checked on a GPU machine "
+                      "(tools/gpu/run_checks.sh)";
     }
   }
 };
