@@ -15,6 +15,23 @@ namespace cuda {
 namespace {
 // The capture pool this thread allocates from, per allocator.
 thread_local std::map<const CudaAllocator*, int> t_capture_pool;
+
+// Sets this thread's stream-capture mode for its scope
+// (cudaThreadExchangeStreamCaptureMode), restoring the previous one after.
+class CaptureModeGuard {
+ public:
+  explicit CaptureModeGuard(cudaStreamCaptureMode mode) : mode_(mode) {
+    MCC_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_));
+  }
+  ~CaptureModeGuard() {
+    MCC_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_));
+  }
+  CaptureModeGuard(const CaptureModeGuard&) = delete;
+  CaptureModeGuard& operator=(const CaptureModeGuard&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_;  // The other mode: the one to swap back in.
+};
 }  // namespace
 
 CudaAllocator::CudaAllocator(int device_index) : device_index_(device_index) {}
@@ -69,6 +86,11 @@ void* CudaAllocator::RawAllocate(size_t bytes) {
   }
   if (error != cudaSuccess) {
     (void)cudaGetLastError();
+    // Only a true out-of-memory may reach Storage's "out of memory" death.
+    LOG_IF(FATAL, error != cudaErrorMemoryAllocation)
+        << CudaErrorToStatus(error, "cudaMalloc", __FILE__, __LINE__).message()
+        << " for " << rounded << " bytes on cuda:" << device_index_
+        << ": not an out-of-memory";
     LOG(ERROR)
         << CudaErrorToStatus(error, "cudaMalloc", __FILE__, __LINE__).message()
         << " for " << rounded << " bytes on cuda:" << device_index_;
@@ -232,9 +254,25 @@ void* CudaAllocator::AllocateFromPoolLocked(int pool_id, size_t rounded,
   // No retry after releasing the cache: cudaFree is illegal in a capture.
   DeviceGuard guard(device_index_);
   void* ptr = nullptr;
-  const cudaError_t error = cudaMalloc(&ptr, rounded);
+  cudaError_t error;
+  {
+    // The capture runs in thread-local mode, which forbids cudaMalloc on
+    // this thread (cudaErrorStreamCaptureUnsupported); relaxed mode allows
+    // it for this one call, as PyTorch's caching allocator does. The memory
+    // is not part of the graph: the pool keeps it until the graph goes.
+    CaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
+    error = cudaMalloc(&ptr, rounded);
+  }
   if (error != cudaSuccess) {
     (void)cudaGetLastError();
+    // Only a true out-of-memory may reach Storage's "out of memory" death;
+    // anything else (a capture-mode refusal, a sticky error from an
+    // earlier kernel) is named here.
+    LOG_IF(FATAL, error != cudaErrorMemoryAllocation)
+        << CudaErrorToStatus(error, "cudaMalloc", __FILE__, __LINE__).message()
+        << " for " << rounded << " bytes on cuda:" << device_index_
+        << " inside a graph capture (pool " << pool_id
+        << "): not an out-of-memory";
     LOG(ERROR)
         << CudaErrorToStatus(error, "cudaMalloc", __FILE__, __LINE__).message()
         << " for " << rounded << " bytes on cuda:" << device_index_

@@ -6,7 +6,8 @@
 // other threads (a data loader, a checkpoint writer) may keep calling
 // cudaMalloc and synchronising. The allocator's private pool for the
 // capture (CudaAllocator::BeginCapturePool) keeps the graph's memory
-// reserved until the graph is destroyed.
+// reserved until the graph is destroyed; its cudaMalloc, which thread-local
+// mode forbids on this thread, runs in relaxed mode for that one call.
 // End: cudaStreamEndCapture and cudaGraphInstantiate; an illegal call inside
 // the capture (a host synchronisation that slipped past the generic checks)
 // comes back here as cudaErrorStreamCaptureInvalidated.

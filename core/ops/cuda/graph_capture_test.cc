@@ -16,6 +16,8 @@
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 #ifndef MCC_KERNEL_TESTS_ON_TEST_DEVICE
+#include <cuda_runtime.h>
+
 #include "core/cuda/cuda_allocator.h"
 #include "core/cuda/stream.h"
 #endif
@@ -137,6 +139,35 @@ TEST_F(GraphCaptureTest, HostReadInsideCaptureFailsCleanly) {
 }
 
 #ifndef MCC_KERNEL_TESTS_ON_TEST_DEVICE
+// The capture is thread-local, which forbids cudaMalloc on the capturing
+// thread; the pool's fresh cudaMalloc (a size no pool or cache holds) runs
+// in relaxed mode and the thread's mode is thread-local again after it.
+// Before the fix this died as "out of memory on cuda:0".
+TEST_F(GraphCaptureTest, FreshAllocationInsideCaptureSucceeds) {
+  ::mcc::cuda::CudaAllocator* alloc = ::mcc::cuda::GetCudaAllocator(0);
+  const Tensor src_host = RandomHost({777777}, DType::kFloat32, 21);
+  Tensor src = ToCuda(src_host);
+  Tensor out = Tensor::Zeros({777777}, DType::kFloat32, Device::CUDA(0));
+  const int64_t mallocs_before = alloc->CudaMallocCalls();
+  ASSERT_TRUE(BeginGraphCapture(Device::CUDA(0)).ok());
+  {
+    Tensor tmp = Tensor::Empty({777777}, DType::kFloat32, Device::CUDA(0));
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal;
+    ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+    EXPECT_EQ(mode, cudaStreamCaptureModeThreadLocal);
+    ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+    ASSERT_TRUE(Scale(src, 3.0f, &tmp).ok());
+    ASSERT_TRUE(Scale(tmp, 1.0f, &out).ok());
+  }
+  absl::StatusOr<DeviceGraph> graph = EndGraphCapture();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_GT(alloc->CudaMallocCalls(), mallocs_before);
+  ASSERT_TRUE(graph->Replay().ok());
+  std::vector<double> want = src_host.ToDoubles();
+  for (double& v : want) v = static_cast<float>(v * 3.0);
+  EXPECT_EQ(Values(out), want);
+}
+
 TEST_F(GraphCaptureTest, CapturesOnANonDefaultCurrentStream) {
   absl::StatusOr<::mcc::cuda::Stream> stream = ::mcc::cuda::Stream::Create(0);
   ASSERT_TRUE(stream.ok()) << stream.status();
