@@ -10,8 +10,9 @@
 # Here (Bazel, no GPU needed):
 #   tools/gpu/check_cuda_ops.sh prepare [DIR]    # default DIR: gpu_ops_bundle
 # builds the tests and gathers them with their shared libraries into DIR
-# (tools/gpu/collect_libs.sh: about 50 MB; CUDA's own libraries stay behind
-# and come from the GPU machine's /usr/local/cuda/lib64). gpu_ops_bundle is
+# (tools/gpu/collect_libs.sh: about 50 MB; NCCL and cuBLAS stay behind and
+# come from the GPU machine: check_lib.sh's gpu_library_path). The whole
+# call, bench and train checks included, is tools/gpu/run_checks.sh. gpu_ops_bundle is
 # git-ignored: carry it to the GPU machine (the device tool's carry).
 # There (the GPU machine, one call, well under a minute):
 #   tools/gpu/check_cuda_ops.sh [DIR] [--sanitize]
@@ -65,7 +66,10 @@ if [[ ! -d "${bin}" ]]; then
   echo "CUDA OPS CHECK: no bundle at ${dir} (run 'tools/gpu/check_cuda_ops.sh prepare ${dir}' where Bazel is)"
   exit 2
 fi
-export LD_LIBRARY_PATH="$(cd "${lib}" && pwd):/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+# The bundle's libraries, LD_LIBRARY_PATH, /usr/local/cuda/lib64, then the
+# PyTorch environment's nvidia wheels (NCCL, cuBLAS, cuDNN).
+source "${root}/tools/gpu/check_lib.sh"
+gpu_library_path "${lib}"
 logs="${dir}/logs"
 mkdir -p "${logs}"
 step_timeout="${STEP_TIMEOUT:-240}"
@@ -85,7 +89,7 @@ for t in "${tests[@]}"; do
     failed=$((failed + 1))
     continue
   fi
-  timeout "${step_timeout}" "${exe}" >"${log}" 2>&1
+  timeout -k 5 "${step_timeout}" "${exe}" >"${log}" 2>&1
   rc=$?
   ran=$(grep -cE '^\[       OK \]' "${log}")
   skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "${log}")
@@ -116,7 +120,7 @@ if ((sanitize)); then
     for t in core/ops/cuda/registrations_test core/ops/cuda/gemm_test \
       core/ops/cuda/int8_test core/ops/cuda/index_check_loss_totals_test; do
       log="${logs}/$(basename "${t}").memcheck.log"
-      timeout "${step_timeout}" "${sanitizer}" --tool memcheck --error-exitcode 99 \
+      timeout -k 5 "${step_timeout}" "${sanitizer}" --tool memcheck --error-exitcode 99 \
         "${bin}/${t}" >"${log}" 2>&1
       rc=$?
       if [[ ${rc} -eq 0 ]]; then

@@ -19,7 +19,10 @@
 #                      (run_checks.sh sets it from its time budget); each
 #                      run's timeout is cut to fit, and a run with under
 #                      10 s left is not started.
-#   STEP_TIMEOUT       the most one train run may take (default 300 s).
+#   STEP_TIMEOUT       the most one train run may take (default 300 s);
+#                      each run is killed (timeout -k) when it will not end.
+#   GPU_CHECK_TORCH_VENV  the PyTorch environment whose nvidia wheels supply
+#                      NCCL, cuBLAS and cuDNN (default /opt/torch/.venv).
 
 bundle_paths() {
   local dir="$1" lib
@@ -30,11 +33,39 @@ bundle_paths() {
   data="${dir}/data/default_corpus_text_document"
   lib="${dir}/lib"
   [[ -d "${lib}" ]] || lib="${dir}/../lib"
-  # As run_checks.sh: the bundle's libraries, then the machine's CUDA.
-  LD_LIBRARY_PATH="$(cd "${lib}" 2>/dev/null && pwd):/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
-  export LD_LIBRARY_PATH
+  gpu_library_path "${lib}"
   logs="${dir}/logs"
   mkdir -p "${logs}"
+}
+
+# torch_wheel_lib_dirs: the PyTorch environment's nvidia wheel folders
+# (GPU_CHECK_TORCH_VENV, default /opt/torch/.venv:
+# lib/python3*/site-packages/nvidia/*/lib), one a line. On the GPU machine
+# they hold CUDA 13's NCCL (nvidia-nccl-cu13), cuBLAS/cuBLASLt
+# (nvidia-cublas), cuDNN (nvidia-cudnn-cu13) and the runtime.
+torch_wheel_lib_dirs() {
+  local d
+  for d in "${GPU_CHECK_TORCH_VENV:-/opt/torch/.venv}"/lib/python3*/site-packages/nvidia/*/lib; do
+    [[ -d "${d}" ]] && echo "${d}"
+  done
+}
+
+# gpu_library_path LIBDIR: exports LD_LIBRARY_PATH for the bundle's
+# binaries, once per run (later calls keep it): LIBDIR (what the bundle
+# carries: libcudart, oneDNN, protobuf, ...), then LD_LIBRARY_PATH as the
+# caller set it, the machine's /usr/local/cuda/lib64, then the PyTorch
+# environment's nvidia wheels. So NCCL, cuBLAS and cuDNN, which the bundle
+# does not carry, resolve in that order.
+gpu_library_path() {
+  [[ -n "${GPU_CHECK_LIBRARY_PATH:-}" ]] && return
+  local parts=() d
+  [[ -d "$1" ]] && parts+=("$(cd "$1" && pwd)")
+  [[ -n "${LD_LIBRARY_PATH:-}" ]] && parts+=("${LD_LIBRARY_PATH}")
+  parts+=(/usr/local/cuda/lib64)
+  while read -r d; do parts+=("${d}"); done < <(torch_wheel_lib_dirs)
+  LD_LIBRARY_PATH="$(IFS=:; echo "${parts[*]}")"
+  GPU_CHECK_LIBRARY_PATH="${LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH GPU_CHECK_LIBRARY_PATH
 }
 
 # A run that aborts (out of device memory is a fatal log line) must end at

@@ -1,28 +1,28 @@
 #!/usr/bin/env bash
 # Gathers the prebuilt GPU test binaries and the CUDA bench, with the shared
-# libraries they load, into one folder to carry to a GPU machine that has no
-# Bazel (see tools/gpu/run_checks.sh).
+# libraries the GPU machine lacks, into one folder to carry to a GPU machine
+# that has no Bazel (see tools/gpu/run_checks.sh). Users run
+# tools/gpu/make_bundle.sh, which builds the binaries, calls this, checks
+# the result (tools/gpu/check_bundle.sh) and packs it.
 #
 #   tools/gpu/collect_libs.sh [--with-cuda] DEST [BINARY...]
 #
 # BINARYs default to the gpu-tagged tests, the bench, the train binary and
 # the launcher (tools/gpu/check_multi_rank.sh starts its ranks with it)
-# under bazel-out/k8-opt/bin (build them first:
-#   tools/bazel build //core/cuda/... //core/ops/cuda/...
-#   //core/comm:nccl_process_group_test //tools:train //tools:launch).
-# With train comes the data its GPU checks train on
-# (tools/gpu/check_train_parity.sh, check_multi_rank.sh; the throughput
-# check uses mock data): the default corpus, tokenized here into
-# DEST/data/default_corpus_text_document.{bin,idx} (about 3 MB), since the
-# GPU machine need not have the Debian packages it comes from.
-# Binaries land in DEST/bin/<package path>/, libraries in DEST/lib/. The C
-# runtime (libc, libm, ld-linux, ...) and the NVIDIA driver (libcuda) stay
-# behind: they must come from the GPU machine. CUDA toolkit libraries
-# (libcudart, libcublas, libcublasLt: ~700 MB) are copied only with
-# --with-cuda; without it the GPU machine's /usr/local/cuda/lib64 is used.
-# The default set is about 85 MB (oneDNN alone 40 MB), over the device
-# tool's 64 MiB carry: pack it (tar -cJf DEST.tar.xz DEST, about 17 MB) and
-# run_checks.sh unpacks it there.
+# under bazel-out/k8-opt/bin (COLLECT_BIN_ROOT overrides it; tests point it
+# at their runfiles). With train (or train_testdev) comes the data its GPU
+# checks train on (tools/gpu/check_train_parity.sh, check_multi_rank.sh;
+# the throughput check uses mock data): the default corpus, tokenized here
+# into DEST/data/default_corpus_text_document.{bin,idx} (about 3 MB), since
+# the GPU machine need not have the Debian packages it comes from.
+# Binaries land in DEST/bin/<package path>/, libraries in DEST/lib/. Left
+# behind (tools/gpu/device_libs.txt lists them): the C runtime (libc, libm,
+# ld-linux, ...) and the NVIDIA driver (libcuda), which the GPU machine
+# has, and NCCL, cuBLAS/cuBLASLt and cuDNN (hundreds of MB), which resolve
+# there from LD_LIBRARY_PATH, /usr/local/cuda/lib64 or the PyTorch
+# environment's nvidia wheels (check_lib.sh's gpu_library_path). The CUDA
+# runtime (libcudart, 0.7 MB) is carried. --with-cuda carries the CUDA
+# libraries too (about 780 MB: too big for the device tool).
 set -euo pipefail
 
 with_cuda=0
@@ -37,7 +37,7 @@ fi
 dest="$1"
 shift
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin_root="${root}/bazel-out/k8-opt/bin"
+bin_root="${COLLECT_BIN_ROOT:-${root}/bazel-out/k8-opt/bin}"
 binaries=("$@")
 if [[ ${#binaries[@]} -eq 0 ]]; then
   binaries=(
@@ -78,7 +78,7 @@ for binary in "${binaries[@]}"; do
     case "${name}" in
       linux-vdso* | ld-linux* | libc.so* | libm.so* | libdl.so* | libpthread.so* | \
         librt.so* | libcuda.so* | libnvidia*) continue ;;
-      libcudart* | libcublas* | libnccl*) ((with_cuda)) || continue ;;
+      libcublas* | libnccl* | libcudnn* | libnvJitLink*) ((with_cuda)) || continue ;;
     esac
     if [[ -z "${copied[${name}]:-}" ]]; then
       cp -L "${path}" "${dest}/lib/${name}"
@@ -100,7 +100,7 @@ fi
 # The train binary's data: it writes the default corpus under
 # ./runs/default/data when it has neither --data-path nor --mock-data.
 for binary in "${binaries[@]}"; do
-  [[ "${binary}" == */tools/train ]] || continue
+  [[ "${binary}" == */tools/train || "${binary}" == */tools/train_testdev ]] || continue
   corpus_dir="$(mktemp -d)"
   train="$(cd "$(dirname "${binary}")" && pwd)/$(basename "${binary}")"
   if ! (cd "${corpus_dir}" && "${train}" --device cpu --train-iters 1 \
