@@ -47,7 +47,7 @@ for mode in eager graph; do
     echo "CUDA GRAPH: FAILED (no time left for the ${mode} run)"
     exit 1
   fi
-  timeout "${t}" "${train}" "${flags[@]}" "${extra[@]}" \
+  timeout -k 5 "${t}" "${train}" "${flags[@]}" "${extra[@]}" \
     --metrics-file "${logs}/cuda_graph_${mode}.jsonl" \
     >"${logs}/cuda_graph_${mode}.log" 2>&1
   rc=$?

@@ -60,7 +60,7 @@ for mbs in "${micro_batches[@]}"; do
   fi
   name="gpt2_mbs${mbs}"
   rm -f "${logs}/${name}.jsonl"
-  timeout "${limit}" "${train}" "${model[@]}" --mock-data \
+  timeout -k 5 "${limit}" "${train}" "${model[@]}" --mock-data \
     --micro-batch-size "${mbs}" --global-batch-size "${mbs}" \
     --train-iters "${iters}" --lr-decay-iters "${iters}" --log-interval 1 \
     --eval-iters 0 --device "${check_device}" "${extra_flags[@]}" \

@@ -65,7 +65,7 @@ go() {
              --metrics-file "${logs}/${name}.jsonl")
   ((nproc > 1)) && cmd=("${launch}" --nproc_per_node "${nproc}" -- "${cmd[@]}")
   rm -f "${logs}/${name}.jsonl"
-  timeout "${limit}" "${cmd[@]}" >"${logs}/${name}.log" 2>&1
+  timeout -k 5 "${limit}" "${cmd[@]}" >"${logs}/${name}.log" 2>&1
   rc=$?
   if ((rc != 0)); then
     tail -5 "${logs}/${name}.log"

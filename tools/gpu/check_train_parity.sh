@@ -66,7 +66,7 @@ for precision in "${precisions[@]}"; do
     fi
     # --metrics-file appends: start each run's file afresh.
     rm -f "${logs}/${name}.jsonl"
-    timeout "${limit}" "${train}" "${flags[@]}" "${precision_flags[@]}" \
+    timeout -k 5 "${limit}" "${train}" "${flags[@]}" "${precision_flags[@]}" \
       --device "${device}" "${extra[@]}" \
       --metrics-file "${logs}/${name}.jsonl" >"${logs}/${name}.log" 2>&1
     rc=$?

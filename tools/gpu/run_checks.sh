@@ -1,160 +1,368 @@
 #!/usr/bin/env bash
-# Runs the prebuilt CUDA test binaries and the CUDA bench on a GPU machine
-# without Bazel, each under a timeout, then the train binary's GPU smoke check
-# (tools/gpu/check_train_parity.sh: fp32 and bf16 against the CPU), GPT-2
-# 124M throughput (tools/gpu/check_gpt2_throughput.sh), --cuda-graph
-# against eager (tools/gpu/check_cuda_graph.sh) and, with two GPUs or
-# more, the multi-rank layouts and DP scaling (tools/gpu/check_multi_rank.sh),
-# and prints one summary line:
-#   GPU CHECKS: 7 passed, 0 failed, 0 timed out; skipped tests: 0; bench ok;
-#   train parity ok; cuda graph ok; gpt2 throughput ok; multi-rank skipped
+# Everything the GPU machine is asked, in one call without Bazel, ordered by
+# what a result tells and under one time budget, every result written to an
+# output folder as it comes (so a call that times out still returns what
+# finished):
+#   preflight        tools/gpu/preflight.sh: GPU, driver, every library's
+#                    resolved file; stops the run early when one is missing
+#                    or an expected GPU is not visible
+#   kernels          the CUDA kernel and runtime tests (gtest binaries)
+#   parity_fp32      train on the GPU against the CPU, fp32 (TF32 off)
+#   gpt2_throughput  GPT-2 124M tokens/s, MFU, peak memory
+#   bench            the CUDA kernel bench (GEMM peak on the GPU)
+#   parity_bf16      as parity_fp32 in bf16
+#   cuda_graph       --cuda-graph against eager
+#   offload          activation offloading
+#   nccl             NCCL process groups; with two GPUs or more the TP, PP
+#                    and DP layouts against one GPU
 #
-#   tools/gpu/run_checks.sh [DIR] [--quick]
+#   tools/gpu/run_checks.sh [--out DIR] [--expect-gpu|--no-expect-gpu] [--quick] [BUNDLE]
 #
-# DIR is a folder made by tools/gpu/collect_libs.sh (DIR/bin, DIR/lib;
-# default: gpu_bundle; DIR.tar.xz is unpacked when DIR is absent) or a copied
-# bazel-bin tree (then libraries come from
-# DIR/../lib if present). LD_LIBRARY_PATH gets DIR/lib first, then
-# /usr/local/cuda/lib64. --quick runs the bench with fewer iterations and
-# no GEMM sweep. Per-step timeouts: STEP_TIMEOUT (default 300 s) and
-# BENCH_TIMEOUT (default 420 s), all cut to fit RUN_CHECKS_BUDGET (default
-# 560 s) for the whole script, so it ends within the device tool's 10
-# minutes (the train checks get the deadline as GPU_CHECK_DEADLINE). Logs go
-# to DIR/logs/.
+# BUNDLE: a folder made by tools/gpu/make_bundle.sh (BUNDLE/bin, BUNDLE/lib,
+# BUNDLE/data; default gpu_bundle); BUNDLE.tar.xz is unpacked beside itself
+# when BUNDLE is absent. Libraries: check_lib.sh's gpu_library_path.
+#
+# Output folder: --out DIR, else $OUT where the environment sets one (the
+# device tool does), else BUNDLE/out. It receives, as the run goes:
+#   run.log      everything printed
+#   summary.tsv  one line per section as it ends: section, state (ok,
+#                failed, timeout, skipped, not-run), seconds, detail
+#   logs.tgz     every log (BUNDLE/logs), rewritten after each section and
+#                on exit, also when the run is killed with TERM or INT
+# The last line printed (and the last of run.log) is the summary:
+#   GPU CHECKS: ok (preflight ok, kernels ok, ...; 312 s of 420)
+#   GPU CHECKS: FAILED (kernels failed, ...; failing: core/ops/cuda/gemm_test(rc=1))
+#
+# No false green: when a GPU is expected (--expect-gpu, or nvidia-smi lists
+# one; --no-expect-gpu for a rehearsal without one), MCC_EXPECT_CUDA=1 makes
+# any binary that sees no CUDA device die saying why, a skipped GPU test is
+# a failure and a section that skips is a failure. Without one (CI's
+# rehearsal, tools/gpu/run_checks_test.sh) tests skip, saying so.
+#
+# Time: RUN_CHECKS_BUDGET (default 420 s) for the whole run, so that a rerun
+# fits the device tool's 15 minutes; each section has its own budget
+# (SECTION_BUDGET_<name>, defaults below) cut to what the whole run has
+# left, and each test binary TEST_TIMEOUT (default 60 s) cut to its
+# section's; every one runs under timeout -k, so a hung test is killed and
+# the rest still run. A failing kernel test is rerun once with
+# CUDA_LAUNCH_BLOCKING=1, then under compute-sanitizer memcheck where the
+# machine has it (both capped at TEST_TIMEOUT; logs only).
+#
+# GPU_CHECK_TESTS, GPU_CHECK_OFFLOAD_TESTS and GPU_CHECK_NCCL_TESTS
+# (space-separated, relative to BUNDLE/bin) replace those sections' tests; tools/gpu/check_lib.sh lists the variables the train
+# checks share (GPU_CHECK_DEVICE=test with //tools:train_testdev as train
+# rehearses them without a GPU).
 set -uo pipefail
+scripts="$(cd "$(dirname "$0")" && pwd)"
 
 dir="gpu_bundle"
+out="${OUT:-}"
 quick=0
-for arg in "$@"; do
-  case "${arg}" in
+expect_gpu=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --out) out="$2"; shift ;;
+    --out=*) out="${1#--out=}" ;;
     --quick) quick=1 ;;
-    *) dir="${arg}" ;;
+    --expect-gpu) expect_gpu=1 ;;
+    --no-expect-gpu) expect_gpu=0 ;;
+    *) dir="$1" ;;
   esac
+  shift
 done
-# A bundle carried packed (tar -cJf gpu_bundle.tar.xz gpu_bundle: about
-# 17 MB against 85 MB unpacked; the device tool carries 64 MiB): unpacked
-# beside its tarball first.
+# A bundle carried packed: unpacked beside its tarball first.
 if [[ ! -d "${dir}" && -f "${dir}.tar.xz" ]]; then
   tar -xJf "${dir}.tar.xz" -C "$(dirname "${dir}")" || exit 1
 fi
-bin="${dir}/bin"
-[[ -d "${bin}" ]] || bin="${dir}"
-lib="${dir}/lib"
-[[ -d "${lib}" ]] || lib="${dir}/../lib"
-export LD_LIBRARY_PATH="$(cd "${lib}" 2>/dev/null && pwd):/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
-logs="${dir}/logs"
-mkdir -p "${logs}"
-step_timeout="${STEP_TIMEOUT:-300}"
-bench_timeout="${BENCH_TIMEOUT:-420}"
-export GPU_CHECK_DEADLINE=$(($(date +%s) + ${RUN_CHECKS_BUDGET:-560}))
-# The tests and the bench leave TRAIN_CHECKS_RESERVE (default 300 s) of the
-# budget to the train checks (parity about a minute, throughput at most
-# THROUGHPUT_BUDGET, 200 s).
-tests_deadline=$((GPU_CHECK_DEADLINE - ${TRAIN_CHECKS_RESERVE:-300}))
-# capped SECONDS: SECONDS cut to what the tests' share leaves (at least 1).
-capped() {
-  local left=$((tests_deadline - $(date +%s)))
-  ((left < $1)) && echo $((left > 1 ? left : 1)) || echo "$1"
-}
+out="${out:-${dir}/out}"
+mkdir -p "${out}" || exit 1
+out="$(cd "${out}" && pwd)"
+# Everything printed also lands in run.log, line by line.
+# tee ignores TERM and INT, so that what the run says while it is being
+# stopped still reaches run.log.
+exec > >(trap '' TERM INT; exec tee -a "${out}/run.log") 2>&1
+tee_pid=$!
 
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total \
-  --format=csv,noheader
-
-tests=(
-  core/cuda/runtime_nodevice_test
-  core/cuda/runtime_test
-  core/cuda/staging_test
-  core/cuda/activation_offload_test
-  core/ops/cuda/registrations_nodevice_test
-  core/ops/cuda/registrations_test
-  core/ops/cuda/gemm_test
-  core/ops/cuda/flash_attention_test
-  core/ops/cuda/cached_attention_test
-  parallel/context_parallel/softmax_merge_cuda_test
-  core/ops/cuda/int8_test
-  core/ops/cuda/index_check_loss_totals_test
-  core/ops/cuda/graph_capture_test
-  core/ops/cuda/slot_coverage_test
-  core/comm/nccl_process_group_test
-)
-passed=0 failed=0 timed_out=0 skipped=0 failures=()
-for t in "${tests[@]}"; do
-  exe="${bin}/${t}"
-  log="${logs}/$(basename "${t}").log"
-  if [[ ! -x "${exe}" ]]; then
-    echo "MISSING ${t}"
-    failed=$((failed + 1))
-    failures+=("${t}(missing)")
-    continue
-  fi
-  timeout "$(capped "${step_timeout}")" "${exe}" >"${log}" 2>&1
-  rc=$?
-  n_skip=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "${log}" || true)
-  skipped=$((skipped + n_skip))
-  if [[ ${rc} -eq 0 ]]; then
-    passed=$((passed + 1))
-    echo "PASS ${t} (${n_skip} skipped)"
-  elif [[ ${rc} -eq 124 ]]; then
-    timed_out=$((timed_out + 1))
-    failures+=("${t}(timeout)")
-    echo "TIMEOUT ${t} after ${step_timeout}s; log ${log}"
-  else
-    failed=$((failed + 1))
-    failures+=("${t}(rc=${rc})")
-    echo "FAIL ${t} rc=${rc}; log ${log}:"
-    grep -E 'Failure|error|FAILED|Check failed' "${log}" | head -20
-  fi
-done
-
-bench="${bin}/core/ops/cuda/bench"
-bench_state="missing"
-if [[ -x "${bench}" ]]; then
-  bench_args=()
-  ((quick)) && bench_args=(--iters=5 --gemm=false --mem_elements=16777216)
-  timeout "$(capped "${bench_timeout}")" "${bench}" "${bench_args[@]}" 2>&1 | tee "${logs}/bench.log"
-  rc=${PIPESTATUS[0]}
-  case ${rc} in
-    0) bench_state="ok" ;;
-    124) bench_state="timeout" ;;
-    *) bench_state="rc=${rc}" ;;
-  esac
+source "${scripts}/check_lib.sh"
+bundle_paths "${dir}"
+if [[ -z "${expect_gpu}" ]]; then
+  expect_gpu=0
+  command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU ' &&
+    expect_gpu=1
+fi
+if ((expect_gpu)); then
+  export MCC_EXPECT_CUDA=1
+else
+  unset MCC_EXPECT_CUDA
 fi
 
-# section NAME SCRIPT PREFIX: runs a train check (each skips without a
-# GPU), which ends with one line "PREFIX: ok|skipped|FAILED ..."; sets
-# section_state.
-section() {
-  local script="$(dirname "$0")/$2" line
-  section_state="missing"
-  [[ -x "${script}" ]] || return
-  "${script}" "${dir}" 2>&1 | tee "${logs}/$1.log"
-  line="$(tail -1 "${logs}/$1.log")"
-  case "${line}" in
-    "$3: ok"*) section_state="ok" ;;
-    "$3: skipped"*) section_state="skipped" ;;
-    *) section_state="failed" ;;
-  esac
-}
-# train on the GPU against train on the CPU.
-section train_parity check_train_parity.sh "TRAIN PARITY"
-train_parity="${section_state}"
-# --cuda-graph against eager on the GPU (losses, step times); the tiny
-# model, so 90 s per run is ample and keeps the budget.
-STEP_TIMEOUT="${CUDA_GRAPH_TIMEOUT:-90}" section cuda_graph check_cuda_graph.sh "CUDA GRAPH"
-cuda_graph="${section_state}"
-section gpt2_throughput check_gpt2_throughput.sh "GPT2 THROUGHPUT"
-throughput="${section_state}"
-section multi_rank check_multi_rank.sh "MULTI-RANK"
-multi_rank="${section_state}"
+budget="${RUN_CHECKS_BUDGET:-420}"
+run_deadline=$(($(date +%s) + budget))
+test_timeout="${TEST_TIMEOUT:-60}"
 
-echo "time: ${SECONDS} s of the ${RUN_CHECKS_BUDGET:-560} s budget"
-echo "GPU CHECKS: ${passed} passed, ${failed} failed, ${timed_out} timed out;" \
-  "skipped tests: ${skipped}; bench ${bench_state}; train parity" \
-  "${train_parity}; cuda graph ${cuda_graph}; gpt2 throughput" \
-  "${throughput}; multi-rank" \
-  "${multi_rank}${failures:+; failing: ${failures[*]}}"
-[[ ${failed} -eq 0 && ${timed_out} -eq 0 && "${bench_state}" == "ok" &&
-  "${train_parity}" != "failed" && "${train_parity}" != "missing" &&
-  "${cuda_graph}" != "failed" && "${cuda_graph}" != "missing" &&
-  "${throughput}" != "failed" && "${throughput}" != "missing" &&
-  "${multi_rank}" != "failed" && "${multi_rank}" != "missing" ]]
+pack_logs() {
+  # Without the train runs' index caches (rebuilt from the data).
+  tar -czf "${out}/logs.tgz.part" --exclude='*_cache' -C "${dir}" logs 2>/dev/null &&
+    mv -f "${out}/logs.tgz.part" "${out}/logs.tgz"
+}
+# The command running now (started in the background and waited for, so
+# that a signal reaches on_signal at once: bash runs traps only between
+# foreground commands).
+child=""
+on_signal() {
+  trap '' PIPE
+  # Each command runs under timeout, which leads a process group of its
+  # own: stop all of it.
+  [[ -n "${child}" ]] && kill -TERM -- -"${child}" 2>/dev/null
+  printf '%s\t%s\t%s\t%s\n' run killed "${SECONDS}" "$1" >>"${out}/summary.tsv"
+  pack_logs
+  echo "run_checks: killed by $1 after ${SECONDS} s; results so far are in ${out}"
+  [[ -n "${child}" ]] && sleep 1 && kill -KILL -- -"${child}" 2>/dev/null
+  exit 1
+}
+# run_waited CMD...: runs CMD in the background and waits for it; its
+# exit status.
+run_waited() {
+  "$@" &
+  child=$!
+  wait "${child}"
+  local rc=$?
+  child=""
+  return "${rc}"
+}
+# run_logged LOG CMD...: run_waited, the output to LOG and, as it comes, to
+# this run's output.
+run_logged() {
+  local log="$1" rc tailer
+  shift
+  : >"${log}"
+  tail -n +1 -f "${log}" &
+  tailer=$!
+  run_waited "$@" >>"${log}" 2>&1
+  rc=$?
+  sleep 0.2
+  kill "${tailer}" 2>/dev/null
+  wait "${tailer}" 2>/dev/null
+  return "${rc}"
+}
+# On exit: the logs packed, and run.log complete before the call returns.
+finish() {
+  pack_logs
+  exec >&- 2>&-
+  # tee ends at end of input; after a signal bash may still hold copies of
+  # the pipe (saved around a redirection), so wait at most 2 s.
+  local i
+  for i in $(seq 20); do
+    kill -0 "${tee_pid}" 2>/dev/null || break
+    sleep 0.1
+  done
+}
+trap finish EXIT
+trap 'on_signal TERM' TERM
+trap 'on_signal INT' INT
+[[ -f "${out}/summary.tsv" ]] ||
+  printf 'section\tstate\tseconds\tdetail\n' >"${out}/summary.tsv"
+
+states=()
+failures=()
+# record NAME STATE SECONDS DETAIL: a section's line, written at once.
+record() {
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"${out}/summary.tsv"
+  states+=("$1 $2")
+  echo "== $1: $2 ($3 s) $4"
+  pack_logs
+}
+# section_seconds NAME DEFAULT: the section's budget cut to the run's.
+section_seconds() {
+  local var="SECTION_BUDGET_$1" want left
+  want="${!var:-$2}"
+  left=$((run_deadline - $(date +%s)))
+  ((left < want)) && want="${left}"
+  ((want < 0)) && want=0
+  echo "${want}"
+}
+# capped SECONDS DEADLINE: SECONDS cut to DEADLINE (epoch seconds).
+capped() {
+  local left=$(($2 - $(date +%s)))
+  ((left < $1)) && echo "${left}" || echo "$1"
+}
+
+echo "run_checks: bundle ${dir}, output ${out}, GPU expected: $([[ ${expect_gpu} == 1 ]] && echo yes || echo no)," \
+  "budget ${budget} s, ${test_timeout} s a test"
+
+# --- preflight: stops the run when the bundle cannot start here.
+start=${SECONDS}
+preflight_args=()
+((expect_gpu)) && preflight_args+=(--expect-gpu)
+run_logged "${logs}/preflight.log" timeout -k 2 "$(section_seconds preflight 20)" \
+  "${scripts}/preflight.sh" "${preflight_args[@]}" "${dir}"
+line="$(tail -1 "${logs}/preflight.log")"
+if [[ "${line}" == "PREFLIGHT: ok"* ]]; then
+  record preflight ok $((SECONDS - start)) "${line#PREFLIGHT: ok }"
+else
+  record preflight failed $((SECONDS - start)) "${line:-no answer}"
+  echo "GPU CHECKS: FAILED (preflight: ${line:-no answer}; nothing else run)"
+  exit 1
+fi
+
+# --- kernels and offload: gtest binaries, one line each.
+# run_tests SECTION DEFAULT_BUDGET TEST...: each under timeout -k, a failing
+# one rerun for diagnosis; records the section.
+run_tests() {
+  local name="$1" section_deadline t exe log rc n_skip passed=0 bad=0 detail=()
+  section_deadline=$(($(date +%s) + $(section_seconds "$1" "$2")))
+  shift 2
+  local start=${SECONDS}
+  for t in "$@"; do
+    exe="${bin}/${t}"
+    log="${logs}/$(basename "${t}").log"
+    local limit
+    limit="$(capped "${test_timeout}" "${section_deadline}")"
+    if [[ ! -x "${exe}" ]]; then
+      echo "MISSING ${t}"
+      bad=$((bad + 1)); failures+=("${t}(missing)"); continue
+    fi
+    if ((limit < 2)); then
+      echo "NOT RUN ${t}: the ${name} section's budget is spent"
+      bad=$((bad + 1)); failures+=("${t}(not run)"); continue
+    fi
+    run_waited timeout -k 5 "${limit}" "${exe}" >"${log}" 2>&1
+    rc=$?
+    n_skip=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "${log}")
+    if [[ ${rc} -eq 124 || ${rc} -eq 137 ]]; then
+      echo "TIMEOUT ${t} after ${limit} s (log $(basename "${log}"))"
+      bad=$((bad + 1)); failures+=("${t}(timeout ${limit}s)")
+    elif [[ ${rc} -ne 0 ]]; then
+      echo "FAIL ${t} rc=${rc} (log $(basename "${log}")):"
+      grep -E '^\[  FAILED  \]|Failure|Check failed|MCC_EXPECT_CUDA|error' "${log}" | head -10 | sed 's/^/    /'
+      bad=$((bad + 1)); failures+=("${t}(rc=${rc})")
+      diagnose "${t}" "${section_deadline}"
+    elif ((expect_gpu && n_skip > 0)) && [[ "${t}" != *nodevice* ]]; then
+      # A GPU is there and the test did not use it: nothing was checked.
+      echo "FAIL ${t}: ${n_skip} tests skipped although a GPU is expected"
+      grep -m2 'SKIPPED\|no CUDA device' "${log}" | sed 's/^/    /'
+      bad=$((bad + 1)); failures+=("${t}(${n_skip} skipped)")
+    else
+      echo "PASS ${t} (${n_skip} skipped)"
+      passed=$((passed + 1))
+    fi
+  done
+  local state=ok
+  ((bad)) && state=failed
+  record "${name}" "${state}" $((SECONDS - start)) "${passed} passed, ${bad} failed"
+}
+# diagnose TEST DEADLINE: reruns a failed test with CUDA_LAUNCH_BLOCKING=1,
+# then under compute-sanitizer memcheck, for their logs.
+diagnose() {
+  local exe="${bin}/$1" base limit sanitizer
+  base="${logs}/$(basename "$1")"
+  limit="$(capped "${test_timeout}" "$2")"
+  ((limit < 2)) && return
+  CUDA_LAUNCH_BLOCKING=1 run_waited timeout -k 5 "${limit}" "${exe}" >"${base}.blocking.log" 2>&1
+  echo "    rerun with CUDA_LAUNCH_BLOCKING=1: rc=$? (log $(basename "${base}").blocking.log)"
+  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  limit="$(capped "${test_timeout}" "$2")"
+  if [[ -x "${sanitizer}" ]] && ((limit >= 2)); then
+    run_waited timeout -k 5 "${limit}" "${sanitizer}" --tool memcheck \
+      --error-exitcode 99 "${exe}" >"${base}.memcheck.log" 2>&1
+    echo "    compute-sanitizer memcheck: rc=$? (log $(basename "${base}").memcheck.log)"
+  fi
+}
+
+if [[ -n "${GPU_CHECK_TESTS:-}" ]]; then
+  read -r -a kernel_tests <<<"${GPU_CHECK_TESTS}"
+else
+  kernel_tests=(
+    core/cuda/runtime_nodevice_test
+    core/cuda/runtime_test
+    core/cuda/staging_test
+    core/ops/cuda/registrations_nodevice_test
+    core/ops/cuda/registrations_test
+    core/ops/cuda/gemm_test
+    core/ops/cuda/flash_attention_test
+    core/ops/cuda/cached_attention_test
+    parallel/context_parallel/softmax_merge_cuda_test
+    core/ops/cuda/int8_test
+    core/ops/cuda/index_check_loss_totals_test
+    core/ops/cuda/graph_capture_test
+    core/ops/cuda/slot_coverage_test
+  )
+fi
+run_tests kernels 150 "${kernel_tests[@]}"
+
+# --- train checks: each prints "PREFIX: ok|skipped|FAILED ..." last.
+# train_section NAME DEFAULT_BUDGET SCRIPT PREFIX [VAR=VALUE...]
+train_section() {
+  local name="$1" seconds script="${scripts}/$3" prefix="$4" line state rc
+  seconds="$(section_seconds "$1" "$2")"
+  shift 4
+  local start=${SECONDS}
+  if ((seconds < 10)); then
+    record "${name}" not-run 0 "the run's budget is spent"
+    failures+=("${name}(not run)")
+    return
+  fi
+  run_logged "${logs}/${name}.log" env "$@" \
+    GPU_CHECK_DEADLINE=$(($(date +%s) + seconds)) \
+    STEP_TIMEOUT="${STEP_TIMEOUT:-${seconds}}" THROUGHPUT_BUDGET="${seconds}" \
+    timeout -k 5 $((seconds + 10)) "${script}" "${dir}"
+  rc=$?
+  line="$(tail -1 "${logs}/${name}.log")"
+  case "${line}" in
+    "${prefix}: ok"*) state=ok ;;
+    "${prefix}: skipped"*) state=skipped ;;
+    *) state=failed ;;
+  esac
+  ((rc == 124 || rc == 137)) && state=timeout
+  # Where a GPU is expected a skip checked nothing: it fails.
+  if [[ ${state} == skipped ]] && ((expect_gpu)) && [[ "${line}" != *"1 GPU"* ]]; then
+    state=failed
+  fi
+  [[ ${state} == ok || ${state} == skipped ]] || failures+=("${name}(${state})")
+  record "${name}" "${state}" $((SECONDS - start)) "${line#"${prefix}: "}"
+}
+
+train_section parity_fp32 60 check_train_parity.sh "TRAIN PARITY" PARITY_PRECISIONS=fp32
+train_section gpt2_throughput 90 check_gpt2_throughput.sh "GPT2 THROUGHPUT"
+
+# --- bench: the kernels' speed and the GEMM peak the MFU is taken against.
+bench_section() {
+  local seconds start=${SECONDS} exe="${bin}/core/ops/cuda/bench" rc state args=()
+  seconds="$(section_seconds bench 60)"
+  if [[ ! -x "${exe}" ]]; then
+    record bench failed 0 "missing ${exe}"; failures+=("bench(missing)"); return
+  fi
+  ((quick)) && args=(--iters=5 --gemm=false --mem_elements=16777216)
+  run_logged "${logs}/bench.log" timeout -k 5 "$((seconds > 1 ? seconds : 1))" \
+    "${exe}" "${args[@]}"
+  rc=$?
+  case ${rc} in
+    0) state=ok ;;
+    124 | 137) state=timeout ;;
+    *) state=failed ;;
+  esac
+  if grep -q 'no CUDA device' "${logs}/bench.log"; then
+    state=skipped
+    ((expect_gpu)) && state=failed
+  fi
+  [[ ${state} == ok || ${state} == skipped ]] || failures+=("bench(${state})")
+  record bench "${state}" $((SECONDS - start)) "rc=${rc}"
+}
+bench_section
+
+train_section parity_bf16 60 check_train_parity.sh "TRAIN PARITY" PARITY_PRECISIONS=bf16
+train_section cuda_graph 60 check_cuda_graph.sh "CUDA GRAPH"
+read -r -a offload_tests <<<"${GPU_CHECK_OFFLOAD_TESTS-core/cuda/activation_offload_test}"
+run_tests offload 40 "${offload_tests[@]}"
+read -r -a nccl_tests <<<"${GPU_CHECK_NCCL_TESTS-core/comm/nccl_process_group_test}"
+run_tests nccl 40 "${nccl_tests[@]}"
+train_section multi_rank 60 check_multi_rank.sh "MULTI-RANK"
+
+summary="$(printf '%s, ' "${states[@]}" | sed 's/, $//')"
+if ((${#failures[@]})); then
+  printf 'run\tfailed\t%s\t%s\n' "${SECONDS}" "${failures[*]}" >>"${out}/summary.tsv"
+  echo "GPU CHECKS: FAILED (${summary}; ${SECONDS} s of ${budget}; failing: ${failures[*]})"
+  exit 1
+fi
+printf 'run\tok\t%s\t\n' "${SECONDS}" >>"${out}/summary.tsv"
+echo "GPU CHECKS: ok (${summary}; ${SECONDS} s of ${budget})"

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# The GPU machine's whole call, rehearsed here without a GPU, so the script
+# cannot rot before its first (scarce) run:
+# - bundle: collect_libs.sh gathers the real binaries (every one run_checks
+#   runs, and //tools:train_testdev standing in for train); check_bundle.sh
+#   finds every DT_NEEDED carried or on the GPU machine, and the packed
+#   bundle (xz -1: no smaller than make_bundle's xz -6) plus the working
+#   tree allowance fits 48 MiB; a bundle missing a library fails, naming it.
+# - libraries: gpu_library_path puts the bundle's lib/ first, then
+#   LD_LIBRARY_PATH, /usr/local/cuda/lib64, then the PyTorch environment's
+#   nvidia wheel folders (a fake venv here).
+# - run_checks.sh on the packed bundle, --out a folder, the test device for
+#   the train checks: every section in order in summary.tsv, run.log ending
+#   with "GPU CHECKS: ok", logs.tgz holding the logs.
+# - a hung test is killed at TEST_TIMEOUT (timeout -k) and the next runs;
+#   a section without budget reads not-run, and the run fails.
+# - killed with TERM: summary.tsv says so and logs.tgz is there.
+# - a GPU expected but not visible (no GPU here): preflight fails, naming
+#   cudaGetDeviceCount's error, and nothing else runs.
+#   run_checks_test.sh TRAIN_TESTDEV TREE_ALLOWANCE_MIB
+set -uo pipefail
+train_dev="$PWD/$1"
+tree_allowance_mib="$2"
+scripts="$(cd "$(dirname "$0")" && pwd)"
+work="${TEST_TMPDIR:-$(mktemp -d)}"
+failures=0
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+pass() { echo "PASS $*"; }
+
+# --- bundle
+export COLLECT_BIN_ROOT="$PWD"
+bundle="${work}/gpu_bundle"
+"${scripts}/collect_libs.sh" "${bundle}" 2>&1 | tail -1 || fail "collect_libs"
+[[ -f "${bundle}/lib/libcudart.so.13" ]] && pass "libcudart carried" ||
+  fail "libcudart.so.13 not carried"
+for name in libnccl.so.2 libcublas.so.13 libcublasLt.so.13; do
+  [[ ! -e "${bundle}/lib/${name}" ]] || fail "${name} carried (the wheels supply it)"
+done
+tar -C "${work}" -cf - gpu_bundle | xz -1 -T0 >"${work}/gpu_bundle.tar.xz"
+out="$("${scripts}/check_bundle.sh" "${bundle}" "${work}/gpu_bundle.tar.xz" \
+  $((tree_allowance_mib * 1048576)) 2>&1)"
+rc=$?
+echo "${out}" | tail -1
+[[ ${rc} -eq 0 ]] && grep -q '^BUNDLE: ok' <<<"${out}" && pass "bundle: libraries and size" ||
+  fail "bundle check: ${out}"
+cp -a "${bundle}" "${work}/broken"
+rm "${work}/broken/lib/libcrypto.so.3"
+out="$("${scripts}/check_bundle.sh" "${work}/broken" 2>&1)"
+grep -q 'needs libcrypto.so.3, neither carried nor on the GPU machine' <<<"${out}" &&
+  grep -q '^BUNDLE: FAILED' <<<"${out}" && pass "bundle missing libcrypto fails" ||
+  fail "bundle missing libcrypto: ${out}"
+out="$(GPU_BUNDLE_BUDGET_MIB=1 "${scripts}/check_bundle.sh" "${bundle}" \
+  "${work}/gpu_bundle.tar.xz" 0 2>&1)"
+grep -q 'exceed 1 MiB' <<<"${out}" && pass "bundle over budget fails" ||
+  fail "bundle over budget: ${out}"
+
+# --- library search path, with a PyTorch environment's wheels.
+venv="${work}/venv"
+mkdir -p "${venv}/lib/python3.12/site-packages/nvidia/nccl/lib" \
+  "${venv}/lib/python3.12/site-packages/nvidia/cu13/lib"
+path="$(env -u GPU_CHECK_LIBRARY_PATH LD_LIBRARY_PATH=/x GPU_CHECK_TORCH_VENV="${venv}" \
+  bash -c "source '${scripts}/check_lib.sh'; gpu_library_path '${bundle}/lib'; echo \"\${LD_LIBRARY_PATH}\"")"
+want="${bundle}/lib:/x:/usr/local/cuda/lib64:${venv}/lib/python3.12/site-packages/nvidia/cu13/lib:${venv}/lib/python3.12/site-packages/nvidia/nccl/lib"
+[[ "${path}" == "${want}" ]] && pass "library path: bundle, LD_LIBRARY_PATH, cuda, wheels" ||
+  fail "library path ${path}, want ${want}"
+
+# --- the rehearsal: train_testdev as train, the packed bundle.
+cp -L "${train_dev}" "${bundle}/bin/tools/train"
+rm -rf "${work}/gpu_bundle.tar.xz" "${work}/broken"
+tar -C "${work}" -cf - gpu_bundle | xz -0 -T0 >"${work}/gpu_bundle.tar.xz"
+rm -rf "${bundle}"
+export GPU_CHECK_DEVICE=test GPU_CHECK_GPUS=1
+export GPU_CHECK_EXTRA_FLAGS="--num-threads 1 --num-layers 2 --seq-length 32"
+export PARITY_STEPS=4 CUDA_GRAPH_STEPS=4 THROUGHPUT_MICRO_BATCHES=4 THROUGHPUT_ITERS=5
+export THROUGHPUT_MODEL_FLAGS="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --vocab-size 512 --bf16"
+export GPU_CHECK_TORCH_VENV="${venv}"
+start=${SECONDS}
+"${scripts}/run_checks.sh" --no-expect-gpu --quick --out "${work}/out" "${bundle}" \
+  >"${work}/rehearsal.txt" 2>&1
+rc=$?
+echo "rehearsal: rc ${rc} in $((SECONDS - start)) s"
+sections="$(cut -f1,2 "${work}/out/summary.tsv" | tr '\t\n' ' ;')"
+want_sections="section state;preflight ok;kernels ok;parity_fp32 ok;gpt2_throughput ok;bench skipped;parity_bf16 ok;cuda_graph ok;offload ok;nccl ok;multi_rank skipped;run ok;"
+if [[ ${rc} -eq 0 && "${sections}" == "${want_sections}" ]] &&
+  tail -1 "${work}/out/run.log" | grep -q '^GPU CHECKS: ok (preflight ok, kernels ok' &&
+  tar -tzf "${work}/out/logs.tgz" >"${work}/out.list" &&
+  grep -q 'logs/parity_fp32.log' "${work}/out.list"; then
+  pass "rehearsal: every section, summary.tsv, run.log, logs.tgz"
+else
+  fail "rehearsal rc ${rc}; sections: ${sections}"
+  cat "${work}/rehearsal.txt"
+fi
+grep -q 'libcudart.so.13 *.*/gpu_bundle/lib/libcudart.so.13' "${work}/rehearsal.txt" &&
+  pass "preflight prints resolved libraries" || fail "preflight did not print libcudart's file"
+
+# --- a hung test is killed and the next one runs; a spent budget fails.
+mkdir -p "${bundle}/bin/hang"
+printf '#!/bin/sh\ntrap "" TERM\nsleep 600\n' >"${bundle}/bin/hang/hang_test"
+chmod +x "${bundle}/bin/hang/hang_test"
+start=${SECONDS}
+GPU_CHECK_TESTS="hang/hang_test core/cuda/runtime_nodevice_test" TEST_TIMEOUT=3 \
+  SECTION_BUDGET_parity_fp32=0 "${scripts}/run_checks.sh" --no-expect-gpu \
+  --out "${work}/out_hang" "${bundle}" >"${work}/hang.txt" 2>&1
+rc=$?
+if [[ ${rc} -ne 0 ]] && grep -q '^TIMEOUT hang/hang_test after 3 s' "${work}/hang.txt" &&
+  grep -q '^PASS core/cuda/runtime_nodevice_test' "${work}/hang.txt" &&
+  grep -qP '^parity_fp32\tnot-run' "${work}/out_hang/summary.tsv" &&
+  ((SECONDS - start < 60)); then
+  pass "hung test killed (TERM ignored), next test runs, spent budget is not-run"
+else
+  fail "hung test: rc ${rc} after $((SECONDS - start)) s"
+  cat "${work}/hang.txt"
+fi
+
+# --- killed with TERM: what finished is kept.
+# As the device tool stops a call: TERM to the whole process group.
+GPU_CHECK_TESTS="hang/hang_test" TEST_TIMEOUT=60 setsid "${scripts}/run_checks.sh" \
+  --no-expect-gpu --out "${work}/out_term" "${bundle}" >"${work}/term.txt" 2>&1 &
+pid=$!
+for _ in $(seq 50); do
+  grep -qP '^preflight\tok' "${work}/out_term/summary.tsv" 2>/dev/null && break
+  sleep 0.2
+done
+sleep 1
+start=${SECONDS}
+kill -TERM -- -"${pid}"
+wait "${pid}"
+((SECONDS - start < 10)) || fail "killed with TERM: took $((SECONDS - start)) s to stop"
+if grep -qP '^run\tkilled\t[0-9]+\tTERM' "${work}/out_term/summary.tsv" &&
+  tar -tzf "${work}/out_term/logs.tgz" >"${work}/term.list" &&
+  grep -q 'logs/preflight.log' "${work}/term.list"; then
+  pass "killed with TERM: summary.tsv and logs.tgz kept"
+else
+  fail "killed with TERM"
+  cat "${work}/term.txt" "${work}/out_term/summary.tsv"
+fi
+
+# --- a GPU expected but not visible: red, saying why.
+if [[ ! -e /dev/nvidia0 ]]; then
+  "${scripts}/run_checks.sh" --expect-gpu --out "${work}/out_nogpu" "${bundle}" \
+    >"${work}/nogpu.txt" 2>&1
+  rc=$?
+  if [[ ${rc} -ne 0 ]] &&
+    tail -1 "${work}/nogpu.txt" | grep -q '^GPU CHECKS: FAILED (preflight: PREFLIGHT: FAILED (GPU expected but the CUDA runtime sees none: cudaGetDeviceCount' &&
+    [[ "$(cut -f1,2 "${work}/out_nogpu/summary.tsv" | tail -1)" == "preflight	failed" ]]; then
+    pass "GPU expected, none visible: fails naming the CUDA error"
+  else
+    fail "GPU expected without one: rc ${rc}"
+    cat "${work}/nogpu.txt"
+  fi
+fi
+
+if ((failures)); then
+  echo "${failures} check(s) failed"
+  exit 1
+fi
+echo "run_checks rehearsal: OK"
