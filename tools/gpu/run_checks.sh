@@ -9,6 +9,9 @@
 #   kernels          the CUDA kernel and runtime tests (gtest binaries)
 #   parity_fp32      train on the GPU against the CPU, fp32 (TF32 off)
 #   gpt2_throughput  GPT-2 124M tokens/s, MFU, peak memory
+#   pytorch_peer     the same model in the machine's PyTorch (eager and
+#                    torch.compile; tools/gpu/torch_gpt2_peer.py), tokens/s
+#                    beside train's
 #   bench            the CUDA kernel bench (GEMM peak on the GPU)
 #   parity_bf16      as parity_fp32 in bf16
 #   cuda_graph       --cuda-graph against eager
@@ -324,6 +327,47 @@ train_section() {
 
 train_section parity_fp32 60 check_train_parity.sh "TRAIN PARITY" PARITY_PRECISIONS=fp32
 train_section gpt2_throughput 90 check_gpt2_throughput.sh "GPT2 THROUGHPUT"
+
+# --- the PyTorch peer: the same GPT-2 124M and micro-batch in the machine's
+# own PyTorch (tools/gpu/torch_gpt2_peer.py), eager and torch.compile, and
+# train's tokens/s over the fastest of them.
+peer_section() {
+  local seconds start=${SECONDS} python mbs ours line state rc best ratio=""
+  seconds="$(section_seconds pytorch_peer 100)"
+  python="${GPU_CHECK_PYTHON:-/opt/torch/.venv/bin/python3}"
+  [[ -x "${python}" ]] || python="$(command -v python3)"
+  read -r mbs ours < <(sed -n 's/^GPT2 THROUGHPUT: ok (micro-batch \([0-9]*\): \([0-9]*\) tokens\/s.*/\1 \2/p' \
+    "${logs}/gpt2_throughput.log" 2>/dev/null)
+  if [[ -z "${python}" ]] || ((seconds < 20)); then
+    state=skipped
+    ((expect_gpu)) && state=failed
+    [[ ${state} == failed ]] && failures+=("pytorch_peer(not run)")
+    record pytorch_peer "${state}" 0 "${python:+no time left}${python:-no python3}"
+    return
+  fi
+  # Its own libraries: not the bundle's (an older libstdc++ among them).
+  read -r -a peer_args <<<"${PEER_ARGS:-}"
+  run_logged "${logs}/pytorch_peer.log" env -u LD_LIBRARY_PATH -u MCC_EXPECT_CUDA \
+    PYTHONUNBUFFERED=1 timeout -k 5 "${seconds}" "${python}" \
+    "${scripts}/torch_gpt2_peer.py" --micro-batch "${mbs:-16}" \
+    --budget $((seconds - 15)) "${peer_args[@]}"
+  rc=$?
+  line="$(tail -1 "${logs}/pytorch_peer.log")"
+  case "${line}" in
+    "PYTORCH PEER: ok"*) state=ok ;;
+    "PYTORCH PEER: skipped"*) state=skipped ;;
+    *) state=failed ;;
+  esac
+  ((rc == 124 || rc == 137)) && state=timeout
+  [[ ${state} == skipped ]] && ((expect_gpu)) && state=failed
+  [[ ${state} == ok || ${state} == skipped ]] || failures+=("pytorch_peer(${state})")
+  best="$(grep -oE '^PYTORCH (eager|compile): [0-9]+ tokens/s' "${logs}/pytorch_peer.log" |
+    awk '{ if ($3 > b) b = $3 } END { if (b) print b }')"
+  [[ -n "${best}" && -n "${ours}" ]] &&
+    ratio="; train/PyTorch best $(awk -v a="${ours}" -v b="${best}" 'BEGIN { printf "%.2f", a / b }')"
+  record pytorch_peer "${state}" $((SECONDS - start)) "${line#PYTORCH PEER: }; train ${ours:-?} tokens/s${ratio}"
+}
+peer_section
 
 # --- bench: the kernels' speed and the GEMM peak the MFU is taken against.
 bench_section() {

@@ -74,13 +74,16 @@ export GPU_CHECK_EXTRA_FLAGS="--num-threads 1 --num-layers 2 --seq-length 32"
 export PARITY_STEPS=4 CUDA_GRAPH_STEPS=4 THROUGHPUT_MICRO_BATCHES=4 THROUGHPUT_ITERS=5
 export THROUGHPUT_MODEL_FLAGS="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --vocab-size 512 --bf16"
 export GPU_CHECK_TORCH_VENV="${venv}"
+# The peer with a tiny model where torch is installed; skipped where not.
+export GPU_CHECK_PYTHON=python3
+export PEER_ARGS="--layers 2 --hidden 64 --heads 4 --seq 64 --vocab 512 --steps 2 --warmup 1 --modes eager"
 start=${SECONDS}
 "${scripts}/run_checks.sh" --no-expect-gpu --quick --out "${work}/out" "${bundle}" \
   >"${work}/rehearsal.txt" 2>&1
 rc=$?
 echo "rehearsal: rc ${rc} in $((SECONDS - start)) s"
 sections="$(cut -f1,2 "${work}/out/summary.tsv" | tr '\t\n' ' ;')"
-want_sections="section state;preflight ok;kernels ok;parity_fp32 ok;gpt2_throughput ok;bench skipped;parity_bf16 ok;cuda_graph ok;offload ok;nccl ok;multi_rank skipped;run ok;"
+want_sections="section state;preflight ok;kernels ok;parity_fp32 ok;gpt2_throughput ok;pytorch_peer skipped;bench skipped;parity_bf16 ok;cuda_graph ok;offload ok;nccl ok;multi_rank skipped;run ok;"
 if [[ ${rc} -eq 0 && "${sections}" == "${want_sections}" ]] &&
   tail -1 "${work}/out/run.log" | grep -q '^GPU CHECKS: ok (preflight ok, kernels ok' &&
   tar -tzf "${work}/out/logs.tgz" >"${work}/out.list" &&
