@@ -15,7 +15,8 @@ namespace mcc {
 namespace training {
 
 // The best of the n^3 GEMMs in `dtype` on `device` run over about half a
-// second, in FLOP/s: the peak that MFU is measured against. n is 1024 on
+// second, on random inputs, in FLOP/s: the peak that MFU is measured
+// against. n is 1024 on
 // the host, 4096 on a GPU (a 1024^3 GEMM is too short there to time). On a
 // device other than the host, each group of 10 GEMMs is timed to a
 // device-to-host read of one row, so an asynchronous device is not timed at
