@@ -98,6 +98,18 @@ fi
 
 log="${logs}/gpt2_mbs${chosen}.log"
 read -r tokens tflops peak_bytes timed <<<"${result}"
+# The loss must be a number at every step (a NaN or inf means the figures
+# time a broken run); whether it falls over these few steps is printed.
+read -r first_loss last_loss bad_loss < <(losses "${logs}/gpt2_mbs${chosen}.jsonl" | awk '
+  NR == 1 { f = $2 }
+  { l = $2; if ($2 !~ /^-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$/) bad++ }
+  END { print (f == "" ? "none" : f), (l == "" ? "none" : l), bad + 0 }')
+if [[ "${first_loss}" == none || ${bad_loss} -gt 0 ]]; then
+  echo "GPT2 THROUGHPUT: FAILED (loss not finite: ${bad_loss} steps; first ${first_loss}, last ${last_loss}; log ${log})"
+  exit 1
+fi
+echo "loss ${first_loss} -> ${last_loss} ($(awk -v a="${first_loss}" -v b="${last_loss}" \
+  'BEGIN { print (b < a ? "falls" : "does not fall") }'))"
 # The reference GEMM rates, in TFLOP/s (0 when absent).
 train_peak="$(sed -n 's/.*GEMM peak for MFU: \([0-9.]*\) GFLOP\/s.*/\1/p' "${log}" |
   head -1 | awk '{ printf "%.6g", $1 / 1e3 }')"

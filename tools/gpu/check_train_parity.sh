@@ -19,7 +19,9 @@
 # GPU machine need not have the Debian packages the corpus comes from).
 # Logs go to DIR/logs/parity_{fp32,bf16}_{device,cpu}.{log,jsonl}. Exit
 # status: 0 ok or skipped, 1 failed. PARITY_PRECISIONS (default "fp32 bf16")
-# and PARITY_STEPS (default 20) narrow the check; tools/gpu/check_lib.sh
+# and PARITY_STEPS (default 20) narrow the check, PARITY_MODEL_FLAGS
+# replaces the tiny model (run_checks.sh: GPT-2 124M at sequence 1024) and
+# PARITY_NAME (default parity) names its logs; tools/gpu/check_lib.sh
 # lists the variables every check shares (GPU_CHECK_DEVICE=test with
 # //tools:train_testdev, or cpu, runs the same comparison without a GPU:
 # tools/gpu/train_checks_test.sh).
@@ -43,9 +45,11 @@ fi
 
 # fp32 GEMMs in full fp32 (the TF32 override covers cuBLAS and cuBLASLt).
 export NVIDIA_TF32_OVERRIDE=0
+read -r -a model_flags <<<"${PARITY_MODEL_FLAGS:-}"
+prefix="${PARITY_NAME:-parity}"
 flags=(--data-path "${data}" --data-cache-path "${logs}/train_data_cache"
        --train-iters "${steps}" --lr-decay-iters "${steps}" --log-interval 1
-       --eval-iters 0 --peak-tflops 1 "${extra_flags[@]}")
+       --eval-iters 0 --peak-tflops 1 "${model_flags[@]}" "${extra_flags[@]}")
 summary=()
 for precision in "${precisions[@]}"; do
   case "${precision}" in
@@ -56,7 +60,7 @@ for precision in "${precisions[@]}"; do
   esac
   # The device under test first: its refusal without a GPU skips the rest.
   for role in device cpu; do
-    name="parity_${precision}_${role}"
+    name="${prefix}_${precision}_${role}"
     device=cpu extra=()
     [[ ${role} == device ]] && device="${check_device}" extra=("${candidate_flags[@]}")
     limit="$(run_timeout "${step_timeout}")"
@@ -83,10 +87,10 @@ for precision in "${precisions[@]}"; do
       exit 1
     fi
   done
-  grep -h -m1 "device ${check_device}" "${logs}/parity_${precision}_device.log" |
+  grep -h -m1 "device ${check_device}" "${logs}/${prefix}_${precision}_device.log" |
     sed 's/^.*\] //'
-  compare_losses "${logs}/parity_${precision}_cpu.jsonl" \
-    "${logs}/parity_${precision}_device.jsonl" "${tolerance}" "${steps}" \
+  compare_losses "${logs}/${prefix}_${precision}_cpu.jsonl" \
+    "${logs}/${prefix}_${precision}_device.jsonl" "${tolerance}" "${steps}" \
     "TRAIN PARITY ${precision}" || {
     echo "TRAIN PARITY: FAILED (${precision}: ${check_device} differs from cpu" \
       "beyond ${tolerance})"

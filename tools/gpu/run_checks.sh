@@ -8,6 +8,7 @@
 #                    or an expected GPU is not visible
 #   kernels          the CUDA kernel and runtime tests (gtest binaries)
 #   parity_fp32      train on the GPU against the CPU, fp32 (TF32 off)
+#   parity_gpt2      the same for GPT-2 124M at sequence 1024, 3 steps
 #   gpt2_throughput  GPT-2 124M tokens/s, MFU, peak memory
 #   pytorch_peer     the same model in the machine's PyTorch (eager and
 #                    torch.compile; tools/gpu/torch_gpt2_peer.py), tokens/s
@@ -326,6 +327,11 @@ train_section() {
 }
 
 train_section parity_fp32 60 check_train_parity.sh "TRAIN PARITY" PARITY_PRECISIONS=fp32
+# GPT-2 124M at full size: 3 steps of 2 sequences of 1024, fp32 (TF32 off),
+# the GPU against the CPU within 1e-4.
+train_section parity_gpt2 90 check_train_parity.sh "TRAIN PARITY" PARITY_PRECISIONS=fp32 \
+  PARITY_STEPS="${PARITY_GPT2_STEPS:-3}" PARITY_NAME=parity_gpt2 \
+  PARITY_MODEL_FLAGS="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --vocab-size 50304 --micro-batch-size 1 --global-batch-size 2"
 train_section gpt2_throughput 90 check_gpt2_throughput.sh "GPT2 THROUGHPUT"
 
 # --- the PyTorch peer: the same GPT-2 124M and micro-batch in the machine's

@@ -83,7 +83,7 @@ start=${SECONDS}
 rc=$?
 echo "rehearsal: rc ${rc} in $((SECONDS - start)) s"
 sections="$(cut -f1,2 "${work}/out/summary.tsv" | tr '\t\n' ' ;')"
-want_sections="section state;preflight ok;kernels ok;parity_fp32 ok;gpt2_throughput ok;pytorch_peer skipped;bench skipped;parity_bf16 ok;cuda_graph ok;offload ok;nccl ok;multi_rank skipped;run ok;"
+want_sections="section state;preflight ok;kernels ok;parity_fp32 ok;parity_gpt2 ok;gpt2_throughput ok;pytorch_peer skipped;bench skipped;parity_bf16 ok;cuda_graph ok;offload ok;nccl ok;multi_rank skipped;run ok;"
 if [[ ${rc} -eq 0 && "${sections}" == "${want_sections}" ]] &&
   tail -1 "${work}/out/run.log" | grep -q '^GPU CHECKS: ok (preflight ok, kernels ok' &&
   tar -tzf "${work}/out/logs.tgz" >"${work}/out.list" &&
