@@ -5,7 +5,10 @@
 # descending sizes; a size that runs out of device memory fails at its first
 # allocation beyond the device, "out of memory on cuda:0", and the next
 # smaller one is tried). Prints tokens/s, TFLOP/s, MFU and peak device
-# memory beside the goal and the published peers, then one summary line:
+# memory beside the goal and the published peers, the loss's first and last
+# step (a loss that is not a number fails), the planner's predicted step time
+# and peak memory for the same run (train --dry-run) beside the measured
+# ones, then one summary line:
 #   GPT2 THROUGHPUT: ok (micro-batch 64: 412345 tokens/s, MFU 46.1% (goal 45%: met), peak memory 71.2 GiB)
 #   GPT2 THROUGHPUT: skipped (no CUDA device)
 #   GPT2 THROUGHPUT: FAILED (...)
@@ -110,6 +113,26 @@ if [[ "${first_loss}" == none || ${bad_loss} -gt 0 ]]; then
 fi
 echo "loss ${first_loss} -> ${last_loss} ($(awk -v a="${first_loss}" -v b="${last_loss}" \
   'BEGIN { print (b < a ? "falls" : "does not fall") }'))"
+# The planner's prediction for the same run (train --dry-run: tools/plan's
+# model), beside what was measured; the goal is within 10% of each.
+plan_log="${logs}/gpt2_mbs${chosen}_plan.log"
+timeout -k 5 60 "${train}" "${model[@]}" --mock-data --micro-batch-size "${chosen}" \
+  --global-batch-size "${chosen}" --device "${check_device}" "${extra_flags[@]}" \
+  --dry-run >"${plan_log}" 2>&1
+plan_ms="$(awk '/^step time/ { s = 1 } s && $1 == "total" { print $2; exit }' "${plan_log}")"
+plan_gib="$(awk '/^memory of/ { m = 1 } m && $1 == "total" { print $2; exit }' "${plan_log}")"
+seq_len="$(printf '%s\n' "${model[@]}" "${extra_flags[@]}" |
+  awk 'p { n = $1; p = 0 } $1 == "--seq-length" { p = 1 } END { print n }')"
+awk -v pms="${plan_ms}" -v pgib="${plan_gib}" -v tok="${tokens}" \
+  -v mbs="${chosen}" -v seq="${seq_len:-1024}" -v mem="${peak_bytes}" '
+  BEGIN {
+    if (pms == "" || pgib == "") { print "planner: no prediction (see the plan log)"; exit }
+    ms = tok > 0 ? 1000 * mbs * seq / tok : 0
+    gib = mem / 2^30
+    dms = ms > 0 ? 100 * (pms - ms) / ms : 0
+    dgib = gib > 0 ? 100 * (pgib - gib) / gib : 0
+    printf "planner: step %.1f ms predicted, %.1f ms measured (%+.0f%%); peak memory %.2f GiB predicted, %.2f GiB measured (%+.0f%%)\n", pms, ms, dms, pgib, gib, dgib
+  }'
 # The reference GEMM rates, in TFLOP/s (0 when absent).
 train_peak="$(sed -n 's/.*GEMM peak for MFU: \([0-9.]*\) GFLOP\/s.*/\1/p' "${log}" |
   head -1 | awk '{ printf "%.6g", $1 / 1e3 }')"

@@ -126,6 +126,8 @@ expect "throughput: out of memory falls back; figures and MFU reference" 0 \
   '^  dense bf16 GEMM [0-9.]+ TFLOP/s measured by train \(cuBLASLt 4096\^3\), 1000000.0 by the bench' \
   '^  MFU +0.0% against 1000000.0 TFLOP/s \(.*\); goal 45%: NOT met$' \
   '^  peak memory +[0-9.]+ GiB$' '^  peers: llm.c GPT-2 124M about 60% MFU on A100' \
+  '^loss [0-9.]+ -> [0-9.]+ \((falls|does not fall)\)$' \
+  '^planner: step [0-9.]+ ms predicted, [0-9.]+ ms measured \([-+][0-9]+%\); peak memory [0-9.]+ GiB predicted' \
   '^GPT2 THROUGHPUT: ok \(micro-batch 4: [0-9]+ tokens/s, MFU 0.0% \(goal 45%: not met\), peak memory' -- \
   env THROUGHPUT_MICRO_BATCHES="16 8 4" THROUGHPUT_ITERS=6 \
   THROUGHPUT_MODEL_FLAGS="${tiny}" "${scripts}/check_gpt2_throughput.sh" "${work}/oom"
