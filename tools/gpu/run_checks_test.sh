@@ -16,7 +16,8 @@
 #   a section without budget reads not-run, and the run fails.
 # - killed with TERM: summary.tsv says so and logs.tgz is there.
 # - a GPU expected but not visible (no GPU here): preflight fails, naming
-#   cudaGetDeviceCount's error, and nothing else runs.
+#   cudaGetDeviceCount's error, and nothing else runs; with a GPU expected
+#   a test skipped for want of a device fails, one skipped by design not.
 #   run_checks_test.sh TRAIN_TESTDEV TREE_ALLOWANCE_MIB
 set -uo pipefail
 train_dev="$PWD/$1"
@@ -151,6 +152,30 @@ if [[ ! -e /dev/nvidia0 ]]; then
     fail "GPU expected without one: rc ${rc}"
     cat "${work}/nogpu.txt"
   fi
+fi
+
+# --- with a GPU expected, a skip for want of a device fails and a skip by
+# design (two GPUs needed) does not. The device probe is stubbed: there is
+# no GPU here.
+mkdir -p "${bundle}/bin/fake"
+printf '#!/bin/sh\nexit 0\n' >"${bundle}/bin/core/cuda/runtime_nodevice_test"
+printf '#!/bin/sh\necho "x_test.cc:1: Skipped"\necho "no CUDA device (stub)"\necho "[  SKIPPED ] X.Y (0 ms)"\n' \
+  >"${bundle}/bin/fake/nodevice_skip_test"
+printf '#!/bin/sh\necho "x_test.cc:1: Skipped"\necho "needs two CUDA devices"\necho "[  SKIPPED ] X.Z (0 ms)"\n' \
+  >"${bundle}/bin/fake/two_gpu_skip_test"
+chmod +x "${bundle}/bin/core/cuda/runtime_nodevice_test" "${bundle}/bin/fake/"*
+GPU_CHECK_TESTS="fake/nodevice_skip_test fake/two_gpu_skip_test" GPU_CHECK_OFFLOAD_TESTS= \
+  GPU_CHECK_NCCL_TESTS= RUN_CHECKS_BUDGET=30 SECTION_BUDGET_parity_fp32=0 \
+  SECTION_BUDGET_parity_gpt2=0 SECTION_BUDGET_gpt2_throughput=0 SECTION_BUDGET_pytorch_peer=0 \
+  SECTION_BUDGET_bench=0 SECTION_BUDGET_parity_bf16=0 SECTION_BUDGET_cuda_graph=0 \
+  SECTION_BUDGET_multi_rank=0 "${scripts}/run_checks.sh" --expect-gpu \
+  --out "${work}/out_skips" "${bundle}" >"${work}/skips.txt" 2>&1
+if grep -q '^FAIL fake/nodevice_skip_test: 1 tests skipped for want of a CUDA device' "${work}/skips.txt" &&
+  grep -q '^PASS fake/two_gpu_skip_test (1 skipped)' "${work}/skips.txt"; then
+  pass "GPU expected: a no-device skip fails, a two-GPU skip passes"
+else
+  fail "skips with a GPU expected"
+  cat "${work}/skips.txt"
 fi
 
 if ((failures)); then
