@@ -20,7 +20,7 @@
 #   nccl             NCCL process groups; with two GPUs or more the TP, PP
 #                    and DP layouts against one GPU
 #
-#   tools/gpu/run_checks.sh [--out DIR] [--expect-gpu|--no-expect-gpu] [--quick] [BUNDLE]
+#   tools/gpu/run_checks.sh [--out DIR] [--expect-gpu|--no-expect-gpu] [--full-bench] [BUNDLE]
 #
 # BUNDLE: a folder made by tools/gpu/make_bundle.sh (BUNDLE/bin, BUNDLE/lib,
 # BUNDLE/data; default gpu_bundle); BUNDLE.tar.xz is unpacked beside itself
@@ -61,13 +61,14 @@ scripts="$(cd "$(dirname "$0")" && pwd)"
 
 dir="gpu_bundle"
 out="${OUT:-}"
-quick=0
+full_bench=0
 expect_gpu=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) out="$2"; shift ;;
     --out=*) out="${1#--out=}" ;;
-    --quick) quick=1 ;;
+    --full-bench) full_bench=1 ;;
+    --quick) ;;  # The default now; kept for old command lines.
     --expect-gpu) expect_gpu=1 ;;
     --no-expect-gpu) expect_gpu=0 ;;
     *) dir="$1" ;;
@@ -383,11 +384,18 @@ peer_section
 # --- bench: the kernels' speed and the GEMM peak the MFU is taken against.
 bench_section() {
   local seconds start=${SECONDS} exe="${bin}/core/ops/cuda/bench" rc state args=()
-  seconds="$(section_seconds bench 45)"
+  # By default the short bench (5 iterations, no GEMM sweep; the bf16 GEMM
+  # peak and the attention rows stay) to fit the run's budget;
+  # --full-bench runs all of it with a budget of its own.
+  if ((full_bench)); then
+    seconds="$(section_seconds bench 240)"
+  else
+    seconds="$(section_seconds bench 45)"
+    args=(--iters=5 --gemm=false --mem_elements=16777216)
+  fi
   if [[ ! -x "${exe}" ]]; then
     record bench failed 0 "missing ${exe}"; failures+=("bench(missing)"); return
   fi
-  ((quick)) && args=(--iters=5 --gemm=false --mem_elements=16777216)
   run_logged "${logs}/bench.log" timeout -k 5 "$((seconds > 1 ? seconds : 1))" \
     "${exe}" "${args[@]}"
   rc=$?
