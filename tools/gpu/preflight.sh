@@ -64,6 +64,11 @@ for name in libcublas.so.13 libcublasLt.so.13; do
   [[ -z "${path}" ]] && path="$(ldconfig -p 2>/dev/null | awk -v n="${name}" '$1 == n { print $NF; exit }')"
   if [[ -n "${path}" ]]; then
     resolved[${name}]="${path} (dlopen)"
+    # What it needs in turn must resolve too.
+    while read -r dep arrow where _; do
+      [[ "${arrow}" == "=>" && "${where}" == not ]] &&
+        missing[${dep}]+="${missing[${dep}]:+, }${name}"
+    done < <(ldd "${path}" 2>/dev/null)
   else
     missing[${name}]="loaded with dlopen by the GEMMs"
   fi
