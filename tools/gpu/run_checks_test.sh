@@ -163,16 +163,21 @@ printf '#!/bin/sh\necho "x_test.cc:1: Skipped"\necho "no CUDA device (stub)"\nec
   >"${bundle}/bin/fake/nodevice_skip_test"
 printf '#!/bin/sh\necho "x_test.cc:1: Skipped"\necho "needs two CUDA devices"\necho "[  SKIPPED ] X.Z (0 ms)"\n' \
   >"${bundle}/bin/fake/two_gpu_skip_test"
+printf '#!/bin/sh\necho "[  FAILED  ] X.W blocking=${CUDA_LAUNCH_BLOCKING:-0}"\nexit 1\n' \
+  >"${bundle}/bin/fake/failing_test"
 chmod +x "${bundle}/bin/core/cuda/runtime_nodevice_test" "${bundle}/bin/fake/"*
-GPU_CHECK_TESTS="fake/nodevice_skip_test fake/two_gpu_skip_test" GPU_CHECK_OFFLOAD_TESTS= \
+GPU_CHECK_TESTS="fake/nodevice_skip_test fake/two_gpu_skip_test fake/failing_test" GPU_CHECK_OFFLOAD_TESTS= \
   GPU_CHECK_NCCL_TESTS= RUN_CHECKS_BUDGET=30 SECTION_BUDGET_parity_fp32=0 \
   SECTION_BUDGET_parity_gpt2=0 SECTION_BUDGET_gpt2_throughput=0 SECTION_BUDGET_pytorch_peer=0 \
   SECTION_BUDGET_bench=0 SECTION_BUDGET_parity_bf16=0 SECTION_BUDGET_cuda_graph=0 \
   SECTION_BUDGET_multi_rank=0 "${scripts}/run_checks.sh" --expect-gpu \
   --out "${work}/out_skips" "${bundle}" >"${work}/skips.txt" 2>&1
 if grep -q '^FAIL fake/nodevice_skip_test: 1 tests skipped for want of a CUDA device' "${work}/skips.txt" &&
-  grep -q '^PASS fake/two_gpu_skip_test (1 skipped)' "${work}/skips.txt"; then
-  pass "GPU expected: a no-device skip fails, a two-GPU skip passes"
+  grep -q '^PASS fake/two_gpu_skip_test (1 skipped)' "${work}/skips.txt" &&
+  grep -q '^FAIL fake/failing_test rc=1' "${work}/skips.txt" &&
+  grep -q 'rerun with CUDA_LAUNCH_BLOCKING=1: rc=1 (log failing_test.blocking.log)' "${work}/skips.txt" &&
+  tar -xzOf "${work}/out_skips/logs.tgz" logs/failing_test.blocking.log | grep -q 'blocking=1'; then
+  pass "GPU expected: a no-device skip fails, a two-GPU skip passes; a failure reruns with CUDA_LAUNCH_BLOCKING=1"
 else
   fail "skips with a GPU expected"
   cat "${work}/skips.txt"
