@@ -44,14 +44,23 @@ n_bin=0
 while read -r exe; do
   n_bin=$((n_bin + 1))
   rel="${exe#"${bin}/"}"
-  while read -r name arrow path _; do
+  while read -r line; do
+    # A library too old for what was linked here (built on Debian 12,
+    # glibc 2.36): "...: version `GLIBC_2.36' not found (required by ...)".
+    if [[ "${line}" == *"version \`"*"' not found"* ]]; then
+      version="$(sed -n "s/.*version \`\([^']*\)' not found.*/\1/p" <<<"${line}")"
+      version="${version:-a symbol version} (the machine's library is older)"
+      missing[${version}]+="${missing[${version}]:+, }${rel}"
+      continue
+    fi
+    read -r name arrow path _ <<<"${line}"
     [[ "${arrow}" == "=>" ]] || continue
     if [[ "${path}" == not ]]; then
       missing[${name}]+="${missing[${name}]:+, }${rel}"
     else
       resolved[${name}]="${path}"
     fi
-  done < <(ldd "${exe}" 2>/dev/null)
+  done < <(ldd "${exe}" 2>&1)
 done < <(find -L "${bin}" -type f -perm -u+x | sort)
 
 # dlopen'd: found the way the loader would (the search path, then ldconfig).
@@ -74,17 +83,18 @@ for name in libcublas.so.13 libcublasLt.so.13; do
   fi
 done
 
-for name in $(printf '%s\n' "${!resolved[@]}" | sort); do
-  printf '  %-28s %s\n' "${name}" "${resolved[${name}]}"
-done
-runtime="$(basename "$(readlink -f "${resolved[libcudart.so.13]%% *}" 2>/dev/null)" 2>/dev/null)"
+while read -r name; do
+  [[ -n "${name}" ]] && printf '  %-28s %s\n' "${name}" "${resolved[${name}]}"
+done < <(printf '%s\n' "${!resolved[@]}" | sort)
+cudart="${resolved[libcudart.so.13]:-}"
+runtime="${cudart:+$(basename "$(readlink -f "${cudart}")")}"
 echo "CUDA runtime: ${runtime:-not linked}; GPU: ${gpu}"
 
 if ((${#missing[@]})); then
-  for name in $(printf '%s\n' "${!missing[@]}" | sort); do
+  while IFS= read -r name; do
     echo "  MISSING ${name}: ${missing[${name}]}"
-  done
-  echo "PREFLIGHT: FAILED (missing $(printf '%s\n' "${!missing[@]}" | sort | tr '\n' ' ' | sed 's/ $//'))"
+  done < <(printf '%s\n' "${!missing[@]}" | sort)
+  echo "PREFLIGHT: FAILED (missing $(printf '%s\n' "${!missing[@]}" | sort | paste -sd, - | sed 's/,/, /g'))"
   exit 1
 fi
 

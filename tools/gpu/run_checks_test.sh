@@ -183,6 +183,16 @@ else
   cat "${work}/skips.txt"
 fi
 
+# --- a machine whose glibc is older than the one the bundle was built
+# against: preflight names the symbol version (ldd stubbed to say so).
+mkdir -p "${work}/oldlibc"
+printf '#!/bin/sh\necho "ldd: $1: /lib/libc.so.6: version \`GLIBC_2.99'"'"' not found (required by $1)"\n' \
+  >"${work}/oldlibc/ldd"
+chmod +x "${work}/oldlibc/ldd"
+out="$(PATH="${work}/oldlibc:${PATH}" "${scripts}/preflight.sh" "${bundle}" 2>&1)"
+grep -q "^PREFLIGHT: FAILED (missing GLIBC_2.99 (the machine's library is older))" <<<"${out}" &&
+  pass "preflight names a glibc too old" || fail "old glibc: $(tail -3 <<<"${out}")"
+
 if ((failures)); then
   echo "${failures} check(s) failed"
   exit 1
