@@ -320,7 +320,8 @@ absl::Status CheckCudaGraphFlags(const TrainConfig& config, int num_chunks) {
 
 }  // namespace
 
-absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions) {
+absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
+                 const RunHooks& hooks) {
   MCC_RETURN_IF_ERROR(SetUpFlightRecorder(config));
   MCC_ASSIGN_OR_RETURN(DeviceChoice device, ChooseDevice(config.device()));
   MCC_ASSIGN_OR_RETURN(std::unique_ptr<Job> job,
@@ -631,6 +632,9 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions) {
       LOG(INFO) << (ckpt.async_save ? "saving (in the background) " : "saved ")
                 << ckpt.save << "/" << IterationDirName(iteration);
     }
+    if (hooks.after_save && saved.ok()) {
+      MCC_RETURN_IF_ERROR(hooks.after_save(iteration, ckpt.save));
+    }
     return absl::OkStatus();
   };
   bool warned_mfu_above_peak = false;
@@ -665,6 +669,10 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions) {
     for (const auto& [label, group] : roles) {
       if (group != nullptr) profile.LabelGroup(group->name(), label);
     }
+  }
+  if (hooks.after_setup) {
+    MCC_RETURN_IF_ERROR(
+        hooks.after_setup(*job, *trainer, progress.iteration + 1));
   }
   for (int64_t iteration = progress.iteration + 1; iteration <= train_iters;
        ++iteration) {
@@ -885,6 +893,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions) {
       window_steps = 0;
     }
     MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
+    if (hooks.after_step) MCC_RETURN_IF_ERROR(hooks.after_step(step));
     if (datasets[1] != nullptr && eval_iters > 0 &&
         iteration % eval_interval == 0) {
       observability::TraceScope trace("evaluation", "eval");
@@ -906,6 +915,9 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions) {
                                           std::exp(std::min(vloss, 20.0)),
                                           iteration));
       MCC_RETURN_IF_ERROR(tensorboard.Flush());
+      if (hooks.after_evaluation) {
+        MCC_RETURN_IF_ERROR(hooks.after_evaluation(iteration, vloss));
+      }
     }
     const bool save_due = ckpt.ShouldSave(iteration, train_iters);
     if (save_due) MCC_RETURN_IF_ERROR(save_checkpoint(iteration));
