@@ -22,19 +22,8 @@
 # binary. Logs go to DIR/logs/. Exit status 0 only when everything passed.
 set -uo pipefail
 
-tests=(
-  core/cuda/runtime_test
-  core/cuda/runtime_nodevice_test
-  core/ops/cuda/registrations_nodevice_test
-  core/ops/cuda/registrations_test
-  core/ops/cuda/gemm_test
-  core/ops/cuda/flash_attention_test
-  core/ops/cuda/cached_attention_test
-  parallel/context_parallel/softmax_merge_cuda_test
-  core/ops/cuda/int8_test
-  core/ops/cuda/index_check_loss_totals_test
-  core/ops/cuda/slot_coverage_test
-)
+mapfile -t tests < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' \
+  "$(dirname "$0")/kernel_tests.txt")
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 
 if [[ "${1:-}" == "prepare" ]]; then

@@ -282,21 +282,8 @@ diagnose() {
 if [[ -n "${GPU_CHECK_TESTS:-}" ]]; then
   read -r -a kernel_tests <<<"${GPU_CHECK_TESTS}"
 else
-  kernel_tests=(
-    core/cuda/runtime_nodevice_test
-    core/cuda/runtime_test
-    core/cuda/staging_test
-    core/ops/cuda/registrations_nodevice_test
-    core/ops/cuda/registrations_test
-    core/ops/cuda/gemm_test
-    core/ops/cuda/flash_attention_test
-    core/ops/cuda/cached_attention_test
-    parallel/context_parallel/softmax_merge_cuda_test
-    core/ops/cuda/int8_test
-    core/ops/cuda/index_check_loss_totals_test
-    core/ops/cuda/graph_capture_test
-    core/ops/cuda/slot_coverage_test
-  )
+  mapfile -t kernel_tests < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' \
+    "$(dirname "${BASH_SOURCE[0]}")/kernel_tests.txt")
 fi
 run_tests kernels 150 "${kernel_tests[@]}"
 
