@@ -24,6 +24,7 @@
 #include "tools/flags/train_config_from_flags.h"
 #include "tools/flags/training_flags.h"
 #include "tools/plan_job.h"
+#include "training/model_from_config.h"
 
 ABSL_FLAG(std::string, preset, "",
           "Named model settings for unset flags, as train's: 'bench'.");
@@ -63,6 +64,7 @@ namespace {
 constexpr int kFlagError = 2;
 
 absl::StatusOr<gpt::GPTConfig> ModelFromFlags(
+    const training::TrainConfig& config,
     const std::set<std::string>& explicitly_set) {
   if (!absl::GetFlag(FLAGS_hf_config).empty()) {
     auto c = planner::ReadHuggingFaceConfig(absl::GetFlag(FLAGS_hf_config));
@@ -76,7 +78,7 @@ absl::StatusOr<gpt::GPTConfig> ModelFromFlags(
     vocab =
         absl::GetFlag(FLAGS_tokenizer_type) == "GPT2BPETokenizer" ? 50257 : 257;
   }
-  return flags::GPTConfigFromFlags(vocab);
+  return training::GPTConfigFromConfig(config, vocab);
 }
 
 int Run(const std::set<std::string>& explicitly_set) {
@@ -84,10 +86,10 @@ int Run(const std::set<std::string>& explicitly_set) {
     std::fprintf(stderr, "plan: %s\n", std::string(s.message()).c_str());
     return kFlagError;
   };
-  auto model = ModelFromFlags(explicitly_set);
-  if (!model.ok()) return fail(model.status());
   absl::StatusOr<training::TrainConfig> config = flags::TrainConfigFromFlags();
   if (!config.ok()) return fail(config.status());
+  auto model = ModelFromFlags(*config, explicitly_set);
+  if (!model.ok()) return fail(model.status());
   const DType dtype = DTypeFromConfig(*config);
   TrainSettings settings;
   settings.adam = absl::GetFlag(FLAGS_optimizer) != "sgd";

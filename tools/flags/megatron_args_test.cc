@@ -8,7 +8,9 @@
 #include "absl/flags/flag.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tools/flags/train_config_from_flags.h"
 #include "tools/flags/training_flags.h"
+#include "training/model_from_config.h"
 #include "training/train_config.pb.h"
 
 namespace mcc {
@@ -148,10 +150,11 @@ TEST(TrainingFlagsTest, GPTConfigChecksDivisibility) {
   absl::SetFlag(&FLAGS_hidden_size, 64);
   absl::SetFlag(&FLAGS_num_attention_heads, 6);
   absl::SetFlag(&FLAGS_tensor_model_parallel_size, 4);
-  absl::Status s = GPTConfigFromFlags(257).status();
+  absl::Status s =
+      training::GPTConfigFromConfig(*TrainConfigFromFlags(), 257).status();
   EXPECT_THAT(std::string(s.message()), HasSubstr("--hidden-size (64)"));
   absl::SetFlag(&FLAGS_num_attention_heads, 4);
-  auto ok = GPTConfigFromFlags(257);
+  auto ok = training::GPTConfigFromConfig(*TrainConfigFromFlags(), 257);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->vocab_size, 257);  // The model; its padding is the layout's:
   EXPECT_EQ(ok->padded_vocab_size(4), 512);  // a multiple of 128 x 4.

@@ -1,12 +1,6 @@
 #include "tools/flags/training_flags.h"
 
-#include <algorithm>
-
 #include "absl/flags/flag.h"
-#include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
-#include "tools/flags/train_config_from_flags.h"
-#include "training/model_from_config.h"
 
 ABSL_FLAG(int32_t, num_layers, 4, "Transformer layers.");
 ABSL_FLAG(int64_t, hidden_size, 128, "Hidden size.");
@@ -132,25 +126,3 @@ ABSL_FLAG(std::string, data_cache_path, "",
           "Where dataset indices are cached (default: beside the data).");
 ABSL_FLAG(bool, eod_mask_loss, false, "No loss on end-of-document tokens.");
 ABSL_FLAG(int32_t, micro_batch_size, 8, "Micro-batch size per DP rank.");
-
-namespace mcc {
-namespace flags {
-
-// The flags' TrainConfig, read once per call: these run before a job forms.
-absl::StatusOr<parallel::LayerContext::CpCommType> CpCommTypeFromFlags() {
-  MCC_ASSIGN_OR_RETURN(training::TrainConfig config, TrainConfigFromFlags());
-  return training::CpCommTypeFromConfig(config);
-}
-
-absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size) {
-  MCC_ASSIGN_OR_RETURN(training::TrainConfig config, TrainConfigFromFlags());
-  return training::GPTConfigFromConfig(config, vocab_size);
-}
-
-absl::StatusOr<pipeline::PipelineConfig> PipelineConfigFromFlags() {
-  MCC_ASSIGN_OR_RETURN(training::TrainConfig config, TrainConfigFromFlags());
-  return training::PipelineConfigFromConfig(config);
-}
-
-}  // namespace flags
-}  // namespace mcc

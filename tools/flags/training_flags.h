@@ -5,13 +5,12 @@
 #include <string>
 
 #include "absl/flags/declare.h"
-#include "absl/status/statusor.h"
-#include "models/gpt/gpt_config.h"
-#include "parallel/linear.h"
-#include "parallel/pipeline/layer_split.h"
 
-// Megatron-LM's flags shared by the train and eval binaries. Abseil names use
-// underscores; the binaries also accept Megatron's dashed spelling.
+// Megatron-LM's flags shared by the train, eval, serve and plan binaries.
+// Abseil names use underscores; the binaries also accept Megatron's dashed
+// spelling. A binary reads them as a TrainConfig
+// (train_config_from_flags.h); training/model_from_config.h turns that into
+// the model.
 
 // Model.
 ABSL_DECLARE_FLAG(int32_t, num_layers);
@@ -74,23 +73,5 @@ ABSL_DECLARE_FLAG(std::string, tokenizer_model);
 ABSL_DECLARE_FLAG(std::string, data_cache_path);
 ABSL_DECLARE_FLAG(bool, eod_mask_loss);
 ABSL_DECLARE_FLAG(int32_t, micro_batch_size);
-
-namespace mcc {
-namespace flags {
-
-// The model configuration the flags describe, for a tokenizer vocabulary of
-// vocab_size; the model pads it for TP (GPTConfig::padded_vocab_size, from
-// --make-vocab-size-divisible-by). Errors name the flag.
-absl::StatusOr<gpt::GPTConfig> GPTConfigFromFlags(int64_t vocab_size);
-
-// How --num-layers splits over --pipeline-model-parallel-size stages (and
-// virtual stages), checked; errors name the flag.
-absl::StatusOr<pipeline::PipelineConfig> PipelineConfigFromFlags();
-
-// --cp-comm-type (p2p or a2a); the error names the flag.
-absl::StatusOr<parallel::LayerContext::CpCommType> CpCommTypeFromFlags();
-
-}  // namespace flags
-}  // namespace mcc
 
 #endif  // TOOLS_FLAGS_TRAINING_FLAGS_H_
