@@ -9,7 +9,8 @@
 //   convert_checkpoint --load DIR --quantize int8 --save OUT_DIR
 //
 // --quantize int8 writes the weight-only int8 form of a checkpoint
-// (tools/int8_checkpoint_writer.h), which eval loads as int8 under any layout.
+// (models/gpt/int8_checkpoint_writer.h), which eval loads as int8 under any
+// layout.
 //
 // Export picks the architecture from the checkpoint's model configuration
 // (GPT-2: LayerNorm, GELU, learned positions, biases; Llama: RMSNorm,
@@ -39,9 +40,9 @@
 #include "checkpoint/safetensors.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
+#include "models/gpt/int8_checkpoint_writer.h"
 #include "nlohmann/json.hpp"
 #include "tools/flags/megatron_args.h"
-#include "tools/int8_checkpoint_writer.h"
 
 ABSL_FLAG(std::string, load, "", "Checkpoint directory to export.");
 ABSL_FLAG(std::string, export_hf, "",
@@ -176,7 +177,8 @@ absl::Status Import() {
 absl::Status Quantize() {
   MCC_ASSIGN_OR_RETURN(auto reader,
                        CheckpointReader::Open(absl::GetFlag(FLAGS_load)));
-  MCC_RETURN_IF_ERROR(WriteInt8Checkpoint(*reader, absl::GetFlag(FLAGS_save)));
+  MCC_RETURN_IF_ERROR(
+      gpt::WriteInt8Checkpoint(*reader, absl::GetFlag(FLAGS_save)));
   std::printf("quantised %s (iteration %lld) to int8 weights in %s\n",
               reader->path().c_str(),
               static_cast<long long>(reader->iteration()),

@@ -42,6 +42,7 @@
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "glog/logging.h"
+#include "inference/checkpoint_weights.h"
 #include "inference/distributed_step.h"
 #include "inference/engine.h"
 #include "inference/inference_weights.h"
@@ -54,11 +55,10 @@
 #include "tools/flags/checkpoint_flags.h"
 #include "tools/flags/device_flag.h"
 #include "tools/flags/megatron_args.h"
-#include "tools/flags/train_config_from_flags.h"
 #include "tools/flags/quantize_flag.h"
 #include "tools/flags/runtime_flags.h"
+#include "tools/flags/train_config_from_flags.h"
 #include "tools/flags/training_flags.h"
-#include "tools/int8_checkpoint.h"
 #include "training/checkpointing.h"
 #include "training/device_choice.h"
 #include "training/evaluation.h"
@@ -567,9 +567,9 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const Plan& plan) {
                                                job->pipeline, job->pp_rank()));
   // The weights: this rank's box of every global tensor (whatever padding
   // the checkpoint's or this layout's vocabulary has).
-  MCC_RETURN_IF_ERROR(LoadInferenceWeights(*reader, job->model->chunks(),
-                                           absl::GetFlag(FLAGS_quantize),
-                                           job->is_logging_rank()));
+  MCC_RETURN_IF_ERROR(inference::LoadCheckpointWeights(
+      *reader, job->model->chunks(), absl::GetFlag(FLAGS_quantize),
+      job->is_logging_rank()));
   if (job->is_logging_rank()) {
     int64_t params = 0;
     for (const auto& p : job->model->parameters())

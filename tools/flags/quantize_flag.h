@@ -2,7 +2,7 @@
 #define TOOLS_FLAGS_QUANTIZE_FLAG_H_
 
 // --quantize of eval and serve (convert_checkpoint has its own, for writing
-// a quantised checkpoint); its meaning: tools/int8_checkpoint.h.
+// a quantised checkpoint); its meaning: inference/checkpoint_weights.h.
 
 #include <string>
 

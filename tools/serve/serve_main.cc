@@ -21,6 +21,7 @@
 #include "core/thread_pool.h"
 #include "data/tokenizer.h"
 #include "glog/logging.h"
+#include "inference/checkpoint_weights.h"
 #include "inference/distributed_step.h"
 #include "inference/engine.h"
 #include "inference/inference_weights.h"
@@ -29,11 +30,10 @@
 #include "parallel/mappings.h"
 #include "tools/flags/checkpoint_flags.h"
 #include "tools/flags/megatron_args.h"
-#include "tools/flags/train_config_from_flags.h"
 #include "tools/flags/quantize_flag.h"
 #include "tools/flags/runtime_flags.h"
+#include "tools/flags/train_config_from_flags.h"
 #include "tools/flags/training_flags.h"
-#include "tools/int8_checkpoint.h"
 #include "tools/serve/http_frontend.h"
 #include "training/job.h"
 
@@ -276,9 +276,9 @@ absl::StatusOr<Loaded> Load() {
   MCC_ASSIGN_OR_RETURN(
       job.model, gpt::StageModel::Create(config, job.context, job.pipeline,
                                          job.pp_rank()));
-  MCC_RETURN_IF_ERROR(tools::LoadInferenceWeights(**reader, job.model->chunks(),
-                                                  absl::GetFlag(FLAGS_quantize),
-                                                  job.is_logging_rank()));
+  MCC_RETURN_IF_ERROR(inference::LoadCheckpointWeights(
+      **reader, job.model->chunks(), absl::GetFlag(FLAGS_quantize),
+      job.is_logging_rank()));
   MCC_ASSIGN_OR_RETURN(inference::InferenceWeights weights,
                        inference::LoadInferenceWeights(*job.model->chunk(0)));
   job.model.reset();  // The engine keeps its own copy (fp32, or int8).

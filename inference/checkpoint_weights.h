@@ -1,10 +1,11 @@
-#ifndef TOOLS_INT8_CHECKPOINT_H_
-#define TOOLS_INT8_CHECKPOINT_H_
+#ifndef INFERENCE_CHECKPOINT_WEIGHTS_H_
+#define INFERENCE_CHECKPOINT_WEIGHTS_H_
 
-// Loading a model for inference with weight-only int8 weights
+// Loading a checkpoint's weights into model chunks for inference (eval,
+// serve, the evaluation library): dense as stored, or weight-only int8
 // (models/gpt/int8_quantization.h).
 //
-// A quantised checkpoint (tools/int8_checkpoint_writer.h) is the sharded
+// A quantised checkpoint (models/gpt/int8_checkpoint_writer.h) is the sharded
 // checkpoint format with, for each quantised weight W (global shape [..., in]),
 // W's name holding int8 values of the same global shape and "<name>_scale"
 // holding the fp32 scales (W's shape without its last dimension); every other
@@ -21,10 +22,10 @@
 #include "absl/strings/string_view.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "models/gpt/gpt_model.h"
-#include "tools/int8_checkpoint_writer.h"
+#include "models/gpt/int8_checkpoint_writer.h"
 
 namespace mcc {
-namespace tools {
+namespace inference {
 
 // Loads the chunks' weights for inference. A quantised checkpoint loads
 // into int8 layers (whatever `quantize` says); otherwise the dense weights
@@ -32,11 +33,11 @@ namespace tools {
 // each chunk's TP group). quantize must be "" or "int8" (else
 // InvalidArgument naming --quantize). On the logging rank, logs the
 // quantised weights' memory before and after.
-absl::Status LoadInferenceWeights(CheckpointReader& reader,
-                                  const std::vector<gpt::GPTModel*>& chunks,
-                                  absl::string_view quantize, bool log);
+absl::Status LoadCheckpointWeights(CheckpointReader& reader,
+                                   const std::vector<gpt::GPTModel*>& chunks,
+                                   absl::string_view quantize, bool log);
 
-}  // namespace tools
+}  // namespace inference
 }  // namespace mcc
 
-#endif  // TOOLS_INT8_CHECKPOINT_H_
+#endif  // INFERENCE_CHECKPOINT_WEIGHTS_H_

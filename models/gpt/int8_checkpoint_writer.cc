@@ -1,4 +1,4 @@
-#include "tools/int8_checkpoint_writer.h"
+#include "models/gpt/int8_checkpoint_writer.h"
 
 #include <vector>
 
@@ -11,7 +11,7 @@
 #include "models/gpt/int8_names.h"
 
 namespace mcc {
-namespace tools {
+namespace gpt {
 namespace {
 
 constexpr char kQuantizationKey[] = "quantization";
@@ -37,7 +37,7 @@ absl::Status WriteInt8Checkpoint(CheckpointReader& reader,
     // Inference only: the optimizer's state has no use.
     if (absl::StartsWith(name, "optimizer.")) continue;
     MCC_ASSIGN_OR_RETURN(Tensor t, reader.ReadTensor(name));
-    if (!gpt::IsInt8QuantizedWeightName(name)) {
+    if (!IsInt8QuantizedWeightName(name)) {
       refs.push_back(ShardedTensorRef::Replicated(name, t));
       continue;
     }
@@ -76,5 +76,5 @@ absl::Status WriteInt8Checkpoint(CheckpointReader& reader,
                         DistContext::Single());
 }
 
-}  // namespace tools
+}  // namespace gpt
 }  // namespace mcc

@@ -1,4 +1,4 @@
-#include "tools/int8_checkpoint.h"
+#include "inference/checkpoint_weights.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -8,17 +8,17 @@
 #include "training/checkpointing.h"
 
 namespace mcc {
-namespace tools {
+namespace inference {
 
-absl::Status LoadInferenceWeights(CheckpointReader& reader,
-                                  const std::vector<gpt::GPTModel*>& chunks,
-                                  absl::string_view quantize, bool log) {
+absl::Status LoadCheckpointWeights(CheckpointReader& reader,
+                                   const std::vector<gpt::GPTModel*>& chunks,
+                                   absl::string_view quantize, bool log) {
   constexpr char kInt8[] = "int8";
   if (!quantize.empty() && quantize != kInt8) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--quantize must be int8 (or empty: none), got '", quantize, "'"));
   }
-  const bool int8_checkpoint = IsInt8Checkpoint(reader);
+  const bool int8_checkpoint = gpt::IsInt8Checkpoint(reader);
   if (int8_checkpoint) {
     ParameterList params;
     for (gpt::GPTModel* chunk : chunks) {
@@ -60,5 +60,5 @@ absl::Status LoadInferenceWeights(CheckpointReader& reader,
   return absl::OkStatus();
 }
 
-}  // namespace tools
+}  // namespace inference
 }  // namespace mcc

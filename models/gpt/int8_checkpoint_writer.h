@@ -1,5 +1,5 @@
-#ifndef TOOLS_INT8_CHECKPOINT_WRITER_H_
-#define TOOLS_INT8_CHECKPOINT_WRITER_H_
+#ifndef MODELS_GPT_INT8_CHECKPOINT_WRITER_H_
+#define MODELS_GPT_INT8_CHECKPOINT_WRITER_H_
 
 // Weight-only int8 checkpoints (models/gpt/int8_quantization.h): writing
 // one, and telling one apart. Links no model code (convert_checkpoint).
@@ -20,7 +20,7 @@
 #include "checkpoint/checkpoint_reader.h"
 
 namespace mcc {
-namespace tools {
+namespace gpt {
 
 // Whether the checkpoint holds int8 weights.
 bool IsInt8Checkpoint(const CheckpointReader& reader);
@@ -31,7 +31,7 @@ bool IsInt8Checkpoint(const CheckpointReader& reader);
 absl::Status WriteInt8Checkpoint(CheckpointReader& reader,
                                  const std::string& save_dir);
 
-}  // namespace tools
+}  // namespace gpt
 }  // namespace mcc
 
-#endif  // TOOLS_INT8_CHECKPOINT_WRITER_H_
+#endif  // MODELS_GPT_INT8_CHECKPOINT_WRITER_H_

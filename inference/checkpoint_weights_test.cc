@@ -2,7 +2,7 @@
 // exactly the int8 weights that quantising the source checkpoint at load
 // gives, bit for bit, serially and under TP 2 (real processes); dense runs
 // refuse it; and --quantize values other than int8 are refused.
-#include "tools/int8_checkpoint.h"
+#include "inference/checkpoint_weights.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -21,7 +21,7 @@
 #include "training/checkpointing.h"
 
 namespace mcc {
-namespace tools {
+namespace inference {
 namespace {
 
 gpt::GPTConfig Config(bool swiglu) {
@@ -74,7 +74,7 @@ std::string SaveDense(bool swiglu) {
 std::string Quantise(const std::string& dense) {
   const std::string out = dense + "_int8";
   auto reader = *CheckpointReader::Open(dense);
-  const absl::Status s = WriteInt8Checkpoint(*reader, out);
+  const absl::Status s = gpt::WriteInt8Checkpoint(*reader, out);
   EXPECT_TRUE(s.ok()) << s;
   return out;
 }
@@ -98,11 +98,11 @@ void ExpectLoadEqualsQuantiseAtLoad(bool swiglu) {
   auto from_ckpt = Model(swiglu, 2);
   auto r1 = *CheckpointReader::Open(dense);
   auto r2 = *CheckpointReader::Open(int8);
-  EXPECT_FALSE(IsInt8Checkpoint(*r1));
-  EXPECT_TRUE(IsInt8Checkpoint(*r2));
-  ASSERT_TRUE(LoadInferenceWeights(*r1, {at_load.get()}, "int8", true).ok());
+  EXPECT_FALSE(gpt::IsInt8Checkpoint(*r1));
+  EXPECT_TRUE(gpt::IsInt8Checkpoint(*r2));
+  ASSERT_TRUE(LoadCheckpointWeights(*r1, {at_load.get()}, "int8", true).ok());
   // A quantised checkpoint loads as int8 without --quantize.
-  ASSERT_TRUE(LoadInferenceWeights(*r2, {from_ckpt.get()}, "", true).ok());
+  ASSERT_TRUE(LoadCheckpointWeights(*r2, {from_ckpt.get()}, "", true).ok());
   const ParameterList a = gpt::Int8CheckpointParameters(at_load.get());
   const ParameterList b = gpt::Int8CheckpointParameters(from_ckpt.get());
   ASSERT_EQ(a.size(), b.size());
@@ -140,9 +140,9 @@ TEST(Int8CheckpointTest, RefusalsNameTheProblem) {
   absl::Status s = training::LoadParameters(*reader, dense->parameters());
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("is int8"), std::string::npos) << s;
-  s = WriteInt8Checkpoint(*reader, Dir("twice"));
+  s = gpt::WriteInt8Checkpoint(*reader, Dir("twice"));
   EXPECT_NE(s.message().find("already quantised"), std::string::npos) << s;
-  s = LoadInferenceWeights(*reader, {dense.get()}, "int4", false);
+  s = LoadCheckpointWeights(*reader, {dense.get()}, "int4", false);
   EXPECT_NE(s.message().find("--quantize must be int8"), std::string::npos)
       << s;
 }
@@ -162,7 +162,7 @@ MCC_WORKER(int8_ckpt_tp) {
   auto model = Model(false, 1, world->group.get());
   auto reader = CheckpointReader::Open(Dir("dense_gelu_int8"));
   if (!reader.ok()) return 4;
-  absl::Status s = LoadInferenceWeights(**reader, {model.get()}, "", false);
+  absl::Status s = LoadCheckpointWeights(**reader, {model.get()}, "", false);
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 5;
@@ -188,7 +188,7 @@ TEST(Int8CheckpointTest, LoadsUnderTensorParallelism) {
   }
   auto serial = Model(false, 1);
   auto reader = *CheckpointReader::Open(int8);
-  ASSERT_TRUE(LoadInferenceWeights(*reader, {serial.get()}, "", false).ok());
+  ASSERT_TRUE(LoadCheckpointWeights(*reader, {serial.get()}, "", false).ok());
   const std::vector<float> want = serial->LastTokenLogits(Tokens())->ToFloats();
   FILE* f = std::fopen(TpLogitsPath().c_str(), "r");
   ASSERT_NE(f, nullptr);
@@ -204,5 +204,5 @@ TEST(Int8CheckpointTest, LoadsUnderTensorParallelism) {
 }
 
 }  // namespace
-}  // namespace tools
+}  // namespace inference
 }  // namespace mcc
