@@ -1,0 +1,188 @@
+#include "inference/serving_model.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "core/status_macros.h"
+#include "glog/logging.h"
+#include "inference/checkpoint_weights.h"
+#include "inference/inference_weights.h"
+#include "models/gpt/model_config_proto.h"
+#include "parallel/mappings.h"
+#include "parallel/pipeline/layer_split.h"
+
+namespace mcc {
+namespace inference {
+
+absl::Status CheckServeConfig(const ServeConfig& config) {
+  MCC_RETURN_IF_ERROR(
+      training::DistributedTimeoutFromConfig(config.run()).status());
+  if (config.max_batch_size() < 1) {
+    return absl::InvalidArgumentError("--max-batch-size must be at least 1");
+  }
+  if (config.prefill_chunk_size() < 1) {
+    return absl::InvalidArgumentError(
+        "--prefill-chunk-size must be at least 1");
+  }
+  if (config.max_tokens_per_step() != 0 &&
+      config.max_tokens_per_step() < config.max_batch_size()) {
+    return absl::InvalidArgumentError(
+        "--max-tokens-per-step must be 0 or at least --max-batch-size (every "
+        "running sequence decodes one token a step)");
+  }
+  if (config.kv_block_size() < 1) {
+    return absl::InvalidArgumentError("--kv-block-size must be at least 1");
+  }
+  const std::string& batching = config.batching();
+  if (batching != "continuous" && batching != "static") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batching must be continuous or static, got ", batching));
+  }
+  if (config.spin_wait_us() < 0) {
+    return absl::InvalidArgumentError("--spin-wait-us must be at least 0");
+  }
+  if (config.max_body_bytes() < 1 || config.http_threads() < 1) {
+    return absl::InvalidArgumentError(
+        "--max-body-bytes and --http-threads must be positive");
+  }
+  if (config.max_prompt_tokens() < 0 || config.max_queued_requests() < 0) {
+    return absl::InvalidArgumentError(
+        "--max-prompt-tokens and --max-queued-requests must be at least 0");
+  }
+  const double timeout = config.request_timeout();
+  const double read_timeout = config.request_read_timeout();
+  if (!(timeout >= 0 && timeout < 1e9) ||
+      !(read_timeout > 0 && read_timeout < 1e9)) {
+    return absl::InvalidArgumentError(
+        "--request-timeout must be at least 0 and --request-read-timeout "
+        "positive (seconds)");
+  }
+  if (config.max_connections() < 1) {
+    return absl::InvalidArgumentError("--max-connections must be positive");
+  }
+  if (config.port() < 0 || config.port() > 65535) {
+    return absl::InvalidArgumentError("--port must be in [0, 65535]");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServingModel> LoadServingModel(const ServeConfig& serve) {
+  const training::TrainConfig& run = serve.run();
+  const std::string& dir = run.load();
+  if (dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--load DIR is required: the checkpoint directory to serve");
+  }
+  auto reader = CheckpointReader::Open(dir);
+  if (!reader.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--load ", dir, ": ", reader.status().message()));
+  }
+  const checkpoint::ModelConfig stored = (*reader)->common_state().model();
+  MCC_ASSIGN_OR_RETURN(gpt::GPTConfig config, gpt::FromProto(stored));
+  MCC_ASSIGN_OR_RETURN(const int64_t checkpoint_bytes,
+                       (*reader)->ShardFileBytes());
+  MCC_RETURN_IF_ERROR(gpt::CheckConfigFitsCheckpoint(config, checkpoint_bytes,
+                                                     (*reader)->path()));
+  config.make_vocab_size_divisible_by = run.make_vocab_size_divisible_by();
+  ServingModel out;
+  MCC_ASSIGN_OR_RETURN(
+      out.tokenizer, data::CreateTokenizer(run.tokenizer_type(),
+                                           run.vocab_file(), run.merge_file()));
+  if (out.tokenizer->vocab_size() > config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tokenizer-type ", out.tokenizer->name(), " has ",
+        out.tokenizer->vocab_size(), " tokens but ", (*reader)->path(),
+        " was trained with a vocabulary of ", config.vocab_size));
+  }
+  const int tp = run.tensor_model_parallel_size();
+  const int pp = run.pipeline_model_parallel_size();
+  const int world_size = training::WorldSizeFromEnvironment();
+  if (world_size != tp * pp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("serve needs exactly --tensor-model-parallel-size x "
+                     "--pipeline-model-parallel-size processes (",
+                     tp, " x ", pp, "), got a world of ", world_size,
+                     " (no data parallelism)"));
+  }
+  if (absl::Status s = config.Validate(tp, /*sequence_parallel=*/false);
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tensor-model-parallel-size ", tp, " cannot hold ",
+                     (*reader)->path(), "'s model: ", s.message()));
+  }
+  out.job = std::make_unique<training::Job>();
+  training::Job& job = *out.job;
+  MCC_RETURN_IF_ERROR(training::JoinWorld(
+      run, &job, {Device::CPU(), "the inference engine runs on the CPU"}));
+  job.config = config;
+  job.context.tp_group = job.tp();
+  job.context.sequence_parallel = false;
+  job.context.dtype = static_cast<DType>(stored.params_dtype());
+  if (job.context.dtype != DType::kBFloat16 &&
+      job.context.dtype != DType::kFloat16) {
+    job.context.dtype = DType::kFloat32;
+  }
+  job.context.seed = config.seed;
+  job.pipeline.num_layers = config.num_layers;
+  job.pipeline.pipeline_size = pp;
+  MCC_RETURN_IF_ERROR(pipeline::ValidatePipelineConfig(job.pipeline));
+  MCC_ASSIGN_OR_RETURN(
+      job.model, gpt::StageModel::Create(config, job.context, job.pipeline,
+                                         job.pp_rank()));
+  MCC_RETURN_IF_ERROR(LoadCheckpointWeights(
+      **reader, job.model->chunks(), serve.quantize(), job.is_logging_rank()));
+  MCC_ASSIGN_OR_RETURN(InferenceWeights weights,
+                       LoadInferenceWeights(*job.model->chunk(0)));
+  job.model.reset();  // The engine keeps its own copy (fp32, or int8).
+  const KvCacheShape shape = CacheShapeFor(weights, serve.kv_block_size());
+  MCC_ASSIGN_OR_RETURN(PagedKvCache cache,
+                       PagedKvCache::Create(shape, serve.kv_cache_bytes()));
+  // Every rank must hold as many blocks as rank 0 plans with: the fewest.
+  int64_t blocks = cache.num_blocks();
+  if (job.world.has_value()) {
+    Tensor t = *Tensor::FromInts({blocks}, {1});
+    MCC_RETURN_IF_ERROR(
+        job.world->group->AllReduceSync(&t, comm::ReduceOp::kMin));
+    blocks = t.data<int64_t>()[0];
+    if (blocks != cache.num_blocks()) {
+      cache = PagedKvCache::WithBlocks(shape, blocks);
+    }
+  }
+  if (job.is_logging_rank()) {
+    LOG(INFO) << absl::StrFormat(
+        "serving %s: %d layers, hidden %d, %d heads, vocabulary %d, context "
+        "%d; TP %d, PP %d; KV cache %d blocks of %d positions per rank",
+        (*reader)->path(), config.num_layers, config.hidden_size,
+        config.num_attention_heads, config.vocab_size, config.max_positions(),
+        tp, pp, blocks, shape.block_size);
+  }
+  out.layout.world = job.world.has_value() ? job.world->group.get() : nullptr;
+  out.layout.pipeline = job.pp();
+  out.layout.pp_rank = job.pp_rank();
+  out.layout.pp_size = pp;
+  out.layout.tp_rank = parallel::GroupRank(job.tp());
+  out.runner = std::make_unique<ModelRunner>(std::move(weights), job.tp(),
+                                             std::move(cache));
+  return out;
+}
+
+EngineOptions EngineOptionsFor(const ServeConfig& config,
+                               const gpt::GPTConfig& model) {
+  EngineOptions options;
+  options.scheduler.max_batch_size = config.max_batch_size();
+  options.scheduler.prefill_chunk_size = config.prefill_chunk_size();
+  options.scheduler.max_tokens_per_step = config.max_tokens_per_step();
+  options.scheduler.static_batching = config.batching() == "static";
+  options.max_positions = model.max_positions();
+  options.model_vocab = model.vocab_size;
+  options.max_prompt_tokens = config.max_prompt_tokens();
+  options.max_queued_requests = config.max_queued_requests();
+  return options;
+}
+
+}  // namespace inference
+}  // namespace mcc
