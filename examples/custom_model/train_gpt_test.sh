@@ -3,11 +3,15 @@
 # a TrainConfig, no flags) against tools/train with the same settings as
 # flags, serially (train's default model) and on 8 processes (TP 2 x PP 2 x
 # DP 2 with the distributed optimizer). Losses must be identical and every
-# checkpoint file byte-identical, but for metadata.pb's creation time.
+# checkpoint file byte-identical, but for metadata.pb's creation time. Then
+# eval_gpt (training::EvaluateCheckpoint) against tools/eval on the default
+# run's checkpoint: the same losses and the same greedy continuation.
 set -uo pipefail
 train_gpt=$1
 train=$2
 launch=$3
+eval_gpt=$4
+eval=$5
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 failed=0
 
@@ -102,4 +106,26 @@ run tp2_pp2_dp2_zero1 8 --mock-data true --vocab-size 256 --num-layers 4 \
   --eval-interval 3 --log-interval 1 --train-iters 6 --num-threads 1 \
   --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
   --use-distributed-optimizer true
+# The library and tools/eval on the default run's checkpoint, on DP 2 (the
+# launcher prefixes each line with its rank).
+ckpt="$tmp/default/library/ckpt"
+if ! timeout 300 "$launch" --nproc_per_node 2 -- "$eval_gpt" "$ckpt" "The" \
+    > "$tmp/eval_gpt.log" 2> "$tmp/eval_gpt.err"; then
+  echo "FAIL: eval_gpt failed"; tail -5 "$tmp/eval_gpt.err"; failed=1
+elif ! timeout 300 "$launch" --nproc_per_node 2 -- "$eval" --load "$ckpt" \
+    --eval-iters 4 --num-threads 1 \
+    --prompt "The" --temperature 0 --max-new-tokens 16 \
+    > "$tmp/eval.log" 2> "$tmp/eval.err"; then
+  echo "FAIL: tools/eval failed"; tail -5 "$tmp/eval.err"; failed=1
+else
+  for pattern in '] validation loss' '] test loss' '] continuation:'; do
+    a=$(grep "$pattern" "$tmp/eval_gpt.log")
+    b=$(grep "$pattern" "$tmp/eval.log")
+    if [[ -z "$a" || "$a" != "$b" ]]; then
+      echo "FAIL: eval_gpt and tools/eval differ on $pattern: '$a' vs '$b'"
+      failed=1
+    fi
+  done
+  [[ $failed -eq 0 ]] && echo "eval: eval_gpt and tools/eval print the same losses and continuation"
+fi
 exit ${failed}
