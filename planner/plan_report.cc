@@ -2,10 +2,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/allocator.h"
 #include "nlohmann/json.hpp"
 #include "planner/megatron_memory.h"
 #include "planner/param_count.h"
+#include "planner/stage_balance.h"
 
 namespace mcc {
 namespace planner {
@@ -69,6 +71,44 @@ std::string FormatTable(const JobSpec& job,
     }
   }
   return out + ProbeDriftNote(job.cluster.device);
+}
+
+// The stages' predicted times with the even split and with the split
+// that balances them (the output layer and loss on the last stage, the
+// embedding on the first).
+std::string FormatStageBalance(const JobSpec& job, const Layout& l,
+                               const StepTime& t) {
+  const int m = NumMicroBatches(job, l);
+  auto line = [&](const StageSplit& split) {
+    std::vector<std::string> stages;
+    for (size_t i = 0; i < split.layers.size(); ++i) {
+      stages.push_back(absl::StrFormat("%d layers %s (idle %.1f%%)",
+                                       split.layers[i], Ms(split.seconds[i]),
+                                       100 * split.idle_share(i, m)));
+    }
+    return absl::StrFormat("%s; 1F1B step %s\n", absl::StrJoin(stages, ", "),
+                           Ms(split.step_seconds(m)));
+  };
+  const StageSplit even = EvenStageSplit(job, l, t);
+  std::string out = absl::StrCat(
+      "pipeline stages, per micro-batch forward and backward (a layer ",
+      Ms(t.layer_mb), ", output layer and loss ", Ms(t.head_mb), ", embedding ",
+      Ms(t.embedding_mb), "; equal stages would idle ",
+      absl::StrFormat("%.1f%%", 100.0 * (l.pp - 1) / (m + l.pp - 1)),
+      "):\n  even split: ", line(even));
+  if (l.virtual_stages > 1) {
+    absl::StrAppend(&out,
+                    "  (uneven splits do not combine with virtual stages)\n");
+    return out;
+  }
+  const StageSplit balanced = BalancedStageSplit(job, l, t);
+  if (balanced.first_stage_layers == 0 && balanced.last_stage_layers == 0) {
+    absl::StrAppend(&out, "  the even split is the most balanced\n");
+  } else {
+    absl::StrAppend(&out, "  balanced with ", balanced.Flags(), ": ",
+                    line(balanced));
+  }
+  return out;
 }
 
 std::string FormatExplain(const JobSpec& job, const Prediction& p) {
@@ -138,6 +178,7 @@ std::string FormatExplain(const JobSpec& job, const Prediction& p) {
   trow("total", t.total(), 0);
   absl::StrAppendFormat(&out, "  MFU %.1f%%, %.0f tokens/s\n", 100 * t.mfu,
                         t.tokens_per_second);
+  if (l.pp > 1) absl::StrAppend(&out, FormatStageBalance(job, l, t));
   return out + ProbeDriftNote(job.cluster.device);
 }
 

@@ -253,6 +253,13 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   // alone; with it the bubble came out 23-25% high for PP 4 of the 8-layer
   // bench model, whose head is a third of a stage).
   const double stage_mb = compute_mb - st.head / m + tp_mb + st.cp_comm / m;
+  st.layer_mb = (stage_mb - 2 * (l.tp > 1 ? AllReduce(reduced_hidden_bytes,
+                                                      l.tp, tp_inter, tp_dev)
+                                          : 0.0)) /
+                layers;
+  st.head_mb = st.head / m;
+  // The lookup writes T x h, its gradient reads them and adds into the table.
+  st.embedding_mb = 3 * T * h * elem_bytes / bw;
 
   // DP: fp32 gradients (train reduces in fp32), parameters gathered in the
   // model dtype.

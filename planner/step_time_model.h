@@ -34,6 +34,14 @@ struct StepTime {
     return gemm + attention + elementwise + head + recompute + tp_comm +
            cp_comm + dp_comm + pp_comm + bubble + optimizer + core_wait;
   }
+  // What balancing the pipeline stages weighs (stage_balance.h), per
+  // micro-batch, forward and backward: one decoder layer (its compute,
+  // recomputation and exposed TP communication), the output layer and loss
+  // (last stage), and the embedding lookup and its gradient (first stage).
+  // Already inside the totals above; not added again.
+  double layer_mb = 0;
+  double head_mb = 0;
+  double embedding_mb = 0;
   double model_flops = 0;  // Per step, all ranks (for MFU)
   double mfu = 0;          // model_flops / (total x world x peak)
   double tokens_per_second = 0;

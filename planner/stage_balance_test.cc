@@ -1,0 +1,103 @@
+#include "planner/stage_balance.h"
+
+#include "gtest/gtest.h"
+
+namespace mcc {
+namespace planner {
+namespace {
+
+JobSpec Job(int layers) {
+  JobSpec job;
+  job.model.num_layers = layers;
+  return job;
+}
+
+StepTime Times(double layer, double head, double embedding) {
+  StepTime t;
+  t.layer_mb = layer;
+  t.head_mb = head;
+  t.embedding_mb = embedding;
+  return t;
+}
+
+Layout Pp(int pp) {
+  Layout l;
+  l.pp = pp;
+  return l;
+}
+
+TEST(StageBalanceTest, EvenSplitCarriesTheHeadOnTheLastStage) {
+  const StageSplit even = EvenStageSplit(Job(8), Pp(2), Times(1, 1.5, 0.1));
+  ASSERT_EQ(even.layers, (std::vector<int>{4, 4}));
+  EXPECT_DOUBLE_EQ(even.seconds[0], 4.1);
+  EXPECT_DOUBLE_EQ(even.seconds[1], 5.5);
+  EXPECT_DOUBLE_EQ(even.bottleneck(), 5.5);
+  // 16 micro-batches: the last stage runs 16, the first's one micro-batch
+  // fills and drains around them.
+  EXPECT_DOUBLE_EQ(even.step_seconds(16), 16 * 5.5 + 4.1);
+  EXPECT_NEAR(even.idle_share(1, 16), 4.1 / (16 * 5.5 + 4.1), 1e-15);
+  EXPECT_NEAR(even.idle_share(0, 16), 1 - 16 * 4.1 / (16 * 5.5 + 4.1), 1e-15);
+  // Equal stages idle (p - 1) / (m + p - 1).
+  const StageSplit equal = EvenStageSplit(Job(8), Pp(2), Times(1, 0, 0));
+  EXPECT_NEAR(equal.idle_share(0, 16), 1.0 / 17, 1e-15);
+}
+
+// The balanced split is the best of every split the flags can express,
+// found here by brute force over the stage counts directly.
+TEST(StageBalanceTest, BalancedSplitIsTheBestTheFlagsCanExpress) {
+  for (int pp : {2, 3, 4}) {
+    for (int layers : {8, 12, 24}) {
+      for (double head : {0.0, 0.5, 1.5, 3.0, 6.0}) {
+        const StepTime t = Times(1, head, 0.2);
+        const StageSplit best = BalancedStageSplit(Job(layers), Pp(pp), t);
+        ASSERT_EQ(static_cast<int>(best.layers.size()), pp);
+        int sum = 0;
+        for (int n : best.layers) sum += n;
+        EXPECT_EQ(sum, layers);
+        // Every (first, last) with the middle stages equal and >= 1.
+        double brute = 1e300;
+        for (int first = 1; first < layers; ++first) {
+          for (int last = 1; first + last <= layers; ++last) {
+            const int rest = layers - first - last;
+            const int middle = pp - 2;
+            if (middle == 0 ? rest != 0 : (rest % middle != 0 || rest < middle))
+              continue;
+            double worst = std::max(first + 0.2, last + head);
+            if (middle > 0) worst = std::max(worst, double(rest / middle));
+            brute = std::min(brute, worst);
+          }
+        }
+        EXPECT_NEAR(best.bottleneck(), brute, 1e-12)
+            << "pp " << pp << " layers " << layers << " head " << head;
+      }
+    }
+  }
+}
+
+TEST(StageBalanceTest, AHeavyHeadMovesLayersOffTheLastStage) {
+  // 8 layers on 2 stages, the head worth 2 layers: 5 + 3 balances it.
+  const StageSplit best = BalancedStageSplit(Job(8), Pp(2), Times(1, 2, 0));
+  EXPECT_EQ(best.layers, (std::vector<int>{5, 3}));
+  EXPECT_DOUBLE_EQ(best.bottleneck(), 5);
+  // One flag says it (the other stage takes the rest).
+  EXPECT_TRUE(best.Flags() == "--decoder-first-pipeline-num-layers 5" ||
+              best.Flags() == "--decoder-last-pipeline-num-layers 3")
+      << best.Flags();
+  // No head: the even split stays, with no flags.
+  const StageSplit even = BalancedStageSplit(Job(8), Pp(2), Times(1, 0, 0));
+  EXPECT_EQ(even.layers, (std::vector<int>{4, 4}));
+  EXPECT_EQ(even.first_stage_layers, 0);
+  EXPECT_EQ(even.last_stage_layers, 0);
+}
+
+TEST(StageBalanceTest, InterleavedLayoutsKeepTheEvenSplit) {
+  Layout l = Pp(2);
+  l.virtual_stages = 2;
+  const StageSplit best = BalancedStageSplit(Job(8), l, Times(1, 2, 0));
+  EXPECT_EQ(best.first_stage_layers, 0);
+  EXPECT_EQ(best.last_stage_layers, 0);
+}
+
+}  // namespace
+}  // namespace planner
+}  // namespace mcc
