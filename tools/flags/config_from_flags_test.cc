@@ -38,42 +38,34 @@ std::string FieldDefault(const FieldDescriptor* field) {
   }
 }
 
-// Every field of EvalConfig but the TrainConfig is one of eval's flags (or
-// --quantize, which this test does not link), with the flag's default.
-TEST(EvalConfigFromFlagsTest, FieldsAreEvalsFlagsWithTheirDefaults) {
-  const google::protobuf::Descriptor* d = training::EvalConfig::descriptor();
+// Every field of `d` but the TrainConfig ("run") and --quantize (whose
+// library this test does not link) is the flag of its name, with the flag's
+// default; returns how many were checked.
+int CheckFieldsAreFlags(const google::protobuf::Descriptor* d) {
   int checked = 0;
   for (int i = 0; i < d->field_count(); ++i) {
     const FieldDescriptor* field = d->field(i);
     if (field->name() == "run" || field->name() == "quantize") continue;
     const absl::CommandLineFlag* flag =
         absl::FindCommandLineFlag(field->name());
-    ASSERT_NE(flag, nullptr)
-        << "EvalConfig." << field->name() << " has no flag of its name";
+    if (flag == nullptr) {
+      ADD_FAILURE() << d->name() << "." << field->name()
+                    << " has no flag of its name";
+      continue;
+    }
     EXPECT_EQ(flag->DefaultValue(), FieldDefault(field))
-        << "EvalConfig." << field->name();
+        << d->name() << "." << field->name();
     ++checked;
   }
-  EXPECT_EQ(checked, 8);
+  return checked;
 }
 
-// Every field of ServeConfig but the TrainConfig is one of serve's flags,
-// with the flag's default.
+TEST(EvalConfigFromFlagsTest, FieldsAreEvalsFlagsWithTheirDefaults) {
+  EXPECT_EQ(CheckFieldsAreFlags(training::EvalConfig::descriptor()), 8);
+}
+
 TEST(ServeConfigTest, FieldsAreServesFlagsWithTheirDefaults) {
-  const google::protobuf::Descriptor* d = inference::ServeConfig::descriptor();
-  int checked = 0;
-  for (int i = 0; i < d->field_count(); ++i) {
-    const FieldDescriptor* field = d->field(i);
-    if (field->name() == "run" || field->name() == "quantize") continue;
-    const absl::CommandLineFlag* flag =
-        absl::FindCommandLineFlag(field->name());
-    ASSERT_NE(flag, nullptr)
-        << "ServeConfig." << field->name() << " has no flag of its name";
-    EXPECT_EQ(flag->DefaultValue(), FieldDefault(field))
-        << "ServeConfig." << field->name();
-    ++checked;
-  }
-  EXPECT_EQ(checked, 18);
+  EXPECT_EQ(CheckFieldsAreFlags(inference::ServeConfig::descriptor()), 18);
 }
 
 // In the TrainConfig a field is present exactly when its flag was given.
