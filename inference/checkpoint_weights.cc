@@ -32,6 +32,9 @@ absl::Status LoadCheckpointWeights(CheckpointReader& reader,
     for (gpt::GPTModel* chunk : chunks) {
       params.insert(params.end(), chunk->parameters().begin(),
                     chunk->parameters().end());
+      // The routers' expert biases choose experts: part of the model.
+      params.insert(params.end(), chunk->buffers().begin(),
+                    chunk->buffers().end());
     }
     MCC_RETURN_IF_ERROR(training::LoadParameters(reader, params));
     if (quantize == kInt8) {

@@ -105,6 +105,11 @@ absl::StatusOr<InferenceWeights> LoadInferenceWeights(
   InferenceWeights w;
   w.config = model.config();
   const gpt::GPTConfig& c = w.config;
+  if (c.num_experts > 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "inference engine: the model is a mixture of experts (num_experts ",
+        c.num_experts, "), which the engine does not run yet"));
+  }
   comm::ProcessGroup* tp = model.context().tp_group;
   w.tp_size = std::max(1, parallel::GroupSize(tp));
   w.tp_rank = parallel::GroupRank(tp);

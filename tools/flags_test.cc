@@ -398,6 +398,68 @@ std::vector<Row> Table() {
       With(tm, {"--disable-bias-linear"}));
   add("train", "add_qkv_bias", V::kWarned, {"--add-qkv-bias"}, tm);
   add("train", "qk_layernorm", V::kEffect, {"--qk-layernorm"}, tm);
+  // Mixture of experts (issue 41): the tiny model's two layers, 4 experts.
+  const Context no_bias = With(tm, {"--disable-bias-linear"});
+  const Context moe = With(no_bias, {"--num-experts", "4"});
+  const Context moe_aux = With(moe, {"--moe-aux-loss-coeff", "0.1"});
+  add("train", "num_experts", V::kEffect, {"--num-experts", "4"}, no_bias);
+  add("train", "num_experts", V::kRefused, {"--num-experts", "4"}, tm);
+  add("train", "moe_router_topk", V::kEffect, {"--moe-router-topk", "1"}, moe);
+  add("train", "moe_router_topk", V::kWarned, {"--moe-router-topk", "1"}, tm);
+  add("train", "moe_router_topk", V::kRefused, {"--moe-router-topk", "5"}, moe);
+  add("train", "moe_ffn_hidden_size", V::kEffect,
+      {"--moe-ffn-hidden-size", "8"}, moe);
+  add("train", "moe_ffn_hidden_size", V::kWarned,
+      {"--moe-ffn-hidden-size", "8"}, tm);
+  add("train", "moe_layer_freq", V::kEffect, {"--moe-layer-freq", "2"}, moe);
+  add("train", "moe_layer_freq", V::kWarned, {"--moe-layer-freq", "2"}, tm);
+  add("train", "moe_layer_freq", V::kRefused, {"--moe-layer-freq", "[1,0,1]"},
+      moe);
+  add("train", "moe_shared_expert_intermediate_size", V::kEffect,
+      {"--moe-shared-expert-intermediate-size", "8"}, moe);
+  add("train", "moe_shared_expert_intermediate_size", V::kWarned,
+      {"--moe-shared-expert-intermediate-size", "8"}, tm);
+  add("train", "moe_router_score_function", V::kEffect,
+      {"--moe-router-score-function", "sigmoid"}, moe);
+  add("train", "moe_router_score_function", V::kWarned,
+      {"--moe-router-score-function", "sigmoid"}, tm);
+  add("train", "moe_router_score_function", V::kRefused,
+      {"--moe-router-score-function", "tanh"}, moe);
+  add("train", "moe_router_load_balancing_type", V::kEffect,
+      {"--moe-router-load-balancing-type", "none"}, moe_aux);
+  add("train", "moe_router_load_balancing_type", V::kWarned,
+      {"--moe-router-load-balancing-type", "none"}, tm);
+  add("train", "moe_router_load_balancing_type", V::kRefused,
+      {"--moe-router-load-balancing-type", "sinkhorn"}, moe);
+  add("train", "moe_aux_loss_coeff", V::kEffect,
+      {"--moe-aux-loss-coeff", "0.1"}, moe);
+  add("train", "moe_aux_loss_coeff", V::kWarned,
+      {"--moe-aux-loss-coeff", "0.1"}, tm);
+  add("train", "moe_aux_loss_coeff", V::kWarned,
+      {"--moe-aux-loss-coeff", "0.1"},
+      With(moe, {"--moe-router-load-balancing-type", "none"}));
+  add("train", "moe_z_loss_coeff", V::kEffect, {"--moe-z-loss-coeff", "0.1"},
+      moe);
+  add("train", "moe_z_loss_coeff", V::kWarned, {"--moe-z-loss-coeff", "0.1"},
+      tm);
+  add("train", "moe_router_enable_expert_bias", V::kEffect,
+      {"--moe-router-enable-expert-bias"}, moe);
+  add("train", "moe_router_enable_expert_bias", V::kWarned,
+      {"--moe-router-enable-expert-bias"}, tm);
+  add("train", "moe_router_bias_update_rate", V::kEffect,
+      {"--moe-router-bias-update-rate", "0.5"},
+      With(moe, {"--moe-router-enable-expert-bias"}));
+  add("train", "moe_router_bias_update_rate", V::kWarned,
+      {"--moe-router-bias-update-rate", "0.5"}, moe);
+  add("train", "moe_grouped_gemm", V::kWarned, {"--moe-grouped-gemm"}, moe);
+  add("train", "moe_router_dtype", V::kWarned, {"--moe-router-dtype", "fp32"},
+      moe);
+  add("train", "moe_router_dtype", V::kRefused, {"--moe-router-dtype", "fp64"},
+      moe);
+  add("train", "moe_token_dispatcher_type", V::kWarned,
+      {"--moe-token-dispatcher-type", "alltoall"}, moe);
+  add("train", "moe_token_dispatcher_type", V::kRefused,
+      {"--moe-token-dispatcher-type", "flex"}, moe);
   add("train", "hidden_dropout", V::kEffect, {"--hidden-dropout", "0.2"}, tm);
   add("train", "attention_dropout", V::kEffect, {"--attention-dropout", "0.2"},
       tm);

@@ -309,6 +309,8 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const training::TrainConfig& config,
   const std::string tb_why = "it needs --tensorboard-dir";
   const bool no_profile = !config.profile();
   const std::string profile_why = "it needs --profile";
+  const bool dense = config.num_experts() == 0;
+  const std::string no_experts = "it needs --num-experts (a dense model)";
   return {
       {"profile_step_start", no_profile, profile_why},
       {"profile_step_end", no_profile, profile_why},
@@ -418,6 +420,28 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const training::TrainConfig& config,
        "only --log-straggler lists ranks"},
       {"straggler_threshold", !config.log_straggler(),
        "only --log-straggler names stragglers"},
+      {"moe_router_topk", dense, no_experts},
+      {"moe_ffn_hidden_size", dense, no_experts},
+      {"moe_layer_freq", dense, no_experts},
+      {"moe_shared_expert_intermediate_size", dense, no_experts},
+      {"moe_router_score_function", dense, no_experts},
+      {"moe_router_load_balancing_type", dense, no_experts},
+      {"moe_aux_loss_coeff", dense, no_experts},
+      {"moe_aux_loss_coeff",
+       !dense && config.moe_router_load_balancing_type() == "none",
+       "--moe-router-load-balancing-type none computes no balancing loss"},
+      {"moe_z_loss_coeff", dense, no_experts},
+      {"moe_router_enable_expert_bias", dense, no_experts},
+      {"moe_router_bias_update_rate",
+       dense || !config.moe_router_enable_expert_bias(),
+       "it needs --moe-router-enable-expert-bias"},
+      {"moe_grouped_gemm", true,
+       "the experts always run as grouped GEMMs here "
+       "(core/ops/grouped_gemm.h)"},
+      {"moe_router_dtype", true, "the router always computes in fp32 here"},
+      {"moe_token_dispatcher_type", true,
+       "without expert parallelism every token stays on its rank, and "
+       "allgather and alltoall are the same local permutation"},
   };
 }
 

@@ -179,6 +179,10 @@ absl::Status SaveTrainingCheckpoint(const std::string& dir, const Job& job,
       }
     }
   }
+  // Buffers (the routers' expert biases): replicated, no optimizer state.
+  for (const auto& b : job.model->buffers()) {
+    refs.push_back(*ParameterRef(b->name, *b, b->value));
+  }
   checkpoint::CommonState common;
   common.set_iteration(progress.iteration);
   common.set_consumed_train_samples(progress.consumed_train_samples);
@@ -235,6 +239,7 @@ absl::StatusOr<TrainingProgress> LoadModelCheckpoint(const std::string& dir,
   MCC_RETURN_IF_ERROR(
       reader->CheckModelConfig(ToProto(job.config, job.context.dtype)));
   MCC_RETURN_IF_ERROR(LoadParameters(*reader, job.model->parameters()));
+  MCC_RETURN_IF_ERROR(LoadParameters(*reader, job.model->buffers()));
   const checkpoint::CommonState& common = reader->common_state();
   if (load_rng) {
     // Ranks beyond the saved world continue rank 0's stream (the dropout

@@ -18,6 +18,70 @@ absl::StatusOr<parallel::LayerContext::CpCommType> CpCommTypeFromConfig(
       absl::StrCat("--cp-comm-type: '", type, "' is not p2p or a2a"));
 }
 
+absl::Status MoeFromConfig(const TrainConfig& config, gpt::GPTConfig* c) {
+  c->num_experts = config.num_experts();
+  c->moe_router_topk = config.moe_router_topk();
+  c->moe_ffn_hidden_size = config.moe_ffn_hidden_size();
+  c->moe_layer_freq = config.moe_layer_freq();
+  c->moe_shared_expert_intermediate_size =
+      config.moe_shared_expert_intermediate_size();
+  const std::string score = config.moe_router_score_function();
+  if (score == "sigmoid") {
+    c->moe_router_score_function = ops::MoeScoreFunction::kSigmoid;
+  } else if (score != "softmax") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--moe-router-score-function: '", score,
+                     "' is not softmax or sigmoid"));
+  }
+  const std::string balancing = config.moe_router_load_balancing_type();
+  if (balancing == "aux_loss") {
+    c->moe_router_load_balancing_type = gpt::MoeLoadBalancing::kAuxLoss;
+  } else if (balancing == "seq_aux_loss") {
+    c->moe_router_load_balancing_type = gpt::MoeLoadBalancing::kSeqAuxLoss;
+  } else if (balancing == "none") {
+    c->moe_router_load_balancing_type = gpt::MoeLoadBalancing::kNone;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--moe-router-load-balancing-type: '", balancing,
+                     "' is not aux_loss, seq_aux_loss or none (sinkhorn and "
+                     "global_aux_loss are not built)"));
+  }
+  c->moe_aux_loss_coeff = config.moe_aux_loss_coeff();
+  c->moe_z_loss_coeff = config.moe_z_loss_coeff();
+  c->moe_router_enable_expert_bias = config.moe_router_enable_expert_bias();
+  c->moe_router_bias_update_rate = config.moe_router_bias_update_rate();
+  const std::string router_dtype = config.moe_router_dtype();
+  if (!router_dtype.empty() && router_dtype != "fp32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--moe-router-dtype: '", router_dtype,
+                     "' is not fp32 (the router always computes in fp32)"));
+  }
+  const std::string dispatcher = config.moe_token_dispatcher_type();
+  if (dispatcher != "allgather" && dispatcher != "alltoall") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--moe-token-dispatcher-type: '", dispatcher,
+                     "' is not allgather or alltoall (flex is not built)"));
+  }
+  if (c->num_experts == 0) return absl::OkStatus();
+  if (config.fp16()) {
+    return absl::InvalidArgumentError(
+        "--num-experts with --fp16: the MoE layer runs in fp32 or bf16 "
+        "(give --bf16)");
+  }
+  if (config.context_parallel_size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num-experts with --context-parallel-size ",
+                     config.context_parallel_size(),
+                     ": the MoE layer is not built for context parallelism"));
+  }
+  if (c->moe_router_bias_update_rate < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--moe-router-bias-update-rate (",
+                     c->moe_router_bias_update_rate, ") must not be negative"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<gpt::GPTConfig> GPTConfigFromConfig(const TrainConfig& config,
                                                    int64_t vocab_size) {
   gpt::GPTConfig c;
@@ -102,6 +166,7 @@ absl::StatusOr<gpt::GPTConfig> GPTConfigFromConfig(const TrainConfig& config,
           "--context-parallel-size > 1 needs --attention-dropout 0");
     }
   }
+  MCC_RETURN_IF_ERROR(MoeFromConfig(config, &c));
   MCC_RETURN_IF_ERROR(CpCommTypeFromConfig(config).status());
   if (absl::Status s = c.Validate(config.tensor_model_parallel_size(),
                                   config.sequence_parallel());

@@ -20,6 +20,11 @@ namespace training {
 absl::StatusOr<gpt::GPTConfig> GPTConfigFromConfig(const TrainConfig& config,
                                                    int64_t vocab_size);
 
+// The mixture-of-experts part of GPTConfigFromConfig (--num-experts and the
+// --moe-* flags) into c; refuses, by flag name, values and combinations that
+// are not built (with c->num_experts 0 only the string flags are checked).
+absl::Status MoeFromConfig(const TrainConfig& config, gpt::GPTConfig* c);
+
 // How num_layers splits over pipeline_model_parallel_size stages (and
 // virtual stages), checked.
 absl::StatusOr<pipeline::PipelineConfig> PipelineConfigFromConfig(

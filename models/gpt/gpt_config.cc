@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "models/gpt/moe_layer_pattern.h"
 
 namespace mcc {
 namespace gpt {
@@ -28,6 +30,11 @@ std::string GPTConfig::Architecture() const {
         absl::StrCat("GQA ", num_attention_heads, "/", query_groups()));
   }
   if (qk_layernorm) choices.push_back("QK-norm");
+  if (num_experts > 0) {
+    choices.push_back(absl::StrCat(
+        "MoE ", num_experts, " experts top-", moe_router_topk,
+        moe_shared_expert_intermediate_size > 0 ? " + shared" : ""));
+  }
   if (untie_embeddings_and_output_weights) choices.push_back("untied");
   if (!add_bias_linear) {
     choices.push_back(add_qkv_bias ? "QKV bias only" : "no bias");
@@ -108,6 +115,48 @@ absl::Status GPTConfig::Validate(int tp, bool sequence_parallel) const {
       (cpu_offloading && cpu_offloading_num_layers > num_layers)) {
     return bad("--cpu-offloading-num-layers (", cpu_offloading_num_layers,
                ") must be in [0, --num-layers ", num_layers, "]");
+  }
+  if (num_experts != 0) MCC_RETURN_IF_ERROR(ValidateMoe(tp));
+  return absl::OkStatus();
+}
+
+bool GPTConfig::IsMoeLayer(int layer) const {
+  if (num_experts <= 0) return false;
+  auto pattern = ParseMoeLayerFreq(moe_layer_freq, num_layers);
+  return pattern.ok() && layer >= 0 && layer < num_layers && (*pattern)[layer];
+}
+
+absl::Status GPTConfig::ValidateMoe(int tp) const {
+  auto bad = [](auto... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(parts...));
+  };
+  if (num_experts < 1) {
+    return bad("--num-experts (", num_experts, ") must be positive");
+  }
+  if (moe_router_topk < 1 || moe_router_topk > num_experts) {
+    return bad("--moe-router-topk (", moe_router_topk,
+               ") must be in [1, --num-experts ", num_experts, "]");
+  }
+  if (moe_ffn_hidden_size < 0 || moe_shared_expert_intermediate_size < 0) {
+    return bad("--moe-ffn-hidden-size (", moe_ffn_hidden_size,
+               ") and --moe-shared-expert-intermediate-size (",
+               moe_shared_expert_intermediate_size, ") must not be negative");
+  }
+  MCC_RETURN_IF_ERROR(ParseMoeLayerFreq(moe_layer_freq, num_layers).status());
+  if (moe_aux_loss_coeff < 0 || moe_z_loss_coeff < 0) {
+    return bad("--moe-aux-loss-coeff (", moe_aux_loss_coeff,
+               ") and --moe-z-loss-coeff (", moe_z_loss_coeff,
+               ") must not be negative");
+  }
+  if (add_bias_linear) {
+    return bad(
+        "--num-experts: the experts have no biases; give "
+        "--disable-bias-linear");
+  }
+  if (tp > 1) {
+    return bad("--num-experts with --tensor-model-parallel-size ", tp,
+               ": the MoE layer is not built for tensor parallelism (expert "
+               "tensor parallelism); use --tensor-model-parallel-size 1");
   }
   return absl::OkStatus();
 }

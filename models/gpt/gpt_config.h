@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/ops/moe_router.h"
 #include "core/ops/rotary.h"
 
 namespace mcc {
@@ -16,6 +17,7 @@ enum class Normalization { kLayerNorm, kRMSNorm };
 enum class Activation { kGelu, kSwiGLU };
 enum class RecomputeGranularity { kNone, kSelective, kFull };
 enum class RecomputeMethod { kUniform, kBlock };
+enum class MoeLoadBalancing { kNone, kAuxLoss, kSeqAuxLoss };
 
 // The model's shape and options, with Megatron's flag names beside each.
 struct GPTConfig {
@@ -65,6 +67,26 @@ struct GPTConfig {
   bool cpu_offloading = false;
   int cpu_offloading_num_layers = 0;  // --cpu-offloading-num-layers
 
+  // Mixture of experts (issue 41): the layers moe_layer_freq picks replace
+  // their MLP by a router over num_experts experts (models/moe/moe_mlp.h);
+  // 0 experts: a dense model.
+  int num_experts = 0;               // --num-experts
+  int moe_router_topk = 2;           // --moe-router-topk
+  int64_t moe_ffn_hidden_size = 0;   // --moe-ffn-hidden-size; 0: ffn()
+  std::string moe_layer_freq = "1";  // --moe-layer-freq (moe_layer_pattern.h)
+  // --moe-shared-expert-intermediate-size; 0: no shared expert.
+  int64_t moe_shared_expert_intermediate_size = 0;
+  ops::MoeScoreFunction moe_router_score_function =
+      ops::MoeScoreFunction::kSoftmax;  // --moe-router-score-function
+  // --moe-router-load-balancing-type, with --moe-aux-loss-coeff.
+  MoeLoadBalancing moe_router_load_balancing_type = MoeLoadBalancing::kAuxLoss;
+  double moe_aux_loss_coeff = 0.0;  // --moe-aux-loss-coeff
+  double moe_z_loss_coeff = 0.0;    // --moe-z-loss-coeff
+  // --moe-router-enable-expert-bias (DeepSeek-V3's aux-loss-free balance),
+  // stepped by --moe-router-bias-update-rate after each optimizer step.
+  bool moe_router_enable_expert_bias = false;
+  double moe_router_bias_update_rate = 1e-3;
+
   int64_t ffn() const {
     return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size;
   }
@@ -73,6 +95,13 @@ struct GPTConfig {
   }
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t moe_ffn() const {
+    return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn();
+  }
+  // Whether layer i (0-based, global) is a mixture of experts; false for
+  // every layer of a dense model or an invalid moe_layer_freq (Validate
+  // refuses that).
+  bool IsMoeLayer(int layer) const;
   // The rotation every layer applies to Q and K (base, Llama 3 scaling).
   ops::RotaryOptions Rotary() const {
     ops::RotaryOptions options;
@@ -103,6 +132,8 @@ struct GPTConfig {
   // Checks the shape against itself and against the tensor-parallel size
   // (and sequence parallelism); the message names the flags at fault.
   absl::Status Validate(int tensor_parallel_size, bool sequence_parallel) const;
+  // The mixture-of-experts part of Validate (num_experts != 0).
+  absl::Status ValidateMoe(int tensor_parallel_size) const;
 };
 
 }  // namespace gpt

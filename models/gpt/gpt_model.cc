@@ -86,6 +86,27 @@ absl::StatusOr<std::unique_ptr<GPTModel>> GPTModel::Create(
     ParameterList unit;
     layer->AppendParameters(&unit);
     model->units_.push_back(unit);
+    if (moe::MoeMlp* moe = layer->moe()) {
+      MoeAccumulator acc;
+      acc.local_layer = static_cast<int>(model->layers_.size());
+      acc.layer = i;
+      acc.log_tokens.assign(config.num_experts, 0);
+      acc.bias_tokens.assign(config.num_experts, 0);
+      acc.aux_sum = Tensor::Zeros({1}, DType::kFloat32, context.device);
+      acc.z_sum = Tensor::Zeros({1}, DType::kFloat32, context.device);
+      model->moe_.push_back(std::move(acc));
+      if (moe->expert_bias().defined()) {
+        // A checkpoint buffer (no gradient, no optimizer state) that views
+        // the router's bias, so loads write into it.
+        auto buffer = std::make_shared<Parameter>();
+        buffer->name =
+            absl::StrCat("decoder.layers.", i, ".mlp.router.expert_bias");
+        buffer->value = moe->expert_bias();
+        buffer->global_shape = buffer->value.shape();
+        buffer->weight_decay = false;
+        model->buffers_.push_back(buffer);
+      }
+    }
     model->layers_.push_back(std::move(layer));
   }
   if (chunk.post_process) {
@@ -537,6 +558,7 @@ absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& full_batch,
         TransformerLayer::Activations scratch;
         MCC_RETURN_IF_ERROR(CallBeforeForward(first_layer_unit_ + j));
         MCC_RETURN_IF_ERROR(LayerForward(j, x, *rec, &scratch, &x));
+        MCC_RETURN_IF_ERROR(RecordMoe(j, scratch));
         MCC_RETURN_IF_ERROR(CallAfterForward(first_layer_unit_ + j));
       }
       i += rec->chunk_len[i];
@@ -544,6 +566,7 @@ absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& full_batch,
       MCC_RETURN_IF_ERROR(CallBeforeForward(first_layer_unit_ + i));
       MCC_RETURN_IF_ERROR(LayerForward(i, x, *rec, &rec->layers[i], &x));
       MCC_RETURN_IF_ERROR(CallAfterForward(first_layer_unit_ + i));
+      if (backward_after) MCC_RETURN_IF_ERROR(RecordMoe(i, rec->layers[i]));
       if (!backward_after) rec->layers[i] = TransformerLayer::Activations();
       ++i;
     }
@@ -719,7 +742,10 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
       rec->chunk_inputs[start] = Tensor();
     }
     for (int j = i; j >= start; --j) {
-      MCC_ASSIGN_OR_RETURN(dx, layers_[j]->Backward(dx, b, &rec->layers[j]));
+      // The balancing losses' gradients scale as the LM loss's.
+      MCC_ASSIGN_OR_RETURN(
+          dx, layers_[j]->Backward(dx, b, &rec->layers[j],
+                                   grad_scale * static_cast<float>(cp_size())));
       rec->layers[j] = TransformerLayer::Activations();
       MCC_RETURN_IF_ERROR(CallAfterBackward(first_layer_unit_ + j));
       MCC_RETURN_IF_ERROR(CallGradsReady(units_[first_layer_unit_ + j]));
@@ -756,6 +782,70 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
   MCC_RETURN_IF_ERROR(CallAfterBackward(embedding_unit_));
   MCC_RETURN_IF_ERROR(CallGradsReady(units_[embedding_unit_]));
   return Tensor();
+}
+
+absl::Status GPTModel::RecordMoe(int local_layer,
+                                 const TransformerLayer::Activations& act) {
+  if (layers_[local_layer]->moe() == nullptr) return absl::OkStatus();
+  for (MoeAccumulator& acc : moe_) {
+    if (acc.local_layer != local_layer) continue;
+    const std::vector<int64_t>& counts = act.moe.tokens_per_expert;
+    for (size_t e = 0; e < counts.size() && e < acc.log_tokens.size(); ++e) {
+      acc.log_tokens[e] += counts[e];
+      acc.bias_tokens[e] += counts[e];
+    }
+    if (act.moe.aux_loss.defined()) {
+      MCC_RETURN_IF_ERROR(
+          ops::Add(acc.aux_sum, act.moe.aux_loss, &acc.aux_sum));
+    }
+    if (act.moe.z_loss.defined()) {
+      MCC_RETURN_IF_ERROR(ops::Add(acc.z_sum, act.moe.z_loss, &acc.z_sum));
+    }
+    ++acc.micro_batches;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<MoeLayerStats>> GPTModel::TakeMoeStats() {
+  std::vector<MoeLayerStats> out;
+  for (MoeAccumulator& acc : moe_) {
+    MoeLayerStats st;
+    st.layer = acc.layer;
+    st.tokens_per_expert = acc.log_tokens;
+    st.micro_batches = acc.micro_batches;
+    MCC_ASSIGN_OR_RETURN(Tensor aux, acc.aux_sum.To(Device::CPU()));
+    MCC_ASSIGN_OR_RETURN(Tensor z, acc.z_sum.To(Device::CPU()));
+    st.aux_loss_sum = aux.data<float>()[0];
+    st.z_loss_sum = z.data<float>()[0];
+    out.push_back(std::move(st));
+    acc.log_tokens.assign(acc.log_tokens.size(), 0);
+    acc.micro_batches = 0;
+    acc.aux_sum = Tensor::Zeros({1}, DType::kFloat32, context_.device);
+    acc.z_sum = Tensor::Zeros({1}, DType::kFloat32, context_.device);
+  }
+  return out;
+}
+
+absl::Status GPTModel::UpdateExpertBias(comm::ProcessGroup* dp_group) {
+  for (MoeAccumulator& acc : moe_) {
+    moe::MoeMlp* moe = layers_[acc.local_layer]->moe();
+    if (!moe->expert_bias().defined()) continue;
+    std::vector<int64_t> counts = acc.bias_tokens;
+    acc.bias_tokens.assign(counts.size(), 0);
+    if (dp_group != nullptr && dp_group->size() > 1) {
+      // Every data-parallel replica steps its bias by the global load.
+      MCC_ASSIGN_OR_RETURN(
+          Tensor t,
+          Tensor::FromInts(counts, {static_cast<int64_t>(counts.size())}));
+      MCC_ASSIGN_OR_RETURN(t, t.To(context_.device));
+      MCC_RETURN_IF_ERROR(dp_group->AllReduceSync(&t, comm::ReduceOp::kSum));
+      MCC_ASSIGN_OR_RETURN(t, t.To(Device::CPU()));
+      counts.assign(t.data<int64_t>(), t.data<int64_t>() + counts.size());
+    }
+    MCC_RETURN_IF_ERROR(moe->UpdateExpertBias(
+        counts, static_cast<float>(config_.moe_router_bias_update_rate)));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<Tensor*> GPTModel::OffloadSlots(ChunkRecord* rec, int i) {

@@ -25,6 +25,17 @@ struct MicroBatch {
   Tensor loss_mask;  // fp32 [b, s]; undefined means all ones
 };
 
+// What the training forwards of one MoE layer routed since the model's last
+// TakeMoeStats (summed over micro-batches, this rank's tokens).
+struct MoeLayerStats {
+  int layer = 0;  // Global layer number.
+  std::vector<int64_t> tokens_per_expert;
+  // The balancing loss and the z-loss (each times its coefficient, as
+  // trained), summed over micro-batches; 0 when off.
+  double aux_loss_sum = 0, z_loss_sum = 0;
+  int64_t micro_batches = 0;
+};
+
 // The loss sum is the model contract's.
 using LossSum = parallel::LossSum;
 
@@ -159,6 +170,20 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
     return context_.tp_group;
   }
 
+  // Mixture of experts. The router loads and losses of this chunk's MoE
+  // layers since the last call (empty for a dense model); one small
+  // device-to-host copy per MoE layer.
+  absl::StatusOr<std::vector<MoeLayerStats>> TakeMoeStats();
+  // --moe-router-enable-expert-bias: steps every expert bias of this chunk
+  // by the tokens its layer routed in the training forwards since the last
+  // call, summed over dp_group (null: this rank's), as Megatron after each
+  // step. Collective over dp_group when it has more than one rank and this
+  // chunk has expert biases.
+  absl::Status UpdateExpertBias(comm::ProcessGroup* dp_group);
+  // Tensors checkpoints keep beside the parameters, with no gradient (the
+  // routers' expert biases), replicated, as Parameters that view them.
+  const ParameterList& buffers() const { return buffers_; }
+
   const ModelChunkSpec& chunk() const { return chunk_; }
   // Where the dropout stream stands (forward calls so far): part of the RNG
   // state a checkpoint saves, so a resumed run draws the same masks.
@@ -196,6 +221,10 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   // recomputed chunk's input at its first layer (nothing for its other
   // layers), else the layer's activations.
   static std::vector<Tensor*> OffloadSlots(ChunkRecord* rec, int i);
+  // Adds what local layer i's training forward routed (an MoE layer's) to
+  // its accumulator.
+  absl::Status RecordMoe(int local_layer,
+                         const TransformerLayer::Activations& act);
   absl::Status CheckBatch(const MicroBatch& batch) const;
   // Final norm and output layer of the last position of sequence-major
   // hidden states x [s * b, h] (this rank's rows under SP): fp32 [b, vocab].
@@ -232,7 +261,16 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   std::unique_ptr<parallel::ColumnParallelLinear> output_layer_;
 
   ParameterList parameters_;
+  ParameterList buffers_;
   std::vector<ParameterList> units_;
+  // One per MoE layer of this chunk, in order.
+  struct MoeAccumulator {
+    int local_layer = 0, layer = 0;
+    std::vector<int64_t> log_tokens, bias_tokens;
+    Tensor aux_sum, z_sum;  // fp32 [1] on the device.
+    int64_t micro_batches = 0;
+  };
+  std::vector<MoeAccumulator> moe_;
   int embedding_unit_ = -1, first_layer_unit_ = 0, head_unit_ = -1;
   int64_t vocab_start_ = 0;  // First vocabulary row of this TP rank.
   std::shared_ptr<const std::vector<MicroBatch>> batches_;

@@ -11,6 +11,11 @@ namespace {
 absl::Status ConvertChunk(GPTModel* model, parallel::Int8Source source) {
   for (int i = 0; i < model->num_local_layers(); ++i) {
     TransformerLayer* layer = model->layer(i);
+    if (layer->moe() != nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          "int8 weights: layer ", model->chunk().first_layer + i,
+          " is a mixture of experts, whose weights int8 does not cover"));
+    }
     MCC_RETURN_IF_ERROR(layer->qkv()->ConvertToInt8(source));
     MCC_RETURN_IF_ERROR(layer->proj()->ConvertToInt8(source));
     MCC_RETURN_IF_ERROR(layer->fc1()->ConvertToInt8(source));
@@ -37,6 +42,7 @@ std::vector<Quantized> QuantizedWeights(GPTModel* model) {
     };
     add(layer->qkv());
     add(layer->proj());
+    if (layer->moe() != nullptr) continue;
     add(layer->fc1());
     add(layer->fc2());
   }

@@ -1,9 +1,11 @@
 #include "models/gpt/model_config_proto.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "models/gpt/moe_layer_pattern.h"
 
 namespace mcc {
 namespace gpt {
@@ -44,6 +46,22 @@ checkpoint::ModelConfig ToProto(const gpt::GPTConfig& c, DType dtype) {
     r->set_original_max_position_embeddings(
         c.rope_scaling.original_max_position_embeddings);
   }
+  if (c.num_experts > 0) {
+    p.set_num_experts(c.num_experts);
+    p.set_moe_router_topk(c.moe_router_topk);
+    p.set_moe_ffn_hidden_size(c.moe_ffn());
+    auto pattern = ParseMoeLayerFreq(c.moe_layer_freq, c.num_layers);
+    // An invalid frequency is kept as given (the model refuses it).
+    p.set_moe_layer_pattern(pattern.ok() ? MoeLayerPatternString(*pattern)
+                                         : c.moe_layer_freq);
+    p.set_moe_shared_expert_intermediate_size(
+        c.moe_shared_expert_intermediate_size);
+    p.set_moe_router_score_function(c.moe_router_score_function ==
+                                            ops::MoeScoreFunction::kSigmoid
+                                        ? "sigmoid"
+                                        : "softmax");
+    p.set_moe_router_enable_expert_bias(c.moe_router_enable_expert_bias);
+  }
   p.set_params_dtype(static_cast<int32_t>(dtype));
   return p;
 }
@@ -74,6 +92,23 @@ absl::StatusOr<gpt::GPTConfig> FromProto(const checkpoint::ModelConfig& p) {
   c.qk_layernorm = p.qk_layernorm();
   c.norm_epsilon = p.layernorm_epsilon();
   c.rotary_base = p.rotary_base();
+  if (p.num_experts() != 0) {
+    c.num_experts = p.num_experts();
+    c.moe_router_topk = p.moe_router_topk();
+    c.moe_ffn_hidden_size = p.moe_ffn_hidden_size();
+    c.moe_layer_freq = p.moe_layer_pattern();
+    c.moe_shared_expert_intermediate_size =
+        p.moe_shared_expert_intermediate_size();
+    const std::string& score = p.moe_router_score_function();
+    if (score == "sigmoid") {
+      c.moe_router_score_function = ops::MoeScoreFunction::kSigmoid;
+    } else if (score != "softmax") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: moe_router_score_function '", score,
+                       "' is not softmax or sigmoid"));
+    }
+    c.moe_router_enable_expert_bias = p.moe_router_enable_expert_bias();
+  }
   if (p.has_rope_scaling()) {
     const checkpoint::RopeScaling& r = p.rope_scaling();
     if (r.rope_type() != "llama3") {
@@ -113,10 +148,16 @@ absl::Status CheckConfigFitsCheckpoint(const gpt::GPTConfig& config,
     }
   }
   const double h = static_cast<double>(config.hidden_size);
+  // A layer's MLP: dense, or (MoE) at least its experts' two projections;
+  // the smaller of the two bounds any layer pattern.
+  double mlp = static_cast<double>(config.ffn());
+  if (config.num_experts > 0) {
+    mlp = std::min(mlp, static_cast<double>(config.num_experts) *
+                            static_cast<double>(config.moe_ffn()));
+  }
   const double elements =
       static_cast<double>(config.vocab_size) * h +
-      static_cast<double>(config.num_layers) *
-          (2 * h * h + 2 * h * static_cast<double>(config.ffn()));
+      static_cast<double>(config.num_layers) * (2 * h * h + 2 * h * mlp);
   if (elements > static_cast<double>(checkpoint_bytes)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "checkpoint %s: its model config (%d layers, hidden %d, FFN %d, "

@@ -79,6 +79,39 @@ TEST(ModelConfigProtoTest, UnknownRopeScalingTypeIsRefusedByName) {
   EXPECT_FALSE(FromProto(p).ok());
 }
 
+TEST(ModelConfigProtoTest, MoeRoundTripsAndDenseLeavesItUnset) {
+  EXPECT_EQ(ToProto(Small(), DType::kFloat32).num_experts(), 0);
+  EXPECT_EQ(ToProto(Small(), DType::kFloat32).moe_layer_pattern(), "");
+  gpt::GPTConfig c = Small();
+  c.add_bias_linear = false;
+  c.num_experts = 8;
+  c.moe_router_topk = 3;
+  c.moe_ffn_hidden_size = 24;
+  c.moe_layer_freq = "2";
+  c.moe_shared_expert_intermediate_size = 40;
+  c.moe_router_score_function = ops::MoeScoreFunction::kSigmoid;
+  c.moe_router_enable_expert_bias = true;
+  const checkpoint::ModelConfig p = ToProto(c, DType::kFloat32);
+  EXPECT_EQ(p.moe_layer_pattern(), "[1,0]");
+  EXPECT_EQ(p.moe_router_score_function(), "sigmoid");
+  absl::StatusOr<gpt::GPTConfig> back = FromProto(p);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->num_experts, 8);
+  EXPECT_EQ(back->moe_router_topk, 3);
+  EXPECT_EQ(back->moe_ffn(), 24);
+  EXPECT_TRUE(back->IsMoeLayer(0));
+  EXPECT_FALSE(back->IsMoeLayer(1));
+  EXPECT_EQ(back->moe_shared_expert_intermediate_size, 40);
+  EXPECT_EQ(back->moe_router_score_function, ops::MoeScoreFunction::kSigmoid);
+  EXPECT_TRUE(back->moe_router_enable_expert_bias);
+  // The same model under another spelling of the pattern stores the same.
+  c.moe_layer_freq = "[1,0]";
+  EXPECT_EQ(ToProto(c, DType::kFloat32).moe_layer_pattern(), "[1,0]");
+  checkpoint::ModelConfig bad = p;
+  bad.set_moe_router_score_function("tanh");
+  EXPECT_FALSE(FromProto(bad).ok());
+}
+
 }  // namespace
 }  // namespace gpt
 }  // namespace mcc

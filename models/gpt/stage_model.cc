@@ -30,6 +30,9 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(
     for (const auto& param : chunk->parameters()) {
       model->parameters_.push_back(param);
     }
+    for (const auto& buffer : chunk->buffers()) {
+      model->buffers_.push_back(buffer);
+    }
     model->chunks_.push_back(std::move(chunk));
   }
   if (!context.device.is_cpu()) {
@@ -90,6 +93,23 @@ void StageModel::ZeroGradients() {
 
 void StageModel::set_rng_calls(uint64_t calls) {
   for (const auto& c : chunks_) c->set_rng_calls(calls);
+}
+
+absl::StatusOr<std::vector<MoeLayerStats>> StageModel::TakeMoeStats() {
+  std::vector<MoeLayerStats> out;
+  for (const auto& chunk : chunks_) {
+    MCC_ASSIGN_OR_RETURN(std::vector<MoeLayerStats> part,
+                         chunk->TakeMoeStats());
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+
+absl::Status StageModel::UpdateExpertBias(comm::ProcessGroup* dp_group) {
+  for (const auto& chunk : chunks_) {
+    MCC_RETURN_IF_ERROR(chunk->UpdateExpertBias(dp_group));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace gpt

@@ -33,6 +33,12 @@ class StageModel {
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   // Every chunk's parameters, chunk by chunk.
   const ParameterList& parameters() const { return parameters_; }
+  // Every chunk's checkpoint buffers (GPTModel::buffers), chunk by chunk.
+  const ParameterList& buffers() const { return buffers_; }
+  // Every chunk's GPTModel::TakeMoeStats, in layer order.
+  absl::StatusOr<std::vector<MoeLayerStats>> TakeMoeStats();
+  // Every chunk's GPTModel::UpdateExpertBias (collective over dp_group).
+  absl::Status UpdateExpertBias(comm::ProcessGroup* dp_group);
 
   // The micro-batches of the next pipeline step (every chunk's). On a
   // device that is not the host, CPU tensors among them (the data loader's)
@@ -58,6 +64,7 @@ class StageModel {
  private:
   std::vector<std::unique_ptr<GPTModel>> chunks_;
   ParameterList parameters_;
+  ParameterList buffers_;
   // Off the host: stages the micro-batches to the chunks' device.
   std::unique_ptr<PinnedStagingPool> staging_;
 };

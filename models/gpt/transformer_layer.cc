@@ -124,6 +124,12 @@ std::vector<Tensor*> TransformerLayer::Activations::Tensors() {
       out.push_back(t);
     }
   }
+  for (Tensor* t : {&moe.x, &moe.x32, &moe.logits, &moe.scores, &moe.indices,
+                    &moe.weights, &moe.row_to_slot, &moe.slot_to_row,
+                    &moe.permuted, &moe.fc1_out, &moe.act_out, &moe.expert_out,
+                    &moe.shared_fc1_out, &moe.shared_act_out}) {
+    out.push_back(t);
+  }
   return out;
 }
 
@@ -194,6 +200,11 @@ absl::StatusOr<std::unique_ptr<TransformerLayer>> TransformerLayer::Create(
                                          config.num_attention_heads * d, h,
                                          proj_options, context));
   const bool swiglu = config.activation == Activation::kSwiGLU;
+  if (config.IsMoeLayer(layer_number)) {
+    MCC_ASSIGN_OR_RETURN(
+        layer->moe_, CreateMoe(prefix + "mlp", layer_number, config, context));
+    return layer;
+  }
   LinearOptions fc1_options;
   fc1_options.bias = config.add_bias_linear;
   fc1_options.weight_init = InitSpec::Normal(std);
@@ -221,8 +232,61 @@ void TransformerLayer::AppendParameters(ParameterList* out) const {
   }
   proj_->AppendParameters(out);
   ln2_->AppendParameters(out);
+  if (moe_ != nullptr) {
+    moe_->AppendParameters(out);
+    return;
+  }
   fc1_->AppendParameters(out);
   fc2_->AppendParameters(out);
+}
+
+absl::StatusOr<std::unique_ptr<moe::MoeMlp>> TransformerLayer::CreateMoe(
+    const std::string& prefix, int layer_number, const GPTConfig& config,
+    const parallel::LayerContext& context) {
+  if (GroupSize(context.cp_group) > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer_number,
+                     ": the MoE layer (--num-experts) is not built for context "
+                     "parallelism (--context-parallel-size ",
+                     GroupSize(context.cp_group), ")"));
+  }
+  moe::MoeMlpConfig m;
+  m.hidden_size = config.hidden_size;
+  m.num_experts = config.num_experts;
+  m.ffn_hidden_size = config.moe_ffn();
+  m.shared_expert_ffn_hidden_size = config.moe_shared_expert_intermediate_size;
+  m.router.topk = config.moe_router_topk;
+  m.router.score_function = config.moe_router_score_function;
+  m.expert_bias = config.moe_router_enable_expert_bias;
+  switch (config.moe_router_load_balancing_type) {
+    case MoeLoadBalancing::kNone:
+      m.load_balancing = moe::LoadBalancing::kNone;
+      break;
+    case MoeLoadBalancing::kAuxLoss:
+      m.load_balancing = moe::LoadBalancing::kAuxLoss;
+      break;
+    case MoeLoadBalancing::kSeqAuxLoss:
+      m.load_balancing = moe::LoadBalancing::kSeqAuxLoss;
+      break;
+  }
+  m.aux_loss_coeff = static_cast<float>(config.moe_aux_loss_coeff);
+  m.z_loss_coeff = static_cast<float>(config.moe_z_loss_coeff);
+  m.activation = config.activation == Activation::kSwiGLU
+                     ? moe::ExpertActivation::kSwiGLU
+                     : moe::ExpertActivation::kGelu;
+  m.dtype = context.dtype;
+  m.device = context.device;
+  m.init_std = static_cast<float>(config.init_method_std);
+  // Every layer draws its own weights; every rank draws the same.
+  m.seed = context.seed * 1000003u + 7919u * (layer_number + 1);
+  auto created = moe::MoeMlp::Create(prefix, m);
+  if (!created.ok()) {
+    return absl::Status(
+        created.status().code(),
+        absl::StrCat("layer ", layer_number,
+                     " (--num-experts): ", created.status().message()));
+  }
+  return created;
 }
 
 namespace {
@@ -426,7 +490,7 @@ absl::StatusOr<Tensor> TransformerLayer::Forward(const Tensor& x,
   MCC_ASSIGN_OR_RETURN(attn, Dropout(attn, dropout_offset + sp_shift));
   Tensor h1 = Tensor::Empty(x.shape(), x.dtype(), x.device());
   MCC_RETURN_IF_ERROR(ops::Add(x, attn, &h1));
-  return MlpForward(x, h1, dropout_offset + stride + sp_shift, act);
+  return MlpForward(x, h1, b, dropout_offset + stride + sp_shift, act);
 }
 
 absl::Status TransformerLayer::LocalAttentionForward(const Tensor& qkv,
@@ -502,9 +566,18 @@ int64_t TransformerLayer::ChunkStart(int local_chunk,
 
 absl::StatusOr<Tensor> TransformerLayer::MlpForward(const Tensor& x,
                                                     const Tensor& h1,
+                                                    int64_t micro_batch,
                                                     uint64_t dropout_offset,
                                                     Activations* act) const {
   MCC_ASSIGN_OR_RETURN(Tensor ln2, ln2_->Forward(h1, &act->ln2));
+  if (moe_ != nullptr) {
+    MCC_ASSIGN_OR_RETURN(Tensor mlp,
+                         moe_->Forward(ln2, micro_batch, &act->moe));
+    MCC_ASSIGN_OR_RETURN(mlp, Dropout(mlp, dropout_offset));
+    Tensor out = Tensor::Empty(x.shape(), x.dtype(), x.device());
+    MCC_RETURN_IF_ERROR(ops::Add(h1, mlp, &out));
+    return out;
+  }
   MCC_ASSIGN_OR_RETURN(act->fc1_out, fc1_->Forward(ln2, &act->fc1));
   Tensor hidden;
   if (config_.activation == Activation::kSwiGLU) {
@@ -529,7 +602,8 @@ absl::StatusOr<Tensor> TransformerLayer::MlpForward(const Tensor& x,
 
 absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
                                                   int64_t micro_batch,
-                                                  Activations* act) const {
+                                                  Activations* act,
+                                                  float moe_loss_scale) const {
   const int64_t b = micro_batch;
   const int64_t d = config_.head_dim();
   const uint64_t sp_shift = DropoutShift(dy);
@@ -538,19 +612,24 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
   // MLP branch.
   MCC_ASSIGN_OR_RETURN(Tensor dmlp, DropoutBackward(dy, act->dropout_offset +
                                                             stride + sp_shift));
-  MCC_ASSIGN_OR_RETURN(Tensor dhidden, fc2_->Backward(dmlp, act->fc2));
-  Tensor dfc1 = Tensor::Empty(act->fc1_out.shape(), act->fc1_out.dtype(),
-                              act->fc1_out.device());
-  if (config_.activation == Activation::kSwiGLU) {
-    MCC_RETURN_IF_ERROR(ops::SwiGLUBackward(dhidden, act->fc1_out, &dfc1));
-  } else if (fc1_->bias() != nullptr) {
-    MCC_RETURN_IF_ERROR(ops::BiasGeluBackward(dhidden, act->fc1_out,
-                                              fc1_->bias()->value, &dfc1,
-                                              &fc1_->bias()->main_grad));
+  Tensor dln2;
+  if (moe_ != nullptr) {
+    MCC_ASSIGN_OR_RETURN(dln2, moe_->Backward(dmlp, act->moe, moe_loss_scale));
   } else {
-    MCC_RETURN_IF_ERROR(ops::GeluBackward(dhidden, act->fc1_out, &dfc1));
+    MCC_ASSIGN_OR_RETURN(Tensor dhidden, fc2_->Backward(dmlp, act->fc2));
+    Tensor dfc1 = Tensor::Empty(act->fc1_out.shape(), act->fc1_out.dtype(),
+                                act->fc1_out.device());
+    if (config_.activation == Activation::kSwiGLU) {
+      MCC_RETURN_IF_ERROR(ops::SwiGLUBackward(dhidden, act->fc1_out, &dfc1));
+    } else if (fc1_->bias() != nullptr) {
+      MCC_RETURN_IF_ERROR(ops::BiasGeluBackward(dhidden, act->fc1_out,
+                                                fc1_->bias()->value, &dfc1,
+                                                &fc1_->bias()->main_grad));
+    } else {
+      MCC_RETURN_IF_ERROR(ops::GeluBackward(dhidden, act->fc1_out, &dfc1));
+    }
+    MCC_ASSIGN_OR_RETURN(dln2, fc1_->Backward(dfc1, act->fc1));
   }
-  MCC_ASSIGN_OR_RETURN(Tensor dln2, fc1_->Backward(dfc1, act->fc1));
   MCC_ASSIGN_OR_RETURN(Tensor dh1_norm, ln2_->Backward(dln2, act->ln2));
   Tensor dh1 = Tensor::Empty(dy.shape(), dy.dtype(), dy.device());
   MCC_RETURN_IF_ERROR(ops::Add(dy, dh1_norm, &dh1));

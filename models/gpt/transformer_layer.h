@@ -10,6 +10,7 @@
 #include "core/parameter.h"
 #include "core/tensor.h"
 #include "models/gpt/gpt_config.h"
+#include "models/moe/moe_mlp.h"
 #include "parallel/context_parallel/ring_attention.h"
 #include "parallel/context_parallel/ulysses_attention.h"
 #include "parallel/linear.h"
@@ -72,6 +73,7 @@ class TransformerLayer {
     context_parallel::QkvChunks cp_qkv;
     context_parallel::ChunkPair cp_out, cp_lse;  // Dropped under selective.
     context_parallel::UlyssesRecord cp_a2a;      // --cp-comm-type a2a.
+    moe::MoeMlp::Activations moe;  // An MoE layer's MLP (no fc1 / fc2).
 
     // Every tensor above, in a fixed order, for activation offloading
     // (core/activation_offload.h); a tensor field added above belongs here
@@ -88,10 +90,18 @@ class TransformerLayer {
   absl::StatusOr<Tensor> Forward(const Tensor& x, int64_t micro_batch,
                                  uint64_t dropout_offset,
                                  Activations* act) const;
+  // moe_loss_scale: the gradient of the training loss with respect to this
+  // micro-batch's balancing and z-losses (its loss scale over the
+  // micro-batch count, as Megatron's MoEAuxLossAutoScaler); unused by a
+  // dense layer.
   absl::StatusOr<Tensor> Backward(const Tensor& dy, int64_t micro_batch,
-                                  Activations* act) const;
+                                  Activations* act,
+                                  float moe_loss_scale = 1.0f) const;
 
   void AppendParameters(ParameterList* out) const;
+  // The mixture of experts in place of the MLP (null: a dense layer, whose
+  // fc1 and fc2 are then set; an MoE layer has neither).
+  moe::MoeMlp* moe() const { return moe_.get(); }
   // The linear layers, for weight-only int8 inference
   // (models/gpt/int8_quantization.h).
   parallel::ColumnParallelLinear* qkv() { return qkv_.get(); }
@@ -101,8 +111,12 @@ class TransformerLayer {
   // Their int8 weights (null until converted), for the inference engine.
   const parallel::Int8Weight* qkv_int8() const { return qkv_->int8_weight(); }
   const parallel::Int8Weight* proj_int8() const { return proj_->int8_weight(); }
-  const parallel::Int8Weight* fc1_int8() const { return fc1_->int8_weight(); }
-  const parallel::Int8Weight* fc2_int8() const { return fc2_->int8_weight(); }
+  const parallel::Int8Weight* fc1_int8() const {
+    return fc1_ == nullptr ? nullptr : fc1_->int8_weight();
+  }
+  const parallel::Int8Weight* fc2_int8() const {
+    return fc2_ == nullptr ? nullptr : fc2_->int8_weight();
+  }
   // Dropout applies only while training (the default).
   void set_training(bool training) { training_ = training; }
 
@@ -122,8 +136,12 @@ class TransformerLayer {
                                        Activations* act, Tensor* dqkv) const;
   // The MLP half: returns h1 + mlp(norm(h1)); x is the layer input.
   absl::StatusOr<Tensor> MlpForward(const Tensor& x, const Tensor& h1,
+                                    int64_t micro_batch,
                                     uint64_t dropout_offset,
                                     Activations* act) const;
+  static absl::StatusOr<std::unique_ptr<moe::MoeMlp>> CreateMoe(
+      const std::string& prefix, int layer_number, const GPTConfig& config,
+      const parallel::LayerContext& context);
   // The global position of the first token of local chunk 0 or 1.
   int64_t ChunkStart(int local_chunk, int64_t chunk_length) const;
   absl::Status Attention(int64_t micro_batch, Activations* act) const;
@@ -158,6 +176,7 @@ class TransformerLayer {
   std::unique_ptr<Norm> q_norm_, k_norm_;  // --qk-layernorm only
   std::unique_ptr<parallel::ColumnParallelLinear> qkv_, fc1_;
   std::unique_ptr<parallel::RowParallelLinear> proj_, fc2_;
+  std::unique_ptr<moe::MoeMlp> moe_;
   bool training_ = true;
 };
 

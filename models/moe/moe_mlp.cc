@@ -19,7 +19,7 @@ namespace {
 // index), stored in dtype, with an fp32 gradient.
 absl::StatusOr<std::shared_ptr<Parameter>> MakeParameter(
     const std::string& name, const Shape& shape, DType dtype, float std,
-    uint64_t seed, uint64_t index) {
+    uint64_t seed, uint64_t index, Device device) {
   std::mt19937_64 gen(seed * 1000003u + index);
   std::normal_distribution<float> dist(0.0f, std);
   std::vector<float> values(NumElements(shape));
@@ -27,7 +27,8 @@ absl::StatusOr<std::shared_ptr<Parameter>> MakeParameter(
   auto p = std::make_shared<Parameter>();
   p->name = name;
   MCC_ASSIGN_OR_RETURN(p->value, Tensor::FromVector(values, shape, dtype));
-  p->main_grad = Tensor::Zeros(shape, DType::kFloat32);
+  MCC_ASSIGN_OR_RETURN(p->value, p->value.To(device));
+  p->main_grad = Tensor::Zeros(shape, DType::kFloat32, device);
   p->global_shape = shape;
   return p;
 }
@@ -64,30 +65,31 @@ absl::StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(
   const int64_t e = config.num_experts, h = config.hidden_size,
                 f = config.ffn_hidden_size;
   const float std = config.init_std;
-  MCC_ASSIGN_OR_RETURN(m->router_,
-                       MakeParameter(prefix + ".router.weight", {e, h},
-                                     DType::kFloat32, std, config.seed, 0));
+  MCC_ASSIGN_OR_RETURN(
+      m->router_,
+      MakeParameter(prefix + ".router.weight", {e, h}, DType::kFloat32, std,
+                    config.seed, 0, config.device));
   MCC_ASSIGN_OR_RETURN(
       m->fc1_, MakeParameter(prefix + ".experts.linear_fc1.weight",
                              {e, m->fc1_outputs(f), h}, config.dtype, std,
-                             config.seed, 1));
+                             config.seed, 1, config.device));
   MCC_ASSIGN_OR_RETURN(
       m->fc2_, MakeParameter(prefix + ".experts.linear_fc2.weight", {e, h, f},
-                             config.dtype, std, config.seed, 2));
+                             config.dtype, std, config.seed, 2, config.device));
   const int64_t fs = config.shared_expert_ffn_hidden_size;
   if (fs > 0) {
     MCC_ASSIGN_OR_RETURN(
         m->shared_fc1_,
         MakeParameter(prefix + ".shared_experts.linear_fc1.weight",
                       {m->fc1_outputs(fs), h}, config.dtype, std, config.seed,
-                      3));
+                      3, config.device));
     MCC_ASSIGN_OR_RETURN(
         m->shared_fc2_,
         MakeParameter(prefix + ".shared_experts.linear_fc2.weight", {h, fs},
-                      config.dtype, std, config.seed, 4));
+                      config.dtype, std, config.seed, 4, config.device));
   }
   if (config.expert_bias) {
-    m->expert_bias_ = Tensor::Zeros({e}, DType::kFloat32);
+    m->expert_bias_ = Tensor::Zeros({e}, DType::kFloat32, config.device);
   }
   return m;
 }

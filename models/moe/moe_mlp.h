@@ -54,6 +54,9 @@ struct MoeMlpConfig {
   float z_loss_coeff = 0.0f;
   ExpertActivation activation = ExpertActivation::kSwiGLU;
   DType dtype = DType::kFloat32;  // Weights and activations: fp32 or bf16.
+  // Where the parameters, their gradients and the expert bias live (drawn
+  // on the host, then copied).
+  Device device = Device::CPU();
   float init_std = 0.02f;
   uint64_t seed = 1234;
 };
@@ -97,8 +100,10 @@ class MoeMlp {
 
   void AppendParameters(ParameterList* out) const;
   const MoeMlpConfig& config() const { return config_; }
-  // fp32 [E]; undefined without expert_bias. Not a parameter: no gradient.
+  // fp32 [E]; undefined without expert_bias. Not a parameter: no gradient
+  // (checkpoints keep it as a buffer; a load writes into it).
   const Tensor& expert_bias() const { return expert_bias_; }
+  Tensor& mutable_expert_bias() { return expert_bias_; }
   Parameter& router_weight() const { return *router_; }
   Parameter& fc1_weight() const { return *fc1_; }
   Parameter& fc2_weight() const { return *fc2_; }

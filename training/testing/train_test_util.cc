@@ -167,6 +167,8 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     MCC_RETURN_IF_ERROR(model->SetMicroBatches(std::move(batches)));
     MCC_ASSIGN_OR_RETURN(training::StepMetrics m,
                          trainer->Step(local_mb, step + 1));
+    // Megatron steps the expert biases once per step (MoE models only).
+    MCC_RETURN_IF_ERROR(model->UpdateExpertBias(dp));
     result.max_in_flight =
         std::max(result.max_in_flight, m.pipeline.max_in_flight);
     result.max_held_outputs =

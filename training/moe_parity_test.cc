@@ -1,0 +1,138 @@
+// A mixture-of-experts GPT (issue 41) in real processes (gloo) against the
+// serial run: 8 experts, top-2, a shared expert, the balancing loss, the
+// z-loss and the expert bias all on, every other layer MoE, over 10 steps,
+// under data parallelism (replicated, the distributed optimizer, ZeRO-3),
+// pipeline parallelism (1F1B and interleaved) and full recomputation. The
+// balancing losses' gradients must scale as the LM loss's for the layouts
+// to agree: DP splits the micro-batches the serial run accumulates, and the
+// expert bias steps by the load summed over DP.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "core/comm/mp_test_util.h"
+#include "gtest/gtest.h"
+#include "parallel/fsdp/sharding_strategy.h"
+#include "parallel/parallel_state.h"
+#include "training/testing/parity_test_util.h"
+#include "training/testing/train_test_util.h"
+
+namespace mcc {
+namespace training {
+namespace {
+
+using optim::testing::TrainOptions;
+using optim::testing::TrainResult;
+
+struct Case {
+  std::string name;
+  int world = 1;
+  int pp = 1;
+  int layers_per_virtual_stage = 0;
+  bool distopt = false;
+  fsdp::ShardingStrategy sharding = fsdp::ShardingStrategy::kNoShard;
+  bool recompute = false;
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> v;
+  v.push_back({"dp2", 2});
+  v.push_back({"dp2_distopt", 2, 1, 0, true});
+  v.push_back(
+      {"dp2_zero3", 2, 1, 0, false, fsdp::ShardingStrategy::kOptimGradsParams});
+  v.push_back({"pp2", 2, 2});
+  v.push_back({"pp2_interleaved", 2, 2, 1});
+  v.push_back({"dp2_recompute", 2, 1, 0, false,
+               fsdp::ShardingStrategy::kNoShard, true});
+  return v;
+}
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+TrainOptions Options(const Case& c) {
+  TrainOptions o;
+  gpt::GPTConfig& m = o.model;
+  m.num_layers = 4;
+  m.add_bias_linear = false;
+  m.activation = gpt::Activation::kSwiGLU;
+  m.num_experts = 8;
+  m.moe_router_topk = 2;
+  m.moe_ffn_hidden_size = 32;
+  m.moe_layer_freq = "([0]+[1]*3)";
+  m.moe_shared_expert_intermediate_size = 48;
+  m.moe_aux_loss_coeff = 1e-2;
+  m.moe_z_loss_coeff = 1e-3;
+  m.moe_router_enable_expert_bias = true;
+  m.moe_router_bias_update_rate = 1e-2;
+  if (c.recompute) {
+    m.recompute_granularity = gpt::RecomputeGranularity::kFull;
+    m.recompute_num_layers = 2;
+  }
+  o.steps = 10;
+  o.global_microbatches = 4;
+  o.ddp.use_distributed_optimizer = c.distopt;
+  o.sharding = c.sharding;
+  o.optimizer.clip_grad = 1.0;
+  o.lr.lr = 3e-3;
+  o.lr.min_lr = 3e-4;
+  o.lr.warmup_iters = 2;
+  o.lr.decay_iters = 10;
+  o.pipeline.pipeline_size = c.pp;
+  o.pipeline.layers_per_virtual_stage = c.layers_per_virtual_stage;
+  return o;
+}
+
+const Case& FindCase(const std::string& name) {
+  static const auto* cases = new std::vector<Case>(Cases());
+  return optim::testing::FindCase(*cases, name);
+}
+
+MCC_WORKER(moe_train) {
+  const Case& c = FindCase(std::getenv("MCC_TEST_CASE"));
+  parallel::ParallelSizes sizes;
+  sizes.pipeline = c.pp;
+  auto state = optim::testing::InitWorkerState(sizes);
+  if (!state.ok()) return 3;
+  auto result = optim::testing::Train(Options(c), state->get());
+  if (!result.ok()) {
+    std::fprintf(stderr, "train: %s\n", result.status().ToString().c_str());
+    return 4;
+  }
+  if ((*state)->world()->rank() == 0) {
+    auto s = optim::testing::WriteResult(
+        optim::testing::TmpPath(c.name + ".txt"), *result);
+    if (!s.ok()) return 5;
+  }
+  return 0;
+}
+
+TrainResult Serial(const Case& c) {
+  Case serial;
+  serial.recompute = c.recompute;
+  TrainOptions o = Options(serial);
+  o.use_ddp = false;
+  auto r = optim::testing::Train(o, nullptr);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : TrainResult();
+}
+
+class MoeParityTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MoeParityTest, EqualsSerial) {
+  const Case& c = GetParam();
+  auto parallel = optim::testing::RunParityWorkers(c.world, "moe_train", c.name,
+                                                   absl::Seconds(300));
+  ASSERT_TRUE(parallel.ok()) << parallel.status();
+  const TrainResult serial = Serial(c);
+  optim::testing::ExpectMatchesSerial(*parallel, serial, 10, 1e-5, 1e-4);
+  EXPECT_LT(parallel->loss[9], parallel->loss[0]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MoeParityTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace training
+}  // namespace mcc
