@@ -47,6 +47,7 @@
 #include "training/job.h"
 #include "training/local_checkpointing.h"
 #include "training/metrics.h"
+#include "training/moe_metrics.h"
 #include "training/rerun_check.h"
 #include "training/run_options.h"
 #include "training/straggler_detector.h"
@@ -718,6 +719,8 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
     rng_calls_before_step = job->model->rng_calls();
     MCC_ASSIGN_OR_RETURN(StepMetrics step,
                          trainer->Step(batching.num_microbatches, iteration));
+    // MoE: the routers' expert biases step by the load just routed.
+    MCC_RETURN_IF_ERROR(job->model->UpdateExpertBias(job->dp()));
     if (rerun_check.has_value()) {
       if (step.rerun) {
         // Bits, not values: a NaN read twice reproduces.
@@ -864,6 +867,19 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
         LOG(INFO) << FormatLayerGradNorms(layer_grad_norms);
       }
       layer_grad_norms.clear();
+      // MoE: each stage's layers (collective over DP), logged by its first
+      // DP and TP rank; TensorBoard holds rank 0's.
+      MCC_ASSIGN_OR_RETURN(
+          auto moe,
+          TakeMoeStatsOverDp(job->model.get(), job->dp(), job->context.device));
+      if (job->dp_rank() == 0 &&
+          (job->tp() == nullptr || job->tp()->rank() == 0)) {
+        for (const auto& layer : moe) LOG(INFO) << MoeStatsLine(layer);
+      }
+      for (const auto& [tag, value] : MoeScalars(moe)) {
+        MCC_RETURN_IF_ERROR(tensorboard.Add(tag, value, iteration));
+      }
+      if (!moe.empty()) MCC_RETURN_IF_ERROR(tensorboard.Flush());
       // The window of the run's first step holds its one-time costs (lazy
       // connections wait on the slowest peer outside any collective), so it
       // is not reported. Every rank skips alike.
