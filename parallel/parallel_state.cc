@@ -37,6 +37,7 @@ absl::StatusOr<std::unique_ptr<ParallelState>> ParallelState::Create(
   auto state = std::unique_ptr<ParallelState>(new ParallelState);
   state->layout_ = layout;
   state->coords_ = layout.Coordinates(world->rank());
+  state->expert_coords_ = layout.ExpertCoordinatesOf(world->rank());
   const std::vector<std::vector<int>> kinds[kNumKinds] = {
       {},  // The world itself.
       layout.TensorGroups(),
@@ -47,11 +48,26 @@ absl::StatusOr<std::unique_ptr<ParallelState>> ParallelState::Create(
       layout.TensorContextGroups(),
       layout.ModelGroups(),
       layout.EmbeddingGroups(),
+      layout.ExpertModelGroups(),
+      layout.ExpertTensorGroups(),
+      layout.ExpertTensorModelGroups(),
+      layout.ExpertDataGroups(),
   };
   const bool twins = device_world != nullptr && device_world != world;
   state->groups_[kWorld] = {world, twins ? device_world : world};
   for (int k = kWorld + 1; k < kNumKinds; ++k) {
     Twins& g = state->groups_[k];
+    // An expert group over a dense group's ranks is that group (no new
+    // subgroup: every rank decides alike from the layout alone).
+    bool shared = false;
+    for (int j = kTensor; k >= kExpertModel && j < kExpertModel; ++j) {
+      if (j != kEmbedding && kinds[j] == kinds[k]) {
+        g = state->groups_[j];
+        shared = true;
+        break;
+      }
+    }
+    if (shared) continue;
     MCC_ASSIGN_OR_RETURN(g.host, MakeGroups(world.get(), kinds[k]));
     g.device = g.host;
     if (twins) {

@@ -16,7 +16,11 @@ namespace parallel {
 // The process groups of one job, in Megatron's rank order (see
 // RankLayout): tensor, pipeline, context, data, data x context, tensor x
 // context, model (tensor x pipeline) and embedding (first and last pipeline
-// stage). Created collectively from the world group by every rank.
+// stage), and the experts' groups of mixture-of-experts layers: expert model
+// (EP), expert tensor (ETP), expert tensor x model and expert data (EDP).
+// Created collectively from the world group by every rank; an expert group
+// with the same ranks as a dense one (EP 1, ETP = TP: expert tensor is
+// tensor, expert data is data x context) is that group, not a new one.
 //
 // Each group can exist twice, as twins over the same ranks: one moving host
 // tensors (gloo: scalars, counts, checkpoint metadata) and one moving the
@@ -46,6 +50,12 @@ class ParallelState {
   comm::ProcessGroup* model() const { return device(kModel); }
   // Null on ranks outside the first and last pipeline stage.
   comm::ProcessGroup* embedding() const { return device(kEmbedding); }
+  comm::ProcessGroup* expert_model() const { return device(kExpertModel); }
+  comm::ProcessGroup* expert_tensor() const { return device(kExpertTensor); }
+  comm::ProcessGroup* expert_tensor_model() const {
+    return device(kExpertTensorModel);
+  }
+  comm::ProcessGroup* expert_data() const { return device(kExpertData); }
 
   // The twin of `group` (any group of this state, either twin) that moves
   // tensors on `device`: the one place where a tensor's device picks the
@@ -59,6 +69,7 @@ class ParallelState {
   int pipeline_rank() const { return coords_.pp; }
   int data_rank() const { return coords_.dp; }
   int context_rank() const { return coords_.cp; }
+  ExpertCoordinates expert_coordinates() const { return expert_coords_; }
   bool is_first_stage() const { return coords_.pp == 0; }
   bool is_last_stage() const {
     return coords_.pp == layout_.pipeline_size() - 1;
@@ -77,6 +88,10 @@ class ParallelState {
     kTensorContext,
     kModel,
     kEmbedding,
+    kExpertModel,
+    kExpertTensor,
+    kExpertTensorModel,
+    kExpertData,
     kNumKinds
   };
   struct Twins {
@@ -88,6 +103,7 @@ class ParallelState {
 
   RankLayout layout_;
   RankCoordinates coords_;
+  ExpertCoordinates expert_coords_;
   std::array<Twins, kNumKinds> groups_;
 };
 

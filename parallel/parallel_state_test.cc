@@ -108,6 +108,68 @@ MCC_WORKER(twins) {
   return 0;
 }
 
+// Experts' groups, 4 ranks, TP 2, EP 2, ETP 1 (EDP 2): each group holds the
+// layout's ranks and sums over them; ETP 1 is a new group (the tensor group
+// has two ranks), expert data ({0, 2}, {1, 3}) is the dense data group's
+// ranks and so that very group.
+MCC_WORKER(expert_groups) {
+  comm::GroupOptions options;
+  options.timeout = absl::Seconds(30);
+  auto world = comm::InitWorldFromEnvironment(options);
+  if (!world.ok()) {
+    return comm::testing::ReportFailure("init", world.status(), 3);
+  }
+  ParallelSizes sizes;
+  sizes.tensor = 2;
+  sizes.expert_model = 2;
+  sizes.expert_tensor = 1;
+  auto state = ParallelState::Create(world->group, sizes);
+  if (!state.ok()) {
+    return comm::testing::ReportFailure("state", state.status(), 4);
+  }
+  const ParallelState& s = **state;
+  const int rank = world->group->rank();
+  const RankLayout& l = s.layout();
+  struct Check {
+    comm::ProcessGroup* group;
+    std::vector<std::vector<int>> groups;
+  } checks[] = {{s.expert_model(), {{0, 1}, {2, 3}}},
+                {s.expert_tensor(), {{0}, {1}, {2}, {3}}},
+                {s.expert_tensor_model(), {{0, 1}, {2, 3}}},
+                {s.expert_data(), {{0, 2}, {1, 3}}}};
+  for (const Check& c : checks) {
+    if (c.groups != [&] {
+          if (c.group == s.expert_model()) return l.ExpertModelGroups();
+          if (c.group == s.expert_tensor()) return l.ExpertTensorGroups();
+          if (c.group == s.expert_data()) return l.ExpertDataGroups();
+          return l.ExpertTensorModelGroups();
+        }()) {
+      std::fprintf(stderr, "layout of %s wrong\n", c.group->name().c_str());
+      return 5;
+    }
+    const std::vector<int> expected = RankLayout::GroupOf(c.groups, rank);
+    if (c.group->global_ranks() != expected) return 6;
+    Tensor t = Tensor::Full({1}, rank, DType::kInt64);
+    if (!c.group->AllReduceSync(&t, comm::ReduceOp::kSum).ok()) return 7;
+    int64_t sum = 0;
+    for (int r : expected) sum += r;
+    if (t.data<int64_t>()[0] != sum) return 8;
+  }
+  if (s.expert_data() != s.data() || s.expert_tensor() == s.tensor()) {
+    return 9;
+  }
+  if (s.expert_coordinates().ep != rank % 2) return 10;
+  return 0;
+}
+
+TEST(ParallelStateTest, ExpertGroupsFourRanksTp2Ep2) {
+  auto results =
+      comm::testing::RunWorkers(4, "expert_groups", absl::Seconds(90));
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 0) << comm::testing::Describe(results);
+  }
+}
+
 TEST(ParallelStateTest, HostAndDeviceTwinsOnTheTestDevice) {
   auto results = comm::testing::RunWorkers(4, "twins", absl::Seconds(90));
   for (const auto& r : results) {

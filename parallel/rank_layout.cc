@@ -25,12 +25,31 @@ absl::StatusOr<RankLayout> RankLayout::Create(int world_size,
         ") x pipeline-model-parallel-size (", sizes.pipeline,
         ") x context-parallel-size (", sizes.context, ") = ", model));
   }
+  const int etp = sizes.expert_tensor == 0 ? sizes.tensor : sizes.expert_tensor;
+  if (sizes.expert_model <= 0 || etp <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expert parallel sizes must be positive: expert-model-parallel-size ",
+        sizes.expert_model, ", expert-tensor-parallel-size ",
+        sizes.expert_tensor));
+  }
+  const int expert_model = etp * sizes.expert_model * sizes.pipeline;
+  if (world_size % expert_model != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("world size ", world_size,
+                     " is not divisible by expert-tensor-parallel-size (", etp,
+                     ") x expert-model-parallel-size (", sizes.expert_model,
+                     ") x pipeline-model-parallel-size (", sizes.pipeline,
+                     ") = ", expert_model));
+  }
   RankLayout layout;
   layout.world_size_ = world_size;
   layout.tp_ = sizes.tensor;
   layout.pp_ = sizes.pipeline;
   layout.cp_ = sizes.context;
   layout.dp_ = world_size / model;
+  layout.etp_ = etp;
+  layout.ep_ = sizes.expert_model;
+  layout.edp_ = world_size / expert_model;
   return layout;
 }
 
@@ -51,12 +70,14 @@ int RankLayout::RankOf(const RankCoordinates& c) const {
   return c.tp + tp_ * (c.cp + cp_ * (c.dp + dp_ * c.pp));
 }
 
-std::vector<std::vector<int>> RankLayout::Groups(bool tp, bool cp, bool dp,
-                                                 bool pp) const {
-  const int sizes[4] = {tp_, cp_, dp_, pp_};
-  const bool vary[4] = {tp, cp, dp, pp};
-  // Enumerate the fixed dimensions in the outer loop (innermost fastest) and
-  // the varying ones inside, both in tp, cp, dp, pp order.
+namespace {
+
+// Groups over a mixed-radix layout rank = c0 + s0 * (c1 + s1 * (c2 + s2 *
+// c3)) that vary the dimensions where vary[d] is true, one group per setting
+// of the others: the fixed dimensions enumerate groups and the varying ones
+// enumerate members, innermost fastest in both (Megatron's order).
+std::vector<std::vector<int>> OrthogonalGroups(const int sizes[4],
+                                               const bool vary[4]) {
   int fixed_count = 1;
   int group_size = 1;
   for (int d = 0; d < 4; ++d) (vary[d] ? group_size : fixed_count) *= sizes[d];
@@ -81,11 +102,43 @@ std::vector<std::vector<int>> RankLayout::Groups(bool tp, bool cp, bool dp,
           r /= sizes[d];
         }
       }
-      group.push_back(RankOf({coord[0], coord[1], coord[2], coord[3]}));
+      group.push_back(
+          coord[0] +
+          sizes[0] * (coord[1] + sizes[1] * (coord[2] + sizes[2] * coord[3])));
     }
     groups.push_back(std::move(group));
   }
   return groups;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> RankLayout::Groups(bool tp, bool cp, bool dp,
+                                                 bool pp) const {
+  const int sizes[4] = {tp_, cp_, dp_, pp_};
+  const bool vary[4] = {tp, cp, dp, pp};
+  return OrthogonalGroups(sizes, vary);
+}
+
+std::vector<std::vector<int>> RankLayout::ExpertGroups(bool etp, bool ep,
+                                                       bool edp,
+                                                       bool pp) const {
+  const int sizes[4] = {etp_, ep_, edp_, pp_};
+  const bool vary[4] = {etp, ep, edp, pp};
+  return OrthogonalGroups(sizes, vary);
+}
+
+ExpertCoordinates RankLayout::ExpertCoordinatesOf(int rank) const {
+  CHECK(rank >= 0 && rank < world_size_)
+      << "rank " << rank << " outside " << ToString();
+  ExpertCoordinates c;
+  c.etp = rank % etp_;
+  rank /= etp_;
+  c.ep = rank % ep_;
+  rank /= ep_;
+  c.edp = rank % edp_;
+  c.pp = rank / edp_;
+  return c;
 }
 
 std::vector<std::vector<int>> RankLayout::TensorGroups() const {
@@ -122,6 +175,19 @@ std::vector<std::vector<int>> RankLayout::EmbeddingGroups() const {
   return groups;
 }
 
+std::vector<std::vector<int>> RankLayout::ExpertModelGroups() const {
+  return ExpertGroups(false, true, false, false);
+}
+std::vector<std::vector<int>> RankLayout::ExpertTensorGroups() const {
+  return ExpertGroups(true, false, false, false);
+}
+std::vector<std::vector<int>> RankLayout::ExpertTensorModelGroups() const {
+  return ExpertGroups(true, true, false, false);
+}
+std::vector<std::vector<int>> RankLayout::ExpertDataGroups() const {
+  return ExpertGroups(false, false, true, false);
+}
+
 std::vector<int> RankLayout::GroupOf(
     const std::vector<std::vector<int>>& groups, int rank) {
   for (const auto& g : groups) {
@@ -133,8 +199,13 @@ std::vector<int> RankLayout::GroupOf(
 }
 
 std::string RankLayout::ToString() const {
-  return absl::StrCat("world ", world_size_, " = TP ", tp_, " x CP ", cp_,
-                      " x DP ", dp_, " x PP ", pp_);
+  std::string out = absl::StrCat("world ", world_size_, " = TP ", tp_, " x CP ",
+                                 cp_, " x DP ", dp_, " x PP ", pp_);
+  if (ep_ > 1 || etp_ != tp_) {
+    absl::StrAppend(&out, "; experts ETP ", etp_, " x EP ", ep_, " x EDP ",
+                    edp_, " x PP ", pp_);
+  }
+  return out;
 }
 
 }  // namespace parallel

@@ -86,6 +86,119 @@ TEST(RankLayoutTest, IndivisibleWorldShowsTheNumbers) {
   EXPECT_FALSE(RankLayout::Create(4, {0, 1, 1}).ok());
 }
 
+// Megatron-Core's expert rank generator (order tp-ep-dp-pp, no CP) for 16
+// ranks, TP 2, PP 2 (DP 4) and EP 2 with ETP 1 (EDP 4): expert rank =
+// ep + 2 * edp + 8 * pp.
+TEST(RankLayoutTest, MegatronExpertLayoutSixteenRanksEp2Etp1) {
+  ParallelSizes sizes;
+  sizes.tensor = 2;
+  sizes.pipeline = 2;
+  sizes.expert_model = 2;
+  sizes.expert_tensor = 1;
+  RankLayout l = *RankLayout::Create(16, sizes);
+  EXPECT_EQ(l.data_size(), 4);
+  EXPECT_EQ(l.expert_data_size(), 4);
+  EXPECT_THAT(
+      l.ExpertModelGroups(),
+      ElementsAre(ElementsAre(0, 1), ElementsAre(2, 3), ElementsAre(4, 5),
+                  ElementsAre(6, 7), ElementsAre(8, 9), ElementsAre(10, 11),
+                  ElementsAre(12, 13), ElementsAre(14, 15)));
+  EXPECT_THAT(
+      l.ExpertDataGroups(),
+      ElementsAre(ElementsAre(0, 2, 4, 6), ElementsAre(1, 3, 5, 7),
+                  ElementsAre(8, 10, 12, 14), ElementsAre(9, 11, 13, 15)));
+  EXPECT_EQ(l.ExpertTensorGroups().size(), 16u);
+  EXPECT_THAT(l.ExpertTensorModelGroups(), l.ExpertModelGroups());
+  // The dense data groups are different ranks: attention keeps its own DP.
+  EXPECT_THAT(l.DataGroups()[0], ElementsAre(0, 2, 4, 6));
+  EXPECT_THAT(l.DataGroups()[1], ElementsAre(1, 3, 5, 7));
+  EXPECT_THAT(l.TensorGroups()[0], ElementsAre(0, 1));
+  const ExpertCoordinates c = l.ExpertCoordinatesOf(13);
+  EXPECT_EQ(c.etp, 0);
+  EXPECT_EQ(c.ep, 1);
+  EXPECT_EQ(c.edp, 2);
+  EXPECT_EQ(c.pp, 1);
+  EXPECT_THAT(l.ToString(), HasSubstr("experts ETP 1 x EP 2 x EDP 4 x PP 2"));
+}
+
+// 8 ranks, TP 2, EP 2, ETP 2 (EDP 2): expert rank = etp + 2 * ep + 4 * edp.
+TEST(RankLayoutTest, MegatronExpertLayoutEightRanksEp2Etp2) {
+  ParallelSizes sizes;
+  sizes.tensor = 2;
+  sizes.expert_model = 2;
+  sizes.expert_tensor = 2;
+  RankLayout l = *RankLayout::Create(8, sizes);
+  EXPECT_EQ(l.expert_data_size(), 2);
+  EXPECT_THAT(l.ExpertTensorGroups(),
+              ElementsAre(ElementsAre(0, 1), ElementsAre(2, 3),
+                          ElementsAre(4, 5), ElementsAre(6, 7)));
+  EXPECT_THAT(l.ExpertModelGroups(),
+              ElementsAre(ElementsAre(0, 2), ElementsAre(1, 3),
+                          ElementsAre(4, 6), ElementsAre(5, 7)));
+  EXPECT_THAT(l.ExpertTensorModelGroups(),
+              ElementsAre(ElementsAre(0, 1, 2, 3), ElementsAre(4, 5, 6, 7)));
+  EXPECT_THAT(l.ExpertDataGroups(),
+              ElementsAre(ElementsAre(0, 4), ElementsAre(1, 5),
+                          ElementsAre(2, 6), ElementsAre(3, 7)));
+}
+
+TEST(RankLayoutTest, ExpertGroupsPartitionAndShareThePipeline) {
+  for (int tp : {1, 2}) {
+    for (int cp : {1, 2}) {
+      for (int pp : {1, 2}) {
+        for (int ep : {1, 2, 4}) {
+          for (int etp : {1, 2}) {
+            const int world = 8 * pp;
+            ParallelSizes sizes{tp, pp, cp, ep, etp};
+            auto l = RankLayout::Create(world, sizes);
+            if (world % (tp * cp * pp) != 0 || world % (etp * ep * pp) != 0) {
+              EXPECT_FALSE(l.ok());
+              continue;
+            }
+            ASSERT_TRUE(l.ok()) << l.status();
+            const int edp = world / (etp * ep * pp);
+            ExpectPartition(l->ExpertModelGroups(), world, ep);
+            ExpectPartition(l->ExpertTensorGroups(), world, etp);
+            ExpectPartition(l->ExpertTensorModelGroups(), world, etp * ep);
+            ExpectPartition(l->ExpertDataGroups(), world, edp);
+            for (int r = 0; r < world; ++r) {
+              const ExpertCoordinates c = l->ExpertCoordinatesOf(r);
+              EXPECT_EQ(c.pp, l->Coordinates(r).pp) << r;
+              const std::vector<int> g =
+                  RankLayout::GroupOf(l->ExpertModelGroups(), r);
+              EXPECT_EQ(std::find(g.begin(), g.end(), r) - g.begin(), c.ep);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// With EP 1 and ETP = TP the experts' data group is the dense DP x CP group
+// (Megatron reduces expert gradients over it).
+TEST(RankLayoutTest, WithoutExpertParallelismExpertDataIsDataContext) {
+  ParallelSizes sizes{2, 2, 2};
+  RankLayout l = *RankLayout::Create(16, sizes);
+  EXPECT_EQ(l.ExpertDataGroups(), l.DataContextGroups());
+  EXPECT_EQ(l.ExpertTensorGroups(), l.TensorGroups());
+  EXPECT_EQ(l.ToString(), "world 16 = TP 2 x CP 2 x DP 2 x PP 2");
+}
+
+TEST(RankLayoutTest, IndivisibleExpertLayoutNamesTheFlags) {
+  ParallelSizes sizes;
+  sizes.expert_model = 4;
+  sizes.expert_tensor = 2;
+  absl::Status s = RankLayout::Create(4, sizes).status();
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("expert-tensor-parallel-size (2) x "
+                        "expert-model-parallel-size (4)"));
+  sizes.expert_model = 0;
+  EXPECT_THAT(std::string(RankLayout::Create(4, sizes).status().message()),
+              HasSubstr("expert-model-parallel-size 0"));
+}
+
 }  // namespace
 }  // namespace parallel
 }  // namespace mcc
