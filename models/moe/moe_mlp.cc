@@ -57,6 +57,10 @@ absl::StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(
   if (config.shared_expert_ffn_hidden_size < 0) {
     return Invalid("shared expert ffn hidden size must not be negative");
   }
+  if (!(config.capacity_factor >= 0)) {
+    return Invalid(absl::StrCat("capacity factor ", config.capacity_factor,
+                                " must be positive, or 0 for dropless"));
+  }
   if (config.dtype != DType::kFloat32 && config.dtype != DType::kBFloat16) {
     return Invalid(absl::StrCat("dtype ", DTypeName(config.dtype),
                                 " is not fp32 or bf16"));
@@ -158,33 +162,59 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, int64_t sequences,
         ops::MoeZLoss(act->logits, config_.z_loss_coeff, &act->z_loss));
   }
 
+  // Slots over capacity go to the bucket after the last expert, with weight
+  // zero (token_drop.h), so the sort puts them after every kept row.
+  Tensor sort_indices = act->indices;
+  act->dispatch_weights = act->weights;
+  int64_t buckets = e;
+  if (config_.capacity_factor > 0) {
+    MCC_ASSIGN_OR_RETURN(Tensor host_indices, act->indices.To(Device::CPU()));
+    MCC_ASSIGN_OR_RETURN(Tensor host_weights, act->weights.To(Device::CPU()));
+    Tensor kept_indices = Tensor::Empty({t, k}, DType::kInt32);
+    Tensor kept_weights = Tensor::Empty({t, k}, DType::kFloat32);
+    MCC_RETURN_IF_ERROR(
+        DropOverCapacity(host_indices, host_weights, e,
+                         ExpertCapacity(t, k, e, config_.capacity_factor),
+                         config_.drop_policy, &kept_indices, &kept_weights)
+            .status());
+    MCC_ASSIGN_OR_RETURN(sort_indices, kept_indices.To(dev));
+    MCC_ASSIGN_OR_RETURN(act->dispatch_weights, kept_weights.To(dev));
+    buckets = e + 1;
+  }
+
   // Tokens grouped by expert; the counts come to the host for the grouped
   // GEMMs (one read per layer, as Megatron's all-to-all splits).
   act->row_to_slot = Tensor::Empty({t * k}, DType::kInt32, dev);
   act->slot_to_row = Tensor::Empty({t * k}, DType::kInt32, dev);
-  Tensor counts = Tensor::Empty({e}, DType::kInt64, dev);
-  MCC_RETURN_IF_ERROR(ops::MoeSortTokens(act->indices, e, &act->row_to_slot,
-                                         &act->slot_to_row, &counts));
+  Tensor counts = Tensor::Empty({buckets}, DType::kInt64, dev);
+  MCC_RETURN_IF_ERROR(ops::MoeSortTokens(
+      sort_indices, buckets, &act->row_to_slot, &act->slot_to_row, &counts));
   MCC_ASSIGN_OR_RETURN(Tensor host_counts, counts.To(Device::CPU()));
   const int64_t* c = host_counts.data<int64_t>();
   act->tokens_per_expert.assign(c, c + e);
+  act->kept_rows = 0;
+  for (int64_t n : act->tokens_per_expert) act->kept_rows += n;
 
-  // Experts.
+  // Experts, on the kept rows; the dropped rows of expert_out stay zero (a
+  // zero weight times a zero row adds exactly nothing).
   const DType dt = x.dtype();
+  const int64_t kept = act->kept_rows;
   act->permuted = Tensor::Empty({t * k, h}, dt, dev);
   MCC_RETURN_IF_ERROR(ops::MoePermute(x, act->row_to_slot, &act->permuted));
-  act->fc1_out = Tensor::Empty({t * k, fc1_outputs(f)}, dt, dev);
-  MCC_RETURN_IF_ERROR(ops::GroupedGemm(act->permuted, fc1_->value, true,
+  MCC_ASSIGN_OR_RETURN(Tensor kept_permuted, act->permuted.Slice(0, kept));
+  act->fc1_out = Tensor::Empty({kept, fc1_outputs(f)}, dt, dev);
+  MCC_RETURN_IF_ERROR(ops::GroupedGemm(kept_permuted, fc1_->value, true,
                                        act->tokens_per_expert, &act->fc1_out));
-  act->act_out = Tensor::Empty({t * k, f}, dt, dev);
+  act->act_out = Tensor::Empty({kept, f}, dt, dev);
   MCC_RETURN_IF_ERROR(Activate(act->fc1_out, &act->act_out));
-  act->expert_out = Tensor::Empty({t * k, h}, dt, dev);
+  act->expert_out = kept < t * k ? Tensor::Zeros({t * k, h}, dt, dev)
+                                 : Tensor::Empty({t * k, h}, dt, dev);
+  MCC_ASSIGN_OR_RETURN(Tensor kept_out, act->expert_out.Slice(0, kept));
   MCC_RETURN_IF_ERROR(ops::GroupedGemm(act->act_out, fc2_->value, true,
-                                       act->tokens_per_expert,
-                                       &act->expert_out));
+                                       act->tokens_per_expert, &kept_out));
   Tensor y = Tensor::Empty({t, h}, dt, dev);
-  MCC_RETURN_IF_ERROR(
-      ops::MoeUnpermute(act->expert_out, act->slot_to_row, &act->weights, &y));
+  MCC_RETURN_IF_ERROR(ops::MoeUnpermute(act->expert_out, act->slot_to_row,
+                                        &act->dispatch_weights, &y));
 
   if (shared_fc1_ != nullptr) {
     const int64_t fs = config_.shared_expert_ffn_hidden_size;
@@ -218,25 +248,32 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
   // fp32 and rounded once at the end.
   Tensor dx32 = Tensor::Empty({t, h}, DType::kFloat32, dev);
 
-  // Unpermute: dexpert_out and the combine weights' gradient.
+  // Unpermute: dexpert_out and the combine weights' gradient (zero for
+  // dropped slots: their expert_out rows are zero).
+  const int64_t kept = act.kept_rows;
   Tensor dexpert_out = Tensor::Empty({t * k, h}, dt, dev);
   Tensor dweights = Tensor::Empty({t, k}, DType::kFloat32, dev);
-  MCC_RETURN_IF_ERROR(ops::MoeUnpermuteBackward(dy, act.expert_out,
-                                                act.slot_to_row, &act.weights,
-                                                &dexpert_out, &dweights));
+  MCC_RETURN_IF_ERROR(ops::MoeUnpermuteBackward(
+      dy, act.expert_out, act.slot_to_row, &act.dispatch_weights, &dexpert_out,
+      &dweights));
+  MCC_ASSIGN_OR_RETURN(Tensor kept_dout, dexpert_out.Slice(0, kept));
+  MCC_ASSIGN_OR_RETURN(Tensor kept_permuted, act.permuted.Slice(0, kept));
   // Experts: fc2, activation, fc1.
   MCC_RETURN_IF_ERROR(ops::GroupedGemmWeightGrad(
-      act.act_out, dexpert_out, true, act.tokens_per_expert, &fc2_->main_grad));
-  Tensor dact = Tensor::Empty({t * k, f}, dt, dev);
-  MCC_RETURN_IF_ERROR(ops::GroupedGemm(dexpert_out, fc2_->value, false,
+      act.act_out, kept_dout, true, act.tokens_per_expert, &fc2_->main_grad));
+  Tensor dact = Tensor::Empty({kept, f}, dt, dev);
+  MCC_RETURN_IF_ERROR(ops::GroupedGemm(kept_dout, fc2_->value, false,
                                        act.tokens_per_expert, &dact));
   Tensor dfc1 = Tensor::Empty(act.fc1_out.shape(), dt, dev);
   MCC_RETURN_IF_ERROR(ActivateBackward(dact, act.fc1_out, &dfc1));
   MCC_RETURN_IF_ERROR(ops::GroupedGemmWeightGrad(
-      act.permuted, dfc1, true, act.tokens_per_expert, &fc1_->main_grad));
-  Tensor dpermuted = Tensor::Empty({t * k, h}, dt, dev);
+      kept_permuted, dfc1, true, act.tokens_per_expert, &fc1_->main_grad));
+  // Dropped rows take no gradient back to their tokens.
+  Tensor dpermuted = kept < t * k ? Tensor::Zeros({t * k, h}, dt, dev)
+                                  : Tensor::Empty({t * k, h}, dt, dev);
+  MCC_ASSIGN_OR_RETURN(Tensor kept_dpermuted, dpermuted.Slice(0, kept));
   MCC_RETURN_IF_ERROR(ops::GroupedGemm(dfc1, fc1_->value, false,
-                                       act.tokens_per_expert, &dpermuted));
+                                       act.tokens_per_expert, &kept_dpermuted));
   Tensor dx_experts = Tensor::Empty({t, h}, dt, dev);
   MCC_RETURN_IF_ERROR(
       ops::MoePermuteBackward(dpermuted, act.slot_to_row, &dx_experts));

@@ -21,10 +21,10 @@
 // give the same result on every run for a given thread count; the router,
 // permutation and unpermutation also across thread counts.
 //
-// Not here yet (issue 41): flags and the training config, expert parallelism
-// (EP/ETP groups, all-to-all or all-gather dispatch), tensor parallelism of
-// the experts, capacity factors and token dropping, CUDA kernels, logging of
-// the balance, checkpoint names.
+// A capacity factor drops the slots over each expert's capacity
+// (token_drop.h, Megatron's semantics). Not here yet (issue 41): tensor
+// parallelism of the experts, CUDA kernels, logging of the balance,
+// checkpoint names.
 
 #include <cstdint>
 #include <memory>
@@ -35,6 +35,7 @@
 #include "core/ops/moe_router.h"
 #include "core/parameter.h"
 #include "core/tensor.h"
+#include "models/moe/token_drop.h"
 
 namespace mcc {
 namespace moe {
@@ -53,6 +54,10 @@ struct MoeMlpConfig {
   float aux_loss_coeff = 0.0f;
   float z_loss_coeff = 0.0f;
   ExpertActivation activation = ExpertActivation::kSwiGLU;
+  // --moe-expert-capacity-factor: > 0 drops the slots over each expert's
+  // capacity (token_drop.h) by drop_policy; 0: dropless.
+  double capacity_factor = 0.0;
+  TokenDropPolicy drop_policy = TokenDropPolicy::kProbs;
   DType dtype = DType::kFloat32;  // Weights and activations: fp32 or bf16.
   // Where the parameters, their gradients and the expert bias live (drawn
   // on the host, then copied).
@@ -66,8 +71,14 @@ class MoeMlp {
   struct Activations {
     Tensor x, x32;  // Input, and as fp32 for the router.
     Tensor logits, scores, indices, weights;
-    Tensor row_to_slot, slot_to_row;         // MoeSortTokens.
-    std::vector<int64_t> tokens_per_expert;  // On the host.
+    // The weights the experts' outputs are combined with: `weights`, or
+    // with a capacity factor the same with dropped slots at zero.
+    Tensor dispatch_weights;
+    Tensor row_to_slot, slot_to_row;  // MoeSortTokens.
+    // Kept slots per expert, on the host; kept_rows is their sum, the
+    // permuted rows the experts compute (the dropped ones sort after them).
+    std::vector<int64_t> tokens_per_expert;
+    int64_t kept_rows = 0;
     Tensor permuted, fc1_out, act_out, expert_out;
     Tensor shared_fc1_out, shared_act_out;
     int64_t sequences = 1;

@@ -89,14 +89,17 @@ void ExpertRef(const double* x, const double* w1, const double* w2, int64_t h,
 struct RefOut {
   std::vector<double> y, bound;
   std::vector<int> choice;
+  std::vector<double> slot_weight;  // Combine weight of slot r * k + i.
   double aux = 0, z = 0;
 };
 
 // choice: the experts to use (the kernel's, so finite differences do not
 // jump between choices); empty: chosen here, by the stable descending sort.
+// kept: per slot, whether it reaches its expert (empty: all do).
 RefOut Reference(const MoeMlpConfig& c, const Weights& w, int64_t t,
                  int64_t sequences, const Precision& p,
-                 const std::vector<int>& choice) {
+                 const std::vector<int>& choice,
+                 const std::vector<char>& kept = {}) {
   const int64_t h = c.hidden_size, e = c.num_experts, k = c.router.topk,
                 f = c.ffn_hidden_size, fs = c.shared_expert_ffn_hidden_size;
   const bool swiglu = c.activation == ExpertActivation::kSwiGLU;
@@ -144,9 +147,12 @@ RefOut Reference(const MoeMlpConfig& c, const Weights& w, int64_t t,
     double* y = out.y.data() + r * h;
     double* yb = out.bound.data() + r * h;
     std::vector<double> mag(h, 0);
-    for (int i : chosen) {
+    for (int64_t ci = 0; ci < k; ++ci) {
+      const int i = chosen[ci];
       const double wt = c.router.scaling_factor *
                         (c.router.normalize_topk ? s[i] / denom : s[i]);
+      out.slot_weight.push_back(wt);
+      if (!kept.empty() && !kept[r * k + ci]) continue;
       // The router's fp32 error (moe_router_test's bound) and its logits'
       // error through the softmax or sigmoid (|dw/dl| <= 2 w).
       const double werr = wt * ((e + k + 8) * 2 * kU32 + 2 * lerr);
@@ -299,8 +305,11 @@ INSTANTIATE_TEST_SUITE_P(
 // random inputs those sums stay within a few times the largest gradient of
 // the tensor, so each tensor is compared norm-wise, to 1e-4 of its largest
 // entry. Differences with h = 1e-6 of a float64 function are good to ~1e-9.
-void CheckGradients(DType dtype, double rel_tol) {
+void CheckGradients(DType dtype, double rel_tol, double capacity_factor = 0,
+                    TokenDropPolicy policy = TokenDropPolicy::kProbs) {
   MoeMlpConfig c = SmallConfig(dtype);
+  c.capacity_factor = capacity_factor;
+  c.drop_policy = policy;
   auto m = MoeMlp::Create("mlp", c).value();
   ASSERT_TRUE(m->UpdateExpertBias({9, 1, 5, 5, 5, 5, 5, 5}, 0.05f).ok());
   const int64_t t = 24, b = 3;
@@ -311,11 +320,14 @@ void CheckGradients(DType dtype, double rel_tol) {
   ASSERT_TRUE(m->Forward(x, b, &act).ok());
   Tensor dx = m->Backward(dy, act, g).value();
   const std::vector<int> choice = Ints(act.indices);
+  // The layer's dropped slots, held fixed as the choices are.
+  std::vector<char> kept;
+  for (double v : act.dispatch_weights.ToDoubles()) kept.push_back(v != 0);
   const std::vector<double> dyd = dy.ToDoubles();
   const Precision p{0.0, 0.0};
   Weights w0 = WeightsOf(*m, x);
   auto objective = [&](const Weights& w) {
-    const RefOut r = Reference(c, w, t, b, p, choice);
+    const RefOut r = Reference(c, w, t, b, p, choice, kept);
     double v = 0;
     for (size_t i = 0; i < dyd.size(); ++i) v += dyd[i] * r.y[i];
     return v + g * (r.aux + r.z);
@@ -402,6 +414,111 @@ TEST(MoeMlpTest, ExpertBiasEvensOutASkewedRouter) {
   // 0.01 the most loaded expert carries under 1.5x the mean.
   EXPECT_GT(before, 3.5);
   EXPECT_LT(after, 1.5);
+}
+
+// ---- Capacity and token dropping ----------------------------------------
+
+// The float64 reference's dropping: capacity ceil(t k / E * factor); per
+// expert the slots of largest reference weight (equal: the lower token) or
+// the first tokens keep their place.
+std::vector<char> ReferenceKept(const RefOut& r, int64_t t, int64_t k,
+                                int64_t e, double factor,
+                                TokenDropPolicy policy) {
+  const int64_t cap =
+      static_cast<int64_t>(std::ceil(static_cast<double>(t * k) / e * factor));
+  std::vector<char> kept(t * k, 1);
+  for (int64_t ex = 0; ex < e; ++ex) {
+    std::vector<int64_t> slots;
+    for (int64_t s = 0; s < t * k; ++s) {
+      if (r.choice[s] == ex) slots.push_back(s);
+    }
+    if (policy == TokenDropPolicy::kProbs) {
+      std::stable_sort(slots.begin(), slots.end(), [&](int64_t a, int64_t b) {
+        return r.slot_weight[a] > r.slot_weight[b];
+      });
+    }
+    for (size_t i = cap; i < slots.size(); ++i) kept[slots[i]] = 0;
+  }
+  return kept;
+}
+
+class MoeMlpCapacityTest : public ::testing::TestWithParam<TokenDropPolicy> {};
+
+// With capacity 3 per expert (factor 0.5, 48 slots, 8 experts, one expert
+// favoured by its bias) the layer drops the reference's slots and its output
+// is within the forward test's bound of the float64 reference without them.
+TEST_P(MoeMlpCapacityTest, DropsTheReferencesSlotsAndMatchesIt) {
+  MoeMlpConfig c = SmallConfig(DType::kFloat32);
+  c.capacity_factor = 0.5;
+  c.drop_policy = GetParam();
+  auto m = MoeMlp::Create("mlp", c).value();
+  ASSERT_TRUE(m->UpdateExpertBias({9, 1, 5, 5, 5, 5, 5, 5}, 0.05f).ok());
+  const int64_t t = 24, b = 3, k = c.router.topk;
+  Tensor x = RandomInput(t, c.hidden_size, c.dtype, 7);
+  MoeMlp::Activations act;
+  Tensor y = m->Forward(x, b, &act).value();
+  const Precision p{0.0, 1e-5};
+  const Weights w = WeightsOf(*m, x);
+  const RefOut full = Reference(c, w, t, b, p, {});
+  const std::vector<char> kept =
+      ReferenceKept(full, t, k, c.num_experts, c.capacity_factor, GetParam());
+  const RefOut ref = Reference(c, w, t, b, p, {}, kept);
+  const std::vector<double> dw = act.dispatch_weights.ToDoubles();
+  const std::vector<double> rw = act.weights.ToDoubles();
+  int64_t kept_count = 0;
+  for (int64_t s = 0; s < t * k; ++s) {
+    EXPECT_EQ(dw[s] != 0, kept[s] != 0) << "slot " << s;
+    EXPECT_EQ(dw[s], kept[s] ? rw[s] : 0.0) << "slot " << s;
+    kept_count += kept[s];
+  }
+  EXPECT_LT(kept_count, t * k);  // The case drops something.
+  EXPECT_EQ(act.kept_rows, kept_count);
+  for (int64_t n : act.tokens_per_expert) EXPECT_LE(n, 3);
+  const std::vector<double> got = y.ToDoubles();
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], ref.y[i], 1.5 * ref.bound[i]) << "y[" << i << "]";
+  }
+}
+
+// Gradients with dropped slots against central differences of the float64
+// reference without them (the dropless test's tolerance).
+TEST_P(MoeMlpCapacityTest, GradientsMatchFiniteDifferencesOfFloat64) {
+  CheckGradients(DType::kFloat32, 1e-4, 0.5, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, MoeMlpCapacityTest,
+                         ::testing::Values(TokenDropPolicy::kProbs,
+                                           TokenDropPolicy::kPosition));
+
+// A token dropped by every expert it chose contributes exactly zero and
+// takes exactly zero gradient (no shared expert, no losses).
+TEST(MoeMlpCapacityTest, FullyDroppedTokensContributeZero) {
+  MoeMlpConfig c = SmallConfig(DType::kFloat32);
+  c.shared_expert_ffn_hidden_size = 0;
+  c.aux_loss_coeff = 0;
+  c.z_loss_coeff = 0;
+  c.capacity_factor = 0.1;  // Capacity 1 of 48 slots over 8 experts.
+  c.drop_policy = TokenDropPolicy::kPosition;
+  auto m = MoeMlp::Create("mlp", c).value();
+  const int64_t t = 24, h = c.hidden_size, k = c.router.topk;
+  Tensor x = RandomInput(t, h, c.dtype, 5);
+  Tensor dy = RandomInput(t, h, c.dtype, 6);
+  MoeMlp::Activations act;
+  const std::vector<double> y = m->Forward(x, 1, &act).value().ToDoubles();
+  const std::vector<double> dx = m->Backward(dy, act).value().ToDoubles();
+  const std::vector<double> dw = act.dispatch_weights.ToDoubles();
+  int fully_dropped = 0;
+  for (int64_t r = 0; r < t; ++r) {
+    bool any = false;
+    for (int64_t i = 0; i < k; ++i) any |= dw[r * k + i] != 0;
+    if (any) continue;
+    ++fully_dropped;
+    for (int64_t j = 0; j < h; ++j) {
+      EXPECT_EQ(y[r * h + j], 0.0) << r;
+      EXPECT_EQ(dx[r * h + j], 0.0) << r;
+    }
+  }
+  EXPECT_GE(fully_dropped, 24 - 8);  // At most 8 slots are kept.
 }
 
 TEST(MoeMlpTest, ForwardIsBitIdenticalOnARerun) {
