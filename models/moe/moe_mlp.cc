@@ -16,20 +16,32 @@ namespace moe {
 namespace {
 
 // A parameter of `shape` drawn from N(0, std) by its own generator (seed and
-// index), stored in dtype, with an fp32 gradient.
+// index), stored in dtype, with an fp32 gradient. With count > 1 only piece
+// `rank` of `count` along dimension 0 is kept (the whole tensor is drawn, so
+// every split holds the serial layer's numbers).
 absl::StatusOr<std::shared_ptr<Parameter>> MakeParameter(
     const std::string& name, const Shape& shape, DType dtype, float std,
-    uint64_t seed, uint64_t index, Device device) {
+    uint64_t seed, uint64_t index, Device device, int rank = 0, int count = 1) {
   std::mt19937_64 gen(seed * 1000003u + index);
   std::normal_distribution<float> dist(0.0f, std);
   std::vector<float> values(NumElements(shape));
   for (float& v : values) v = dist(gen);
+  Shape local = shape;
+  local[0] /= count;
+  const int64_t piece = NumElements(local);
+  std::vector<float> mine(values.begin() + rank * piece,
+                          values.begin() + (rank + 1) * piece);
   auto p = std::make_shared<Parameter>();
   p->name = name;
-  MCC_ASSIGN_OR_RETURN(p->value, Tensor::FromVector(values, shape, dtype));
+  MCC_ASSIGN_OR_RETURN(p->value, Tensor::FromVector(mine, local, dtype));
   MCC_ASSIGN_OR_RETURN(p->value, p->value.To(device));
-  p->main_grad = Tensor::Zeros(shape, DType::kFloat32, device);
+  p->main_grad = Tensor::Zeros(local, DType::kFloat32, device);
   p->global_shape = shape;
+  if (count > 1) {
+    p->partition_dim = 0;
+    p->partition_rank = rank;
+    p->partition_count = count;
+  }
   return p;
 }
 
@@ -40,7 +52,8 @@ absl::Status Invalid(const std::string& what) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(
-    const std::string& prefix, const MoeMlpConfig& config) {
+    const std::string& prefix, const MoeMlpConfig& config,
+    const ExpertParallelism& ep) {
   if (config.hidden_size < 1 || config.ffn_hidden_size < 1) {
     return Invalid(absl::StrCat("hidden size ", config.hidden_size,
                                 " and expert ffn hidden size ",
@@ -66,6 +79,14 @@ absl::StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(
                                 " is not fp32 or bf16"));
   }
   std::unique_ptr<MoeMlp> m(new MoeMlp(config));
+  int ep_rank = 0, ep_size = 1;
+  if (ep.expert_model != nullptr && ep.expert_model->size() > 1) {
+    MCC_ASSIGN_OR_RETURN(m->dispatcher_,
+                         TokenDispatcher::Create(ep.dispatcher, ep.expert_model,
+                                                 config.num_experts));
+    ep_rank = ep.expert_model->rank();
+    ep_size = ep.expert_model->size();
+  }
   const int64_t e = config.num_experts, h = config.hidden_size,
                 f = config.ffn_hidden_size;
   const float std = config.init_std;
@@ -76,10 +97,11 @@ absl::StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(
   MCC_ASSIGN_OR_RETURN(
       m->fc1_, MakeParameter(prefix + ".experts.linear_fc1.weight",
                              {e, m->fc1_outputs(f), h}, config.dtype, std,
-                             config.seed, 1, config.device));
+                             config.seed, 1, config.device, ep_rank, ep_size));
   MCC_ASSIGN_OR_RETURN(
       m->fc2_, MakeParameter(prefix + ".experts.linear_fc2.weight", {e, h, f},
-                             config.dtype, std, config.seed, 2, config.device));
+                             config.dtype, std, config.seed, 2, config.device,
+                             ep_rank, ep_size));
   const int64_t fs = config.shared_expert_ffn_hidden_size;
   if (fs > 0) {
     MCC_ASSIGN_OR_RETURN(
@@ -202,16 +224,34 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, int64_t sequences,
   act->permuted = Tensor::Empty({t * k, h}, dt, dev);
   MCC_RETURN_IF_ERROR(ops::MoePermute(x, act->row_to_slot, &act->permuted));
   MCC_ASSIGN_OR_RETURN(Tensor kept_permuted, act->permuted.Slice(0, kept));
-  act->fc1_out = Tensor::Empty({kept, fc1_outputs(f)}, dt, dev);
-  MCC_RETURN_IF_ERROR(ops::GroupedGemm(kept_permuted, fc1_->value, true,
-                                       act->tokens_per_expert, &act->fc1_out));
-  act->act_out = Tensor::Empty({kept, f}, dt, dev);
+  act->expert_in = kept_permuted;
+  act->local_counts = act->tokens_per_expert;
+  if (dispatcher_ != nullptr) {
+    MCC_ASSIGN_OR_RETURN(act->plan, dispatcher_->Plan(act->tokens_per_expert));
+    MCC_ASSIGN_OR_RETURN(act->expert_in,
+                         dispatcher_->Dispatch(kept_permuted, act->plan));
+    act->local_counts = act->plan.local_counts;
+  }
+  const int64_t rows = act->expert_in.size(0);
+  act->fc1_out = Tensor::Empty({rows, fc1_outputs(f)}, dt, dev);
+  MCC_RETURN_IF_ERROR(ops::GroupedGemm(act->expert_in, fc1_->value, true,
+                                       act->local_counts, &act->fc1_out));
+  act->act_out = Tensor::Empty({rows, f}, dt, dev);
   MCC_RETURN_IF_ERROR(Activate(act->fc1_out, &act->act_out));
   act->expert_out = kept < t * k ? Tensor::Zeros({t * k, h}, dt, dev)
                                  : Tensor::Empty({t * k, h}, dt, dev);
   MCC_ASSIGN_OR_RETURN(Tensor kept_out, act->expert_out.Slice(0, kept));
-  MCC_RETURN_IF_ERROR(ops::GroupedGemm(act->act_out, fc2_->value, true,
-                                       act->tokens_per_expert, &kept_out));
+  if (dispatcher_ == nullptr) {
+    MCC_RETURN_IF_ERROR(ops::GroupedGemm(act->act_out, fc2_->value, true,
+                                         act->local_counts, &kept_out));
+  } else {
+    Tensor local_out = Tensor::Empty({rows, h}, dt, dev);
+    MCC_RETURN_IF_ERROR(ops::GroupedGemm(act->act_out, fc2_->value, true,
+                                         act->local_counts, &local_out));
+    MCC_ASSIGN_OR_RETURN(Tensor back,
+                         dispatcher_->Combine(local_out, act->plan));
+    MCC_RETURN_IF_ERROR(kept_out.CopyFrom(back));
+  }
   Tensor y = Tensor::Empty({t, h}, dt, dev);
   MCC_RETURN_IF_ERROR(ops::MoeUnpermute(act->expert_out, act->slot_to_row,
                                         &act->dispatch_weights, &y));
@@ -257,23 +297,39 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
       dy, act.expert_out, act.slot_to_row, &act.dispatch_weights, &dexpert_out,
       &dweights));
   MCC_ASSIGN_OR_RETURN(Tensor kept_dout, dexpert_out.Slice(0, kept));
-  MCC_ASSIGN_OR_RETURN(Tensor kept_permuted, act.permuted.Slice(0, kept));
+  // The gradients travel as the rows did: Dispatch and Combine are each
+  // other's transpose.
+  Tensor local_dout = kept_dout;
+  if (dispatcher_ != nullptr) {
+    MCC_ASSIGN_OR_RETURN(local_dout,
+                         dispatcher_->Dispatch(kept_dout, act.plan));
+  }
+  const int64_t rows = act.expert_in.size(0);
   // Experts: fc2, activation, fc1.
   MCC_RETURN_IF_ERROR(ops::GroupedGemmWeightGrad(
-      act.act_out, kept_dout, true, act.tokens_per_expert, &fc2_->main_grad));
-  Tensor dact = Tensor::Empty({kept, f}, dt, dev);
-  MCC_RETURN_IF_ERROR(ops::GroupedGemm(kept_dout, fc2_->value, false,
-                                       act.tokens_per_expert, &dact));
+      act.act_out, local_dout, true, act.local_counts, &fc2_->main_grad));
+  Tensor dact = Tensor::Empty({rows, f}, dt, dev);
+  MCC_RETURN_IF_ERROR(ops::GroupedGemm(local_dout, fc2_->value, false,
+                                       act.local_counts, &dact));
   Tensor dfc1 = Tensor::Empty(act.fc1_out.shape(), dt, dev);
   MCC_RETURN_IF_ERROR(ActivateBackward(dact, act.fc1_out, &dfc1));
   MCC_RETURN_IF_ERROR(ops::GroupedGemmWeightGrad(
-      kept_permuted, dfc1, true, act.tokens_per_expert, &fc1_->main_grad));
+      act.expert_in, dfc1, true, act.local_counts, &fc1_->main_grad));
   // Dropped rows take no gradient back to their tokens.
   Tensor dpermuted = kept < t * k ? Tensor::Zeros({t * k, h}, dt, dev)
                                   : Tensor::Empty({t * k, h}, dt, dev);
   MCC_ASSIGN_OR_RETURN(Tensor kept_dpermuted, dpermuted.Slice(0, kept));
-  MCC_RETURN_IF_ERROR(ops::GroupedGemm(dfc1, fc1_->value, false,
-                                       act.tokens_per_expert, &kept_dpermuted));
+  if (dispatcher_ == nullptr) {
+    MCC_RETURN_IF_ERROR(ops::GroupedGemm(dfc1, fc1_->value, false,
+                                         act.local_counts, &kept_dpermuted));
+  } else {
+    Tensor dexpert_in = Tensor::Empty({rows, h}, dt, dev);
+    MCC_RETURN_IF_ERROR(ops::GroupedGemm(dfc1, fc1_->value, false,
+                                         act.local_counts, &dexpert_in));
+    MCC_ASSIGN_OR_RETURN(Tensor back,
+                         dispatcher_->Combine(dexpert_in, act.plan));
+    MCC_RETURN_IF_ERROR(kept_dpermuted.CopyFrom(back));
+  }
   Tensor dx_experts = Tensor::Empty({t, h}, dt, dev);
   MCC_RETURN_IF_ERROR(
       ops::MoePermuteBackward(dpermuted, act.slot_to_row, &dx_experts));
@@ -314,6 +370,27 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
   Tensor dx = Tensor::Empty({t, h}, dt, dev);
   MCC_RETURN_IF_ERROR(ops::Add(dx_experts, dx32, &dx));
   return dx;
+}
+
+absl::Status MoeMlp::ReduceGradients(comm::ProcessGroup* data,
+                                     comm::ProcessGroup* expert_data) const {
+  const float scale = data != nullptr ? 1.0f / data->size() : 1.0f;
+  auto reduce = [&](Parameter* p, comm::ProcessGroup* group) -> absl::Status {
+    if (p == nullptr) return absl::OkStatus();
+    if (group != nullptr && group->size() > 1) {
+      MCC_RETURN_IF_ERROR(
+          group->AllReduceSync(&p->main_grad, comm::ReduceOp::kSum));
+    }
+    if (scale != 1.0f) {
+      MCC_RETURN_IF_ERROR(ops::Scale(p->main_grad, scale, &p->main_grad));
+    }
+    return absl::OkStatus();
+  };
+  MCC_RETURN_IF_ERROR(reduce(router_.get(), data));
+  MCC_RETURN_IF_ERROR(reduce(shared_fc1_.get(), data));
+  MCC_RETURN_IF_ERROR(reduce(shared_fc2_.get(), data));
+  MCC_RETURN_IF_ERROR(reduce(fc1_.get(), expert_data));
+  return reduce(fc2_.get(), expert_data);
 }
 
 absl::Status MoeMlp::UpdateExpertBias(

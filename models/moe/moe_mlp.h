@@ -22,9 +22,19 @@
 // permutation and unpermutation also across thread counts.
 //
 // A capacity factor drops the slots over each expert's capacity
-// (token_drop.h, Megatron's semantics). Not here yet (issue 41): tensor
-// parallelism of the experts, CUDA kernels, logging of the balance,
-// checkpoint names.
+// (token_drop.h, Megatron's semantics), on each rank's own tokens.
+//
+// Expert parallelism: given an expert-model-parallel group of EP ranks, the
+// layer holds only its E / EP experts (the serial layer's weights for them:
+// every layout starts from the same model); router and shared expert are
+// whole on every rank. Each rank routes and permutes its own tokens, a
+// TokenDispatcher (token_dispatcher.h) moves the rows to their experts' ranks
+// and back, and the experts run on the rows they receive; the rest is the
+// serial layer's code. ReduceGradients then reduces the experts' gradients
+// over the expert-data-parallel group only.
+//
+// Not here yet (issue 41): tensor parallelism of the experts (ETP > 1),
+// CUDA kernels, logging of the balance, checkpoint names.
 
 #include <cstdint>
 #include <memory>
@@ -32,9 +42,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/comm/process_group.h"
 #include "core/ops/moe_router.h"
 #include "core/parameter.h"
 #include "core/tensor.h"
+#include "models/moe/token_dispatcher.h"
 #include "models/moe/token_drop.h"
 
 namespace mcc {
@@ -66,6 +78,12 @@ struct MoeMlpConfig {
   uint64_t seed = 1234;
 };
 
+// Where the experts live. Null group or size 1: all experts on this rank.
+struct ExpertParallelism {
+  comm::ProcessGroup* expert_model = nullptr;  // The EP group.
+  TokenDispatcherType dispatcher = TokenDispatcherType::kAllToAll;
+};
+
 class MoeMlp {
  public:
   struct Activations {
@@ -79,6 +97,11 @@ class MoeMlp {
     // permuted rows the experts compute (the dropped ones sort after them).
     std::vector<int64_t> tokens_per_expert;
     int64_t kept_rows = 0;
+    // What the local experts compute on: the kept permuted rows (serial) or
+    // the dispatched ones, grouped by local expert with local_counts rows.
+    Tensor expert_in;
+    std::vector<int64_t> local_counts;
+    DispatchPlan plan;  // Expert parallelism only.
     Tensor permuted, fc1_out, act_out, expert_out;
     Tensor shared_fc1_out, shared_act_out;
     int64_t sequences = 1;
@@ -90,9 +113,12 @@ class MoeMlp {
   // "<prefix>.experts.linear_fc1.weight" [E, f1, h] (f1 = 2f for SwiGLU),
   // "<prefix>.experts.linear_fc2.weight" [E, h, f], and
   // "<prefix>.shared_experts.linear_fc{1,2}.weight" when configured, drawn
-  // from N(0, init_std) with the config's seed.
+  // from N(0, init_std) with the config's seed. Under expert parallelism the
+  // expert weights are this rank's E / EP experts of those ([E / EP, ...],
+  // partition_dim 0, global_shape the full one); num_experts must divide.
   static absl::StatusOr<std::unique_ptr<MoeMlp>> Create(
-      const std::string& prefix, const MoeMlpConfig& config);
+      const std::string& prefix, const MoeMlpConfig& config,
+      const ExpertParallelism& ep = {});
 
   // x [tokens, hidden] in the config's dtype; sequences: the micro-batch
   // size b (for seq_aux_loss; tokens = s * b).
@@ -109,7 +135,19 @@ class MoeMlp {
   absl::Status UpdateExpertBias(const std::vector<int64_t>& tokens_per_expert,
                                 float rate);
 
+  // Data-parallel gradient reduction with Megatron's scaling: every main
+  // gradient summed over its data-parallel ranks and divided by data's
+  // size; router and shared expert over `data` (the dense DP x CP group),
+  // the experts over `expert_data` (the ranks holding the same experts:
+  // each expert's gradient already holds the tokens of its whole EP group).
+  // Either group may be null (nothing to reduce over).
+  absl::Status ReduceGradients(comm::ProcessGroup* data,
+                               comm::ProcessGroup* expert_data) const;
+
   void AppendParameters(ParameterList* out) const;
+  int64_t local_experts() const {
+    return dispatcher_ ? dispatcher_->local_experts() : config_.num_experts;
+  }
   const MoeMlpConfig& config() const { return config_; }
   // fp32 [E]; undefined without expert_bias. Not a parameter: no gradient
   // (checkpoints keep it as a buffer; a load writes into it).
@@ -131,6 +169,7 @@ class MoeMlp {
                                 Tensor* din) const;
 
   MoeMlpConfig config_;
+  std::unique_ptr<TokenDispatcher> dispatcher_;  // Null without EP.
   std::shared_ptr<Parameter> router_, fc1_, fc2_, shared_fc1_, shared_fc2_;
   Tensor expert_bias_;
 };
