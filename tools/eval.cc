@@ -37,6 +37,7 @@
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/quantize_flag.h"
 #include "tools/flags/runtime_flags.h"
+#include "tools/flags/train_config_from_flags.h"
 #include "tools/flags/training_flags.h"
 #include "training/checkpoint_eval.h"
 #include "training/job.h"
@@ -56,6 +57,9 @@ std::vector<flags::UnusedFlag> RefusedFlags() {
       "eval splits the layers evenly over pipeline stages (no virtual or "
       "uneven stages)";
   const std::string no_saving = "eval saves nothing";
+  const std::string no_moe =
+      "eval's models have no MoE layers (expert parallelism and token "
+      "dropping are training's)";
   return {
       {"hidden_dropout", true, no_training},
       {"attention_dropout", true, no_training},
@@ -76,6 +80,10 @@ std::vector<flags::UnusedFlag> RefusedFlags() {
        "eval's forward-only pipeline sends one tensor at a time (nothing to "
        "overlap)"},
       {"cp_comm_type", true, "eval runs without context parallelism"},
+      {"expert_model_parallel_size", true, no_moe},
+      {"expert_tensor_parallel_size", true, no_moe},
+      {"moe_expert_capacity_factor", true, no_moe},
+      {"moe_token_drop_policy", true, no_moe},
       {"save", true, no_saving},
       {"save_interval", true, no_saving},
       {"async_save", true, no_saving},

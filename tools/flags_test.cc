@@ -500,6 +500,20 @@ std::vector<Row> Table() {
   add("train", "cp_comm_type", V::kEffect, {"--cp-comm-type", "a2a"},
       With(dp2, {"--context-parallel-size", "2"}));
   add("train", "cp_comm_type", V::kWarned, {"--cp-comm-type", "a2a"}, tm);
+  // Mixture-of-experts parallelism: no MoE layers in the GPT model yet, so
+  // what would need them is refused and the rest warns.
+  add("train", "expert_model_parallel_size", V::kRefused,
+      {"--expert-model-parallel-size", "2"}, tm);
+  add("train", "expert_tensor_parallel_size", V::kRefused,
+      {"--expert-tensor-parallel-size", "2"}, tm);
+  add("train", "expert_tensor_parallel_size", V::kWarned,
+      {"--expert-tensor-parallel-size", "1"}, tm);
+  add("train", "moe_expert_capacity_factor", V::kRefused,
+      {"--moe-expert-capacity-factor", "1.25"}, tm);
+  add("train", "moe_token_drop_policy", V::kWarned,
+      {"--moe-token-drop-policy", "position"}, tm);
+  add("train", "moe_token_drop_policy", V::kRefused,
+      {"--moe-token-drop-policy", "random"}, tm);
   add("train", "sequence_parallel", V::kEffect, {"--sequence-parallel"},
       With(dp2, {"--tensor-model-parallel-size", "2"}));
   add("train", "sequence_parallel", V::kWarned, {"--sequence-parallel"}, tm);
@@ -839,6 +853,14 @@ std::vector<Row> Table() {
   add("eval", "context_parallel_size", V::kRefused,
       {"--context-parallel-size", "2"}, Nproc(el, 2));
   add("eval", "cp_comm_type", V::kRefused, {"--cp-comm-type", "a2a"}, el);
+  add("eval", "expert_model_parallel_size", V::kRefused,
+      {"--expert-model-parallel-size", "2"}, el);
+  add("eval", "expert_tensor_parallel_size", V::kRefused,
+      {"--expert-tensor-parallel-size", "1"}, el);
+  add("eval", "moe_expert_capacity_factor", V::kRefused,
+      {"--moe-expert-capacity-factor", "1.25"}, el);
+  add("eval", "moe_token_drop_policy", V::kRefused,
+      {"--moe-token-drop-policy", "position"}, el);
   add("eval", "sequence_parallel", V::kWarned, {"--sequence-parallel"}, el);
   add("eval", "debug_collectives", V::kEffect, {"--debug-collectives"},
       Nproc(el, 2));

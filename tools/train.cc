@@ -312,6 +312,10 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const training::TrainConfig& config,
   const bool dense = config.num_experts() == 0;
   const std::string no_experts = "it needs --num-experts (a dense model)";
   return {
+      {"expert_tensor_parallel_size", dense, no_experts},
+      {"moe_token_drop_policy", config.moe_expert_capacity_factor() <= 0,
+       "it needs --moe-expert-capacity-factor (a dropless run drops "
+       "nothing)"},
       {"profile_step_start", no_profile, profile_why},
       {"profile_step_end", no_profile, profile_why},
       {"profile_ranks", no_profile, profile_why},

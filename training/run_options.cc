@@ -5,8 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "models/moe/token_drop.h"
 #include "parallel/fsdp/sharding_strategy.h"
 #include "parallel/pipeline/pipeline_executor.h"
+#include "parallel/rank_layout.h"
 #include "training/device_choice.h"
 #include "training/job.h"
 #include "training/model_from_config.h"
@@ -196,12 +198,74 @@ absl::Status CheckStragglerOptions(const TrainConfig& config) {
   return absl::OkStatus();
 }
 
+absl::Status CheckExpertParallelOptions(const TrainConfig& config,
+                                        int64_t num_experts, int world_size) {
+  const int ep = config.expert_model_parallel_size();
+  const int etp = config.expert_tensor_parallel_size();
+  MCC_RETURN_IF_ERROR(
+      moe::ParseTokenDropPolicy(config.moe_token_drop_policy()).status());
+  if (ep < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--expert-model-parallel-size ", ep, " must be at least 1"));
+  }
+  if (etp < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--expert-tensor-parallel-size ", etp,
+                     " is negative (0: --tensor-model-parallel-size's)"));
+  }
+  if (etp > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--expert-tensor-parallel-size ", etp,
+        ": tensor parallelism inside the experts is not built (1 is)"));
+  }
+  const char* no_moe = " needs MoE layers (--num-experts)";
+  if (num_experts == 0) {
+    if (ep > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--expert-model-parallel-size ", ep, no_moe));
+    }
+    if (config.moe_expert_capacity_factor() > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--moe-expert-capacity-factor ",
+                       config.moe_expert_capacity_factor(), no_moe));
+    }
+  } else {
+    if (num_experts % ep != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--num-experts ", num_experts,
+          " is not a multiple of --expert-model-parallel-size ", ep));
+    }
+    if (etp == 0 && config.tensor_model_parallel_size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--expert-tensor-parallel-size defaults to "
+          "--tensor-model-parallel-size (",
+          config.tensor_model_parallel_size(),
+          "), but tensor parallelism inside the experts is not built: give "
+          "--expert-tensor-parallel-size 1"));
+    }
+  }
+  if (world_size > 0) {
+    parallel::ParallelSizes sizes;
+    sizes.tensor = config.tensor_model_parallel_size();
+    sizes.pipeline = config.pipeline_model_parallel_size();
+    sizes.context = config.context_parallel_size();
+    sizes.expert_model = ep;
+    sizes.expert_tensor = etp;
+    MCC_RETURN_IF_ERROR(
+        parallel::RankLayout::Create(world_size, sizes).status());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckTrainConfig(const TrainConfig& config, int world_size) {
   MCC_RETURN_IF_ERROR(ExitOptionsFromConfig(config).status());
   MCC_RETURN_IF_ERROR(CheckStragglerOptions(config));
   MCC_RETURN_IF_ERROR(RerunCheckOptionsFromConfig(config).status());
   MCC_RETURN_IF_ERROR(CheckDevice(config.device()));
   MCC_RETURN_IF_ERROR(CheckConfigBeforeLaunch(config, world_size));
+  // No MoE layers yet: the GPT model's --num-experts (helper moegpt's
+  // field) takes the place of the 0 once it reaches the model.
+  MCC_RETURN_IF_ERROR(CheckExpertParallelOptions(config, 0, world_size));
   const int model_parallel = config.tensor_model_parallel_size() *
                              config.pipeline_model_parallel_size() *
                              config.context_parallel_size();

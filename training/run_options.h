@@ -84,6 +84,17 @@ absl::Status CheckStragglerOptions(const TrainConfig& config);
 absl::StatusOr<TimelineProfileConfig> TimelineProfileFromConfig(
     const TrainConfig& config, int world_size);
 
+// expert_model_parallel_size, expert_tensor_parallel_size,
+// moe_expert_capacity_factor and moe_token_drop_policy for a model with
+// `num_experts` experts per MoE layer (0: no MoE layers; the GPT model has
+// none until --num-experts reaches it) over `world_size` ranks. Refuses,
+// naming the flag: EP or capacity without MoE layers, experts that do not
+// divide over EP, ETP > 1 (explicit, or inherited from TP with MoE layers;
+// not built), an expert layout that does not divide the world, an unknown
+// drop policy.
+absl::Status CheckExpertParallelOptions(const TrainConfig& config,
+                                        int64_t num_experts, int world_size);
+
 // Every check of the config that needs no process group, for a world of
 // `world_size` processes (the tokenizer files and data paths included).
 absl::Status CheckTrainConfig(const TrainConfig& config, int world_size);

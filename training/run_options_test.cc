@@ -58,6 +58,55 @@ TEST(PlanBatchesTest, GlobalBatchMustDivide) {
             std::string::npos);
 }
 
+// The experts' flags: accepted as defaults and where MoE layers exist,
+// refused by name otherwise.
+TEST(ExpertParallelOptionsTest, RefusalsNameTheFlag) {
+  auto message = [](const TrainConfig& c, int64_t experts, int world) {
+    return std::string(CheckExpertParallelOptions(c, experts, world).message());
+  };
+  TrainConfig config;
+  EXPECT_TRUE(CheckExpertParallelOptions(config, 0, 8).ok());
+  EXPECT_TRUE(CheckExpertParallelOptions(config, 8, 8).ok());
+  config.set_expert_model_parallel_size(4);
+  EXPECT_NE(message(config, 0, 8)
+                .find("--expert-model-parallel-size 4 needs "
+                      "MoE layers (--num-experts)"),
+            std::string::npos);
+  EXPECT_TRUE(CheckExpertParallelOptions(config, 8, 8).ok());
+  EXPECT_NE(message(config, 6, 8)
+                .find("--num-experts 6 is not a multiple of "
+                      "--expert-model-parallel-size 4"),
+            std::string::npos);
+  // World 6 does not divide over EP 4 (x ETP 1 x PP 1).
+  EXPECT_NE(message(config, 8, 6).find("expert-model-parallel-size (4)"),
+            std::string::npos);
+  config.set_expert_model_parallel_size(1);
+  config.set_tensor_model_parallel_size(2);
+  EXPECT_NE(message(config, 8, 8).find("give --expert-tensor-parallel-size 1"),
+            std::string::npos);
+  config.set_expert_tensor_parallel_size(1);
+  EXPECT_TRUE(CheckExpertParallelOptions(config, 8, 8).ok());
+  config.set_expert_tensor_parallel_size(2);
+  EXPECT_NE(message(config, 8, 8).find("--expert-tensor-parallel-size 2"),
+            std::string::npos);
+  config = TrainConfig();
+  config.set_moe_expert_capacity_factor(1.25);
+  EXPECT_NE(message(config, 0, 1)
+                .find("--moe-expert-capacity-factor 1.25 "
+                      "needs MoE layers"),
+            std::string::npos);
+  EXPECT_TRUE(CheckExpertParallelOptions(config, 8, 1).ok());
+  config.set_moe_token_drop_policy("random");
+  EXPECT_NE(message(config, 8, 1).find("--moe-token-drop-policy 'random'"),
+            std::string::npos);
+  // The training run checks them (no MoE layers yet).
+  config = TrainConfig();
+  config.set_expert_model_parallel_size(2);
+  EXPECT_NE(std::string(CheckTrainConfig(config, 2).message())
+                .find("--expert-model-parallel-size 2 needs MoE layers"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace training
 }  // namespace mcc

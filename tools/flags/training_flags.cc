@@ -108,6 +108,21 @@ ABSL_FLAG(std::string, cp_comm_type, "p2p",
           "heads; heads must divide by the CP size).");
 ABSL_FLAG(bool, sequence_parallel, false,
           "Split norm and dropout regions along the sequence over TP.");
+ABSL_FLAG(int32_t, expert_model_parallel_size, 1,
+          "Expert-parallel size (EP): the MoE layers' experts split evenly "
+          "over this many ranks of the data-parallel dimension, tokens "
+          "moving to them and back (Megatron-Core's rank layout; attention "
+          "keeps its TP, CP and DP). Needs MoE layers.");
+ABSL_FLAG(int32_t, expert_tensor_parallel_size, 0,
+          "Tensor-parallel size inside each expert (ETP); 0: "
+          "--tensor-model-parallel-size's, as Megatron. Only 1 is built.");
+ABSL_FLAG(double, moe_expert_capacity_factor, 0,
+          "Capacity per expert = ceil(tokens x topk / experts x this) of "
+          "each rank's tokens; routed slots past it are dropped (they add "
+          "nothing to their token's output). 0 or negative: dropless.");
+ABSL_FLAG(std::string, moe_token_drop_policy, "probs",
+          "Which slots an expert over capacity keeps: probs (the largest "
+          "routing weights) or position (the first tokens).");
 
 ABSL_FLAG(std::string, data_path, "",
           "Data prefix, or weights and prefixes: '0.3 A 0.7 B'. Empty: the "
