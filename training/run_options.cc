@@ -263,9 +263,17 @@ absl::Status CheckTrainConfig(const TrainConfig& config, int world_size) {
   MCC_RETURN_IF_ERROR(RerunCheckOptionsFromConfig(config).status());
   MCC_RETURN_IF_ERROR(CheckDevice(config.device()));
   MCC_RETURN_IF_ERROR(CheckConfigBeforeLaunch(config, world_size));
-  // No MoE layers yet: the GPT model's --num-experts (helper moegpt's
-  // field) takes the place of the 0 once it reaches the model.
-  MCC_RETURN_IF_ERROR(CheckExpertParallelOptions(config, 0, world_size));
+  MCC_RETURN_IF_ERROR(
+      CheckExpertParallelOptions(config, config.num_experts(), world_size));
+  // models/moe runs experts across an EP group (MoeMlp with a token
+  // dispatcher), but the GPT's data parallelism and optimizer do not yet
+  // reduce and shard the experts over the expert-data-parallel group.
+  if (config.num_experts() > 0 && config.expert_model_parallel_size() > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--expert-model-parallel-size ", config.expert_model_parallel_size(),
+        ": expert parallelism is built for the MoE layer (models/moe) but not "
+        "yet in the GPT's data parallelism and optimizer; give 1"));
+  }
   const int model_parallel = config.tensor_model_parallel_size() *
                              config.pipeline_model_parallel_size() *
                              config.context_parallel_size();

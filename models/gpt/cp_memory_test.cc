@@ -76,8 +76,10 @@ MCC_WORKER(cp_memory) {
   // Held activations are all per token: half, within 2% (the loss sum and
   // other fixed-size tensors).
   if (std::abs(2.0 * split.held / whole.held - 1.0) > 0.02) return 5;
-  // The peak adds the ring's buffers for one layer: at most 15% of half.
-  if (2.0 * split.peak > 1.15 * whole.peak) return 6;
+  // The peak adds the ring's buffers for one layer: at most 15% of half,
+  // plus 5% for the transients of threads that happen to overlap (the
+  // serial peak measured 6.37 and 6.67 MB on the same input, 2 cores busy).
+  if (2.0 * split.peak > 1.20 * whole.peak) return 6;
   return 0;
 }
 
