@@ -1,5 +1,6 @@
 #include "checkpoint/hf_llama.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -21,6 +22,11 @@ enum class Kind {
   kQkv,      // linear_qkv -> q_proj, k_proj, v_proj
   kQkvBias,  // linear_qkv.bias -> q_proj.bias, k_proj.bias, v_proj.bias
   kFc1,      // linear_fc1 [2, ffn, h] -> gate_proj, up_proj
+  // MoE experts: linear_fc1 [E, 2f, h] -> per expert its gate and up
+  // projections [f, h] (names: gate_0, up_0, gate_1, ...); linear_fc2
+  // [E, h, f] -> per expert its down projection [h, f].
+  kExpertsFc1,
+  kExpertsFc2,
 };
 
 struct Entry {
@@ -32,8 +38,38 @@ struct Entry {
 
 struct Dims {
   int64_t h, f, v, heads, groups, d;
+  int64_t experts = 0, fm = 0;  // MoE: experts and each one's hidden size.
   int64_t per_group() const { return heads / groups; }
 };
+
+// Which layers are MoE, from the stored pattern "[1,0,...]" (all dense
+// without experts); nullopt when the pattern does not list num_layers 0s
+// and 1s.
+std::optional<std::vector<bool>> MoeLayers(const ModelConfig& c) {
+  std::vector<bool> out;
+  if (c.num_experts() <= 0) {
+    out.assign(std::max(0, c.num_layers()), false);
+    return out;
+  }
+  const std::string& p = c.moe_layer_pattern();
+  if (p.size() < 2 || p.front() != '[' || p.back() != ']') return std::nullopt;
+  for (size_t i = 1; i + 1 < p.size(); ++i) {
+    if (p[i] == ',' || p[i] == ' ') continue;
+    if (p[i] != '0' && p[i] != '1') return std::nullopt;
+    out.push_back(p[i] == '1');
+  }
+  if (static_cast<int64_t>(out.size()) != c.num_layers()) return std::nullopt;
+  return out;
+}
+
+std::string MoePattern(const std::vector<bool>& layers) {
+  std::string p = "[";
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (i > 0) p += ",";
+    p += layers[i] ? "1" : "0";
+  }
+  return p + "]";
+}
 
 Dims DimsOf(const ModelConfig& c) {
   Dims m;
@@ -43,11 +79,14 @@ Dims DimsOf(const ModelConfig& c) {
   m.heads = c.num_attention_heads();
   m.groups = c.num_query_groups() > 0 ? c.num_query_groups() : m.heads;
   m.d = m.heads > 0 ? m.h / m.heads : 0;
+  m.experts = c.num_experts();
+  m.fm = c.moe_ffn_hidden_size();
   return m;
 }
 
 std::vector<Entry> Table(const ModelConfig& c) {
   const Dims m = DimsOf(c);
+  const std::optional<std::vector<bool>> moe = MoeLayers(c);
   std::vector<Entry> t = {{"embedding.word_embeddings.weight",
                            {"model.embed_tokens.weight"},
                            Kind::kVocab,
@@ -89,6 +128,32 @@ std::vector<Entry> Table(const ModelConfig& c) {
                  {b + "post_attention_layernorm.weight"},
                  Kind::kCopy,
                  {m.h}});
+    if (moe.has_value() && (*moe)[i]) {
+      // Mixtral's block_sparse_moe (w1 gate, w3 up, w2 down), Qwen3-MoE's
+      // mlp (gate_proj, up_proj, down_proj).
+      const bool mixtral = !c.qk_layernorm();
+      const std::string block = b + (mixtral ? "block_sparse_moe." : "mlp.");
+      t.push_back({a + "mlp.router.weight",
+                   {block + "gate.weight"},
+                   Kind::kCopy,
+                   {m.experts, m.h}});
+      std::vector<std::string> fc1, fc2;
+      for (int64_t e = 0; e < m.experts; ++e) {
+        const std::string x = absl::StrCat(block, "experts.", e, ".");
+        fc1.push_back(x + (mixtral ? "w1.weight" : "gate_proj.weight"));
+        fc1.push_back(x + (mixtral ? "w3.weight" : "up_proj.weight"));
+        fc2.push_back(x + (mixtral ? "w2.weight" : "down_proj.weight"));
+      }
+      t.push_back({a + "mlp.experts.linear_fc1.weight",
+                   fc1,
+                   Kind::kExpertsFc1,
+                   {m.experts, 2 * m.fm, m.h}});
+      t.push_back({a + "mlp.experts.linear_fc2.weight",
+                   fc2,
+                   Kind::kExpertsFc2,
+                   {m.experts, m.h, m.fm}});
+      continue;
+    }
     t.push_back({a + "mlp.linear_fc1.weight",
                  {b + "mlp.gate_proj.weight", b + "mlp.up_proj.weight"},
                  Kind::kFc1,
@@ -155,6 +220,10 @@ std::vector<Shape> HfShapes(const Entry& e, const Dims& m,
       return {{m.heads * m.d}, {m.groups * m.d}, {m.groups * m.d}};
     case Kind::kFc1:
       return {{m.f, m.h}, {m.f, m.h}};
+    case Kind::kExpertsFc1:
+      return std::vector<Shape>(2 * m.experts, Shape{m.fm, m.h});
+    case Kind::kExpertsFc2:
+      return std::vector<Shape>(m.experts, Shape{m.h, m.fm});
   }
   return {};
 }
@@ -263,10 +332,40 @@ absl::Status CheckLlamaCompatible(const ModelConfig& c) {
                                " is not a multiple of num_query_groups ",
                                m.groups));
   }
+  if (c.num_experts() > 0) {
+    const std::optional<std::vector<bool>> moe = MoeLayers(c);
+    if (!moe.has_value()) {
+      why.push_back(absl::StrCat("moe_layer_pattern '", c.moe_layer_pattern(),
+                                 "' does not list the ", c.num_layers(),
+                                 " layers"));
+    } else if (!c.qk_layernorm() &&
+               std::find(moe->begin(), moe->end(), false) != moe->end()) {
+      why.push_back(
+          "a dense layer among MoE layers without QK-norm (Mixtral's layers "
+          "are all MoE; Qwen3-MoE's mlp_only_layers need QK-norm)");
+    }
+    if (c.moe_shared_expert_intermediate_size() > 0) {
+      why.push_back(
+          "a shared expert (Qwen2-MoE's, with its sigmoid shared_expert_gate, "
+          "is not built)");
+    }
+    if (c.moe_router_score_function() != "softmax") {
+      why.push_back(absl::StrCat("router scores '",
+                                 c.moe_router_score_function(),
+                                 "' are not softmax"));
+    }
+    if (c.moe_router_enable_expert_bias()) {
+      why.push_back(
+          "the router's expert bias has no Mixtral or Qwen3-MoE tensor");
+    }
+    if (c.add_qkv_bias()) {
+      why.push_back("a QKV bias with experts (Qwen2-MoE is not built)");
+    }
+  }
   if (why.empty()) return absl::OkStatus();
   std::string msg =
-      "model cannot be expressed as LlamaForCausalLM, Qwen2ForCausalLM or "
-      "Qwen3ForCausalLM:";
+      "model cannot be expressed as LlamaForCausalLM, Qwen2ForCausalLM, "
+      "Qwen3ForCausalLM, MixtralForCausalLM or Qwen3MoeForCausalLM:";
   for (const auto& w : why) absl::StrAppend(&msg, " ", w, ";");
   return absl::FailedPreconditionError(msg);
 }
@@ -308,6 +407,19 @@ absl::StatusOr<NamedTensors> ExportLlama(
           out.emplace_back(e.hf[part], half);
         }
         break;
+      case Kind::kExpertsFc1:
+      case Kind::kExpertsFc2: {
+        // Rows of the last dimension; each HF tensor is `rows` of them.
+        const int64_t cols = e.shape[2];
+        const size_t row = cols * DTypeSize(t.dtype());
+        for (size_t i = 0; i < e.hf.size(); ++i) {
+          const int64_t rows = shapes[i][0];
+          Tensor part = Tensor::Empty(shapes[i], t.dtype());
+          CopyRows(t, static_cast<int64_t>(i) * rows, &part, 0, rows, row);
+          out.emplace_back(e.hf[i], part);
+        }
+        break;
+      }
     }
   }
   return out;
@@ -360,6 +472,16 @@ absl::StatusOr<std::map<std::string, Tensor>> ImportLlama(
         std::memcpy(static_cast<char*>(r.raw_data()) + parts[0].nbytes(),
                     parts[1].raw_data(), parts[1].nbytes());
         break;
+      case Kind::kExpertsFc1:
+      case Kind::kExpertsFc2: {
+        r = Tensor::Empty(e.shape, DType::kFloat32);
+        const size_t row = e.shape[2] * sizeof(float);
+        for (size_t i = 0; i < parts.size(); ++i) {
+          const int64_t rows = shapes[i][0];
+          CopyRows(parts[i], 0, &r, static_cast<int64_t>(i) * rows, rows, row);
+        }
+        break;
+      }
     }
     out[e.ours] = r;
   }
@@ -373,14 +495,30 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
       hf.contains("model_type") && hf["model_type"].is_string()
           ? hf["model_type"].get<std::string>()
           : "llama";
-  if (model_type != "llama" && model_type != "qwen2" && model_type != "qwen3") {
+  if (model_type == "qwen2_moe") {
+    return absl::UnimplementedError(absl::StrCat(
+        path,
+        ": \"model_type\" \"qwen2_moe\": Qwen2-MoE's shared_expert_gate (a "
+        "sigmoid gate on the shared expert) and its unnormalised top-k "
+        "(norm_topk_prob false) are not built; mixtral and qwen3_moe are"));
+  }
+  if (model_type != "llama" && model_type != "qwen2" && model_type != "qwen3" &&
+      model_type != "mixtral" && model_type != "qwen3_moe") {
     return absl::UnimplementedError(
         absl::StrCat(path, ": \"model_type\" \"", model_type,
-                     "\" is not llama, qwen2 or qwen3"));
+                     "\" is not llama, qwen2, qwen3, mixtral or qwen3_moe"));
   }
   const bool qwen2 = model_type == "qwen2";
-  const bool qwen3 = model_type == "qwen3";
-  if (model_type != "llama") {
+  const bool mixtral = model_type == "mixtral";
+  const bool qwen3_moe = model_type == "qwen3_moe";
+  const bool qwen3 = model_type == "qwen3" || qwen3_moe;
+  if (mixtral) {
+    if (hf.contains("sliding_window") && !hf["sliding_window"].is_null()) {
+      return absl::UnimplementedError(absl::StrCat(
+          path, ": \"sliding_window\" ", hf["sliding_window"].dump(),
+          " is set; sliding-window attention is not supported"));
+    }
+  } else if (model_type != "llama") {
     MCC_ASSIGN_OR_RETURN(bool sliding,
                          JsonBool(hf, "use_sliding_window", path, false));
     if (sliding) {
@@ -445,7 +583,61 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
                        "supported"));
     }
   }
+  // Mixture of experts: Mixtral's every layer; Qwen3-MoE's every
+  // decoder_sparse_step-th (counted from 1) not in mlp_only_layers.
+  int64_t experts = 0, topk = 0, expert_ffn = 0;
+  std::vector<bool> moe_layers;
+  if (mixtral || qwen3_moe) {
+    MCC_ASSIGN_OR_RETURN(experts,
+                         need(mixtral ? "num_local_experts" : "num_experts"));
+    MCC_ASSIGN_OR_RETURN(topk, need("num_experts_per_tok"));
+    if (topk > experts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": \"num_experts_per_tok\" ", topk,
+                       " exceeds the ", experts, " experts"));
+    }
+    MCC_ASSIGN_OR_RETURN(expert_ffn, mixtral ? need("intermediate_size")
+                                             : need("moe_intermediate_size"));
+    moe_layers.assign(layers, true);
+    if (qwen3_moe) {
+      MCC_ASSIGN_OR_RETURN(bool norm,
+                           JsonBool(hf, "norm_topk_prob", path, false));
+      if (!norm) {
+        return absl::UnimplementedError(absl::StrCat(
+            path,
+            ": \"norm_topk_prob\" is false; only renormalised top-k "
+            "weights are built"));
+      }
+      MCC_ASSIGN_OR_RETURN(int64_t step,
+                           JsonPositiveInt(hf, "decoder_sparse_step", path, 1));
+      for (int64_t i = 0; i < layers; ++i) moe_layers[i] = (i + 1) % step == 0;
+      if (hf.contains("mlp_only_layers") && !hf["mlp_only_layers"].is_null()) {
+        const JsonDocument& dense = hf["mlp_only_layers"];
+        if (!dense.is_array()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(path, ": \"mlp_only_layers\" ", dense.dump(),
+                           " is not a list of layer numbers"));
+        }
+        for (const auto& layer : dense) {
+          if (!layer.is_number_integer() || layer.get<int64_t>() < 0 ||
+              layer.get<int64_t>() >= layers) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(path, ": \"mlp_only_layers\" holds ", layer.dump(),
+                             ", not a layer number below ", layers));
+          }
+          moe_layers[layer.get<int64_t>()] = false;
+        }
+      }
+    }
+  }
   ModelConfig config;
+  if (experts > 0) {
+    config.set_num_experts(experts);
+    config.set_moe_router_topk(topk);
+    config.set_moe_ffn_hidden_size(expert_ffn);
+    config.set_moe_layer_pattern(MoePattern(moe_layers));
+    config.set_moe_router_score_function("softmax");
+  }
   config.set_num_layers(layers);
   config.set_hidden_size(hidden);
   config.set_num_attention_heads(heads);
@@ -469,6 +661,9 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
 }
 
 std::string HfArchitecture(const ModelConfig& c) {
+  if (c.num_experts() > 0) {
+    return c.qk_layernorm() ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM";
+  }
   if (c.qk_layernorm()) return "Qwen3ForCausalLM";
   return c.add_qkv_bias() ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
 }
@@ -481,19 +676,45 @@ std::string LlamaConfigJson(const ModelConfig& c, DType dtype) {
   const std::string architecture = HfArchitecture(c);
   const bool llama = architecture == "LlamaForCausalLM";
   const bool qwen2 = architecture == "Qwen2ForCausalLM";
+  const bool mixtral = architecture == "MixtralForCausalLM";
+  const bool qwen3_moe = architecture == "Qwen3MoeForCausalLM";
   const bool qwen3 = architecture == "Qwen3ForCausalLM";
   // ordered_json: the keys in Hugging Face's order; doubles round-trip.
   nlohmann::ordered_json config = {
       {"architectures", nlohmann::ordered_json::array({architecture})},
-      {"model_type", llama   ? "llama"
-                     : qwen3 ? "qwen3"
-                             : "qwen2"},
+      {"model_type", llama       ? "llama"
+                     : qwen3     ? "qwen3"
+                     : mixtral   ? "mixtral"
+                     : qwen3_moe ? "qwen3_moe"
+                                 : "qwen2"},
       {"vocab_size", HfVocabRows(c)},
       {"hidden_size", c.hidden_size()},
-      {"intermediate_size", c.ffn_hidden_size()},
+      // Mixtral's experts are its only MLPs.
+      {"intermediate_size",
+       mixtral ? c.moe_ffn_hidden_size() : c.ffn_hidden_size()},
       {"num_hidden_layers", c.num_layers()},
       {"num_attention_heads", m.heads},
       {"num_key_value_heads", m.groups}};
+  if (mixtral) {
+    config["num_local_experts"] = c.num_experts();
+    config["num_experts_per_tok"] = c.moe_router_topk();
+    config["output_router_logits"] = false;
+  }
+  if (qwen3_moe) {
+    config["num_experts"] = c.num_experts();
+    config["num_experts_per_tok"] = c.moe_router_topk();
+    config["moe_intermediate_size"] = c.moe_ffn_hidden_size();
+    config["norm_topk_prob"] = true;
+    config["decoder_sparse_step"] = 1;
+    nlohmann::ordered_json dense = nlohmann::ordered_json::array();
+    if (auto layers = MoeLayers(c)) {
+      for (size_t i = 0; i < layers->size(); ++i) {
+        if (!(*layers)[i]) dense.push_back(i);
+      }
+    }
+    config["mlp_only_layers"] = dense;
+    config["output_router_logits"] = false;
+  }
   // Qwen2Config has neither head_dim nor attention_bias.
   if (!qwen2) config["head_dim"] = m.d;
   config["hidden_act"] = "silu";
@@ -504,6 +725,8 @@ std::string LlamaConfigJson(const ModelConfig& c, DType dtype) {
   if (!qwen2) config["attention_bias"] = false;
   if (llama) {
     config["mlp_bias"] = false;
+  } else if (mixtral) {
+    config["sliding_window"] = nullptr;
   } else {
     config["use_sliding_window"] = false;
   }

@@ -70,6 +70,14 @@ std::map<std::string, Tensor> RandomParams(const checkpoint::ModelConfig& c) {
     }
     add(l + "self_attention.linear_proj.weight", {h, h});
     add(l + "pre_mlp_layernorm.weight", {h});
+    // The stored pattern "[1,0,...]": character 1 + 2i is layer i's.
+    if (c.num_experts() > 0 && c.moe_layer_pattern()[1 + 2 * i] == '1') {
+      const int64_t e = c.num_experts(), fm = c.moe_ffn_hidden_size();
+      add(l + "mlp.router.weight", {e, h});
+      add(l + "mlp.experts.linear_fc1.weight", {e, 2 * fm, h});
+      add(l + "mlp.experts.linear_fc2.weight", {e, h, fm});
+      continue;
+    }
     add(l + "mlp.linear_fc1.weight", {2, f, h});
     add(l + "mlp.linear_fc2.weight", {h, f});
   }
@@ -573,6 +581,132 @@ TEST(HfLlamaTest, ExportsATensorParallelCheckpoint) {
       EXPECT_EQ(Get(*got, name).ToDoubles(), t.ToDoubles()) << name;
     }
   }
+}
+
+// Mixtral: every layer MoE, 3 experts of hidden size 5, top-2.
+checkpoint::ModelConfig MixtralConfig(bool tied) {
+  checkpoint::ModelConfig c = SmallConfig(tied);
+  c.set_num_experts(3);
+  c.set_moe_router_topk(2);
+  c.set_moe_ffn_hidden_size(5);
+  c.set_ffn_hidden_size(5);
+  c.set_moe_layer_pattern("[1,1]");
+  c.set_moe_router_score_function("softmax");
+  return c;
+}
+
+TEST(HfLlamaTest, MixtralExpertsSplitPerExpertAndRoundTrip) {
+  const auto config = MixtralConfig(/*tied=*/false);
+  const auto params = RandomParams(config);
+  EXPECT_EQ(HfArchitecture(config), "MixtralForCausalLM");
+  auto hf = ExportLlama(params, config);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  // Per layer: 2 norms, q, k, v, o, the gate and 3 x 3 expert tensors.
+  EXPECT_EQ(hf->size(), 2u + 2 * (6 + 1 + 9) + 1);
+  const std::string b = "model.layers.1.block_sparse_moe.";
+  const Tensor& fc1 =
+      params.at("decoder.layers.1.mlp.experts.linear_fc1.weight");
+  const Tensor& fc2 =
+      params.at("decoder.layers.1.mlp.experts.linear_fc2.weight");
+  // Expert 2's rows of ours [3, 10, 12]: gate 20..24, up 25..29; w2 is
+  // expert 2's [12, 5] of [3, 12, 5].
+  EXPECT_EQ(Get(*hf, b + "experts.2.w1.weight").ToDoubles(),
+            Rows(*fc1.Reshape({30, 12}), 20, 5));
+  EXPECT_EQ(Get(*hf, b + "experts.2.w3.weight").ToDoubles(),
+            Rows(*fc1.Reshape({30, 12}), 25, 5));
+  EXPECT_EQ(Get(*hf, b + "experts.2.w2.weight").ToDoubles(),
+            Rows(*fc2.Reshape({36, 5}), 24, 12));
+  EXPECT_EQ(Get(*hf, b + "gate.weight").ToDoubles(),
+            params.at("decoder.layers.1.mlp.router.weight").ToDoubles());
+  auto back = ImportLlama(*hf, config);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), params.size());
+  for (const auto& [name, t] : params) {
+    ASSERT_TRUE(back->count(name)) << name;
+    EXPECT_EQ(back->at(name).shape(), t.shape()) << name;
+    EXPECT_EQ(back->at(name).ToDoubles(), t.ToDoubles()) << name;
+  }
+}
+
+TEST(HfLlamaTest, MixtralAndQwen3MoeConfigsRoundTrip) {
+  checkpoint::ModelConfig mixtral = MixtralConfig(/*tied=*/false);
+  checkpoint::ModelConfig qwen3_moe = SmallConfig(/*tied=*/true);
+  qwen3_moe.set_qk_layernorm(true);
+  qwen3_moe.set_num_experts(4);
+  qwen3_moe.set_moe_router_topk(1);
+  qwen3_moe.set_moe_ffn_hidden_size(6);
+  qwen3_moe.set_moe_layer_pattern("[0,1]");
+  qwen3_moe.set_moe_router_score_function("softmax");
+  for (const auto& [config, type] : {std::make_pair(mixtral, "mixtral"),
+                                     std::make_pair(qwen3_moe, "qwen3_moe")}) {
+    SCOPED_TRACE(type);
+    const std::string text = LlamaConfigJson(config, DType::kFloat32);
+    EXPECT_TRUE(
+        absl::StrContains(text, absl::StrCat("\"model_type\": \"", type, "\"")))
+        << text;
+    auto parsed = ParseLlamaConfigJson(text, "c.json");
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    checkpoint::ModelConfig want = config;
+    want.set_padded_vocab_size(11);
+    EXPECT_EQ(parsed->DebugString(), want.DebugString());
+  }
+  EXPECT_TRUE(absl::StrContains(LlamaConfigJson(qwen3_moe, DType::kFloat32),
+                                "\"mlp_only_layers\": [\n    0\n  ]"));
+  // Qwen3-MoE's tensor names; layer 0 stays a dense MLP.
+  const auto params = RandomParams(qwen3_moe);
+  auto hf = ExportLlama(params, qwen3_moe);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  Get(*hf, "model.layers.0.mlp.gate_proj.weight");
+  Get(*hf, "model.layers.1.mlp.gate.weight");
+  Get(*hf, "model.layers.1.mlp.experts.3.down_proj.weight");
+  auto back = ImportLlama(*hf, qwen3_moe);
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (const auto& [name, t] : params) {
+    EXPECT_EQ(back->at(name).ToDoubles(), t.ToDoubles()) << name;
+  }
+}
+
+TEST(HfLlamaTest, MoeConfigsNotBuiltAreRefusedByName) {
+  auto refused = [](checkpoint::ModelConfig c, const std::string& what) {
+    const absl::Status s = CheckLlamaCompatible(c);
+    EXPECT_FALSE(s.ok()) << what;
+    EXPECT_TRUE(absl::StrContains(s.message(), what)) << s;
+  };
+  checkpoint::ModelConfig c = MixtralConfig(false);
+  c.set_moe_shared_expert_intermediate_size(8);
+  refused(c, "shared_expert_gate");
+  c = MixtralConfig(false);
+  c.set_moe_router_score_function("sigmoid");
+  refused(c, "router scores 'sigmoid'");
+  c = MixtralConfig(false);
+  c.set_moe_router_enable_expert_bias(true);
+  refused(c, "expert bias");
+  c = MixtralConfig(false);
+  c.set_moe_layer_pattern("[1,0]");
+  refused(c, "Mixtral's layers are all MoE");
+  c.set_moe_layer_pattern("[1]");
+  refused(c, "does not list the 2 layers");
+  const std::string qwen2_moe =
+      R"({"model_type": "qwen2_moe", "vocab_size": 8, "hidden_size": 8})";
+  auto parsed = ParseLlamaConfigJson(qwen2_moe, "q/config.json");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_TRUE(
+      absl::StrContains(parsed.status().message(), "shared_expert_gate"))
+      << parsed.status();
+  EXPECT_TRUE(absl::StrContains(parsed.status().message(), "q/config.json"));
+  std::string qwen3_moe = LlamaConfigJson(
+      [] {
+        checkpoint::ModelConfig q = MixtralConfig(false);
+        q.set_qk_layernorm(true);
+        return q;
+      }(),
+      DType::kFloat32);
+  qwen3_moe.replace(qwen3_moe.find("\"norm_topk_prob\": true"),
+                    std::string("\"norm_topk_prob\": true").size(),
+                    "\"norm_topk_prob\": false");
+  parsed = ParseLlamaConfigJson(qwen3_moe, "c.json");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_TRUE(absl::StrContains(parsed.status().message(), "norm_topk_prob"));
 }
 
 }  // namespace

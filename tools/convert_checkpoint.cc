@@ -142,12 +142,14 @@ absl::Status Import() {
           ? json["model_type"].get<std::string>()
           : "gpt2";  // Older GPT-2 files have none.
   if (model_type != "gpt2" && model_type != "llama" && model_type != "qwen2" &&
-      model_type != "qwen3") {
-    return absl::UnimplementedError(
-        absl::StrCat(config_path, ": model_type \"", model_type,
-                     "\" is not gpt2, llama, qwen2 or qwen3"));
+      model_type != "qwen3" && model_type != "mixtral" &&
+      model_type != "qwen3_moe" && model_type != "qwen2_moe") {
+    return absl::UnimplementedError(absl::StrCat(
+        config_path, ": model_type \"", model_type,
+        "\" is not gpt2, llama, qwen2, qwen3, mixtral or qwen3_moe"));
   }
-  // Qwen2 and Qwen3 are the Llama mapping with their extras.
+  // Qwen2, Qwen3, Mixtral and Qwen3-MoE are the Llama mapping with their
+  // extras (the Llama parser names what of qwen2_moe is not built).
   const bool llama = model_type != "gpt2";
   MCC_ASSIGN_OR_RETURN(checkpoint::ModelConfig config,
                        llama ? ParseLlamaConfigJson(json.dump(), config_path)
