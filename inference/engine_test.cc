@@ -43,7 +43,9 @@ gpt::GPTConfig TinyConfig() {
   return c;
 }
 
-std::vector<std::pair<std::string, gpt::GPTConfig>> Variants(bool serial) {
+// moe: also mixtures of experts (serial only; int8 does not cover experts).
+std::vector<std::pair<std::string, gpt::GPTConfig>> Variants(bool serial,
+                                                             bool moe = false) {
   std::vector<std::pair<std::string, gpt::GPTConfig>> v;
   v.push_back({"learned_layernorm_gelu", TinyConfig()});
   gpt::GPTConfig rope = TinyConfig();
@@ -67,6 +69,24 @@ std::vector<std::pair<std::string, gpt::GPTConfig>> Variants(bool serial) {
     gpt::GPTConfig swiglu = rope;
     swiglu.activation = gpt::Activation::kSwiGLU;
     v.push_back({"rope_swiglu", swiglu});
+  }
+  if (serial && moe) {
+    const gpt::GPTConfig swiglu = v.back().second;
+    // Mixtures of experts (no tensor parallelism): a Mixtral-like layer
+    // after a dense one, and sigmoid routing with a shared expert and an
+    // expert bias on both layers.
+    gpt::GPTConfig top2 = swiglu;
+    top2.num_experts = 4;
+    top2.moe_router_topk = 2;
+    top2.moe_ffn_hidden_size = 48;
+    top2.moe_layer_freq = "[0,1]";
+    v.push_back({"moe_top2", top2});
+    gpt::GPTConfig shared = top2;
+    shared.moe_layer_freq = "1";
+    shared.moe_router_score_function = ops::MoeScoreFunction::kSigmoid;
+    shared.moe_shared_expert_intermediate_size = 32;
+    shared.moe_router_enable_expert_bias = true;
+    v.push_back({"moe_sigmoid_shared_bias", shared});
   }
   return v;
 }
@@ -259,7 +279,7 @@ GenerationEvent ExpectGreedyMatchesTheForwardPass(
 }
 
 TEST(EngineTest, GreedyMatchesTheForwardPass) {
-  for (const auto& [name, config] : Variants(/*serial=*/true)) {
+  for (const auto& [name, config] : Variants(/*serial=*/true, /*moe=*/true)) {
     SCOPED_TRACE(name);
     ExpectGreedyMatchesTheForwardPass(config, /*int8=*/false, nullptr);
   }
@@ -271,7 +291,7 @@ TEST(EngineTest, GreedyMatchesTheForwardPass) {
 // for every variant and for mixed batched requests with prompt
 // log-probabilities and sampling.
 TEST(EngineTest, FullRecomputeMatchesTheForwardPassAndTheCache) {
-  for (const auto& [name, config] : Variants(/*serial=*/true)) {
+  for (const auto& [name, config] : Variants(/*serial=*/true, /*moe=*/true)) {
     SCOPED_TRACE(name);
     const GenerationEvent recomputed = ExpectGreedyMatchesTheForwardPass(
         config, /*int8=*/false, nullptr, /*recompute_prefix=*/true);
@@ -416,7 +436,7 @@ TEST(EngineTest, PromptLogprobsMatchTheFullForward) {
 }
 
 TEST(EngineTest, BatchingAndChunkingNeverChangeResults) {
-  for (const auto& [name, config] : Variants(/*serial=*/true)) {
+  for (const auto& [name, config] : Variants(/*serial=*/true, /*moe=*/true)) {
     SCOPED_TRACE(name);
     const auto requests = MixedRequests(12, 257);
     auto alone = Alone(config, requests);

@@ -98,6 +98,45 @@ absl::StatusOr<NormWeights> NormOf(const Params& params,
   return norm;
 }
 
+// The experts of a stacked [E, rows, cols] weight, one matrix each.
+std::vector<LinearWeights> PerExpert(const Tensor& stacked) {
+  const int64_t e = stacked.size(0), rows = stacked.size(1),
+                cols = stacked.size(2);
+  const std::vector<float> all = stacked.ToFloats();
+  std::vector<LinearWeights> out(e);
+  for (int64_t i = 0; i < e; ++i) {
+    out[i].out = rows;
+    out[i].in = cols;
+    out[i].weight.assign(all.begin() + i * rows * cols,
+                         all.begin() + (i + 1) * rows * cols);
+  }
+  return out;
+}
+
+LinearWeights Whole(const Parameter& p) {
+  LinearWeights lin;
+  lin.out = p.value.size(0);
+  lin.in = p.value.size(1);
+  lin.weight = p.value.ToFloats();
+  return lin;
+}
+
+absl::StatusOr<MoeWeights> MoeOf(const moe::MoeMlp& moe) {
+  MoeWeights m;
+  m.router = moe.config().router;
+  m.router_weight = moe.router_weight().value.ToFloats();
+  if (moe.expert_bias().defined()) {
+    m.expert_bias = moe.expert_bias().ToFloats();
+  }
+  m.fc1 = PerExpert(moe.fc1_weight().value);
+  m.fc2 = PerExpert(moe.fc2_weight().value);
+  if (moe.shared_fc1_weight() != nullptr) {
+    m.shared_fc1 = Whole(*moe.shared_fc1_weight());
+    m.shared_fc2 = Whole(*moe.shared_fc2_weight());
+  }
+  return m;
+}
+
 }  // namespace
 
 absl::StatusOr<InferenceWeights> LoadInferenceWeights(
@@ -105,11 +144,6 @@ absl::StatusOr<InferenceWeights> LoadInferenceWeights(
   InferenceWeights w;
   w.config = model.config();
   const gpt::GPTConfig& c = w.config;
-  if (c.num_experts > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "inference engine: the model is a mixture of experts (num_experts ",
-        c.num_experts, "), which the engine does not run yet"));
-  }
   comm::ProcessGroup* tp = model.context().tp_group;
   w.tp_size = std::max(1, parallel::GroupSize(tp));
   w.tp_rank = parallel::GroupRank(tp);
@@ -155,8 +189,15 @@ absl::StatusOr<InferenceWeights> LoadInferenceWeights(
                       c.qkv_bias(), t->qkv_int8());
     auto proj = Linear(params, prefix + "self_attention.linear_proj", bias,
                        t->proj_int8());
-    auto fc1 = Linear(params, prefix + "mlp.linear_fc1", bias, t->fc1_int8());
-    auto fc2 = Linear(params, prefix + "mlp.linear_fc2", bias, t->fc2_int8());
+    absl::StatusOr<LinearWeights> fc1 = LinearWeights(), fc2 = LinearWeights();
+    if (const moe::MoeMlp* moe = t->moe()) {
+      auto m = MoeOf(*moe);
+      if (!m.ok()) return m.status();
+      layer.moe = std::move(*m);
+    } else {
+      fc1 = Linear(params, prefix + "mlp.linear_fc1", bias, t->fc1_int8());
+      fc2 = Linear(params, prefix + "mlp.linear_fc2", bias, t->fc2_int8());
+    }
     for (const absl::Status& s : {ln1.status(), ln2.status(), qkv.status(),
                                   proj.status(), fc1.status(), fc2.status()}) {
       if (!s.ok()) return s;

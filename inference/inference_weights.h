@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/ops/moe_router.h"
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/gpt_model.h"
 
@@ -30,10 +31,22 @@ struct NormWeights {
   std::vector<float> weight, bias;  // bias empty for RMSNorm
 };
 
+// A mixture-of-experts layer's MLP (models/moe/moe_mlp.h), whole on every
+// rank (MoE layers run without tensor parallelism).
+struct MoeWeights {
+  ops::MoeRouterOptions router;
+  std::vector<float> router_weight;      // [experts, hidden]
+  std::vector<float> expert_bias;        // [experts]; empty without
+  std::vector<LinearWeights> fc1, fc2;   // Per expert: [2f or f, h], [h, f].
+  LinearWeights shared_fc1, shared_fc2;  // out == 0: no shared expert.
+};
+
 struct LayerWeights {
   NormWeights ln1, ln2;
-  NormWeights q_norm, k_norm;  // --qk-layernorm: [head_dim]; else empty
-  LinearWeights qkv, proj, fc1, fc2;
+  NormWeights q_norm, k_norm;         // --qk-layernorm: [head_dim]; else empty
+  LinearWeights qkv, proj, fc1, fc2;  // fc1, fc2 empty in an MoE layer
+  MoeWeights moe;                     // An MoE layer's (no experts: dense)
+  bool is_moe() const { return !moe.fc1.empty(); }
 };
 
 struct InferenceWeights {

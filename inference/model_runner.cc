@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/activation.h"
+#include "core/ops/moe_router.h"
 #include "core/ops/rotary.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
@@ -66,11 +67,38 @@ ModelRunner::ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
     : weights_(std::move(weights)), tp_(tp), cache_(std::move(cache)) {
   const gpt::GPTConfig& c = weights_.config;
   for (LayerWeights& lw : weights_.layers) {
-    packed_.push_back(PackedLayer{PackLinear(lw.qkv), PackLinear(lw.proj),
-                                  PackLinear(lw.fc1), PackLinear(lw.fc2)});
+    PackedLayer pl;
+    pl.qkv = PackLinear(lw.qkv);
+    pl.proj = PackLinear(lw.proj);
+    std::vector<LinearWeights*> packed = {&lw.qkv, &lw.proj};
+    if (lw.is_moe()) {
+      MoeWeights& m = lw.moe;
+      pl.router = RowGemmWeights::Pack(
+          m.router_weight.data(),
+          static_cast<int64_t>(m.router_weight.size()) / c.hidden_size,
+          c.hidden_size);
+      for (size_t e = 0; e < m.fc1.size(); ++e) {
+        pl.expert_fc1.push_back(PackLinear(m.fc1[e]));
+        pl.expert_fc2.push_back(PackLinear(m.fc2[e]));
+        packed.push_back(&m.fc1[e]);
+        packed.push_back(&m.fc2[e]);
+      }
+      if (m.shared_fc1.out > 0) {
+        pl.shared_fc1 = PackLinear(m.shared_fc1);
+        pl.shared_fc2 = PackLinear(m.shared_fc2);
+        packed.push_back(&m.shared_fc1);
+        packed.push_back(&m.shared_fc2);
+      }
+    } else {
+      pl.fc1 = PackLinear(lw.fc1);
+      pl.fc2 = PackLinear(lw.fc2);
+      packed.push_back(&lw.fc1);
+      packed.push_back(&lw.fc2);
+    }
+    packed_.push_back(std::move(pl));
     // Only the packed copy is used: free the other (shapes, scales and
     // biases stay).
-    for (LinearWeights* lin : {&lw.qkv, &lw.proj, &lw.fc1, &lw.fc2}) {
+    for (LinearWeights* lin : packed) {
       std::vector<float>().swap(lin->weight);
       std::vector<int8_t>().swap(lin->q);
     }
@@ -102,7 +130,10 @@ ModelRunner::ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
 int64_t ModelRunner::linear_weight_bytes() const {
   int64_t bytes = 0;
   for (const PackedLayer& p : packed_) {
-    bytes += p.qkv.bytes() + p.proj.bytes() + p.fc1.bytes() + p.fc2.bytes();
+    bytes += p.qkv.bytes() + p.proj.bytes() + p.fc1.bytes() + p.fc2.bytes() +
+             p.router.bytes() + p.shared_fc1.bytes() + p.shared_fc2.bytes();
+    for (const RowGemmWeights& e : p.expert_fc1) bytes += e.bytes();
+    for (const RowGemmWeights& e : p.expert_fc2) bytes += e.bytes();
   }
   return bytes;
 }
@@ -253,6 +284,12 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
     }
   }
   Norm(lw.ln2, x->data(), n, ln.data());
+  if (lw.is_moe()) {
+    std::vector<float>& mlp = Buffer(&scratch_.mlp, n * h);
+    MCC_RETURN_IF_ERROR(MoeRows(lw, pl, ln.data(), n, mlp.data()));
+    for (int64_t j = 0; j < n * h; ++j) (*x)[j] += mlp[j];
+    return absl::OkStatus();
+  }
   std::vector<float>& fc1 = Buffer(&scratch_.fc1, n * lw.fc1.out);
   Apply(lw.fc1, pl.fc1, ln.data(), n, fc1.data(), true);
   const bool swiglu = c.activation == gpt::Activation::kSwiGLU;
@@ -274,6 +311,64 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
     for (int64_t e = 0; e < h; ++e) {
       (*x)[r * h + e] +=
           mlp[r * h + e] + (lw.fc2.bias.empty() ? 0.0f : lw.fc2.bias[e]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::MoeRows(const LayerWeights& lw, const PackedLayer& pl,
+                                  const float* ln, int64_t n,
+                                  float* out) const {
+  const MoeWeights& m = lw.moe;
+  const int64_t h = weights_.config.hidden_size;
+  const int64_t e = static_cast<int64_t>(m.fc1.size()), k = m.router.topk;
+  const bool swiglu = weights_.config.activation == gpt::Activation::kSwiGLU;
+  auto host = [](float* data, Shape shape) {
+    return Tensor::FromExternal(data, std::move(shape), DType::kFloat32,
+                                Device::CPU(), nullptr);
+  };
+  std::vector<float> logits(e), scores(e), weights(k);
+  std::vector<int32_t> indices(k);
+  Tensor logits_t = host(logits.data(), {1, e});
+  Tensor scores_t = host(scores.data(), {1, e});
+  Tensor weights_t = host(weights.data(), {1, k});
+  Tensor indices_t = Tensor::FromExternal(indices.data(), {1, k}, DType::kInt32,
+                                          Device::CPU(), nullptr);
+  std::vector<float> bias = m.expert_bias;
+  Tensor bias_t;
+  if (!bias.empty()) bias_t = host(bias.data(), {e});
+  std::vector<float> fc1, act, y(h);
+  // One expert (or the shared one) of row x, added to acc times w.
+  auto expert = [&](const RowGemmWeights& w1, int64_t w1_out,
+                    const RowGemmWeights& w2, const float* x, float w,
+                    float* acc) -> absl::Status {
+    const int64_t f = swiglu ? w1_out / 2 : w1_out;
+    fc1.resize(w1_out);
+    act.resize(f);
+    RowGemm(x, 1, w1, fc1.data());
+    Tensor in = host(fc1.data(), {w1_out}), a = host(act.data(), {f});
+    MCC_RETURN_IF_ERROR(swiglu ? ops::SwiGLU(in, &a) : ops::Gelu(in, &a));
+    RowGemm(act.data(), 1, w2, y.data());
+    for (int64_t j = 0; j < h; ++j) acc[j] += w * y[j];
+    return absl::OkStatus();
+  };
+  for (int64_t r = 0; r < n; ++r) {
+    const float* x = ln + r * h;
+    float* acc = out + r * h;
+    RowGemm(x, 1, pl.router, logits.data());
+    MCC_RETURN_IF_ERROR(
+        ops::MoeRouterForward(logits_t, bias.empty() ? nullptr : &bias_t,
+                              m.router, &scores_t, &indices_t, &weights_t));
+    std::fill(acc, acc + h, 0.0f);
+    // The choices in order, as the training model's unpermutation sums.
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t ex = indices[j];
+      MCC_RETURN_IF_ERROR(expert(pl.expert_fc1[ex], m.fc1[ex].out,
+                                 pl.expert_fc2[ex], x, weights[j], acc));
+    }
+    if (m.shared_fc1.out > 0) {
+      MCC_RETURN_IF_ERROR(
+          expert(pl.shared_fc1, m.shared_fc1.out, pl.shared_fc2, x, 1.0f, acc));
     }
   }
   return absl::OkStatus();

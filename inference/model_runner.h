@@ -84,7 +84,14 @@ class ModelRunner {
   // construction (kept beside weights_, which callers may read).
   struct PackedLayer {
     RowGemmWeights qkv, proj, fc1, fc2;
+    // An MoE layer's router, experts (one each) and shared expert.
+    RowGemmWeights router, shared_fc1, shared_fc2;
+    std::vector<RowGemmWeights> expert_fc1, expert_fc2;
   };
+  // An MoE layer's MLP of n rows of ln into out [n, hidden], one row at a
+  // time (a row's experts and sums never depend on the rows around it).
+  absl::Status MoeRows(const LayerWeights& lw, const PackedLayer& pl,
+                       const float* ln, int64_t n, float* out) const;
   std::vector<PackedLayer> packed_;
   RowGemmWeights packed_head_;
   // A layer's activations, kept between steps (see Buffer in the .cc).
