@@ -10,7 +10,8 @@
 # (1e-5), and exporting it gives back the reference's tensors bit for bit,
 # sharded or not. An optional sixth argument names the family the reference
 # writes (llama, llama31: rope_scaling of type llama3; qwen2: q/k/v biases,
-# tied embeddings; qwen3: QK-norm) and so the training flags.
+# tied embeddings; qwen3: QK-norm; mixtral: every layer 4 experts, top-2,
+# checked at PP 2 instead of TP 2) and so the training flags.
 set -euo pipefail
 launch=$1
 train=$2
@@ -26,8 +27,20 @@ case $family in
              --rope-scaling-original-max-position-embeddings 64); model_type=llama ;;
   qwen2) family_flags=(--add-qkv-bias); model_type=qwen2 ;;
   qwen3) family_flags=(--untie-embeddings-and-output-weights --qk-layernorm); model_type=qwen3 ;;
+  mixtral) family_flags=(--untie-embeddings-and-output-weights --num-experts 4
+             --moe-router-topk 2 --moe-ffn-hidden-size 48); model_type=mixtral ;;
   *) echo "unknown family $family"; exit 1 ;;
 esac
+# Mixtral: the experts' and the config's intermediate size; MoE layers run
+# without tensor parallelism, so its other layouts are PP 2 (x DP 2).
+ffn=176
+tp2=(--tensor-model-parallel-size 2)
+train_layout=(--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2)
+if [[ $family == mixtral ]]; then
+  ffn=48
+  tp2=(--pipeline-model-parallel-size 2)
+  train_layout=(--pipeline-model-parallel-size 2)
+fi
 work=${TEST_TMPDIR:-$(mktemp -d)}
 python=/usr/bin/python3
 if ! "$python" -c "import torch" > /dev/null 2>&1; then
@@ -73,13 +86,13 @@ check_eval() {  # name nproc flags...
   [[ "$tokens" == "$ref_tokens" ]] || { echo "greedy tokens differ"; exit 1; }
 }
 check_eval tp1 1
-check_eval tp2 2 --tensor-model-parallel-size 2
+check_eval tp2 2 "${tp2[@]}"
 
 # The import trains under any layout: its flags are the config.json's, but
 # for the sequence length (64 positions there; rotary positions have no
 # table, so any length loads).
 flags=(--num-layers 2 --hidden-size 64 --num-attention-heads 4
-       --group-query-attention --num-query-groups 2 --ffn-hidden-size 176
+       --group-query-attention --num-query-groups 2 --ffn-hidden-size "$ffn"
        --seq-length 32 --position-embedding-type rope
        --rotary-base 50000 --normalization RMSNorm --norm-epsilon 1e-6 --swiglu
        "${family_flags[@]}" --disable-bias-linear
@@ -90,8 +103,8 @@ losses() { sed -n 's/.*"iteration": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/p' "
 "$train" "${flags[@]}" --metrics-file "$work/serial.jsonl" > "$work/serial.log" 2>&1 \
   || { cat "$work/serial.log"; exit 1; }
 grep -q "loaded .*iter_0000000" "$work/serial.log"
-"$launch" --nproc_per_node 4 -- "$train" "${flags[@]}" --tensor-model-parallel-size 2 \
-  --pipeline-model-parallel-size 2 --metrics-file "$work/tp2pp2.jsonl" > "$work/tp2pp2.log" 2>&1 \
+"$launch" --nproc_per_node 4 -- "$train" "${flags[@]}" "${train_layout[@]}" \
+  --metrics-file "$work/tp2pp2.jsonl" > "$work/tp2pp2.log" 2>&1 \
   || { cat "$work/tp2pp2.log"; exit 1; }
 paste <(losses "$work/serial.jsonl") <(losses "$work/tp2pp2.jsonl") | awk '
   { d = $2 - $4; if (d < 0) d = -d; n++; if ($1 != $3 || d > 1e-5 * $2) { print "differs: " $0; bad = 1 } }

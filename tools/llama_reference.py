@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A plain PyTorch reference of Hugging Face's LlamaForCausalLM forward pass,
 and of the family members built on it (--family): Llama 3.1's rope_scaling
-(type llama3), Qwen2's q/k/v biases with tied embeddings, Qwen3's QK-norm.
+(type llama3), Qwen2's q/k/v biases with tied embeddings, Qwen3's QK-norm,
+Mixtral's sparse mixture-of-experts MLP (mixtral_moe).
 
 Written from the architecture's definition (no transformers import): token
 embedding; per layer RMSNorm, rotary positions in the rotate-half form (dim i
@@ -69,12 +70,18 @@ FAMILIES = {
               "tie_word_embeddings": True, "use_sliding_window": False},
     "qwen3": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
               "head_dim": 16, "attention_bias": False},
+    # Every layer a mixture of 4 experts of intermediate_size, top-2.
+    "mixtral": {"architectures": ["MixtralForCausalLM"],
+                "model_type": "mixtral", "intermediate_size": 48,
+                "num_local_experts": 4, "num_experts_per_tok": 2,
+                "sliding_window": None, "output_router_logits": False},
 }
 
 # Seeds whose greedy continuations keep their top two logits apart (the
 # test needs a margin over 1e-2); Qwen2's tied head repeats tokens, seed 3
 # changes token once.
-FAMILY_SEEDS = {"llama": 2, "llama31": 2, "qwen2": 3, "qwen3": 3}
+FAMILY_SEEDS = {"llama": 2, "llama31": 2, "qwen2": 3, "qwen3": 3,
+                "mixtral": 2}
 
 _DTYPES = {"F32": (torch.float32, 4), "BF16": (torch.bfloat16, 2),
            "F16": (torch.float16, 2)}
@@ -116,6 +123,17 @@ def random_weights(c, seed):
             w[p + "self_attn.q_norm.weight"] = 1.0 + normal(d, std=0.2)
             w[p + "self_attn.k_norm.weight"] = 1.0 + normal(d, std=0.2)
         w[p + "post_attention_layernorm.weight"] = norm_weight()
+        if c["model_type"] == "mixtral":
+            m = p + "block_sparse_moe."
+            # A sharper router, so each token's top two stand apart.
+            w[m + "gate.weight"] = normal(c["num_local_experts"], h,
+                                          std=2.0 * h ** -0.5)
+            for e in range(c["num_local_experts"]):
+                x = f"{m}experts.{e}."
+                w[x + "w1.weight"] = normal(f, h, std=h ** -0.5)
+                w[x + "w2.weight"] = normal(h, f, std=f ** -0.5)
+                w[x + "w3.weight"] = normal(f, h, std=h ** -0.5)
+            continue
         w[p + "mlp.gate_proj.weight"] = normal(f, h, std=h ** -0.5)
         w[p + "mlp.up_proj.weight"] = normal(f, h, std=h ** -0.5)
         w[p + "mlp.down_proj.weight"] = normal(h, f, std=f ** -0.5)
@@ -194,6 +212,9 @@ def forward(w, c, ids):
         attn = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
         x = x + attn.reshape(s, h) @ w[p + "self_attn.o_proj.weight"].T
         y = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        if c["model_type"] == "mixtral":
+            x = x + mixtral_moe(w, c, p + "block_sparse_moe.", y)
+            continue
         gate = y @ w[p + "mlp.gate_proj.weight"].T
         up = y @ w[p + "mlp.up_proj.weight"].T
         x = x + (torch.nn.functional.silu(gate) * up) @ \
@@ -201,6 +222,24 @@ def forward(w, c, ids):
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
     return x @ head.T
+
+
+def mixtral_moe(w, c, m, y):
+    """Mixtral's sparse MLP: softmax over the router's logits, the top
+    num_experts_per_tok experts with their probabilities renormalised to 1,
+    and each chosen expert's SwiGLU MLP (w2(silu(w1 y) * w3 y)) summed with
+    those weights."""
+    probs = (y @ w[m + "gate.weight"].T).softmax(-1)
+    top, chosen = probs.topk(c["num_experts_per_tok"], dim=-1)
+    top = top / top.sum(-1, keepdim=True)
+    out = torch.zeros_like(y)
+    for t in range(y.shape[0]):
+        for j in range(chosen.shape[1]):
+            x = f"{m}experts.{int(chosen[t, j])}."
+            hidden = torch.nn.functional.silu(y[t] @ w[x + "w1.weight"].T) * \
+                (y[t] @ w[x + "w3.weight"].T)
+            out[t] += top[t, j] * (hidden @ w[x + "w2.weight"].T)
+    return out
 
 
 def write_safetensors(path, tensors):
