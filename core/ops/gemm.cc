@@ -50,14 +50,7 @@ void SyncOmpThreads() {
   }
 }
 
-class ScopedSingleThreadedGemm {
- public:
-  ScopedSingleThreadedGemm() : saved_(t_omp_override) { t_omp_override = 1; }
-  ~ScopedSingleThreadedGemm() { t_omp_override = saved_; }
-
- private:
-  int saved_;
-};
+using internal::ScopedSingleThreadedGemm;
 
 std::atomic<bool> g_force_matmul{false};
 std::atomic<int64_t> g_primitives_created{0};
@@ -667,6 +660,13 @@ std::string FormatBf16GemmChoice(const Bf16GemmChoice& c) {
 }
 
 namespace internal {
+
+ScopedSingleThreadedGemm::ScopedSingleThreadedGemm() : saved_(t_omp_override) {
+  t_omp_override = 1;
+}
+ScopedSingleThreadedGemm::~ScopedSingleThreadedGemm() {
+  t_omp_override = saved_;
+}
 
 ScopedBf16ShapeClass::ScopedBf16ShapeClass() : saved_(t_bf16_shape_class) {
   t_bf16_shape_class = true;

@@ -138,6 +138,21 @@ class ScopedBf16ShapeClass {
   bool saved_;
 };
 
+// While alive, CPU GEMMs called on this thread run on this thread alone
+// (oneDNN's OpenMP team of one): for loops that already spread GEMMs over
+// the pool's threads (BatchedGemm of small matrices, the grouped GEMM of
+// many small experts). Nests; other threads are unaffected.
+class ScopedSingleThreadedGemm {
+ public:
+  ScopedSingleThreadedGemm();
+  ~ScopedSingleThreadedGemm();
+  ScopedSingleThreadedGemm(const ScopedSingleThreadedGemm&) = delete;
+  ScopedSingleThreadedGemm& operator=(const ScopedSingleThreadedGemm&) = delete;
+
+ private:
+  int saved_;
+};
+
 // For tests: force the oneDNN matmul-primitive path (normally only taken for
 // native bf16) for fp32 too, so its strides, alpha and beta are checked on
 // machines without AVX512-BF16. Returns the previous setting.

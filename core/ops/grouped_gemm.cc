@@ -1,12 +1,16 @@
 #include "core/ops/grouped_gemm.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/op_profile.h"
 #include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
 #include "core/status_macros.h"
+#include "core/thread_pool.h"
 
 namespace mcc {
 namespace ops {
@@ -43,32 +47,69 @@ absl::StatusOr<Tensor> GroupMatrix(const Tensor& w, int64_t g) {
   return s.Reshape({w.size(1), w.size(2)});
 }
 
+// Runs fn(t) for t in [0, threads) on the pool's threads, each with its
+// GEMMs on that thread alone (oneDNN's OpenMP team of one): small GEMMs cost
+// less than the fork and join of a team around each of them
+// (grouped_gemm_bench: 64 experts of 64 rows).
+absl::Status OnEachThread(int threads,
+                          const std::function<absl::Status(int)>& fn) {
+  std::vector<absl::Status> status(threads);
+  ThreadPool::Global().ParallelFor(threads, 1, [&](int64_t t0, int64_t t1) {
+    internal::ScopedSingleThreadedGemm single;
+    internal::ScopedBf16ShapeClass shape_class;
+    // The calling op's timer counts this time; a null op marks the worker
+    // as inside it, so the GEMMs are not counted again.
+    ScopedOpTimer inside_the_op(nullptr);
+    for (int64_t t = t0; t < t1; ++t) status[t] = fn(static_cast<int>(t));
+  });
+  for (const absl::Status& st : status) MCC_RETURN_IF_ERROR(st);
+  return absl::OkStatus();
+}
+
+// y rows [r0, r1) (across groups): one GEMM per group piece.
+absl::Status GroupedGemmRows(const Tensor& x, const Tensor& w, bool trans_w,
+                             absl::Span<const int64_t> sizes, Tensor* y,
+                             float beta, int64_t r0, int64_t r1) {
+  int64_t first = 0;
+  for (size_t g = 0; g < sizes.size() && first < r1; ++g) {
+    const int64_t lo = std::max(r0, first), hi = std::min(r1, first + sizes[g]);
+    first += sizes[g];
+    if (lo >= hi) continue;
+    MCC_ASSIGN_OR_RETURN(Tensor xg, x.Slice(lo, hi));
+    MCC_ASSIGN_OR_RETURN(Tensor yg, y->Slice(lo, hi));
+    MCC_ASSIGN_OR_RETURN(Tensor wg, GroupMatrix(w, g));
+    MCC_RETURN_IF_ERROR(Gemm(xg, false, wg, trans_w, &yg, 1.0f, beta));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GroupedGemmCpu(const Tensor& x, const Tensor& w, bool trans_w,
                             absl::Span<const int64_t> sizes, Tensor* y,
                             float beta) {
   // Expert row counts change every step: one bf16 path measurement per
   // power-of-two shape class, not per count.
   internal::ScopedBf16ShapeClass shape_class;
-  int64_t row = 0;
-  for (size_t g = 0; g < sizes.size(); ++g) {
-    const int64_t m = sizes[g];
-    if (m == 0) continue;
-    MCC_ASSIGN_OR_RETURN(Tensor xg, x.Slice(row, row + m));
-    MCC_ASSIGN_OR_RETURN(Tensor yg, y->Slice(row, row + m));
-    MCC_ASSIGN_OR_RETURN(Tensor wg, GroupMatrix(w, g));
-    MCC_RETURN_IF_ERROR(Gemm(xg, false, wg, trans_w, &yg, 1.0f, beta));
-    row += m;
+  const int threads = ThreadPool::Global().num_threads();
+  const int64_t rows = x.size(0);
+  if (threads < 2 || rows < 2 * threads) {
+    return GroupedGemmRows(x, w, trans_w, sizes, y, beta, 0, rows);
   }
-  return absl::OkStatus();
+  // Output rows are independent: thread t takes rows [t R / T, (t + 1) R /
+  // T) whatever the groups, so skewed groups share evenly. Which GEMMs run
+  // depends only on the sizes and the thread count: a call repeats its bits.
+  return OnEachThread(threads, [&](int t) {
+    return GroupedGemmRows(x, w, trans_w, sizes, y, beta, rows * t / threads,
+                           rows * (t + 1) / threads);
+  });
 }
 
-absl::Status GroupedGemmWeightGradCpu(const Tensor& x, const Tensor& dy,
-                                      bool trans_w,
-                                      absl::Span<const int64_t> sizes,
-                                      Tensor* dw, float beta) {
-  internal::ScopedBf16ShapeClass shape_class;  // As in GroupedGemmCpu.
-  int64_t row = 0;
-  for (size_t g = 0; g < sizes.size(); ++g) {
+// dw_g for groups [g0, g1), their rows starting at `row`.
+absl::Status GroupedWeightGradGroups(const Tensor& x, const Tensor& dy,
+                                     bool trans_w,
+                                     absl::Span<const int64_t> sizes,
+                                     Tensor* dw, float beta, int64_t g0,
+                                     int64_t g1, int64_t row) {
+  for (int64_t g = g0; g < g1; ++g) {
     const int64_t m = sizes[g];
     MCC_ASSIGN_OR_RETURN(Tensor dwg, GroupMatrix(*dw, g));
     if (m == 0) {
@@ -91,6 +132,38 @@ absl::Status GroupedGemmWeightGradCpu(const Tensor& x, const Tensor& dy,
     row += m;
   }
   return absl::OkStatus();
+}
+
+absl::Status GroupedGemmWeightGradCpu(const Tensor& x, const Tensor& dy,
+                                      bool trans_w,
+                                      absl::Span<const int64_t> sizes,
+                                      Tensor* dw, float beta) {
+  internal::ScopedBf16ShapeClass shape_class;  // As in GroupedGemmCpu.
+  const int threads = ThreadPool::Global().num_threads();
+  const int64_t groups = static_cast<int64_t>(sizes.size());
+  // A group's rows are its GEMM's reduction: the groups, not the rows, are
+  // shared out, side by side once there are enough of them to balance
+  // (twice the threads), in contiguous runs of about equal rows.
+  if (threads < 2 || groups < 2 * threads) {
+    return GroupedWeightGradGroups(x, dy, trans_w, sizes, dw, beta, 0, groups,
+                                   0);
+  }
+  std::vector<int64_t> first(groups + 1, 0);
+  for (int64_t g = 0; g < groups; ++g) first[g + 1] = first[g] + sizes[g];
+  std::vector<int64_t> bounds(threads + 1, groups);
+  bounds[0] = 0;
+  for (int t = 1; t < threads; ++t) {
+    // The group boundary nearest to t R / T.
+    const int64_t cut = first[groups] * t / threads;
+    int64_t g = bounds[t - 1];
+    while (g < groups && first[g + 1] <= cut) ++g;
+    if (g < groups && cut - first[g] > first[g + 1] - cut) ++g;
+    bounds[t] = g;
+  }
+  return OnEachThread(threads, [&](int t) {
+    return GroupedWeightGradGroups(x, dy, trans_w, sizes, dw, beta, bounds[t],
+                                   bounds[t + 1], first[bounds[t]]);
+  });
 }
 
 // x [M, K] and w [G, K, N] / [G, N, K] of one dtype; returns N.

@@ -4,7 +4,9 @@
 // Shapes: E experts, R = tokens x top-k routed rows split evenly or skewed
 // (expert e gets a share proportional to e + 1), fc1-like x [R, h] W_e^T
 // with W_e [f, h]; the dense GEMM is x [R, h] W^T with W [f, h]. Prints
-// GFLOP/s (2 R f h per call, median of --reps calls) and the ratio.
+// GFLOP/s (2 R f h per call, median of --reps calls) and the ratio; "loop"
+// is one Gemm per expert, each on all threads (the grouped GEMM before it
+// spread the rows over the threads), measured alongside for comparison.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -57,8 +59,9 @@ void Run() {
   }
   const int reps = absl::GetFlag(FLAGS_reps);
   std::printf("threads %d\n", ThreadPool::Global().num_threads());
-  std::printf("%5s %3s %5s %5s %6s %7s | %8s %8s | %6s\n", "dtype", "E", "R",
-              "h", "f", "split", "dense", "grouped", "ratio");
+  std::printf("%5s %3s %5s %5s %6s %7s | %8s %8s %8s | %6s %6s\n", "dtype", "E",
+              "R", "h", "f", "split", "dense", "loop", "grouped", "loop",
+              "ratio");
   struct Shape {
     int64_t experts, rows, h, f;
   };
@@ -76,13 +79,26 @@ void Run() {
             MedianSeconds(reps, [&]() { (void)Gemm(x, false, wd, true, &y); });
         const double grouped = MedianSeconds(
             reps, [&]() { (void)GroupedGemm(x, w, true, sizes, &y); });
-        std::printf("%5s %3lld %5lld %5lld %6lld %7s | %8.1f %8.1f | %5.0f%%\n",
-                    std::string(DTypeName(dt)).c_str(),
-                    static_cast<long long>(s.experts),
-                    static_cast<long long>(s.rows), static_cast<long long>(s.h),
-                    static_cast<long long>(s.f), skewed ? "skewed" : "even",
-                    flops / dense * 1e-9, flops / grouped * 1e-9,
-                    100.0 * dense / grouped);
+        const double loop = MedianSeconds(reps, [&]() {
+          int64_t row = 0;
+          for (int64_t e = 0; e < s.experts; ++e) {
+            if (sizes[e] == 0) continue;
+            Tensor xe = x.Slice(row, row + sizes[e]).value();
+            Tensor ye = y.Slice(row, row + sizes[e]).value();
+            Tensor we = w.Slice(e, e + 1).value().Reshape({s.f, s.h}).value();
+            (void)Gemm(xe, false, we, true, &ye);
+            row += sizes[e];
+          }
+        });
+        std::printf(
+            "%5s %3lld %5lld %5lld %6lld %7s | %8.1f %8.1f %8.1f | %5.0f%% "
+            "%5.0f%%\n",
+            std::string(DTypeName(dt)).c_str(),
+            static_cast<long long>(s.experts), static_cast<long long>(s.rows),
+            static_cast<long long>(s.h), static_cast<long long>(s.f),
+            skewed ? "skewed" : "even", flops / dense * 1e-9,
+            flops / loop * 1e-9, flops / grouped * 1e-9, 100.0 * dense / loop,
+            100.0 * dense / grouped);
       }
     }
   }

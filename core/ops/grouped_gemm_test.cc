@@ -1,10 +1,12 @@
 #include "core/ops/grouped_gemm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/ops/gemm.h"
 #include "core/ops/test_util.h"
+#include "core/thread_pool.h"
 #include "gtest/gtest.h"
 
 namespace mcc {
@@ -45,12 +47,10 @@ struct Case {
 
 class GroupedGemmTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(GroupedGemmTest, ForwardAndBackwardMatchFloat64) {
-  const DType dt = GetParam().dtype;
-  const bool tw = GetParam().trans_w;
-  // Uneven groups, one empty, one of a single row.
-  const std::vector<int64_t> sizes = {5, 0, 17, 1, 9};
-  const int64_t groups = sizes.size(), m = 32, k = 24, n = 13;
+void CheckAgainstFloat64(DType dt, bool tw, std::vector<int64_t> sizes) {
+  int64_t m = 0;
+  for (int64_t s : sizes) m += s;
+  const int64_t groups = sizes.size(), k = 24, n = 13;
   Tensor x = RandomTensor({m, k}, dt, 1);
   Tensor w =
       RandomTensor(tw ? Shape{groups, n, k} : Shape{groups, k, n}, dt, 2);
@@ -120,8 +120,9 @@ TEST_P(GroupedGemmTest, ForwardAndBackwardMatchFloat64) {
     }
   }
   for (size_t i = 0; i < mag.size(); ++i) mag[i] += std::fabs(dw0d[i]);
-  // m rows of at most 17 per group plus the previous value: 18 terms.
-  ExpectGemmNear(dw.ToDoubles(), ref, mag, 18, DType::kFloat32, "dw");
+  // At most the largest group's rows plus the previous value.
+  const int64_t terms = *std::max_element(sizes.begin(), sizes.end()) + 1;
+  ExpectGemmNear(dw.ToDoubles(), ref, mag, terms, DType::kFloat32, "dw");
   const int64_t per_group = k * n;
   const std::vector<double> dwd = dw.ToDoubles();
   for (int64_t i = per_group; i < 2 * per_group; ++i) {
@@ -131,6 +132,26 @@ TEST_P(GroupedGemmTest, ForwardAndBackwardMatchFloat64) {
   ASSERT_TRUE(GroupedGemmWeightGrad(x, dy, tw, sizes, &dw, 0.0f).ok());
   const std::vector<double> over = dw.ToDoubles();
   for (int64_t i = per_group; i < 2 * per_group; ++i) ASSERT_EQ(over[i], 0.0);
+}
+
+TEST_P(GroupedGemmTest, ForwardAndBackwardMatchFloat64) {
+  // Uneven groups, one empty, one of a single row.
+  CheckAgainstFloat64(GetParam().dtype, GetParam().trans_w, {5, 0, 17, 1, 9});
+}
+
+// With several threads the forward splits the rows evenly over them, across
+// group boundaries, and the weight gradient shares out whole groups (with
+// at least twice as many groups as threads): the same bounds at 1, 3 and 4
+// threads, with skewed sizes and empty groups.
+TEST_P(GroupedGemmTest, EveryThreadCountMatchesFloat64) {
+  const int saved = ThreadPool::Global().num_threads();
+  for (int threads : {1, 3, 4}) {
+    SCOPED_TRACE(threads);
+    ThreadPool::SetGlobalThreads(threads);
+    CheckAgainstFloat64(GetParam().dtype, GetParam().trans_w,
+                        {1, 0, 2, 3, 0, 5, 8, 13, 21, 0});
+  }
+  ThreadPool::SetGlobalThreads(saved);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmTest,
