@@ -275,6 +275,32 @@ inline float ExpRow(float* row, int64_t valid, int64_t n, float sub) {
   return nn::HSum(acc);
 }
 
+// ExpRow over the keys [begin, end) of the row (0 outside), for rows whose
+// document or window starts inside the block. Masked loads and stores keep
+// it within the row.
+inline float ExpRange(float* row, int64_t begin, int64_t end, int64_t n,
+                      float sub) {
+  if (begin == 0) return ExpRow(row, end, n, sub);
+  std::fill(row, row + begin, 0.0f);
+  const __m256 vs = _mm256_set1_ps(sub);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t c = begin;
+  for (; c + 8 <= end; c += 8) {
+    const __m256 e = nn::Exp8(_mm256_sub_ps(_mm256_loadu_ps(row + c), vs));
+    _mm256_storeu_ps(row + c, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (c < end) {
+    const __m256i m = Mask(end - c);
+    __m256 e = nn::Exp8(_mm256_sub_ps(_mm256_maskload_ps(row + c, m), vs));
+    e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
+    _mm256_maskstore_ps(row + c, m, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  for (c = end; c < n; ++c) row[c] = 0.0f;
+  return nn::HSum(acc);
+}
+
 inline float RowMax(const float* row, int64_t valid) {
   __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   int64_t c = 0;
@@ -292,6 +318,8 @@ struct Dims {
   float dropout_p = 0.0f;
   uint64_t seed = 0, offset = 0;
   int64_t head_offset = 0, total_heads = 0;
+  // AttentionOptions::first_key's data ([b, s]); null without.
+  const int32_t* first_key = nullptr;
 };
 
 // Multiplies row[c] (c < n) by keep / (1 - p) for query row i of head h,
@@ -315,10 +343,30 @@ inline void DropRow(const Dims& dm, int64_t bi, int64_t h, int64_t i,
   }
 }
 
-// Keys visible to query row `row` within the key block starting at j0.
-inline int64_t Visible(const Dims& dm, int64_t row, int64_t j0, int64_t bc) {
-  if (!dm.causal) return bc;
-  return std::max<int64_t>(0, std::min<int64_t>(bc, row - j0 + 1));
+// Keys [begin, end) of the key block starting at j0 (bc keys) that query
+// row `row` of batch entry bi sees; begin == end when none.
+struct KeyRange {
+  int64_t begin, end;
+  bool empty() const { return begin >= end; }
+};
+inline KeyRange Visible(const Dims& dm, int64_t bi, int64_t row, int64_t j0,
+                        int64_t bc) {
+  KeyRange r{0, bc};
+  if (dm.causal) r.end = std::max<int64_t>(0, std::min(bc, row - j0 + 1));
+  if (dm.first_key != nullptr) {
+    r.begin = std::min<int64_t>(
+        r.end, std::max<int64_t>(0, dm.first_key[bi * dm.s + row] - j0));
+  }
+  return r;
+}
+
+// The smallest first key of query rows [i0, i0 + br) of batch entry bi (0
+// without a first_key): key blocks ending at or below it are skipped whole.
+inline int64_t FirstKeyOfBlock(const Dims& dm, int64_t bi, int64_t i0,
+                               int64_t br) {
+  if (dm.first_key == nullptr) return 0;
+  const int32_t* f = dm.first_key + bi * dm.s + i0;
+  return std::max<int64_t>(0, *std::min_element(f, f + br));
 }
 
 template <typename TQ, typename TO>
@@ -363,6 +411,9 @@ void ForwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v, TO* out,
       const int64_t kvh = h / group;
       const int64_t i0 = qb * kBlock, br = std::min(kBlock, s - i0);
       const int64_t kend = dm.causal ? i0 + br : s;
+      // Packed documents and windows: start at the block holding the
+      // smallest first key of these rows.
+      const int64_t kbegin = FirstKeyOfBlock(dm, bi, i0, br) / kBlock * kBlock;
       const float* kt = packed_data + (bi * dm.hkv + kvh) * per_kv;
       const float* vp = kt + ldk * d;
       const TQ* qh = q + (bi * s + i0) * q_stride + h * d;
@@ -370,21 +421,29 @@ void ForwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v, TO* out,
       std::fill(oacc, oacc + br * d, 0.0f);
       std::fill(mrow, mrow + br, -std::numeric_limits<float>::infinity());
       std::fill(lrow, lrow + br, 0.0f);
-      for (int64_t j0 = 0; j0 < kend; j0 += kBlock) {
+      for (int64_t j0 = kbegin; j0 < kend; j0 += kBlock) {
         const int64_t bc = std::min(kBlock, kend - j0);
         BlockGemm(br, bc, d, qp, d, 1, kt + j0, ldk, sc, kBlock, false);
         for (int64_t r = 0; r < br; ++r) {
           float* row = sc + r * kBlock;
-          const int64_t valid = Visible(dm, i0 + r, j0, bc);
-          const float mnew = std::max(mrow[r], RowMax(row, valid));
+          const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
+          if (vis.empty()) {
+            // Nothing of this block for the row: no weight, no rescale.
+            std::fill(row, row + bc, 0.0f);
+            continue;
+          }
+          const float mnew =
+              std::max(mrow[r], RowMax(row + vis.begin, vis.end - vis.begin));
           const float alpha = nn::ExpS(mrow[r] - mnew);
-          const float sum = ExpRow(row, valid, bc, mnew);
+          const float sum = ExpRange(row, vis.begin, vis.end, bc, mnew);
           lrow[r] = lrow[r] * alpha + sum;
           mrow[r] = mnew;
           // The normaliser counts every probability; only the values that
           // reach the output are dropped.
-          if (dm.dropout_p > 0)
-            DropRow(dm, bi, h, i0 + r, j0, valid, row, words);
+          if (dm.dropout_p > 0) {
+            DropRow(dm, bi, h, i0 + r, j0 + vis.begin, vis.end - vis.begin,
+                    row + vis.begin, words);
+          }
           if (alpha != 1.0f) {
             float* o = oacc + r * d;
             for (int64_t x = 0; x < d; ++x) o[x] *= alpha;
@@ -394,8 +453,13 @@ void ForwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v, TO* out,
       }
       for (int64_t r = 0; r < br; ++r) {
         TO* orow = out + (bi * s + i0 + r) * q_stride + h * d;
-        nn::FromF32(oacc + r * d, orow, d, 1.0f / lrow[r]);
-        lse[(bi * dm.hq + h) * s + i0 + r] = mrow[r] + std::log(lrow[r]);
+        // A row that saw no key (possible only with first_key): out 0 and
+        // lse -inf, which the softmax merge of a CP ring ignores.
+        const bool none = lrow[r] == 0.0f;
+        nn::FromF32(oacc + r * d, orow, d, none ? 0.0f : 1.0f / lrow[r]);
+        lse[(bi * dm.hq + h) * s + i0 + r] =
+            none ? -std::numeric_limits<float>::infinity()
+                 : mrow[r] + std::log(lrow[r]);
       }
     }
   });
@@ -459,12 +523,20 @@ void BackwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v,
               const int64_t bc = std::min(kBlock, s - j0);
               for (int64_t i0 = dm.causal ? j0 : 0; i0 < s; i0 += kBlock) {
                 const int64_t br = std::min(kBlock, s - i0);
+                // Every row of the query block starts after this key block
+                // (another document, or out of the window): nothing to do.
+                if (FirstKeyOfBlock(dm, bi, i0, br) >= j0 + bc) continue;
                 // P = exp(S - lse), S = (scale q) k^T.
                 BlockGemm(br, bc, d, qp + i0 * d, d, 1, kt + j0, ldt, pb,
                           kBlock, false);
                 for (int64_t r = 0; r < br; ++r) {
-                  ExpRow(pb + r * kBlock, Visible(dm, i0 + r, j0, bc), bc,
-                         lh[i0 + r]);
+                  const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
+                  if (vis.empty()) {
+                    std::fill(pb + r * kBlock, pb + r * kBlock + bc, 0.0f);
+                  } else {
+                    ExpRange(pb + r * kBlock, vis.begin, vis.end, bc,
+                             lh[i0 + r]);
+                  }
                 }
                 if (dm.dropout_p > 0) {
                   // With dropout (mask M, keep scale c): O = (P*M*c) V, so
@@ -475,12 +547,14 @@ void BackwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v,
                   for (int64_t r = 0; r < br; ++r) {
                     float* p = pb + r * kBlock;
                     float* ds = dsb + r * kBlock;
-                    const int64_t valid = Visible(dm, i0 + r, j0, bc);
+                    const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
                     std::fill(mask.begin(), mask.end(), 1.0f);
-                    DropRow(dm, bi, h, i0 + r, j0, valid, mask.data(),
+                    DropRow(dm, bi, h, i0 + r, j0 + vis.begin,
+                            vis.end - vis.begin, mask.data() + vis.begin,
                             words.data());
                     for (int64_t c = 0; c < bc; ++c) {
-                      const float m = c < valid ? mask[c] : 0.0f;
+                      const float m =
+                          c >= vis.begin && c < vis.end ? mask[c] : 0.0f;
                       ds[c] = p[c] * (ds[c] * m - drow[i0 + r]);
                       p[c] *= m;
                     }
@@ -568,6 +642,15 @@ absl::Status CheckQkv(absl::string_view op, const Tensor& q, const Tensor& k,
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": dropout_p must be in [0, 1), got ", options.dropout_p));
   }
+  const Tensor& first_key = options.first_key;
+  if (first_key.defined() &&
+      (first_key.dtype() != DType::kInt32 || !first_key.device().is_cpu() ||
+       first_key.shape() != Shape{q.size(0), q.size(1)})) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": first_key ", first_key.Describe(),
+        " (packed documents / sliding window) must be int32 [batch, seq] = ",
+        ShapeToString({q.size(0), q.size(1)}), " on the host"));
+  }
   *dm = DimsOf(q, k, options);
   if (dm->head_offset < 0 || dm->head_offset + dm->hq > dm->total_heads) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -596,6 +679,9 @@ Dims DimsOf(const Tensor& q, const Tensor& k, const AttentionOptions& options) {
   dm->offset = options.dropout_offset;
   dm->total_heads = options.total_heads > 0 ? options.total_heads : dm->hq;
   dm->head_offset = options.head_offset;
+  if (options.first_key.defined()) {
+    dm->first_key = options.first_key.data<int32_t>();
+  }
   return d;
 }
 

@@ -51,6 +51,18 @@ struct AttentionOptions {
   uint64_t dropout_offset = 0;
   int64_t head_offset = 0;
   int64_t total_heads = 0;
+  // Packed documents (--reset-attention-mask) and sliding windows
+  // (--window-size): int32 [batch, seq] on the host, the first key each query
+  // row may see. Query i of batch entry bi sees key j only when
+  // j >= first_key[bi, i] (and j <= i when causal). A document mask is the
+  // index of the row's document start; a window of w keys raises it to
+  // i - w + 1. Undefined: no lower limit. Values may lie outside [0, seq]:
+  // a row that sees no key at all gets out 0 and lse -inf (a context-
+  // parallel ring step with a key chunk wholly before the row's document).
+  // No [seq, seq] mask is built: key blocks wholly below a query block's
+  // smallest first key are skipped, so the cost falls with the documents'
+  // lengths. CPU kernels only; other devices refuse it by name.
+  Tensor first_key;
 };
 
 absl::Status FlashAttentionForward(const Tensor& q, const Tensor& k,

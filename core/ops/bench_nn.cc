@@ -147,6 +147,58 @@ void RunNnBenchmarks(bool quick) {
            FlashAttentionBackwardFlops(b, s, h, d, true), "GFLOP/s");
     }
   }
+  // Packed documents (AttentionOptions::first_key): the same problem cut
+  // into documents of n tokens. Blocks across documents are skipped, so the
+  // time falls with n against the full causal line (n = s); GFLOP/s counts
+  // the documents' own causal FLOPs.
+  {
+    const int64_t b = quick ? 1 : 2, s = quick ? 512 : 2048, h = quick ? 2 : 8,
+                  d = 128;
+    const Shape shape = {b, s, h, d};
+    Tensor q = Random(shape, DType::kFloat32),
+           k = Random(shape, DType::kFloat32),
+           v = Random(shape, DType::kFloat32),
+           dout = Random(shape, DType::kFloat32);
+    Tensor out = Tensor::Empty(shape, DType::kFloat32),
+           lse = Tensor::Empty({b, h, s}, DType::kFloat32);
+    Tensor dq = Tensor::Empty(shape, DType::kFloat32),
+           dk = Tensor::Empty(shape, DType::kFloat32),
+           dv = Tensor::Empty(shape, DType::kFloat32);
+    for (int64_t n : {s, s / 4, s / 16}) {
+      AttentionOptions options;
+      if (n < s) {
+        options.first_key = Tensor::Empty({b, s}, DType::kInt32);
+        int32_t* f = options.first_key.data<int32_t>();
+        for (int64_t i = 0; i < b * s; ++i) f[i] = (i % s) / n * n;
+      }
+      char size[64];
+      std::snprintf(size, sizeof(size), "b%lld s%lld h%lld d%lld docs of %lld",
+                    static_cast<long long>(b), static_cast<long long>(s),
+                    static_cast<long long>(h), static_cast<long long>(d),
+                    static_cast<long long>(n));
+      const double docs = static_cast<double>(s / n);
+      Line(n < s ? "FlashAttentionForward (documents)"
+                 : "FlashAttentionForward (causal)",
+           size,
+           Time(
+               [&] {
+                 MCC_CHECK_OK(
+                     FlashAttentionForward(q, k, v, options, &out, &lse));
+               },
+               3),
+           docs * FlashAttentionForwardFlops(b, n, h, d, true), "GFLOP/s");
+      Line(n < s ? "FlashAttentionBackward (documents)"
+                 : "FlashAttentionBackward (causal)",
+           size,
+           Time(
+               [&] {
+                 MCC_CHECK_OK(FlashAttentionBackward(q, k, v, out, dout, lse,
+                                                     options, &dq, &dk, &dv));
+               },
+               3),
+           docs * FlashAttentionBackwardFlops(b, n, h, d, true), "GFLOP/s");
+    }
+  }
   // Cross entropy over a GPT-2-sized (padded) vocabulary.
   for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     const int64_t tokens = quick ? 64 : 512, vocab = 50304;

@@ -666,6 +666,12 @@ absl::Status FlashAttentionForwardCuda(const Tensor& q, const Tensor& kt,
   KernelScope s("FlashAttentionForward", q);
   MCC_RETURN_IF_ERROR(s.status());
   if (q.numel() == 0) return absl::OkStatus();
+  if (options.first_key.defined()) {
+    return absl::UnimplementedError(
+        "FlashAttentionForward: the CUDA kernel has no packed-document or "
+        "sliding-window path (--reset-attention-mask, --window-size); train "
+        "those on the CPU");
+  }
   MCC_RETURN_IF_ERROR(CheckAttentionFits(s, "FlashAttentionForward", q));
   return s.Check(k::FlashAttentionForward(
       AttentionArgsOf(q, kt, options), In(q), In(kt), In(v), ElemTypeOf(q),
@@ -680,6 +686,12 @@ absl::Status FlashAttentionBackwardCuda(const Tensor& q, const Tensor& kt,
   KernelScope s("FlashAttentionBackward", q);
   MCC_RETURN_IF_ERROR(s.status());
   if (q.numel() == 0) return absl::OkStatus();
+  if (options.first_key.defined()) {
+    return absl::UnimplementedError(
+        "FlashAttentionBackward: the CUDA kernel has no packed-document or "
+        "sliding-window path (--reset-attention-mask, --window-size); train "
+        "those on the CPU");
+  }
   MCC_RETURN_IF_ERROR(CheckAttentionFits(s, "FlashAttentionBackward", q));
   // D = rowsum(dout * out), [b, heads, s]; back to the caching allocator
   // when the call ends (later work on this stream may reuse it safely).
