@@ -1,5 +1,6 @@
 #include "parallel/context_parallel/ring_attention.h"
 
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -41,6 +42,44 @@ enum class Visibility { kFull, kCausal, kNone };
 Visibility See(int gq, int gk) {
   if (gk < gq) return Visibility::kFull;
   return gk == gq ? Visibility::kCausal : Visibility::kNone;
+}
+
+// The first keys of query chunk gq (global, [b, S]) in the coordinates of
+// key chunk gk (chunks of l tokens): int32 [b, l]; undefined without a
+// first_key. *skip: no query of the chunk sees any key of that chunk.
+Tensor ChunkFirstKeys(const Tensor& first_key, int gq, int gk, int64_t l,
+                      bool* skip) {
+  *skip = false;
+  if (!first_key.defined()) return Tensor();
+  const int64_t b = first_key.size(0), s = first_key.size(1);
+  Tensor out = Tensor::Empty({b, l}, DType::kInt32);
+  const int32_t* src = first_key.data<int32_t>();
+  int32_t* dst = out.data<int32_t>();
+  int64_t smallest = std::numeric_limits<int64_t>::max();
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t i = 0; i < l; ++i) {
+      const int64_t f = src[bi * s + gq * l + i];
+      smallest = std::min(smallest, f);
+      dst[bi * l + i] = static_cast<int32_t>(f - gk * l);
+    }
+  }
+  *skip = smallest >= (gk + 1) * l;
+  return out;
+}
+
+absl::Status CheckFirstKey(const char* op, const QkvChunks& in, int ring) {
+  const Tensor& f = in.first_key;
+  if (!f.defined()) return absl::OkStatus();
+  const int64_t b = in.q[0].size(0), s = 2 * ring * in.q[0].size(1);
+  if (f.dtype() != DType::kInt32 || !f.device().is_cpu() ||
+      f.shape() != Shape{b, s}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": first_key ", f.Describe(),
+        " (packed documents / sliding window) must be int32 [batch, "
+        "sequence] = ",
+        ShapeToString({b, s}), " on the host"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckChunks(const char* op, const QkvChunks& in) {
@@ -137,6 +176,7 @@ absl::Status RingAttentionForward(comm::ProcessGroup* group,
   MCC_RETURN_IF_ERROR(CheckChunks(op, in));
   if (times != nullptr) *times = RingTimes();
   const Ring ring = RingOf(group);
+  MCC_RETURN_IF_ERROR(CheckFirstKey(op, in, ring.size));
   const Tensor& q0 = in.q[0];
   const Device device = q0.device();
   const int64_t b = q0.size(0), l = q0.size(1), h = q0.size(2);
@@ -174,9 +214,12 @@ absl::Status RingAttentionForward(comm::ProcessGroup* group,
       for (int a = 0; a < 2; ++a) {
         const int gq = ChunkLayout::GlobalChunk(ring.size, ring.rank, a);
         for (int c = 0; c < 2; ++c) {
-          const Visibility vis =
-              See(gq, ChunkLayout::GlobalChunk(ring.size, src, c));
+          const int gk = ChunkLayout::GlobalChunk(ring.size, src, c);
+          const Visibility vis = See(gq, gk);
           if (vis == Visibility::kNone) continue;
+          bool skip = false;
+          options.first_key = ChunkFirstKeys(in.first_key, gq, gk, l, &skip);
+          if (skip) continue;  // Every query's document starts later.
           options.causal = vis == Visibility::kCausal;
           MCC_RETURN_IF_ERROR(ops::FlashAttentionForward(
               in.q[a], cur.k(c), cur.v(c), options, &part, &part_lse));
@@ -205,9 +248,11 @@ absl::Status RingAttentionBackward(comm::ProcessGroup* group,
   MCC_RETURN_IF_ERROR(CheckChunks(op, in));
   if (times != nullptr) *times = RingTimes();
   const Ring ring = RingOf(group);
+  MCC_RETURN_IF_ERROR(CheckFirstKey(op, in, ring.size));
   const Tensor& q0 = in.q[0];
   const Device device = q0.device();
   const Shape kv_shape = in.k[0].shape();
+  const int64_t l = q0.size(1);
 
   ChunkPair dq_acc;
   for (int a = 0; a < 2; ++a) {
@@ -242,9 +287,12 @@ absl::Status RingAttentionBackward(comm::ProcessGroup* group,
     for (int a = 0; a < 2; ++a) {
       const int gq = ChunkLayout::GlobalChunk(ring.size, ring.rank, a);
       for (int c = 0; c < 2; ++c) {
-        const Visibility vis =
-            See(gq, ChunkLayout::GlobalChunk(ring.size, src, c));
+        const int gk = ChunkLayout::GlobalChunk(ring.size, src, c);
+        const Visibility vis = See(gq, gk);
         if (vis == Visibility::kNone) continue;
+        bool skip = false;
+        options.first_key = ChunkFirstKeys(in.first_key, gq, gk, l, &skip);
+        if (skip) continue;
         options.causal = vis == Visibility::kCausal;
         {
           ComputeTimer timer(times);

@@ -45,6 +45,13 @@ using ChunkPair = std::array<Tensor, 2>;
 
 struct QkvChunks {
   ChunkPair q, k, v;  // [b, L, heads, d], [b, L, kv heads, d] x 2
+  // Packed documents / sliding window: int32 [b, S] on the host, indexed by
+  // global position, the first global key each query sees
+  // (ops::AttentionOptions::first_key of the whole sequence); undefined:
+  // causal only. Each ring step passes the query chunk's rows shifted into
+  // the key chunk's coordinates, and skips a key chunk wholly before every
+  // query's first key. Forward and backward must get the same.
+  Tensor first_key;
 };
 
 // Time spent in the last call, for benchmarks: in attention kernels, and

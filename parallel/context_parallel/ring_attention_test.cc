@@ -6,6 +6,7 @@
 // whole sequence and checks its chunks.
 #include "parallel/context_parallel/ring_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -33,7 +34,32 @@ struct Case {
   int64_t b = 2, s = 32, heads = 4, kv_heads = 4, d = 16;
   DType dtype = DType::kFloat32;
   bool a2a = false;  // Ulysses all-to-all instead of the ring.
+  // Packed documents (lengths 3, 9, 1, 7, then the rest, rotated per batch
+  // entry) and a sliding window of `window` keys (0: none).
+  bool documents = false;
+  int64_t window = 0;
 };
+
+// QkvChunks::first_key of the case's documents and window; undefined for
+// plain causal attention.
+Tensor FirstKeys(const Case& c) {
+  if (!c.documents && c.window == 0) return Tensor();
+  std::vector<int64_t> first;
+  for (int64_t bi = 0; bi < c.b; ++bi) {
+    const int64_t pattern[] = {3, 9, 1, 7};
+    int64_t start = 0, next = c.documents ? pattern[bi % 4] : c.s, n = 0;
+    for (int64_t t = 0; t < c.s; ++t) {
+      if (t == next) {
+        start = t;
+        next = t + (c.documents ? pattern[(bi + ++n) % 4] : c.s);
+      }
+      int64_t f = start;
+      if (c.window > 0) f = std::max(f, t - c.window + 1);
+      first.push_back(f);
+    }
+  }
+  return Tensor::FromInts(first, {c.b, c.s}, DType::kInt32).value();
+}
 
 std::vector<Case> Cases() {
   return {
@@ -44,6 +70,12 @@ std::vector<Case> Cases() {
       {"a2a_cp2_gqa_fp32", 2, 2, 32, 4, 2, 16, DType::kFloat32, true},
       {"a2a_cp2_bf16", 2, 2, 32, 4, 4, 16, DType::kBFloat16, true},
       {"a2a_cp4_fp32", 4, 1, 32, 8, 4, 8, DType::kFloat32, true},
+      {"cp2_documents_fp32", 2, 2, 32, 4, 2, 16, DType::kFloat32, false, true},
+      {"cp4_documents_window_fp32", 4, 2, 32, 4, 2, 8, DType::kFloat32, false,
+       true, 6},
+      {"cp4_window_bf16", 4, 1, 32, 4, 2, 8, DType::kBFloat16, false, false, 5},
+      {"a2a_cp2_documents_window_fp32", 2, 2, 32, 4, 2, 16, DType::kFloat32,
+       true, true, 6},
   };
 }
 
@@ -110,6 +142,7 @@ std::string CheckCase(const Case& c, comm::ProcessGroup* group) {
   const Tensor dout = RandomTensor({c.b, c.s, c.heads, c.d}, c.dtype, 14);
 
   ops::AttentionOptions options;
+  options.first_key = FirstKeys(c);
   Tensor out = Tensor::Empty(q.shape(), c.dtype);
   Tensor lse = Tensor::Empty({c.b, c.heads, c.s}, DType::kFloat32);
   absl::Status s = ops::FlashAttentionForward(q, k, v, options, &out, &lse);
@@ -121,6 +154,7 @@ std::string CheckCase(const Case& c, comm::ProcessGroup* group) {
   if (!s.ok()) return s.ToString();
 
   QkvChunks in;
+  in.first_key = options.first_key;
   ChunkPair local_dout;
   for (int a = 0; a < 2; ++a) {
     const int g = layout->GlobalChunk(a);
@@ -195,6 +229,9 @@ TEST(RingAttentionTest, OneRankSplitIntoTwoChunksEqualsSerial) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
     for (bool a2a : {false, true}) {
       Case c{"alone", 1, 2, 24, 4, 2, 8, dtype, a2a};
+      EXPECT_EQ(CheckCase(c, nullptr), "") << DTypeName(dtype) << a2a;
+      c.documents = true;
+      c.window = 5;
       EXPECT_EQ(CheckCase(c, nullptr), "") << DTypeName(dtype) << a2a;
     }
   }

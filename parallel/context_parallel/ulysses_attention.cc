@@ -141,6 +141,10 @@ absl::Status UlyssesAttentionForward(comm::ProcessGroup* group,
                               DType::kFloat32, q.device());
   ops::AttentionOptions options;
   options.softmax_scale = softmax_scale;
+  // The gathered sequence is in global order: the first keys apply as they
+  // are.
+  record->first_key = in.first_key;
+  options.first_key = in.first_key;
   MCC_RETURN_IF_ERROR(ops::FlashAttentionForward(
       q, record->k, record->v, options, &record->out, &record->lse));
   MCC_ASSIGN_OR_RETURN(*out, HeadsToSeq(g, record->out));
@@ -163,6 +167,7 @@ absl::Status UlyssesAttentionBackward(comm::ProcessGroup* group,
   Tensor dv = Tensor::Empty(record.v.shape(), q.dtype(), q.device());
   ops::AttentionOptions options;
   options.softmax_scale = softmax_scale;
+  options.first_key = record.first_key;
   MCC_RETURN_IF_ERROR(
       ops::FlashAttentionBackward(q, record.k, record.v, record.out, dout_full,
                                   record.lse, options, &dq, &dk, &dv));

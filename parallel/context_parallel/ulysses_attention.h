@@ -26,6 +26,7 @@ namespace context_parallel {
 // heads, [b, S, heads / C, d] (lse: fp32 [b, heads / C, S]).
 struct UlyssesRecord {
   Tensor q, k, v, out, lse;
+  Tensor first_key;  // QkvChunks::first_key: the whole sequence's, as is.
 };
 
 absl::Status UlyssesAttentionForward(comm::ProcessGroup* group,
