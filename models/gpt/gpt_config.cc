@@ -35,6 +35,9 @@ std::string GPTConfig::Architecture() const {
         "MoE ", num_experts, " experts top-", moe_router_topk,
         moe_shared_expert_intermediate_size > 0 ? " + shared" : ""));
   }
+  if (sliding_window()) {
+    choices.push_back(absl::StrCat("sliding window ", window_left + 1));
+  }
   if (untie_embeddings_and_output_weights) choices.push_back("untied");
   if (!add_bias_linear) {
     choices.push_back(add_qkv_bias ? "QKV bias only" : "no bias");
@@ -106,6 +109,14 @@ absl::Status GPTConfig::Validate(int tp, bool sequence_parallel) const {
     }
     const absl::Status scaling = ops::ValidateLlama3RopeScaling(rope_scaling);
     if (!scaling.ok()) return bad("--use-rope-scaling: ", scaling.message());
+  }
+  if (window_left < -1) {
+    return bad("--window-size left ", window_left, " must be >= 0");
+  }
+  if (window_left >= seq_length) {
+    return bad("--window-size ", window_left,
+               ",0 covers the whole --seq-length ", seq_length,
+               ": leave the window out");
   }
   if (recompute_num_layers <= 0) {
     return bad("--recompute-num-layers (", recompute_num_layers,

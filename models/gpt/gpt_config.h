@@ -53,6 +53,10 @@ struct GPTConfig {
   // --normalization, weights of head_dim shared by the heads) before the
   // rotation (Qwen3).
   bool qk_layernorm = false;
+  // Sliding-window attention (Megatron's --window-size L,0; Mistral's
+  // sliding_window = L + 1): each query sees itself and the L keys before
+  // it. -1: no window.
+  int64_t window_left = -1;
   double hidden_dropout = 0.0;     // --hidden-dropout
   double attention_dropout = 0.0;  // --attention-dropout
   double init_method_std = 0.02;   // --init-method-std
@@ -102,6 +106,7 @@ struct GPTConfig {
   // every layer of a dense model or an invalid moe_layer_freq (Validate
   // refuses that).
   bool IsMoeLayer(int layer) const;
+  bool sliding_window() const { return window_left >= 0; }
   // The rotation every layer applies to Q and K (base, Llama 3 scaling).
   ops::RotaryOptions Rotary() const {
     ops::RotaryOptions options;

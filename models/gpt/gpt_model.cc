@@ -13,6 +13,7 @@
 #include "core/ops/loss_sum.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
+#include "models/gpt/document_mask.h"
 #include "parallel/context_parallel/chunk_layout.h"
 #include "parallel/mappings.h"
 
@@ -259,7 +260,15 @@ absl::Status GPTModel::CheckBatch(const MicroBatch& batch) const {
         absl::StrCat("micro-batch loss mask ", batch.loss_mask.Describe(),
                      " must be fp32 shaped as tokens ", t.Describe()));
   }
-  for (const Tensor* x : {&batch.tokens, &batch.labels, &batch.loss_mask}) {
+  if (batch.position_ids.defined() &&
+      (batch.position_ids.shape() != t.shape() ||
+       batch.position_ids.dtype() != DType::kInt64)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("micro-batch position_ids ", batch.position_ids.Describe(),
+                     " must be int64 shaped as tokens ", t.Describe()));
+  }
+  for (const Tensor* x :
+       {&batch.tokens, &batch.labels, &batch.loss_mask, &batch.position_ids}) {
     if (x->defined() && x->device() != context_.device) {
       return absl::InvalidArgumentError(absl::StrCat(
           "micro-batch tensor ", x->Describe(),
@@ -346,6 +355,12 @@ absl::StatusOr<MicroBatch> GPTModel::ContextSlice(
   if (full.loss_mask.defined()) {
     MCC_ASSIGN_OR_RETURN(local.loss_mask, layout.SliceSequence(full.loss_mask));
   }
+  if (full.position_ids.defined()) {
+    MCC_ASSIGN_OR_RETURN(local.position_ids,
+                         layout.SliceSequence(full.position_ids));
+  }
+  // Indexed by global position: the attention of every chunk reads it.
+  local.document_start = full.document_start;
   return local;
 }
 
@@ -398,11 +413,14 @@ absl::StatusOr<Tensor> GPTModel::LastTokenLogits(const Tensor& tokens) {
   const int64_t b = tokens.size(0), s = tokens.size(1);
   MCC_ASSIGN_OR_RETURN(Tensor ids, SeqMajor(tokens));
   MCC_ASSIGN_OR_RETURN(Tensor positions, SeqMajorPositions(b, s, 0));
+  MCC_ASSIGN_OR_RETURN(Tensor first_key,
+                       AttentionFirstKeys(Tensor(), b, s, config_.window_left));
   // Evaluation runs without dropout.
   for (const auto& layer : layers_) layer->set_training(false);
   MCC_ASSIGN_OR_RETURN(Tensor x, Embed(ids, positions, 0, false));
   for (const auto& layer : layers_) {
     TransformerLayer::Activations act;
+    act.first_key = first_key;
     MCC_ASSIGN_OR_RETURN(x, layer->Forward(x, b, 0, &act));
   }
   return LastPositionLogits(x, b, s);
@@ -480,6 +498,7 @@ absl::Status GPTModel::LayerForward(int i, const Tensor& x,
                                     const ChunkRecord& rec,
                                     TransformerLayer::Activations* act,
                                     Tensor* out) {
+  act->first_key = rec.first_key;
   MCC_ASSIGN_OR_RETURN(
       *out,
       layers_[i]->Forward(
@@ -502,6 +521,10 @@ absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& full_batch,
   rec->b = b;
   rec->s = s;
   rec->call = forward_calls_++;
+  MCC_ASSIGN_OR_RETURN(
+      rec->first_key,
+      AttentionFirstKeys(full_batch.document_start, b,
+                         full_batch.tokens.size(1), config_.window_left));
   // Dropout only while training; a forward without backward is evaluation.
   for (const auto& layer : layers_) layer->set_training(backward_after);
 
@@ -509,7 +532,12 @@ absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& full_batch,
   if (chunk_.pre_process) {
     // Embeddings, in sequence-major order.
     MCC_ASSIGN_OR_RETURN(Tensor ids, SeqMajor(batch.tokens));
-    MCC_ASSIGN_OR_RETURN(Tensor positions, LocalPositions(b, s));
+    Tensor positions;
+    if (batch.position_ids.defined() && position_embeddings_ != nullptr) {
+      MCC_ASSIGN_OR_RETURN(positions, SeqMajor(batch.position_ids));
+    } else {
+      MCC_ASSIGN_OR_RETURN(positions, LocalPositions(b, s));
+    }
     MCC_RETURN_IF_ERROR(CallBeforeForward(embedding_unit_));
     MCC_ASSIGN_OR_RETURN(
         x, Embed(ids, positions, EmbeddingDropoutOffset(rec->call, b, s),

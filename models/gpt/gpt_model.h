@@ -23,6 +23,15 @@ struct MicroBatch {
   Tensor tokens;     // int64 [b, s]
   Tensor labels;     // int64 [b, s]; -100 ignores a position
   Tensor loss_mask;  // fp32 [b, s]; undefined means all ones
+  // Packed documents (--reset-attention-mask): int32 [b, s] on the host,
+  // where each token's document starts; a token attends only within its
+  // document. Undefined: one document a sequence.
+  Tensor document_start;
+  // --reset-position-ids: int64 [b, s] on the model's device, each token's
+  // position for the learned position embeddings. Rotary positions stay the
+  // sequence's (as Megatron's outside the THD format): a shift common to a
+  // document changes none of its attention scores. Undefined: 0, 1, ...
+  Tensor position_ids;
 };
 
 // What the training forwards of one MoE layer routed since the model's last
@@ -60,6 +69,9 @@ struct ChunkRecord : parallel::ActivationRecord {
   int64_t b = 0, s = 0;
   uint64_t call = 0;
   Tensor ids, positions;  // pre_process
+  // Packed documents / sliding window: the first key of every query of the
+  // whole sequence (TransformerLayer::Activations::first_key).
+  Tensor first_key;
   std::vector<TransformerLayer::Activations> layers;
   std::vector<Tensor> chunk_inputs;  // Recomputed chunks' inputs.
   std::vector<int> chunk_len;

@@ -57,7 +57,7 @@ absl::Status StageModel::SetMicroBatches(std::vector<MicroBatch> batches) {
   if (staging_ != nullptr) {
     MCC_RETURN_IF_ERROR(staging_->Recycle());
     for (MicroBatch& b : batches) {
-      for (Tensor* t : {&b.tokens, &b.labels, &b.loss_mask}) {
+      for (Tensor* t : {&b.tokens, &b.labels, &b.loss_mask, &b.position_ids}) {
         if (t->defined() && t->device().is_cpu()) {
           MCC_ASSIGN_OR_RETURN(*t, staging_->Stage(*t));
         }

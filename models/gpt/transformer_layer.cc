@@ -445,6 +445,7 @@ ops::AttentionOptions TransformerLayer::AttentionOptionsFor(
     int64_t micro_batch, int64_t s, const Activations& act) const {
   ops::AttentionOptions options;
   options.causal = true;
+  options.first_key = act.first_key;
   if (!training_ || config_.attention_dropout == 0.0) return options;
   // The model gives each (forward call, layer) a slot of 2 * s * b * h words
   // for the hidden dropouts; attention dropout uses the same slot number in
@@ -527,6 +528,7 @@ absl::Status TransformerLayer::ContextParallelForward(const Tensor& qkv,
   const int64_t l = s / 2;  // Rows [c * l * b, (c + 1) * l * b): chunk c.
   const QkvLayout layout{b, l, local_groups_, local_heads_ / local_groups_, d};
   context_parallel::QkvChunks& in = act->cp_qkv;
+  in.first_key = act->first_key;
   for (int c = 0; c < 2; ++c) {
     MCC_ASSIGN_OR_RETURN(Tensor rows, qkv.Slice(c * l * b, (c + 1) * l * b));
     in.q[c] = Tensor::Empty({b, l, local_heads_, d}, qkv.dtype(), qkv.device());

@@ -74,6 +74,11 @@ class TransformerLayer {
     context_parallel::ChunkPair cp_out, cp_lse;  // Dropped under selective.
     context_parallel::UlyssesRecord cp_a2a;      // --cp-comm-type a2a.
     moe::MoeMlp::Activations moe;  // An MoE layer's MLP (no fc1 / fc2).
+    // Packed documents / sliding window: the first key each query of the
+    // whole sequence sees, int32 [b, S] on the host by global position
+    // (document_mask.h); undefined: causal only. Set by the model before
+    // Forward and kept for Backward; not offloaded.
+    Tensor first_key;
 
     // Every tensor above, in a fixed order, for activation offloading
     // (core/activation_offload.h); a tensor field added above belongs here

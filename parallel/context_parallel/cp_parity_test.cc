@@ -38,6 +38,10 @@ struct Case {
   // Qwen-style attention: QKV bias, QK-norm, Llama 3 rotary scaling.
   bool qwen = false;
   CpCommType comm = CpCommType::kP2P;
+  // Packed documents (--reset-attention-mask, --reset-position-ids) and a
+  // sliding window of window + 1 keys (-1: none).
+  bool documents = false;
+  int64_t window = -1;
   bool distopt = false;
   DType dtype = DType::kFloat32;
   // Relative loss bound; grad norms get 10 times it. bf16: the ring rounds
@@ -72,6 +76,30 @@ std::vector<Case> Cases() {
   qwen.gqa_rope = true;
   qwen.qwen = true;
   v.push_back(qwen);
+  // Packed documents cross the chunks (lengths 3, 7, 1, 5, 9 over 16
+  // tokens: chunks of 4 at CP 2), so ring steps see partial chunks, empty
+  // rows and whole chunks skipped.
+  Case docs{"cp2_documents_window_gqa_rope", 2, 2};
+  docs.documents = true;
+  docs.window = 5;
+  docs.gqa_rope = true;
+  v.push_back(docs);
+  Case docs_a2a{"a2a_cp2_documents_window", 2, 2};
+  docs_a2a.comm = CpCommType::kAllToAll;
+  docs_a2a.documents = true;
+  docs_a2a.window = 5;
+  v.push_back(docs_a2a);
+  Case docs_tp{"cp2_tp2_sp_documents_learned_positions", 4, 2, 2};
+  docs_tp.documents = true;
+  v.push_back(docs_tp);
+  Case docs_pp{"pp2_documents_window_recompute", 2, 1, 1, 2};
+  docs_pp.documents = true;
+  docs_pp.window = 5;
+  docs_pp.recompute = true;
+  v.push_back(docs_pp);
+  Case docs_cp4{"cp4_documents", 4, 4};
+  docs_cp4.documents = true;
+  v.push_back(docs_cp4);
   return v;
 }
 
@@ -94,6 +122,8 @@ TrainOptions Options(const Case& c) {
     o.model.rope_scaling.enabled = true;
     o.model.rope_scaling.original_max_position_embeddings = 8;
   }
+  o.packed_documents = c.documents;
+  o.model.window_left = c.window;
   if (c.recompute) {
     o.model.recompute_granularity = gpt::RecomputeGranularity::kFull;
     o.model.recompute_num_layers = 1;

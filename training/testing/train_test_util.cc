@@ -48,6 +48,27 @@ gpt::MicroBatch FixedBatch(const gpt::GPTConfig& c, int step, int index) {
   return b;
 }
 
+void PackDocuments(gpt::MicroBatch* batch, int index) {
+  const int64_t b = batch->tokens.size(0), s = batch->tokens.size(1);
+  constexpr int64_t kLengths[] = {3, 7, 1, 5, 9};
+  std::vector<int64_t> starts, positions;
+  for (int64_t bi = 0; bi < b; ++bi) {
+    int64_t next = (bi + index) % 5, start = 0;
+    int64_t end = kLengths[next];
+    for (int64_t t = 0; t < s; ++t) {
+      if (t == end) {
+        start = t;
+        next = (next + 1) % 5;
+        end = t + kLengths[next];
+      }
+      starts.push_back(start);
+      positions.push_back(t - start);
+    }
+  }
+  batch->document_start = *Tensor::FromInts(starts, {b, s}, DType::kInt32);
+  batch->position_ids = *Tensor::FromInts(positions, {b, s});
+}
+
 absl::StatusOr<TrainResult> Train(const TrainOptions& o,
                                   parallel::ParallelState* state) {
   parallel::LayerContext ctx;
@@ -163,6 +184,9 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     std::vector<gpt::MicroBatch> batches;
     for (int i = 0; i < local_mb; ++i) {
       batches.push_back(FixedBatch(o.model, step, dp_rank * local_mb + i));
+      if (o.packed_documents) {
+        PackDocuments(&batches.back(), dp_rank * local_mb + i);
+      }
     }
     MCC_RETURN_IF_ERROR(model->SetMicroBatches(std::move(batches)));
     MCC_ASSIGN_OR_RETURN(training::StepMetrics m,

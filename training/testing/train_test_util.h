@@ -30,6 +30,10 @@ namespace testing {
 gpt::GPTConfig TinyConfig();
 // Micro-batch `index` of step `step`: 2 sequences of config.seq_length.
 gpt::MicroBatch FixedBatch(const gpt::GPTConfig& config, int step, int index);
+// Cuts each sequence of `batch` into documents of lengths 3, 7, 1, 5, 9
+// (cycling, from a place set by the sequence and `index`): document_start,
+// and position_ids restarting at each document.
+void PackDocuments(gpt::MicroBatch* batch, int index);
 
 struct TrainOptions {
   gpt::GPTConfig model = TinyConfig();
@@ -74,6 +78,8 @@ struct TrainOptions {
   // crosses the group.
   parallel::LayerContext::CpCommType cp_comm_type =
       parallel::LayerContext::CpCommType::kP2P;
+  // Packed documents (PackDocuments below) in every micro-batch.
+  bool packed_documents = false;
 };
 
 struct TrainResult {
