@@ -23,11 +23,18 @@ MicroBatch MakeMicroBatch(const SampleDataset& dataset, int64_t first,
   int64_t* labels = mb.labels.data<int64_t>();
   float* mask = mb.loss_mask.data<float>();
   int64_t* pos = mb.position_ids.data<int64_t>();
+  const bool documents = c.eod >= 0 && c.reset_attention_mask;
+  if (documents) mb.document_start = Tensor::Empty({b, s}, DType::kInt32);
   std::vector<int64_t> sample(s + 1);
   for (int64_t r = 0; r < b; ++r) {
     dataset.GetSample(first + r, sample.data());
-    int64_t p = 0;
+    int64_t p = 0, start = 0;
     for (int64_t i = 0; i < s; ++i) {
+      if (documents) {
+        mb.document_start.data<int32_t>()[r * s + i] =
+            static_cast<int32_t>(start);
+        if (sample[i] == c.eod) start = i + 1;
+      }
       const int64_t t = sample[i], l = sample[i + 1];
       tokens[r * s + i] = t == kPadTokenId ? 0 : t;
       labels[r * s + i] = l == kPadTokenId ? 0 : l;

@@ -29,12 +29,19 @@ struct LoaderConfig {
   int64_t eod = -1;
   bool eod_mask_loss = false;
   bool reset_position_ids = false;
+  // Packed documents attend only to themselves (Megatron's
+  // --reset-attention-mask): MicroBatch::document_start is filled.
+  bool reset_attention_mask = false;
 };
 
 // One micro-batch: tokens and labels int64 [micro_batch, seq], loss_mask
 // fp32 [micro_batch, seq], position_ids int64 [micro_batch, seq].
 struct MicroBatch {
   Tensor tokens, labels, loss_mask, position_ids;
+  // With reset_attention_mask: int32 [micro_batch, seq], where each token's
+  // document starts (a document begins after each eod token, as Megatron's
+  // get_ltor_masks_and_position_ids); undefined otherwise.
+  Tensor document_start;
   // Global samples consumed once this micro-batch (and its peers on the
   // other DP ranks) is done: the value to save in a checkpoint.
   int64_t consumed_samples = 0;
@@ -63,6 +70,7 @@ class DataLoader {
   // global micro-batch.
   absl::StatusOr<MicroBatch> Next();
   int64_t consumed_samples() const { return consumed_; }
+  const LoaderConfig& config() const { return config_; }
   // Micro-batches left (global, all DP ranks at once).
   int64_t remaining() const;
 

@@ -103,6 +103,22 @@ TEST(DataLoader, LabelsMasksAndPositions) {
   EXPECT_EQ(mb.position_ids.ToDoubles(), (std::vector<double>{0, 1, 2, 0, 1}));
 }
 
+TEST(DataLoader, DocumentStartsWithResetAttentionMask) {
+  auto ds = std::make_shared<FakeDataset>(4, 5);
+  LoaderConfig c;
+  c.micro_batch_size = 1;
+  c.eod = 7;
+  EXPECT_FALSE(MakeMicroBatch(*ds, 1, c).document_start.defined());
+  c.reset_attention_mask = true;
+  MicroBatch mb = MakeMicroBatch(*ds, 1, c);
+  // Sample 1: 110 111 7 | 113 114: the second document starts at 3.
+  EXPECT_EQ(mb.document_start.dtype(), DType::kInt32);
+  EXPECT_EQ(mb.document_start.ToDoubles(),
+            (std::vector<double>{0, 0, 0, 3, 3}));
+  // Positions restart only with reset_position_ids.
+  EXPECT_EQ(mb.position_ids.ToDoubles(), (std::vector<double>{0, 1, 2, 3, 4}));
+}
+
 TEST(DataLoader, StagesWithoutDataReadNothing) {
   auto ds = std::make_shared<FakeDataset>(20, 4);
   LoaderConfig c;

@@ -460,6 +460,8 @@ std::vector<Row> Table() {
       {"--moe-token-dispatcher-type", "alltoall"}, moe);
   add("train", "moe_token_dispatcher_type", V::kRefused,
       {"--moe-token-dispatcher-type", "flex"}, moe);
+  add("train", "window_size", V::kEffect, {"--window-size", "2,0"}, tm);
+  add("train", "window_size", V::kRefused, {"--window-size", "2,1"}, tm);
   add("train", "hidden_dropout", V::kEffect, {"--hidden-dropout", "0.2"}, tm);
   add("train", "attention_dropout", V::kEffect, {"--attention-dropout", "0.2"},
       tm);
@@ -643,6 +645,15 @@ std::vector<Row> Table() {
       {"--data-cache-path", g_out + "/cache"}, tm);
   add("train", "eod_mask_loss", V::kEffect, {"--eod-mask-loss"}, td);
   add("train", "eod_mask_loss", V::kWarned, {"--eod-mask-loss"}, tm);
+  // Packed documents: the corpus's samples hold several documents.
+  add("train", "reset_attention_mask", V::kEffect, {"--reset-attention-mask"},
+      td);
+  add("train", "reset_attention_mask", V::kWarned, {"--reset-attention-mask"},
+      tm);
+  add("train", "reset_position_ids", V::kEffect, {"--reset-position-ids"}, td);
+  add("train", "reset_position_ids", V::kWarned, {"--reset-position-ids"}, tm);
+  add("train", "reset_position_ids", V::kWarned, {"--reset-position-ids"},
+      With(td, {"--position-embedding-type", "rope"}));
   add("train", "micro_batch_size", V::kEffect, {"--micro-batch-size", "1"}, tm);
   // ---- train: batch, schedule, optimizer.
   add("train", "global_batch_size", V::kEffect, {"--global-batch-size", "4"},
@@ -884,6 +895,12 @@ std::vector<Row> Table() {
       {"--data-cache-path", g_out + "/cache"}, el);
   add("eval", "eod_mask_loss", V::kEffect, {"--eod-mask-loss"}, ed);
   add("eval", "eod_mask_loss", V::kWarned, {"--eod-mask-loss"}, el);
+  add("eval", "reset_attention_mask", V::kEffect, {"--reset-attention-mask"},
+      ed);
+  add("eval", "reset_attention_mask", V::kWarned, {"--reset-attention-mask"},
+      el);
+  add("eval", "reset_position_ids", V::kEffect, {"--reset-position-ids"}, ed);
+  add("eval", "reset_position_ids", V::kWarned, {"--reset-position-ids"}, el);
   add("eval", "tokenizer_type", V::kRefused, gpt2, ed);
   add("eval", "tokenizer_type", V::kWarned, {"--tokenizer-type", "byte"}, el);
   add("eval", "vocab_file", V::kWarned, {"--vocab-file", g_gpt2_vocab}, ed);
@@ -916,6 +933,7 @@ std::vector<Row> Table() {
            {"disable_bias_linear", "true"},
            {"add_qkv_bias", "true"},
            {"qk_layernorm", "true"},
+           {"window_size", "4,0"},
            {"vocab_size", "300"}}) {
     add("eval", flag, V::kRefused, {"--" + Dashed(flag) + "=" + value}, el);
   }

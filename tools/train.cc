@@ -366,6 +366,13 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const training::TrainConfig& config,
        "only SentencePieceTokenizer and HuggingFaceTokenizer read it"},
       {"data_cache_path", mock, mock_why},
       {"eod_mask_loss", mock, mock_why},
+      {"reset_attention_mask", mock, mock_why},
+      {"reset_position_ids", mock, mock_why},
+      {"reset_position_ids",
+       !mock && config.position_embedding_type() == "rope",
+       "rotary positions stay the sequence's (a shift common to a document "
+       "changes none of its attention scores); only learned positions read "
+       "it"},
       {"vocab_file", !mock && config.tokenizer_type() != "GPT2BPETokenizer",
        "only GPT2BPETokenizer reads it"},
       {"merge_file", !mock && config.tokenizer_type() != "GPT2BPETokenizer",

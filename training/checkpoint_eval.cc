@@ -32,6 +32,7 @@
 #include "training/device_choice.h"
 #include "training/evaluation.h"
 #include "training/job.h"
+#include "training/model_from_config.h"
 #include "training/trainer.h"
 
 namespace mcc {
@@ -127,6 +128,11 @@ absl::Status CheckModelFields(const EvalPlan& plan) {
         boolean(run.add_qkv_bias()), boolean(m.add_qkv_bias()));
   check(run.has_vocab_size(), "vocab_size", "vocab_size", str(run.vocab_size()),
         str(m.vocab_size()));
+  // --window-size "L,0" is the checkpoint's sliding_window L + 1.
+  const auto window = WindowLeftOf(run.window_size());
+  check(run.has_window_size(), "window_size", "sliding_window",
+        window.ok() ? str(*window + 1) : run.window_size(),
+        str(m.sliding_window()));
   if (errors.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       absl::StrJoin(errors, "; "), " (", plan.checkpoint_path,
@@ -424,6 +430,11 @@ absl::StatusOr<std::vector<SplitLoss>> RunEvaluation(const TrainConfig& run,
   if (job.tokenizer != nullptr) {
     loader_config.eod = job.tokenizer->eod();
     loader_config.eod_mask_loss = run.eod_mask_loss();
+    // Only learned position embeddings read positions.
+    loader_config.reset_position_ids =
+        run.reset_position_ids() &&
+        job.config.position_embedding == gpt::PositionEmbedding::kLearned;
+    loader_config.reset_attention_mask = run.reset_attention_mask();
   }
   const char* names[] = {"", "validation", "test"};
   std::vector<SplitLoss> losses;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/status_macros.h"
+#include "training/model_batch.h"
 
 namespace mcc {
 namespace training {
@@ -16,7 +17,7 @@ absl::StatusOr<double> EvaluateLoss(Job& job, data::DataLoader* loader,
     auto mb = loader->Next();
     if (absl::IsOutOfRange(mb.status())) break;
     MCC_RETURN_IF_ERROR(mb.status());
-    batches.push_back({mb->tokens, mb->labels, mb->loss_mask});
+    batches.push_back(ModelBatchOf(*mb, loader->config()));
   }
   const int n = static_cast<int>(batches.size());
   MCC_RETURN_IF_ERROR(job.model->SetMicroBatches(std::move(batches)));

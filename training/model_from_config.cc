@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -82,6 +86,29 @@ absl::Status MoeFromConfig(const TrainConfig& config, gpt::GPTConfig* c) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> WindowLeftOf(const std::string& window_size) {
+  std::string text(absl::StripAsciiWhitespace(window_size));
+  if (text.empty()) return -1;
+  if (text.front() == '(' && text.back() == ')') {
+    text = text.substr(1, text.size() - 2);
+  }
+  const std::vector<std::string> parts = absl::StrSplit(text, ',');
+  int64_t left = 0, right = 0;
+  if (parts.size() != 2 ||
+      !absl::SimpleAtoi(absl::StripAsciiWhitespace(parts[0]), &left) ||
+      !absl::SimpleAtoi(absl::StripAsciiWhitespace(parts[1]), &right)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--window-size: '", window_size, "' is not \"left,right\""));
+  }
+  if (right != 0 || left < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--window-size: '", window_size,
+        "': only a left window with right 0 (\"L,0\", causal sliding "
+        "window) is supported"));
+  }
+  return left;
+}
+
 absl::StatusOr<gpt::GPTConfig> GPTConfigFromConfig(const TrainConfig& config,
                                                    int64_t vocab_size) {
   gpt::GPTConfig c;
@@ -124,6 +151,7 @@ absl::StatusOr<gpt::GPTConfig> GPTConfigFromConfig(const TrainConfig& config,
   c.add_bias_linear = !config.disable_bias_linear();
   c.add_qkv_bias = config.add_qkv_bias();
   c.qk_layernorm = config.qk_layernorm();
+  MCC_ASSIGN_OR_RETURN(c.window_left, WindowLeftOf(config.window_size()));
   c.hidden_dropout = config.hidden_dropout();
   c.attention_dropout = config.attention_dropout();
   c.init_method_std = config.init_method_std();

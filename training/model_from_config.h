@@ -2,6 +2,7 @@
 #define TRAINING_MODEL_FROM_CONFIG_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "models/gpt/gpt_config.h"
@@ -24,6 +25,10 @@ absl::StatusOr<gpt::GPTConfig> GPTConfigFromConfig(const TrainConfig& config,
 // --moe-* flags) into c; refuses, by flag name, values and combinations that
 // are not built (with c->num_experts 0 only the string flags are checked).
 absl::Status MoeFromConfig(const TrainConfig& config, gpt::GPTConfig* c);
+// Megatron's --window-size "left,right" as the model's window_left: "L,0"
+// (also "(L, 0)") gives L, empty gives -1 (no window). A right window other
+// than 0, or a negative left one, is refused naming the flag.
+absl::StatusOr<int64_t> WindowLeftOf(const std::string& window_size);
 
 // How num_layers splits over pipeline_model_parallel_size stages (and
 // virtual stages), checked.

@@ -47,6 +47,7 @@
 #include "training/job.h"
 #include "training/local_checkpointing.h"
 #include "training/metrics.h"
+#include "training/model_batch.h"
 #include "training/moe_metrics.h"
 #include "training/rerun_check.h"
 #include "training/run_options.h"
@@ -561,6 +562,11 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
   if (job->tokenizer != nullptr) {
     loader_config.eod = job->tokenizer->eod();
     loader_config.eod_mask_loss = config.eod_mask_loss();
+    // Only learned position embeddings read positions (tools/train warns).
+    loader_config.reset_position_ids =
+        config.reset_position_ids() &&
+        job->config.position_embedding == gpt::PositionEmbedding::kLearned;
+    loader_config.reset_attention_mask = config.reset_attention_mask();
   }
   MCC_ASSIGN_OR_RETURN(auto train_loader,
                        data::DataLoader::Create(datasets[0], loader_config));
@@ -708,7 +714,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
       observability::TraceScope trace("data loading", "data");
       for (int m = 0; m < batching.num_microbatches; ++m) {
         MCC_ASSIGN_OR_RETURN(data::MicroBatch mb, train_loader->Next());
-        batches.push_back({mb.tokens, mb.labels, mb.loss_mask});
+        batches.push_back(ModelBatchOf(mb, loader_config));
       }
     }
     timers.Stop("data");

@@ -35,6 +35,7 @@ checkpoint::ModelConfig ToProto(const gpt::GPTConfig& c, DType dtype) {
   p.set_add_bias_linear(c.add_bias_linear);
   p.set_add_qkv_bias(c.add_qkv_bias);
   p.set_qk_layernorm(c.qk_layernorm);
+  p.set_sliding_window(c.sliding_window() ? c.window_left + 1 : 0);
   p.set_layernorm_epsilon(c.norm_epsilon);
   p.set_rotary_base(c.rotary_base);
   if (c.rope_scaling.enabled) {
@@ -90,6 +91,11 @@ absl::StatusOr<gpt::GPTConfig> FromProto(const checkpoint::ModelConfig& p) {
   c.add_bias_linear = p.add_bias_linear();
   c.add_qkv_bias = p.add_qkv_bias();
   c.qk_layernorm = p.qk_layernorm();
+  if (p.sliding_window() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: sliding_window ", p.sliding_window(), " is negative"));
+  }
+  c.window_left = p.sliding_window() > 0 ? p.sliding_window() - 1 : -1;
   c.norm_epsilon = p.layernorm_epsilon();
   c.rotary_base = p.rotary_base();
   if (p.num_experts() != 0) {

@@ -67,6 +67,19 @@ TEST(ModelConfigProtoTest, Llama3RopeScalingRoundTrips) {
   EXPECT_TRUE(back->rope_scaling == c.rope_scaling);
 }
 
+TEST(ModelConfigProtoTest, SlidingWindowRoundTrips) {
+  gpt::GPTConfig c = Small();
+  EXPECT_EQ(ToProto(c, DType::kFloat32).sliding_window(), 0);
+  EXPECT_EQ(FromProto(ToProto(c, DType::kFloat32))->window_left, -1);
+  c.window_left = 3;  // --window-size 3,0: four keys, Hugging Face's 4.
+  const checkpoint::ModelConfig p = ToProto(c, DType::kFloat32);
+  EXPECT_EQ(p.sliding_window(), 4);
+  EXPECT_EQ(FromProto(p)->window_left, 3);
+  checkpoint::ModelConfig bad = p;
+  bad.set_sliding_window(-2);
+  EXPECT_FALSE(FromProto(bad).ok());
+}
+
 TEST(ModelConfigProtoTest, UnknownRopeScalingTypeIsRefusedByName) {
   checkpoint::ModelConfig p = ToProto(Small(), DType::kFloat32);
   p.mutable_rope_scaling()->set_rope_type("yarn");

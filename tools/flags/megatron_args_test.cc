@@ -161,6 +161,24 @@ TEST(TrainingFlagsTest, GPTConfigChecksDivisibility) {
   absl::SetFlag(&FLAGS_tensor_model_parallel_size, 1);
 }
 
+TEST(TrainingFlagsTest, WindowSizeTakesALeftWindowOnly) {
+  EXPECT_EQ(*training::WindowLeftOf(""), -1);
+  EXPECT_EQ(*training::WindowLeftOf("4096,0"), 4096);
+  EXPECT_EQ(*training::WindowLeftOf("(7, 0)"), 7);
+  for (const char* bad : {"4,4", "-1,-1", "4", "a,0", "1,2,3"}) {
+    absl::StatusOr<int64_t> w = training::WindowLeftOf(bad);
+    ASSERT_FALSE(w.ok()) << bad;
+    EXPECT_THAT(std::string(w.status().message()), HasSubstr("--window-size"));
+  }
+  // A window reaching past the sequence is refused by name.
+  absl::SetFlag(&FLAGS_window_size, "500,0");
+  absl::SetFlag(&FLAGS_seq_length, 128);
+  absl::Status s =
+      training::GPTConfigFromConfig(*TrainConfigFromFlags(), 257).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--window-size"));
+  absl::SetFlag(&FLAGS_window_size, "");
+}
+
 }  // namespace
 }  // namespace flags
 }  // namespace mcc

@@ -46,6 +46,10 @@ ABSL_FLAG(bool, qk_layernorm, false,
 ABSL_FLAG(bool, add_qkv_bias, false,
           "Keep the QKV projection's bias under --disable-bias-linear "
           "(Qwen2).");
+ABSL_FLAG(std::string, window_size, "",
+          "Sliding-window attention \"L,0\": each query sees itself and the L "
+          "keys before it (Mistral's sliding_window is L + 1); the right "
+          "window must be 0. Empty: none. CPU attention kernels only.");
 ABSL_FLAG(double, hidden_dropout, 0.0, "Dropout on hidden states.");
 ABSL_FLAG(double, attention_dropout, 0.0,
           "Dropout on the attention probabilities.");
@@ -140,4 +144,12 @@ ABSL_FLAG(std::string, tokenizer_model, "",
 ABSL_FLAG(std::string, data_cache_path, "",
           "Where dataset indices are cached (default: beside the data).");
 ABSL_FLAG(bool, eod_mask_loss, false, "No loss on end-of-document tokens.");
+ABSL_FLAG(bool, reset_position_ids, false,
+          "Positions restart after each end-of-document token (the learned "
+          "position embedding's; rotary positions stay the sequence's, which "
+          "changes no attention score within a document).");
+ABSL_FLAG(bool, reset_attention_mask, false,
+          "Documents packed into a sequence attend only to themselves "
+          "(documents end at end-of-document tokens). CPU attention kernels "
+          "only.");
 ABSL_FLAG(int32_t, micro_batch_size, 8, "Micro-batch size per DP rank.");

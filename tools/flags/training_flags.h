@@ -76,6 +76,9 @@ ABSL_DECLARE_FLAG(std::string, merge_file);
 ABSL_DECLARE_FLAG(std::string, tokenizer_model);
 ABSL_DECLARE_FLAG(std::string, data_cache_path);
 ABSL_DECLARE_FLAG(bool, eod_mask_loss);
+ABSL_DECLARE_FLAG(bool, reset_position_ids);
+ABSL_DECLARE_FLAG(bool, reset_attention_mask);
+ABSL_DECLARE_FLAG(std::string, window_size);
 ABSL_DECLARE_FLAG(int32_t, micro_batch_size);
 
 #endif  // TOOLS_FLAGS_TRAINING_FLAGS_H_
