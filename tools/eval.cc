@@ -37,7 +37,6 @@
 #include "tools/flags/megatron_args.h"
 #include "tools/flags/quantize_flag.h"
 #include "tools/flags/runtime_flags.h"
-#include "tools/flags/train_config_from_flags.h"
 #include "tools/flags/training_flags.h"
 #include "training/checkpoint_eval.h"
 #include "training/job.h"
