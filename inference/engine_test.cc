@@ -65,6 +65,11 @@ std::vector<std::pair<std::string, gpt::GPTConfig>> Variants(bool serial,
   qwen.rope_scaling.enabled = true;
   qwen.rope_scaling.original_max_position_embeddings = 4;
   v.push_back({"qwen_qk_norm_qkv_bias_rope_scaling", qwen});
+  // Mistral: a sliding window of 5 keys, shorter than prompt plus output.
+  gpt::GPTConfig mistral = gqa;
+  mistral.activation = gpt::Activation::kSwiGLU;
+  mistral.window_left = 4;
+  v.push_back({"mistral_sliding_window", mistral});
   if (serial) {
     gpt::GPTConfig swiglu = rope;
     swiglu.activation = gpt::Activation::kSwiGLU;
@@ -121,6 +126,7 @@ absl::StatusOr<std::unique_ptr<Setup>> MakeSetup(const gpt::GPTConfig& config,
   setup->executor = std::make_unique<LocalStepExecutor>(setup->runner.get());
   EngineOptions options;
   options.scheduler = scheduler;
+  options.scheduler.window_left = config.window_left;
   options.max_positions = config.max_positions();
   options.model_vocab = config.vocab_size;
   setup->engine = std::make_unique<Engine>(options, setup->executor.get(),
@@ -454,6 +460,43 @@ TEST(EngineTest, BatchingAndChunkingNeverChangeResults) {
       ExpectSame(*together, *alone);
     }
   }
+}
+
+// A sliding window gives back the blocks behind it while the sequence
+// decodes (blocks of 4 tokens, a window of 5 keys).
+TEST(EngineTest, SlidingWindowFreesBlocksBehindIt) {
+  const gpt::GPTConfig config = Variants(/*serial=*/true)[4].second;
+  ASSERT_EQ(config.window_left, 4);
+  auto setup = MakeSetup(config, nullptr, SchedulerOptions(), 16, 4);
+  ASSERT_TRUE(setup.ok()) << setup.status();
+  GenerationRequest r;
+  r.prompt = {72, 101, 108, 108, 111, 44, 32};
+  r.max_new_tokens = 30;  // 37 positions: 10 blocks at admission.
+  r.sampling.temperature = 0;
+  r.stop_at_eod = false;
+  bool finished = false;
+  ASSERT_TRUE((*setup)
+                  ->engine
+                  ->Submit(r,
+                           [&](const GenerationEvent& e) {
+                             finished = finished || e.finished;
+                           })
+                  .ok());
+  const PagedKvCache& cache = (*setup)->runner->cache();
+  int64_t least_free = cache.num_blocks(), most_free_running = 0;
+  for (int steps = 0; !finished && steps < 100; ++steps) {
+    ASSERT_TRUE((*setup)->engine->Step().ok());
+    least_free = std::min(least_free, cache.free_blocks());
+    if (!finished) {
+      most_free_running = std::max(most_free_running, cache.free_blocks());
+    }
+  }
+  ASSERT_TRUE(finished);
+  EXPECT_EQ(least_free, 16 - 10);
+  // Near the end only the window's two or three blocks and those still
+  // ahead are held.
+  EXPECT_GE(most_free_running, 16 - 3);
+  EXPECT_EQ(cache.free_blocks(), 16);
 }
 
 TEST(EngineTest, RequestsWaitWhenThePoolIsFull) {

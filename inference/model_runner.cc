@@ -273,7 +273,7 @@ absl::Status ModelRunner::Layer(int i, const StepRows& rows,
   }
   std::vector<float>& ctx = Buffer(&scratch_.ctx, n * heads * d);
   PagedAttention(q.data(), n, heads, rows.positions.data(), tables.data(), i,
-                 &cache_, ctx.data());
+                 &cache_, ctx.data(), c.window_left);
   std::vector<float>& attn = Buffer(&scratch_.attn, n * h);
   Apply(lw.proj, pl.proj, ctx.data(), n, attn.data(), false);
   MCC_RETURN_IF_ERROR(SumOverTp(&attn));

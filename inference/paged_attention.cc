@@ -108,7 +108,8 @@ void WeightedValues(const float* p, int64_t keys, int64_t d, ValueAt value_at,
 
 void PagedAttention(const float* q, int64_t rows, int64_t heads,
                     const int64_t* positions, const int32_t* const* tables,
-                    int64_t layer, PagedKvCache* cache, float* out) {
+                    int64_t layer, PagedKvCache* cache, float* out,
+                    int64_t window_left) {
   const int64_t d = cache->shape().head_dim;
   const int64_t per_group = heads / cache->shape().kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -119,14 +120,21 @@ void PagedAttention(const float* q, int64_t rows, int64_t heads,
         std::vector<float> scores;
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t r = t / heads, h = t % heads, g = h / per_group;
-          const int64_t keys = positions[r] + 1;
+          // The window's first position; blocks before it may be freed.
+          const int64_t first =
+              window_left >= 0
+                  ? std::max<int64_t>(0, positions[r] - window_left)
+                  : 0;
+          const int64_t keys = positions[r] + 1 - first;
           const float* qrow = q + (r * heads + h) * d;
           scores.resize(keys);
           for (int64_t j0 = 0; j0 < keys; j0 += kKeys) {
             const int n = static_cast<int>(std::min<int64_t>(kKeys, keys - j0));
             ScoreKeys(
                 qrow, d, n,
-                [&](int j) { return cache->Key(layer, tables[r], j0 + j, g); },
+                [&](int j) {
+                  return cache->Key(layer, tables[r], first + j0 + j, g);
+                },
                 scale, scores.data() + j0);
           }
           const float max_score =
@@ -135,7 +143,9 @@ void PagedAttention(const float* q, int64_t rows, int64_t heads,
           float* orow = out + (r * heads + h) * d;
           WeightedValues(
               scores.data(), keys, d,
-              [&](int64_t j) { return cache->Value(layer, tables[r], j, g); },
+              [&](int64_t j) {
+                return cache->Value(layer, tables[r], first + j, g);
+              },
               orow);
           float sum = 0;
           for (int64_t j = 0; j < keys; ++j) sum += scores[j];

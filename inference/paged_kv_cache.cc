@@ -52,10 +52,30 @@ bool PagedKvCache::Allocate(int64_t count, BlockTable* table) {
 
 void PagedKvCache::Free(BlockTable* table) {
   // Keep free_ descending so the lowest numbers go first (deterministic).
-  for (int32_t b : *table) free_.push_back(b);
+  for (int32_t b : *table) {
+    if (b != kFreedBlock) free_.push_back(b);
+  }
   std::sort(free_.begin(), free_.end(),
             [](int32_t a, int32_t b) { return a > b; });
   table->clear();
+}
+
+int64_t PagedKvCache::FreeBefore(int64_t first_position, BlockTable* table) {
+  const int64_t whole = std::min<int64_t>(
+      std::max<int64_t>(first_position, 0) / shape_.block_size,
+      static_cast<int64_t>(table->size()));
+  int64_t freed = 0;
+  for (int64_t i = 0; i < whole; ++i) {
+    if ((*table)[i] == kFreedBlock) continue;
+    free_.push_back((*table)[i]);
+    (*table)[i] = kFreedBlock;
+    ++freed;
+  }
+  if (freed > 0) {
+    std::sort(free_.begin(), free_.end(),
+              [](int32_t a, int32_t b) { return a > b; });
+  }
+  return freed;
 }
 
 }  // namespace inference

@@ -28,8 +28,11 @@ struct KvCacheShape {
 };
 
 // The block numbers of one sequence, in position order: position p lives in
-// block table[p / block_size] at offset p % block_size.
+// block table[p / block_size] at offset p % block_size. kFreedBlock marks a
+// block given back early (behind a sliding window): its positions are never
+// read again.
 using BlockTable = std::vector<int32_t>;
+inline constexpr int32_t kFreedBlock = -1;
 
 // The pool: fp32 [blocks, block_size, kv_heads, head_dim] per layer for keys
 // and for values, on the host. Allocation is deterministic (lowest free
@@ -57,6 +60,10 @@ class PagedKvCache {
   bool Allocate(int64_t count, BlockTable* table);
   // Returns the table's blocks to the pool and clears it.
   void Free(BlockTable* table);
+  // Sliding windows: returns the blocks wholly before `first_position` (the
+  // oldest position any later query reads) to the pool, marking them
+  // kFreedBlock. Returns how many it freed.
+  int64_t FreeBefore(int64_t first_position, BlockTable* table);
 
   // The d floats of (layer, head) at `position` of a sequence whose table
   // is `table` (the table must cover the position).

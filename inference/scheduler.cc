@@ -20,6 +20,13 @@ bool Scheduler::Admit(Sequence* sequence) {
 
 StepPlan Scheduler::Plan() {
   StepPlan plan;
+  if (options_.window_left >= 0 && !options_.recompute_prefix) {
+    // The next query of a running sequence is at `computed`; no later one
+    // reads before computed - window_left.
+    for (const auto& s : running_) {
+      cache_->FreeBefore(s->computed - options_.window_left, &s->table);
+    }
+  }
   // Waiting requests join while the batch has room and the pool has blocks
   // for their whole length (static batching: only into an empty batch).
   const bool may_admit = !options_.static_batching || running_.empty();

@@ -34,6 +34,10 @@ struct SchedulerOptions {
   // values: each row is computed alone), so only the newest row's logits are
   // used. A decoding sequence still counts one token against the budget.
   bool recompute_prefix = false;
+  // Sliding-window attention (the model's window_left; -1: none): blocks
+  // wholly behind every later query's window go back to the pool as the
+  // sequence advances (not under recompute_prefix, which reads them again).
+  int64_t window_left = -1;
   int64_t token_budget() const {
     return max_tokens_per_step > 0 ? max_tokens_per_step
                                    : prefill_chunk_size + max_batch_size;

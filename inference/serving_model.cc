@@ -177,6 +177,7 @@ EngineOptions EngineOptionsFor(const ServeConfig& config,
   options.scheduler.prefill_chunk_size = config.prefill_chunk_size();
   options.scheduler.max_tokens_per_step = config.max_tokens_per_step();
   options.scheduler.static_batching = config.batching() == "static";
+  options.scheduler.window_left = model.window_left;
   options.max_positions = model.max_positions();
   options.model_vocab = model.vocab_size;
   options.max_prompt_tokens = config.max_prompt_tokens();

@@ -503,6 +503,7 @@ absl::StatusOr<std::optional<Generation>> RunGeneration(Job& job,
   options.scheduler.prefill_chunk_size = prompt_len;  // One prefill step.
   // --no-kv-cache: every token recomputes the whole prefix (for comparison).
   options.scheduler.recompute_prefix = !use_cache;
+  options.scheduler.window_left = job.config.window_left;
   options.max_positions = job.config.max_positions();
   options.model_vocab = job.config.vocab_size;
   inference::Engine engine(options, executor.get(), &runner.cache(),
