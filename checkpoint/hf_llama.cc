@@ -317,6 +317,16 @@ absl::Status CheckLlamaCompatible(const ModelConfig& c) {
     why.push_back(
         "a QKV bias with QK-norm (Qwen3's attention_bias also biases o_proj)");
   }
+  if (c.sliding_window() > 0 && (c.add_qkv_bias() || c.qk_layernorm())) {
+    why.push_back(
+        "a sliding window with a QKV bias or QK-norm (Qwen's "
+        "use_sliding_window is not supported)");
+  }
+  if (c.sliding_window() > 0 && c.has_rope_scaling()) {
+    why.push_back(
+        "a sliding window with rope_scaling (MistralForCausalLM "
+        "has no rope_scaling)");
+  }
   if (c.has_rope_scaling() && c.rope_scaling().rope_type() != "llama3") {
     why.push_back(absl::StrCat("rope_scaling type '",
                                c.rope_scaling().rope_type(),
@@ -361,11 +371,15 @@ absl::Status CheckLlamaCompatible(const ModelConfig& c) {
     if (c.add_qkv_bias()) {
       why.push_back("a QKV bias with experts (Qwen2-MoE is not built)");
     }
+    if (c.sliding_window() > 0) {
+      why.push_back("a sliding window with experts");
+    }
   }
   if (why.empty()) return absl::OkStatus();
   std::string msg =
-      "model cannot be expressed as LlamaForCausalLM, Qwen2ForCausalLM, "
-      "Qwen3ForCausalLM, MixtralForCausalLM or Qwen3MoeForCausalLM:";
+      "model cannot be expressed as LlamaForCausalLM, MistralForCausalLM, "
+      "Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM or "
+      "Qwen3MoeForCausalLM:";
   for (const auto& w : why) absl::StrAppend(&msg, " ", w, ";");
   return absl::FailedPreconditionError(msg);
 }
@@ -502,23 +516,31 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
         "sigmoid gate on the shared expert) and its unnormalised top-k "
         "(norm_topk_prob false) are not built; mixtral and qwen3_moe are"));
   }
-  if (model_type != "llama" && model_type != "qwen2" && model_type != "qwen3" &&
+  if (model_type != "llama" && model_type != "mistral" &&
+      model_type != "qwen2" && model_type != "qwen3" &&
       model_type != "mixtral" && model_type != "qwen3_moe") {
-    return absl::UnimplementedError(
-        absl::StrCat(path, ": \"model_type\" \"", model_type,
-                     "\" is not llama, qwen2, qwen3, mixtral or qwen3_moe"));
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": \"model_type\" \"", model_type,
+        "\" is not llama, mistral, qwen2, qwen3, mixtral or qwen3_moe"));
   }
   const bool qwen2 = model_type == "qwen2";
   const bool mixtral = model_type == "mixtral";
   const bool qwen3_moe = model_type == "qwen3_moe";
   const bool qwen3 = model_type == "qwen3" || qwen3_moe;
+  // Mistral's sliding_window: the keys a query sees, itself included (null:
+  // no window).
+  int64_t sliding_window = 0;
+  if (model_type == "mistral") {
+    MCC_ASSIGN_OR_RETURN(sliding_window,
+                         JsonPositiveInt(hf, "sliding_window", path, 0));
+  }
   if (mixtral) {
     if (hf.contains("sliding_window") && !hf["sliding_window"].is_null()) {
       return absl::UnimplementedError(absl::StrCat(
           path, ": \"sliding_window\" ", hf["sliding_window"].dump(),
-          " is set; sliding-window attention is not supported"));
+          " is set; a Mixtral with a sliding window is not supported"));
     }
-  } else if (model_type != "llama") {
+  } else if (qwen2 || qwen3) {
     MCC_ASSIGN_OR_RETURN(bool sliding,
                          JsonBool(hf, "use_sliding_window", path, false));
     if (sliding) {
@@ -654,6 +676,7 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
   config.set_add_bias_linear(false);
   config.set_add_qkv_bias(qwen2);
   config.set_qk_layernorm(qwen3);
+  config.set_sliding_window(sliding_window);
   config.set_layernorm_epsilon(eps);
   config.set_rotary_base(theta);
   if (rope_scaling.has_value()) *config.mutable_rope_scaling() = *rope_scaling;
@@ -665,7 +688,8 @@ std::string HfArchitecture(const ModelConfig& c) {
     return c.qk_layernorm() ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM";
   }
   if (c.qk_layernorm()) return "Qwen3ForCausalLM";
-  return c.add_qkv_bias() ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  if (c.add_qkv_bias()) return "Qwen2ForCausalLM";
+  return c.sliding_window() > 0 ? "MistralForCausalLM" : "LlamaForCausalLM";
 }
 
 std::string LlamaConfigJson(const ModelConfig& c, DType dtype) {
@@ -679,6 +703,29 @@ std::string LlamaConfigJson(const ModelConfig& c, DType dtype) {
   const bool mixtral = architecture == "MixtralForCausalLM";
   const bool qwen3_moe = architecture == "Qwen3MoeForCausalLM";
   const bool qwen3 = architecture == "Qwen3ForCausalLM";
+  const bool mistral = architecture == "MistralForCausalLM";
+  if (mistral) {
+    // MistralConfig's keys, in its order.
+    nlohmann::ordered_json config = {
+        {"architectures", nlohmann::ordered_json::array({architecture})},
+        {"model_type", "mistral"},
+        {"vocab_size", HfVocabRows(c)},
+        {"hidden_size", c.hidden_size()},
+        {"intermediate_size", c.ffn_hidden_size()},
+        {"num_hidden_layers", c.num_layers()},
+        {"num_attention_heads", m.heads},
+        {"num_key_value_heads", m.groups},
+        {"head_dim", m.d},
+        {"hidden_act", "silu"},
+        {"max_position_embeddings", c.max_position_embeddings()},
+        {"rms_norm_eps", c.layernorm_epsilon()},
+        {"rope_theta", c.rotary_base()},
+        {"sliding_window", c.sliding_window()},
+        {"attention_dropout", 0.0},
+        {"tie_word_embeddings", c.tied_embeddings()},
+        {"torch_dtype", torch_dtype}};
+    return config.dump(2) + "\n";
+  }
   // ordered_json: the keys in Hugging Face's order; doubles round-trip.
   nlohmann::ordered_json config = {
       {"architectures", nlohmann::ordered_json::array({architecture})},

@@ -38,6 +38,9 @@ namespace mcc {
 // order within a head; query head j reads K/V head j / (heads / groups) on
 // both sides (repeat_kv), so heads map in order.
 //
+// Mistral (MistralForCausalLM) is Llama's mapping with a sliding window
+// (ModelConfig.sliding_window, config.json's sliding_window: the keys a
+// query sees, itself included; Megatron's --window-size W - 1,0).
 // Qwen2 (Qwen2ForCausalLM) is the same mapping plus the QKV bias
 // (add_qkv_bias): decoder.layers.{i}.self_attention.linear_qkv.bias, its
 // rows ordered as the weight's <-> .self_attn.q_proj.bias, .k_proj.bias,
@@ -65,10 +68,11 @@ absl::StatusOr<NamedTensors> ExportLlama(
 absl::StatusOr<std::map<std::string, Tensor>> ImportLlama(
     const NamedTensors& hf, const checkpoint::ModelConfig& config);
 
-// The model configuration of a LlamaForCausalLM, Qwen2ForCausalLM or
-// Qwen3ForCausalLM config.json (model_type "llama", the default; "qwen2":
+// The model configuration of a LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM or Qwen3ForCausalLM config.json (model_type "llama", the
+// default; "mistral": sliding_window, null or absent for none; "qwen2":
 // add_qkv_bias; "qwen3": qk_layernorm, head_dim defaulting to 128 as
-// Qwen3Config's; use_sliding_window true is refused): hidden_size,
+// Qwen3Config's; Qwen's use_sliding_window true is refused): hidden_size,
 // intermediate_size, num_attention_heads, num_hidden_layers, vocab_size,
 // max_position_embeddings, and optional num_key_value_heads (default: heads),
 // rms_norm_eps (1e-6), rope_theta (10000), tie_word_embeddings (false),
@@ -82,11 +86,13 @@ absl::StatusOr<checkpoint::ModelConfig> ParseLlamaConfigJson(
 
 // The Hugging Face class a Llama-family configuration exports as:
 // Qwen3ForCausalLM with qk_layernorm, Qwen2ForCausalLM with add_qkv_bias,
-// else LlamaForCausalLM.
+// MistralForCausalLM with a sliding window, else LlamaForCausalLM (so a
+// Mistral without a window, as v0.2 and later, comes back as Llama: the
+// same model and tensors).
 std::string HfArchitecture(const checkpoint::ModelConfig& config);
 
-// config.json for HfArchitecture(config) (model_type "llama", "qwen2" or
-// "qwen3"),
+// config.json for HfArchitecture(config) (model_type "llama", "mistral",
+// "qwen2" or "qwen3"),
 // from our model configuration; torch_dtype names `dtype`.
 std::string LlamaConfigJson(const checkpoint::ModelConfig& config, DType dtype);
 

@@ -252,6 +252,72 @@ TEST(HfLlamaTest, ParsesAQwen25ConfigAndWritesQwen2Back) {
             std::string::npos);
 }
 
+TEST(HfLlamaTest, MistralSlidingWindowMapsAndRoundTrips) {
+  checkpoint::ModelConfig config = SmallConfig(/*tied=*/false);
+  config.set_sliding_window(3);
+  EXPECT_TRUE(CheckLlamaCompatible(config).ok());
+  EXPECT_EQ(HfArchitecture(config), "MistralForCausalLM");
+  const auto params = RandomParams(config);
+  auto hf = ExportLlama(params, config);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  auto back = ImportLlama(*hf, config);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), params.size());
+  for (const auto& [name, t] : params) {
+    ASSERT_TRUE(back->count(name)) << name;
+    EXPECT_EQ(back->at(name).ToDoubles(), t.ToDoubles()) << name;
+  }
+  // Qwen's windows stay refused, as does rope_scaling with a window.
+  checkpoint::ModelConfig qwen = config;
+  qwen.set_add_qkv_bias(true);
+  EXPECT_NE(CheckLlamaCompatible(qwen).message().find("use_sliding_window"),
+            std::string::npos);
+  checkpoint::ModelConfig scaled = config;
+  scaled.mutable_rope_scaling()->set_rope_type("llama3");
+  EXPECT_NE(CheckLlamaCompatible(scaled).message().find("rope_scaling"),
+            std::string::npos);
+}
+
+TEST(HfLlamaTest, ParsesAMistralConfigAndWritesMistralBack) {
+  const std::string mistral = R"({
+    "architectures": ["MistralForCausalLM"], "model_type": "mistral",
+    "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768,
+    "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+    "sliding_window": 4096, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32000})";
+  auto c = ParseLlamaConfigJson(mistral, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window(), 4096);
+  EXPECT_EQ(c->num_query_groups(), 8);
+  EXPECT_FALSE(c->add_qkv_bias());
+  const std::string text = LlamaConfigJson(*c, DType::kBFloat16);
+  EXPECT_TRUE(absl::StrContains(text, "\"MistralForCausalLM\"")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "\"model_type\": \"mistral\"")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "\"sliding_window\": 4096")) << text;
+  auto again = ParseLlamaConfigJson(text, "again.json");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->DebugString(), c->DebugString());
+  // v0.2 and later: no window; the same tensors as Llama's.
+  std::string open = mistral;
+  open.replace(open.find("\"sliding_window\": 4096"), 22,
+               "\"sliding_window\": null");
+  auto unwindowed = ParseLlamaConfigJson(open, "open.json");
+  ASSERT_TRUE(unwindowed.ok()) << unwindowed.status();
+  EXPECT_EQ(unwindowed->sliding_window(), 0);
+  EXPECT_EQ(HfArchitecture(*unwindowed), "LlamaForCausalLM");
+  std::string bad = mistral;
+  bad.replace(bad.find("\"sliding_window\": 4096"), 22,
+              "\"sliding_window\": -4");
+  EXPECT_NE(ParseLlamaConfigJson(bad, "bad.json")
+                .status()
+                .message()
+                .find("\"sliding_window\""),
+            std::string::npos);
+}
+
 checkpoint::ModelConfig Qwen3Config(bool tied) {
   checkpoint::ModelConfig c = SmallConfig(tied);
   c.set_qk_layernorm(true);

@@ -47,13 +47,15 @@
 ABSL_FLAG(std::string, load, "", "Checkpoint directory to export.");
 ABSL_FLAG(std::string, export_hf, "",
           "Write config.json and the weights for GPT2LMHeadModel, "
-          "LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM (by the "
+          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or "
+          "Qwen3ForCausalLM (by the "
           "checkpoint's "
           "architecture) here.");
-ABSL_FLAG(std::string, import_hf, "",
-          "Read config.json (model_type gpt2, llama, qwen2 or qwen3) and "
-          "model.safetensors "
-          "or model.safetensors.index.json with its shards from here.");
+ABSL_FLAG(
+    std::string, import_hf, "",
+    "Read config.json (model_type gpt2, llama, mistral, qwen2 or qwen3) and "
+    "model.safetensors "
+    "or model.safetensors.index.json with its shards from here.");
 ABSL_FLAG(std::string, max_shard_size, "5GB",
           "--export-hf: weights larger than this go into shards "
           "model-0000N-of-0000M.safetensors of at most this size (5GB, "
@@ -141,12 +143,13 @@ absl::Status Import() {
       json.contains("model_type") && json["model_type"].is_string()
           ? json["model_type"].get<std::string>()
           : "gpt2";  // Older GPT-2 files have none.
-  if (model_type != "gpt2" && model_type != "llama" && model_type != "qwen2" &&
+  if (model_type != "gpt2" && model_type != "llama" &&
+      model_type != "mistral" && model_type != "qwen2" &&
       model_type != "qwen3" && model_type != "mixtral" &&
       model_type != "qwen3_moe" && model_type != "qwen2_moe") {
     return absl::UnimplementedError(absl::StrCat(
         config_path, ": model_type \"", model_type,
-        "\" is not gpt2, llama, qwen2, qwen3, mixtral or qwen3_moe"));
+        "\" is not gpt2, llama, mistral, qwen2, qwen3, mixtral or qwen3_moe"));
   }
   // Qwen2, Qwen3, Mixtral and Qwen3-MoE are the Llama mapping with their
   // extras (the Llama parser names what of qwen2_moe is not built).
