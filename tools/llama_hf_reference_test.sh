@@ -11,7 +11,8 @@
 # sharded or not. An optional sixth argument names the family the reference
 # writes (llama, llama31: rope_scaling of type llama3; qwen2: q/k/v biases,
 # tied embeddings; qwen3: QK-norm; mixtral: every layer 4 experts, top-2,
-# checked at PP 2 instead of TP 2) and so the training flags.
+# checked at PP 2 instead of TP 2; mistral: a sliding window of 6 keys over
+# 22 positions) and so the training flags.
 set -euo pipefail
 launch=$1
 train=$2
@@ -29,6 +30,7 @@ case $family in
   qwen3) family_flags=(--untie-embeddings-and-output-weights --qk-layernorm); model_type=qwen3 ;;
   mixtral) family_flags=(--untie-embeddings-and-output-weights --num-experts 4
              --moe-router-topk 2 --moe-ffn-hidden-size 48); model_type=mixtral ;;
+  mistral) family_flags=(--untie-embeddings-and-output-weights --window-size 5,0); model_type=mistral ;;
   *) echo "unknown family $family"; exit 1 ;;
 esac
 # Mixtral: the experts' and the config's intermediate size; MoE layers run

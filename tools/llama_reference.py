@@ -2,7 +2,8 @@
 """A plain PyTorch reference of Hugging Face's LlamaForCausalLM forward pass,
 and of the family members built on it (--family): Llama 3.1's rope_scaling
 (type llama3), Qwen2's q/k/v biases with tied embeddings, Qwen3's QK-norm,
-Mixtral's sparse mixture-of-experts MLP (mixtral_moe).
+Mixtral's sparse mixture-of-experts MLP (mixtral_moe), Mistral's sliding
+window.
 
 Written from the architecture's definition (no transformers import): token
 embedding; per layer RMSNorm, rotary positions in the rotate-half form (dim i
@@ -18,7 +19,9 @@ between them f is blended as (1 - s) f / factor + s f with s = (L / w -
 low_freq_factor) / (high_freq_factor - low_freq_factor). Qwen2 adds biases
 to q_proj, k_proj and v_proj (not o_proj). Qwen3 applies an RMSNorm over
 each head's head_dim (weights q_norm and k_norm, shared by the heads) to
-the projected queries and keys before the rotation.
+the projected queries and keys before the rotation. Mistral's
+sliding_window W lets query i see keys i - W + 1 .. i only (W keys, itself
+included; masking_utils' kv_idx > q_idx - sliding_window).
 
   llama_reference.py write DIR --prompt-ids '1 5 9' --new 8
       random weights saved as a Hugging Face model directory (config.json,
@@ -75,13 +78,16 @@ FAMILIES = {
                 "model_type": "mixtral", "intermediate_size": 48,
                 "num_local_experts": 4, "num_experts_per_tok": 2,
                 "sliding_window": None, "output_router_logits": False},
+    # A window of 6 keys, shorter than the 22 positions the test runs.
+    "mistral": {"architectures": ["MistralForCausalLM"],
+                "model_type": "mistral", "head_dim": 16, "sliding_window": 6},
 }
 
 # Seeds whose greedy continuations keep their top two logits apart (the
 # test needs a margin over 1e-2); Qwen2's tied head repeats tokens, seed 3
 # changes token once.
 FAMILY_SEEDS = {"llama": 2, "llama31": 2, "qwen2": 3, "qwen3": 3,
-                "mixtral": 2}
+                "mixtral": 2, "mistral": 8}
 
 _DTYPES = {"F32": (torch.float32, 4), "BF16": (torch.bfloat16, 2),
            "F16": (torch.float16, 2)}
@@ -107,7 +113,9 @@ def random_weights(c, seed):
     w = {"model.embed_tokens.weight": normal(v, h, std=0.2 if tied else 1.0)}
     # Llama 3.1: sharper attention, so that the positions (and the scaled
     # frequencies) move the logits well beyond the test's tolerance.
-    qk_std = (4.0 if c.get("rope_scaling") else 1.0) * h ** -0.5
+    # Mistral: the same, so that the keys the window hides matter.
+    sharp = c.get("rope_scaling") or c.get("sliding_window")
+    qk_std = (4.0 if sharp else 1.0) * h ** -0.5
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = norm_weight()
@@ -188,6 +196,10 @@ def forward(w, c, ids):
     angles = torch.cat((angles, angles), dim=-1)  # [s, d]
     cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
     causal = torch.full((s, s), float("-inf"), dtype=torch.float64).triu(1)
+    window = c.get("sliding_window")
+    if window:  # Keys j <= i - window are hidden too.
+        causal = causal + torch.full(
+            (s, s), float("-inf"), dtype=torch.float64).tril(-window)
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
         y = rms_norm(x, w[p + "input_layernorm.weight"], eps)
