@@ -37,6 +37,29 @@ TEST(ModelFlopsTest, CountsGroupedQueriesAndSwiGlu) {
   EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(c), 6 * (2 * per_layer + 64.0 * 100));
 }
 
+// An MoE layer counts its top-k experts and its shared expert; a dense layer
+// its MLP.
+TEST(ModelFlopsTest, CountsTheActiveExpertsOfMoeLayers) {
+  GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 64;
+  c.num_attention_heads = 8;
+  c.ffn_hidden_size = 96;
+  c.activation = Activation::kSwiGLU;
+  c.vocab_size = 100;
+  c.seq_length = 32;
+  c.num_experts = 8;
+  c.moe_router_topk = 2;
+  c.moe_ffn_hidden_size = 40;
+  c.moe_shared_expert_intermediate_size = 24;
+  c.moe_layer_freq = "[0,1]";
+  const double attention = 64.0 * (64 + 2 * 64) + 64.0 * 64 + 2 * 32.0 * 64;
+  const double dense = 3 * 64.0 * 96;
+  const double moe = 2 * 3 * 64.0 * 40 + 3 * 64.0 * 24;
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(c),
+                   6 * (2 * attention + dense + moe + 64.0 * 100));
+}
+
 }  // namespace
 }  // namespace gpt
 }  // namespace mcc
