@@ -10,9 +10,9 @@
 # (1e-5), and exporting it gives back the reference's tensors bit for bit,
 # sharded or not. An optional sixth argument names the family the reference
 # writes (llama, llama31: rope_scaling of type llama3; qwen2: q/k/v biases,
-# tied embeddings; qwen3: QK-norm; mixtral: every layer 4 experts, top-2,
-# checked at PP 2 instead of TP 2; mistral: a sliding window of 6 keys over
-# 22 positions) and so the training flags.
+# tied embeddings; qwen3: QK-norm; mixtral: every layer 4 experts, top-2;
+# mistral: a sliding window of 6 keys over 22 positions) and so the training
+# flags.
 set -euo pipefail
 launch=$1
 train=$2
@@ -33,16 +33,10 @@ case $family in
   mistral) family_flags=(--untie-embeddings-and-output-weights --window-size 5,0); model_type=mistral ;;
   *) echo "unknown family $family"; exit 1 ;;
 esac
-# Mixtral: the experts' and the config's intermediate size; MoE layers run
-# without tensor parallelism, so its other layouts are PP 2 (x DP 2).
+# Mixtral: the experts' and the config's intermediate size (its MoE layers
+# are replicated over TP, without SP).
 ffn=176
-tp2=(--tensor-model-parallel-size 2)
-train_layout=(--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2)
-if [[ $family == mixtral ]]; then
-  ffn=48
-  tp2=(--pipeline-model-parallel-size 2)
-  train_layout=(--pipeline-model-parallel-size 2)
-fi
+[[ $family == mixtral ]] && ffn=48
 work=${TEST_TMPDIR:-$(mktemp -d)}
 python=/usr/bin/python3
 if ! "$python" -c "import torch" > /dev/null 2>&1; then
@@ -88,7 +82,7 @@ check_eval() {  # name nproc flags...
   [[ "$tokens" == "$ref_tokens" ]] || { echo "greedy tokens differ"; exit 1; }
 }
 check_eval tp1 1
-check_eval tp2 2 "${tp2[@]}"
+check_eval tp2 2 --tensor-model-parallel-size 2
 
 # The import trains under any layout: its flags are the config.json's, but
 # for the sequence length (64 positions there; rotary positions have no
@@ -105,8 +99,8 @@ losses() { sed -n 's/.*"iteration": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/p' "
 "$train" "${flags[@]}" --metrics-file "$work/serial.jsonl" > "$work/serial.log" 2>&1 \
   || { cat "$work/serial.log"; exit 1; }
 grep -q "loaded .*iter_0000000" "$work/serial.log"
-"$launch" --nproc_per_node 4 -- "$train" "${flags[@]}" "${train_layout[@]}" \
-  --metrics-file "$work/tp2pp2.jsonl" > "$work/tp2pp2.log" 2>&1 \
+"$launch" --nproc_per_node 4 -- "$train" "${flags[@]}" --tensor-model-parallel-size 2 \
+  --pipeline-model-parallel-size 2 --metrics-file "$work/tp2pp2.jsonl" > "$work/tp2pp2.log" 2>&1 \
   || { cat "$work/tp2pp2.log"; exit 1; }
 paste <(losses "$work/serial.jsonl") <(losses "$work/tp2pp2.jsonl") | awk '
   { d = $2 - $4; if (d < 0) d = -d; n++; if ($1 != $3 || d > 1e-5 * $2) { print "differs: " $0; bad = 1 } }

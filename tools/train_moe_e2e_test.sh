@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End to end, a mixture-of-experts GPT (issue 41) through the train binary:
 # 4 experts, top-2, a shared expert, the balancing loss, the z-loss and the
-# expert bias on, every other layer MoE. The loss falls; DP 2 matches the
-# serial run within 1e-5; the per-layer load and losses are logged at
+# expert bias on, every other layer MoE. The loss falls; DP 2 and TP 2
+# (without SP; with SP refused) match the serial run within 1e-5; the per-layer load and losses are logged at
 # --log-interval and written to TensorBoard; 10 steps, save, resume, 10 more
 # equal 20 straight bit for bit (the expert biases are in the checkpoint);
 # a checkpoint with another expert count is refused and nothing is written.
@@ -36,6 +36,15 @@ grep -aq "load_balancing_loss" "$work/tb"/events.out.tfevents.*
 
 run dp2 2
 compare "$work/serial.jsonl" "$work/dp2.jsonl" 1e-5
+# TP 2 without SP: the MoE layers replicated over TP.
+run tp2 2 --tensor-model-parallel-size 2
+compare "$work/serial.jsonl" "$work/tp2.jsonl" 1e-5
+# With SP, refused by name before any process starts.
+if "$launch" --nproc_per_node 2 -- "$train" "${common[@]}" \
+    --tensor-model-parallel-size 2 --sequence-parallel > "$work/sp.log" 2>&1; then
+  echo "MoE with --sequence-parallel ran"; exit 1
+fi
+grep -q "num-experts with --sequence-parallel" "$work/sp.log" || { cat "$work/sp.log"; exit 1; }
 
 "$train" "${common[@]}" --train-iters 10 --save "$work/ckpt" \
   --metrics-file "$work/first.jsonl" > "$work/first.log" 2>&1 \

@@ -2,7 +2,8 @@
 // serial run: 8 experts, top-2, a shared expert, the balancing loss, the
 // z-loss and the expert bias all on, every other layer MoE, over 10 steps,
 // under data parallelism (replicated, the distributed optimizer, ZeRO-3),
-// pipeline parallelism (1F1B and interleaved) and full recomputation. The
+// pipeline parallelism (1F1B and interleaved), full recomputation and
+// tensor parallelism without SP (the MoE layers replicated over TP). The
 // balancing losses' gradients must scale as the LM loss's for the layouts
 // to agree: DP splits the micro-batches the serial run accumulates, and the
 // expert bias steps by the load summed over DP.
@@ -34,6 +35,7 @@ struct Case {
   bool distopt = false;
   fsdp::ShardingStrategy sharding = fsdp::ShardingStrategy::kNoShard;
   bool recompute = false;
+  int tp = 1;
 };
 
 std::vector<Case> Cases() {
@@ -46,6 +48,13 @@ std::vector<Case> Cases() {
   v.push_back({"pp2_interleaved", 2, 2, 1});
   v.push_back({"dp2_recompute", 2, 1, 0, false,
                fsdp::ShardingStrategy::kNoShard, true});
+  // Tensor parallelism without SP: the MoE layers replicated on both ranks.
+  Case tp2{"tp2", 2};
+  tp2.tp = 2;
+  v.push_back(tp2);
+  Case tp2_pp2{"tp2_pp2", 4, 2};
+  tp2_pp2.tp = 2;
+  v.push_back(tp2_pp2);
   return v;
 }
 
@@ -93,6 +102,7 @@ MCC_WORKER(moe_train) {
   const Case& c = FindCase(std::getenv("MCC_TEST_CASE"));
   parallel::ParallelSizes sizes;
   sizes.pipeline = c.pp;
+  sizes.tensor = c.tp;
   auto state = optim::testing::InitWorkerState(sizes);
   if (!state.ok()) return 3;
   auto result = optim::testing::Train(Options(c), state->get());

@@ -127,7 +127,7 @@ absl::Status GPTConfig::Validate(int tp, bool sequence_parallel) const {
     return bad("--cpu-offloading-num-layers (", cpu_offloading_num_layers,
                ") must be in [0, --num-layers ", num_layers, "]");
   }
-  if (num_experts != 0) MCC_RETURN_IF_ERROR(ValidateMoe(tp));
+  if (num_experts != 0) MCC_RETURN_IF_ERROR(ValidateMoe(tp, sequence_parallel));
   return absl::OkStatus();
 }
 
@@ -137,7 +137,7 @@ bool GPTConfig::IsMoeLayer(int layer) const {
   return pattern.ok() && layer >= 0 && layer < num_layers && (*pattern)[layer];
 }
 
-absl::Status GPTConfig::ValidateMoe(int tp) const {
+absl::Status GPTConfig::ValidateMoe(int tp, bool sequence_parallel) const {
   auto bad = [](auto... parts) {
     return absl::InvalidArgumentError(absl::StrCat(parts...));
   };
@@ -164,10 +164,14 @@ absl::Status GPTConfig::ValidateMoe(int tp) const {
         "--num-experts: the experts have no biases; give "
         "--disable-bias-linear");
   }
-  if (tp > 1) {
-    return bad("--num-experts with --tensor-model-parallel-size ", tp,
-               ": the MoE layer is not built for tensor parallelism (expert "
-               "tensor parallelism); use --tensor-model-parallel-size 1");
+  if (tp > 1 && sequence_parallel) {
+    // Without SP every TP rank holds every token and runs the whole MoE
+    // layer (replicated experts, as the norms); with SP each would route
+    // only its share, which the balancing losses and counts do not sum.
+    return bad("--num-experts with --sequence-parallel (tensor-parallel size ",
+               tp,
+               "): the MoE layer is not built for sequence parallelism (nor "
+               "expert tensor parallelism); drop --sequence-parallel");
   }
   return absl::OkStatus();
 }

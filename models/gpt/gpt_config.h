@@ -138,7 +138,8 @@ struct GPTConfig {
   // (and sequence parallelism); the message names the flags at fault.
   absl::Status Validate(int tensor_parallel_size, bool sequence_parallel) const;
   // The mixture-of-experts part of Validate (num_experts != 0).
-  absl::Status ValidateMoe(int tensor_parallel_size) const;
+  absl::Status ValidateMoe(int tensor_parallel_size,
+                           bool sequence_parallel) const;
 };
 
 }  // namespace gpt

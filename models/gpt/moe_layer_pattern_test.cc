@@ -71,10 +71,10 @@ TEST(MoeLayerPatternTest, ConfigPicksLayersAndValidatesByFlagName) {
   absl::Status s = c.Validate(1, false);
   EXPECT_NE(s.message().find("--moe-router-topk (5)"), std::string::npos) << s;
   c.moe_router_topk = 2;
-  s = c.Validate(2, false);
-  EXPECT_NE(s.message().find("--tensor-model-parallel-size 2"),
-            std::string::npos)
-      << s;
+  // Replicated over TP without SP; refused with SP.
+  EXPECT_TRUE(c.Validate(2, false).ok());
+  s = c.Validate(2, true);
+  EXPECT_NE(s.message().find("--sequence-parallel"), std::string::npos) << s;
   c.add_bias_linear = true;
   s = c.Validate(1, false);
   EXPECT_NE(s.message().find("--disable-bias-linear"), std::string::npos) << s;
