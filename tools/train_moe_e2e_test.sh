@@ -39,6 +39,13 @@ compare "$work/serial.jsonl" "$work/dp2.jsonl" 1e-5
 # TP 2 without SP: the MoE layers replicated over TP.
 run tp2 2 --tensor-model-parallel-size 2
 compare "$work/serial.jsonl" "$work/tp2.jsonl" 1e-5
+# bf16 (the router's weight in bf16 too, computed in fp32): DP 2 with the
+# distributed optimizer (one parameter dtype) matches bf16 serial over 10
+# steps (later, the gradient sums' other order flips bf16 roundings of the
+# weights at this learning rate: 2e-4 apart by step 20).
+run bf16 1 --bf16 --train-iters 10
+run bf16_distopt 2 --bf16 --use-distributed-optimizer --train-iters 10
+compare "$work/bf16.jsonl" "$work/bf16_distopt.jsonl" 1e-5
 # With SP, refused by name before any process starts.
 if "$launch" --nproc_per_node 2 -- "$train" "${common[@]}" \
     --tensor-model-parallel-size 2 --sequence-parallel > "$work/sp.log" 2>&1; then

@@ -91,9 +91,8 @@ absl::StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(
                 f = config.ffn_hidden_size;
   const float std = config.init_std;
   MCC_ASSIGN_OR_RETURN(
-      m->router_,
-      MakeParameter(prefix + ".router.weight", {e, h}, DType::kFloat32, std,
-                    config.seed, 0, config.device));
+      m->router_, MakeParameter(prefix + ".router.weight", {e, h}, config.dtype,
+                                std, config.seed, 0, config.device));
   MCC_ASSIGN_OR_RETURN(
       m->fc1_, MakeParameter(prefix + ".experts.linear_fc1.weight",
                              {e, m->fc1_outputs(f), h}, config.dtype, std,
@@ -124,6 +123,11 @@ void MoeMlp::AppendParameters(ParameterList* out) const {
   for (const auto& p : {router_, fc1_, fc2_, shared_fc1_, shared_fc2_}) {
     if (p != nullptr) out->push_back(p);
   }
+}
+
+absl::StatusOr<Tensor> MoeMlp::RouterWeight32() const {
+  if (router_->value.dtype() == DType::kFloat32) return router_->value;
+  return router_->value.To(DType::kFloat32);
 }
 
 absl::Status MoeMlp::Activate(const Tensor& in, Tensor* out) const {
@@ -162,8 +166,10 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, int64_t sequences,
 
   // Router, in fp32.
   act->logits = Tensor::Empty({t, e}, DType::kFloat32, dev);
-  MCC_RETURN_IF_ERROR(
-      ops::Gemm(act->x32, false, router_->value, true, &act->logits));
+  // The weight is stored in the model's dtype (one dtype for the
+  // distributed optimizer, as Megatron's); the router computes in fp32.
+  MCC_ASSIGN_OR_RETURN(const Tensor router32, RouterWeight32());
+  MCC_RETURN_IF_ERROR(ops::Gemm(act->x32, false, router32, true, &act->logits));
   act->scores = Tensor::Empty({t, e}, DType::kFloat32, dev);
   act->indices = Tensor::Empty({t, k}, DType::kInt32, dev);
   act->weights = Tensor::Empty({t, k}, DType::kFloat32, dev);
@@ -351,7 +357,8 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
   }
   MCC_RETURN_IF_ERROR(ops::Gemm(dlogits, true, act.x32, false,
                                 &router_->main_grad, 1.0f, 1.0f));
-  MCC_RETURN_IF_ERROR(ops::Gemm(dlogits, false, router_->value, false, &dx32));
+  MCC_ASSIGN_OR_RETURN(const Tensor router32, RouterWeight32());
+  MCC_RETURN_IF_ERROR(ops::Gemm(dlogits, false, router32, false, &dx32));
 
   // Shared expert.
   if (shared_fc1_ != nullptr) {

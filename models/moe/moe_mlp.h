@@ -109,7 +109,8 @@ class MoeMlp {
     Tensor aux_loss, z_loss;
   };
 
-  // Parameters named "<prefix>.router.weight" [E, h] (fp32),
+  // Parameters named "<prefix>.router.weight" [E, h] (the config's dtype,
+  // widened to fp32 for the router's GEMMs),
   // "<prefix>.experts.linear_fc1.weight" [E, f1, h] (f1 = 2f for SwiGLU),
   // "<prefix>.experts.linear_fc2.weight" [E, h, f], and
   // "<prefix>.shared_experts.linear_fc{1,2}.weight" when configured, drawn
@@ -165,6 +166,7 @@ class MoeMlp {
     return config_.activation == ExpertActivation::kSwiGLU ? 2 * f : f;
   }
   absl::Status Activate(const Tensor& in, Tensor* out) const;
+  absl::StatusOr<Tensor> RouterWeight32() const;
   absl::Status ActivateBackward(const Tensor& dout, const Tensor& in,
                                 Tensor* din) const;
 
