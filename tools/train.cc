@@ -256,6 +256,10 @@ std::vector<flags::UnusedFlag> RefusedFlags(
        "gradients always accumulate and reduce in fp32 here (fp32 main "
        "gradients for every dtype); turning that off is not built"},
       {"keep_last", no_save, "it needs --save DIR"},
+      // A plan that counted a mixture of experts as dense would mislead.
+      {"dry_run", config.num_experts() > 0,
+       "the planner's memory and step-time model has no mixture of experts "
+       "yet (--num-experts)"},
       {"no_load_optim", no_load, "it needs --load DIR"},
       {"no_load_rng", no_load, "it needs --load DIR"},
       // Under --device auto the model builder refuses it once the CPU is
