@@ -213,11 +213,6 @@ absl::Status CheckExpertParallelOptions(const TrainConfig& config,
         absl::StrCat("--expert-tensor-parallel-size ", etp,
                      " is negative (0: --tensor-model-parallel-size's)"));
   }
-  if (etp > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--expert-tensor-parallel-size ", etp,
-        ": tensor parallelism inside the experts is not built (1 is)"));
-  }
   const char* no_moe = " needs MoE layers (--num-experts)";
   if (num_experts == 0) {
     if (ep > 1) {
@@ -235,16 +230,20 @@ absl::Status CheckExpertParallelOptions(const TrainConfig& config,
           "--num-experts ", num_experts,
           " is not a multiple of --expert-model-parallel-size ", ep));
     }
-    if (etp == 0 && config.tensor_model_parallel_size() > 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--expert-tensor-parallel-size defaults to "
-          "--tensor-model-parallel-size (",
-          config.tensor_model_parallel_size(),
-          "), but tensor parallelism inside the experts is not built: give "
-          "--expert-tensor-parallel-size 1"));
-    }
   }
   if (world_size > 0) {
+    const int etp_size = etp == 0 ? config.tensor_model_parallel_size() : etp;
+    const int expert_model =
+        etp_size * ep * config.pipeline_model_parallel_size();
+    if (expert_model > 0 && world_size % expert_model != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--expert-tensor-parallel-size (", etp_size,
+          etp == 0 ? ", from --tensor-model-parallel-size" : "",
+          ") x --expert-model-parallel-size (", ep,
+          ") x --pipeline-model-parallel-size (",
+          config.pipeline_model_parallel_size(), ") = ", expert_model,
+          " does not divide the world size ", world_size));
+    }
     parallel::ParallelSizes sizes;
     sizes.tensor = config.tensor_model_parallel_size();
     sizes.pipeline = config.pipeline_model_parallel_size();

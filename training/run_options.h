@@ -89,9 +89,8 @@ absl::StatusOr<TimelineProfileConfig> TimelineProfileFromConfig(
 // `num_experts` experts per MoE layer (0: no MoE layers; the GPT model has
 // none until --num-experts reaches it) over `world_size` ranks. Refuses,
 // naming the flag: EP or capacity without MoE layers, experts that do not
-// divide over EP, ETP > 1 (explicit, or inherited from TP with MoE layers;
-// not built), an expert layout that does not divide the world, an unknown
-// drop policy.
+// divide over EP, an expert layout (ETP x EP x PP) that does not divide the
+// world, an unknown drop policy.
 absl::Status CheckExpertParallelOptions(const TrainConfig& config,
                                         int64_t num_experts, int world_size);
 

@@ -78,16 +78,26 @@ TEST(ExpertParallelOptionsTest, RefusalsNameTheFlag) {
                       "--expert-model-parallel-size 4"),
             std::string::npos);
   // World 6 does not divide over EP 4 (x ETP 1 x PP 1).
-  EXPECT_NE(message(config, 8, 6).find("expert-model-parallel-size (4)"),
-            std::string::npos);
+  EXPECT_NE(
+      message(config, 8, 6)
+          .find("--expert-tensor-parallel-size (1, from "
+                "--tensor-model-parallel-size) x "
+                "--expert-model-parallel-size (4) x "
+                "--pipeline-model-parallel-size (1) = 4 does not divide the "
+                "world size 6"),
+      std::string::npos);
+  // ETP defaults to TP's size.
   config.set_expert_model_parallel_size(1);
-  config.set_tensor_model_parallel_size(2);
-  EXPECT_NE(message(config, 8, 8).find("give --expert-tensor-parallel-size 1"),
-            std::string::npos);
-  config.set_expert_tensor_parallel_size(1);
+  config.set_tensor_model_parallel_size(4);
+  EXPECT_NE(
+      message(config, 8, 6).find("(4, from --tensor-model-parallel-size)"),
+      std::string::npos);
   EXPECT_TRUE(CheckExpertParallelOptions(config, 8, 8).ok());
   config.set_expert_tensor_parallel_size(2);
-  EXPECT_NE(message(config, 8, 8).find("--expert-tensor-parallel-size 2"),
+  config.set_expert_model_parallel_size(2);
+  EXPECT_TRUE(CheckExpertParallelOptions(config, 8, 8).ok());
+  config.set_expert_tensor_parallel_size(-1);
+  EXPECT_NE(message(config, 8, 8).find("--expert-tensor-parallel-size -1"),
             std::string::npos);
   config = TrainConfig();
   config.set_moe_expert_capacity_factor(1.25);

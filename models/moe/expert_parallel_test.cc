@@ -1,6 +1,7 @@
 // Expert parallelism in real processes (gloo, 4 ranks, DP 4) against the
-// serial MoeMlp: EP 2 (expert data groups of 2) and EP 4 (of 1), with the
-// alltoall and allgather dispatchers, dropless and with a capacity factor.
+// serial MoeMlp: EP 2 (expert data groups of 2) and EP 4 (of 1), ETP 2
+// alone (expert data groups of 2) and with EP 2 (of 1), with the alltoall
+// and allgather dispatchers, dropless and with a capacity factor.
 // Every rank routes its own 24 tokens; the serial reference runs each
 // rank's tokens through the whole layer and averages the gradients over the
 // 4 ranks, as data parallelism does.
@@ -114,8 +115,10 @@ MCC_WORKER(parity) {
   if (!world.ok())
     return comm::testing::ReportFailure("init", world.status(), 3);
   const int ep_size = std::atoi(std::getenv("MOE_EP"));
+  const int etp_size = std::atoi(std::getenv("MOE_ETP"));
   parallel::ParallelSizes sizes;
   sizes.expert_model = ep_size;
+  sizes.expert_tensor = etp_size;
   auto state = parallel::ParallelState::Create(world->group, sizes);
   if (!state.ok())
     return comm::testing::ReportFailure("state", state.status(), 4);
@@ -148,21 +151,31 @@ MCC_WORKER(parity) {
   };
   const int64_t el = c.num_experts / ep_size,
                 ep_rank = s.expert_coordinates().ep;
-  const int64_t f1 = 2 * c.ffn_hidden_size;
-  std::vector<double> fc1_ref = averaged(serial->fc1_weight());
-  std::vector<double> fc2_ref = averaged(serial->fc2_weight());
-  fc1_ref = std::vector<double>(fc1_ref.begin() + ep_rank * el * f1 * h,
-                                fc1_ref.begin() + (ep_rank + 1) * el * f1 * h);
-  fc2_ref = std::vector<double>(
-      fc2_ref.begin() + ep_rank * el * h * c.ffn_hidden_size,
-      fc2_ref.begin() + (ep_rank + 1) * el * h * c.ffn_hidden_size);
+  // This rank's experts, and of each its ffn slice (SwiGLU: gate and up).
+  const int64_t f = c.ffn_hidden_size, fl = f / etp_size;
+  const int64_t q = s.expert_coordinates().etp;
+  const std::vector<double> fc1_all = averaged(serial->fc1_weight());
+  const std::vector<double> fc2_all = averaged(serial->fc2_weight());
+  std::vector<double> fc1_ref, fc2_ref;
+  for (int64_t e = ep_rank * el; e < (ep_rank + 1) * el; ++e) {
+    for (int64_t half = 0; half < 2; ++half) {
+      for (int64_t r = q * fl; r < (q + 1) * fl; ++r) {
+        const double* row = fc1_all.data() + (e * 2 * f + half * f + r) * h;
+        fc1_ref.insert(fc1_ref.end(), row, row + h);
+      }
+    }
+    for (int64_t o = 0; o < h; ++o) {
+      const double* row = fc2_all.data() + (e * h + o) * f;
+      fc2_ref.insert(fc2_ref.end(), row + q * fl, row + (q + 1) * fl);
+    }
+  }
 
   const Tensor x = Random(kTokens, h, 100 + rank);
   const Tensor dy = Random(kTokens, h, 200 + rank);
   std::map<std::string, Run> runs;
   for (TokenDispatcherType type :
        {TokenDispatcherType::kAllToAll, TokenDispatcherType::kAllGather}) {
-    ExpertParallelism ep{s.expert_model(), type};
+    ExpertParallelism ep{s.expert_model(), type, s.expert_tensor()};
     for (int rep = 0; rep < 2; ++rep) {
       auto run = RunEp(c, ep, s, x, dy);
       if (!run.ok()) return comm::testing::ReportFailure("ep", run.status(), 6);
@@ -216,6 +229,7 @@ MCC_WORKER(parity) {
 struct Case {
   std::string name;
   int ep;
+  int etp;
   std::string capacity;  // Empty: dropless.
   std::string policy;
 };
@@ -229,7 +243,8 @@ TEST_P(ExpertParallelTest, MatchesTheSerialLayer) {
   auto results =
       comm::testing::RunWorkers(kWorld, "parity", absl::Seconds(120), [&](int) {
         std::map<std::string, std::string> env{
-            {"MOE_EP", std::to_string(c.ep)}};
+            {"MOE_EP", std::to_string(c.ep)},
+            {"MOE_ETP", std::to_string(c.etp)}};
         if (!c.capacity.empty()) {
           env["MOE_CAPACITY"] = c.capacity;
           env["MOE_POLICY"] = c.policy;
@@ -244,9 +259,12 @@ TEST_P(ExpertParallelTest, MatchesTheSerialLayer) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, ExpertParallelTest,
-    ::testing::Values(Case{"ep2", 2, "", ""}, Case{"ep4", 4, "", ""},
-                      Case{"ep2_capacity_probs", 2, "0.75", "probs"},
-                      Case{"ep4_capacity_position", 4, "0.5", "position"}),
+    ::testing::Values(Case{"ep2", 2, 1, "", ""}, Case{"ep4", 4, 1, "", ""},
+                      Case{"ep2_capacity_probs", 2, 1, "0.75", "probs"},
+                      Case{"ep4_capacity_position", 4, 1, "0.5", "position"},
+                      Case{"etp2", 1, 2, "", ""},
+                      Case{"ep2_etp2", 2, 2, "", ""},
+                      Case{"ep2_etp2_capacity_probs", 2, 2, "0.75", "probs"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

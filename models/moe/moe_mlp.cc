@@ -45,6 +45,39 @@ absl::StatusOr<std::shared_ptr<Parameter>> MakeParameter(
   return p;
 }
 
+// This ETP rank's slice of an expert weight along the ffn dimension: fc1
+// [E, f1, h] keeps rows [q f_l, (q + 1) f_l) of each of its n_blocks blocks
+// of f rows (SwiGLU's gate and up: 2), fc2 [E, h, f] keeps those columns.
+absl::Status SliceFfn(Parameter* p, bool is_fc1, int64_t f, int64_t n_blocks,
+                      int rank, int count) {
+  const Shape in = p->value.shape();
+  const int64_t fl = f / count;
+  Shape out = in;
+  if (is_fc1) {
+    out[1] = n_blocks * fl;
+  } else {
+    out[2] = fl;
+  }
+  const std::vector<float> v = p->value.ToFloats();
+  std::vector<float> kept;
+  kept.reserve(NumElements(out));
+  for (int64_t e = 0; e < in[0]; ++e) {
+    for (int64_t r = 0; r < out[1]; ++r) {
+      const int64_t src_row = is_fc1 ? (r / fl) * f + rank * fl + r % fl : r;
+      const float* row = v.data() + (e * in[1] + src_row) * in[2];
+      if (is_fc1) {
+        kept.insert(kept.end(), row, row + in[2]);
+      } else {
+        kept.insert(kept.end(), row + rank * fl, row + (rank + 1) * fl);
+      }
+    }
+  }
+  MCC_ASSIGN_OR_RETURN(p->value,
+                       Tensor::FromVector(kept, out, p->value.dtype()));
+  p->main_grad = Tensor::Zeros(out, DType::kFloat32);
+  return absl::OkStatus();
+}
+
 absl::Status Invalid(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("MoeMlp: ", what));
 }
@@ -87,6 +120,21 @@ absl::StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(
     ep_rank = ep.expert_model->rank();
     ep_size = ep.expert_model->size();
   }
+  int etp_rank = 0, etp_size = 1;
+  if (ep.expert_tensor != nullptr && ep.expert_tensor->size() > 1) {
+    etp_rank = ep.expert_tensor->rank();
+    etp_size = ep.expert_tensor->size();
+    if (config.ffn_hidden_size % etp_size != 0) {
+      return Invalid(absl::StrCat("expert ffn hidden size ",
+                                  config.ffn_hidden_size,
+                                  " does not divide over the ", etp_size,
+                                  " expert-tensor-parallel ranks"));
+    }
+    MCC_ASSIGN_OR_RETURN(m->etp_dispatcher_,
+                         TokenDispatcher::CreateReplicated(
+                             ep.expert_tensor, config.num_experts / ep_size));
+  }
+  m->local_ffn_ = config.ffn_hidden_size / etp_size;
   const int64_t e = config.num_experts, h = config.hidden_size,
                 f = config.ffn_hidden_size;
   const float std = config.init_std;
@@ -101,6 +149,13 @@ absl::StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(
       m->fc2_, MakeParameter(prefix + ".experts.linear_fc2.weight", {e, h, f},
                              config.dtype, std, config.seed, 2, config.device,
                              ep_rank, ep_size));
+  if (etp_size > 1) {
+    const bool swiglu = config.activation == ExpertActivation::kSwiGLU;
+    MCC_RETURN_IF_ERROR(
+        SliceFfn(m->fc1_.get(), true, f, swiglu ? 2 : 1, etp_rank, etp_size));
+    MCC_RETURN_IF_ERROR(
+        SliceFfn(m->fc2_.get(), false, f, 1, etp_rank, etp_size));
+  }
   const int64_t fs = config.shared_expert_ffn_hidden_size;
   if (fs > 0) {
     MCC_ASSIGN_OR_RETURN(
@@ -145,7 +200,7 @@ absl::Status MoeMlp::ActivateBackward(const Tensor& dout, const Tensor& in,
 absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, int64_t sequences,
                                        Activations* act) const {
   const int64_t h = config_.hidden_size, e = config_.num_experts,
-                k = config_.router.topk, f = config_.ffn_hidden_size;
+                k = config_.router.topk, f = local_ffn_;
   if (x.dim() != 2 || x.size(1) != h || x.dtype() != config_.dtype) {
     return Invalid(absl::StrCat("input ", x.Describe(), " must be ",
                                 DTypeName(config_.dtype), "[tokens, ", h, "]"));
@@ -238,6 +293,13 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, int64_t sequences,
                          dispatcher_->Dispatch(kept_permuted, act->plan));
     act->local_counts = act->plan.local_counts;
   }
+  if (etp_dispatcher_ != nullptr) {
+    MCC_ASSIGN_OR_RETURN(act->etp_plan,
+                         etp_dispatcher_->Plan(act->local_counts));
+    MCC_ASSIGN_OR_RETURN(act->expert_in, etp_dispatcher_->Dispatch(
+                                             act->expert_in, act->etp_plan));
+    act->local_counts = act->etp_plan.local_counts;
+  }
   const int64_t rows = act->expert_in.size(0);
   act->fc1_out = Tensor::Empty({rows, fc1_outputs(f)}, dt, dev);
   MCC_RETURN_IF_ERROR(ops::GroupedGemm(act->expert_in, fc1_->value, true,
@@ -247,15 +309,15 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, int64_t sequences,
   act->expert_out = kept < t * k ? Tensor::Zeros({t * k, h}, dt, dev)
                                  : Tensor::Empty({t * k, h}, dt, dev);
   MCC_ASSIGN_OR_RETURN(Tensor kept_out, act->expert_out.Slice(0, kept));
-  if (dispatcher_ == nullptr) {
+  if (dispatcher_ == nullptr && etp_dispatcher_ == nullptr) {
     MCC_RETURN_IF_ERROR(ops::GroupedGemm(act->act_out, fc2_->value, true,
                                          act->local_counts, &kept_out));
   } else {
     Tensor local_out = Tensor::Empty({rows, h}, dt, dev);
     MCC_RETURN_IF_ERROR(ops::GroupedGemm(act->act_out, fc2_->value, true,
                                          act->local_counts, &local_out));
-    MCC_ASSIGN_OR_RETURN(Tensor back,
-                         dispatcher_->Combine(local_out, act->plan));
+    // Partial sums over the ffn slices (ETP), then the rows' way back.
+    MCC_ASSIGN_OR_RETURN(Tensor back, CombineRows(local_out, *act));
     MCC_RETURN_IF_ERROR(kept_out.CopyFrom(back));
   }
   Tensor y = Tensor::Empty({t, h}, dt, dev);
@@ -281,7 +343,7 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
                                         const Activations& act,
                                         float loss_grad_scale) const {
   const int64_t h = config_.hidden_size, e = config_.num_experts,
-                k = config_.router.topk, f = config_.ffn_hidden_size;
+                k = config_.router.topk, f = local_ffn_;
   const int64_t t = act.x.size(0);
   if (dy.shape() != act.x.shape() || dy.dtype() != act.x.dtype()) {
     return Invalid(absl::StrCat("output gradient ", dy.Describe(),
@@ -305,11 +367,7 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
   MCC_ASSIGN_OR_RETURN(Tensor kept_dout, dexpert_out.Slice(0, kept));
   // The gradients travel as the rows did: Dispatch and Combine are each
   // other's transpose.
-  Tensor local_dout = kept_dout;
-  if (dispatcher_ != nullptr) {
-    MCC_ASSIGN_OR_RETURN(local_dout,
-                         dispatcher_->Dispatch(kept_dout, act.plan));
-  }
+  MCC_ASSIGN_OR_RETURN(Tensor local_dout, DispatchRows(kept_dout, act));
   const int64_t rows = act.expert_in.size(0);
   // Experts: fc2, activation, fc1.
   MCC_RETURN_IF_ERROR(ops::GroupedGemmWeightGrad(
@@ -325,15 +383,14 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
   Tensor dpermuted = kept < t * k ? Tensor::Zeros({t * k, h}, dt, dev)
                                   : Tensor::Empty({t * k, h}, dt, dev);
   MCC_ASSIGN_OR_RETURN(Tensor kept_dpermuted, dpermuted.Slice(0, kept));
-  if (dispatcher_ == nullptr) {
+  if (dispatcher_ == nullptr && etp_dispatcher_ == nullptr) {
     MCC_RETURN_IF_ERROR(ops::GroupedGemm(dfc1, fc1_->value, false,
                                          act.local_counts, &kept_dpermuted));
   } else {
     Tensor dexpert_in = Tensor::Empty({rows, h}, dt, dev);
     MCC_RETURN_IF_ERROR(ops::GroupedGemm(dfc1, fc1_->value, false,
                                          act.local_counts, &dexpert_in));
-    MCC_ASSIGN_OR_RETURN(Tensor back,
-                         dispatcher_->Combine(dexpert_in, act.plan));
+    MCC_ASSIGN_OR_RETURN(Tensor back, CombineRows(dexpert_in, act));
     MCC_RETURN_IF_ERROR(kept_dpermuted.CopyFrom(back));
   }
   Tensor dx_experts = Tensor::Empty({t, h}, dt, dev);
@@ -377,6 +434,30 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
   Tensor dx = Tensor::Empty({t, h}, dt, dev);
   MCC_RETURN_IF_ERROR(ops::Add(dx_experts, dx32, &dx));
   return dx;
+}
+
+absl::StatusOr<Tensor> MoeMlp::DispatchRows(const Tensor& rows,
+                                            const Activations& act) const {
+  Tensor out = rows;
+  if (dispatcher_ != nullptr) {
+    MCC_ASSIGN_OR_RETURN(out, dispatcher_->Dispatch(out, act.plan));
+  }
+  if (etp_dispatcher_ != nullptr) {
+    MCC_ASSIGN_OR_RETURN(out, etp_dispatcher_->Dispatch(out, act.etp_plan));
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> MoeMlp::CombineRows(const Tensor& rows,
+                                           const Activations& act) const {
+  Tensor out = rows;
+  if (etp_dispatcher_ != nullptr) {
+    MCC_ASSIGN_OR_RETURN(out, etp_dispatcher_->Combine(out, act.etp_plan));
+  }
+  if (dispatcher_ != nullptr) {
+    MCC_ASSIGN_OR_RETURN(out, dispatcher_->Combine(out, act.plan));
+  }
+  return out;
 }
 
 absl::Status MoeMlp::ReduceGradients(comm::ProcessGroup* data,

@@ -33,8 +33,13 @@
 // serial layer's code. ReduceGradients then reduces the experts' gradients
 // over the expert-data-parallel group only.
 //
-// Not here yet (issue 41): tensor parallelism of the experts (ETP > 1),
-// CUDA kernels, logging of the balance, checkpoint names.
+// With an expert-tensor-parallel group of ETP ranks each expert's ffn
+// dimension is split over it (Megatron's ETP: fc1 column-, fc2
+// row-parallel), ffn_hidden_size divisible by ETP.
+//
+// Not here yet (issue 41): CUDA kernels, logging of the balance,
+// checkpoint names (the expert weights' Parameter records only the EP
+// split).
 
 #include <cstdint>
 #include <memory>
@@ -82,6 +87,11 @@ struct MoeMlpConfig {
 struct ExpertParallelism {
   comm::ProcessGroup* expert_model = nullptr;  // The EP group.
   TokenDispatcherType dispatcher = TokenDispatcherType::kAllToAll;
+  // The ETP group: each expert's fc1 split by output (SwiGLU: gate and up
+  // alike) and fc2 by input over it; its ranks' rows are gathered before
+  // the experts and the partial outputs reduce-scattered after. Null or
+  // size 1: whole experts.
+  comm::ProcessGroup* expert_tensor = nullptr;
 };
 
 class MoeMlp {
@@ -101,7 +111,8 @@ class MoeMlp {
     // the dispatched ones, grouped by local expert with local_counts rows.
     Tensor expert_in;
     std::vector<int64_t> local_counts;
-    DispatchPlan plan;  // Expert parallelism only.
+    DispatchPlan plan;      // Expert parallelism only.
+    DispatchPlan etp_plan;  // Expert tensor parallelism only.
     Tensor permuted, fc1_out, act_out, expert_out;
     Tensor shared_fc1_out, shared_act_out;
     int64_t sequences = 1;
@@ -165,13 +176,21 @@ class MoeMlp {
   int64_t fc1_outputs(int64_t f) const {
     return config_.activation == ExpertActivation::kSwiGLU ? 2 * f : f;
   }
+  // Rows grouped by global expert -> the local experts' rows (EP, then
+  // ETP gathering), and back (ETP reduce-scatter of partial sums, then EP).
+  absl::StatusOr<Tensor> DispatchRows(const Tensor& rows,
+                                      const Activations& act) const;
+  absl::StatusOr<Tensor> CombineRows(const Tensor& rows,
+                                     const Activations& act) const;
   absl::Status Activate(const Tensor& in, Tensor* out) const;
   absl::StatusOr<Tensor> RouterWeight32() const;
   absl::Status ActivateBackward(const Tensor& dout, const Tensor& in,
                                 Tensor* din) const;
 
   MoeMlpConfig config_;
-  std::unique_ptr<TokenDispatcher> dispatcher_;  // Null without EP.
+  std::unique_ptr<TokenDispatcher> dispatcher_;      // Null without EP.
+  std::unique_ptr<TokenDispatcher> etp_dispatcher_;  // Null without ETP.
+  int64_t local_ffn_ = 0;                            // ffn_hidden_size / ETP.
   std::shared_ptr<Parameter> router_, fc1_, fc2_, shared_fc1_, shared_fc2_;
   Tensor expert_bias_;
 };

@@ -56,7 +56,20 @@ absl::StatusOr<std::unique_ptr<TokenDispatcher>> TokenDispatcher::Create(
                      group->size()));
   }
   return std::unique_ptr<TokenDispatcher>(
-      new TokenDispatcher(type, group, num_experts));
+      new TokenDispatcher(type, group, num_experts, /*replicated=*/false));
+}
+
+absl::StatusOr<std::unique_ptr<TokenDispatcher>>
+TokenDispatcher::CreateReplicated(comm::ProcessGroup* group,
+                                  int64_t num_experts) {
+  if (group == nullptr || group->size() < 2 || num_experts < 1) {
+    return absl::InvalidArgumentError(
+        "TokenDispatcher: the replicated form needs a group of 2 or more "
+        "ranks and at least one expert");
+  }
+  return std::unique_ptr<TokenDispatcher>(
+      new TokenDispatcher(TokenDispatcherType::kAllGather, group, num_experts,
+                          /*replicated=*/true));
 }
 
 int64_t TokenDispatcher::SourceOffset(const DispatchPlan& plan, int s,
@@ -178,8 +191,9 @@ absl::StatusOr<Tensor> TokenDispatcher::Combine(
     int64_t most = 0;
     for (int s = 0; s < p; ++s) most = std::max(most, SourceOffset(plan, s, e));
     if (most == 0) return Tensor::Empty({0, h}, dt, dev);
-    // Source s's rows at [s * most, s * most + its rows); only this rank's
-    // experts' rows are nonzero here, so the sum over ranks is a placement.
+    // Source s's rows at [s * most, s * most + its rows). Split experts:
+    // only this rank's experts' rows are nonzero here, so the sum over ranks
+    // is a placement; replicated: the sum of the ranks' partial outputs.
     Tensor spread = Tensor::Zeros({p * most, h}, dt, dev);
     int64_t pos = 0;
     for (int64_t j = 0; j < el; ++j) {

@@ -23,6 +23,12 @@
 // k times fewer rows than gathering the permuted rows as here; what reaches
 // the experts is the same.
 //
+// Expert tensor parallelism (ETP) uses the allgather form over the ETP group
+// with the experts replicated (CreateReplicated): every rank holds a slice
+// of every local expert, Dispatch gathers all the group's rows (grouped by
+// expert, then rank) and Combine reduce-scatters the partial outputs, here
+// a true sum over the ranks' slices.
+//
 // Dispatch and Combine only copy rows, so both are exact, are each other's
 // transpose (the backward of one is the other over the same plan) and give
 // the same rows in the same order on every run and with either type.
@@ -64,8 +70,15 @@ class TokenDispatcher {
   static absl::StatusOr<std::unique_ptr<TokenDispatcher>> Create(
       TokenDispatcherType type, comm::ProcessGroup* group, int64_t num_experts);
 
+  // Every rank of `group` holds (a slice of) all num_experts experts: the
+  // allgather form, whose Combine sums the ranks' partial outputs.
+  static absl::StatusOr<std::unique_ptr<TokenDispatcher>> CreateReplicated(
+      comm::ProcessGroup* group, int64_t num_experts);
+
   int64_t local_experts() const { return local_experts_; }
-  int64_t first_expert() const { return group_->rank() * local_experts_; }
+  int64_t first_expert() const {
+    return replicated_ ? 0 : group_->rank() * local_experts_;
+  }
   TokenDispatcherType type() const { return type_; }
 
   // Collective over the group: tokens_per_expert [E] are this rank's.
@@ -80,11 +93,12 @@ class TokenDispatcher {
 
  private:
   TokenDispatcher(TokenDispatcherType type, comm::ProcessGroup* group,
-                  int64_t num_experts)
+                  int64_t num_experts, bool replicated)
       : type_(type),
         group_(group),
         num_experts_(num_experts),
-        local_experts_(num_experts / group->size()) {}
+        local_experts_(replicated ? num_experts : num_experts / group->size()),
+        replicated_(replicated) {}
 
   // Row offset of expert e's block in source s's rows.
   int64_t SourceOffset(const DispatchPlan& plan, int s, int64_t e) const;
@@ -93,6 +107,7 @@ class TokenDispatcher {
   comm::ProcessGroup* group_;
   int64_t num_experts_;
   int64_t local_experts_;
+  bool replicated_;
 };
 
 }  // namespace moe

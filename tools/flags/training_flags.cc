@@ -118,8 +118,9 @@ ABSL_FLAG(int32_t, expert_model_parallel_size, 1,
           "moving to them and back (Megatron-Core's rank layout; attention "
           "keeps its TP, CP and DP). Needs MoE layers.");
 ABSL_FLAG(int32_t, expert_tensor_parallel_size, 0,
-          "Tensor-parallel size inside each expert (ETP); 0: "
-          "--tensor-model-parallel-size's, as Megatron. Only 1 is built.");
+          "Tensor-parallel size inside each expert (ETP: fc1 split by "
+          "output, fc2 by input); 0: --tensor-model-parallel-size's, as "
+          "Megatron. Needs MoE layers.");
 ABSL_FLAG(double, moe_expert_capacity_factor, 0,
           "Capacity per expert = ceil(tokens x topk / experts x this) of "
           "each rank's tokens; routed slots past it are dropped (they add "
