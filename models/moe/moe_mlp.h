@@ -1,7 +1,7 @@
 #ifndef MODELS_MOE_MOE_MLP_H_
 #define MODELS_MOE_MOE_MLP_H_
 
-// A mixture-of-experts MLP on one process (issue 41): the router, the token
+// A mixture-of-experts MLP (issue 41): the router, the token
 // permutation, the experts as grouped GEMMs and the weighted unpermutation,
 // plus an optional shared expert every token goes through (Qwen-MoE's,
 // DeepSeek's; without a gate, as Megatron's default):
