@@ -1,7 +1,10 @@
 // Context parallelism in real processes (gloo) against the serial run:
 // CP 2 and 4, with TP 2 + SP, PP 2 (and interleaved), DP 2 with ZeRO-3,
 // full recomputation, GQA with rotary positions, DP 2 with the distributed
-// optimizer in bf16, and the all-to-all mode (a2a CP 2), over 10 steps.
+// optimizer in bf16, and the all-to-all mode (a2a CP 2), over 10 steps;
+// also packed documents with sliding windows (--reset-attention-mask,
+// --window-size) under CP ring and all-to-all, TP 2 + SP, PP 2 and
+// recomputation, against the serial run with the same documents.
 // fp32 layouts train to the serial losses within 1e-5 relative and the
 // serial gradient norms within 1e-4 (fp32 reduction order: the ring merges
 // partial softmaxes and the loss sum crosses CP as fp32 halves).
@@ -34,6 +37,7 @@ struct Case {
   int layers_per_virtual_stage = 0;
   fsdp::ShardingStrategy sharding = fsdp::ShardingStrategy::kNoShard;
   bool recompute = false;
+  bool selective = false;  // Selective recomputation (attention rebuilt).
   bool gqa_rope = false;
   // Qwen-style attention: QKV bias, QK-norm, Llama 3 rotary scaling.
   bool qwen = false;
@@ -92,6 +96,11 @@ std::vector<Case> Cases() {
   Case docs_tp{"cp2_tp2_sp_documents_learned_positions", 4, 2, 2};
   docs_tp.documents = true;
   v.push_back(docs_tp);
+  Case docs_tp_only{"tp2_sp_documents_window_selective", 2, 1, 2};
+  docs_tp_only.documents = true;
+  docs_tp_only.window = 5;
+  docs_tp_only.selective = true;
+  v.push_back(docs_tp_only);
   Case docs_pp{"pp2_documents_window_recompute", 2, 1, 1, 2};
   docs_pp.documents = true;
   docs_pp.window = 5;
@@ -124,6 +133,9 @@ TrainOptions Options(const Case& c) {
   }
   o.packed_documents = c.documents;
   o.model.window_left = c.window;
+  if (c.selective) {
+    o.model.recompute_granularity = gpt::RecomputeGranularity::kSelective;
+  }
   if (c.recompute) {
     o.model.recompute_granularity = gpt::RecomputeGranularity::kFull;
     o.model.recompute_num_layers = 1;
