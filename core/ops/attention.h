@@ -61,7 +61,7 @@ struct AttentionOptions {
   // parallel ring step with a key chunk wholly before the row's document).
   // No [seq, seq] mask is built: key blocks wholly below a query block's
   // smallest first key are skipped, so the cost falls with the documents'
-  // lengths. CPU kernels only; other devices refuse it by name.
+  // lengths. The CUDA kernels copy it to the device and skip tiles alike.
   Tensor first_key;
 };
 

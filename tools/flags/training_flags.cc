@@ -49,7 +49,7 @@ ABSL_FLAG(bool, add_qkv_bias, false,
 ABSL_FLAG(std::string, window_size, "",
           "Sliding-window attention \"L,0\": each query sees itself and the L "
           "keys before it (Mistral's sliding_window is L + 1); the right "
-          "window must be 0. Empty: none. CPU attention kernels only.");
+          "window must be 0. Empty: none.");
 ABSL_FLAG(double, hidden_dropout, 0.0, "Dropout on hidden states.");
 ABSL_FLAG(double, attention_dropout, 0.0,
           "Dropout on the attention probabilities.");
@@ -151,6 +151,5 @@ ABSL_FLAG(bool, reset_position_ids, false,
           "changes no attention score within a document).");
 ABSL_FLAG(bool, reset_attention_mask, false,
           "Documents packed into a sequence attend only to themselves "
-          "(documents end at end-of-document tokens). CPU attention kernels "
-          "only.");
+          "(documents end at end-of-document tokens).");
 ABSL_FLAG(int32_t, micro_batch_size, 8, "Micro-batch size per DP rank.");

@@ -36,6 +36,7 @@ flash::Params ParamsOf(const FlashAttentionArgs& a) {
   p.offset = a.offset;
   p.head_offset = a.head_offset;
   p.total_heads = a.total_heads > 0 ? a.total_heads : a.heads;
+  p.first_key = a.first_key;
   return p;
 }
 

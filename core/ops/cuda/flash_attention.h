@@ -39,6 +39,10 @@ struct FlashAttentionArgs {
   float keep_scale = 1.0f;
   uint64_t seed = 0, offset = 0;
   int64_t head_offset = 0, total_heads = 0;
+  // Packed documents / sliding windows: int32 [batch, seq] in device
+  // memory, the first key each query sees (AttentionOptions::first_key).
+  // Null: none.
+  const int32_t* first_key = nullptr;
 };
 
 // Dynamic shared memory (bytes) the largest kernel for this head_dim needs

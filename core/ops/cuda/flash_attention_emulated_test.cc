@@ -4,8 +4,10 @@
 // kernels' indexing, tiling, masking, dropout stream, GQA sums and
 // synchronisation in CI; the GPU run (flash_attention_test) then checks the
 // same kernels as nvcc compiles them.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/ops/attention.h"
@@ -61,6 +63,8 @@ flash::Params ParamsFor(const AttentionCase& c, const AttentionOptions& o) {
   p.offset = o.dropout_offset;
   p.head_offset = o.head_offset;
   p.total_heads = o.total_heads > 0 ? o.total_heads : c.hq;
+  // The emulator reads host memory: the host first keys serve as they are.
+  if (o.first_key.defined()) p.first_key = o.first_key.data<int32_t>();
   return p;
 }
 
@@ -115,10 +119,10 @@ void EmulatedForward(const AttentionCase& c, const AttentionOptions& o,
   ForHeadDim(c.d, [&](auto kd) { Forward<decltype(kd)::value>(p); });
 }
 
-void EmulatedBackward(const AttentionCase& c,
+void EmulatedBackward(const AttentionCase& c, const AttentionOptions& o,
                       const flash_testing::HostInputs& in, const Tensor& out,
                       const Tensor& lse, flash_testing::Results* r) {
-  flash::Params p = ParamsFor(c, c.Options());
+  flash::Params p = ParamsFor(c, o);
   std::vector<float> row_dot(c.b * c.hq * c.s);
   p.q = in.q.raw_data();
   p.k = in.k.raw_data();
@@ -169,10 +173,84 @@ TEST(FlashAttentionEmulatedTest, ForwardAndBackwardMatchTheCpuKernel) {
                                        want.lse, o, &want.dq, &want.dk,
                                        &want.dv)
                     .ok());
-    EmulatedBackward(c, in, want.out, want.lse, &got);
+    EmulatedBackward(c, o, in, want.out, want.lse, &got);
     EXPECT_TRUE(Near("dq", got.dq, want.dq, bd.dq));
     EXPECT_TRUE(Near("dk", got.dk, want.dk, bd.dk));
     EXPECT_TRUE(Near("dv", got.dv, want.dv, bd.dv));
+  }
+}
+
+// Packed documents and sliding windows (AttentionOptions::first_key): the
+// kernels skip tiles before each tile's first key and mask the rest as the
+// CPU kernel does, rows that see no key included (a CP ring step's).
+TEST(FlashAttentionEmulatedTest, FirstKeysMatchTheCpuKernel) {
+  uint32_t seed = 70;
+  for (int64_t d : {64, 100, 256}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool causal = variant < 2;
+      const AttentionCase c = {2,
+                               150,
+                               4,
+                               2,
+                               d,
+                               causal,
+                               DType::kFloat32,
+                               DType::kFloat32,
+                               DType::kFloat32,
+                               variant == 1 ? 0.1f : 0.0f};
+      SCOPED_TRACE(c.Name() + " variant " + std::to_string(variant));
+      // Documents of 70, 1, 40 and 39 tokens (then 5 and 145) with a
+      // window of 30 keys; not causal: a key chunk before, inside and past
+      // the rows' documents.
+      std::vector<int64_t> first;
+      for (int64_t bi = 0; bi < c.b; ++bi) {
+        const std::vector<int64_t> starts =
+            bi == 0 ? std::vector<int64_t>{0, 70, 71, 111}
+                    : std::vector<int64_t>{0, 5};
+        for (int64_t i = 0; i < c.s; ++i) {
+          int64_t start = 0;
+          for (int64_t st : starts) start = st <= i ? st : start;
+          if (!causal) {
+            first.push_back(i < 50 ? -20 : i < 100 ? 90 : 400);
+          } else {
+            first.push_back(std::max<int64_t>(start, i - 29));
+          }
+        }
+      }
+      AttentionOptions o = c.Options();
+      o.first_key = *Tensor::FromInts(first, {c.b, c.s}, DType::kInt32);
+      const flash_testing::HostInputs in = flash_testing::MakeInputs(c, seed++);
+      flash_testing::Results want =
+          flash_testing::EmptyResults(c, Device::CPU());
+      flash_testing::Results got =
+          flash_testing::EmptyResults(c, Device::CPU());
+      ASSERT_TRUE(
+          FlashAttentionForward(in.q, in.k, in.v, o, &want.out, &want.lse)
+              .ok());
+      EmulatedForward(c, o, in, &got);
+      const flash_testing::Bounds bd =
+          flash_testing::AttentionBounds(c, in, want.out, want.lse);
+      EXPECT_TRUE(Near("out", got.out, want.out, bd.out));
+      // -inf rows compare equal; the bound covers the finite ones.
+      std::vector<double> gl = got.lse.ToDoubles(), wl = want.lse.ToDoubles();
+      int empty = 0;
+      for (size_t i = 0; i < gl.size(); ++i) {
+        if (std::isinf(wl[i])) {
+          ++empty;
+          EXPECT_TRUE(std::isinf(gl[i]) && gl[i] < 0) << "lse row " << i;
+        }
+      }
+      EXPECT_EQ(empty > 0, !causal);
+      if (causal) EXPECT_TRUE(Near("lse", got.lse, want.lse, bd.lse));
+      ASSERT_TRUE(FlashAttentionBackward(in.q, in.k, in.v, want.out, in.dout,
+                                         want.lse, o, &want.dq, &want.dk,
+                                         &want.dv)
+                      .ok());
+      EmulatedBackward(c, o, in, want.out, want.lse, &got);
+      EXPECT_TRUE(Near("dq", got.dq, want.dq, bd.dq));
+      EXPECT_TRUE(Near("dk", got.dk, want.dk, bd.dk));
+      EXPECT_TRUE(Near("dv", got.dv, want.dv, bd.dv));
+    }
   }
 }
 

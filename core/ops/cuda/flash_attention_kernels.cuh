@@ -74,6 +74,10 @@ struct Params {
   float keep_scale = 1.0f;
   uint64_t seed = 0, offset = 0;
   int64_t head_offset = 0, total_heads = 0;
+  // Packed documents / sliding windows (AttentionOptions::first_key), int32
+  // [b, s] in device memory: query i of batch entry bi sees keys j >=
+  // first_key[bi * s + i] only. Null: none.
+  const int32_t* first_key = nullptr;
 };
 
 constexpr int kGroup = 8;  // Lanes that share a row.
@@ -242,9 +246,25 @@ __device__ __forceinline__ void LoadRowTerms(float* lse_s, float* d_s,
   }
 }
 
-// Whether query i may see key j.
-__device__ __forceinline__ bool Visible(const Params& p, int64_t i, int64_t j) {
-  return i < p.s && j < p.s && (!p.causal || j <= i);
+// Whether query i of batch entry bi may see key j.
+__device__ __forceinline__ bool Visible(const Params& p, int64_t bi, int64_t i,
+                                        int64_t j) {
+  return i < p.s && j < p.s && (!p.causal || j <= i) &&
+         (p.first_key == nullptr || j >= p.first_key[bi * p.s + i]);
+}
+
+// The smallest first key of query rows [i0, i0 + rows) (0 without
+// first_key): key tiles ending at or below it are skipped. Every thread of
+// a block computes the same value, so skipping keeps the block together.
+__device__ __forceinline__ int64_t FirstKeyOfTile(const Params& p, int64_t bi,
+                                                  int64_t i0, int64_t rows) {
+  if (p.first_key == nullptr) return 0;
+  int64_t least = p.s;
+  for (int64_t i = i0; i < i0 + rows && i < p.s; ++i) {
+    const int64_t f = p.first_key[bi * p.s + i];
+    least = f < least ? f : least;
+  }
+  return least > 0 ? least : 0;
 }
 
 // ---- Forward ----------------------------------------------------------------
@@ -281,7 +301,8 @@ __global__ void __launch_bounds__(kThreads) ForwardKernel(Params p) {
     for (int c = 0; c < kOc; ++c) o[r][c] = 0.0f;
   }
   const int64_t kend = p.causal && i0 + kBr < p.s ? i0 + kBr : p.s;
-  for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
+  const int64_t kbegin = FirstKeyOfTile(p, bi, i0, kBr) / kBc * kBc;
+  for (int64_t j0 = kbegin; j0 < kend; j0 += kBc) {
     __syncthreads();  // The previous tile's K, V and P are read.
     LoadTile<kBc, kD>(ks, p.k, p.qt, j0, p.s, kv_base, kv_stride, d, 1.0f);
     LoadTile<kBc, kD>(vs, p.v, p.qt, j0, p.s, kv_base, kv_stride, d, 1.0f);
@@ -310,7 +331,7 @@ __global__ void __launch_bounds__(kThreads) ForwardKernel(Params p) {
       float mx = -INFINITY;
       MCC_FA_UNROLL
       for (int t = 0; t < kSc; ++t) {
-        if (!Visible(p, row, j0 + cg + kGroup * t)) sc[r][t] = -INFINITY;
+        if (!Visible(p, bi, row, j0 + cg + kGroup * t)) sc[r][t] = -INFINITY;
         mx = fmaxf(mx, sc[r][t]);
       }
       const float mnew = fmaxf(m[r], GroupMax(mx));
@@ -326,7 +347,7 @@ __global__ void __launch_bounds__(kThreads) ForwardKernel(Params p) {
         sum += pv;
         // The normaliser counts every probability; only the values that
         // reach the output are dropped (as the CPU kernel).
-        if (p.dropout && Visible(p, row, col)) {
+        if (p.dropout && Visible(p, bi, row, col)) {
           pv *= DropFactor(p, bi, h, row, col);
         }
         ps[(rg * kR + r) * kLdp + cg + kGroup * t] = pv;
@@ -354,7 +375,8 @@ __global__ void __launch_bounds__(kThreads) ForwardKernel(Params p) {
   for (int r = 0; r < kR; ++r) {
     const int64_t row = i0 + rg * kR + r;
     if (row >= p.s) continue;
-    const float inv = 1.0f / l[r];
+    // A row that saw no key (first_key only): out 0 and lse -inf.
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
     MCC_FA_UNROLL
     for (int c = 0; c < kOc; ++c) {
       const int x = cg + kGroup * c;
@@ -363,7 +385,10 @@ __global__ void __launch_bounds__(kThreads) ForwardKernel(Params p) {
                           o[r][c] * inv);
       }
     }
-    if (cg == 0) p.lse[(bi * p.hq + h) * p.s + row] = m[r] + logf(l[r]);
+    if (cg == 0) {
+      p.lse[(bi * p.hq + h) * p.s + row] =
+          l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+    }
   }
 }
 
@@ -402,7 +427,7 @@ __device__ __forceinline__ void ProbAndGrad(const Params& p, int64_t bi,
                                             float st, float dp, float lse,
                                             float drow, float* prob,
                                             float* ds) {
-  if (!Visible(p, i, j)) {
+  if (!Visible(p, bi, i, j)) {
     *prob = 0.0f;
     *ds = 0.0f;
     return;
@@ -455,6 +480,8 @@ __global__ void __launch_bounds__(kThreads) KvGradKernel(Params p) {
     const int64_t q_base = bi * p.s * q_stride + h * p.d;
     const int64_t row_base = (bi * p.hq + h) * p.s;
     for (int64_t i0 = istart; i0 < p.s; i0 += kBr) {
+      // Every query of the tile starts after these keys: nothing to add.
+      if (FirstKeyOfTile(p, bi, i0, kBr) >= j0 + kBc) continue;
       __syncthreads();  // The previous tiles are read.
       LoadTile<kBr, kD>(qs, p.q, p.qt, i0, p.s, q_base, q_stride, d, p.scale);
       LoadTile<kBr, kD>(dos, p.dout, p.ot, i0, p.s, q_base, q_stride, d, 1.0f);
@@ -569,7 +596,8 @@ __global__ void __launch_bounds__(kThreads) QGradKernel(Params p) {
     for (int c = 0; c < kOc; ++c) dq[r][c] = 0.0f;
   }
   const int64_t kend = p.causal && i0 + kBr < p.s ? i0 + kBr : p.s;
-  for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
+  const int64_t kbegin = FirstKeyOfTile(p, bi, i0, kBr) / kBc * kBc;
+  for (int64_t j0 = kbegin; j0 < kend; j0 += kBc) {
     __syncthreads();
     LoadTile<kBc, kD>(ks, p.k, p.qt, j0, p.s, kv_base, kv_stride, d, 1.0f);
     LoadTile<kBc, kD>(vs, p.v, p.qt, j0, p.s, kv_base, kv_stride, d, 1.0f);

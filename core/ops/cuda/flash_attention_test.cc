@@ -8,6 +8,7 @@
 // given the CPU forward's out and lse, so each comparison sees one kernel's
 // error. Skips without a CUDA device (the *_on_test_device build runs every
 // line in CI against the CPU kernels; see test_util.h).
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -81,6 +82,53 @@ TEST_F(CudaFlashAttentionTest, MatchesTheCpuKernel) {
     EXPECT_TRUE(SameBytes(again.dk, got.dk));
     EXPECT_TRUE(SameBytes(again.dv, got.dv));
   }
+}
+
+// Packed documents with a sliding window (AttentionOptions::first_key, on
+// the host; the op copies it to the device): the CPU kernel's results.
+TEST_F(CudaFlashAttentionTest, FirstKeysMatchTheCpuKernel) {
+  const AttentionCase c = {2,
+                           150,
+                           4,
+                           2,
+                           128,
+                           true,
+                           DType::kBFloat16,
+                           DType::kBFloat16,
+                           DType::kFloat32};
+  std::vector<int64_t> first;
+  for (int64_t bi = 0; bi < c.b; ++bi) {
+    for (int64_t i = 0; i < c.s; ++i) {
+      const int64_t start = bi == 0 ? (i < 70 ? 0 : i < 71 ? 70 : 71) : 0;
+      first.push_back(std::max<int64_t>(start, i - 29));
+    }
+  }
+  AttentionOptions o = c.Options();
+  o.first_key = *Tensor::FromInts(first, {c.b, c.s}, DType::kInt32);
+  const flash_testing::HostInputs in = flash_testing::MakeInputs(c, 5);
+  flash_testing::Results want = flash_testing::EmptyResults(c, Device::CPU());
+  flash_testing::Results got = flash_testing::EmptyResults(c, KernelDevice());
+  const Tensor q = ToCuda(in.q), k = ToCuda(in.k), v = ToCuda(in.v),
+               dout = ToCuda(in.dout);
+  ASSERT_TRUE(
+      FlashAttentionForward(in.q, in.k, in.v, o, &want.out, &want.lse).ok());
+  const absl::Status fwd =
+      FlashAttentionForward(q, k, v, o, &got.out, &got.lse);
+  ASSERT_TRUE(fwd.ok()) << fwd;
+  const flash_testing::Bounds bd =
+      flash_testing::AttentionBounds(c, in, want.out, want.lse);
+  EXPECT_TRUE(Near("out", ToHost(got.out), want.out, bd.out));
+  EXPECT_TRUE(Near("lse", ToHost(got.lse), want.lse, bd.lse));
+  ASSERT_TRUE(FlashAttentionBackward(in.q, in.k, in.v, want.out, in.dout,
+                                     want.lse, o, &want.dq, &want.dk, &want.dv)
+                  .ok());
+  const Tensor out = ToCuda(want.out), lse = ToCuda(want.lse);
+  const absl::Status bwd = FlashAttentionBackward(q, k, v, out, dout, lse, o,
+                                                  &got.dq, &got.dk, &got.dv);
+  ASSERT_TRUE(bwd.ok()) << bwd;
+  EXPECT_TRUE(Near("dq", ToHost(got.dq), want.dq, bd.dq));
+  EXPECT_TRUE(Near("dk", ToHost(got.dk), want.dk, bd.dk));
+  EXPECT_TRUE(Near("dv", ToHost(got.dv), want.dv, bd.dv));
 }
 
 // A head dim above what the kernels take is an error naming the op, not a

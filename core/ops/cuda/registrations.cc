@@ -637,6 +637,16 @@ k::FlashAttentionArgs AttentionArgsOf(const Tensor& q, const Tensor& kv,
   return a;
 }
 
+// AttentionOptions::first_key (host int32 [b, s]) in the device's memory,
+// for the kernels to read; undefined without one. Back to the caching
+// allocator when the caller's scope ends (later work on the stream may
+// reuse it safely).
+absl::StatusOr<Tensor> FirstKeyOnDevice(const AttentionOptions& o,
+                                        Device device) {
+  if (!o.first_key.defined()) return Tensor();
+  return o.first_key.To(device);
+}
+
 // The head dims the kernels take, and shared memory for their tiles.
 absl::Status CheckAttentionFits(const KernelScope& s, const char* op,
                                 const Tensor& q) {
@@ -666,16 +676,15 @@ absl::Status FlashAttentionForwardCuda(const Tensor& q, const Tensor& kt,
   KernelScope s("FlashAttentionForward", q);
   MCC_RETURN_IF_ERROR(s.status());
   if (q.numel() == 0) return absl::OkStatus();
-  if (options.first_key.defined()) {
-    return absl::UnimplementedError(
-        "FlashAttentionForward: the CUDA kernel has no packed-document or "
-        "sliding-window path (--reset-attention-mask, --window-size); train "
-        "those on the CPU");
-  }
   MCC_RETURN_IF_ERROR(CheckAttentionFits(s, "FlashAttentionForward", q));
+  MCC_ASSIGN_OR_RETURN(Tensor first_key, FirstKeyOnDevice(options, q.device()));
+  k::FlashAttentionArgs args = AttentionArgsOf(q, kt, options);
+  if (first_key.defined()) {
+    args.first_key = static_cast<const int32_t*>(first_key.raw_data());
+  }
   return s.Check(k::FlashAttentionForward(
-      AttentionArgsOf(q, kt, options), In(q), In(kt), In(v), ElemTypeOf(q),
-      Out(out), ElemTypeOf(*out), F32(lse), s.stream()));
+      args, In(q), In(kt), In(v), ElemTypeOf(q), Out(out), ElemTypeOf(*out),
+      F32(lse), s.stream()));
 }
 
 absl::Status FlashAttentionBackwardCuda(const Tensor& q, const Tensor& kt,
@@ -686,21 +695,20 @@ absl::Status FlashAttentionBackwardCuda(const Tensor& q, const Tensor& kt,
   KernelScope s("FlashAttentionBackward", q);
   MCC_RETURN_IF_ERROR(s.status());
   if (q.numel() == 0) return absl::OkStatus();
-  if (options.first_key.defined()) {
-    return absl::UnimplementedError(
-        "FlashAttentionBackward: the CUDA kernel has no packed-document or "
-        "sliding-window path (--reset-attention-mask, --window-size); train "
-        "those on the CPU");
-  }
   MCC_RETURN_IF_ERROR(CheckAttentionFits(s, "FlashAttentionBackward", q));
   // D = rowsum(dout * out), [b, heads, s]; back to the caching allocator
   // when the call ends (later work on this stream may reuse it safely).
   Tensor row_dot = Tensor::Empty({q.size(0), q.size(2), q.size(1)},
                                  DType::kFloat32, q.device());
+  MCC_ASSIGN_OR_RETURN(Tensor first_key, FirstKeyOnDevice(options, q.device()));
+  k::FlashAttentionArgs args = AttentionArgsOf(q, kt, options);
+  if (first_key.defined()) {
+    args.first_key = static_cast<const int32_t*>(first_key.raw_data());
+  }
   return s.Check(k::FlashAttentionBackward(
-      AttentionArgsOf(q, kt, options), In(q), In(kt), In(v), ElemTypeOf(q),
-      In(out), In(dout), ElemTypeOf(out), F32(&lse), Out(dq), ElemTypeOf(*dq),
-      Out(dk), Out(dv), ElemTypeOf(*dk), F32(&row_dot), s.stream()));
+      args, In(q), In(kt), In(v), ElemTypeOf(q), In(out), In(dout),
+      ElemTypeOf(out), F32(&lse), Out(dq), ElemTypeOf(*dq), Out(dk), Out(dv),
+      ElemTypeOf(*dk), F32(&row_dot), s.stream()));
 }
 
 absl::Status CachedAttentionCuda(const Tensor& q, const Tensor& k_cache,
