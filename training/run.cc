@@ -314,6 +314,10 @@ absl::Status CheckCudaGraphFlags(const TrainConfig& config, int num_chunks) {
         "and gathers per unit inside the forward and backward)";
   } else if (num_chunks != 1) {
     clash = "virtual pipeline stages (several model chunks per rank)";
+  } else if (config.reset_attention_mask() || !config.window_size().empty()) {
+    clash =
+        "--reset-attention-mask or --window-size (each step copies the "
+        "attention's first keys from the host)";
   }
   if (clash == nullptr) return absl::OkStatus();
   return absl::InvalidArgumentError(
