@@ -36,6 +36,7 @@ struct Case {
   fsdp::ShardingStrategy sharding = fsdp::ShardingStrategy::kNoShard;
   bool recompute = false;
   int tp = 1;
+  double capacity_factor = 0;  // 0: dropless.
 };
 
 std::vector<Case> Cases() {
@@ -55,6 +56,11 @@ std::vector<Case> Cases() {
   Case tp2_pp2{"tp2_pp2", 4, 2};
   tp2_pp2.tp = 2;
   v.push_back(tp2_pp2);
+  // Token dropping: each rank drops over its own micro-batches' capacity, as
+  // the serial run drops over each micro-batch's.
+  Case capacity{"dp2_capacity", 2};
+  capacity.capacity_factor = 1.0;
+  v.push_back(capacity);
   return v;
 }
 
@@ -75,6 +81,7 @@ TrainOptions Options(const Case& c) {
   m.moe_z_loss_coeff = 1e-3;
   m.moe_router_enable_expert_bias = true;
   m.moe_router_bias_update_rate = 1e-2;
+  m.moe_expert_capacity_factor = c.capacity_factor;
   if (c.recompute) {
     m.recompute_granularity = gpt::RecomputeGranularity::kFull;
     m.recompute_num_layers = 2;
@@ -121,6 +128,7 @@ MCC_WORKER(moe_train) {
 TrainResult Serial(const Case& c) {
   Case serial;
   serial.recompute = c.recompute;
+  serial.capacity_factor = c.capacity_factor;
   TrainOptions o = Options(serial);
   o.use_ddp = false;
   auto r = optim::testing::Train(o, nullptr);
@@ -138,6 +146,11 @@ TEST_P(MoeParityTest, EqualsSerial) {
   const TrainResult serial = Serial(c);
   optim::testing::ExpectMatchesSerial(*parallel, serial, 10, 1e-5, 1e-4);
   EXPECT_LT(parallel->loss[9], parallel->loss[0]);
+  if (c.capacity_factor > 0) {
+    // Dropping happened: the dropless run's losses differ.
+    const TrainResult dropless = Serial(Case());
+    EXPECT_NE(dropless.loss[9], serial.loss[9]);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MoeParityTest, ::testing::ValuesIn(Cases()),

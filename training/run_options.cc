@@ -267,6 +267,13 @@ absl::Status CheckTrainConfig(const TrainConfig& config, int world_size) {
   // models/moe runs experts across an EP group (MoeMlp with a token
   // dispatcher), but the GPT's data parallelism and optimizer do not yet
   // reduce and shard the experts over the expert-data-parallel group.
+  if (config.num_experts() > 0 && config.expert_tensor_parallel_size() > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--expert-tensor-parallel-size ", config.expert_tensor_parallel_size(),
+        ": the GPT runs its MoE layers whole on every tensor-parallel rank; "
+        "expert tensor parallelism is built for the MoE layer (models/moe) "
+        "but not yet in the GPT; give 1"));
+  }
   if (config.num_experts() > 0 && config.expert_model_parallel_size() > 1) {
     return absl::UnimplementedError(absl::StrCat(
         "--expert-model-parallel-size ", config.expert_model_parallel_size(),

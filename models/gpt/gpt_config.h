@@ -90,6 +90,10 @@ struct GPTConfig {
   // stepped by --moe-router-bias-update-rate after each optimizer step.
   bool moe_router_enable_expert_bias = false;
   double moe_router_bias_update_rate = 1e-3;
+  // --moe-expert-capacity-factor (0: dropless) and --moe-token-drop-policy
+  // (probs or position; models/moe/token_drop.h), during training.
+  double moe_expert_capacity_factor = 0.0;
+  std::string moe_token_drop_policy = "probs";
 
   int64_t ffn() const {
     return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size;

@@ -269,6 +269,12 @@ absl::StatusOr<std::unique_ptr<moe::MoeMlp>> TransformerLayer::CreateMoe(
       m.load_balancing = moe::LoadBalancing::kSeqAuxLoss;
       break;
   }
+  m.capacity_factor = config.moe_expert_capacity_factor;
+  {
+    auto policy = moe::ParseTokenDropPolicy(config.moe_token_drop_policy);
+    if (!policy.ok()) return policy.status();
+    m.drop_policy = *policy;
+  }
   m.aux_loss_coeff = static_cast<float>(config.moe_aux_loss_coeff);
   m.z_loss_coeff = static_cast<float>(config.moe_z_loss_coeff);
   m.activation = config.activation == Activation::kSwiGLU
