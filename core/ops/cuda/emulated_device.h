@@ -56,6 +56,12 @@ inline float* SharedFloats() {
 }
 }  // namespace cached
 
+namespace paged {
+inline float* SharedFloats() {
+  return ::mcc::cuda_emu::Emulator::Current().shared();
+}
+}  // namespace paged
+
 }  // namespace cuda_kernels
 }  // namespace mcc
 

@@ -26,6 +26,7 @@
 #include "core/ops/cuda/loss.h"
 #include "core/ops/cuda/loss_totals.h"
 #include "core/ops/cuda/norm_loss.h"
+#include "core/ops/cuda/paged_attention.h"
 #include "core/ops/cuda/reduce.h"
 #include "core/ops/cuda/rotary.h"
 #include "core/ops/dropout.h"
@@ -40,6 +41,7 @@
 #include "core/ops/loss_totals.h"
 #include "core/ops/multi_tensor.h"
 #include "core/ops/norm.h"
+#include "core/ops/paged_attention.h"
 #include "core/ops/reduce.h"
 #include "core/ops/rotary.h"
 #include "core/ops/sgd.h"
@@ -730,6 +732,64 @@ absl::Status CachedAttentionCuda(const Tensor& q, const Tensor& k_cache,
       scale, s.stream()));
 }
 
+// ---- Paged decoding (the inference engine) -------------------------------
+
+absl::Status PagedKvWriteCuda(const Tensor& k, const Tensor& v,
+                              const Tensor& slots, Tensor* k_pool,
+                              Tensor* v_pool) {
+  KernelScope s("PagedKvWrite", k);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::PagedKvWrite(
+      F32(&k), F32(&v), static_cast<const int64_t*>(In(slots)), F32(k_pool),
+      F32(v_pool), k.size(0), k.size(1) * k.size(2), s.stream()));
+}
+
+absl::Status PagedAttentionCuda(const Tensor& q, const Tensor& k_pool,
+                                const Tensor& v_pool,
+                                const Tensor& block_tables,
+                                const Tensor& positions, Tensor* out) {
+  KernelScope s("PagedAttention", q);
+  MCC_RETURN_IF_ERROR(s.status());
+  const int64_t d = q.size(2);
+  if (d > k::kPagedAttentionMaxHeadDim) {
+    return absl::UnimplementedError(
+        absl::StrCat("PagedAttention: the CUDA kernel takes head_dim up to ",
+                     k::kPagedAttentionMaxHeadDim, ", got q ", q.Describe()));
+  }
+  // The CPU kernel's scale (core/ops/paged_attention.cc).
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  return s.Check(
+      k::PagedAttention(F32(&q), F32(&k_pool), F32(&v_pool),
+                        static_cast<const int32_t*>(In(block_tables)),
+                        static_cast<const int64_t*>(In(positions)), F32(out),
+                        q.size(0), q.size(1), k_pool.size(2), d, k_pool.size(1),
+                        block_tables.size(1), scale, s.stream()));
+}
+
+absl::Status RotaryAtPositionsCuda(const Tensor& x, const Tensor& positions,
+                                   const RotaryOptions& options, Tensor* y) {
+  KernelScope s("RotaryAtPositions", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  k::RotaryArgs a;
+  a.batch = x.size(0);
+  a.seq = 1;
+  a.heads = x.size(1);
+  a.head_dim = x.size(2);
+  a.rotary_dim = options.rotary_dim == 0 ? a.head_dim : options.rotary_dim;
+  if (a.rotary_dim / 2 > k::RotaryArgs::kMaxHalf) {
+    return absl::UnimplementedError(absl::StrCat(
+        "RotaryAtPositions: the CUDA kernel takes rotary_dim up to ",
+        2 * k::RotaryArgs::kMaxHalf, ", got ", a.rotary_dim, " for ",
+        x.Describe()));
+  }
+  const std::vector<double> inv_freq =
+      RotaryInverseFrequencies(options, a.rotary_dim);
+  std::copy(inv_freq.begin(), inv_freq.end(), a.inv_freq);
+  return s.Check(
+      k::RotaryAtPositions(a, static_cast<const int64_t*>(In(positions)), In(x),
+                           ElemTypeOf(x), Out(y), ElemTypeOf(*y), s.stream()));
+}
+
 // ---- Rotary ----------------------------------------------------------------
 
 absl::Status RotaryCuda(const char* op, const Tensor& x,
@@ -882,6 +942,9 @@ bool RegisterCudaKernels() {
     FlashAttentionBackwardKernels().Register(kCuda,
                                              &FlashAttentionBackwardCuda);
     CachedAttentionKernels().Register(kCuda, &CachedAttentionCuda);
+    PagedKvWriteKernels().Register(kCuda, &PagedKvWriteCuda);
+    PagedAttentionKernels().Register(kCuda, &PagedAttentionCuda);
+    RotaryAtPositionsKernels().Register(kCuda, &RotaryAtPositionsCuda);
     RotaryBackwardKernels().Register(kCuda, &RotaryBackwardCuda);
     LossSumKernels().Register(kCuda, &LossSumCuda);
     LossSumGradientKernels().Register(kCuda, &LossSumGradientCuda);
