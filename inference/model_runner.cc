@@ -10,6 +10,7 @@
 #include "core/ops/rotary.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
+#include "inference/device_step.h"
 #include "inference/paged_attention.h"
 #include "inference/row_gemm.h"
 
@@ -127,7 +128,27 @@ ModelRunner::ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
   }
 }
 
+ModelRunner::ModelRunner(InferenceWeights weights,
+                         std::unique_ptr<DeviceStep> device, PagedKvCache cache)
+    : weights_(std::move(weights)),
+      tp_(nullptr),
+      cache_(std::move(cache)),
+      device_(std::move(device)) {
+  // The device holds the values: keep shapes, norms and biases only.
+  for (LayerWeights& lw : weights_.layers) {
+    for (LinearWeights* lin : {&lw.qkv, &lw.proj, &lw.fc1, &lw.fc2}) {
+      std::vector<float>().swap(lin->weight);
+      std::vector<int8_t>().swap(lin->q);
+    }
+  }
+  std::vector<float>().swap(weights_.word_embeddings);
+  std::vector<float>().swap(weights_.output);
+}
+
+ModelRunner::~ModelRunner() = default;
+
 int64_t ModelRunner::linear_weight_bytes() const {
+  if (device_ != nullptr) return device_->weight_bytes();
   int64_t bytes = 0;
   for (const PackedLayer& p : packed_) {
     bytes += p.qkv.bytes() + p.proj.bytes() + p.fc1.bytes() + p.fc2.bytes() +
@@ -411,6 +432,7 @@ absl::StatusOr<std::vector<float>> ModelRunner::Logits(
 
 absl::StatusOr<std::vector<float>> ModelRunner::Run(
     const StepRows& rows, std::vector<float>* hidden) {
+  if (device_ != nullptr) return device_->Run(rows);
   const int64_t n = rows.rows(), h = weights_.config.hidden_size;
   std::vector<const int32_t*> tables(n);
   for (int64_t r = 0; r < n; ++r) {

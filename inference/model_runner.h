@@ -5,6 +5,7 @@
 // at its own position, through a paged KV cache: the engine's model step.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -15,6 +16,8 @@
 
 namespace mcc {
 namespace inference {
+
+class DeviceStep;
 
 // The rows of one step, as every rank of the job sees them.
 struct StepRows {
@@ -43,6 +46,13 @@ class ModelRunner {
   // `tp` (may be null for one rank) outlives the runner.
   ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
               PagedKvCache cache);
+  // The model on a device (device_step.h), which holds the weights and the
+  // KV pool; `cache` keeps the pool's block bookkeeping
+  // (PagedKvCache::BookkeepingOnly, the device step's block count). One
+  // process holding the whole model.
+  ModelRunner(InferenceWeights weights, std::unique_ptr<DeviceStep> device,
+              PagedKvCache cache);
+  ~ModelRunner();
 
   // The stage's layers over the rows: the first stage embeds rows.tokens
   // (hidden is output only), others take *hidden [rows, hidden_size] from
@@ -59,8 +69,11 @@ class ModelRunner {
   // when tied, on the last stage) are empty: the runner keeps them packed
   // for RowGemm (shapes, scales and biases stay).
   const InferenceWeights& weights() const { return weights_; }
-  // Bytes of the linear layers' packed values and scales, all layers.
+  // Bytes of the linear layers' packed values and scales, all layers (on the
+  // device: every weight's bytes there).
   int64_t linear_weight_bytes() const;
+  // The device step, or null for the CPU engine.
+  const DeviceStep* device_step() const { return device_.get(); }
   PagedKvCache& cache() { return cache_; }
 
  private:
@@ -102,6 +115,7 @@ class ModelRunner {
   comm::ProcessGroup* tp_;
   PagedKvCache cache_;
   std::vector<float> cos_, sin_;  // [max_positions, head_dim / 2] (RoPE)
+  std::unique_ptr<DeviceStep> device_;
 };
 
 }  // namespace inference

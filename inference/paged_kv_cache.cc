@@ -7,8 +7,8 @@
 namespace mcc {
 namespace inference {
 
-absl::StatusOr<PagedKvCache> PagedKvCache::Create(const KvCacheShape& shape,
-                                                  int64_t bytes) {
+absl::StatusOr<int64_t> PagedKvCache::BlocksIn(const KvCacheShape& shape,
+                                               int64_t bytes) {
   if (shape.num_layers <= 0 || shape.kv_heads <= 0 || shape.head_dim <= 0 ||
       shape.block_size <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -23,7 +23,25 @@ absl::StatusOr<PagedKvCache> PagedKvCache::Create(const KvCacheShape& shape,
                      shape.block_size, " tokens (", shape.BlockBytes(),
                      " bytes over ", shape.num_layers, " layers)"));
   }
-  return WithBlocks(shape, blocks);
+  return blocks;
+}
+
+absl::StatusOr<PagedKvCache> PagedKvCache::Create(const KvCacheShape& shape,
+                                                  int64_t bytes) {
+  absl::StatusOr<int64_t> blocks = BlocksIn(shape, bytes);
+  if (!blocks.ok()) return blocks.status();
+  return WithBlocks(shape, *blocks);
+}
+
+PagedKvCache PagedKvCache::BookkeepingOnly(const KvCacheShape& shape,
+                                           int64_t blocks) {
+  PagedKvCache cache;
+  cache.shape_ = shape;
+  cache.num_blocks_ = blocks;
+  for (int64_t b = blocks - 1; b >= 0; --b) {
+    cache.free_.push_back(static_cast<int32_t>(b));
+  }
+  return cache;
 }
 
 PagedKvCache PagedKvCache::WithBlocks(const KvCacheShape& shape,

@@ -46,6 +46,15 @@ class PagedKvCache {
                                              int64_t bytes);
   // Exactly `blocks` blocks.
   static PagedKvCache WithBlocks(const KvCacheShape& shape, int64_t blocks);
+  // The blocks `bytes` holds (at least one, else Create's error).
+  static absl::StatusOr<int64_t> BlocksIn(const KvCacheShape& shape,
+                                          int64_t bytes);
+  // The block bookkeeping of `blocks` blocks whose keys and values live
+  // elsewhere (a device's pool: inference/device_step.h): Allocate, Free
+  // and the counts only; Key and Value must not be called.
+  static PagedKvCache BookkeepingOnly(const KvCacheShape& shape,
+                                      int64_t blocks);
+  bool has_storage() const { return !keys_.empty(); }
 
   const KvCacheShape& shape() const { return shape_; }
   int64_t num_blocks() const { return num_blocks_; }

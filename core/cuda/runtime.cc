@@ -85,6 +85,14 @@ absl::StatusOr<std::string> DeviceDescription(int index) {
       FormatBytes(static_cast<int64_t>(prop.totalGlobalMem)));
 }
 
+absl::StatusOr<int64_t> FreeMemoryBytes(int index) {
+  if (absl::Status s = CheckDeviceIndex(index); !s.ok()) return s;
+  DeviceGuard guard(index);
+  size_t free_bytes = 0, total_bytes = 0;
+  MCC_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<int64_t>(free_bytes);
+}
+
 absl::Status Synchronize(int index) {
   if (absl::Status s = CheckDeviceIndex(index); !s.ok()) return s;
   DeviceGuard guard(index);

@@ -38,6 +38,10 @@ absl::Status CheckDeviceIndex(int index);
 // "NVIDIA H200 (sm_90, 139.8 GiB)"; an error when the device is absent.
 absl::StatusOr<std::string> DeviceDescription(int index);
 
+// The device's free memory as the driver reports it (cudaMemGetInfo; the
+// caching allocator's cached blocks count as used).
+absl::StatusOr<int64_t> FreeMemoryBytes(int index);
+
 // Waits for all work on the device.
 absl::Status Synchronize(int index);
 

@@ -1,0 +1,364 @@
+#include "inference/device_step.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/allocator.h"
+#include "core/cuda/runtime.h"
+#include "core/ops/activation.h"
+#include "core/ops/bias.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/embedding.h"
+#include "core/ops/gemm.h"
+#include "core/ops/layout.h"
+#include "core/ops/norm.h"
+#include "core/ops/paged_attention.h"
+#include "core/status_macros.h"
+
+namespace mcc {
+namespace inference {
+namespace {
+
+int64_t Elements(const LinearWeights& lin) { return lin.out * lin.in; }
+
+int64_t NormBytes(const NormWeights& n) {
+  return static_cast<int64_t>(n.weight.size() + n.bias.size()) * 4;
+}
+
+// A host fp32 array as a device tensor of `dtype` (undefined when empty).
+absl::StatusOr<Tensor> Upload(const std::vector<float>& values, Shape shape,
+                              DType dtype, Device device) {
+  if (values.empty()) return Tensor();
+  MCC_ASSIGN_OR_RETURN(Tensor host, Tensor::FromVector(values, shape, dtype));
+  return host.To(device);
+}
+
+Tensor Empty(Shape shape, DType dtype, Device device) {
+  return Tensor::Empty(std::move(shape), dtype, device);
+}
+
+}  // namespace
+
+int64_t DeviceWeightBytes(const InferenceWeights& w, DType dtype) {
+  const int64_t size = DTypeSize(dtype);
+  int64_t bytes = 0;
+  for (const LayerWeights& lw : w.layers) {
+    for (const LinearWeights* lin : {&lw.qkv, &lw.proj, &lw.fc1, &lw.fc2}) {
+      bytes +=
+          Elements(*lin) * size + static_cast<int64_t>(lin->bias.size()) * 4;
+    }
+    for (const NormWeights* n : {&lw.ln1, &lw.ln2, &lw.q_norm, &lw.k_norm}) {
+      bytes += NormBytes(*n);
+    }
+  }
+  bytes +=
+      static_cast<int64_t>(w.word_embeddings.size() + w.output.size()) * size;
+  bytes += static_cast<int64_t>(w.position_embeddings.size()) * 4;
+  bytes += NormBytes(w.final_norm);
+  return bytes;
+}
+
+absl::StatusOr<int64_t> DeviceMemoryFor(const DeviceStepOptions& options) {
+  if (options.memory_bytes > 0) return options.memory_bytes;
+  if (options.device.is_cuda()) {
+    return cuda::FreeMemoryBytes(options.device.index);
+  }
+  return -1;
+}
+
+absl::Status CheckFitsDevice(const InferenceWeights& weights,
+                             const KvCacheShape& shape, int64_t kv_blocks,
+                             const DeviceStepOptions& options,
+                             int64_t memory_bytes, const std::string& what) {
+  if (memory_bytes < 0) return absl::OkStatus();
+  const int64_t weight_bytes = DeviceWeightBytes(weights, options.dtype);
+  const int64_t pool_bytes = kv_blocks * shape.BlockBytes();
+  if (weight_bytes + pool_bytes <= memory_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%s needs %s of %s weights and %s of KV cache (%d blocks) on %s, which "
+      "has %s free: %s",
+      what, FormatBytes(weight_bytes), DTypeName(options.dtype),
+      FormatBytes(pool_bytes), kv_blocks, options.device.ToString(),
+      FormatBytes(memory_bytes),
+      weight_bytes > memory_bytes
+          ? "the weights alone do not fit (use more tensor-parallel ranks, "
+            "or --device cpu)"
+          : "lower --kv-cache-bytes"));
+}
+
+absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Create(
+    const InferenceWeights& w, const KvCacheShape& shape, int64_t kv_blocks,
+    const DeviceStepOptions& options, const std::string& what) {
+  if (options.dtype != DType::kBFloat16 && options.dtype != DType::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the engine on a device keeps its weights in bf16 or "
+                     "fp32, not ",
+                     DTypeName(options.dtype)));
+  }
+  if (w.tp_size != 1 || !w.pre_process || !w.post_process) {
+    return absl::UnimplementedError(
+        "the engine on a device runs one process holding the whole model so "
+        "far (--tensor-model-parallel-size 1 --pipeline-model-parallel-size "
+        "1); use --device cpu for a TP or PP layout");
+  }
+  for (const LayerWeights& lw : w.layers) {
+    if (!lw.qkv.q.empty()) {
+      return absl::UnimplementedError(
+          "--quantize int8 runs on the CPU engine only so far: use --device "
+          "cpu");
+    }
+  }
+  MCC_ASSIGN_OR_RETURN(const int64_t memory, DeviceMemoryFor(options));
+  MCC_RETURN_IF_ERROR(
+      CheckFitsDevice(w, shape, kv_blocks, options, memory, what));
+  std::unique_ptr<DeviceStep> step(new DeviceStep());
+  step->options_ = options;
+  step->config_ = w.config;
+  step->local_heads_ = w.local_heads;
+  step->local_groups_ = w.local_groups;
+  step->vocab_rows_ = w.vocab_rows;
+  step->shape_ = shape;
+  const Device dev = options.device;
+  const DType wt = options.dtype;
+  const int64_t h = w.config.hidden_size;
+  auto norm = [&](const NormWeights& n) -> absl::StatusOr<Norm> {
+    Norm out;
+    const int64_t len = static_cast<int64_t>(n.weight.size());
+    MCC_ASSIGN_OR_RETURN(out.weight,
+                         Upload(n.weight, {len}, DType::kFloat32, dev));
+    MCC_ASSIGN_OR_RETURN(out.bias, Upload(n.bias, {len}, DType::kFloat32, dev));
+    return out;
+  };
+  auto linear = [&](const LinearWeights& lin) -> absl::StatusOr<Linear> {
+    Linear out;
+    MCC_ASSIGN_OR_RETURN(out.weight,
+                         Upload(lin.weight, {lin.out, lin.in}, wt, dev));
+    MCC_ASSIGN_OR_RETURN(out.bias,
+                         Upload(lin.bias, {lin.out}, DType::kFloat32, dev));
+    return out;
+  };
+  for (const LayerWeights& lw : w.layers) {
+    Layer& l = step->layers_.emplace_back();
+    MCC_ASSIGN_OR_RETURN(l.ln1, norm(lw.ln1));
+    MCC_ASSIGN_OR_RETURN(l.ln2, norm(lw.ln2));
+    MCC_ASSIGN_OR_RETURN(l.q_norm, norm(lw.q_norm));
+    MCC_ASSIGN_OR_RETURN(l.k_norm, norm(lw.k_norm));
+    MCC_ASSIGN_OR_RETURN(l.qkv, linear(lw.qkv));
+    MCC_ASSIGN_OR_RETURN(l.proj, linear(lw.proj));
+    MCC_ASSIGN_OR_RETURN(l.fc1, linear(lw.fc1));
+    MCC_ASSIGN_OR_RETURN(l.fc2, linear(lw.fc2));
+  }
+  MCC_ASSIGN_OR_RETURN(step->word_embeddings_,
+                       Upload(w.word_embeddings, {w.vocab_rows, h}, wt, dev));
+  MCC_ASSIGN_OR_RETURN(
+      step->position_embeddings_,
+      Upload(w.position_embeddings,
+             {static_cast<int64_t>(w.position_embeddings.size()) / h, h},
+             DType::kFloat32, dev));
+  if (w.output.empty()) {
+    step->head_ = step->word_embeddings_;
+  } else {
+    MCC_ASSIGN_OR_RETURN(step->head_,
+                         Upload(w.output, {w.vocab_rows, h}, wt, dev));
+  }
+  MCC_ASSIGN_OR_RETURN(step->final_norm_, norm(w.final_norm));
+  for (int64_t i = 0; i < shape.num_layers; ++i) {
+    const Shape pool = {kv_blocks, shape.block_size, shape.kv_heads,
+                        shape.head_dim};
+    step->k_pool_.push_back(Tensor::Zeros(pool, DType::kFloat32, dev));
+    step->v_pool_.push_back(Tensor::Zeros(pool, DType::kFloat32, dev));
+  }
+  step->weight_bytes_ = DeviceWeightBytes(w, wt);
+  step->pool_bytes_ = kv_blocks * shape.BlockBytes();
+  return step;
+}
+
+absl::Status DeviceStep::Gemm(const Tensor& x, const Linear& lin,
+                              Tensor* y) const {
+  // GEMM inputs in the weights' dtype; outputs fp32.
+  Tensor in = x;
+  if (x.dtype() != lin.weight.dtype()) {
+    in = Empty(x.shape(), lin.weight.dtype(), x.device());
+    MCC_RETURN_IF_ERROR(ops::Convert(x, &in));
+  }
+  if (!options_.batch_invariant || in.size(0) <= 1) {
+    MCC_RETURN_IF_ERROR(ops::Gemm(in, false, lin.weight, true, y));
+  } else {
+    // One row at a time: every row through the same kernel, whatever the
+    // batch (the library picks kernels by the row count).
+    for (int64_t r = 0; r < in.size(0); ++r) {
+      MCC_ASSIGN_OR_RETURN(Tensor yr, y->Slice(r, r + 1));
+      MCC_ASSIGN_OR_RETURN(Tensor xr, in.Slice(r, r + 1));
+      MCC_RETURN_IF_ERROR(ops::Gemm(xr, false, lin.weight, true, &yr));
+    }
+  }
+  if (lin.bias.defined()) MCC_RETURN_IF_ERROR(ops::BiasAdd(*y, lin.bias, y));
+  return absl::OkStatus();
+}
+
+absl::Status DeviceStep::ApplyNorm(const Norm& norm, const Tensor& x,
+                                   Tensor* y) const {
+  const float eps = static_cast<float>(config_.norm_epsilon);
+  const int64_t rows = x.numel() / x.size(-1);
+  Tensor rstd = Empty({rows}, DType::kFloat32, x.device());
+  if (norm.bias.defined()) {
+    Tensor mean = Empty({rows}, DType::kFloat32, x.device());
+    return ops::LayerNormForward(x, norm.weight, norm.bias, eps, y, &mean,
+                                 &rstd);
+  }
+  return ops::RMSNormForward(x, norm.weight, eps, y, &rstd);
+}
+
+absl::Status DeviceStep::RunLayer(int i, const Tensor& positions,
+                                  const Tensor& slots, const Tensor& tables,
+                                  Tensor* x) {
+  const Layer& l = layers_[i];
+  const Device dev = options_.device;
+  const int64_t n = x->size(0), h = config_.hidden_size, d = config_.head_dim();
+  const int64_t groups = local_groups_, heads = local_heads_;
+  const int64_t hpg = heads / groups;
+  const DType wt = options_.dtype;
+  Tensor ln = Empty({n, h}, wt, dev);
+  MCC_RETURN_IF_ERROR(ApplyNorm(l.ln1, *x, &ln));
+  Tensor qkv = Empty({n, l.qkv.weight.size(0)}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(Gemm(ln, l.qkv, &qkv));
+  // [n, groups, hpg + 2, d] into q, k, v (Megatron's grouped layout).
+  MCC_ASSIGN_OR_RETURN(Tensor grouped, qkv.Reshape({n, groups, hpg + 2, d}));
+  Tensor q = Empty({n, groups, hpg, d}, DType::kFloat32, dev);
+  Tensor k = Empty({n, groups, 1, d}, DType::kFloat32, dev);
+  Tensor v = Empty({n, groups, 1, d}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(ops::Split(grouped, 2, {&q, &k, &v}));
+  MCC_ASSIGN_OR_RETURN(q, q.Reshape({n, heads, d}));
+  MCC_ASSIGN_OR_RETURN(k, k.Reshape({n, groups, d}));
+  MCC_ASSIGN_OR_RETURN(v, v.Reshape({n, groups, d}));
+  if (l.q_norm.weight.defined()) {  // QK-norm: per head, before rotary.
+    Tensor qn = Empty(q.shape(), DType::kFloat32, dev);
+    Tensor kn = Empty(k.shape(), DType::kFloat32, dev);
+    MCC_RETURN_IF_ERROR(ApplyNorm(l.q_norm, q, &qn));
+    MCC_RETURN_IF_ERROR(ApplyNorm(l.k_norm, k, &kn));
+    q = qn;
+    k = kn;
+  }
+  if (config_.position_embedding == gpt::PositionEmbedding::kRope) {
+    const ops::RotaryOptions rotary = config_.Rotary();
+    MCC_RETURN_IF_ERROR(ops::RotaryAtPositions(q, positions, rotary, &q));
+    MCC_RETURN_IF_ERROR(ops::RotaryAtPositions(k, positions, rotary, &k));
+  }
+  MCC_RETURN_IF_ERROR(ops::PagedKvWrite(k, v, slots, &k_pool_[i], &v_pool_[i]));
+  Tensor ctx = Empty({n, heads, d}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(
+      ops::PagedAttention(q, k_pool_[i], v_pool_[i], tables, positions, &ctx));
+  MCC_ASSIGN_OR_RETURN(ctx, ctx.Reshape({n, heads * d}));
+  Tensor attn = Empty({n, h}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(Gemm(ctx, l.proj, &attn));
+  MCC_RETURN_IF_ERROR(ops::Add(*x, attn, x));
+  MCC_RETURN_IF_ERROR(ApplyNorm(l.ln2, *x, &ln));
+  const int64_t f1 = l.fc1.weight.size(0);
+  Tensor fc1 = Empty({n, f1}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(Gemm(ln, l.fc1, &fc1));
+  const bool swiglu = config_.activation == gpt::Activation::kSwiGLU;
+  Tensor act = Empty({n, swiglu ? f1 / 2 : f1}, wt, dev);
+  MCC_RETURN_IF_ERROR(swiglu ? ops::SwiGLU(fc1, &act) : ops::Gelu(fc1, &act));
+  Tensor mlp = Empty({n, h}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(Gemm(act, l.fc2, &mlp));
+  return ops::Add(*x, mlp, x);
+}
+
+absl::StatusOr<std::vector<float>> DeviceStep::Run(const StepRows& rows) {
+  const int64_t n = rows.rows(), h = config_.hidden_size;
+  const int64_t l = static_cast<int64_t>(rows.logit_rows.size());
+  const int64_t bs = shape_.block_size;
+  if (n == 0) return std::vector<float>();
+  // The step's integers, checked here (device kernels do not check data):
+  // tokens, positions, slots and logit rows in one int64 upload, the block
+  // tables in one int32 upload.
+  int64_t max_blocks = 1;
+  for (int64_t r = 0; r < n; ++r) {
+    const int32_t t = rows.table[r];
+    const int64_t p = rows.positions[r];
+    if (t < 0 || t >= static_cast<int32_t>(rows.tables.size()) || p < 0 ||
+        p >= config_.max_positions() ||
+        p / bs >= static_cast<int64_t>(rows.tables[t].size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step row ", r, " at position ", p,
+                       " has no block for it (table ", t, ")"));
+    }
+    if (rows.tokens[r] < 0 || rows.tokens[r] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token ", rows.tokens[r], " of row ", r,
+                       " is outside the vocabulary of ", config_.vocab_size));
+    }
+    max_blocks = std::max(max_blocks, p / bs + 1);
+  }
+  for (int64_t j = 0; j < l; ++j) {
+    if (rows.logit_rows[j] < 0 || rows.logit_rows[j] >= n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "logit row ", rows.logit_rows[j], " is not a row of the step"));
+    }
+  }
+  std::vector<int64_t> ints(3 * n + l);
+  std::vector<int64_t> tables(n * max_blocks, 0);
+  for (int64_t r = 0; r < n; ++r) {
+    const BlockTable& t = rows.tables[rows.table[r]];
+    const int64_t p = rows.positions[r];
+    for (int64_t b = 0; b <= p / bs; ++b) {
+      if (t[b] < 0 || t[b] >= k_pool_[0].size(0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("block ", t[b], " of step row ", r,
+                         " is outside the pool of ", k_pool_[0].size(0)));
+      }
+      tables[r * max_blocks + b] = t[b];
+    }
+    ints[r] = rows.tokens[r];
+    ints[n + r] = p;
+    ints[2 * n + r] = int64_t{t[p / bs]} * bs + p % bs;
+  }
+  std::copy(rows.logit_rows.begin(), rows.logit_rows.end(),
+            ints.begin() + 3 * n);
+  const Device dev = options_.device;
+  MCC_ASSIGN_OR_RETURN(Tensor host_ints,
+                       Tensor::FromInts(ints, {3 * n + l}, DType::kInt64));
+  MCC_ASSIGN_OR_RETURN(Tensor dev_ints, host_ints.To(dev));
+  MCC_ASSIGN_OR_RETURN(
+      Tensor host_tables,
+      Tensor::FromInts(tables, {n, max_blocks}, DType::kInt32));
+  MCC_ASSIGN_OR_RETURN(Tensor dev_tables, host_tables.To(dev));
+  MCC_ASSIGN_OR_RETURN(Tensor tokens, dev_ints.Slice(0, n));
+  MCC_ASSIGN_OR_RETURN(Tensor positions, dev_ints.Slice(n, 2 * n));
+  MCC_ASSIGN_OR_RETURN(Tensor slots, dev_ints.Slice(2 * n, 3 * n));
+  MCC_ASSIGN_OR_RETURN(Tensor picked_rows, dev_ints.Slice(3 * n, 3 * n + l));
+
+  Tensor x = Empty({n, h}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(ops::EmbeddingLookup(tokens, word_embeddings_, &x));
+  if (position_embeddings_.defined()) {
+    Tensor pe = Empty({n, h}, DType::kFloat32, dev);
+    MCC_RETURN_IF_ERROR(
+        ops::EmbeddingLookup(positions, position_embeddings_, &pe));
+    MCC_RETURN_IF_ERROR(ops::Add(x, pe, &x));
+  }
+  for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
+    MCC_RETURN_IF_ERROR(RunLayer(i, positions, slots, dev_tables, &x));
+  }
+  if (l == 0) return std::vector<float>();
+  // The logit rows (x read as a table of n rows), normed, through the head.
+  Tensor picked = Empty({l, h}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(ops::EmbeddingLookup(picked_rows, x, &picked));
+  Tensor normed = Empty({l, h}, options_.dtype, dev);
+  MCC_RETURN_IF_ERROR(ApplyNorm(final_norm_, picked, &normed));
+  Tensor logits = Empty({l, vocab_rows_}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(Gemm(normed, Linear{head_, Tensor()}, &logits));
+  MCC_ASSIGN_OR_RETURN(Tensor host, logits.To(Device::CPU()));
+  const int64_t vocab = config_.vocab_size;
+  std::vector<float> out(l * vocab);
+  const float* p = host.data<float>();
+  for (int64_t j = 0; j < l; ++j) {
+    std::copy(p + j * vocab_rows_, p + j * vocab_rows_ + vocab,
+              out.begin() + j * vocab);
+  }
+  return out;
+}
+
+}  // namespace inference
+}  // namespace mcc

@@ -1,0 +1,119 @@
+#ifndef INFERENCE_DEVICE_STEP_H_
+#define INFERENCE_DEVICE_STEP_H_
+
+// The engine's model step on a device (a GPU, or the test device in CI):
+// the ModelRunner's forward pass of token rows at their own positions, with
+// the weights in device memory (bf16, or the checkpoint's fp32), the paged
+// KV pool in device memory (fp32) and every computation a dispatch-table op
+// (core/ops): GEMMs through ops::Gemm (cuBLAS/cuBLASLt on CUDA), decode
+// attention through ops::PagedAttention reading the block tables on the
+// device. One host-to-device copy of the step's token ids, positions, slots
+// and tables, one device-to-host copy of the logits.
+//
+// Numbers: the CPU engine's fp32 path (row_gemm.h's fixed order) is not
+// reproduced bit for bit; in fp32 the logits agree to rounding (greedy
+// tokens equal the CPU engine's on the test models), in bf16 to bf16's
+// rounding of weights and GEMM inputs. Batch invariance: attention, norms,
+// rotary and activations compute each row alone; a GEMM library may choose
+// its kernel (and so its summation order) by the row count, so by default a
+// row's logits may change in the last bits with the rows around it. With
+// batch_invariant every GEMM runs one row at a time (the same kernel for
+// every row whatever the batch): a request's tokens are then bit-identical
+// batched or alone, at the cost of reading the weights once per row.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "inference/inference_weights.h"
+#include "inference/model_runner.h"
+#include "inference/paged_kv_cache.h"
+
+namespace mcc {
+namespace inference {
+
+struct DeviceStepOptions {
+  Device device = Device::CPU();
+  // The linear layers' and embeddings' dtype on the device: kBFloat16 or
+  // kFloat32 (norms, biases and the KV pool stay fp32).
+  DType dtype = DType::kBFloat16;
+  bool batch_invariant = false;
+  // The device memory the step may use; 0: the device's free memory (CUDA)
+  // or no bound (other devices). For tests of the refusal.
+  int64_t memory_bytes = 0;
+};
+
+// Bytes the weights take on the device in `dtype`.
+int64_t DeviceWeightBytes(const InferenceWeights& weights, DType dtype);
+
+// The memory the step may use under `options` (see memory_bytes); -1 for no
+// bound.
+absl::StatusOr<int64_t> DeviceMemoryFor(const DeviceStepOptions& options);
+
+// OK when weights and `kv_blocks` blocks of `shape` fit in `memory_bytes`
+// (-1: no bound); else an error with the figures, naming `what` (the
+// checkpoint) and the device.
+absl::Status CheckFitsDevice(const InferenceWeights& weights,
+                             const KvCacheShape& shape, int64_t kv_blocks,
+                             const DeviceStepOptions& options,
+                             int64_t memory_bytes, const std::string& what);
+
+class DeviceStep {
+ public:
+  // Copies the weights (TP 1, PP 1, dense: int8 weights are refused) to the
+  // device and allocates a pool of `kv_blocks` blocks of `shape` there,
+  // after CheckFitsDevice (nothing is allocated when they do not fit).
+  static absl::StatusOr<std::unique_ptr<DeviceStep>> Create(
+      const InferenceWeights& weights, const KvCacheShape& shape,
+      int64_t kv_blocks, const DeviceStepOptions& options,
+      const std::string& what = "the model");
+
+  // The whole model over the rows (ModelRunner::Run's contract for one
+  // stage holding every layer): keys and values written into the pool
+  // through the rows' tables; returns the logits of rows.logit_rows, fp32
+  // [logit rows, vocab_size], on the host.
+  absl::StatusOr<std::vector<float>> Run(const StepRows& rows);
+
+  const DeviceStepOptions& options() const { return options_; }
+  int64_t weight_bytes() const { return weight_bytes_; }
+  int64_t pool_bytes() const { return pool_bytes_; }
+
+ private:
+  struct Linear {
+    Tensor weight;  // [out, in], options.dtype
+    Tensor bias;    // [out] fp32, or undefined
+  };
+  struct Norm {
+    Tensor weight, bias;  // fp32; bias undefined for RMSNorm
+  };
+  struct Layer {
+    Norm ln1, ln2, q_norm, k_norm;
+    Linear qkv, proj, fc1, fc2;
+  };
+
+  DeviceStep() = default;
+  absl::Status Gemm(const Tensor& x, const Linear& lin, Tensor* y) const;
+  absl::Status ApplyNorm(const Norm& norm, const Tensor& x, Tensor* y) const;
+  absl::Status RunLayer(int i, const Tensor& positions, const Tensor& slots,
+                        const Tensor& tables, Tensor* x);
+
+  DeviceStepOptions options_;
+  gpt::GPTConfig config_;
+  int64_t local_heads_ = 0, local_groups_ = 0, vocab_rows_ = 0;
+  KvCacheShape shape_;
+  Tensor word_embeddings_, position_embeddings_, head_;
+  Norm final_norm_;
+  std::vector<Layer> layers_;
+  std::vector<Tensor> k_pool_, v_pool_;  // per layer
+  int64_t weight_bytes_ = 0, pool_bytes_ = 0;
+};
+
+}  // namespace inference
+}  // namespace mcc
+
+#endif  // INFERENCE_DEVICE_STEP_H_

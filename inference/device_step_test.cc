@@ -1,0 +1,388 @@
+// The engine's device path (DeviceStep) on the test device against the CPU
+// engine on the same weights: greedy tokens equal (fp32 weights), logits
+// within a stated bound (fp32 and bf16), batched against alone (bit for bit
+// with batch_invariant), a request longer than the pool refused as the
+// client's fault, and a model too big for the device refused before any
+// device allocation, with the figures.
+#include "inference/device_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/allocator.h"
+#include "core/status_macros.h"
+#include "data/tokenizer.h"
+#include "gtest/gtest.h"
+#include "inference/engine.h"
+#include "inference/inference_weights.h"
+#include "inference/model_runner.h"
+#include "models/gpt/gpt_model.h"
+
+namespace mcc {
+namespace inference {
+namespace {
+
+gpt::GPTConfig TinyConfig() {
+  gpt::GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.vocab_size = 264;
+  c.seq_length = 48;
+  c.seed = 11;
+  return c;
+}
+
+std::vector<std::pair<std::string, gpt::GPTConfig>> Variants() {
+  std::vector<std::pair<std::string, gpt::GPTConfig>> v;
+  v.push_back({"learned_layernorm_gelu", TinyConfig()});
+  gpt::GPTConfig rope = TinyConfig();
+  rope.position_embedding = gpt::PositionEmbedding::kRope;
+  rope.normalization = gpt::Normalization::kRMSNorm;
+  rope.untie_embeddings_and_output_weights = true;
+  rope.add_bias_linear = false;
+  v.push_back({"rope_rmsnorm_untied_nobias", rope});
+  gpt::GPTConfig llama = rope;
+  llama.num_query_groups = 2;
+  llama.activation = gpt::Activation::kSwiGLU;
+  v.push_back({"llama_gqa_swiglu", llama});
+  gpt::GPTConfig qwen = rope;
+  qwen.num_query_groups = 2;
+  qwen.add_qkv_bias = true;
+  qwen.qk_layernorm = true;
+  qwen.rope_scaling.enabled = true;
+  qwen.rope_scaling.original_max_position_embeddings = 4;
+  v.push_back({"qwen_qk_norm_qkv_bias_rope_scaling", qwen});
+  return v;
+}
+
+absl::StatusOr<InferenceWeights> Weights(const gpt::GPTConfig& config) {
+  parallel::LayerContext ctx;
+  ctx.seed = config.seed;
+  MCC_ASSIGN_OR_RETURN(auto model, gpt::GPTModel::Create(config, ctx));
+  return LoadInferenceWeights(*model);
+}
+
+constexpr int64_t kBlocks = 64, kBlockSize = 4;
+
+// A runner on the CPU (device null) or on the test device.
+absl::StatusOr<std::unique_ptr<ModelRunner>> MakeRunner(
+    const gpt::GPTConfig& config, const DeviceStepOptions* device) {
+  MCC_ASSIGN_OR_RETURN(InferenceWeights w, Weights(config));
+  const KvCacheShape shape = CacheShapeFor(w, kBlockSize);
+  if (device == nullptr) {
+    return std::make_unique<ModelRunner>(
+        std::move(w), nullptr, PagedKvCache::WithBlocks(shape, kBlocks));
+  }
+  MCC_ASSIGN_OR_RETURN(auto step,
+                       DeviceStep::Create(w, shape, kBlocks, *device));
+  return std::make_unique<ModelRunner>(
+      std::move(w), std::move(step),
+      PagedKvCache::BookkeepingOnly(shape, kBlocks));
+}
+
+DeviceStepOptions TestDevice(DType dtype, bool batch_invariant = false) {
+  DeviceStepOptions o;
+  o.device = Device::TestDevice();
+  o.dtype = dtype;
+  o.batch_invariant = batch_invariant;
+  return o;
+}
+
+struct Run {
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<LocalStepExecutor> executor;
+  std::unique_ptr<Engine> engine;
+};
+
+absl::StatusOr<Run> MakeEngine(const gpt::GPTConfig& config,
+                               const DeviceStepOptions* device,
+                               int max_batch_size) {
+  Run run;
+  MCC_ASSIGN_OR_RETURN(run.runner, MakeRunner(config, device));
+  run.executor = std::make_unique<LocalStepExecutor>(run.runner.get());
+  EngineOptions options;
+  options.scheduler.max_batch_size = max_batch_size;
+  options.scheduler.prefill_chunk_size = 8;
+  options.max_positions = config.max_positions();
+  options.model_vocab = config.vocab_size;
+  run.engine =
+      std::make_unique<Engine>(options, run.executor.get(),
+                               &run.runner->cache(), data::MakeByteTokenizer());
+  return run;
+}
+
+std::vector<GenerationRequest> GreedyRequests(int n, int64_t vocab) {
+  std::mt19937 rng(7);
+  std::vector<GenerationRequest> out;
+  for (int i = 0; i < n; ++i) {
+    GenerationRequest r;
+    const int len = 1 + rng() % 17;
+    for (int j = 0; j < len; ++j) r.prompt.push_back(rng() % 256);
+    r.max_new_tokens = 4 + rng() % 10;
+    r.stop_at_eod = false;
+    r.sampling.temperature = 0;
+    r.prompt_logprobs = true;
+    out.push_back(r);
+  }
+  (void)vocab;
+  return out;
+}
+
+absl::StatusOr<std::vector<GenerationEvent>> RunAll(
+    Engine* engine, const std::vector<GenerationRequest>& requests) {
+  std::vector<GenerationEvent> results(requests.size());
+  size_t done = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    MCC_RETURN_IF_ERROR(
+        engine
+            ->Submit(requests[i],
+                     [&results, &done, i](const GenerationEvent& e) {
+                       if (e.finished) {
+                         results[i] = e;
+                         ++done;
+                       }
+                     })
+            .status());
+  }
+  for (int steps = 0; done < requests.size(); ++steps) {
+    MCC_ASSIGN_OR_RETURN(bool worked, engine->Step());
+    if (!worked || steps > 10000) {
+      return absl::InternalError("the engine stopped with requests left");
+    }
+  }
+  return results;
+}
+
+// One prefill step of `prompt` through a runner: the logits of every row.
+absl::StatusOr<std::vector<float>> PrefillLogits(
+    ModelRunner* runner, const std::vector<int64_t>& prompt) {
+  StepRows rows;
+  BlockTable table;
+  if (!runner->cache().Allocate(
+          runner->cache().BlocksFor(static_cast<int64_t>(prompt.size())),
+          &table)) {
+    return absl::InternalError("no blocks");
+  }
+  rows.tables.push_back(table);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    rows.tokens.push_back(prompt[i]);
+    rows.positions.push_back(static_cast<int64_t>(i));
+    rows.table.push_back(0);
+    rows.logit_rows.push_back(static_cast<int32_t>(i));
+  }
+  std::vector<float> hidden;
+  auto logits = runner->Run(rows, &hidden);
+  runner->cache().Free(&rows.tables[0]);
+  return logits;
+}
+
+// The largest |device - cpu| over the logits of a 20-token prefill, and the
+// largest |cpu| (the scale the bound is taken against).
+void LogitGap(const gpt::GPTConfig& config, DType dtype, double* gap,
+              double* scale) {
+  auto cpu = MakeRunner(config, nullptr);
+  const DeviceStepOptions o = TestDevice(dtype);
+  auto dev = MakeRunner(config, &o);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  std::vector<int64_t> prompt;
+  for (int i = 0; i < 20; ++i) prompt.push_back((i * 37 + 5) % 256);
+  auto want = PrefillLogits(cpu->get(), prompt);
+  auto got = PrefillLogits(dev->get(), prompt);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(want->size(), got->size());
+  *gap = 0;
+  *scale = 0;
+  for (size_t i = 0; i < want->size(); ++i) {
+    *gap = std::max(*gap, std::fabs(double{(*got)[i]} - (*want)[i]));
+    *scale = std::max(*scale, std::fabs(double{(*want)[i]}));
+  }
+}
+
+TEST(DeviceStepTest, Fp32LogitsAgreeWithTheCpuEngineToRounding) {
+  for (const auto& [name, config] : Variants()) {
+    SCOPED_TRACE(name);
+    double gap = 0, scale = 0;
+    LogitGap(config, DType::kFloat32, &gap, &scale);
+    std::printf("%s fp32: max |logit gap| %.3g, max |logit| %.3g\n",
+                name.c_str(), gap, scale);
+    // fp32 throughout; only the summation orders differ.
+    EXPECT_LE(gap, 1e-5 * std::max(1.0, scale)) << "scale " << scale;
+  }
+}
+
+TEST(DeviceStepTest, Bf16LogitsWithinBf16Rounding) {
+  for (const auto& [name, config] : Variants()) {
+    SCOPED_TRACE(name);
+    double gap = 0, scale = 0;
+    LogitGap(config, DType::kBFloat16, &gap, &scale);
+    std::printf("%s bf16: max |logit gap| %.3g, max |logit| %.3g\n",
+                name.c_str(), gap, scale);
+    // Weights and GEMM inputs rounded to bf16 (relative 2^-9 each) through
+    // two layers: measured 0.4% of the largest logit here; bound 1%.
+    EXPECT_LE(gap, 0.01 * std::max(1.0, scale)) << "scale " << scale;
+    EXPECT_GT(gap, 0.0) << "bf16 weights should move the logits";
+  }
+}
+
+TEST(DeviceStepTest, GreedyTokensEqualTheCpuEngines) {
+  for (const auto& [name, config] : Variants()) {
+    SCOPED_TRACE(name);
+    const std::vector<GenerationRequest> requests =
+        GreedyRequests(6, config.vocab_size);
+    auto cpu = MakeEngine(config, nullptr, 4);
+    const DeviceStepOptions o = TestDevice(DType::kFloat32);
+    auto dev = MakeEngine(config, &o, 4);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    ASSERT_TRUE(dev.ok()) << dev.status();
+    auto want = RunAll(cpu->engine.get(), requests);
+    auto got = RunAll(dev->engine.get(), requests);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ((*got)[i].tokens, (*want)[i].tokens) << "request " << i;
+      ASSERT_EQ((*got)[i].prompt_logprobs.size(),
+                (*want)[i].prompt_logprobs.size());
+      for (size_t j = 0; j < (*want)[i].prompt_logprobs.size(); ++j) {
+        EXPECT_NEAR((*got)[i].prompt_logprobs[j], (*want)[i].prompt_logprobs[j],
+                    1e-4);
+      }
+    }
+  }
+}
+
+TEST(DeviceStepTest, BatchInvariantModeGivesTheSameBitsBatchedOrAlone) {
+  const gpt::GPTConfig config = Variants()[2].second;
+  const std::vector<GenerationRequest> requests =
+      GreedyRequests(5, config.vocab_size);
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const DeviceStepOptions o = TestDevice(dtype, /*batch_invariant=*/true);
+    auto batched = MakeEngine(config, &o, 8);
+    ASSERT_TRUE(batched.ok()) << batched.status();
+    auto together = RunAll(batched->engine.get(), requests);
+    ASSERT_TRUE(together.ok()) << together.status();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto alone_engine = MakeEngine(config, &o, 1);
+      ASSERT_TRUE(alone_engine.ok());
+      auto alone = RunAll(alone_engine->engine.get(), {requests[i]});
+      ASSERT_TRUE(alone.ok()) << alone.status();
+      EXPECT_EQ((*alone)[0].tokens, (*together)[i].tokens) << i;
+      EXPECT_EQ((*alone)[0].logprobs, (*together)[i].logprobs) << i;
+      EXPECT_EQ((*alone)[0].prompt_logprobs, (*together)[i].prompt_logprobs)
+          << i;
+    }
+  }
+}
+
+// Without batch_invariant nothing is promised; this prints what the test
+// device's GEMM (the CPU's) gives, for the README's statement.
+TEST(DeviceStepTest, DefaultModeBatchedAgainstAloneIsReported) {
+  const gpt::GPTConfig config = Variants()[2].second;
+  const std::vector<GenerationRequest> requests =
+      GreedyRequests(5, config.vocab_size);
+  const DeviceStepOptions o = TestDevice(DType::kBFloat16);
+  auto batched = MakeEngine(config, &o, 8);
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  auto together = RunAll(batched->engine.get(), requests);
+  ASSERT_TRUE(together.ok()) << together.status();
+  int same_tokens = 0, same_bits = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto alone_engine = MakeEngine(config, &o, 1);
+    ASSERT_TRUE(alone_engine.ok());
+    auto alone = RunAll(alone_engine->engine.get(), {requests[i]});
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    same_tokens += (*alone)[0].tokens == (*together)[i].tokens;
+    same_bits += (*alone)[0].prompt_logprobs == (*together)[i].prompt_logprobs;
+  }
+  std::printf(
+      "default mode on the test device: %d of %zu requests the same tokens "
+      "batched or alone, %d the same log-probability bits\n",
+      same_tokens, requests.size(), same_bits);
+}
+
+TEST(DeviceStepTest, ARequestLongerThanThePoolIsTheClientsFault) {
+  const gpt::GPTConfig config = TinyConfig();
+  const DeviceStepOptions o = TestDevice(DType::kBFloat16);
+  auto weights = Weights(config);
+  ASSERT_TRUE(weights.ok());
+  const KvCacheShape shape = CacheShapeFor(*weights, kBlockSize);
+  auto step = DeviceStep::Create(*weights, shape, 2, o);  // 8 positions
+  ASSERT_TRUE(step.ok()) << step.status();
+  ModelRunner runner(std::move(*weights), std::move(*step),
+                     PagedKvCache::BookkeepingOnly(shape, 2));
+  LocalStepExecutor executor(&runner);
+  EngineOptions options;
+  options.max_positions = config.max_positions();
+  options.model_vocab = config.vocab_size;
+  Engine engine(options, &executor, &runner.cache(), nullptr);
+  GenerationRequest r;
+  r.prompt.assign(6, 65);
+  r.max_new_tokens = 5;
+  const absl::Status s =
+      engine.Submit(r, [](const GenerationEvent&) {}).status();
+  // InvalidArgument: the HTTP front end answers 400.
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("pool holds only 2"), std::string::npos) << s;
+  r.max_new_tokens = 2;  // 8 positions: fits, and runs.
+  auto done = RunAll(&engine, {r});
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ((*done)[0].tokens.size(), 2u);
+}
+
+TEST(DeviceStepTest, AModelTooBigForTheDeviceIsRefusedBeforeAnyAllocation) {
+  const gpt::GPTConfig config = TinyConfig();
+  auto weights = Weights(config);
+  ASSERT_TRUE(weights.ok());
+  const KvCacheShape shape = CacheShapeFor(*weights, kBlockSize);
+  DeviceStepOptions o = TestDevice(DType::kBFloat16);
+  const int64_t need = DeviceWeightBytes(*weights, DType::kBFloat16);
+  o.memory_bytes = need / 2;
+  const MemoryStats before = GetAllocator(o.device)->Stats();
+  auto step = DeviceStep::Create(*weights, shape, kBlocks, o, "ckpt/");
+  const MemoryStats after = GetAllocator(o.device)->Stats();
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kResourceExhausted);
+  const std::string m(step.status().message());
+  EXPECT_NE(m.find(absl::StrCat("ckpt/ needs ", FormatBytes(need),
+                                " of bf16 "
+                                "weights")),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find(absl::StrCat(FormatBytes(need / 2), " free")),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("the weights alone do not fit"), std::string::npos) << m;
+  EXPECT_EQ(after.total_allocations, before.total_allocations);
+  // Weights that fit with a pool that does not: the KV cache is named.
+  o.memory_bytes = need + shape.BlockBytes();
+  step = DeviceStep::Create(*weights, shape, kBlocks, o);
+  ASSERT_FALSE(step.ok());
+  EXPECT_NE(step.status().message().find("lower --kv-cache-bytes"),
+            std::string::npos)
+      << step.status();
+}
+
+TEST(DeviceStepTest, RefusesInt8AndTensorParallelWeights) {
+  auto weights = Weights(TinyConfig());
+  ASSERT_TRUE(weights.ok());
+  const KvCacheShape shape = CacheShapeFor(*weights, kBlockSize);
+  InferenceWeights tp = *weights;
+  tp.tp_size = 2;
+  EXPECT_EQ(DeviceStep::Create(tp, shape, 4, TestDevice(DType::kBFloat16))
+                .status()
+                .code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace inference
+}  // namespace mcc
