@@ -9,13 +9,71 @@
 #include "core/status_macros.h"
 #include "glog/logging.h"
 #include "inference/checkpoint_weights.h"
+#include "inference/device_step.h"
 #include "inference/inference_weights.h"
 #include "models/gpt/model_config_proto.h"
 #include "parallel/mappings.h"
 #include "parallel/pipeline/layer_split.h"
+#include "training/device_choice.h"
 
 namespace mcc {
 namespace inference {
+namespace {
+
+// The engine on `device` (not the CPU): weights in the checkpoint's dtype
+// (bf16 for 16-bit checkpoints or --bf16, else fp32), the KV pool sized by
+// --kv-cache-bytes or --kv-cache-memory-fraction; refused with the figures
+// before any device allocation when they do not fit.
+absl::StatusOr<std::unique_ptr<ModelRunner>> DeviceRunner(
+    const ServeConfig& serve, InferenceWeights weights,
+    const KvCacheShape& shape, DType checkpoint_dtype,
+    const training::DeviceChoice& device, const std::string& path) {
+  DeviceStepOptions options;
+  options.device = device.device;
+  options.dtype = checkpoint_dtype == DType::kFloat32 && !serve.run().bf16()
+                      ? DType::kFloat32
+                      : DType::kBFloat16;
+  options.batch_invariant = serve.batch_invariant();
+  MCC_ASSIGN_OR_RETURN(const int64_t memory, DeviceMemoryFor(options));
+  int64_t blocks = 0;
+  if (serve.kv_cache_memory_fraction() > 0 && memory >= 0) {
+    const int64_t left = memory - DeviceWeightBytes(weights, options.dtype);
+    blocks =
+        static_cast<int64_t>(serve.kv_cache_memory_fraction() *
+                             static_cast<double>(std::max<int64_t>(left, 0))) /
+        shape.BlockBytes();
+    if (blocks < 1) {
+      MCC_RETURN_IF_ERROR(
+          CheckFitsDevice(weights, shape, 1, options, memory, path));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--kv-cache-memory-fraction ", serve.kv_cache_memory_fraction(),
+          " of the ", FormatBytes(std::max<int64_t>(left, 0)), " left on ",
+          device.device.ToString(), " after the weights holds no KV block of ",
+          shape.BlockBytes(), " bytes"));
+    }
+  } else {
+    MCC_ASSIGN_OR_RETURN(blocks,
+                         PagedKvCache::BlocksIn(shape, serve.kv_cache_bytes()));
+  }
+  MCC_ASSIGN_OR_RETURN(
+      std::unique_ptr<DeviceStep> step,
+      DeviceStep::Create(weights, shape, blocks, options, path));
+  const gpt::GPTConfig& c = weights.config;
+  LOG(INFO) << absl::StrFormat(
+      "serving %s on %s (%s): %d layers, hidden %d, %d heads, vocabulary "
+      "%d, context %d; weights %s in %s, KV cache %d blocks of %d positions "
+      "(%s, fp32)%s",
+      path, device.device.ToString(), device.reason, c.num_layers,
+      c.hidden_size, c.num_attention_heads, c.vocab_size, c.max_positions(),
+      FormatBytes(step->weight_bytes()), DTypeName(options.dtype), blocks,
+      shape.block_size, FormatBytes(step->pool_bytes()),
+      options.batch_invariant ? "; batch-invariant GEMMs" : "");
+  return std::make_unique<ModelRunner>(
+      std::move(weights), std::move(step),
+      PagedKvCache::BookkeepingOnly(shape, blocks));
+}
+
+}  // namespace
 
 absl::Status CheckServeConfig(const ServeConfig& config) {
   MCC_RETURN_IF_ERROR(
@@ -60,6 +118,11 @@ absl::Status CheckServeConfig(const ServeConfig& config) {
         "--request-timeout must be at least 0 and --request-read-timeout "
         "positive (seconds)");
   }
+  if (!(config.kv_cache_memory_fraction() >= 0 &&
+        config.kv_cache_memory_fraction() < 1)) {
+    return absl::InvalidArgumentError(
+        "--kv-cache-memory-fraction must be in [0, 1)");
+  }
   if (config.max_connections() < 1) {
     return absl::InvalidArgumentError("--max-connections must be positive");
   }
@@ -67,6 +130,33 @@ absl::Status CheckServeConfig(const ServeConfig& config) {
     return absl::InvalidArgumentError("--port must be in [0, 65535]");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<training::DeviceChoice> ServingDevice(const ServeConfig& serve) {
+  const training::TrainConfig& run = serve.run();
+  const std::string& value = run.device();
+  MCC_ASSIGN_OR_RETURN(training::DeviceChoice choice,
+                       training::ChooseDevice(value));
+  if (choice.device.is_cpu()) return choice;
+  std::string unsupported;
+  if (run.tensor_model_parallel_size() * run.pipeline_model_parallel_size() >
+      1) {
+    unsupported = "a TP or PP layout";
+  } else if (!serve.quantize().empty()) {
+    unsupported = absl::StrCat("--quantize ", serve.quantize());
+  }
+  if (unsupported.empty()) return choice;
+  if (value == "auto") {
+    choice.device = Device::CPU();
+    choice.reason = absl::StrCat(choice.reason, "; but the engine runs ",
+                                 unsupported, " on the CPU only, so it does");
+    return choice;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--device ", value,
+                   ": the engine on a device runs one "
+                   "process without --quantize so far, not ",
+                   unsupported, "; use --device cpu"));
 }
 
 absl::StatusOr<ServingModel> LoadServingModel(const ServeConfig& serve) {
@@ -114,6 +204,8 @@ absl::StatusOr<ServingModel> LoadServingModel(const ServeConfig& serve) {
         absl::StrCat("--tensor-model-parallel-size ", tp, " cannot hold ",
                      (*reader)->path(), "'s model: ", s.message()));
   }
+  MCC_ASSIGN_OR_RETURN(const training::DeviceChoice device,
+                       ServingDevice(serve));
   out.job = std::make_unique<training::Job>();
   training::Job& job = *out.job;
   MCC_RETURN_IF_ERROR(training::JoinWorld(
@@ -139,6 +231,17 @@ absl::StatusOr<ServingModel> LoadServingModel(const ServeConfig& serve) {
                        LoadInferenceWeights(*job.model->chunk(0)));
   job.model.reset();  // The engine keeps its own copy (fp32, or int8).
   const KvCacheShape shape = CacheShapeFor(weights, serve.kv_block_size());
+  if (!device.device.is_cpu()) {
+    MCC_ASSIGN_OR_RETURN(
+        out.runner, DeviceRunner(serve, std::move(weights), shape,
+                                 job.context.dtype, device, (*reader)->path()));
+    out.layout.world = nullptr;
+    out.layout.pipeline = job.pp();
+    out.layout.pp_rank = 0;
+    out.layout.pp_size = 1;
+    out.layout.tp_rank = 0;
+    return out;
+  }
   MCC_ASSIGN_OR_RETURN(PagedKvCache cache,
                        PagedKvCache::Create(shape, serve.kv_cache_bytes()));
   // Every rank must hold as many blocks as rank 0 plans with: the fewest.

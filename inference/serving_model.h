@@ -22,6 +22,7 @@
 #include "inference/engine.h"
 #include "inference/model_runner.h"
 #include "inference/serve_config.pb.h"
+#include "training/device_choice.h"
 #include "training/job.h"
 
 namespace mcc {
@@ -41,6 +42,12 @@ struct ServingModel {
 // The settings against each other, before anything is loaded; errors name
 // the setting as its flag.
 absl::Status CheckServeConfig(const ServeConfig& config);
+
+// The device the engine runs on by config.run().device() (cpu, cuda, auto;
+// training/device_choice.h): auto keeps the CPU for what the device engine
+// does not run yet (a TP or PP layout, --quantize), which --device cuda
+// refuses.
+absl::StatusOr<training::DeviceChoice> ServingDevice(const ServeConfig& config);
 
 // Loads config.run().load() into this rank's part of the layout: the
 // world must be exactly TP x PP processes (no data parallelism). Every

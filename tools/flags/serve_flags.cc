@@ -20,6 +20,16 @@ ABSL_FLAG(int64_t, max_tokens_per_step, 0,
 ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{256} << 20,
           "Bytes of the paged KV cache per rank; requests wait when it is "
           "full.");
+ABSL_FLAG(double, kv_cache_memory_fraction, 0,
+          "On a CUDA device, when positive: the KV cache takes this fraction "
+          "of the device memory left free after the weights, instead of "
+          "--kv-cache-bytes.");
+ABSL_FLAG(bool, batch_invariant, false,
+          "With --device cuda: every GEMM one row at a time, so a request's "
+          "tokens are bit-identical batched or alone (slower: the weights "
+          "are read once per row). The CPU engine is always batch-invariant; "
+          "on a GPU without it a request's log-probabilities may change in "
+          "the last bits with the batch it runs in.");
 ABSL_FLAG(int64_t, kv_block_size, 16, "Positions per KV-cache block.");
 ABSL_FLAG(std::string, batching, "continuous",
           "continuous (requests join every step) or static (a batch forms, "

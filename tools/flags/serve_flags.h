@@ -17,6 +17,8 @@ ABSL_DECLARE_FLAG(int32_t, max_batch_size);
 ABSL_DECLARE_FLAG(int64_t, prefill_chunk_size);
 ABSL_DECLARE_FLAG(int64_t, max_tokens_per_step);
 ABSL_DECLARE_FLAG(int64_t, kv_cache_bytes);
+ABSL_DECLARE_FLAG(double, kv_cache_memory_fraction);
+ABSL_DECLARE_FLAG(bool, batch_invariant);
 ABSL_DECLARE_FLAG(int64_t, kv_block_size);
 ABSL_DECLARE_FLAG(std::string, batching);
 ABSL_DECLARE_FLAG(int64_t, max_body_bytes);

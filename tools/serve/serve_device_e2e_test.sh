@@ -1,0 +1,73 @@
+#!/bin/bash
+# serve --device: the engine on a device (here the test device, CPU kernels
+# behind a GPU's wall) answers the CPU engine's greedy tokens on the same
+# fp32 checkpoint through both APIs, refuses a request longer than its KV
+# pool with a 400, logs where it runs, and refuses what it does not run yet
+# (--quantize int8 on a device).
+# Args: TRAIN SERVE_TESTDEV CLIENT.
+set -euo pipefail
+train=$1
+serve=$2
+client=$3
+python=/usr/bin/python3
+[[ -x $python ]] || python=python3
+work=${TEST_TMPDIR:-$(mktemp -d)}
+model=(--mock-data --vocab-size 512 --num-layers 4 --hidden-size 64
+       --num-attention-heads 4 --seq-length 64 --num-threads 1)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+fail() { echo "FAILED: $*"; exit 1; }
+
+"$train" "${model[@]}" --micro-batch-size 2 --train-iters 6 \
+  --save "$work/ckpt" > "$work/train.log" 2>&1 || { cat "$work/train.log"; fail train; }
+
+start() {  # start NAME FLAGS...: sets $port and $pid
+  local name=$1
+  shift
+  rm -f "$work/$name.port"
+  "$serve" --port 0 --port-file "$work/$name.port" --num-threads 1 \
+    --load "$work/ckpt" "$@" > "$work/$name.log" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+  for _ in $(seq 600); do
+    [[ -s "$work/$name.port" ]] && break
+    kill -0 "$pid" 2>/dev/null || { cat "$work/$name.log"; fail "$name exited"; }
+    sleep 0.2
+  done
+  [[ -s "$work/$name.port" ]] || { cat "$work/$name.log"; fail "$name never listened"; }
+  port=$(cat "$work/$name.port")
+}
+stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+start cpu --device cpu
+"$python" "$client" "$port" --only greedy > "$work/greedy_cpu.json"
+stop "$pid"
+
+# 4 layers x 4 heads x 16 dims, blocks of 16 positions: 32 KiB a block
+# (keys and values, fp32), so 65536 bytes hold 2 blocks = 32 positions.
+start dev --device test --kv-cache-bytes 65536 --max-batch-size 4
+"$python" "$client" "$port" --only greedy > "$work/greedy_dev.json"
+"$python" - "$work/greedy_cpu.json" "$work/greedy_dev.json" <<'PY' || fail "the device answers differently from the CPU"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["tokens"] == b["tokens"] and a["text"] == b["text"], (a, b)
+for x, y in zip(a["logprobs"], b["logprobs"]):
+    assert len(x) == len(y) and all(abs(u - v) < 2e-4 for u, v in zip(x, y)), (x, y)
+PY
+code=$(curl -s -o "$work/err.json" -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" \
+  -d '{"prompt": "Hello", "max_tokens": 40}')
+[[ $code == 400 ]] && grep -q "pool holds only 2" "$work/err.json" \
+  || fail "a request longer than the pool: $code $(cat "$work/err.json")"
+[[ $(curl -s "http://127.0.0.1:$port/health") == '{"status":"ok"}' ]] || fail "/health after the long request"
+grep -q "on testdev:0 .*weights .* in fp32, KV cache 2 blocks of 16 positions" "$work/dev.log" \
+  || { cat "$work/dev.log"; fail "the log does not say where the engine runs"; }
+stop "$pid"
+
+if "$serve" --load "$work/ckpt" --device test --quantize int8 --port 0 \
+    > "$work/int8.log" 2>&1; then
+  fail "--device test --quantize int8 was accepted"
+fi
+grep -q "\-\-device test: the engine on a device runs one process without --quantize" "$work/int8.log" \
+  || { cat "$work/int8.log"; fail "--quantize int8 on a device: no reason given"; }
+echo "serve --device checks passed"
