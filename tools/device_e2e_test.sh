@@ -99,6 +99,25 @@ for tp in 1 2; do
   echo "eval TP $tp: test device = CPU"
 done
 
+# eval --prompt: the inference engine runs on the test device
+# (inference/device_step.h; fp32 weights, as the checkpoint's) and continues
+# greedily as the CPU engine does.
+for d in cpu dev; do
+  cmd=("$eval" --device cpu)
+  if [[ $d == dev ]]; then cmd=("$eval_dev" --device test); fi
+  "${cmd[@]}" --load "$work/ckpt_dev" --eval-iters 2 --num-threads 1 \
+    --prompt "Hello, world" --temperature 0 --max-new-tokens 16 \
+    > "$work/gen_$d.log" 2>&1 || { cat "$work/gen_$d.log"; exit 1; }
+done
+grep -q 'device testdev:0' "$work/gen_dev.log" \
+  || { cat "$work/gen_dev.log"; echo "generation left the test device"; exit 1; }
+grep -q 'continuation: .' "$work/gen_dev.log" \
+  || { cat "$work/gen_dev.log"; echo "no continuation on the test device"; exit 1; }
+diff <(grep -o 'continuation: .*' "$work/gen_cpu.log") \
+  <(grep -o 'continuation: .*' "$work/gen_dev.log") \
+  || { echo "eval --prompt: the test device continues differently"; exit 1; }
+echo "eval --prompt on the test device = CPU"
+
 # refused BINARY VALUE TEXT: exit 2 and one line naming --device.
 refused() {
   local out rc=0

@@ -20,6 +20,7 @@
 #include "data/loader.h"
 #include "glog/logging.h"
 #include "inference/checkpoint_weights.h"
+#include "inference/device_step.h"
 #include "inference/distributed_step.h"
 #include "inference/engine.h"
 #include "inference/inference_weights.h"
@@ -343,18 +344,21 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const EvalPlan& plan) {
   auto job = std::make_unique<Job>();
   MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(run.load()));
   MCC_ASSIGN_OR_RETURN(DeviceChoice device, ChooseDevice(run.device()));
-  // The inference engine (generation) and the int8 GEMM have CPU kernels
-  // only: those runs stay on the host.
+  // The int8 GEMM has CPU kernels only, and the inference engine
+  // (generation) runs on a device for one process holding the whole model
+  // (inference/device_step.h): other runs stay on the host.
   const auto& extra = reader->common_state().extra();
   const auto quantization = extra.find("quantization");
   const bool int8 =
       !config.quantize().empty() ||
       (quantization != extra.end() && quantization->second == "int8");
-  if (!device.device.is_cpu() && (plan.generate || int8)) {
+  const bool one_process = WorldSizeFromEnvironment() == 1;
+  if (!device.device.is_cpu() && (int8 || (plan.generate && !one_process))) {
     device = {Device::CPU(),
               absl::StrCat(device.reason, "; but ",
-                           plan.generate ? "generation (the inference engine)"
-                                         : "int8 weights",
+                           int8 ? "int8 weights"
+                                : "generation (the inference engine) over "
+                                  "several processes",
                            " run on the CPU only, so this run does")};
   }
   MCC_RETURN_IF_ERROR(JoinWorld(run, job.get(), std::move(device)));
@@ -482,10 +486,29 @@ absl::StatusOr<std::optional<Generation>> RunGeneration(Job& job,
   MCC_ASSIGN_OR_RETURN(inference::InferenceWeights weights,
                        inference::LoadInferenceWeights(*job.model->chunk(0)));
   const inference::KvCacheShape shape = inference::CacheShapeFor(weights);
-  inference::PagedKvCache cache = inference::PagedKvCache::WithBlocks(
-      shape, (prompt_len + plan.max_new_tokens + shape.block_size - 1) /
-                 shape.block_size);
-  inference::ModelRunner runner(std::move(weights), job.tp(), std::move(cache));
+  const int64_t blocks =
+      (prompt_len + plan.max_new_tokens + shape.block_size - 1) /
+      shape.block_size;
+  std::unique_ptr<inference::ModelRunner> owned_runner;
+  if (!job.device.device.is_cpu()) {
+    // One process (SetupEvalJob): the engine on the job's device, weights
+    // in the run's dtype (bf16 stays bf16, the rest fp32).
+    inference::DeviceStepOptions options;
+    options.device = job.device.device;
+    options.dtype = job.context.dtype == DType::kBFloat16 ? DType::kBFloat16
+                                                          : DType::kFloat32;
+    MCC_ASSIGN_OR_RETURN(std::unique_ptr<inference::DeviceStep> step,
+                         inference::DeviceStep::Create(weights, shape, blocks,
+                                                       options, run.load()));
+    owned_runner = std::make_unique<inference::ModelRunner>(
+        std::move(weights), std::move(step),
+        inference::PagedKvCache::BookkeepingOnly(shape, blocks));
+  } else {
+    owned_runner = std::make_unique<inference::ModelRunner>(
+        std::move(weights), job.tp(),
+        inference::PagedKvCache::WithBlocks(shape, blocks));
+  }
+  inference::ModelRunner& runner = *owned_runner;
   inference::StageLayout layout;
   layout.world = job.world.has_value() ? job.world->group.get() : nullptr;
   layout.pipeline = job.pp();
