@@ -1,6 +1,7 @@
 #include "inference/device_step.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@
 #include "core/ops/norm.h"
 #include "core/ops/paged_attention.h"
 #include "core/status_macros.h"
+#include "core/thread_pool.h"
 
 namespace mcc {
 namespace inference {
@@ -33,6 +35,26 @@ absl::StatusOr<Tensor> Upload(const std::vector<float>& values, Shape shape,
   if (values.empty()) return Tensor();
   MCC_ASSIGN_OR_RETURN(Tensor host, Tensor::FromVector(values, shape, dtype));
   return host.To(device);
+}
+
+// Uniform values of standard deviation 0.02 (splitmix64 per element from
+// `seed`, so threads need no shared state), as `dtype` on `device`.
+absl::StatusOr<Tensor> RandomOn(Shape shape, DType dtype, Device device,
+                                uint64_t seed) {
+  std::vector<float> v(NumElements(shape));
+  const float a = 0.02f * std::sqrt(3.0f);
+  ThreadPool::Global().ParallelFor(
+      static_cast<int64_t>(v.size()), 1 << 16, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i);
+          z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+          z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+          z ^= z >> 31;
+          const float u = static_cast<float>(z >> 40) / 16777216.0f;  // [0,1)
+          v[i] = (2.0f * u - 1.0f) * a;
+        }
+      });
+  return Upload(v, std::move(shape), dtype, device);
 }
 
 Tensor Empty(Shape shape, DType dtype, Device device) {
@@ -68,12 +90,11 @@ absl::StatusOr<int64_t> DeviceMemoryFor(const DeviceStepOptions& options) {
   return -1;
 }
 
-absl::Status CheckFitsDevice(const InferenceWeights& weights,
-                             const KvCacheShape& shape, int64_t kv_blocks,
-                             const DeviceStepOptions& options,
-                             int64_t memory_bytes, const std::string& what) {
+static absl::Status CheckFits(int64_t weight_bytes, const KvCacheShape& shape,
+                              int64_t kv_blocks,
+                              const DeviceStepOptions& options,
+                              int64_t memory_bytes, const std::string& what) {
   if (memory_bytes < 0) return absl::OkStatus();
-  const int64_t weight_bytes = DeviceWeightBytes(weights, options.dtype);
   const int64_t pool_bytes = kv_blocks * shape.BlockBytes();
   if (weight_bytes + pool_bytes <= memory_bytes) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrFormat(
@@ -88,9 +109,84 @@ absl::Status CheckFitsDevice(const InferenceWeights& weights,
           : "lower --kv-cache-bytes"));
 }
 
+absl::Status CheckFitsDevice(const InferenceWeights& weights,
+                             const KvCacheShape& shape, int64_t kv_blocks,
+                             const DeviceStepOptions& options,
+                             int64_t memory_bytes, const std::string& what) {
+  return CheckFits(DeviceWeightBytes(weights, options.dtype), shape, kv_blocks,
+                   options, memory_bytes, what);
+}
+
+static int64_t RandomWeightBytes(const InferenceWeights& shapes, DType dtype) {
+  const int64_t h = shapes.config.hidden_size;
+  const int64_t tables =
+      shapes.config.untie_embeddings_and_output_weights ? 2 : 1;
+  return DeviceWeightBytes(shapes, dtype) +
+         tables * shapes.vocab_rows * h * DTypeSize(dtype);
+}
+
+InferenceWeights WeightShapes(const gpt::GPTConfig& c) {
+  InferenceWeights w;
+  w.config = c;
+  w.local_heads = c.num_attention_heads;
+  w.local_groups = c.query_groups();
+  w.vocab_rows = c.padded_vocab_size(1);
+  const int64_t h = c.hidden_size, d = c.head_dim();
+  const bool layer_norm = c.normalization == gpt::Normalization::kLayerNorm;
+  auto norm = [&](int64_t n) {
+    NormWeights out;
+    out.weight.assign(n, 1.0f);
+    if (layer_norm) out.bias.assign(n, 0.0f);
+    return out;
+  };
+  auto linear = [&](int64_t out, int64_t in, bool bias) {
+    LinearWeights lin;
+    lin.out = out;
+    lin.in = in;
+    if (bias) lin.bias.assign(out, 0.0f);
+    return lin;
+  };
+  const int64_t ffn = c.ffn();
+  const bool swiglu = c.activation == gpt::Activation::kSwiGLU;
+  for (int i = 0; i < c.num_layers; ++i) {
+    LayerWeights& l = w.layers.emplace_back();
+    l.ln1 = norm(h);
+    l.ln2 = norm(h);
+    if (c.qk_layernorm) {
+      l.q_norm = norm(d);
+      l.k_norm = norm(d);
+    }
+    l.qkv = linear((w.local_heads + 2 * w.local_groups) * d, h, c.qkv_bias());
+    l.proj = linear(h, w.local_heads * d, c.add_bias_linear);
+    l.fc1 = linear(swiglu ? 2 * ffn : ffn, h, c.add_bias_linear);
+    l.fc2 = linear(h, ffn, c.add_bias_linear);
+  }
+  w.final_norm = norm(h);
+  if (c.position_embedding == gpt::PositionEmbedding::kLearned) {
+    w.position_embeddings.resize(c.max_positions() * h);
+    for (size_t i = 0; i < w.position_embeddings.size(); ++i) {
+      w.position_embeddings[i] = 0.02f * std::sin(static_cast<float>(i));
+    }
+  }
+  return w;
+}
+
 absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Create(
     const InferenceWeights& w, const KvCacheShape& shape, int64_t kv_blocks,
     const DeviceStepOptions& options, const std::string& what) {
+  return Make(w, shape, kv_blocks, options, what, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::CreateRandom(
+    const InferenceWeights& shapes, const KvCacheShape& shape,
+    int64_t kv_blocks, const DeviceStepOptions& options, uint64_t seed) {
+  return Make(shapes, shape, kv_blocks, options, "random weights", &seed);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
+    const InferenceWeights& w, const KvCacheShape& shape, int64_t kv_blocks,
+    const DeviceStepOptions& options, const std::string& what,
+    const uint64_t* seed) {
   if (options.dtype != DType::kBFloat16 && options.dtype != DType::kFloat32) {
     return absl::InvalidArgumentError(
         absl::StrCat("the engine on a device keeps its weights in bf16 or "
@@ -111,8 +207,10 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Create(
     }
   }
   MCC_ASSIGN_OR_RETURN(const int64_t memory, DeviceMemoryFor(options));
+  const int64_t bytes = seed == nullptr ? DeviceWeightBytes(w, options.dtype)
+                                        : RandomWeightBytes(w, options.dtype);
   MCC_RETURN_IF_ERROR(
-      CheckFitsDevice(w, shape, kv_blocks, options, memory, what));
+      CheckFits(bytes, shape, kv_blocks, options, memory, what));
   std::unique_ptr<DeviceStep> step(new DeviceStep());
   step->options_ = options;
   step->config_ = w.config;
@@ -131,10 +229,17 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Create(
     MCC_ASSIGN_OR_RETURN(out.bias, Upload(n.bias, {len}, DType::kFloat32, dev));
     return out;
   };
+  uint64_t next_seed = seed == nullptr ? 0 : *seed;
+  // A [rows, cols] matrix of the weights': its values, or random ones.
+  auto matrix = [&](const std::vector<float>& values, int64_t rows,
+                    int64_t cols) -> absl::StatusOr<Tensor> {
+    if (seed == nullptr) return Upload(values, {rows, cols}, wt, dev);
+    next_seed += 0x632be59bd9b4e019ull;
+    return RandomOn({rows, cols}, wt, dev, next_seed);
+  };
   auto linear = [&](const LinearWeights& lin) -> absl::StatusOr<Linear> {
     Linear out;
-    MCC_ASSIGN_OR_RETURN(out.weight,
-                         Upload(lin.weight, {lin.out, lin.in}, wt, dev));
+    MCC_ASSIGN_OR_RETURN(out.weight, matrix(lin.weight, lin.out, lin.in));
     MCC_ASSIGN_OR_RETURN(out.bias,
                          Upload(lin.bias, {lin.out}, DType::kFloat32, dev));
     return out;
@@ -151,17 +256,19 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Create(
     MCC_ASSIGN_OR_RETURN(l.fc2, linear(lw.fc2));
   }
   MCC_ASSIGN_OR_RETURN(step->word_embeddings_,
-                       Upload(w.word_embeddings, {w.vocab_rows, h}, wt, dev));
+                       matrix(w.word_embeddings, w.vocab_rows, h));
   MCC_ASSIGN_OR_RETURN(
       step->position_embeddings_,
       Upload(w.position_embeddings,
              {static_cast<int64_t>(w.position_embeddings.size()) / h, h},
              DType::kFloat32, dev));
-  if (w.output.empty()) {
+  const bool untied = seed == nullptr
+                          ? !w.output.empty()
+                          : w.config.untie_embeddings_and_output_weights;
+  if (!untied) {
     step->head_ = step->word_embeddings_;
   } else {
-    MCC_ASSIGN_OR_RETURN(step->head_,
-                         Upload(w.output, {w.vocab_rows, h}, wt, dev));
+    MCC_ASSIGN_OR_RETURN(step->head_, matrix(w.output, w.vocab_rows, h));
   }
   MCC_ASSIGN_OR_RETURN(step->final_norm_, norm(w.final_norm));
   for (int64_t i = 0; i < shape.num_layers; ++i) {
@@ -170,7 +277,7 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Create(
     step->k_pool_.push_back(Tensor::Zeros(pool, DType::kFloat32, dev));
     step->v_pool_.push_back(Tensor::Zeros(pool, DType::kFloat32, dev));
   }
-  step->weight_bytes_ = DeviceWeightBytes(w, wt);
+  step->weight_bytes_ = bytes;
   step->pool_bytes_ = kv_blocks * shape.BlockBytes();
   return step;
 }

@@ -63,6 +63,12 @@ absl::Status CheckFitsDevice(const InferenceWeights& weights,
                              const DeviceStepOptions& options,
                              int64_t memory_bytes, const std::string& what);
 
+// The weights of `config` (TP 1, PP 1) with shapes, norms (weights one,
+// biases zero) and biases (zero) but no linear or embedding values: the
+// host side of a model whose values DeviceStep::CreateRandom makes on the
+// device. Learned position embeddings get small random values.
+InferenceWeights WeightShapes(const gpt::GPTConfig& config);
+
 class DeviceStep {
  public:
   // Copies the weights (TP 1, PP 1, dense: int8 weights are refused) to the
@@ -72,6 +78,15 @@ class DeviceStep {
       const InferenceWeights& weights, const KvCacheShape& shape,
       int64_t kv_blocks, const DeviceStepOptions& options,
       const std::string& what = "the model");
+
+  // Test-only: as Create, for weights from WeightShapes, every linear and
+  // embedding value drawn uniformly (standard deviation 0.02, from `seed`)
+  // one tensor at a time on the host and copied over, so no whole copy of
+  // the model exists on the host (for an 8B-shaped model on a GPU machine
+  // that has no checkpoint).
+  static absl::StatusOr<std::unique_ptr<DeviceStep>> CreateRandom(
+      const InferenceWeights& shapes, const KvCacheShape& shape,
+      int64_t kv_blocks, const DeviceStepOptions& options, uint64_t seed);
 
   // The whole model over the rows (ModelRunner::Run's contract for one
   // stage holding every layer): keys and values written into the pool
@@ -97,6 +112,11 @@ class DeviceStep {
   };
 
   DeviceStep() = default;
+  // Random values instead of the weights' own when `seed` is given.
+  static absl::StatusOr<std::unique_ptr<DeviceStep>> Make(
+      const InferenceWeights& weights, const KvCacheShape& shape,
+      int64_t kv_blocks, const DeviceStepOptions& options,
+      const std::string& what, const uint64_t* seed);
   absl::Status Gemm(const Tensor& x, const Linear& lin, Tensor* y) const;
   absl::Status ApplyNorm(const Norm& norm, const Tensor& x, Tensor* y) const;
   absl::Status RunLayer(int i, const Tensor& positions, const Tensor& slots,

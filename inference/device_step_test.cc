@@ -371,6 +371,45 @@ TEST(DeviceStepTest, AModelTooBigForTheDeviceIsRefusedBeforeAnyAllocation) {
       << step.status();
 }
 
+// The test-only random model (tools/gpu's serving check): a Llama-shaped
+// model with no checkpoint runs greedy requests with finite log-probabilities
+// and reports its weights' bytes as the shapes give them.
+TEST(DeviceStepTest, RandomWeightsMadeOnTheDeviceRun) {
+  gpt::GPTConfig c = Variants()[2].second;  // RoPE, GQA, SwiGLU, untied
+  c.ffn_hidden_size = 96;
+  const InferenceWeights shapes = WeightShapes(c);
+  const KvCacheShape shape = CacheShapeFor(shapes, kBlockSize);
+  const DeviceStepOptions o = TestDevice(DType::kBFloat16);
+  auto step = DeviceStep::CreateRandom(shapes, shape, kBlocks, o, 7);
+  ASSERT_TRUE(step.ok()) << step.status();
+  const int64_t h = c.hidden_size, v = c.padded_vocab_size(1);
+  const int64_t per_layer = (64 + 2 * 32) * h + h * h + 2 * 96 * h + h * 96;
+  EXPECT_EQ((*step)->weight_bytes(),
+            2 * (c.num_layers * per_layer + 2 * v * h) +
+                4 * (2 * c.num_layers * h + h));
+  ModelRunner runner(shapes, std::move(*step),
+                     PagedKvCache::BookkeepingOnly(shape, kBlocks));
+  LocalStepExecutor executor(&runner);
+  EngineOptions options;
+  options.scheduler.max_batch_size = 4;
+  options.max_positions = c.max_positions();
+  options.model_vocab = c.vocab_size;
+  Engine engine(options, &executor, &runner.cache(), nullptr);
+  auto done = RunAll(&engine, GreedyRequests(3, c.vocab_size));
+  ASSERT_TRUE(done.ok()) << done.status();
+  for (const GenerationEvent& e : *done) {
+    EXPECT_FALSE(e.tokens.empty());
+    for (double lp : e.prompt_logprobs) EXPECT_TRUE(std::isfinite(lp));
+  }
+  // Too big: refused before any allocation, as for real weights.
+  DeviceStepOptions small = o;
+  small.memory_bytes = 1000;
+  EXPECT_EQ(DeviceStep::CreateRandom(shapes, shape, kBlocks, small, 7)
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 TEST(DeviceStepTest, RefusesInt8AndTensorParallelWeights) {
   auto weights = Weights(TinyConfig());
   ASSERT_TRUE(weights.ok());
