@@ -15,6 +15,7 @@
 #include "parallel/mappings.h"
 #include "parallel/pipeline/layer_split.h"
 #include "training/device_choice.h"
+#include "training/model_from_config.h"
 
 namespace mcc {
 namespace inference {
@@ -159,7 +160,82 @@ absl::StatusOr<training::DeviceChoice> ServingDevice(const ServeConfig& serve) {
                    unsupported, "; use --device cpu"));
 }
 
+namespace {
+
+// --random-weights: the run's model with random weights on the device.
+absl::StatusOr<ServingModel> LoadRandomModel(const ServeConfig& serve) {
+  const training::TrainConfig& run = serve.run();
+  ServingModel out;
+  MCC_ASSIGN_OR_RETURN(
+      out.tokenizer, data::CreateTokenizer(run.tokenizer_type(),
+                                           run.vocab_file(), run.merge_file()));
+  const int64_t vocab =
+      run.has_vocab_size() ? run.vocab_size() : out.tokenizer->vocab_size();
+  MCC_ASSIGN_OR_RETURN(gpt::GPTConfig config,
+                       training::GPTConfigFromConfig(run, vocab));
+  MCC_RETURN_IF_ERROR(config.Validate(1, /*sequence_parallel=*/false));
+  MCC_ASSIGN_OR_RETURN(const training::DeviceChoice device,
+                       ServingDevice(serve));
+  if (device.device.is_cpu() || training::WorldSizeFromEnvironment() != 1 ||
+      !run.load().empty()) {
+    return absl::InvalidArgumentError(
+        "--random-weights makes the weights on a device (--device cuda) in "
+        "one process, without --load");
+  }
+  out.job = std::make_unique<training::Job>();
+  // The job (one process) needs no device of its own: the step holds it.
+  MCC_RETURN_IF_ERROR(training::JoinWorld(
+      run, out.job.get(), {Device::CPU(), "the weights live in the step"}));
+  InferenceWeights shapes = WeightShapes(config);
+  const KvCacheShape shape = CacheShapeFor(shapes, serve.kv_block_size());
+  DeviceStepOptions options;
+  options.device = device.device;
+  options.dtype = DType::kBFloat16;
+  options.batch_invariant = serve.batch_invariant();
+  MCC_ASSIGN_OR_RETURN(const int64_t memory, DeviceMemoryFor(options));
+  int64_t blocks = 0;
+  if (serve.kv_cache_memory_fraction() > 0 && memory >= 0) {
+    // The weights' bytes as CreateRandom counts them: the shapes' plus the
+    // embedding tables.
+    const int64_t tables = config.untie_embeddings_and_output_weights ? 2 : 1;
+    const int64_t weight_bytes =
+        DeviceWeightBytes(shapes, options.dtype) +
+        tables * shapes.vocab_rows * config.hidden_size * 2;
+    blocks = static_cast<int64_t>(serve.kv_cache_memory_fraction() *
+                                  static_cast<double>(std::max<int64_t>(
+                                      memory - weight_bytes, 0))) /
+             shape.BlockBytes();
+  } else {
+    MCC_ASSIGN_OR_RETURN(blocks,
+                         PagedKvCache::BlocksIn(shape, serve.kv_cache_bytes()));
+  }
+  blocks = std::max<int64_t>(blocks, 1);
+  MCC_ASSIGN_OR_RETURN(
+      std::unique_ptr<DeviceStep> step,
+      DeviceStep::CreateRandom(shapes, shape, blocks, options,
+                               static_cast<uint64_t>(config.seed)));
+  LOG(INFO) << absl::StrFormat(
+      "serving random weights (test-only) on %s: %d layers, hidden %d, %d "
+      "heads, %d query groups, ffn %d, vocabulary %d, context %d; weights "
+      "%s in bf16, KV cache %d blocks of %d positions (%s, fp32)%s",
+      device.device.ToString(), config.num_layers, config.hidden_size,
+      config.num_attention_heads, config.query_groups(), config.ffn(),
+      config.vocab_size, config.max_positions(),
+      FormatBytes(step->weight_bytes()), blocks, shape.block_size,
+      FormatBytes(step->pool_bytes()),
+      options.batch_invariant ? "; batch-invariant GEMMs" : "");
+  out.layout.pipeline = out.job->pp();
+  out.layout.pp_size = 1;
+  out.runner = std::make_unique<ModelRunner>(
+      std::move(shapes), std::move(step),
+      PagedKvCache::BookkeepingOnly(shape, blocks));
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<ServingModel> LoadServingModel(const ServeConfig& serve) {
+  if (serve.random_weights()) return LoadRandomModel(serve);
   const training::TrainConfig& run = serve.run();
   const std::string& dir = run.load();
   if (dir.empty()) {

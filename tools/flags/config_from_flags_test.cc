@@ -65,7 +65,7 @@ TEST(EvalConfigFromFlagsTest, FieldsAreEvalsFlagsWithTheirDefaults) {
 }
 
 TEST(ServeConfigTest, FieldsAreServesFlagsWithTheirDefaults) {
-  EXPECT_EQ(CheckFieldsAreFlags(inference::ServeConfig::descriptor()), 20);
+  EXPECT_EQ(CheckFieldsAreFlags(inference::ServeConfig::descriptor()), 21);
 }
 
 // In the TrainConfig a field is present exactly when its flag was given.

@@ -30,6 +30,11 @@ ABSL_FLAG(bool, batch_invariant, false,
           "are read once per row). The CPU engine is always batch-invariant; "
           "on a GPU without it a request's log-probabilities may change in "
           "the last bits with the batch it runs in.");
+ABSL_FLAG(bool, random_weights, false,
+          "Test-only: serve no checkpoint but the model of the model flags "
+          "(--num-layers, --hidden-size, ..., --vocab-size) with random "
+          "weights made on the device (--device cuda; tools/gpu's serving "
+          "check, for shapes too big to carry as a checkpoint).");
 ABSL_FLAG(int64_t, kv_block_size, 16, "Positions per KV-cache block.");
 ABSL_FLAG(std::string, batching, "continuous",
           "continuous (requests join every step) or static (a batch forms, "

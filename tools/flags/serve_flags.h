@@ -19,6 +19,7 @@ ABSL_DECLARE_FLAG(int64_t, max_tokens_per_step);
 ABSL_DECLARE_FLAG(int64_t, kv_cache_bytes);
 ABSL_DECLARE_FLAG(double, kv_cache_memory_fraction);
 ABSL_DECLARE_FLAG(bool, batch_invariant);
+ABSL_DECLARE_FLAG(bool, random_weights);
 ABSL_DECLARE_FLAG(int64_t, kv_block_size);
 ABSL_DECLARE_FLAG(std::string, batching);
 ABSL_DECLARE_FLAG(int64_t, max_body_bytes);

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
@@ -43,6 +44,7 @@ const std::set<std::string>& UsedFlags() {
                                 "kv_cache_bytes",
                                 "kv_cache_memory_fraction",
                                 "batch_invariant",
+                                "random_weights",
                                 "device",
                                 "kv_block_size",
                                 "batching",
@@ -68,6 +70,34 @@ const std::set<std::string>& UsedFlags() {
                                 "debug_collectives",
                                 "distributed_timeout_minutes"};
   return *used;
+}
+
+// The model flags, taken with --random-weights only (a checkpoint brings
+// its own model).
+const std::set<std::string>& RandomModelFlags() {
+  static const auto* flags =
+      new std::set<std::string>{"num_layers",
+                                "hidden_size",
+                                "num_attention_heads",
+                                "group_query_attention",
+                                "num_query_groups",
+                                "ffn_hidden_size",
+                                "seq_length",
+                                "max_position_embeddings",
+                                "position_embedding_type",
+                                "normalization",
+                                "norm_epsilon",
+                                "swiglu",
+                                "untie_embeddings_and_output_weights",
+                                "disable_bias_linear",
+                                "add_qkv_bias",
+                                "qk_layernorm",
+                                "rotary_base",
+                                "use_rope_scaling",
+                                "rope_scaling_factor",
+                                "vocab_size",
+                                "seed"};
+  return *flags;
 }
 
 // The serving the flags describe: --load relative to the workspace under
@@ -107,7 +137,11 @@ int main(int argc, char** argv) {
                  parsed->positional[0].c_str());
     return mcc::serve::kFlagError;
   }
+  const bool random_weights = absl::GetFlag(FLAGS_random_weights);
   for (const std::string& flag : parsed->explicitly_set) {
+    if (random_weights && mcc::serve::RandomModelFlags().count(flag) > 0) {
+      continue;
+    }
     if (mcc::serve::UsedFlags().count(flag) == 0) {
       std::fprintf(stderr,
                    "serve: --%s is not used by serve (the model comes from "
