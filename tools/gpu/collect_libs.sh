@@ -59,6 +59,7 @@ if [[ ${#binaries[@]} -eq 0 ]]; then
     "${bin_root}/core/ops/cuda/bench"
     "${bin_root}/tools/train"
     "${bin_root}/tools/launch"
+    "${bin_root}/tools/serve/serve"
   )
 fi
 

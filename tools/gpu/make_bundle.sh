@@ -18,7 +18,8 @@ dest="${1:-gpu_bundle}"
 
 (cd "${root}" && tools/bazel build //core/cuda/... //core/ops/cuda/... \
   //core/comm:nccl_process_group_test \
-  //parallel/context_parallel:softmax_merge_cuda_test //tools:train //tools:launch)
+  //parallel/context_parallel:softmax_merge_cuda_test //tools:train //tools:launch \
+  //tools/serve:serve)
 rm -rf "${dest}" "${dest}.tar.xz"
 "${root}/tools/gpu/collect_libs.sh" "${dest}"
 XZ_OPT="${XZ_OPT:--T0}" tar -cJf "${dest}.tar.xz" -C "$(dirname "${dest}")" "$(basename "${dest}")"

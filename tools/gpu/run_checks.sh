@@ -19,6 +19,11 @@
 #   offload          activation offloading
 #   nccl             NCCL process groups; with two GPUs or more the TP, PP
 #                    and DP layouts against one GPU
+#   multi_rank       the parallel layouts on several GPUs
+#   serve_8b         serve with a Llama-3-8B-shaped random model against
+#                    transformers' generate (tools/gpu/check_serve.sh):
+#                    tokens/s, TTFT and p99 inter-token latency at 1, 16 and
+#                    64 clients
 #
 #   tools/gpu/run_checks.sh [--out DIR] [--expect-gpu|--no-expect-gpu] [--full-bench] [BUNDLE]
 #
@@ -407,6 +412,7 @@ run_tests offload 40 "${offload_tests[@]}"
 read -r -a nccl_tests <<<"${GPU_CHECK_NCCL_TESTS-core/comm/nccl_process_group_test}"
 run_tests nccl 40 "${nccl_tests[@]}"
 train_section multi_rank 60 check_multi_rank.sh "MULTI-RANK"
+train_section serve_8b 150 check_serve.sh "SERVE 8B"
 
 summary="$(printf '%s, ' "${states[@]}" | sed 's/, $//')"
 if ((${#failures[@]})); then

@@ -22,6 +22,7 @@
 set -uo pipefail
 train_dev="$PWD/$1"
 tree_allowance_mib="$2"
+serve_dev="$PWD/$3"
 scripts="$(cd "$(dirname "$0")" && pwd)"
 work="${TEST_TMPDIR:-$(mktemp -d)}"
 failures=0
@@ -67,6 +68,7 @@ want="${bundle}/lib:/x:/usr/local/cuda/lib64:${venv}/lib/python3.12/site-package
 
 # --- the rehearsal: train_testdev as train, the packed bundle.
 cp -L "${train_dev}" "${bundle}/bin/tools/train"
+cp -L "${serve_dev}" "${bundle}/bin/tools/serve/serve"
 rm -rf "${work}/gpu_bundle.tar.xz" "${work}/broken"
 tar -C "${work}" -cf - gpu_bundle | xz -0 -T0 >"${work}/gpu_bundle.tar.xz"
 rm -rf "${bundle}"
@@ -78,13 +80,18 @@ export GPU_CHECK_TORCH_VENV="${venv}"
 # The peer with a tiny model where torch is installed; skipped where not.
 export GPU_CHECK_PYTHON=python3
 export PEER_ARGS="--layers 2 --hidden 64 --heads 4 --seq 64 --vocab 512 --steps 2 --warmup 1 --modes eager"
+# serve_testdev as serve: a tiny random-weight Llama on the test device.
+export SERVE_DEVICE=test SERVE_CLIENTS="1 4" SERVE_MAX_TOKENS=8 SERVE_PROMPT_CHARS=32
+export SERVE_MODEL_FLAGS="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2 --ffn-hidden-size 128 --vocab-size 1000 --seq-length 128 --max-position-embeddings 128 --position-embedding-type rope --normalization RMSNorm --swiglu --untie-embeddings-and-output-weights --disable-bias-linear"
+export SERVE_FLAGS="--max-batch-size 8 --kv-cache-bytes 8000000 --num-threads 1"
+export SERVE_PEER_ARGS="--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 1000"
 start=${SECONDS}
 "${scripts}/run_checks.sh" --no-expect-gpu --quick --out "${work}/out" "${bundle}" \
   >"${work}/rehearsal.txt" 2>&1
 rc=$?
 echo "rehearsal: rc ${rc} in $((SECONDS - start)) s"
 sections="$(cut -f1,2 "${work}/out/summary.tsv" | tr '\t\n' ' ;')"
-want_sections="section state;preflight ok;kernels ok;parity_fp32 ok;parity_gpt2 ok;gpt2_throughput ok;pytorch_peer skipped;bench skipped;parity_bf16 ok;cuda_graph ok;offload ok;nccl ok;multi_rank skipped;run ok;"
+want_sections="section state;preflight ok;kernels ok;parity_fp32 ok;parity_gpt2 ok;gpt2_throughput ok;pytorch_peer skipped;bench skipped;parity_bf16 ok;cuda_graph ok;offload ok;nccl ok;multi_rank skipped;serve_8b ok;run ok;"
 if [[ ${rc} -eq 0 && "${sections}" == "${want_sections}" ]] &&
   tail -1 "${work}/out/run.log" | grep -q '^GPU CHECKS: ok (preflight ok, kernels ok' &&
   tar -tzf "${work}/out/logs.tgz" >"${work}/out.list" &&
@@ -170,7 +177,7 @@ GPU_CHECK_TESTS="fake/nodevice_skip_test fake/two_gpu_skip_test fake/failing_tes
   GPU_CHECK_NCCL_TESTS= RUN_CHECKS_BUDGET=30 SECTION_BUDGET_parity_fp32=0 \
   SECTION_BUDGET_parity_gpt2=0 SECTION_BUDGET_gpt2_throughput=0 SECTION_BUDGET_pytorch_peer=0 \
   SECTION_BUDGET_bench=0 SECTION_BUDGET_parity_bf16=0 SECTION_BUDGET_cuda_graph=0 \
-  SECTION_BUDGET_multi_rank=0 "${scripts}/run_checks.sh" --expect-gpu \
+  SECTION_BUDGET_multi_rank=0 SECTION_BUDGET_serve_8b=0 "${scripts}/run_checks.sh" --expect-gpu \
   --out "${work}/out_skips" "${bundle}" >"${work}/skips.txt" 2>&1
 if grep -q '^FAIL fake/nodevice_skip_test: 1 tests skipped for want of a CUDA device' "${work}/skips.txt" &&
   grep -q '^PASS fake/two_gpu_skip_test (1 skipped)' "${work}/skips.txt" &&
