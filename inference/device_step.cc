@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "core/allocator.h"
 #include "core/cuda/runtime.h"
+#include "core/graph_capture.h"
 #include "core/ops/activation.h"
 #include "core/ops/bias.h"
 #include "core/ops/elementwise.h"
@@ -18,6 +19,7 @@
 #include "core/ops/paged_attention.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
+#include "glog/logging.h"
 
 namespace mcc {
 namespace inference {
@@ -27,6 +29,14 @@ int64_t Elements(const LinearWeights& lin) { return lin.out * lin.in; }
 
 int64_t NormBytes(const NormWeights& n) {
   return static_cast<int64_t>(n.weight.size() + n.bias.size()) * 4;
+}
+
+// Blocks past the engine's for the padding rows of decode graphs.
+int64_t ScratchBlocks(const DeviceStepOptions& options,
+                      const KvCacheShape& shape) {
+  if (options.graph_batch_sizes.empty()) return 0;
+  return (options.graph_batch_sizes.back() + shape.block_size - 1) /
+         shape.block_size;
 }
 
 // A host fp32 array as a device tensor of `dtype` (undefined when empty).
@@ -209,8 +219,16 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
   MCC_ASSIGN_OR_RETURN(const int64_t memory, DeviceMemoryFor(options));
   const int64_t bytes = seed == nullptr ? DeviceWeightBytes(w, options.dtype)
                                         : RandomWeightBytes(w, options.dtype);
-  MCC_RETURN_IF_ERROR(
-      CheckFits(bytes, shape, kv_blocks, options, memory, what));
+  MCC_RETURN_IF_ERROR(CheckFits(bytes, shape,
+                                kv_blocks + ScratchBlocks(options, shape),
+                                options, memory, what));
+  if (!std::is_sorted(options.graph_batch_sizes.begin(),
+                      options.graph_batch_sizes.end()) ||
+      (!options.graph_batch_sizes.empty() &&
+       options.graph_batch_sizes.front() < 1)) {
+    return absl::InvalidArgumentError(
+        "the decode graphs' batch sizes must be positive and ascending");
+  }
   std::unique_ptr<DeviceStep> step(new DeviceStep());
   step->options_ = options;
   step->config_ = w.config;
@@ -271,14 +289,18 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
     MCC_ASSIGN_OR_RETURN(step->head_, matrix(w.output, w.vocab_rows, h));
   }
   MCC_ASSIGN_OR_RETURN(step->final_norm_, norm(w.final_norm));
+  step->kv_blocks_ = kv_blocks;
+  step->graph_table_width_ =
+      (w.config.max_positions() + shape.block_size - 1) / shape.block_size;
   for (int64_t i = 0; i < shape.num_layers; ++i) {
-    const Shape pool = {kv_blocks, shape.block_size, shape.kv_heads,
-                        shape.head_dim};
+    const Shape pool = {kv_blocks + ScratchBlocks(options, shape),
+                        shape.block_size, shape.kv_heads, shape.head_dim};
     step->k_pool_.push_back(Tensor::Zeros(pool, DType::kFloat32, dev));
     step->v_pool_.push_back(Tensor::Zeros(pool, DType::kFloat32, dev));
   }
   step->weight_bytes_ = bytes;
-  step->pool_bytes_ = kv_blocks * shape.BlockBytes();
+  step->pool_bytes_ =
+      (kv_blocks + ScratchBlocks(options, shape)) * shape.BlockBytes();
   return step;
 }
 
@@ -373,8 +395,92 @@ absl::Status DeviceStep::RunLayer(int i, const Tensor& positions,
   return ops::Add(*x, mlp, x);
 }
 
+int64_t DeviceStep::GraphBatchFor(const StepRows& rows) const {
+  const int64_t n = rows.rows();
+  if (options_.graph_batch_sizes.empty() ||
+      static_cast<int64_t>(rows.logit_rows.size()) != n) {
+    return 0;
+  }
+  // Decode-shaped: every row's logits wanted, in row order.
+  for (int64_t j = 0; j < n; ++j) {
+    if (rows.logit_rows[j] != j) return 0;
+  }
+  for (int64_t b : options_.graph_batch_sizes) {
+    if (b >= n) return graph_failed_.count(b) > 0 ? 0 : b;
+  }
+  return 0;
+}
+
+absl::StatusOr<Tensor> DeviceStep::Forward(const Tensor& ints,
+                                           const Tensor& tables, int64_t n,
+                                           int64_t l) {
+  const Device dev = options_.device;
+  const int64_t h = config_.hidden_size;
+  MCC_ASSIGN_OR_RETURN(Tensor tokens, ints.Slice(0, n));
+  MCC_ASSIGN_OR_RETURN(Tensor positions, ints.Slice(n, 2 * n));
+  MCC_ASSIGN_OR_RETURN(Tensor slots, ints.Slice(2 * n, 3 * n));
+  MCC_ASSIGN_OR_RETURN(Tensor picked_rows, ints.Slice(3 * n, 3 * n + l));
+  Tensor x = Empty({n, h}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(ops::EmbeddingLookup(tokens, word_embeddings_, &x));
+  if (position_embeddings_.defined()) {
+    Tensor pe = Empty({n, h}, DType::kFloat32, dev);
+    MCC_RETURN_IF_ERROR(
+        ops::EmbeddingLookup(positions, position_embeddings_, &pe));
+    MCC_RETURN_IF_ERROR(ops::Add(x, pe, &x));
+  }
+  for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
+    MCC_RETURN_IF_ERROR(RunLayer(i, positions, slots, tables, &x));
+  }
+  // The logit rows (x read as a table of n rows), normed, through the head.
+  Tensor picked = Empty({l, h}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(ops::EmbeddingLookup(picked_rows, x, &picked));
+  Tensor normed = Empty({l, h}, options_.dtype, dev);
+  MCC_RETURN_IF_ERROR(ApplyNorm(final_norm_, picked, &normed));
+  Tensor logits = Empty({l, vocab_rows_}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(Gemm(normed, Linear{head_, Tensor()}, &logits));
+  return logits;
+}
+
+absl::StatusOr<Tensor> DeviceStep::RunGraph(int64_t b, const Tensor& ints,
+                                            const Tensor& tables) {
+  Graph& g = graphs_[b];
+  if (!g.ints.defined()) {
+    g.ints = Empty(ints.shape(), DType::kInt64, options_.device);
+    g.tables = Empty(tables.shape(), DType::kInt32, options_.device);
+  }
+  MCC_RETURN_IF_ERROR(g.ints.CopyFrom(ints));
+  MCC_RETURN_IF_ERROR(g.tables.CopyFrom(tables));
+  if (g.graph.valid()) {
+    MCC_RETURN_IF_ERROR(g.graph.Replay());
+    ++graph_replays_;
+    return g.logits;
+  }
+  // First time at this size: eagerly (the answer, and the warm-up: handles
+  // and workspaces made outside the capture), then captured for the next.
+  MCC_ASSIGN_OR_RETURN(Tensor logits, Forward(g.ints, g.tables, b, b));
+  GraphCaptureOptions capture;
+  capture.index_inputs_checked_outside = true;  // Checked on the host.
+  absl::Status s = BeginGraphCapture(options_.device, capture);
+  if (s.ok()) {
+    absl::StatusOr<Tensor> captured = Forward(g.ints, g.tables, b, b);
+    absl::StatusOr<DeviceGraph> graph = EndGraphCapture();
+    if (captured.ok() && graph.ok()) {
+      g.logits = *captured;
+      g.graph = std::move(*graph);
+      return logits;
+    }
+    s = !captured.ok() ? captured.status() : graph.status();
+  }
+  LOG(WARNING) << "decode steps of " << b
+               << " rows run eagerly: their graph capture failed: "
+               << s.message();
+  graph_failed_.insert(b);
+  graphs_.erase(b);
+  return logits;
+}
+
 absl::StatusOr<std::vector<float>> DeviceStep::Run(const StepRows& rows) {
-  const int64_t n = rows.rows(), h = config_.hidden_size;
+  const int64_t n = rows.rows();
   const int64_t l = static_cast<int64_t>(rows.logit_rows.size());
   const int64_t bs = shape_.block_size;
   if (n == 0) return std::vector<float>();
@@ -405,57 +511,56 @@ absl::StatusOr<std::vector<float>> DeviceStep::Run(const StepRows& rows) {
           "logit row ", rows.logit_rows[j], " is not a row of the step"));
     }
   }
-  std::vector<int64_t> ints(3 * n + l);
-  std::vector<int64_t> tables(n * max_blocks, 0);
+  // A decode step of a captured size (padded up to it) replays its graph;
+  // the tables then have the graphs' fixed width.
+  const int64_t b = GraphBatchFor(rows);
+  const int64_t rows_run = b > 0 ? b : n, logits_run = b > 0 ? b : l;
+  const int64_t width = b > 0 ? graph_table_width_ : max_blocks;
+  std::vector<int64_t> ints(3 * rows_run + logits_run);
+  std::vector<int64_t> tables(rows_run * width, 0);
   for (int64_t r = 0; r < n; ++r) {
     const BlockTable& t = rows.tables[rows.table[r]];
     const int64_t p = rows.positions[r];
-    for (int64_t b = 0; b <= p / bs; ++b) {
-      if (t[b] < 0 || t[b] >= k_pool_[0].size(0)) {
+    for (int64_t k = 0; k <= p / bs; ++k) {
+      if (t[k] < 0 || t[k] >= kv_blocks_) {
         return absl::InvalidArgumentError(
-            absl::StrCat("block ", t[b], " of step row ", r,
-                         " is outside the pool of ", k_pool_[0].size(0)));
+            absl::StrCat("block ", t[k], " of step row ", r,
+                         " is outside the pool of ", kv_blocks_));
       }
-      tables[r * max_blocks + b] = t[b];
+      tables[r * width + k] = t[k];
     }
     ints[r] = rows.tokens[r];
-    ints[n + r] = p;
-    ints[2 * n + r] = int64_t{t[p / bs]} * bs + p % bs;
+    ints[rows_run + r] = p;
+    ints[2 * rows_run + r] = int64_t{t[p / bs]} * bs + p % bs;
   }
-  std::copy(rows.logit_rows.begin(), rows.logit_rows.end(),
-            ints.begin() + 3 * n);
+  // Padding rows: token 0, each in a slot of its own in the scratch blocks
+  // past the engine's (position i % block_size of scratch block i /
+  // block_size), so they write and read only there.
+  for (int64_t r = n; r < rows_run; ++r) {
+    const int64_t i = r - n, block = kv_blocks_ + i / bs, p = i % bs;
+    tables[r * width] = block;
+    ints[rows_run + r] = p;
+    ints[2 * rows_run + r] = block * bs + p;
+  }
+  for (int64_t j = 0; j < logits_run; ++j) {
+    ints[3 * rows_run + j] = j < l ? rows.logit_rows[j] : j;
+  }
   const Device dev = options_.device;
-  MCC_ASSIGN_OR_RETURN(Tensor host_ints,
-                       Tensor::FromInts(ints, {3 * n + l}, DType::kInt64));
-  MCC_ASSIGN_OR_RETURN(Tensor dev_ints, host_ints.To(dev));
+  MCC_ASSIGN_OR_RETURN(
+      Tensor host_ints,
+      Tensor::FromInts(ints, {3 * rows_run + logits_run}, DType::kInt64));
   MCC_ASSIGN_OR_RETURN(
       Tensor host_tables,
-      Tensor::FromInts(tables, {n, max_blocks}, DType::kInt32));
-  MCC_ASSIGN_OR_RETURN(Tensor dev_tables, host_tables.To(dev));
-  MCC_ASSIGN_OR_RETURN(Tensor tokens, dev_ints.Slice(0, n));
-  MCC_ASSIGN_OR_RETURN(Tensor positions, dev_ints.Slice(n, 2 * n));
-  MCC_ASSIGN_OR_RETURN(Tensor slots, dev_ints.Slice(2 * n, 3 * n));
-  MCC_ASSIGN_OR_RETURN(Tensor picked_rows, dev_ints.Slice(3 * n, 3 * n + l));
-
-  Tensor x = Empty({n, h}, DType::kFloat32, dev);
-  MCC_RETURN_IF_ERROR(ops::EmbeddingLookup(tokens, word_embeddings_, &x));
-  if (position_embeddings_.defined()) {
-    Tensor pe = Empty({n, h}, DType::kFloat32, dev);
-    MCC_RETURN_IF_ERROR(
-        ops::EmbeddingLookup(positions, position_embeddings_, &pe));
-    MCC_RETURN_IF_ERROR(ops::Add(x, pe, &x));
-  }
-  for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
-    MCC_RETURN_IF_ERROR(RunLayer(i, positions, slots, dev_tables, &x));
+      Tensor::FromInts(tables, {rows_run, width}, DType::kInt32));
+  Tensor logits;
+  if (b > 0) {
+    MCC_ASSIGN_OR_RETURN(logits, RunGraph(b, host_ints, host_tables));
+  } else {
+    MCC_ASSIGN_OR_RETURN(Tensor dev_ints, host_ints.To(dev));
+    MCC_ASSIGN_OR_RETURN(Tensor dev_tables, host_tables.To(dev));
+    MCC_ASSIGN_OR_RETURN(logits, Forward(dev_ints, dev_tables, n, l));
   }
   if (l == 0) return std::vector<float>();
-  // The logit rows (x read as a table of n rows), normed, through the head.
-  Tensor picked = Empty({l, h}, DType::kFloat32, dev);
-  MCC_RETURN_IF_ERROR(ops::EmbeddingLookup(picked_rows, x, &picked));
-  Tensor normed = Empty({l, h}, options_.dtype, dev);
-  MCC_RETURN_IF_ERROR(ApplyNorm(final_norm_, picked, &normed));
-  Tensor logits = Empty({l, vocab_rows_}, DType::kFloat32, dev);
-  MCC_RETURN_IF_ERROR(Gemm(normed, Linear{head_, Tensor()}, &logits));
   MCC_ASSIGN_OR_RETURN(Tensor host, logits.To(Device::CPU()));
   const int64_t vocab = config_.vocab_size;
   std::vector<float> out(l * vocab);

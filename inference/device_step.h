@@ -22,13 +22,16 @@
 // batched or alone, at the cost of reading the weights once per row.
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/graph_capture.h"
 #include "core/tensor.h"
 #include "inference/inference_weights.h"
 #include "inference/model_runner.h"
@@ -46,6 +49,13 @@ struct DeviceStepOptions {
   // The device memory the step may use; 0: the device's free memory (CUDA)
   // or no bound (other devices). For tests of the refusal.
   int64_t memory_bytes = 0;
+  // Decode steps (every row's logits, in row order) of at most the largest
+  // of these rows run as device graphs (CUDA graphs), padded up to the next
+  // size: captured the first time a size is run (that step eagerly), then
+  // replayed. Ascending; empty: every step eagerly. A failed capture leaves
+  // that size eager. Padding rows compute in scratch blocks of the pool
+  // (past the engine's), so they touch no sequence.
+  std::vector<int64_t> graph_batch_sizes;
 };
 
 // Bytes the weights take on the device in `dtype`.
@@ -96,6 +106,8 @@ class DeviceStep {
 
   const DeviceStepOptions& options() const { return options_; }
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Decode steps replayed from a graph so far.
+  int64_t graph_replays() const { return graph_replays_; }
   int64_t pool_bytes() const { return pool_bytes_; }
 
  private:
@@ -119,6 +131,15 @@ class DeviceStep {
       const std::string& what, const uint64_t* seed);
   absl::Status Gemm(const Tensor& x, const Linear& lin, Tensor* y) const;
   absl::Status ApplyNorm(const Norm& norm, const Tensor& x, Tensor* y) const;
+  // 0, or the captured batch size a decode step of `rows` pads to.
+  int64_t GraphBatchFor(const StepRows& rows) const;
+  // The model over device inputs (ints: tokens, positions, slots [n each],
+  // logit rows [l]; tables [n, width]): the logits [l, vocab_rows].
+  absl::StatusOr<Tensor> Forward(const Tensor& ints, const Tensor& tables,
+                                 int64_t n, int64_t l);
+  // A decode step of b rows from host inputs, through its graph.
+  absl::StatusOr<Tensor> RunGraph(int64_t b, const Tensor& ints,
+                                  const Tensor& tables);
   absl::Status RunLayer(int i, const Tensor& positions, const Tensor& slots,
                         const Tensor& tables, Tensor* x);
 
@@ -131,6 +152,16 @@ class DeviceStep {
   std::vector<Layer> layers_;
   std::vector<Tensor> k_pool_, v_pool_;  // per layer
   int64_t weight_bytes_ = 0, pool_bytes_ = 0;
+  int64_t kv_blocks_ = 0;          // The engine's; scratch blocks follow.
+  int64_t graph_table_width_ = 0;  // Blocks of the longest sequence.
+  struct Graph {
+    Tensor ints, tables;  // Static inputs, copied into before a replay.
+    Tensor logits;        // The graph's output.
+    DeviceGraph graph;
+  };
+  std::map<int64_t, Graph> graphs_;
+  std::set<int64_t> graph_failed_;
+  int64_t graph_replays_ = 0;
 };
 
 }  // namespace inference

@@ -410,6 +410,38 @@ TEST(DeviceStepTest, RandomWeightsMadeOnTheDeviceRun) {
             absl::StatusCode::kResourceExhausted);
 }
 
+// Decode steps as device graphs (captured on the test device, replayed as
+// recorded calls): with batch-invariant GEMMs every request's tokens and
+// log-probabilities equal the eager engine's bit for bit, padding rows
+// included (3 running sequences replay the graph of 4), and steps do
+// replay.
+TEST(DeviceStepTest, DecodeGraphsGiveTheEagerBits) {
+  const gpt::GPTConfig config = Variants()[3].second;  // Qwen-like
+  const std::vector<GenerationRequest> requests =
+      GreedyRequests(5, config.vocab_size);
+  DeviceStepOptions eager = TestDevice(DType::kBFloat16, true);
+  DeviceStepOptions graphed = eager;
+  graphed.graph_batch_sizes = {1, 2, 4};
+  auto want_engine = MakeEngine(config, &eager, 3);
+  auto got_engine = MakeEngine(config, &graphed, 3);
+  ASSERT_TRUE(want_engine.ok()) << want_engine.status();
+  ASSERT_TRUE(got_engine.ok()) << got_engine.status();
+  auto want = RunAll(want_engine->engine.get(), requests);
+  auto got = RunAll(got_engine->engine.get(), requests);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ((*got)[i].tokens, (*want)[i].tokens) << i;
+    EXPECT_EQ((*got)[i].logprobs, (*want)[i].logprobs) << i;
+    EXPECT_EQ((*got)[i].prompt_logprobs, (*want)[i].prompt_logprobs) << i;
+  }
+  const int64_t replays = got_engine->runner->device_step()->graph_replays();
+  std::printf("decode steps replayed from graphs: %lld\n",
+              static_cast<long long>(replays));
+  EXPECT_GT(replays, 10);
+  EXPECT_EQ(want_engine->runner->device_step()->graph_replays(), 0);
+}
+
 TEST(DeviceStepTest, RefusesInt8AndTensorParallelWeights) {
   auto weights = Weights(TinyConfig());
   ASSERT_TRUE(weights.ok());
