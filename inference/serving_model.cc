@@ -21,6 +21,16 @@ namespace mcc {
 namespace inference {
 namespace {
 
+// --cuda-graph: decode graphs for 1, 2, 4, ... rows up to --max-batch-size
+// (itself the last), each step padded to the next.
+std::vector<int64_t> GraphBatchSizes(const ServeConfig& serve) {
+  std::vector<int64_t> sizes;
+  if (!serve.run().cuda_graph()) return sizes;
+  for (int64_t b = 1; b < serve.max_batch_size(); b *= 2) sizes.push_back(b);
+  sizes.push_back(serve.max_batch_size());
+  return sizes;
+}
+
 // The engine on `device` (not the CPU): weights in the checkpoint's dtype
 // (bf16 for 16-bit checkpoints or --bf16, else fp32), the KV pool sized by
 // --kv-cache-bytes or --kv-cache-memory-fraction; refused with the figures
@@ -35,6 +45,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> DeviceRunner(
                       ? DType::kFloat32
                       : DType::kBFloat16;
   options.batch_invariant = serve.batch_invariant();
+  options.graph_batch_sizes = GraphBatchSizes(serve);
   MCC_ASSIGN_OR_RETURN(const int64_t memory, DeviceMemoryFor(options));
   int64_t blocks = 0;
   if (serve.kv_cache_memory_fraction() > 0 && memory >= 0) {
@@ -69,6 +80,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> DeviceRunner(
       FormatBytes(step->weight_bytes()), DTypeName(options.dtype), blocks,
       shape.block_size, FormatBytes(step->pool_bytes()),
       options.batch_invariant ? "; batch-invariant GEMMs" : "");
+  if (!options.graph_batch_sizes.empty()) {
+    LOG(INFO) << "decode steps as CUDA graphs for up to "
+              << options.graph_batch_sizes.back()
+              << " rows (padded to the next power of two)";
+  }
   return std::make_unique<ModelRunner>(
       std::move(weights), std::move(step),
       PagedKvCache::BookkeepingOnly(shape, blocks));
@@ -192,6 +208,7 @@ absl::StatusOr<ServingModel> LoadRandomModel(const ServeConfig& serve) {
   options.device = device.device;
   options.dtype = DType::kBFloat16;
   options.batch_invariant = serve.batch_invariant();
+  options.graph_batch_sizes = GraphBatchSizes(serve);
   MCC_ASSIGN_OR_RETURN(const int64_t memory, DeviceMemoryFor(options));
   int64_t blocks = 0;
   if (serve.kv_cache_memory_fraction() > 0 && memory >= 0) {
@@ -224,6 +241,11 @@ absl::StatusOr<ServingModel> LoadRandomModel(const ServeConfig& serve) {
       FormatBytes(step->weight_bytes()), blocks, shape.block_size,
       FormatBytes(step->pool_bytes()),
       options.batch_invariant ? "; batch-invariant GEMMs" : "");
+  if (!options.graph_batch_sizes.empty()) {
+    LOG(INFO) << "decode steps as CUDA graphs for up to "
+              << options.graph_batch_sizes.back()
+              << " rows (padded to the next power of two)";
+  }
   out.layout.pipeline = out.job->pp();
   out.layout.pp_size = 1;
   out.runner = std::make_unique<ModelRunner>(

@@ -19,7 +19,7 @@
 # Environment: SERVE_BIN (the serve binary), SERVE_DEVICE (cuda; the
 # rehearsal uses test with //tools/serve:serve_testdev), SERVE_MODEL_FLAGS
 # (the 8B shape), SERVE_FLAGS (extra serve flags; default --max-batch-size 64
-# --kv-cache-memory-fraction 0.8), SERVE_CLIENTS ("1 16 64"),
+# --kv-cache-memory-fraction 0.8 --cuda-graph), SERVE_CLIENTS ("1 16 64"),
 # SERVE_REQUESTS (per client, 2), SERVE_MAX_TOKENS (128),
 # SERVE_PROMPT_CHARS (128: byte tokens, the peer's prompt is 32 ids), SERVE_PEER_ARGS
 # (extra peer flags: its shape for a rehearsal), GPU_CHECK_PYTHON (the
@@ -33,7 +33,7 @@ bundle_paths "${1:-gpu_bundle}"
 serve="${SERVE_BIN:-${bin}/tools/serve/serve}"
 device="${SERVE_DEVICE:-cuda}"
 read -r -a model <<<"${SERVE_MODEL_FLAGS:---num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8 --ffn-hidden-size 14336 --vocab-size 128256 --seq-length 4096 --max-position-embeddings 8192 --position-embedding-type rope --rotary-base 500000 --normalization RMSNorm --swiglu --untie-embeddings-and-output-weights --disable-bias-linear --make-vocab-size-divisible-by 128}"
-read -r -a extra <<<"${SERVE_FLAGS:---max-batch-size 64 --kv-cache-memory-fraction 0.8}"
+read -r -a extra <<<"${SERVE_FLAGS:---max-batch-size 64 --kv-cache-memory-fraction 0.8 --cuda-graph}"
 clients="${SERVE_CLIENTS:-1 16 64}"
 budget="${SERVE_BUDGET:-240}"
 deadline=$(($(date +%s) + budget))
@@ -74,6 +74,7 @@ if [[ ! -s "${work}/port" ]]; then
   exit 1
 fi
 grep -m1 "serving random weights" "${logs}/serve_8b_server.log" | sed 's/^.*\] //'
+grep -m1 "decode steps as CUDA graphs" "${logs}/serve_8b_server.log" | sed 's/^.*\] //'
 port="$(cat "${work}/port")"
 left=$((deadline - $(date +%s)))
 timeout -k 5 "$((left > 10 ? left - 5 : 5))" "${python}" "${scripts}/serve_load.py" \
@@ -85,6 +86,8 @@ grep -v '^SERVE LOAD JSON' "${work}/load.txt"
 kill "${pid}" 2>/dev/null
 wait "${pid}" 2>/dev/null
 pid=""
+# A size whose capture failed ran eagerly: say so.
+grep "run eagerly: their graph capture failed" "${logs}/serve_8b_server.log" | sed 's/^.*\] //' | head -3
 if ((load_rc != 0)); then
   echo "SERVE 8B: FAILED (the load client: rc ${load_rc})"
   exit 1

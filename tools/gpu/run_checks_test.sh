@@ -83,7 +83,7 @@ export PEER_ARGS="--layers 2 --hidden 64 --heads 4 --seq 64 --vocab 512 --steps 
 # serve_testdev as serve: a tiny random-weight Llama on the test device.
 export SERVE_DEVICE=test SERVE_CLIENTS="1 4" SERVE_MAX_TOKENS=8 SERVE_PROMPT_CHARS=32
 export SERVE_MODEL_FLAGS="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2 --ffn-hidden-size 128 --vocab-size 1000 --seq-length 128 --max-position-embeddings 128 --position-embedding-type rope --normalization RMSNorm --swiglu --untie-embeddings-and-output-weights --disable-bias-linear"
-export SERVE_FLAGS="--max-batch-size 8 --kv-cache-bytes 8000000 --num-threads 1"
+export SERVE_FLAGS="--max-batch-size 8 --kv-cache-bytes 8000000 --num-threads 1 --cuda-graph"
 export SERVE_PEER_ARGS="--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 1000"
 start=${SECONDS}
 "${scripts}/run_checks.sh" --no-expect-gpu --quick --out "${work}/out" "${bundle}" \

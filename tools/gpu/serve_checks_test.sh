@@ -17,7 +17,7 @@ pass() { echo "ok: $*"; }
 tiny="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2 --ffn-hidden-size 128 --vocab-size 1000 --seq-length 128 --max-position-embeddings 128 --position-embedding-type rope --normalization RMSNorm --swiglu --untie-embeddings-and-output-weights --disable-bias-linear"
 
 SERVE_BIN="${serve_testdev}" SERVE_DEVICE=test SERVE_MODEL_FLAGS="${tiny}" \
-  SERVE_FLAGS="--max-batch-size 8 --kv-cache-bytes 8000000 --num-threads 1" \
+  SERVE_FLAGS="--max-batch-size 8 --kv-cache-bytes 8000000 --num-threads 1 --cuda-graph" \
   SERVE_CLIENTS="1 4" SERVE_MAX_TOKENS=8 SERVE_PROMPT_CHARS=32 SERVE_BUDGET=120 GPU_CHECK_PYTHON=python3 \
   SERVE_PEER_ARGS="--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 1000" \
   "${scripts}/check_serve.sh" "${work}/bundle" >"${work}/rehearsal.txt" 2>&1
@@ -31,7 +31,10 @@ grep -qE '^SERVE LOAD clients 1: [0-9.]+ tokens/s, TTFT p50 [0-9.]+ ms p99 [0-9.
 grep -qE '^SERVE LOAD clients 4: .*\(8 requests, 64 tokens\)' "${work}/rehearsal.txt" || fail "no 4-client line"
 grep -q 'serving random weights (test-only) on testdev:0: 2 layers, hidden 64' "${work}/rehearsal.txt" ||
   fail "the server's model line is missing"
-pass "rehearsal on the test device: both concurrencies, the peer skipped"
+grep -q 'decode steps as CUDA graphs for up to 8 rows' "${work}/rehearsal.txt" ||
+  fail "the server's graph line is missing"
+! grep -q 'graph capture failed' "${work}/rehearsal.txt" || fail "a capture failed"
+pass "rehearsal on the test device: both concurrencies, graphs, the peer skipped"
 
 SERVE_BIN="${serve}" SERVE_MODEL_FLAGS="${tiny}" SERVE_BUDGET=60 \
   "${scripts}/check_serve.sh" "${work}/bundle" >"${work}/nogpu.txt" 2>&1

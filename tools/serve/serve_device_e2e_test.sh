@@ -46,7 +46,7 @@ stop "$pid"
 
 # 4 layers x 4 heads x 16 dims, blocks of 16 positions: 32 KiB a block
 # (keys and values, fp32), so 65536 bytes hold 2 blocks = 32 positions.
-start dev --device test --kv-cache-bytes 65536 --max-batch-size 4
+start dev --device test --kv-cache-bytes 65536 --max-batch-size 4 --cuda-graph
 "$python" "$client" "$port" --only greedy > "$work/greedy_dev.json"
 "$python" - "$work/greedy_cpu.json" "$work/greedy_dev.json" <<'PY' || fail "the device answers differently from the CPU"
 import json, sys
@@ -60,7 +60,7 @@ code=$(curl -s -o "$work/err.json" -w '%{http_code}' "http://127.0.0.1:$port/v1/
 [[ $code == 400 ]] && grep -q "pool holds only 2" "$work/err.json" \
   || fail "a request longer than the pool: $code $(cat "$work/err.json")"
 [[ $(curl -s "http://127.0.0.1:$port/health") == '{"status":"ok"}' ]] || fail "/health after the long request"
-grep -q "on testdev:0 .*weights .* in fp32, KV cache 2 blocks of 16 positions" "$work/dev.log" \
+grep -q "on testdev:0 .*weights .* in fp32, KV cache 2 blocks of 16 positions" "$work/dev.log" && grep -q "decode steps as CUDA graphs for up to 4 rows" "$work/dev.log" \
   || { cat "$work/dev.log"; fail "the log does not say where the engine runs"; }
 stop "$pid"
 

@@ -45,6 +45,7 @@ const std::set<std::string>& UsedFlags() {
                                 "kv_cache_memory_fraction",
                                 "batch_invariant",
                                 "random_weights",
+                                "cuda_graph",
                                 "device",
                                 "kv_block_size",
                                 "batching",
