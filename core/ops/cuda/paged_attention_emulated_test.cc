@@ -91,6 +91,65 @@ TEST(PagedAttentionEmulatedTest, MatchesTheCpuKernel) {
   }
 }
 
+TEST(PagedKvWriteEmulatedTest, MatchesTheCpuKernel) {
+  const int64_t rows = 5, groups = 2, d = 24, blocks = 4, bs = 3;
+  const Tensor k = Random({rows, groups, d}, 4);
+  const Tensor v = Random({rows, groups, d}, 5);
+  const Tensor slots = *Tensor::FromInts({7, 0, 11, 3, 4}, {rows});
+  Tensor want_k = Random({blocks, bs, groups, d}, 6);
+  Tensor want_v = Random(want_k.shape(), 7);
+  Tensor got_k = want_k.Clone(), got_v = want_v.Clone();
+  ASSERT_TRUE(PagedKvWrite(k, v, slots, &want_k, &want_v).ok());
+  // Two blocks of 32 threads: the grid-stride loop goes round.
+  Emulator::Launch(Dim3{2, 1, 1}, 32, 0, [&] {
+    paged::PagedKvWriteKernel(k.data<float>(), v.data<float>(),
+                              slots.data<int64_t>(), got_k.data<float>(),
+                              got_v.data<float>(), rows, groups * d);
+  });
+  EXPECT_EQ(got_k.ToDoubles(), want_k.ToDoubles());
+  EXPECT_EQ(got_v.ToDoubles(), want_v.ToDoubles());
+}
+
+TEST(RotaryAtPositionsEmulatedTest, MatchesTheCpuKernel) {
+  const int64_t rows = 3, heads = 2, d = 20;
+  const std::vector<int64_t> pos = {0, 17, 4000};
+  const Tensor positions = *Tensor::FromInts(pos, {rows});
+  for (int64_t rotary_dim : {int64_t{0}, int64_t{12}}) {
+    for (DType yt : {DType::kFloat32, DType::kBFloat16}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "rotary_dim " << rotary_dim << " " << DTypeName(yt));
+      RotaryOptions options;
+      options.rotary_dim = rotary_dim;
+      options.base = 500000;
+      const Tensor x = Random({rows, heads, d}, 8);
+      Tensor want = Tensor::Zeros(x.shape(), yt);
+      Tensor got = Tensor::Zeros(x.shape(), yt);
+      ASSERT_TRUE(RotaryAtPositions(x, positions, options, &want).ok());
+      const int64_t rd = rotary_dim == 0 ? d : rotary_dim;
+      paged::RotaryParams p;
+      const std::vector<double> inv = RotaryInverseFrequencies(options, rd);
+      std::copy(inv.begin(), inv.end(), p.inv_freq);
+      p.positions = positions.data<int64_t>();
+      p.x = x.raw_data();
+      p.xt = cuda_kernels::ElemType::kF32;
+      p.y = got.raw_data();
+      p.yt = yt == DType::kFloat32 ? cuda_kernels::ElemType::kF32
+                                   : cuda_kernels::ElemType::kBF16;
+      p.rows = rows;
+      p.heads = heads;
+      p.d = d;
+      p.rotary_dim = rd;
+      Emulator::Launch(Dim3{1, 1, 1}, 64, 0,
+                       [&] { paged::RotaryAtPositionsKernel(p); });
+      const std::vector<double> g = got.ToDoubles(), w = want.ToDoubles();
+      const double tol = yt == DType::kFloat32 ? 1e-6 : 1e-2;
+      for (size_t i = 0; i < g.size(); ++i) {
+        ASSERT_NEAR(g[i], w[i], tol) << "element " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ops
 }  // namespace mcc

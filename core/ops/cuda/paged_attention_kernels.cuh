@@ -1,8 +1,9 @@
-// Device code of the paged-attention (decode) CUDA kernel, apart from its
-// launcher (paged_attention.cu) so that the host emulator (cuda_emulator.h)
-// runs it in CI. The includer provides paged::SharedFloats() (the block's
-// dynamic shared memory) and CUDA's thread indices, __syncthreads,
-// __shfl_xor_sync and expf.
+// Device code of the paged decoding CUDA kernels (attention, KV write,
+// rotary at per-row positions), apart from their launchers
+// (paged_attention.cu) so that the host emulator (cuda_emulator.h) runs them
+// in CI. The includer provides paged::SharedFloats() (the block's dynamic
+// shared memory), internal::LoadAs / StoreAs (kernel_util.cuh) and CUDA's
+// thread indices, __syncthreads, __shfl_xor_sync, expf, cos and sin.
 //
 // The cached-attention kernel's scheme (cached_attention_kernels.cuh) over
 // a paged pool: one block of kThreads threads per (row, head); each warp
@@ -16,6 +17,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "core/ops/cuda/elem_type.h"
 
 #ifndef MCC_FA_UNROLL
 #define MCC_FA_UNROLL _Pragma("unroll")
@@ -117,6 +120,61 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(Params p) {
       o = fmaf(sm_o[(w * kPerLane + i) * 32 + lane], wt[w], o);
     }
     p.out[t * p.d + x] = o / sum;
+  }
+}
+
+// Row r of k and v (fp32 [rows, row_elems]) to row slots[r] of the pools;
+// a grid-stride loop over the elements.
+__global__ void PagedKvWriteKernel(const float* k, const float* v,
+                                   const int64_t* slots, float* k_pool,
+                                   float* v_pool, int64_t rows,
+                                   int64_t row_elems) {
+  const int64_t n = rows * row_elems;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += stride) {
+    const int64_t dst = slots[i / row_elems] * row_elems + i % row_elems;
+    k_pool[dst] = k[i];
+    v_pool[dst] = v[i];
+  }
+}
+
+struct RotaryParams {
+  static constexpr int kMaxHalf = 128;  // rotary_dim up to 256
+  double inv_freq[kMaxHalf] = {};       // RotaryInverseFrequencies
+  const int64_t* positions = nullptr;   // [rows]
+  const void* x = nullptr;              // [rows, heads, d], type xt
+  ElemType xt = ElemType::kF32;
+  void* y = nullptr;  // like x, type yt; may be x
+  ElemType yt = ElemType::kF32;
+  int64_t rows = 0, heads = 0, d = 0, rotary_dim = 0;
+};
+
+// One thread per (row, head, j < half) rotates the pair (j, j + half) by
+// positions[row] * inv_freq[j] (float64 angle, fp32 cos and sin); dims past
+// rotary_dim are copied by their own threads unless in place.
+__global__ void RotaryAtPositionsKernel(RotaryParams a) {
+  const int64_t half = a.rotary_dim / 2, d = a.d;
+  const int64_t n = a.rows * a.heads * d;
+  const bool in_place = a.x == a.y;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += stride) {
+    const int64_t j = i % d;
+    if (j >= a.rotary_dim) {
+      if (!in_place)
+        internal::StoreAs(a.y, a.yt, i, internal::LoadAs(a.x, a.xt, i));
+      continue;
+    }
+    if (j >= half) continue;
+    const int64_t r = i / (a.heads * d);
+    const double theta = static_cast<double>(a.positions[r]) * a.inv_freq[j];
+    const float c = static_cast<float>(cos(theta));
+    const float s = static_cast<float>(sin(theta));
+    const float x1 = internal::LoadAs(a.x, a.xt, i);
+    const float x2 = internal::LoadAs(a.x, a.xt, i + half);
+    internal::StoreAs(a.y, a.yt, i, x1 * c - x2 * s);
+    internal::StoreAs(a.y, a.yt, i + half, x2 * c + x1 * s);
   }
 }
 
