@@ -13,10 +13,41 @@ absl::StatusOr<LrDecayStyle> ParseLrDecayStyle(absl::string_view name) {
   if (name == "linear") return LrDecayStyle::kLinear;
   if (name == "cosine") return LrDecayStyle::kCosine;
   if (name == "inverse-square-root") return LrDecayStyle::kInverseSquareRoot;
+  if (name == "WSD") return LrDecayStyle::kWsd;
   return absl::InvalidArgumentError(absl::StrCat(
       "--lr-decay-style: unknown style '", name,
-      "' (expected constant, linear, cosine or inverse-square-root)"));
+      "' (expected constant, linear, cosine, inverse-square-root or WSD)"));
 }
+
+absl::StatusOr<WsdDecayStyle> ParseWsdDecayStyle(absl::string_view name) {
+  if (name == "exponential") return WsdDecayStyle::kExponential;
+  if (name == "linear") return WsdDecayStyle::kLinear;
+  if (name == "cosine") return WsdDecayStyle::kCosine;
+  if (name == "minus_sqrt") return WsdDecayStyle::kMinusSqrt;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--lr-wsd-decay-style: unknown style '", name,
+                   "' (expected exponential, linear, cosine or minus_sqrt)"));
+}
+
+namespace {
+
+// WSD's annealing coefficient, 1 at the start of the annealing and 0 at its
+// end, for the fraction `ratio` of it done.
+double WsdCoefficient(WsdDecayStyle style, double ratio) {
+  switch (style) {
+    case WsdDecayStyle::kExponential:
+      return 2.0 * std::pow(0.5, ratio) - 1.0;
+    case WsdDecayStyle::kLinear:
+      return 1.0 - ratio;
+    case WsdDecayStyle::kCosine:
+      return 0.5 * (std::cos(M_PI * ratio) + 1.0);
+    case WsdDecayStyle::kMinusSqrt:
+      return 1.0 - std::sqrt(ratio);
+  }
+  return 1.0;
+}
+
+}  // namespace
 
 absl::StatusOr<LrSchedule> LrSchedule::Create(LrScheduleConfig config) {
   if (config.lr < 0 || config.min_lr < 0 || config.init_lr < 0) {
@@ -31,6 +62,11 @@ absl::StatusOr<LrSchedule> LrSchedule::Create(LrScheduleConfig config) {
   if (config.decay_iters < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--lr-decay-iters must be non-negative, got ", config.decay_iters));
+  }
+  if (config.decay_style == LrDecayStyle::kWsd && config.wsd_decay_iters <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lr-decay-style WSD needs --lr-wsd-decay-iters > 0, got ",
+        config.wsd_decay_iters));
   }
   LrSchedule s;
   s.config_ = config;
@@ -76,9 +112,20 @@ double LrSchedule::LearningRate(int64_t iteration) const {
     }
     case LrDecayStyle::kLinear:
     case LrDecayStyle::kCosine:
+    case LrDecayStyle::kWsd:
       break;
   }
   if (iteration > c.decay_iters) return c.min_lr;
+  if (c.decay_style == LrDecayStyle::kWsd) {
+    // The annealing may begin before the warmup ends when wsd_decay_iters
+    // exceeds the decay span; Megatron then starts it part-way, as here.
+    const int64_t anneal_start = c.decay_iters - c.wsd_decay_iters;
+    if (iteration <= anneal_start) return c.lr;
+    const double ratio = static_cast<double>(iteration - anneal_start) /
+                         static_cast<double>(c.wsd_decay_iters);
+    return c.min_lr +
+           WsdCoefficient(c.wsd_decay_style, ratio) * (c.lr - c.min_lr);
+  }
   const double span = static_cast<double>(c.decay_iters - warmup_iters_);
   const double ratio =
       span <= 0 ? 1.0 : static_cast<double>(iteration - warmup_iters_) / span;

@@ -9,9 +9,19 @@
 namespace mcc {
 namespace optim {
 
-enum class LrDecayStyle { kConstant, kLinear, kCosine, kInverseSquareRoot };
+enum class LrDecayStyle {
+  kConstant,
+  kLinear,
+  kCosine,
+  kInverseSquareRoot,
+  kWsd,  // Warmup-stable-decay: lr held at its peak, then annealed.
+};
+
+// The annealing curve of WSD's last lr_wsd_decay_iters iterations.
+enum class WsdDecayStyle { kExponential, kLinear, kCosine, kMinusSqrt };
 
 absl::StatusOr<LrDecayStyle> ParseLrDecayStyle(absl::string_view name);
+absl::StatusOr<WsdDecayStyle> ParseWsdDecayStyle(absl::string_view name);
 
 // Megatron's flags for the learning-rate schedule, counted in iterations.
 struct LrScheduleConfig {
@@ -24,11 +34,17 @@ struct LrScheduleConfig {
   double warmup_fraction = -1.0;
   int64_t decay_iters = 0;  // --lr-decay-iters (Megatron: --train-iters if 0)
   LrDecayStyle decay_style = LrDecayStyle::kLinear;  // --lr-decay-style
+  // WSD only: the last wsd_decay_iters of [0, decay_iters] anneal from lr to
+  // min_lr along wsd_decay_style (--lr-wsd-decay-iters,
+  // --lr-wsd-decay-style); before them the rate stays at lr.
+  int64_t wsd_decay_iters = 0;
+  WsdDecayStyle wsd_decay_style = WsdDecayStyle::kExponential;
 };
 
 // The learning rate at each iteration, as Megatron's
 // OptimizerParamScheduler: linear warmup from init_lr to lr, then decay to
-// min_lr over [warmup, decay_iters], min_lr afterwards.
+// min_lr over [warmup, decay_iters], min_lr afterwards. WSD keeps lr until
+// decay_iters - wsd_decay_iters and anneals over the rest.
 class LrSchedule {
  public:
   // Fails naming the flag when the configuration is inconsistent.

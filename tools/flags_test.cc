@@ -680,6 +680,16 @@ std::vector<Row> Table() {
       With(tm, {"--lr-decay-style", "constant"}));
   add("train", "lr_decay_style", V::kEffect, {"--lr-decay-style", "linear"},
       With(tm, {"--lr-decay-iters", "4"}));
+  const Context wsd = With(tm, {"--lr-decay-style", "WSD", "--train-iters", "3",
+                                "--lr-wsd-decay-iters", "2"});
+  add("train", "lr_wsd_decay_iters", V::kEffect, {"--lr-wsd-decay-iters", "1"},
+      wsd);
+  add("train", "lr_wsd_decay_iters", V::kWarned, {"--lr-wsd-decay-iters", "1"},
+      tm);
+  add("train", "lr_wsd_decay_style", V::kEffect,
+      {"--lr-wsd-decay-style", "linear"}, wsd);
+  add("train", "lr_wsd_decay_style", V::kWarned,
+      {"--lr-wsd-decay-style", "linear"}, tm);
   add("train", "weight_decay", V::kEffect, {"--weight-decay", "100"}, tm);
   add("train", "adam_beta1", V::kEffect, {"--adam-beta1", "0.5"}, tm);
   add("train", "adam_beta1", V::kWarned, {"--adam-beta1", "0.5"},

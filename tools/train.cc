@@ -51,7 +51,13 @@ ABSL_FLAG(double, lr_warmup_fraction, -1.0,
           "Warmup as a fraction of --lr-decay-iters (overrides iters).");
 ABSL_FLAG(int64_t, lr_decay_iters, 0, "Decay iterations (0: --train-iters).");
 ABSL_FLAG(std::string, lr_decay_style, "cosine",
-          "constant, linear, cosine or inverse-square-root.");
+          "constant, linear, cosine, inverse-square-root or WSD "
+          "(warmup-stable-decay).");
+ABSL_FLAG(std::string, lr_wsd_decay_style, "exponential",
+          "WSD's annealing curve: exponential, linear, cosine or minus_sqrt.");
+ABSL_FLAG(int64_t, lr_wsd_decay_iters, 0,
+          "WSD: the last iterations of --lr-decay-iters that anneal to "
+          "--min-lr (required with --lr-decay-style WSD).");
 ABSL_FLAG(double, weight_decay, 0.01, "Decoupled weight decay.");
 ABSL_FLAG(double, adam_beta1, 0.9, "Adam beta1.");
 ABSL_FLAG(double, adam_beta2, 0.95, "Adam beta2.");
@@ -386,6 +392,8 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const training::TrainConfig& config,
       {"lr_warmup_iters", config.lr_warmup_fraction() >= 0,
        "--lr-warmup-fraction sets the warmup"},
       {"min_lr", decay == "constant", "--lr-decay-style constant"},
+      {"lr_wsd_decay_style", decay != "WSD", "only --lr-decay-style WSD"},
+      {"lr_wsd_decay_iters", decay != "WSD", "only --lr-decay-style WSD"},
       {"lr_decay_iters",
        (decay == "constant" || decay == "inverse-square-root") &&
            config.lr_warmup_fraction() < 0,

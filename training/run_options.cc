@@ -132,6 +132,9 @@ absl::StatusOr<optim::LrSchedule> ScheduleFromConfig(
                                               : config.train_iters();
   MCC_ASSIGN_OR_RETURN(c.decay_style,
                        optim::ParseLrDecayStyle(config.lr_decay_style()));
+  c.wsd_decay_iters = config.lr_wsd_decay_iters();
+  MCC_ASSIGN_OR_RETURN(c.wsd_decay_style,
+                       optim::ParseWsdDecayStyle(config.lr_wsd_decay_style()));
   return optim::LrSchedule::Create(c);
 }
 
