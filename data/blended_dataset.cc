@@ -138,6 +138,10 @@ absl::StatusOr<std::unique_ptr<BlendedDataset>> BlendedDataset::Create(
     if (datasets[i]->sequence_length() != datasets[0]->sequence_length()) {
       return absl::InvalidArgumentError("blended datasets differ in length");
     }
+    if (datasets[i]->has_loss_mask() != datasets[0]->has_loss_mask()) {
+      return absl::InvalidArgumentError(
+          "blended datasets differ in having a loss mask");
+    }
   }
   std::unique_ptr<BlendedDataset> b(new BlendedDataset());
   b->datasets_ = std::move(datasets);
@@ -157,6 +161,11 @@ absl::StatusOr<std::unique_ptr<BlendedDataset>> BlendedDataset::Create(
 void BlendedDataset::GetSample(int64_t idx, int64_t* out) const {
   CHECK(idx >= 0 && idx < size()) << "sample " << idx << " of " << size();
   datasets_[dataset_index_[idx]]->GetSample(dataset_sample_index_[idx], out);
+}
+
+void BlendedDataset::GetLossMask(int64_t idx, int64_t* out) const {
+  CHECK(idx >= 0 && idx < size()) << "sample " << idx << " of " << size();
+  datasets_[dataset_index_[idx]]->GetLossMask(dataset_sample_index_[idx], out);
 }
 
 absl::StatusOr<std::array<std::shared_ptr<const SampleDataset>, 3>>
@@ -203,6 +212,17 @@ BuildGPTDatasets(const Blend& blend, absl::string_view split,
     auto ds_or = IndexedDataset::Open(blend.prefixes[p]);
     if (!ds_or.ok()) return ds_or.status();
     std::shared_ptr<const IndexedDataset> ds = std::move(ds_or).value();
+    std::shared_ptr<const IndexedDataset> mask;
+    if (config.loss_mask) {
+      auto mask_or = IndexedDataset::Open(LossMaskPrefix(blend.prefixes[p]));
+      if (!mask_or.ok()) {
+        return absl::NotFoundError(absl::StrCat(
+            "--sft: ", blend.prefixes[p], " needs its loss mask beside it (",
+            mask_or.status().message(),
+            "); preprocess_data --sft writes both"));
+      }
+      mask = std::move(mask_or).value();
+    }
     for (int i = 0; i < 3; ++i) {
       if (!matrix[i].has_value()) continue;
       auto [b, e] = SplitRange(*matrix[i], ds->num_sequences());
@@ -210,6 +230,10 @@ BuildGPTDatasets(const Blend& blend, absl::string_view split,
       auto g = GPTDataset::Build(ds, b, e, buffer[p][i], static_cast<Split>(i),
                                  config, sync);
       if (!g.ok()) return g.status();
+      if (mask != nullptr) {
+        absl::Status s = (*g)->AttachLossMask(mask);
+        if (!s.ok()) return s;
+      }
       mids[p][i] = std::shared_ptr<const SampleDataset>(std::move(g).value());
     }
   }

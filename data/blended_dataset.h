@@ -60,6 +60,9 @@ class BlendedDataset : public SampleDataset {
     return datasets_[0]->sequence_length();
   }
   void GetSample(int64_t idx, int64_t* out) const override;
+  // Masks when every part has them (Create refuses a mix).
+  bool has_loss_mask() const override { return datasets_[0]->has_loss_mask(); }
+  void GetLossMask(int64_t idx, int64_t* out) const override;
 
   const std::vector<int16_t>& dataset_index() const { return dataset_index_; }
   const std::vector<int64_t>& dataset_sample_index() const {

@@ -110,5 +110,62 @@ TEST(BuildGPTDatasets, MissingPrefixIsNamed) {
             std::string::npos);
 }
 
+// Tokens are odd exactly where the companion's mask is 1, so every sample's
+// mask must line up with its tokens, across document boundaries and in
+// Megatron's shuffled order.
+TEST(BuildGPTDatasets, LossMaskCompanionFollowsTheTokens) {
+  const std::string dir = testing::TempDir("sft_mask");
+  auto tokens = IndexedDatasetBuilder::Create(dir + "/c", TokenDType::kInt32);
+  auto mask = IndexedDatasetBuilder::Create(LossMaskPrefix(dir + "/c"),
+                                            TokenDType::kUInt8);
+  ASSERT_TRUE(tokens.ok() && mask.ok());
+  for (int d = 0; d < 50; ++d) {
+    std::vector<int32_t> t, m;
+    for (int i = 0; i < 5 + d % 7; ++i) {
+      const bool train = (i + d) % 3 == 0;
+      t.push_back(2 * (d * 16 + i) + (train ? 1 : 0));
+      m.push_back(train ? 1 : 0);
+    }
+    ASSERT_TRUE((*tokens)->AddDocument(t).ok());
+    ASSERT_TRUE((*mask)->AddDocument(m).ok());
+  }
+  ASSERT_TRUE((*tokens)->Finalize().ok());
+  ASSERT_TRUE((*mask)->Finalize().ok());
+  GPTDatasetConfig config;
+  config.sequence_length = 8;
+  config.loss_mask = true;
+  auto blend = ParseDataPath(dir + "/c");
+  ASSERT_TRUE(blend.ok());
+  auto sets = BuildGPTDatasets(*blend, "90,10,0", {40, 4, 0}, config);
+  ASSERT_TRUE(sets.ok()) << sets.status();
+  const SampleDataset& train = *(*sets)[0];
+  ASSERT_TRUE(train.has_loss_mask());
+  std::vector<int64_t> s(9), m(9);
+  int64_t ones = 0;
+  for (int64_t i = 0; i < train.size(); ++i) {
+    train.GetSample(i, s.data());
+    train.GetLossMask(i, m.data());
+    for (int j = 0; j < 9; ++j) {
+      ASSERT_EQ(m[j], s[j] % 2) << "sample " << i << " token " << j;
+      ones += m[j];
+    }
+  }
+  EXPECT_GT(ones, 0);
+  // Without --sft's mode the companion is not read.
+  config.loss_mask = false;
+  auto plain = BuildGPTDatasets(*blend, "90,10,0", {40, 4, 0}, config);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE((*plain)[0]->has_loss_mask());
+  // A prefix without its companion is named.
+  MakeDataset(dir + "/bare", 20, 0);
+  config.loss_mask = true;
+  auto bare = BuildGPTDatasets(*ParseDataPath(dir + "/bare"), "100,0,0",
+                               {10, 0, 0}, config);
+  ASSERT_FALSE(bare.ok());
+  EXPECT_NE(bare.status().message().find("bare_loss_mask.idx"),
+            std::string::npos)
+      << bare.status();
+}
+
 }  // namespace
 }  // namespace mcc::data

@@ -411,6 +411,30 @@ absl::StatusOr<std::unique_ptr<GPTDataset>> GPTDataset::Build(
 }
 
 void GPTDataset::GetSample(int64_t idx, int64_t* out) const {
+  ReadSample(*dataset_, idx, kPadTokenId, out);
+}
+
+void GPTDataset::GetLossMask(int64_t idx, int64_t* out) const {
+  CHECK(loss_mask_ != nullptr) << "sample " << idx << ": no loss mask";
+  ReadSample(*loss_mask_, idx, 0, out);
+}
+
+absl::Status GPTDataset::AttachLossMask(
+    std::shared_ptr<const IndexedDataset> mask) {
+  const auto a = dataset_->sequence_lengths();
+  const auto b = mask->sequence_lengths();
+  if (!std::equal(a.begin(), a.end(), b.begin(), b.end())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        mask->prefix(), ": the loss mask's sequence lengths differ from ",
+        dataset_->prefix(), "'s (", b.size(), " sequences against ", a.size(),
+        ")"));
+  }
+  loss_mask_ = std::move(mask);
+  return absl::OkStatus();
+}
+
+void GPTDataset::ReadSample(const IndexedDataset& from, int64_t idx,
+                            int64_t pad, int64_t* out) const {
   CHECK(idx >= 0 && idx < size()) << "sample " << idx << " of " << size();
   const int64_t want = config_.sequence_length + 1;
   const int64_t s = shuffle_index_[idx];
@@ -418,12 +442,12 @@ void GPTDataset::GetSample(int64_t idx, int64_t* out) const {
   const int64_t doc_beg = pairs[2 * s], off_beg = pairs[2 * s + 1];
   const int64_t doc_end = pairs[2 * s + 2], off_end = pairs[2 * s + 3];
   const auto& didx = indices_.document_index;
-  const auto lengths = dataset_->sequence_lengths();
+  const auto lengths = from.sequence_lengths();
   int64_t n = 0;
   if (doc_beg == doc_end) {
     const int64_t len = std::min<int64_t>(off_end - off_beg + 1,
                                           lengths[didx[doc_beg]] - off_beg);
-    dataset_->Read(didx[doc_beg], off_beg, len, out);
+    from.Read(didx[doc_beg], off_beg, len, out);
     n = len;
   } else {
     for (int64_t d = doc_beg; d <= doc_end; ++d) {
@@ -432,11 +456,11 @@ void GPTDataset::GetSample(int64_t idx, int64_t* out) const {
       int64_t len = d < doc_end ? lengths[seq] - off : off_end + 1;
       len = std::min<int64_t>(len, lengths[seq] - off);
       CHECK_LE(n + len, want) << "sample " << idx << " overruns";
-      dataset_->Read(seq, off, len, out + n);
+      from.Read(seq, off, len, out + n);
       n += len;
     }
   }
-  for (; n < want; ++n) out[n] = kPadTokenId;
+  for (; n < want; ++n) out[n] = pad;
 }
 
 }  // namespace mcc::data

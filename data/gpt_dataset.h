@@ -29,6 +29,9 @@ struct GPTDatasetConfig {
   // GPTDataset_indices" as Megatron's default. "-" disables the cache (every
   // rank builds in memory).
   std::string path_to_cache;
+  // Fine-tuning data (--sft): each prefix's loss mask is read from its
+  // companion (LossMaskPrefix) and every sample carries it.
+  bool loss_mask = false;
 };
 
 // ------------------------------------------------------------------
@@ -99,6 +102,12 @@ class GPTDataset : public SampleDataset {
   int64_t size() const override { return shuffle_index_.size(); }
   int64_t sequence_length() const override { return config_.sequence_length; }
   void GetSample(int64_t idx, int64_t* out) const override;
+  bool has_loss_mask() const override { return loss_mask_ != nullptr; }
+  void GetLossMask(int64_t idx, int64_t* out) const override;
+
+  // Reads each sample's loss mask from `mask` (LossMaskPrefix), which must
+  // have the dataset's sequence lengths; the error names both files.
+  absl::Status AttachLossMask(std::shared_ptr<const IndexedDataset> mask);
 
   const GPTIndices& indices() const { return indices_; }
   // Description text the cache file names hash, and the hash.
@@ -109,7 +118,11 @@ class GPTDataset : public SampleDataset {
 
  private:
   GPTDataset() = default;
+  // Sample idx of `from` (the tokens or their mask), padded with `pad`.
+  void ReadSample(const IndexedDataset& from, int64_t idx, int64_t pad,
+                  int64_t* out) const;
   std::shared_ptr<const IndexedDataset> dataset_;
+  std::shared_ptr<const IndexedDataset> loss_mask_;
   GPTDatasetConfig config_;
   GPTIndices indices_;
   std::vector<int64_t>& shuffle_index_ = indices_.shuffle_index;

@@ -26,8 +26,11 @@ MicroBatch MakeMicroBatch(const SampleDataset& dataset, int64_t first,
   const bool documents = c.eod >= 0 && c.reset_attention_mask;
   if (documents) mb.document_start = Tensor::Empty({b, s}, DType::kInt32);
   std::vector<int64_t> sample(s + 1);
+  const bool masked = dataset.has_loss_mask();
+  std::vector<int64_t> sample_mask(masked ? s + 1 : 0);
   for (int64_t r = 0; r < b; ++r) {
     dataset.GetSample(first + r, sample.data());
+    if (masked) dataset.GetLossMask(first + r, sample_mask.data());
     int64_t p = 0, start = 0;
     for (int64_t i = 0; i < s; ++i) {
       if (documents) {
@@ -40,6 +43,8 @@ MicroBatch MakeMicroBatch(const SampleDataset& dataset, int64_t first,
       labels[r * s + i] = l == kPadTokenId ? 0 : l;
       float m = l == kPadTokenId ? 0.f : 1.f;
       if (c.eod >= 0 && c.eod_mask_loss && t == c.eod) m = 0.f;
+      // The label's own mask: position i predicts token i + 1.
+      if (masked && sample_mask[i + 1] == 0) m = 0.f;
       mask[r * s + i] = m;
       pos[r * s + i] = p++;
       if (c.eod >= 0 && c.reset_position_ids && t == c.eod) p = 0;

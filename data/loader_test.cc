@@ -119,6 +119,25 @@ TEST(DataLoader, DocumentStartsWithResetAttentionMask) {
   EXPECT_EQ(mb.position_ids.ToDoubles(), (std::vector<double>{0, 1, 2, 3, 4}));
 }
 
+// FakeDataset whose mask trains on tokens at even positions only.
+class MaskedDataset : public FakeDataset {
+ public:
+  using FakeDataset::FakeDataset;
+  bool has_loss_mask() const override { return true; }
+  void GetLossMask(int64_t idx, int64_t* out) const override {
+    for (int64_t i = 0; i <= sequence_length(); ++i) out[i] = i % 2 == 0;
+  }
+};
+
+TEST(DataLoader, ADatasetsLossMaskMasksTheLabels) {
+  MaskedDataset ds(4, 5);
+  LoaderConfig c;
+  c.micro_batch_size = 1;
+  MicroBatch mb = MakeMicroBatch(ds, 1, c);
+  // Position i predicts token i + 1: trained where i + 1 is even.
+  EXPECT_EQ(mb.loss_mask.ToDoubles(), (std::vector<double>{0, 1, 0, 1, 0}));
+}
+
 TEST(DataLoader, StagesWithoutDataReadNothing) {
   auto ds = std::make_shared<FakeDataset>(20, 4);
   LoaderConfig c;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "absl/status/status.h"
 
@@ -22,7 +23,21 @@ class SampleDataset {
   virtual int64_t sequence_length() const = 0;
   // Writes sample idx's sequence_length() + 1 tokens to out.
   virtual void GetSample(int64_t idx, int64_t* out) const = 0;
+  // Whether samples carry a loss mask of their own (fine-tuning data, whose
+  // loss covers only the assistant's tokens).
+  virtual bool has_loss_mask() const { return false; }
+  // Writes the sequence_length() + 1 mask values (1: train on this token;
+  // 0: not; padding is 0) aligned with GetSample's tokens. Only when
+  // has_loss_mask().
+  virtual void GetLossMask(int64_t idx, int64_t* out) const {}
 };
+
+// The companion of an indexed dataset at `prefix` that holds its tokens'
+// loss mask: an indexed dataset of uint8 0/1 with the same sequence lengths,
+// at "<prefix>_loss_mask" (preprocess_data --sft writes both).
+inline std::string LossMaskPrefix(const std::string& prefix) {
+  return prefix + "_loss_mask";
+}
 
 // How the ranks of a job share an index build: rank() says which rank this
 // is and barrier() waits for all of them, returning an error (a peer that

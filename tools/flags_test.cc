@@ -306,8 +306,9 @@ Outcome RunIn(const std::string& binary, const Context& c,
 
 // The contexts (filled by SetUpTestSuite, once inputs exist).
 struct Contexts {
-  Context train_mock, train_data, eval_loss, eval_gen, eval_data, export_hf,
-      import_hf, preprocess, launch, launch_grace, launch_node1, launch_linger;
+  Context train_mock, train_data, train_sft, preprocess_sft, eval_loss,
+      eval_gen, eval_data, export_hf, import_hf, preprocess, launch,
+      launch_grace, launch_node1, launch_linger;
 };
 Contexts ctx;
 
@@ -780,6 +781,10 @@ std::vector<Row> Table() {
   add("train", "replication_factor", V::kRefused, {"--replication-factor", "3"},
       local_on);
   add("train", "no_load_optim", V::kEffect, {"--no-load-optim"}, loading);
+  add("train", "finetune", V::kEffect, {"--finetune"}, loading);
+  add("train", "finetune", V::kRefused, {"--finetune"}, tm);
+  add("train", "sft", V::kEffect, {"--sft"}, ctx.train_sft);
+  add("train", "sft", V::kWarned, {"--sft"}, tm);
   add("train", "no_load_optim", V::kRefused, {"--no-load-optim"}, tm);
   add("train", "no_load_rng", V::kEffect, {"--no-load-rng"}, loading);
   add("train", "no_load_rng", V::kRefused, {"--no-load-rng"}, tm);
@@ -1041,6 +1046,12 @@ std::vector<Row> Table() {
   add("preprocess_data", "tokenizer_model", V::kWarned,
       {"--tokenizer-model", "/nonexistent.model"}, pr);
   add("preprocess_data", "append_eod", V::kEffect, {"--append-eod"}, pr);
+  const Context& pr_sft = ctx.preprocess_sft;
+  add("preprocess_data", "sft", V::kEffect, {"--sft"}, pr_sft);
+  add("preprocess_data", "tokenizer_config", V::kEffect,
+      {"--tokenizer-config", g_tmp + "/chat_b"}, With(pr_sft, {"--sft"}));
+  add("preprocess_data", "tokenizer_config", V::kWarned,
+      {"--tokenizer-config", g_tmp + "/chat_b"}, pr);
   add("preprocess_data", "workers", V::kEffect, {"--workers", "2"}, pr);
   add("preprocess_data", "skip_bad_records", V::kEffect, {"--skip-bad-records"},
       With(pr, {"--input", g_tmp + "/corpus_bad.jsonl"}));
@@ -1114,6 +1125,36 @@ class FlagsTest : public ::testing::Test {
     WriteFile(g_tmp + "/corpus_a.jsonl", a);
     WriteFile(g_tmp + "/corpus_b.jsonl", b);
     WriteFile(g_tmp + "/corpus_bad.jsonl", a + "{not json\n");
+    // Conversations (with a "text" too, so a run without --sft reads them)
+    // and two chat templates.
+    std::string conversations;
+    for (int i = 0; i < 300; ++i) {
+      absl::StrAppend(
+          &conversations, "{\"text\": \"plain ", i,
+          "\", \"messages\": [{\"role\": \"user\", \"content\": \"what is ", i,
+          " plus one?\"}, {\"role\": \"assistant\", \"content\": \"it is ",
+          i + 1, "\"}]}\n");
+    }
+    WriteFile(g_tmp + "/conversations.jsonl", conversations);
+    mkdir((g_tmp + "/chat_a").c_str(), 0755);
+    mkdir((g_tmp + "/chat_b").c_str(), 0755);
+    WriteFile(g_tmp + "/chat_a/tokenizer_config.json",
+              "{\"chat_template\": \"{% for m in messages %}<|im_start|>"
+              "{{ m.role }}\\n{{ m.content }}<|im_end|>\\n{% endfor %}"
+              "{% if add_generation_prompt %}<|im_start|>assistant\\n"
+              "{% endif %}\", \"eos_token\": \"<|im_end|>\"}");
+    WriteFile(g_tmp + "/chat_b/tokenizer_config.json",
+              "{\"chat_template\": \"{% for m in messages %}[{{ m.role }}] "
+              "{{ m.content }}\\n{% endfor %}{% if add_generation_prompt %}"
+              "[assistant] {% endif %}\"}");
+    {
+      Outcome r = Execute(
+          {g_bin["preprocess_data"], "--input", g_tmp + "/conversations.jsonl",
+           "--output-prefix", g_tmp + "/sft", "--tokenizer-type",
+           "ByteTokenizer", "--sft", "--tokenizer-config",
+           g_tmp + "/chat_a/tokenizer_config.json", "--append-eod"});
+      ASSERT_EQ(r.code, 0) << Show(r);
+    }
     WriteFile(g_tmp + "/eod.flags", "--append_eod\n");
     WriteFile(g_tmp + "/addr.flags", "--master_addr=10.7.7.7\n");
     WriteFile(g_tmp + "/job.secret", "flags test secret\n");
@@ -1190,6 +1231,18 @@ class FlagsTest : public ::testing::Test {
     ctx.preprocess.args = {"--input",          g_tmp + "/corpus_a.jsonl",
                            "--output-prefix",  g_out + "/p",
                            "--tokenizer-type", "ByteTokenizer"};
+    ctx.preprocess_sft.args = {"--input",
+                               g_tmp + "/conversations.jsonl",
+                               "--output-prefix",
+                               g_out + "/p",
+                               "--tokenizer-type",
+                               "ByteTokenizer",
+                               "--tokenizer-config",
+                               g_tmp + "/chat_a"};
+    ctx.train_sft.args = model;
+    ctx.train_sft.args.insert(ctx.train_sft.args.end(),
+                              {"--data-path", g_tmp + "/sft_messages_document",
+                               "--data-cache-path", g_out + "/cache"});
     ctx.launch.args = {"--master_port", "29411"};
     ctx.launch.tail = {
         "--", "/bin/sh", "-c",

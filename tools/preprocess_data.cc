@@ -25,8 +25,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/progress_meter.h"
+#include "data/conversation_preprocess.h"
 #include "data/preprocess.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_config.h"
 #include "glog/logging.h"
 
 ABSL_FLAG(std::string, input, "", "Input jsonl file, one JSON object a line.");
@@ -47,6 +49,15 @@ ABSL_FLAG(int, workers, 1, "Tokenizer threads.");
 ABSL_FLAG(bool, skip_bad_records, false,
           "Skip and count records that are not valid JSON, lack a key, hold "
           "invalid UTF-8 or an empty text, instead of stopping at the first.");
+ABSL_FLAG(bool, sft, false,
+          "Records are conversations ({\"messages\": [{\"role\", "
+          "\"content\"}...]}), rendered with the chat template of "
+          "tokenizer_config.json: writes <prefix>_messages_document.{bin,idx} "
+          "and its loss mask <prefix>_messages_document_loss_mask.{bin,idx} "
+          "(1 on the assistant's tokens), for train --sft. One worker.");
+ABSL_FLAG(std::string, tokenizer_config, "",
+          "--sft: the tokenizer_config.json holding chat_template, bos_token "
+          "and eos_token (default: beside --tokenizer-model).");
 ABSL_FLAG(int64_t, log_interval, 10000,
           "Documents between progress lines when stderr is not a terminal "
           "(on a terminal, one line is redrawn in place instead).");
@@ -119,6 +130,53 @@ int main(int argc, char** argv) {
                    << "--tokenizer-type " << tokenizer_type
                    << " does not read it";
     }
+  }
+  if (absl::GetFlag(FLAGS_sft)) {
+    std::string config_path = absl::GetFlag(FLAGS_tokenizer_config);
+    if (config_path.empty()) config_path = absl::GetFlag(FLAGS_tokenizer_model);
+    if (config_path.empty()) {
+      std::fprintf(stderr,
+                   "preprocess_data: --sft needs --tokenizer-config (or "
+                   "--tokenizer-model with tokenizer_config.json beside it)\n");
+      return 2;
+    }
+    const std::vector<std::string> keys = absl::GetFlag(FLAGS_json_keys);
+    if (keys != std::vector<std::string>{"text"} &&
+        keys != std::vector<std::string>{"messages"}) {
+      std::fprintf(stderr,
+                   "preprocess_data: --json-keys: --sft reads the key "
+                   "\"messages\" only\n");
+      return 2;
+    }
+    auto chat = mcc::data::ReadTokenizerConfig(config_path);
+    if (!chat.ok()) {
+      std::fprintf(stderr, "preprocess_data: --tokenizer-config: %s\n",
+                   std::string(chat.status().message()).c_str());
+      return 2;
+    }
+    mcc::data::ConversationPreprocessOptions co;
+    co.input = absl::GetFlag(FLAGS_input);
+    co.output_prefix = absl::GetFlag(FLAGS_output_prefix);
+    co.append_eod = absl::GetFlag(FLAGS_append_eod);
+    co.skip_bad_records = absl::GetFlag(FLAGS_skip_bad_records);
+    auto stats = mcc::data::PreprocessConversations(co, *chat, **tok);
+    if (!stats.ok()) {
+      std::fprintf(stderr, "preprocess_data: %s\n",
+                   std::string(stats.status().message()).c_str());
+      return 1;
+    }
+    std::printf(
+        "preprocess_data: %lld conversations (%lld skipped, %lld "
+        "tokens) -> %s.{bin,idx}\n",
+        static_cast<long long>(stats->documents),
+        static_cast<long long>(stats->skipped),
+        static_cast<long long>(stats->tokens),
+        absl::StrJoin(stats->output_prefixes, ",").c_str());
+    return 0;
+  }
+  if (!absl::GetFlag(FLAGS_tokenizer_config).empty()) {
+    LOG(WARNING) << "--tokenizer-config has no effect in this run: only "
+                    "--sft reads it";
   }
   mcc::data::PreprocessOptions o;
   o.input = absl::GetFlag(FLAGS_input);

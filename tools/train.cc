@@ -59,6 +59,14 @@ ABSL_FLAG(int64_t, lr_wsd_decay_iters, 0,
           "WSD: the last iterations of --lr-decay-iters that anneal to "
           "--min-lr (required with --lr-decay-style WSD).");
 ABSL_FLAG(double, weight_decay, 0.01, "Decoupled weight decay.");
+ABSL_FLAG(bool, sft, false,
+          "Supervised fine-tuning data: each --data-path prefix has a loss "
+          "mask beside it (preprocess_data --sft writes both), and the loss "
+          "covers only the tokens it marks (the assistant's).");
+ABSL_FLAG(bool, finetune, false,
+          "Load only the model weights from --load: the iteration, consumed "
+          "samples, optimizer state and RNG start afresh (Megatron's "
+          "--finetune).");
 ABSL_FLAG(double, adam_beta1, 0.9, "Adam beta1.");
 ABSL_FLAG(double, adam_beta2, 0.95, "Adam beta2.");
 ABSL_FLAG(double, adam_eps, 1e-8, "Adam epsilon.");
@@ -268,6 +276,7 @@ std::vector<flags::UnusedFlag> RefusedFlags(
        "yet (--num-experts)"},
       {"no_load_optim", no_load, "it needs --load DIR"},
       {"no_load_rng", no_load, "it needs --load DIR"},
+      {"finetune", no_load, "it needs --load DIR"},
       // Under --device auto the model builder refuses it once the CPU is
       // chosen (ActivationOffloader::Create).
       {"cpu_offloading", config.device() == "cpu",
@@ -383,6 +392,7 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const training::TrainConfig& config,
        "rotary positions stay the sequence's (a shift common to a document "
        "changes none of its attention scores); only learned positions read "
        "it"},
+      {"sft", mock, mock_why},
       {"vocab_file", !mock && config.tokenizer_type() != "GPT2BPETokenizer",
        "only GPT2BPETokenizer reads it"},
       {"merge_file", !mock && config.tokenizer_type() != "GPT2BPETokenizer",

@@ -265,6 +265,7 @@ BuildDatasets(const TrainConfig& train_config, const Job& job,
   data::GPTDatasetConfig config;
   config.sequence_length = static_cast<int32_t>(seq);
   config.random_seed = static_cast<uint32_t>(job.config.seed);
+  config.loss_mask = train_config.sft();
   if (!train_config.data_cache_path().empty()) {
     config.path_to_cache = train_config.data_cache_path();
   }

@@ -365,7 +365,15 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
       local.restore_dir.empty() ? ckpt.load : local.restore_dir;
   if (resumed) {
     MCC_ASSIGN_OR_RETURN(
-        progress, LoadModelCheckpoint(load_dir, *job, !ckpt.no_load_rng));
+        progress, LoadModelCheckpoint(load_dir, *job,
+                                      !ckpt.no_load_rng && !ckpt.finetune));
+    // --finetune: the weights only; iteration and samples start at 0.
+    if (ckpt.finetune) {
+      LOG_IF(INFO, log) << "--finetune: the weights of iteration "
+                        << progress.iteration
+                        << "; iteration, samples, optimizer and RNG restart";
+      progress = TrainingProgress();
+    }
   }
 
   // Data parallelism and the optimizer.
@@ -528,7 +536,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
   const EvaluateMicroBatches evaluate_with_trainer = [&trainer](int n) {
     return trainer->Evaluate(n);
   };
-  if (resumed && !ckpt.no_load_optim) {
+  if (resumed && !ckpt.no_load_optim && !ckpt.finetune) {
     // Sharded parameters are made whole around loads and saves.
     MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
     MCC_RETURN_IF_ERROR(

@@ -33,6 +33,7 @@ absl::StatusOr<CheckpointOptions> CheckpointOptionsFromConfig(
   f.keep_last = config.keep_last();
   f.no_load_rng = config.no_load_rng();
   f.no_load_optim = config.no_load_optim();
+  f.finetune = config.finetune();
   f.continue_on_save_failure = config.continue_on_save_failure();
   if (f.save_interval < 0) {
     return absl::InvalidArgumentError(

@@ -31,6 +31,8 @@ struct CheckpointOptions {
   int keep_last = 0;  // 0 keeps every checkpoint.
   bool no_load_rng = false;
   bool no_load_optim = false;
+  // --finetune: the weights only, from iteration 0 with a fresh optimizer.
+  bool finetune = false;
   // After a failed save: log it and train on (true), or stop (false).
   bool continue_on_save_failure = false;
 
