@@ -65,7 +65,7 @@ TEST(EvalConfigFromFlagsTest, FieldsAreEvalsFlagsWithTheirDefaults) {
 }
 
 TEST(ServeConfigTest, FieldsAreServesFlagsWithTheirDefaults) {
-  EXPECT_EQ(CheckFieldsAreFlags(inference::ServeConfig::descriptor()), 21);
+  EXPECT_EQ(CheckFieldsAreFlags(inference::ServeConfig::descriptor()), 22);
 }
 
 // In the TrainConfig a field is present exactly when its flag was given.

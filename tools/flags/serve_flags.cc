@@ -72,3 +72,7 @@ ABSL_FLAG(int64_t, spin_wait_us, 200,
           "costs about as much as one loop of a decoding step on a VM; "
           "polling burns a core, so lower it when the server shares its "
           "cores.");
+ABSL_FLAG(std::string, tokenizer_config, "",
+          "tokenizer_config.json (or its directory) whose chat_template "
+          "serves POST /v1/chat/completions (bos_token and eos_token from "
+          "the same file); without it that route answers 404.");

@@ -31,5 +31,6 @@ ABSL_DECLARE_FLAG(double, request_timeout);
 ABSL_DECLARE_FLAG(double, request_read_timeout);
 ABSL_DECLARE_FLAG(int32_t, max_connections);
 ABSL_DECLARE_FLAG(int64_t, spin_wait_us);
+ABSL_DECLARE_FLAG(std::string, tokenizer_config);
 
 #endif  // TOOLS_FLAGS_SERVE_FLAGS_H_

@@ -201,6 +201,12 @@ HttpFrontend::HttpFrontend(inference::Engine* engine,
                    HandleCompletions(req, res);
                  });
   }
+  chat_ = ChatFrontend::Create(
+      {engine_, [this](const std::string& s) { return Encode(s); },
+       [this] { return Deadline(); }, [this] { return NextSeed(); },
+       options_.model_name, options_.request_timeout},
+      options_.chat);
+  if (chat_.ok()) (*chat_)->Register(&server_);
   server_.Get(
       "/health", [this](const httplib::Request&, httplib::Response& res) {
         absl::MutexLock lock(&health_mu_);
@@ -221,8 +227,9 @@ HttpFrontend::HttpFrontend(inference::Engine* engine,
         switch (res.status) {
           case 404:
             message = absl::StrCat("no endpoint ", req.method, " ", req.path,
-                                   " (PUT /api, POST /v1/completions, GET "
-                                   "/health, GET /metrics)");
+                                   " (PUT /api, POST /v1/completions, POST "
+                                   "/v1/chat/completions, GET /v1/models, "
+                                   "GET /health, GET /metrics)");
             break;
           case 413:
             message = "the request body is larger than the server's limit";
@@ -253,6 +260,7 @@ HttpFrontend::HttpFrontend(inference::Engine* engine,
 HttpFrontend::~HttpFrontend() { Stop(); }
 
 absl::StatusOr<int> HttpFrontend::Bind(const std::string& host, int port) {
+  if (!chat_.ok()) return chat_.status();  // A chat template it cannot run.
   int bound = -1;
   if (port == 0) {
     bound = server_.bind_to_any_port(host);

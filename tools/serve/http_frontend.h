@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -16,8 +17,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_config.h"
 #include "httplib.h"
 #include "inference/engine.h"
+#include "tools/serve/chat_frontend.h"
 #include "tools/serve/guarded_server.h"
 
 namespace mcc {
@@ -43,6 +46,9 @@ struct FrontendOptions {
   // Bytes of requests still arriving, together (503 past it); at least twice
   // max_body_bytes.
   size_t max_buffered_bytes = size_t{256} << 20;
+  // The chat template for POST /v1/chat/completions (chat_frontend.h);
+  // none: that route answers 404 saying so.
+  std::optional<data::ChatTemplateConfig> chat;
 };
 
 // Thread-safe: handlers run on the server's threads; the engine runs on its
@@ -85,6 +91,7 @@ class HttpFrontend {
   std::atomic<uint64_t> next_completion_{1};
   absl::Mutex health_mu_;
   std::string unhealthy_ ABSL_GUARDED_BY(health_mu_);
+  absl::StatusOr<std::unique_ptr<ChatFrontend>> chat_;  // Bind reports it
 };
 
 }  // namespace serve

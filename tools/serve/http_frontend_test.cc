@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "data/tokenizer.h"
 #include "gtest/gtest.h"
@@ -25,6 +26,7 @@
 #include "inference/engine.h"
 #include "inference/fake_step_executor.h"
 #include "inference/paged_kv_cache.h"
+#include "nlohmann/json.hpp"
 
 namespace mcc {
 namespace serve {
@@ -602,6 +604,218 @@ TEST(HttpFrontendTest, BindNamesThePortInUse) {
   ASSERT_FALSE(port.ok());
   EXPECT_TRUE(absl::StrContains(port.status().message(),
                                 absl::StrCat("--port ", server.port())))
+      << port.status();
+}
+
+// ---- Chat: POST /v1/chat/completions and GET /v1/models. The fake model
+// answers byte b with b + 1, so after the generation prompt's "a" it writes
+// "bcdef...": the template's end-of-turn "def" ends the answer after "bc".
+
+ServerSetup ChatSetup() {
+  ServerSetup setup;
+  setup.frontend.model_name = "tiny-chat";
+  setup.frontend.chat = data::ChatTemplateConfig{
+      "{% if messages[0].role == 'system' %}{% endif %}"
+      "{% for m in messages %}"
+      "{% if m.role not in ['system', 'user', 'assistant'] %}"
+      "{{ raise_exception('unknown role ' ~ m.role) }}{% endif %}"
+      "{{ m.role }}:{{ m.content }}def{% endfor %}"
+      "{% if add_generation_prompt %}assistant:a{% endif %}",
+      "", ""};
+  return setup;
+}
+
+httplib::Result PostChat(int port, const std::string& body) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(30, 0);
+  return client.Post("/v1/chat/completions", body, "application/json");
+}
+
+TEST(HttpFrontendChatTest, TemplateAppliedAndStoppedAtEndOfTurn) {
+  TestServer server(ChatSetup());
+  auto res = PostChat(server.port(), R"({"model": "tiny-chat", "messages": [)"
+                                     R"({"role": "system", "content": "S"},)"
+                                     R"({"role": "user", "content": "hi"}],)"
+                                     R"( "max_tokens": 10, "temperature": 0})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  auto j = nlohmann::json::parse(res->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["model"], "tiny-chat");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "bc");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  const std::string rendered = "system:Sdefuser:hidefassistant:a";
+  EXPECT_EQ(j["usage"]["prompt_tokens"], rendered.size());
+  // The same prompt rendered by hand, through /v1/completions.
+  auto plain = Post(server.port(), nlohmann::json({{"prompt", rendered},
+                                                   {"max_tokens", 10},
+                                                   {"temperature", 0},
+                                                   {"stop", "def"}})
+                                       .dump());
+  ASSERT_TRUE(plain);
+  ASSERT_EQ(plain->status, 200) << plain->body;
+  EXPECT_EQ(nlohmann::json::parse(plain->body)["choices"][0]["text"], "bc");
+  // Without the end of turn within max_tokens: "length".
+  auto shorter =
+      PostChat(server.port(),
+               R"({"messages": [{"role": "user", "content": [{"type": "text",)"
+               R"( "text": "h"}, {"type": "text", "text": "i"}]}],)"
+               R"( "max_completion_tokens": 1})");
+  ASSERT_TRUE(shorter);
+  ASSERT_EQ(shorter->status, 200) << shorter->body;
+  auto k = nlohmann::json::parse(shorter->body);
+  EXPECT_EQ(k["choices"][0]["message"]["content"], "b");
+  EXPECT_EQ(k["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(k["usage"]["completion_tokens"], 1);
+  EXPECT_TRUE(server.Drained());
+}
+
+TEST(HttpFrontendChatTest, StreamedAsOpenAiChunks) {
+  TestServer server(ChatSetup());
+  auto res = PostChat(server.port(),
+                      R"({"messages": [{"role": "user", "content": "hi"}],)"
+                      R"( "max_tokens": 10, "stream": true,)"
+                      R"( "stream_options": {"include_usage": true}})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_TRUE(absl::StartsWith(res->get_header_value("Content-Type"),
+                               "text/event-stream"));
+  std::string content, finish, role;
+  int usage_chunks = 0;
+  bool done = false;
+  for (absl::string_view line : absl::StrSplit(res->body, "\n\n")) {
+    if (line.empty()) continue;
+    ASSERT_TRUE(absl::StartsWith(line, "data: ")) << line;
+    line.remove_prefix(6);
+    if (line == "[DONE]") {
+      done = true;
+      continue;
+    }
+    ASSERT_FALSE(done) << "an event after [DONE]";
+    auto chunk = nlohmann::json::parse(line);
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+    if (chunk.contains("usage")) {
+      ++usage_chunks;
+      EXPECT_TRUE(chunk["choices"].empty());
+      // "b c" and the end of turn "d e f" were generated.
+      EXPECT_EQ(chunk["usage"]["completion_tokens"], 5);
+      continue;
+    }
+    const auto& choice = chunk["choices"][0];
+    if (choice["delta"].contains("role")) role = choice["delta"]["role"];
+    if (choice["delta"].contains("content")) {
+      content += choice["delta"]["content"].get<std::string>();
+    }
+    if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+  }
+  EXPECT_TRUE(done);
+  EXPECT_EQ(role, "assistant");
+  EXPECT_EQ(content, "bc");
+  EXPECT_EQ(finish, "stop");
+  EXPECT_EQ(usage_chunks, 1);
+  EXPECT_TRUE(server.Drained());
+}
+
+TEST(HttpFrontendChatTest, ModelsListsTheServedModel) {
+  TestServer server(ChatSetup());
+  httplib::Client client("127.0.0.1", server.port());
+  auto res = client.Get("/v1/models");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  auto j = nlohmann::json::parse(res->body);
+  EXPECT_EQ(j["object"], "list");
+  ASSERT_EQ(j["data"].size(), 1);
+  EXPECT_EQ(j["data"][0]["id"], "tiny-chat");
+  EXPECT_EQ(j["data"][0]["object"], "model");
+}
+
+TEST(HttpFrontendChatTest, MalformedChatRequestsAre400AndTheServerLives) {
+  TestServer server(ChatSetup());
+  const std::string deep(5000, '[');
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"not json", "JSON"},
+      {"[]", "object"},
+      {R"({})", "messages"},
+      {R"({"messages": "hi"})", "messages"},
+      {R"({"messages": []})", "messages"},
+      {R"({"messages": [1]})", "messages[0]"},
+      {R"({"messages": [{"content": "x"}]})", "messages[0].role"},
+      {R"({"messages": [{"role": "user"}]})", "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": 7}]})", "content"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       "text"},
+      {R"({"messages": [{"role": "user", "content": "x", "tool_calls": [{}]}]})",
+       "tool_calls"},
+      {R"({"messages": [{"role": "robot", "content": "x"}]})",
+       "unknown role robot"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n must"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})",
+       "logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{}]})",
+       "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})",
+       "max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}],)"
+       R"( "max_tokens": 9223372036854775807})",
+       "context of 128"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})",
+       "temperature"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop": ["a","b","c","d","e"]})",
+       "stop"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop": ""})",
+       "stop"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stream": "yes"})",
+       "stream"},
+      {R"({"messages": [{"role": "user", "content": "x"}],)"
+       R"( "stream_options": []})",
+       "stream_options"},
+      {R"({"messages": [{"role": "user", "content": ")" +
+           std::string(200, 'x') + R"("}]})",
+       "context of 128"},
+      {deep, "JSON"},
+  };
+  for (const auto& [body, why] : bad) {
+    auto res = PostChat(server.port(), body);
+    ASSERT_TRUE(res) << body;
+    EXPECT_EQ(res->status, 400) << body << " -> " << res->body;
+    EXPECT_TRUE(absl::StrContains(res->body, why))
+        << body.substr(0, 80) << " -> " << res->body;
+    EXPECT_TRUE(nlohmann::json::accept(res->body)) << res->body;
+  }
+  auto ok = PostChat(server.port(),
+                     R"({"messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_TRUE(server.Drained());
+  EXPECT_TRUE(server.engine_status().ok()) << server.engine_status();
+}
+
+TEST(HttpFrontendChatTest, NoTemplateIs404AndABadOneFailsBind) {
+  TestServer server({});
+  auto res = PostChat(server.port(),
+                      R"({"messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 404) << res->body;
+  EXPECT_TRUE(absl::StrContains(res->body, "--tokenizer-config")) << res->body;
+
+  inference::KvCacheShape shape;
+  shape.num_layers = shape.kv_heads = shape.head_dim = 1;
+  shape.block_size = kBlockSize;
+  auto cache = inference::PagedKvCache::WithBlocks(shape, kBlocks);
+  inference::FakeStepExecutor executor(264, kBlockSize, 200);
+  inference::EngineOptions options;
+  options.max_positions = 128;
+  options.model_vocab = 264;
+  inference::Engine engine(options, &executor, &cache,
+                           std::make_unique<FailingTokenizer>());
+  FrontendOptions fo;
+  fo.chat = data::ChatTemplateConfig{"{% macro m() %}{% endmacro %}", "", ""};
+  HttpFrontend frontend(&engine, std::make_unique<FailingTokenizer>(), fo);
+  auto port = frontend.Bind("127.0.0.1", 0);
+  ASSERT_FALSE(port.ok());
+  EXPECT_TRUE(absl::StrContains(port.status().message(),
+                                "{% macro %} is not supported"))
       << port.status();
 }
 

@@ -11,6 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "data/tokenizer_config.h"
 #include "glog/logging.h"
 #include "inference/serve_config.pb.h"
 #include "inference/serving_model.h"
@@ -58,6 +59,7 @@ const std::set<std::string>& UsedFlags() {
                                 "request_read_timeout",
                                 "max_connections",
                                 "spin_wait_us",
+                                "tokenizer_config",
                                 "quantize",
                                 "tokenizer_type",
                                 "vocab_file",
@@ -154,6 +156,14 @@ int main(int argc, char** argv) {
   auto config = mcc::serve::ConfigFromFlags();
   absl::Status checked = config.status();
   if (checked.ok()) checked = mcc::inference::CheckServeConfig(*config);
+  if (checked.ok() && !config->tokenizer_config().empty()) {
+    checked =
+        mcc::data::ReadTokenizerConfig(config->tokenizer_config()).status();
+    if (!checked.ok()) {
+      checked = absl::InvalidArgumentError(
+          absl::StrCat("--tokenizer-config: ", checked.message()));
+    }
+  }
   if (!checked.ok()) {
     std::fprintf(stderr, "serve: %s\n", std::string(checked.message()).c_str());
     return mcc::serve::kFlagError;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
+#include "data/tokenizer_config.h"
 #include "glog/logging.h"
 #include "inference/distributed_step.h"
 #include "inference/engine.h"
@@ -47,6 +48,15 @@ absl::Status ServeHttp(const inference::ServeConfig& config,
   frontend_options.idle_timeout =
       std::min(absl::Seconds(5), frontend_options.read_timeout);
   frontend_options.max_connections = config.max_connections();
+  if (!config.tokenizer_config().empty()) {
+    auto chat = data::ReadTokenizerConfig(config.tokenizer_config());
+    if (!chat.ok()) {
+      (void)executor->Shutdown();
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tokenizer-config: ", chat.status().message()));
+    }
+    frontend_options.chat = *chat;
+  }
   const std::string host = config.host();
   if (frontend_options.api_key.empty() && host != "127.0.0.1" &&
       host != "localhost" && host != "::1") {
