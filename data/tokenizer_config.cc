@@ -80,7 +80,8 @@ absl::StatusOr<ChatTemplateConfig> ReadTokenizerConfig(
   std::error_code ec;
   if (std::filesystem::is_directory(p, ec)) {
     p /= "tokenizer_config.json";
-  } else if (p.filename() != "tokenizer_config.json") {
+  } else if (p.extension() != ".json" || p.filename() == "tokenizer.json") {
+    // A tokenizer file (tokenizer.json, a SentencePiece model): its sibling.
     p = p.parent_path() / "tokenizer_config.json";
   }
   std::ifstream in(p, std::ios::binary);

@@ -25,8 +25,9 @@ struct ChatTemplateConfig {
 absl::StatusOr<ChatTemplateConfig> ParseTokenizerConfig(
     absl::string_view json_text, const std::string& label);
 
-// The same from a file: tokenizer_config.json itself, or a directory or a
-// tokenizer.json path beside which it lies.
+// The same from a file: a .json file other than tokenizer.json is read
+// itself; a directory, or a tokenizer file (tokenizer.json, a SentencePiece
+// model), names the tokenizer_config.json in it or beside it.
 absl::StatusOr<ChatTemplateConfig> ReadTokenizerConfig(const std::string& path);
 
 // ParseTokenizerConfig + ChatTemplate::Parse, errors naming `label`.
