@@ -296,6 +296,9 @@ class Parser {
   absl::StatusOr<ExprPtr> ParsePrimary(int depth);
   absl::StatusOr<ExprPtr> ParseFilters(ExprPtr e, int depth);
   absl::Status ParseArgs(Expr* call, int depth);
+  // The parsed expression, unless its tree is deeper than rendering's
+  // recursion allows (long operator chains nest too).
+  absl::StatusOr<ExprPtr> Checked(absl::StatusOr<ExprPtr> e);
   absl::Status Deeper(int depth) const {
     if (depth > limits_.max_depth) {
       return Error(src_, Peek().pos,
@@ -497,6 +500,25 @@ absl::Status Parser::Segment_() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<ExprPtr> Parser::Checked(absl::StatusOr<ExprPtr> e) {
+  if (!e.ok()) return e;
+  // Iterative, so the check itself cannot run out of stack.
+  std::vector<std::pair<const Expr*, int>> stack = {{e->get(), 1}};
+  while (!stack.empty()) {
+    auto [x, d] = stack.back();
+    stack.pop_back();
+    if (d > 4 * limits_.max_depth) {
+      return Error(src_, x->pos,
+                   absl::StrCat("an expression nested deeper than ",
+                                4 * limits_.max_depth));
+    }
+    for (const ExprPtr& a : x->args) {
+      if (a != nullptr) stack.emplace_back(a.get(), d + 1);
+    }
+  }
+  return e;
+}
+
 absl::Status Parser::Expect(absl::string_view op) {
   if (!AtOp(op)) {
     return Error(src_, Peek().pos, absl::StrCat("expected '", op, "'"));
@@ -543,11 +565,12 @@ absl::StatusOr<ExprPtr> Parser::ParseExpr(int depth) {
 
 absl::StatusOr<ExprPtr> Parser::ParseOr(int depth) {
   MCC_ASSIGN_OR_RETURN(ExprPtr e, ParseAnd(depth));
-  while (AtName("or")) {
+  for (int n = 1; AtName("or"); ++n) {
+    MCC_RETURN_IF_ERROR(Deeper(depth + n));
     auto o = MakeExpr(Expr::Op::kOr, Peek().pos);
     ++tp_;
     o->args.push_back(std::move(e));
-    MCC_ASSIGN_OR_RETURN(ExprPtr r, ParseAnd(depth));
+    MCC_ASSIGN_OR_RETURN(ExprPtr r, ParseAnd(depth + n));
     o->args.push_back(std::move(r));
     e = std::move(o);
   }
@@ -556,11 +579,12 @@ absl::StatusOr<ExprPtr> Parser::ParseOr(int depth) {
 
 absl::StatusOr<ExprPtr> Parser::ParseAnd(int depth) {
   MCC_ASSIGN_OR_RETURN(ExprPtr e, ParseNot(depth));
-  while (AtName("and")) {
+  for (int n = 1; AtName("and"); ++n) {
+    MCC_RETURN_IF_ERROR(Deeper(depth + n));
     auto o = MakeExpr(Expr::Op::kAnd, Peek().pos);
     ++tp_;
     o->args.push_back(std::move(e));
-    MCC_ASSIGN_OR_RETURN(ExprPtr r, ParseNot(depth));
+    MCC_ASSIGN_OR_RETURN(ExprPtr r, ParseNot(depth + n));
     o->args.push_back(std::move(r));
     e = std::move(o);
   }
@@ -581,7 +605,8 @@ absl::StatusOr<ExprPtr> Parser::ParseNot(int depth) {
 
 absl::StatusOr<ExprPtr> Parser::ParseCompare(int depth) {
   MCC_ASSIGN_OR_RETURN(ExprPtr e, ParseAdd(depth));
-  while (true) {
+  for (int n = 1;; ++n) {
+    MCC_RETURN_IF_ERROR(Deeper(depth + n));
     const Token& t = Peek();
     std::string op;
     size_t advance = 1;
@@ -603,7 +628,7 @@ absl::StatusOr<ExprPtr> Parser::ParseCompare(int depth) {
     tp_ += advance;
     b->name = op;
     b->args.push_back(std::move(e));
-    MCC_ASSIGN_OR_RETURN(ExprPtr r, ParseAdd(depth));
+    MCC_ASSIGN_OR_RETURN(ExprPtr r, ParseAdd(depth + n));
     b->args.push_back(std::move(r));
     e = std::move(b);
   }
@@ -612,11 +637,12 @@ absl::StatusOr<ExprPtr> Parser::ParseCompare(int depth) {
 
 absl::StatusOr<ExprPtr> Parser::ParseAdd(int depth) {
   MCC_ASSIGN_OR_RETURN(ExprPtr e, ParseConcat(depth));
-  while (AtOp("+") || AtOp("-")) {
+  for (int n = 1; AtOp("+") || AtOp("-"); ++n) {
+    MCC_RETURN_IF_ERROR(Deeper(depth + n));
     auto b = MakeExpr(Expr::Op::kBinary, Peek().pos);
     b->name = (*toks_)[tp_++].text;
     b->args.push_back(std::move(e));
-    MCC_ASSIGN_OR_RETURN(ExprPtr r, ParseConcat(depth));
+    MCC_ASSIGN_OR_RETURN(ExprPtr r, ParseConcat(depth + n));
     b->args.push_back(std::move(r));
     e = std::move(b);
   }
@@ -625,11 +651,12 @@ absl::StatusOr<ExprPtr> Parser::ParseAdd(int depth) {
 
 absl::StatusOr<ExprPtr> Parser::ParseConcat(int depth) {
   MCC_ASSIGN_OR_RETURN(ExprPtr e, ParseMul(depth));
-  while (AtOp("~")) {
+  for (int n = 1; AtOp("~"); ++n) {
+    MCC_RETURN_IF_ERROR(Deeper(depth + n));
     auto b = MakeExpr(Expr::Op::kBinary, Peek().pos);
     b->name = (*toks_)[tp_++].text;
     b->args.push_back(std::move(e));
-    MCC_ASSIGN_OR_RETURN(ExprPtr r, ParseMul(depth));
+    MCC_ASSIGN_OR_RETURN(ExprPtr r, ParseMul(depth + n));
     b->args.push_back(std::move(r));
     e = std::move(b);
   }
@@ -638,13 +665,15 @@ absl::StatusOr<ExprPtr> Parser::ParseConcat(int depth) {
 
 absl::StatusOr<ExprPtr> Parser::ParseMul(int depth) {
   MCC_ASSIGN_OR_RETURN(ExprPtr e, ParseUnary(depth));
-  while (AtOp("*") || AtOp("//") || AtOp("%") || AtOp("/") || AtOp("**")) {
+  for (int n = 1;
+       AtOp("*") || AtOp("//") || AtOp("%") || AtOp("/") || AtOp("**"); ++n) {
+    MCC_RETURN_IF_ERROR(Deeper(depth + n));
     if (AtOp("/")) return Unsupported(src_, Peek().pos, "'/' (true division)");
     if (AtOp("**")) return Unsupported(src_, Peek().pos, "'**'");
     auto b = MakeExpr(Expr::Op::kBinary, Peek().pos);
     b->name = (*toks_)[tp_++].text;
     b->args.push_back(std::move(e));
-    MCC_ASSIGN_OR_RETURN(ExprPtr r, ParseUnary(depth));
+    MCC_ASSIGN_OR_RETURN(ExprPtr r, ParseUnary(depth + n));
     b->args.push_back(std::move(r));
     e = std::move(b);
   }
@@ -683,7 +712,8 @@ absl::Status Parser::ParseArgs(Expr* call, int depth) {
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseFilters(ExprPtr e, int depth) {
-  while (true) {
+  for (int n = 1;; ++n) {
+    MCC_RETURN_IF_ERROR(Deeper(depth + n));
     if (AtOp("|")) {
       auto f = MakeExpr(Expr::Op::kFilter, Peek().pos);
       ++tp_;
@@ -720,7 +750,8 @@ absl::StatusOr<ExprPtr> Parser::ParseFilters(ExprPtr e, int depth) {
 
 absl::StatusOr<ExprPtr> Parser::ParsePostfix(int depth) {
   MCC_ASSIGN_OR_RETURN(ExprPtr e, ParsePrimary(depth));
-  while (true) {
+  for (int n = 1;; ++n) {
+    MCC_RETURN_IF_ERROR(Deeper(depth + n));
     if (AtOp(".")) {
       auto a = MakeExpr(Expr::Op::kAttr, Peek().pos);
       ++tp_;
@@ -908,7 +939,7 @@ absl::StatusOr<Body> Parser::ParseBody(int depth, std::vector<std::string> ends,
       Node n;
       n.type = Node::Type::kOutput;
       n.pos = seg.pos;
-      MCC_ASSIGN_OR_RETURN(n.expr, ParseExpr(0));
+      MCC_ASSIGN_OR_RETURN(n.expr, Checked(ParseExpr(0)));
       if (Peek().type != Token::Type::kEnd)
         return Error(src_, Peek().pos, "expected '}}'");
       body.push_back(std::move(n));
@@ -933,7 +964,7 @@ absl::StatusOr<Body> Parser::ParseBody(int depth, std::vector<std::string> ends,
     n.pos = seg.pos;
     if (kw == "if") {
       n.type = Node::Type::kIf;
-      MCC_ASSIGN_OR_RETURN(ExprPtr cond, ParseExpr(0));
+      MCC_ASSIGN_OR_RETURN(ExprPtr cond, Checked(ParseExpr(0)));
       MCC_RETURN_IF_ERROR(at_end());
       n.conds.push_back(std::move(cond));
       while (true) {
@@ -949,7 +980,7 @@ absl::StatusOr<Body> Parser::ParseBody(int depth, std::vector<std::string> ends,
           break;
         }
         if (ended == "elif") {
-          MCC_ASSIGN_OR_RETURN(ExprPtr c, ParseExpr(0));
+          MCC_ASSIGN_OR_RETURN(ExprPtr c, Checked(ParseExpr(0)));
           MCC_RETURN_IF_ERROR(at_end());
           n.conds.push_back(std::move(c));
           continue;
@@ -972,7 +1003,7 @@ absl::StatusOr<Body> Parser::ParseBody(int depth, std::vector<std::string> ends,
       }
       if (!AtName("in")) return Error(src_, Peek().pos, "expected 'in'");
       ++tp_;
-      MCC_ASSIGN_OR_RETURN(n.expr, ParseOr(0));
+      MCC_ASSIGN_OR_RETURN(n.expr, Checked(ParseOr(0)));
       if (AtName("if")) return Unsupported(src_, Peek().pos, "a loop filter");
       if (AtName("recursive"))
         return Unsupported(src_, Peek().pos, "a recursive loop");
@@ -1007,7 +1038,7 @@ absl::StatusOr<Body> Parser::ParseBody(int depth, std::vector<std::string> ends,
         return Unsupported(src_, seg.pos, "a block set ({% set x %}...)");
       }
       MCC_RETURN_IF_ERROR(Expect("="));
-      MCC_ASSIGN_OR_RETURN(n.expr, ParseExpr(0));
+      MCC_ASSIGN_OR_RETURN(n.expr, Checked(ParseExpr(0)));
       MCC_RETURN_IF_ERROR(at_end());
     } else if (kw == "generation") {
       // transformers' assistant-mask markers: their body renders as is.

@@ -181,6 +181,17 @@ TEST(ChatTemplateTest, HostileTemplatesStopAtTheLimits) {
   EXPECT_THAT(RenderText("{{ " + std::string(5000, '(') + "1" +
                          std::string(5000, ')') + " }}"),
               HasSubstr("nesting deeper than 64"));
+  // Long chains nest as deep as parentheses do.
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 10000; ++i) chain += " + 1";
+  EXPECT_THAT(RenderText(chain + " }}"), HasSubstr("nesting deeper than 64"));
+  std::string filters = "{{ 'a'";
+  for (int i = 0; i < 10000; ++i) filters += " | trim";
+  EXPECT_THAT(RenderText(filters + " }}"), HasSubstr("nesting deeper than 64"));
+  std::string nested_chains = "{{ 1";
+  for (int i = 0; i < 60; ++i) nested_chains += " + (1 + 1 + 1 + 1 + 1 + 1 + 1";
+  EXPECT_THAT(RenderText(nested_chains + std::string(60, ')') + " }}"),
+              HasSubstr("deeper than"));
   std::string nested;
   for (int i = 0; i < 5000; ++i) nested += "{% if true %}";
   EXPECT_THAT(RenderText(nested), HasSubstr("blocks nested deeper than 64"));

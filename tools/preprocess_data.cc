@@ -154,6 +154,10 @@ int main(int argc, char** argv) {
                    std::string(chat.status().message()).c_str());
       return 2;
     }
+    if (absl::GetFlag(FLAGS_workers) != 1) {
+      LOG(WARNING) << "--workers has no effect in this run: --sft tokenizes "
+                      "on one thread";
+    }
     mcc::data::ConversationPreprocessOptions co;
     co.input = absl::GetFlag(FLAGS_input);
     co.output_prefix = absl::GetFlag(FLAGS_output_prefix);
