@@ -183,8 +183,11 @@ absl::StatusOr<ServingModel> LoadRandomModel(const ServeConfig& serve) {
   const training::TrainConfig& run = serve.run();
   ServingModel out;
   MCC_ASSIGN_OR_RETURN(
-      out.tokenizer, data::CreateTokenizer(run.tokenizer_type(),
-                                           run.vocab_file(), run.merge_file()));
+      out.tokenizer,
+      data::CreateTokenizer(
+          run.tokenizer_type(),
+          data::TokenizerFiles{run.vocab_file(), run.merge_file(),
+                               run.tokenizer_model()}));
   const int64_t vocab =
       run.has_vocab_size() ? run.vocab_size() : out.tokenizer->vocab_size();
   MCC_ASSIGN_OR_RETURN(gpt::GPTConfig config,
@@ -278,8 +281,11 @@ absl::StatusOr<ServingModel> LoadServingModel(const ServeConfig& serve) {
   config.make_vocab_size_divisible_by = run.make_vocab_size_divisible_by();
   ServingModel out;
   MCC_ASSIGN_OR_RETURN(
-      out.tokenizer, data::CreateTokenizer(run.tokenizer_type(),
-                                           run.vocab_file(), run.merge_file()));
+      out.tokenizer,
+      data::CreateTokenizer(
+          run.tokenizer_type(),
+          data::TokenizerFiles{run.vocab_file(), run.merge_file(),
+                               run.tokenizer_model()}));
   if (out.tokenizer->vocab_size() > config.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tokenizer-type ", out.tokenizer->name(), " has ",

@@ -9,6 +9,8 @@ set -euo pipefail
 train=$1
 serve=$2
 client=$3
+hf_tokenizer=$4  # Qwen 2's layout, with <|im_start|> and <|im_end|>
+qwen_template=$5
 python=/usr/bin/python3
 [[ -x $python ]] || python=python3
 work=${TEST_TMPDIR:-$(mktemp -d)}
@@ -70,5 +72,29 @@ code=$(curl -s -o "$work/err.json" -w '%{http_code}' "$url/v1/chat/completions" 
 "$python" "$client" "$(cat "$work/port")" "$work/rendered.txt" > "$work/client.log" 2>&1 ||
   { cat "$work/client.log"; fail "client"; }
 grep -q "all chat client checks passed" "$work/client.log" || fail "client: $(cat "$work/client.log")"
+kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
+
+# A Hugging Face tokenizer.json and the real Qwen2.5 template: with a system
+# message it renders the same ChatML, now with <|im_end|> one token.
+"$train" --mock-data --vocab-size 3300 --num-layers 2 --hidden-size 32 \
+  --num-attention-heads 2 --seq-length 256 --micro-batch-size 2 \
+  --train-iters 2 --num-threads 1 --save "$work/ckpt_hf" > "$work/train_hf.log" 2>&1 ||
+  { cat "$work/train_hf.log"; fail "train (vocabulary 3300)"; }
+"$python" -c 'import json, sys; json.dump({"chat_template": open(sys.argv[1]).read(), "eos_token": "<|im_end|>"}, open(sys.argv[2], "w"))' \
+  "$qwen_template" "$work/qwen_config.json"
+rm -f "$work/port"
+"$serve" --load "$work/ckpt_hf" --port 0 --port-file "$work/port" --num-threads 1 \
+  --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$hf_tokenizer" \
+  --tokenizer-config "$work/qwen_config.json" > "$work/serve_hf.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do
+  [[ -s $work/port ]] && break
+  kill -0 "$pid" 2>/dev/null || { cat "$work/serve_hf.log"; fail "serve (HF) exited"; }
+  sleep 0.2
+done
+[[ -s $work/port ]] || { cat "$work/serve_hf.log"; fail "serve (HF) never listened"; }
+"$python" "$client" "$(cat "$work/port")" "$work/rendered.txt" > "$work/client_hf.log" 2>&1 ||
+  { cat "$work/client_hf.log"; fail "client (HF)"; }
+grep -q "all chat client checks passed" "$work/client_hf.log" || fail "client (HF): $(cat "$work/client_hf.log")"
 kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
 echo "PASSED"

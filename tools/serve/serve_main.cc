@@ -62,6 +62,7 @@ const std::set<std::string>& UsedFlags() {
                                 "tokenizer_config",
                                 "quantize",
                                 "tokenizer_type",
+                                "tokenizer_model",
                                 "vocab_file",
                                 "merge_file",
                                 "tensor_model_parallel_size",
