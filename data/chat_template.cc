@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <ctime>
 #include <map>
 #include <utility>
 
@@ -155,6 +156,8 @@ struct Expr {
   std::string name;
   bool negate = false;
   std::vector<ExprPtr> args;
+  // Keyword arguments of a call or filter: tojson(indent=4).
+  std::vector<std::pair<std::string, ExprPtr>> kwargs;
 };
 
 struct Node;
@@ -234,15 +237,16 @@ bool IsKnown(absl::string_view name, std::initializer_list<const char*> known) {
 bool KnownFilter(absl::string_view n) {
   return IsKnown(n, {"trim", "length", "count", "upper", "lower", "capitalize",
                      "title", "string", "int", "first", "last", "default", "d",
-                     "join", "reverse", "tojson"});
+                     "join", "reverse", "tojson", "select", "reject"});
 }
 bool KnownTest(absl::string_view n) {
-  return IsKnown(n, {"defined", "undefined", "none", "string", "number",
-                     "integer", "boolean", "mapping", "sequence", "iterable",
-                     "true", "false", "even", "odd"});
+  return IsKnown(
+      n, {"defined", "undefined", "none", "string", "number", "integer",
+          "boolean", "mapping", "sequence", "iterable", "true", "false", "even",
+          "odd", "equalto", "eq", "==", "ne", "!="});
 }
 bool KnownFunction(absl::string_view n) {
-  return IsKnown(n, {"raise_exception", "range"});
+  return IsKnown(n, {"raise_exception", "range", "strftime_now"});
 }
 bool KnownMethod(absl::string_view n) {
   return IsKnown(n, {"strip", "lstrip", "rstrip", "upper", "lower", "title",
@@ -515,6 +519,7 @@ absl::StatusOr<ExprPtr> Parser::Checked(absl::StatusOr<ExprPtr> e) {
     for (const ExprPtr& a : x->args) {
       if (a != nullptr) stack.emplace_back(a.get(), d + 1);
     }
+    for (const auto& kw : x->kwargs) stack.emplace_back(kw.second.get(), d + 1);
   }
   return e;
 }
@@ -701,10 +706,18 @@ absl::Status Parser::ParseArgs(Expr* call, int depth) {
     if (Peek().type == Token::Type::kName && tp_ + 1 < toks_->size() &&
         (*toks_)[tp_ + 1].type == Token::Type::kOp &&
         (*toks_)[tp_ + 1].text == "=") {
-      return Unsupported(src_, Peek().pos, "a keyword argument");
+      std::string name = (*toks_)[tp_].text;
+      tp_ += 2;
+      MCC_ASSIGN_OR_RETURN(ExprPtr v, ParseExpr(depth + 1));
+      call->kwargs.emplace_back(std::move(name), std::move(v));
+    } else {
+      if (!call->kwargs.empty()) {
+        return Error(src_, Peek().pos,
+                     "a positional argument after a keyword argument");
+      }
+      MCC_ASSIGN_OR_RETURN(ExprPtr a, ParseExpr(depth + 1));
+      call->args.push_back(std::move(a));
     }
-    MCC_ASSIGN_OR_RETURN(ExprPtr a, ParseExpr(depth + 1));
-    call->args.push_back(std::move(a));
     if (!AtOp(",")) break;
     ++tp_;
   }
@@ -1083,8 +1096,9 @@ class Renderer {
   absl::StatusOr<Value> Eval(const Expr& e);
   absl::StatusOr<Value> Binary(const Expr& e, const Value& a, const Value& b);
   absl::StatusOr<Value> Filter(const Expr& e, const Value& v,
+                               const std::map<std::string, Value>& kwargs,
                                const std::vector<Value>& args);
-  absl::StatusOr<bool> Test(const Expr& e, const Value& v,
+  absl::StatusOr<bool> Test(const Expr& e, const std::string& t, const Value& v,
                             const std::vector<Value>& args);
   absl::StatusOr<Value> Call(const Expr& e);
   absl::StatusOr<Value> Method(const Expr& e, const Value& self,
@@ -1094,7 +1108,9 @@ class Renderer {
                              const std::string& name);
   absl::StatusOr<Value> Index(const Expr& e, const Value& v, const Value& k);
   absl::StatusOr<std::string> ToString(const Expr& e, const Value& v);
-  absl::Status Repr(const Expr& e, const Value& v, bool json, std::string* out);
+  // json with indent >= 0: Python's json.dumps(indent=...) layout.
+  absl::Status Repr(const Expr& e, const Value& v, bool json, std::string* out,
+                    int indent = -1, int level = 0);
   absl::Status Charge(const Expr* e, int64_t units);
   absl::StatusOr<Value> NewString(const Expr& e, std::string s);
   absl::StatusOr<bool> Equal(const Expr& e, const Value& a, const Value& b);
@@ -1149,6 +1165,10 @@ absl::Status Renderer::Run(const ChatTemplateInputs& in) {
   globals["add_generation_prompt"] = Value::Bool(in.add_generation_prompt);
   globals["bos_token"] = Value::Str(in.bos_token);
   globals["eos_token"] = Value::Str(in.eos_token);
+  // Defined, as in transformers' environment (`strftime_now is defined`).
+  for (const char* fn : {"raise_exception", "range", "strftime_now"}) {
+    globals[fn] = Value::Str(absl::StrCat("<function ", fn, ">"));
+  }
   scopes_.push_back(std::move(globals));
   scopes_.emplace_back();  // the template's own sets
   return Exec(p_.body);
@@ -1242,7 +1262,13 @@ absl::Status Renderer::Exec(const Body& body) {
 }
 
 absl::Status Renderer::Repr(const Expr& e, const Value& v, bool json,
-                            std::string* out) {
+                            std::string* out, int indent, int level) {
+  // Before each item of a container, and before its closing bracket.
+  auto newline = [&](int at) {
+    if (indent < 0) return;
+    out->push_back('\n');
+    out->append(static_cast<size_t>(indent) * at, ' ');
+  };
   MCC_RETURN_IF_ERROR(Charge(&e, 1));
   if (static_cast<int64_t>(out->size()) > p_.limits.max_output_bytes) {
     return Fail(e, absl::StrCat("a string longer than ",
@@ -1289,19 +1315,25 @@ absl::Status Renderer::Repr(const Expr& e, const Value& v, bool json,
     case Kind::kList:
       out->push_back('[');
       for (size_t i = 0; i < v.list->size(); ++i) {
-        if (i > 0) out->append(", ");
-        MCC_RETURN_IF_ERROR(Repr(e, (*v.list)[i], json, out));
+        if (i > 0) out->append(indent >= 0 ? "," : ", ");
+        newline(level + 1);
+        MCC_RETURN_IF_ERROR(
+            Repr(e, (*v.list)[i], json, out, indent, level + 1));
       }
+      if (!v.list->empty()) newline(level);
       out->push_back(']');
       return absl::OkStatus();
     case Kind::kDict:
       out->push_back('{');
       for (size_t i = 0; i < v.dict->size(); ++i) {
-        if (i > 0) out->append(", ");
+        if (i > 0) out->append(indent >= 0 ? "," : ", ");
+        newline(level + 1);
         MCC_RETURN_IF_ERROR(Repr(e, Value::Str((*v.dict)[i].first), json, out));
         out->append(": ");
-        MCC_RETURN_IF_ERROR(Repr(e, (*v.dict)[i].second, json, out));
+        MCC_RETURN_IF_ERROR(
+            Repr(e, (*v.dict)[i].second, json, out, indent, level + 1));
       }
+      if (!v.dict->empty()) newline(level);
       out->push_back('}');
       return absl::OkStatus();
   }
@@ -1457,7 +1489,11 @@ absl::StatusOr<Value> Renderer::Eval(const Expr& e) {
         MCC_ASSIGN_OR_RETURN(Value a, Eval(*e.args[i]));
         args.push_back(std::move(a));
       }
-      return Filter(e, v, args);
+      std::map<std::string, Value> kwargs;
+      for (const auto& [name, x] : e.kwargs) {
+        MCC_ASSIGN_OR_RETURN(kwargs[name], Eval(*x));
+      }
+      return Filter(e, v, kwargs, args);
     }
     case Expr::Op::kTest: {
       MCC_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
@@ -1466,7 +1502,7 @@ absl::StatusOr<Value> Renderer::Eval(const Expr& e) {
         MCC_ASSIGN_OR_RETURN(Value a, Eval(*e.args[i]));
         args.push_back(std::move(a));
       }
-      MCC_ASSIGN_OR_RETURN(bool r, Test(e, v, args));
+      MCC_ASSIGN_OR_RETURN(bool r, Test(e, e.name, v, args));
       return Value::Bool(r != e.negate);
     }
     case Expr::Op::kNot: {
@@ -1652,9 +1688,17 @@ std::string Titled(absl::string_view s) {
   return r;
 }
 
-absl::StatusOr<Value> Renderer::Filter(const Expr& e, const Value& v,
-                                       const std::vector<Value>& args) {
+absl::StatusOr<Value> Renderer::Filter(
+    const Expr& e, const Value& v, const std::map<std::string, Value>& kwargs,
+    const std::vector<Value>& args) {
   const std::string& f = e.name;
+  for (const auto& kw : kwargs) {
+    if (!(f == "tojson" && kw.first == "indent")) {
+      return Unsupported(p_.source, e.pos,
+                         absl::StrCat("the keyword argument '", kw.first,
+                                      "' of the filter '", f, "'"));
+    }
+  }
   auto need_string = [&]() -> absl::Status {
     if (!v.is(Kind::kString)) {
       return Fail(e, absl::StrCat("filter '", f, "' of a ", KindName(v.kind)));
@@ -1741,17 +1785,50 @@ absl::StatusOr<Value> Renderer::Filter(const Expr& e, const Value& v,
     return Fail(e, absl::StrCat("filter 'reverse' of a ", KindName(v.kind)));
   }
   if (f == "tojson") {
-    if (!args.empty()) return Unsupported(p_.source, e.pos, "tojson's indent");
+    if (!args.empty()) {
+      return Unsupported(p_.source, e.pos, "tojson's positional arguments");
+    }
+    int indent = -1;
+    if (auto it = kwargs.find("indent"); it != kwargs.end()) {
+      if (!it->second.is(Kind::kInt) || it->second.i < 0 || it->second.i > 16) {
+        return Fail(e, "tojson's indent must be an integer in [0, 16]");
+      }
+      indent = static_cast<int>(it->second.i);
+    }
     std::string out;
-    MCC_RETURN_IF_ERROR(Repr(e, v, /*json=*/true, &out));
+    MCC_RETURN_IF_ERROR(Repr(e, v, /*json=*/true, &out, indent));
     return NewString(e, std::move(out));
+  }
+  if (f == "select" || f == "reject") {
+    if (!v.is(Kind::kList)) {
+      return Fail(e, absl::StrCat("filter '", f, "' of a ", KindName(v.kind)));
+    }
+    if (args.empty() || !args[0].is(Kind::kString)) {
+      return Unsupported(p_.source, e.pos,
+                         absl::StrCat("'", f, "' without a test name"));
+    }
+    const std::vector<Value> test_args(args.begin() + 1, args.end());
+    List kept;
+    for (const Value& x : *v.list) {
+      MCC_RETURN_IF_ERROR(Charge(&e, 1));
+      MCC_ASSIGN_OR_RETURN(bool pass, Test(e, args[0].str(), x, test_args));
+      if (pass == (f == "select")) kept.push_back(x);
+    }
+    return Value::MakeList(std::move(kept));
   }
   return Unsupported(p_.source, e.pos, absl::StrCat("the filter '", f, "'"));
 }
 
-absl::StatusOr<bool> Renderer::Test(const Expr& e, const Value& v,
+absl::StatusOr<bool> Renderer::Test(const Expr& e, const std::string& t,
+                                    const Value& v,
                                     const std::vector<Value>& args) {
-  const std::string& t = e.name;
+  if (t == "equalto" || t == "eq" || t == "==" || t == "ne" || t == "!=") {
+    if (args.size() != 1) {
+      return Fail(e, absl::StrCat("the test '", t, "' takes one argument"));
+    }
+    MCC_ASSIGN_OR_RETURN(bool eq, Equal(e, v, args[0]));
+    return eq == (t != "ne" && t != "!=");
+  }
   if (!args.empty()) {
     return Unsupported(p_.source, e.pos,
                        absl::StrCat("arguments to the test '", t, "'"));
@@ -1779,6 +1856,11 @@ absl::StatusOr<bool> Renderer::Test(const Expr& e, const Value& v,
 
 absl::StatusOr<Value> Renderer::Call(const Expr& e) {
   const Expr& callee = *e.args[0];
+  if (!e.kwargs.empty()) {
+    return Unsupported(p_.source, e.pos,
+                       absl::StrCat("the keyword argument '", e.kwargs[0].first,
+                                    "' of a call"));
+  }
   std::vector<Value> args;
   for (size_t i = 1; i < e.args.size(); ++i) {
     MCC_ASSIGN_OR_RETURN(Value a, Eval(*e.args[i]));
@@ -1797,6 +1879,20 @@ absl::StatusOr<Value> Renderer::Call(const Expr& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("chat template: ", msg, " (raise_exception at ",
                      Where(p_.source, e.pos), ")"));
+  }
+  if (fn == "strftime_now") {
+    // transformers': datetime.now().strftime(format), local time.
+    if (args.size() != 1 || !args[0].is(Kind::kString) ||
+        args[0].s->size() > 256) {
+      return Fail(e, "strftime_now takes one format string");
+    }
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char buf[1024];
+    const size_t n =
+        std::strftime(buf, sizeof(buf), args[0].str().c_str(), &local);
+    return NewString(e, std::string(buf, n));
   }
   if (fn == "range") {
     int64_t a = 0, b = 0, step = 1;

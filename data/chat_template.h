@@ -25,17 +25,23 @@
 //   unary -, x if c else y, (parentheses)
 //   access: a.b, a['b'], a[i] (negative i counts from the end), a[i:j:k]
 //   tests: is [not] defined, undefined, none, string, number, boolean,
-//   mapping, sequence, iterable, true, false, even, odd
+//   mapping, sequence, iterable, true, false, even, odd, equalto/eq/ne(x)
 //   filters: trim, length, count, upper, lower, capitalize, title, string,
 //   int, first, last, default(x) / d(x), join(sep), reverse, tojson
+//   (keyword indent=N, Python's json.dumps layout), select(test[, x]),
+//   reject(test[, x])
 //   methods: strip, lstrip, rstrip, upper, lower, title, startswith,
 //   endswith, split, replace, get, items, keys, values
 //   functions: raise_exception(msg) (rendering fails with msg), range(n),
-//   range(a, b[, step])
+//   range(a, b[, step]), strftime_now(format) (local time, as
+//   transformers'); all three are defined names
+// So Llama 3, 3.1/3.2 (without builtin tools), Qwen2.5, Mistral and ChatML
+// templates render.
 // Everything else (macro, call, block, extends, include, import, filter,
 // with, raw, break, continue, namespace, floats, other filters, tests,
-// methods and functions) is refused when the template is parsed or when
-// the construct is reached, with one line naming it and its line:column.
+// methods and functions) is refused when the template is parsed; keyword
+// arguments other than tojson's indent when they are reached. Either way the
+// error is one line naming the construct and its line:column.
 //
 // The source is untrusted: parsing bounds nesting depth, rendering bounds
 // steps, loop lengths, value sizes and the output's size (ChatTemplateLimits),

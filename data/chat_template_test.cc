@@ -1,5 +1,6 @@
 #include "data/chat_template.h"
 
+#include <ctime>
 #include <string>
 
 #include "data/test_util.h"
@@ -106,6 +107,33 @@ TEST(ChatTemplateTest, MistralAndItsRaisedException) {
               HasSubstr("Conversation roles must alternate"));
 }
 
+TEST(ChatTemplateTest, Llama32WithTodaysDate) {
+  const ChatTemplate t = Load("llama3_2.jinja");
+  // strftime_now is defined, as in transformers: today's date.
+  char date[64];
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::strftime(date, sizeof(date), "%d %b %Y", &local);
+  EXPECT_EQ(Render(t,
+                   {{"system", " You are terse. "},
+                    {"user", "Hi!"},
+                    {"assistant", "Hello."},
+                    {"user", "Bye?"}},
+                   true, "<|begin_of_text|>", "<|eot_id|>"),
+            std::string("<|begin_of_text|>"
+                        "<|start_header_id|>system<|end_header_id|>\n\n"
+                        "Cutting Knowledge Date: December 2023\n"
+                        "Today Date: ") +
+                date +
+                "\n\nYou are terse.<|eot_id|>"
+                "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\nHello."
+                "<|eot_id|>"
+                "<|start_header_id|>user<|end_header_id|>\n\nBye?<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
 TEST(ChatTemplateTest, WhitespaceControlAsTransformers) {
   // trim_blocks and lstrip_blocks on; {{ }} keeps its newline.
   EXPECT_EQ(RenderText("a\n  {% if true %}\n    b\n  {% endif %}\nc"),
@@ -141,6 +169,18 @@ TEST(ChatTemplateTest, Expressions) {
                        "{{ [1,2] | length }}|{{ {'a': 1}.get('b', 9) }}|"
                        "{{ {'k': [1, 'v', none]} | tojson }}"),
             "HI|x|2|9|{\"k\": [1, \"v\", null]}");
+  // Python's json.dumps(indent=2) layout.
+  EXPECT_EQ(
+      RenderText("{{ {'a': [1, {'b': none}], 'c': []} | tojson(indent=2) }}"),
+      "{\n  \"a\": [\n    1,\n    {\n      \"b\": null\n    }\n  ],\n"
+      "  \"c\": []\n}");
+  EXPECT_EQ(RenderText("{{ ['a', 'ci', 'b'] | reject('equalto', 'ci') | "
+                       "join(', ') }}|{{ [1, none, 2] | select('none') | "
+                       "length }}"),
+            "a, b|1");
+  EXPECT_EQ(RenderText("{{ 'x' | tojson(sort_keys=true) }}"),
+            "RENDER: chat template: the keyword argument 'sort_keys' of the "
+            "filter 'tojson' is not supported at 1:8");
   EXPECT_EQ(RenderText("{{ x.y }}"),
             "RENDER: chat template: 'y' of an "
             "undefined value at 1:5");
