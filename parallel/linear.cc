@@ -183,7 +183,8 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x,
 }
 
 absl::StatusOr<Tensor> ColumnParallelLinear::Backward(
-    const Tensor& dy_in, const Activations& act) const {
+    const Tensor& dy_in, const Activations& act,
+    DeferredWeightGrads* deferred) const {
   MCC_RETURN_IF_ERROR(CheckNotInt8(name_, int8_));
   comm::ProcessGroup* g = context_.tp_group;
   Tensor dy = dy_in;
@@ -219,12 +220,21 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(
   } else if (GroupSize(g) > 1) {
     reduce = g->AllReduce(&dx, comm::ReduceOp::kSum);
   }
-  MCC_ASSIGN_OR_RETURN(Tensor dw, Matrix(weight_->main_grad));
-  MCC_RETURN_IF_ERROR(ops::Gemm(dy, true, full, false, &dw, 1.0f, 1.0f));
-  // With skip_bias_add the caller added the bias, and owns its gradient.
-  if (bias_ != nullptr && !options_.skip_bias_add) {
-    MCC_ASSIGN_OR_RETURN(Tensor db, Vector(bias_->main_grad));
-    MCC_RETURN_IF_ERROR(ops::BiasAddBackward(dy, &db));
+  // The weight (and bias) gradient, read from main_grad when it runs.
+  auto weight_grads = [this, dy, full]() -> absl::Status {
+    MCC_ASSIGN_OR_RETURN(Tensor dw, Matrix(weight_->main_grad));
+    MCC_RETURN_IF_ERROR(ops::Gemm(dy, true, full, false, &dw, 1.0f, 1.0f));
+    // With skip_bias_add the caller added the bias, and owns its gradient.
+    if (bias_ != nullptr && !options_.skip_bias_add) {
+      MCC_ASSIGN_OR_RETURN(Tensor db, Vector(bias_->main_grad));
+      MCC_RETURN_IF_ERROR(ops::BiasAddBackward(dy, &db));
+    }
+    return absl::OkStatus();
+  };
+  if (deferred != nullptr) {
+    deferred->Add(std::move(weight_grads));
+  } else {
+    MCC_RETURN_IF_ERROR(weight_grads());
   }
   if (reduce != nullptr) MCC_RETURN_IF_ERROR(reduce->Wait());
   return dx;
@@ -317,11 +327,19 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x,
 }
 
 absl::StatusOr<Tensor> RowParallelLinear::Backward(
-    const Tensor& dy_in, const Activations& act) const {
+    const Tensor& dy_in, const Activations& act,
+    DeferredWeightGrads* deferred) const {
   MCC_RETURN_IF_ERROR(CheckNotInt8(name_, int8_));
   comm::ProcessGroup* g = context_.tp_group;
   if (bias_ != nullptr && !options_.skip_bias_add) {
-    MCC_RETURN_IF_ERROR(ops::BiasAddBackward(dy_in, &bias_->main_grad));
+    auto bias_grad = [this, dy_in]() {
+      return ops::BiasAddBackward(dy_in, &bias_->main_grad);
+    };
+    if (deferred != nullptr) {
+      deferred->Add(std::move(bias_grad));
+    } else {
+      MCC_RETURN_IF_ERROR(bias_grad());
+    }
   }
   Tensor dy = dy_in;
   if (context_.sequence_parallel) {
@@ -335,8 +353,14 @@ absl::StatusOr<Tensor> RowParallelLinear::Backward(
   }
   Tensor dx = Tensor::Empty(act.input.shape(), dy.dtype(), dy.device());
   MCC_RETURN_IF_ERROR(ops::Gemm(dy, false, weight_->value, false, &dx));
-  MCC_RETURN_IF_ERROR(
-      ops::Gemm(dy, true, act.input, false, &weight_->main_grad, 1.0f, 1.0f));
+  auto weight_grad = [this, dy, input = act.input]() {
+    return ops::Gemm(dy, true, input, false, &weight_->main_grad, 1.0f, 1.0f);
+  };
+  if (deferred != nullptr) {
+    deferred->Add(std::move(weight_grad));
+  } else {
+    MCC_RETURN_IF_ERROR(weight_grad());
+  }
   return dx;
 }
 

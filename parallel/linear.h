@@ -8,6 +8,7 @@
 #include "core/comm/process_group.h"
 #include "core/parameter.h"
 #include "core/tensor.h"
+#include "parallel/deferred_weight_grads.h"
 #include "parallel/init.h"
 
 namespace mcc {
@@ -95,9 +96,12 @@ class ColumnParallelLinear {
       const LayerContext& context);
 
   absl::StatusOr<Tensor> Forward(const Tensor& x, Activations* act) const;
-  // dy: [tokens, out / TP] (or [tokens, out] with gather_output).
-  absl::StatusOr<Tensor> Backward(const Tensor& dy,
-                                  const Activations& act) const;
+  // dy: [tokens, out / TP] (or [tokens, out] with gather_output). With
+  // `deferred`, the weight and bias gradients are left to it (holding dy and
+  // the input, gathered under SP) and only the input gradient is computed.
+  absl::StatusOr<Tensor> Backward(
+      const Tensor& dy, const Activations& act,
+      DeferredWeightGrads* deferred = nullptr) const;
 
   const std::shared_ptr<Parameter>& weight() const { return weight_; }
   const std::shared_ptr<Parameter>& bias() const { return bias_; }
@@ -141,8 +145,10 @@ class RowParallelLinear {
       const LinearOptions& options, const LayerContext& context);
 
   absl::StatusOr<Tensor> Forward(const Tensor& x, Activations* act) const;
-  absl::StatusOr<Tensor> Backward(const Tensor& dy,
-                                  const Activations& act) const;
+  // With `deferred`, as ColumnParallelLinear::Backward's.
+  absl::StatusOr<Tensor> Backward(
+      const Tensor& dy, const Activations& act,
+      DeferredWeightGrads* deferred = nullptr) const;
 
   const std::shared_ptr<Parameter>& weight() const { return weight_; }
   const std::shared_ptr<Parameter>& bias() const { return bias_; }

@@ -34,12 +34,12 @@ absl::StatusOr<Tensor> MlpBlock::Forward(const Tensor& x,
   return fc2_->Forward(g, &act->fc2);
 }
 
-absl::StatusOr<Tensor> MlpBlock::Backward(const Tensor& dy,
-                                          Activations* act) const {
-  MCC_ASSIGN_OR_RETURN(Tensor dg, fc2_->Backward(dy, act->fc2));
+absl::StatusOr<Tensor> MlpBlock::Backward(const Tensor& dy, Activations* act,
+                                          DeferredWeightGrads* deferred) const {
+  MCC_ASSIGN_OR_RETURN(Tensor dg, fc2_->Backward(dy, act->fc2, deferred));
   Tensor dh = Tensor::Empty(dg.shape(), DType::kFloat32, dg.device());
   MCC_RETURN_IF_ERROR(ops::GeluBackward(dg, act->pre_gelu, &dh));
-  MCC_ASSIGN_OR_RETURN(Tensor dx, fc1_->Backward(dh, act->fc1));
+  MCC_ASSIGN_OR_RETURN(Tensor dx, fc1_->Backward(dh, act->fc1, deferred));
   *act = Activations();
   return dx;
 }

@@ -46,7 +46,11 @@ class MlpBlock {
   absl::StatusOr<Tensor> Forward(const Tensor& x, Activations* act) const;
   // The gradient of x from dy, the output's; accumulates the weights'
   // gradients into their main_grad and clears *act.
-  absl::StatusOr<Tensor> Backward(const Tensor& dy, Activations* act) const;
+  // With `deferred`, the weight gradients are left to it (see
+  // ColumnParallelLinear::Backward).
+  absl::StatusOr<Tensor> Backward(
+      const Tensor& dy, Activations* act,
+      DeferredWeightGrads* deferred = nullptr) const;
 
  private:
   MlpBlock() = default;

@@ -1,6 +1,7 @@
 #include "parallel/model.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/comm/all_reduce_coalesced.h"
@@ -131,6 +132,23 @@ absl::Status Model::CallGradsReady(const ParameterList& params) const {
   if (ready.empty()) return absl::OkStatus();
   for (const auto& [id, hook] : grad_ready_hooks_) {
     MCC_RETURN_IF_ERROR(hook(ready));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> PipelineStage::BackwardInputStep(
+    const Tensor& output_grad, float grad_scale,
+    std::unique_ptr<ActivationRecord>* record) {
+  // Not split: the weight gradients are computed here too.
+  return BackwardStep(output_grad, grad_scale, std::move(*record));
+}
+
+absl::Status PipelineStage::BackwardWeightStep(
+    std::unique_ptr<ActivationRecord> record) {
+  if (record != nullptr) {
+    return absl::InvalidArgumentError(
+        "BackwardWeightStep: this chunk does not split its backward, so its "
+        "BackwardInputStep leaves no record for the weight gradient");
   }
   return absl::OkStatus();
 }

@@ -228,6 +228,34 @@ class PipelineStage {
   virtual absl::StatusOr<Tensor> BackwardStep(
       const Tensor& output_grad, float grad_scale,
       std::unique_ptr<ActivationRecord> record) = 0;
+
+  // The split backward, for schedules that run a micro-batch's weight
+  // gradient later than its input gradient (zero-bubble: ZB-H1, a schedule
+  // file's W rows).
+  //
+  // BackwardInputStep (B) takes BackwardStep's arguments, with the record
+  // passed by pointer, and returns what BackwardStep returns: the input
+  // gradient the previous chunk waits for. It leaves in *record only what
+  // the weight gradients still need (the weight GEMMs' inputs and output
+  // gradients), freeing the rest. BackwardWeightStep (W) takes that record
+  // back (consumed), accumulates the parameter gradients into main_grad and
+  // frees it. The steps of other micro-batches may run between the two.
+  //
+  // Hooks follow the gradients: a unit's AfterBackward and the grad-ready
+  // hooks run in W, once its gradients are complete; BeforeBackward runs in
+  // B. A model that splits keeps each parameter's contributions in the same
+  // order, so B followed at once by W leaves every gradient bit for bit as
+  // BackwardStep does.
+  //
+  // The defaults do not split: B runs BackwardStep (the weight gradients
+  // included) and sets *record to null, and W of a null record does
+  // nothing. Every model thus runs the split schedules correctly, only
+  // without their gain.
+  virtual absl::StatusOr<Tensor> BackwardInputStep(
+      const Tensor& output_grad, float grad_scale,
+      std::unique_ptr<ActivationRecord>* record);
+  virtual absl::Status BackwardWeightStep(
+      std::unique_ptr<ActivationRecord> record);
 };
 
 }  // namespace parallel

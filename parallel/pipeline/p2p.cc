@@ -4,7 +4,7 @@ namespace mcc {
 namespace pipeline {
 
 bool StageLayout::Receives(const Action& a) const {
-  if (stages <= 1) return false;
+  if (stages <= 1 || a.kind == Action::kWeight) return false;
   if (a.kind == Action::kForward) return !(stage == 0 && a.chunk == 0);
   return !(stage == stages - 1 && a.chunk == chunks - 1);
 }
@@ -14,7 +14,7 @@ int StageLayout::Source(const Action& a) const {
 }
 
 bool StageLayout::Sends(const Action& a) const {
-  if (stages <= 1) return false;
+  if (stages <= 1 || a.kind == Action::kWeight) return false;
   if (a.kind == Action::kForward) {
     return !(stage == stages - 1 && a.chunk == chunks - 1);
   }

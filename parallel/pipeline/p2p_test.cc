@@ -172,6 +172,7 @@ std::vector<Config> Configs() {
     for (int p = 2; p <= 6; ++p) {
       for (int m = 1; m <= 10; ++m) {
         v.push_back({ScheduleKind::kOneFOneB, p, 1, m, fo});
+        v.push_back({ScheduleKind::kZeroBubbleH1, p, 1, m, fo});
         v.push_back({ScheduleKind::kAllForwardAllBackward, p, 1, m, fo});
       }
       for (int c = 2; c <= 3; ++c) {

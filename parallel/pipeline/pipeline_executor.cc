@@ -1,5 +1,6 @@
 #include "parallel/pipeline/pipeline_executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <list>
@@ -9,6 +10,7 @@
 #include "core/ops/loss_totals.h"
 #include "core/status_macros.h"
 #include "observability/trace.h"
+#include "parallel/pipeline/schedule_check.h"
 
 namespace mcc {
 namespace pipeline {
@@ -40,7 +42,9 @@ void TraceAction(const Action& a, int stage, int stages, int chunks,
                  bool forward_only,
                  std::chrono::steady_clock::time_point since) {
   Trace(since, [&](observability::TraceEvent* e) {
-    e->name = absl::StrCat(a.kind == Action::kForward ? "forward" : "backward",
+    e->name = absl::StrCat(a.kind == Action::kForward    ? "forward"
+                           : a.kind == Action::kBackward ? "backward"
+                                                         : "weight",
                            " mb ", a.microbatch);
     if (chunks > 1) absl::StrAppend(&e->name, " chunk ", a.chunk);
     e->category = forward_only ? "eval" : "compute";
@@ -109,6 +113,78 @@ absl::Status PipelineExecutor::BroadcastLossTotals(Tensor* totals) {
   return pipeline_->BroadcastSync(totals, stages_ - 1);
 }
 
+absl::StatusOr<std::vector<Action>> PipelineExecutor::TrainingActions(
+    ScheduleKind kind, int m) {
+  auto found = checked_actions_.find(m);
+  if (found != checked_actions_.end()) return found->second;
+  const int v = static_cast<int>(chunks_.size());
+  const ScheduleShape shape{stages_, v, m};
+  ScheduleTable generated;
+  const ScheduleTable* table = options_.table.get();
+  int max_held = 0;
+  if (table != nullptr) {
+    const ScheduleShape& s = table->shape;
+    if (s.ranks != shape.ranks || s.chunks != shape.chunks ||
+        s.microbatches != shape.microbatches) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline schedule table is for ", s.ranks, " ranks, ", s.chunks,
+          " chunks and ", s.microbatches, " micro-batches, but this step has ",
+          shape.ranks, " ranks, ", shape.chunks, " chunks and ",
+          shape.microbatches, " micro-batches"));
+    }
+    max_held = options_.table_max_held;
+  }
+  if (table != nullptr && max_held == 0) {
+    // By default a table may hold no more than the built-in schedule's
+    // busiest rank.
+    MCC_ASSIGN_OR_RETURN(
+        ScheduleTable reference,
+        GenerateScheduleTable(
+            v > 1 ? ScheduleKind::kInterleaved : ScheduleKind::kOneFOneB,
+            shape));
+    MCC_ASSIGN_OR_RETURN(ScheduleCheck check, CheckSchedule(reference));
+    for (int peak : check.peak_held) max_held = std::max(max_held, peak);
+  }
+  if (table == nullptr) {
+    MCC_ASSIGN_OR_RETURN(generated, GenerateScheduleTable(kind, shape));
+    table = &generated;
+  }
+  MCC_RETURN_IF_ERROR(CheckSchedule(*table, max_held).status());
+  std::vector<ScheduleRow> rows;
+  bool split = false;
+  for (const ScheduleRow& row : table->rows) {
+    split |= row.op == ScheduleOp::kWeight;
+    if (row.rank == stage_) rows.push_back(row);
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const ScheduleRow& a, const ScheduleRow& b) {
+              return a.step < b.step;
+            });
+  // Data parallelism reduces a chunk's gradients with its last micro-batch,
+  // so nothing may add to them after.
+  const ScheduleOp last_op =
+      split ? ScheduleOp::kWeight : ScheduleOp::kBackward;
+  std::vector<const ScheduleRow*> last(v, nullptr);
+  std::vector<Action> actions;
+  for (const ScheduleRow& row : rows) {
+    if (row.op == last_op) last[row.chunk] = &row;
+    actions.push_back({row.op == ScheduleOp::kForward    ? Action::kForward
+                       : row.op == ScheduleOp::kBackward ? Action::kBackward
+                                                         : Action::kWeight,
+                       row.microbatch, row.chunk});
+  }
+  for (const ScheduleRow* row : last) {
+    if (row != nullptr && row->microbatch != m - 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline schedule: ", ScheduleRowString(*row),
+          " is the chunk's last gradient step, but micro-batch ", m - 1,
+          "'s must be (data parallelism reduces the gradients after it)"));
+    }
+  }
+  checked_actions_[m] = actions;
+  return actions;
+}
+
 absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
                                                          float grad_scale,
                                                          bool forward_only) {
@@ -120,10 +196,20 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
   const int m = num_microbatches;
   const int v = static_cast<int>(chunks_.size());
   ScheduleKind kind = options_.schedule;
-  if (v > 1) kind = ScheduleKind::kInterleaved;
-  MCC_ASSIGN_OR_RETURN(
-      std::vector<Action> actions,
-      BuildSchedule(kind, stages_, stage_, v, m, forward_only));
+  // ZB-H1 with several chunks is refused by BuildSchedule, naming it.
+  if (v > 1 && kind != ScheduleKind::kZeroBubbleH1) {
+    kind = ScheduleKind::kInterleaved;
+  }
+  std::vector<Action> actions;
+  if (forward_only || m == 0) {
+    MCC_ASSIGN_OR_RETURN(
+        actions, BuildSchedule(kind, stages_, stage_, v, m, forward_only));
+  } else {
+    MCC_ASSIGN_OR_RETURN(actions, TrainingActions(kind, m));
+  }
+  // Whether backwards are split into B and W (activations held until W).
+  bool split = false;
+  for (const Action& a : actions) split |= a.kind == Action::kWeight;
   PipelineStepResult result;
   PipelineStats& stats = result.stats;
   const bool last_stage = stage_ == stages_ - 1;
@@ -161,7 +247,9 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
   int held_outputs = 0;
   auto name = [&](const Action& a) {
     return absl::StrCat("pipeline stage ", stage_, " of ", stages_, ", ",
-                        a.kind == Action::kForward ? "forward" : "backward",
+                        a.kind == Action::kForward    ? "forward"
+                        : a.kind == Action::kBackward ? "backward"
+                                                      : "weight gradient",
                         " of micro-batch ", a.microbatch, " on chunk ",
                         a.chunk);
   };
@@ -281,17 +369,31 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
       } else {
         outputs[i] = std::move(y->output);
       }
-    } else {
+    } else if (a.kind == Action::kBackward) {
       if (last_microbatch_) last_microbatch_(a.microbatch == m - 1);
-      auto dx = chunk->BackwardStep(input, grad_scale, std::move(record));
+      // Split: the record stays for the W row.
+      auto dx = split
+                    ? chunk->BackwardInputStep(input, grad_scale, &record)
+                    : chunk->BackwardStep(input, grad_scale, std::move(record));
       if (!dx.ok()) {
         return absl::Status(dx.status().code(),
                             absl::StrCat(name(a), ": ", dx.status().message()));
       }
       stats.backward_seconds += Seconds(t0);
       TraceAction(a, stage_, stages_, v, forward_only, t0);
-      --in_flight;
+      if (!split) --in_flight;
       if (!(stage_ == 0 && a.chunk == 0)) outputs[i] = std::move(*dx);
+    } else {
+      if (last_microbatch_) last_microbatch_(a.microbatch == m - 1);
+      absl::Status s = chunk->BackwardWeightStep(std::move(record));
+      if (!s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(name(a), ": ", s.message()));
+      }
+      const double seconds = Seconds(t0);
+      stats.backward_seconds += seconds;
+      stats.weight_seconds += seconds;
+      TraceAction(a, stage_, stages_, v, forward_only, t0);
+      --in_flight;
     }
     if (layout.Sends(a) && !outputs[i].defined()) {
       return absl::InternalError(
@@ -336,6 +438,7 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
                                                      stats.backward_seconds) /
                                                         stats.total_seconds)
                               : 0.0;
+  // A table from a file has no formula; 1F1B's (interleaved's) is beside it.
   stats.theoretical_bubble = TheoreticalBubble(kind, stages_, v, m);
   return result;
 }

@@ -2,6 +2,7 @@
 #define PARALLEL_PIPELINE_PIPELINE_EXECUTOR_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "core/comm/process_group.h"
 #include "parallel/model.h"
 #include "parallel/pipeline/p2p.h"
+#include "parallel/pipeline/schedule_table.h"
 #include "parallel/pipeline/schedules.h"
 
 namespace mcc {
@@ -23,15 +25,25 @@ struct PipelineOptions {
   // Either way each unit's results and the next unit's inputs move in one
   // batch, posted after the unit, with no tags (NCCL ignores them).
   bool overlap_p2p = true;
+  // A schedule to run instead of `schedule`'s (--pipeline-schedule-file),
+  // for one shape: the pipeline size, this stage's chunk count and the
+  // step's micro-batch count must be its own. Before its first run it is
+  // checked (CheckSchedule) with a bound on held activations per rank:
+  // table_max_held, or when 0 the busiest rank's under 1F1B (interleaved
+  // with several chunks) of that shape. Null: the table of `schedule`.
+  std::shared_ptr<const ScheduleTable> table;
+  int table_max_held = 0;
 };
 
 // What one step did on this stage.
 struct PipelineStats {
   double forward_seconds = 0;   // Computing forwards.
-  double backward_seconds = 0;  // Computing backwards.
+  double backward_seconds = 0;  // Computing backwards (B and W).
+  double weight_seconds = 0;    // Of which split-off weight gradients (W).
   double wait_seconds = 0;      // Blocked on neighbours' transfers.
   double total_seconds = 0;     // The whole schedule.
-  // Most micro-batches whose activations this stage held at once.
+  // Most micro-batches whose activations this stage held at once (until
+  // their weight gradient when the schedule splits it off).
   int max_in_flight = 0;
   // Most forward outputs this stage held at once after sending them
   // (overlapped p2p; each is released at its micro-batch's backward).
@@ -73,8 +85,10 @@ class PipelineExecutor {
       std::vector<parallel::PipelineStage*> chunks,
       comm::ProcessGroup* pipeline, PipelineOptions options);
 
-  // Called before each backward with whether it is the chunk's last
-  // micro-batch of the step (data parallelism reduces only then).
+  // Called before each backward, and before each split-off weight gradient,
+  // with whether it is the chunk's last micro-batch of the step (data
+  // parallelism reduces only then; the schedule ends each chunk's gradients
+  // with that micro-batch's).
   void SetLastMicrobatchCallback(std::function<void(bool)> callback) {
     last_microbatch_ = std::move(callback);
   }
@@ -94,6 +108,9 @@ class PipelineExecutor {
   // Sends the last stage's loss totals to every stage (collective over the
   // pipeline group).
   absl::Status BroadcastLossTotals(Tensor* totals);
+  // This stage's actions for a training step of m micro-batches: the rows of
+  // options_.table or of `kind`'s table, checked once per m.
+  absl::StatusOr<std::vector<Action>> TrainingActions(ScheduleKind kind, int m);
 
   std::vector<parallel::PipelineStage*> chunks_;
   comm::ProcessGroup* pipeline_ = nullptr;
@@ -101,6 +118,7 @@ class PipelineExecutor {
   PipelineOptions options_;
   int stages_ = 1, stage_ = 0;
   std::function<void(bool)> last_microbatch_;
+  std::map<int, std::vector<Action>> checked_actions_;  // By micro-batches.
 };
 
 }  // namespace pipeline

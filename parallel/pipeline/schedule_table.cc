@@ -143,8 +143,9 @@ absl::StatusOr<ScheduleTable> GenerateScheduleTable(
       row.step = static_cast<int>(i);
       row.microbatch = a.microbatch;
       row.chunk = a.chunk;
-      row.op = a.kind == Action::kForward ? ScheduleOp::kForward
-                                          : ScheduleOp::kBackward;
+      row.op = a.kind == Action::kForward    ? ScheduleOp::kForward
+               : a.kind == Action::kBackward ? ScheduleOp::kBackward
+                                             : ScheduleOp::kWeight;
       table.rows.push_back(row);
     }
   }

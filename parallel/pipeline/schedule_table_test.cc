@@ -70,6 +70,54 @@ TEST(ScheduleTableTest, OneFOneBRunsWithPeakPpMinusRank) {
   }
 }
 
+// ZB-H1: 1F1B's forwards and input-gradient backwards in 1F1B's order (so
+// the same transfers), every rank holding at most 1F1B's busiest rank's
+// min(P, m), with rank r's last W's in its cool-down rather than after
+// each B: the first rank runs a W after each cool-down B.
+TEST(ScheduleTableTest, ZeroBubbleH1KeepsOneFOneBOrderAndPeak) {
+  for (int p : {1, 2, 3, 4, 8}) {
+    for (int m : {1, 2, 3, 4, 7, 16}) {
+      auto zb = GenerateScheduleTable(ScheduleKind::kZeroBubbleH1, {p, 1, m});
+      auto one = GenerateScheduleTable(ScheduleKind::kOneFOneB, {p, 1, m});
+      ASSERT_TRUE(zb.ok()) << zb.status();
+      ASSERT_TRUE(one.ok()) << one.status();
+      auto check = CheckSchedule(*zb, std::min(p, m));
+      ASSERT_TRUE(check.ok())
+          << "pp " << p << " m " << m << ": " << check.status();
+      for (int r = 0; r < p; ++r) {
+        std::vector<std::string> zb_fb, one_fb;
+        for (const ScheduleRow& row : zb->rows) {
+          if (row.rank == r && row.op != ScheduleOp::kWeight) {
+            zb_fb.push_back(
+                ScheduleRowString({r, 0, row.microbatch, 0, row.op}));
+          }
+        }
+        for (const ScheduleRow& row : one->rows) {
+          if (row.rank == r) {
+            one_fb.push_back(
+                ScheduleRowString({r, 0, row.microbatch, 0, row.op}));
+          }
+        }
+        EXPECT_EQ(zb_fb, one_fb) << "pp " << p << " m " << m << " rank " << r;
+      }
+      // The last rank holds P at the peak when m >= P (it defers P - 1 W's).
+      if (m >= p) EXPECT_EQ(check->peak_held[p - 1], p) << "pp " << p;
+    }
+  }
+  auto actions = BuildSchedule(ScheduleKind::kZeroBubbleH1, 2, 0, 1, 4);
+  ASSERT_TRUE(actions.ok()) << actions.status();
+  std::string order;
+  for (const Action& a : *actions) order += ActionString(a) + " ";
+  EXPECT_EQ(order,
+            "F0.0 F1.0 B0.0 W0.0 F2.0 B1.0 W1.0 F3.0 B2.0 W2.0 B3.0 W3.0 ");
+  actions = BuildSchedule(ScheduleKind::kZeroBubbleH1, 2, 1, 1, 4);
+  ASSERT_TRUE(actions.ok()) << actions.status();
+  order.clear();
+  for (const Action& a : *actions) order += ActionString(a) + " ";
+  EXPECT_EQ(order,
+            "F0.0 B0.0 F1.0 B1.0 W0.0 F2.0 B2.0 W1.0 F3.0 B3.0 W2.0 W3.0 ");
+}
+
 // Interleaved: rank r runs warmup_r = 2 (P - r - 1) + (V - 1) P forwards
 // (every one of the m V when m = P, and at most m V) before its first
 // backward, then a forward and a backward in turn, so it holds

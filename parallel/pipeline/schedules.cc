@@ -8,8 +8,10 @@ namespace mcc {
 namespace pipeline {
 
 std::string ActionString(const Action& a) {
-  return absl::StrCat(a.kind == Action::kForward ? "F" : "B", a.microbatch, ".",
-                      a.chunk);
+  const char* letter = a.kind == Action::kForward    ? "F"
+                       : a.kind == Action::kBackward ? "B"
+                                                     : "W";
+  return absl::StrCat(letter, a.microbatch, ".", a.chunk);
 }
 
 std::string ScheduleName(ScheduleKind kind) {
@@ -22,6 +24,8 @@ std::string ScheduleName(ScheduleKind kind) {
       return "1F1B";
     case ScheduleKind::kInterleaved:
       return "interleaved 1F1B";
+    case ScheduleKind::kZeroBubbleH1:
+      return "ZB-H1";
   }
   return "?";
 }
@@ -63,6 +67,7 @@ absl::StatusOr<std::vector<Action>> BuildSchedule(ScheduleKind kind, int stages,
   std::vector<Action> out;
   auto fwd = [](int mb, int c) { return Action{Action::kForward, mb, c}; };
   auto bwd = [](int mb, int c) { return Action{Action::kBackward, mb, c}; };
+  auto wgt = [](int mb, int c) { return Action{Action::kWeight, mb, c}; };
   if (kind == ScheduleKind::kInterleaved && forward_only) {
     // Groups of P micro-batches pass through every chunk in turn; the last
     // group may be short.
@@ -126,6 +131,28 @@ absl::StatusOr<std::vector<Action>> BuildSchedule(ScheduleKind kind, int stages,
       for (int i = m - warmup; i < m; ++i) out.push_back(bwd(i, 0));
       break;
     }
+    case ScheduleKind::kZeroBubbleH1: {
+      // 1F1B's F and B order, so the same transfers in the same order; W
+      // has no neighbour. Stage s lets up to s W's wait in the steady state
+      // (the later stages' B's then reach the earlier stages sooner), and
+      // every cool-down B is followed by one W, filling the wait for the
+      // next gradient; the rest run at the end.
+      const int warmup = std::min(stages - stage - 1, m);
+      const int deferred = stage;
+      int next_w = 0;
+      for (int i = 0; i < warmup; ++i) out.push_back(fwd(i, 0));
+      for (int i = 0; i < m - warmup; ++i) {
+        out.push_back(fwd(warmup + i, 0));
+        out.push_back(bwd(i, 0));
+        if (i + 1 - next_w > deferred) out.push_back(wgt(next_w++, 0));
+      }
+      for (int i = m - warmup; i < m; ++i) {
+        out.push_back(bwd(i, 0));
+        out.push_back(wgt(next_w++, 0));
+      }
+      while (next_w < m) out.push_back(wgt(next_w++, 0));
+      break;
+    }
   }
   return out;
 }
@@ -136,6 +163,7 @@ double TheoreticalBubble(ScheduleKind kind, int stages, int chunks,
   const double p = stages, m = microbatches;
   double bubble = (p - 1) / (m + p - 1);
   if (kind == ScheduleKind::kInterleaved) bubble /= chunks;
+  if (kind == ScheduleKind::kZeroBubbleH1) bubble = (p - 1) / (3 * m + p - 1);
   return bubble;
 }
 

@@ -15,7 +15,8 @@ namespace testing {
 struct MlpStack::Record : ActivationRecord {
   int microbatch = 0;
   std::vector<MlpBlock::Activations> blocks;
-  Tensor output;  // The last stage's, for the loss gradient.
+  Tensor output;                     // The last stage's, for the loss gradient.
+  DeferredWeightGrads weight_grads;  // Split backward: what W runs.
 };
 
 MlpBatch MakeMlpBatch(const MlpStackConfig& config, int step, int index,
@@ -153,7 +154,34 @@ absl::StatusOr<StageOutput> MlpStack::ForwardStep(int microbatch,
 absl::StatusOr<Tensor> MlpStack::BackwardStep(
     const Tensor& output_grad, float grad_scale,
     std::unique_ptr<ActivationRecord> record) {
+  return Backward(output_grad, grad_scale, record.get(), nullptr);
+}
+
+absl::StatusOr<Tensor> MlpStack::BackwardInputStep(
+    const Tensor& output_grad, float grad_scale,
+    std::unique_ptr<ActivationRecord>* record) {
+  auto* rec = dynamic_cast<Record*>(record->get());
+  return Backward(output_grad, grad_scale, rec,
+                  rec != nullptr ? &rec->weight_grads : nullptr);
+}
+
+absl::Status MlpStack::BackwardWeightStep(
+    std::unique_ptr<ActivationRecord> record) {
   auto* rec = dynamic_cast<Record*>(record.get());
+  if (rec == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MlpStack from block ", first_block_,
+                     ": the weight gradient needs the record of this stack's "
+                     "BackwardInputStep"));
+  }
+  return rec->weight_grads.Run();
+}
+
+absl::StatusOr<Tensor> MlpStack::Backward(const Tensor& output_grad,
+                                          float grad_scale,
+                                          ActivationRecord* record,
+                                          DeferredWeightGrads* deferred) {
+  auto* rec = dynamic_cast<Record*>(record);
   if (rec == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "MlpStack from block ", first_block_,
@@ -180,9 +208,17 @@ absl::StatusOr<Tensor> MlpStack::BackwardStep(
   for (int i = num_blocks() - 1; i >= 0; --i) {
     MCC_RETURN_IF_ERROR(CallBeforeBackward(i));
     MCC_ASSIGN_OR_RETURN(Tensor dpath,
-                         blocks_[i].Backward(dx, &rec->blocks[i]));
-    MCC_RETURN_IF_ERROR(CallAfterBackward(i));
-    MCC_RETURN_IF_ERROR(CallGradsReady(units_[i]));
+                         blocks_[i].Backward(dx, &rec->blocks[i], deferred));
+    // The unit's gradients are complete after its weight gradients.
+    auto done = [this, i]() -> absl::Status {
+      MCC_RETURN_IF_ERROR(CallAfterBackward(i));
+      return CallGradsReady(units_[i]);
+    };
+    if (deferred != nullptr) {
+      deferred->Add(std::move(done));
+    } else {
+      MCC_RETURN_IF_ERROR(done());
+    }
     MCC_ASSIGN_OR_RETURN(
         dx, Add(dx, dpath));  // The residual's gradient plus the block's.
   }

@@ -81,6 +81,13 @@ class MlpStack : public Model, public PipelineStage {
   absl::StatusOr<Tensor> BackwardStep(
       const Tensor& output_grad, float grad_scale,
       std::unique_ptr<ActivationRecord> record) override;
+  // Split: B leaves the blocks' weight gradients, and their units' hooks,
+  // in the record for W.
+  absl::StatusOr<Tensor> BackwardInputStep(
+      const Tensor& output_grad, float grad_scale,
+      std::unique_ptr<ActivationRecord>* record) override;
+  absl::Status BackwardWeightStep(
+      std::unique_ptr<ActivationRecord> record) override;
 
   int num_blocks() const { return static_cast<int>(blocks_.size()); }
 
@@ -89,6 +96,10 @@ class MlpStack : public Model, public PipelineStage {
 
   MlpStack() = default;
   absl::StatusOr<const MlpBatch*> Batch(int microbatch) const;
+  // The backward; with `deferred` the input-gradient step of the split.
+  absl::StatusOr<Tensor> Backward(const Tensor& output_grad, float grad_scale,
+                                  ActivationRecord* record,
+                                  DeferredWeightGrads* deferred);
 
   MlpStackConfig config_;
   LayerContext context_;
