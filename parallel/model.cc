@@ -109,6 +109,13 @@ absl::Status Model::CallUnitHooks(absl::Status (UnitHooks::*fn)(int),
   return absl::OkStatus();
 }
 
+bool Model::UnitHooksAllowSplitBackward() const {
+  for (const UnitHooks* hooks : unit_hooks_) {
+    if (!hooks->AllowsSplitBackward()) return false;
+  }
+  return true;
+}
+
 absl::Status Model::CallBeforeForward(int unit) const {
   return CallUnitHooks(&UnitHooks::BeforeForward, unit);
 }

@@ -72,6 +72,11 @@ class UnitHooks {
   virtual absl::Status BeforeBackward(int unit);
   // The unit's parameter gradients for this micro-batch are complete.
   virtual absl::Status AfterBackward(int unit);
+  // Whether the hooks allow a split backward (PipelineStage::
+  // BackwardInputStep): the steps of other micro-batches between a unit's
+  // BeforeBackward and its AfterBackward, which then runs in W. False by
+  // default; a model does not split while a hook says false.
+  virtual bool AllowsSplitBackward() const { return false; }
 };
 
 // Called during backward with the parameters whose `main_grad` for this
@@ -138,6 +143,9 @@ class Model {
   virtual absl::Status FinalizeGradients();
 
  protected:
+  // For implementations that split the backward: whether every installed
+  // unit hook allows it (UnitHooks::AllowsSplitBackward).
+  bool UnitHooksAllowSplitBackward() const;
   // For implementations: run the installed hooks. A negative unit (the
   // chunk has no such unit) calls nothing.
   absl::Status CallBeforeForward(int unit) const;

@@ -225,6 +225,36 @@ absl::StatusOr<Tensor> GPTModel::BackwardStep(
   return ChunkBackward(output_grad, grad_scale, rec);
 }
 
+absl::StatusOr<Tensor> GPTModel::BackwardInputStep(
+    const Tensor& output_grad, float grad_scale,
+    std::unique_ptr<parallel::ActivationRecord>* record) {
+  if (!UnitHooksAllowSplitBackward()) {
+    return parallel::PipelineStage::BackwardInputStep(output_grad, grad_scale,
+                                                      record);
+  }
+  auto* rec = dynamic_cast<ChunkRecord*>(record->get());
+  if (rec == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model chunk from layer ", chunk_.first_layer,
+        ": backward needs the record of this chunk's ForwardStep"));
+  }
+  return ChunkBackward(output_grad, grad_scale, rec, &rec->weight_grads);
+}
+
+absl::Status GPTModel::BackwardWeightStep(
+    std::unique_ptr<parallel::ActivationRecord> record) {
+  // B ran the whole backward (hooks that do not allow the split).
+  if (record == nullptr) return absl::OkStatus();
+  auto* rec = dynamic_cast<ChunkRecord*>(record.get());
+  if (rec == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model chunk from layer ", chunk_.first_layer,
+                     ": the weight gradient needs the record of this chunk's "
+                     "BackwardInputStep"));
+  }
+  return rec->weight_grads.Run();
+}
+
 absl::Status GPTModel::CheckBatch(const MicroBatch& batch) const {
   const Tensor& t = batch.tokens;
   if (t.dim() != 2 || t.dtype() != DType::kInt64) {
@@ -679,9 +709,20 @@ absl::StatusOr<Tensor> GPTModel::ChunkForward(const MicroBatch& full_batch,
   return Tensor();
 }
 
-absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
-                                               float grad_scale,
-                                               ChunkRecord* rec) {
+absl::StatusOr<Tensor> GPTModel::ChunkBackward(
+    const Tensor& output_grad, float grad_scale, ChunkRecord* rec,
+    parallel::DeferredWeightGrads* deferred) {
+  // A unit's gradients are complete, and its hooks run, once its weight
+  // gradients have accumulated: now, or in W.
+  const auto unit_done = [this, deferred](int unit) -> absl::Status {
+    auto done = [this, unit]() -> absl::Status {
+      MCC_RETURN_IF_ERROR(CallAfterBackward(unit));
+      return CallGradsReady(units_[unit]);
+    };
+    if (deferred == nullptr) return done();
+    deferred->Add(std::move(done));
+    return absl::OkStatus();
+  };
   if (!rec->pending) {
     return absl::FailedPreconditionError(absl::StrCat(
         "model chunk from layer ", chunk_.first_layer,
@@ -711,14 +752,13 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
     if (tied_here) {
       MCC_RETURN_IF_ERROR(CallBeforeBackward(embedding_unit_));
     }
-    MCC_ASSIGN_OR_RETURN(Tensor dfinal,
-                         output_layer_->Backward(dlogits, rec->head_act));
+    MCC_ASSIGN_OR_RETURN(Tensor dfinal, output_layer_->Backward(
+                                            dlogits, rec->head_act, deferred));
     rec->head_act = {};
     dlogits = Tensor();
     MCC_ASSIGN_OR_RETURN(dx, final_norm_->Backward(dfinal, rec->final_act));
     rec->final_act = {};
-    MCC_RETURN_IF_ERROR(CallAfterBackward(head_unit_));
-    MCC_RETURN_IF_ERROR(CallGradsReady(units_[head_unit_]));
+    MCC_RETURN_IF_ERROR(unit_done(head_unit_));
   } else {
     if (output_grad.shape() != HiddenShape(b, s) ||
         output_grad.dtype() != context_.dtype ||
@@ -773,10 +813,10 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
       // The balancing losses' gradients scale as the LM loss's.
       MCC_ASSIGN_OR_RETURN(
           dx, layers_[j]->Backward(dx, b, &rec->layers[j],
-                                   grad_scale * static_cast<float>(cp_size())));
+                                   grad_scale * static_cast<float>(cp_size()),
+                                   deferred));
       rec->layers[j] = TransformerLayer::Activations();
-      MCC_RETURN_IF_ERROR(CallAfterBackward(first_layer_unit_ + j));
-      MCC_RETURN_IF_ERROR(CallGradsReady(units_[first_layer_unit_ + j]));
+      MCC_RETURN_IF_ERROR(unit_done(first_layer_unit_ + j));
     }
     i = start - 1;
   }
@@ -799,16 +839,28 @@ absl::StatusOr<Tensor> GPTModel::ChunkBackward(const Tensor& output_grad,
         demb, p, config_.seed, EmbeddingDropoutOffset(rec->call, b, s), &d));
     demb = d;
   }
-  MCC_RETURN_IF_ERROR(word_embeddings_->Backward(rec->ids, demb));
-  if (position_embeddings_ != nullptr) {
-    MCC_RETURN_IF_ERROR(ops::EmbeddingBackward(
-        rec->positions, demb, &position_embeddings_->main_grad));
+  // The embeddings' gradients are weight gradients too (and a tied word
+  // embedding's must follow the output layer's, deferred above).
+  auto embedding_grads = [this, ids = rec->ids, positions = rec->positions,
+                          demb]() -> absl::Status {
+    MCC_RETURN_IF_ERROR(word_embeddings_->Backward(ids, demb));
+    if (position_embeddings_ != nullptr) {
+      MCC_RETURN_IF_ERROR(ops::EmbeddingBackward(
+          positions, demb, &position_embeddings_->main_grad));
+    }
+    return absl::OkStatus();
+  };
+  if (deferred != nullptr) {
+    deferred->Add(std::move(embedding_grads));
+  } else {
+    MCC_RETURN_IF_ERROR(embedding_grads());
   }
   const Tensor loss_sum = rec->loss_sum;
+  parallel::DeferredWeightGrads weight_grads = std::move(rec->weight_grads);
   *rec = ChunkRecord();
   rec->loss_sum = loss_sum;
-  MCC_RETURN_IF_ERROR(CallAfterBackward(embedding_unit_));
-  MCC_RETURN_IF_ERROR(CallGradsReady(units_[embedding_unit_]));
+  rec->weight_grads = std::move(weight_grads);
+  MCC_RETURN_IF_ERROR(unit_done(embedding_unit_));
   return Tensor();
 }
 

@@ -84,6 +84,8 @@ struct ChunkRecord : parallel::ActivationRecord {
   Tensor mask;           // Sequence-major loss mask; undefined: all ones.
   Tensor loss_sum;       // ops::LossSum's fp32 [4], on the model's device.
   bool pending = false;  // Forward done, backward not yet.
+  // A split backward's weight gradients and hooks, from B for W.
+  parallel::DeferredWeightGrads weight_grads;
 };
 
 // A GPT decoder built from the tensor- and sequence-parallel layers: word
@@ -153,6 +155,16 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   absl::StatusOr<Tensor> BackwardStep(
       const Tensor& output_grad, float grad_scale,
       std::unique_ptr<parallel::ActivationRecord> record) override;
+  // The split backward (parallel/model.h): B leaves the linear layers' and
+  // the embeddings' weight gradients, and the units' AfterBackward and
+  // grad-ready hooks, in the record for W; norm weights get theirs in B.
+  // While a unit hook does not allow the split (sharded data parallelism),
+  // B runs the whole backward and W nothing.
+  absl::StatusOr<Tensor> BackwardInputStep(
+      const Tensor& output_grad, float grad_scale,
+      std::unique_ptr<parallel::ActivationRecord>* record) override;
+  absl::Status BackwardWeightStep(
+      std::unique_ptr<parallel::ActivationRecord> record) override;
   // The shape of the hidden states passed between chunks for a micro-batch
   // of b sequences of length s.
   Shape HiddenShape(int64_t b, int64_t s) const;
@@ -221,8 +233,10 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   absl::StatusOr<Tensor> ChunkForward(const MicroBatch& batch,
                                       const Tensor& input, bool backward_after,
                                       ChunkRecord* record);
-  absl::StatusOr<Tensor> ChunkBackward(const Tensor& output_grad,
-                                       float grad_scale, ChunkRecord* record);
+  // With `deferred`, the input-gradient step of a split backward.
+  absl::StatusOr<Tensor> ChunkBackward(
+      const Tensor& output_grad, float grad_scale, ChunkRecord* record,
+      parallel::DeferredWeightGrads* deferred = nullptr);
   absl::StatusOr<const MicroBatch*> Batch(int microbatch) const;
   uint64_t DropoutOffset(uint64_t call, int site_block, int64_t b,
                          int64_t s) const;

@@ -282,6 +282,70 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<1>(info.param) ? "_sp" : "");
     });
 
+// The split backward (parallel/model.h): B leaves the linear layers' and
+// embeddings' gradients and the grad-ready hooks for W, and B, B, W, W over
+// two micro-batches leaves BackwardStep's gradients bit for bit.
+TEST(GPTModelTest, SplitBackwardEqualsBackwardStepBitForBit) {
+  for (const auto& [name, config] : Variants()) {
+    parallel::LayerContext ctx;
+    ctx.seed = config.seed;
+    auto whole = GPTModel::Create(config, ctx);
+    auto split = GPTModel::Create(config, ctx);
+    ASSERT_TRUE(whole.ok() && split.ok()) << name;
+    auto batches = std::make_shared<std::vector<MicroBatch>>();
+    for (uint32_t mb = 0; mb < 2; ++mb) {
+      batches->push_back(FixedBatch(config, 11 + mb));
+    }
+    (*whole)->SetMicroBatches(batches);
+    (*split)->SetMicroBatches(batches);
+    int reported = 0;
+    (*split)->AddGradReadyHook(
+        [&reported](const std::vector<Parameter*>& ready) {
+          reported += static_cast<int>(ready.size());
+          return absl::OkStatus();
+        });
+    std::vector<std::unique_ptr<parallel::ActivationRecord>> records;
+    for (int mb = 0; mb < 2; ++mb) {
+      auto a = (*whole)->ForwardStep(mb, Tensor(), true);
+      ASSERT_TRUE(a.ok()) << name << ": " << a.status();
+      ASSERT_TRUE(
+          (*whole)->BackwardStep(Tensor(), 0.5f, std::move(a->record)).ok());
+      auto b = (*split)->ForwardStep(mb, Tensor(), true);
+      ASSERT_TRUE(b.ok()) << name << ": " << b.status();
+      records.push_back(std::move(b->record));
+    }
+    for (auto& record : records) {
+      auto dx = (*split)->BackwardInputStep(Tensor(), 0.5f, &record);
+      ASSERT_TRUE(dx.ok()) << name << ": " << dx.status();
+      ASSERT_NE(record, nullptr) << name;
+    }
+    EXPECT_EQ(reported, 0) << name;
+    // The first layer's QKV weight gets its gradient only in W.
+    const auto& params = (*split)->parameters();
+    int checked = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i]->name.find("layers.0.") == std::string::npos ||
+          params[i]->name.find("qkv.weight") == std::string::npos) {
+        continue;
+      }
+      ++checked;
+      for (float g : params[i]->main_grad.ToFloats()) {
+        ASSERT_EQ(g, 0.0f) << name << " " << params[i]->name;
+      }
+    }
+    EXPECT_EQ(checked, 1) << name;
+    for (auto& record : records) {
+      ASSERT_TRUE((*split)->BackwardWeightStep(std::move(record)).ok()) << name;
+    }
+    EXPECT_GT(reported, 0) << name;
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_EQ(params[i]->main_grad.ToFloats(),
+                (*whole)->parameters()[i]->main_grad.ToFloats())
+          << name << " " << params[i]->name;
+    }
+  }
+}
+
 TEST(GPTModelTest, RecomputationDoesNotChangeTheResult) {
   const auto variants = Variants();
   auto plain = RunModel(variants[0].second, nullptr, false);

@@ -608,10 +608,9 @@ absl::StatusOr<Tensor> TransformerLayer::MlpForward(const Tensor& x,
   return out;
 }
 
-absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
-                                                  int64_t micro_batch,
-                                                  Activations* act,
-                                                  float moe_loss_scale) const {
+absl::StatusOr<Tensor> TransformerLayer::Backward(
+    const Tensor& dy, int64_t micro_batch, Activations* act,
+    float moe_loss_scale, parallel::DeferredWeightGrads* deferred) const {
   const int64_t b = micro_batch;
   const int64_t d = config_.head_dim();
   const uint64_t sp_shift = DropoutShift(dy);
@@ -627,7 +626,7 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
   if (moe_ != nullptr) {
     MCC_ASSIGN_OR_RETURN(dln2, moe_->Backward(dmlp, act->moe, moe_loss_scale));
   } else {
-    MCC_ASSIGN_OR_RETURN(dhidden, fc2_->Backward(dmlp, act->fc2));
+    MCC_ASSIGN_OR_RETURN(dhidden, fc2_->Backward(dmlp, act->fc2, deferred));
     dfc1 = Tensor::Empty(act->fc1_out.shape(), act->fc1_out.dtype(),
                          act->fc1_out.device());
     if (config_.activation == Activation::kSwiGLU) {
@@ -639,7 +638,7 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
     } else {
       MCC_RETURN_IF_ERROR(ops::GeluBackward(dhidden, act->fc1_out, &dfc1));
     }
-    MCC_ASSIGN_OR_RETURN(dln2, fc1_->Backward(dfc1, act->fc1));
+    MCC_ASSIGN_OR_RETURN(dln2, fc1_->Backward(dfc1, act->fc1, deferred));
   }
   MCC_ASSIGN_OR_RETURN(Tensor dh1_norm, ln2_->Backward(dln2, act->ln2));
   Tensor dh1 = Tensor::Empty(dy.shape(), dy.dtype(), dy.device());
@@ -648,7 +647,8 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
   // Attention branch.
   MCC_ASSIGN_OR_RETURN(Tensor dattn,
                        DropoutBackward(dh1, act->dropout_offset + sp_shift));
-  MCC_ASSIGN_OR_RETURN(Tensor dctx, proj_->Backward(dattn, act->proj));
+  MCC_ASSIGN_OR_RETURN(Tensor dctx,
+                       proj_->Backward(dattn, act->proj, deferred));
   const int64_t s = dctx.size(0) / b;
   const QkvLayout layout{b, s, local_groups_, local_heads_ / local_groups_, d};
   Tensor dqkv =
@@ -658,7 +658,7 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy,
   } else {
     MCC_RETURN_IF_ERROR(LocalAttentionBackward(dctx, b, s, act, &dqkv));
   }
-  MCC_ASSIGN_OR_RETURN(Tensor dln1, qkv_->Backward(dqkv, act->qkv));
+  MCC_ASSIGN_OR_RETURN(Tensor dln1, qkv_->Backward(dqkv, act->qkv, deferred));
   MCC_ASSIGN_OR_RETURN(Tensor dx_norm, ln1_->Backward(dln1, act->ln1));
   Tensor dx = Tensor::Empty(dy.shape(), dy.dtype(), dy.device());
   MCC_RETURN_IF_ERROR(ops::Add(dh1, dx_norm, &dx));

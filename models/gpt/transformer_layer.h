@@ -98,10 +98,13 @@ class TransformerLayer {
   // moe_loss_scale: the gradient of the training loss with respect to this
   // micro-batch's balancing and z-losses (its loss scale over the
   // micro-batch count, as Megatron's MoEAuxLossAutoScaler); unused by a
-  // dense layer.
-  absl::StatusOr<Tensor> Backward(const Tensor& dy, int64_t micro_batch,
-                                  Activations* act,
-                                  float moe_loss_scale = 1.0f) const;
+  // dense layer. With `deferred`, the linear layers' weight and bias
+  // gradients are left to it (the input-gradient step of a split
+  // backward); an MoE layer's experts and router take theirs in B.
+  absl::StatusOr<Tensor> Backward(
+      const Tensor& dy, int64_t micro_batch, Activations* act,
+      float moe_loss_scale = 1.0f,
+      parallel::DeferredWeightGrads* deferred = nullptr) const;
 
   void AppendParameters(ParameterList* out) const;
   // The mixture of experts in place of the MLP (null: a dense layer, whose

@@ -32,6 +32,8 @@ class ParamGatherHooks : public parallel::UnitHooks {
     }
     return ddp_->WaitParamGather(units_[unit]);
   }
+  // Only forwards wait here.
+  bool AllowsSplitBackward() const override { return true; }
 
  private:
   DistributedDataParallel* ddp_;

@@ -51,6 +51,9 @@ struct Case {
   fsdp::ShardingStrategy sharding = fsdp::ShardingStrategy::kNoShard;
   // Pipeline transfers through MakeNcclLikeP2PGroup's wrapper.
   bool nccl_like = false;
+  // A case whose losses and gradient norms this one's equal bit for bit
+  // (run beside it): ZB-H1 against 1F1B of the same layout.
+  std::string bit_for_bit_with;
 };
 
 std::vector<Case> Cases() {
@@ -89,6 +92,21 @@ std::vector<Case> Cases() {
         Case{"pp2_interleaved_nccl_like", 2, 1, 2, 1}}) {
     nccl.nccl_like = true;
     v.push_back(nccl);
+  }
+  // ZB-H1: 1F1B's sums in 1F1B's order (each parameter's contributions
+  // accumulate in micro-batch order), so its results are 1F1B's bit for
+  // bit: with the split backward (DDP, the distributed optimizer's gather
+  // hooks allow it), and with ZeRO-3, whose hooks do not, running W in B.
+  for (Case zb : {Case{"pp2_zb_h1", 2, 1, 2}, Case{"pp4_zb_h1", 4, 1, 4},
+                  Case{"pp2_tp2_sp_zb_h1", 4, 2, 2},
+                  Case{"pp2_dp2_distopt_zb_h1", 4, 1, 2, 0, 0, 0, true, true},
+                  Case{"pp2_dp2_zero3_zb_h1", 4, 1, 2}}) {
+    zb.schedule = ScheduleKind::kZeroBubbleH1;
+    zb.bit_for_bit_with = zb.name.substr(0, zb.name.size() - 6);
+    if (zb.name == "pp2_dp2_zero3_zb_h1") {
+      zb.sharding = fsdp::ShardingStrategy::kOptimGradsParams;
+    }
+    v.push_back(zb);
   }
   Case fill{"pp4_all_forward_all_backward", 4, 1, 4};
   fill.schedule = ScheduleKind::kAllForwardAllBackward;
@@ -213,6 +231,16 @@ TEST_P(PipelineParityTest, EqualsSerial) {
   optim::testing::ExpectMatchesSerial(*parallel, serial,
                                       c.inf_on_last_stage ? 4 : 10, 1e-5, 1e-4);
   EXPECT_LT(parallel->loss[9], parallel->loss[0]);
+  if (!c.bit_for_bit_with.empty()) {
+    auto twin = optim::testing::RunParityWorkers(
+        c.world, "pp_train", c.bit_for_bit_with, absl::Seconds(300));
+    ASSERT_TRUE(twin.ok()) << twin.status();
+    for (size_t i = 0; i < parallel->loss.size(); ++i) {
+      EXPECT_EQ(parallel->loss[i], twin->loss[i]) << "step " << i;
+      EXPECT_EQ(parallel->steps[i].grad_norm, twin->steps[i].grad_norm)
+          << "step " << i;
+    }
+  }
   if (c.inf_on_last_stage) {
     // Written by stage 0, which saw no overflow itself: the step was
     // skipped on every stage.
@@ -238,6 +266,7 @@ TEST_P(PipelineParityTest, EqualsSerial) {
   if (c.schedule == ScheduleKind::kAllForwardAllBackward) {
     EXPECT_EQ(held, m);
   } else if (c.layers_per_virtual_stage == 0) {
+    // ZB-H1's first stage runs each W right after its B: 1F1B's count.
     EXPECT_LE(held, c.pp);
     EXPECT_EQ(held, std::min(c.pp, m));
   } else {

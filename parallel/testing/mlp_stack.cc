@@ -160,6 +160,9 @@ absl::StatusOr<Tensor> MlpStack::BackwardStep(
 absl::StatusOr<Tensor> MlpStack::BackwardInputStep(
     const Tensor& output_grad, float grad_scale,
     std::unique_ptr<ActivationRecord>* record) {
+  if (!UnitHooksAllowSplitBackward()) {
+    return PipelineStage::BackwardInputStep(output_grad, grad_scale, record);
+  }
   auto* rec = dynamic_cast<Record*>(record->get());
   return Backward(output_grad, grad_scale, rec,
                   rec != nullptr ? &rec->weight_grads : nullptr);
@@ -167,6 +170,8 @@ absl::StatusOr<Tensor> MlpStack::BackwardInputStep(
 
 absl::Status MlpStack::BackwardWeightStep(
     std::unique_ptr<ActivationRecord> record) {
+  // B ran the whole backward (hooks that do not allow the split).
+  if (record == nullptr) return absl::OkStatus();
   auto* rec = dynamic_cast<Record*>(record.get());
   if (rec == nullptr) {
     return absl::InvalidArgumentError(
