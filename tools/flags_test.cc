@@ -534,6 +534,28 @@ std::vector<Row> Table() {
       {"--no-overlap-p2p-communication"}, pp2);
   add("train", "no_overlap_p2p_communication", V::kWarned,
       {"--no-overlap-p2p-communication"}, tm);
+  add("train", "pipeline_schedule", V::kEffect,
+      {"--pipeline-schedule", "zb-h1"}, pp2);
+  add("train", "pipeline_schedule", V::kWarned,
+      {"--pipeline-schedule", "zb-h1"}, tm);
+  add("train", "pipeline_schedule", V::kRefused, {"--pipeline-schedule", "zbv"},
+      pp2);
+  // ZB-H1 at PP 2 over 2 micro-batches, as a table; and one whose second
+  // micro-batch has no backward on rank 1.
+  const std::string zb_table =
+      "rank,step,microbatch,chunk,op\n"
+      "0,0,0,0,F\n0,1,1,0,F\n0,2,0,0,B\n0,3,0,0,W\n0,4,1,0,B\n0,5,1,0,W\n"
+      "1,0,0,0,F\n1,1,0,0,B\n1,2,1,0,F\n1,3,1,0,B\n1,4,0,0,W\n1,5,1,0,W\n";
+  WriteFile(g_tmp + "/zb_h1.csv", zb_table);
+  WriteFile(g_tmp + "/missing_b.csv",
+            zb_table.substr(0, zb_table.find("1,3,1,0,B")) +
+                "1,3,0,0,W\n1,4,1,0,W\n");
+  add("train", "pipeline_schedule_file", V::kEffect,
+      {"--pipeline-schedule-file", g_tmp + "/zb_h1.csv"}, pp2);
+  add("train", "pipeline_schedule_file", V::kWarned,
+      {"--pipeline-schedule-file", g_tmp + "/zb_h1.csv"}, tm);
+  add("train", "pipeline_schedule_file", V::kRefused,
+      {"--pipeline-schedule-file", g_tmp + "/missing_b.csv"}, pp2);
   add("train", "use_distributed_optimizer", V::kEffect,
       {"--use-distributed-optimizer"}, dp2);
   // At DP 1 too: the optimizer shards over one rank.

@@ -6,7 +6,8 @@ Usage: /usr/bin/python3 tools/plot_timeline.py MERGED.json OUT.png [--step N]
 
 One row per rank (pipeline stage), one box per forward or backward of a
 micro-batch (events of category "compute" whose args carry "microbatch"),
-coloured by micro-batch: forwards light, backwards dark, so the bubbles are
+coloured by micro-batch: forwards light, backwards dark, split-off weight
+gradients (zero-bubble schedules' W) mid-tone and dotted, so the bubbles are
 the empty stretches; with virtual stages the label says the chunk ("F3.1")
 and the second chunk's boxes are hatched. Prints each rank's busy time, span
 and bubble fraction (1 - busy / span) over the plotted window; the span is
@@ -42,7 +43,8 @@ def load_boxes(path, step):
             continue
         boxes.setdefault(e["pid"], []).append(
             (float(e["ts"]), float(e["dur"]), int(args["microbatch"]),
-             e["name"].startswith("backward"), int(args.get("chunk", "0"))))
+             e["name"][0].upper() if e["name"][:1] in "bw" else "F",
+             int(args.get("chunk", "0"))))
     return boxes, spans
 
 
@@ -81,13 +83,14 @@ def main():
     min_label = (t1 - t0) / 100.0
     fig, ax = plt.subplots(figsize=(10, 0.6 * len(ranks) + 1.2), dpi=100)
     for row, rank in enumerate(ranks):
-        for ts, dur, mb, backward, chunk in boxes[rank]:
+        for ts, dur, mb, kind, chunk in boxes[rank]:
             colour = cmap(mb % cmap.N)
+            alpha = {"F": 0.45, "B": 1.0, "W": 0.75}[kind]
+            hatch = "//" if chunk % 2 else ("..." if kind == "W" else None)
             ax.broken_barh([((ts - t0) / 1000.0, dur / 1000.0)], (row - 0.4, 0.8),
-                           facecolors=colour, alpha=1.0 if backward else 0.45,
-                           edgecolor="black", linewidth=0.3,
-                           hatch="//" if chunk % 2 else None)
-            label = ("B" if backward else "F") + str(mb)
+                           facecolors=colour, alpha=alpha,
+                           edgecolor="black", linewidth=0.3, hatch=hatch)
+            label = kind + str(mb)
             if chunks > 1:
                 label += "." + str(chunk)
             if dur >= min_label:
@@ -99,7 +102,8 @@ def main():
     ax.set_yticks(range(len(ranks)))
     ax.set_yticklabels([f"stage {r}" for r in ranks])
     ax.invert_yaxis()
-    ax.set_xlabel("time (ms); light: forward, dark: backward")
+    ax.set_xlabel("time (ms); light: forward, dark: backward, dotted: "
+                  "weight gradient")
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(png)

@@ -40,6 +40,22 @@ ABSL_FLAG(std::string, preset, "",
           "heads, vocabulary 8192, sequence 512, micro-batch 4, mock data).");
 ABSL_FLAG(int32_t, global_batch_size, 0,
           "Samples per step over all DP ranks (0: micro-batch x DP).");
+ABSL_FLAG(std::string, pipeline_schedule, "1f1b",
+          "Pipeline schedule, a flag of ours (Megatron has no equivalent: it "
+          "runs 1F1B, interleaved with --num-layers-per-virtual-pipeline-"
+          "stage): 1f1b (interleaved 1F1B with virtual stages), interleaved, "
+          "zb-h1 (zero-bubble H1: 1F1B's order and peak memory, each "
+          "backward split into input and weight gradients, weight gradients "
+          "deferred into the cool-down's idle time) or zbv (refused: not "
+          "built).");
+ABSL_FLAG(std::string, pipeline_schedule_file, "",
+          "A flag of ours (Megatron has no equivalent): a CSV schedule table "
+          "to run instead of --pipeline-schedule's, with the header "
+          "rank,step,microbatch,chunk,op and one row per operation (op F, B "
+          "or W: forward, input gradient, weight gradient). It is checked "
+          "before the run: every dependency met, and no rank holding more "
+          "activations than 1F1B's busiest (interleaved's with virtual "
+          "stages).");
 ABSL_FLAG(int64_t, train_iters, 300, "Training iterations.");
 ABSL_FLAG(int32_t, eval_iters, 10, "Micro-batches per evaluation.");
 ABSL_FLAG(int32_t, eval_interval, 100, "Iterations between evaluations.");
@@ -370,6 +386,12 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const training::TrainConfig& config,
        "(--tensor-model-parallel-size 1)"},
       {"no_overlap_p2p_communication", pp == 1,
        "only pipeline transfers overlap (--pipeline-model-parallel-size 1)"},
+      {"pipeline_schedule", pp == 1,
+       "one stage runs no pipeline schedule (--pipeline-model-parallel-size "
+       "1)"},
+      {"pipeline_schedule_file", pp == 1,
+       "one stage runs no pipeline schedule (--pipeline-model-parallel-size "
+       "1)"},
       {"vocab_size", !mock,
        "the tokenizer's vocabulary is the model's (--vocab-size is for "
        "--mock-data)"},

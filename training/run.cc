@@ -383,13 +383,12 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
   ddp_config.overlap_param_gather = config.overlap_param_gather();
   ddp_config.bucket_size_bytes = config.ddp_bucket_size() * 4;
   MCC_ASSIGN_OR_RETURN(auto ddp, MakeDataParallel(config, *job, ddp_config));
-  // The schedule: 1F1B across stages (interleaved with virtual stages),
-  // plain gradient accumulation on one.
-  pipeline::PipelineOptions pipeline_options;
-  pipeline_options.schedule = job->pp() != nullptr
-                                  ? pipeline::ScheduleKind::kOneFOneB
-                                  : pipeline::ScheduleKind::kNoPipelining;
-  pipeline_options.overlap_p2p = !config.no_overlap_p2p_communication();
+  // The schedule: --pipeline-schedule's (1F1B, interleaved with virtual
+  // stages) or --pipeline-schedule-file's table across stages, plain
+  // gradient accumulation on one.
+  MCC_ASSIGN_OR_RETURN(
+      pipeline::PipelineOptions pipeline_options,
+      PipelineOptionsFromConfig(config, batching.num_microbatches));
   // --cuda-graph: the one chunk's micro-batches captured and replayed
   // (models/gpt/graphed_stage.h refuses the layouts it cannot cover).
   std::unique_ptr<gpt::GraphedStage> graphed;
@@ -402,9 +401,12 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
   }
   MCC_ASSIGN_OR_RETURN(auto executor, pipeline::PipelineExecutor::Create(
                                           stages, job->pp(), pipeline_options));
-  const std::string schedule_name = pipeline::ScheduleName(
-      job->model->num_chunks() > 1 ? pipeline::ScheduleKind::kInterleaved
-                                   : pipeline_options.schedule);
+  const std::string schedule_name =
+      pipeline_options.table != nullptr
+          ? std::string("the --pipeline-schedule-file table")
+          : pipeline::ScheduleName(job->model->num_chunks() > 1
+                                       ? pipeline::ScheduleKind::kInterleaved
+                                       : pipeline_options.schedule);
   MCC_ASSIGN_OR_RETURN(optim::OptimizerConfig opt_config,
                        OptimizerConfigFromConfig(config));
   optim::OptimizerGroups groups;

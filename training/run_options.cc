@@ -1,6 +1,9 @@
 #include "training/run_options.h"
 
 #include <algorithm>
+#include <fstream>
+#include <memory>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +12,8 @@
 #include "parallel/fsdp/sharding_strategy.h"
 #include "parallel/pipeline/pipeline_executor.h"
 #include "parallel/rank_layout.h"
+#include "parallel/pipeline/schedule_check.h"
+#include "parallel/pipeline/schedule_csv.h"
 #include "training/device_choice.h"
 #include "training/job.h"
 #include "training/model_from_config.h"
@@ -260,6 +265,79 @@ absl::Status CheckExpertParallelOptions(const TrainConfig& config,
   return absl::OkStatus();
 }
 
+absl::StatusOr<pipeline::PipelineOptions> PipelineOptionsFromConfig(
+    const TrainConfig& config, int microbatches) {
+  pipeline::PipelineOptions options;
+  options.overlap_p2p = !config.no_overlap_p2p_communication();
+  MCC_ASSIGN_OR_RETURN(pipeline::PipelineConfig split,
+                       PipelineConfigFromConfig(config));
+  const int chunks = split.virtual_stages();
+  const std::string name = config.pipeline_schedule();
+  if (name == "1f1b") {
+    options.schedule = chunks > 1 ? pipeline::ScheduleKind::kInterleaved
+                                  : pipeline::ScheduleKind::kOneFOneB;
+  } else if (name == "interleaved") {
+    if (chunks == 1 && split.pipeline_size > 1) {
+      return absl::InvalidArgumentError(
+          "--pipeline-schedule interleaved needs virtual stages "
+          "(--num-layers-per-virtual-pipeline-stage)");
+    }
+    options.schedule = pipeline::ScheduleKind::kInterleaved;
+  } else if (name == "zb-h1") {
+    if (chunks > 1) {
+      return absl::InvalidArgumentError(
+          "--pipeline-schedule zb-h1 runs one model chunk per stage, not "
+          "--num-layers-per-virtual-pipeline-stage's virtual stages");
+    }
+    options.schedule = pipeline::ScheduleKind::kZeroBubbleH1;
+  } else if (name == "zbv") {
+    return absl::UnimplementedError(
+        "--pipeline-schedule zbv: the V-shaped zero-bubble schedule is not "
+        "built here (its two chunks per rank need a V-shaped layer split)");
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pipeline-schedule: '", name,
+                     "' is not 1f1b, interleaved, zb-h1 or zbv"));
+  }
+  if (split.pipeline_size == 1) {
+    options.schedule = pipeline::ScheduleKind::kNoPipelining;
+    return options;
+  }
+  const std::string& path = config.pipeline_schedule_file();
+  if (path.empty()) return options;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("--pipeline-schedule-file: cannot read ", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  const pipeline::ScheduleShape shape{split.pipeline_size, chunks,
+                                      microbatches};
+  auto table = pipeline::ReadScheduleCsv(text.str(), shape);
+  if (!table.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-schedule-file ", path, ": ", table.status().message()));
+  }
+  // What the executor checks before the first step, here before launch.
+  auto reference = pipeline::GenerateScheduleTable(
+      chunks > 1 ? pipeline::ScheduleKind::kInterleaved
+                 : pipeline::ScheduleKind::kOneFOneB,
+      shape);
+  if (!reference.ok()) return reference.status();
+  MCC_ASSIGN_OR_RETURN(pipeline::ScheduleCheck bound,
+                       pipeline::CheckSchedule(*reference));
+  const int max_held =
+      *std::max_element(bound.peak_held.begin(), bound.peak_held.end());
+  if (auto check = pipeline::CheckSchedule(*table, max_held); !check.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-schedule-file ", path, ": ", check.status().message()));
+  }
+  options.table =
+      std::make_shared<const pipeline::ScheduleTable>(*std::move(table));
+  return options;
+}
+
 absl::Status CheckTrainConfig(const TrainConfig& config, int world_size) {
   MCC_RETURN_IF_ERROR(ExitOptionsFromConfig(config).status());
   MCC_RETURN_IF_ERROR(CheckStragglerOptions(config));
@@ -293,6 +371,8 @@ absl::Status CheckTrainConfig(const TrainConfig& config, int world_size) {
                        PipelineConfigFromConfig(config));
   MCC_RETURN_IF_ERROR(
       pipeline::ValidateMicroBatches(split, batching.num_microbatches));
+  MCC_RETURN_IF_ERROR(
+      PipelineOptionsFromConfig(config, batching.num_microbatches).status());
   MCC_RETURN_IF_ERROR(OptimizerConfigFromConfig(config).status());
   MCC_RETURN_IF_ERROR(ScheduleFromConfig(config).status());
   MCC_RETURN_IF_ERROR(

@@ -9,6 +9,7 @@
 #include "checkpoint/local_checkpoint.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "parallel/pipeline/pipeline_executor.h"
 #include "training/exit_conditions.h"
 #include "training/rerun_check.h"
 #include "training/timeline_profile.h"
@@ -67,6 +68,13 @@ struct Batching {
 };
 // global_batch_size (0: micro_batch_size x dp) over `dp` data-parallel ranks.
 absl::StatusOr<Batching> PlanBatches(const TrainConfig& config, int dp);
+
+// The pipeline schedule of --pipeline-schedule, --pipeline-schedule-file
+// (read and checked here, for `microbatches` per step) and
+// --no-overlap-p2p-communication. Without pipelining (one stage) the
+// executor's kNoPipelining and no table.
+absl::StatusOr<pipeline::PipelineOptions> PipelineOptionsFromConfig(
+    const TrainConfig& config, int microbatches);
 
 absl::StatusOr<optim::OptimizerConfig> OptimizerConfigFromConfig(
     const TrainConfig& config);
