@@ -9,7 +9,7 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 
 "${train}" --layout serial --out "${tmp}/serial" || exit 1
 failed=0
-for layout in dp2 dp2_zero3 pp2 pp2_interleaved; do
+for layout in dp2 dp2_zero3 pp2 pp2_interleaved pp2_zb_h1; do
   if ! timeout 120 "${launch}" --nproc_per_node 2 -- "${train}" \
       --layout "${layout}" --out "${tmp}/${layout}"; then
     echo "FAIL: ${layout}: the launched run failed"

@@ -23,6 +23,7 @@ struct TinyLm::Record : parallel::ActivationRecord {
   parallel::ColumnParallelLinear::Activations head;
   parallel::VocabParallelCrossEntropy::Activations cross_entropy;
   Tensor loss_sum;
+  parallel::DeferredWeightGrads weight_grads;  // Split backward: for W.
 };
 
 TinyLmBatch MakeBatch(const TinyLmConfig& config, int step, int index) {
@@ -189,13 +190,53 @@ absl::StatusOr<parallel::StageOutput> TinyLm::ForwardStep(int microbatch,
 absl::StatusOr<Tensor> TinyLm::BackwardStep(
     const Tensor& output_grad, float grad_scale,
     std::unique_ptr<parallel::ActivationRecord> record) {
+  return Backward(output_grad, grad_scale, dynamic_cast<Record*>(record.get()),
+                  nullptr);
+}
+
+absl::StatusOr<Tensor> TinyLm::BackwardInputStep(
+    const Tensor& output_grad, float grad_scale,
+    std::unique_ptr<parallel::ActivationRecord>* record) {
+  if (!UnitHooksAllowSplitBackward()) {
+    return PipelineStage::BackwardInputStep(output_grad, grad_scale, record);
+  }
+  auto* rec = dynamic_cast<Record*>(record->get());
+  return Backward(output_grad, grad_scale, rec,
+                  rec != nullptr ? &rec->weight_grads : nullptr);
+}
+
+absl::Status TinyLm::BackwardWeightStep(
+    std::unique_ptr<parallel::ActivationRecord> record) {
+  if (record == nullptr) return absl::OkStatus();  // B ran it all.
   auto* rec = dynamic_cast<Record*>(record.get());
+  if (rec == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TinyLm from block ", first_block_,
+                     ": the weight gradient needs the record of this model's "
+                     "BackwardInputStep"));
+  }
+  return rec->weight_grads.Run();
+}
+
+absl::StatusOr<Tensor> TinyLm::Backward(
+    const Tensor& output_grad, float grad_scale, Record* rec,
+    parallel::DeferredWeightGrads* deferred) {
   if (rec == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "TinyLm from block ", first_block_,
         ": backward needs the record of this model's ForwardStep"));
   }
   MCC_ASSIGN_OR_RETURN(const TinyLmBatch* batch, Batch(rec->microbatch));
+  // A unit's hooks run once its weight gradients are in: now, or in W.
+  const auto unit_done = [this, deferred](int unit) -> absl::Status {
+    auto done = [this, unit]() -> absl::Status {
+      MCC_RETURN_IF_ERROR(CallAfterBackward(unit));
+      return CallGradsReady(units_[unit]);
+    };
+    if (deferred == nullptr) return done();
+    deferred->Add(std::move(done));
+    return absl::OkStatus();
+  };
   Tensor dx;
   if (head_) {
     const int unit = static_cast<int>(units_.size()) - 1;
@@ -207,9 +248,8 @@ absl::StatusOr<Tensor> TinyLm::BackwardStep(
     MCC_ASSIGN_OR_RETURN(Tensor dlogits,
                          parallel::VocabParallelCrossEntropy::Backward(
                              dloss, rec->cross_entropy, DType::kFloat32));
-    MCC_ASSIGN_OR_RETURN(dx, head_->Backward(dlogits, rec->head));
-    MCC_RETURN_IF_ERROR(CallAfterBackward(unit));
-    MCC_RETURN_IF_ERROR(CallGradsReady(units_[unit]));
+    MCC_ASSIGN_OR_RETURN(dx, head_->Backward(dlogits, rec->head, deferred));
+    MCC_RETURN_IF_ERROR(unit_done(unit));
   } else {
     MCC_ASSIGN_OR_RETURN(const parallel::TensorSpec spec,
                          OutputSpec(rec->microbatch));
@@ -225,17 +265,22 @@ absl::StatusOr<Tensor> TinyLm::BackwardStep(
     const int unit = first_block_unit() + i;
     MCC_RETURN_IF_ERROR(CallBeforeBackward(unit));
     MCC_ASSIGN_OR_RETURN(Tensor dpath,
-                         blocks_[i].Backward(dx, &rec->blocks[i]));
-    MCC_RETURN_IF_ERROR(CallAfterBackward(unit));
-    MCC_RETURN_IF_ERROR(CallGradsReady(units_[unit]));
+                         blocks_[i].Backward(dx, &rec->blocks[i], deferred));
+    MCC_RETURN_IF_ERROR(unit_done(unit));
     // The residual's gradient plus the block's.
     MCC_ASSIGN_OR_RETURN(dx, Add(dx, dpath));
   }
   if (!embedding_) return dx;
   MCC_RETURN_IF_ERROR(CallBeforeBackward(0));
-  MCC_RETURN_IF_ERROR(embedding_->Backward(batch->ids, dx));
-  MCC_RETURN_IF_ERROR(CallAfterBackward(0));
-  MCC_RETURN_IF_ERROR(CallGradsReady(units_[0]));
+  auto embedding_grad = [this, ids = batch->ids, dx]() {
+    return embedding_->Backward(ids, dx);
+  };
+  if (deferred != nullptr) {
+    deferred->Add(std::move(embedding_grad));
+  } else {
+    MCC_RETURN_IF_ERROR(embedding_grad());
+  }
+  MCC_RETURN_IF_ERROR(unit_done(0));
   return Tensor();
 }
 

@@ -79,9 +79,26 @@ class TinyLm : public mcc::parallel::Model,
   absl::StatusOr<mcc::Tensor> BackwardStep(
       const mcc::Tensor& output_grad, float grad_scale,
       std::unique_ptr<mcc::parallel::ActivationRecord> record) override;
+  // The split backward that zero-bubble schedules (--pipeline-schedule
+  // zb-h1) run: B computes the input gradient and leaves the linear layers'
+  // and the embedding's weight gradients, and the units' AfterBackward and
+  // grad-ready hooks, in the record; W runs them. Without these overrides
+  // the contract's defaults would run the whole backward in B, correct but
+  // without the schedule's gain. Unit hooks that do not allow the split
+  // (ZeRO-3's) get those defaults.
+  absl::StatusOr<mcc::Tensor> BackwardInputStep(
+      const mcc::Tensor& output_grad, float grad_scale,
+      std::unique_ptr<mcc::parallel::ActivationRecord>* record) override;
+  absl::Status BackwardWeightStep(
+      std::unique_ptr<mcc::parallel::ActivationRecord> record) override;
 
  private:
   struct Record;
+
+  // The backward; with `deferred`, the input-gradient step of the split.
+  absl::StatusOr<mcc::Tensor> Backward(
+      const mcc::Tensor& output_grad, float grad_scale, Record* rec,
+      mcc::parallel::DeferredWeightGrads* deferred);
 
   TinyLm() = default;
   absl::StatusOr<const TinyLmBatch*> Batch(int microbatch) const;

@@ -4,7 +4,9 @@
 //   dp2              data parallelism (DistributedDataParallel);
 //   dp2_zero3        ZeRO-3 (FullyShardedDataParallel, optim_grads_params);
 //   pp2              two pipeline stages, 1F1B;
-//   pp2_interleaved  two stages of two model chunks each, interleaved 1F1B.
+//   pp2_interleaved  two stages of two model chunks each, interleaved 1F1B;
+//   pp2_zb_h1        two pipeline stages, zero-bubble ZB-H1 (the split
+//                    backward, tiny_lm.h).
 // The model is this workspace's; the training step is
 // @megatron_cpp//training's Trainer. Each rank writes each step's loss and
 // the parameters it holds to --out.RANK, one "loss STEP VALUE" or
@@ -31,7 +33,7 @@
 #include "training/trainer.h"
 
 ABSL_FLAG(std::string, layout, "serial",
-          "serial, dp2, dp2_zero3, pp2 or pp2_interleaved.");
+          "serial, dp2, dp2_zero3, pp2, pp2_interleaved or pp2_zb_h1.");
 ABSL_FLAG(int, steps, 10, "Optimizer steps.");
 ABSL_FLAG(double, lr, 0.2, "Learning rate (SGD with momentum 0.9).");
 ABSL_FLAG(int, microbatches, 4, "Micro-batches per step, over all DP ranks.");
@@ -48,6 +50,7 @@ struct Layout {
   bool zero3 = false;
   int pipeline = 1;
   int virtual_stages = 1;
+  mcc::pipeline::ScheduleKind schedule = mcc::pipeline::ScheduleKind::kOneFOneB;
 };
 
 absl::StatusOr<Layout> ParseLayout(const std::string& name) {
@@ -58,14 +61,17 @@ absl::StatusOr<Layout> ParseLayout(const std::string& name) {
     l.zero3 = name == "dp2_zero3";
     return l;
   }
-  if (name == "pp2" || name == "pp2_interleaved") {
+  if (name == "pp2" || name == "pp2_interleaved" || name == "pp2_zb_h1") {
     l.pipeline = 2;
-    l.virtual_stages = name == "pp2" ? 1 : 2;
+    l.virtual_stages = name == "pp2_interleaved" ? 2 : 1;
+    if (name == "pp2_zb_h1") {
+      l.schedule = mcc::pipeline::ScheduleKind::kZeroBubbleH1;
+    }
     return l;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--layout: '", name,
-                   "' is not serial, dp2, dp2_zero3, pp2 or pp2_interleaved"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--layout: '", name,
+      "' is not serial, dp2, dp2_zero3, pp2, pp2_interleaved or pp2_zb_h1"));
 }
 
 absl::Status Train(const Layout& layout, parallel::ParallelState* state,
@@ -107,10 +113,12 @@ absl::Status Train(const Layout& layout, parallel::ParallelState* state,
     models.push_back(chunk.get());
     chunks.push_back(std::move(chunk));
   }
-  MCC_ASSIGN_OR_RETURN(auto executor,
-                       mcc::pipeline::PipelineExecutor::Create(
-                           stage_chunks, stages > 1 ? pp : nullptr,
-                           mcc::pipeline::PipelineOptions()));
+  mcc::pipeline::PipelineOptions pipeline_options;
+  pipeline_options.schedule = layout.schedule;
+  MCC_ASSIGN_OR_RETURN(
+      auto executor,
+      mcc::pipeline::PipelineExecutor::Create(
+          stage_chunks, stages > 1 ? pp : nullptr, pipeline_options));
 
   mcc::optim::OptimizerConfig opt_config;
   opt_config.type = mcc::optim::OptimizerType::kSgd;
