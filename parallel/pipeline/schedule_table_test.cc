@@ -118,6 +118,72 @@ TEST(ScheduleTableTest, ZeroBubbleH1KeepsOneFOneBOrderAndPeak) {
             "F0.0 B0.0 F1.0 B1.0 W0.0 F2.0 B2.0 W1.0 F3.0 B3.0 W2.0 W3.0 ");
 }
 
+// The idle share of each stage's order when F, B and W each take one unit
+// of time (1F1B's whole backward two) and transfers are free: BuildSchedule's
+// orders reach TheoreticalBubble, 1F1B's (P - 1) / (m + P - 1) and ZB-H1's
+// (P - 1) / (3m + P - 1). An order that deferred W's where they do not fill
+// a wait would come out longer.
+double SimulatedBubble(ScheduleKind kind, int p, int m) {
+  std::vector<std::vector<Action>> actions(p);
+  for (int s = 0; s < p; ++s) {
+    auto a = BuildSchedule(kind, p, s, 1, m);
+    EXPECT_TRUE(a.ok()) << a.status();
+    if (a.ok()) actions[s] = *a;
+  }
+  const bool split = kind == ScheduleKind::kZeroBubbleH1;
+  // End time of (stage, kind, micro-batch); -1 until done.
+  std::vector<std::vector<std::vector<int>>> done(
+      p, std::vector<std::vector<int>>(3, std::vector<int>(m, -1)));
+  std::vector<size_t> next(p, 0);
+  std::vector<int> free(p, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      if (next[s] == actions[s].size()) continue;
+      const Action& a = actions[s][next[s]];
+      std::vector<int> deps;
+      if (a.kind == Action::kForward && s > 0) {
+        deps.push_back(done[s - 1][Action::kForward][a.microbatch]);
+      }
+      if (a.kind == Action::kBackward) {
+        deps.push_back(done[s][Action::kForward][a.microbatch]);
+        if (s < p - 1) {
+          deps.push_back(done[s + 1][Action::kBackward][a.microbatch]);
+        }
+      }
+      if (a.kind == Action::kWeight) {
+        deps.push_back(done[s][Action::kBackward][a.microbatch]);
+      }
+      int start = free[s];
+      bool ready = true;
+      for (int d : deps) {
+        ready &= d >= 0;
+        start = std::max(start, d);
+      }
+      if (!ready) continue;
+      const int length = a.kind == Action::kBackward && !split ? 2 : 1;
+      free[s] = done[s][a.kind][a.microbatch] = start + length;
+      ++next[s];
+      progress = true;
+    }
+  }
+  const int span = *std::max_element(free.begin(), free.end());
+  return 1.0 - 3.0 * m / span;
+}
+
+TEST(ScheduleTableTest, ZeroBubbleH1ReachesItsTheoreticalBubble) {
+  for (int p : {2, 3, 4, 8}) {
+    for (int m : {p, 2 * p, 4 * p}) {
+      for (ScheduleKind kind :
+           {ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1}) {
+        EXPECT_NEAR(SimulatedBubble(kind, p, m),
+                    TheoreticalBubble(kind, p, 1, m), 1e-12)
+            << ScheduleName(kind) << " pp " << p << " m " << m;
+      }
+    }
+  }
+}
+
 // Interleaved: rank r runs warmup_r = 2 (P - r - 1) + (V - 1) P forwards
 // (every one of the m V when m = P, and at most m V) before its first
 // backward, then a forward and a backward in turn, so it holds
