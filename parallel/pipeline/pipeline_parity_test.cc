@@ -100,9 +100,12 @@ std::vector<Case> Cases() {
   for (Case zb : {Case{"pp2_zb_h1", 2, 1, 2}, Case{"pp4_zb_h1", 4, 1, 4},
                   Case{"pp2_tp2_sp_zb_h1", 4, 2, 2},
                   Case{"pp2_dp2_distopt_zb_h1", 4, 1, 2, 0, 0, 0, true, true},
-                  Case{"pp2_dp2_zero3_zb_h1", 4, 1, 2}}) {
+                  Case{"pp2_dp2_zero3_zb_h1", 4, 1, 2},
+                  Case{"pp2_nccl_like_zb_h1", 2, 1, 2}}) {
     zb.schedule = ScheduleKind::kZeroBubbleH1;
     zb.bit_for_bit_with = zb.name.substr(0, zb.name.size() - 6);
+    // NCCL's semantics: the W units split 1F1B's send-and-receive batches.
+    zb.nccl_like = zb.name == "pp2_nccl_like_zb_h1";
     if (zb.name == "pp2_dp2_zero3_zb_h1") {
       zb.sharding = fsdp::ShardingStrategy::kOptimGradsParams;
     }
