@@ -110,6 +110,12 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
       opt->rule_ = MakeSgd(static_cast<float>(config.sgd_momentum));
       break;
   }
+  const StatePrecision& precision = config.state_precision;
+  if (precision.lowered() && config.type != OptimizerType::kAdam) {
+    return absl::InvalidArgumentError(
+        "--use-precision-aware-optimizer: lower-precision state (" +
+        DescribeStatePrecision(precision) + ") needs --optimizer adam");
+  }
   if (config.loss_scaling) {
     MCC_ASSIGN_OR_RETURN(LossScaler scaler,
                          LossScaler::Create(config.loss_scaler));
@@ -130,9 +136,17 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
       r.shape = s.param_shape;
       MCC_RETURN_IF_ERROR(opt->CheckDevice(*s.param, s.value));
       MCC_RETURN_IF_ERROR(opt->CheckDevice(*s.param, s.grad));
+      if (precision.main_params != DType::kFloat32) {
+        // The wrapper's fp32 shard is the main copy; it is not ours to lower.
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--main-params-dtype ", DTypeName(precision.main_params),
+            ": the main copy of '", s.param->name,
+            "' is the data-parallel wrapper's fp32 shard (ZeRO-2/3); lower "
+            "only the moments there (--exp-avg-dtype, --exp-avg-sq-dtype)"));
+      }
       for (size_t i = 0; i < names.size(); ++i) {
-        r.state.push_back(
-            Tensor::Zeros({r.end - r.begin}, DType::kFloat32, opt->device_));
+        r.state.push_back(Tensor::Zeros({r.end - r.begin},
+                                        precision.Of(names[i]), opt->device_));
       }
       r.counted = CountsInGradNorm(*s.param, tp_rank, pp_rank);
       opt->ranges_.push_back(std::move(r));
@@ -160,14 +174,15 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
     MCC_RETURN_IF_ERROR(opt->CheckDevice(*s.param, value));
     MCC_ASSIGN_OR_RETURN(Tensor model, opt->View(value, r));
     if (value.dtype() == DType::kFloat32) {
+      // The parameter is its own main copy (whatever --main-params-dtype).
       r.master = model;
     } else {
-      MCC_ASSIGN_OR_RETURN(r.master, model.To(DType::kFloat32));
+      MCC_ASSIGN_OR_RETURN(r.master, model.To(precision.main_params));
       r.own_master = true;
     }
     for (size_t i = 0; i < names.size(); ++i) {
-      r.state.push_back(
-          Tensor::Zeros({r.end - r.begin}, DType::kFloat32, opt->device_));
+      r.state.push_back(Tensor::Zeros({r.end - r.begin}, precision.Of(names[i]),
+                                      opt->device_));
     }
     r.counted = CountsInGradNorm(*s.param, tp_rank, pp_rank);
     opt->ranges_.push_back(std::move(r));
@@ -362,6 +377,11 @@ absl::StatusOr<StepInfo> Optimizer::ApplyStep(
                          (model.dtype() == DType::kBFloat16 ||
                           model.dtype() == DType::kFloat16) &&
                          rule_->Writes16BitCopy();
+    if (config_.state_precision.lowered()) {
+      MCC_RETURN_IF_ERROR(
+          ApplyLowered(h, g, &r, r.own_master ? &model : nullptr));
+      continue;
+    }
     MCC_RETURN_IF_ERROR(
         rule_->Apply(h, g, &r.master, &r.state, write16 ? &model : nullptr));
     if (r.own_master && !write16) {
@@ -371,6 +391,41 @@ absl::StatusOr<StepInfo> Optimizer::ApplyStep(
   if (scaler_) scaler_->Update(false);
   if (after_update_) MCC_RETURN_IF_ERROR(after_update_());
   return info;
+}
+
+absl::Status Optimizer::ApplyLowered(const UpdateHyper& h, const Tensor& grad,
+                                     Range* r, Tensor* model16) {
+  // fp32 working copies for one range at a time: the transient cost is one
+  // range's worth, the saving is every range's state.
+  auto widen = [](const Tensor& t) -> absl::StatusOr<Tensor> {
+    if (t.dtype() == DType::kFloat32) return t;
+    return t.To(DType::kFloat32);
+  };
+  MCC_ASSIGN_OR_RETURN(Tensor master, widen(r->master));
+  std::vector<Tensor> state;
+  for (const Tensor& t : r->state) {
+    MCC_ASSIGN_OR_RETURN(Tensor wide, widen(t));
+    state.push_back(std::move(wide));
+  }
+  // The model's 16-bit copy comes from the fp32 result, before the main
+  // copy is rounded to its storage dtype.
+  const bool write16 = model16 != nullptr && rule_->Writes16BitCopy();
+  MCC_RETURN_IF_ERROR(
+      rule_->Apply(h, grad, &master, &state, write16 ? model16 : nullptr));
+  if (model16 != nullptr && !write16) {
+    MCC_RETURN_IF_ERROR(ops::Convert(master, model16));
+  }
+  // Round to nearest into the stored tensors (fp32 ones were updated in
+  // place).
+  if (r->master.dtype() != DType::kFloat32) {
+    MCC_RETURN_IF_ERROR(ops::Convert(master, &r->master));
+  }
+  for (size_t i = 0; i < state.size(); ++i) {
+    if (r->state[i].dtype() != DType::kFloat32) {
+      MCC_RETURN_IF_ERROR(ops::Convert(state[i], &r->state[i]));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<StateTensor> Optimizer::StateTensors() {

@@ -14,6 +14,7 @@
 #include "core/parameter.h"
 #include "core/tensor.h"
 #include "optim/loss_scaler.h"
+#include "optim/state_precision.h"
 #include "optim/update_rule.h"
 
 namespace mcc {
@@ -32,6 +33,10 @@ struct OptimizerConfig {
   bool loss_scaling = false;
   LossScalerConfig loss_scaler;
   bool log_num_zeros_in_grad = false;  // --log-num-zeros-in-grad
+  // --use-precision-aware-optimizer: the storage dtypes of Adam's moments
+  // and of the main parameters the optimizer owns (see state_precision.h).
+  // All fp32 by default.
+  StatePrecision state_precision;
 };
 
 // The groups gradient norms and inf checks are reduced over. All may be
@@ -98,9 +103,11 @@ struct OptimizerPieces {
 };
 
 // One named piece of optimizer state, for checkpoints: `tensor` is a flat
-// fp32 view of elements [offset, offset + tensor.numel()) of the flattened
-// TP-local parameter `param_name` (local shape `param_shape`, global shape
-// `global_shape`). Writing into it (on load) sets the state.
+// view, in the state's storage dtype (fp32 unless
+// OptimizerConfig::state_precision lowers it), of elements [offset, offset +
+// tensor.numel()) of the flattened TP-local parameter `param_name` (local shape
+// `param_shape`, global shape `global_shape`). Writing into it (on load) sets
+// the state.
 struct StateTensor {
   std::string name;  // "<param>.exp_avg", "<param>.main_param", ...
   std::string param_name;
@@ -189,7 +196,8 @@ class Optimizer {
   // The state, for checkpoints (see StateTensor); main_param entries view
   // the parameters themselves when those are fp32.
   std::vector<StateTensor> StateTensors();
-  // Bytes this optimizer allocated (fp32 main copies and state).
+  // Bytes this optimizer allocated (main copies and state, each in its
+  // storage dtype).
   int64_t state_bytes() const;
 
   // For --check-for-nan-in-loss-and-grad's error: the first gradient piece
@@ -203,9 +211,11 @@ class Optimizer {
   struct Range {
     std::shared_ptr<Parameter> param;
     int64_t begin = 0, end = 0;
-    Tensor master;  // fp32 [end - begin]; a view of the value when fp32.
-    Tensor grad;    // External shards only: the fp32 gradient piece.
-    Shape shape;    // The TP-local parameter's shape.
+    // [end - begin]: a view of the value when fp32, else the main copy in
+    // the main-params dtype (fp32 unless lowered).
+    Tensor master;
+    Tensor grad;  // External shards only: the fp32 gradient piece.
+    Shape shape;  // The TP-local parameter's shape.
     bool own_master = false;
     std::vector<Tensor> state;
     bool counted = true;  // Counts in the global norm on this rank.
@@ -220,6 +230,10 @@ class Optimizer {
   // Fixes the optimizer's device at the first piece; later pieces must
   // agree.
   absl::Status CheckDevice(const Parameter& p, const Tensor& t);
+  // The update of one range whose main copy or state is stored below fp32:
+  // widened to fp32, updated, and rounded back to nearest.
+  absl::Status ApplyLowered(const UpdateHyper& h, const Tensor& grad, Range* r,
+                            Tensor* model16);
 
   OptimizerConfig config_;
   OptimizerGroups groups_;

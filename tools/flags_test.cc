@@ -802,6 +802,28 @@ std::vector<Row> Table() {
       local_on);
   add("train", "replication_factor", V::kRefused, {"--replication-factor", "3"},
       local_on);
+  // ---- train: lower-precision optimizer state (issue 46).
+  const Context distopt = With(saving, {"--use-distributed-optimizer"});
+  const Context precision_aware =
+      With(distopt, {"--use-precision-aware-optimizer"});
+  add("train", "use_precision_aware_optimizer", V::kEffect,
+      {"--use-precision-aware-optimizer"}, distopt);
+  // As Megatron: only with the distributed optimizer.
+  add("train", "use_precision_aware_optimizer", V::kRefused,
+      {"--use-precision-aware-optimizer"}, tm);
+  add("train", "exp_avg_dtype", V::kEffect, {"--exp-avg-dtype", "bf16"},
+      precision_aware);
+  add("train", "exp_avg_dtype", V::kRefused, {"--exp-avg-dtype", "bf16"},
+      distopt);
+  add("train", "exp_avg_sq_dtype", V::kEffect, {"--exp-avg-sq-dtype", "fp16"},
+      precision_aware);
+  add("train", "exp_avg_sq_dtype", V::kRefused, {"--exp-avg-sq-dtype", "bf16"},
+      distopt);
+  add("train", "main_params_dtype", V::kEffect, {"--main-params-dtype", "fp16"},
+      With(precision_aware, {"--bf16"}));
+  // fp32 weights are their own main copy.
+  add("train", "main_params_dtype", V::kRefused,
+      {"--main-params-dtype", "fp16"}, precision_aware);
   add("train", "no_load_optim", V::kEffect, {"--no-load-optim"}, loading);
   add("train", "finetune", V::kEffect, {"--finetune"}, loading);
   add("train", "finetune", V::kRefused, {"--finetune"}, tm);

@@ -103,6 +103,20 @@ ABSL_FLAG(bool, check_for_nan_in_loss_and_grad, true,
           "log it, skip the step's update and train on.");
 ABSL_FLAG(bool, use_distributed_optimizer, false,
           "Shard fp32 main parameters and optimizer state over DP (ZeRO-1).");
+ABSL_FLAG(bool, use_precision_aware_optimizer, false,
+          "Store Adam's moments (and the main parameters of 16-bit weights) "
+          "in --exp-avg-dtype, --exp-avg-sq-dtype and --main-params-dtype: "
+          "each update computes in fp32 and rounds to nearest. Needs the "
+          "distributed optimizer, as Megatron's.");
+ABSL_FLAG(std::string, main_params_dtype, "fp32",
+          "fp32 or fp16: the main copy of 16-bit weights "
+          "(--use-precision-aware-optimizer).");
+ABSL_FLAG(std::string, exp_avg_dtype, "fp32",
+          "fp32, bf16 or fp16: Adam's first moment "
+          "(--use-precision-aware-optimizer).");
+ABSL_FLAG(std::string, exp_avg_sq_dtype, "fp32",
+          "fp32, bf16 or fp16: Adam's second moment "
+          "(--use-precision-aware-optimizer).");
 ABSL_FLAG(std::string, data_parallel_sharding_strategy, "no_shard",
           "no_shard, optim (as --use-distributed-optimizer), optim_grads "
           "(also gradients: ZeRO-2) or optim_grads_params (also parameters, "

@@ -41,12 +41,11 @@ std::vector<std::string> StateNames(optim::Optimizer* optimizer) {
   return names;
 }
 
-// The whole local (TP-piece) tensor of one state: this rank's flat range,
-// all-gathered over DP when the optimizer is sharded.
-absl::StatusOr<Tensor> WholeLocalState(const Job& job,
-                                       optim::Optimizer* optimizer,
-                                       const Parameter& p,
-                                       const optim::StateTensor* s) {
+// WholeLocalState's gather, in fp32.
+absl::StatusOr<Tensor> WholeLocalStateFp32(const Job& job,
+                                           optim::Optimizer* optimizer,
+                                           const Parameter& p,
+                                           const optim::StateTensor* s) {
   const int64_t n = p.value.numel();
   comm::ProcessGroup* dp = job.grad_dp();  // Where the optimizer shards.
   if (!optimizer->sharded() || dp == nullptr || dp->size() == 1) {
@@ -55,6 +54,9 @@ absl::StatusOr<Tensor> WholeLocalState(const Job& job,
                                               " does not cover the parameter"));
     }
     Tensor t = s->tensor.Clone();
+    if (t.dtype() != DType::kFloat32) {
+      MCC_ASSIGN_OR_RETURN(t, s->tensor.To(DType::kFloat32));
+    }
     return t.Reshape(p.value.shape());
   }
   // The state lives on the job's device; the counts are host scalars, each
@@ -62,6 +64,9 @@ absl::StatusOr<Tensor> WholeLocalState(const Job& job,
   const Device device = p.value.device();
   Tensor mine =
       s != nullptr ? s->tensor : Tensor::Empty({0}, DType::kFloat32, device);
+  if (mine.dtype() != DType::kFloat32) {
+    MCC_ASSIGN_OR_RETURN(mine, mine.To(DType::kFloat32));
+  }
   MCC_ASSIGN_OR_RETURN(mine, mine.Reshape({-1}));
   Tensor count =
       Tensor::Full({1}, static_cast<double>(mine.numel()), DType::kInt64);
@@ -90,6 +95,31 @@ absl::StatusOr<Tensor> WholeLocalState(const Job& job,
   MCC_RETURN_IF_ERROR(
       job.GroupFor(dp, mine.device())->AllGatherVSync(mine, &whole, rows));
   return whole.Reshape(p.value.shape());
+}
+
+// The dtype a state is saved in: Adam's moments in their storage dtype
+// (--exp-avg-dtype, --exp-avg-sq-dtype: every parameter's alike), the rest
+// in fp32. A load converts to whatever the loading run stores.
+DType SavedStateDType(const optim::Optimizer& optimizer,
+                      const std::string& state) {
+  if (state == "exp_avg" || state == "exp_avg_sq") {
+    return optimizer.config().state_precision.Of(state);
+  }
+  return DType::kFloat32;
+}
+
+// The whole local (TP-piece) tensor of one state, in SavedStateDType: this
+// rank's flat range, all-gathered over DP (in fp32, whatever each rank
+// stores) when the optimizer is sharded.
+absl::StatusOr<Tensor> WholeLocalState(const Job& job,
+                                       optim::Optimizer* optimizer,
+                                       const Parameter& p,
+                                       const std::string& state,
+                                       const optim::StateTensor* s) {
+  MCC_ASSIGN_OR_RETURN(Tensor whole, WholeLocalStateFp32(job, optimizer, p, s));
+  const DType saved = SavedStateDType(*optimizer, state);
+  if (saved == DType::kFloat32) return whole;
+  return whole.To(saved);
 }
 
 }  // namespace
@@ -171,7 +201,7 @@ absl::Status SaveTrainingCheckpoint(const std::string& dir, const Job& job,
       // Collective over DP: every rank gathers, whether it saves or not.
       MCC_ASSIGN_OR_RETURN(
           Tensor whole,
-          WholeLocalState(job, optimizer, *p,
+          WholeLocalState(job, optimizer, *p, state,
                           it == index.end() ? nullptr : &it->second));
       if (holds_rows) {
         refs.push_back(*ParameterRef(
@@ -289,6 +319,11 @@ absl::Status LoadOptimizerCheckpoint(const std::string& dir, const Job& job,
       MCC_ASSIGN_OR_RETURN(Tensor piece,
                            flat.Slice(s.offset, s.offset + s.tensor.numel()));
       MCC_ASSIGN_OR_RETURN(Tensor target, s.tensor.Reshape({-1}));
+      // Into this run's storage dtype (saved bf16 moments load into fp32
+      // ones and the reverse), rounding to nearest.
+      if (target.dtype() != piece.dtype()) {
+        MCC_ASSIGN_OR_RETURN(piece, piece.To(target.dtype()));
+      }
       MCC_RETURN_IF_ERROR(target.CopyFrom(piece));
     }
   }

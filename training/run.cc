@@ -415,6 +415,12 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
   groups.model = job->state ? job->state->model() : nullptr;
   MCC_ASSIGN_OR_RETURN(auto optimizer,
                        ddp->CreateOptimizer(opt_config, groups));
+  if (config.use_precision_aware_optimizer()) {
+    LOG(INFO) << "precision-aware optimizer: "
+              << optim::DescribeStatePrecision(opt_config.state_precision)
+              << "; " << optimizer->state_bytes()
+              << " bytes of optimizer state on this rank";
+  }
   MCC_ASSIGN_OR_RETURN(optim::LrSchedule schedule, ScheduleFromConfig(config));
   // The step: micro-batches through the schedule, gradient sync and
   // finalisation, loss scale, clipping, the optimizer.

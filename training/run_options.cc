@@ -91,6 +91,62 @@ absl::StatusOr<Batching> PlanBatches(const TrainConfig& config, int dp) {
   return b;
 }
 
+absl::StatusOr<optim::StatePrecision> StatePrecisionFromConfig(
+    const TrainConfig& config) {
+  optim::StatePrecision p;
+  const bool lowered = config.main_params_dtype() != "fp32" ||
+                       config.exp_avg_dtype() != "fp32" ||
+                       config.exp_avg_sq_dtype() != "fp32";
+  if (!config.use_precision_aware_optimizer()) {
+    if (lowered) {
+      return absl::InvalidArgumentError(
+          "--main-params-dtype, --exp-avg-dtype and --exp-avg-sq-dtype take "
+          "effect only with --use-precision-aware-optimizer");
+    }
+    return p;
+  }
+  // As Megatron: the precision-aware optimizer is the distributed one's.
+  MCC_ASSIGN_OR_RETURN(
+      fsdp::ShardingStrategy strategy,
+      fsdp::ParseShardingStrategy(config.data_parallel_sharding_strategy()));
+  if (!config.use_distributed_optimizer() &&
+      strategy == fsdp::ShardingStrategy::kNoShard) {
+    return absl::InvalidArgumentError(
+        "--use-precision-aware-optimizer needs the distributed optimizer "
+        "(--use-distributed-optimizer or --data-parallel-sharding-strategy "
+        "optim, optim_grads or optim_grads_params), as Megatron's");
+  }
+  if (config.optimizer() == "sgd") {
+    return absl::InvalidArgumentError(
+        "--use-precision-aware-optimizer stores Adam's moments: it needs "
+        "--optimizer adam");
+  }
+  MCC_ASSIGN_OR_RETURN(p.main_params,
+                       optim::ParseStateDType("--main-params-dtype",
+                                              config.main_params_dtype()));
+  MCC_ASSIGN_OR_RETURN(
+      p.exp_avg,
+      optim::ParseStateDType("--exp-avg-dtype", config.exp_avg_dtype()));
+  MCC_ASSIGN_OR_RETURN(
+      p.exp_avg_sq,
+      optim::ParseStateDType("--exp-avg-sq-dtype", config.exp_avg_sq_dtype()));
+  if (p.main_params != DType::kFloat32 && !config.bf16() && !config.fp16()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--main-params-dtype ", config.main_params_dtype(),
+        " needs 16-bit model weights (--bf16 or --fp16): fp32 weights are "
+        "their own main copy"));
+  }
+  if (p.main_params != DType::kFloat32 && fsdp::ShardsGradients(strategy)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--main-params-dtype ", config.main_params_dtype(),
+                     " with --data-parallel-sharding-strategy ",
+                     config.data_parallel_sharding_strategy(),
+                     ": the fp32 main shards are the wrapper's; lower only "
+                     "--exp-avg-dtype and --exp-avg-sq-dtype there"));
+  }
+  return p;
+}
+
 absl::StatusOr<optim::OptimizerConfig> OptimizerConfigFromConfig(
     const TrainConfig& config) {
   optim::OptimizerConfig c;
@@ -110,6 +166,7 @@ absl::StatusOr<optim::OptimizerConfig> OptimizerConfigFromConfig(
   c.sgd_momentum = config.sgd_momentum();
   c.clip_grad = config.clip_grad();
   c.log_num_zeros_in_grad = config.log_num_zeros_in_grad();
+  MCC_ASSIGN_OR_RETURN(c.state_precision, StatePrecisionFromConfig(config));
   c.loss_scaling = config.fp16();
   c.loss_scaler.initial_scale = config.initial_loss_scale();
   c.loss_scaler.min_scale = config.min_loss_scale();

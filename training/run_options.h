@@ -76,6 +76,12 @@ absl::StatusOr<Batching> PlanBatches(const TrainConfig& config, int dp);
 absl::StatusOr<pipeline::PipelineOptions> PipelineOptionsFromConfig(
     const TrainConfig& config, int microbatches);
 
+// --use-precision-aware-optimizer's storage dtypes, refused (naming the
+// flag) as Megatron refuses them: only with the distributed optimizer (or
+// ZeRO-2/3) and Adam, --main-params-dtype fp16 only over 16-bit weights
+// whose main copy the optimizer holds (not ZeRO-2/3's fp32 shards).
+absl::StatusOr<optim::StatePrecision> StatePrecisionFromConfig(
+    const TrainConfig& config);
 absl::StatusOr<optim::OptimizerConfig> OptimizerConfigFromConfig(
     const TrainConfig& config);
 absl::StatusOr<optim::LrSchedule> ScheduleFromConfig(const TrainConfig& config);

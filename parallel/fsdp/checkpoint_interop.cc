@@ -46,6 +46,11 @@ absl::StatusOr<Tensor> WholeState(const optim::StateTensor* mine, int64_t n,
   const Device device = dp->device();
   Tensor piece = mine != nullptr ? mine->tensor
                                  : Tensor::Empty({0}, DType::kFloat32, device);
+  // Gathered in fp32 whatever each rank stores it in (a lowered state's
+  // dtype, --exp-avg-dtype and the like).
+  if (piece.dtype() != DType::kFloat32) {
+    MCC_ASSIGN_OR_RETURN(piece, piece.To(DType::kFloat32));
+  }
   MCC_ASSIGN_OR_RETURN(piece, piece.Reshape({-1}));
   Tensor count =
       Tensor::Full({1}, static_cast<double>(piece.numel()), DType::kInt64);
