@@ -192,6 +192,10 @@ class Optimizer {
   LossScaler* loss_scaler() { return scaler_ ? &*scaler_ : nullptr; }
   const OptimizerConfig& config() const { return config_; }
   bool sharded() const { return sharded_; }
+  // The group the state is sharded over when sharded() (null: one rank):
+  // all of data parallelism, or an instance under HSDP. Checkpoints
+  // gather the state over it.
+  comm::ProcessGroup* shard_group() const { return shard_group_; }
 
   // The state, for checkpoints (see StateTensor); main_param entries view
   // the parameters themselves when those are fp32.

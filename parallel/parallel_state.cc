@@ -52,6 +52,13 @@ absl::StatusOr<std::unique_ptr<ParallelState>> ParallelState::Create(
       layout.ExpertTensorGroups(),
       layout.ExpertTensorModelGroups(),
       layout.ExpertDataGroups(),
+      // With one instance nobody asks for these: skip making them.
+      sizes.distributed_optimizer_instances > 1
+          ? layout.InstanceGroups()
+          : std::vector<std::vector<int>>(),
+      sizes.distributed_optimizer_instances > 1
+          ? layout.CrossInstanceGroups()
+          : std::vector<std::vector<int>>(),
   };
   const bool twins = device_world != nullptr && device_world != world;
   state->groups_[kWorld] = {world, twins ? device_world : world};

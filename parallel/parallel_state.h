@@ -56,6 +56,18 @@ class ParallelState {
     return device(kExpertTensorModel);
   }
   comm::ProcessGroup* expert_data() const { return device(kExpertData); }
+  // HSDP (RankLayout::InstanceGroups): this rank's distributed optimizer
+  // instance and the ranks holding the same shard in the other instances.
+  // Null with one instance.
+  comm::ProcessGroup* instance() const {
+    return layout_.distributed_optimizer_instances() > 1 ? device(kInstance)
+                                                         : nullptr;
+  }
+  comm::ProcessGroup* cross_instance() const {
+    return layout_.distributed_optimizer_instances() > 1
+               ? device(kCrossInstance)
+               : nullptr;
+  }
 
   // The twin of `group` (any group of this state, either twin) that moves
   // tensors on `device`: the one place where a tensor's device picks the
@@ -92,6 +104,8 @@ class ParallelState {
     kExpertTensor,
     kExpertTensorModel,
     kExpertData,
+    kInstance,
+    kCrossInstance,
     kNumKinds
   };
   struct Twins {

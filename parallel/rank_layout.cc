@@ -41,7 +41,16 @@ absl::StatusOr<RankLayout> RankLayout::Create(int world_size,
                      ") x pipeline-model-parallel-size (", sizes.pipeline,
                      ") = ", expert_model));
   }
+  const int instances = sizes.distributed_optimizer_instances;
+  const int dp_cp = world_size / model * sizes.context;
+  if (instances <= 0 || dp_cp % instances != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num-distributed-optimizer-instances ", instances,
+        " must be positive and divide data-parallel size (", world_size / model,
+        ") x context-parallel-size (", sizes.context, ") = ", dp_cp));
+  }
   RankLayout layout;
+  layout.instances_ = instances;
   layout.world_size_ = world_size;
   layout.tp_ = sizes.tensor;
   layout.pp_ = sizes.pipeline;
@@ -163,6 +172,30 @@ std::vector<std::vector<int>> RankLayout::ModelGroups() const {
   return Groups(true, false, false, true);
 }
 
+std::vector<std::vector<int>> RankLayout::InstanceGroups() const {
+  std::vector<std::vector<int>> groups;
+  for (const auto& g : DataContextGroups()) {
+    const size_t per = g.size() / instances_;
+    for (int i = 0; i < instances_; ++i) {
+      groups.emplace_back(g.begin() + i * per, g.begin() + (i + 1) * per);
+    }
+  }
+  return groups;
+}
+
+std::vector<std::vector<int>> RankLayout::CrossInstanceGroups() const {
+  std::vector<std::vector<int>> groups;
+  for (const auto& g : DataContextGroups()) {
+    const size_t per = g.size() / instances_;
+    for (size_t j = 0; j < per; ++j) {
+      std::vector<int> across;
+      for (int i = 0; i < instances_; ++i) across.push_back(g[i * per + j]);
+      groups.push_back(std::move(across));
+    }
+  }
+  return groups;
+}
+
 std::vector<std::vector<int>> RankLayout::EmbeddingGroups() const {
   std::vector<std::vector<int>> groups;
   for (const auto& pipeline : PipelineGroups()) {
@@ -204,6 +237,10 @@ std::string RankLayout::ToString() const {
   if (ep_ > 1 || etp_ != tp_) {
     absl::StrAppend(&out, "; experts ETP ", etp_, " x EP ", ep_, " x EDP ",
                     edp_, " x PP ", pp_);
+  }
+  if (instances_ > 1) {
+    absl::StrAppend(&out, " (", instances_,
+                    " distributed optimizer instances)");
   }
   return out;
 }

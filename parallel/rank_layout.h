@@ -31,6 +31,11 @@ struct ParallelSizes {
   int context = 1;
   int expert_model = 1;   // --expert-model-parallel-size.
   int expert_tensor = 0;  // --expert-tensor-parallel-size; 0: tensor's.
+  // --num-distributed-optimizer-instances (HSDP): the DP x CP ranks of each
+  // group split into this many instances of contiguous ranks; optimizer
+  // state is sharded within an instance and replicated across them. Must
+  // divide DP x CP.
+  int distributed_optimizer_instances = 1;
 };
 
 struct RankCoordinates {
@@ -63,6 +68,7 @@ class RankLayout {
   int expert_model_size() const { return ep_; }
   int expert_tensor_size() const { return etp_; }
   int expert_data_size() const { return edp_; }
+  int distributed_optimizer_instances() const { return instances_; }
 
   RankCoordinates Coordinates(int rank) const;
   int RankOf(const RankCoordinates& c) const;
@@ -76,6 +82,12 @@ class RankLayout {
   std::vector<std::vector<int>> DataContextGroups() const;    // DP x CP
   std::vector<std::vector<int>> TensorContextGroups() const;  // TP x CP
   std::vector<std::vector<int>> ModelGroups() const;          // TP x PP
+  // HSDP: each DP x CP group cut into distributed_optimizer_instances
+  // contiguous runs (an instance: neighbouring ranks, one node when it
+  // fits), and across them the ranks at the same place in every run. With
+  // one instance: the DP x CP groups, and single ranks.
+  std::vector<std::vector<int>> InstanceGroups() const;
+  std::vector<std::vector<int>> CrossInstanceGroups() const;
   // First and last stage of each pipeline group (one rank when PP is 1):
   // the ranks that hold the tied word embeddings.
   std::vector<std::vector<int>> EmbeddingGroups() const;
@@ -114,6 +126,7 @@ class RankLayout {
   int ep_ = 1;
   int etp_ = 1;
   int edp_ = 1;
+  int instances_ = 1;
 };
 
 }  // namespace parallel

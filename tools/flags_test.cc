@@ -824,6 +824,16 @@ std::vector<Row> Table() {
   // fp32 weights are their own main copy.
   add("train", "main_params_dtype", V::kRefused,
       {"--main-params-dtype", "fp16"}, precision_aware);
+  // ---- train: HSDP (issue 46).
+  add("train", "num_distributed_optimizer_instances", V::kEffect,
+      {"--num-distributed-optimizer-instances", "2"},
+      Nproc(With(tm, {"--use-distributed-optimizer"}), 2));
+  // Instances must divide DP (one process: DP 1).
+  add("train", "num_distributed_optimizer_instances", V::kRefused,
+      {"--num-distributed-optimizer-instances", "2"}, tm);
+  // Without sharded state there is nothing to shard within an instance.
+  add("train", "num_distributed_optimizer_instances", V::kRefused,
+      {"--num-distributed-optimizer-instances", "2"}, dp2);
   add("train", "no_load_optim", V::kEffect, {"--no-load-optim"}, loading);
   add("train", "finetune", V::kEffect, {"--finetune"}, loading);
   add("train", "finetune", V::kRefused, {"--finetune"}, tm);

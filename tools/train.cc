@@ -117,6 +117,11 @@ ABSL_FLAG(std::string, exp_avg_dtype, "fp32",
 ABSL_FLAG(std::string, exp_avg_sq_dtype, "fp32",
           "fp32, bf16 or fp16: Adam's second moment "
           "(--use-precision-aware-optimizer).");
+ABSL_FLAG(int32_t, num_distributed_optimizer_instances, 1,
+          "HSDP: shard optimizer state (and, with optim_grads_params, "
+          "parameters) within N instances of contiguous data-parallel ranks "
+          "and replicate it across them; gradients reduce-scattered within an "
+          "instance and all-reduced across. Needs sharded state.");
 ABSL_FLAG(std::string, data_parallel_sharding_strategy, "no_shard",
           "no_shard, optim (as --use-distributed-optimizer), optim_grads "
           "(also gradients: ZeRO-2) or optim_grads_params (also parameters, "

@@ -47,7 +47,10 @@ absl::StatusOr<Tensor> WholeLocalStateFp32(const Job& job,
                                            const Parameter& p,
                                            const optim::StateTensor* s) {
   const int64_t n = p.value.numel();
-  comm::ProcessGroup* dp = job.grad_dp();  // Where the optimizer shards.
+  // Where the optimizer shards: DP (x CP), or an instance under HSDP.
+  comm::ProcessGroup* dp = optimizer->shard_group() != nullptr
+                               ? optimizer->shard_group()
+                               : job.grad_dp();
   if (!optimizer->sharded() || dp == nullptr || dp->size() == 1) {
     if (s == nullptr || s->tensor.numel() != n) {
       return absl::InternalError(absl::StrCat("optimizer state of ", p.name,

@@ -115,8 +115,18 @@ absl::Status CheckConfigBeforeLaunch(const TrainConfig& train_config,
   const int tp = train_config.tensor_model_parallel_size();
   const int pp = train_config.pipeline_model_parallel_size();
   const int cp = train_config.context_parallel_size();
+  const int instances = train_config.num_distributed_optimizer_instances();
   MCC_RETURN_IF_ERROR(
-      parallel::RankLayout::Create(world_size, {tp, pp, cp}).status());
+      parallel::RankLayout::Create(world_size, {tp, pp, cp, instances})
+          .status());
+  if (instances > 1 && !train_config.use_distributed_optimizer() &&
+      train_config.data_parallel_sharding_strategy() == "no_shard") {
+    return absl::InvalidArgumentError(
+        "--num-distributed-optimizer-instances above 1 needs sharded "
+        "optimizer state (--use-distributed-optimizer or "
+        "--data-parallel-sharding-strategy optim, optim_grads or "
+        "optim_grads_params)");
+  }
   if (train_config.micro_batch_size() <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--micro-batch-size must be positive, got ",
@@ -177,13 +187,14 @@ absl::Status JoinWorld(const TrainConfig& train_config, Job* job,
     job->rank = env->rank;
     job->world_size = env->world_size;
     job->local_world_size = env->local_world_size;
-    MCC_ASSIGN_OR_RETURN(job->state,
-                         parallel::ParallelState::Create(
-                             job->world->group,
-                             {train_config.tensor_model_parallel_size(),
-                              train_config.pipeline_model_parallel_size(),
-                              train_config.context_parallel_size()},
-                             job->world->device_group));
+    MCC_ASSIGN_OR_RETURN(
+        job->state, parallel::ParallelState::Create(
+                        job->world->group,
+                        {train_config.tensor_model_parallel_size(),
+                         train_config.pipeline_model_parallel_size(),
+                         train_config.context_parallel_size(),
+                         train_config.num_distributed_optimizer_instances()},
+                        job->world->device_group));
     if (job->is_logging_rank()) LOG(INFO) << job->state->ToString();
   } else {
     LOG(INFO) << "device " << job->device.device.ToString() << " ("

@@ -102,6 +102,11 @@ absl::StatusOr<std::unique_ptr<data_parallel::DataParallel>> MakeDataParallel(
   fsdp::FsdpConfig fsdp_config;
   fsdp_config.strategy = strategy;
   fsdp_config.ddp = ddp_config;
+  if (job.state != nullptr && job.state->instance() != nullptr) {
+    // HSDP (--num-distributed-optimizer-instances).
+    fsdp_config.ddp.hybrid.instance = job.state->instance();
+    fsdp_config.ddp.hybrid.cross_instance = job.state->cross_instance();
+  }
   return WrapDataParallel(AsModels(job.model->chunks()), job.grad_dp(),
                           job.pp(), fsdp_config);
 }

@@ -87,11 +87,18 @@ DistributedDataParallel::Create(const ParameterList& params,
   auto ddp =
       std::unique_ptr<DistributedDataParallel>(new DistributedDataParallel);
   ddp->config_ = config;
+  MCC_RETURN_IF_ERROR(
+      CheckHybridSharding(config.hybrid, dp, config.use_distributed_optimizer));
   ddp->dp_ = dp;
+  ddp->shard_ = config.hybrid.ShardGroup(dp);
+  ddp->cross_ =
+      config.hybrid.enabled() ? config.hybrid.cross_instance : nullptr;
   ddp->tp_ = tp != nullptr && tp->size() > 1 ? tp : nullptr;
   ddp->params_ = params;
-  const int dp_size = ddp->dp_size();
-  const int dp_rank = ddp->dp_rank();
+  // Buckets split into shards over the shard group (all of DP, or the
+  // instance under HSDP).
+  const int dp_size = ddp->shard_size();
+  const int dp_rank = ddp->shard_rank();
   std::unordered_set<const Parameter*> seen;
   const DType dtype = params[0] ? params[0]->value.dtype() : DType::kFloat32;
   const Device device = params[0] ? params[0]->value.device() : Device::CPU();
@@ -268,18 +275,23 @@ absl::Status DistributedDataParallel::LaunchBucket(int b, bool from_hook) {
     return absl::OkStatus();
   }
   comm::ReduceOp op = comm::ReduceOp::kAvg;
-  if (!config_.average_in_collective) {
+  // Under HSDP the instance's average is not DP's: scale by 1/DP and sum.
+  if (!config_.average_in_collective || cross_ != nullptr) {
     op = comm::ReduceOp::kSum;
     MCC_ASSIGN_OR_RETURN(Tensor used,
                          bucket.grad_data.Slice(0, bucket.layout.numel));
     MCC_RETURN_IF_ERROR(ops::Scale(used, 1.0f / static_cast<float>(n), &used));
   }
   if (config_.use_distributed_optimizer) {
+    if (shard_size() == 1) {  // HSDP with one rank per instance.
+      grad_work_[b] = comm::Work::Done(absl::OkStatus());
+      return absl::OkStatus();
+    }
     const int64_t shard = bucket.layout.shard_numel();
-    MCC_ASSIGN_OR_RETURN(
-        Tensor out,
-        bucket.grad_data.Slice(dp_rank() * shard, (dp_rank() + 1) * shard));
-    grad_work_[b] = dp_->ReduceScatter(bucket.grad_data, &out, op);
+    MCC_ASSIGN_OR_RETURN(Tensor out,
+                         bucket.grad_data.Slice(shard_rank() * shard,
+                                                (shard_rank() + 1) * shard));
+    grad_work_[b] = shard_->ReduceScatter(bucket.grad_data, &out, op);
   } else {
     grad_work_[b] = dp_->AllReduce(&bucket.grad_data, op);
   }
@@ -330,6 +342,15 @@ absl::Status DistributedDataParallel::FinishGradSync() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (!grad_work_[b]) continue;
     absl::Status s = grad_work_[b]->Wait();
+    if (s.ok() && cross_ != nullptr && cross_->size() > 1) {
+      // HSDP: the instance's reduced shard, summed over the instances
+      // (once its reduce-scatter is done).
+      const int64_t shard = buckets_[b].layout.shard_numel();
+      auto mine = buckets_[b].grad_data.Slice(shard_rank() * shard,
+                                              (shard_rank() + 1) * shard);
+      s = mine.ok() ? cross_->AllReduceSync(&*mine, comm::ReduceOp::kSum)
+                    : mine.status();
+    }
     if (!s.ok() && status.ok()) {
       status = absl::Status(
           s.code(), absl::StrCat("data-parallel gradient reduction of bucket ",
@@ -351,10 +372,10 @@ absl::Status DistributedDataParallel::BeginStep() {
 void DistributedDataParallel::ZeroGrads() { grad_buffer_.Zero(); }
 
 absl::Status DistributedDataParallel::StartParamGather() {
-  if (!config_.use_distributed_optimizer || dp_size() == 1) {
+  if (!config_.use_distributed_optimizer || shard_size() == 1) {
     return absl::OkStatus();
   }
-  const int r = dp_rank();
+  const int r = shard_rank();
   // Forward order: the last bucket holds the first layers.
   for (int b = static_cast<int>(buckets_.size()) - 1; b >= 0; --b) {
     if (param_work_[b]) {
@@ -366,7 +387,7 @@ absl::Status DistributedDataParallel::StartParamGather() {
                          bucket.param_data.Slice(r * shard, (r + 1) * shard));
     if (!gather_input_[b].defined()) gather_input_[b] = mine.Clone();
     MCC_RETURN_IF_ERROR(gather_input_[b].CopyFrom(mine));
-    param_work_[b] = dp_->AllGather(gather_input_[b], &bucket.param_data);
+    param_work_[b] = shard_->AllGather(gather_input_[b], &bucket.param_data);
   }
   param_trace_ = ParamGatherTrace();
   if (!config_.overlap_param_gather) return FinishParamGather();
@@ -452,7 +473,7 @@ DistributedDataParallel::CreateOptimizer(const optim::OptimizerConfig& config,
     }
   }
   pieces.sharded = config_.use_distributed_optimizer;
-  pieces.shard_group = dp_;
+  pieces.shard_group = shard_;
   pieces.device = device_;
   if (config_.use_distributed_optimizer) {
     // The updated shards go to every replica (waited for by
@@ -466,6 +487,10 @@ std::string DistributedDataParallel::Describe() const {
   std::string out = config_.use_distributed_optimizer
                         ? "optim (distributed optimizer)"
                         : "no_shard";
+  if (cross_ != nullptr) {
+    absl::StrAppend(&out, "; HSDP: ", cross_->size(), " instances of ",
+                    shard_size(), " ranks");
+  }
   // Buckets and overlap matter only where something is reduced.
   if (dp_size() > 1) {
     absl::StrAppend(&out, "; ", buckets_.size(), " gradient buckets of ",

@@ -17,6 +17,7 @@
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/flat_layout.h"
+#include "parallel/data_parallel/hybrid_sharding.h"
 #include "parallel/model.h"
 
 namespace mcc {
@@ -40,6 +41,10 @@ struct DdpConfig {
   // Under the distributed optimizer: StartParamGather() returns at once and
   // FinishParamGather() waits (--overlap-param-gather).
   bool overlap_param_gather = false;
+  // --num-distributed-optimizer-instances (hybrid_sharding.h): with the
+  // distributed optimizer, shards live within an instance and the
+  // reduced shard is all-reduced across instances. Default: none.
+  HybridSharding hybrid;
   // Test-only fault for the consistency checks' tests: FinalizeGradients
   // still takes part in the sequence-parallel all-reduce of the parameter
   // of this name (so no rank waits) but keeps this rank's own partial
@@ -183,7 +188,14 @@ class DistributedDataParallel : public DataParallel {
   void BeginTrace();
 
   DdpConfig config_;
+  int shard_size() const { return shard_ == nullptr ? 1 : shard_->size(); }
+  int shard_rank() const { return shard_ == nullptr ? 0 : shard_->rank(); }
+
   comm::ProcessGroup* dp_ = nullptr;
+  // Where the distributed optimizer's shards split: dp_, or under HSDP
+  // this rank's instance; cross_ (HSDP only) all-reduces the shard.
+  comm::ProcessGroup* shard_ = nullptr;
+  comm::ProcessGroup* cross_ = nullptr;
   comm::ProcessGroup* tp_ = nullptr;  // Null when of size 1.
   ParameterList params_;
   // Set by Wrap: the models and the hooks installed on them.

@@ -101,6 +101,9 @@ absl::StatusOr<TrainingTensors> GatherTrainingTensors(
       }
       index[{s.param_name, s.state}] = s;
     }
+    // The state splits over the optimizer's shard group (an instance
+    // under HSDP), which is `dp` otherwise.
+    if (optimizer->shard_group() != nullptr) dp = optimizer->shard_group();
     const bool sharded =
         optimizer->sharded() && dp != nullptr && dp->size() > 1;
     for (const auto& p : params) {

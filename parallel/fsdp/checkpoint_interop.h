@@ -25,7 +25,8 @@ using TrainingTensors = std::map<std::string, Tensor>;
 // whole: FSDP's parameters gathered, sharded state all-gathered over `dp`
 // (as training/checkpointing saves them), so a layout without FSDP can
 // load them and the other way round. fsdp and dp may be null (a plain
-// model and optimizer). Collective over dp.
+// model and optimizer). Collective over dp, or over the optimizer's shard
+// group where it has one (an instance under HSDP).
 absl::StatusOr<TrainingTensors> GatherTrainingTensors(
     const ParameterList& params, data_parallel::DataParallel* fsdp,
     optim::Optimizer* optimizer, comm::ProcessGroup* dp);

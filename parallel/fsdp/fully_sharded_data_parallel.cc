@@ -59,7 +59,12 @@ FullyShardedDataParallel::Create(const ParameterList& params,
   auto f =
       std::unique_ptr<FullyShardedDataParallel>(new FullyShardedDataParallel);
   f->config_ = config;
+  MCC_RETURN_IF_ERROR(data_parallel::CheckHybridSharding(
+      config.ddp.hybrid, dp, /*shards_state=*/true));
   f->dp_ = dp;
+  f->shard_ = config.ddp.hybrid.ShardGroup(dp);
+  f->cross_ =
+      config.ddp.hybrid.enabled() ? config.ddp.hybrid.cross_instance : nullptr;
   f->tp_ = tp != nullptr && tp->size() > 1 ? tp : nullptr;
   f->params_ = params;
   f->dtype_ = params[0] ? params[0]->value.dtype() : DType::kFloat32;
@@ -98,7 +103,7 @@ FullyShardedDataParallel::Create(const ParameterList& params,
                      " parameters, the model ", params.size()));
   }
 
-  const int n = f->dp_size(), r = f->dp_rank();
+  const int n = f->shard_size(), r = f->shard_rank();
   for (const ParameterList& unit_params : units) {
     Unit unit;
     MCC_ASSIGN_OR_RETURN(
@@ -207,7 +212,7 @@ FullyShardedDataParallel::CreateOptimizer(
     }
   }
   shards.sharded = true;
-  shards.shard_group = dp_;
+  shards.shard_group = shard_;
   shards.device = device_;
   shards.after_update = [this] { return AfterOptimizerStep(); };
   return optim::Optimizer::CreateForPieces(std::move(shards), config, groups);
@@ -272,11 +277,11 @@ absl::Status FullyShardedDataParallel::LaunchGather(int u, bool prefetch) {
   if (!unit.full.defined()) {
     unit.full = Tensor::Empty({unit.layout.padded_numel}, dtype_, device_);
   }
-  if (dp_size() == 1) {
+  if (shard_size() == 1) {
     MCC_RETURN_IF_ERROR(unit.full.CopyFrom(unit.send));
     unit.send = Tensor();
   } else {
-    unit.gather = dp_->AllGather(unit.send, &unit.full);
+    unit.gather = shard_->AllGather(unit.send, &unit.full);
   }
   const bool was_resident = unit.resident;
   unit.resident = true;
@@ -430,16 +435,22 @@ absl::Status FullyShardedDataParallel::LaunchReduceScatter(int u) {
     pr.work = comm::Work::Done(absl::OkStatus());
   } else {
     comm::ReduceOp op = comm::ReduceOp::kAvg;
-    if (!config_.ddp.average_in_collective) {
+    // Under HSDP the instance's average is not DP's: scale and sum.
+    if (!config_.ddp.average_in_collective || cross_ != nullptr) {
       // As DDP: scale by 1/DP, then sum.
       op = comm::ReduceOp::kSum;
       MCC_ASSIGN_OR_RETURN(Tensor used, pr.in.Slice(0, unit.layout.numel));
       MCC_RETURN_IF_ERROR(
           ops::Scale(used, 1.0f / static_cast<float>(n), &used));
     }
-    pr.out =
-        Tensor::Empty({unit.layout.shard_numel()}, DType::kFloat32, device_);
-    pr.work = dp_->ReduceScatter(pr.in, &pr.out, op);
+    if (shard_size() == 1) {  // HSDP with one rank per instance.
+      pr.out = pr.in;
+      pr.work = comm::Work::Done(absl::OkStatus());
+    } else {
+      pr.out =
+          Tensor::Empty({unit.layout.shard_numel()}, DType::kFloat32, device_);
+      pr.work = shard_->ReduceScatter(pr.in, &pr.out, op);
+    }
   }
   ++stats_.reduce_scatters;
   Trace(FsdpEvent::kReduceScatterLaunched, u);
@@ -501,6 +512,7 @@ absl::Status FullyShardedDataParallel::FinishGradSync() {
     }
   }
   MCC_RETURN_IF_ERROR(DrainReductions(0));
+  MCC_RETURN_IF_ERROR(ReduceAcrossInstances());
   // The optimizer changes the shards: no gathered copy stays valid.
   for (int u = 0; u < num_units(); ++u) MCC_RETURN_IF_ERROR(Release(u));
   if (!recording_.empty()) order_ = recording_;
@@ -508,6 +520,30 @@ absl::Status FullyShardedDataParallel::FinishGradSync() {
   order_valid_ = false;
   expected_next_ = -1;
   return absl::OkStatus();
+}
+
+absl::Status FullyShardedDataParallel::ReduceAcrossInstances() {
+  if (cross_ == nullptr || cross_->size() == 1) return absl::OkStatus();
+  // Once per step, after every micro-batch's reduce-scatter has landed, in
+  // unit order on every rank: a sum is linear, so the accumulated shard
+  // sums as well as each micro-batch's would, and no rank can meet these
+  // collectives in another order than its peers (backward drains
+  // reduce-scatters as they complete, which differs by rank).
+  std::vector<std::shared_ptr<comm::Work>> work;
+  for (Unit& unit : units_) {
+    work.push_back(cross_->AllReduce(&unit.grad_shard, comm::ReduceOp::kSum));
+  }
+  absl::Status status;
+  for (size_t u = 0; u < work.size(); ++u) {
+    absl::Status s = work[u]->Wait();
+    if (!s.ok() && status.ok()) {
+      status = absl::Status(
+          s.code(), absl::StrCat("FSDP cross-instance gradient all-reduce of "
+                                 "unit ",
+                                 u, ": ", s.message()));
+    }
+  }
+  return status;
 }
 
 absl::Status FullyShardedDataParallel::SyncSharedGradients(
@@ -536,8 +572,11 @@ absl::Status FullyShardedDataParallel::SyncSharedGradients(
         MCC_RETURN_IF_ERROR(range.CopyFrom(shard));
         mine.emplace_back(shard, range);
       }
-      if (dp_size() > 1) {
-        MCC_RETURN_IF_ERROR(dp_->AllReduceSync(&whole, comm::ReduceOp::kSum));
+      // The pieces split over the shard group (an instance under HSDP,
+      // whose peers across instances hold the same pieces).
+      if (shard_size() > 1) {
+        MCC_RETURN_IF_ERROR(
+            shard_->AllReduceSync(&whole, comm::ReduceOp::kSum));
       }
       absl::Status s =
           embedding_group->AllReduceSync(&whole, comm::ReduceOp::kSum);
@@ -654,6 +693,10 @@ std::string FullyShardedDataParallel::Describe() const {
                         ? absl::StrCat(" with ", config_.max_prefetched_units,
                                        " prefetched")
                         : std::string());
+  }
+  if (cross_ != nullptr) {
+    absl::StrAppend(&out, "; HSDP: ", cross_->size(), " instances of ",
+                    shard_size(), " ranks");
   }
   return out;
 }

@@ -263,7 +263,16 @@ class FullyShardedDataParallel : public parallel::UnitHooks,
   int IdleResidentUnits() const;  // Gathered but not in use.
 
   FsdpConfig config_;
+  // HSDP: each unit's gradient shard summed over the instances.
+  absl::Status ReduceAcrossInstances();
+  int shard_size() const { return shard_ == nullptr ? 1 : shard_->size(); }
+  int shard_rank() const { return shard_ == nullptr ? 0 : shard_->rank(); }
+
   comm::ProcessGroup* dp_ = nullptr;
+  // Where shards split: dp_, or under HSDP (config.ddp.hybrid) this rank's
+  // instance; cross_ (HSDP only) all-reduces each reduced gradient shard.
+  comm::ProcessGroup* shard_ = nullptr;
+  comm::ProcessGroup* cross_ = nullptr;
   comm::ProcessGroup* tp_ = nullptr;
   // Set by Wrap: the chunks and the hooks installed on them, to detach.
   std::vector<parallel::Model*> models_;

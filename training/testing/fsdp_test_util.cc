@@ -55,8 +55,14 @@ absl::StatusOr<optim::testing::TrainResult> TrainFsdp(
   std::unique_ptr<data_parallel::DataParallel> fsdp;
   std::unique_ptr<optim::Optimizer> opt;
   if (o.use_fsdp) {
+    FsdpConfig config = o.fsdp;
+    if (state != nullptr && state->instance() != nullptr) {
+      // HSDP: the state's instances (ParallelSizes).
+      config.ddp.hybrid.instance = state->instance();
+      config.ddp.hybrid.cross_instance = state->cross_instance();
+    }
     MCC_ASSIGN_OR_RETURN(
-        fsdp, training::WrapDataParallel({model.get()}, dp, nullptr, o.fsdp));
+        fsdp, training::WrapDataParallel({model.get()}, dp, nullptr, config));
     MCC_ASSIGN_OR_RETURN(opt, fsdp->CreateOptimizer(b.optimizer, groups));
   } else {
     MCC_ASSIGN_OR_RETURN(opt, optim::Optimizer::Create(model->parameters(),

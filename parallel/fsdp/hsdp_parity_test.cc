@@ -1,0 +1,159 @@
+// HSDP (--num-distributed-optimizer-instances) in real processes (gloo):
+// DP 4 in 2 instances of 2 against DP 4 in one, for the distributed
+// optimizer (ZeRO-1), optim_grads (ZeRO-2) and optim_grads_params (ZeRO-3),
+// 10 steps each; and a checkpoint saved at 2 instances continuing at one.
+//
+// Bound: both runs hold fp32 state and differ only in the order the fp32
+// gradient sums are taken (reduce-scatter within 2 ranks, then across 2
+// instances, against one reduce-scatter over 4), so losses and gradient
+// norms agree to the fp32 reduction-order tolerance the other parity tests
+// use against the serial run: 1e-5 relative.
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/comm/init.h"
+#include "core/comm/mp_test_util.h"
+#include "gtest/gtest.h"
+#include "parallel/parallel_state.h"
+#include "training/testing/fsdp_test_util.h"
+#include "training/testing/parity_test_util.h"
+#include "training/testing/train_test_util.h"
+
+namespace mcc {
+namespace fsdp {
+namespace {
+
+using optim::testing::TrainResult;
+
+constexpr double kTolerance = 1e-5;
+
+// Env: MCC_STRATEGY, MCC_INSTANCES, MCC_START, MCC_STEPS, MCC_LOAD,
+// MCC_SAVE, MCC_RESULT.
+MCC_WORKER(hsdp_train) {
+  parallel::ParallelSizes sizes;
+  sizes.distributed_optimizer_instances =
+      std::atoi(std::getenv("MCC_INSTANCES"));
+  auto state = optim::testing::InitWorkerState(sizes);
+  if (!state.ok()) {
+    std::fprintf(stderr, "init: %s\n", state.status().ToString().c_str());
+    return 3;
+  }
+  testing::FsdpTrainOptions o;
+  o.base = testing::ParityOptions();
+  o.base.steps = std::atoi(std::getenv("MCC_STEPS"));
+  o.start_step = std::atoi(std::getenv("MCC_START"));
+  auto strategy = ParseShardingStrategy(std::getenv("MCC_STRATEGY"));
+  if (!strategy.ok()) return 3;
+  o.fsdp.strategy = *strategy;
+  o.fsdp.ddp.bucket_size_bytes = 40000;
+  o.fsdp.ddp.overlap_grad_reduce = true;
+  o.load_path = std::getenv("MCC_LOAD");
+  o.save_path = std::getenv("MCC_SAVE");
+  std::string described;
+  o.after_step = [&](int, data_parallel::DataParallel* dp) {
+    described = dp->Describe();
+    return absl::OkStatus();
+  };
+  auto result = testing::TrainFsdp(o, state->get());
+  if (!result.ok()) {
+    std::fprintf(stderr, "train: %s\n", result.status().ToString().c_str());
+    return 4;
+  }
+  const int rank = (*state)->world()->rank();
+  std::printf("rank %d: %s\n", rank, described.c_str());
+  // HSDP must really be on where asked for.
+  if (sizes.distributed_optimizer_instances > 1 &&
+      described.find("HSDP: 2 instances of 2 ranks") == std::string::npos) {
+    std::fprintf(stderr, "not HSDP: %s\n", described.c_str());
+    return 6;
+  }
+  if (rank == 0 &&
+      !optim::testing::WriteResult(std::getenv("MCC_RESULT"), *result).ok()) {
+    return 5;
+  }
+  return 0;
+}
+
+TrainResult RunHsdp(const std::string& strategy, int instances, int start,
+                    int steps, const std::string& load,
+                    const std::string& save) {
+  const std::string out = optim::testing::TmpPath(absl::StrCat(
+      "hsdp_", strategy, "_", instances, "_", start, "_", steps, ".txt"));
+  auto results =
+      comm::testing::RunWorkers(4, "hsdp_train", absl::Seconds(120), [&](int) {
+        return std::map<std::string, std::string>{
+            {"MCC_STRATEGY", strategy},
+            {"MCC_INSTANCES", std::to_string(instances)},
+            {"MCC_START", std::to_string(start)},
+            {"MCC_STEPS", std::to_string(steps)},
+            {"MCC_LOAD", load},
+            {"MCC_SAVE", save},
+            {"MCC_RESULT", out}};
+      });
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 0) << comm::testing::Describe(results);
+  }
+  auto r = optim::testing::ReadResult(out);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : TrainResult();
+}
+
+// The worst relative difference of losses and gradient norms.
+double ExpectClose(const TrainResult& a, const TrainResult& b, int offset_b) {
+  EXPECT_FALSE(a.loss.empty());
+  double worst = 0;
+  for (size_t s = 0; s < a.loss.size(); ++s) {
+    const size_t t = s + offset_b;
+    if (t >= b.loss.size()) {
+      ADD_FAILURE() << "step " << t << " missing";
+      break;
+    }
+    const double dl = optim::testing::RelDiff(a.loss[s], b.loss[t]);
+    const double dn =
+        optim::testing::RelDiff(a.steps[s].grad_norm, b.steps[t].grad_norm);
+    EXPECT_LE(dl, kTolerance)
+        << "step " << t << " loss " << a.loss[s] << " vs " << b.loss[t];
+    EXPECT_LE(dn, kTolerance) << "step " << t << " grad norm";
+    worst = std::max({worst, dl, dn});
+  }
+  return worst;
+}
+
+class HsdpParityTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HsdpParityTest, TwoInstancesOfDp2EqualOneOfDp4) {
+  const std::string strategy = GetParam();
+  const TrainResult one = RunHsdp(strategy, 1, 0, 10, "", "");
+  const TrainResult two = RunHsdp(strategy, 2, 0, 10, "", "");
+  ASSERT_EQ(two.loss.size(), 10u);
+  const double worst = ExpectClose(two, one, 0);
+  std::printf("%s: 2 instances vs 1, worst relative difference %.3g\n",
+              strategy.c_str(), worst);
+  EXPECT_LT(two.loss[9], two.loss[0]);
+}
+
+TEST_P(HsdpParityTest, CheckpointOfTwoInstancesContinuesAtOne) {
+  const std::string strategy = GetParam();
+  const std::string path =
+      optim::testing::TmpPath(absl::StrCat("hsdp_ckpt_", strategy));
+  const TrainResult whole = RunHsdp(strategy, 1, 0, 10, "", "");
+  RunHsdp(strategy, 2, 0, 5, "", path);
+  const TrainResult second = RunHsdp(strategy, 1, 5, 5, path, "");
+  ASSERT_EQ(second.loss.size(), 5u);
+  const double worst = ExpectClose(second, whole, 5);
+  std::printf("%s: saved at 2 instances, continued at 1: worst %.3g\n",
+              strategy.c_str(), worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, HsdpParityTest,
+                         ::testing::Values("optim", "optim_grads",
+                                           "optim_grads_params"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace fsdp
+}  // namespace mcc
