@@ -834,6 +834,11 @@ std::vector<Row> Table() {
   // Without sharded state there is nothing to shard within an instance.
   add("train", "num_distributed_optimizer_instances", V::kRefused,
       {"--num-distributed-optimizer-instances", "2"}, dp2);
+  // ---- train: optimizer offload (issue 46): refused on every device.
+  add("train", "optimizer_cpu_offload", V::kRefused,
+      {"--optimizer-cpu-offload"}, tm);
+  add("train", "optimizer_offload_fraction", V::kRefused,
+      {"--optimizer-offload-fraction", "0.5"}, tm);
   add("train", "no_load_optim", V::kEffect, {"--no-load-optim"}, loading);
   add("train", "finetune", V::kEffect, {"--finetune"}, loading);
   add("train", "finetune", V::kRefused, {"--finetune"}, tm);

@@ -147,6 +147,24 @@ absl::StatusOr<optim::StatePrecision> StatePrecisionFromConfig(
   return p;
 }
 
+absl::Status CheckOptimizerOffload(const TrainConfig& config) {
+  if (config.optimizer_cpu_offload()) {
+    return absl::UnimplementedError(
+        "--optimizer-cpu-offload is refused on every device: on the CPU "
+        "device the optimizer state already lives in host memory, so "
+        "offloading it is meaningless; on CUDA the hybrid optimizer (a share "
+        "of main weights and Adam state in pinned host memory, stepped by "
+        "the CPU AdamW kernel beside the device's share, parameters copied "
+        "back on a side stream) is not built yet");
+  }
+  if (config.optimizer_offload_fraction() != 1.0) {
+    return absl::InvalidArgumentError(
+        "--optimizer-offload-fraction takes effect only with "
+        "--optimizer-cpu-offload");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<optim::OptimizerConfig> OptimizerConfigFromConfig(
     const TrainConfig& config) {
   optim::OptimizerConfig c;
@@ -431,6 +449,7 @@ absl::Status CheckTrainConfig(const TrainConfig& config, int world_size) {
   MCC_RETURN_IF_ERROR(
       PipelineOptionsFromConfig(config, batching.num_microbatches).status());
   MCC_RETURN_IF_ERROR(OptimizerConfigFromConfig(config).status());
+  MCC_RETURN_IF_ERROR(CheckOptimizerOffload(config));
   MCC_RETURN_IF_ERROR(ScheduleFromConfig(config).status());
   MCC_RETURN_IF_ERROR(
       fsdp::ParseShardingStrategy(config.data_parallel_sharding_strategy())

@@ -80,6 +80,9 @@ absl::StatusOr<pipeline::PipelineOptions> PipelineOptionsFromConfig(
 // flag) as Megatron refuses them: only with the distributed optimizer (or
 // ZeRO-2/3) and Adam, --main-params-dtype fp16 only over 16-bit weights
 // whose main copy the optimizer holds (not ZeRO-2/3's fp32 shards).
+// --optimizer-cpu-offload (Megatron's name), refused on every device (see
+// the message); --optimizer-offload-fraction only with it.
+absl::Status CheckOptimizerOffload(const TrainConfig& config);
 absl::StatusOr<optim::StatePrecision> StatePrecisionFromConfig(
     const TrainConfig& config);
 absl::StatusOr<optim::OptimizerConfig> OptimizerConfigFromConfig(

@@ -44,6 +44,54 @@ TEST(TrainConfigTest, DefaultsAreMegatronsFlags) {
   EXPECT_FALSE(config.has_lr());  // Defaults carry no presence.
 }
 
+TEST(OptimizerOffloadTest, RefusedOnEveryDeviceNamingTheFlag) {
+  TrainConfig config;
+  EXPECT_TRUE(CheckOptimizerOffload(config).ok());
+  for (const char* device : {"cpu", "cuda", "auto"}) {
+    config.set_device(device);
+    config.set_optimizer_cpu_offload(true);
+    absl::Status s = CheckOptimizerOffload(config);
+    ASSERT_FALSE(s.ok()) << device;
+    EXPECT_NE(s.message().find("--optimizer-cpu-offload"), std::string::npos);
+    EXPECT_NE(s.message().find("meaningless"), std::string::npos);
+  }
+  config.set_optimizer_cpu_offload(false);
+  config.set_optimizer_offload_fraction(0.5);
+  absl::Status s = CheckOptimizerOffload(config);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--optimizer-offload-fraction"),
+            std::string::npos);
+}
+
+TEST(StatePrecisionFromConfigTest, RefusesWhatMegatronRefuses) {
+  TrainConfig config;
+  config.set_exp_avg_dtype("bf16");
+  // The dtypes only with the switch.
+  EXPECT_NE(StatePrecisionFromConfig(config).status().message().find(
+                "--use-precision-aware-optimizer"),
+            std::string::npos);
+  config.set_use_precision_aware_optimizer(true);
+  // Only with the distributed optimizer.
+  EXPECT_NE(StatePrecisionFromConfig(config).status().message().find(
+                "distributed optimizer"),
+            std::string::npos);
+  config.set_use_distributed_optimizer(true);
+  auto p = StatePrecisionFromConfig(config);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->exp_avg, DType::kBFloat16);
+  EXPECT_EQ(p->exp_avg_sq, DType::kFloat32);
+  // fp16 main params only over 16-bit weights.
+  config.set_main_params_dtype("fp16");
+  EXPECT_NE(StatePrecisionFromConfig(config).status().message().find(
+                "--main-params-dtype fp16"),
+            std::string::npos);
+  config.set_bf16(true);
+  EXPECT_TRUE(StatePrecisionFromConfig(config).ok());
+  // Megatron has no bf16 main params.
+  config.set_main_params_dtype("bf16");
+  EXPECT_FALSE(StatePrecisionFromConfig(config).ok());
+}
+
 TEST(PlanBatchesTest, GlobalBatchMustDivide) {
   TrainConfig config;
   config.set_micro_batch_size(2);
