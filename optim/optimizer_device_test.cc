@@ -71,7 +71,8 @@ struct TrainRun {
   std::vector<std::string> steps;           // StepInfo as text.
 };
 
-TrainRun Train(OptimizerType type, DType dtype, Device device) {
+TrainRun Train(OptimizerType type, DType dtype, Device device,
+               StatePrecision precision = StatePrecision()) {
   TrainRun run;
   ParameterList params = MakeParams(dtype, device);
   OptimizerConfig config;
@@ -81,6 +82,7 @@ TrainRun Train(OptimizerType type, DType dtype, Device device) {
   config.loss_scaler.initial_scale = 256;
   config.loss_scaler.hysteresis = 1;
   config.log_num_zeros_in_grad = true;
+  config.state_precision = precision;
   auto opt = Optimizer::Create(params, config, OptimizerGroups());
   EXPECT_TRUE(opt.ok()) << opt.status();
   if (!opt.ok()) return run;
@@ -122,6 +124,28 @@ TEST(OptimizerDeviceTest, TestDeviceMatchesCpuBitForBit) {
       for (size_t i = 0; i < cpu.bytes.size(); ++i) {
         EXPECT_TRUE(cpu.bytes[i] == dev.bytes[i]) << "tensor " << i;
       }
+    }
+  }
+}
+
+// --use-precision-aware-optimizer: the lowered state widens, updates and
+// rounds back through the device's kernels, with no extra host copies.
+TEST(OptimizerDeviceTest, LowerPrecisionStateMatchesCpuBitForBit) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    StatePrecision precision;
+    precision.exp_avg = DType::kBFloat16;
+    precision.exp_avg_sq = DType::kFloat16;
+    // Only 16-bit weights have a main copy of the optimizer's own.
+    if (dtype != DType::kFloat32) precision.main_params = DType::kFloat16;
+    SCOPED_TRACE(DTypeName(dtype));
+    const TrainRun cpu =
+        Train(OptimizerType::kAdam, dtype, Device::CPU(), precision);
+    const TrainRun dev =
+        Train(OptimizerType::kAdam, dtype, Device::TestDevice(), precision);
+    EXPECT_EQ(cpu.steps, dev.steps);
+    ASSERT_EQ(cpu.bytes.size(), dev.bytes.size());
+    for (size_t i = 0; i < cpu.bytes.size(); ++i) {
+      EXPECT_TRUE(cpu.bytes[i] == dev.bytes[i]) << "tensor " << i;
     }
   }
 }

@@ -16,7 +16,8 @@ namespace mcc {
 namespace training {
 namespace {
 
-TrainConfig TinyConfig(const std::string& dir, bool bf16_moments) {
+TrainConfig TinyConfig(const std::string& dir, bool bf16_moments,
+                       const std::string& strategy = "") {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   TrainConfig config;
@@ -36,7 +37,11 @@ TrainConfig TinyConfig(const std::string& dir, bool bf16_moments) {
   config.set_save(dir + "/ckpt");
   config.set_num_threads(1);
   config.set_device("cpu");
-  config.set_use_distributed_optimizer(true);
+  if (strategy.empty()) {
+    config.set_use_distributed_optimizer(true);
+  } else {
+    config.set_data_parallel_sharding_strategy(strategy);
+  }
   if (bf16_moments) {
     config.set_use_precision_aware_optimizer(true);
     config.set_exp_avg_dtype("bf16");
@@ -111,6 +116,21 @@ TEST(StatePrecisionCheckpointTest, Bf16MomentsLoadIntoFp32Exactly) {
     const Tensor& l = loaded.at(name);
     ASSERT_EQ(l.dtype(), DType::kFloat32) << name;
     EXPECT_EQ(l.ToDoubles(), t.ToDoubles()) << name;
+  }
+}
+
+// ZeRO-3: the moments beside the wrapper's fp32 main shards.
+TEST(StatePrecisionCheckpointTest, Bf16MomentsUnderZero3LoadIntoFp32) {
+  const std::string dir = ::testing::TempDir() + "/zero3_bf16_to_fp32";
+  const TrainConfig saving = TinyConfig(dir, true, "optim_grads_params");
+  const States saved = TrainAndKeepMoments(saving);
+  ASSERT_FALSE(saved.empty());
+  const States loaded = LoadedMoments(
+      TinyConfig(dir + "/load", false, "optim_grads_params"), saving.save());
+  ASSERT_EQ(loaded.size(), saved.size());
+  for (const auto& [name, t] : saved) {
+    ASSERT_EQ(t.dtype(), DType::kBFloat16) << name;
+    EXPECT_EQ(loaded.at(name).ToDoubles(), t.ToDoubles()) << name;
   }
 }
 
