@@ -10,6 +10,7 @@
 // use against the serial run: 1e-5 relative.
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -53,6 +54,12 @@ MCC_WORKER(hsdp_train) {
   o.fsdp.ddp.overlap_grad_reduce = true;
   o.load_path = std::getenv("MCC_LOAD");
   o.save_path = std::getenv("MCC_SAVE");
+  // Adam's two fp32 moments of every element, split over the instance:
+  // each rank of an instance of k ranks holds about 1/k of them.
+  int64_t state_bytes = 0;
+  o.on_optimizer = [&](const optim::Optimizer& opt) {
+    state_bytes = opt.state_bytes();
+  };
   std::string described;
   o.after_step = [&](int, data_parallel::DataParallel* dp) {
     described = dp->Describe();
@@ -64,19 +71,39 @@ MCC_WORKER(hsdp_train) {
     return 4;
   }
   const int rank = (*state)->world()->rank();
-  std::printf("rank %d: %s\n", rank, described.c_str());
+  std::printf("rank %d: %s; %lld bytes of optimizer state\n", rank,
+              described.c_str(), static_cast<long long>(state_bytes));
+  // The instance's shards together hold the whole state once.
+  comm::ProcessGroup* shards = sizes.distributed_optimizer_instances > 1
+                                   ? (*state)->instance()
+                                   : (*state)->data();
+  Tensor total =
+      Tensor::Full({1}, static_cast<double>(state_bytes), DType::kInt64);
+  if (!shards->AllReduceSync(&total, comm::ReduceOp::kSum).ok()) return 7;
+  std::printf("rank %d: the instance holds %lld bytes of optimizer state\n",
+              rank, static_cast<long long>(total.data<int64_t>()[0]));
   // HSDP must really be on where asked for.
   if (sizes.distributed_optimizer_instances > 1 &&
       described.find("HSDP: 2 instances of 2 ranks") == std::string::npos) {
     std::fprintf(stderr, "not HSDP: %s\n", described.c_str());
     return 6;
   }
-  if (rank == 0 &&
-      !optim::testing::WriteResult(std::getenv("MCC_RESULT"), *result).ok()) {
-    return 5;
+  if (rank == 0) {
+    if (!optim::testing::WriteResult(std::getenv("MCC_RESULT"), *result).ok()) {
+      return 5;
+    }
+    std::ofstream(std::string(std::getenv("MCC_RESULT")) + ".bytes")
+        << state_bytes << " " << total.data<int64_t>()[0] << "\n";
   }
   return 0;
 }
+
+// Rank 0's optimizer state bytes and its instance's total, of the last
+// RunHsdp.
+struct StateBytes {
+  int64_t per_rank = 0, instance = 0;
+};
+StateBytes last_bytes;
 
 TrainResult RunHsdp(const std::string& strategy, int instances, int start,
                     int steps, const std::string& load,
@@ -97,6 +124,7 @@ TrainResult RunHsdp(const std::string& strategy, int instances, int start,
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, 0) << comm::testing::Describe(results);
   }
+  std::ifstream(out + ".bytes") >> last_bytes.per_rank >> last_bytes.instance;
   auto r = optim::testing::ReadResult(out);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? *r : TrainResult();
@@ -128,7 +156,25 @@ class HsdpParityTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(HsdpParityTest, TwoInstancesOfDp2EqualOneOfDp4) {
   const std::string strategy = GetParam();
   const TrainResult one = RunHsdp(strategy, 1, 0, 10, "", "");
+  const StateBytes bytes_one = last_bytes;
   const TrainResult two = RunHsdp(strategy, 2, 0, 10, "", "");
+  const StateBytes bytes_two = last_bytes;
+  // Each instance holds the whole state once; a rank holds its instance's
+  // share: twice as much in an instance of 2 as in one of 4 (up to where
+  // the shard boundaries fall).
+  std::printf(
+      "%s: optimizer state per rank %lld bytes at 1 instance, %lld "
+      "at 2; per instance %lld and %lld\n",
+      strategy.c_str(), static_cast<long long>(bytes_one.per_rank),
+      static_cast<long long>(bytes_two.per_rank),
+      static_cast<long long>(bytes_one.instance),
+      static_cast<long long>(bytes_two.instance));
+  EXPECT_GT(bytes_one.instance, 0);
+  EXPECT_EQ(bytes_two.instance, bytes_one.instance);
+  EXPECT_NEAR(bytes_one.per_rank * 4.0, bytes_one.instance,
+              0.02 * bytes_one.instance);
+  EXPECT_NEAR(bytes_two.per_rank * 2.0, bytes_two.instance,
+              0.02 * bytes_two.instance);
   ASSERT_EQ(two.loss.size(), 10u);
   const double worst = ExpectClose(two, one, 0);
   std::printf("%s: 2 instances vs 1, worst relative difference %.3g\n",

@@ -68,6 +68,7 @@ absl::StatusOr<optim::testing::TrainResult> TrainFsdp(
     MCC_ASSIGN_OR_RETURN(opt, optim::Optimizer::Create(model->parameters(),
                                                        b.optimizer, groups));
   }
+  if (o.on_optimizer) o.on_optimizer(*opt);
   MCC_ASSIGN_OR_RETURN(optim::LrSchedule schedule,
                        optim::LrSchedule::Create(b.lr));
   if (!o.load_path.empty()) {

@@ -32,6 +32,9 @@ struct FsdpTrainOptions {
   // Called after every optimizer step.
   std::function<absl::Status(int step, data_parallel::DataParallel*)>
       after_step;
+  // Called once the optimizer exists (may be null): for tests that measure
+  // its state.
+  std::function<void(const optim::Optimizer&)> on_optimizer;
 };
 
 absl::StatusOr<optim::testing::TrainResult> TrainFsdp(
