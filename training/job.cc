@@ -116,9 +116,12 @@ absl::Status CheckConfigBeforeLaunch(const TrainConfig& train_config,
   const int pp = train_config.pipeline_model_parallel_size();
   const int cp = train_config.context_parallel_size();
   const int instances = train_config.num_distributed_optimizer_instances();
-  MCC_RETURN_IF_ERROR(
-      parallel::RankLayout::Create(world_size, {tp, pp, cp, instances})
-          .status());
+  parallel::ParallelSizes sizes;
+  sizes.tensor = tp;
+  sizes.pipeline = pp;
+  sizes.context = cp;
+  sizes.distributed_optimizer_instances = instances;
+  MCC_RETURN_IF_ERROR(parallel::RankLayout::Create(world_size, sizes).status());
   if (instances > 1 && !train_config.use_distributed_optimizer() &&
       train_config.data_parallel_sharding_strategy() == "no_shard") {
     return absl::InvalidArgumentError(
@@ -187,14 +190,17 @@ absl::Status JoinWorld(const TrainConfig& train_config, Job* job,
     job->rank = env->rank;
     job->world_size = env->world_size;
     job->local_world_size = env->local_world_size;
+    parallel::ParallelSizes sizes;
+    sizes.tensor = train_config.tensor_model_parallel_size();
+    sizes.pipeline = train_config.pipeline_model_parallel_size();
+    sizes.context = train_config.context_parallel_size();
+    sizes.expert_model = train_config.expert_model_parallel_size();
+    sizes.expert_tensor = train_config.expert_tensor_parallel_size();
+    sizes.distributed_optimizer_instances =
+        train_config.num_distributed_optimizer_instances();
     MCC_ASSIGN_OR_RETURN(
-        job->state, parallel::ParallelState::Create(
-                        job->world->group,
-                        {train_config.tensor_model_parallel_size(),
-                         train_config.pipeline_model_parallel_size(),
-                         train_config.context_parallel_size(),
-                         train_config.num_distributed_optimizer_instances()},
-                        job->world->device_group));
+        job->state, parallel::ParallelState::Create(job->world->group, sizes,
+                                                    job->world->device_group));
     if (job->is_logging_rank()) LOG(INFO) << job->state->ToString();
   } else {
     LOG(INFO) << "device " << job->device.device.ToString() << " ("
