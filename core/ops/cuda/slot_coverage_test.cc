@@ -36,6 +36,11 @@ const std::vector<std::string> kAwaitingCudaKernel = {
     "MoeUnpermuteBackward",
     "GroupedGemm",
     "GroupedGemmWeightGrad",
+    // FP8 (issue 43): emulated on the CPU; the CUDA kernels (an amax
+    // reduction, and a cast to FP8 storage feeding cuBLASLt's FP8 matmul
+    // with A/B scale pointers) are still to be written.
+    "AbsMax",
+    "Fp8Gemm",
 };
 
 TEST(CudaSlotCoverageTest, EverySlotHasACudaKernel) {
