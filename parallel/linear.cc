@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/bias.h"
+#include "core/ops/fp8_gemm.h"
 #include "core/ops/gemm.h"
 #include "core/ops/int8_gemm.h"
 #include "core/ops/int8_quantize.h"
@@ -128,6 +129,13 @@ ColumnParallelLinear::Create(const std::string& name, int64_t in_features,
                          MakeParameter(name + ".bias", bias_shape, split_dim,
                                        InitSpec::Zeros(), context, false));
   }
+  if (context.fp8.has_value()) {
+    // The input is replicated (or gathered whole under SP); the output
+    // gradient holds this rank's columns.
+    layer->fp8_ = std::make_unique<Fp8LinearScaling>(
+        *context.fp8, context.tp_group, /*input_sharded=*/false,
+        /*grad_sharded=*/true);
+  }
   return layer;
 }
 
@@ -167,6 +175,13 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x,
     MCC_ASSIGN_OR_RETURN(Tensor q, Matrix(int8_.q->value));
     MCC_ASSIGN_OR_RETURN(Tensor scales, Vector(int8_.scales->value));
     MCC_RETURN_IF_ERROR(ops::Int8Gemm(full, q, scales, &y));
+  } else if (fp8_ != nullptr) {
+    MCC_ASSIGN_OR_RETURN(Tensor w, Matrix(weight_->value));
+    MCC_ASSIGN_OR_RETURN(act->input_fp8, fp8_->Input(full));
+    MCC_ASSIGN_OR_RETURN(act->weight_fp8, fp8_->Weight(w));
+    MCC_RETURN_IF_ERROR(ops::Fp8Gemm(
+        full, false, act->input_fp8.format, act->input_fp8.scale, w, true,
+        act->weight_fp8.format, act->weight_fp8.scale, &y));
   } else {
     MCC_ASSIGN_OR_RETURN(Tensor w, Matrix(weight_->value));
     MCC_RETURN_IF_ERROR(ops::Gemm(full, false, w, true, &y));
@@ -209,7 +224,15 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(
   }
   Tensor dx_full = Tensor::Empty({dy.size(0), in_}, dy.dtype(), dy.device());
   MCC_ASSIGN_OR_RETURN(Tensor w, Matrix(weight_->value));
-  MCC_RETURN_IF_ERROR(ops::Gemm(dy, false, w, false, &dx_full));
+  Fp8Operand dy_fp8;
+  if (fp8_ != nullptr) {
+    MCC_ASSIGN_OR_RETURN(dy_fp8, fp8_->OutputGrad(dy));
+    MCC_RETURN_IF_ERROR(ops::Fp8Gemm(dy, false, dy_fp8.format, dy_fp8.scale, w,
+                                     false, act.weight_fp8.format,
+                                     act.weight_fp8.scale, &dx_full));
+  } else {
+    MCC_RETURN_IF_ERROR(ops::Gemm(dy, false, w, false, &dx_full));
+  }
   // The input gradient's reduction runs while the weight gradient computes.
   std::shared_ptr<comm::Work> reduce;
   Tensor dx = dx_full;
@@ -221,9 +244,16 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(
     reduce = g->AllReduce(&dx, comm::ReduceOp::kSum);
   }
   // The weight (and bias) gradient, read from main_grad when it runs.
-  auto weight_grads = [this, dy, full]() -> absl::Status {
+  auto weight_grads = [this, dy, full, dy_fp8,
+                       input_fp8 = act.input_fp8]() -> absl::Status {
     MCC_ASSIGN_OR_RETURN(Tensor dw, Matrix(weight_->main_grad));
-    MCC_RETURN_IF_ERROR(ops::Gemm(dy, true, full, false, &dw, 1.0f, 1.0f));
+    if (fp8_ != nullptr) {
+      MCC_RETURN_IF_ERROR(ops::Fp8Gemm(dy, true, dy_fp8.format, dy_fp8.scale,
+                                       full, false, input_fp8.format,
+                                       input_fp8.scale, &dw, 1.0f, 1.0f));
+    } else {
+      MCC_RETURN_IF_ERROR(ops::Gemm(dy, true, full, false, &dw, 1.0f, 1.0f));
+    }
     // With skip_bias_add the caller added the bias, and owns its gradient.
     if (bias_ != nullptr && !options_.skip_bias_add) {
       MCC_ASSIGN_OR_RETURN(Tensor db, Vector(bias_->main_grad));
@@ -295,6 +325,13 @@ absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
     layer->bias_->sequence_parallel =
         context.sequence_parallel && GroupSize(context.tp_group) > 1;
   }
+  if (context.fp8.has_value()) {
+    // The input holds this rank's columns; the output gradient is
+    // replicated (gathered whole under SP before the GEMMs).
+    layer->fp8_ = std::make_unique<Fp8LinearScaling>(
+        *context.fp8, context.tp_group, /*input_sharded=*/true,
+        /*grad_sharded=*/false);
+  }
   return layer;
 }
 
@@ -306,6 +343,12 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x,
   if (int8_.q != nullptr) {
     MCC_RETURN_IF_ERROR(
         ops::Int8Gemm(x, int8_.q->value, int8_.scales->value, &partial));
+  } else if (fp8_ != nullptr) {
+    MCC_ASSIGN_OR_RETURN(act->input_fp8, fp8_->Input(x));
+    MCC_ASSIGN_OR_RETURN(act->weight_fp8, fp8_->Weight(weight_->value));
+    MCC_RETURN_IF_ERROR(ops::Fp8Gemm(
+        x, false, act->input_fp8.format, act->input_fp8.scale, weight_->value,
+        true, act->weight_fp8.format, act->weight_fp8.scale, &partial));
   } else {
     MCC_RETURN_IF_ERROR(ops::Gemm(x, false, weight_->value, true, &partial));
   }
@@ -352,8 +395,22 @@ absl::StatusOr<Tensor> RowParallelLinear::Backward(
                      " does not match input ", act.input.Describe()));
   }
   Tensor dx = Tensor::Empty(act.input.shape(), dy.dtype(), dy.device());
-  MCC_RETURN_IF_ERROR(ops::Gemm(dy, false, weight_->value, false, &dx));
-  auto weight_grad = [this, dy, input = act.input]() {
+  Fp8Operand dy_fp8;
+  if (fp8_ != nullptr) {
+    MCC_ASSIGN_OR_RETURN(dy_fp8, fp8_->OutputGrad(dy));
+    MCC_RETURN_IF_ERROR(
+        ops::Fp8Gemm(dy, false, dy_fp8.format, dy_fp8.scale, weight_->value,
+                     false, act.weight_fp8.format, act.weight_fp8.scale, &dx));
+  } else {
+    MCC_RETURN_IF_ERROR(ops::Gemm(dy, false, weight_->value, false, &dx));
+  }
+  auto weight_grad = [this, dy, input = act.input, dy_fp8,
+                      input_fp8 = act.input_fp8]() {
+    if (fp8_ != nullptr) {
+      return ops::Fp8Gemm(dy, true, dy_fp8.format, dy_fp8.scale, input, false,
+                          input_fp8.format, input_fp8.scale,
+                          &weight_->main_grad, 1.0f, 1.0f);
+    }
     return ops::Gemm(dy, true, input, false, &weight_->main_grad, 1.0f, 1.0f);
   };
   if (deferred != nullptr) {

@@ -2,13 +2,16 @@
 #define PARALLEL_LINEAR_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "core/comm/process_group.h"
+#include "core/fp8_scaling.h"
 #include "core/parameter.h"
 #include "core/tensor.h"
 #include "parallel/deferred_weight_grads.h"
+#include "parallel/fp8_linear.h"
 #include "parallel/init.h"
 
 namespace mcc {
@@ -32,6 +35,11 @@ struct LayerContext {
   comm::ProcessGroup* cp_group = nullptr;
   enum class CpCommType { kP2P, kAllToAll };
   CpCommType cp_comm_type = CpCommType::kP2P;
+  // FP8 training (Megatron's --fp8-format): when set, the linear layers'
+  // three GEMMs run through ops::Fp8Gemm with this recipe's scaling
+  // (parallel/fp8_linear.h). Parameters, their main_grad and everything
+  // else keep `dtype`. Null: no FP8.
+  std::optional<Fp8Recipe> fp8;
 };
 
 struct LinearOptions {
@@ -83,6 +91,9 @@ class ColumnParallelLinear {
  public:
   struct Activations {
     Tensor input;  // As given to Forward (the local chunk under SP).
+    // Under FP8: how the forward cast the input and the weight, reused by
+    // the backward's GEMMs (as TransformerEngine reuses its FP8 copies).
+    Fp8Operand input_fp8, weight_fp8;
   };
 
   static absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> Create(
@@ -117,6 +128,8 @@ class ColumnParallelLinear {
   absl::Status ConvertToInt8(Int8Source source);
   // Null until ConvertToInt8.
   const Int8Weight* int8_weight() const { return int8_.q ? &int8_ : nullptr; }
+  // The FP8 scaling state (LayerContext::fp8); null without FP8.
+  const Fp8LinearScaling* fp8() const { return fp8_.get(); }
 
  private:
   std::string name_;
@@ -128,6 +141,8 @@ class ColumnParallelLinear {
   std::shared_ptr<Parameter> bias_;
   bool tied_ = false;
   Int8Weight int8_;
+  // Mutable state of const Forward/Backward: the amax histories.
+  std::unique_ptr<Fp8LinearScaling> fp8_;
 };
 
 // Y = X W^T + b with W [out, in] split along `in` (Megatron's
@@ -138,6 +153,7 @@ class RowParallelLinear {
  public:
   struct Activations {
     Tensor input;
+    Fp8Operand input_fp8, weight_fp8;  // Under FP8, as the column layer's.
   };
 
   static absl::StatusOr<std::unique_ptr<RowParallelLinear>> Create(
@@ -158,6 +174,7 @@ class RowParallelLinear {
   absl::Status ConvertToInt8(Int8Source source);
   // Null until ConvertToInt8.
   const Int8Weight* int8_weight() const { return int8_.q ? &int8_ : nullptr; }
+  const Fp8LinearScaling* fp8() const { return fp8_.get(); }
 
  private:
   std::string name_;
@@ -168,6 +185,7 @@ class RowParallelLinear {
   std::shared_ptr<Parameter> weight_;
   std::shared_ptr<Parameter> bias_;
   Int8Weight int8_;
+  std::unique_ptr<Fp8LinearScaling> fp8_;
 };
 
 // Builds a Parameter from this rank's piece of a deterministically

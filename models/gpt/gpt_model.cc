@@ -120,10 +120,14 @@ absl::StatusOr<std::unique_ptr<GPTModel>> GPTModel::Create(
       parallel::LinearOptions options;
       options.bias = false;
       options.weight_init = init;
+      // The output layer stays out of FP8, as in Megatron and
+      // TransformerEngine: the logits need the range.
+      parallel::LayerContext head_context = context;
+      head_context.fp8.reset();
       MCC_ASSIGN_OR_RETURN(model->output_layer_,
                            parallel::ColumnParallelLinear::Create(
                                "output_layer", config.hidden_size, padded_vocab,
-                               options, context));
+                               options, head_context));
       MCC_RETURN_IF_ERROR(parallel::MarkVocabPadding(
           model->output_layer_->weight().get(), config.vocab_size));
       model->output_layer_->AppendParameters(&unit);

@@ -215,6 +215,10 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   void set_rng_calls(uint64_t calls) { forward_calls_ = calls; }
   const GPTConfig& config() const { return config_; }
   const parallel::LayerContext& context() const { return context_; }
+  // The output layer (null off the last pipeline stage).
+  const parallel::ColumnParallelLinear* output_layer() const {
+    return output_layer_.get();
+  }
   // This chunk's decoder layers, in order.
   int num_local_layers() const { return static_cast<int>(layers_.size()); }
   TransformerLayer* layer(int i) { return layers_[i].get(); }
