@@ -749,6 +749,29 @@ std::vector<Row> Table() {
   add("train", "hysteresis", V::kEffect, {"--hysteresis", "1"}, fp16);
   add("train", "hysteresis", V::kWarned, {"--hysteresis", "1"},
       With(fp16, {"--loss-scale", "1024"}));
+  // ---- train: FP8 (emulated on the CPU).
+  const Context fp8 = With(tm, {"--fp8-format", "hybrid"});
+  const Context fp8_max = With(fp8, {"--fp8-amax-compute-algo", "max"});
+  add("train", "fp8_format", V::kEffect, {"--fp8-format", "hybrid"}, tm);
+  add("train", "fp8_format", V::kRefused, {"--fp8-format", "e5m2"}, tm);
+  add("train", "fp8_recipe", V::kEffect, {"--fp8-recipe", "tensorwise"}, fp8);
+  add("train", "fp8_recipe", V::kRefused, {"--fp8-recipe", "mxfp8"}, fp8);
+  add("train", "fp8_recipe", V::kWarned, {"--fp8-recipe", "tensorwise"}, tm);
+  // A margin of 2^8 pushes small values into E4M3's subnormals.
+  add("train", "fp8_margin", V::kEffect, {"--fp8-margin", "8"}, fp8);
+  add("train", "fp8_margin", V::kWarned, {"--fp8-margin", "8"},
+      With(fp8, {"--fp8-recipe", "tensorwise"}));
+  add("train", "fp8_amax_history_len", V::kEffect,
+      {"--fp8-amax-history-len", "4"}, fp8_max);
+  add("train", "fp8_amax_history_len", V::kRefused,
+      {"--fp8-amax-history-len", "0"}, fp8);
+  add("train", "fp8_amax_history_len", V::kWarned,
+      {"--fp8-amax-history-len", "4"}, tm);
+  add("train", "fp8_amax_compute_algo", V::kEffect,
+      {"--fp8-amax-compute-algo", "max"},
+      With(fp8, {"--fp8-amax-history-len", "4"}));
+  add("train", "fp8_amax_compute_algo", V::kWarned,
+      {"--fp8-amax-compute-algo", "max"}, tm);
   // ---- train: checkpoints.
   add("train", "save", V::kEffect, {"--save", g_out + "/ckpt"}, tm);
   add("train", "save_interval", V::kEffect, {"--save-interval", "1"}, saving);

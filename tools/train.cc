@@ -93,6 +93,20 @@ ABSL_FLAG(double, initial_loss_scale, 4294967296.0, "Initial dynamic scale.");
 ABSL_FLAG(double, min_loss_scale, 1.0, "Minimum dynamic scale.");
 ABSL_FLAG(int32_t, loss_scale_window, 1000, "Clean steps before growing.");
 ABSL_FLAG(int32_t, hysteresis, 2, "Overflows tolerated before backing off.");
+ABSL_FLAG(std::string, fp8_format, "",
+          "FP8 GEMMs in the transformer layers' linear layers: e4m3 (every "
+          "tensor E4M3) or hybrid (E4M3 forward, E5M2 gradients); empty: "
+          "none. Master weights, optimizer and reductions are unchanged; "
+          "emulated on the CPU.");
+ABSL_FLAG(std::string, fp8_recipe, "delayed",
+          "With --fp8-format: delayed (scales from an amax history) or "
+          "tensorwise (each cast from its own amax).");
+ABSL_FLAG(int32_t, fp8_margin, 0,
+          "With --fp8-recipe delayed: scales are divided by 2^margin.");
+ABSL_FLAG(int32_t, fp8_amax_history_len, 1,
+          "With --fp8-recipe delayed: amaxes kept per tensor.");
+ABSL_FLAG(std::string, fp8_amax_compute_algo, "most_recent",
+          "With --fp8-recipe delayed: max or most_recent of the history.");
 ABSL_FLAG(bool, accumulate_allreduce_grads_in_fp32, true,
           "Gradients accumulate and reduce in fp32, as they always do here; "
           "--no-accumulate-allreduce-grads-in-fp32 is refused.");
@@ -358,6 +372,8 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const training::TrainConfig& config,
   const std::string loss_scaling = "loss scaling is fp16's (give --fp16)";
   const bool rerun = config.rerun_mode() == "validate_results";
   const std::string no_rerun = "only --rerun-mode validate_results reads it";
+  const bool no_fp8 = config.fp8_format().empty();
+  const bool delayed_fp8 = !no_fp8 && config.fp8_recipe() == "delayed";
   const std::string mock_why =
       "--mock-data draws tokens uniformly below --vocab-size; no files or "
       "tokenizer are read";
@@ -522,6 +538,13 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const training::TrainConfig& config,
       {"moe_token_dispatcher_type", true,
        "without expert parallelism every token stays on its rank, and "
        "allgather and alltoall are the same local permutation"},
+      {"fp8_recipe", no_fp8, "it needs --fp8-format"},
+      {"fp8_margin", !delayed_fp8,
+       no_fp8 ? "it needs --fp8-format" : "only --fp8-recipe delayed reads it"},
+      {"fp8_amax_history_len", !delayed_fp8,
+       no_fp8 ? "it needs --fp8-format" : "only --fp8-recipe delayed reads it"},
+      {"fp8_amax_compute_algo", !delayed_fp8,
+       no_fp8 ? "it needs --fp8-format" : "only --fp8-recipe delayed reads it"},
   };
 }
 

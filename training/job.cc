@@ -246,6 +246,13 @@ absl::StatusOr<std::unique_ptr<Job>> SetupJob(const TrainConfig& train_config,
                        : train_config.fp16() ? DType::kFloat16
                                              : DType::kFloat32;
   job->context.seed = job->config.seed;
+  MCC_ASSIGN_OR_RETURN(job->context.fp8, Fp8RecipeFromConfig(train_config));
+  if (job->context.fp8.has_value() && job->is_logging_rank()) {
+    LOG(INFO) << "FP8: the linear layers' GEMMs in "
+              << DescribeFp8Recipe(*job->context.fp8)
+              << " (emulated on the CPU; the output layer stays in "
+              << DTypeName(job->context.dtype) << ")";
+  }
   // Parameters, gradients, optimizer state and activations live there;
   // the model stages each micro-batch there.
   job->context.device = job->device.device;

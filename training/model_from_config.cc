@@ -218,5 +218,16 @@ absl::StatusOr<pipeline::PipelineConfig> PipelineConfigFromConfig(
   return c;
 }
 
+absl::StatusOr<std::optional<Fp8Recipe>> Fp8RecipeFromConfig(
+    const TrainConfig& config) {
+  if (config.fp8_format().empty()) return std::nullopt;
+  MCC_ASSIGN_OR_RETURN(
+      Fp8Recipe recipe,
+      MakeFp8Recipe(config.fp8_format(), config.fp8_recipe(),
+                    config.fp8_margin(), config.fp8_amax_history_len(),
+                    config.fp8_amax_compute_algo()));
+  return std::optional<Fp8Recipe>(recipe);
+}
+
 }  // namespace training
 }  // namespace mcc

@@ -2,9 +2,11 @@
 #define TRAINING_MODEL_FROM_CONFIG_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/fp8_scaling.h"
 #include "models/gpt/gpt_config.h"
 #include "parallel/linear.h"
 #include "parallel/pipeline/layer_split.h"
@@ -37,6 +39,12 @@ absl::StatusOr<pipeline::PipelineConfig> PipelineConfigFromConfig(
 
 // cp_comm_type: p2p or a2a.
 absl::StatusOr<parallel::LayerContext::CpCommType> CpCommTypeFromConfig(
+    const TrainConfig& config);
+
+// The FP8 recipe of fp8_format, fp8_recipe, fp8_margin, fp8_amax_history_len
+// and fp8_amax_compute_algo (core/fp8_scaling.h); nullopt when fp8_format is
+// empty.
+absl::StatusOr<std::optional<Fp8Recipe>> Fp8RecipeFromConfig(
     const TrainConfig& config);
 
 }  // namespace training

@@ -323,6 +323,8 @@ absl::Status CheckCudaGraphFlags(const TrainConfig& config, int num_chunks) {
     clash =
         "--reset-attention-mask or --window-size (each step copies the "
         "attention's first keys from the host)";
+  } else if (!config.fp8_format().empty()) {
+    clash = "--fp8-format (its scaling reads each cast's amax on the host)";
   }
   if (clash == nullptr) return absl::OkStatus();
   return absl::InvalidArgumentError(

@@ -11,9 +11,9 @@
 #include "models/moe/token_drop.h"
 #include "parallel/fsdp/sharding_strategy.h"
 #include "parallel/pipeline/pipeline_executor.h"
-#include "parallel/rank_layout.h"
 #include "parallel/pipeline/schedule_check.h"
 #include "parallel/pipeline/schedule_csv.h"
+#include "parallel/rank_layout.h"
 #include "training/device_choice.h"
 #include "training/job.h"
 #include "training/model_from_config.h"
@@ -450,6 +450,7 @@ absl::Status CheckTrainConfig(const TrainConfig& config, int world_size) {
       PipelineOptionsFromConfig(config, batching.num_microbatches).status());
   MCC_RETURN_IF_ERROR(OptimizerConfigFromConfig(config).status());
   MCC_RETURN_IF_ERROR(CheckOptimizerOffload(config));
+  MCC_RETURN_IF_ERROR(Fp8RecipeFromConfig(config).status());
   MCC_RETURN_IF_ERROR(ScheduleFromConfig(config).status());
   MCC_RETURN_IF_ERROR(
       fsdp::ParseShardingStrategy(config.data_parallel_sharding_strategy())
