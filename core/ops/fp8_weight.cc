@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/fp8.h"
 #include "core/op_profile.h"
+#include "core/ops/abs_max.h"
 #include "core/ops/gemm.h"
+#include "core/ops/int8_quantize.h"
 #include "core/ops/kernel_util.h"
 #include "core/status_macros.h"
 
@@ -17,21 +19,20 @@ namespace {
 
 constexpr Fp8Format kFormat = Fp8Format::kE4M3;
 
-absl::Status QuantizeWeightFp8Cpu(const Tensor& w, Fp8WeightScaling scaling,
+absl::Status QuantizeWeightFp8Cpu(const Tensor& w, const Tensor& absmax,
                                   Tensor* codes, Tensor* scales) {
   const int64_t rows = w.size(0), cols = w.size(1);
   std::vector<float> v(w.numel());
   LoadF32Any(w, v.data());
-  std::vector<float> row_max(rows, 0.0f);
+  const float* row_max = absmax.data<float>();
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
-      row_max[r] = std::max(row_max[r], std::fabs(v[r * cols + c]));
+      if (!(std::fabs(v[r * cols + c]) <= row_max[r])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "QuantizeWeightFp8: absmax[", r, "] = ", row_max[r],
+            " is below |w[", r, ", ", c, "]| = ", std::fabs(v[r * cols + c])));
+      }
     }
-  }
-  if (scaling == Fp8WeightScaling::kPerTensor) {
-    const float m =
-        rows > 0 ? *std::max_element(row_max.begin(), row_max.end()) : 0.0f;
-    std::fill(row_max.begin(), row_max.end(), m);
   }
   float* s = scales->data<float>();
   int8_t* q = codes->data<int8_t>();
@@ -91,24 +92,40 @@ MCC_KERNEL_SLOT(QuantizeWeightFp8Kernel, QuantizeWeightFp8Kernels,
 MCC_KERNEL_SLOT(Fp8WeightGemmKernel, Fp8WeightGemmKernels, "Fp8WeightGemm",
                 &Fp8WeightGemmCpu);
 
-absl::Status QuantizeWeightFp8(const Tensor& w, Fp8WeightScaling scaling,
+absl::Status QuantizeWeightFp8(const Tensor& w, const Tensor& absmax,
                                Tensor* codes, Tensor* scales) {
   ScopedOpTimer op_timer("QuantizeWeightFp8");
   constexpr const char* kOp = "QuantizeWeightFp8";
-  MCC_RETURN_IF_ERROR(
-      CheckDefined(kOp, {{"w", &w}, {"codes", codes}, {"scales", scales}}));
-  MCC_RETURN_IF_ERROR(
-      CheckSameDevice(kOp, {{"w", &w}, {"codes", codes}, {"scales", scales}}));
+  MCC_RETURN_IF_ERROR(CheckDefined(
+      kOp,
+      {{"w", &w}, {"absmax", &absmax}, {"codes", codes}, {"scales", scales}}));
+  MCC_RETURN_IF_ERROR(CheckSameDevice(
+      kOp,
+      {{"w", &w}, {"absmax", &absmax}, {"codes", codes}, {"scales", scales}}));
   MCC_RETURN_IF_ERROR(CheckFloatDType(kOp, {"w", &w}));
+  MCC_RETURN_IF_ERROR(CheckDType(kOp, {"absmax", &absmax}, DType::kFloat32));
   MCC_RETURN_IF_ERROR(CheckDType(kOp, {"codes", codes}, DType::kInt8));
   MCC_RETURN_IF_ERROR(CheckDType(kOp, {"scales", scales}, DType::kFloat32));
   if (w.dim() != 2 || codes->shape() != w.shape() || scales->dim() != 1 ||
-      scales->size(0) != w.size(0)) {
+      scales->size(0) != w.size(0) || absmax.shape() != scales->shape()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kOp, ": shapes do not fit w [N, K], codes [N, K], scales [N]: w ",
-        Brief(w), ", codes ", Brief(*codes), ", scales ", Brief(*scales)));
+        kOp,
+        ": shapes do not fit w [N, K], absmax [N], codes [N, K], scales [N]: "
+        "w ",
+        Brief(w), ", absmax ", Brief(absmax), ", codes ", Brief(*codes),
+        ", scales ", Brief(*scales)));
   }
-  return QuantizeWeightFp8Kernels()(w.device(), w, scaling, codes, scales);
+  return QuantizeWeightFp8Kernels()(w.device(), w, absmax, codes, scales);
+}
+
+absl::Status Fp8WeightAbsMax(const Tensor& w, Fp8WeightScaling scaling,
+                             Tensor* absmax) {
+  MCC_RETURN_IF_ERROR(RowAbsMax(w, absmax));
+  if (scaling == Fp8WeightScaling::kPerChannel) return absl::OkStatus();
+  Tensor m = Tensor::Empty({1}, DType::kFloat32, absmax->device());
+  MCC_RETURN_IF_ERROR(AbsMax(*absmax, &m));
+  absmax->Fill(m.ToDoubles()[0]);
+  return absl::OkStatus();
 }
 
 absl::Status Fp8WeightGemm(const Tensor& x, const Tensor& codes,

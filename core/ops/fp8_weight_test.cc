@@ -36,7 +36,9 @@ TEST_P(Fp8WeightTest, QuantizesAndMultipliesAsDefined) {
   const std::vector<double> wd = w.ToDoubles();
   Tensor codes = Tensor::Empty({n, k}, DType::kInt8);
   Tensor scales = Tensor::Empty({n}, DType::kFloat32);
-  ASSERT_TRUE(QuantizeWeightFp8(w, scaling, &codes, &scales).ok());
+  Tensor absmax = Tensor::Empty({n}, DType::kFloat32);
+  ASSERT_TRUE(Fp8WeightAbsMax(w, scaling, &absmax).ok());
+  ASSERT_TRUE(QuantizeWeightFp8(w, absmax, &codes, &scales).ok());
   // Half of bf16's bytes.
   EXPECT_EQ(codes.nbytes() * 2, static_cast<size_t>(n * k * 2));
   std::vector<double> max(n, 0.0);
@@ -105,7 +107,9 @@ TEST(Fp8WeightScalingTest, PerChannelKeepsSmallRows) {
        {Fp8WeightScaling::kPerChannel, Fp8WeightScaling::kPerTensor}) {
     Tensor codes = Tensor::Empty({2, 2}, DType::kInt8);
     Tensor scales = Tensor::Empty({2}, DType::kFloat32);
-    ASSERT_TRUE(QuantizeWeightFp8(w, scaling, &codes, &scales).ok());
+    Tensor absmax = Tensor::Empty({2}, DType::kFloat32);
+    ASSERT_TRUE(Fp8WeightAbsMax(w, scaling, &absmax).ok());
+    ASSERT_TRUE(QuantizeWeightFp8(w, absmax, &codes, &scales).ok());
     Tensor y = Tensor::Empty({1, 2}, DType::kFloat32);
     ASSERT_TRUE(Fp8WeightGemm(x, codes, scales, &y).ok());
     const std::vector<double> v = y.ToDoubles();
@@ -122,18 +126,19 @@ TEST(Fp8WeightScalingTest, PerChannelKeepsSmallRows) {
 TEST(Fp8WeightDeviceTest, TestDeviceAgreesWithCpu) {
   testing::ExpectSameOnTestDevice(
       {RandomTensor({6, 9}, DType::kBFloat16, 4),
+       Tensor::Full({6}, 1.0, DType::kFloat32),
        Tensor::Empty({6, 9}, DType::kInt8),
        Tensor::Empty({6}, DType::kFloat32)},
       [](std::vector<Tensor>& t) {
-        return QuantizeWeightFp8(t[0], Fp8WeightScaling::kPerChannel, &t[1],
-                                 &t[2]);
+        return QuantizeWeightFp8(t[0], t[1], &t[2], &t[3]);
       },
       "QuantizeWeightFp8");
+  const Tensor w = RandomTensor({4, 9}, DType::kFloat32, 5);
+  Tensor absmax = Tensor::Empty({4}, DType::kFloat32);
   Tensor codes = Tensor::Empty({4, 9}, DType::kInt8);
   Tensor scales = Tensor::Empty({4}, DType::kFloat32);
-  ASSERT_TRUE(QuantizeWeightFp8(RandomTensor({4, 9}, DType::kFloat32, 5),
-                                Fp8WeightScaling::kPerTensor, &codes, &scales)
-                  .ok());
+  ASSERT_TRUE(Fp8WeightAbsMax(w, Fp8WeightScaling::kPerTensor, &absmax).ok());
+  ASSERT_TRUE(QuantizeWeightFp8(w, absmax, &codes, &scales).ok());
   testing::ExpectSameOnTestDevice(
       {RandomTensor({3, 9}, DType::kFloat32, 6), codes, scales,
        Tensor::Empty({3, 4}, DType::kFloat32)},
@@ -146,16 +151,23 @@ TEST(Fp8WeightDeviceTest, TestDeviceAgreesWithCpu) {
 TEST(Fp8WeightErrorsTest, NameTheTensor) {
   Tensor codes = Tensor::Empty({2, 3}, DType::kInt8);
   Tensor scales = Tensor::Empty({3}, DType::kFloat32);
-  EXPECT_THAT(std::string(QuantizeWeightFp8(
-                              Tensor::Zeros({2, 3}, DType::kFloat32),
-                              Fp8WeightScaling::kPerChannel, &codes, &scales)
-                              .message()),
-              ::testing::HasSubstr("scales fp32[3]"));
+  EXPECT_THAT(
+      std::string(QuantizeWeightFp8(Tensor::Zeros({2, 3}, DType::kFloat32),
+                                    Tensor::Zeros({3}, DType::kFloat32), &codes,
+                                    &scales)
+                      .message()),
+      ::testing::HasSubstr("scales fp32[3]"));
+  Tensor two = Tensor::Empty({2}, DType::kFloat32);
+  EXPECT_THAT(
+      std::string(QuantizeWeightFp8(Tensor::Full({2, 3}, 2.0, DType::kFloat32),
+                                    Tensor::Full({2}, 1.0, DType::kFloat32),
+                                    &codes, &two)
+                      .message()),
+      ::testing::HasSubstr("absmax[0] = 1 is below |w[0, 0]| = 2"));
   Tensor y = Tensor::Empty({1, 2}, DType::kFloat32);
-  Tensor good_scales = Tensor::Empty({2}, DType::kFloat32);
-  EXPECT_FALSE(Fp8WeightGemm(Tensor::Zeros({1, 4}, DType::kFloat32), codes,
-                             good_scales, &y)
-                   .ok());
+  EXPECT_FALSE(
+      Fp8WeightGemm(Tensor::Zeros({1, 4}, DType::kFloat32), codes, two, &y)
+          .ok());
 }
 
 }  // namespace
