@@ -28,10 +28,11 @@ namespace mcc {
 namespace inference {
 
 // Loads the chunks' weights for inference. A quantised checkpoint loads
-// into int8 layers (whatever `quantize` says); otherwise the dense weights
-// load and, with quantize == "int8", are then quantised (collective over
-// each chunk's TP group). quantize must be "" or "int8" (else
-// InvalidArgument naming --quantize). On the logging rank, logs the
+// into int8 layers (with quantize "" or "int8"); otherwise the dense weights
+// load and, with quantize "int8", "fp8" (E4M3, per-channel scales) or
+// "fp8-per-tensor" (models/gpt/fp8_quantization.h), are then quantised
+// (collective over each chunk's TP group). Any other quantize is
+// InvalidArgument naming --quantize. On the logging rank, logs the
 // quantised weights' memory before and after.
 absl::Status LoadCheckpointWeights(CheckpointReader& reader,
                                    const std::vector<gpt::GPTModel*>& chunks,

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/fp8.h"
 #include "core/parameter.h"
 #include "core/status_macros.h"
 #include "models/gpt/transformer_layer.h"
@@ -54,12 +55,41 @@ absl::Status CopyInt8(const parallel::Int8Weight& int8,
   return absl::OkStatus();
 }
 
+// The dense fp32 values e4m3(code) / s of a layer ConvertToFp8 turned FP8:
+// the engine has no FP8 kernel, so it computes with these (the model's
+// weights stay one byte each; this copy is fp32 as every dense one).
+absl::Status CopyFp8Dequantised(const parallel::Fp8Weight& fp8,
+                                const std::string& prefix, LinearWeights* lin) {
+  const Tensor& q = fp8.q->value;
+  const Tensor& scales = fp8.scales->value;
+  if (!q.defined() || !scales.defined() || q.dim() < 2 ||
+      scales.numel() * q.size(q.dim() - 1) != q.numel()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inference weights: ", prefix,
+                     ".weight's FP8 codes and scales do "
+                     "not match"));
+  }
+  lin->in = q.size(q.dim() - 1);
+  lin->out = q.numel() / lin->in;
+  const std::vector<double> codes = q.ToDoubles();
+  const std::vector<float> s = scales.ToFloats();
+  lin->weight.resize(codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const auto code = static_cast<uint8_t>(static_cast<int8_t>(codes[i]));
+    lin->weight[i] = Fp8ToFloat(code, Fp8Format::kE4M3) / s[i / lin->in];
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LinearWeights> Linear(const Params& params,
                                      const std::string& prefix, bool bias,
-                                     const parallel::Int8Weight* int8) {
+                                     const parallel::Int8Weight* int8,
+                                     const parallel::Fp8Weight* fp8) {
   LinearWeights lin;
   if (int8 != nullptr) {
     MCC_RETURN_IF_ERROR(CopyInt8(*int8, prefix, &lin));
+  } else if (fp8 != nullptr) {
+    MCC_RETURN_IF_ERROR(CopyFp8Dequantised(*fp8, prefix, &lin));
   } else {
     auto w = Find(params, prefix + ".weight");
     if (!w.ok()) return w.status();
@@ -186,17 +216,19 @@ absl::StatusOr<InferenceWeights> LoadInferenceWeights(
     auto ln2 = NormOf(params, prefix + "pre_mlp_layernorm", layer_norm);
     const gpt::TransformerLayer* t = model.layer(i - w.first_layer);
     auto qkv = Linear(params, prefix + "self_attention.linear_qkv",
-                      c.qkv_bias(), t->qkv_int8());
+                      c.qkv_bias(), t->qkv_int8(), t->qkv_fp8());
     auto proj = Linear(params, prefix + "self_attention.linear_proj", bias,
-                       t->proj_int8());
+                       t->proj_int8(), t->proj_fp8());
     absl::StatusOr<LinearWeights> fc1 = LinearWeights(), fc2 = LinearWeights();
     if (const moe::MoeMlp* moe = t->moe()) {
       auto m = MoeOf(*moe);
       if (!m.ok()) return m.status();
       layer.moe = std::move(*m);
     } else {
-      fc1 = Linear(params, prefix + "mlp.linear_fc1", bias, t->fc1_int8());
-      fc2 = Linear(params, prefix + "mlp.linear_fc2", bias, t->fc2_int8());
+      fc1 = Linear(params, prefix + "mlp.linear_fc1", bias, t->fc1_int8(),
+                   t->fc1_fp8());
+      fc2 = Linear(params, prefix + "mlp.linear_fc2", bias, t->fc2_int8(),
+                   t->fc2_fp8());
     }
     for (const absl::Status& s : {ln1.status(), ln2.status(), qkv.status(),
                                   proj.status(), fc1.status(), fc2.status()}) {

@@ -71,8 +71,9 @@ struct InferenceWeights {
 // The engine's only way to weights: copies `model`'s parameters (any dtype,
 // any device) into fp32 host arrays; the linear layers of a model turned
 // int8 (eval/serve --quantize int8, or a quantised checkpoint) are copied as
-// int8 values and scales. A step that transforms weights at load belongs
-// here, after this copy.
+// int8 values and scales; those turned FP8 (--quantize fp8) as their
+// dequantised fp32 values (the engine has no FP8 kernel yet). A step that
+// transforms weights at load belongs here, after this copy.
 absl::StatusOr<InferenceWeights> LoadInferenceWeights(
     const gpt::GPTModel& model);
 

@@ -1,8 +1,10 @@
 #include "parallel/linear.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/abs_max.h"
 #include "core/ops/bias.h"
 #include "core/ops/fp8_gemm.h"
+#include "core/ops/fp8_weight.h"
 #include "core/ops/gemm.h"
 #include "core/ops/int8_gemm.h"
 #include "core/ops/int8_quantize.h"
@@ -94,6 +96,46 @@ absl::Status CheckNotInt8(const std::string& layer, const Int8Weight& int8) {
       layer, ": its weight is int8 (inference only); there is no backward"));
 }
 
+absl::Status CheckNotFp8(const std::string& layer, const Fp8Weight& fp8) {
+  if (fp8.q == nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      layer, ": its weight is FP8 (inference only); there is no backward"));
+}
+
+absl::Status CheckNotQuantized(const std::string& layer, const Int8Weight& int8,
+                               const Fp8Weight& fp8) {
+  if (int8.q != nullptr || fp8.q != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(layer, ": already ", int8.q != nullptr ? "int8" : "FP8"));
+  }
+  return absl::OkStatus();
+}
+
+// E4M3 codes and scales of the weight matrix w [rows, cols]: row maxima
+// all-reduced over `row_group` (the ranks holding the rows' other columns);
+// per tensor, their maximum all-reduced over `rows_group` (the ranks holding
+// the other rows) in every entry.
+absl::Status QuantizeMatrixFp8(const Tensor& w, comm::ProcessGroup* row_group,
+                               comm::ProcessGroup* rows_group,
+                               ops::Fp8WeightScaling scaling, Tensor q,
+                               Tensor scales) {
+  Tensor absmax = Tensor::Empty({w.size(0)}, DType::kFloat32, w.device());
+  MCC_RETURN_IF_ERROR(ops::RowAbsMax(w, &absmax));
+  if (GroupSize(row_group) > 1) {
+    MCC_RETURN_IF_ERROR(
+        row_group->AllReduceSync(&absmax, comm::ReduceOp::kMax));
+  }
+  if (scaling == ops::Fp8WeightScaling::kPerTensor) {
+    Tensor m = Tensor::Empty({1}, DType::kFloat32, w.device());
+    MCC_RETURN_IF_ERROR(ops::AbsMax(absmax, &m));
+    if (GroupSize(rows_group) > 1) {
+      MCC_RETURN_IF_ERROR(rows_group->AllReduceSync(&m, comm::ReduceOp::kMax));
+    }
+    absmax.Fill(m.ToDoubles()[0]);
+  }
+  return ops::QuantizeWeightFp8(w, absmax, &q, &scales);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ColumnParallelLinear>>
@@ -175,6 +217,10 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x,
     MCC_ASSIGN_OR_RETURN(Tensor q, Matrix(int8_.q->value));
     MCC_ASSIGN_OR_RETURN(Tensor scales, Vector(int8_.scales->value));
     MCC_RETURN_IF_ERROR(ops::Int8Gemm(full, q, scales, &y));
+  } else if (fp8w_.q != nullptr) {
+    MCC_ASSIGN_OR_RETURN(Tensor q, Matrix(fp8w_.q->value));
+    MCC_ASSIGN_OR_RETURN(Tensor scales, Vector(fp8w_.scales->value));
+    MCC_RETURN_IF_ERROR(ops::Fp8WeightGemm(full, q, scales, &y));
   } else if (fp8_ != nullptr) {
     MCC_ASSIGN_OR_RETURN(Tensor w, Matrix(weight_->value));
     MCC_ASSIGN_OR_RETURN(act->input_fp8, fp8_->Input(full));
@@ -201,6 +247,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(
     const Tensor& dy_in, const Activations& act,
     DeferredWeightGrads* deferred) const {
   MCC_RETURN_IF_ERROR(CheckNotInt8(name_, int8_));
+  MCC_RETURN_IF_ERROR(CheckNotFp8(name_, fp8w_));
   comm::ProcessGroup* g = context_.tp_group;
   Tensor dy = dy_in;
   if (options_.gather_output) {
@@ -280,9 +327,7 @@ absl::Status ColumnParallelLinear::ConvertToInt8(Int8Source source) {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, ": a tied weight (the word embedding's) stays unquantised"));
   }
-  if (int8_.q != nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(name_, ": already int8"));
-  }
+  MCC_RETURN_IF_ERROR(CheckNotQuantized(name_, int8_, fp8w_));
   Int8Weight int8 = MakeInt8Weight(*weight_);
   if (source == Int8Source::kQuantizeWeight) {
     // Rows are whole on every rank: no collective.
@@ -343,6 +388,9 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x,
   if (int8_.q != nullptr) {
     MCC_RETURN_IF_ERROR(
         ops::Int8Gemm(x, int8_.q->value, int8_.scales->value, &partial));
+  } else if (fp8w_.q != nullptr) {
+    MCC_RETURN_IF_ERROR(
+        ops::Fp8WeightGemm(x, fp8w_.q->value, fp8w_.scales->value, &partial));
   } else if (fp8_ != nullptr) {
     MCC_ASSIGN_OR_RETURN(act->input_fp8, fp8_->Input(x));
     MCC_ASSIGN_OR_RETURN(act->weight_fp8, fp8_->Weight(weight_->value));
@@ -373,6 +421,7 @@ absl::StatusOr<Tensor> RowParallelLinear::Backward(
     const Tensor& dy_in, const Activations& act,
     DeferredWeightGrads* deferred) const {
   MCC_RETURN_IF_ERROR(CheckNotInt8(name_, int8_));
+  MCC_RETURN_IF_ERROR(CheckNotFp8(name_, fp8w_));
   comm::ProcessGroup* g = context_.tp_group;
   if (bias_ != nullptr && !options_.skip_bias_add) {
     auto bias_grad = [this, dy_in]() {
@@ -427,9 +476,7 @@ void RowParallelLinear::AppendParameters(ParameterList* out) const {
 }
 
 absl::Status RowParallelLinear::ConvertToInt8(Int8Source source) {
-  if (int8_.q != nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(name_, ": already int8"));
-  }
+  MCC_RETURN_IF_ERROR(CheckNotQuantized(name_, int8_, fp8w_));
   Int8Weight int8 = MakeInt8Weight(*weight_);
   if (source == Int8Source::kQuantizeWeight) {
     // Each rank holds a slice of every row: the row maxima are the
@@ -438,6 +485,39 @@ absl::Status RowParallelLinear::ConvertToInt8(Int8Source source) {
                                        int8.q->value, int8.scales->value));
   }
   int8_ = std::move(int8);
+  weight_->value = Tensor();
+  weight_->main_grad = Tensor();
+  return absl::OkStatus();
+}
+
+absl::Status ColumnParallelLinear::ConvertToFp8(ops::Fp8WeightScaling scaling) {
+  if (tied_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": a tied weight (the word embedding's) stays unquantised"));
+  }
+  MCC_RETURN_IF_ERROR(CheckNotQuantized(name_, int8_, fp8w_));
+  Fp8Weight fp8 = MakeInt8Weight(*weight_);
+  MCC_ASSIGN_OR_RETURN(Tensor w, Matrix(weight_->value));
+  MCC_ASSIGN_OR_RETURN(Tensor q, Matrix(fp8.q->value));
+  MCC_ASSIGN_OR_RETURN(Tensor scales, Vector(fp8.scales->value));
+  // Rows are whole on every rank; TP splits the rows.
+  MCC_RETURN_IF_ERROR(
+      QuantizeMatrixFp8(w, nullptr, context_.tp_group, scaling, q, scales));
+  fp8w_ = std::move(fp8);
+  weight_->value = Tensor();
+  weight_->main_grad = Tensor();
+  return absl::OkStatus();
+}
+
+absl::Status RowParallelLinear::ConvertToFp8(ops::Fp8WeightScaling scaling) {
+  MCC_RETURN_IF_ERROR(CheckNotQuantized(name_, int8_, fp8w_));
+  Fp8Weight fp8 = MakeInt8Weight(*weight_);
+  // TP splits the columns: the row maxima are reduced over it, and then
+  // every rank holds every row's maximum.
+  MCC_RETURN_IF_ERROR(QuantizeMatrixFp8(weight_->value, context_.tp_group,
+                                        nullptr, scaling, fp8.q->value,
+                                        fp8.scales->value));
+  fp8w_ = std::move(fp8);
   weight_->value = Tensor();
   weight_->main_grad = Tensor();
   return absl::OkStatus();

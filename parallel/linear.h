@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "core/comm/process_group.h"
 #include "core/fp8_scaling.h"
+#include "core/ops/fp8_weight.h"
 #include "core/parameter.h"
 #include "core/tensor.h"
 #include "parallel/deferred_weight_grads.h"
@@ -69,6 +70,12 @@ struct Int8Weight {
   std::shared_ptr<Parameter> scales;
 };
 
+// A linear layer's weight in weight-only FP8 for inference
+// (core/ops/fp8_weight.h): the same two tensors, shaped and split as
+// Int8Weight's, q holding E4M3 codes (one byte each) and scales the fp32
+// scales (448 / the row's or the whole weight's maximum).
+using Fp8Weight = Int8Weight;
+
 // How a layer turns int8 (see Int8Weight). Either way Forward then runs the
 // int8 GEMM, Backward fails, and the weight's value and main_grad are
 // released (Parameter::value undefined): the layer serves inference only.
@@ -128,6 +135,13 @@ class ColumnParallelLinear {
   absl::Status ConvertToInt8(Int8Source source);
   // Null until ConvertToInt8.
   const Int8Weight* int8_weight() const { return int8_.q ? &int8_ : nullptr; }
+  // Weight-only FP8 inference, quantising the loaded weight (per tensor:
+  // the maximum is all-reduced over TP, which splits the rows). Forward
+  // then runs ops::Fp8WeightGemm, Backward fails and the dense weight is
+  // released, as ConvertToInt8. Not for a tied weight.
+  absl::Status ConvertToFp8(ops::Fp8WeightScaling scaling);
+  // Null until ConvertToFp8.
+  const Fp8Weight* fp8_weight() const { return fp8w_.q ? &fp8w_ : nullptr; }
   // The FP8 scaling state (LayerContext::fp8); null without FP8.
   const Fp8LinearScaling* fp8() const { return fp8_.get(); }
 
@@ -141,6 +155,7 @@ class ColumnParallelLinear {
   std::shared_ptr<Parameter> bias_;
   bool tied_ = false;
   Int8Weight int8_;
+  Fp8Weight fp8w_;
   // Mutable state of const Forward/Backward: the amax histories.
   std::unique_ptr<Fp8LinearScaling> fp8_;
 };
@@ -174,6 +189,10 @@ class RowParallelLinear {
   absl::Status ConvertToInt8(Int8Source source);
   // Null until ConvertToInt8.
   const Int8Weight* int8_weight() const { return int8_.q ? &int8_ : nullptr; }
+  // Weight-only FP8 inference, as the column layer's (the row maxima are
+  // all-reduced over TP, which splits the columns).
+  absl::Status ConvertToFp8(ops::Fp8WeightScaling scaling);
+  const Fp8Weight* fp8_weight() const { return fp8w_.q ? &fp8w_ : nullptr; }
   const Fp8LinearScaling* fp8() const { return fp8_.get(); }
 
  private:
@@ -185,6 +204,7 @@ class RowParallelLinear {
   std::shared_ptr<Parameter> weight_;
   std::shared_ptr<Parameter> bias_;
   Int8Weight int8_;
+  Fp8Weight fp8w_;
   std::unique_ptr<Fp8LinearScaling> fp8_;
 };
 

@@ -1062,6 +1062,8 @@ std::vector<Row> Table() {
     add("eval", flag, V::kRefused, {"--" + Dashed(flag) + "=" + value}, el);
   }
   add("eval", "quantize", V::kEffect, {"--quantize", "int8"}, el);
+  add("eval", "quantize", V::kEffect, {"--quantize", "fp8"}, el);
+  add("eval", "quantize", V::kEffect, {"--quantize", "fp8-per-tensor"}, el);
   add("eval", "flagfile", V::kEffect, {flagfile}, eg);
   for (const char* f : {"fromenv", "tryfromenv", "undefok"}) {
     add("eval", f, V::kRefused, {absl::StrCat("--", f, "=seed")}, el);

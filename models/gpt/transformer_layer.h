@@ -125,6 +125,15 @@ class TransformerLayer {
   const parallel::Int8Weight* fc2_int8() const {
     return fc2_ == nullptr ? nullptr : fc2_->int8_weight();
   }
+  // Their FP8 weights (null until converted; models/gpt/fp8_quantization.h).
+  const parallel::Fp8Weight* qkv_fp8() const { return qkv_->fp8_weight(); }
+  const parallel::Fp8Weight* proj_fp8() const { return proj_->fp8_weight(); }
+  const parallel::Fp8Weight* fc1_fp8() const {
+    return fc1_ == nullptr ? nullptr : fc1_->fp8_weight();
+  }
+  const parallel::Fp8Weight* fc2_fp8() const {
+    return fc2_ == nullptr ? nullptr : fc2_->fp8_weight();
+  }
   // Dropout applies only while training (the default).
   void set_training(bool training) { training_ = training; }
 
