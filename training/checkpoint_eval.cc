@@ -344,21 +344,23 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const EvalPlan& plan) {
   auto job = std::make_unique<Job>();
   MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(run.load()));
   MCC_ASSIGN_OR_RETURN(DeviceChoice device, ChooseDevice(run.device()));
-  // The int8 GEMM has CPU kernels only, and the inference engine
+  // The int8 and FP8 weight GEMMs have CPU kernels only, and the inference
+  // engine
   // (generation) runs on a device for one process holding the whole model
   // (inference/device_step.h): other runs stay on the host.
   const auto& extra = reader->common_state().extra();
   const auto quantization = extra.find("quantization");
-  const bool int8 =
+  const bool quantised =
       !config.quantize().empty() ||
       (quantization != extra.end() && quantization->second == "int8");
   const bool one_process = WorldSizeFromEnvironment() == 1;
-  if (!device.device.is_cpu() && (int8 || (plan.generate && !one_process))) {
+  if (!device.device.is_cpu() &&
+      (quantised || (plan.generate && !one_process))) {
     device = {Device::CPU(),
               absl::StrCat(device.reason, "; but ",
-                           int8 ? "int8 weights"
-                                : "generation (the inference engine) over "
-                                  "several processes",
+                           quantised ? "quantised (int8 or FP8) weights"
+                                     : "generation (the inference engine) over "
+                                       "several processes",
                            " run on the CPU only, so this run does")};
   }
   MCC_RETURN_IF_ERROR(JoinWorld(run, job.get(), std::move(device)));
