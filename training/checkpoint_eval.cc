@@ -345,9 +345,8 @@ absl::StatusOr<std::unique_ptr<Job>> SetupEvalJob(const EvalPlan& plan) {
   MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(run.load()));
   MCC_ASSIGN_OR_RETURN(DeviceChoice device, ChooseDevice(run.device()));
   // The int8 and FP8 weight GEMMs have CPU kernels only, and the inference
-  // engine
-  // (generation) runs on a device for one process holding the whole model
-  // (inference/device_step.h): other runs stay on the host.
+  // engine (generation) runs on a device for one process holding the whole
+  // model (inference/device_step.h): other runs stay on the host.
   const auto& extra = reader->common_state().extra();
   const auto quantization = extra.find("quantization");
   const bool quantised =
