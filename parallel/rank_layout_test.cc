@@ -197,33 +197,35 @@ TEST(RankLayoutTest, IndivisibleExpertLayoutNamesTheFlags) {
   sizes.expert_model = 0;
   EXPECT_THAT(std::string(RankLayout::Create(4, sizes).status().message()),
               HasSubstr("expert-model-parallel-size 0"));
-  // HSDP: DP 4 in two instances of contiguous ranks, replicated across.
-  TEST(RankLayoutTest, InstancesAreContiguousRunsOfTheDataGroup) {
-    ParallelSizes sizes;
-    sizes.tensor = 2;
-    sizes.distributed_optimizer_instances = 2;
-    auto l = RankLayout::Create(8, sizes);  // TP 2 x DP 4.
-    ASSERT_TRUE(l.ok()) << l.status();
-    EXPECT_EQ(l->InstanceGroups(),
-              (std::vector<std::vector<int>>{{0, 2}, {4, 6}, {1, 3}, {5, 7}}));
-    EXPECT_EQ(l->CrossInstanceGroups(),
-              (std::vector<std::vector<int>>{{0, 4}, {2, 6}, {1, 5}, {3, 7}}));
-    // Each instance (with its TP peers) is ranks 0-3 or 4-7: one node of 4.
-    EXPECT_THAT(l->ToString(), HasSubstr("2 distributed optimizer instances"));
-    ExpectPartition(l->InstanceGroups(), 8, 2);
-    ExpectPartition(l->CrossInstanceGroups(), 8, 2);
-  }
+}
 
-  TEST(RankLayoutTest, InstancesMustDivideDataParallelism) {
-    ParallelSizes sizes;
-    sizes.distributed_optimizer_instances = 3;
-    absl::Status s = RankLayout::Create(4, sizes).status();
-    ASSERT_FALSE(s.ok());
-    EXPECT_THAT(std::string(s.message()),
-                HasSubstr("--num-distributed-optimizer-instances 3"));
-    sizes.distributed_optimizer_instances = 4;
-    EXPECT_TRUE(RankLayout::Create(4, sizes).ok());
-  }
+// HSDP: DP 4 in two instances of contiguous ranks, replicated across.
+TEST(RankLayoutTest, InstancesAreContiguousRunsOfTheDataGroup) {
+  ParallelSizes sizes;
+  sizes.tensor = 2;
+  sizes.distributed_optimizer_instances = 2;
+  auto l = RankLayout::Create(8, sizes);  // TP 2 x DP 4.
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->InstanceGroups(),
+            (std::vector<std::vector<int>>{{0, 2}, {4, 6}, {1, 3}, {5, 7}}));
+  EXPECT_EQ(l->CrossInstanceGroups(),
+            (std::vector<std::vector<int>>{{0, 4}, {2, 6}, {1, 5}, {3, 7}}));
+  // Each instance (with its TP peers) is ranks 0-3 or 4-7: one node of 4.
+  EXPECT_THAT(l->ToString(), HasSubstr("2 distributed optimizer instances"));
+  ExpectPartition(l->InstanceGroups(), 8, 2);
+  ExpectPartition(l->CrossInstanceGroups(), 8, 2);
+}
+
+TEST(RankLayoutTest, InstancesMustDivideDataParallelism) {
+  ParallelSizes sizes;
+  sizes.distributed_optimizer_instances = 3;
+  absl::Status s = RankLayout::Create(4, sizes).status();
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("--num-distributed-optimizer-instances 3"));
+  sizes.distributed_optimizer_instances = 4;
+  EXPECT_TRUE(RankLayout::Create(4, sizes).ok());
+}
 
 }  // namespace
 }  // namespace parallel
