@@ -209,7 +209,17 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
         "far (--tensor-model-parallel-size 1 --pipeline-model-parallel-size "
         "1); use --device cpu for a TP or PP layout");
   }
+  if (w.config.window_left >= 0) {
+    return absl::UnimplementedError(
+        "a sliding window (--window-size, Mistral's sliding_window) runs on "
+        "the CPU engine only so far: use --device cpu");
+  }
   for (const LayerWeights& lw : w.layers) {
+    if (lw.is_moe()) {
+      return absl::UnimplementedError(
+          "MoE layers (--num-experts) run on the CPU engine only so far: use "
+          "--device cpu");
+    }
     if (!lw.qkv.q.empty()) {
       return absl::UnimplementedError(
           "--quantize int8 runs on the CPU engine only so far: use --device "

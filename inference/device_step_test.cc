@@ -452,6 +452,14 @@ TEST(DeviceStepTest, RefusesInt8AndTensorParallelWeights) {
                 .status()
                 .code(),
             absl::StatusCode::kUnimplemented);
+  // A sliding window the device kernel does not read: refused, not ignored.
+  InferenceWeights windowed = *weights;
+  windowed.config.window_left = 4;
+  const absl::Status s =
+      DeviceStep::Create(windowed, shape, 4, TestDevice(DType::kBFloat16))
+          .status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("--window-size"), absl::string_view::npos) << s;
 }
 
 }  // namespace

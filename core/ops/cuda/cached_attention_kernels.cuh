@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/ops/cuda/decode_attention_warp.cuh"
 #include "core/ops/cuda/elem_type.h"
 
 #ifndef MCC_FA_UNROLL
@@ -43,7 +44,8 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kPerLane = 8;  // head_dim up to 32 * kPerLane
 constexpr int64_t kMaxHeadDim = 32 * kPerLane;
 // Per warp: max, sum and a head_dim row.
-constexpr size_t kSmemBytes = kWarps * (2 + 32 * kPerLane) * sizeof(float);
+constexpr size_t kSmemBytes =
+    decode::SharedFloatsNeeded<kWarps, kPerLane>() * sizeof(float);
 
 __global__ void __launch_bounds__(kThreads) CachedAttentionKernel(Params p) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -63,59 +65,15 @@ __global__ void __launch_bounds__(kThreads) CachedAttentionKernel(Params p) {
   float m = -INFINITY, l = 0.0f;
   for (int64_t j = warp; j < keys; j += kWarps) {
     const int64_t base = ((bi * p.capacity + j) * p.groups + g) * p.d;
-    float dot = 0.0f;
-    MCC_FA_UNROLL
-    for (int t = 0; t < kPerLane; ++t) {
-      const int x = lane + 32 * t;
-      if (x < d) dot = fmaf(qv[t], p.k[base + x], dot);
-    }
-    for (int o = 16; o > 0; o >>= 1)
-      dot += __shfl_xor_sync(0xffffffffu, dot, o);
-    const float score = dot * p.scale;
-    const float mnew = fmaxf(m, score);
-    const float alpha = expf(m - mnew);  // 0 for the first key (m = -inf)
-    const float pj = expf(score - mnew);
-    l = l * alpha + pj;
-    MCC_FA_UNROLL
-    for (int t = 0; t < kPerLane; ++t) {
-      const int x = lane + 32 * t;
-      const float vx = x < d ? p.v[base + x] : 0.0f;
-      acc[t] = fmaf(pj, vx, acc[t] * alpha);
-    }
-    m = mnew;
+    decode::AddKey(qv, p.k + base, p.v + base, lane, d, p.scale, &m, &l, acc);
   }
   float* sm = SharedFloats();
-  float* sm_m = sm;
-  float* sm_l = sm_m + kWarps;
-  float* sm_o = sm_l + kWarps;
-  if (lane == 0) {
-    sm_m[warp] = m;
-    sm_l[warp] = l;
-  }
-  MCC_FA_UNROLL
-  for (int t = 0; t < kPerLane; ++t) {
-    sm_o[(warp * kPerLane + t) * 32 + lane] = acc[t];
-  }
+  decode::StorePartial<kWarps, kPerLane>(sm, warp, lane, m, l, acc);
   __syncthreads();
   if (warp != 0) return;
-  float mx = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w]);
-  float sum = 0.0f, wt[kWarps];
-  for (int w = 0; w < kWarps; ++w) {
-    // A warp that saw no key has m = -inf and weight 0.
-    wt[w] = sm_m[w] == -INFINITY ? 0.0f : expf(sm_m[w] - mx);
-    sum += sm_l[w] * wt[w];
-  }
-  MCC_FA_UNROLL
-  for (int t = 0; t < kPerLane; ++t) {
-    const int x = lane + 32 * t;
-    if (x >= d) continue;
-    float o = 0.0f;
-    for (int w = 0; w < kWarps; ++w) {
-      o = fmaf(sm_o[(w * kPerLane + t) * 32 + lane], wt[w], o);
-    }
-    internal::StoreAs(p.out, p.qt, row * p.d + x, o / sum);
-  }
+  decode::MergePartials<kWarps, kPerLane>(sm, lane, d, [&](int x, float o) {
+    internal::StoreAs(p.out, p.qt, row * p.d + x, o);
+  });
 }
 
 }  // namespace cached

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/ops/cuda/decode_attention_warp.cuh"
 #include "core/ops/cuda/elem_type.h"
 
 #ifndef MCC_FA_UNROLL
@@ -45,7 +46,8 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kPerLane = 8;  // head_dim up to 32 * kPerLane
 constexpr int64_t kMaxHeadDim = 32 * kPerLane;
 // Per warp: max, sum and a head_dim row.
-constexpr size_t kSmemBytes = kWarps * (2 + 32 * kPerLane) * sizeof(float);
+constexpr size_t kSmemBytes =
+    decode::SharedFloatsNeeded<kWarps, kPerLane>() * sizeof(float);
 
 __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(Params p) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -68,59 +70,14 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(Params p) {
         static_cast<int64_t>(table[j / p.block_size]) * p.block_size +
         j % p.block_size;
     const int64_t base = (slot * p.groups + g) * p.d;
-    float dot = 0.0f;
-    MCC_FA_UNROLL
-    for (int i = 0; i < kPerLane; ++i) {
-      const int x = lane + 32 * i;
-      if (x < d) dot = fmaf(qv[i], p.k[base + x], dot);
-    }
-    for (int o = 16; o > 0; o >>= 1)
-      dot += __shfl_xor_sync(0xffffffffu, dot, o);
-    const float score = dot * p.scale;
-    const float mnew = fmaxf(m, score);
-    const float alpha = expf(m - mnew);  // 0 for the first key (m = -inf)
-    const float pj = expf(score - mnew);
-    l = l * alpha + pj;
-    MCC_FA_UNROLL
-    for (int i = 0; i < kPerLane; ++i) {
-      const int x = lane + 32 * i;
-      const float vx = x < d ? p.v[base + x] : 0.0f;
-      acc[i] = fmaf(pj, vx, acc[i] * alpha);
-    }
-    m = mnew;
+    decode::AddKey(qv, p.k + base, p.v + base, lane, d, p.scale, &m, &l, acc);
   }
   float* sm = SharedFloats();
-  float* sm_m = sm;
-  float* sm_l = sm_m + kWarps;
-  float* sm_o = sm_l + kWarps;
-  if (lane == 0) {
-    sm_m[warp] = m;
-    sm_l[warp] = l;
-  }
-  MCC_FA_UNROLL
-  for (int i = 0; i < kPerLane; ++i) {
-    sm_o[(warp * kPerLane + i) * 32 + lane] = acc[i];
-  }
+  decode::StorePartial<kWarps, kPerLane>(sm, warp, lane, m, l, acc);
   __syncthreads();
   if (warp != 0) return;
-  float mx = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w]);
-  float sum = 0.0f, wt[kWarps];
-  for (int w = 0; w < kWarps; ++w) {
-    // A warp that saw no key has m = -inf and weight 0.
-    wt[w] = sm_m[w] == -INFINITY ? 0.0f : expf(sm_m[w] - mx);
-    sum += sm_l[w] * wt[w];
-  }
-  MCC_FA_UNROLL
-  for (int i = 0; i < kPerLane; ++i) {
-    const int x = lane + 32 * i;
-    if (x >= d) continue;
-    float o = 0.0f;
-    for (int w = 0; w < kWarps; ++w) {
-      o = fmaf(sm_o[(w * kPerLane + i) * 32 + lane], wt[w], o);
-    }
-    p.out[t * p.d + x] = o / sum;
-  }
+  decode::MergePartials<kWarps, kPerLane>(
+      sm, lane, d, [&](int x, float o) { p.out[t * p.d + x] = o; });
 }
 
 // Row r of k and v (fp32 [rows, row_elems]) to row slots[r] of the pools;
