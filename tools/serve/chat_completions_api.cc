@@ -75,31 +75,8 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(
     if (n < 1) return Bad(absl::StrCat(name, " must be at least 1"));
     r.max_tokens = n;
   }
-  MCC_RETURN_IF_ERROR(ReadNumber(j, "temperature", &r.temperature));
-  if (!(r.temperature >= 0 && r.temperature <= 2)) {
-    return Bad("temperature must be in [0, 2]");
-  }
-  MCC_RETURN_IF_ERROR(ReadNumber(j, "top_p", &r.top_p));
-  if (!(r.top_p > 0 && r.top_p <= 1)) return Bad("top_p must be in (0, 1]");
-  int64_t top_k = 0;
-  MCC_RETURN_IF_ERROR(ReadInt(j, "top_k", &top_k));
-  if (top_k < 0 || top_k > 1000000) return Bad("top_k must be >= 0");
-  r.top_k = static_cast<int>(top_k);
-  auto stop = j.find("stop");
-  if (stop != j.end() && !stop->is_null()) {
-    if (stop->is_string()) {
-      r.stop.push_back(stop->get<std::string>());
-    } else if (stop->is_array() && stop->size() <= 4) {
-      for (const auto& s : *stop) {
-        if (!s.is_string()) {
-          return Bad("stop must be a string or a list of strings");
-        }
-        r.stop.push_back(s.get<std::string>());
-      }
-    } else {
-      return Bad("stop must be a string or a list of at most 4 strings");
-    }
-  }
+  MCC_RETURN_IF_ERROR(
+      ReadSamplingFields(j, &r.temperature, &r.top_p, &r.top_k, &r.stop));
   for (const std::string& s : r.stop) {
     if (s.empty()) return Bad("stop strings must not be empty");
   }

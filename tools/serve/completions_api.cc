@@ -30,30 +30,8 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(
   }
   MCC_RETURN_IF_ERROR(ReadInt(j, "max_tokens", &r.max_tokens));
   if (r.max_tokens < 1) return bad("max_tokens must be at least 1");
-  MCC_RETURN_IF_ERROR(ReadNumber(j, "temperature", &r.temperature));
-  if (r.temperature < 0 || r.temperature > 2) {
-    return bad("temperature must be in [0, 2]");
-  }
-  MCC_RETURN_IF_ERROR(ReadNumber(j, "top_p", &r.top_p));
-  if (!(r.top_p > 0 && r.top_p <= 1)) return bad("top_p must be in (0, 1]");
-  int64_t top_k = 0;
-  MCC_RETURN_IF_ERROR(ReadInt(j, "top_k", &top_k));
-  if (top_k < 0 || top_k > 1000000) return bad("top_k must be >= 0");
-  r.top_k = static_cast<int>(top_k);
-  auto stop = j.find("stop");
-  if (stop != j.end() && !stop->is_null()) {
-    if (stop->is_string()) {
-      r.stop.push_back(stop->get<std::string>());
-    } else if (stop->is_array() && stop->size() <= 4) {
-      for (const auto& s : *stop) {
-        if (!s.is_string())
-          return bad("stop must be a string or a list of strings");
-        r.stop.push_back(s.get<std::string>());
-      }
-    } else {
-      return bad("stop must be a string or a list of at most 4 strings");
-    }
-  }
+  MCC_RETURN_IF_ERROR(
+      ReadSamplingFields(j, &r.temperature, &r.top_p, &r.top_k, &r.stop));
   int64_t seed = -1;
   MCC_RETURN_IF_ERROR(ReadInt(j, "seed", &seed));
   if (j.contains("seed") && !j["seed"].is_null()) {

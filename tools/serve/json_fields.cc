@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace mcc {
 namespace serve {
@@ -73,6 +74,38 @@ absl::Status ReadBool(const nlohmann::json& obj, const char* name, bool* out) {
 
 std::string Dump(const nlohmann::json& value) {
   return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+absl::Status ReadSamplingFields(const nlohmann::json& j, double* temperature,
+                                double* top_p, int* top_k,
+                                std::vector<std::string>* stop_out) {
+  auto bad = [](const char* m) { return absl::InvalidArgumentError(m); };
+  MCC_RETURN_IF_ERROR(ReadNumber(j, "temperature", temperature));
+  if (!(*temperature >= 0 && *temperature <= 2)) {
+    return bad("temperature must be in [0, 2]");
+  }
+  MCC_RETURN_IF_ERROR(ReadNumber(j, "top_p", top_p));
+  if (!(*top_p > 0 && *top_p <= 1)) return bad("top_p must be in (0, 1]");
+  int64_t k = *top_k;
+  MCC_RETURN_IF_ERROR(ReadInt(j, "top_k", &k));
+  if (k < 0 || k > 1000000) return bad("top_k must be >= 0");
+  *top_k = static_cast<int>(k);
+  auto stop = j.find("stop");
+  if (stop != j.end() && !stop->is_null()) {
+    if (stop->is_string()) {
+      stop_out->push_back(stop->get<std::string>());
+    } else if (stop->is_array() && stop->size() <= 4) {
+      for (const auto& s : *stop) {
+        if (!s.is_string()) {
+          return bad("stop must be a string or a list of strings");
+        }
+        stop_out->push_back(s.get<std::string>());
+      }
+    } else {
+      return bad("stop must be a string or a list of at most 4 strings");
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace serve

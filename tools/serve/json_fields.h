@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,6 +24,14 @@ absl::Status ReadInt(const nlohmann::json& obj, const char* name, int64_t* out);
 absl::Status ReadNumber(const nlohmann::json& obj, const char* name,
                         double* out);
 absl::Status ReadBool(const nlohmann::json& obj, const char* name, bool* out);
+
+// The sampling fields of OpenAI's completion and chat requests, checked:
+// temperature in [0, 2], top_p in (0, 1], top_k >= 0 (ours), stop a string
+// or a list of at most 4 strings. Absent (or null) fields leave their
+// outputs alone; errors name the field.
+absl::Status ReadSamplingFields(const nlohmann::json& obj, double* temperature,
+                                double* top_p, int* top_k,
+                                std::vector<std::string>* stop);
 
 // Text safe for JSON: invalid UTF-8 replaced (U+FFFD), as the dump does.
 std::string Dump(const nlohmann::json& value);
