@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "training/run.h"
 #include "training/run_options.h"
+#include "training/testing/tiny_run.h"
 
 namespace mcc {
 namespace training {
@@ -17,23 +18,13 @@ namespace {
 // A tiny run on mock data, one process, saved at its last step, which is
 // also its last validation.
 TrainConfig TinyTrainConfig(const std::string& dir) {
-  std::filesystem::create_directories(dir);
-  TrainConfig config;
-  config.set_mock_data(true);
-  config.set_vocab_size(64);
-  config.set_num_layers(2);
-  config.set_hidden_size(16);
-  config.set_num_attention_heads(2);
-  config.set_seq_length(16);
-  config.set_micro_batch_size(2);
+  TrainConfig config = testing::TinyRunConfig(dir);
   config.set_global_batch_size(2);
   config.set_train_iters(4);
   config.set_eval_interval(4);
   config.set_eval_iters(2);
   config.set_save_interval(4);
   config.set_save(dir + "/ckpt");
-  config.set_num_threads(1);
-  config.set_device("cpu");
   return config;
 }
 
@@ -44,15 +35,12 @@ class CheckpointEvalTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new std::string(std::string(std::getenv("TEST_TMPDIR")) + "/run");
     const TrainConfig config = TinyTrainConfig(*dir_);
-    auto exit = ExitConditions::Create(*ExitOptionsFromConfig(config),
-                                       absl::Now(), nullptr);
-    ASSERT_TRUE(exit.ok()) << exit.status();
     RunHooks hooks;
     hooks.after_evaluation = [](int64_t iteration, double loss) {
       if (iteration == 4) train_validation_loss_ = loss;
       return absl::OkStatus();
     };
-    const absl::Status s = training::Run(config, exit->get(), hooks);
+    const absl::Status s = testing::RunTiny(config, hooks);
     ASSERT_TRUE(s.ok()) << s;
   }
 

@@ -9,35 +9,18 @@
 #include "gtest/gtest.h"
 #include "training/run.h"
 #include "training/run_options.h"
+#include "training/testing/tiny_run.h"
 
 namespace mcc {
 namespace training {
 namespace {
 
 TrainConfig TinyConfig(const std::string& dir) {
-  std::filesystem::create_directories(dir);
-  TrainConfig config;
-  config.set_mock_data(true);
-  config.set_vocab_size(64);
-  config.set_num_layers(2);
-  config.set_hidden_size(16);
-  config.set_num_attention_heads(2);
-  config.set_seq_length(16);
-  config.set_micro_batch_size(2);
-  config.set_global_batch_size(4);
-  config.set_train_iters(6);
-  config.set_eval_iters(0);
-  config.set_log_interval(1);
-  config.set_num_threads(1);
-  config.set_device("cpu");
-  return config;
+  return testing::TinyRunConfig(dir);
 }
 
 absl::Status RunIt(const TrainConfig& config, RunHooks hooks = {}) {
-  auto exit = ExitConditions::Create(*ExitOptionsFromConfig(config),
-                                     absl::Now(), nullptr);
-  if (!exit.ok()) return exit.status();
-  return Run(config, exit->get(), hooks);
+  return testing::RunTiny(config, hooks);
 }
 
 // The optimizer's step count and the progress a checkpoint records.

@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "training/run_options.h"
+#include "training/testing/tiny_run.h"
 
 namespace mcc {
 namespace training {
@@ -20,25 +21,12 @@ namespace {
 
 // A tiny run on mock data, one process.
 TrainConfig TinyConfig(const std::string& dir) {
-  std::filesystem::create_directories(dir);
-  TrainConfig config;
-  config.set_mock_data(true);
-  config.set_vocab_size(64);
-  config.set_num_layers(2);
-  config.set_hidden_size(16);
-  config.set_num_attention_heads(2);
-  config.set_seq_length(16);
-  config.set_micro_batch_size(2);
-  config.set_global_batch_size(4);
-  config.set_train_iters(6);
+  TrainConfig config = testing::TinyRunConfig(dir);
   config.set_eval_interval(3);
   config.set_eval_iters(1);
-  config.set_log_interval(1);
   config.set_save_interval(3);
   config.set_save(dir + "/ckpt");
   config.set_metrics_file(dir + "/metrics.jsonl");
-  config.set_num_threads(1);
-  config.set_device("cpu");
   return config;
 }
 

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "training/run.h"
 #include "training/run_options.h"
+#include "training/testing/tiny_run.h"
 
 namespace mcc {
 namespace training {
@@ -19,24 +20,11 @@ namespace {
 TrainConfig TinyConfig(const std::string& dir, bool bf16_moments,
                        const std::string& strategy = "") {
   std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  TrainConfig config;
-  config.set_mock_data(true);
-  config.set_vocab_size(64);
-  config.set_num_layers(2);
-  config.set_hidden_size(16);
-  config.set_num_attention_heads(2);
-  config.set_seq_length(16);
-  config.set_micro_batch_size(2);
-  config.set_global_batch_size(4);
+  TrainConfig config = testing::TinyRunConfig(dir);
   config.set_train_iters(3);
   config.set_eval_interval(100);
-  config.set_eval_iters(0);
-  config.set_log_interval(1);
   config.set_save_interval(3);
   config.set_save(dir + "/ckpt");
-  config.set_num_threads(1);
-  config.set_device("cpu");
   if (strategy.empty()) {
     config.set_use_distributed_optimizer(true);
   } else {
