@@ -10,6 +10,17 @@ namespace mcc {
 namespace planner {
 namespace {
 
+// Appends a stage of n layers: its time per micro-batch, with the embedding
+// on the first stage and the output layer and loss on the last.
+void AddStage(const StepTime& time, int stage, int pp, int n,
+              StageSplit* split) {
+  double s = n * time.layer_mb;
+  if (stage == 0) s += time.embedding_mb;
+  if (stage == pp - 1) s += time.head_mb;
+  split->layers.push_back(n);
+  split->seconds.push_back(s);
+}
+
 // The split the flags give, or nothing when they are refused.
 bool SplitOf(const JobSpec& job, const Layout& layout, const StepTime& time,
              int first, int last, StageSplit* out) {
@@ -28,11 +39,7 @@ bool SplitOf(const JobSpec& job, const Layout& layout, const StepTime& time,
     int n = 0;
     for (const pipeline::LayerRange& r : *ranges) n += r.count;
     if (n < 1) return false;
-    double s = n * time.layer_mb;
-    if (stage == 0) s += time.embedding_mb;
-    if (stage == layout.pp - 1) s += time.head_mb;
-    split.layers.push_back(n);
-    split.seconds.push_back(s);
+    AddStage(time, stage, layout.pp, n, &split);
   }
   *out = std::move(split);
   return true;
@@ -80,12 +87,7 @@ StageSplit EvenStageSplit(const JobSpec& job, const Layout& layout,
   const int pp = std::max(1, layout.pp);
   split = StageSplit();
   for (int stage = 0; stage < pp; ++stage) {
-    const int n = job.model.num_layers / pp;
-    double s = n * time.layer_mb;
-    if (stage == 0) s += time.embedding_mb;
-    if (stage == pp - 1) s += time.head_mb;
-    split.layers.push_back(n);
-    split.seconds.push_back(s);
+    AddStage(time, stage, pp, job.model.num_layers / pp, &split);
   }
   return split;
 }
