@@ -4,10 +4,12 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/device_staging.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/multi_tensor.h"
 #include "core/status_macros.h"
 #include "glog/logging.h"
+#include "optim/offload_split.h"
 
 namespace mcc {
 namespace optim {
@@ -124,7 +126,19 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
   const int tp_rank = RankOf(groups.tensor);
   const int pp_rank = RankOf(groups.pipeline);
   const std::vector<std::string> names = opt->rule_->StateNames();
-  for (const auto& s : shards) {
+  std::vector<int64_t> sizes;
+  for (const auto& s : shards) sizes.push_back(s.end - s.begin);
+  MCC_ASSIGN_OR_RETURN(const std::vector<bool> offload,
+                       SplitForOffload(sizes, config.cpu_offload_fraction));
+  // Each range moves to the host as soon as it is made, so the device holds
+  // at most one offloaded range's state at a time.
+  auto finish = [&](Range r, size_t index) -> absl::Status {
+    if (offload[index]) MCC_RETURN_IF_ERROR(opt->Offload(&r));
+    opt->ranges_.push_back(std::move(r));
+    return absl::OkStatus();
+  };
+  for (size_t index = 0; index < shards.size(); ++index) {
+    const ExternalShard& s = shards[index];
     Range r;
     r.param = s.param;
     r.begin = s.begin;
@@ -149,7 +163,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
                                         precision.Of(names[i]), opt->device_));
       }
       r.counted = CountsInGradNorm(*s.param, tp_rank, pp_rank);
-      opt->ranges_.push_back(std::move(r));
+      MCC_RETURN_IF_ERROR(finish(std::move(r), index));
       continue;
     }
     const Tensor& value = s.param->value;
@@ -185,9 +199,110 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
                                       opt->device_));
     }
     r.counted = CountsInGradNorm(*s.param, tp_rank, pp_rank);
-    opt->ranges_.push_back(std::move(r));
+    MCC_RETURN_IF_ERROR(finish(std::move(r), index));
+  }
+  if (opt->offloaded_elements() > 0) {
+    int64_t total = 0;
+    for (int64_t n : sizes) total += n;
+    LOG(INFO) << "optimizer: --optimizer-cpu-offload keeps "
+              << opt->offloaded_elements() << " of the " << total
+              << " elements it updates (" << opt->offloaded_state_bytes()
+              << " bytes of main weights and state) in host memory";
   }
   return opt;
+}
+
+absl::Status Optimizer::Offload(Range* r) {
+  if (device_.is_cpu()) {
+    return absl::InvalidArgumentError(
+        "--optimizer-cpu-offload on the CPU device: the optimizer state "
+        "already lives in host memory, so offloading it is meaningless");
+  }
+  if (side_ == nullptr) {
+    MCC_ASSIGN_OR_RETURN(side_, SideStream::Create(device_));
+  }
+  const int64_t n = r->end - r->begin;
+  const Device device = device_;
+  auto pinned = [&](DType dtype) -> absl::StatusOr<Tensor> {
+    const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+    void* data = AllocatePinnedHost(device, bytes);
+    if (data == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("--optimizer-cpu-offload: no pinned host memory for ",
+                       bytes, " bytes of '", r->param->name, "'"));
+    }
+    std::shared_ptr<void> owner(
+        data, [device](void* p) { FreePinnedHost(device, p); });
+    return Tensor::FromExternal(data, {n}, dtype, Device::CPU(),
+                                std::move(owner));
+  };
+  auto to_host = [&](const Tensor& t) -> absl::StatusOr<Tensor> {
+    MCC_ASSIGN_OR_RETURN(Tensor host, pinned(t.dtype()));
+    MCC_RETURN_IF_ERROR(host.CopyFrom(t));
+    return host;
+  };
+  // External pieces: the wrapper's fp32 shard is what the device keeps.
+  if (r->grad.defined()) {
+    r->device_model = r->master;
+  } else {
+    MCC_ASSIGN_OR_RETURN(r->device_model, View(r->param->value, *r));
+  }
+  MCC_ASSIGN_OR_RETURN(r->master, to_host(r->master));
+  r->own_master = true;
+  for (Tensor& t : r->state) {
+    MCC_ASSIGN_OR_RETURN(t, to_host(t));
+  }
+  MCC_ASSIGN_OR_RETURN(r->host_grad, pinned(DType::kFloat32));
+  if (r->device_model.dtype() == DType::kFloat32) {
+    // fp32 weights are their own main copy (never lowered).
+    r->host_model = r->master;
+  } else {
+    MCC_ASSIGN_OR_RETURN(r->host_model, pinned(r->device_model.dtype()));
+  }
+  r->offloaded = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceEvent> Optimizer::FetchOffloadedGrads() {
+  // After the gradients' reductions on the current stream.
+  MCC_RETURN_IF_ERROR(side_->WaitForCurrentStream());
+  for (Range& r : ranges_) {
+    if (!r.offloaded) continue;
+    MCC_ASSIGN_OR_RETURN(Tensor g, GradOf(r));
+    MCC_RETURN_IF_ERROR(
+        side_->CopyToHost(r.host_grad.raw_data(), g.raw_data(), g.nbytes()));
+  }
+  return side_->Record();
+}
+
+absl::Status Optimizer::StepOffloaded(const UpdateHyper& base,
+                                      const DeviceEvent& grads_on_host) {
+  MCC_RETURN_IF_ERROR(grads_on_host.Synchronize());
+  for (Range& r : ranges_) {
+    if (!r.offloaded) continue;
+    UpdateHyper h = base;
+    h.weight_decay =
+        r.param->weight_decay ? static_cast<float>(config_.weight_decay) : 0.f;
+    Tensor* model16 =
+        r.device_model.dtype() == DType::kFloat32 ? nullptr : &r.host_model;
+    if (config_.state_precision.lowered()) {
+      MCC_RETURN_IF_ERROR(ApplyLowered(h, r.host_grad, &r, model16));
+    } else {
+      const bool write16 = model16 != nullptr && rule_->Writes16BitCopy();
+      MCC_RETURN_IF_ERROR(rule_->Apply(h, r.host_grad, &r.master, &r.state,
+                                       write16 ? model16 : nullptr));
+      if (model16 != nullptr && !write16) {
+        MCC_RETURN_IF_ERROR(ops::Convert(r.master, model16));
+      }
+    }
+    MCC_RETURN_IF_ERROR(side_->CopyToDevice(r.device_model.raw_data(),
+                                            r.host_model.raw_data(),
+                                            r.host_model.nbytes()));
+  }
+  MCC_ASSIGN_OR_RETURN(DeviceEvent written, side_->Record());
+  // Later work on the current stream (the gather of updated parameters,
+  // the next forward) reads the written weights.
+  return written.WaitOnCurrentStream();
 }
 
 absl::StatusOr<Tensor> Optimizer::View(const Tensor& t, const Range& r) const {
@@ -252,10 +367,12 @@ absl::Status Optimizer::ComputeGradStats(Tensor* stats) {
 }
 
 absl::StatusOr<double> Optimizer::ParamsNorm() {
-  std::vector<Tensor> counted;
+  std::vector<Tensor> counted, on_host;
   for (const Range& r : ranges_) {
     if (!r.counted) continue;
-    if (r.master.defined()) {
+    if (r.offloaded) {
+      on_host.push_back(r.master);
+    } else if (r.master.defined()) {
       counted.push_back(r.master);
     } else {
       MCC_ASSIGN_OR_RETURN(Tensor v, View(r.param->value, r));
@@ -265,6 +382,22 @@ absl::StatusOr<double> Optimizer::ParamsNorm() {
   Tensor stats = Tensor::Empty({4}, DType::kFloat32, device_);
   MCC_RETURN_IF_ERROR(ops::MultiTensorSumOfSquares(
       counted, {}, ops::SumOfSquaresOptions(), &stats));
+  if (!on_host.empty()) {
+    // The host's share, added to the device's before the reduction (as a
+    // float64 sum split again into two fp32 halves).
+    Tensor host_stats = Tensor::Empty({4}, DType::kFloat32);
+    MCC_RETURN_IF_ERROR(ops::MultiTensorSumOfSquares(
+        on_host, {}, ops::SumOfSquaresOptions(), &host_stats));
+    MCC_ASSIGN_OR_RETURN(Tensor device_part, stats.To(Device::CPU()));
+    const std::vector<float> a = device_part.ToFloats();
+    const std::vector<float> b = host_stats.ToFloats();
+    const double sum = static_cast<double>(a[0]) + a[1] + b[0] + b[1];
+    const float hi = static_cast<float>(sum);
+    const float lo = static_cast<float>(sum - hi);
+    MCC_ASSIGN_OR_RETURN(Tensor both,
+                         Tensor::FromVector({hi, lo, 0.0f, 0.0f}, {4}));
+    MCC_RETURN_IF_ERROR(stats.CopyFrom(both));
+  }
   MCC_RETURN_IF_ERROR(ReduceSum(&stats));
   MCC_ASSIGN_OR_RETURN(Tensor host, stats.To(Device::CPU()));
   const std::vector<float> v = host.ToFloats();
@@ -361,7 +494,15 @@ absl::StatusOr<StepInfo> Optimizer::ApplyStep(
     if (coef < 1.0) grad_scale = static_cast<float>(inv_scale * coef);
   }
   ++step_;
+  // Offloaded ranges: their gradients start for the host first, the device
+  // steps its own ranges meanwhile, and the host steps its share while
+  // those kernels run.
+  std::optional<DeviceEvent> grads_on_host;
+  if (side_ != nullptr) {
+    MCC_ASSIGN_OR_RETURN(grads_on_host, FetchOffloadedGrads());
+  }
   for (Range& r : ranges_) {
+    if (r.offloaded) continue;
     MCC_ASSIGN_OR_RETURN(Tensor g, GradOf(r));
     Tensor model = r.master;  // External pieces: the main copy is the model.
     if (!r.grad.defined()) {
@@ -387,6 +528,13 @@ absl::StatusOr<StepInfo> Optimizer::ApplyStep(
     if (r.own_master && !write16) {
       MCC_RETURN_IF_ERROR(ops::Convert(r.master, &model));
     }
+  }
+  if (grads_on_host.has_value()) {
+    UpdateHyper base;
+    base.lr = static_cast<float>(lr);
+    base.grad_scale = grad_scale;
+    base.step = step_;
+    MCC_RETURN_IF_ERROR(StepOffloaded(base, *grads_on_host));
   }
   if (scaler_) scaler_->Update(false);
   if (after_update_) MCC_RETURN_IF_ERROR(after_update_());
@@ -465,6 +613,30 @@ absl::StatusOr<std::string> Optimizer::FirstNonFiniteGradient() const {
     }
   }
   return std::string();
+}
+
+int64_t Optimizer::offloaded_state_bytes() const {
+  int64_t bytes = 0;
+  for (const Range& r : ranges_) {
+    if (!r.offloaded) continue;
+    bytes += static_cast<int64_t>(r.master.nbytes());
+    for (const Tensor& t : r.state) bytes += static_cast<int64_t>(t.nbytes());
+  }
+  return bytes;
+}
+
+int64_t Optimizer::offloaded_elements() const {
+  int64_t n = 0;
+  for (const Range& r : ranges_) {
+    if (r.offloaded) n += r.end - r.begin;
+  }
+  return n;
+}
+
+int64_t Optimizer::offloaded_pieces() const {
+  int64_t n = 0;
+  for (const Range& r : ranges_) n += r.offloaded;
+  return n;
 }
 
 int64_t Optimizer::state_bytes() const {

@@ -12,6 +12,7 @@
 #include "absl/types/span.h"
 #include "core/comm/process_group.h"
 #include "core/parameter.h"
+#include "core/side_stream.h"
 #include "core/tensor.h"
 #include "optim/loss_scaler.h"
 #include "optim/state_precision.h"
@@ -37,6 +38,13 @@ struct OptimizerConfig {
   // and of the main parameters the optimizer owns (see state_precision.h).
   // All fp32 by default.
   StatePrecision state_precision;
+  // --optimizer-cpu-offload with --optimizer-offload-fraction: the share of
+  // pieces (whole pieces in order, optim/offload_split.h) whose fp32 main
+  // weights and state live in pinned host memory and are stepped by the CPU
+  // kernels while the device steps the rest; their gradients come to the
+  // host and their updated weights go back on a side stream. 0: none.
+  // Needs a device other than the CPU.
+  double cpu_offload_fraction = 0.0;
 };
 
 // The groups gradient norms and inf checks are reduced over. All may be
@@ -201,8 +209,13 @@ class Optimizer {
   // the parameters themselves when those are fp32.
   std::vector<StateTensor> StateTensors();
   // Bytes this optimizer allocated (main copies and state, each in its
-  // storage dtype).
+  // storage dtype), on the device and on the host alike.
   int64_t state_bytes() const;
+  // The part of state_bytes() in host memory (--optimizer-cpu-offload), and
+  // the number of elements stepped on the host.
+  int64_t offloaded_state_bytes() const;
+  int64_t offloaded_elements() const;
+  int64_t offloaded_pieces() const;
 
   // For --check-for-nan-in-loss-and-grad's error: the first gradient piece
   // on this rank (in parameter order) holding an inf or NaN, as
@@ -223,6 +236,15 @@ class Optimizer {
     bool own_master = false;
     std::vector<Tensor> state;
     bool counted = true;  // Counts in the global norm on this rank.
+    // --optimizer-cpu-offload: master and state above live in host memory;
+    // the gradient comes to host_grad, the update is computed there, and
+    // the result goes to device_model (the parameter's value piece, or the
+    // data-parallel wrapper's fp32 shard) from host_model (the master
+    // itself when device_model is fp32, else a host copy in its dtype).
+    bool offloaded = false;
+    Tensor host_grad;
+    Tensor host_model;
+    Tensor device_model;
   };
   // Pieces without value/grad tensors view the parameter's own.
   static absl::StatusOr<std::unique_ptr<Optimizer>> Build(
@@ -238,6 +260,16 @@ class Optimizer {
   // widened to fp32, updated, and rounded back to nearest.
   absl::Status ApplyLowered(const UpdateHyper& h, const Tensor& grad, Range* r,
                             Tensor* model16);
+  // Moves a range's main copy and state to pinned host memory.
+  absl::Status Offload(Range* r);
+  // The offloaded ranges' gradients to the host on the side stream, after
+  // the current stream's work so far; the event marks them done.
+  absl::StatusOr<DeviceEvent> FetchOffloadedGrads();
+  // Steps every offloaded range on the host (the weight decay per range
+  // over `base`) once its gradient is there, and writes the weights back on
+  // the side stream; the current stream waits for the write-back.
+  absl::Status StepOffloaded(const UpdateHyper& base,
+                             const DeviceEvent& grads_on_host);
 
   OptimizerConfig config_;
   OptimizerGroups groups_;
@@ -248,6 +280,8 @@ class Optimizer {
   std::optional<LossScaler> scaler_;
   std::vector<Range> ranges_;
   int64_t step_ = 0;
+  // The copies of offloaded ranges (null without --optimizer-cpu-offload).
+  std::unique_ptr<SideStream> side_;
   Device device_ = Device::CPU();
   bool device_known_ = false;
 };

@@ -5,6 +5,8 @@
 // and zero counting must give the CPU run's parameters, state and step
 // reports bit for bit, with exactly one device-to-host copy per Step (the
 // gradient statistics) and none in ComputeGradStats / ApplyStep.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -14,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/testing/test_device.h"
 #include "gtest/gtest.h"
+#include "optim/offload_split.h"
 #include "optim/optimizer.h"
 
 namespace mcc {
@@ -69,10 +72,25 @@ std::vector<uint8_t> HostBytes(const Tensor& t) {
 struct TrainRun {
   std::vector<std::vector<uint8_t>> bytes;  // Parameters, then state.
   std::vector<std::string> steps;           // StepInfo as text.
+  std::vector<double> params_norms;         // ParamsNorm after each step.
 };
 
+// ParamsNorm sums the host's and the device's shares separately when
+// offloading: the same float64 sum carried as two fp32 halves (about 48
+// bits), so equal to a relative 2^-40 rather than bit for bit.
+void ExpectNormsClose(const TrainRun& a, const TrainRun& b) {
+  ASSERT_EQ(a.params_norms.size(), b.params_norms.size());
+  for (size_t i = 0; i < a.params_norms.size(); ++i) {
+    EXPECT_NEAR(a.params_norms[i], b.params_norms[i],
+                std::ldexp(a.params_norms[i], -40))
+        << "step " << i;
+  }
+}
+
+// offload: --optimizer-offload-fraction (0: none).
 TrainRun Train(OptimizerType type, DType dtype, Device device,
-               StatePrecision precision = StatePrecision()) {
+               StatePrecision precision = StatePrecision(),
+               double offload = 0.0) {
   TrainRun run;
   ParameterList params = MakeParams(dtype, device);
   OptimizerConfig config;
@@ -83,10 +101,17 @@ TrainRun Train(OptimizerType type, DType dtype, Device device,
   config.loss_scaler.hysteresis = 1;
   config.log_num_zeros_in_grad = true;
   config.state_precision = precision;
+  config.cpu_offload_fraction = offload;
   auto opt = Optimizer::Create(params, config, OptimizerGroups());
   EXPECT_TRUE(opt.ok()) << opt.status();
   if (!opt.ok()) return run;
   EXPECT_EQ((*opt)->device(), device);
+  // Each offloaded piece costs one copy each way per applied step.
+  std::vector<int64_t> sizes;
+  for (const auto& p : params) sizes.push_back(p->value.numel());
+  const std::vector<bool> offloaded = *SplitForOffload(sizes, offload);
+  const int64_t num_offloaded =
+      std::count(offloaded.begin(), offloaded.end(), true);
   for (int step = 0; step < 4; ++step) {
     SetGrads(params, step, (*opt)->loss_scale());
     const int64_t reads = TestDeviceCopiesToHost();
@@ -94,10 +119,15 @@ TrainRun Train(OptimizerType type, DType dtype, Device device,
     auto info = (*opt)->Step(0.01);
     EXPECT_TRUE(info.ok()) << info.status();
     if (!info.ok()) return run;
-    EXPECT_EQ(TestDeviceCopiesToHost() - reads, device.is_cpu() ? 0 : 1)
+    const int64_t moved = info->skipped ? 0 : num_offloaded;
+    EXPECT_EQ(TestDeviceCopiesToHost() - reads,
+              (device.is_cpu() ? 0 : 1) + moved)
         << "step " << step << ": device-to-host copies";
-    EXPECT_EQ(TestDeviceCopiesFromHost() - writes, 0) << "step " << step;
+    EXPECT_EQ(TestDeviceCopiesFromHost() - writes, moved) << "step " << step;
     EXPECT_EQ(info->skipped, step == 1) << "step " << step;
+    auto norm = (*opt)->ParamsNorm();
+    EXPECT_TRUE(norm.ok()) << norm.status();
+    run.params_norms.push_back(norm.ok() ? *norm : -1.0);
     char text[128];
     std::snprintf(text, sizeof(text), "%a %d %a %lld", info->grad_norm,
                   info->skipped, info->loss_scale,
@@ -106,9 +136,12 @@ TrainRun Train(OptimizerType type, DType dtype, Device device,
   }
   for (const auto& p : params) run.bytes.push_back(HostBytes(p->value));
   for (const StateTensor& s : (*opt)->StateTensors()) {
-    EXPECT_EQ(s.tensor.device(), device) << s.name;
+    const size_t index = s.param_name[1] - '0';  // "p<i>"
+    EXPECT_EQ(s.tensor.device(), offloaded[index] ? Device::CPU() : device)
+        << s.name;
     run.bytes.push_back(HostBytes(s.tensor));
   }
+  EXPECT_EQ((*opt)->offloaded_state_bytes() > 0, num_offloaded > 0);
   return run;
 }
 
@@ -148,6 +181,58 @@ TEST(OptimizerDeviceTest, LowerPrecisionStateMatchesCpuBitForBit) {
       EXPECT_TRUE(cpu.bytes[i] == dev.bytes[i]) << "tensor " << i;
     }
   }
+}
+
+// --optimizer-cpu-offload: the offloaded pieces' main weights and state live
+// on the host and are stepped by the CPU kernels, the rest on the device;
+// the result equals the all-CPU run bit for bit (the test device runs the
+// CPU kernels), with each offloaded piece's gradient and weights crossing
+// once per applied step. Fractions: one piece of three, all of them.
+TEST(OptimizerDeviceTest, OffloadedShareMatchesCpuBitForBit) {
+  for (double fraction : {0.1, 1.0}) {
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      for (bool lowered : {false, true}) {
+        SCOPED_TRACE(absl::StrCat("fraction ", fraction, " ", DTypeName(dtype),
+                                  lowered ? " bf16 moments" : ""));
+        StatePrecision precision;
+        if (lowered) precision.exp_avg = DType::kBFloat16;
+        const TrainRun cpu =
+            Train(OptimizerType::kAdam, dtype, Device::CPU(), precision);
+        const TrainRun dev = Train(OptimizerType::kAdam, dtype,
+                                   Device::TestDevice(), precision, fraction);
+        EXPECT_EQ(cpu.steps, dev.steps);
+        ExpectNormsClose(cpu, dev);
+        ASSERT_EQ(cpu.bytes.size(), dev.bytes.size());
+        for (size_t i = 0; i < cpu.bytes.size(); ++i) {
+          EXPECT_TRUE(cpu.bytes[i] == dev.bytes[i]) << "tensor " << i;
+        }
+      }
+    }
+  }
+  const TrainRun cpu =
+      Train(OptimizerType::kSgd, DType::kBFloat16, Device::CPU());
+  const TrainRun dev = Train(OptimizerType::kSgd, DType::kBFloat16,
+                             Device::TestDevice(), StatePrecision(), 0.5);
+  EXPECT_EQ(cpu.steps, dev.steps);
+  ExpectNormsClose(cpu, dev);
+  EXPECT_EQ(cpu.bytes, dev.bytes);
+}
+
+TEST(OptimizerDeviceTest, OffloadRefusedOnTheCpuDevice) {
+  ParameterList params = MakeParams(DType::kFloat32, Device::CPU());
+  OptimizerConfig config;
+  config.cpu_offload_fraction = 0.5;
+  auto opt = Optimizer::Create(params, config, OptimizerGroups());
+  ASSERT_FALSE(opt.ok());
+  EXPECT_NE(opt.status().message().find("meaningless"), std::string::npos)
+      << opt.status();
+  config.cpu_offload_fraction = 1.5;
+  params = MakeParams(DType::kFloat32, Device::TestDevice());
+  opt = Optimizer::Create(params, config, OptimizerGroups());
+  ASSERT_FALSE(opt.ok());
+  EXPECT_NE(opt.status().message().find("--optimizer-offload-fraction"),
+            std::string::npos)
+      << opt.status();
 }
 
 TEST(OptimizerDeviceTest, StatsReadOnceWithOtherValues) {

@@ -7,7 +7,8 @@
 # dropout, serially and over tools/launch at TP 2 + SP, DP 2 with the
 # distributed optimizer and PP 2, gives identical loss lines (training,
 # validation and test). A checkpoint saved on the test device (DP 2, sharded
-# optimizer state) resumes on the CPU with the same next losses, and eval
+# optimizer state) resumes on the CPU with the same next losses, as does
+# one saved with --optimizer-cpu-offload at 50%, and eval
 # reads it to the same losses on both, serially and at TP 2. The user binaries refuse --device
 # test, and --device cuda without a GPU, naming the flag.
 set -euo pipefail
@@ -75,6 +76,28 @@ diff <(losses "$work/dp2_distopt_dev.jsonl" | tail -4) \
   <(losses "$work/resumed_cpu.jsonl") \
   || { echo "resumed on the CPU: losses differ"; exit 1; }
 echo "checkpoint saved on the test device resumes on the CPU"
+
+# --optimizer-cpu-offload: half the distributed optimizer's state on the
+# host (stepped by the CPU kernels), the rest on the test device: the CPU
+# run's losses; its checkpoint (state gathered from host and device) resumes
+# on the CPU without offloading to the straight run's losses.
+go offload_dev 2 "$train_dev" --device test --use-distributed-optimizer \
+  --global-batch-size 16 --optimizer-cpu-offload \
+  --optimizer-offload-fraction 0.5 --save "$work/ckpt_off" --save-interval 4
+grep -q 'optimizer-cpu-offload keeps [1-9][0-9]* of the' "$work/offload_dev.log" \
+  || { echo "offload: nothing was kept on the host"; cat "$work/offload_dev.log"; exit 1; }
+diff <(all_losses dp2_distopt_cpu) <(all_losses offload_dev) \
+  || { echo "offload: losses differ from the CPU's"; exit 1; }
+echo 4 > "$work/ckpt_off/latest_checkpointed_iteration.txt"
+go offload_resumed 2 "$train" --device cpu --use-distributed-optimizer \
+  --global-batch-size 16 --load "$work/ckpt_off"
+diff <(losses "$work/dp2_distopt_dev.jsonl" | tail -4) \
+  <(losses "$work/offload_resumed.jsonl") \
+  || { echo "offload checkpoint resumed on the CPU: losses differ"; exit 1; }
+out=$("$train" --device cpu --optimizer-cpu-offload 2>&1) && exit 1
+[[ "$out" == *"--optimizer-cpu-offload with --device cpu"*"meaningless"* ]] \
+  || { echo "offload on the CPU: '$out'"; exit 1; }
+echo "optimizer offload on the test device = CPU, and resumes on the CPU"
 
 # eval: the final checkpoint's losses, on the test device and on the CPU,
 # serially and at TP 2.

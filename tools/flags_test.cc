@@ -857,7 +857,8 @@ std::vector<Row> Table() {
   // Without sharded state there is nothing to shard within an instance.
   add("train", "num_distributed_optimizer_instances", V::kRefused,
       {"--num-distributed-optimizer-instances", "2"}, dp2);
-  // ---- train: optimizer offload (issue 46): refused on every device.
+  // ---- train: optimizer offload (issue 46): refused on the CPU device
+  // (the mock context runs --device auto, the CPU here).
   add("train", "optimizer_cpu_offload", V::kRefused,
       {"--optimizer-cpu-offload"}, tm);
   add("train", "optimizer_offload_fraction", V::kRefused,

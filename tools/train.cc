@@ -137,11 +137,15 @@ ABSL_FLAG(int32_t, num_distributed_optimizer_instances, 1,
           "and replicate it across them; gradients reduce-scattered within an "
           "instance and all-reduced across. Needs sharded state.");
 ABSL_FLAG(bool, optimizer_cpu_offload, false,
-          "Megatron's optimizer offload to host memory: refused on every "
-          "device (meaningless on the CPU device; not built for CUDA yet).");
+          "Megatron's optimizer offload: a share of the fp32 main weights "
+          "and Adam state lives in pinned host memory, stepped by the CPU "
+          "kernels beside the device's share, weights copied back on a side "
+          "stream. For --device cuda (refused on the CPU device, where the "
+          "state is in host memory already).");
 ABSL_FLAG(double, optimizer_offload_fraction, 1.0,
-          "The share of optimizer state --optimizer-cpu-offload would move "
-          "to the host; refused without it.");
+          "The share (0, 1] of the optimizer's elements --optimizer-cpu-"
+          "offload keeps on the host, whole parameters in order; refused "
+          "without it.");
 ABSL_FLAG(std::string, data_parallel_sharding_strategy, "no_shard",
           "no_shard, optim (as --use-distributed-optimizer), optim_grads "
           "(also gradients: ZeRO-2) or optim_grads_params (also parameters, "

@@ -70,6 +70,11 @@ absl::StatusOr<Tensor> WholeLocalStateFp32(const Job& job,
   if (mine.dtype() != DType::kFloat32) {
     MCC_ASSIGN_OR_RETURN(mine, mine.To(DType::kFloat32));
   }
+  // A piece the optimizer keeps in host memory (--optimizer-cpu-offload)
+  // joins the other ranks' gather on the job's device.
+  if (mine.device() != device) {
+    MCC_ASSIGN_OR_RETURN(mine, mine.To(device));
+  }
   MCC_ASSIGN_OR_RETURN(mine, mine.Reshape({-1}));
   Tensor count =
       Tensor::Full({1}, static_cast<double>(mine.numel()), DType::kInt64);

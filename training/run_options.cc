@@ -148,19 +148,27 @@ absl::StatusOr<optim::StatePrecision> StatePrecisionFromConfig(
 }
 
 absl::Status CheckOptimizerOffload(const TrainConfig& config) {
-  if (config.optimizer_cpu_offload()) {
-    return absl::UnimplementedError(
-        "--optimizer-cpu-offload is refused on every device: on the CPU "
-        "device the optimizer state already lives in host memory, so "
-        "offloading it is meaningless; on CUDA the hybrid optimizer (a share "
-        "of main weights and Adam state in pinned host memory, stepped by "
-        "the CPU AdamW kernel beside the device's share, parameters copied "
-        "back on a side stream) is not built yet");
+  if (!config.optimizer_cpu_offload()) {
+    if (config.optimizer_offload_fraction() != 1.0) {
+      return absl::InvalidArgumentError(
+          "--optimizer-offload-fraction takes effect only with "
+          "--optimizer-cpu-offload");
+    }
+    return absl::OkStatus();
   }
-  if (config.optimizer_offload_fraction() != 1.0) {
+  absl::StatusOr<DeviceChoice> device = ChooseDevice(config.device());
+  if (device.ok() && device->device.is_cpu()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--optimizer-cpu-offload with --device ", config.device(),
+        " (the CPU): the optimizer state already lives in host memory, so "
+        "offloading it is meaningless"));
+  }
+  const double fraction = config.optimizer_offload_fraction();
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
     return absl::InvalidArgumentError(
-        "--optimizer-offload-fraction takes effect only with "
-        "--optimizer-cpu-offload");
+        absl::StrCat("--optimizer-offload-fraction ", fraction,
+                     " must lie in (0, 1] (the share of the optimizer's "
+                     "state kept in host memory)"));
   }
   return absl::OkStatus();
 }
@@ -185,6 +193,10 @@ absl::StatusOr<optim::OptimizerConfig> OptimizerConfigFromConfig(
   c.clip_grad = config.clip_grad();
   c.log_num_zeros_in_grad = config.log_num_zeros_in_grad();
   MCC_ASSIGN_OR_RETURN(c.state_precision, StatePrecisionFromConfig(config));
+  MCC_RETURN_IF_ERROR(CheckOptimizerOffload(config));
+  if (config.optimizer_cpu_offload()) {
+    c.cpu_offload_fraction = config.optimizer_offload_fraction();
+  }
   c.loss_scaling = config.fp16();
   c.loss_scaler.initial_scale = config.initial_loss_scale();
   c.loss_scaler.min_scale = config.min_loss_scale();

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "training/device_choice.h"
 
 namespace mcc {
 namespace training {
@@ -44,20 +45,37 @@ TEST(TrainConfigTest, DefaultsAreMegatronsFlags) {
   EXPECT_FALSE(config.has_lr());  // Defaults carry no presence.
 }
 
-TEST(OptimizerOffloadTest, RefusedOnEveryDeviceNamingTheFlag) {
+TEST(OptimizerOffloadTest, CheckedAndPassedToTheOptimizer) {
   TrainConfig config;
   EXPECT_TRUE(CheckOptimizerOffload(config).ok());
-  for (const char* device : {"cpu", "cuda", "auto"}) {
-    config.set_device(device);
-    config.set_optimizer_cpu_offload(true);
-    absl::Status s = CheckOptimizerOffload(config);
-    ASSERT_FALSE(s.ok()) << device;
-    EXPECT_NE(s.message().find("--optimizer-cpu-offload"), std::string::npos);
-    EXPECT_NE(s.message().find("meaningless"), std::string::npos);
+  EXPECT_EQ(OptimizerConfigFromConfig(config)->cpu_offload_fraction, 0.0);
+  config.set_optimizer_cpu_offload(true);
+  config.set_device("cpu");
+  absl::Status s = CheckOptimizerOffload(config);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--optimizer-cpu-offload"), std::string::npos);
+  EXPECT_NE(s.message().find("meaningless"), std::string::npos);
+  // On a machine without a GPU --device auto is the CPU: refused alike;
+  // cuda is refused there by --device's own check, not by this one.
+  config.set_device("auto");
+  EXPECT_EQ(CheckOptimizerOffload(config).ok(),
+            !ChooseDevice("auto")->device.is_cpu());
+  config.set_device("cuda");
+  EXPECT_TRUE(CheckOptimizerOffload(config).ok());
+  // Megatron's default fraction: all of it.
+  EXPECT_EQ(OptimizerConfigFromConfig(config)->cpu_offload_fraction, 1.0);
+  config.set_optimizer_offload_fraction(0.25);
+  EXPECT_EQ(OptimizerConfigFromConfig(config)->cpu_offload_fraction, 0.25);
+  for (double bad : {0.0, -1.0, 1.5}) {
+    config.set_optimizer_offload_fraction(bad);
+    s = CheckOptimizerOffload(config);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("--optimizer-offload-fraction"),
+              std::string::npos);
   }
   config.set_optimizer_cpu_offload(false);
   config.set_optimizer_offload_fraction(0.5);
-  absl::Status s = CheckOptimizerOffload(config);
+  s = CheckOptimizerOffload(config);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("--optimizer-offload-fraction"),
             std::string::npos);

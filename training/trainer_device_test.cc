@@ -22,8 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "core/comm/init.h"
 #include "core/comm/mp_test_util.h"
 #include "core/status_macros.h"
@@ -67,9 +69,14 @@ optim::LrSchedule Schedule() {
 }
 
 // Lines "step ..." (metrics and the step's device copies) and "param ...".
+// A layout ending in "_offload" runs --optimizer-cpu-offload with half the
+// state on the host, on the test device only (the CPU run it is compared
+// with has nothing to offload).
 absl::StatusOr<std::vector<std::string>> Train(parallel::ParallelState* state,
-                                               const std::string& layout,
+                                               absl::string_view name,
                                                Device device) {
+  const bool offload = absl::ConsumeSuffix(&name, "_offload");
+  const std::string layout(name);
   const MlpStackConfig config;
   comm::ProcessGroup* pp = state->pipeline();
   comm::ProcessGroup* dp = state->data();
@@ -106,6 +113,7 @@ absl::StatusOr<std::vector<std::string>> Train(parallel::ParallelState* state,
   opt_config.loss_scaling = true;
   opt_config.loss_scaler.initial_scale = 1024;
   opt_config.loss_scaler.growth_interval = 2;
+  if (offload && !device.is_cpu()) opt_config.cpu_offload_fraction = 0.5;
   optim::OptimizerGroups groups;
   groups.pipeline = pp;
   groups.model = pp;
@@ -147,8 +155,9 @@ absl::StatusOr<std::vector<std::string>> Train(parallel::ParallelState* state,
     lines.push_back(absl::StrCat(
         "step ", step, " ", ::mcc::testing::TestDeviceCopiesToHost() - reads,
         " ", ::mcc::testing::TestDeviceCopiesFromHost() - writes, " ",
-        Bits(m.loss), " ", Bits(m.loss_tokens), " ", Bits(m.grad_norm), " ",
-        m.skipped, " ", m.loss_scale, " ", m.loss));
+        optimizer->offloaded_pieces(), " ", Bits(m.loss), " ",
+        Bits(m.loss_tokens), " ", Bits(m.grad_norm), " ", m.skipped, " ",
+        m.loss_scale, " ", m.loss));
   }
   MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
   if (wrapped && layout == "zero3_dp2") {
@@ -196,7 +205,7 @@ class TrainerDeviceTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TrainerDeviceTest, OneDeviceToHostCopyPerStepAndTheCpusBits) {
   const std::string layout = GetParam();
-  const int ranks = layout == "serial" ? 1 : 2;
+  const int ranks = absl::StartsWith(layout, "serial") ? 1 : 2;
   for (const std::string device : {"cpu", "testdev"}) {
     auto workers = comm::testing::RunWorkers(
         ranks, "trainer_device", absl::Seconds(120), [&](int) {
@@ -228,17 +237,24 @@ TEST_P(TrainerDeviceTest, OneDeviceToHostCopyPerStepAndTheCpusBits) {
       std::string ckind, crest, drest;
       int step = 0, cstep = 0;
       int64_t reads = -1, writes = -1, creads = -1, cwrites = -1;
-      d >> step >> reads >> writes;
-      c >> ckind >> cstep >> creads >> cwrites;
+      int64_t pieces = -1, cpieces = -1;
+      d >> step >> reads >> writes >> pieces;
+      c >> ckind >> cstep >> creads >> cwrites >> cpieces;
       std::getline(d, drest);
       std::getline(c, crest);
       // The CPU run makes no device copies at all.
       EXPECT_EQ(creads, 0);
       EXPECT_EQ(cwrites, 0);
-      EXPECT_EQ(reads, 1) << layout << " rank " << rank << " step " << step
-                          << ": the step's device-to-host copies";
-      EXPECT_EQ(writes, 0) << layout << " rank " << rank << " step " << step
-                           << ": the step's host-to-device copies";
+      EXPECT_EQ(cpieces, 0);
+      // Offloading: each host piece's gradient comes over and its weights
+      // go back once per step, beside the step's one read.
+      const bool offload = absl::EndsWith(layout, "_offload");
+      EXPECT_EQ(pieces > 0, offload) << layout << " rank " << rank;
+      EXPECT_EQ(reads, 1 + pieces)
+          << layout << " rank " << rank << " step " << step
+          << ": the step's device-to-host copies";
+      EXPECT_EQ(writes, pieces) << layout << " rank " << rank << " step "
+                                << step << ": the step's host-to-device copies";
       // Loss, tokens, norm, skipped, scale: the CPU's bits.
       EXPECT_EQ(drest, crest) << layout << " rank " << rank << " step " << step;
       std::istringstream fields(drest);
@@ -262,7 +278,9 @@ TEST_P(TrainerDeviceTest, OneDeviceToHostCopyPerStepAndTheCpusBits) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TrainerDeviceTest,
                          ::testing::Values("serial", "dp2_distopt", "zero3_dp2",
-                                           "pp2_interleaved"),
+                                           "pp2_interleaved", "serial_offload",
+                                           "dp2_distopt_offload",
+                                           "zero3_dp2_offload"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

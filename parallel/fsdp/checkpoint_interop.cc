@@ -51,6 +51,11 @@ absl::StatusOr<Tensor> WholeState(const optim::StateTensor* mine, int64_t n,
   if (piece.dtype() != DType::kFloat32) {
     MCC_ASSIGN_OR_RETURN(piece, piece.To(DType::kFloat32));
   }
+  // A piece the optimizer keeps in host memory (--optimizer-cpu-offload)
+  // joins the group's gather on the group's device.
+  if (piece.device() != device) {
+    MCC_ASSIGN_OR_RETURN(piece, piece.To(device));
+  }
   MCC_ASSIGN_OR_RETURN(piece, piece.Reshape({-1}));
   Tensor count =
       Tensor::Full({1}, static_cast<double>(piece.numel()), DType::kInt64);
