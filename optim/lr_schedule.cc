@@ -1,5 +1,6 @@
 #include "optim/lr_schedule.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/status/status.h"
@@ -96,10 +97,18 @@ absl::StatusOr<LrSchedule> LrSchedule::Create(LrScheduleConfig config) {
 }
 
 double LrSchedule::LearningRate(int64_t iteration) const {
+  return LearningRateAt(static_cast<double>(iteration));
+}
+
+// In doubles, so a fractional position (samples over the global batch) is
+// exact where Megatron's sample-counted scheduler is; whole iterations give
+// what integer arithmetic gave (every value below 2^53 is exact).
+double LrSchedule::LearningRateAt(double iteration) const {
   const LrScheduleConfig& c = config_;
-  if (warmup_iters_ > 0 && iteration <= warmup_iters_) {
-    return c.init_lr + (c.lr - c.init_lr) * static_cast<double>(iteration) /
-                           static_cast<double>(warmup_iters_);
+  const double warmup_iters = static_cast<double>(warmup_iters_);
+  const double decay_iters = static_cast<double>(c.decay_iters);
+  if (warmup_iters_ > 0 && iteration <= warmup_iters) {
+    return c.init_lr + (c.lr - c.init_lr) * iteration / warmup_iters;
   }
   switch (c.decay_style) {
     case LrDecayStyle::kConstant:
@@ -107,7 +116,7 @@ double LrSchedule::LearningRate(int64_t iteration) const {
     case LrDecayStyle::kInverseSquareRoot: {
       const double warmup = std::max<int64_t>(warmup_iters_, 1);
       const double lr =
-          c.lr * std::sqrt(warmup) / std::sqrt(std::max<int64_t>(iteration, 1));
+          c.lr * std::sqrt(warmup) / std::sqrt(std::max(iteration, 1.0));
       return std::max(c.min_lr, lr);
     }
     case LrDecayStyle::kLinear:
@@ -115,20 +124,20 @@ double LrSchedule::LearningRate(int64_t iteration) const {
     case LrDecayStyle::kWsd:
       break;
   }
-  if (iteration > c.decay_iters) return c.min_lr;
+  if (iteration > decay_iters) return c.min_lr;
   if (c.decay_style == LrDecayStyle::kWsd) {
     // The annealing may begin before the warmup ends when wsd_decay_iters
     // exceeds the decay span; Megatron then starts it part-way, as here.
-    const int64_t anneal_start = c.decay_iters - c.wsd_decay_iters;
+    const double anneal_start =
+        static_cast<double>(c.decay_iters - c.wsd_decay_iters);
     if (iteration <= anneal_start) return c.lr;
-    const double ratio = static_cast<double>(iteration - anneal_start) /
-                         static_cast<double>(c.wsd_decay_iters);
+    const double ratio =
+        (iteration - anneal_start) / static_cast<double>(c.wsd_decay_iters);
     return c.min_lr +
            WsdCoefficient(c.wsd_decay_style, ratio) * (c.lr - c.min_lr);
   }
   const double span = static_cast<double>(c.decay_iters - warmup_iters_);
-  const double ratio =
-      span <= 0 ? 1.0 : static_cast<double>(iteration - warmup_iters_) / span;
+  const double ratio = span <= 0 ? 1.0 : (iteration - warmup_iters) / span;
   const double coeff = c.decay_style == LrDecayStyle::kLinear
                            ? 1.0 - ratio
                            : 0.5 * (std::cos(M_PI * ratio) + 1.0);

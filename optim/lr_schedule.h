@@ -51,6 +51,11 @@ class LrSchedule {
   static absl::StatusOr<LrSchedule> Create(LrScheduleConfig config);
 
   double LearningRate(int64_t iteration) const;
+  // At a fractional position in iterations: under a batch-size ramp, the
+  // samples consumed over the final global batch size, as Megatron's
+  // scheduler counts samples (warmup and decay lengths are iterations of
+  // the final global batch).
+  double LearningRateAt(double iteration) const;
   int64_t warmup_iters() const { return warmup_iters_; }
   const LrScheduleConfig& config() const { return config_; }
 

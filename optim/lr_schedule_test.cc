@@ -106,6 +106,34 @@ TEST(LrScheduleTest, WsdNeedsItsDecayLength) {
               ::testing::HasSubstr("--lr-wsd-decay-style"));
 }
 
+TEST(LrScheduleTest, FractionalPositionsFollowTheSameCurve) {
+  // Megatron's sample-counted schedule under a batch-size ramp: the rate at
+  // s samples is the curve at s / global batch iterations.
+  LrScheduleConfig c;
+  c.lr = 1.0;
+  c.min_lr = 0.1;
+  c.warmup_iters = 4;
+  c.decay_iters = 20;
+  c.decay_style = LrDecayStyle::kLinear;
+  LrSchedule s = *LrSchedule::Create(c);
+  // Warmup halfway to iteration 1 (samples 4 of a global batch 8).
+  EXPECT_DOUBLE_EQ(s.LearningRateAt(0.5), 0.125);
+  // Decay: 9.5 iterations is 5.5 of the 16 decaying ones.
+  EXPECT_DOUBLE_EQ(s.LearningRateAt(9.5), 0.1 + 0.9 * (1 - 5.5 / 16));
+  EXPECT_DOUBLE_EQ(s.LearningRateAt(20.5), 0.1);
+  // Whole iterations: bit for bit the integer path, every style.
+  for (LrDecayStyle style :
+       {LrDecayStyle::kConstant, LrDecayStyle::kLinear, LrDecayStyle::kCosine,
+        LrDecayStyle::kInverseSquareRoot, LrDecayStyle::kWsd}) {
+    c.decay_style = style;
+    c.wsd_decay_iters = 6;
+    LrSchedule t = *LrSchedule::Create(c);
+    for (int64_t i = 0; i <= 25; ++i) {
+      EXPECT_EQ(t.LearningRateAt(static_cast<double>(i)), t.LearningRate(i));
+    }
+  }
+}
+
 TEST(LrScheduleTest, BadConfigNamesTheFlag) {
   LrScheduleConfig c;
   c.lr = 1e-4;
