@@ -683,6 +683,12 @@ std::vector<Row> Table() {
   // ---- train: batch, schedule, optimizer.
   add("train", "global_batch_size", V::kEffect, {"--global-batch-size", "4"},
       tm);
+  // Batch-size ramp-up: 2, then 4 from 4 samples on (after both steps).
+  const Context gbs4 = With(tm, {"--global-batch-size", "4"});
+  add("train", "rampup_batch_size", V::kEffect,
+      {"--rampup-batch-size", "2,2,4"}, gbs4);
+  add("train", "rampup_batch_size", V::kRefused,
+      {"--rampup-batch-size", "3,2,4"}, gbs4);
   add("train", "train_iters", V::kEffect, {"--train-iters", "3"}, tm);
   add("train", "eval_iters", V::kEffect, {"--eval-iters", "2"}, tm);
   add("train", "eval_interval", V::kEffect, {"--eval-interval", "2"}, tm);

@@ -40,6 +40,16 @@ ABSL_FLAG(std::string, preset, "",
           "heads, vocabulary 8192, sequence 512, micro-batch 4, mock data).");
 ABSL_FLAG(int32_t, global_batch_size, 0,
           "Samples per step over all DP ranks (0: micro-batch x DP).");
+ABSL_FLAG(std::string, rampup_batch_size, "",
+          "START INCR SAMPLES: Megatron's batch-size ramp-up. The global "
+          "batch starts at START and grows by INCR every SAMPLES / "
+          "((--global-batch-size - START) / INCR) consumed samples until it "
+          "reaches --global-batch-size; each step runs its size / "
+          "(--micro-batch-size x DP) micro-batches, and the learning-rate "
+          "schedule counts consumed samples (its iterations are of the "
+          "final global batch). Three words as Megatron's "
+          "(--rampup-batch-size 32 32 1000) or one with commas "
+          "(32,32,1000); empty: none.");
 ABSL_FLAG(std::string, pipeline_schedule, "1f1b",
           "Pipeline schedule, a flag of ours (Megatron has no equivalent: it "
           "runs 1F1B, interleaved with --num-layers-per-virtual-pipeline-"
@@ -585,8 +595,8 @@ void DescribeDefaultRun() {
 int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
-  auto parsed =
-      mcc::flags::ParseMegatronArgs(argc, argv, {"data_path", "profile_ranks"});
+  auto parsed = mcc::flags::ParseMegatronArgs(
+      argc, argv, {"data_path", "profile_ranks", "rampup_batch_size"});
   if (!parsed.ok()) {
     std::fprintf(stderr, "train: %s\n",
                  std::string(parsed.status().message()).c_str());

@@ -130,27 +130,29 @@ std::string MetricsLogger::FormatLine(const IterationMetrics& m) {
   }
   return absl::StrFormat(
       " iteration %6d/%6d | consumed samples: %9d | elapsed time per "
-      "iteration (ms): %.1f | learning rate: %.3E | lm loss: %.6E | loss "
+      "iteration (ms): %.1f | learning rate: %.3E | global batch size: %5d | "
+      "lm loss: %.6E | loss "
       "scale: %.1f | grad norm: %.3f%s | skipped iterations: %d | tokens/s: "
       "%.0f | TFLOP/s: %.3f | MFU: %.1f%% | memory: %s (peak %s) | ETA "
       "%d:%02d:%02d",
       m.iteration, m.train_iters, m.consumed_samples,
-      m.seconds_per_iteration * 1e3, m.lr, m.loss, m.loss_scale, m.grad_norm,
-      optional, m.skipped, m.tokens_per_sec, m.tflops, 100 * m.mfu,
-      FormatBytes(m.mem_current_bytes), FormatBytes(m.mem_peak_bytes),
-      eta / 3600, eta / 60 % 60, eta % 60);
+      m.seconds_per_iteration * 1e3, m.lr, m.global_batch_size, m.loss,
+      m.loss_scale, m.grad_norm, optional, m.skipped, m.tokens_per_sec,
+      m.tflops, 100 * m.mfu, FormatBytes(m.mem_current_bytes),
+      FormatBytes(m.mem_peak_bytes), eta / 3600, eta / 60 % 60, eta % 60);
 }
 
 std::string MetricsLogger::FormatJson(const IterationMetrics& m) {
   std::string json = absl::StrFormat(
-      "{\"iteration\": %d, \"consumed_samples\": %d, \"loss\": %.8g, \"lr\": "
-      "%.8g, \"grad_norm\": %.8g, \"loss_scale\": %.8g, \"skipped\": %d, "
+      "{\"iteration\": %d, \"consumed_samples\": %d, \"global_batch_size\": "
+      "%d, \"loss\": %.8g, \"lr\": %.8g, \"grad_norm\": %.8g, \"loss_scale\": "
+      "%.8g, \"skipped\": %d, "
       "\"seconds_per_iteration\": %.6g, \"tokens_per_sec\": %.6g, \"tflops\": "
       "%.6g, \"mfu\": %.6g, \"mem_current_bytes\": %d, \"mem_peak_bytes\": "
       "%d}",
-      m.iteration, m.consumed_samples, m.loss, m.lr, m.grad_norm, m.loss_scale,
-      m.skipped, m.seconds_per_iteration, m.tokens_per_sec, m.tflops, m.mfu,
-      m.mem_current_bytes, m.mem_peak_bytes);
+      m.iteration, m.consumed_samples, m.global_batch_size, m.loss, m.lr,
+      m.grad_norm, m.loss_scale, m.skipped, m.seconds_per_iteration,
+      m.tokens_per_sec, m.tflops, m.mfu, m.mem_current_bytes, m.mem_peak_bytes);
   if (m.num_zeros < 0 && m.params_norm < 0) return json;
   json.pop_back();  // The closing brace.
   if (m.num_zeros >= 0)

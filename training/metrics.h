@@ -49,6 +49,9 @@ class Timers {
 
 struct IterationMetrics {
   int64_t iteration = 0, train_iters = 0, consumed_samples = 0, skipped = 0;
+  // The last step's global batch size (Megatron's column; it changes under
+  // --rampup-batch-size).
+  int64_t global_batch_size = 0;
   double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
   double seconds_per_iteration = 0, tokens_per_sec = 0, tflops = 0, mfu = 0;
   int64_t mem_current_bytes = 0, mem_peak_bytes = 0;

@@ -53,6 +53,7 @@ class MicroBatchCalculator {
   absl::Status CheckDivisibleFrom(int64_t consumed_samples) const;
 
   int64_t global_batch() const { return global_batch_; }
+  int64_t micro_batch_times_dp() const { return micro_batch_times_dp_; }
   bool ramping() const { return rampup_.has_value(); }
   const std::optional<BatchSizeRampup>& rampup() const { return rampup_; }
   // Samples per increment (fractional, as Megatron's).

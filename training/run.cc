@@ -47,6 +47,7 @@
 #include "training/job.h"
 #include "training/local_checkpointing.h"
 #include "training/metrics.h"
+#include "training/microbatch_calculator.h"
 #include "training/model_batch.h"
 #include "training/moe_metrics.h"
 #include "training/rerun_check.h"
@@ -341,6 +342,9 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
                        SetupJob(config, std::move(device)));
   const int dp = job->dp_size();
   MCC_ASSIGN_OR_RETURN(Batching batching, PlanBatches(config, dp));
+  // Each step's global batch (ramped by --rampup-batch-size).
+  MCC_ASSIGN_OR_RETURN(MicroBatchCalculator step_batches,
+                       MicroBatchCalculatorFromConfig(config, dp));
   const int64_t train_iters = config.train_iters();
   const int64_t seq = job->config.seq_length;
   const bool log = job->is_logging_rank();
@@ -382,6 +386,11 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
       progress = TrainingProgress();
     }
   }
+  // Global samples consumed through the last step: the loader's resume
+  // point and each step's batch size under a ramp.
+  int64_t consumed_samples = progress.consumed_train_samples;
+  MCC_RETURN_IF_ERROR(
+      CheckBatchRampAhead(config, step_batches, consumed_samples));
 
   // Data parallelism and the optimizer.
   data_parallel::DdpConfig ddp_config;
@@ -545,6 +554,16 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
     }
     return absl::OkStatus();
   };
+  if (step_batches.ramping()) {
+    // Megatron's sample-counted schedule: the samples through the step over
+    // the final global batch.
+    trainer_options.schedule_position = [&](int64_t) {
+      return static_cast<double>(
+                 consumed_samples +
+                 step_batches.GlobalBatchSize(consumed_samples)) /
+             static_cast<double>(step_batches.global_batch());
+    };
+  }
   MCC_ASSIGN_OR_RETURN(
       auto trainer,
       Trainer::Create(parts, schedule, std::move(trainer_options)));
@@ -604,8 +623,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
   MCC_ASSIGN_OR_RETURN(TensorBoardLog tensorboard,
                        TensorBoardLog::Create(config, log));
   const int tb_interval = std::max(1, config.tensorboard_log_interval());
-  const double flops_per_iteration =
-      gpt::TrainingFlopsPerToken(job->config) * batching.global_batch * seq;
+  const double flops_per_sample = gpt::TrainingFlopsPerToken(job->config) * seq;
   if (log) {
     int64_t params = 0;
     for (const auto& p : job->model->parameters())
@@ -623,6 +641,15 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
         job->pipeline.pipeline_size, dp, schedule_name, batching.global_batch,
         config.micro_batch_size(), dp, batching.num_microbatches,
         DTypeName(job->context.dtype));
+    if (step_batches.ramping()) {
+      const BatchSizeRampup& r = *step_batches.rampup();
+      LOG(INFO) << absl::StrFormat(
+          "batch-size ramp-up: global batch %d, growing by %d every %.6g "
+          "samples to %d over %d samples; %d at %d consumed samples",
+          r.start, r.increment, step_batches.samples_per_increment(),
+          step_batches.global_batch(), r.samples,
+          step_batches.GlobalBatchSize(consumed_samples), consumed_samples);
+    }
     LOG(INFO) << absl::StrFormat("GEMM peak for MFU: %.1f GFLOP/s",
                                  peak_flops / 1e9);
     LOG(INFO) << DescribeDistribution(*job, *ddp, pipeline_options);
@@ -653,7 +680,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
   auto save_checkpoint = [&](int64_t iteration) -> absl::Status {
     timers.Start("save-checkpoint");
     observability::TraceScope trace("checkpoint save", "checkpoint");
-    TrainingProgress now{iteration, iteration * batching.global_batch};
+    TrainingProgress now{iteration, consumed_samples};
     MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
     // With --async-save this also reports the previous save's failure.
     const absl::Status saved = SaveTrainingCheckpoint(
@@ -678,6 +705,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
   absl::Time window_start = start;
   double window_loss = 0;
   int window_steps = 0;
+  double window_samples = 0;
   if (progress.iteration >= train_iters && log) {
     LOG(INFO) << "the loaded checkpoint is at iteration " << progress.iteration
               << " of --train-iters " << train_iters << ": nothing to train";
@@ -736,10 +764,13 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
       }
     }
     std::vector<gpt::MicroBatch> batches;
+    const int64_t step_batch = step_batches.GlobalBatchSize(consumed_samples);
+    const int step_microbatches =
+        step_batches.NumMicroBatches(consumed_samples);
     timers.Start("data");
     {
       observability::TraceScope trace("data loading", "data");
-      for (int m = 0; m < batching.num_microbatches; ++m) {
+      for (int m = 0; m < step_microbatches; ++m) {
         MCC_ASSIGN_OR_RETURN(data::MicroBatch mb, train_loader->Next());
         batches.push_back(ModelBatchOf(mb, loader_config));
       }
@@ -751,7 +782,9 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
     ChaosSlowStep();
     rng_calls_before_step = job->model->rng_calls();
     MCC_ASSIGN_OR_RETURN(StepMetrics step,
-                         trainer->Step(batching.num_microbatches, iteration));
+                         trainer->Step(step_microbatches, iteration));
+    consumed_samples += step_batch;
+    window_samples += step_batch;
     // MoE: the routers' expert biases step by the load just routed.
     MCC_RETURN_IF_ERROR(job->model->UpdateExpertBias(job->dp()));
     if (rerun_check.has_value()) {
@@ -818,7 +851,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
       MCC_RETURN_IF_ERROR(
           tensorboard.Add("loss-scale", step.loss_scale, iteration));
       MCC_RETURN_IF_ERROR(tensorboard.Add(
-          "batch-size", static_cast<double>(batching.global_batch), iteration));
+          "batch-size", static_cast<double>(step_batch), iteration));
       const double step_seconds = step.forward_backward_seconds +
                                   step.grad_sync_seconds +
                                   step.optimizer_seconds;
@@ -826,14 +859,13 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
         MCC_RETURN_IF_ERROR(
             tensorboard.Add("iteration-time", step_seconds, iteration));
         MCC_RETURN_IF_ERROR(tensorboard.Add(
-            "tokens-per-second", batching.global_batch * seq / step_seconds,
-            iteration));
+            "tokens-per-second", step_batch * seq / step_seconds, iteration));
         MCC_RETURN_IF_ERROR(tensorboard.Add(
-            "throughput", flops_per_iteration / step_seconds / 1e12,
+            "throughput", step_batch * flops_per_sample / step_seconds / 1e12,
             iteration));
         if (peak_flops > 0) {
           MCC_RETURN_IF_ERROR(tensorboard.Add(
-              "mfu", flops_per_iteration / step_seconds / peak_flops,
+              "mfu", step_batch * flops_per_sample / step_seconds / peak_flops,
               iteration));
         }
       }
@@ -863,16 +895,21 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
       IterationMetrics m;
       m.iteration = iteration;
       m.train_iters = train_iters;
-      m.consumed_samples = iteration * batching.global_batch;
+      m.consumed_samples = consumed_samples;
+      m.global_batch_size = step_batch;
       m.loss = window_loss / window_steps;
       m.lr = step.lr;
       m.grad_norm = step.grad_norm;
       m.loss_scale = step.loss_scale;
       m.skipped = skipped;
       m.seconds_per_iteration = seconds;
-      m.tokens_per_sec = batching.global_batch * seq / seconds;
-      m.tflops = flops_per_iteration / seconds / 1e12;
-      m.mfu = peak_flops > 0 ? flops_per_iteration / seconds / peak_flops : 0;
+      // Over the window's samples, which a ramp changes step by step.
+      const double samples_per_step = window_samples / window_steps;
+      m.tokens_per_sec = samples_per_step * seq / seconds;
+      m.tflops = samples_per_step * flops_per_sample / seconds / 1e12;
+      m.mfu = peak_flops > 0
+                  ? samples_per_step * flops_per_sample / seconds / peak_flops
+                  : 0;
       if (m.mfu > 1.0 && !warned_mfu_above_peak) {
         warned_mfu_above_peak = true;
         const bool given = config.peak_tflops() > 0;
@@ -940,6 +977,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
       window_start = now;
       window_loss = 0;
       window_steps = 0;
+      window_samples = 0;
     }
     MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
     if (hooks.after_step) MCC_RETURN_IF_ERROR(hooks.after_step(step));
@@ -972,7 +1010,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
     if (save_due) MCC_RETURN_IF_ERROR(save_checkpoint(iteration));
     if (!save_due && local.Due(iteration)) {
       // A failed local save leaves --save's checkpoints: logged, not fatal.
-      TrainingProgress now{iteration, iteration * batching.global_batch};
+      TrainingProgress now{iteration, consumed_samples};
       MCC_RETURN_IF_ERROR(ddp->GatherFullParams());
       const absl::Status saved = SaveTrainingCheckpoint(
           "", *job, optimizer.get(), schedule, now, local.dist, nullptr, 0,

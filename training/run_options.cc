@@ -91,6 +91,42 @@ absl::StatusOr<Batching> PlanBatches(const TrainConfig& config, int dp) {
   return b;
 }
 
+absl::StatusOr<MicroBatchCalculator> MicroBatchCalculatorFromConfig(
+    const TrainConfig& config, int dp) {
+  MCC_ASSIGN_OR_RETURN(Batching final_batch, PlanBatches(config, dp));
+  MCC_ASSIGN_OR_RETURN(std::optional<BatchSizeRampup> rampup,
+                       ParseRampupBatchSize(config.rampup_batch_size()));
+  return MicroBatchCalculator::Create(final_batch.global_batch,
+                                      config.micro_batch_size(), dp, rampup);
+}
+
+absl::Status CheckBatchRampAhead(const TrainConfig& config,
+                                 const MicroBatchCalculator& batches,
+                                 int64_t consumed_samples) {
+  if (!batches.ramping()) return absl::OkStatus();
+  if (!config.pipeline_schedule_file().empty() &&
+      config.pipeline_model_parallel_size() > 1) {
+    return absl::InvalidArgumentError(
+        "--rampup-batch-size cannot be combined with "
+        "--pipeline-schedule-file: its table is written for one number of "
+        "micro-batches, and the ramp changes it");
+  }
+  MCC_RETURN_IF_ERROR(batches.CheckDivisibleFrom(consumed_samples));
+  MCC_ASSIGN_OR_RETURN(pipeline::PipelineConfig split,
+                       PipelineConfigFromConfig(config));
+  for (int64_t size = batches.GlobalBatchSize(consumed_samples);
+       size < batches.global_batch(); size += batches.rampup()->increment) {
+    const absl::Status s = pipeline::ValidateMicroBatches(
+        split, static_cast<int>(size / batches.micro_batch_times_dp()));
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--rampup-batch-size: at the ramp's global batch size ",
+                       size, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<optim::StatePrecision> StatePrecisionFromConfig(
     const TrainConfig& config) {
   optim::StatePrecision p;
@@ -454,6 +490,13 @@ absl::Status CheckTrainConfig(const TrainConfig& config, int world_size) {
                              config.context_parallel_size();
   MCC_ASSIGN_OR_RETURN(Batching batching,
                        PlanBatches(config, world_size / model_parallel));
+  MCC_ASSIGN_OR_RETURN(
+      MicroBatchCalculator batches,
+      MicroBatchCalculatorFromConfig(config, world_size / model_parallel));
+  // A resumed run checks the ramp from its checkpoint's samples on.
+  if (config.load().empty()) {
+    MCC_RETURN_IF_ERROR(CheckBatchRampAhead(config, batches, 0));
+  }
   MCC_ASSIGN_OR_RETURN(pipeline::PipelineConfig split,
                        PipelineConfigFromConfig(config));
   MCC_RETURN_IF_ERROR(

@@ -11,6 +11,7 @@
 #include "optim/optimizer.h"
 #include "parallel/pipeline/pipeline_executor.h"
 #include "training/exit_conditions.h"
+#include "training/microbatch_calculator.h"
 #include "training/rerun_check.h"
 #include "training/timeline_profile.h"
 #include "training/train_config.pb.h"
@@ -68,6 +69,19 @@ struct Batching {
 };
 // global_batch_size (0: micro_batch_size x dp) over `dp` data-parallel ranks.
 absl::StatusOr<Batching> PlanBatches(const TrainConfig& config, int dp);
+
+// Each step's global batch size and micro-batches: PlanBatches' global batch,
+// ramped up by rampup_batch_size when set (errors name the flag).
+absl::StatusOr<MicroBatchCalculator> MicroBatchCalculatorFromConfig(
+    const TrainConfig& config, int dp);
+// Every global batch size of the ramp still ahead after `consumed_samples`
+// (all of it for a fresh run; the rest for a resumed or resharded one)
+// divides by micro_batch_size x dp and gives a micro-batch count the
+// pipeline schedule can run; a ramp is refused with
+// pipeline_schedule_file, whose table is written for one count.
+absl::Status CheckBatchRampAhead(const TrainConfig& config,
+                                 const MicroBatchCalculator& batches,
+                                 int64_t consumed_samples);
 
 // The pipeline schedule of --pipeline-schedule, --pipeline-schedule-file
 // (read and checked here, for `microbatches` per step) and

@@ -124,6 +124,47 @@ TEST(PlanBatchesTest, GlobalBatchMustDivide) {
             std::string::npos);
 }
 
+// --rampup-batch-size: read from the config; every size ahead must divide
+// and suit the pipeline schedule; a schedule file's fixed count refuses it.
+TEST(BatchRampTest, EverySizeAheadIsChecked) {
+  TrainConfig config;
+  config.set_micro_batch_size(1);
+  config.set_global_batch_size(8);
+  config.set_rampup_batch_size("2 2 12");
+  auto c = MicroBatchCalculatorFromConfig(config, 2);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->GlobalBatchSize(4), 4);
+  EXPECT_EQ(c->NumMicroBatches(4), 2);
+  EXPECT_TRUE(CheckBatchRampAhead(config, *c, 0).ok());
+  // Interleaved over 2 stages needs an even count: 2, 4, 6, 8 micro-batches
+  // at DP 1 pass; at DP 2 the start's single micro-batch does not, but a
+  // run resumed past it does.
+  config.set_num_layers(4);
+  config.set_pipeline_model_parallel_size(2);
+  config.set_num_layers_per_virtual_pipeline_stage(1);
+  auto dp1 = MicroBatchCalculatorFromConfig(config, 1);
+  ASSERT_TRUE(dp1.ok());
+  EXPECT_TRUE(CheckBatchRampAhead(config, *dp1, 0).ok());
+  absl::Status s = CheckBatchRampAhead(config, *c, 0);
+  EXPECT_NE(s.message().find("--rampup-batch-size: at the ramp's global "
+                             "batch size 2: the interleaved schedule"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(CheckBatchRampAhead(config, *c, 4).message().find("size 6"),
+            std::string::npos);
+  EXPECT_TRUE(CheckBatchRampAhead(config, *c, 13).ok());
+  config.set_pipeline_schedule_file("/tmp/schedule.csv");
+  EXPECT_NE(CheckBatchRampAhead(config, *dp1, 0)
+                .message()
+                .find("--rampup-batch-size cannot be combined with "
+                      "--pipeline-schedule-file"),
+            std::string::npos);
+  config.set_rampup_batch_size("2 2");
+  EXPECT_NE(MicroBatchCalculatorFromConfig(config, 1).status().message().find(
+                "--rampup-batch-size '2 2'"),
+            std::string::npos);
+}
+
 // The experts' flags: accepted as defaults and where MoE layers exist,
 // refused by name otherwise.
 TEST(ExpertParallelOptionsTest, RefusalsNameTheFlag) {

@@ -353,8 +353,11 @@ absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
   const absl::Time start = absl::Now();
   MCC_ASSIGN_OR_RETURN(
       optim::StepInfo info,
-      parts_.optimizer->ApplyStep(schedule_.LearningRate(iteration),
-                                  {values + kStatsBegin, 4}));
+      parts_.optimizer->ApplyStep(
+          options_.schedule_position
+              ? schedule_.LearningRateAt(options_.schedule_position(iteration))
+              : schedule_.LearningRate(iteration),
+          {values + kStatsBegin, 4}));
   trace_optimizer.reset();
   m.optimizer_seconds += SecondsSince(start);
   m.lr = info.lr;

@@ -116,6 +116,12 @@ struct TrainerOptions {
   // (for the GPT, the models' dropout counters), so the rerun computes what
   // the first run did unless something faulted.
   std::function<absl::Status()> before_rerun;
+  // The learning-rate schedule's position for a step, in iterations of the
+  // final global batch (optim::LrSchedule::LearningRateAt). Unset: the
+  // iteration itself. Under a batch-size ramp the run gives the samples
+  // consumed through the step over the final global batch, as Megatron's
+  // scheduler counts samples.
+  std::function<double(int64_t iteration)> schedule_position;
 };
 
 // What one step did. Every rank of the data-parallel group gets the same
