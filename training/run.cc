@@ -28,7 +28,6 @@
 #include "data/loader.h"
 #include "glog/logging.h"
 #include "models/gpt/graphed_stage.h"
-#include "models/gpt/model_flops.h"
 #include "observability/tensorboard_writer.h"
 #include "observability/trace.h"
 #include "optim/lr_schedule.h"
@@ -52,6 +51,7 @@
 #include "training/moe_metrics.h"
 #include "training/rerun_check.h"
 #include "training/run_options.h"
+#include "training/step_flops.h"
 #include "training/straggler_detector.h"
 #include "training/timeline_profile.h"
 #include "training/trainer.h"
@@ -623,7 +623,11 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
   MCC_ASSIGN_OR_RETURN(TensorBoardLog tensorboard,
                        TensorBoardLog::Create(config, log));
   const int tb_interval = std::max(1, config.tensorboard_log_interval());
-  const double flops_per_sample = gpt::TrainingFlopsPerToken(job->config) * seq;
+  // Each step's model FLOPs for TFLOP/s and MFU (attention limited to what
+  // packed documents and a window leave).
+  StepFlopsCounter step_flops(
+      job->config, loader_config.reset_attention_mask,
+      job->dp() != nullptr ? job->GroupFor(job->dp(), Device::CPU()) : nullptr);
   if (log) {
     int64_t params = 0;
     for (const auto& p : job->model->parameters())
@@ -652,6 +656,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
     }
     LOG(INFO) << absl::StrFormat("GEMM peak for MFU: %.1f GFLOP/s",
                                  peak_flops / 1e9);
+    LOG(INFO) << step_flops.Describe();
     LOG(INFO) << DescribeDistribution(*job, *ddp, pipeline_options);
   }
 
@@ -706,6 +711,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
   double window_loss = 0;
   int window_steps = 0;
   double window_samples = 0;
+  double window_flops = 0;
   if (progress.iteration >= train_iters && log) {
     LOG(INFO) << "the loaded checkpoint is at iteration " << progress.iteration
               << " of --train-iters " << train_iters << ": nothing to train";
@@ -772,10 +778,13 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
       observability::TraceScope trace("data loading", "data");
       for (int m = 0; m < step_microbatches; ++m) {
         MCC_ASSIGN_OR_RETURN(data::MicroBatch mb, train_loader->Next());
+        step_flops.Add(mb);
         batches.push_back(ModelBatchOf(mb, loader_config));
       }
     }
     timers.Stop("data");
+    MCC_ASSIGN_OR_RETURN(const double step_model_flops,
+                         step_flops.TakeStepFlops(step_batch));
     // (Staged to the device; under --cuda-graph the graphed stage adopts
     // them from the model.)
     MCC_RETURN_IF_ERROR(job->model->SetMicroBatches(std::move(batches)));
@@ -785,6 +794,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
                          trainer->Step(step_microbatches, iteration));
     consumed_samples += step_batch;
     window_samples += step_batch;
+    window_flops += step_model_flops;
     // MoE: the routers' expert biases step by the load just routed.
     MCC_RETURN_IF_ERROR(job->model->UpdateExpertBias(job->dp()));
     if (rerun_check.has_value()) {
@@ -861,12 +871,10 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
         MCC_RETURN_IF_ERROR(tensorboard.Add(
             "tokens-per-second", step_batch * seq / step_seconds, iteration));
         MCC_RETURN_IF_ERROR(tensorboard.Add(
-            "throughput", step_batch * flops_per_sample / step_seconds / 1e12,
-            iteration));
+            "throughput", step_model_flops / step_seconds / 1e12, iteration));
         if (peak_flops > 0) {
           MCC_RETURN_IF_ERROR(tensorboard.Add(
-              "mfu", step_batch * flops_per_sample / step_seconds / peak_flops,
-              iteration));
+              "mfu", step_model_flops / step_seconds / peak_flops, iteration));
         }
       }
       if (config.log_timers_to_tensorboard()) {
@@ -906,10 +914,9 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
       // Over the window's samples, which a ramp changes step by step.
       const double samples_per_step = window_samples / window_steps;
       m.tokens_per_sec = samples_per_step * seq / seconds;
-      m.tflops = samples_per_step * flops_per_sample / seconds / 1e12;
-      m.mfu = peak_flops > 0
-                  ? samples_per_step * flops_per_sample / seconds / peak_flops
-                  : 0;
+      const double flops_per_step = window_flops / window_steps;
+      m.tflops = flops_per_step / seconds / 1e12;
+      m.mfu = peak_flops > 0 ? flops_per_step / seconds / peak_flops : 0;
       if (m.mfu > 1.0 && !warned_mfu_above_peak) {
         warned_mfu_above_peak = true;
         const bool given = config.peak_tflops() > 0;
@@ -978,6 +985,7 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
       window_loss = 0;
       window_steps = 0;
       window_samples = 0;
+      window_flops = 0;
     }
     MCC_RETURN_IF_ERROR(trainer->WaitForParameters());
     if (hooks.after_step) MCC_RETURN_IF_ERROR(hooks.after_step(step));

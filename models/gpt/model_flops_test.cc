@@ -60,6 +60,43 @@ TEST(ModelFlopsTest, CountsTheActiveExpertsOfMoeLayers) {
                    6 * (2 * attention + dense + moe + 64.0 * 100));
 }
 
+// Pairs counted by hand: query i of a document starting at d sees i - d + 1
+// keys, at most window_left + 1.
+TEST(ModelFlopsTest, CountsTheAttentionPairsDocumentsAndWindowsNeed) {
+  EXPECT_EQ(FullCausalAttentionPairs(1, 8), 36);
+  EXPECT_EQ(CausalAttentionPairs(nullptr, 2, 8, -1), 72);
+  // Documents [0, 3) and [3, 8): 1+2+3 + 1+2+3+4+5.
+  const int32_t two_docs[8] = {0, 0, 0, 3, 3, 3, 3, 3};
+  EXPECT_EQ(CausalAttentionPairs(two_docs, 1, 8, -1), 21);
+  // A window of 2 keys back: 1, 2, then 3 for each of the other six.
+  EXPECT_EQ(CausalAttentionPairs(nullptr, 1, 8, 2), 21);
+  // Documents [0, 5) and [5, 8) under a window of 1: 1+2+2+2+2 + 1+2+2.
+  const int32_t docs_window[8] = {0, 0, 0, 0, 0, 5, 5, 5};
+  EXPECT_EQ(CausalAttentionPairs(docs_window, 1, 8, 1), 14);
+  // Two sequences: each its own.
+  const int32_t both[16] = {0, 0, 0, 3, 3, 3, 3, 3, 0, 0, 0, 0, 0, 5, 5, 5};
+  EXPECT_EQ(CausalAttentionPairs(both, 2, 8, -1), 21 + 15 + 6);
+}
+
+// The attention term (6 x 2 s h a layer) scales with the pairs computed;
+// the GEMMs and the output layer do not.
+TEST(ModelFlopsTest, ScalesOnlyTheAttentionTerm) {
+  GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 64;
+  c.num_attention_heads = 8;
+  c.vocab_size = 100;
+  c.seq_length = 8;
+  const double attention = 6 * 2 * (2 * 8.0 * 64);  // 12288 a token.
+  EXPECT_DOUBLE_EQ(AttentionTrainingFlopsPerToken(c), attention);
+  const double full = TrainingFlopsPerToken(c);
+  EXPECT_DOUBLE_EQ(TrainingFlops(c, 16, 1.0), 16 * full);
+  // Two documents of 3 and 5 tokens: 21 of the 36 causal pairs.
+  EXPECT_DOUBLE_EQ(TrainingFlops(c, 16, 21.0 / 36),
+                   16 * (full - attention + attention * 21 / 36));
+  EXPECT_DOUBLE_EQ(TrainingFlops(c, 16, 0.0), 16 * (full - attention));
+}
+
 }  // namespace
 }  // namespace gpt
 }  // namespace mcc
