@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End to end, --rampup-batch-size (Megatron's batch-size ramp-up): a ramped
 # run saved mid-ramp and resumed equals the straight run bit for bit (batch
-# sizes, consumed samples, learning rates and losses); DP 2 and PP 2 ramp as
-# the serial run does; a DP 2 checkpoint resumed at DP 1 continues the ramp;
+# sizes, consumed samples, learning rates and losses); DP 2, PP 2 and
+# interleaved PP 2 ramp as the serial run does; a DP 2 checkpoint resumed at DP 1 continues the ramp;
 # sizes a layout cannot divide and bad values are refused naming the flag.
 set -euo pipefail
 launch=$1
@@ -50,6 +50,14 @@ run pp2 2 --pipeline-model-parallel-size 2
 diff <(steps "$work/straight.jsonl") <(steps "$work/pp2.jsonl")
 compare "$work/straight.jsonl" "$work/pp2.jsonl" 1e-5
 
+# Interleaved over 2 stages (2 virtual stages each; every count even).
+run straight4 1 --num-layers 4
+run vpp2 2 --num-layers 4 --pipeline-model-parallel-size 2 \
+  --num-layers-per-virtual-pipeline-stage 1
+grep -q "interleaved" "$work/vpp2.log" || { cat "$work/vpp2.log"; exit 1; }
+diff <(steps "$work/straight4.jsonl") <(steps "$work/vpp2.jsonl")
+compare "$work/straight4.jsonl" "$work/vpp2.jsonl" 1e-5
+
 # Resharded: DP 2's checkpoint after iteration 3 resumed at DP 1.
 run dp2_first 2 --train-iters 3 --save "$work/ckpt_dp2"
 run dp1_resumed 1 --load "$work/ckpt_dp2"
@@ -81,4 +89,4 @@ for bad in "2 4 12" "2 2" "0 2 12" "8 2 12" "2 2 0"; do
   [[ $(wc -l < "$work/bad.err") == 1 ]] && grep -q -- "--rampup-batch-size" "$work/bad.err" \
     || { echo "'$bad':"; cat "$work/bad.err"; exit 1; }
 done
-echo "rampup end-to-end: resume, DP 2, PP 2, resharding and refusals OK"
+echo "rampup end-to-end: resume, DP 2, PP 2 (1F1B, interleaved), resharding and refusals OK"
