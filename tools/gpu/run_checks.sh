@@ -9,6 +9,7 @@
 #   kernels          the CUDA kernel and runtime tests (gtest binaries)
 #   parity_fp32      train on the GPU against the CPU, fp32 (TF32 off)
 #   parity_gpt2      the same for GPT-2 124M at sequence 1024, 3 steps
+#   parity_offload   --optimizer-cpu-offload at 50% against the CPU, 10 steps
 #   gpt2_throughput  GPT-2 124M tokens/s, MFU, peak memory
 #   pytorch_peer     the same model in the machine's PyTorch (eager and
 #                    torch.compile; tools/gpu/torch_gpt2_peer.py), tokens/s
@@ -330,6 +331,11 @@ train_section parity_fp32 60 check_train_parity.sh "TRAIN PARITY" PARITY_PRECISI
 train_section parity_gpt2 60 check_train_parity.sh "TRAIN PARITY" PARITY_PRECISIONS=fp32 \
   PARITY_STEPS="${PARITY_GPT2_STEPS:-3}" PARITY_NAME=parity_gpt2 \
   PARITY_MODEL_FLAGS="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --vocab-size 50304 --micro-batch-size 1 --global-batch-size 2"
+# --optimizer-cpu-offload: half the optimizer's elements stepped on the host
+# by the CPU kernels, the rest on the GPU, 10 steps within 1e-4 of the CPU.
+train_section parity_offload 30 check_train_parity.sh "TRAIN PARITY" PARITY_PRECISIONS=fp32 \
+  PARITY_STEPS=10 PARITY_NAME=parity_offload \
+  GPU_CHECK_CANDIDATE_FLAGS="--optimizer-cpu-offload --optimizer-offload-fraction 0.5"
 train_section gpt2_throughput 75 check_gpt2_throughput.sh "GPT2 THROUGHPUT"
 
 # --- the PyTorch peer: the same GPT-2 124M and micro-batch in the machine's

@@ -73,6 +73,12 @@ expect "parity: test device = cpu in fp32 and bf16" 0 \
   '^TRAIN PARITY bf16: ok \(6 steps' 'device testdev:0' \
   '^TRAIN PARITY: ok \(fp32 bf16; 6 steps, test against cpu\)$' -- \
   env PARITY_STEPS=6 "${scripts}/check_train_parity.sh" "${work}/dev"
+expect "parity: optimizer offload on the test device = cpu" 0 \
+  '^TRAIN PARITY fp32: ok \(4 steps, max relative difference 0; tolerance 1e-4\)' \
+  '^TRAIN PARITY: ok \(fp32; 4 steps, test against cpu\)$' -- \
+  env PARITY_STEPS=4 PARITY_PRECISIONS=fp32 PARITY_NAME=parity_offload \
+  GPU_CHECK_CANDIDATE_FLAGS="--optimizer-cpu-offload --optimizer-offload-fraction 0.5" \
+  "${scripts}/check_train_parity.sh" "${work}/dev"
 expect "parity: planted mismatch fails" 1 '  iteration [0-9]+: reference [0-9.e+-]+, under test' \
   '^TRAIN PARITY fp32: FAILED \([1-6] of 6 steps beyond 1e-4' \
   '^TRAIN PARITY: FAILED \(fp32: test differs from cpu beyond 1e-4\)$' -- \
