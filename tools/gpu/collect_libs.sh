@@ -51,6 +51,7 @@ if [[ ${#binaries[@]} -eq 0 ]]; then
     "${bin_root}/core/ops/cuda/cached_attention_test"
     "${bin_root}/parallel/context_parallel/softmax_merge_cuda_test"
     "${bin_root}/core/ops/cuda/int8_test"
+    "${bin_root}/core/ops/cuda/fp8_test"
     "${bin_root}/core/ops/cuda/index_check_loss_totals_test"
     "${bin_root}/core/ops/cuda/graph_capture_test"
     "${bin_root}/core/ops/cuda/slot_coverage_test"

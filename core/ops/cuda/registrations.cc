@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/ops/abs_max.h"
 #include "core/ops/activation.h"
 #include "core/ops/adamw.h"
 #include "core/ops/attention.h"
@@ -17,6 +18,7 @@
 #include "core/ops/cuda/elementwise.h"
 #include "core/ops/cuda/embedding.h"
 #include "core/ops/cuda/flash_attention.h"
+#include "core/ops/cuda/fp8.h"
 #include "core/ops/cuda/gemm.h"
 #include "core/ops/cuda/index_check.h"
 #include "core/ops/cuda/int8_gemm.h"
@@ -32,6 +34,7 @@
 #include "core/ops/dropout.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
+#include "core/ops/fp8_gemm.h"
 #include "core/ops/gemm.h"
 #include "core/ops/index_check.h"
 #include "core/ops/int8_gemm.h"
@@ -493,6 +496,46 @@ absl::Status Int8GemmCuda(const Tensor& x, const Tensor& q,
                              q.size(0), x.size(1), s.stream()));
 }
 
+// ---- FP8 (core/ops/abs_max.h, core/ops/fp8_gemm.h) --------------------------
+
+absl::Status AbsMaxCuda(const Tensor& x, Tensor* amax) {
+  KernelScope s("AbsMax", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  Tensor partial =
+      Tensor::Empty({k::AbsMaxBlocks(x.numel())}, DType::kInt32, x.device());
+  return s.Check(k::AbsMax(In(x), ElemTypeOf(x), x.numel(),
+                           static_cast<uint32_t*>(partial.raw_data()),
+                           F32(amax), s.stream()));
+}
+
+// The operands cast to their FP8 values held in bf16 (exact: FP8's 2 or 3
+// mantissa bits and exponent range fit bf16's), multiplied by cuBLAS in
+// fp32 (every product of two FP8 values is exact in fp32), then scaled back
+// once: the contract's numbers with bf16 tensor cores. cuBLASLt's native
+// FP8 matmul (twice bf16's rate on Hopper) is not used yet: it needs the
+// FP8 storage layouts (transposed copies for dgrad and wgrad) and has not
+// been run on a GPU here.
+absl::Status Fp8GemmCuda(const Tensor& a, bool trans_a, Fp8Format a_format,
+                         const Tensor& a_scale, const Tensor& b, bool trans_b,
+                         Fp8Format b_format, const Tensor& b_scale, Tensor* c,
+                         float alpha, float beta) {
+  KernelScope s("Fp8Gemm", a);
+  MCC_RETURN_IF_ERROR(s.status());
+  Tensor a8 = Tensor::Empty(a.shape(), DType::kBFloat16, a.device());
+  Tensor b8 = Tensor::Empty(b.shape(), DType::kBFloat16, b.device());
+  MCC_RETURN_IF_ERROR(s.Check(k::CastToFp8Values(
+      In(a), ElemTypeOf(a), F32(&a_scale), a_format == Fp8Format::kE5M2,
+      Out(&a8), k::ElemType::kBF16, a.numel(), s.stream())));
+  MCC_RETURN_IF_ERROR(s.Check(k::CastToFp8Values(
+      In(b), ElemTypeOf(b), F32(&b_scale), b_format == Fp8Format::kE5M2,
+      Out(&b8), k::ElemType::kBF16, b.numel(), s.stream())));
+  Tensor sum = Tensor::Empty(c->shape(), DType::kFloat32, c->device());
+  MCC_RETURN_IF_ERROR(Gemm(a8, trans_a, b8, trans_b, &sum, 1.0f, 0.0f));
+  return s.Check(k::Fp8Dequantize(F32(&sum), F32(&a_scale), F32(&b_scale),
+                                  alpha, beta, Out(c), ElemTypeOf(*c),
+                                  c->numel(), s.stream()));
+}
+
 // ---- Reductions ------------------------------------------------------------
 
 // Float64 scratch on the device for a call's reductions (int64 storage: the
@@ -904,6 +947,8 @@ bool RegisterCudaKernels() {
     RowAbsMaxKernels().Register(kCuda, &RowAbsMaxCuda);
     QuantizeRowsInt8Kernels().Register(kCuda, &QuantizeRowsInt8Cuda);
     Int8GemmKernels().Register(kCuda, &Int8GemmCuda);
+    AbsMaxKernels().Register(kCuda, &AbsMaxCuda);
+    Fp8GemmKernels().Register(kCuda, &Fp8GemmCuda);
     // The kernels before this block.
     GeluKernels().Register(kCuda, &GeluCuda);
     GeluBackwardKernels().Register(kCuda, &GeluBackwardCuda);
