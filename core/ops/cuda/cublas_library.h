@@ -26,7 +26,8 @@ namespace cuda {
 #define MCC_CUBLAS_FUNCTIONS(X) \
   X(cublasCreate)               \
   X(cublasSetStream)            \
-  X(cublasGetStatusString)
+  X(cublasGetStatusString)      \
+  X(cublasGemmGroupedBatchedEx)
 
 // ... those the header overloads in C++ (an inline form takes the old
 // cudaDataType compute type), typed in cublas_types below ...

@@ -20,6 +20,7 @@
 #include "core/ops/cuda/flash_attention.h"
 #include "core/ops/cuda/fp8.h"
 #include "core/ops/cuda/gemm.h"
+#include "core/ops/cuda/grouped_gemm.h"
 #include "core/ops/cuda/index_check.h"
 #include "core/ops/cuda/int8_gemm.h"
 #include "core/ops/cuda/int8_quantize.h"
@@ -27,6 +28,7 @@
 #include "core/ops/cuda/layout.h"
 #include "core/ops/cuda/loss.h"
 #include "core/ops/cuda/loss_totals.h"
+#include "core/ops/cuda/moe_ops.h"
 #include "core/ops/cuda/norm_loss.h"
 #include "core/ops/cuda/paged_attention.h"
 #include "core/ops/cuda/reduce.h"
@@ -36,12 +38,15 @@
 #include "core/ops/embedding.h"
 #include "core/ops/fp8_gemm.h"
 #include "core/ops/gemm.h"
+#include "core/ops/grouped_gemm.h"
 #include "core/ops/index_check.h"
 #include "core/ops/int8_gemm.h"
 #include "core/ops/int8_quantize.h"
 #include "core/ops/layout.h"
 #include "core/ops/loss_sum.h"
 #include "core/ops/loss_totals.h"
+#include "core/ops/moe_permute.h"
+#include "core/ops/moe_router.h"
 #include "core/ops/multi_tensor.h"
 #include "core/ops/norm.h"
 #include "core/ops/paged_attention.h"
@@ -996,6 +1001,21 @@ bool RegisterCudaKernels() {
     ReduceKernels().Register(kCuda, &ReduceCuda);
     MultiTensorSumOfSquaresKernels().Register(kCuda,
                                               &MultiTensorSumOfSquaresCuda);
+    // Mixture of experts (moe_ops.h, grouped_gemm.h).
+    MoeRouterForwardKernels().Register(kCuda, &MoeRouterForwardCuda);
+    MoeRouterBackwardKernels().Register(kCuda, &MoeRouterBackwardCuda);
+    MoeLoadBalancingLossKernels().Register(kCuda, &MoeLoadBalancingLossCuda);
+    MoeLoadBalancingLossBackwardKernels().Register(
+        kCuda, &MoeLoadBalancingLossBackwardCuda);
+    MoeZLossKernels().Register(kCuda, &MoeZLossCuda);
+    MoeZLossBackwardKernels().Register(kCuda, &MoeZLossBackwardCuda);
+    MoeUpdateExpertBiasKernels().Register(kCuda, &MoeUpdateExpertBiasCuda);
+    MoeSortTokensKernels().Register(kCuda, &MoeSortTokensCuda);
+    MoePermuteKernels().Register(kCuda, &MoePermuteCuda);
+    MoeUnpermuteKernels().Register(kCuda, &MoeUnpermuteCuda);
+    MoeUnpermuteBackwardKernels().Register(kCuda, &MoeUnpermuteBackwardCuda);
+    GroupedGemmKernels().Register(kCuda, &GroupedGemmCuda);
+    GroupedGemmWeightGradKernels().Register(kCuda, &GroupedGemmWeightGradCuda);
     return true;
   }();
   return registered;

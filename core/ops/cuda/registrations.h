@@ -38,6 +38,16 @@
 //   FlashAttentionForward/Backward (head_dim
 //   up to 256; the CPU's dropout masks)     core/ops/attention.h
 //   CachedAttention (head_dim up to 256)     core/ops/cached_attention.h
+//   MoeRouterForward/Backward,
+//   MoeLoadBalancingLoss(Backward),
+//   MoeZLoss(Backward), MoeUpdateExpertBias  core/ops/moe_router.h
+//   MoeSortTokens, MoePermute, MoeUnpermute,
+//   MoeUnpermuteBackward (no atomics: the
+//   same bits every run; bad expert or row
+//   indices give NaN rows, moe_ops.h)        core/ops/moe_permute.h
+//   GroupedGemm, GroupedGemmWeightGrad
+//   (cublasGemmGroupedBatchedEx, or one
+//   GEMM per group, grouped_gemm.h)          core/ops/grouped_gemm.h
 // Every kernel runs on the device's current stream (core/cuda/stream.h) and
 // never synchronises with the host, except Reduce's and
 // CrossEntropyMeanLoss's, whose ops return host values, and CheckIndexRange's,

@@ -21,21 +21,7 @@ namespace ops {
 namespace cuda {
 namespace {
 
-// The mixture-of-experts kernels (issue 41) run on the CPU only so far.
 const std::vector<std::string> kAwaitingCudaKernel = {
-    "MoeRouterForward",
-    "MoeRouterBackward",
-    "MoeLoadBalancingLoss",
-    "MoeLoadBalancingLossBackward",
-    "MoeZLoss",
-    "MoeZLossBackward",
-    "MoeUpdateExpertBias",
-    "MoeSortTokens",
-    "MoePermute",
-    "MoeUnpermute",
-    "MoeUnpermuteBackward",
-    "GroupedGemm",
-    "GroupedGemmWeightGrad",
     // FP8 weight-only inference (issue 43): emulated on the CPU; the CUDA
     // kernels (an E4M3 cast of rows, and a GEMM decoding the codes in its
     // loads, as Int8Gemm) are still to be written.
