@@ -62,6 +62,12 @@ inline float* SharedFloats() {
 }
 }  // namespace paged
 
+namespace moe {
+inline float* SharedFloats() {
+  return ::mcc::cuda_emu::Emulator::Current().shared();
+}
+}  // namespace moe
+
 }  // namespace cuda_kernels
 }  // namespace mcc
 
