@@ -91,7 +91,7 @@ start=${SECONDS}
 rc=$?
 echo "rehearsal: rc ${rc} in $((SECONDS - start)) s"
 sections="$(cut -f1,2 "${work}/out/summary.tsv" | tr '\t\n' ' ;')"
-want_sections="section state;preflight ok;kernels ok;parity_fp32 ok;parity_gpt2 ok;parity_offload ok;gpt2_throughput ok;pytorch_peer skipped;bench skipped;parity_bf16 ok;cuda_graph ok;offload ok;nccl ok;multi_rank skipped;serve_8b ok;run ok;"
+want_sections="section state;preflight ok;kernels ok;parity_fp32 ok;moe_parity ok;moe_gemm skipped;parity_gpt2 ok;parity_offload ok;gpt2_throughput ok;pytorch_peer skipped;bench skipped;parity_bf16 ok;cuda_graph ok;offload ok;nccl ok;multi_rank skipped;serve_8b ok;run ok;"
 if [[ ${rc} -eq 0 && "${sections}" == "${want_sections}" ]] &&
   tail -1 "${work}/out/run.log" | grep -q '^GPU CHECKS: ok (preflight ok, kernels ok' &&
   tar -tzf "${work}/out/logs.tgz" >"${work}/out.list" &&
@@ -175,6 +175,7 @@ printf '#!/bin/sh\necho "[  FAILED  ] X.W blocking=${CUDA_LAUNCH_BLOCKING:-0}"\n
 chmod +x "${bundle}/bin/core/cuda/runtime_nodevice_test" "${bundle}/bin/fake/"*
 GPU_CHECK_TESTS="fake/nodevice_skip_test fake/two_gpu_skip_test fake/failing_test" GPU_CHECK_OFFLOAD_TESTS= \
   GPU_CHECK_NCCL_TESTS= RUN_CHECKS_BUDGET=30 SECTION_BUDGET_parity_fp32=0 \
+  SECTION_BUDGET_moe_parity=0 SECTION_BUDGET_moe_gemm=0 \
   SECTION_BUDGET_parity_gpt2=0 SECTION_BUDGET_parity_offload=0 SECTION_BUDGET_gpt2_throughput=0 SECTION_BUDGET_pytorch_peer=0 \
   SECTION_BUDGET_bench=0 SECTION_BUDGET_parity_bf16=0 SECTION_BUDGET_cuda_graph=0 \
   SECTION_BUDGET_multi_rank=0 SECTION_BUDGET_serve_8b=0 "${scripts}/run_checks.sh" --expect-gpu \
