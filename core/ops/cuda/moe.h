@@ -18,17 +18,16 @@ namespace cuda_kernels {
 
 struct MoeRouterArgs {
   int64_t tokens = 0, experts = 0, topk = 0;
-  bool sigmoid = false;    // else softmax
-  bool normalize = true;   // normalize_topk
+  bool sigmoid = false;   // else softmax
+  bool normalize = true;  // normalize_topk
   float scaling = 1.0f;
 };
 
 // scores [tokens, experts], indices int32 [tokens, topk] and weights
 // [tokens, topk] from logits (fp32); bias [experts] or null.
 cudaError_t MoeRouterForward(const MoeRouterArgs& a, const float* logits,
-                             const float* bias, float* scores,
-                             int32_t* indices, float* weights,
-                             cudaStream_t stream);
+                             const float* bias, float* scores, int32_t* indices,
+                             float* weights, cudaStream_t stream);
 // dlogits [tokens, experts] overwritten.
 cudaError_t MoeRouterBackward(const MoeRouterArgs& a, const float* scores,
                               const int32_t* indices, const float* dweights,

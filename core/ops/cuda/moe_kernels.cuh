@@ -55,11 +55,11 @@ __device__ __forceinline__ int64_t Stride() {
 }
 
 struct RouterParams {
-  const float* logits = nullptr;  // [tokens, experts]
-  const float* bias = nullptr;    // [experts] or null
-  float* scores = nullptr;        // [tokens, experts]
-  int32_t* indices = nullptr;     // [tokens, topk]
-  float* weights = nullptr;       // [tokens, topk]
+  const float* logits = nullptr;    // [tokens, experts]
+  const float* bias = nullptr;      // [experts] or null
+  float* scores = nullptr;          // [tokens, experts]
+  int32_t* indices = nullptr;       // [tokens, topk]
+  float* weights = nullptr;         // [tokens, topk]
   const float* dweights = nullptr;  // backward: [tokens, topk]
   float* dlogits = nullptr;         // backward: [tokens, experts]
   int64_t tokens = 0, experts = 0, topk = 0;
@@ -139,8 +139,8 @@ __device__ __forceinline__ float CombineGrad(const float* s, const int32_t* idx,
     if (idx[i] != j) continue;
     if (normalize) {
       // c (dw_i S - sum_i dw_i s_i) / S^2.
-      ds = AddRn(ds, MulRn(c, AddRn(MulRn(dw[i], sum), -dot)) /
-                         MulRn(sum, sum));
+      ds =
+          AddRn(ds, MulRn(c, AddRn(MulRn(dw[i], sum), -dot)) / MulRn(sum, sum));
     } else {
       ds = AddRn(ds, MulRn(c, dw[i]));
     }
@@ -188,7 +188,7 @@ __global__ void RouterBackwardKernel(RouterParams p) {
 }
 
 struct BalanceParams {
-  const float* scores = nullptr;  // [tokens, experts]
+  const float* scores = nullptr;     // [tokens, experts]
   const int32_t* indices = nullptr;  // [tokens, topk]
   float* z = nullptr;         // sigmoid: [tokens] scratch, sum_e s + 1e-20
   int64_t* counts = nullptr;  // [sequences, experts] scratch
@@ -243,7 +243,8 @@ __global__ void BalanceLossKernel(BalanceParams p) {
   for (int64_t g = 0; g < seqs; ++g) {
     double run = 0.0;
     for (int64_t j = 0; j < e; ++j) {
-      const double f = static_cast<double>(p.counts[g * e + j]) / (len * p.topk);
+      const double f =
+          static_cast<double>(p.counts[g * e + j]) / (len * p.topk);
       run = DAddRn(run, DMulRn(f, p.psum[g * e + j] / len));
     }
     total = DAddRn(total, DMulRn(static_cast<double>(e), run));
@@ -252,8 +253,8 @@ __global__ void BalanceLossKernel(BalanceParams p) {
 }
 
 // dL/dp for token r's sequence and expert j, as the CPU kernel's table.
-__device__ __forceinline__ float BalanceGrad(const BalanceParams& p,
-                                             int64_t g, int64_t j) {
+__device__ __forceinline__ float BalanceGrad(const BalanceParams& p, int64_t g,
+                                             int64_t j) {
   const int64_t e = p.experts, seqs = p.sequences;
   const int64_t len = p.tokens / seqs;
   const double f = static_cast<double>(p.counts[g * e + j]) / (len * p.topk);
@@ -326,8 +327,8 @@ __global__ void MeanOfTermsKernel(const double* terms, int64_t n, float scale,
   if (t != 0) return;
   double total = 0.0;
   for (int64_t i = 0; i < threads; ++i) total = DAddRn(total, share[i]);
-  out[0] = static_cast<float>(n > 0 ? static_cast<double>(scale) * total / n
-                                    : 0.0);
+  out[0] =
+      static_cast<float>(n > 0 ? static_cast<double>(scale) * total / n : 0.0);
 }
 
 // One thread per token: dlogits += grad_scale * coeff * 2 lse softmax / T.
@@ -456,8 +457,8 @@ __global__ void PermuteKernel(const void* x, ElemType t, int elem_bytes,
 // * expert_out[slot_to_row[t k + i]], in fp32, rounded once.
 __global__ void UnpermuteKernel(const void* expert_out, ElemType t,
                                 const int32_t* slot_to_row,
-                                const float* weights, int64_t tokens,
-                                int64_t k, int64_t h, void* y) {
+                                const float* weights, int64_t tokens, int64_t k,
+                                int64_t h, void* y) {
   const int64_t n = tokens * h, rows = tokens * k;
   for (int64_t i = ThreadIndex(); i < n; i += Stride()) {
     const int64_t token = i / h, j = i % h;
