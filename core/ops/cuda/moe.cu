@@ -58,9 +58,8 @@ moe::BalanceParams BalanceParamsOf(const MoeBalanceArgs& a) {
 }  // namespace
 
 cudaError_t MoeRouterForward(const MoeRouterArgs& a, const float* logits,
-                             const float* bias, float* scores,
-                             int32_t* indices, float* weights,
-                             cudaStream_t stream) {
+                             const float* bias, float* scores, int32_t* indices,
+                             float* weights, cudaStream_t stream) {
   if (a.tokens == 0) return cudaSuccess;
   moe::RouterParams p = RouterParamsOf(a);
   p.logits = logits;
@@ -97,8 +96,7 @@ cudaError_t MoeLoadBalancingLoss(const MoeBalanceArgs& a, const float* scores,
   p.z = z;
   p.loss = loss;
   if (a.sigmoid) {
-    moe::BalanceNormaliserKernel<<<GridFor(a.tokens), kThreads, 0, stream>>>(
-        p);
+    moe::BalanceNormaliserKernel<<<GridFor(a.tokens), kThreads, 0, stream>>>(p);
   }
   moe::BalanceCountsKernel<<<GridFor(a.sequences * a.experts), kThreads, 0,
                              stream>>>(p);
@@ -199,9 +197,9 @@ cudaError_t MoeUnpermuteBackward(const void* dy, const void* expert_out,
   const int64_t rows = tokens * k;
   if (rows == 0) return cudaSuccess;
   if (h > 0) {
-    moe::UnpermuteBackwardRowsKernel<<<GridFor(rows * h), kThreads, 0,
-                                       stream>>>(dy, t, slot_to_row, weights,
-                                                 rows, k, h, dexpert_out);
+    moe::
+        UnpermuteBackwardRowsKernel<<<GridFor(rows * h), kThreads, 0, stream>>>(
+            dy, t, slot_to_row, weights, rows, k, h, dexpert_out);
   }
   if (dweights != nullptr) {
     moe::UnpermuteBackwardWeightsKernel<<<WarpBlocksFor(rows), kBlockThreads,
