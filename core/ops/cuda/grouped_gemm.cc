@@ -55,25 +55,12 @@ absl::StatusOr<Tensor> GroupMatrix(const Tensor& w, int64_t g) {
   return s.Reshape({w.size(1), w.size(2)});
 }
 
-// Every problem in one cublasGemmGroupedBatchedEx call (each its own group
-// of one), operands and c of `dtype`. *ran = false (nothing launched) when
-// cuBLAS reports that it does not support the case.
-absl::Status RunGrouped(const char* op, const std::vector<Problem>& problems,
-                        DType dtype, float beta, const KernelScope& scope,
-                        bool* ran) {
-  *ran = false;
+// The column-major arguments of the problems (see CublasGroupedArgs).
+absl::StatusOr<internal::CublasGroupedArgs> ArgsOf(
+    const char* op, const std::vector<Problem>& problems) {
+  internal::CublasGroupedArgs args;
   const int count = static_cast<int>(problems.size());
-  if (count == 0) {
-    *ran = true;
-    return absl::OkStatus();
-  }
-  std::vector<cublasOperation_t> op_first(count), op_second(count);
-  std::vector<int> m(count), n(count), k(count), ld_first(count),
-      ld_second(count), ldc(count), group_size(count, 1);
-  std::vector<float> alpha(count, 1.0f), betas(count, beta);
-  // First the cuBLAS first operands (row-major b), then the second (a),
-  // then c: one upload.
-  std::vector<const void*> pointers(3 * count);
+  args.pointers.resize(3 * count);
   for (int i = 0; i < count; ++i) {
     const Problem& p = problems[i];
     if (p.m > kIntMax || p.n > kIntMax || p.k > kIntMax) {
@@ -82,24 +69,42 @@ absl::Status RunGrouped(const char* op, const std::vector<Problem>& problems,
                        p.n, ", k ", p.k, ")"));
     }
     // Row-major c = op(a) op(b) is column-major c^T = op(b)^T op(a)^T.
-    op_first[i] = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    op_second[i] = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    m[i] = static_cast<int>(p.n);
-    n[i] = static_cast<int>(p.m);
-    k[i] = static_cast<int>(p.k);
-    ld_first[i] = static_cast<int>(p.trans_b ? p.k : p.n);
-    ld_second[i] = static_cast<int>(p.trans_a ? p.m : p.k);
-    ldc[i] = static_cast<int>(p.n);
-    pointers[i] = p.b;
-    pointers[count + i] = p.a;
-    pointers[2 * count + i] = p.c;
+    args.op_first.push_back(p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
+    args.op_second.push_back(p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+    args.m.push_back(static_cast<int>(p.n));
+    args.n.push_back(static_cast<int>(p.m));
+    args.k.push_back(static_cast<int>(p.k));
+    args.ld_first.push_back(static_cast<int>(p.trans_b ? p.k : p.n));
+    args.ld_second.push_back(static_cast<int>(p.trans_a ? p.m : p.k));
+    args.ldc.push_back(static_cast<int>(p.n));
+    args.pointers[i] = p.b;
+    args.pointers[count + i] = p.a;
+    args.pointers[2 * count + i] = p.c;
   }
+  return args;
+}
+
+// One cublasGemmGroupedBatchedEx call over args, operands and c of
+// `dtype`. *ran = false (nothing launched) when cuBLAS reports that it does
+// not support the case.
+absl::Status RunGrouped(const internal::CublasGroupedArgs& args, DType dtype,
+                        float beta, const KernelScope& scope, bool* ran) {
+  *ran = false;
+  const int count = args.count();
+  if (count == 0) {
+    *ran = true;
+    return absl::OkStatus();
+  }
+  std::vector<int> group_size(count, 1);
+  std::vector<float> alpha(count, 1.0f), betas(count, beta);
+  // The pointer arrays live on the device: one upload.
   const Device device = Device::CUDA(scope.device());
   Tensor table =
       Tensor::Empty({3 * static_cast<int64_t>(count)}, DType::kInt64, device);
-  MCC_RETURN_IF_ERROR(scope.Check(cudaMemcpyAsync(
-      table.raw_data(), pointers.data(), pointers.size() * sizeof(void*),
-      cudaMemcpyHostToDevice, scope.stream())));
+  MCC_RETURN_IF_ERROR(
+      scope.Check(cudaMemcpyAsync(table.raw_data(), args.pointers.data(),
+                                  args.pointers.size() * sizeof(void*),
+                                  cudaMemcpyHostToDevice, scope.stream())));
   auto* device_pointers = static_cast<void**>(table.raw_data());
   MCC_ASSIGN_OR_RETURN(cublasHandle_t handle, CublasHandle(scope.device()));
   const cudaDataType_t type = CudaType(dtype);
@@ -108,11 +113,11 @@ absl::Status RunGrouped(const char* op, const std::vector<Problem>& problems,
           ? CUBLAS_COMPUTE_32F_FAST_TF32
           : CUBLAS_COMPUTE_32F;
   const cublasStatus_t status = Cublas().cublasGemmGroupedBatchedEx(
-      handle, op_first.data(), op_second.data(), m.data(), n.data(), k.data(),
-      alpha.data(), device_pointers, type, ld_first.data(),
-      device_pointers + count, type, ld_second.data(), betas.data(),
-      device_pointers + 2 * count, type, ldc.data(), count, group_size.data(),
-      compute);
+      handle, args.op_first.data(), args.op_second.data(), args.m.data(),
+      args.n.data(), args.k.data(), alpha.data(), device_pointers, type,
+      args.ld_first.data(), device_pointers + count, type,
+      args.ld_second.data(), betas.data(), device_pointers + 2 * count, type,
+      args.ldc.data(), count, group_size.data(), compute);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED ||
       status == CUBLAS_STATUS_ARCH_MISMATCH) {
     return absl::OkStatus();
@@ -120,6 +125,55 @@ absl::Status RunGrouped(const char* op, const std::vector<Problem>& problems,
   MCC_RETURN_IF_ERROR(CublasToStatus(status, "cublasGemmGroupedBatchedEx"));
   *ran = true;
   return absl::OkStatus();
+}
+
+// The problems of GroupedGemm: every group with rows (and outputs).
+std::vector<Problem> ForwardProblems(const Tensor& x, const Tensor& w,
+                                     bool trans_w,
+                                     absl::Span<const int64_t> sizes,
+                                     const Tensor& y) {
+  const int64_t k = x.size(1), n = y.size(1);
+  const size_t xe = DTypeSize(x.dtype()), ye = DTypeSize(y.dtype());
+  const char* xp = static_cast<const char*>(x.raw_data());
+  const char* wp = static_cast<const char*>(w.raw_data());
+  char* yp = static_cast<char*>(y.raw_data());
+  std::vector<Problem> problems;
+  int64_t row = 0;
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    if (sizes[g] > 0 && n > 0) {
+      problems.push_back(Problem{xp + row * k * xe, false, wp + g * k * n * xe,
+                                 trans_w, yp + row * n * ye, sizes[g], n, k});
+    }
+    row += sizes[g];
+  }
+  return problems;
+}
+
+// The problems of GroupedGemmWeightGrad: every group with rows.
+std::vector<Problem> WeightGradProblems(const Tensor& x, const Tensor& dy,
+                                        bool trans_w,
+                                        absl::Span<const int64_t> sizes,
+                                        const Tensor& dw) {
+  const int64_t kx = x.size(1), ny = dy.size(1);
+  const size_t xe = DTypeSize(x.dtype()), we = DTypeSize(dw.dtype());
+  const char* xp = static_cast<const char*>(x.raw_data());
+  const char* dp = static_cast<const char*>(dy.raw_data());
+  char* wp = static_cast<char*>(dw.raw_data());
+  std::vector<Problem> problems;
+  int64_t row = 0;
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    const int64_t m = sizes[g];
+    if (m > 0) {
+      const char* xg = xp + row * kx * xe;
+      const char* dg = dp + row * ny * xe;
+      char* wg = wp + g * kx * ny * we;
+      // dw_g = x_g^T dy_g [K, N], or dy_g^T x_g [N, K] with trans_w.
+      problems.push_back(trans_w ? Problem{dg, true, xg, false, wg, ny, kx, m}
+                                 : Problem{xg, true, dg, false, wg, kx, ny, m});
+    }
+    row += m;
+  }
+  return problems;
 }
 
 // Whether the grouped call is to be tried, or an error when the test route
@@ -152,36 +206,20 @@ absl::Status GroupedGemmCuda(const Tensor& x, const Tensor& w, bool trans_w,
   const char* op = "GroupedGemm";
   KernelScope scope(op, x);
   MCC_RETURN_IF_ERROR(scope.status());
-  const int64_t k = x.size(1), n = y->size(1);
+  const int64_t k = x.size(1);
   MCC_ASSIGN_OR_RETURN(
       const bool grouped,
       TryGrouped(op, y->dtype() == x.dtype(), x.dtype(), y->dtype()));
-  if (grouped) {
-    const size_t xe = DTypeSize(x.dtype()), ye = DTypeSize(y->dtype());
-    const char* xp = static_cast<const char*>(x.raw_data());
-    const char* wp = static_cast<const char*>(w.raw_data());
-    char* yp = static_cast<char*>(y->raw_data());
-    std::vector<Problem> problems;
-    int64_t row = 0;
-    for (size_t g = 0; g < sizes.size(); ++g) {
-      if (sizes[g] > 0 && n > 0) {
-        problems.push_back(Problem{xp + row * k * xe, false,
-                                   wp + g * k * n * xe, trans_w,
-                                   yp + row * n * ye, sizes[g], n, k});
-      }
-      row += sizes[g];
-    }
-    if (k == 0) problems.clear();  // Handled below as empty products.
+  if (grouped && k > 0) {  // k == 0: empty products, below.
+    MCC_ASSIGN_OR_RETURN(const internal::CublasGroupedArgs args,
+                         internal::GroupedGemmArgs(x, w, trans_w, sizes, *y));
     bool ran = false;
-    if (k > 0) {
-      MCC_RETURN_IF_ERROR(
-          RunGrouped(op, problems, x.dtype(), beta, scope, &ran));
-      if (ran) {
-        g_grouped_calls.fetch_add(1, std::memory_order_relaxed);
-        return absl::OkStatus();
-      }
-      if (Route() == internal::GroupedGemmRoute::kGrouped) return NotRun(op);
+    MCC_RETURN_IF_ERROR(RunGrouped(args, x.dtype(), beta, scope, &ran));
+    if (ran) {
+      g_grouped_calls.fetch_add(1, std::memory_order_relaxed);
+      return absl::OkStatus();
     }
+    if (Route() == internal::GroupedGemmRoute::kGrouped) return NotRun(op);
   }
   // One GEMM per non-empty group (an empty product, k == 0, included:
   // GemmCuda writes beta * y for it).
@@ -228,28 +266,11 @@ absl::Status GroupedGemmWeightGradCuda(const Tensor& x, const Tensor& dy,
       const bool grouped,
       TryGrouped(op, x.dtype() == DType::kFloat32, x.dtype(), dw->dtype()));
   if (grouped) {
-    const char* xp = static_cast<const char*>(x.raw_data());
-    const char* dp = static_cast<const char*>(dy.raw_data());
-    char* wp = static_cast<char*>(dw->raw_data());
-    const size_t e = sizeof(float);
-    std::vector<Problem> problems;
-    int64_t row = 0;
-    for (size_t g = 0; g < sizes.size(); ++g) {
-      const int64_t m = sizes[g];
-      if (m > 0) {
-        const char* xg = xp + row * kx * e;
-        const char* dg = dp + row * ny * e;
-        char* wg = wp + g * matrix * e;
-        // dw_g = x_g^T dy_g [K, N], or dy_g^T x_g [N, K] with trans_w.
-        problems.push_back(trans_w
-                               ? Problem{dg, true, xg, false, wg, ny, kx, m}
-                               : Problem{xg, true, dg, false, wg, kx, ny, m});
-      }
-      row += m;
-    }
+    MCC_ASSIGN_OR_RETURN(
+        const internal::CublasGroupedArgs args,
+        internal::GroupedWeightGradArgs(x, dy, trans_w, sizes, *dw));
     bool ran = false;
-    MCC_RETURN_IF_ERROR(
-        RunGrouped(op, problems, DType::kFloat32, beta, scope, &ran));
+    MCC_RETURN_IF_ERROR(RunGrouped(args, DType::kFloat32, beta, scope, &ran));
     if (ran) {
       g_grouped_calls.fetch_add(1, std::memory_order_relaxed);
       return absl::OkStatus();
@@ -283,6 +304,19 @@ GroupedGemmRouteCounts GroupedGemmRoutes() {
 }
 
 namespace internal {
+
+absl::StatusOr<CublasGroupedArgs> GroupedGemmArgs(
+    const Tensor& x, const Tensor& w, bool trans_w,
+    absl::Span<const int64_t> sizes, const Tensor& y) {
+  return ArgsOf("GroupedGemm", ForwardProblems(x, w, trans_w, sizes, y));
+}
+
+absl::StatusOr<CublasGroupedArgs> GroupedWeightGradArgs(
+    const Tensor& x, const Tensor& dy, bool trans_w,
+    absl::Span<const int64_t> sizes, const Tensor& dw) {
+  return ArgsOf("GroupedGemmWeightGrad",
+                WeightGradProblems(x, dy, trans_w, sizes, dw));
+}
 
 GroupedGemmRoute SetGroupedGemmRouteForTesting(GroupedGemmRoute route) {
   return static_cast<GroupedGemmRoute>(

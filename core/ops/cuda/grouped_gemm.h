@@ -23,9 +23,13 @@
 #ifndef CORE_OPS_CUDA_GROUPED_GEMM_H_
 #define CORE_OPS_CUDA_GROUPED_GEMM_H_
 
+#include <cublas_v2.h>
+
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/tensor.h"
 
@@ -55,6 +59,27 @@ namespace internal {
 // route. Returns the previous setting.
 enum class GroupedGemmRoute { kAuto, kGrouped, kPerGroup };
 GroupedGemmRoute SetGroupedGemmRouteForTesting(GroupedGemmRoute route);
+
+// The arguments of the grouped route's cublasGemmGroupedBatchedEx call, in
+// cuBLAS's column-major terms (each non-empty group a problem of its own),
+// with the operands' addresses as the tensors hold them (host addresses
+// for CPU tensors, so a test without a GPU can run the mapping through a
+// column-major reference). alpha is 1 for every problem.
+struct CublasGroupedArgs {
+  std::vector<cublasOperation_t> op_first, op_second;
+  std::vector<int> m, n, k, ld_first, ld_second, ldc;
+  // The first operands, then the second, then the outputs: count() each.
+  std::vector<const void*> pointers;
+  int count() const { return static_cast<int>(m.size()); }
+};
+// y = x op(w) per group (GroupedGemm), and dw (GroupedGemmWeightGrad's);
+// InvalidArgument when a group exceeds cuBLAS's int32.
+absl::StatusOr<CublasGroupedArgs> GroupedGemmArgs(
+    const Tensor& x, const Tensor& w, bool trans_w,
+    absl::Span<const int64_t> sizes, const Tensor& y);
+absl::StatusOr<CublasGroupedArgs> GroupedWeightGradArgs(
+    const Tensor& x, const Tensor& dy, bool trans_w,
+    absl::Span<const int64_t> sizes, const Tensor& dw);
 }  // namespace internal
 
 }  // namespace cuda
