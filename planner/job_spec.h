@@ -31,6 +31,11 @@ struct JobSpec {
   // fp32 intermediates (EagerElementwiseBytes in step_time_model.cc).
   bool fused_elementwise = true;
   int64_t bucket_bytes = 40000000LL * 4;  // train's --ddp-bucket-size x 4
+  // A dropless mixture of experts under expert parallelism: the busiest EP
+  // rank's expert rows over the mean (planner/moe_model.h). An assumption,
+  // not a measurement: a router balanced by its aux loss or expert bias
+  // stays near it; an unbalanced one can reach EP.
+  double moe_dropless_imbalance = 1.2;
   ClusterSpec cluster;
 };
 

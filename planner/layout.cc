@@ -15,7 +15,9 @@ std::string Layout::Name() const {
                       pp, virtual_stages > 1 ? "v" : "",
                       virtual_stages > 1 ? absl::StrCat(virtual_stages) : "",
                       ".dp", dp, ".cp", cp, ".z", static_cast<int>(zero), ".r",
-                      RecomputeName(recompute), ".mb", micro_batch);
+                      RecomputeName(recompute), ".mb", micro_batch,
+                      ep > 1 ? absl::StrCat(".ep", ep) : "",
+                      etp > 0 ? absl::StrCat(".etp", etp) : "");
 }
 
 absl::string_view ZeroStageName(ZeroStage zero) {
@@ -65,7 +67,7 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
     return absl::InvalidArgumentError(absl::StrCat(
         "layout '", name, "': cannot read '", part,
         "' (expected parts like tp2sp, pp2v2, dp2, cp1, z1, rselective "
-        "(rnone, rfull, rops), mb4, joined by dots)"));
+        "(rnone, rfull, rops), mb4, ep2, etp1, joined by dots)"));
   };
   for (absl::string_view part : absl::StrSplit(name, '.', absl::SkipEmpty())) {
     int64_t v = 0;
@@ -89,6 +91,10 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
       l.dp = static_cast<int>(v);
     } else if (ReadCount(part, "cp", &v)) {
       l.cp = static_cast<int>(v);
+    } else if (ReadCount(part, "etp", &v)) {
+      l.etp = static_cast<int>(v);
+    } else if (ReadCount(part, "ep", &v)) {
+      l.ep = static_cast<int>(v);
     } else if (ReadCount(part, "mb", &v)) {
       l.micro_batch = v;
     } else if (part.size() == 2 && part[0] == 'z' && part[1] >= '0' &&

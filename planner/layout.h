@@ -42,9 +42,15 @@ struct Layout {
   bool sequence_parallel = false;  // Only meaningful with tp > 1.
   Recompute recompute = Recompute::kNone;
   int64_t micro_batch = 1;
+  // Mixture of experts (planner/moe_model.h): expert parallelism over the
+  // data-parallel ranks and the experts' tensor parallelism (0: TP's, as
+  // Megatron's --expert-tensor-parallel-size). Only with num_experts > 0.
+  int ep = 1;
+  int etp = 0;
 
   int world() const { return tp * pp * dp * cp; }
-  // A stable, parseable name: "tp2sp.pp2v2.dp2.cp1.z1.rnone.mb4".
+  // A stable, parseable name: "tp2sp.pp2v2.dp2.cp1.z1.rnone.mb4", with
+  // ".ep2" and ".etp1" after it when they are not the defaults.
   std::string Name() const;
 };
 

@@ -37,8 +37,23 @@ TEST(LayoutTest, PartsMayBeLeftOutOrReordered) {
   EXPECT_EQ(ops->Name(), "tp1.pp1.dp8.cp1.z3.rops.mb2");
 }
 
+// Expert parallelism shows only when set: dense layouts keep their names.
+TEST(LayoutTest, ExpertPartsRoundTrip) {
+  auto l = ParseLayout("tp2.dp4.ep4.etp1.mb2");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->ep, 4);
+  EXPECT_EQ(l->etp, 1);
+  EXPECT_EQ(l->Name(), "tp2.pp1.dp4.cp1.z0.rnone.mb2.ep4.etp1");
+  EXPECT_EQ(ParseLayout(l->Name())->Name(), l->Name());
+  auto dense = ParseLayout("dp4");
+  EXPECT_EQ(dense->ep, 1);
+  EXPECT_EQ(dense->etp, 0);
+  EXPECT_EQ(dense->Name(), "tp1.pp1.dp4.cp1.z0.rnone.mb1");
+}
+
 TEST(LayoutTest, BadPartsAreNamed) {
-  for (const char* bad : {"tp0", "z4", "pp2v", "mbx", "rsome", "foo"}) {
+  for (const char* bad :
+       {"tp0", "z4", "pp2v", "mbx", "rsome", "foo", "ep0", "etpx"}) {
     auto l = ParseLayout(bad);
     ASSERT_FALSE(l.ok()) << bad;
     EXPECT_NE(l.status().message().find(bad), std::string::npos) << l.status();

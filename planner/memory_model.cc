@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "parallel/pipeline/schedules.h"
+#include "planner/moe_model.h"
 #include "planner/param_count.h"
 
 namespace mcc {
@@ -54,7 +55,7 @@ struct ChunkCost {
 };
 
 ChunkCost CostOfChunk(const JobSpec& job, const Layout& l, int layers, bool pre,
-                      bool post) {
+                      bool post, int first_layer) {
   const Dims d = DimsOf(job, l);
   const double layer = LayerActivationBytes(job, l);
   const double hidden = d.Tl * d.h * d.e;  // One hidden-state tensor.
@@ -75,6 +76,12 @@ ChunkCost CostOfChunk(const JobSpec& job, const Layout& l, int layers, bool pre,
     }
   }
   c.record = (layers - recomputed) * layer + kept_inputs * hidden;
+  // MoE layers hold the router's and experts' records in place of the
+  // dense MLP's (the recomputed ones taken as the chunk's share).
+  const int moe = MoeLayersIn(job.model, first_layer, layers);
+  const MoeLayerWork mw = MoeWork(job, l);
+  const double moe_layer = mw.record_bytes - mw.dense_record_bytes;
+  if (moe > 0) c.record += moe * moe_layer * (layers - recomputed) / layers;
   // A layer's backward holds dy, dh1 and dx, the MLP's (or attention's)
   // input gradients and, under SP, the all-gathered input of a column-
   // parallel layer for its weight gradient.
@@ -98,8 +105,9 @@ ChunkCost CostOfChunk(const JobSpec& job, const Layout& l, int layers, bool pre,
     c.forward_transient += 6 * q + 4 * kv * d.e + 1.5 * lse;
     attn_grads += 6 * q + 20 * kv + 4 * kv * d.e + q * d.e;
   }
-  c.backward_transient = 3 * hidden + std::max(mlp_grads, attn_grads) +
-                         gathered + rebuilt_at_once * layer;
+  c.backward_transient =
+      3 * hidden + std::max({mlp_grads, attn_grads, mw.backward_bytes}) +
+      gathered + rebuilt_at_once * (layer + (moe > 0 ? moe_layer : 0));
   if (pre) {
     c.record += 2 * d.T * 8;  // int64 token ids and positions
   }
@@ -121,8 +129,8 @@ ChunkCost CostOfChunk(const JobSpec& job, const Layout& l, int layers, bool pre,
 }  // namespace
 
 double ChunkRecordBytes(const JobSpec& job, const Layout& layout, int layers,
-                        bool pre, bool post) {
-  return CostOfChunk(job, layout, layers, pre, post).record;
+                        bool pre, bool post, int first_layer) {
+  return CostOfChunk(job, layout, layers, pre, post, first_layer).record;
 }
 
 double LayerActivationBytes(const JobSpec& job, const Layout& l) {
@@ -172,6 +180,7 @@ absl::Status CheckLayout(const JobSpec& job, const Layout& l) {
   if (absl::Status s = c.Validate(l.tp, l.sequence_parallel); !s.ok()) {
     return bad(s.message());
   }
+  if (absl::Status s = CheckMoeLayout(job, l); !s.ok()) return s;
   if (l.cp > 1 && c.seq_length % (2 * l.cp) != 0) {
     return bad("sequence ", c.seq_length, " does not split into 2 x CP ",
                2 * l.cp, " chunks");
@@ -196,18 +205,23 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   const int m = NumMicroBatches(job, l);
   MemoryBreakdown mem;
   mem.stage = stage;
-  mem.params = StageParams(c, l.tp, l.pp, stage, layers);
+  const MoeStageParams moe = MoeParamsOnStage(job, l, stage);
+  mem.params = StageParams(c, l.tp, l.pp, stage, layers) + moe.delta;
   const double P = static_cast<double>(mem.params);
   // Optimizer state is sharded over the data-parallel ranks (with CP, over
-  // DP x CP, as Megatron's distributed optimizer does).
+  // DP x CP, as Megatron's distributed optimizer does); experts' over the
+  // expert-data-parallel ranks. Ps: this rank's share of sharded elements.
   const double shards = static_cast<double>(l.dp) * l.cp;
+  const double Ps = (P - moe.experts) / shards +
+                    static_cast<double>(moe.experts) / ExpertDataParallel(l);
   const double states = job.adam ? 2 : 1;
   // The largest FSDP unit: a layer, the embeddings (with a tied output
   // layer on one stage) or the head.
   const ParamCount pc = CountParams(c, l.tp);
   const bool tied_here = !c.untie_embeddings_and_output_weights && l.pp == 1;
   const double unit = static_cast<double>(
-      std::max({pc.layer, pc.embedding, pc.final_norm + pc.output_layer}));
+      std::max({pc.layer + (moe.layers > 0 ? moe.delta / moe.layers : 0),
+                pc.embedding, pc.final_norm + pc.output_layer}));
   // Between the backward and the optimizer (activations freed) the
   // gradient reduction may hold buffers of its own.
   double sync_transient = 0;
@@ -228,13 +242,13 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
     case ZeroStage::kOptimizer:
       mem.weights = P * e;
       mem.gradients = 4 * P;
-      mem.main_weights = e == 4 ? 0 : 4 * P / shards;
-      mem.optimizer_state = 4 * states * P / shards;
+      mem.main_weights = e == 4 ? 0 : 4 * Ps;
+      mem.optimizer_state = 4 * states * Ps;
       // DDP keeps a copy of this rank's updated shard as the parameter
       // all-gather's input; the reduce-scatter of a bucket may hold partial
       // sums of its own.
       if (shards > 1) {
-        mem.comm_buffers = e * P / shards;
+        mem.comm_buffers = e * Ps;
         const double bucket_elems = static_cast<double>(job.bucket_bytes) / 4;
         sync_transient = rs_partials * 4 * std::min(P, bucket_elems);
       }
@@ -245,9 +259,9 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
       // (the head's backward) one unit's full fp32 gradient is held and one
       // reduce-scatter output may be pending; later units' buffers (and a
       // reduce-scatter's partial sums) come as activations go.
-      mem.main_weights = 4 * P / shards;
-      mem.optimizer_state = 4 * states * P / shards;
-      mem.gradients = 4 * P / shards + 4 * unit;
+      mem.main_weights = 4 * Ps;
+      mem.optimizer_state = 4 * states * Ps;
+      mem.gradients = 4 * Ps + 4 * unit;
       mem.comm_buffers = 4 * unit / shards;
       if (l.zero == ZeroStage::kGradients) {
         mem.weights = P * e;
@@ -271,7 +285,7 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   for (int k = 0; k < chunks; ++k) {
     const int global_chunk = k * l.pp + stage;
     cost[k] = CostOfChunk(job, l, lc, global_chunk == 0,
-                          global_chunk == l.pp * chunks - 1);
+                          global_chunk == l.pp * chunks - 1, global_chunk * lc);
   }
   auto actions = pipeline::BuildSchedule(ScheduleOf(l), l.pp, stage, chunks,
                                          std::max(m, 1));

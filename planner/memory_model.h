@@ -49,8 +49,9 @@ double LayerActivationBytes(const JobSpec& job, const Layout& layout);
 // full recomputation only the recomputed chunks' inputs), the token ids and
 // positions on the first chunk (pre), the head's norm, output-layer and
 // cross-entropy records on the last (post).
+// `first_layer`: the chunk's first global layer (which layers are MoE).
 double ChunkRecordBytes(const JobSpec& job, const Layout& layout, int layers,
-                        bool pre, bool post);
+                        bool pre, bool post, int first_layer = 0);
 
 // Checks that the layout divides the job (world, layers over stages and
 // virtual stages, heads and groups over TP, batch over micro-batches and

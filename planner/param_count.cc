@@ -1,5 +1,7 @@
 #include "planner/param_count.h"
 
+#include "planner/moe_model.h"
+
 namespace mcc {
 namespace planner {
 namespace {
@@ -58,7 +60,8 @@ int64_t StageParams(const gpt::GPTConfig& config, int tp, int pp, int stage,
 
 int64_t ModelParams(const gpt::GPTConfig& config) {
   const ParamCount p = Count(config, 1, config.vocab_size);
-  return config.num_layers * p.layer + p.embedding + p.final_norm +
+  return config.num_layers * p.layer + MoeModelParamsDelta(config) +
+         p.embedding + p.final_norm +
          (config.untie_embeddings_and_output_weights ? p.output_layer : 0);
 }
 

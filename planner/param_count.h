@@ -45,7 +45,7 @@ int64_t StageParams(const gpt::GPTConfig& config, int tp, int pp, int stage,
                     int layers);
 
 // The whole model's parameters (TP 1, the tied weight once), without the
-// padding rows of the vocabulary.
+// padding rows of the vocabulary; every expert of a mixture of experts.
 int64_t ModelParams(const gpt::GPTConfig& config);
 
 }  // namespace planner

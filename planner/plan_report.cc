@@ -6,6 +6,7 @@
 #include "core/allocator.h"
 #include "nlohmann/json.hpp"
 #include "planner/megatron_memory.h"
+#include "planner/moe_model.h"
 #include "planner/param_count.h"
 #include "planner/stage_balance.h"
 
@@ -126,6 +127,7 @@ std::string FormatExplain(const JobSpec& job, const Prediction& p) {
       l.virtual_stages, l.dp, l.cp, static_cast<int>(l.zero),
       std::string(ZeroStageName(l.zero)),
       std::string(RecomputeName(l.recompute)), l.micro_batch, micro_batches);
+  absl::StrAppend(&out, DescribeMoe(job, l));
   if (!p.unsupported.empty()) {
     absl::StrAppend(&out, "  note: train cannot run it yet: ", p.unsupported,
                     "\n");
@@ -171,6 +173,7 @@ std::string FormatExplain(const JobSpec& job, const Prediction& p) {
   trow("CP communication", t.cp_comm, t.cp_comm_hidden);
   trow("DP communication", t.dp_comm, t.dp_comm_hidden);
   trow("PP communication", t.pp_comm, t.pp_comm_hidden);
+  if (job.model.num_experts > 0) trow("EP communication", t.ep_comm, 0);
   trow("pipeline bubble", t.bubble, 0);
   trow("optimizer", t.optimizer, 0);
   if (t.core_wait > 0)
@@ -265,6 +268,7 @@ std::string FormatJson(const JobSpec& job,
                          {"dp_comm_hidden", t.dp_comm_hidden},
                          {"pp_comm", t.pp_comm},
                          {"pp_comm_hidden", t.pp_comm_hidden},
+                         {"ep_comm", t.ep_comm},
                          {"bubble", t.bubble},
                          {"optimizer", t.optimizer},
                          {"core_wait", t.core_wait},

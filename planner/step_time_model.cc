@@ -6,6 +6,7 @@
 
 #include "models/gpt/model_flops.h"
 #include "planner/memory_model.h"
+#include "planner/moe_model.h"
 #include "planner/param_count.h"
 
 namespace mcc {
@@ -164,6 +165,45 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     // memory-bound ops again; attention is kept.
     st.recompute = m * layers * (gemm_fwd / 2 + elem_fwd);
   }
+  // Mixture of experts (planner/moe_model.h), per MoE layer and micro-batch
+  // forward: the router, the grouped GEMM over the busiest rank's expert
+  // rows (at the rate of its rows per expert) and the shared expert in place
+  // of the dense MLP's GEMMs; four all-to-alls (and ETP gathers) exposed,
+  // six under full recomputation (the forward's again).
+  const double moe_layers = MostMoeLayersOnAStage(c, l);
+  double moe_mb = 0;
+  if (moe_layers > 0) {
+    const MoeLayerWork w = MoeWork(job, l);
+    const int etp = ExpertTensorParallel(l);
+    const double expert_rate = dev.PeakFlops(job.dtype) *
+                               GemmEfficiencyAt(dev, w.rows_per_expert) *
+                               GemmMixFactor(dev, etp);
+    const double moe_gemm_fwd =
+        2 * w.expert_rows * w.expert_weights / expert_rate +
+        dev.gemm_seconds_per_weight * w.expert_weights * w.local_experts +
+        (w.shared_weights > 0 ? gemm_call(T, w.shared_weights) : 0) +
+        gemm_call(Tl, w.router_weights) - gemm_call(T, w.dense_mlp_weights);
+    const double moe_elem_fwd = w.elementwise_bytes / bw;
+    const double passes = l.recompute == Recompute::kFull ? 6 : 4;
+    const bool ep_inter = etp * l.ep > per_node;
+    double comm = 0;
+    if (l.ep > 1) {
+      comm += passes * LinkSeconds(w.all_to_all_bytes, l.ep - 1, ep_inter,
+                                   ForGroup(dev, l.ep, per_node));
+    }
+    if (w.etp_bytes > 0) {
+      comm += passes * GatherOrScatter(w.etp_bytes, etp, etp > per_node,
+                                       ForGroup(dev, etp, per_node));
+    }
+    st.gemm += m * moe_layers * 3 * moe_gemm_fwd;
+    st.elementwise += m * moe_layers * 3 * moe_elem_fwd;
+    if (l.recompute == Recompute::kFull) {
+      st.recompute += m * moe_layers * (moe_gemm_fwd + moe_elem_fwd);
+    }
+    moe_mb = moe_layers * comm;
+    st.ep_comm = m * moe_mb;
+  }
+
   // The last stage's head: output-layer GEMMs and cross entropy passes.
   const double head_mb =
       3 * gemm_call(T, h * V / t) + 6 * T * V / t * elem_bytes / bw;
@@ -252,7 +292,8 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   // layer: a stage's time without the head (the head sits on the last stage
   // alone; with it the bubble came out 23-25% high for PP 4 of the 8-layer
   // bench model, whose head is a third of a stage).
-  const double stage_mb = compute_mb - st.head / m + tp_mb + st.cp_comm / m;
+  const double stage_mb =
+      compute_mb - st.head / m + tp_mb + st.cp_comm / m + moe_mb;
   st.layer_mb = (stage_mb - 2 * (l.tp > 1 ? AllReduce(reduced_hidden_bytes,
                                                       l.tp, tp_inter, tp_dev)
                                           : 0.0)) /
@@ -267,8 +308,11 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   if (shards > 1) {
     const bool dp_inter = l.tp * l.cp * l.dp > per_node;
     const DeviceSpec dp_dev = ForGroup(dev, shards, per_node);
+    // Experts' gradients are reduced over EDP, below.
+    const MoeStageParams moe = MoeParamsOnStage(job, l, l.pp - 1);
     const double P = static_cast<double>(
-        StageParams(c, l.tp, l.pp, l.pp - 1, static_cast<int>(layers)));
+        StageParams(c, l.tp, l.pp, l.pp - 1, static_cast<int>(layers)) +
+        moe.delta - moe.experts);
     const double grads = 4 * P, params = e * P;
     double comm = 0, exposed = 0;
     switch (l.zero) {
@@ -318,6 +362,38 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     st.dp_comm_hidden = comm - st.dp_comm;
   }
 
+  // Experts' gradients: reduced (and their state sharded) over the expert-
+  // data-parallel ranks, in the same way as the dense ones over DP x CP.
+  const MoeStageParams moe_last = MoeParamsOnStage(job, l, l.pp - 1);
+  const int edp = ExpertDataParallel(l);
+  if (moe_last.experts > 0 && edp > 1) {
+    const bool inter = l.world() / l.pp > per_node;
+    const DeviceSpec edp_dev = ForGroup(dev, edp, per_node);
+    const double X = static_cast<double>(moe_last.experts);
+    const double rs = ReduceScatter(4 * X, edp, inter, edp_dev);
+    const double ag = GatherOrScatter(e * X, edp, inter, edp_dev);
+    double comm = 0;
+    switch (l.zero) {
+      case ZeroStage::kNone:
+        comm = AllReduce(4 * X, edp, inter, edp_dev);
+        break;
+      case ZeroStage::kOptimizer:
+        comm = rs + ag;
+        break;
+      case ZeroStage::kGradients:
+        comm = m * rs + ag;
+        break;
+      case ZeroStage::kParameters:
+        comm = m * (rs + 2 * ag);
+        break;
+    }
+    const double exposed =
+        job.overlap_grad_reduce ? std::max(0.0, comm - m * bwd_mb) : comm;
+    const double shown = comm - dev.comm_overlap * (comm - exposed);
+    st.dp_comm += shown;
+    st.dp_comm_hidden += comm - shown;
+  }
+
   // PP: each chunk sends its output forward and receives a gradient back,
   // per micro-batch; overlapped, only the fill and drain are exposed.
   if (l.pp > 1) {
@@ -335,9 +411,14 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
 
   // Optimizer: one pass for the gradient norm, one for the update over this
   // rank's shard of fp32 state.
+  const MoeStageParams moe_first = MoeParamsOnStage(job, l, 0);
   const double P_local = static_cast<double>(
-      StageParams(c, l.tp, l.pp, 0, static_cast<int>(layers)));
-  const double shard = l.zero == ZeroStage::kNone ? P_local : P_local / shards;
+      StageParams(c, l.tp, l.pp, 0, static_cast<int>(layers)) +
+      moe_first.delta);
+  const double X_local = static_cast<double>(moe_first.experts);
+  const double shard = l.zero == ZeroStage::kNone
+                           ? P_local
+                           : (P_local - X_local) / shards + X_local / edp;
   const double per_elem = (job.adam ? 32 : 24) + (e != 4 ? e : 0);
   st.optimizer = shard * per_elem / bw;
 
@@ -351,7 +432,8 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     // The node's stages' average: the head is one stage's of pp.
     const double busy = st.gemm + st.attention + st.elementwise +
                         st.head / l.pp + st.recompute + st.optimizer;
-    const double comm = st.tp_comm + st.cp_comm + st.dp_comm + st.pp_comm;
+    const double comm =
+        st.tp_comm + st.cp_comm + st.dp_comm + st.pp_comm + st.ep_comm;
     st.core_wait = std::max(0.0, busy / dev.core_share + comm - st.total());
   }
 

@@ -25,6 +25,9 @@ struct StepTime {
   double dp_comm_hidden = 0;
   double pp_comm = 0;  // Exposed pipeline transfers
   double pp_comm_hidden = 0;
+  // Mixture of experts: the EP all-to-alls (dispatch and combine, forward
+  // and backward) and the ETP row gathers, exposed (planner/moe_model.h).
+  double ep_comm = 0;
   double bubble = 0;     // Pipeline fill and drain
   double optimizer = 0;  // Grad norm, clip and the update (memory-bound)
   // Ranks that outnumber the cores (CPU) time-share them: the time the
@@ -32,7 +35,8 @@ struct StepTime {
   double core_wait = 0;
   double total() const {
     return gemm + attention + elementwise + head + recompute + tp_comm +
-           cp_comm + dp_comm + pp_comm + bubble + optimizer + core_wait;
+           cp_comm + dp_comm + pp_comm + ep_comm + bubble + optimizer +
+           core_wait;
   }
   // What balancing the pipeline stages weighs (stage_balance.h), per
   // micro-batch, forward and backward: one decoder layer (its compute,
