@@ -52,6 +52,9 @@ int DryRun(const training::TrainConfig& config, const TrainSettings& settings,
   for (int stage = 0; stage < layout->pp; ++stage) {
     const planner::MemoryBreakdown m =
         planner::EstimateStageMemory(job, *layout, stage);
+    // In bytes, for scripts that compare it with a run's mem_peak_bytes.
+    std::printf("predicted peak of pipeline stage %d: %.0f bytes a rank\n",
+                stage, m.total());
     if (m.total() > cluster->device.memory_bytes) {
       fits = false;
       LOG(WARNING) << absl::StrFormat(

@@ -463,8 +463,8 @@ std::vector<Row> Table() {
       {"--moe-token-dispatcher-type", "flex"}, moe);
   add("train", "window_size", V::kEffect, {"--window-size", "2,0"}, tm);
   add("train", "window_size", V::kRefused, {"--window-size", "2,1"}, tm);
-  // The planner has no MoE model yet.
-  add("train", "dry_run", V::kRefused, {"--dry-run"}, moe);
+  // The planner's MoE model (planner/moe_model.h) predicts it.
+  add("train", "dry_run", V::kEffect, {"--dry-run"}, moe);
   add("train", "hidden_dropout", V::kEffect, {"--hidden-dropout", "0.2"}, tm);
   add("train", "attention_dropout", V::kEffect, {"--attention-dropout", "0.2"},
       tm);

@@ -44,6 +44,10 @@ absl::StatusOr<planner::Layout> LayoutFromTrainConfig(
   l.sequence_parallel = config.sequence_parallel() && l.tp > 1;
   l.micro_batch = config.micro_batch_size();
   l.zero = zero;
+  if (config.num_experts() > 0) {
+    l.ep = config.expert_model_parallel_size();
+    l.etp = config.expert_tensor_parallel_size();
+  }
   const int model_parallel = l.tp * l.pp * l.cp;
   if (model_parallel < 1 || world % model_parallel != 0) {
     return absl::InvalidArgumentError(absl::StrCat(

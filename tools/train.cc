@@ -327,6 +327,25 @@ TrainSettings DryRunSettings(const training::TrainConfig& config,
   return s;
 }
 
+// --dry-run plans expert parallelism the GPT cannot run yet: the expert
+// sizes are checked on their own (divisibility) and the rest of the config
+// as train would check it. Other runs are checked as they are.
+training::TrainConfig WithoutExpertParallelism(
+    const training::TrainConfig& config, int world_size) {
+  if (!config.dry_run() || config.num_experts() == 0 ||
+      !training::CheckExpertParallelOptions(config, config.num_experts(),
+                                            world_size)
+           .ok()) {
+    return config;
+  }
+  training::TrainConfig checked = config;
+  checked.set_expert_model_parallel_size(1);
+  if (checked.expert_tensor_parallel_size() > 1) {
+    checked.set_expert_tensor_parallel_size(1);
+  }
+  return checked;
+}
+
 // Flags this run never reads, refused before any process group forms.
 std::vector<flags::UnusedFlag> RefusedFlags(
     const training::TrainConfig& config) {
@@ -339,10 +358,6 @@ std::vector<flags::UnusedFlag> RefusedFlags(
        "gradients always accumulate and reduce in fp32 here (fp32 main "
        "gradients for every dtype); turning that off is not built"},
       {"keep_last", no_save, "it needs --save DIR"},
-      // A plan that counted a mixture of experts as dense would mislead.
-      {"dry_run", config.num_experts() > 0,
-       "the planner's memory and step-time model has no mixture of experts "
-       "yet (--num-experts)"},
       {"no_load_optim", no_load, "it needs --load DIR"},
       {"no_load_rng", no_load, "it needs --load DIR"},
       {"finetune", no_load, "it needs --load DIR"},
@@ -636,10 +651,12 @@ int main(int argc, char** argv) {
       status.ok() ? mcc::flags::TrainConfigFromFlags()
                   : absl::StatusOr<mcc::training::TrainConfig>(status);
   const int world_size = mcc::training::WorldSizeFromEnvironment();
-  if (config.ok())
-    status = mcc::training::CheckTrainConfig(*config, world_size);
-  else
+  if (config.ok()) {
+    status = mcc::training::CheckTrainConfig(
+        mcc::tools::WithoutExpertParallelism(*config, world_size), world_size);
+  } else {
     status = config.status();
+  }
   if (status.ok()) {
     status = mcc::flags::RefuseUnusedFlags(mcc::tools::RefusedFlags(*config),
                                            parsed->explicitly_set);
