@@ -15,8 +15,10 @@ namespace planner {
 // ("llama", "mistral", "qwen2": num_hidden_layers, hidden_size,
 // num_attention_heads, num_key_value_heads, intermediate_size,
 // max_position_embeddings, RMSNorm, SwiGLU, rotary, no linear biases,
-// tie_word_embeddings). The sequence length is max positions. `path` names
-// the file in errors.
+// tie_word_embeddings) and their mixtures of experts ("mixtral",
+// "qwen2_moe", "qwen3_moe": the experts, top-k, expert ffn, MoE layers and
+// shared expert). The sequence length is max positions. `path` names the
+// file in errors.
 absl::StatusOr<gpt::GPTConfig> GPTConfigFromHuggingFace(
     const std::string& json_text, const std::string& path);
 absl::StatusOr<gpt::GPTConfig> ReadHuggingFaceConfig(const std::string& path);

@@ -25,6 +25,77 @@ TEST(HfConfigTest, Llama3EightBillion) {
   EXPECT_NEAR(ModelParams(*c) / 1e9, 8.03, 0.005);
 }
 
+// Mixtral 8x7B's published config.json: 46.7B parameters, every layer 8
+// experts of 14336, top-2.
+TEST(HfConfigTest, Mixtral8x7B) {
+  auto c = GPTConfigFromHuggingFace(
+      R"({"model_type": "mixtral", "num_hidden_layers": 32,
+          "hidden_size": 4096, "num_attention_heads": 32,
+          "num_key_value_heads": 8, "intermediate_size": 14336,
+          "max_position_embeddings": 32768, "vocab_size": 32000,
+          "num_local_experts": 8, "num_experts_per_tok": 2,
+          "tie_word_embeddings": false})",
+      "mixtral.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_experts, 8);
+  EXPECT_EQ(c->moe_router_topk, 2);
+  EXPECT_EQ(c->moe_ffn(), 14336);
+  EXPECT_TRUE(c->IsMoeLayer(0) && c->IsMoeLayer(31));
+  EXPECT_TRUE(c->Validate(1, false).ok()) << c->Validate(1, false);
+  EXPECT_NEAR(ModelParams(*c) / 1e9, 46.70, 0.01);
+}
+
+// Qwen1.5-MoE-A2.7B (qwen2_moe): 60 experts of 1408, top-4, a shared
+// expert of 5632; 14.3B parameters.
+TEST(HfConfigTest, Qwen2MoeA27B) {
+  const std::string base =
+      R"("model_type": "qwen2_moe", "num_hidden_layers": 24,
+         "hidden_size": 2048, "num_attention_heads": 16,
+         "num_key_value_heads": 16, "intermediate_size": 5632,
+         "max_position_embeddings": 8192, "vocab_size": 151936,
+         "num_experts": 60, "num_experts_per_tok": 4,
+         "moe_intermediate_size": 1408,
+         "shared_expert_intermediate_size": 5632, "decoder_sparse_step": 1,
+         "tie_word_embeddings": false)";
+  auto c = GPTConfigFromHuggingFace("{" + base + "}", "qwen.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_experts, 60);
+  EXPECT_EQ(c->moe_router_topk, 4);
+  EXPECT_EQ(c->moe_ffn(), 1408);
+  EXPECT_EQ(c->moe_shared_expert_intermediate_size, 5632);
+  EXPECT_NEAR(ModelParams(*c) / 1e9, 14.3, 0.02);
+  // Every second layer (1, 3) less the dense-only layer 1.
+  auto step2 = GPTConfigFromHuggingFace(
+      R"({"model_type": "qwen3_moe", "num_hidden_layers": 4,
+          "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16,
+          "intermediate_size": 128, "max_position_embeddings": 32,
+          "vocab_size": 100, "num_experts": 8, "num_experts_per_tok": 2,
+          "moe_intermediate_size": 32, "decoder_sparse_step": 2,
+          "mlp_only_layers": [1]})",
+      "qwen3.json");
+  ASSERT_TRUE(step2.ok()) << step2.status();
+  EXPECT_EQ(step2->moe_layer_freq, "[0,0,0,1]");
+  // Refused by name: a head_dim the planner cannot hold, missing experts.
+  auto head = GPTConfigFromHuggingFace(
+      R"({"model_type": "qwen3_moe", "num_hidden_layers": 2,
+          "hidden_size": 64, "num_attention_heads": 4, "head_dim": 32,
+          "intermediate_size": 128, "max_position_embeddings": 32,
+          "vocab_size": 100, "num_experts": 8, "num_experts_per_tok": 2,
+          "moe_intermediate_size": 32})",
+      "q.json");
+  ASSERT_FALSE(head.ok());
+  EXPECT_NE(head.status().message().find("head_dim"), std::string::npos);
+  auto missing = GPTConfigFromHuggingFace(
+      R"({"model_type": "mixtral", "num_hidden_layers": 2,
+          "hidden_size": 64, "num_attention_heads": 4,
+          "intermediate_size": 128, "max_position_embeddings": 32,
+          "vocab_size": 100, "num_experts_per_tok": 2})",
+      "m.json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("num_local_experts"),
+            std::string::npos);
+}
+
 TEST(HfConfigTest, Gpt2Small) {
   auto c = GPTConfigFromHuggingFace(
       R"({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12,

@@ -1,6 +1,9 @@
 #include "planner/layout_search.h"
 
 #include <algorithm>
+#include <utility>
+
+#include "planner/moe_model.h"
 
 namespace mcc {
 namespace planner {
@@ -22,6 +25,10 @@ std::string UnsupportedHere(const JobSpec& job, const Layout& l) {
   }
   if (l.recompute == Recompute::kSelectiveOps) {
     return "torchtitan's op-level checkpointing is not a train mode";
+  }
+  if (l.ep > 1 || l.etp > 1) {
+    return "the GPT does not run expert (tensor) parallelism yet "
+           "(--expert-model-parallel-size, --expert-tensor-parallel-size)";
   }
   return "";
 }
@@ -45,6 +52,14 @@ std::vector<Prediction> SearchLayouts(const JobSpec& job,
     for (int64_t b = 1; b <= 64; b *= 2) micro_batches.push_back(b);
   }
   const int world = job.cluster.world();
+  // Each micro-batch with every EP size a mixture of experts may take ({1}
+  // for a dense model; CheckMoeLayout drops those a stage cannot hold).
+  std::vector<std::pair<int64_t, int>> batch_and_ep;
+  for (int64_t b : micro_batches) {
+    for (int ep : ExpertParallelSizes(job.model, world)) {
+      batch_and_ep.emplace_back(b, ep);
+    }
+  }
   std::vector<Prediction> out;
   for (int tp : Divisors(world)) {
     if (tp > job.cluster.devices_per_node) continue;
@@ -57,7 +72,7 @@ std::vector<Prediction> SearchLayouts(const JobSpec& job,
             if (zero > 0 && dp * cp == 1) break;
             for (Recompute r :
                  {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-              for (int64_t b : micro_batches) {
+              for (const auto& [b, ep] : batch_and_ep) {
                 Layout l;
                 l.tp = tp;
                 l.sequence_parallel = tp > 1;
@@ -68,6 +83,7 @@ std::vector<Prediction> SearchLayouts(const JobSpec& job,
                 l.zero = static_cast<ZeroStage>(zero);
                 l.recompute = r;
                 l.micro_batch = b;
+                SetMoeSearchDefaults(job.model, ep, &l);
                 if (!options.include_unsupported &&
                     !UnsupportedHere(job, l).empty()) {
                   continue;

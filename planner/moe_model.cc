@@ -182,6 +182,22 @@ MoeLayerWork MoeWork(const JobSpec& job, const Layout& l) {
   return w;
 }
 
+std::vector<int> ExpertParallelSizes(const gpt::GPTConfig& c, int stage_ranks) {
+  if (c.num_experts <= 0) return {1};
+  std::vector<int> sizes;
+  for (int ep = 1; ep <= c.num_experts; ++ep) {
+    if (c.num_experts % ep == 0 && stage_ranks % ep == 0) sizes.push_back(ep);
+  }
+  return sizes;
+}
+
+void SetMoeSearchDefaults(const gpt::GPTConfig& c, int ep, Layout* l) {
+  if (c.num_experts <= 0) return;
+  l->ep = ep;
+  l->etp = 1;
+  l->sequence_parallel = false;
+}
+
 std::string DescribeMoe(const JobSpec& job, const Layout& l) {
   const gpt::GPTConfig& c = job.model;
   if (c.num_experts <= 0) return "";

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "models/gpt/gpt_config.h"
@@ -101,6 +102,14 @@ struct MoeLayerWork {
   double etp_bytes = 0;
 };
 MoeLayerWork MoeWork(const JobSpec& job, const Layout& l);
+
+// The EP sizes a layout search tries: {1} for a dense model, else the
+// divisors of the experts that divide a stage's `stage_ranks`.
+std::vector<int> ExpertParallelSizes(const gpt::GPTConfig& c, int stage_ranks);
+// A searched layout of a mixture of experts as train runs it: EP `ep`, the
+// MoE layers whole on every TP rank (ETP 1), no SP (ValidateMoe refuses
+// it). Nothing for a dense model.
+void SetMoeSearchDefaults(const gpt::GPTConfig& c, int ep, Layout* l);
 
 // One line for tools/plan --explain: the experts, their layout, the
 // imbalance taken and why, the all-to-all volume; "" for a dense model.

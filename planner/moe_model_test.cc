@@ -1,12 +1,14 @@
 #include "planner/moe_model.h"
 
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "core/allocator.h"
 #include "gtest/gtest.h"
 #include "models/gpt/gpt_model.h"
 #include "planner/device_spec.h"
+#include "planner/layout_search.h"
 #include "planner/memory_model.h"
 #include "planner/param_count.h"
 #include "planner/step_time_model.h"
@@ -222,6 +224,28 @@ TEST(MoeModelTest, StepTimeCountsActiveExpertsAndAllToAll) {
   EXPECT_DOUBLE_EQ(ep2.ep_comm,
                    4 * 3 * (bytes / (1e9 * d.link_efficiency) + 1e-5));
   EXPECT_GT(ep2.total(), ep1.total() - ep1.ep_comm);
+}
+
+// The search tries every EP dividing the experts and the ranks, as train
+// runs MoE layers (ETP 1, no SP); EP > 1 is listed as not runnable yet.
+TEST(MoeModelTest, SearchTriesExpertParallelism) {
+  JobSpec job = MoeJob(4);
+  job.cluster.device = *ShippedDevice("h100");
+  SearchOptions options;
+  options.include_unsupported = true;
+  options.micro_batches = {1};
+  std::set<int> eps;
+  for (const Prediction& p : SearchLayouts(job, options)) {
+    eps.insert(p.layout.ep);
+    EXPECT_FALSE(p.layout.sequence_parallel) << p.layout.Name();
+    EXPECT_EQ(p.layout.etp, 1) << p.layout.Name();
+    EXPECT_EQ(p.layout.ep > 1, !p.unsupported.empty()) << p.layout.Name();
+  }
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));
+  EXPECT_EQ(ExpertParallelSizes(job.model, 8), (std::vector<int>{1, 2, 4, 8}));
+  gpt::GPTConfig dense = job.model;
+  dense.num_experts = 0;
+  EXPECT_EQ(ExpertParallelSizes(dense, 8), (std::vector<int>{1}));
 }
 
 TEST(MoeModelTest, LayoutsThatDoNotDivideAreRefusedByName) {
