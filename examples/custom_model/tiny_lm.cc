@@ -20,6 +20,7 @@ namespace ops = mcc::ops;
 struct TinyLm::Record : parallel::ActivationRecord {
   int microbatch = 0;
   std::vector<parallel::MlpBlock::Activations> blocks;
+  std::vector<mcc::moe::MoeMlp::Activations> moe_blocks;
   parallel::ColumnParallelLinear::Activations head;
   parallel::VocabParallelCrossEntropy::Activations cross_entropy;
   Tensor loss_sum;
@@ -76,14 +77,31 @@ absl::StatusOr<std::unique_ptr<TinyLm>> TinyLm::Create(
   options.weight_init = init;
   for (int i = first_block; i < first_block + num_blocks; ++i) {
     const std::string name = absl::StrCat("blocks.", i);
-    MCC_ASSIGN_OR_RETURN(
-        parallel::MlpBlock block,
-        parallel::MlpBlock::Create(name, config.hidden, config.ffn_hidden,
-                                   options, context));
     mcc::ParameterList unit;
-    block.AppendParameters(&unit);
+    if (config.num_experts > 0) {
+      mcc::moe::MoeMlpConfig moe;
+      moe.hidden_size = config.hidden;
+      moe.num_experts = config.num_experts;
+      moe.ffn_hidden_size = config.ffn_hidden;
+      moe.router.topk = config.moe_topk;
+      moe.aux_loss_coeff = config.moe_aux_loss_coeff;
+      moe.activation = mcc::moe::ExpertActivation::kGelu;
+      moe.init_std = 0.2f;
+      moe.seed = 1000 + i;  // By global block: every split the same weights.
+      moe.device = context.device;
+      MCC_ASSIGN_OR_RETURN(auto block,
+                           mcc::moe::MoeMlp::Create(name + ".moe", moe));
+      block->AppendParameters(&unit);
+      model->moe_blocks_.push_back(std::move(block));
+    } else {
+      MCC_ASSIGN_OR_RETURN(
+          parallel::MlpBlock block,
+          parallel::MlpBlock::Create(name, config.hidden, config.ffn_hidden,
+                                     options, context));
+      block.AppendParameters(&unit);
+      model->blocks_.push_back(std::move(block));
+    }
     model->units_.push_back(std::move(unit));
-    model->blocks_.push_back(std::move(block));
   }
   if (first_block + num_blocks == config.num_blocks) {
     parallel::LinearOptions head_options;
@@ -143,6 +161,7 @@ absl::StatusOr<parallel::StageOutput> TinyLm::ForwardStep(int microbatch,
   auto record = std::make_unique<Record>();
   record->microbatch = microbatch;
   record->blocks.resize(blocks_.size());
+  record->moe_blocks.resize(moe_blocks_.size());
   Tensor x;
   if (embedding_) {
     MCC_RETURN_IF_ERROR(CallBeforeForward(0));
@@ -156,10 +175,17 @@ absl::StatusOr<parallel::StageOutput> TinyLm::ForwardStep(int microbatch,
     }
     x = input;
   }
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    const int unit = first_block_unit() + static_cast<int>(i);
+  for (int i = 0; i < local_blocks(); ++i) {
+    const int unit = first_block_unit() + i;
     MCC_RETURN_IF_ERROR(CallBeforeForward(unit));
-    MCC_ASSIGN_OR_RETURN(Tensor y, blocks_[i].Forward(x, &record->blocks[i]));
+    Tensor y;
+    if (moe_blocks_.empty()) {
+      MCC_ASSIGN_OR_RETURN(y, blocks_[i].Forward(x, &record->blocks[i]));
+    } else {
+      MCC_ASSIGN_OR_RETURN(
+          y, moe_blocks_[i]->Forward(x, config_.sequences_per_microbatch,
+                                     &record->moe_blocks[i]));
+    }
     MCC_RETURN_IF_ERROR(CallAfterForward(unit));
     MCC_ASSIGN_OR_RETURN(x, Add(x, y));
   }
@@ -261,11 +287,19 @@ absl::StatusOr<Tensor> TinyLm::Backward(
     }
     dx = output_grad;
   }
-  for (int i = static_cast<int>(blocks_.size()) - 1; i >= 0; --i) {
+  for (int i = local_blocks() - 1; i >= 0; --i) {
     const int unit = first_block_unit() + i;
     MCC_RETURN_IF_ERROR(CallBeforeBackward(unit));
-    MCC_ASSIGN_OR_RETURN(Tensor dpath,
-                         blocks_[i].Backward(dx, &rec->blocks[i], deferred));
+    Tensor dpath;
+    if (moe_blocks_.empty()) {
+      MCC_ASSIGN_OR_RETURN(dpath,
+                           blocks_[i].Backward(dx, &rec->blocks[i], deferred));
+    } else {
+      // The balancing loss adds to the LM loss: its gradient scales alike.
+      MCC_ASSIGN_OR_RETURN(
+          dpath, moe_blocks_[i]->Backward(dx, rec->moe_blocks[i], grad_scale));
+      rec->moe_blocks[i] = mcc::moe::MoeMlp::Activations();
+    }
     MCC_RETURN_IF_ERROR(unit_done(unit));
     // The residual's gradient plus the block's.
     MCC_ASSIGN_OR_RETURN(dx, Add(dx, dpath));

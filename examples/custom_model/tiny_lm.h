@@ -4,9 +4,10 @@
 // A language model that megatron_cpp does not know: a token embedding, a
 // stack of residual GELU-MLP blocks and an output layer, trained on next
 // tokens. It is written against the model contract (@megatron_cpp//parallel:
-// model) and the parallel layers only, never against megatron_cpp's GPT, so
-// that data parallelism, ZeRO-3 and the pipeline schedules train it as they
-// train the GPT.
+// model) and the layers only (the parallel layers, and the mixture-of-experts
+// layer of @megatron_cpp//models/moe in its MoE variant), never against
+// megatron_cpp's GPT, so that data parallelism, ZeRO-3 and the pipeline
+// schedules train it as they train the GPT.
 
 #include <cstdint>
 #include <memory>
@@ -14,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
+#include "models/moe/moe_mlp.h"
 #include "parallel/linear.h"
 #include "parallel/mlp_block.h"
 #include "parallel/model.h"
@@ -28,6 +30,12 @@ struct TinyLmConfig {
   int num_blocks = 4;
   int64_t seq_length = 12;
   int64_t sequences_per_microbatch = 2;
+  // The MoE variant: each block's MLP is a mixture of num_experts GELU
+  // experts of ffn_hidden (models/moe's MoeMlp), top-k routed, with the
+  // balancing loss, trained with the LM loss. 0: the dense blocks.
+  int num_experts = 0;
+  int moe_topk = 2;
+  float moe_aux_loss_coeff = 0.01f;
 };
 
 // One micro-batch: input token ids and the next tokens, int64 [tokens].
@@ -45,7 +53,10 @@ TinyLmBatch MakeBatch(const TinyLmConfig& config, int step, int index);
 // model or one pipeline chunk. The chunk holding block 0 owns the embedding,
 // the chunk holding the last block owns the output layer and the loss.
 // Block i computes x + fc2_i(gelu(fc1_i(x))) (@megatron_cpp//parallel:
-// mlp_block). Parameters are named after
+// mlp_block), or x + moe_i(x) in the MoE variant (the block's experts'
+// weight gradients come in B under a split backward: MoeMlp has no deferred
+// weight step; the balancing loss's gradient scales with the LM loss's).
+// Parameters are named after
 // their global position, so every split starts from the same weights.
 // fp32, serial in the tensor dimension. Not thread-safe.
 class TinyLm : public mcc::parallel::Model,
@@ -104,12 +115,16 @@ class TinyLm : public mcc::parallel::Model,
   absl::StatusOr<const TinyLmBatch*> Batch(int microbatch) const;
   // The unit index of the blocks' first unit (after the embedding's).
   int first_block_unit() const { return embedding_ ? 1 : 0; }
+  int local_blocks() const {
+    return static_cast<int>(blocks_.size() + moe_blocks_.size());
+  }
 
   TinyLmConfig config_;
   mcc::parallel::LayerContext context_;
   int first_block_ = 0;
   std::unique_ptr<mcc::parallel::VocabParallelEmbedding> embedding_;
   std::vector<mcc::parallel::MlpBlock> blocks_;
+  std::vector<std::unique_ptr<mcc::moe::MoeMlp>> moe_blocks_;  // MoE variant
   std::unique_ptr<mcc::parallel::ColumnParallelLinear> head_;
   mcc::ParameterList params_;
   std::vector<mcc::ParameterList> units_;

@@ -38,6 +38,9 @@ ABSL_FLAG(int, steps, 10, "Optimizer steps.");
 ABSL_FLAG(double, lr, 0.2, "Learning rate (SGD with momentum 0.9).");
 ABSL_FLAG(int, microbatches, 4, "Micro-batches per step, over all DP ranks.");
 ABSL_FLAG(std::string, out, "", "Each rank writes its results to OUT.RANK.");
+ABSL_FLAG(int, num_experts, 0,
+          "The MoE variant: each block a mixture of this many experts "
+          "(top-2); 0: dense blocks.");
 
 namespace tiny_lm {
 namespace {
@@ -76,7 +79,8 @@ absl::StatusOr<Layout> ParseLayout(const std::string& name) {
 
 absl::Status Train(const Layout& layout, parallel::ParallelState* state,
                    int rank, const std::string& out_path) {
-  const TinyLmConfig config;
+  TinyLmConfig config;
+  config.num_experts = absl::GetFlag(FLAGS_num_experts);
   mcc::comm::ProcessGroup* pp = state ? state->pipeline() : nullptr;
   mcc::comm::ProcessGroup* dp = state ? state->data() : nullptr;
   const int stages = pp ? pp->size() : 1;
