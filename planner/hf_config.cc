@@ -68,6 +68,13 @@ absl::Status ReadMoe(const nlohmann::json& j, const std::string& type,
           c->head_dim(), "; the planner's attention has no other"));
     }
   }
+  // The layer pattern is written out layer by layer.
+  constexpr int kMostMoeLayers = 1 << 16;
+  if (c->num_layers > kMostMoeLayers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": \"num_hidden_layers\" ", c->num_layers, " is more than the ",
+        kMostMoeLayers, " layers a mixture of experts is planned for"));
+  }
   int64_t step = 1;
   if (j.contains("decoder_sparse_step")) {
     MCC_ASSIGN_OR_RETURN(step, need("decoder_sparse_step"));

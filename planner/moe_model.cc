@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "models/gpt/moe_layer_pattern.h"
 
 namespace mcc {
 namespace planner {
@@ -58,8 +59,14 @@ int ExpertDataParallel(const Layout& l) {
 
 int MoeLayersIn(const gpt::GPTConfig& c, int first, int count) {
   if (c.num_experts <= 0) return 0;
+  // Parsed once (IsMoeLayer parses the pattern on every call).
+  auto pattern = gpt::ParseMoeLayerFreq(c.moe_layer_freq, c.num_layers);
+  if (!pattern.ok()) return 0;
   int n = 0;
-  for (int i = first; i < first + count; ++i) n += c.IsMoeLayer(i) ? 1 : 0;
+  for (int i = std::max(0, first); i < std::min(first + count, c.num_layers);
+       ++i) {
+    n += (*pattern)[i] ? 1 : 0;
+  }
   return n;
 }
 
