@@ -156,7 +156,10 @@ std::string FormatExplain(const JobSpec& job, const Prediction& p) {
   row("Megatron's estimate", meg.total(),
       absl::StrCat("theoretical_memory_usage: ", GiB(meg.weights_and_optimizer),
                    " weights and optimizer + ", GiB(meg.activations),
-                   " activations"));
+                   " activations",
+                   job.model.num_experts > 0
+                       ? " (its dense formula: the experts not counted)"
+                       : ""));
   absl::StrAppend(&out, "step time of the slowest stage:\n");
   auto trow = [&](const char* name, double s, double hidden) {
     absl::StrAppendFormat(&out, "  %-20s %12s", name, Ms(s));
