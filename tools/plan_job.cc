@@ -47,6 +47,10 @@ absl::StatusOr<planner::Layout> LayoutFromTrainConfig(
   if (config.num_experts() > 0) {
     l.ep = config.expert_model_parallel_size();
     l.etp = config.expert_tensor_parallel_size();
+    // Unset, Megatron's ETP is TP's; but the GPT runs its MoE layers whole
+    // on every tensor-parallel rank until expert tensor parallelism reaches
+    // it: plan what it runs (ETP 1). Change this with the GPT.
+    if (l.etp == 0) l.etp = 1;
   }
   const int model_parallel = l.tp * l.pp * l.cp;
   if (model_parallel < 1 || world % model_parallel != 0) {

@@ -2,11 +2,12 @@
 # train --dry-run for a mixture-of-experts GPT (issue 41) against real short
 # runs of the same tiny model: the predicted peak memory of a rank within 10%
 # of the run's allocator peak (mem_peak_bytes) serial fp32 (every other layer
-# MoE), serial bf16 (every layer, 8 experts) and DP 2 with the distributed
-# optimizer; the predicted step time is printed beside the measured one (the
-# median of iterations 3-8; not checked: this machine is shared). With EP 2
-# the dry run predicts the experts halved and the all-to-all time whether or
-# not train runs EP yet; an EP that does not divide the experts is refused
+# MoE), serial bf16 (every layer, 8 experts), DP 2 with the distributed
+# optimizer and TP 2 (8 experts, every layer, run whole on each TP rank);
+# the predicted step time is printed beside the measured one (the median of
+# iterations 3-8; not checked: this machine is shared). With EP 2 the dry
+# run predicts the experts halved and the all-to-all time whether or not
+# train runs EP yet; an EP that does not divide the experts is refused
 # naming the flag.
 set -euo pipefail
 launch=$1
@@ -62,6 +63,9 @@ check serial 1
 check bf16_all 1 --bf16 --num-experts 8 --moe-layer-freq 1 \
   --moe-ffn-hidden-size 64
 check dp2_distopt 2 --use-distributed-optimizer
+# TP 2: the GPT runs the MoE layers whole on both ranks (ETP 1).
+check tp2 2 --tensor-model-parallel-size 2 --num-experts 8 \
+  --moe-ffn-hidden-size 64 --moe-layer-freq 1
 
 # EP 2 over 2 ranks: 2 of the 4 experts a rank, the all-to-alls priced.
 world 2 "$train" "${common[@]}" --expert-model-parallel-size 2 --dry-run \
