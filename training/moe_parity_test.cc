@@ -3,10 +3,13 @@
 // z-loss and the expert bias all on, every other layer MoE, over 10 steps,
 // under data parallelism (replicated, the distributed optimizer, ZeRO-3),
 // pipeline parallelism (1F1B and interleaved), full recomputation and
-// tensor parallelism without SP (the MoE layers replicated over TP). The
+// tensor parallelism without SP (the MoE layers replicated over TP) and
+// context parallelism (ring and all-to-all, with seq_aux_loss). The
 // balancing losses' gradients must scale as the LM loss's for the layouts
 // to agree: DP splits the micro-batches the serial run accumulates, and the
-// expert bias steps by the load summed over DP.
+// expert bias steps by the load summed over DP. Under CP each rank holds
+// part of every sequence: the balancing statistics must be the whole
+// sequences' (counts summed over CP) for the losses to be the serial ones.
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -37,6 +40,10 @@ struct Case {
   bool recompute = false;
   int tp = 1;
   double capacity_factor = 0;  // 0: dropless.
+  int cp = 1;
+  parallel::LayerContext::CpCommType cp_comm =
+      parallel::LayerContext::CpCommType::kP2P;
+  gpt::MoeLoadBalancing balancing = gpt::MoeLoadBalancing::kAuxLoss;
 };
 
 std::vector<Case> Cases() {
@@ -61,6 +68,23 @@ std::vector<Case> Cases() {
   Case capacity{"dp2_capacity", 2};
   capacity.capacity_factor = 1.0;
   v.push_back(capacity);
+  // Context parallelism, the balancing loss per sequence (the micro-batches
+  // hold 2 sequences, each split over the CP ranks).
+  Case cp2{"cp2_seq_aux", 2};
+  cp2.cp = 2;
+  cp2.balancing = gpt::MoeLoadBalancing::kSeqAuxLoss;
+  v.push_back(cp2);
+  Case a2a = cp2;
+  a2a.name = "cp2_a2a_seq_aux";
+  a2a.cp_comm = parallel::LayerContext::CpCommType::kAllToAll;
+  v.push_back(a2a);
+  Case cp2_dp2{"cp2_dp2_distopt_seq_aux", 4, 1, 0, true};
+  cp2_dp2.cp = 2;
+  cp2_dp2.balancing = gpt::MoeLoadBalancing::kSeqAuxLoss;
+  v.push_back(cp2_dp2);
+  Case cp2_aux{"cp2_aux", 2};
+  cp2_aux.cp = 2;
+  v.push_back(cp2_aux);
   return v;
 }
 
@@ -82,6 +106,7 @@ TrainOptions Options(const Case& c) {
   m.moe_router_enable_expert_bias = true;
   m.moe_router_bias_update_rate = 1e-2;
   m.moe_expert_capacity_factor = c.capacity_factor;
+  m.moe_router_load_balancing_type = c.balancing;
   if (c.recompute) {
     m.recompute_granularity = gpt::RecomputeGranularity::kFull;
     m.recompute_num_layers = 2;
@@ -97,6 +122,7 @@ TrainOptions Options(const Case& c) {
   o.lr.decay_iters = 10;
   o.pipeline.pipeline_size = c.pp;
   o.pipeline.layers_per_virtual_stage = c.layers_per_virtual_stage;
+  o.cp_comm_type = c.cp_comm;
   return o;
 }
 
@@ -110,6 +136,7 @@ MCC_WORKER(moe_train) {
   parallel::ParallelSizes sizes;
   sizes.pipeline = c.pp;
   sizes.tensor = c.tp;
+  sizes.context = c.cp;
   auto state = optim::testing::InitWorkerState(sizes);
   if (!state.ok()) return 3;
   auto result = optim::testing::Train(Options(c), state->get());
@@ -129,6 +156,7 @@ TrainResult Serial(const Case& c) {
   Case serial;
   serial.recompute = c.recompute;
   serial.capacity_factor = c.capacity_factor;
+  serial.balancing = c.balancing;
   TrainOptions o = Options(serial);
   o.use_ddp = false;
   auto r = optim::testing::Train(o, nullptr);

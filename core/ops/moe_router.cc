@@ -219,14 +219,28 @@ std::vector<int64_t> SequenceCounts(const Tensor& indices, int64_t experts,
   return counts;
 }
 
+// The counts f_e is made of, per sequence: the whole sequences' (totals)
+// or this rank's.
+std::vector<int64_t> BalanceCounts(const Tensor& indices, int64_t experts,
+                                   int64_t sequences,
+                                   const MoeSequenceTotals& totals) {
+  if (totals.counts == nullptr) {
+    return SequenceCounts(indices, experts, sequences);
+  }
+  const int64_t* c = totals.counts->data<int64_t>();
+  return std::vector<int64_t>(c, c + sequences * experts);
+}
+
 absl::Status MoeLoadBalancingLossCpu(const Tensor& scores,
                                      const Tensor& indices, MoeScoreFunction f,
                                      int64_t sequences, float coeff,
-                                     Tensor* loss) {
+                                     Tensor* loss,
+                                     const MoeSequenceTotals& totals) {
   const int64_t t = scores.size(0), e = scores.size(1), k = indices.size(1);
   MCC_RETURN_IF_ERROR(CheckIndexValues("MoeLoadBalancingLoss", indices, e));
-  const int64_t len = t / sequences;
-  const std::vector<int64_t> counts = SequenceCounts(indices, e, sequences);
+  const int64_t len = totals.length > 0 ? totals.length : t / sequences;
+  const std::vector<int64_t> counts =
+      BalanceCounts(indices, e, sequences, totals);
   const float* sp = scores.data<float>();
   std::vector<float> p(e);
   std::vector<double> psum(sequences * e, 0.0);
@@ -248,14 +262,18 @@ absl::Status MoeLoadBalancingLossCpu(const Tensor& scores,
   return absl::OkStatus();
 }
 
-absl::Status MoeLoadBalancingLossBackwardCpu(
-    const Tensor& scores, const Tensor& indices, MoeScoreFunction f,
-    int64_t sequences, float coeff, float grad_scale, Tensor* dlogits) {
+absl::Status MoeLoadBalancingLossBackwardCpu(const Tensor& scores,
+                                             const Tensor& indices,
+                                             MoeScoreFunction f,
+                                             int64_t sequences, float coeff,
+                                             float grad_scale, Tensor* dlogits,
+                                             const MoeSequenceTotals& totals) {
   const int64_t t = scores.size(0), e = scores.size(1), k = indices.size(1);
   MCC_RETURN_IF_ERROR(
       CheckIndexValues("MoeLoadBalancingLossBackward", indices, e));
-  const int64_t len = t / sequences;
-  const std::vector<int64_t> counts = SequenceCounts(indices, e, sequences);
+  const int64_t len = totals.length > 0 ? totals.length : t / sequences;
+  const std::vector<int64_t> counts =
+      BalanceCounts(indices, e, sequences, totals);
   // dL/dp_te = grad_scale * coeff * E * f_e / (len * sequences).
   std::vector<float> dp(sequences * e);
   for (int64_t g = 0; g < sequences; ++g) {
@@ -353,6 +371,26 @@ absl::Status CheckSequences(const char* op, int64_t tokens, int64_t sequences) {
   return absl::OkStatus();
 }
 
+// The totals, when given: counts int64 [sequences, E] on the scores'
+// device, a length of at least this rank's tokens per sequence.
+absl::Status CheckTotals(const char* op, const Tensor& scores,
+                         int64_t sequences, const MoeSequenceTotals& totals) {
+  const int64_t local = scores.size(0) / sequences;
+  if (totals.length != 0 && totals.length < local) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": whole sequence length ", totals.length,
+                     " is below this rank's ", local, " tokens per sequence"));
+  }
+  if (totals.counts == nullptr) return absl::OkStatus();
+  MCC_RETURN_IF_ERROR(CheckDefined(op, {{"totals.counts", totals.counts}}));
+  MCC_RETURN_IF_ERROR(CheckSameDevice(
+      op, {{"scores", &scores}, {"totals.counts", totals.counts}}));
+  MCC_RETURN_IF_ERROR(
+      CheckDType(op, {"totals.counts", totals.counts}, DType::kInt64));
+  return CheckShape(op, {"totals.counts", totals.counts},
+                    {sequences, scores.size(1)});
+}
+
 }  // namespace
 
 absl::Status MoeRouterForward(const Tensor& logits, const Tensor* expert_bias,
@@ -424,8 +462,8 @@ absl::Status MoeRouterBackward(const Tensor& scores, const Tensor& indices,
 
 absl::Status MoeLoadBalancingLoss(const Tensor& scores, const Tensor& indices,
                                   MoeScoreFunction score_function,
-                                  int64_t sequences, float coeff,
-                                  Tensor* loss) {
+                                  int64_t sequences, float coeff, Tensor* loss,
+                                  const MoeSequenceTotals& totals) {
   ScopedOpTimer op_timer("MoeLoadBalancingLoss");
   const char* op = "MoeLoadBalancingLoss";
   MCC_RETURN_IF_ERROR(CheckDefined(
@@ -436,17 +474,20 @@ absl::Status MoeLoadBalancingLoss(const Tensor& scores, const Tensor& indices,
   MCC_RETURN_IF_ERROR(
       CheckIndices(op, indices, scores.size(0), scores.size(1)));
   MCC_RETURN_IF_ERROR(CheckSequences(op, scores.size(0), sequences));
+  MCC_RETURN_IF_ERROR(CheckTotals(op, scores, sequences, totals));
   MCC_RETURN_IF_ERROR(CheckDType(op, {"loss", loss}, DType::kFloat32));
   MCC_RETURN_IF_ERROR(CheckShape(op, {"loss", loss}, {1}));
   return MoeLoadBalancingLossKernels()(scores.device(), scores, indices,
-                                       score_function, sequences, coeff, loss);
+                                       score_function, sequences, coeff, loss,
+                                       totals);
 }
 
 absl::Status MoeLoadBalancingLossBackward(const Tensor& scores,
                                           const Tensor& indices,
                                           MoeScoreFunction score_function,
                                           int64_t sequences, float coeff,
-                                          float grad_scale, Tensor* dlogits) {
+                                          float grad_scale, Tensor* dlogits,
+                                          const MoeSequenceTotals& totals) {
   ScopedOpTimer op_timer("MoeLoadBalancingLossBackward");
   const char* op = "MoeLoadBalancingLossBackward";
   MCC_RETURN_IF_ERROR(CheckDefined(
@@ -457,11 +498,12 @@ absl::Status MoeLoadBalancingLossBackward(const Tensor& scores,
   MCC_RETURN_IF_ERROR(
       CheckIndices(op, indices, scores.size(0), scores.size(1)));
   MCC_RETURN_IF_ERROR(CheckSequences(op, scores.size(0), sequences));
+  MCC_RETURN_IF_ERROR(CheckTotals(op, scores, sequences, totals));
   MCC_RETURN_IF_ERROR(CheckDType(op, {"dlogits", dlogits}, DType::kFloat32));
   MCC_RETURN_IF_ERROR(CheckShape(op, {"dlogits", dlogits}, scores.shape()));
   return MoeLoadBalancingLossBackwardKernels()(scores.device(), scores, indices,
                                                score_function, sequences, coeff,
-                                               grad_scale, dlogits);
+                                               grad_scale, dlogits, totals);
 }
 
 absl::Status MoeZLoss(const Tensor& logits, float coeff, Tensor* loss) {

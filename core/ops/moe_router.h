@@ -30,6 +30,12 @@
 //     micro-batch), sequences = b is seq_aux_loss. Only P carries a gradient
 //     (f is a count).
 //   z-loss: coeff * mean over tokens of logsumexp(logits_t)^2.
+//   Under context parallelism a rank holds only part of each sequence:
+//     given MoeSequenceTotals, f_e comes from the whole sequences' counts
+//     and P_e sums this rank's tokens over the whole length L, so the loss
+//     is this rank's share (the shares over the ranks add up to the whole
+//     sequences' loss) and its gradient is the whole loss's for these
+//     tokens.
 // Backwards take the loss's gradient as a host float (grad_scale: the loss
 // scale over the micro-batch count, as Megatron's MoEAuxLossAutoScaler).
 //
@@ -73,16 +79,28 @@ absl::Status MoeRouterBackward(const Tensor& scores, const Tensor& indices,
                                const MoeRouterOptions& options,
                                Tensor* dlogits);
 
+// The whole sequences' statistics when this rank holds part of each.
+struct MoeSequenceTotals {
+  // int64 [sequences, E] on the scores' device: the slots every token of
+  // each whole sequence routed to each expert; null: this rank's, from
+  // indices.
+  const Tensor* counts = nullptr;
+  // Tokens of each whole sequence; 0: this rank's (tokens / sequences).
+  int64_t length = 0;
+};
+
 // loss [1] (fp32) overwritten. tokens must be a multiple of sequences.
 absl::Status MoeLoadBalancingLoss(const Tensor& scores, const Tensor& indices,
                                   MoeScoreFunction score_function,
-                                  int64_t sequences, float coeff, Tensor* loss);
+                                  int64_t sequences, float coeff, Tensor* loss,
+                                  const MoeSequenceTotals& totals = {});
 // dlogits += grad_scale * d(loss)/d(logits).
 absl::Status MoeLoadBalancingLossBackward(const Tensor& scores,
                                           const Tensor& indices,
                                           MoeScoreFunction score_function,
                                           int64_t sequences, float coeff,
-                                          float grad_scale, Tensor* dlogits);
+                                          float grad_scale, Tensor* dlogits,
+                                          const MoeSequenceTotals& totals = {});
 
 // loss [1] (fp32) overwritten.
 absl::Status MoeZLoss(const Tensor& logits, float coeff, Tensor* loss);
@@ -107,12 +125,11 @@ using MoeRouterBackwardKernel = absl::Status (*)(const Tensor&, const Tensor&,
 using MoeLoadBalancingLossKernel = absl::Status (*)(const Tensor&,
                                                     const Tensor&,
                                                     MoeScoreFunction, int64_t,
-                                                    float, Tensor*);
-using MoeLoadBalancingLossBackwardKernel = absl::Status (*)(const Tensor&,
-                                                            const Tensor&,
-                                                            MoeScoreFunction,
-                                                            int64_t, float,
-                                                            float, Tensor*);
+                                                    float, Tensor*,
+                                                    const MoeSequenceTotals&);
+using MoeLoadBalancingLossBackwardKernel =
+    absl::Status (*)(const Tensor&, const Tensor&, MoeScoreFunction, int64_t,
+                     float, float, Tensor*, const MoeSequenceTotals&);
 using MoeZLossKernel = absl::Status (*)(const Tensor&, float, Tensor*);
 using MoeZLossBackwardKernel = absl::Status (*)(const Tensor&, float, float,
                                                 Tensor*);

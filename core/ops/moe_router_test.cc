@@ -255,6 +255,80 @@ TEST(MoeRouterTest, AuxLossIsTheSwitchFormula) {
   EXPECT_NEAR(loss.ToDoubles()[0], 0.125, 1e-7);
 }
 
+// Context parallelism: two ranks each hold half of every sequence. With
+// the whole sequences' counts and length each rank's loss is its share of
+// the whole loss (the shares add up to it) and its gradient is the whole
+// loss's gradient for its tokens; with only its own counts neither holds.
+TEST(MoeRouterTest, SequenceTotalsGiveSharesOfTheWholeLoss) {
+  constexpr int64_t t = 24, e = 6, b = 3;
+  for (MoeScoreFunction f :
+       {MoeScoreFunction::kSoftmax, MoeScoreFunction::kSigmoid}) {
+    MoeRouterOptions o;
+    o.topk = 2;
+    o.score_function = f;
+    Tensor logits = RandomTensor({t, e}, DType::kFloat32, 11, -2, 2);
+    Routed whole = Route(logits, nullptr, o);
+    std::vector<int64_t> counts(b * e, 0);
+    const std::vector<int> idx = Ints(whole.indices);
+    for (int64_t r = 0; r < t; ++r) {
+      for (int64_t i = 0; i < o.topk; ++i)
+        ++counts[(r % b) * e + idx[r * 2 + i]];
+    }
+    Tensor whole_counts = Tensor::FromInts(counts, {b, e}).value();
+    Tensor loss = Tensor::Empty({1}, DType::kFloat32);
+    ASSERT_TRUE(
+        MoeLoadBalancingLoss(whole.scores, whole.indices, f, b, 0.1f, &loss)
+            .ok());
+    const double whole_loss = loss.ToDoubles()[0];
+    Tensor whole_grad = Tensor::Zeros({t, e}, DType::kFloat32);
+    ASSERT_TRUE(MoeLoadBalancingLossBackward(whole.scores, whole.indices, f, b,
+                                             0.1f, 2.0f, &whole_grad)
+                    .ok());
+    const std::vector<double> want = whole_grad.ToDoubles();
+    for (bool with_totals : {true, false}) {
+      MoeSequenceTotals totals;
+      if (with_totals) totals = {&whole_counts, t / b};
+      double shares = 0;
+      std::vector<double> got;
+      for (int64_t rank = 0; rank < 2; ++rank) {
+        // Rows [12 rank, 12 rank + 12): 4 tokens of each sequence.
+        Tensor scores = whole.scores.Slice(12 * rank, 12 * rank + 12).value();
+        Tensor indices = whole.indices.Slice(12 * rank, 12 * rank + 12).value();
+        ASSERT_TRUE(
+            MoeLoadBalancingLoss(scores, indices, f, b, 0.1f, &loss, totals)
+                .ok());
+        shares += loss.ToDoubles()[0];
+        Tensor grad = Tensor::Zeros({12, e}, DType::kFloat32);
+        ASSERT_TRUE(MoeLoadBalancingLossBackward(scores, indices, f, b, 0.1f,
+                                                 2.0f, &grad, totals)
+                        .ok());
+        const std::vector<double> g = grad.ToDoubles();
+        got.insert(got.end(), g.begin(), g.end());
+      }
+      double worst = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        worst = std::max(worst, std::abs(got[i] - want[i]));
+      }
+      if (with_totals) {
+        EXPECT_NEAR(shares, whole_loss, 1e-6 * whole_loss);
+        EXPECT_LT(worst, 1e-7);
+      } else {
+        // Each rank alone: its own counts over half the length.
+        EXPECT_GT(std::abs(shares / 2 - whole_loss), 1e-4 * whole_loss);
+        EXPECT_GT(worst, 1e-5);
+      }
+    }
+    // Totals of another shape, or shorter than this rank's tokens: refused.
+    Tensor wrong = Tensor::FromInts(counts, {e, b}).value();
+    EXPECT_FALSE(MoeLoadBalancingLoss(whole.scores, whole.indices, f, b, 0.1f,
+                                      &loss, {&wrong, t / b})
+                     .ok());
+    EXPECT_FALSE(MoeLoadBalancingLoss(whole.scores, whole.indices, f, b, 0.1f,
+                                      &loss, {&whole_counts, t / b - 1})
+                     .ok());
+  }
+}
+
 TEST(MoeRouterTest, TiesGoToTheLowerExpertAndBiasOnlyChooses) {
   // Equal logits: experts 0 and 1 chosen, in that order, each weight 1/2.
   Tensor logits = Tensor::Zeros({1, 4}, DType::kFloat32);

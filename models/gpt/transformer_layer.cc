@@ -243,12 +243,14 @@ void TransformerLayer::AppendParameters(ParameterList* out) const {
 absl::StatusOr<std::unique_ptr<moe::MoeMlp>> TransformerLayer::CreateMoe(
     const std::string& prefix, int layer_number, const GPTConfig& config,
     const parallel::LayerContext& context) {
-  if (GroupSize(context.cp_group) > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layer ", layer_number,
-                     ": the MoE layer (--num-experts) is not built for context "
-                     "parallelism (--context-parallel-size ",
-                     GroupSize(context.cp_group), ")"));
+  if (GroupSize(context.cp_group) > 1 &&
+      config.moe_expert_capacity_factor > 0) {
+    // Each rank would drop over its own part of the sequences (Megatron's
+    // choice), not over the micro-batch as the serial run does.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer ", layer_number, ": --moe-expert-capacity-factor with ",
+        "--context-parallel-size ", GroupSize(context.cp_group),
+        " is not built (token dropping under context parallelism)"));
   }
   moe::MoeMlpConfig m;
   m.hidden_size = config.hidden_size;
@@ -285,6 +287,7 @@ absl::StatusOr<std::unique_ptr<moe::MoeMlp>> TransformerLayer::CreateMoe(
   m.init_std = static_cast<float>(config.init_method_std);
   // Every layer draws its own weights; every rank draws the same.
   m.seed = context.seed * 1000003u + 7919u * (layer_number + 1);
+  m.context_parallel = context.cp_group;
   auto created = moe::MoeMlp::Create(prefix, m);
   if (!created.ok()) {
     return absl::Status(

@@ -234,15 +234,18 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, int64_t sequences,
   if (config_.load_balancing != LoadBalancing::kNone &&
       config_.aux_loss_coeff > 0) {
     act->aux_loss = Tensor::Empty({1}, DType::kFloat32, dev);
+    MCC_RETURN_IF_ERROR(SumSequenceCounts(balance_sequences(sequences), act));
     MCC_RETURN_IF_ERROR(ops::MoeLoadBalancingLoss(
         act->scores, act->indices, config_.router.score_function,
-        config_.load_balancing == LoadBalancing::kSeqAuxLoss ? sequences : 1,
-        config_.aux_loss_coeff, &act->aux_loss));
+        balance_sequences(sequences), config_.aux_loss_coeff, &act->aux_loss,
+        Totals(*act)));
   }
   if (config_.z_loss_coeff > 0) {
+    // A mean over the tokens: each CP rank's share is its mean over C.
     act->z_loss = Tensor::Empty({1}, DType::kFloat32, dev);
-    MCC_RETURN_IF_ERROR(
-        ops::MoeZLoss(act->logits, config_.z_loss_coeff, &act->z_loss));
+    MCC_RETURN_IF_ERROR(ops::MoeZLoss(
+        act->logits, config_.z_loss_coeff / context_parallel_size(),
+        &act->z_loss));
   }
 
   // Slots over capacity go to the bucket after the last expert, with weight
@@ -404,13 +407,13 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
   if (act.aux_loss.defined()) {
     MCC_RETURN_IF_ERROR(ops::MoeLoadBalancingLossBackward(
         act.scores, act.indices, config_.router.score_function,
-        config_.load_balancing == LoadBalancing::kSeqAuxLoss ? act.sequences
-                                                             : 1,
-        config_.aux_loss_coeff, loss_grad_scale, &dlogits));
+        balance_sequences(act.sequences), config_.aux_loss_coeff,
+        loss_grad_scale, &dlogits, Totals(act)));
   }
   if (act.z_loss.defined()) {
-    MCC_RETURN_IF_ERROR(ops::MoeZLossBackward(act.logits, config_.z_loss_coeff,
-                                              loss_grad_scale, &dlogits));
+    MCC_RETURN_IF_ERROR(ops::MoeZLossBackward(
+        act.logits, config_.z_loss_coeff / context_parallel_size(),
+        loss_grad_scale, &dlogits));
   }
   MCC_RETURN_IF_ERROR(ops::Gemm(dlogits, true, act.x32, false,
                                 &router_->main_grad, 1.0f, 1.0f));
@@ -434,6 +437,39 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
   Tensor dx = Tensor::Empty({t, h}, dt, dev);
   MCC_RETURN_IF_ERROR(ops::Add(dx_experts, dx32, &dx));
   return dx;
+}
+
+absl::Status MoeMlp::SumSequenceCounts(int64_t sequences,
+                                       Activations* act) const {
+  act->sequence_counts = Tensor();
+  if (context_parallel_size() == 1) return absl::OkStatus();
+  // Counted on the host (the forward reads the expert counts there too),
+  // then summed over the ranks holding the rest of each sequence.
+  const int64_t e = config_.num_experts, k = config_.router.topk;
+  MCC_ASSIGN_OR_RETURN(Tensor host, act->indices.To(Device::CPU()));
+  const int32_t* idx = host.data<int32_t>();
+  std::vector<int64_t> counts(sequences * e, 0);
+  for (int64_t r = 0; r < host.size(0); ++r) {
+    for (int64_t i = 0; i < k; ++i) {
+      ++counts[(r % sequences) * e + idx[r * k + i]];
+    }
+  }
+  MCC_ASSIGN_OR_RETURN(Tensor summed, Tensor::FromInts(counts, {sequences, e}));
+  MCC_ASSIGN_OR_RETURN(summed, summed.To(act->indices.device()));
+  MCC_RETURN_IF_ERROR(
+      config_.context_parallel->AllReduceSync(&summed, comm::ReduceOp::kSum));
+  act->sequence_counts = summed;
+  return absl::OkStatus();
+}
+
+ops::MoeSequenceTotals MoeMlp::Totals(const Activations& act) const {
+  ops::MoeSequenceTotals totals;
+  if (!act.sequence_counts.defined()) return totals;
+  totals.counts = &act.sequence_counts;
+  // Every CP rank holds the same number of each sequence's tokens.
+  totals.length =
+      act.x.size(0) / act.sequence_counts.size(0) * context_parallel_size();
+  return totals;
 }
 
 absl::StatusOr<Tensor> MoeMlp::DispatchRows(const Tensor& rows,

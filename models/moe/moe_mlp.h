@@ -37,6 +37,13 @@
 // dimension is split over it (Megatron's ETP: fc1 column-, fc2
 // row-parallel), ffn_hidden_size divisible by ETP.
 //
+// Context parallelism: given the CP group (each rank holding part of every
+// sequence), the layer stays token-wise; only the balancing statistics are
+// the whole sequences': the routed counts are summed over the group, and
+// aux_loss and z_loss become this rank's share of the whole micro-batch's
+// losses (the shares add up over the group), with the whole losses'
+// gradients for this rank's tokens.
+//
 // Not here yet (issue 41): CUDA kernels, logging of the balance,
 // checkpoint names (the expert weights' Parameter records only the EP
 // split).
@@ -81,6 +88,9 @@ struct MoeMlpConfig {
   Device device = Device::CPU();
   float init_std = 0.02f;
   uint64_t seed = 1234;
+  // The context-parallel group (null or size 1: every token of each
+  // sequence is here).
+  comm::ProcessGroup* context_parallel = nullptr;
 };
 
 // Where the experts live. Null group or size 1: all experts on this rank.
@@ -116,7 +126,11 @@ class MoeMlp {
     Tensor permuted, fc1_out, act_out, expert_out;
     Tensor shared_fc1_out, shared_act_out;
     int64_t sequences = 1;
-    // fp32 [1] each; undefined when the loss is off.
+    // Context parallelism with the balancing loss: int64 [sequences of the
+    // loss, E], the whole sequences' routed slots (summed over the group).
+    Tensor sequence_counts;
+    // fp32 [1] each; undefined when the loss is off. Under context
+    // parallelism this rank's share of the whole sequences' loss.
     Tensor aux_loss, z_loss;
   };
 
@@ -186,6 +200,18 @@ class MoeMlp {
   absl::StatusOr<Tensor> RouterWeight32() const;
   absl::Status ActivateBackward(const Tensor& dout, const Tensor& in,
                                 Tensor* din) const;
+  int context_parallel_size() const {
+    return config_.context_parallel != nullptr
+               ? config_.context_parallel->size()
+               : 1;
+  }
+  // The sequences the balancing loss averages over (b, or 1 for aux_loss).
+  int64_t balance_sequences(int64_t sequences) const {
+    return config_.load_balancing == LoadBalancing::kSeqAuxLoss ? sequences : 1;
+  }
+  // The whole sequences' routed counts (CP > 1), into act.
+  absl::Status SumSequenceCounts(int64_t sequences, Activations* act) const;
+  ops::MoeSequenceTotals Totals(const Activations& act) const;
 
   MoeMlpConfig config_;
   std::unique_ptr<TokenDispatcher> dispatcher_;      // Null without EP.
