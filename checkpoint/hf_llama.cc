@@ -27,6 +27,9 @@ enum class Kind {
   // [E, h, f] -> per expert its down projection [h, f].
   kExpertsFc1,
   kExpertsFc2,
+  // Qwen2-MoE's shared expert: linear_fc1 [2 fs, h] -> gate_proj, up_proj
+  // [fs, h] (rows, as the experts' parts).
+  kSharedFc1,
 };
 
 struct Entry {
@@ -39,6 +42,7 @@ struct Entry {
 struct Dims {
   int64_t h, f, v, heads, groups, d;
   int64_t experts = 0, fm = 0;  // MoE: experts and each one's hidden size.
+  int64_t fs = 0;               // The shared expert's hidden size.
   int64_t per_group() const { return heads / groups; }
 };
 
@@ -81,6 +85,7 @@ Dims DimsOf(const ModelConfig& c) {
   m.d = m.heads > 0 ? m.h / m.heads : 0;
   m.experts = c.num_experts();
   m.fm = c.moe_ffn_hidden_size();
+  m.fs = c.moe_shared_expert_intermediate_size();
   return m;
 }
 
@@ -130,8 +135,8 @@ std::vector<Entry> Table(const ModelConfig& c) {
                  {m.h}});
     if (moe.has_value() && (*moe)[i]) {
       // Mixtral's block_sparse_moe (w1 gate, w3 up, w2 down), Qwen3-MoE's
-      // mlp (gate_proj, up_proj, down_proj).
-      const bool mixtral = !c.qk_layernorm();
+      // and Qwen2-MoE's mlp (gate_proj, up_proj, down_proj).
+      const bool mixtral = !c.qk_layernorm() && !c.add_qkv_bias();
       const std::string block = b + (mixtral ? "block_sparse_moe." : "mlp.");
       t.push_back({a + "mlp.router.weight",
                    {block + "gate.weight"},
@@ -152,6 +157,22 @@ std::vector<Entry> Table(const ModelConfig& c) {
                    fc2,
                    Kind::kExpertsFc2,
                    {m.experts, m.h, m.fm}});
+      if (m.fs > 0) {
+        // Qwen2-MoE's shared_expert and its sigmoid shared_expert_gate.
+        t.push_back({a + "mlp.shared_experts.linear_fc1.weight",
+                     {block + "shared_expert.gate_proj.weight",
+                      block + "shared_expert.up_proj.weight"},
+                     Kind::kSharedFc1,
+                     {2 * m.fs, m.h}});
+        t.push_back({a + "mlp.shared_experts.linear_fc2.weight",
+                     {block + "shared_expert.down_proj.weight"},
+                     Kind::kCopy,
+                     {m.h, m.fs}});
+        t.push_back({a + "mlp.shared_experts.gate_weight",
+                     {block + "shared_expert_gate.weight"},
+                     Kind::kCopy,
+                     {1, m.h}});
+      }
       continue;
     }
     t.push_back({a + "mlp.linear_fc1.weight",
@@ -224,6 +245,8 @@ std::vector<Shape> HfShapes(const Entry& e, const Dims& m,
       return std::vector<Shape>(2 * m.experts, Shape{m.fm, m.h});
     case Kind::kExpertsFc2:
       return std::vector<Shape>(m.experts, Shape{m.h, m.fm});
+    case Kind::kSharedFc1:
+      return {{m.fs, m.h}, {m.fs, m.h}};
   }
   return {};
 }
@@ -348,16 +371,30 @@ absl::Status CheckLlamaCompatible(const ModelConfig& c) {
       why.push_back(absl::StrCat("moe_layer_pattern '", c.moe_layer_pattern(),
                                  "' does not list the ", c.num_layers(),
                                  " layers"));
-    } else if (!c.qk_layernorm() &&
+    } else if (!c.qk_layernorm() && !c.add_qkv_bias() &&
                std::find(moe->begin(), moe->end(), false) != moe->end()) {
       why.push_back(
-          "a dense layer among MoE layers without QK-norm (Mixtral's layers "
-          "are all MoE; Qwen3-MoE's mlp_only_layers need QK-norm)");
+          "a dense layer among MoE layers without QK-norm or a QKV bias "
+          "(Mixtral's layers are all MoE; Qwen3-MoE's and Qwen2-MoE's "
+          "mlp_only_layers need theirs)");
     }
-    if (c.moe_shared_expert_intermediate_size() > 0) {
+    // Qwen2-MoE (a QKV bias): a shared expert with its sigmoid gate; the
+    // others have no shared expert.
+    const bool shared = c.moe_shared_expert_intermediate_size() > 0;
+    if (c.add_qkv_bias() && !(shared && c.moe_shared_expert_gate())) {
       why.push_back(
-          "a shared expert (Qwen2-MoE's, with its sigmoid shared_expert_gate, "
-          "is not built)");
+          "experts with a QKV bias but without a gated shared expert "
+          "(Qwen2-MoE's shared_expert and shared_expert_gate)");
+    }
+    if (!c.add_qkv_bias() && (shared || c.moe_shared_expert_gate())) {
+      why.push_back(
+          "a shared expert or its gate without a QKV bias (only Qwen2-MoE "
+          "has one; Mixtral and Qwen3-MoE do not)");
+    }
+    if (c.moe_router_pre_softmax() && !c.qk_layernorm() && !c.add_qkv_bias()) {
+      why.push_back(
+          "unnormalised top-k weights (--moe-router-pre-softmax) in a "
+          "Mixtral, which always renormalises");
     }
     if (c.moe_router_score_function() != "softmax") {
       why.push_back(absl::StrCat("router scores '",
@@ -366,10 +403,7 @@ absl::Status CheckLlamaCompatible(const ModelConfig& c) {
     }
     if (c.moe_router_enable_expert_bias()) {
       why.push_back(
-          "the router's expert bias has no Mixtral or Qwen3-MoE tensor");
-    }
-    if (c.add_qkv_bias()) {
-      why.push_back("a QKV bias with experts (Qwen2-MoE is not built)");
+          "the router's expert bias has no Mixtral or Qwen-MoE tensor");
     }
     if (c.sliding_window() > 0) {
       why.push_back("a sliding window with experts");
@@ -378,8 +412,8 @@ absl::Status CheckLlamaCompatible(const ModelConfig& c) {
   if (why.empty()) return absl::OkStatus();
   std::string msg =
       "model cannot be expressed as LlamaForCausalLM, MistralForCausalLM, "
-      "Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM or "
-      "Qwen3MoeForCausalLM:";
+      "Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
+      "Qwen2MoeForCausalLM or Qwen3MoeForCausalLM:";
   for (const auto& w : why) absl::StrAppend(&msg, " ", w, ";");
   return absl::FailedPreconditionError(msg);
 }
@@ -422,9 +456,10 @@ absl::StatusOr<NamedTensors> ExportLlama(
         }
         break;
       case Kind::kExpertsFc1:
-      case Kind::kExpertsFc2: {
+      case Kind::kExpertsFc2:
+      case Kind::kSharedFc1: {
         // Rows of the last dimension; each HF tensor is `rows` of them.
-        const int64_t cols = e.shape[2];
+        const int64_t cols = e.shape.back();
         const size_t row = cols * DTypeSize(t.dtype());
         for (size_t i = 0; i < e.hf.size(); ++i) {
           const int64_t rows = shapes[i][0];
@@ -487,9 +522,10 @@ absl::StatusOr<std::map<std::string, Tensor>> ImportLlama(
                     parts[1].raw_data(), parts[1].nbytes());
         break;
       case Kind::kExpertsFc1:
-      case Kind::kExpertsFc2: {
+      case Kind::kExpertsFc2:
+      case Kind::kSharedFc1: {
         r = Tensor::Empty(e.shape, DType::kFloat32);
-        const size_t row = e.shape[2] * sizeof(float);
+        const size_t row = e.shape.back() * sizeof(float);
         for (size_t i = 0; i < parts.size(); ++i) {
           const int64_t rows = shapes[i][0];
           CopyRows(parts[i], 0, &r, static_cast<int64_t>(i) * rows, rows, row);
@@ -509,21 +545,19 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
       hf.contains("model_type") && hf["model_type"].is_string()
           ? hf["model_type"].get<std::string>()
           : "llama";
-  if (model_type == "qwen2_moe") {
-    return absl::UnimplementedError(absl::StrCat(
-        path,
-        ": \"model_type\" \"qwen2_moe\": Qwen2-MoE's shared_expert_gate (a "
-        "sigmoid gate on the shared expert) and its unnormalised top-k "
-        "(norm_topk_prob false) are not built; mixtral and qwen3_moe are"));
-  }
   if (model_type != "llama" && model_type != "mistral" &&
       model_type != "qwen2" && model_type != "qwen3" &&
-      model_type != "mixtral" && model_type != "qwen3_moe") {
-    return absl::UnimplementedError(absl::StrCat(
-        path, ": \"model_type\" \"", model_type,
-        "\" is not llama, mistral, qwen2, qwen3, mixtral or qwen3_moe"));
+      model_type != "mixtral" && model_type != "qwen2_moe" &&
+      model_type != "qwen3_moe") {
+    return absl::UnimplementedError(
+        absl::StrCat(path, ": \"model_type\" \"", model_type,
+                     "\" is not llama, mistral, qwen2, qwen3, mixtral, "
+                     "qwen2_moe or qwen3_moe"));
   }
-  const bool qwen2 = model_type == "qwen2";
+  // Qwen2-MoE: Qwen2's attention (q/k/v biases) with Qwen3-MoE's layer
+  // choice, plus a shared expert behind a sigmoid gate.
+  const bool qwen2_moe = model_type == "qwen2_moe";
+  const bool qwen2 = model_type == "qwen2" || qwen2_moe;
   const bool mixtral = model_type == "mixtral";
   const bool qwen3_moe = model_type == "qwen3_moe";
   const bool qwen3 = model_type == "qwen3" || qwen3_moe;
@@ -595,6 +629,16 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
   }
   MCC_ASSIGN_OR_RETURN(std::optional<checkpoint::RopeScaling> rope_scaling,
                        ParseRopeScaling(hf, path));
+  if (qwen2_moe) {
+    // Newer Qwen2MoeConfig's switch for the q/k/v biases (true by default).
+    MCC_ASSIGN_OR_RETURN(bool qkv_bias, JsonBool(hf, "qkv_bias", path, true));
+    if (!qkv_bias) {
+      return absl::UnimplementedError(absl::StrCat(
+          path,
+          ": \"qkv_bias\" is false; only Qwen2-MoE with q/k/v biases "
+          "is supported"));
+    }
+  }
   for (const char* bias : {"attention_bias", "mlp_bias"}) {
     if (qwen2) break;  // Qwen2 has neither key: q/k/v biases, no others.
     MCC_ASSIGN_OR_RETURN(bool has, JsonBool(hf, bias, path, false));
@@ -605,11 +649,13 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
                        "supported"));
     }
   }
-  // Mixture of experts: Mixtral's every layer; Qwen3-MoE's every
-  // decoder_sparse_step-th (counted from 1) not in mlp_only_layers.
-  int64_t experts = 0, topk = 0, expert_ffn = 0;
+  // Mixture of experts: Mixtral's every layer; Qwen3-MoE's and
+  // Qwen2-MoE's every decoder_sparse_step-th (counted from 1) not in
+  // mlp_only_layers.
+  int64_t experts = 0, topk = 0, expert_ffn = 0, shared_ffn = 0;
+  bool normalize_topk = true;
   std::vector<bool> moe_layers;
-  if (mixtral || qwen3_moe) {
+  if (mixtral || qwen3_moe || qwen2_moe) {
     MCC_ASSIGN_OR_RETURN(experts,
                          need(mixtral ? "num_local_experts" : "num_experts"));
     MCC_ASSIGN_OR_RETURN(topk, need("num_experts_per_tok"));
@@ -621,15 +667,14 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
     MCC_ASSIGN_OR_RETURN(expert_ffn, mixtral ? need("intermediate_size")
                                              : need("moe_intermediate_size"));
     moe_layers.assign(layers, true);
-    if (qwen3_moe) {
-      MCC_ASSIGN_OR_RETURN(bool norm,
+    if (qwen2_moe) {
+      MCC_ASSIGN_OR_RETURN(shared_ffn, need("shared_expert_intermediate_size"));
+    }
+    if (qwen3_moe || qwen2_moe) {
+      // False (the configs' default): the top-k of the softmax over every
+      // expert, as they are (--moe-router-pre-softmax).
+      MCC_ASSIGN_OR_RETURN(normalize_topk,
                            JsonBool(hf, "norm_topk_prob", path, false));
-      if (!norm) {
-        return absl::UnimplementedError(absl::StrCat(
-            path,
-            ": \"norm_topk_prob\" is false; only renormalised top-k "
-            "weights are built"));
-      }
       MCC_ASSIGN_OR_RETURN(int64_t step,
                            JsonPositiveInt(hf, "decoder_sparse_step", path, 1));
       for (int64_t i = 0; i < layers; ++i) moe_layers[i] = (i + 1) % step == 0;
@@ -659,6 +704,11 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
     config.set_moe_ffn_hidden_size(expert_ffn);
     config.set_moe_layer_pattern(MoePattern(moe_layers));
     config.set_moe_router_score_function("softmax");
+    config.set_moe_router_pre_softmax(!normalize_topk);
+    if (shared_ffn > 0) {
+      config.set_moe_shared_expert_intermediate_size(shared_ffn);
+      config.set_moe_shared_expert_gate(true);
+    }
   }
   config.set_num_layers(layers);
   config.set_hidden_size(hidden);
@@ -685,7 +735,8 @@ absl::StatusOr<ModelConfig> ParseLlamaConfigJson(absl::string_view text,
 
 std::string HfArchitecture(const ModelConfig& c) {
   if (c.num_experts() > 0) {
-    return c.qk_layernorm() ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM";
+    if (c.qk_layernorm()) return "Qwen3MoeForCausalLM";
+    return c.add_qkv_bias() ? "Qwen2MoeForCausalLM" : "MixtralForCausalLM";
   }
   if (c.qk_layernorm()) return "Qwen3ForCausalLM";
   if (c.add_qkv_bias()) return "Qwen2ForCausalLM";
@@ -699,7 +750,9 @@ std::string LlamaConfigJson(const ModelConfig& c, DType dtype) {
                                                        : "float32";
   const std::string architecture = HfArchitecture(c);
   const bool llama = architecture == "LlamaForCausalLM";
-  const bool qwen2 = architecture == "Qwen2ForCausalLM";
+  const bool qwen2_moe = architecture == "Qwen2MoeForCausalLM";
+  // Qwen2-MoE's attention is Qwen2's (no head_dim, no attention_bias).
+  const bool qwen2 = architecture == "Qwen2ForCausalLM" || qwen2_moe;
   const bool mixtral = architecture == "MixtralForCausalLM";
   const bool qwen3_moe = architecture == "Qwen3MoeForCausalLM";
   const bool qwen3 = architecture == "Qwen3ForCausalLM";
@@ -733,6 +786,7 @@ std::string LlamaConfigJson(const ModelConfig& c, DType dtype) {
                      : qwen3     ? "qwen3"
                      : mixtral   ? "mixtral"
                      : qwen3_moe ? "qwen3_moe"
+                     : qwen2_moe ? "qwen2_moe"
                                  : "qwen2"},
       {"vocab_size", HfVocabRows(c)},
       {"hidden_size", c.hidden_size()},
@@ -747,11 +801,15 @@ std::string LlamaConfigJson(const ModelConfig& c, DType dtype) {
     config["num_experts_per_tok"] = c.moe_router_topk();
     config["output_router_logits"] = false;
   }
-  if (qwen3_moe) {
+  if (qwen3_moe || qwen2_moe) {
     config["num_experts"] = c.num_experts();
     config["num_experts_per_tok"] = c.moe_router_topk();
     config["moe_intermediate_size"] = c.moe_ffn_hidden_size();
-    config["norm_topk_prob"] = true;
+    if (qwen2_moe) {
+      config["shared_expert_intermediate_size"] =
+          c.moe_shared_expert_intermediate_size();
+    }
+    config["norm_topk_prob"] = !c.moe_router_pre_softmax();
     config["decoder_sparse_step"] = 1;
     nlohmann::ordered_json dense = nlohmann::ordered_json::array();
     if (auto layers = MoeLayers(c)) {

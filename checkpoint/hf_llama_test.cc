@@ -76,6 +76,11 @@ std::map<std::string, Tensor> RandomParams(const checkpoint::ModelConfig& c) {
       add(l + "mlp.router.weight", {e, h});
       add(l + "mlp.experts.linear_fc1.weight", {e, 2 * fm, h});
       add(l + "mlp.experts.linear_fc2.weight", {e, h, fm});
+      if (const int64_t fs = c.moe_shared_expert_intermediate_size(); fs > 0) {
+        add(l + "mlp.shared_experts.linear_fc1.weight", {2 * fs, h});
+        add(l + "mlp.shared_experts.linear_fc2.weight", {h, fs});
+        add(l + "mlp.shared_experts.gate_weight", {1, h});
+      }
       continue;
     }
     add(l + "mlp.linear_fc1.weight", {2, f, h});
@@ -732,6 +737,65 @@ TEST(HfLlamaTest, MixtralAndQwen3MoeConfigsRoundTrip) {
   }
 }
 
+// Qwen2-MoE: q/k/v biases, a dense first layer, a shared expert behind its
+// sigmoid gate, top-k weights not renormalised.
+checkpoint::ModelConfig Qwen2MoeConfig() {
+  checkpoint::ModelConfig c = SmallConfig(/*tied=*/false);
+  c.set_add_qkv_bias(true);
+  c.set_num_experts(4);
+  c.set_moe_router_topk(2);
+  c.set_moe_ffn_hidden_size(6);
+  c.set_moe_layer_pattern("[0,1]");
+  c.set_moe_router_score_function("softmax");
+  c.set_moe_shared_expert_intermediate_size(7);
+  c.set_moe_shared_expert_gate(true);
+  c.set_moe_router_pre_softmax(true);
+  return c;
+}
+
+TEST(HfLlamaTest, Qwen2MoeSharedExpertAndGateRoundTrip) {
+  const checkpoint::ModelConfig config = Qwen2MoeConfig();
+  EXPECT_EQ(HfArchitecture(config), "Qwen2MoeForCausalLM");
+  const std::string text = LlamaConfigJson(config, DType::kFloat32);
+  for (const char* key :
+       {"\"model_type\": \"qwen2_moe\"", "\"norm_topk_prob\": false",
+        "\"shared_expert_intermediate_size\": 7",
+        "\"moe_intermediate_size\": 6", "\"mlp_only_layers\": [\n    0\n  ]"}) {
+    EXPECT_TRUE(absl::StrContains(text, key)) << key << "\n" << text;
+  }
+  EXPECT_FALSE(absl::StrContains(text, "attention_bias")) << text;
+  auto parsed = ParseLlamaConfigJson(text, "c.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  checkpoint::ModelConfig want = config;
+  want.set_padded_vocab_size(11);
+  EXPECT_EQ(parsed->DebugString(), want.DebugString());
+
+  const auto params = RandomParams(config);
+  auto hf = ExportLlama(params, config);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  const std::string b = "model.layers.1.mlp.";
+  const Tensor& shared1 =
+      params.at("decoder.layers.1.mlp.shared_experts.linear_fc1.weight");
+  // Ours [14, 12]: gate_proj rows 0..6, up_proj rows 7..13.
+  EXPECT_EQ(Get(*hf, b + "shared_expert.gate_proj.weight").ToDoubles(),
+            Rows(shared1, 0, 7));
+  EXPECT_EQ(Get(*hf, b + "shared_expert.up_proj.weight").ToDoubles(),
+            Rows(shared1, 7, 7));
+  EXPECT_EQ(Get(*hf, b + "shared_expert.down_proj.weight").ToDoubles(),
+            params.at("decoder.layers.1.mlp.shared_experts.linear_fc2.weight")
+                .ToDoubles());
+  EXPECT_EQ(Get(*hf, b + "shared_expert_gate.weight").shape(), (Shape{1, 12}));
+  Get(*hf, "model.layers.0.mlp.gate_proj.weight");
+  Get(*hf, "model.layers.1.self_attn.q_proj.bias");
+  Get(*hf, b + "experts.3.down_proj.weight");
+  auto back = ImportLlama(*hf, config);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), params.size());
+  for (const auto& [name, t] : params) {
+    EXPECT_EQ(back->at(name).ToDoubles(), t.ToDoubles()) << name;
+  }
+}
+
 TEST(HfLlamaTest, MoeConfigsNotBuiltAreRefusedByName) {
   auto refused = [](checkpoint::ModelConfig c, const std::string& what) {
     const absl::Status s = CheckLlamaCompatible(c);
@@ -740,7 +804,13 @@ TEST(HfLlamaTest, MoeConfigsNotBuiltAreRefusedByName) {
   };
   checkpoint::ModelConfig c = MixtralConfig(false);
   c.set_moe_shared_expert_intermediate_size(8);
-  refused(c, "shared_expert_gate");
+  refused(c, "a shared expert or its gate without a QKV bias");
+  c = Qwen2MoeConfig();
+  c.set_moe_shared_expert_gate(false);
+  refused(c, "without a gated shared expert");
+  c = MixtralConfig(false);
+  c.set_moe_router_pre_softmax(true);
+  refused(c, "in a Mixtral, which always renormalises");
   c = MixtralConfig(false);
   c.set_moe_router_score_function("sigmoid");
   refused(c, "router scores 'sigmoid'");
@@ -752,27 +822,33 @@ TEST(HfLlamaTest, MoeConfigsNotBuiltAreRefusedByName) {
   refused(c, "Mixtral's layers are all MoE");
   c.set_moe_layer_pattern("[1]");
   refused(c, "does not list the 2 layers");
-  const std::string qwen2_moe =
-      R"({"model_type": "qwen2_moe", "vocab_size": 8, "hidden_size": 8})";
-  auto parsed = ParseLlamaConfigJson(qwen2_moe, "q/config.json");
+  // A Qwen2-MoE config.json without its shared expert's size, or with
+  // q/k/v biases switched off.
+  std::string qwen2_moe = LlamaConfigJson(Qwen2MoeConfig(), DType::kFloat32);
+  std::string lacking = qwen2_moe;
+  lacking.replace(lacking.find("\"shared_expert_intermediate_size\""),
+                  std::string("\"shared_expert_intermediate_size\"").size(),
+                  "\"unused\"");
+  auto parsed = ParseLlamaConfigJson(lacking, "q/config.json");
   ASSERT_FALSE(parsed.ok());
-  EXPECT_TRUE(
-      absl::StrContains(parsed.status().message(), "shared_expert_gate"))
+  EXPECT_TRUE(absl::StrContains(parsed.status().message(),
+                                "shared_expert_intermediate_size"))
       << parsed.status();
   EXPECT_TRUE(absl::StrContains(parsed.status().message(), "q/config.json"));
-  std::string qwen3_moe = LlamaConfigJson(
-      [] {
-        checkpoint::ModelConfig q = MixtralConfig(false);
-        q.set_qk_layernorm(true);
-        return q;
-      }(),
-      DType::kFloat32);
-  qwen3_moe.replace(qwen3_moe.find("\"norm_topk_prob\": true"),
-                    std::string("\"norm_topk_prob\": true").size(),
-                    "\"norm_topk_prob\": false");
-  parsed = ParseLlamaConfigJson(qwen3_moe, "c.json");
+  qwen2_moe.replace(qwen2_moe.find("{"), 1, "{\"qkv_bias\": false, ");
+  parsed = ParseLlamaConfigJson(qwen2_moe, "q/config.json");
   ASSERT_FALSE(parsed.ok());
-  EXPECT_TRUE(absl::StrContains(parsed.status().message(), "norm_topk_prob"));
+  EXPECT_TRUE(absl::StrContains(parsed.status().message(), "qkv_bias"))
+      << parsed.status();
+  // Qwen3-MoE's norm_topk_prob false is now read as pre-softmax weights.
+  checkpoint::ModelConfig q = MixtralConfig(false);
+  q.set_qk_layernorm(true);
+  q.set_moe_router_pre_softmax(true);
+  const std::string qwen3_moe = LlamaConfigJson(q, DType::kFloat32);
+  EXPECT_TRUE(absl::StrContains(qwen3_moe, "\"norm_topk_prob\": false"));
+  parsed = ParseLlamaConfigJson(qwen3_moe, "c.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->moe_router_pre_softmax());
 }
 
 }  // namespace

@@ -164,6 +164,9 @@ absl::StatusOr<MoeWeights> MoeOf(const moe::MoeMlp& moe) {
     m.shared_fc1 = Whole(*moe.shared_fc1_weight());
     m.shared_fc2 = Whole(*moe.shared_fc2_weight());
   }
+  if (moe.shared_gate_weight() != nullptr) {
+    m.shared_gate = moe.shared_gate_weight()->value.ToFloats();
+  }
   return m;
 }
 

@@ -39,6 +39,9 @@ struct MoeWeights {
   std::vector<float> expert_bias;        // [experts]; empty without
   std::vector<LinearWeights> fc1, fc2;   // Per expert: [2f or f, h], [h, f].
   LinearWeights shared_fc1, shared_fc2;  // out == 0: no shared expert.
+  // The shared expert's gate [hidden] (sigmoid(x . gate) scales it); empty
+  // without.
+  std::vector<float> shared_gate;
 };
 
 struct LayerWeights {

@@ -388,8 +388,15 @@ absl::Status ModelRunner::MoeRows(const LayerWeights& lw, const PackedLayer& pl,
                                  pl.expert_fc2[ex], x, weights[j], acc));
     }
     if (m.shared_fc1.out > 0) {
+      float gate = 1.0f;
+      if (!m.shared_gate.empty()) {
+        // sigmoid(x . w_g), the sum in fp32 as the training model's GEMM.
+        float logit = 0.0f;
+        for (int64_t j = 0; j < h; ++j) logit += x[j] * m.shared_gate[j];
+        gate = 1.0f / (1.0f + std::exp(-logit));
+      }
       MCC_RETURN_IF_ERROR(
-          expert(pl.shared_fc1, m.shared_fc1.out, pl.shared_fc2, x, 1.0f, acc));
+          expert(pl.shared_fc1, m.shared_fc1.out, pl.shared_fc2, x, gate, acc));
     }
   }
   return absl::OkStatus();

@@ -420,6 +420,16 @@ std::vector<Row> Table() {
       {"--moe-shared-expert-intermediate-size", "8"}, moe);
   add("train", "moe_shared_expert_intermediate_size", V::kWarned,
       {"--moe-shared-expert-intermediate-size", "8"}, tm);
+  add("train", "moe_shared_expert_gate", V::kEffect,
+      {"--moe-shared-expert-gate"},
+      With(moe, {"--moe-shared-expert-intermediate-size", "8"}));
+  add("train", "moe_shared_expert_gate", V::kWarned,
+      {"--moe-shared-expert-gate"}, moe);
+  add("train", "moe_router_pre_softmax", V::kEffect,
+      {"--moe-router-pre-softmax"}, moe);
+  add("train", "moe_router_pre_softmax", V::kWarned,
+      {"--moe-router-pre-softmax"},
+      With(moe, {"--moe-router-score-function", "sigmoid"}));
   add("train", "moe_router_score_function", V::kEffect,
       {"--moe-router-score-function", "sigmoid"}, moe);
   add("train", "moe_router_score_function", V::kWarned,

@@ -11,8 +11,9 @@
 # sharded or not. An optional sixth argument names the family the reference
 # writes (llama, llama31: rope_scaling of type llama3; qwen2: q/k/v biases,
 # tied embeddings; qwen3: QK-norm; mixtral: every layer 4 experts, top-2;
-# mistral: a sliding window of 6 keys over 22 positions) and so the training
-# flags.
+# qwen2_moe: q/k/v biases, layer 1 4 experts top-2 not renormalised plus a
+# gated shared expert, layer 0 dense; mistral: a sliding window of 6 keys
+# over 22 positions) and so the training flags.
 set -euo pipefail
 launch=$1
 train=$2
@@ -30,6 +31,10 @@ case $family in
   qwen3) family_flags=(--untie-embeddings-and-output-weights --qk-layernorm); model_type=qwen3 ;;
   mixtral) family_flags=(--untie-embeddings-and-output-weights --num-experts 4
              --moe-router-topk 2 --moe-ffn-hidden-size 48); model_type=mixtral ;;
+  qwen2_moe) family_flags=(--untie-embeddings-and-output-weights --add-qkv-bias
+               --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32
+               --moe-layer-freq "[0,1]" --moe-shared-expert-intermediate-size 48
+               --moe-shared-expert-gate --moe-router-pre-softmax); model_type=qwen2_moe ;;
   mistral) family_flags=(--untie-embeddings-and-output-weights --window-size 5,0); model_type=mistral ;;
   *) echo "unknown family $family"; exit 1 ;;
 esac
@@ -37,6 +42,7 @@ esac
 # are replicated over TP, without SP).
 ffn=176
 [[ $family == mixtral ]] && ffn=48
+[[ $family == qwen2_moe ]] && ffn=96
 work=${TEST_TMPDIR:-$(mktemp -d)}
 python=/usr/bin/python3
 if ! "$python" -c "import torch" > /dev/null 2>&1; then

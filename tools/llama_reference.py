@@ -2,8 +2,10 @@
 """A plain PyTorch reference of Hugging Face's LlamaForCausalLM forward pass,
 and of the family members built on it (--family): Llama 3.1's rope_scaling
 (type llama3), Qwen2's q/k/v biases with tied embeddings, Qwen3's QK-norm,
-Mixtral's sparse mixture-of-experts MLP (mixtral_moe), Mistral's sliding
-window.
+Mixtral's sparse mixture-of-experts MLP (mixtral_moe), Qwen2-MoE's
+(qwen2_moe_mlp: Qwen2's attention, experts every decoder_sparse_step-th
+layer, top-k probabilities not renormalised, a shared expert behind a
+sigmoid gate), Mistral's sliding window.
 
 Written from the architecture's definition (no transformers import): token
 embedding; per layer RMSNorm, rotary positions in the rotate-half form (dim i
@@ -78,6 +80,19 @@ FAMILIES = {
                 "model_type": "mixtral", "intermediate_size": 48,
                 "num_local_experts": 4, "num_experts_per_tok": 2,
                 "sliding_window": None, "output_router_logits": False},
+    # Layer 1 (decoder_sparse_step 2) a mixture of 4 experts of
+    # moe_intermediate_size, top-2, the softmax's top-2 as they are
+    # (norm_topk_prob false), plus a shared expert scaled by
+    # sigmoid(shared_expert_gate . x); layer 0 a dense MLP of
+    # intermediate_size.
+    "qwen2_moe": {"architectures": ["Qwen2MoeForCausalLM"],
+                  "model_type": "qwen2_moe", "intermediate_size": 96,
+                  "num_experts": 4, "num_experts_per_tok": 2,
+                  "moe_intermediate_size": 32,
+                  "shared_expert_intermediate_size": 48,
+                  "norm_topk_prob": False, "decoder_sparse_step": 2,
+                  "mlp_only_layers": [], "use_sliding_window": False,
+                  "output_router_logits": False},
     # A window of 6 keys, shorter than the 22 positions the test runs.
     "mistral": {"architectures": ["MistralForCausalLM"],
                 "model_type": "mistral", "head_dim": 16, "sliding_window": 6},
@@ -87,7 +102,7 @@ FAMILIES = {
 # test needs a margin over 1e-2); Qwen2's tied head repeats tokens, seed 3
 # changes token once.
 FAMILY_SEEDS = {"llama": 2, "llama31": 2, "qwen2": 3, "qwen3": 3,
-                "mixtral": 2, "mistral": 8}
+                "mixtral": 2, "qwen2_moe": 7, "mistral": 8}
 
 _DTYPES = {"F32": (torch.float32, 4), "BF16": (torch.bfloat16, 2),
            "F16": (torch.float16, 2)}
@@ -123,7 +138,7 @@ def random_weights(c, seed):
         w[p + "self_attn.k_proj.weight"] = normal(kv, h, std=qk_std)
         w[p + "self_attn.v_proj.weight"] = normal(kv, h, std=h ** -0.5)
         w[p + "self_attn.o_proj.weight"] = normal(h, h, std=h ** -0.5)
-        if c["model_type"] == "qwen2":
+        if c["model_type"] in ("qwen2", "qwen2_moe"):
             w[p + "self_attn.q_proj.bias"] = normal(h, std=0.5)
             w[p + "self_attn.k_proj.bias"] = normal(kv, std=0.5)
             w[p + "self_attn.v_proj.bias"] = normal(kv, std=0.5)
@@ -141,6 +156,23 @@ def random_weights(c, seed):
                 w[x + "w1.weight"] = normal(f, h, std=h ** -0.5)
                 w[x + "w2.weight"] = normal(h, f, std=f ** -0.5)
                 w[x + "w3.weight"] = normal(f, h, std=h ** -0.5)
+            continue
+        if is_qwen2_moe_layer(c, i):
+            m = p + "mlp."
+            fm, fs = c["moe_intermediate_size"], \
+                c["shared_expert_intermediate_size"]
+            w[m + "gate.weight"] = normal(c["num_experts"], h,
+                                          std=2.0 * h ** -0.5)
+            for e in range(c["num_experts"]):
+                x = f"{m}experts.{e}."
+                w[x + "gate_proj.weight"] = normal(fm, h, std=h ** -0.5)
+                w[x + "up_proj.weight"] = normal(fm, h, std=h ** -0.5)
+                w[x + "down_proj.weight"] = normal(h, fm, std=fm ** -0.5)
+            x = m + "shared_expert."
+            w[x + "gate_proj.weight"] = normal(fs, h, std=h ** -0.5)
+            w[x + "up_proj.weight"] = normal(fs, h, std=h ** -0.5)
+            w[x + "down_proj.weight"] = normal(h, fs, std=fs ** -0.5)
+            w[m + "shared_expert_gate.weight"] = normal(1, h, std=h ** -0.5)
             continue
         w[p + "mlp.gate_proj.weight"] = normal(f, h, std=h ** -0.5)
         w[p + "mlp.up_proj.weight"] = normal(f, h, std=h ** -0.5)
@@ -227,6 +259,9 @@ def forward(w, c, ids):
         if c["model_type"] == "mixtral":
             x = x + mixtral_moe(w, c, p + "block_sparse_moe.", y)
             continue
+        if is_qwen2_moe_layer(c, i):
+            x = x + qwen2_moe_mlp(w, c, p + "mlp.", y)
+            continue
         gate = y @ w[p + "mlp.gate_proj.weight"].T
         up = y @ w[p + "mlp.up_proj.weight"].T
         x = x + (torch.nn.functional.silu(gate) * up) @ \
@@ -252,6 +287,37 @@ def mixtral_moe(w, c, m, y):
                 (y[t] @ w[x + "w3.weight"].T)
             out[t] += top[t, j] * (hidden @ w[x + "w2.weight"].T)
     return out
+
+
+def is_qwen2_moe_layer(c, i):
+    """Qwen2-MoE's sparse layers: every decoder_sparse_step-th, counted from
+    1, that mlp_only_layers does not name."""
+    return c["model_type"] == "qwen2_moe" and \
+        i not in c["mlp_only_layers"] and \
+        (i + 1) % c["decoder_sparse_step"] == 0
+
+
+def swiglu_mlp(w, x, y):
+    return (torch.nn.functional.silu(y @ w[x + "gate_proj.weight"].T) *
+            (y @ w[x + "up_proj.weight"].T)) @ w[x + "down_proj.weight"].T
+
+
+def qwen2_moe_mlp(w, c, m, y):
+    """Qwen2-MoE's sparse MLP: the softmax over the router's logits, its top
+    num_experts_per_tok probabilities (renormalised to 1 only with
+    norm_topk_prob), each chosen expert's SwiGLU MLP summed with them; plus
+    the shared expert's SwiGLU MLP times sigmoid(y . shared_expert_gate)."""
+    probs = (y @ w[m + "gate.weight"].T).softmax(-1)
+    top, chosen = probs.topk(c["num_experts_per_tok"], dim=-1)
+    if c["norm_topk_prob"]:
+        top = top / top.sum(-1, keepdim=True)
+    out = torch.zeros_like(y)
+    for t in range(y.shape[0]):
+        for j in range(chosen.shape[1]):
+            x = f"{m}experts.{int(chosen[t, j])}."
+            out[t] += top[t, j] * swiglu_mlp(w, x, y[t])
+    gate = torch.sigmoid(y @ w[m + "shared_expert_gate.weight"].T)  # [s, 1]
+    return out + gate * swiglu_mlp(w, m + "shared_expert.", y)
 
 
 def write_safetensors(path, tensors):

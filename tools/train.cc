@@ -550,6 +550,16 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const training::TrainConfig& config,
       {"moe_layer_freq", dense, no_experts},
       {"moe_shared_expert_intermediate_size", dense, no_experts},
       {"moe_router_score_function", dense, no_experts},
+      {"moe_shared_expert_gate",
+       dense || config.moe_shared_expert_intermediate_size() == 0,
+       dense ? no_experts
+             : "it needs --moe-shared-expert-intermediate-size (a shared "
+               "expert to gate)"},
+      {"moe_router_pre_softmax",
+       dense || config.moe_router_score_function() != "softmax",
+       dense ? no_experts
+             : "sigmoid scores are renormalised over the top-k whatever it "
+               "says (Megatron's)"},
       {"moe_router_load_balancing_type", dense, no_experts},
       {"moe_aux_loss_coeff", dense, no_experts},
       {"moe_aux_loss_coeff",

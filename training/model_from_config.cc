@@ -53,6 +53,8 @@ absl::Status MoeFromConfig(const TrainConfig& config, gpt::GPTConfig* c) {
   c->moe_aux_loss_coeff = config.moe_aux_loss_coeff();
   c->moe_z_loss_coeff = config.moe_z_loss_coeff();
   c->moe_router_enable_expert_bias = config.moe_router_enable_expert_bias();
+  c->moe_shared_expert_gate = config.moe_shared_expert_gate();
+  c->moe_router_pre_softmax = config.moe_router_pre_softmax();
   c->moe_router_bias_update_rate = config.moe_router_bias_update_rate();
   c->moe_expert_capacity_factor = config.moe_expert_capacity_factor();
   c->moe_token_drop_policy = config.moe_token_drop_policy();

@@ -33,7 +33,9 @@ std::string GPTConfig::Architecture() const {
   if (num_experts > 0) {
     choices.push_back(absl::StrCat(
         "MoE ", num_experts, " experts top-", moe_router_topk,
-        moe_shared_expert_intermediate_size > 0 ? " + shared" : ""));
+        moe_shared_expert_intermediate_size > 0
+            ? (moe_shared_expert_gate ? " + gated shared" : " + shared")
+            : ""));
   }
   if (sliding_window()) {
     choices.push_back(absl::StrCat("sliding window ", window_left + 1));

@@ -80,6 +80,13 @@ struct GPTConfig {
   std::string moe_layer_freq = "1";  // --moe-layer-freq (moe_layer_pattern.h)
   // --moe-shared-expert-intermediate-size; 0: no shared expert.
   int64_t moe_shared_expert_intermediate_size = 0;
+  // --moe-shared-expert-gate: the shared expert's output times
+  // sigmoid(x . w_g) (Qwen2-MoE's shared_expert_gate).
+  bool moe_shared_expert_gate = false;
+  // --moe-router-pre-softmax: the combine weights are the softmax over all
+  // experts' logits, not renormalised over the top-k (Qwen2-MoE's
+  // norm_topk_prob false).
+  bool moe_router_pre_softmax = false;
   ops::MoeScoreFunction moe_router_score_function =
       ops::MoeScoreFunction::kSoftmax;  // --moe-router-score-function
   // --moe-router-load-balancing-type, with --moe-aux-loss-coeff.

@@ -62,6 +62,8 @@ checkpoint::ModelConfig ToProto(const gpt::GPTConfig& c, DType dtype) {
                                         ? "sigmoid"
                                         : "softmax");
     p.set_moe_router_enable_expert_bias(c.moe_router_enable_expert_bias);
+    p.set_moe_shared_expert_gate(c.moe_shared_expert_gate);
+    p.set_moe_router_pre_softmax(c.moe_router_pre_softmax);
   }
   p.set_params_dtype(static_cast<int32_t>(dtype));
   return p;
@@ -114,6 +116,8 @@ absl::StatusOr<gpt::GPTConfig> FromProto(const checkpoint::ModelConfig& p) {
                        "' is not softmax or sigmoid"));
     }
     c.moe_router_enable_expert_bias = p.moe_router_enable_expert_bias();
+    c.moe_shared_expert_gate = p.moe_shared_expert_gate();
+    c.moe_router_pre_softmax = p.moe_router_pre_softmax();
   }
   if (p.has_rope_scaling()) {
     const checkpoint::RopeScaling& r = p.rope_scaling();

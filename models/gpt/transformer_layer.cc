@@ -260,6 +260,13 @@ absl::StatusOr<std::unique_ptr<moe::MoeMlp>> TransformerLayer::CreateMoe(
   m.router.topk = config.moe_router_topk;
   m.router.score_function = config.moe_router_score_function;
   m.expert_bias = config.moe_router_enable_expert_bias;
+  // Without a shared expert the gate has nothing to scale, and sigmoid
+  // scores are renormalised whatever the flag (Megatron's): both warned.
+  m.shared_expert_gate = config.moe_shared_expert_gate &&
+                         config.moe_shared_expert_intermediate_size > 0;
+  m.router.normalize_topk =
+      !(config.moe_router_pre_softmax &&
+        config.moe_router_score_function == ops::MoeScoreFunction::kSoftmax);
   switch (config.moe_router_load_balancing_type) {
     case MoeLoadBalancing::kNone:
       m.load_balancing = moe::LoadBalancing::kNone;

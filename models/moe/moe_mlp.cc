@@ -167,6 +167,14 @@ absl::StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(
         m->shared_fc2_,
         MakeParameter(prefix + ".shared_experts.linear_fc2.weight", {h, fs},
                       config.dtype, std, config.seed, 4, config.device));
+    if (config.shared_expert_gate) {
+      MCC_ASSIGN_OR_RETURN(
+          m->shared_gate_,
+          MakeParameter(prefix + ".shared_experts.gate_weight", {1, h},
+                        config.dtype, std, config.seed, 5, config.device));
+    }
+  } else if (config.shared_expert_gate) {
+    return Invalid("a shared expert gate needs a shared expert");
   }
   if (config.expert_bias) {
     m->expert_bias_ = Tensor::Zeros({e}, DType::kFloat32, config.device);
@@ -175,7 +183,8 @@ absl::StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(
 }
 
 void MoeMlp::AppendParameters(ParameterList* out) const {
-  for (const auto& p : {router_, fc1_, fc2_, shared_fc1_, shared_fc2_}) {
+  for (const auto& p :
+       {router_, fc1_, fc2_, shared_fc1_, shared_fc2_, shared_gate_}) {
     if (p != nullptr) out->push_back(p);
   }
 }
@@ -183,6 +192,14 @@ void MoeMlp::AppendParameters(ParameterList* out) const {
 absl::StatusOr<Tensor> MoeMlp::RouterWeight32() const {
   if (router_->value.dtype() == DType::kFloat32) return router_->value;
   return router_->value.To(DType::kFloat32);
+}
+
+ops::MoeRouterOptions MoeMlp::GateOptions() const {
+  ops::MoeRouterOptions o;
+  o.topk = 1;
+  o.score_function = ops::MoeScoreFunction::kSigmoid;
+  o.normalize_topk = false;
+  return o;
 }
 
 absl::Status MoeMlp::Activate(const Tensor& in, Tensor* out) const {
@@ -334,10 +351,38 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, int64_t sequences,
         ops::Gemm(x, false, shared_fc1_->value, true, &act->shared_fc1_out));
     act->shared_act_out = Tensor::Empty({t, fs}, dt, dev);
     MCC_RETURN_IF_ERROR(Activate(act->shared_fc1_out, &act->shared_act_out));
-    Tensor shared = Tensor::Empty({t, h}, DType::kFloat32, dev);
+    if (shared_gate_ == nullptr) {
+      Tensor shared = Tensor::Empty({t, h}, DType::kFloat32, dev);
+      MCC_RETURN_IF_ERROR(ops::Gemm(act->shared_act_out, false,
+                                    shared_fc2_->value, true, &shared));
+      MCC_RETURN_IF_ERROR(ops::Add(y, shared, &y));
+      return y;
+    }
+    act->shared_out = Tensor::Empty({t, h}, dt, dev);
     MCC_RETURN_IF_ERROR(ops::Gemm(act->shared_act_out, false,
-                                  shared_fc2_->value, true, &shared));
-    MCC_RETURN_IF_ERROR(ops::Add(y, shared, &y));
+                                  shared_fc2_->value, true, &act->shared_out));
+    // The gate is a one-expert router: its top-1 weight is sigmoid(x . w_g),
+    // and the weighted sum over the (identity) slots is the gated output.
+    MCC_ASSIGN_OR_RETURN(const Tensor gate32,
+                         shared_gate_->value.To(DType::kFloat32));
+    act->gate_logits = Tensor::Empty({t, 1}, DType::kFloat32, dev);
+    MCC_RETURN_IF_ERROR(
+        ops::Gemm(act->x32, false, gate32, true, &act->gate_logits));
+    act->gate_scores = Tensor::Empty({t, 1}, DType::kFloat32, dev);
+    act->gate_indices = Tensor::Empty({t, 1}, DType::kInt32, dev);
+    Tensor gate_weights = Tensor::Empty({t, 1}, DType::kFloat32, dev);
+    MCC_RETURN_IF_ERROR(ops::MoeRouterForward(
+        act->gate_logits, nullptr, GateOptions(), &act->gate_scores,
+        &act->gate_indices, &gate_weights));
+    Tensor rows = Tensor::Empty({t}, DType::kInt32, dev);
+    act->gate_slots = Tensor::Empty({t}, DType::kInt32, dev);
+    Tensor count = Tensor::Empty({1}, DType::kInt64, dev);
+    MCC_RETURN_IF_ERROR(ops::MoeSortTokens(act->gate_indices, 1, &rows,
+                                           &act->gate_slots, &count));
+    Tensor gated = Tensor::Empty({t, h}, dt, dev);
+    MCC_RETURN_IF_ERROR(ops::MoeUnpermute(act->shared_out, act->gate_slots,
+                                          &gate_weights, &gated));
+    MCC_RETURN_IF_ERROR(ops::Add(y, gated, &y));
   }
   return y;
 }
@@ -420,13 +465,33 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
   MCC_ASSIGN_OR_RETURN(const Tensor router32, RouterWeight32());
   MCC_RETURN_IF_ERROR(ops::Gemm(dlogits, false, router32, false, &dx32));
 
-  // Shared expert.
+  // Shared expert, through its gate first.
   if (shared_fc1_ != nullptr) {
-    MCC_RETURN_IF_ERROR(ops::Gemm(dy, true, act.shared_act_out, false,
+    Tensor dshared = dy;
+    if (shared_gate_ != nullptr) {
+      dshared = Tensor::Empty({t, h}, dt, dev);
+      Tensor dgate = Tensor::Empty({t, 1}, DType::kFloat32, dev);
+      // The combine weight is the gate's score itself (top-1 of one,
+      // not renormalised).
+      MCC_RETURN_IF_ERROR(
+          ops::MoeUnpermuteBackward(dy, act.shared_out, act.gate_slots,
+                                    &act.gate_scores, &dshared, &dgate));
+      Tensor dgate_logits = Tensor::Empty({t, 1}, DType::kFloat32, dev);
+      MCC_RETURN_IF_ERROR(ops::MoeRouterBackward(act.gate_scores,
+                                                 act.gate_indices, dgate,
+                                                 GateOptions(), &dgate_logits));
+      MCC_RETURN_IF_ERROR(ops::Gemm(dgate_logits, true, act.x32, false,
+                                    &shared_gate_->main_grad, 1.0f, 1.0f));
+      MCC_ASSIGN_OR_RETURN(const Tensor gate32,
+                           shared_gate_->value.To(DType::kFloat32));
+      MCC_RETURN_IF_ERROR(
+          ops::Gemm(dgate_logits, false, gate32, false, &dx32, 1.0f, 1.0f));
+    }
+    MCC_RETURN_IF_ERROR(ops::Gemm(dshared, true, act.shared_act_out, false,
                                   &shared_fc2_->main_grad, 1.0f, 1.0f));
     Tensor dsact = Tensor::Empty(act.shared_act_out.shape(), dt, dev);
     MCC_RETURN_IF_ERROR(
-        ops::Gemm(dy, false, shared_fc2_->value, false, &dsact));
+        ops::Gemm(dshared, false, shared_fc2_->value, false, &dsact));
     Tensor dsfc1 = Tensor::Empty(act.shared_fc1_out.shape(), dt, dev);
     MCC_RETURN_IF_ERROR(ActivateBackward(dsact, act.shared_fc1_out, &dsfc1));
     MCC_RETURN_IF_ERROR(ops::Gemm(dsfc1, true, act.x, false,
@@ -513,6 +578,7 @@ absl::Status MoeMlp::ReduceGradients(comm::ProcessGroup* data,
   MCC_RETURN_IF_ERROR(reduce(router_.get(), data));
   MCC_RETURN_IF_ERROR(reduce(shared_fc1_.get(), data));
   MCC_RETURN_IF_ERROR(reduce(shared_fc2_.get(), data));
+  MCC_RETURN_IF_ERROR(reduce(shared_gate_.get(), data));
   MCC_RETURN_IF_ERROR(reduce(fc1_.get(), expert_data));
   return reduce(fc2_.get(), expert_data);
 }

@@ -4,10 +4,12 @@
 // A mixture-of-experts MLP (issue 41): the router, the token
 // permutation, the experts as grouped GEMMs and the weighted unpermutation,
 // plus an optional shared expert every token goes through (Qwen-MoE's,
-// DeepSeek's; without a gate, as Megatron's default):
+// DeepSeek's; without a gate as Megatron's default, or with Qwen2-MoE's
+// sigmoid gate, Megatron's --moe-shared-expert-gate):
 //
 //   logits = x W_r^T (fp32)           router: scores, top-k, combine weights
-//   y_t = sum_i w_ti E_{e_ti}(x_t) + S(x_t),  E(x) = fc2(act(fc1(x)))
+//   y_t = sum_i w_ti E_{e_ti}(x_t) + g_t S(x_t),  E(x) = fc2(act(fc1(x)))
+//   g_t = sigmoid(x_t . w_g) (fp32) with the gate, else 1
 //
 // with act SwiGLU (fc1 has 2f outputs: [gate, up]) or GELU, no biases
 // (--disable-bias-linear, as MoE models train). Hidden states are
@@ -72,8 +74,9 @@ struct MoeMlpConfig {
   int64_t num_experts = 0;
   int64_t ffn_hidden_size = 0;  // Per expert (--moe-ffn-hidden-size).
   int64_t shared_expert_ffn_hidden_size = 0;  // 0: no shared expert.
-  ops::MoeRouterOptions router;               // topk, score function, ...
-  bool expert_bias = false;  // --moe-router-enable-expert-bias.
+  bool shared_expert_gate = false;  // The shared expert's sigmoid gate.
+  ops::MoeRouterOptions router;     // topk, score function, ...
+  bool expert_bias = false;         // --moe-router-enable-expert-bias.
   LoadBalancing load_balancing = LoadBalancing::kAuxLoss;
   float aux_loss_coeff = 0.0f;
   float z_loss_coeff = 0.0f;
@@ -125,6 +128,9 @@ class MoeMlp {
     DispatchPlan etp_plan;  // Expert tensor parallelism only.
     Tensor permuted, fc1_out, act_out, expert_out;
     Tensor shared_fc1_out, shared_act_out;
+    // The gate: the shared expert's output [t, h], the gate's logits,
+    // sigmoid and (identity) slot order for the weighted sum, fp32 [t, 1].
+    Tensor shared_out, gate_logits, gate_scores, gate_indices, gate_slots;
     int64_t sequences = 1;
     // Context parallelism with the balancing loss: int64 [sequences of the
     // loss, E], the whole sequences' routed slots (summed over the group).
@@ -138,7 +144,8 @@ class MoeMlp {
   // widened to fp32 for the router's GEMMs),
   // "<prefix>.experts.linear_fc1.weight" [E, f1, h] (f1 = 2f for SwiGLU),
   // "<prefix>.experts.linear_fc2.weight" [E, h, f], and
-  // "<prefix>.shared_experts.linear_fc{1,2}.weight" when configured, drawn
+  // "<prefix>.shared_experts.linear_fc{1,2}.weight" when configured (and
+  // "<prefix>.shared_experts.gate_weight" [1, h] with the gate), drawn
   // from N(0, init_std) with the config's seed. Under expert parallelism the
   // expert weights are this rank's E / EP experts of those ([E / EP, ...],
   // partition_dim 0, global_shape the full one); num_experts must divide.
@@ -184,6 +191,7 @@ class MoeMlp {
   Parameter& fc2_weight() const { return *fc2_; }
   Parameter* shared_fc1_weight() const { return shared_fc1_.get(); }
   Parameter* shared_fc2_weight() const { return shared_fc2_.get(); }
+  Parameter* shared_gate_weight() const { return shared_gate_.get(); }
 
  private:
   explicit MoeMlp(const MoeMlpConfig& config) : config_(config) {}
@@ -198,6 +206,9 @@ class MoeMlp {
                                      const Activations& act) const;
   absl::Status Activate(const Tensor& in, Tensor* out) const;
   absl::StatusOr<Tensor> RouterWeight32() const;
+  // The shared expert's gate as a one-expert router (sigmoid, top-1, not
+  // renormalised): its combine weight is the gate.
+  ops::MoeRouterOptions GateOptions() const;
   absl::Status ActivateBackward(const Tensor& dout, const Tensor& in,
                                 Tensor* din) const;
   int context_parallel_size() const {
@@ -217,7 +228,8 @@ class MoeMlp {
   std::unique_ptr<TokenDispatcher> dispatcher_;      // Null without EP.
   std::unique_ptr<TokenDispatcher> etp_dispatcher_;  // Null without ETP.
   int64_t local_ffn_ = 0;                            // ffn_hidden_size / ETP.
-  std::shared_ptr<Parameter> router_, fc1_, fc2_, shared_fc1_, shared_fc2_;
+  std::shared_ptr<Parameter> router_, fc1_, fc2_, shared_fc1_, shared_fc2_,
+      shared_gate_;
   Tensor expert_bias_;
 };
 

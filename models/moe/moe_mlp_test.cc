@@ -18,7 +18,7 @@ constexpr double kU32 = 1.0 / (1 << 24);  // fp32 unit roundoff.
 // ---- A dense float64 reference of the same computation -------------------
 
 struct Weights {  // Row-major, as the layer's parameters.
-  std::vector<double> x, wr, w1, w2, s1, s2, bias;
+  std::vector<double> x, wr, w1, w2, s1, s2, sg, bias;
 };
 
 double Sigmoid(double v) { return 1 / (1 + std::exp(-v)); }
@@ -170,9 +170,22 @@ RefOut Reference(const MoeMlpConfig& c, const Weights& w, int64_t t,
     if (fs > 0) {
       ExpertRef(x, w.s1.data(), w.s2.data(), h, fs, swiglu, p, ey.data(),
                 eb.data());
+      // Qwen2-MoE's gate sigmoid(x . w_g): its fp32 logit's error through
+      // the sigmoid (slope <= 1/4), and the gated output's own rounding.
+      double gate = 1, gerr = 0;
+      if (c.shared_expert_gate) {
+        double l = 0, mag = 0;
+        for (int64_t i = 0; i < h; ++i) {
+          l += x[i] * w.sg[i];
+          mag += std::fabs(x[i] * w.sg[i]);
+        }
+        gate = Sigmoid(l);
+        gerr = 0.25 * (h + 1) * kU32 * mag + 4 * kU32 + p.u_store;
+      }
       for (int64_t o = 0; o < h; ++o) {
-        y[o] += ey[o];
-        yb[o] += eb[o] + p.u_store * std::fabs(y[o]);
+        y[o] += gate * ey[o];
+        yb[o] += gate * eb[o] + gerr * std::fabs(ey[o]) +
+                 p.u_store * std::fabs(y[o]);
       }
     }
   }
@@ -211,6 +224,9 @@ Weights WeightsOf(const MoeMlp& m, const Tensor& x) {
     w.s1 = m.shared_fc1_weight()->value.ToDoubles();
     w.s2 = m.shared_fc2_weight()->value.ToDoubles();
   }
+  if (m.shared_gate_weight() != nullptr) {
+    w.sg = m.shared_gate_weight()->value.ToDoubles();
+  }
   if (m.expert_bias().defined()) w.bias = m.expert_bias().ToDoubles();
   return w;
 }
@@ -248,6 +264,9 @@ struct ForwardCase {
   DType dtype;
   ExpertActivation activation;
   ops::MoeScoreFunction score;
+  // Qwen2-MoE's choices: the shared expert's sigmoid gate and top-k
+  // softmax probabilities not renormalised.
+  bool qwen2_moe = false;
 };
 
 class MoeMlpForwardTest : public ::testing::TestWithParam<ForwardCase> {};
@@ -262,6 +281,8 @@ TEST_P(MoeMlpForwardTest, WithinTheErrorBoundOfFloat64) {
   MoeMlpConfig c = SmallConfig(fc.dtype);
   c.activation = fc.activation;
   c.router.score_function = fc.score;
+  c.shared_expert_gate = fc.qwen2_moe;
+  c.router.normalize_topk = !fc.qwen2_moe;
   auto m = MoeMlp::Create("mlp", c).value();
   ASSERT_TRUE(m->UpdateExpertBias({9, 1, 5, 5, 5, 5, 5, 5}, 0.05f).ok());
   const int64_t t = 24, b = 3;
@@ -295,7 +316,11 @@ INSTANTIATE_TEST_SUITE_P(
                       ForwardCase{DType::kBFloat16, ExpertActivation::kSwiGLU,
                                   ops::MoeScoreFunction::kSoftmax},
                       ForwardCase{DType::kBFloat16, ExpertActivation::kGelu,
-                                  ops::MoeScoreFunction::kSigmoid}));
+                                  ops::MoeScoreFunction::kSigmoid},
+                      ForwardCase{DType::kFloat32, ExpertActivation::kSwiGLU,
+                                  ops::MoeScoreFunction::kSoftmax, true},
+                      ForwardCase{DType::kBFloat16, ExpertActivation::kSwiGLU,
+                                  ops::MoeScoreFunction::kSoftmax, true}));
 
 // Every gradient of L = <dy, y> + g (aux + z) against central differences
 // of the float64 reference (choices held at the kernel's). The fp32 layer's
@@ -306,10 +331,13 @@ INSTANTIATE_TEST_SUITE_P(
 // the tensor, so each tensor is compared norm-wise, to 1e-4 of its largest
 // entry. Differences with h = 1e-6 of a float64 function are good to ~1e-9.
 void CheckGradients(DType dtype, double rel_tol, double capacity_factor = 0,
-                    TokenDropPolicy policy = TokenDropPolicy::kProbs) {
+                    TokenDropPolicy policy = TokenDropPolicy::kProbs,
+                    bool qwen2_moe = false) {
   MoeMlpConfig c = SmallConfig(dtype);
   c.capacity_factor = capacity_factor;
   c.drop_policy = policy;
+  c.shared_expert_gate = qwen2_moe;
+  c.router.normalize_topk = !qwen2_moe;
   auto m = MoeMlp::Create("mlp", c).value();
   ASSERT_TRUE(m->UpdateExpertBias({9, 1, 5, 5, 5, 5, 5, 5}, 0.05f).ok());
   const int64_t t = 24, b = 3;
@@ -364,6 +392,9 @@ void CheckGradients(DType dtype, double rel_tol, double capacity_factor = 0,
   check(&Weights::w2, m->fc2_weight().main_grad, "fc2");
   check(&Weights::s1, m->shared_fc1_weight()->main_grad, "shared fc1");
   check(&Weights::s2, m->shared_fc2_weight()->main_grad, "shared fc2");
+  if (qwen2_moe) {
+    check(&Weights::sg, m->shared_gate_weight()->main_grad, "shared gate");
+  }
 }
 
 TEST(MoeMlpBackwardTest, GradientsMatchFiniteDifferencesOfFloat64) {
@@ -376,6 +407,12 @@ TEST(MoeMlpBackwardTest, GradientsMatchFiniteDifferencesOfFloat64) {
 // dfc1, dpermuted, dx_experts, dx), each rounded to 2^-8 relative: 9 * 2^-8
 // = 3.5% of the sums of absolute terms, compared norm-wise (with the same
 // allowance for cancellation as in fp32) to 8% of the largest entry.
+// Qwen2-MoE: the gate's gradient, and the others' through it and through
+// the unnormalised combine weights.
+TEST(MoeMlpBackwardTest, GatedSharedExpertGradientsMatchFiniteDifferences) {
+  CheckGradients(DType::kFloat32, 1e-4, 0, TokenDropPolicy::kProbs, true);
+}
+
 TEST(MoeMlpBackwardTest, Bf16GradientsMatchFiniteDifferencesOfFloat64) {
   CheckGradients(DType::kBFloat16, 0.08);
 }
@@ -537,6 +574,17 @@ TEST(MoeMlpTest, BadConfigsAreRefusedByName) {
   auto m = MoeMlp::Create("mlp", c);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("topk 9 must be in [1, 8]"),
+            std::string::npos)
+      << m.status();
+}
+
+TEST(MoeMlpTest, AGateWithoutASharedExpertIsRefused) {
+  MoeMlpConfig c = SmallConfig(DType::kFloat32);
+  c.shared_expert_ffn_hidden_size = 0;
+  c.shared_expert_gate = true;
+  auto m = MoeMlp::Create("mlp", c);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("gate needs a shared expert"),
             std::string::npos)
       << m.status();
 }

@@ -16,6 +16,13 @@ ABSL_FLAG(std::string, moe_layer_freq, "1",
 ABSL_FLAG(int64_t, moe_shared_expert_intermediate_size, 0,
           "Hidden size of a shared expert every token goes through (0: "
           "none).");
+ABSL_FLAG(bool, moe_shared_expert_gate, false,
+          "Scale the shared expert's output by sigmoid(x . w_g), a learned "
+          "[1, hidden] gate (Qwen2-MoE's shared_expert_gate).");
+ABSL_FLAG(bool, moe_router_pre_softmax, false,
+          "Combine weights are the softmax over all experts' logits, not "
+          "renormalised over the top-k (Qwen2-MoE's norm_topk_prob false; "
+          "softmax scores only).");
 ABSL_FLAG(std::string, moe_router_score_function, "softmax",
           "Router scores: softmax or sigmoid.");
 ABSL_FLAG(std::string, moe_router_load_balancing_type, "aux_loss",

@@ -19,6 +19,8 @@ ABSL_DECLARE_FLAG(std::string, moe_router_load_balancing_type);
 ABSL_DECLARE_FLAG(double, moe_aux_loss_coeff);
 ABSL_DECLARE_FLAG(double, moe_z_loss_coeff);
 ABSL_DECLARE_FLAG(bool, moe_router_enable_expert_bias);
+ABSL_DECLARE_FLAG(bool, moe_shared_expert_gate);
+ABSL_DECLARE_FLAG(bool, moe_router_pre_softmax);
 ABSL_DECLARE_FLAG(double, moe_router_bias_update_rate);
 ABSL_DECLARE_FLAG(bool, moe_grouped_gemm);
 ABSL_DECLARE_FLAG(std::string, moe_router_dtype);
