@@ -944,13 +944,14 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
         LOG(INFO) << FormatLayerGradNorms(layer_grad_norms);
       }
       layer_grad_norms.clear();
-      // MoE: each stage's layers (collective over DP), logged by its first
-      // DP and TP rank; TensorBoard holds rank 0's.
+      // MoE: each stage's layers (collective over DP and CP), logged by its
+      // first DP, TP and CP rank; TensorBoard holds rank 0's.
       MCC_ASSIGN_OR_RETURN(
           auto moe,
           TakeMoeStatsOverDp(job->model.get(), job->dp(), job->context.device));
       if (job->dp_rank() == 0 &&
-          (job->tp() == nullptr || job->tp()->rank() == 0)) {
+          (job->tp() == nullptr || job->tp()->rank() == 0) &&
+          (job->cp() == nullptr || job->cp()->rank() == 0)) {
         for (const auto& layer : moe) LOG(INFO) << MoeStatsLine(layer);
       }
       for (const auto& [tag, value] : MoeScalars(moe)) {
