@@ -40,6 +40,20 @@ struct Parameter {
   // padding never changes the model. -1: no padding.
   int64_t unpadded_rows = -1;
 
+  // An expert weight of a mixture-of-experts layer laid out over the
+  // experts' ranks (models/moe): split over the expert-model-parallel group
+  // (partition_* above, dimension 0) and, with expert_tensor_count > 1, over
+  // the expert-tensor-parallel group along expert_tensor_dim in
+  // expert_tensor_blocks equal blocks (SwiGLU's gate and up: 2), each block
+  // split alike. Replicated over the expert-data-parallel group only: data
+  // parallelism reduces its gradient there, and gradient norms count it on
+  // every rank of the expert-model x expert-tensor group.
+  bool expert_parallel = false;
+  int expert_tensor_dim = -1;
+  int expert_tensor_rank = 0;
+  int expert_tensor_count = 1;
+  int expert_tensor_blocks = 1;
+
   bool is_tensor_parallel() const { return partition_dim >= 0; }
   // The global rows of dimension 0 that checkpoints hold.
   int64_t model_rows() const {

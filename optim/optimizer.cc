@@ -15,6 +15,7 @@ namespace mcc {
 namespace optim {
 
 bool CountsInGradNorm(const Parameter& p, int tensor_rank, int pipeline_rank) {
+  if (p.expert_parallel) return true;
   if (!p.is_tensor_parallel() && tensor_rank != 0) return false;
   if (p.shared_with_other_stage && pipeline_rank != 0) return false;
   return true;
@@ -71,6 +72,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::CreateForPieces(
     opt->device_known_ = true;
   }
   opt->shard_group_ = pieces.sharded ? pieces.shard_group : nullptr;
+  opt->expert_shard_group_ =
+      pieces.sharded ? pieces.expert_shard_group : nullptr;
+  opt->expert_params_ = opt->expert_params_ || pieces.expert_params;
   opt->after_update_ = std::move(pieces.after_update);
   return opt;
 }
@@ -163,6 +167,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
                                         precision.Of(names[i]), opt->device_));
       }
       r.counted = CountsInGradNorm(*s.param, tp_rank, pp_rank);
+      r.expert = s.param->expert_parallel;
+      opt->expert_params_ = opt->expert_params_ || r.expert;
       MCC_RETURN_IF_ERROR(finish(std::move(r), index));
       continue;
     }
@@ -199,6 +205,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Build(
                                       opt->device_));
     }
     r.counted = CountsInGradNorm(*s.param, tp_rank, pp_rank);
+    r.expert = s.param->expert_parallel;
+    opt->expert_params_ = opt->expert_params_ || r.expert;
     MCC_RETURN_IF_ERROR(finish(std::move(r), index));
   }
   if (opt->offloaded_elements() > 0) {
@@ -330,6 +338,26 @@ absl::Status Optimizer::ReduceSum(Tensor* t) {
   return absl::OkStatus();
 }
 
+absl::Status Optimizer::ReduceStats(Tensor* dense, Tensor* expert) {
+  if (expert == nullptr) return ReduceSum(dense);
+  auto sum_over = [](comm::ProcessGroup* g, Tensor* t) -> absl::Status {
+    if (g == nullptr || g->size() == 1) return absl::OkStatus();
+    return g->AllReduceSync(t, comm::ReduceOp::kSum);
+  };
+  if (sharded_) {
+    MCC_RETURN_IF_ERROR(sum_over(shard_group_, dense));
+    MCC_RETURN_IF_ERROR(sum_over(expert_shard_group_, expert));
+  }
+  // The stage's experts, each shard once; the same on every rank of the
+  // stage, so joined on one TP rank before the model-parallel sum.
+  MCC_RETURN_IF_ERROR(sum_over(groups_.expert_tensor_model, expert));
+  if (RankOf(groups_.tensor) == 0) {
+    MCC_RETURN_IF_ERROR(ops::Add(*dense, *expert, dense));
+  }
+  comm::ProcessGroup* mp = groups_.model ? groups_.model : groups_.tensor;
+  return sum_over(mp, dense);
+}
+
 absl::Status Optimizer::CheckDevice(const Parameter& p, const Tensor& t) {
   if (!device_known_) {
     device_ = t.device();
@@ -353,52 +381,66 @@ absl::Status Optimizer::ComputeGradStats(Tensor* stats) {
         device_.ToString(), ", not ",
         stats && stats->defined() ? stats->Describe() : "an undefined one"));
   }
-  std::vector<Tensor> counted, checked;
+  std::vector<Tensor> counted, checked, expert;
   for (const Range& r : ranges_) {
     MCC_ASSIGN_OR_RETURN(Tensor g, GradOf(r));
-    (r.counted ? counted : checked).push_back(std::move(g));
+    (r.expert ? expert : r.counted ? counted : checked).push_back(std::move(g));
   }
   ops::SumOfSquaresOptions options;
   options.scale = 1.0 / loss_scale();
   options.count_zeros = config_.log_num_zeros_in_grad;
   MCC_RETURN_IF_ERROR(
       ops::MultiTensorSumOfSquares(counted, checked, options, stats));
-  return ReduceSum(stats);
+  if (!has_expert()) return ReduceSum(stats);
+  Tensor expert_stats = Tensor::Empty({4}, DType::kFloat32, device_);
+  MCC_RETURN_IF_ERROR(
+      ops::MultiTensorSumOfSquares(expert, {}, options, &expert_stats));
+  return ReduceStats(stats, &expert_stats);
+}
+
+absl::Status Optimizer::AddHostSumOfSquares(const std::vector<Tensor>& host,
+                                            Tensor* stats) {
+  if (host.empty()) return absl::OkStatus();
+  // As a float64 sum split again into two fp32 halves.
+  Tensor host_stats = Tensor::Empty({4}, DType::kFloat32);
+  MCC_RETURN_IF_ERROR(ops::MultiTensorSumOfSquares(
+      host, {}, ops::SumOfSquaresOptions(), &host_stats));
+  MCC_ASSIGN_OR_RETURN(Tensor device_part, stats->To(Device::CPU()));
+  const std::vector<float> a = device_part.ToFloats();
+  const std::vector<float> b = host_stats.ToFloats();
+  const double sum = static_cast<double>(a[0]) + a[1] + b[0] + b[1];
+  const float hi = static_cast<float>(sum);
+  const float lo = static_cast<float>(sum - hi);
+  MCC_ASSIGN_OR_RETURN(Tensor both,
+                       Tensor::FromVector({hi, lo, 0.0f, 0.0f}, {4}));
+  return stats->CopyFrom(both);
 }
 
 absl::StatusOr<double> Optimizer::ParamsNorm() {
-  std::vector<Tensor> counted, on_host;
+  // Offloaded main copies live in host memory: summed there, then added.
+  std::vector<Tensor> counted, expert, counted_host, expert_host;
   for (const Range& r : ranges_) {
     if (!r.counted) continue;
-    if (r.offloaded) {
-      on_host.push_back(r.master);
-    } else if (r.master.defined()) {
-      counted.push_back(r.master);
+    std::vector<Tensor>& out = r.offloaded
+                                   ? (r.expert ? expert_host : counted_host)
+                                   : (r.expert ? expert : counted);
+    if (r.master.defined()) {
+      out.push_back(r.master);
     } else {
       MCC_ASSIGN_OR_RETURN(Tensor v, View(r.param->value, r));
-      counted.push_back(std::move(v));
+      out.push_back(std::move(v));
     }
   }
   Tensor stats = Tensor::Empty({4}, DType::kFloat32, device_);
   MCC_RETURN_IF_ERROR(ops::MultiTensorSumOfSquares(
       counted, {}, ops::SumOfSquaresOptions(), &stats));
-  if (!on_host.empty()) {
-    // The host's share, added to the device's before the reduction (as a
-    // float64 sum split again into two fp32 halves).
-    Tensor host_stats = Tensor::Empty({4}, DType::kFloat32);
-    MCC_RETURN_IF_ERROR(ops::MultiTensorSumOfSquares(
-        on_host, {}, ops::SumOfSquaresOptions(), &host_stats));
-    MCC_ASSIGN_OR_RETURN(Tensor device_part, stats.To(Device::CPU()));
-    const std::vector<float> a = device_part.ToFloats();
-    const std::vector<float> b = host_stats.ToFloats();
-    const double sum = static_cast<double>(a[0]) + a[1] + b[0] + b[1];
-    const float hi = static_cast<float>(sum);
-    const float lo = static_cast<float>(sum - hi);
-    MCC_ASSIGN_OR_RETURN(Tensor both,
-                         Tensor::FromVector({hi, lo, 0.0f, 0.0f}, {4}));
-    MCC_RETURN_IF_ERROR(stats.CopyFrom(both));
-  }
-  MCC_RETURN_IF_ERROR(ReduceSum(&stats));
+  Tensor expert_stats = Tensor::Empty({4}, DType::kFloat32, device_);
+  MCC_RETURN_IF_ERROR(ops::MultiTensorSumOfSquares(
+      expert, {}, ops::SumOfSquaresOptions(), &expert_stats));
+  MCC_RETURN_IF_ERROR(AddHostSumOfSquares(counted_host, &stats));
+  MCC_RETURN_IF_ERROR(AddHostSumOfSquares(expert_host, &expert_stats));
+  MCC_RETURN_IF_ERROR(
+      ReduceStats(&stats, has_expert() ? &expert_stats : nullptr));
   MCC_ASSIGN_OR_RETURN(Tensor host, stats.To(Device::CPU()));
   const std::vector<float> v = host.ToFloats();
   return std::sqrt(static_cast<double>(v[0]) + static_cast<double>(v[1]));
@@ -411,6 +453,7 @@ absl::StatusOr<std::vector<double>> Optimizer::GradNormsByGroup(
         "optimizer: GradNormsByGroup over ", num_groups, " groups"));
   }
   std::vector<std::vector<Tensor>> by_group(num_groups);
+  std::vector<std::vector<Tensor>> experts_by_group(num_groups);
   for (const Range& r : ranges_) {
     if (!r.counted) continue;
     const int g = group_of(*r.param);
@@ -420,17 +463,23 @@ absl::StatusOr<std::vector<double>> Optimizer::GradNormsByGroup(
                        g, " of ", num_groups));
     }
     MCC_ASSIGN_OR_RETURN(Tensor grad, GradOf(r));
-    by_group[g].push_back(std::move(grad));
+    (r.expert ? experts_by_group : by_group)[g].push_back(std::move(grad));
   }
   Tensor stats = Tensor::Empty({4 * num_groups}, DType::kFloat32, device_);
+  Tensor expert_stats =
+      Tensor::Empty({4 * num_groups}, DType::kFloat32, device_);
   ops::SumOfSquaresOptions options;
   options.scale = 1.0 / loss_scale();
   for (int g = 0; g < num_groups; ++g) {
     MCC_ASSIGN_OR_RETURN(Tensor out, stats.Slice(4 * g, 4 * g + 4));
     MCC_RETURN_IF_ERROR(
         ops::MultiTensorSumOfSquares(by_group[g], {}, options, &out));
+    MCC_ASSIGN_OR_RETURN(Tensor eout, expert_stats.Slice(4 * g, 4 * g + 4));
+    MCC_RETURN_IF_ERROR(
+        ops::MultiTensorSumOfSquares(experts_by_group[g], {}, options, &eout));
   }
-  MCC_RETURN_IF_ERROR(ReduceSum(&stats));
+  MCC_RETURN_IF_ERROR(
+      ReduceStats(&stats, has_expert() ? &expert_stats : nullptr));
   MCC_ASSIGN_OR_RETURN(Tensor host, stats.To(Device::CPU()));
   const std::vector<float> v = host.ToFloats();
   std::vector<double> norms(num_groups);

@@ -59,6 +59,13 @@ struct OptimizerGroups {
   // Model-parallel group (tensor x pipeline) the norm is summed over; null
   // means `tensor`.
   comm::ProcessGroup* model = nullptr;
+  // Mixture of experts: the expert-model x expert-tensor group (one
+  // pipeline stage's ranks holding different shards of the experts).
+  // Parameters marked expert_parallel count on every rank; their sum is
+  // completed over this group (and over the expert-data group where the
+  // state is sharded), then joined to the dense sum on TP rank 0 before
+  // the model-parallel sum, so each expert shard counts once.
+  comm::ProcessGroup* expert_tensor_model = nullptr;
 };
 
 // What one step did, for the log.
@@ -102,6 +109,12 @@ struct OptimizerPieces {
   // then summed over that group too, and checkpoints gather the state.
   bool sharded = false;
   comm::ProcessGroup* shard_group = nullptr;  // May be null (DP 1).
+  // Where the expert_parallel parameters' state is sharded when sharded:
+  // the expert-data-parallel group (may be null: one rank).
+  comm::ProcessGroup* expert_shard_group = nullptr;
+  // Whether the wrapper holds expert_parallel parameters (this rank may
+  // have no piece of them; the norm's collectives must match).
+  bool expert_params = false;
   // Where the pieces live (the optimizer's device even when there are
   // none on this rank).
   Device device = Device::CPU();
@@ -204,6 +217,9 @@ class Optimizer {
   // all of data parallelism, or an instance under HSDP. Checkpoints
   // gather the state over it.
   comm::ProcessGroup* shard_group() const { return shard_group_; }
+  // Where expert_parallel parameters' state is sharded (see
+  // OptimizerPieces); shard_group() for the rest.
+  comm::ProcessGroup* expert_shard_group() const { return expert_shard_group_; }
 
   // The state, for checkpoints (see StateTensor); main_param entries view
   // the parameters themselves when those are fp32.
@@ -245,6 +261,7 @@ class Optimizer {
     Tensor host_grad;
     Tensor host_model;
     Tensor device_model;
+    bool expert = false;  // An expert_parallel parameter's piece.
   };
   // Pieces without value/grad tensors view the parameter's own.
   static absl::StatusOr<std::unique_ptr<Optimizer>> Build(
@@ -253,6 +270,12 @@ class Optimizer {
   absl::StatusOr<Tensor> View(const Tensor& t, const Range& r) const;
   absl::StatusOr<Tensor> GradOf(const Range& r) const;
   absl::Status ReduceSum(Tensor* t);
+  // Sums of squares of the dense (`dense`) and expert (`expert`, may be
+  // null when there are no expert parameters) pieces, each [4 * n], into
+  // the global ones in `dense` (see OptimizerGroups::expert_tensor_model).
+  absl::Status ReduceStats(Tensor* dense, Tensor* expert);
+  // The counted gradients (or main values) as dense and expert lists.
+  bool has_expert() const { return expert_params_; }
   // Fixes the optimizer's device at the first piece; later pieces must
   // agree.
   absl::Status CheckDevice(const Parameter& p, const Tensor& t);
@@ -260,6 +283,10 @@ class Optimizer {
   // widened to fp32, updated, and rounded back to nearest.
   absl::Status ApplyLowered(const UpdateHyper& h, const Tensor& grad, Range* r,
                             Tensor* model16);
+  // Adds the sum of squares of host tensors (offloaded main copies) to the
+  // device's fp32 [4] statistics (ParamsNorm's logging path: one read).
+  absl::Status AddHostSumOfSquares(const std::vector<Tensor>& host,
+                                   Tensor* stats);
   // Moves a range's main copy and state to pinned host memory.
   absl::Status Offload(Range* r);
   // The offloaded ranges' gradients to the host on the side stream, after
@@ -274,6 +301,8 @@ class Optimizer {
   OptimizerConfig config_;
   OptimizerGroups groups_;
   comm::ProcessGroup* shard_group_ = nullptr;  // The norm sums over it.
+  comm::ProcessGroup* expert_shard_group_ = nullptr;
+  bool expert_params_ = false;
   std::function<absl::Status()> after_update_;
   bool sharded_ = false;
   std::unique_ptr<UpdateRule> rule_;
@@ -288,7 +317,8 @@ class Optimizer {
 
 // Whether a parameter counts in the global gradient norm on this rank:
 // TP-partitioned ones on every TP rank, replicated ones on TP rank 0; ones
-// shared with another pipeline stage only on pipeline rank 0.
+// shared with another pipeline stage only on pipeline rank 0; expert ones
+// (expert_parallel) on every rank (their sum is joined on TP rank 0).
 bool CountsInGradNorm(const Parameter& p, int tensor_rank, int pipeline_rank);
 
 }  // namespace optim

@@ -41,6 +41,17 @@ struct LayerContext {
   // (parallel/fp8_linear.h). Parameters, their main_grad and everything
   // else keep `dtype`. Null: no FP8.
   std::optional<Fp8Recipe> fp8;
+  // Mixture-of-experts layers: laid out over the experts' ranks
+  // (ParallelState's expert groups, Megatron's expert layout) when
+  // expert_layout is set: the EP group (experts split over it, tokens
+  // dispatched by all-to-all or all-gather), the ETP group (each expert's
+  // ffn split over it); null or size 1: none. Without expert_layout the
+  // experts are whole and replicated like the dense weights.
+  bool expert_layout = false;
+  comm::ProcessGroup* expert_model_group = nullptr;
+  comm::ProcessGroup* expert_tensor_group = nullptr;
+  bool moe_alltoall_dispatcher =
+      false;  // Else all-gather (Megatron's default).
 };
 
 struct LinearOptions {

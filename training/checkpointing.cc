@@ -51,6 +51,8 @@ absl::StatusOr<Tensor> WholeLocalStateFp32(const Job& job,
   comm::ProcessGroup* dp = optimizer->shard_group() != nullptr
                                ? optimizer->shard_group()
                                : job.grad_dp();
+  // Expert weights' state is sharded over the expert-data-parallel group.
+  if (p.expert_parallel) dp = optimizer->expert_shard_group();
   if (!optimizer->sharded() || dp == nullptr || dp->size() == 1) {
     if (s == nullptr || s->tensor.numel() != n) {
       return absl::InternalError(absl::StrCat("optimizer state of ", p.name,

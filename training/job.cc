@@ -196,6 +196,11 @@ absl::Status JoinWorld(const TrainConfig& train_config, Job* job,
     sizes.context = train_config.context_parallel_size();
     sizes.expert_model = train_config.expert_model_parallel_size();
     sizes.expert_tensor = train_config.expert_tensor_parallel_size();
+    if (sizes.expert_tensor == 0 && !train_config.sequence_parallel()) {
+      // Without SP every TP rank routes the same tokens: the experts stay
+      // whole (ETP is TP's only under SP, Megatron's default).
+      sizes.expert_tensor = 1;
+    }
     sizes.distributed_optimizer_instances =
         train_config.num_distributed_optimizer_instances();
     MCC_ASSIGN_OR_RETURN(
@@ -231,6 +236,16 @@ absl::StatusOr<std::unique_ptr<Job>> SetupJob(const TrainConfig& train_config,
   job->context.tp_group = job->tp();
   job->context.sequence_parallel = train_config.sequence_parallel();
   job->context.cp_group = job->cp();
+  if (job->state != nullptr && job->config.num_experts > 0 &&
+      (job->state->expert_model()->size() > 1 ||
+       job->state->expert_tensor()->size() > 1)) {
+    // Experts over the expert groups (training::ExpertLayoutOf checks).
+    job->context.expert_layout = true;
+    job->context.expert_model_group = job->state->expert_model();
+    job->context.expert_tensor_group = job->state->expert_tensor();
+    job->context.moe_alltoall_dispatcher =
+        train_config.moe_token_dispatcher_type() == "alltoall";
+  }
   MCC_ASSIGN_OR_RETURN(job->context.cp_comm_type,
                        CpCommTypeFromConfig(train_config));
   if (job->cp() != nullptr && job->is_logging_rank()) {

@@ -108,6 +108,10 @@ absl::StatusOr<std::unique_ptr<data_parallel::DataParallel>> MakeDataParallel(
     fsdp_config.ddp.hybrid.instance = job.state->instance();
     fsdp_config.ddp.hybrid.cross_instance = job.state->cross_instance();
   }
+  // Expert weights (MoE over the expert groups) reduce over expert DP.
+  if (job.context.expert_layout) {
+    fsdp_config.ddp.expert_data = job.state->expert_data();
+  }
   return WrapDataParallel(AsModels(job.model->chunks()), job.grad_dp(),
                           job.pp(), fsdp_config);
 }
@@ -429,6 +433,9 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
   groups.tensor = job->tp();
   groups.pipeline = job->state ? job->state->pipeline() : nullptr;
   groups.model = job->state ? job->state->model() : nullptr;
+  if (job->context.expert_layout) {
+    groups.expert_tensor_model = job->state->expert_tensor_model();
+  }
   MCC_ASSIGN_OR_RETURN(auto optimizer,
                        ddp->CreateOptimizer(opt_config, groups));
   if (config.use_precision_aware_optimizer()) {

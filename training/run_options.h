@@ -127,6 +127,12 @@ absl::StatusOr<TimelineProfileConfig> TimelineProfileFromConfig(
 absl::Status CheckExpertParallelOptions(const TrainConfig& config,
                                         int64_t num_experts, int world_size);
 
+// What the GPT runs of an expert layout (--expert-model-parallel-size or
+// --expert-tensor-parallel-size > 1 with --num-experts): refused by name
+// beside TP (needs SP, not built with MoE), with ZeRO-2/3, with HSDP
+// instances, and ETP > 1 with --save / --load.
+absl::Status CheckExpertLayout(const TrainConfig& config);
+
 // Every check of the config that needs no process group, for a world of
 // `world_size` processes (the tokenizer files and data paths included).
 absl::Status CheckTrainConfig(const TrainConfig& config, int world_size);

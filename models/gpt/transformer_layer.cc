@@ -295,12 +295,27 @@ absl::StatusOr<std::unique_ptr<moe::MoeMlp>> TransformerLayer::CreateMoe(
   // Every layer draws its own weights; every rank draws the same.
   m.seed = context.seed * 1000003u + 7919u * (layer_number + 1);
   m.context_parallel = context.cp_group;
-  auto created = moe::MoeMlp::Create(prefix, m);
+  // The experts' layout (ParallelState's expert groups): E / EP experts
+  // here, each split over ETP; whole experts otherwise.
+  moe::ExpertParallelism ep;
+  if (context.expert_layout) {
+    ep.expert_model = context.expert_model_group;
+    ep.expert_tensor = context.expert_tensor_group;
+    ep.dispatcher = context.moe_alltoall_dispatcher
+                        ? moe::TokenDispatcherType::kAllToAll
+                        : moe::TokenDispatcherType::kAllGather;
+  }
+  auto created = moe::MoeMlp::Create(prefix, m, ep);
   if (!created.ok()) {
     return absl::Status(
         created.status().code(),
         absl::StrCat("layer ", layer_number,
                      " (--num-experts): ", created.status().message()));
+  }
+  if (context.expert_layout) {
+    // Reduced over the expert-data-parallel group, not the dense one.
+    (*created)->fc1_weight().expert_parallel = true;
+    (*created)->fc2_weight().expert_parallel = true;
   }
   return created;
 }

@@ -72,9 +72,16 @@ absl::Status SliceFfn(Parameter* p, bool is_fc1, int64_t f, int64_t n_blocks,
       }
     }
   }
+  const Device device = p->value.device();
   MCC_ASSIGN_OR_RETURN(p->value,
                        Tensor::FromVector(kept, out, p->value.dtype()));
-  p->main_grad = Tensor::Zeros(out, DType::kFloat32);
+  MCC_ASSIGN_OR_RETURN(p->value, p->value.To(device));
+  p->main_grad = Tensor::Zeros(out, DType::kFloat32, device);
+  // What checkpoints need to place the slice in the full tensor.
+  p->expert_tensor_dim = is_fc1 ? 1 : 2;
+  p->expert_tensor_rank = rank;
+  p->expert_tensor_count = count;
+  p->expert_tensor_blocks = static_cast<int>(n_blocks);
   return absl::OkStatus();
 }
 

@@ -134,35 +134,62 @@ DistributedDataParallel::Create(const ParameterList& params,
     }
   }
 
+  // Expert parameters (mixture of experts) in buckets of their own, after
+  // the dense ones: they reduce over another group.
+  ParameterList dense, experts;
+  for (const auto& p : params)
+    (p->expert_parallel ? experts : dense).push_back(p);
+  if (!experts.empty()) {
+    if (config.expert_data == nullptr && dp != nullptr && dp->size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DistributedDataParallel: parameter '", experts[0]->name,
+          "' is an expert weight (expert_parallel) but no expert-data-parallel "
+          "group was given (DdpConfig::expert_data)"));
+    }
+    if (config.hybrid.enabled()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DistributedDataParallel: expert weights ('", experts[0]->name,
+          "') with --num-distributed-optimizer-instances > 1 are not built"));
+    }
+  }
   // Buckets in reverse parameter order, each closed once it holds
   // bucket_size_bytes of fp32 gradients.
   const int64_t bucket_elems =
       std::max<int64_t>(1, config.bucket_size_bytes / 4);
-  std::vector<ParameterList> bucket_params(1);
-  int64_t used = 0;
-  for (auto it = params.rbegin(); it != params.rend(); ++it) {
-    bucket_params.back().push_back(*it);
-    used = FlatLayout::Append(used, (*it)->value.numel());
-    if (used >= bucket_elems && std::next(it) != params.rend()) {
-      bucket_params.emplace_back();
-      used = 0;
-    }
-  }
   int64_t total = 0;
-  for (const ParameterList& in_bucket : bucket_params) {
-    Bucket b;
-    b.index = static_cast<int>(ddp->buckets_.size());
-    MCC_ASSIGN_OR_RETURN(
-        b.layout,
-        FlatLayout::Create(
-            in_bucket, dp_size,
-            absl::StrCat("DistributedDataParallel bucket ", b.index)));
-    // This rank's pieces: its shard under the distributed optimizer, else
-    // every parameter whole.
-    b.local_pieces = config.use_distributed_optimizer ? b.layout.Pieces(dp_rank)
-                                                      : b.layout.WholePieces();
-    total += b.layout.padded_numel;
-    ddp->buckets_.push_back(std::move(b));
+  for (const bool expert : {false, true}) {
+    const ParameterList& list = expert ? experts : dense;
+    if (list.empty()) continue;
+    std::vector<ParameterList> bucket_params(1);
+    int64_t used = 0;
+    for (auto it = list.rbegin(); it != list.rend(); ++it) {
+      bucket_params.back().push_back(*it);
+      used = FlatLayout::Append(used, (*it)->value.numel());
+      if (used >= bucket_elems && std::next(it) != list.rend()) {
+        bucket_params.emplace_back();
+        used = 0;
+      }
+    }
+    comm::ProcessGroup* edp = config.expert_data;
+    const int shards = expert ? (edp == nullptr ? 1 : edp->size()) : dp_size;
+    const int shard = expert ? (edp == nullptr ? 0 : edp->rank()) : dp_rank;
+    for (const ParameterList& in_bucket : bucket_params) {
+      Bucket b;
+      b.index = static_cast<int>(ddp->buckets_.size());
+      b.expert = expert;
+      MCC_ASSIGN_OR_RETURN(
+          b.layout,
+          FlatLayout::Create(
+              in_bucket, shards,
+              absl::StrCat("DistributedDataParallel bucket ", b.index)));
+      // This rank's pieces: its shard under the distributed optimizer, else
+      // every parameter whole.
+      b.local_pieces = config.use_distributed_optimizer
+                           ? b.layout.Pieces(shard)
+                           : b.layout.WholePieces();
+      total += b.layout.padded_numel;
+      ddp->buckets_.push_back(std::move(b));
+    }
   }
 
   // The gradients move into their buffer before the parameter buffer is
@@ -270,30 +297,42 @@ absl::Status DistributedDataParallel::LaunchBucket(int b, bool from_hook) {
   trace_.launched[b] = absl::Now();
   trace_.launched_in_backward[b] = from_hook;
   const int n = dp_size();
-  if (n == 1) {
+  comm::ProcessGroup* group = ReduceGroupOf(bucket);
+  const int group_size = group == nullptr ? 1 : group->size();
+  if (n == 1 && group_size == 1) {
     grad_work_[b] = comm::Work::Done(absl::OkStatus());
     return absl::OkStatus();
   }
   comm::ReduceOp op = comm::ReduceOp::kAvg;
-  // Under HSDP the instance's average is not DP's: scale by 1/DP and sum.
-  if (!config_.average_in_collective || cross_ != nullptr) {
+  // Under HSDP the instance's average is not DP's: scale by 1/DP and sum;
+  // so for the experts, summed over their data-parallel group.
+  if (!config_.average_in_collective || cross_ != nullptr || bucket.expert) {
     op = comm::ReduceOp::kSum;
     MCC_ASSIGN_OR_RETURN(Tensor used,
                          bucket.grad_data.Slice(0, bucket.layout.numel));
-    MCC_RETURN_IF_ERROR(ops::Scale(used, 1.0f / static_cast<float>(n), &used));
+    if (n > 1) {
+      MCC_RETURN_IF_ERROR(
+          ops::Scale(used, 1.0f / static_cast<float>(n), &used));
+    }
+  }
+  if (group_size == 1) {  // Experts held by this rank alone.
+    grad_work_[b] = comm::Work::Done(absl::OkStatus());
+    return absl::OkStatus();
   }
   if (config_.use_distributed_optimizer) {
-    if (shard_size() == 1) {  // HSDP with one rank per instance.
+    comm::ProcessGroup* shard_group = ShardGroupOf(bucket);
+    if (shard_group == nullptr || shard_group->size() == 1) {
+      // HSDP with one rank per instance.
       grad_work_[b] = comm::Work::Done(absl::OkStatus());
       return absl::OkStatus();
     }
     const int64_t shard = bucket.layout.shard_numel();
+    const int r = shard_group->rank();
     MCC_ASSIGN_OR_RETURN(Tensor out,
-                         bucket.grad_data.Slice(shard_rank() * shard,
-                                                (shard_rank() + 1) * shard));
-    grad_work_[b] = shard_->ReduceScatter(bucket.grad_data, &out, op);
+                         bucket.grad_data.Slice(r * shard, (r + 1) * shard));
+    grad_work_[b] = shard_group->ReduceScatter(bucket.grad_data, &out, op);
   } else {
-    grad_work_[b] = dp_->AllReduce(&bucket.grad_data, op);
+    grad_work_[b] = group->AllReduce(&bucket.grad_data, op);
   }
   return absl::OkStatus();
 }
@@ -342,7 +381,8 @@ absl::Status DistributedDataParallel::FinishGradSync() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (!grad_work_[b]) continue;
     absl::Status s = grad_work_[b]->Wait();
-    if (s.ok() && cross_ != nullptr && cross_->size() > 1) {
+    if (s.ok() && cross_ != nullptr && cross_->size() > 1 &&
+        !buckets_[b].expert) {
       // HSDP: the instance's reduced shard, summed over the instances
       // (once its reduce-scatter is done).
       const int64_t shard = buckets_[b].layout.shard_numel();
@@ -372,22 +412,23 @@ absl::Status DistributedDataParallel::BeginStep() {
 void DistributedDataParallel::ZeroGrads() { grad_buffer_.Zero(); }
 
 absl::Status DistributedDataParallel::StartParamGather() {
-  if (!config_.use_distributed_optimizer || shard_size() == 1) {
-    return absl::OkStatus();
-  }
-  const int r = shard_rank();
+  if (!config_.use_distributed_optimizer) return absl::OkStatus();
   // Forward order: the last bucket holds the first layers.
   for (int b = static_cast<int>(buckets_.size()) - 1; b >= 0; --b) {
     if (param_work_[b]) {
       MCC_RETURN_IF_ERROR(param_work_[b]->Wait());
     }
     Bucket& bucket = buckets_[b];
+    comm::ProcessGroup* shard_group = ShardGroupOf(bucket);
+    if (shard_group == nullptr || shard_group->size() == 1) continue;
+    const int r = shard_group->rank();
     const int64_t shard = bucket.layout.shard_numel();
     MCC_ASSIGN_OR_RETURN(Tensor mine,
                          bucket.param_data.Slice(r * shard, (r + 1) * shard));
     if (!gather_input_[b].defined()) gather_input_[b] = mine.Clone();
     MCC_RETURN_IF_ERROR(gather_input_[b].CopyFrom(mine));
-    param_work_[b] = shard_->AllGather(gather_input_[b], &bucket.param_data);
+    param_work_[b] =
+        shard_group->AllGather(gather_input_[b], &bucket.param_data);
   }
   param_trace_ = ParamGatherTrace();
   if (!config_.overlap_param_gather) return FinishParamGather();
@@ -474,6 +515,8 @@ DistributedDataParallel::CreateOptimizer(const optim::OptimizerConfig& config,
   }
   pieces.sharded = config_.use_distributed_optimizer;
   pieces.shard_group = shard_;
+  pieces.expert_shard_group = config_.expert_data;
+  for (const Bucket& b : buckets_) pieces.expert_params |= b.expert;
   pieces.device = device_;
   if (config_.use_distributed_optimizer) {
     // The updated shards go to every replica (waited for by

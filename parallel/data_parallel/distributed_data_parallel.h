@@ -45,6 +45,12 @@ struct DdpConfig {
   // distributed optimizer, shards live within an instance and the
   // reduced shard is all-reduced across instances. Default: none.
   HybridSharding hybrid;
+  // Mixture of experts: the expert-data-parallel group (the ranks holding
+  // the same experts). Parameters marked expert_parallel go to buckets of
+  // their own, reduced (and, under the distributed optimizer, sharded)
+  // over it and scaled by 1 / DP like the rest (Megatron's expert
+  // buffers). Null: such parameters are refused. Not with hybrid.
+  comm::ProcessGroup* expert_data = nullptr;
   // Test-only fault for the consistency checks' tests: FinalizeGradients
   // still takes part in the sequence-parallel all-reduce of the parameter
   // of this name (so no rank waits) but keeps this rank's own partial
@@ -59,6 +65,9 @@ struct DdpConfig {
 // gradients.
 struct Bucket {
   int index = 0;
+  // Expert parameters' bucket: reduced and sharded over the
+  // expert-data-parallel group (DdpConfig::expert_data).
+  bool expert = false;
   FlatLayout layout;
   Tensor grad_data;   // fp32 [layout.padded_numel]
   Tensor param_data;  // Model dtype [layout.padded_numel]; distopt only.
@@ -190,6 +199,14 @@ class DistributedDataParallel : public DataParallel {
   DdpConfig config_;
   int shard_size() const { return shard_ == nullptr ? 1 : shard_->size(); }
   int shard_rank() const { return shard_ == nullptr ? 0 : shard_->rank(); }
+  // Where a bucket is reduced and its shards split: the expert-data group
+  // for expert buckets, else dp_ and shard_.
+  comm::ProcessGroup* ReduceGroupOf(const Bucket& b) const {
+    return b.expert ? config_.expert_data : dp_;
+  }
+  comm::ProcessGroup* ShardGroupOf(const Bucket& b) const {
+    return b.expert ? config_.expert_data : shard_;
+  }
 
   comm::ProcessGroup* dp_ = nullptr;
   // Where the distributed optimizer's shards split: dp_, or under HSDP

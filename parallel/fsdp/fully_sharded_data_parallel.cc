@@ -45,6 +45,18 @@ FullyShardedDataParallel::Create(const ParameterList& params,
   if (params.empty()) {
     return absl::InvalidArgumentError("FSDP: no parameters");
   }
+  for (const auto& p : params) {
+    if (p != nullptr && p->expert_parallel) {
+      // Its units would shard over the expert-data-parallel group.
+      return absl::UnimplementedError(absl::StrCat(
+          "FSDP (", ShardingStrategyName(config.strategy),
+          "): the expert weight '", p->name,
+          "' is laid out over expert parallelism (--expert-model-parallel-size"
+          " / --expert-tensor-parallel-size / --sequence-parallel with "
+          "--num-experts); sharding it is not built (use "
+          "--use-distributed-optimizer)"));
+    }
+  }
   if (!ShardsGradients(config.strategy)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "FSDP: strategy ", ShardingStrategyName(config.strategy),

@@ -83,6 +83,12 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   if (cp != nullptr && cp->size() == 1) cp = nullptr;
   ctx.cp_group = cp;
   ctx.cp_comm_type = o.cp_comm_type;
+  if (o.expert_layout && state != nullptr) {
+    ctx.expert_layout = true;
+    ctx.expert_model_group = state->expert_model();
+    ctx.expert_tensor_group = state->expert_tensor();
+    ctx.moe_alltoall_dispatcher = o.moe_alltoall;
+  }
   pipeline::PipelineConfig split = o.pipeline;
   split.num_layers = o.model.num_layers;
   comm::ProcessGroup* pp = state ? state->pipeline() : nullptr;
@@ -113,6 +119,9 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     groups.tensor = state->tensor();
     groups.pipeline = state->pipeline();
     groups.model = state->model();
+    if (o.expert_layout) {
+      groups.expert_tensor_model = state->expert_tensor_model();
+    }
   }
   // Data parallelism as the train binary wires it (DDP, with the
   // distributed optimizer when asked).
@@ -125,6 +134,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
                           : fsdp::ShardingStrategy::kNoShard;
     if (fsdp::ShardsGradients(o.sharding)) config.strategy = o.sharding;
     config.ddp = o.ddp;
+    if (o.expert_layout) config.ddp.expert_data = state->expert_data();
     // Under CP gradients are reduced over DP x CP (Megatron's
     // data-parallel group with context parallelism).
     MCC_ASSIGN_OR_RETURN(ddp, training::WrapDataParallel(

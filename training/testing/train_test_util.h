@@ -38,6 +38,10 @@ void PackDocuments(gpt::MicroBatch* batch, int index);
 struct TrainOptions {
   gpt::GPTConfig model = TinyConfig();
   bool sequence_parallel = false;
+  // MoE over the ParallelState's expert groups (EP / ETP from its sizes),
+  // tokens moved by all-to-all (else all-gather).
+  bool expert_layout = false;
+  bool moe_alltoall = false;
   DType dtype = DType::kFloat32;
   bool use_ddp = true;  // False: model and optimizer only (serial).
   data_parallel::DdpConfig ddp;
