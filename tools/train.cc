@@ -574,9 +574,10 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const training::TrainConfig& config,
        "the experts always run as grouped GEMMs here "
        "(core/ops/grouped_gemm.h)"},
       {"moe_router_dtype", true, "the router always computes in fp32 here"},
-      {"moe_token_dispatcher_type", true,
-       "without expert parallelism every token stays on its rank, and "
-       "allgather and alltoall are the same local permutation"},
+      {"moe_token_dispatcher_type", config.expert_model_parallel_size() <= 1,
+       "without expert parallelism (--expert-model-parallel-size 1) every "
+       "token stays on its rank, and allgather and alltoall are the same "
+       "local permutation"},
       {"fp8_recipe", no_fp8, "it needs --fp8-format"},
       {"fp8_margin", !delayed_fp8,
        no_fp8 ? "it needs --fp8-format" : "only --fp8-recipe delayed reads it"},

@@ -224,6 +224,45 @@ TEST(ExpertParallelOptionsTest, RefusalsNameTheFlag) {
             std::string::npos);
 }
 
+// What the GPT runs of an expert layout, and what it refuses by name.
+TEST(ExpertLayoutTest, AcceptsTp1AndRefusesWhatIsNotBuilt) {
+  TrainConfig config;
+  config.set_num_experts(8);
+  EXPECT_TRUE(CheckExpertLayout(config).ok());
+  config.set_expert_model_parallel_size(2);
+  EXPECT_TRUE(CheckExpertLayout(config).ok());
+  config.set_use_distributed_optimizer(true);
+  config.set_save("/tmp/ckpt");
+  EXPECT_TRUE(CheckExpertLayout(config).ok());  // EP checkpoints reshard.
+  auto message = [](const TrainConfig& c) {
+    return std::string(CheckExpertLayout(c).message());
+  };
+  TrainConfig tp = config;
+  tp.set_tensor_model_parallel_size(2);
+  EXPECT_NE(message(tp).find("needs --sequence-parallel"), std::string::npos)
+      << message(tp);
+  TrainConfig zero3 = config;
+  zero3.set_data_parallel_sharding_strategy("optim_grads_params");
+  EXPECT_NE(message(zero3).find("--data-parallel-sharding-strategy "
+                                "optim_grads_params"),
+            std::string::npos);
+  TrainConfig hsdp = config;
+  hsdp.set_num_distributed_optimizer_instances(2);
+  EXPECT_NE(message(hsdp).find("--num-distributed-optimizer-instances 2"),
+            std::string::npos);
+  TrainConfig etp = config;
+  etp.set_expert_model_parallel_size(1);
+  etp.set_expert_tensor_parallel_size(2);
+  EXPECT_NE(message(etp).find("--expert-tensor-parallel-size 2 with --save"),
+            std::string::npos);
+  etp.clear_save();
+  EXPECT_TRUE(CheckExpertLayout(etp).ok());
+  // Without MoE layers there is nothing to lay out here.
+  TrainConfig dense = tp;
+  dense.set_num_experts(0);
+  EXPECT_TRUE(CheckExpertLayout(dense).ok());
+}
+
 }  // namespace
 }  // namespace training
 }  // namespace mcc
