@@ -30,7 +30,9 @@ worst() {
 }
 
 run serial 1
-run ep4 4 --expert-model-parallel-size 4 --train-iters 10 --save "$work/ep4"
+# The replicas checks see experts replicated over expert DP only.
+run ep4 4 --expert-model-parallel-size 4 --train-iters 10 --save "$work/ep4" \
+  --check-grad-consistency-interval 5 --check-weight-hash-across-dp-replicas-interval 5
 compare "$work/serial.jsonl" "$work/ep4.jsonl" 1e-5
 echo "ep4 vs serial: $(worst "$work/serial.jsonl" "$work/ep4.jsonl")"
 run from_ep4_ep1 1 --load "$work/ep4"

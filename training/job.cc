@@ -196,7 +196,8 @@ absl::Status JoinWorld(const TrainConfig& train_config, Job* job,
     sizes.context = train_config.context_parallel_size();
     sizes.expert_model = train_config.expert_model_parallel_size();
     sizes.expert_tensor = train_config.expert_tensor_parallel_size();
-    if (sizes.expert_tensor == 0 && !train_config.sequence_parallel()) {
+    if (sizes.expert_tensor == 0 && train_config.num_experts() > 0 &&
+        !train_config.sequence_parallel()) {
       // Without SP every TP rank routes the same tokens: the experts stay
       // whole (ETP is TP's only under SP, Megatron's default).
       sizes.expert_tensor = 1;

@@ -464,6 +464,9 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
     replica_sources.tensor = job->state->tensor();
     replica_sources.context = job->state->context();
     replica_sources.embedding = job->state->embedding();
+    if (job->context.expert_layout) {
+      replica_sources.expert_data = job->state->expert_data();
+    }
   }
   const int grad_check_interval = config.check_grad_consistency_interval();
   const int log_interval = config.log_interval();

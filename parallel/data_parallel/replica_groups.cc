@@ -14,9 +14,10 @@ bool Replicates(const comm::ProcessGroup* group) {
 
 std::vector<ReplicaGroup> ReplicaGroupsOf(const ParameterList& params,
                                           const ReplicaGroupSources& sources) {
-  ParameterList not_split, shared;
+  ParameterList dense, experts, not_split, shared;
   for (const auto& p : params) {
-    if (!p->is_tensor_parallel()) not_split.push_back(p);
+    (p->expert_parallel ? experts : dense).push_back(p);
+    if (!p->is_tensor_parallel() && !p->expert_parallel) not_split.push_back(p);
     if (p->shared_with_other_stage) shared.push_back(p);
   }
   std::vector<ReplicaGroup> groups;
@@ -26,7 +27,8 @@ std::vector<ReplicaGroup> ReplicaGroupsOf(const ParameterList& params,
       groups.push_back(ReplicaGroup{kind, group, list});
     }
   };
-  add("data-parallel", sources.data, params);
+  add("data-parallel", sources.data, dense);
+  add("expert-data-parallel", sources.expert_data, experts);
   add("tensor-parallel", sources.tensor, not_split);
   add("context-parallel", sources.context, params);
   add("embedding", sources.embedding, shared);

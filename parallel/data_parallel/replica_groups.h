@@ -37,11 +37,15 @@ struct ReplicaGroupSources {
   comm::ProcessGroup* tensor = nullptr;
   comm::ProcessGroup* context = nullptr;
   comm::ProcessGroup* embedding = nullptr;
+  // Mixture of experts: the expert-data-parallel group, where expert
+  // weights (Parameter::expert_parallel) are replicated instead of `data`.
+  comm::ProcessGroup* expert_data = nullptr;
 };
 
 // This rank's replica groups of `params`, in a fixed order every rank
 // agrees on:
-//   data-parallel    every parameter, over `data`;
+//   data-parallel    every parameter but the expert weights, over `data`;
+//   expert-data-parallel  the expert weights, over `expert_data`;
 //   tensor-parallel  parameters not split over TP (norm weights and biases,
 //                    row-parallel biases, learned position embeddings);
 //   context-parallel every parameter, over `context`;
