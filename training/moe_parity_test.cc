@@ -116,6 +116,11 @@ std::vector<Case> Cases() {
   Case ep2_pp2 = Expert("ep2_pp2", 4, 2);
   ep2_pp2.pp = 2;
   v.push_back(ep2_pp2);
+  Case ep2_pp2_interleaved = Expert("ep2_pp2_interleaved", 4, 2);
+  ep2_pp2_interleaved.pp = 2;
+  ep2_pp2_interleaved.layers_per_virtual_stage = 1;
+  ep2_pp2_interleaved.alltoall = false;
+  v.push_back(ep2_pp2_interleaved);
   Case ep2_distopt = Expert("ep2_dp4_distopt", 4, 2);
   ep2_distopt.distopt = true;
   v.push_back(ep2_distopt);
