@@ -38,6 +38,12 @@ bool CpuSupportsAvx512() {
   return supported;
 }
 
+bool CpuSupportsAvx512Bf16() {
+  static const bool supported =
+      CpuSupportsAvx512() && __builtin_cpu_supports("avx512bf16");
+  return supported;
+}
+
 CpuIsa KernelIsa() {
   int isa = g_isa.load(std::memory_order_relaxed);
   if (isa < 0) {

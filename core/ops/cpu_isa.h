@@ -20,6 +20,8 @@ CpuIsa KernelIsa();
 const char* CpuIsaName(CpuIsa isa);
 // What the CPU itself supports (ignores MCC_CPU_ISA).
 bool CpuSupportsAvx512();
+// AVX-512 plus the bf16 dot-product instruction (AVX512-BF16, vdpbf16ps).
+bool CpuSupportsAvx512Bf16();
 
 namespace internal {
 // For tests: the ISA the kernels use from now on (kAvx512 only where the CPU

@@ -1,0 +1,113 @@
+#include "core/ops/bf16_dot_gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace mcc {
+namespace ops {
+namespace {
+
+#define MCC_AVX512_BF16 \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16")))
+
+// C[MR x n] with n <= 32: 16 columns per register, two registers per row.
+template <int MR, bool kFull>
+MCC_AVX512_BF16 inline void DotKernel(int64_t k, const BFloat16* a, int64_t lda,
+                                      const BFloat16* b, int64_t ldb, float* c,
+                                      int64_t ldc, int64_t n, bool accumulate) {
+  __m512 c0[MR], c1[MR];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    c0[r] = _mm512_setzero_ps();
+    c1[r] = _mm512_setzero_ps();
+  }
+  const __mmask16 m0 =
+      kFull ? 0xFFFF
+            : static_cast<__mmask16>((1u << std::min<int64_t>(n, 16)) - 1);
+  const __mmask16 m1 =
+      kFull ? 0xFFFF
+            : static_cast<__mmask16>((1u << std::max<int64_t>(n - 16, 0)) - 1);
+  for (int64_t p = 0; p < k; p += 2) {
+    const BFloat16* bp = b + (p / 2) * ldb;
+    const __m512i b0 =
+        kFull ? _mm512_loadu_si512(bp) : _mm512_maskz_loadu_epi32(m0, bp);
+    const __m512i b1 = kFull ? _mm512_loadu_si512(bp + 32)
+                             : _mm512_maskz_loadu_epi32(m1, bp + 32);
+    const BFloat16* ap = a + p;
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, ap + r * lda, sizeof(pair));
+      const __m512i av = _mm512_set1_epi32(pair);
+      c0[r] = _mm512_dpbf16_ps(c0[r], (__m512bh)av, (__m512bh)b0);
+      c1[r] = _mm512_dpbf16_ps(c1[r], (__m512bh)av, (__m512bh)b1);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    float* cr = c + r * ldc;
+    if (accumulate) {
+      c0[r] = _mm512_add_ps(c0[r], _mm512_maskz_loadu_ps(m0, cr));
+      c1[r] = _mm512_add_ps(c1[r], _mm512_maskz_loadu_ps(m1, cr + 16));
+    }
+    _mm512_mask_storeu_ps(cr, m0, c0[r]);
+    _mm512_mask_storeu_ps(cr + 16, m1, c1[r]);
+  }
+}
+
+template <bool kFull>
+MCC_AVX512_BF16 void DotRowPanel(int64_t m, int64_t k, const BFloat16* a,
+                                 int64_t lda, const BFloat16* b, int64_t ldb,
+                                 float* c, int64_t ldc, int64_t n, bool acc) {
+  int64_t i = 0;
+  for (; i + 12 <= m; i += 12) {
+    DotKernel<12, kFull>(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, n, acc);
+  }
+  const BFloat16* ai = a + i * lda;
+  float* ci = c + i * ldc;
+  switch (m - i) {
+#define MCC_ROWS_CASE(R)                                      \
+  case R:                                                     \
+    DotKernel<R, kFull>(k, ai, lda, b, ldb, ci, ldc, n, acc); \
+    break;
+    MCC_ROWS_CASE(11)
+    MCC_ROWS_CASE(10)
+    MCC_ROWS_CASE(9)
+    MCC_ROWS_CASE(8)
+    MCC_ROWS_CASE(7)
+    MCC_ROWS_CASE(6)
+    MCC_ROWS_CASE(5)
+    MCC_ROWS_CASE(4)
+    MCC_ROWS_CASE(3)
+    MCC_ROWS_CASE(2)
+    MCC_ROWS_CASE(1)
+#undef MCC_ROWS_CASE
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+MCC_AVX512_BF16 void Bf16DotGemm(int64_t m, int64_t n, int64_t k,
+                                 const BFloat16* a, int64_t lda,
+                                 const BFloat16* b, int64_t ldb, float* c,
+                                 int64_t ldc, bool accumulate) {
+  for (int64_t j = 0; j < n; j += 32) {
+    const int64_t nn = std::min<int64_t>(32, n - j);
+    if (nn == 32) {
+      DotRowPanel<true>(m, k, a, lda, b + 2 * j, ldb, c + j, ldc, 32,
+                        accumulate);
+    } else {
+      DotRowPanel<false>(m, k, a, lda, b + 2 * j, ldb, c + j, ldc, nn,
+                         accumulate);
+    }
+  }
+}
+
+#undef MCC_AVX512_BF16
+
+}  // namespace ops
+}  // namespace mcc
