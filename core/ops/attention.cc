@@ -1,17 +1,23 @@
 #include "core/ops/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/op_profile.h"
+#include "core/ops/bf16_dot_gemm.h"
 #include "core/ops/cpu_isa.h"
 #include "core/ops/dropout.h"
 #include "core/ops/nn_internal.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
+#include "glog/logging.h"
 
 namespace mcc {
 namespace ops {
@@ -606,6 +612,320 @@ void BackwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v,
       });
 }
 
+// ---- Choice of the bf16 path (CpuBf16AttentionPath).
+
+CpuBf16AttentionPath DetectBf16Path() {
+  const char* env = std::getenv("MCC_BF16_ATTENTION");
+  if (env != nullptr && *env != '\0') {
+    const std::string v(env);
+    if (v == "widened") return CpuBf16AttentionPath::kWidened;
+    if (v == "dot" && !CpuSupportsAvx512Bf16()) {
+      LOG(FATAL) << "MCC_BF16_ATTENTION=dot, but this CPU (or its operating "
+                    "system) does not support AVX512-BF16";
+    }
+    if (v != "dot" && v != "auto") {
+      LOG(FATAL) << "MCC_BF16_ATTENTION must be auto, dot or widened, got '"
+                 << v << "'";
+    }
+  }
+  return CpuSupportsAvx512Bf16() ? CpuBf16AttentionPath::kDotProduct
+                                 : CpuBf16AttentionPath::kWidened;
+}
+
+std::atomic<int> g_bf16_path{-1};
+
+// bf16 inputs of this problem take the dot-product kernels: the path is
+// chosen, the kernels run AVX-512, and pairs of head_dim fill whole words.
+bool UseBf16Dot(const Dims& dm) {
+  return CpuBf16AttentionPathInUse() == CpuBf16AttentionPath::kDotProduct &&
+         KernelIsa() == CpuIsa::kAvx512 && dm.d % 2 == 0;
+}
+
+// ---- bf16 inputs through AVX512-BF16 (CpuBf16AttentionPath::kDotProduct).
+
+// K^T of one kv head in pair layout for Bf16DotGemm's B: columns are keys,
+// word (x / 2) * ld_words + t holds k[t, x] and k[t, x + 1] (d even).
+void PackPairsTransposed(const BFloat16* src, int64_t stride, int64_t rows,
+                         int64_t d, BFloat16* dst, int64_t ld_words) {
+  uint32_t* out = reinterpret_cast<uint32_t*>(dst);
+  for (int64_t t = 0; t < rows; ++t) {
+    const BFloat16* row = src + t * stride;
+    for (int64_t p = 0; p < d / 2; ++p) {
+      uint32_t word;
+      std::memcpy(&word, row + 2 * p, sizeof(word));
+      out[p * ld_words + t] = word;
+    }
+  }
+}
+
+// Rows [rows, d] in pair layout: dst[(t / 2) * 2d + 2x + t % 2] = src[t, x],
+// a zero row after an odd count. B of products over keys (V, K) or queries
+// (dO, Q), and A of the transposed products (dO^T, Q^T).
+void PackRowPairs(const BFloat16* src, int64_t stride, int64_t rows, int64_t d,
+                  BFloat16* dst) {
+  for (int64_t t = 0; t < rows; ++t) {
+    const BFloat16* row = src + t * stride;
+    BFloat16* out = dst + (t / 2) * 2 * d + t % 2;
+    for (int64_t x = 0; x < d; ++x) out[2 * x] = row[x];
+  }
+  if (rows % 2 != 0) {
+    BFloat16* out = dst + (rows / 2) * 2 * d + 1;
+    for (int64_t x = 0; x < d; ++x) out[2 * x] = BFloat16{};
+  }
+}
+
+inline void ScaleRow(float* row, int64_t n, float scale) {
+  const __m256 s = _mm256_set1_ps(scale);
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    _mm256_storeu_ps(row + c, _mm256_mul_ps(_mm256_loadu_ps(row + c), s));
+  }
+  for (; c < n; ++c) row[c] *= scale;
+}
+
+inline int64_t RoundUpEven(int64_t n) { return (n + 1) / 2 * 2; }
+
+// ForwardCpu's algorithm with bf16 q, k, v (d even): S = q k^T on the
+// dot-product instruction, scaled in fp32; P rounded to bf16 for P V.
+template <typename TO>
+void ForwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
+                    const BFloat16* v, TO* out, float* lse) {
+  const int64_t s = dm.s, d = dm.d, group = dm.hq / dm.hkv;
+  const int64_t nqb = (s + kBlock - 1) / kBlock;
+  const int64_t bh = dm.b * dm.hq;
+  const int64_t q_stride = dm.hq * d, kv_stride = dm.hkv * d;
+  // K^T [d / 2, ldk words] and V [ceil(s / 2), 2d] in pair layout for every
+  // (batch, kv head), packed once and shared by the query-block tasks.
+  const int64_t ldk = PaddedLd(s);
+  const int64_t vt_offset = d * ldk;
+  const int64_t per_kv = vt_offset + RoundUpEven(s) * d;
+  Tensor packed = Tensor::Empty({dm.b * dm.hkv * per_kv}, DType::kBFloat16);
+  BFloat16* packed_data = packed.data<BFloat16>();
+  ThreadPool::Global().ParallelFor(
+      dm.b * dm.hkv, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t task = t0; task < t1; ++task) {
+          const int64_t bi = task / dm.hkv, kvh = task % dm.hkv;
+          BFloat16* kt = packed_data + task * per_kv;
+          PackPairsTransposed(k + bi * s * kv_stride + kvh * d, kv_stride, s, d,
+                              kt, ldk);
+          PackRowPairs(v + bi * s * kv_stride + kvh * d, kv_stride, s, d,
+                       kt + vt_offset);
+        }
+      });
+  ThreadPool::Global().ParallelFor(nqb * bh, 1, [&](int64_t t0, int64_t t1) {
+    // Scratch: O accumulator, scores, running max and sum; P in bf16.
+    Tensor scratch = Tensor::Empty({kBlock * d + kBlock * kBlock + 2 * kBlock},
+                                   DType::kFloat32);
+    Tensor p_scratch = Tensor::Empty({kBlock * kBlock}, DType::kBFloat16);
+    float* oacc = scratch.data<float>();
+    float* sc = oacc + kBlock * d;
+    float* mrow = sc + kBlock * kBlock;
+    float* lrow = mrow + kBlock;
+    BFloat16* pb = p_scratch.data<BFloat16>();
+    std::vector<uint32_t> word_buffer(dm.dropout_p > 0 ? kBlock : 0);
+    uint32_t* words = word_buffer.data();
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t qb = nqb - 1 - task / bh;
+      const int64_t bi = (task % bh) / dm.hq, h = task % dm.hq;
+      const int64_t kvh = h / group;
+      const int64_t i0 = qb * kBlock, br = std::min(kBlock, s - i0);
+      const int64_t kend = dm.causal ? i0 + br : s;
+      const int64_t kbegin = FirstKeyOfBlock(dm, bi, i0, br) / kBlock * kBlock;
+      const BFloat16* kt = packed_data + (bi * dm.hkv + kvh) * per_kv;
+      const BFloat16* vp = kt + vt_offset;
+      const BFloat16* qh = q + (bi * s + i0) * q_stride + h * d;
+      std::fill(oacc, oacc + br * d, 0.0f);
+      std::fill(mrow, mrow + br, -std::numeric_limits<float>::infinity());
+      std::fill(lrow, lrow + br, 0.0f);
+      for (int64_t j0 = kbegin; j0 < kend; j0 += kBlock) {
+        const int64_t bc = std::min(kBlock, kend - j0);
+        Bf16DotGemm(br, bc, d, qh, q_stride / 2, 1, kt + 2 * j0, 2 * ldk, sc,
+                    kBlock, false);
+        for (int64_t r = 0; r < br; ++r) {
+          float* row = sc + r * kBlock;
+          const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
+          if (vis.empty()) {
+            std::fill(row, row + bc, 0.0f);
+            continue;
+          }
+          ScaleRow(row + vis.begin, vis.end - vis.begin, dm.scale);
+          const float mnew =
+              std::max(mrow[r], RowMax(row + vis.begin, vis.end - vis.begin));
+          const float alpha = nn::ExpS(mrow[r] - mnew);
+          const float sum = ExpRange(row, vis.begin, vis.end, bc, mnew);
+          lrow[r] = lrow[r] * alpha + sum;
+          mrow[r] = mnew;
+          if (dm.dropout_p > 0) {
+            DropRow(dm, bi, h, i0 + r, j0 + vis.begin, vis.end - vis.begin,
+                    row + vis.begin, words);
+          }
+          if (alpha != 1.0f) {
+            float* o = oacc + r * d;
+            for (int64_t x = 0; x < d; ++x) o[x] *= alpha;
+          }
+        }
+        RoundToBf16Rows(sc, kBlock, br, bc, pb, kBlock);
+        Bf16DotGemm(br, d, RoundUpEven(bc), pb, kBlock / 2, 1, vp + j0 * d,
+                    2 * d, oacc, d, true);
+      }
+      for (int64_t r = 0; r < br; ++r) {
+        TO* orow = out + (bi * s + i0 + r) * q_stride + h * d;
+        const bool none = lrow[r] == 0.0f;
+        nn::FromF32(oacc + r * d, orow, d, none ? 0.0f : 1.0f / lrow[r]);
+        lse[(bi * dm.hq + h) * s + i0 + r] =
+            none ? -std::numeric_limits<float>::infinity()
+                 : mrow[r] + std::log(lrow[r]);
+      }
+    }
+  });
+}
+
+// BackwardCpu's algorithm with bf16 q, k, v, out and dout (d even). dK and
+// dV are accumulated transposed ([d, s]) so that every product reads its
+// operands in the layouts Bf16DotGemm takes without a transpose per block:
+//   S = q K^T,  dP = dO V^T      (A: q, dO rows;  B: K^T, V^T pairs)
+//   dV^T += dO^T P,  dK^T += q^T dS  (A: dO, q row pairs; B: P, dS pairs)
+//   dQ += dS K                   (A: dS rows;      B: K row pairs)
+template <typename TG, typename TD>
+void BackwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
+                     const BFloat16* v, const BFloat16* out,
+                     const BFloat16* dout, const float* lse, TG* dq, TD* dk,
+                     TD* dv) {
+  const int64_t s = dm.s, d = dm.d, group = dm.hq / dm.hkv;
+  const int64_t q_stride = dm.hq * d, kv_stride = dm.hkv * d;
+  const int64_t s2 = RoundUpEven(s);
+  ThreadPool::Global().ParallelFor(
+      dm.b * dm.hkv, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t task = t0; task < t1; ++task) {
+          const int64_t bi = task / dm.hkv, kvh = task % dm.hkv;
+          const int64_t ldt = PaddedLd(s);
+          // fp32: dK^T, dV^T [d, ldt], dQ [s, d], D, P and dP/dS blocks.
+          Tensor scratch = Tensor::Empty(
+              {2 * d * ldt + s * d + s + 2 * kBlock * kBlock}, DType::kFloat32);
+          float* dkt = scratch.data<float>();
+          float* dvt = dkt + d * ldt;
+          float* dqp = dvt + d * ldt;
+          float* drow = dqp + s * d;
+          float* pb = drow + s;
+          float* dsb = pb + kBlock * kBlock;
+          // bf16: K^T, V^T pairs [d / 2, 2 ldt]; K, q, dO row pairs
+          // [s2 / 2, 2d]; P pairs, dS pairs and dS rows of one block.
+          Tensor scratch16 =
+              Tensor::Empty({2 * d * ldt + 3 * s2 * d + 3 * kBlock * kBlock},
+                            DType::kBFloat16);
+          BFloat16* kt = scratch16.data<BFloat16>();
+          BFloat16* vt = kt + d * ldt;
+          BFloat16* kv = vt + d * ldt;
+          BFloat16* qv = kv + s2 * d;
+          BFloat16* dov = qv + s2 * d;
+          BFloat16* p_pairs = dov + s2 * d;
+          BFloat16* ds_pairs = p_pairs + kBlock * kBlock;
+          BFloat16* ds_rows = ds_pairs + kBlock * kBlock;
+          std::vector<uint32_t> words(dm.dropout_p > 0 ? kBlock : 0);
+          std::vector<float> mask(dm.dropout_p > 0 ? kBlock : 0);
+          const BFloat16* kh = k + bi * s * kv_stride + kvh * d;
+          const BFloat16* vh = v + bi * s * kv_stride + kvh * d;
+          PackPairsTransposed(kh, kv_stride, s, d, kt, ldt);
+          PackPairsTransposed(vh, kv_stride, s, d, vt, ldt);
+          PackRowPairs(kh, kv_stride, s, d, kv);
+          std::fill(dkt, dkt + 2 * d * ldt, 0.0f);
+          for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+            const int64_t off = bi * s * q_stride + h * d;
+            const BFloat16* qh = q + off;
+            const BFloat16* doh = dout + off;
+            PackRowPairs(qh, q_stride, s, d, qv);
+            PackRowPairs(doh, q_stride, s, d, dov);
+            for (int64_t t = 0; t < s; ++t) {
+              const BFloat16* orow = out + off + t * q_stride;
+              const BFloat16* grow = doh + t * q_stride;
+              __m256 acc = _mm256_setzero_ps();
+              int64_t x = 0;
+              for (; x + 8 <= d; x += 8) {
+                acc = _mm256_fmadd_ps(Load8(orow + x), Load8(grow + x), acc);
+              }
+              float sum = nn::HSum(acc);
+              for (; x < d; ++x) sum += LoadS(orow + x) * LoadS(grow + x);
+              drow[t] = sum;
+            }
+            std::fill(dqp, dqp + s * d, 0.0f);
+            const float* lh = lse + (bi * dm.hq + h) * s;
+            for (int64_t j0 = 0; j0 < s; j0 += kBlock) {
+              const int64_t bc = std::min(kBlock, s - j0);
+              for (int64_t i0 = dm.causal ? j0 : 0; i0 < s; i0 += kBlock) {
+                const int64_t br = std::min(kBlock, s - i0);
+                if (FirstKeyOfBlock(dm, bi, i0, br) >= j0 + bc) continue;
+                // P = exp(scale S - lse).
+                Bf16DotGemm(br, bc, d, qh + i0 * q_stride, q_stride / 2, 1,
+                            kt + 2 * j0, 2 * ldt, pb, kBlock, false);
+                for (int64_t r = 0; r < br; ++r) {
+                  float* p = pb + r * kBlock;
+                  const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
+                  if (vis.empty()) {
+                    std::fill(p, p + bc, 0.0f);
+                  } else {
+                    ScaleRow(p + vis.begin, vis.end - vis.begin, dm.scale);
+                    ExpRange(p, vis.begin, vis.end, bc, lh[i0 + r]);
+                  }
+                }
+                // dP = dO_i V_j^T; dS = P * (dP - D) (dropout as in
+                // BackwardCpu: dV takes P*M*c, dP is masked likewise).
+                Bf16DotGemm(br, bc, d, doh + i0 * q_stride, q_stride / 2, 1,
+                            vt + 2 * j0, 2 * ldt, dsb, kBlock, false);
+                for (int64_t r = 0; r < br; ++r) {
+                  float* p = pb + r * kBlock;
+                  float* ds = dsb + r * kBlock;
+                  if (dm.dropout_p > 0) {
+                    const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
+                    std::fill(mask.begin(), mask.end(), 1.0f);
+                    DropRow(dm, bi, h, i0 + r, j0 + vis.begin,
+                            vis.end - vis.begin, mask.data() + vis.begin,
+                            words.data());
+                    for (int64_t c = 0; c < bc; ++c) {
+                      const float m =
+                          c >= vis.begin && c < vis.end ? mask[c] : 0.0f;
+                      ds[c] = p[c] * (ds[c] * m - drow[i0 + r]);
+                      p[c] *= m;
+                    }
+                    continue;
+                  }
+                  const __m256 dr = _mm256_set1_ps(drow[i0 + r]);
+                  for (int64_t c = 0; c < bc; c += 8) {
+                    _mm256_storeu_ps(
+                        ds + c,
+                        _mm256_mul_ps(
+                            _mm256_loadu_ps(p + c),
+                            _mm256_sub_ps(_mm256_loadu_ps(ds + c), dr)));
+                  }
+                }
+                const int64_t kq = RoundUpEven(br), kk = RoundUpEven(bc);
+                RoundToBf16Pairs(pb, kBlock, br, bc, p_pairs, 2 * kBlock);
+                RoundToBf16Pairs(dsb, kBlock, br, bc, ds_pairs, 2 * kBlock);
+                RoundToBf16Rows(dsb, kBlock, br, bc, ds_rows, kBlock);
+                // dV_j^T += dO_i^T P; dK_j^T += q_i^T dS (scale at the end).
+                Bf16DotGemm(d, bc, kq, dov + i0 * d, 1, d, p_pairs, 2 * kBlock,
+                            dvt + j0, ldt, true);
+                Bf16DotGemm(d, bc, kq, qv + i0 * d, 1, d, ds_pairs, 2 * kBlock,
+                            dkt + j0, ldt, true);
+                // dQ_i += dS K_j (scale at the end).
+                Bf16DotGemm(br, d, kk, ds_rows, kBlock / 2, 1, kv + j0 * d,
+                            2 * d, dqp + i0 * d, d, true);
+              }
+            }
+            for (int64_t t = 0; t < s; ++t) {
+              nn::FromF32(dqp + t * d, dq + off + t * q_stride, d, dm.scale);
+            }
+          }
+          for (int64_t t = 0; t < s; ++t) {
+            const int64_t o = (bi * s + t) * kv_stride + kvh * d;
+            for (int64_t x = 0; x < d; ++x) {
+              nn::StoreS(dk + o + x, dkt[x * ldt + t] * dm.scale);
+              nn::StoreS(dv + o + x, dvt[x * ldt + t]);
+            }
+          }
+        }
+      });
+}
+
 Dims DimsOf(const Tensor& q, const Tensor& k, const AttentionOptions& options);
 
 absl::Status CheckQkv(absl::string_view op, const Tensor& q, const Tensor& k,
@@ -728,6 +1048,14 @@ absl::Status FlashAttentionForwardCpu(const Tensor& q, const Tensor& k,
                                       Tensor* out, Tensor* lse) {
   if (q.numel() == 0) return absl::OkStatus();
   const Dims dm = DimsOf(q, k, options);
+  if (q.dtype() == DType::kBFloat16 && UseBf16Dot(dm)) {
+    nn::DispatchFloat(out->dtype(), [&](auto to) {
+      using TO = decltype(to);
+      ForwardBf16Dot(dm, q.data<BFloat16>(), k.data<BFloat16>(),
+                     v.data<BFloat16>(), out->data<TO>(), lse->data<float>());
+    });
+    return absl::OkStatus();
+  }
   nn::DispatchFloat(q.dtype(), [&](auto tq) {
     using TQ = decltype(tq);
     nn::DispatchFloat(out->dtype(), [&](auto to) {
@@ -783,6 +1111,20 @@ absl::Status FlashAttentionBackwardCpu(const Tensor& q, const Tensor& k,
                                        Tensor* dq, Tensor* dk, Tensor* dv) {
   if (q.numel() == 0) return absl::OkStatus();
   const Dims dm = DimsOf(q, k, options);
+  if (q.dtype() == DType::kBFloat16 && out.dtype() == DType::kBFloat16 &&
+      UseBf16Dot(dm)) {
+    DispatchFloatOr<BFloat16>(dq->dtype(), [&](auto tg) {
+      using TG = decltype(tg);
+      DispatchFloatOr<BFloat16>(dk->dtype(), [&](auto td) {
+        using TD = decltype(td);
+        BackwardBf16Dot(dm, q.data<BFloat16>(), k.data<BFloat16>(),
+                        v.data<BFloat16>(), out.data<BFloat16>(),
+                        dout.data<BFloat16>(), lse.data<float>(),
+                        dq->data<TG>(), dk->data<TD>(), dv->data<TD>());
+      });
+    });
+    return absl::OkStatus();
+  }
   Dispatch16BitType(
       {q.dtype(), out.dtype(), dq->dtype(), dk->dtype()}, [&](auto th) {
         using H = decltype(th);
@@ -806,6 +1148,34 @@ absl::Status FlashAttentionBackwardCpu(const Tensor& q, const Tensor& k,
 }
 
 }  // namespace
+
+CpuBf16AttentionPath CpuBf16AttentionPathInUse() {
+  int path = g_bf16_path.load(std::memory_order_relaxed);
+  if (path < 0) {
+    int expected = -1;
+    g_bf16_path.compare_exchange_strong(expected,
+                                        static_cast<int>(DetectBf16Path()));
+    path = g_bf16_path.load(std::memory_order_relaxed);
+  }
+  return static_cast<CpuBf16AttentionPath>(path);
+}
+
+const char* CpuBf16AttentionPathName(CpuBf16AttentionPath path) {
+  return path == CpuBf16AttentionPath::kDotProduct ? "AVX512-BF16 dot product"
+                                                   : "widened to fp32";
+}
+
+namespace internal {
+
+CpuBf16AttentionPath SetCpuBf16AttentionPathForTesting(
+    CpuBf16AttentionPath path) {
+  const CpuBf16AttentionPath previous = CpuBf16AttentionPathInUse();
+  if (!CpuSupportsAvx512Bf16()) path = CpuBf16AttentionPath::kWidened;
+  g_bf16_path.store(static_cast<int>(path), std::memory_order_relaxed);
+  return previous;
+}
+
+}  // namespace internal
 
 MCC_KERNEL_SLOT(FlashAttentionForwardKernel, FlashAttentionForwardKernels,
                 "FlashAttentionForward", &FlashAttentionForwardCpu);

@@ -76,6 +76,27 @@ absl::Status FlashAttentionBackward(const Tensor& q, const Tensor& k,
                                     const AttentionOptions& options, Tensor* dq,
                                     Tensor* dk, Tensor* dv);
 
+// How the CPU kernels multiply bf16 inputs. kDotProduct: q, k, v (and dout
+// in the backward) stay bf16 and the block products run through the
+// AVX512-BF16 dot-product instruction with fp32 accumulation; the
+// probabilities and dS, computed in fp32, are rounded to bf16 for the
+// products that take them (as GPU flash attention does). kWidened: every
+// operand is widened to fp32 and multiplied in fp32 (any machine; fp32 and
+// fp16 inputs always take it).
+enum class CpuBf16AttentionPath { kWidened, kDotProduct };
+// kDotProduct where the CPU has AVX512-BF16 and the kernel ISA is AVX-512
+// (MCC_CPU_ISA=avx2 rules it out). MCC_BF16_ATTENTION=widened forces
+// kWidened; =dot requires the instruction; =auto (or unset) chooses.
+CpuBf16AttentionPath CpuBf16AttentionPathInUse();
+const char* CpuBf16AttentionPathName(CpuBf16AttentionPath path);
+
+namespace internal {
+// For tests: the bf16 path from now on (kDotProduct only where the CPU has
+// it); returns the previous choice.
+CpuBf16AttentionPath SetCpuBf16AttentionPathForTesting(
+    CpuBf16AttentionPath path);
+}  // namespace internal
+
 // Kernels, with the ops' signatures and contracts (out, lse, dq, dk, dv
 // overwritten; dropout masks drawn as AttentionOptions says).
 using FlashAttentionForwardKernel =

@@ -243,12 +243,16 @@ TEST(AttentionFp16Test, WithinFp16Tolerance) {
 // Peak allocator bytes during forward + backward grow linearly in T.
 // The AVX-512 block GEMMs run the same FMA chains as the AVX2 ones, so
 // every output is bit-identical; head sizes and lengths cover full and
-// partial 16- and 32-column panels and 8-row tails.
+// partial 16- and 32-column panels and 8-row tails. bf16 takes the widened
+// path here (the dot-product path has AVX-512 only: attention_bf16_test).
 TEST(AttentionIsaTest, Avx512AndAvx2AgreeBitForBit) {
   if (!CpuSupportsAvx512()) {
     std::printf("no AVX-512 on this CPU: only the AVX2 kernels run\n");
     GTEST_SKIP() << "no AVX-512 on this CPU";
   }
+  const CpuBf16AttentionPath saved_path =
+      internal::SetCpuBf16AttentionPathForTesting(
+          CpuBf16AttentionPath::kWidened);
   const Cfg cfgs[] = {{1, 67, 2, 1, 24, true},
                       {2, 130, 2, 2, 64, true},
                       {1, 75, 1, 1, 40, false},
@@ -269,6 +273,7 @@ TEST(AttentionIsaTest, Avx512AndAvx2AgreeBitForBit) {
       EXPECT_EQ(narrow.dv.ToDoubles(), wide.dv.ToDoubles()) << what;
     }
   }
+  internal::SetCpuBf16AttentionPathForTesting(saved_path);
 }
 
 TEST(AttentionMemoryTest, PeakGrowsLinearlyWithSequence) {

@@ -14,7 +14,8 @@ namespace {
 
 // C[MR x n] with n <= 32: 16 columns per register, two registers per row.
 template <int MR, bool kFull>
-MCC_AVX512_BF16 inline void DotKernel(int64_t k, const BFloat16* a, int64_t lda,
+MCC_AVX512_BF16 inline void DotKernel(int64_t k, const BFloat16* a,
+                                      int64_t a_row, int64_t a_pair,
                                       const BFloat16* b, int64_t ldb, float* c,
                                       int64_t ldc, int64_t n, bool accumulate) {
   __m512 c0[MR], c1[MR];
@@ -35,12 +36,12 @@ MCC_AVX512_BF16 inline void DotKernel(int64_t k, const BFloat16* a, int64_t lda,
         kFull ? _mm512_loadu_si512(bp) : _mm512_maskz_loadu_epi32(m0, bp);
     const __m512i b1 = kFull ? _mm512_loadu_si512(bp + 32)
                              : _mm512_maskz_loadu_epi32(m1, bp + 32);
-    const BFloat16* ap = a + p;
+    const BFloat16* ap = a + 2 * (p / 2) * a_pair;
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      int32_t pair;
-      std::memcpy(&pair, ap + r * lda, sizeof(pair));
-      const __m512i av = _mm512_set1_epi32(pair);
+      int32_t word;
+      std::memcpy(&word, ap + 2 * r * a_row, sizeof(word));
+      const __m512i av = _mm512_set1_epi32(word);
       c0[r] = _mm512_dpbf16_ps(c0[r], (__m512bh)av, (__m512bh)b0);
       c1[r] = _mm512_dpbf16_ps(c1[r], (__m512bh)av, (__m512bh)b1);
     }
@@ -59,18 +60,20 @@ MCC_AVX512_BF16 inline void DotKernel(int64_t k, const BFloat16* a, int64_t lda,
 
 template <bool kFull>
 MCC_AVX512_BF16 void DotRowPanel(int64_t m, int64_t k, const BFloat16* a,
-                                 int64_t lda, const BFloat16* b, int64_t ldb,
-                                 float* c, int64_t ldc, int64_t n, bool acc) {
+                                 int64_t a_row, int64_t a_pair,
+                                 const BFloat16* b, int64_t ldb, float* c,
+                                 int64_t ldc, int64_t n, bool acc) {
   int64_t i = 0;
   for (; i + 12 <= m; i += 12) {
-    DotKernel<12, kFull>(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, n, acc);
+    DotKernel<12, kFull>(k, a + 2 * i * a_row, a_row, a_pair, b, ldb,
+                         c + i * ldc, ldc, n, acc);
   }
-  const BFloat16* ai = a + i * lda;
+  const BFloat16* ai = a + 2 * i * a_row;
   float* ci = c + i * ldc;
   switch (m - i) {
-#define MCC_ROWS_CASE(R)                                      \
-  case R:                                                     \
-    DotKernel<R, kFull>(k, ai, lda, b, ldb, ci, ldc, n, acc); \
+#define MCC_ROWS_CASE(R)                                                \
+  case R:                                                               \
+    DotKernel<R, kFull>(k, ai, a_row, a_pair, b, ldb, ci, ldc, n, acc); \
     break;
     MCC_ROWS_CASE(11)
     MCC_ROWS_CASE(10)
@@ -92,17 +95,62 @@ MCC_AVX512_BF16 void DotRowPanel(int64_t m, int64_t k, const BFloat16* a,
 }  // namespace
 
 MCC_AVX512_BF16 void Bf16DotGemm(int64_t m, int64_t n, int64_t k,
-                                 const BFloat16* a, int64_t lda,
-                                 const BFloat16* b, int64_t ldb, float* c,
-                                 int64_t ldc, bool accumulate) {
+                                 const BFloat16* a, int64_t a_row,
+                                 int64_t a_pair, const BFloat16* b, int64_t ldb,
+                                 float* c, int64_t ldc, bool accumulate) {
   for (int64_t j = 0; j < n; j += 32) {
     const int64_t nn = std::min<int64_t>(32, n - j);
     if (nn == 32) {
-      DotRowPanel<true>(m, k, a, lda, b + 2 * j, ldb, c + j, ldc, 32,
+      DotRowPanel<true>(m, k, a, a_row, a_pair, b + 2 * j, ldb, c + j, ldc, 32,
                         accumulate);
     } else {
-      DotRowPanel<false>(m, k, a, lda, b + 2 * j, ldb, c + j, ldc, nn,
+      DotRowPanel<false>(m, k, a, a_row, a_pair, b + 2 * j, ldb, c + j, ldc, nn,
                          accumulate);
+    }
+  }
+}
+
+namespace {
+
+// The bf16 bits of 16 floats, each in the low half of a 32-bit lane.
+MCC_AVX512_BF16 inline __m512i Bf16Lanes(__m512 v) {
+  return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v));
+}
+
+}  // namespace
+
+MCC_AVX512_BF16 void RoundToBf16Rows(const float* src, int64_t lds,
+                                     int64_t rows, int64_t cols, BFloat16* dst,
+                                     int64_t ldd) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * lds;
+    BFloat16* d = dst + r * ldd;
+    for (int64_t c = 0; c < cols; c += 16) {
+      const __mmask16 m =
+          static_cast<__mmask16>((1u << std::min<int64_t>(16, cols - c)) - 1);
+      const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s + c));
+      _mm256_mask_storeu_epi16(d + c, m, (__m256i)h);
+    }
+    if (cols % 2 != 0) d[cols] = BFloat16{};
+  }
+}
+
+MCC_AVX512_BF16 void RoundToBf16Pairs(const float* src, int64_t lds,
+                                      int64_t rows, int64_t cols, BFloat16* dst,
+                                      int64_t ldd) {
+  for (int64_t r = 0; r < rows; r += 2) {
+    const float* s0 = src + r * lds;
+    const float* s1 = s0 + lds;
+    const bool second = r + 1 < rows;
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst + (r / 2) * ldd);
+    for (int64_t c = 0; c < cols; c += 16) {
+      const __mmask16 m =
+          static_cast<__mmask16>((1u << std::min<int64_t>(16, cols - c)) - 1);
+      const __m512i lo = Bf16Lanes(_mm512_maskz_loadu_ps(m, s0 + c));
+      const __m512i hi = second ? Bf16Lanes(_mm512_maskz_loadu_ps(m, s1 + c))
+                                : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(d + c, m,
+                               _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
     }
   }
 }

@@ -22,25 +22,39 @@ double Gamma(int64_t n) {
   return n * u / (1 - n * u);
 }
 
-void Check(int64_t m, int64_t n, int64_t k, bool accumulate) {
+// A(i, p) of the test's matrix, stored row-major (transposed_a false) or
+// as the pair layout of A^T (word (p / 2) * ldp + i), as attention reads
+// dO^T and Q^T.
+void Check(int64_t m, int64_t n, int64_t k, bool accumulate,
+           bool transposed_a) {
   std::mt19937 rng(static_cast<uint32_t>(m * 1000 + n * 10 + k));
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-  const int64_t lda = k + 2, ldb = 2 * n + 4, ldc = n + 3;
-  std::vector<BFloat16> a(m * lda), b((k / 2) * ldb);
+  const int64_t lda = k + 2, ldp = m + 3, ldb = 2 * n + 4, ldc = n + 3;
+  std::vector<BFloat16> a(transposed_a ? (k / 2) * 2 * ldp : m * lda);
+  std::vector<BFloat16> b((k / 2) * ldb);
   for (auto& x : a) x = FloatToBFloat16(dist(rng));
   for (auto& x : b) x = FloatToBFloat16(dist(rng));
+  auto at = [&](int64_t i, int64_t p) {
+    return BFloat16ToFloat(transposed_a ? a[(p / 2) * 2 * ldp + 2 * i + p % 2]
+                                        : a[i * lda + p]);
+  };
   std::vector<float> c(m * ldc);
   for (auto& x : c) x = dist(rng);
   const std::vector<float> old = c;
-  Bf16DotGemm(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, accumulate);
+  if (transposed_a) {
+    Bf16DotGemm(m, n, k, a.data(), 1, ldp, b.data(), ldb, c.data(), ldc,
+                accumulate);
+  } else {
+    Bf16DotGemm(m, n, k, a.data(), lda / 2, 1, b.data(), ldb, c.data(), ldc,
+                accumulate);
+  }
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double want = accumulate ? old[i * ldc + j] : 0.0;
       double magnitude = std::fabs(want);
       for (int64_t p = 0; p < k; ++p) {
-        const double prod =
-            static_cast<double>(BFloat16ToFloat(a[i * lda + p])) *
-            BFloat16ToFloat(b[(p / 2) * ldb + 2 * j + p % 2]);
+        const double prod = static_cast<double>(at(i, p)) *
+                            BFloat16ToFloat(b[(p / 2) * ldb + 2 * j + p % 2]);
         want += prod;
         magnitude += std::fabs(prod);
       }
@@ -59,8 +73,43 @@ TEST(Bf16DotGemmTest, MatchesFloat64WithinAccumulationBound) {
   for (int64_t m : {1, 5, 12, 13, 64}) {
     for (int64_t n : {1, 16, 17, 32, 45, 64, 128}) {
       for (int64_t k : {2, 64, 128}) {
-        Check(m, n, k, false);
-        Check(m, n, k, true);
+        for (bool transposed_a : {false, true}) {
+          Check(m, n, k, false, transposed_a);
+          Check(m, n, k, true, transposed_a);
+        }
+      }
+    }
+  }
+}
+
+TEST(Bf16DotGemmTest, RoundingMatchesFloatToBFloat16WithZeroPadding) {
+  if (!CpuSupportsAvx512Bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  for (int64_t rows : {1, 2, 7, 64}) {
+    for (int64_t cols : {1, 15, 16, 33, 64}) {
+      const int64_t lds = 70, ldd = 140;
+      std::vector<float> src(rows * lds);
+      for (auto& x : src) x = dist(rng);
+      const BFloat16 junk = FloatToBFloat16(99.0f);
+      std::vector<BFloat16> row_major(rows * ldd, junk);
+      std::vector<BFloat16> pairs(((rows + 1) / 2) * ldd, junk);
+      RoundToBf16Rows(src.data(), lds, rows, cols, row_major.data(), ldd);
+      RoundToBf16Pairs(src.data(), lds, rows, cols, pairs.data(), ldd);
+      for (int64_t r = 0; r < (rows + 1) / 2 * 2; ++r) {
+        for (int64_t c = 0; c < (cols + 1) / 2 * 2; ++c) {
+          const bool inside = r < rows && c < cols;
+          const uint16_t want =
+              inside ? FloatToBFloat16(src[r * lds + c]).bits : 0;
+          if (r < rows) {
+            EXPECT_EQ(row_major[r * ldd + c].bits, want)
+                << "rows: " << r << ", " << c;
+          }
+          if (c < cols) {
+            EXPECT_EQ(pairs[(r / 2) * ldd + 2 * c + r % 2].bits, want)
+                << "pairs: " << r << ", " << c;
+          }
+        }
       }
     }
   }

@@ -33,6 +33,10 @@ using cuda_kernels::ElemType;
 using flash_testing::AttentionCase;
 using flash_testing::Near;
 
+::testing::Environment* const kWidenedCpuBf16 =
+    ::testing::AddGlobalTestEnvironment(
+        new flash_testing::WidenedCpuBf16Attention);
+
 ElemType TypeOf(const Tensor& t) {
   switch (t.dtype()) {
     case DType::kBFloat16:

@@ -25,6 +25,10 @@ namespace {
 
 using flash_testing::AttentionCase;
 using flash_testing::Near;
+
+::testing::Environment* const kWidenedCpuBf16 =
+    ::testing::AddGlobalTestEnvironment(
+        new flash_testing::WidenedCpuBf16Attention);
 using testing::CudaTest;
 using testing::KernelDevice;
 using testing::SameBytes;

@@ -48,6 +48,24 @@ namespace mcc {
 namespace ops {
 namespace flash_testing {
 
+// The bounds below take the CPU kernel as fp32 arithmetic on the 16-bit
+// inputs: bf16 runs the CPU's widened path, not its AVX512-BF16 one (which
+// rounds P and dS to bf16 for their products). Tests register it with
+// ::testing::AddGlobalTestEnvironment.
+class WidenedCpuBf16Attention : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    saved_ = internal::SetCpuBf16AttentionPathForTesting(
+        CpuBf16AttentionPath::kWidened);
+  }
+  void TearDown() override {
+    internal::SetCpuBf16AttentionPathForTesting(saved_);
+  }
+
+ private:
+  CpuBf16AttentionPath saved_ = CpuBf16AttentionPath::kWidened;
+};
+
 struct AttentionCase {
   int64_t b, s, hq, hkv, d;
   bool causal;
