@@ -1,5 +1,7 @@
 #include "core/ops/bench_nn.h"
 
+#include <time.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -20,15 +22,27 @@ namespace mcc {
 namespace ops {
 namespace {
 
+bool g_cpu_time = false;
+
+double Now() {
+  if (g_cpu_time) {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+  }
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 // Best seconds per call over a few timed repetitions after one warm-up.
 double Time(const std::function<void()>& fn, int reps = 5) {
   fn();
   double best = 1e30;
   for (int i = 0; i < reps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = Now();
     fn();
-    const auto t1 = std::chrono::steady_clock::now();
-    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+    best = std::min(best, Now() - t0);
   }
   return best;
 }
@@ -51,6 +65,119 @@ void Line(const char* name, const char* size, double sec, double amount,
 }
 
 }  // namespace
+
+void SetNnBenchmarkCpuTime(bool cpu_time) { g_cpu_time = cpu_time; }
+
+void RunAttentionBenchmarks(bool quick) {
+  // Flash attention, causal. bf16 runs on both CPU paths where the CPU has
+  // AVX512-BF16 (the dot-product kernels, then the widened ones), so their
+  // times and the fp32 time come from one run.
+  const bool bf16_dot =
+      CpuBf16AttentionPathInUse() == CpuBf16AttentionPath::kDotProduct;
+  struct AttentionVariant {
+    DType dtype;
+    CpuBf16AttentionPath path;
+    const char* label;
+  };
+  std::vector<AttentionVariant> variants = {
+      {DType::kFloat32, CpuBf16AttentionPath::kWidened, "fp32"}};
+  if (bf16_dot) {
+    variants.push_back(
+        {DType::kBFloat16, CpuBf16AttentionPath::kDotProduct, "bf16 dot"});
+  }
+  variants.push_back({DType::kBFloat16, CpuBf16AttentionPath::kWidened,
+                      bf16_dot ? "bf16 widened" : "bf16"});
+  variants.push_back({DType::kFloat16, CpuBf16AttentionPath::kWidened, "fp16"});
+  for (int64_t d : {64, 128}) {
+    const int64_t b = quick ? 1 : 2, s = quick ? 512 : 2048, h = quick ? 2 : 8;
+    for (const AttentionVariant& variant : variants) {
+      const DType dt = variant.dtype;
+      const CpuBf16AttentionPath saved_path =
+          internal::SetCpuBf16AttentionPathForTesting(variant.path);
+      const Shape shape = {b, s, h, d};
+      Tensor q = Random(shape, dt), k = Random(shape, dt),
+             v = Random(shape, dt);
+      Tensor dout = Random(shape, dt);
+      Tensor out = Tensor::Empty(shape, dt),
+             lse = Tensor::Empty({b, h, s}, DType::kFloat32);
+      Tensor dq = Tensor::Empty(shape, dt), dk = Tensor::Empty(shape, dt),
+             dv = Tensor::Empty(shape, dt);
+      char size[64];
+      std::snprintf(size, sizeof(size), "b%lld s%lld h%lld d%lld %s",
+                    static_cast<long long>(b), static_cast<long long>(s),
+                    static_cast<long long>(h), static_cast<long long>(d),
+                    variant.label);
+      Line("FlashAttentionForward (causal)", size,
+           Time(
+               [&] {
+                 MCC_CHECK_OK(FlashAttentionForward(q, k, v, {}, &out, &lse));
+               },
+               3),
+           FlashAttentionForwardFlops(b, s, h, d, true), "GFLOP/s");
+      Line("FlashAttentionBackward (causal)", size,
+           Time(
+               [&] {
+                 MCC_CHECK_OK(FlashAttentionBackward(q, k, v, out, dout, lse,
+                                                     {}, &dq, &dk, &dv));
+               },
+               3),
+           FlashAttentionBackwardFlops(b, s, h, d, true), "GFLOP/s");
+      internal::SetCpuBf16AttentionPathForTesting(saved_path);
+    }
+  }
+  // Packed documents (AttentionOptions::first_key): the same problem cut
+  // into documents of n tokens. Blocks across documents are skipped, so the
+  // time falls with n against the full causal line (n = s); GFLOP/s counts
+  // the documents' own causal FLOPs.
+  {
+    const int64_t b = quick ? 1 : 2, s = quick ? 512 : 2048, h = quick ? 2 : 8,
+                  d = 128;
+    const Shape shape = {b, s, h, d};
+    Tensor q = Random(shape, DType::kFloat32),
+           k = Random(shape, DType::kFloat32),
+           v = Random(shape, DType::kFloat32),
+           dout = Random(shape, DType::kFloat32);
+    Tensor out = Tensor::Empty(shape, DType::kFloat32),
+           lse = Tensor::Empty({b, h, s}, DType::kFloat32);
+    Tensor dq = Tensor::Empty(shape, DType::kFloat32),
+           dk = Tensor::Empty(shape, DType::kFloat32),
+           dv = Tensor::Empty(shape, DType::kFloat32);
+    for (int64_t n : {s, s / 4, s / 16}) {
+      AttentionOptions options;
+      if (n < s) {
+        options.first_key = Tensor::Empty({b, s}, DType::kInt32);
+        int32_t* f = options.first_key.data<int32_t>();
+        for (int64_t i = 0; i < b * s; ++i) f[i] = (i % s) / n * n;
+      }
+      char size[64];
+      std::snprintf(size, sizeof(size), "b%lld s%lld h%lld d%lld docs of %lld",
+                    static_cast<long long>(b), static_cast<long long>(s),
+                    static_cast<long long>(h), static_cast<long long>(d),
+                    static_cast<long long>(n));
+      const double docs = static_cast<double>(s / n);
+      Line(n < s ? "FlashAttentionForward (documents)"
+                 : "FlashAttentionForward (causal)",
+           size,
+           Time(
+               [&] {
+                 MCC_CHECK_OK(
+                     FlashAttentionForward(q, k, v, options, &out, &lse));
+               },
+               3),
+           docs * FlashAttentionForwardFlops(b, n, h, d, true), "GFLOP/s");
+      Line(n < s ? "FlashAttentionBackward (documents)"
+                 : "FlashAttentionBackward (causal)",
+           size,
+           Time(
+               [&] {
+                 MCC_CHECK_OK(FlashAttentionBackward(q, k, v, out, dout, lse,
+                                                     options, &dq, &dk, &dv));
+               },
+               3),
+           docs * FlashAttentionBackwardFlops(b, n, h, d, true), "GFLOP/s");
+    }
+  }
+}
 
 void RunNnBenchmarks(bool quick) {
   std::printf("transformer kernels (%d threads)\n",
@@ -113,92 +240,7 @@ void RunNnBenchmarks(bool quick) {
     Line("RotaryBackward", "[4, 1024, 32, 128] fp32",
          Time([&] { MCC_CHECK_OK(RotaryBackward(x, {}, &y)); }), 8 * n, "GB/s");
   }
-  // Flash attention, causal.
-  for (int64_t d : {64, 128}) {
-    const int64_t b = quick ? 1 : 2, s = quick ? 512 : 2048, h = quick ? 2 : 8;
-    for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
-      const Shape shape = {b, s, h, d};
-      Tensor q = Random(shape, dt), k = Random(shape, dt),
-             v = Random(shape, dt);
-      Tensor dout = Random(shape, dt);
-      Tensor out = Tensor::Empty(shape, dt),
-             lse = Tensor::Empty({b, h, s}, DType::kFloat32);
-      Tensor dq = Tensor::Empty(shape, dt), dk = Tensor::Empty(shape, dt),
-             dv = Tensor::Empty(shape, dt);
-      char size[64];
-      std::snprintf(size, sizeof(size), "b%lld s%lld h%lld d%lld %s",
-                    static_cast<long long>(b), static_cast<long long>(s),
-                    static_cast<long long>(h), static_cast<long long>(d),
-                    std::string(DTypeName(dt)).c_str());
-      Line("FlashAttentionForward (causal)", size,
-           Time(
-               [&] {
-                 MCC_CHECK_OK(FlashAttentionForward(q, k, v, {}, &out, &lse));
-               },
-               3),
-           FlashAttentionForwardFlops(b, s, h, d, true), "GFLOP/s");
-      Line("FlashAttentionBackward (causal)", size,
-           Time(
-               [&] {
-                 MCC_CHECK_OK(FlashAttentionBackward(q, k, v, out, dout, lse,
-                                                     {}, &dq, &dk, &dv));
-               },
-               3),
-           FlashAttentionBackwardFlops(b, s, h, d, true), "GFLOP/s");
-    }
-  }
-  // Packed documents (AttentionOptions::first_key): the same problem cut
-  // into documents of n tokens. Blocks across documents are skipped, so the
-  // time falls with n against the full causal line (n = s); GFLOP/s counts
-  // the documents' own causal FLOPs.
-  {
-    const int64_t b = quick ? 1 : 2, s = quick ? 512 : 2048, h = quick ? 2 : 8,
-                  d = 128;
-    const Shape shape = {b, s, h, d};
-    Tensor q = Random(shape, DType::kFloat32),
-           k = Random(shape, DType::kFloat32),
-           v = Random(shape, DType::kFloat32),
-           dout = Random(shape, DType::kFloat32);
-    Tensor out = Tensor::Empty(shape, DType::kFloat32),
-           lse = Tensor::Empty({b, h, s}, DType::kFloat32);
-    Tensor dq = Tensor::Empty(shape, DType::kFloat32),
-           dk = Tensor::Empty(shape, DType::kFloat32),
-           dv = Tensor::Empty(shape, DType::kFloat32);
-    for (int64_t n : {s, s / 4, s / 16}) {
-      AttentionOptions options;
-      if (n < s) {
-        options.first_key = Tensor::Empty({b, s}, DType::kInt32);
-        int32_t* f = options.first_key.data<int32_t>();
-        for (int64_t i = 0; i < b * s; ++i) f[i] = (i % s) / n * n;
-      }
-      char size[64];
-      std::snprintf(size, sizeof(size), "b%lld s%lld h%lld d%lld docs of %lld",
-                    static_cast<long long>(b), static_cast<long long>(s),
-                    static_cast<long long>(h), static_cast<long long>(d),
-                    static_cast<long long>(n));
-      const double docs = static_cast<double>(s / n);
-      Line(n < s ? "FlashAttentionForward (documents)"
-                 : "FlashAttentionForward (causal)",
-           size,
-           Time(
-               [&] {
-                 MCC_CHECK_OK(
-                     FlashAttentionForward(q, k, v, options, &out, &lse));
-               },
-               3),
-           docs * FlashAttentionForwardFlops(b, n, h, d, true), "GFLOP/s");
-      Line(n < s ? "FlashAttentionBackward (documents)"
-                 : "FlashAttentionBackward (causal)",
-           size,
-           Time(
-               [&] {
-                 MCC_CHECK_OK(FlashAttentionBackward(q, k, v, out, dout, lse,
-                                                     options, &dq, &dk, &dv));
-               },
-               3),
-           docs * FlashAttentionBackwardFlops(b, n, h, d, true), "GFLOP/s");
-    }
-  }
+  RunAttentionBenchmarks(quick);
   // Cross entropy over a GPT-2-sized (padded) vocabulary.
   for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     const int64_t tokens = quick ? 64 : 512, vocab = 50304;
