@@ -658,22 +658,6 @@ void PackPairsTransposed(const BFloat16* src, int64_t stride, int64_t rows,
   }
 }
 
-// Rows [rows, d] in pair layout: dst[(t / 2) * 2d + 2x + t % 2] = src[t, x],
-// a zero row after an odd count. B of products over keys (V, K) or queries
-// (dO, Q), and A of the transposed products (dO^T, Q^T).
-void PackRowPairs(const BFloat16* src, int64_t stride, int64_t rows, int64_t d,
-                  BFloat16* dst) {
-  for (int64_t t = 0; t < rows; ++t) {
-    const BFloat16* row = src + t * stride;
-    BFloat16* out = dst + (t / 2) * 2 * d + t % 2;
-    for (int64_t x = 0; x < d; ++x) out[2 * x] = row[x];
-  }
-  if (rows % 2 != 0) {
-    BFloat16* out = dst + (rows / 2) * 2 * d + 1;
-    for (int64_t x = 0; x < d; ++x) out[2 * x] = BFloat16{};
-  }
-}
-
 inline void ScaleRow(float* row, int64_t n, float scale) {
   const __m256 s = _mm256_set1_ps(scale);
   int64_t c = 0;
@@ -708,8 +692,8 @@ void ForwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
           BFloat16* kt = packed_data + task * per_kv;
           PackPairsTransposed(k + bi * s * kv_stride + kvh * d, kv_stride, s, d,
                               kt, ldk);
-          PackRowPairs(v + bi * s * kv_stride + kvh * d, kv_stride, s, d,
-                       kt + vt_offset);
+          PackBf16RowPairs(v + bi * s * kv_stride + kvh * d, kv_stride, s, d,
+                           kt + vt_offset);
         }
       });
   ThreadPool::Global().ParallelFor(nqb * bh, 1, [&](int64_t t0, int64_t t1) {
@@ -796,8 +780,9 @@ void BackwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
   const int64_t s2 = RoundUpEven(s);
   ThreadPool::Global().ParallelFor(
       dm.b * dm.hkv, 1, [&](int64_t t0, int64_t t1) {
-        for (int64_t task = t0; task < t1; ++task) {
-          const int64_t bi = task / dm.hkv, kvh = task % dm.hkv;
+        // Scratch once per run of tasks (fresh pages cost as much as the
+        // softmax at these speeds).
+        {
           const int64_t ldt = PaddedLd(s);
           // fp32: dK^T, dV^T [d, ldt], dQ [s, d], D, P and dP/dS blocks.
           Tensor scratch = Tensor::Empty(
@@ -823,103 +808,106 @@ void BackwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
           BFloat16* ds_rows = ds_pairs + kBlock * kBlock;
           std::vector<uint32_t> words(dm.dropout_p > 0 ? kBlock : 0);
           std::vector<float> mask(dm.dropout_p > 0 ? kBlock : 0);
-          const BFloat16* kh = k + bi * s * kv_stride + kvh * d;
-          const BFloat16* vh = v + bi * s * kv_stride + kvh * d;
-          PackPairsTransposed(kh, kv_stride, s, d, kt, ldt);
-          PackPairsTransposed(vh, kv_stride, s, d, vt, ldt);
-          PackRowPairs(kh, kv_stride, s, d, kv);
-          std::fill(dkt, dkt + 2 * d * ldt, 0.0f);
-          for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-            const int64_t off = bi * s * q_stride + h * d;
-            const BFloat16* qh = q + off;
-            const BFloat16* doh = dout + off;
-            PackRowPairs(qh, q_stride, s, d, qv);
-            PackRowPairs(doh, q_stride, s, d, dov);
-            for (int64_t t = 0; t < s; ++t) {
-              const BFloat16* orow = out + off + t * q_stride;
-              const BFloat16* grow = doh + t * q_stride;
-              __m256 acc = _mm256_setzero_ps();
-              int64_t x = 0;
-              for (; x + 8 <= d; x += 8) {
-                acc = _mm256_fmadd_ps(Load8(orow + x), Load8(grow + x), acc);
-              }
-              float sum = nn::HSum(acc);
-              for (; x < d; ++x) sum += LoadS(orow + x) * LoadS(grow + x);
-              drow[t] = sum;
-            }
-            std::fill(dqp, dqp + s * d, 0.0f);
-            const float* lh = lse + (bi * dm.hq + h) * s;
-            for (int64_t j0 = 0; j0 < s; j0 += kBlock) {
-              const int64_t bc = std::min(kBlock, s - j0);
-              for (int64_t i0 = dm.causal ? j0 : 0; i0 < s; i0 += kBlock) {
-                const int64_t br = std::min(kBlock, s - i0);
-                if (FirstKeyOfBlock(dm, bi, i0, br) >= j0 + bc) continue;
-                // P = exp(scale S - lse).
-                Bf16DotGemm(br, bc, d, qh + i0 * q_stride, q_stride / 2, 1,
-                            kt + 2 * j0, 2 * ldt, pb, kBlock, false);
-                for (int64_t r = 0; r < br; ++r) {
-                  float* p = pb + r * kBlock;
-                  const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
-                  if (vis.empty()) {
-                    std::fill(p, p + bc, 0.0f);
-                  } else {
-                    ScaleRow(p + vis.begin, vis.end - vis.begin, dm.scale);
-                    ExpRange(p, vis.begin, vis.end, bc, lh[i0 + r]);
-                  }
+          for (int64_t task = t0; task < t1; ++task) {
+            const int64_t bi = task / dm.hkv, kvh = task % dm.hkv;
+            const BFloat16* kh = k + bi * s * kv_stride + kvh * d;
+            const BFloat16* vh = v + bi * s * kv_stride + kvh * d;
+            PackPairsTransposed(kh, kv_stride, s, d, kt, ldt);
+            PackPairsTransposed(vh, kv_stride, s, d, vt, ldt);
+            PackBf16RowPairs(kh, kv_stride, s, d, kv);
+            std::fill(dkt, dkt + 2 * d * ldt, 0.0f);
+            for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+              const int64_t off = bi * s * q_stride + h * d;
+              const BFloat16* qh = q + off;
+              const BFloat16* doh = dout + off;
+              PackBf16RowPairs(qh, q_stride, s, d, qv);
+              PackBf16RowPairs(doh, q_stride, s, d, dov);
+              for (int64_t t = 0; t < s; ++t) {
+                const BFloat16* orow = out + off + t * q_stride;
+                const BFloat16* grow = doh + t * q_stride;
+                __m256 acc = _mm256_setzero_ps();
+                int64_t x = 0;
+                for (; x + 8 <= d; x += 8) {
+                  acc = _mm256_fmadd_ps(Load8(orow + x), Load8(grow + x), acc);
                 }
-                // dP = dO_i V_j^T; dS = P * (dP - D) (dropout as in
-                // BackwardCpu: dV takes P*M*c, dP is masked likewise).
-                Bf16DotGemm(br, bc, d, doh + i0 * q_stride, q_stride / 2, 1,
-                            vt + 2 * j0, 2 * ldt, dsb, kBlock, false);
-                for (int64_t r = 0; r < br; ++r) {
-                  float* p = pb + r * kBlock;
-                  float* ds = dsb + r * kBlock;
-                  if (dm.dropout_p > 0) {
+                float sum = nn::HSum(acc);
+                for (; x < d; ++x) sum += LoadS(orow + x) * LoadS(grow + x);
+                drow[t] = sum;
+              }
+              std::fill(dqp, dqp + s * d, 0.0f);
+              const float* lh = lse + (bi * dm.hq + h) * s;
+              for (int64_t j0 = 0; j0 < s; j0 += kBlock) {
+                const int64_t bc = std::min(kBlock, s - j0);
+                for (int64_t i0 = dm.causal ? j0 : 0; i0 < s; i0 += kBlock) {
+                  const int64_t br = std::min(kBlock, s - i0);
+                  if (FirstKeyOfBlock(dm, bi, i0, br) >= j0 + bc) continue;
+                  // P = exp(scale S - lse).
+                  Bf16DotGemm(br, bc, d, qh + i0 * q_stride, q_stride / 2, 1,
+                              kt + 2 * j0, 2 * ldt, pb, kBlock, false);
+                  for (int64_t r = 0; r < br; ++r) {
+                    float* p = pb + r * kBlock;
                     const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
-                    std::fill(mask.begin(), mask.end(), 1.0f);
-                    DropRow(dm, bi, h, i0 + r, j0 + vis.begin,
-                            vis.end - vis.begin, mask.data() + vis.begin,
-                            words.data());
-                    for (int64_t c = 0; c < bc; ++c) {
-                      const float m =
-                          c >= vis.begin && c < vis.end ? mask[c] : 0.0f;
-                      ds[c] = p[c] * (ds[c] * m - drow[i0 + r]);
-                      p[c] *= m;
+                    if (vis.empty()) {
+                      std::fill(p, p + bc, 0.0f);
+                    } else {
+                      ScaleRow(p + vis.begin, vis.end - vis.begin, dm.scale);
+                      ExpRange(p, vis.begin, vis.end, bc, lh[i0 + r]);
                     }
-                    continue;
                   }
-                  const __m256 dr = _mm256_set1_ps(drow[i0 + r]);
-                  for (int64_t c = 0; c < bc; c += 8) {
-                    _mm256_storeu_ps(
-                        ds + c,
-                        _mm256_mul_ps(
-                            _mm256_loadu_ps(p + c),
-                            _mm256_sub_ps(_mm256_loadu_ps(ds + c), dr)));
+                  // dP = dO_i V_j^T; dS = P * (dP - D) (dropout as in
+                  // BackwardCpu: dV takes P*M*c, dP is masked likewise).
+                  Bf16DotGemm(br, bc, d, doh + i0 * q_stride, q_stride / 2, 1,
+                              vt + 2 * j0, 2 * ldt, dsb, kBlock, false);
+                  for (int64_t r = 0; r < br; ++r) {
+                    float* p = pb + r * kBlock;
+                    float* ds = dsb + r * kBlock;
+                    if (dm.dropout_p > 0) {
+                      const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
+                      std::fill(mask.begin(), mask.end(), 1.0f);
+                      DropRow(dm, bi, h, i0 + r, j0 + vis.begin,
+                              vis.end - vis.begin, mask.data() + vis.begin,
+                              words.data());
+                      for (int64_t c = 0; c < bc; ++c) {
+                        const float m =
+                            c >= vis.begin && c < vis.end ? mask[c] : 0.0f;
+                        ds[c] = p[c] * (ds[c] * m - drow[i0 + r]);
+                        p[c] *= m;
+                      }
+                      continue;
+                    }
+                    const __m256 dr = _mm256_set1_ps(drow[i0 + r]);
+                    for (int64_t c = 0; c < bc; c += 8) {
+                      _mm256_storeu_ps(
+                          ds + c,
+                          _mm256_mul_ps(
+                              _mm256_loadu_ps(p + c),
+                              _mm256_sub_ps(_mm256_loadu_ps(ds + c), dr)));
+                    }
                   }
+                  const int64_t kq = RoundUpEven(br), kk = RoundUpEven(bc);
+                  RoundToBf16Pairs(pb, kBlock, br, bc, p_pairs, 2 * kBlock);
+                  RoundToBf16Pairs(dsb, kBlock, br, bc, ds_pairs, 2 * kBlock);
+                  RoundToBf16Rows(dsb, kBlock, br, bc, ds_rows, kBlock);
+                  // dV_j^T += dO_i^T P; dK_j^T += q_i^T dS (scale at the end).
+                  Bf16DotGemm(d, bc, kq, dov + i0 * d, 1, d, p_pairs,
+                              2 * kBlock, dvt + j0, ldt, true);
+                  Bf16DotGemm(d, bc, kq, qv + i0 * d, 1, d, ds_pairs,
+                              2 * kBlock, dkt + j0, ldt, true);
+                  // dQ_i += dS K_j (scale at the end).
+                  Bf16DotGemm(br, d, kk, ds_rows, kBlock / 2, 1, kv + j0 * d,
+                              2 * d, dqp + i0 * d, d, true);
                 }
-                const int64_t kq = RoundUpEven(br), kk = RoundUpEven(bc);
-                RoundToBf16Pairs(pb, kBlock, br, bc, p_pairs, 2 * kBlock);
-                RoundToBf16Pairs(dsb, kBlock, br, bc, ds_pairs, 2 * kBlock);
-                RoundToBf16Rows(dsb, kBlock, br, bc, ds_rows, kBlock);
-                // dV_j^T += dO_i^T P; dK_j^T += q_i^T dS (scale at the end).
-                Bf16DotGemm(d, bc, kq, dov + i0 * d, 1, d, p_pairs, 2 * kBlock,
-                            dvt + j0, ldt, true);
-                Bf16DotGemm(d, bc, kq, qv + i0 * d, 1, d, ds_pairs, 2 * kBlock,
-                            dkt + j0, ldt, true);
-                // dQ_i += dS K_j (scale at the end).
-                Bf16DotGemm(br, d, kk, ds_rows, kBlock / 2, 1, kv + j0 * d,
-                            2 * d, dqp + i0 * d, d, true);
+              }
+              for (int64_t t = 0; t < s; ++t) {
+                nn::FromF32(dqp + t * d, dq + off + t * q_stride, d, dm.scale);
               }
             }
             for (int64_t t = 0; t < s; ++t) {
-              nn::FromF32(dqp + t * d, dq + off + t * q_stride, d, dm.scale);
-            }
-          }
-          for (int64_t t = 0; t < s; ++t) {
-            const int64_t o = (bi * s + t) * kv_stride + kvh * d;
-            for (int64_t x = 0; x < d; ++x) {
-              nn::StoreS(dk + o + x, dkt[x * ldt + t] * dm.scale);
-              nn::StoreS(dv + o + x, dvt[x * ldt + t]);
+              const int64_t o = (bi * s + t) * kv_stride + kvh * d;
+              for (int64_t x = 0; x < d; ++x) {
+                nn::StoreS(dk + o + x, dkt[x * ldt + t] * dm.scale);
+                nn::StoreS(dv + o + x, dvt[x * ldt + t]);
+              }
             }
           }
         }

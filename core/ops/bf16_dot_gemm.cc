@@ -64,9 +64,16 @@ MCC_AVX512_BF16 void DotRowPanel(int64_t m, int64_t k, const BFloat16* a,
                                  const BFloat16* b, int64_t ldb, float* c,
                                  int64_t ldc, int64_t n, bool acc) {
   int64_t i = 0;
-  for (; i + 12 <= m; i += 12) {
+  // 12-row tiles, but 16 or 13-15 rows left go as 8 + the rest, so that no
+  // tile is left with too few accumulators to hide the instruction's latency.
+  for (; i + 12 <= m && (m - i < 13 || m - i > 16); i += 12) {
     DotKernel<12, kFull>(k, a + 2 * i * a_row, a_row, a_pair, b, ldb,
                          c + i * ldc, ldc, n, acc);
+  }
+  if (m - i > 12) {
+    DotKernel<8, kFull>(k, a + 2 * i * a_row, a_row, a_pair, b, ldb,
+                        c + i * ldc, ldc, n, acc);
+    i += 8;
   }
   const BFloat16* ai = a + 2 * i * a_row;
   float* ci = c + i * ldc;
@@ -150,6 +157,27 @@ MCC_AVX512_BF16 void RoundToBf16Pairs(const float* src, int64_t lds,
       const __m512i hi = second ? Bf16Lanes(_mm512_maskz_loadu_ps(m, s1 + c))
                                 : _mm512_setzero_si512();
       _mm512_mask_storeu_epi32(d + c, m,
+                               _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+  }
+}
+
+MCC_AVX512_BF16 void PackBf16RowPairs(const BFloat16* src, int64_t stride,
+                                      int64_t rows, int64_t d, BFloat16* dst) {
+  for (int64_t t = 0; t < rows; t += 2) {
+    const BFloat16* s0 = src + t * stride;
+    const BFloat16* s1 = s0 + stride;
+    const bool second = t + 1 < rows;
+    uint32_t* out = reinterpret_cast<uint32_t*>(dst + (t / 2) * 2 * d);
+    for (int64_t x = 0; x < d; x += 16) {
+      const __mmask16 m =
+          static_cast<__mmask16>((1u << std::min<int64_t>(16, d - x)) - 1);
+      const __m512i lo =
+          _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s0 + x));
+      const __m512i hi =
+          second ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s1 + x))
+                 : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(out + x, m,
                                _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
     }
   }

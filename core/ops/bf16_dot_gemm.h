@@ -39,6 +39,12 @@ void RoundToBf16Rows(const float* src, int64_t lds, int64_t rows, int64_t cols,
 void RoundToBf16Pairs(const float* src, int64_t lds, int64_t rows, int64_t cols,
                       BFloat16* dst, int64_t ldd);
 
+// bf16 rows [rows, d] (row stride `stride`) in pair layout:
+// dst[(t / 2) * 2d + 2x + t % 2] = src[t * stride + x], with a zero row
+// after an odd count. B of products over rows, or A of the transposed ones.
+void PackBf16RowPairs(const BFloat16* src, int64_t stride, int64_t rows,
+                      int64_t d, BFloat16* dst);
+
 }  // namespace ops
 }  // namespace mcc
 

@@ -115,6 +115,28 @@ TEST(Bf16DotGemmTest, RoundingMatchesFloatToBFloat16WithZeroPadding) {
   }
 }
 
+TEST(Bf16DotGemmTest, RowPairsInterleaveTwoRowsWithZeroPadding) {
+  if (!CpuSupportsAvx512Bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  for (int64_t rows : {1, 2, 5, 64}) {
+    for (int64_t d : {2, 16, 24, 64}) {
+      const int64_t stride = d + 6;
+      std::vector<BFloat16> src(rows * stride);
+      for (size_t i = 0; i < src.size(); ++i) {
+        src[i].bits = static_cast<uint16_t>(i * 7 + 1);
+      }
+      std::vector<BFloat16> dst((rows + 1) / 2 * 2 * d, BFloat16{0xffff});
+      PackBf16RowPairs(src.data(), stride, rows, d, dst.data());
+      for (int64_t t = 0; t < (rows + 1) / 2 * 2; ++t) {
+        for (int64_t x = 0; x < d; ++x) {
+          const uint16_t want = t < rows ? src[t * stride + x].bits : 0;
+          EXPECT_EQ(dst[(t / 2) * 2 * d + 2 * x + t % 2].bits, want)
+              << rows << " rows, d " << d << " at " << t << ", " << x;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ops
 }  // namespace mcc
