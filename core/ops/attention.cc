@@ -658,14 +658,152 @@ void PackPairsTransposed(const BFloat16* src, int64_t stride, int64_t rows,
   }
 }
 
-inline void ScaleRow(float* row, int64_t n, float scale) {
-  const __m256 s = _mm256_set1_ps(scale);
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8) {
-    _mm256_storeu_ps(row + c, _mm256_mul_ps(_mm256_loadu_ps(row + c), s));
-  }
-  for (; c < n; ++c) row[c] *= scale;
+// The softmax pieces of the dot-product path in 512-bit vectors (that path
+// runs only where AVX-512 is on).
+#define MCC_AVX512_SOFTMAX \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq")))
+
+// kernel_util's VecExp on 16 lanes: Exp8's operations in the same order, so
+// each lane equals Exp8's bit for bit.
+MCC_AVX512_SOFTMAX inline __m512 Exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)),
+                    _mm512_set1_ps(88.7f));
+  const __m512 fx = _mm512_roundscale_ps(
+      _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(fx, _mm512_set1_ps(-0.693359375f), x);
+  r = _mm512_fmadd_ps(fx, _mm512_set1_ps(2.12194440e-4f), r);
+  const __m512 r2 = _mm512_mul_ps(r, r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0f));
+  const __m512i e = _mm512_slli_epi32(
+      _mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
 }
+
+inline __mmask16 Lanes(int64_t n) {
+  return static_cast<__mmask16>((1u << std::min<int64_t>(16, n)) - 1);
+}
+
+// row[c] *= scale for c in [begin, end); returns the largest of them.
+MCC_AVX512_SOFTMAX inline float ScaleAndMax16(float* row, int64_t begin,
+                                              int64_t end, float scale) {
+  const __m512 s = _mm512_set1_ps(scale);
+  __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t c = begin; c < end; c += 16) {
+    const __mmask16 m = Lanes(end - c);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + c), s);
+    _mm512_mask_storeu_ps(row + c, m, v);
+    mx = _mm512_mask_max_ps(mx, m, mx, v);
+  }
+  return _mm512_reduce_max_ps(mx);
+}
+
+// ExpRange in 16 lanes: row[c] = exp(row[c] - sub) on [begin, end), 0 on
+// the rest of [0, n); returns the sum over [begin, end).
+MCC_AVX512_SOFTMAX inline float ExpRange16(float* row, int64_t begin,
+                                           int64_t end, int64_t n, float sub) {
+  std::fill(row, row + begin, 0.0f);
+  const __m512 vs = _mm512_set1_ps(sub);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t c = begin; c < end; c += 16) {
+    const __mmask16 m = Lanes(end - c);
+    const __m512 e =
+        Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + c), vs));
+    _mm512_mask_storeu_ps(row + c, m, e);
+    acc = _mm512_mask_add_ps(acc, m, acc, e);
+  }
+  std::fill(row + end, row + n, 0.0f);
+  return _mm512_reduce_add_ps(acc);
+}
+
+// dS = P (dP - D) for a block without dropout (ds holds dP on entry).
+MCC_AVX512_SOFTMAX void DsBlock16(const float* pb, float* dsb, int64_t br,
+                                  int64_t bc, const float* drow) {
+  for (int64_t r = 0; r < br; ++r) {
+    const float* p = pb + r * kBlock;
+    float* ds = dsb + r * kBlock;
+    const __m512 dr = _mm512_set1_ps(drow[r]);
+    for (int64_t c = 0; c < bc; c += 16) {
+      const __mmask16 m = Lanes(bc - c);
+      _mm512_mask_storeu_ps(
+          ds + c, m,
+          _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + c),
+                        _mm512_sub_ps(_mm512_maskz_loadu_ps(m, ds + c), dr)));
+    }
+  }
+}
+
+// The forward's online softmax over one block of scores (br x bc, row
+// stride kBlock), in place, as ForwardCpu's row loop: rescales the running
+// sums lrow, maxima mrow and output rows oacc, and leaves P in sc.
+MCC_AVX512_SOFTMAX void ForwardSoftmax16(const Dims& dm, int64_t bi, int64_t h,
+                                         int64_t i0, int64_t br, int64_t j0,
+                                         int64_t bc, float* sc, float* mrow,
+                                         float* lrow, float* oacc,
+                                         uint32_t* words) {
+  const int64_t d = dm.d;
+  for (int64_t r = 0; r < br; ++r) {
+    float* row = sc + r * kBlock;
+    const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
+    if (vis.empty()) {
+      std::fill(row, row + bc, 0.0f);
+      continue;
+    }
+    const float mnew =
+        std::max(mrow[r], ScaleAndMax16(row, vis.begin, vis.end, dm.scale));
+    const float alpha = nn::ExpS(mrow[r] - mnew);
+    const float sum = ExpRange16(row, vis.begin, vis.end, bc, mnew);
+    lrow[r] = lrow[r] * alpha + sum;
+    mrow[r] = mnew;
+    if (dm.dropout_p > 0) {
+      DropRow(dm, bi, h, i0 + r, j0 + vis.begin, vis.end - vis.begin,
+              row + vis.begin, words);
+    }
+    if (alpha != 1.0f) {
+      float* o = oacc + r * d;
+      const __m512 a = _mm512_set1_ps(alpha);
+      for (int64_t x = 0; x < d; x += 16) {
+        const __mmask16 m = Lanes(d - x);
+        _mm512_mask_storeu_ps(
+            o + x, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + x), a));
+      }
+    }
+  }
+}
+
+// The backward's P = exp(scale S - lse) over one block in place (0 outside
+// each row's visible keys), one pass a row: the same operations as
+// ScaleAndMax16 then ExpRange16.
+MCC_AVX512_SOFTMAX void BackwardProbabilities16(const Dims& dm, int64_t bi,
+                                                int64_t i0, int64_t br,
+                                                int64_t j0, int64_t bc,
+                                                const float* lse, float* pb) {
+  const __m512 scale = _mm512_set1_ps(dm.scale);
+  for (int64_t r = 0; r < br; ++r) {
+    float* p = pb + r * kBlock;
+    const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
+    if (vis.empty()) {
+      std::fill(p, p + bc, 0.0f);
+      continue;
+    }
+    std::fill(p, p + vis.begin, 0.0f);
+    const __m512 sub = _mm512_set1_ps(lse[i0 + r]);
+    for (int64_t c = vis.begin; c < vis.end; c += 16) {
+      const __mmask16 m = Lanes(vis.end - c);
+      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + c), scale);
+      _mm512_mask_storeu_ps(p + c, m, Exp16(_mm512_sub_ps(x, sub)));
+    }
+    std::fill(p + vis.end, p + bc, 0.0f);
+  }
+}
+
+#undef MCC_AVX512_SOFTMAX
 
 inline int64_t RoundUpEven(int64_t n) { return (n + 1) / 2 * 2; }
 
@@ -725,29 +863,8 @@ void ForwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
         const int64_t bc = std::min(kBlock, kend - j0);
         Bf16DotGemm(br, bc, d, qh, q_stride / 2, 1, kt + 2 * j0, 2 * ldk, sc,
                     kBlock, false);
-        for (int64_t r = 0; r < br; ++r) {
-          float* row = sc + r * kBlock;
-          const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
-          if (vis.empty()) {
-            std::fill(row, row + bc, 0.0f);
-            continue;
-          }
-          ScaleRow(row + vis.begin, vis.end - vis.begin, dm.scale);
-          const float mnew =
-              std::max(mrow[r], RowMax(row + vis.begin, vis.end - vis.begin));
-          const float alpha = nn::ExpS(mrow[r] - mnew);
-          const float sum = ExpRange(row, vis.begin, vis.end, bc, mnew);
-          lrow[r] = lrow[r] * alpha + sum;
-          mrow[r] = mnew;
-          if (dm.dropout_p > 0) {
-            DropRow(dm, bi, h, i0 + r, j0 + vis.begin, vis.end - vis.begin,
-                    row + vis.begin, words);
-          }
-          if (alpha != 1.0f) {
-            float* o = oacc + r * d;
-            for (int64_t x = 0; x < d; ++x) o[x] *= alpha;
-          }
-        }
+        ForwardSoftmax16(dm, bi, h, i0, br, j0, bc, sc, mrow, lrow, oacc,
+                         words);
         RoundToBf16Rows(sc, kBlock, br, bc, pb, kBlock);
         Bf16DotGemm(br, d, RoundUpEven(bc), pb, kBlock / 2, 1, vp + j0 * d,
                     2 * d, oacc, d, true);
@@ -844,44 +961,27 @@ void BackwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
                   // P = exp(scale S - lse).
                   Bf16DotGemm(br, bc, d, qh + i0 * q_stride, q_stride / 2, 1,
                               kt + 2 * j0, 2 * ldt, pb, kBlock, false);
-                  for (int64_t r = 0; r < br; ++r) {
-                    float* p = pb + r * kBlock;
-                    const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
-                    if (vis.empty()) {
-                      std::fill(p, p + bc, 0.0f);
-                    } else {
-                      ScaleRow(p + vis.begin, vis.end - vis.begin, dm.scale);
-                      ExpRange(p, vis.begin, vis.end, bc, lh[i0 + r]);
-                    }
-                  }
+                  BackwardProbabilities16(dm, bi, i0, br, j0, bc, lh, pb);
                   // dP = dO_i V_j^T; dS = P * (dP - D) (dropout as in
                   // BackwardCpu: dV takes P*M*c, dP is masked likewise).
                   Bf16DotGemm(br, bc, d, doh + i0 * q_stride, q_stride / 2, 1,
                               vt + 2 * j0, 2 * ldt, dsb, kBlock, false);
-                  for (int64_t r = 0; r < br; ++r) {
+                  if (dm.dropout_p == 0) {
+                    DsBlock16(pb, dsb, br, bc, drow + i0);
+                  }
+                  for (int64_t r = 0; dm.dropout_p > 0 && r < br; ++r) {
                     float* p = pb + r * kBlock;
                     float* ds = dsb + r * kBlock;
-                    if (dm.dropout_p > 0) {
-                      const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
-                      std::fill(mask.begin(), mask.end(), 1.0f);
-                      DropRow(dm, bi, h, i0 + r, j0 + vis.begin,
-                              vis.end - vis.begin, mask.data() + vis.begin,
-                              words.data());
-                      for (int64_t c = 0; c < bc; ++c) {
-                        const float m =
-                            c >= vis.begin && c < vis.end ? mask[c] : 0.0f;
-                        ds[c] = p[c] * (ds[c] * m - drow[i0 + r]);
-                        p[c] *= m;
-                      }
-                      continue;
-                    }
-                    const __m256 dr = _mm256_set1_ps(drow[i0 + r]);
-                    for (int64_t c = 0; c < bc; c += 8) {
-                      _mm256_storeu_ps(
-                          ds + c,
-                          _mm256_mul_ps(
-                              _mm256_loadu_ps(p + c),
-                              _mm256_sub_ps(_mm256_loadu_ps(ds + c), dr)));
+                    const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
+                    std::fill(mask.begin(), mask.end(), 1.0f);
+                    DropRow(dm, bi, h, i0 + r, j0 + vis.begin,
+                            vis.end - vis.begin, mask.data() + vis.begin,
+                            words.data());
+                    for (int64_t c = 0; c < bc; ++c) {
+                      const float m =
+                          c >= vis.begin && c < vis.end ? mask[c] : 0.0f;
+                      ds[c] = p[c] * (ds[c] * m - drow[i0 + r]);
+                      p[c] *= m;
                     }
                   }
                   const int64_t kq = RoundUpEven(br), kk = RoundUpEven(bc);
