@@ -327,7 +327,8 @@ TrainSettings DryRunSettings(const training::TrainConfig& config,
   return s;
 }
 
-// --dry-run plans expert parallelism the GPT cannot run yet: the expert
+// --dry-run plans expert parallelism the GPT cannot run yet (beside TP or
+// ZeRO-2/3, which train refuses; at TP 1 train runs it too): the expert
 // sizes are checked on their own (divisibility) and the rest of the config
 // as train would check it. Other runs are checked as they are.
 training::TrainConfig WithoutExpertParallelism(
