@@ -49,6 +49,7 @@ moe::BalanceParams BalanceParamsOf(const MoeBalanceArgs& a) {
   p.experts = a.experts;
   p.topk = a.topk;
   p.sequences = a.sequences;
+  p.length = a.length;
   p.sigmoid = a.sigmoid;
   p.coeff = a.coeff;
   p.grad_scale = a.grad_scale;
@@ -100,6 +101,8 @@ cudaError_t MoeLoadBalancingLoss(const MoeBalanceArgs& a, const float* scores,
   }
   moe::BalanceCountsKernel<<<GridFor(a.sequences * a.experts), kThreads, 0,
                              stream>>>(p);
+  if (a.total_counts != nullptr)
+    p.counts = const_cast<int64_t*>(a.total_counts);
   moe::BalanceLossKernel<<<1, 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
@@ -114,8 +117,12 @@ cudaError_t MoeLoadBalancingLossBackward(const MoeBalanceArgs& a,
   p.indices = indices;
   p.counts = counts;
   p.dlogits = dlogits;
-  moe::BalanceCountsKernel<<<GridFor(a.sequences * a.experts), kThreads, 0,
-                             stream>>>(p);
+  if (a.total_counts != nullptr) {
+    p.counts = const_cast<int64_t*>(a.total_counts);
+  } else {
+    moe::BalanceCountsKernel<<<GridFor(a.sequences * a.experts), kThreads, 0,
+                               stream>>>(p);
+  }
   moe::BalanceBackwardKernel<<<GridFor(a.tokens), kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }

@@ -35,6 +35,11 @@ cudaError_t MoeRouterBackward(const MoeRouterArgs& a, const float* scores,
 
 struct MoeBalanceArgs {
   int64_t tokens = 0, experts = 0, topk = 0, sequences = 1;
+  // Context parallelism (ops::MoeSequenceTotals): the whole sequences'
+  // counts int64 [sequences, experts] on the device and length; null / 0:
+  // this rank's.
+  const int64_t* total_counts = nullptr;
+  int64_t length = 0;
   bool sigmoid = false;
   float coeff = 0.0f, grad_scale = 1.0f;
 };

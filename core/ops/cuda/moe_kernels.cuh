@@ -196,9 +196,17 @@ struct BalanceParams {
   float* loss = nullptr;      // [1]
   float* dlogits = nullptr;   // backward: [tokens, experts], accumulated
   int64_t tokens = 0, experts = 0, topk = 0, sequences = 1;
+  // Under context parallelism: the whole sequences' length (0: this
+  // rank's, tokens / sequences); the loss and backward kernels then read
+  // the whole sequences' counts from `counts` (the launcher points it there).
+  int64_t length = 0;
   bool sigmoid = false;
   float coeff = 0.0f, grad_scale = 1.0f;
 };
+
+__device__ __forceinline__ int64_t BalanceLength(const BalanceParams& p) {
+  return p.length > 0 ? p.length : p.tokens / p.sequences;
+}
 
 // Sigmoid only: each token's normaliser, as AuxProbsRow.
 __global__ void BalanceNormaliserKernel(BalanceParams p) {
@@ -238,7 +246,7 @@ __global__ void BalanceCountsKernel(BalanceParams p) {
 __global__ void BalanceLossKernel(BalanceParams p) {
   if (ThreadIndex() != 0) return;
   const int64_t e = p.experts, seqs = p.sequences;
-  const int64_t len = p.tokens / seqs;
+  const int64_t len = BalanceLength(p);
   double total = 0.0;
   for (int64_t g = 0; g < seqs; ++g) {
     double run = 0.0;
@@ -256,7 +264,7 @@ __global__ void BalanceLossKernel(BalanceParams p) {
 __device__ __forceinline__ float BalanceGrad(const BalanceParams& p, int64_t g,
                                              int64_t j) {
   const int64_t e = p.experts, seqs = p.sequences;
-  const int64_t len = p.tokens / seqs;
+  const int64_t len = BalanceLength(p);
   const double f = static_cast<double>(p.counts[g * e + j]) / (len * p.topk);
   return static_cast<float>(static_cast<double>(p.grad_scale) * p.coeff * e *
                             f / (len * seqs));

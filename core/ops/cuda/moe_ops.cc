@@ -34,8 +34,13 @@ k::MoeRouterArgs RouterArgs(const Tensor& token_by_expert,
 
 k::MoeBalanceArgs BalanceArgs(const Tensor& scores, const Tensor& indices,
                               MoeScoreFunction f, int64_t sequences,
-                              float coeff, float grad_scale) {
+                              float coeff, float grad_scale,
+                              const MoeSequenceTotals& totals) {
   k::MoeBalanceArgs a;
+  a.total_counts = totals.counts == nullptr
+                       ? nullptr
+                       : static_cast<const int64_t*>(totals.counts->raw_data());
+  a.length = totals.length;
   a.tokens = scores.size(0);
   a.experts = scores.size(1);
   a.topk = indices.size(1);
@@ -79,11 +84,12 @@ absl::Status MoeRouterBackwardCuda(const Tensor& scores, const Tensor& indices,
 absl::Status MoeLoadBalancingLossCuda(const Tensor& scores,
                                       const Tensor& indices, MoeScoreFunction f,
                                       int64_t sequences, float coeff,
-                                      Tensor* loss) {
+                                      Tensor* loss,
+                                      const MoeSequenceTotals& totals) {
   KernelScope s("MoeLoadBalancingLoss", scores);
   MCC_RETURN_IF_ERROR(s.status());
   const k::MoeBalanceArgs a =
-      BalanceArgs(scores, indices, f, sequences, coeff, 1.0f);
+      BalanceArgs(scores, indices, f, sequences, coeff, 1.0f, totals);
   const Device dev = scores.device();
   Tensor counts = Scratch(sequences * a.experts, DType::kInt64, dev);
   // float64 sums in 8-byte elements (no float64 dtype).
@@ -96,13 +102,16 @@ absl::Status MoeLoadBalancingLossCuda(const Tensor& scores,
       F32(loss), s.stream()));
 }
 
-absl::Status MoeLoadBalancingLossBackwardCuda(
-    const Tensor& scores, const Tensor& indices, MoeScoreFunction f,
-    int64_t sequences, float coeff, float grad_scale, Tensor* dlogits) {
+absl::Status MoeLoadBalancingLossBackwardCuda(const Tensor& scores,
+                                              const Tensor& indices,
+                                              MoeScoreFunction f,
+                                              int64_t sequences, float coeff,
+                                              float grad_scale, Tensor* dlogits,
+                                              const MoeSequenceTotals& totals) {
   KernelScope s("MoeLoadBalancingLossBackward", scores);
   MCC_RETURN_IF_ERROR(s.status());
   const k::MoeBalanceArgs a =
-      BalanceArgs(scores, indices, f, sequences, coeff, grad_scale);
+      BalanceArgs(scores, indices, f, sequences, coeff, grad_scale, totals);
   Tensor counts =
       Scratch(sequences * a.experts, DType::kInt64, scores.device());
   return s.Check(k::MoeLoadBalancingLossBackward(

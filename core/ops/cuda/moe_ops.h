@@ -37,10 +37,14 @@ absl::Status MoeRouterBackwardCuda(const Tensor& scores, const Tensor& indices,
 absl::Status MoeLoadBalancingLossCuda(const Tensor& scores,
                                       const Tensor& indices, MoeScoreFunction f,
                                       int64_t sequences, float coeff,
-                                      Tensor* loss);
-absl::Status MoeLoadBalancingLossBackwardCuda(
-    const Tensor& scores, const Tensor& indices, MoeScoreFunction f,
-    int64_t sequences, float coeff, float grad_scale, Tensor* dlogits);
+                                      Tensor* loss,
+                                      const MoeSequenceTotals& totals);
+absl::Status MoeLoadBalancingLossBackwardCuda(const Tensor& scores,
+                                              const Tensor& indices,
+                                              MoeScoreFunction f,
+                                              int64_t sequences, float coeff,
+                                              float grad_scale, Tensor* dlogits,
+                                              const MoeSequenceTotals& totals);
 absl::Status MoeZLossCuda(const Tensor& logits, float coeff, Tensor* loss);
 absl::Status MoeZLossBackwardCuda(const Tensor& logits, float coeff,
                                   float grad_scale, Tensor* dlogits);
