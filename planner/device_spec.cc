@@ -36,6 +36,14 @@ void SetAssumptions(DeviceSpec* d) {
   d->link_efficiency = 0.8;
   d->attention_efficiency = 0.6;
   d->allocator_overhead = 0.05;
+  // Optimizer offload (assumed, not measured): PCIe Gen4 x16 (A100) is 32
+  // GB/s a direction, Gen5 x16 (H100, H200) 64 GB/s; copies are taken at
+  // 25 GB/s, what pinned copies reach on Gen4 and a conservative figure on
+  // Gen5 with eight GPUs sharing the host's root complexes. The host AdamW
+  // gets 25 GB/s of host memory per GPU (a two-socket DDR5 node's ~400
+  // GB/s over 8 GPUs, halved for the copies beside it).
+  d->host_link_bandwidth = 25 * kGB;
+  d->host_memory_bandwidth = 25 * kGB;
 }
 
 DeviceSpec A100() {

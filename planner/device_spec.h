@@ -78,6 +78,13 @@ struct DeviceSpec {
   double subgroup_bandwidth = 0;
   double subgroup_reduce_bandwidth = 0;
   double subgroup_latency = 0;
+  // Host link (PCIe) bytes/s one direction per device, what optimizer
+  // offload's copies take (an assumption: see SetAssumptions); 0 where the
+  // device is the host (CPU: offload refused).
+  double host_link_bandwidth = 0;
+  // Host memory bytes/s one device's share of the CPU AdamW gets (an
+  // assumption, for optimizer offload's host share).
+  double host_memory_bandwidth = 0;
   // Fraction of the link bandwidth collectives reach.
   double link_efficiency = 1;
   // Flash attention's FLOP rate relative to the GEMMs'.

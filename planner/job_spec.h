@@ -2,9 +2,11 @@
 #define PLANNER_JOB_SPEC_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "core/dtype.h"
 #include "models/gpt/gpt_config.h"
+#include "parallel/pipeline/schedule_table.h"
 #include "planner/device_spec.h"
 
 namespace mcc {
@@ -18,6 +20,16 @@ struct JobSpec {
   DType dtype = DType::kFloat32;  // Weights and activations.
   int64_t global_batch = 1;       // Sequences per step.
   bool adam = true;               // AdamW (2 states) or SGD (momentum).
+  // Bytes per parameter of the optimizer's fp32-by-default copies
+  // (--use-precision-aware-optimizer with --main-params-dtype,
+  // --exp-avg-dtype, --exp-avg-sq-dtype): 2 for bf16/fp16. The main copy
+  // exists only for 16-bit weights.
+  int main_params_bytes = 4;
+  int exp_avg_bytes = 4;
+  int exp_avg_sq_bytes = 4;
+  // --pipeline-schedule-file's table, for layouts whose schedule is kFile
+  // (it fixes the pipeline size, chunks and micro-batch count).
+  std::shared_ptr<const pipeline::ScheduleTable> schedule_table;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   bool overlap_p2p = true;

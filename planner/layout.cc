@@ -11,13 +11,30 @@ namespace mcc {
 namespace planner {
 
 std::string Layout::Name() const {
-  return absl::StrCat("tp", tp, sequence_parallel && tp > 1 ? "sp" : "", ".pp",
-                      pp, virtual_stages > 1 ? "v" : "",
-                      virtual_stages > 1 ? absl::StrCat(virtual_stages) : "",
-                      ".dp", dp, ".cp", cp, ".z", static_cast<int>(zero), ".r",
-                      RecomputeName(recompute), ".mb", micro_batch,
-                      ep > 1 ? absl::StrCat(".ep", ep) : "",
-                      etp > 0 ? absl::StrCat(".etp", etp) : "");
+  return absl::StrCat(
+      "tp", tp, sequence_parallel && tp > 1 ? "sp" : "", ".pp", pp,
+      virtual_stages > 1 ? "v" : "",
+      virtual_stages > 1 ? absl::StrCat(virtual_stages) : "", ".dp", dp, ".cp",
+      cp, ".z", static_cast<int>(zero), ".r", RecomputeName(recompute), ".mb",
+      micro_batch, ep > 1 ? absl::StrCat(".ep", ep) : "",
+      etp > 0 ? absl::StrCat(".etp", etp) : "",
+      schedule == PipelineSchedule::kOneFOneB
+          ? ""
+          : absl::StrCat(".s", PipelineScheduleName(schedule)),
+      instances > 1 ? absl::StrCat(".i", instances) : "",
+      offload_percent > 0 ? absl::StrCat(".o", offload_percent) : "");
+}
+
+absl::string_view PipelineScheduleName(PipelineSchedule schedule) {
+  switch (schedule) {
+    case PipelineSchedule::kOneFOneB:
+      return "1f1b";
+    case PipelineSchedule::kZeroBubbleH1:
+      return "zb-h1";
+    case PipelineSchedule::kFile:
+      return "file";
+  }
+  return "?";
 }
 
 absl::string_view ZeroStageName(ZeroStage zero) {
@@ -67,7 +84,8 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
     return absl::InvalidArgumentError(absl::StrCat(
         "layout '", name, "': cannot read '", part,
         "' (expected parts like tp2sp, pp2v2, dp2, cp1, z1, rselective "
-        "(rnone, rfull, rops), mb4, ep2, etp1, joined by dots)"));
+        "(rnone, rfull, rops), mb4, ep2, etp1, szb-h1 (s1f1b, sfile), i2, "
+        "o50, joined by dots)"));
   };
   for (absl::string_view part : absl::StrSplit(name, '.', absl::SkipEmpty())) {
     int64_t v = 0;
@@ -100,6 +118,16 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
     } else if (part.size() == 2 && part[0] == 'z' && part[1] >= '0' &&
                part[1] <= '3') {
       l.zero = static_cast<ZeroStage>(part[1] - '0');
+    } else if (ReadCount(part, "i", &v)) {
+      l.instances = static_cast<int>(v);
+    } else if (ReadCount(part, "o", &v) && v <= 100) {
+      l.offload_percent = static_cast<int>(v);
+    } else if (part == "s1f1b") {
+      l.schedule = PipelineSchedule::kOneFOneB;
+    } else if (part == "szb-h1") {
+      l.schedule = PipelineSchedule::kZeroBubbleH1;
+    } else if (part == "sfile") {
+      l.schedule = PipelineSchedule::kFile;
     } else if (part == "rnone") {
       l.recompute = Recompute::kNone;
     } else if (part == "rselective") {

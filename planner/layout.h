@@ -30,6 +30,15 @@ enum class Recompute {
   kSelectiveOps,
 };
 
+// The pipeline's order of work (train's --pipeline-schedule and
+// --pipeline-schedule-file). The planner walks the table the executor builds
+// for it (planner/schedule_walk.h).
+enum class PipelineSchedule {
+  kOneFOneB,      // 1F1B, interleaved with virtual stages (train's default)
+  kZeroBubbleH1,  // zb-h1: weight gradients deferred into 1F1B's bubbles
+  kFile,          // the job's --pipeline-schedule-file table
+};
+
 // One way to run a job: the parallel sizes, sharding, recomputation and
 // micro-batch. world = tp x cp x dp x pp.
 struct Layout {
@@ -48,9 +57,18 @@ struct Layout {
   int ep = 1;
   int etp = 0;
 
+  PipelineSchedule schedule = PipelineSchedule::kOneFOneB;
+  // HSDP (--num-distributed-optimizer-instances): the DP x CP ranks form
+  // this many replica groups, each sharding the state (ZeRO >= 1).
+  int instances = 1;
+  // Percent of the fp32 main weights and optimizer state kept in host memory
+  // (--optimizer-cpu-offload with --optimizer-offload-fraction); GPUs only.
+  int offload_percent = 0;
+
   int world() const { return tp * pp * dp * cp; }
   // A stable, parseable name: "tp2sp.pp2v2.dp2.cp1.z1.rnone.mb4", with
-  // ".ep2" and ".etp1" after it when they are not the defaults.
+  // ".ep2" and ".etp1", then ".szb-h1" (".sfile"), ".i2" (instances) and
+  // ".o50" (offload percent) after it when they are not the defaults.
   std::string Name() const;
 };
 
@@ -59,6 +77,8 @@ struct Layout {
 absl::StatusOr<Layout> ParseLayout(absl::string_view name);
 
 absl::string_view ZeroStageName(ZeroStage zero);  // Megatron's strategy name
+// 1f1b/zb-h1/file, as --pipeline-schedule names them.
+absl::string_view PipelineScheduleName(PipelineSchedule schedule);
 // none/selective/full/ops
 absl::string_view RecomputeName(Recompute recompute);
 

@@ -17,6 +17,44 @@ std::vector<int> Divisors(int n) {
   return d;
 }
 
+// The pipeline schedules, HSDP instance counts and offload shares `base`
+// can run with: on a pipeline, 1F1B (interleaved with virtual stages),
+// ZB-H1 on one chunk a stage, and the job's schedule file; with sharded
+// state, every instance count dividing DP x CP; on a device with a host
+// link (GPUs), the state offloaded by half or whole.
+std::vector<Layout> Variants(const JobSpec& job, const Layout& base) {
+  std::vector<PipelineSchedule> schedules = {PipelineSchedule::kOneFOneB};
+  if (base.pp > 1) {
+    if (base.virtual_stages == 1) {
+      schedules.push_back(PipelineSchedule::kZeroBubbleH1);
+    }
+    if (job.schedule_table != nullptr) {
+      schedules.push_back(PipelineSchedule::kFile);
+    }
+  }
+  std::vector<int> instances = {1};
+  std::vector<int> offloads = {0};
+  if (base.zero != ZeroStage::kNone) {
+    for (int n : Divisors(base.dp * base.cp)) {
+      if (n > 1) instances.push_back(n);
+    }
+    if (job.cluster.device.host_link_bandwidth > 0) offloads = {0, 50, 100};
+  }
+  std::vector<Layout> out;
+  for (PipelineSchedule s : schedules) {
+    for (int n : instances) {
+      for (int o : offloads) {
+        Layout l = base;
+        l.schedule = s;
+        l.instances = n;
+        l.offload_percent = o;
+        out.push_back(l);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string UnsupportedHere(const JobSpec& job, const Layout& l) {
@@ -26,9 +64,8 @@ std::string UnsupportedHere(const JobSpec& job, const Layout& l) {
   if (l.recompute == Recompute::kSelectiveOps) {
     return "torchtitan's op-level checkpointing is not a train mode";
   }
-  if ((l.ep > 1 || l.etp > 1) &&
-      (l.tp > 1 || l.zero == ZeroStage::kGradients ||
-       l.zero == ZeroStage::kParameters)) {
+  if ((l.ep > 1 || l.etp > 1) && (l.tp > 1 || l.zero == ZeroStage::kGradients ||
+                                  l.zero == ZeroStage::kParameters)) {
     return "the GPT runs expert (tensor) parallelism at TP 1 with DDP or the "
            "distributed optimizer only (--expert-model-parallel-size, "
            "--expert-tensor-parallel-size)";
@@ -91,10 +128,12 @@ std::vector<Prediction> SearchLayouts(const JobSpec& job,
                     !UnsupportedHere(job, l).empty()) {
                   continue;
                 }
-                auto p = Predict(job, l);
-                if (!p.ok()) continue;
-                if (!p->fits && !options.include_not_fitting) continue;
-                out.push_back(*std::move(p));
+                for (const Layout& v : Variants(job, l)) {
+                  auto p = Predict(job, v);
+                  if (!p.ok()) continue;
+                  if (!p->fits && !options.include_not_fitting) continue;
+                  out.push_back(*std::move(p));
+                }
               }
             }
           }

@@ -51,9 +51,21 @@ TEST(LayoutTest, ExpertPartsRoundTrip) {
   EXPECT_EQ(dense->Name(), "tp1.pp1.dp4.cp1.z0.rnone.mb1");
 }
 
+TEST(LayoutTest, ScheduleInstancesAndOffloadRoundTrip) {
+  auto l = ParseLayout("pp2.dp4.z1.mb2.szb-h1.i2.o50");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->schedule, PipelineSchedule::kZeroBubbleH1);
+  EXPECT_EQ(l->instances, 2);
+  EXPECT_EQ(l->offload_percent, 50);
+  EXPECT_EQ(l->Name(), "tp1.pp2.dp4.cp1.z1.rnone.mb2.szb-h1.i2.o50");
+  // The defaults add nothing to the name.
+  EXPECT_EQ(ParseLayout("pp2.s1f1b.i1")->Name(),
+            "tp1.pp2.dp1.cp1.z0.rnone.mb1");
+}
+
 TEST(LayoutTest, BadPartsAreNamed) {
-  for (const char* bad :
-       {"tp0", "z4", "pp2v", "mbx", "rsome", "foo", "ep0", "etpx"}) {
+  for (const char* bad : {"tp0", "z4", "pp2v", "mbx", "rsome", "foo", "ep0",
+                          "etpx", "szbv2", "i0", "o101"}) {
     auto l = ParseLayout(bad);
     ASSERT_FALSE(l.ok()) << bad;
     EXPECT_NE(l.status().message().find(bad), std::string::npos) << l.status();

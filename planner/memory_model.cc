@@ -5,9 +5,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "parallel/pipeline/schedule_table.h"
 #include "parallel/pipeline/schedules.h"
 #include "planner/moe_model.h"
 #include "planner/param_count.h"
+#include "planner/schedule_walk.h"
 
 namespace mcc {
 namespace planner {
@@ -38,12 +40,6 @@ Dims DimsOf(const JobSpec& job, const Layout& l) {
   d.vocab = static_cast<double>(c.padded_vocab_size(l.tp));
   d.norm_stats = c.normalization == gpt::Normalization::kLayerNorm ? 2 : 1;
   return d;
-}
-
-pipeline::ScheduleKind ScheduleOf(const Layout& l) {
-  if (l.pp == 1) return pipeline::ScheduleKind::kNoPipelining;
-  return l.virtual_stages > 1 ? pipeline::ScheduleKind::kInterleaved
-                              : pipeline::ScheduleKind::kOneFOneB;
 }
 
 // What one micro-batch's record of a model chunk holds between its forward
@@ -133,6 +129,24 @@ double ChunkRecordBytes(const JobSpec& job, const Layout& layout, int layers,
   return CostOfChunk(job, layout, layers, pre, post, first_layer).record;
 }
 
+double WeightGradRecordBytes(const JobSpec& job, const Layout& l, int layers,
+                             bool pre, bool post) {
+  const Dims d = DimsOf(job, l);
+  const bool row_bias_sp = job.model.add_bias_linear && l.sequence_parallel;
+  // Per layer: QKV's gathered input and output gradient, the projection's
+  // input and (gathered) output gradient, FC1's and FC2's likewise; a
+  // row-parallel bias keeps its own sequence-parallel gradient.
+  double layer = d.T * d.h + d.T * (d.h + 2 * d.kv) / d.t;  // QKV
+  layer += d.T * d.h / d.t + d.T * d.h;                     // projection
+  layer += d.T * d.h + d.T * d.f1 / d.t;                    // FC1
+  layer += d.T * d.f / d.t + d.T * d.h;                     // FC2
+  if (row_bias_sp) layer += 2 * d.Tl * d.h;
+  double bytes = layers * layer * d.e;
+  if (pre) bytes += 2 * d.T * 8 + d.T * d.h * d.e;  // ids, positions, grad
+  if (post) bytes += d.T * d.vocab / d.t * d.e + d.T * d.h * d.e;
+  return bytes;
+}
+
 double LayerActivationBytes(const JobSpec& job, const Layout& l) {
   const Dims d = DimsOf(job, l);
   // torchtitan's op-level policy (kSelectiveOps) is counted as keeping
@@ -193,6 +207,38 @@ absl::Status CheckLayout(const JobSpec& job, const Layout& l) {
     return bad("the interleaved schedule needs a multiple of PP ", l.pp,
                " micro-batches, not ", NumMicroBatches(job, l));
   }
+  if (l.schedule == PipelineSchedule::kZeroBubbleH1 && l.virtual_stages > 1) {
+    return bad("zb-h1 runs one model chunk per stage");
+  }
+  if (l.pp > 1 && l.schedule != PipelineSchedule::kOneFOneB) {
+    // The executor's table for this shape (a file's must match it).
+    auto table = LayoutScheduleTable(job, l, NumMicroBatches(job, l));
+    if (!table.ok()) return bad(table.status().message());
+  }
+  if (l.instances < 1 || (l.dp * l.cp) % l.instances != 0) {
+    return bad(l.instances, " optimizer instances do not divide DP x CP ",
+               l.dp * l.cp);
+  }
+  if (l.zero == ZeroStage::kNone &&
+      (job.exp_avg_bytes != 4 || job.exp_avg_sq_bytes != 4 ||
+       job.main_params_bytes != 4)) {
+    return bad("the precision-aware optimizer needs sharded state (ZeRO >= 1)");
+  }
+  if (l.instances > 1 && l.zero == ZeroStage::kNone) {
+    return bad("optimizer instances (HSDP) need sharded state (ZeRO >= 1)");
+  }
+  if (l.offload_percent < 0 || l.offload_percent > 100) {
+    return bad("offload ", l.offload_percent, "% is not 0-100");
+  }
+  if (l.offload_percent > 0) {
+    if (job.cluster.device.host_link_bandwidth <= 0) {
+      return bad("optimizer offload is for GPUs: the ", job.cluster.device.name,
+                 " device's state is already in host memory");
+    }
+    if (l.zero == ZeroStage::kNone) {
+      return bad("optimizer offload needs the distributed optimizer");
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -209,12 +255,18 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   mem.params = StageParams(c, l.tp, l.pp, stage, layers) + moe.delta;
   const double P = static_cast<double>(mem.params);
   // Optimizer state is sharded over the data-parallel ranks (with CP, over
-  // DP x CP, as Megatron's distributed optimizer does); experts' over the
-  // expert-data-parallel ranks. Ps: this rank's share of sharded elements.
-  const double shards = static_cast<double>(l.dp) * l.cp;
+  // DP x CP, as Megatron's distributed optimizer does), under HSDP over one
+  // instance's share of them and replicated across the instances; experts'
+  // over the expert-data-parallel ranks. Ps: this rank's share of sharded
+  // elements.
+  const double shards = static_cast<double>(l.dp) * l.cp / l.instances;
   const double Ps = (P - moe.experts) / shards +
                     static_cast<double>(moe.experts) / ExpertDataParallel(l);
-  const double states = job.adam ? 2 : 1;
+  // Bytes a parameter of the states (fp32, or the precision-aware
+  // optimizer's 16-bit moments) and of the main copy (16-bit weights only).
+  const double state_bytes =
+      job.adam ? job.exp_avg_bytes + job.exp_avg_sq_bytes : 4;
+  const double main_bytes = e == 4 ? 0 : job.main_params_bytes;
   // The largest FSDP unit: a layer, the embeddings (with a tied output
   // layer on one stage) or the head.
   const ParamCount pc = CountParams(c, l.tp);
@@ -237,13 +289,13 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
       mem.weights = P * e;
       mem.gradients = 4 * P;
       mem.main_weights = e == 4 ? 0 : 4 * P;
-      mem.optimizer_state = 4 * states * P;
+      mem.optimizer_state = state_bytes * P;
       break;
     case ZeroStage::kOptimizer:
       mem.weights = P * e;
       mem.gradients = 4 * P;
-      mem.main_weights = e == 4 ? 0 : 4 * Ps;
-      mem.optimizer_state = 4 * states * Ps;
+      mem.main_weights = main_bytes * Ps;
+      mem.optimizer_state = state_bytes * Ps;
       // DDP keeps a copy of this rank's updated shard as the parameter
       // all-gather's input; the reduce-scatter of a bucket may hold partial
       // sums of its own.
@@ -260,7 +312,7 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
       // reduce-scatter output may be pending; later units' buffers (and a
       // reduce-scatter's partial sums) come as activations go.
       mem.main_weights = 4 * Ps;
-      mem.optimizer_state = 4 * states * Ps;
+      mem.optimizer_state = state_bytes * Ps;
       mem.gradients = 4 * Ps + 4 * unit;
       mem.comm_buffers = 4 * unit / shards;
       if (l.zero == ZeroStage::kGradients) {
@@ -274,21 +326,27 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
       break;
     }
   }
-  // Activations: walk this stage's schedule, adding a record at each
-  // forward and dropping it after its backward. With overlapped transfers
-  // the executor holds each forward output it sent until that micro-batch's
-  // backward, every input gradient it sent until the step ends, and posts
-  // each receive one action ahead.
+  // Activations: walk this stage's rows of the table the executor runs,
+  // adding a record at each forward and dropping it after its backward
+  // (B), or, when the table splits the backward, keeping what the weight
+  // gradient needs from B to W. With overlapped transfers the executor holds
+  // each forward output it sent until that micro-batch's backward, every
+  // input gradient it sent until the step ends, and posts each receive one
+  // action ahead.
   const int lc = layers / chunks;
   const double message = DimsOf(job, l).Tl * c.hidden_size * e;
+  const int last_stage = l.pp * chunks - 1;
   std::vector<ChunkCost> cost(chunks);
+  std::vector<double> weight_record(chunks);
+  const pipeline::ScheduleShape shape{l.pp, chunks, std::max(m, 1)};
+  auto rows = LayoutRankRows(job, l, m, stage);
+  const bool split = LayoutSplitsBackward(job, l);
   for (int k = 0; k < chunks; ++k) {
-    const int global_chunk = k * l.pp + stage;
-    cost[k] = CostOfChunk(job, l, lc, global_chunk == 0,
-                          global_chunk == l.pp * chunks - 1, global_chunk * lc);
+    const int v = VirtualStageOf(shape, stage, k);
+    cost[k] = CostOfChunk(job, l, lc, v == 0, v == last_stage, v * lc);
+    weight_record[k] =
+        split ? WeightGradRecordBytes(job, l, lc, v == 0, v == last_stage) : 0;
   }
-  auto actions = pipeline::BuildSchedule(ScheduleOf(l), l.pp, stage, chunks,
-                                         std::max(m, 1));
   double held = 0, sent = 0, peak_act = 0, peak_sent = 0, peak_total = 0;
   const double posted = l.pp > 1 ? message : 0;
   int records = 0;
@@ -299,26 +357,33 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
       peak_sent = sent + posted;
     }
   };
-  if (actions.ok()) {
-    for (const pipeline::Action& a : *actions) {
+  if (rows.ok()) {
+    for (const pipeline::ScheduleRow& a : *rows) {
       const ChunkCost& cc = cost[a.chunk];
-      const int global_chunk = a.chunk * l.pp + stage;
-      if (a.kind == pipeline::Action::kForward) {
-        held += cc.record;
-        ++records;
-        mem.in_flight = std::max(mem.in_flight, records);
-        consider(cc.forward_transient);
-        if (l.pp > 1 && job.overlap_p2p && global_chunk != l.pp * chunks - 1) {
-          sent += message;
-        }
-      } else {
-        if (l.pp > 1 && job.overlap_p2p && global_chunk != l.pp * chunks - 1) {
-          sent -= message;  // The forward output, released as it starts.
-        }
-        consider(cc.backward_transient);
-        held -= cc.record;
-        --records;
-        if (l.pp > 1 && job.overlap_p2p && global_chunk != 0) sent += message;
+      const int v = VirtualStageOf(shape, stage, a.chunk);
+      const bool sends = l.pp > 1 && job.overlap_p2p;
+      switch (a.op) {
+        case pipeline::ScheduleOp::kForward:
+          held += cc.record;
+          ++records;
+          mem.in_flight = std::max(mem.in_flight, records);
+          consider(cc.forward_transient);
+          if (sends && v != last_stage) sent += message;
+          break;
+        case pipeline::ScheduleOp::kBackward:
+          // The forward output, released as it starts.
+          if (sends && v != last_stage) sent -= message;
+          consider(cc.backward_transient);
+          held += weight_record[a.chunk] - cc.record;
+          if (!split) --records;
+          if (sends && v != 0) sent += message;
+          break;
+        case pipeline::ScheduleOp::kWeight:
+          // The weight GEMMs accumulate into main_grad: nothing new.
+          consider(0);
+          held -= weight_record[a.chunk];
+          --records;
+          break;
       }
     }
   }
@@ -353,6 +418,15 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
       live = setup;
       mem.peak_at = "DDP's setup";
     }
+  }
+  if (l.offload_percent > 0) {
+    // The offloaded share of the fp32 main weights and the optimizer's
+    // state lives in pinned host memory (Megatron's hybrid optimizer).
+    const double f = l.offload_percent / 100.0;
+    mem.host_bytes = f * (mem.main_weights + mem.optimizer_state);
+    mem.main_weights *= 1 - f;
+    mem.optimizer_state *= 1 - f;
+    live -= mem.host_bytes;
   }
   mem.allocator_overhead = live * job.cluster.device.allocator_overhead;
   return mem;

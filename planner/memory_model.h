@@ -26,6 +26,9 @@ struct MemoryBreakdown {
   double comm_buffers = 0;  // Pipeline transfers, gather/scatter buffers.
   double workspace = 0;     // Transients of the step at the peak.
   double allocator_overhead = 0;
+  // The offloaded share of main weights and optimizer state, in pinned host
+  // memory (not in total()).
+  double host_bytes = 0;
   int in_flight = 0;  // Most micro-batch records held at once (chunks).
   // When the peak falls: "the schedule" (a forward or backward), "the
   // gradient reduction" (activations freed) or "DDP's setup" (before the
@@ -52,6 +55,15 @@ double LayerActivationBytes(const JobSpec& job, const Layout& layout);
 // `first_layer`: the chunk's first global layer (which layers are MoE).
 double ChunkRecordBytes(const JobSpec& job, const Layout& layout, int layers,
                         bool pre, bool post, int first_layer = 0);
+
+// Bytes a micro-batch of a model chunk keeps from its input-gradient step
+// (B) to its weight-gradient step (W) when the schedule splits them: each
+// linear layer's output gradient and input (the column-parallel input
+// gathered under SP), a row-parallel bias's ungathered gradient under SP,
+// the embeddings' gradient, token ids and positions (pre), the logits'
+// gradient and the output layer's input (post).
+double WeightGradRecordBytes(const JobSpec& job, const Layout& layout,
+                             int layers, bool pre, bool post);
 
 // Checks that the layout divides the job (world, layers over stages and
 // virtual stages, heads and groups over TP, batch over micro-batches and

@@ -120,6 +120,47 @@ TEST(MemoryModelTest, RecordBytesMatchTheAllocator) {
   }
 }
 
+// What B leaves for W (the split backward), measured on the allocator of a
+// real serial model, equals the predicted weight-gradient record.
+TEST(MemoryModelTest, WeightGradRecordMatchesTheAllocator) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    JobSpec job = SmallJob(1);
+    job.dtype = dtype;
+    gpt::GPTConfig c = job.model;
+    parallel::LayerContext ctx;
+    ctx.dtype = dtype;
+    auto model = gpt::GPTModel::Create(c, ctx);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const int64_t b = 2;
+    auto batches = std::make_shared<std::vector<gpt::MicroBatch>>(2);
+    for (gpt::MicroBatch& mb : *batches) {
+      mb.tokens = Tensor::Zeros({b, c.seq_length}, DType::kInt64);
+      mb.labels = Tensor::Zeros({b, c.seq_length}, DType::kInt64);
+    }
+    (*model)->SetMicroBatches(batches);
+    // A whole step first, so the gradient buffers exist.
+    auto warm = (*model)->ForwardStep(0, Tensor(), true);
+    ASSERT_TRUE(warm.ok()) << warm.status();
+    ASSERT_TRUE(
+        (*model)->BackwardStep(Tensor(), 1.0f, std::move(warm->record)).ok());
+    Allocator* cpu = GetAllocator(Device::CPU());
+    const int64_t before = cpu->Stats().current_bytes;
+    auto out = (*model)->ForwardStep(1, Tensor(), /*backward_after=*/true);
+    ASSERT_TRUE(out.ok()) << out.status();
+    std::unique_ptr<parallel::ActivationRecord> record = std::move(out->record);
+    auto dx = (*model)->BackwardInputStep(Tensor(), 1.0f, &record);
+    ASSERT_TRUE(dx.ok()) << dx.status();
+    ASSERT_NE(record, nullptr);
+    // Less the loss sum (fp32 [4], shared by the record and the output).
+    const int64_t held = cpu->Stats().current_bytes - before - 16;
+    Layout l;
+    l.micro_batch = b;
+    EXPECT_EQ(held, WeightGradRecordBytes(job, l, 2, true, true))
+        << DTypeName(dtype);
+    ASSERT_TRUE((*model)->BackwardWeightStep(std::move(record)).ok());
+  }
+}
+
 TEST(MemoryModelTest, StatesByShardingByHand) {
   JobSpec job = SmallJob(4);
   job.global_batch = 8;
@@ -246,6 +287,76 @@ TEST(MemoryModelTest, MicroBatchesInFlight) {
   ASSERT_TRUE(CheckLayout(job, l).ok()) << CheckLayout(job, l);
   EXPECT_EQ(EstimateStageMemory(job, l, 0).in_flight, 2 + 2 + 1);
   EXPECT_EQ(EstimateStageMemory(job, l, 1).in_flight, 0 + 2 + 1);
+}
+
+// ZB-H1 (the executor's table) holds a record from F to W: at most PP on
+// every stage, 1F1B's first stage's count, and the last stage keeps its
+// weight-gradient records where 1F1B's held one.
+TEST(MemoryModelTest, ZeroBubbleH1HoldsUntilW) {
+  JobSpec job = SmallJob(4);
+  job.model.num_layers = 8;
+  job.global_batch = 16;
+  Layout l;
+  l.pp = 4;
+  l.schedule = PipelineSchedule::kZeroBubbleH1;
+  ASSERT_TRUE(CheckLayout(job, l).ok()) << CheckLayout(job, l);
+  for (int stage = 0; stage < 4; ++stage) {
+    EXPECT_EQ(EstimateStageMemory(job, l, stage).in_flight, 4) << stage;
+  }
+  Layout one = l;
+  one.schedule = PipelineSchedule::kOneFOneB;
+  EXPECT_GT(EstimateStageMemory(job, l, 3).activations,
+            EstimateStageMemory(job, one, 3).activations);
+  EXPECT_EQ(EstimateStageMemory(job, l, 3).weights,
+            EstimateStageMemory(job, one, 3).weights);
+  l.virtual_stages = 2;
+  EXPECT_FALSE(CheckLayout(job, l).ok());
+}
+
+// HSDP shards the state within an instance: 2 instances of DP 2 hold twice
+// DP 4's per rank. 16-bit moments take 2 bytes each.
+TEST(MemoryModelTest, InstancesAndStatePrecision) {
+  JobSpec job = SmallJob(4);
+  Layout l;
+  l.dp = 4;
+  l.zero = ZeroStage::kOptimizer;
+  const MemoryBreakdown one = EstimateStageMemory(job, l, 0);
+  l.instances = 2;
+  ASSERT_TRUE(CheckLayout(job, l).ok()) << CheckLayout(job, l);
+  const MemoryBreakdown two = EstimateStageMemory(job, l, 0);
+  EXPECT_DOUBLE_EQ(two.optimizer_state, 2 * one.optimizer_state);
+  EXPECT_DOUBLE_EQ(two.optimizer_state, 8.0 * one.params / 2);
+  job.exp_avg_bytes = 2;
+  job.exp_avg_sq_bytes = 2;
+  EXPECT_DOUBLE_EQ(EstimateStageMemory(job, l, 0).optimizer_state,
+                   4.0 * one.params / 2);
+  l.instances = 3;
+  EXPECT_FALSE(CheckLayout(job, l).ok());
+  l.instances = 2;
+  l.zero = ZeroStage::kNone;
+  EXPECT_FALSE(CheckLayout(job, l).ok());
+}
+
+// Offload is refused on the CPU device and moves its share to the host on
+// a GPU.
+TEST(MemoryModelTest, OffloadMovesItsShareToTheHost) {
+  JobSpec job = SmallJob(4);
+  job.dtype = DType::kBFloat16;
+  Layout l;
+  l.dp = 4;
+  l.zero = ZeroStage::kOptimizer;
+  l.offload_percent = 50;
+  auto refused = CheckLayout(job, l);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("offload"), std::string::npos) << refused;
+  job.cluster.device.host_link_bandwidth = 25e9;
+  ASSERT_TRUE(CheckLayout(job, l).ok()) << CheckLayout(job, l);
+  const MemoryBreakdown half = EstimateStageMemory(job, l, 0);
+  l.offload_percent = 0;
+  const MemoryBreakdown none = EstimateStageMemory(job, l, 0);
+  EXPECT_DOUBLE_EQ(half.host_bytes,
+                   0.5 * (none.main_weights + none.optimizer_state));
+  EXPECT_DOUBLE_EQ(half.optimizer_state, 0.5 * none.optimizer_state);
 }
 
 TEST(MemoryModelTest, LayoutsThatDoNotDivideAreRefusedByName) {

@@ -240,10 +240,10 @@ TEST(MoeModelTest, SearchTriesExpertParallelism) {
     eps.insert(p.layout.ep);
     EXPECT_FALSE(p.layout.sequence_parallel) << p.layout.Name();
     EXPECT_EQ(p.layout.etp, 1) << p.layout.Name();
-    const bool refused = p.layout.ep > 1 &&
-                         (p.layout.tp > 1 ||
-                          p.layout.zero == ZeroStage::kGradients ||
-                          p.layout.zero == ZeroStage::kParameters);
+    const bool refused =
+        p.layout.ep > 1 &&
+        (p.layout.tp > 1 || p.layout.zero == ZeroStage::kGradients ||
+         p.layout.zero == ZeroStage::kParameters);
     EXPECT_EQ(refused, !p.unsupported.empty()) << p.layout.Name();
   }
   EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));

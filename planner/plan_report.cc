@@ -128,6 +128,18 @@ std::string FormatExplain(const JobSpec& job, const Prediction& p) {
       std::string(ZeroStageName(l.zero)),
       std::string(RecomputeName(l.recompute)), l.micro_batch, micro_batches);
   absl::StrAppend(&out, DescribeMoe(job, l));
+  if (l.pp > 1) {
+    absl::StrAppend(&out, "  pipeline schedule: ",
+                    l.schedule == PipelineSchedule::kOneFOneB
+                        ? (l.virtual_stages > 1 ? "interleaved 1F1B" : "1F1B")
+                        : PipelineScheduleName(l.schedule),
+                    " (the executor's table, walked row by row)\n");
+  }
+  if (l.instances > 1) {
+    absl::StrAppendFormat(&out,
+                          "  HSDP: %d optimizer instances of %d ranks each\n",
+                          l.instances, l.dp * l.cp / l.instances);
+  }
   if (!p.unsupported.empty()) {
     absl::StrAppend(&out, "  note: train cannot run it yet: ", p.unsupported,
                     "\n");
@@ -142,9 +154,13 @@ std::string FormatExplain(const JobSpec& job, const Prediction& p) {
   };
   row("weights", m.weights, "model dtype");
   row("gradients", m.gradients, "fp32 main_grad");
-  row("main weights", m.main_weights, "fp32 master copy");
+  auto width = [](int bytes) { return bytes == 4 ? "fp32" : "16-bit"; };
+  row("main weights", m.main_weights,
+      absl::StrCat(width(job.main_params_bytes), " master copy"));
   row("optimizer state", m.optimizer_state,
-      job.adam ? "Adam m, v" : "momentum");
+      job.adam ? absl::StrCat("Adam m (", width(job.exp_avg_bytes), "), v (",
+                              width(job.exp_avg_sq_bytes), ")")
+               : std::string("momentum"));
   row("activations", m.activations,
       absl::StrCat(m.in_flight, " micro-batch chunk record(s) in flight"));
   row("comm buffers", m.comm_buffers, "pipeline, gather/scatter");
@@ -153,6 +169,11 @@ std::string FormatExplain(const JobSpec& job, const Prediction& p) {
   row("total", m.total(),
       absl::StrCat("of ", GiB(job.cluster.device.memory_bytes),
                    p.fits ? ": fits" : ": DOES NOT FIT"));
+  if (m.host_bytes > 0) {
+    row("host (offloaded)", m.host_bytes,
+        absl::StrCat(l.offload_percent,
+                     "% of main weights and state in pinned host memory"));
+  }
   row("Megatron's estimate", meg.total(),
       absl::StrCat("theoretical_memory_usage: ", GiB(meg.weights_and_optimizer),
                    " weights and optimizer + ", GiB(meg.activations),
@@ -179,6 +200,15 @@ std::string FormatExplain(const JobSpec& job, const Prediction& p) {
   if (job.model.num_experts > 0) trow("EP communication", t.ep_comm, 0);
   trow("pipeline bubble", t.bubble, 0);
   trow("optimizer", t.optimizer, 0);
+  if (l.offload_percent > 0) {
+    trow("optimizer offload", t.offload, 0);
+    absl::StrAppendFormat(
+        &out,
+        "    (predicted only: host link %.0f GB/s, host AdamW %.0f GB/s, "
+        "assumed)\n",
+        job.cluster.device.host_link_bandwidth / 1e9,
+        job.cluster.device.host_memory_bandwidth / 1e9);
+  }
   if (t.core_wait > 0)
     trow("waiting for a core (ranks > cores)", t.core_wait, 0);
   trow("total", t.total(), 0);
@@ -255,6 +285,7 @@ std::string FormatJson(const JobSpec& job,
                          {"comm_buffers", m.comm_buffers},
                          {"workspace", m.workspace},
                          {"allocator_overhead", m.allocator_overhead},
+                         {"host_bytes", m.host_bytes},
                          {"total", m.total()},
                          {"megatron_theoretical", meg.total()}}},
                        {"time",
@@ -274,6 +305,7 @@ std::string FormatJson(const JobSpec& job,
                          {"ep_comm", t.ep_comm},
                          {"bubble", t.bubble},
                          {"optimizer", t.optimizer},
+                         {"offload", t.offload},
                          {"core_wait", t.core_wait},
                          {"total", t.total()}}},
                        {"mfu", t.mfu},

@@ -8,6 +8,7 @@
 #include "planner/memory_model.h"
 #include "planner/moe_model.h"
 #include "planner/param_count.h"
+#include "planner/schedule_walk.h"
 
 namespace mcc {
 namespace planner {
@@ -303,29 +304,40 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   st.embedding_mb = 3 * T * h * elem_bytes / bw;
 
   // DP: fp32 gradients (train reduces in fp32), parameters gathered in the
-  // model dtype.
+  // model dtype. Under HSDP the state is sharded within an instance of
+  // DP x CP / instances ranks: gradients reduce-scatter within it, then the
+  // shard all-reduces across the instances; parameters gather within it.
   const int shards = l.dp * l.cp;
+  const int instances = std::max(1, l.instances);
+  const int shards_in = shards / instances;
   if (shards > 1) {
     const bool dp_inter = l.tp * l.cp * l.dp > per_node;
+    const bool in_inter = l.tp * shards_in > per_node;
     const DeviceSpec dp_dev = ForGroup(dev, shards, per_node);
     // Experts' gradients are reduced over EDP, below.
     const MoeStageParams moe = MoeParamsOnStage(job, l, l.pp - 1);
+    const DeviceSpec in_dev = ForGroup(dev, shards_in, per_node);
+    const DeviceSpec across_dev = ForGroup(dev, instances, per_node);
     const double P = static_cast<double>(
         StageParams(c, l.tp, l.pp, l.pp - 1, static_cast<int>(layers)) +
         moe.delta - moe.experts);
     const double grads = 4 * P, params = e * P;
+    // The sharded gradient reduction: within the instance, then across.
+    const double sharded_reduce =
+        ReduceScatter(grads, shards_in, in_inter, in_dev) +
+        AllReduce(grads / shards_in, instances, dp_inter, across_dev);
+    const double across =
+        sharded_reduce - ReduceScatter(grads, shards_in, in_inter, in_dev);
+    const double sharded_gather =
+        GatherOrScatter(params, shards_in, in_inter, in_dev);
     double comm = 0, exposed = 0;
     switch (l.zero) {
       case ZeroStage::kNone:
       case ZeroStage::kOptimizer: {
-        const double reduce =
-            l.zero == ZeroStage::kNone
-                ? AllReduce(grads, shards, dp_inter, dp_dev)
-                : ReduceScatter(grads, shards, dp_inter, dp_dev);
-        const double gather =
-            l.zero == ZeroStage::kNone
-                ? 0
-                : GatherOrScatter(params, shards, dp_inter, dp_dev);
+        const double reduce = l.zero == ZeroStage::kNone
+                                  ? AllReduce(grads, shards, dp_inter, dp_dev)
+                                  : sharded_reduce;
+        const double gather = l.zero == ZeroStage::kNone ? 0 : sharded_gather;
         const double buckets = std::max(
             1.0, std::ceil(grads / std::max<int64_t>(1, job.bucket_bytes)));
         comm = reduce + gather;
@@ -340,19 +352,20 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
       case ZeroStage::kParameters: {
         // Each micro-batch reduce-scatters its gradients as units finish
         // (behind the backward); ZeRO-3 also gathers every unit before its
-        // forward and backward (prefetched behind the previous unit).
-        const double rs = ReduceScatter(grads, shards, dp_inter, dp_dev);
-        const double ag = GatherOrScatter(params, shards, dp_inter, dp_dev);
+        // forward and backward (prefetched behind the previous unit). The
+        // cross-instance all-reduce runs once a step on the shards.
+        const double rs = ReduceScatter(grads, shards_in, in_inter, in_dev);
+        const double ag = sharded_gather;
         const double units = layers + 2;
         if (l.zero == ZeroStage::kGradients) {
-          comm = m * rs + ag;
-          exposed = m * std::max(0.0, rs - bwd_mb) + rs / units + ag;
+          comm = m * rs + ag + across;
+          exposed = m * std::max(0.0, rs - bwd_mb) + rs / units + ag + across;
         } else {
-          comm = m * (rs + 2 * ag);
+          comm = m * (rs + 2 * ag) + across;
           exposed =
               m * (std::max(0.0, rs - bwd_mb) + std::max(0.0, ag - fwd_mb) +
                    std::max(0.0, ag - bwd_mb)) +
-              (rs + 2 * ag) / units;
+              (rs + 2 * ag) / units + across;
         }
         break;
       }
@@ -406,7 +419,39 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
         job.overlap_p2p ? std::min(all, 2.0 * (l.pp - 1) * msg) : all;
     st.pp_comm = all - dev.comm_overlap * (all - exposed);
     st.pp_comm_hidden = all - st.pp_comm;
-    st.bubble = (l.pp - 1.0) / l.virtual_stages * stage_mb;
+    // The fill and drain: the executor's table for this layout, run with
+    // every stage taking the head-less stage's time (a third forward, two
+    // thirds backward; a split backward's W is the weight-gradient GEMMs,
+    // a third of the GEMMs), less the busy time of a stage.
+    // Beyond 2^16 (rank, chunk, micro-batch) cells (a search over large
+    // clusters) the closed forms stand in: 1F1B's and interleaving's
+    // (P - 1) / chunks of a stage's time, which their tables give exactly
+    // (schedule_walk_test), and the zero-bubble paper's (P - 1)(F + B - W).
+    const double v = l.virtual_stages;
+    const double w = LayoutSplitsBackward(job, l) ? layers / v * gemm_fwd : 0;
+    const double f_chunk = stage_mb / 3 / v;
+    const double b_chunk = 2 * stage_mb / 3 / v - w;
+    st.bubble = w > 0 ? (l.pp - 1.0) * (f_chunk + b_chunk - w)
+                      : (l.pp - 1.0) / v * stage_mb;
+    const bool small = static_cast<double>(l.pp) * v * m <= (1 << 16);
+    auto table = small ? LayoutScheduleTable(job, l, m)
+                       : absl::StatusOr<pipeline::ScheduleTable>(
+                             absl::OutOfRangeError("large"));
+    if (table.ok()) {
+      auto makespan =
+          SimulateStepSeconds(*table, [&](const pipeline::ScheduleRow& row) {
+            switch (row.op) {
+              case pipeline::ScheduleOp::kForward:
+                return f_chunk;
+              case pipeline::ScheduleOp::kBackward:
+                return b_chunk;
+              case pipeline::ScheduleOp::kWeight:
+                return w;
+            }
+            return 0.0;
+          });
+      if (makespan.ok()) st.bubble = std::max(0.0, *makespan - m * stage_mb);
+    }
   }
 
   // Optimizer: one pass for the gradient norm, one for the update over this
@@ -418,9 +463,31 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   const double X_local = static_cast<double>(moe_first.experts);
   const double shard = l.zero == ZeroStage::kNone
                            ? P_local
-                           : (P_local - X_local) / shards + X_local / edp;
-  const double per_elem = (job.adam ? 32 : 24) + (e != 4 ? e : 0);
-  st.optimizer = shard * per_elem / bw;
+                           : (P_local - X_local) / shards_in + X_local / edp;
+  double per_elem = (job.adam ? 32 : 24) + (e != 4 ? e : 0);
+  // A 16-bit state (the precision-aware optimizer) is widened to an fp32
+  // copy, updated there and rounded back: read s, write 4, the update's 8,
+  // read 4, write s, where an fp32 state moves its 8 in place.
+  auto lowered = [&](int bytes) {
+    const double s16 = dev.elementwise_16bit_at_fp32_cost ? 4.0 : bytes;
+    return bytes < 4 ? 8 + 2 * s16 : 0.0;
+  };
+  if (job.adam) {
+    per_elem += lowered(job.exp_avg_bytes) + lowered(job.exp_avg_sq_bytes);
+  }
+  if (e != 4) per_elem += lowered(job.main_params_bytes);
+  const double f_host = l.offload_percent / 100.0;
+  st.optimizer = (1 - f_host) * shard * per_elem / bw;
+  if (f_host > 0 && dev.host_link_bandwidth > 0) {
+    // The host share: its fp32 gradients down and updated parameters up
+    // the host link, the CPU AdamW between, all beside the device's share.
+    const double copies = f_host * shard * (4 + e) / dev.host_link_bandwidth;
+    const double host_update =
+        dev.host_memory_bandwidth > 0
+            ? f_host * shard * per_elem / dev.host_memory_bandwidth
+            : 0;
+    st.offload = std::max(0.0, copies + host_update - st.optimizer);
+  }
 
   if (dev.core_share < 1) {
     // Every rank's computing, at a core's speed, shares the node's cores:

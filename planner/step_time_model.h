@@ -30,13 +30,17 @@ struct StepTime {
   double ep_comm = 0;
   double bubble = 0;     // Pipeline fill and drain
   double optimizer = 0;  // Grad norm, clip and the update (memory-bound)
+  // Optimizer offload: the host share's gradient and parameter copies over
+  // the host link and its CPU AdamW, beyond what the device's share of the
+  // update hides (predicted only; DeviceSpec's host figures are assumed).
+  double offload = 0;
   // Ranks that outnumber the cores (CPU) time-share them: the time the
   // node's compute needs beyond the rank's own schedule.
   double core_wait = 0;
   double total() const {
     return gemm + attention + elementwise + head + recompute + tp_comm +
            cp_comm + dp_comm + pp_comm + ep_comm + bubble + optimizer +
-           core_wait;
+           offload + core_wait;
   }
   // What balancing the pipeline stages weighs (stage_balance.h), per
   // micro-batch, forward and backward: one decoder layer (its compute,

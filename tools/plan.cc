@@ -25,6 +25,7 @@
 #include "tools/flags/training_flags.h"
 #include "tools/plan_job.h"
 #include "training/model_from_config.h"
+#include "training/run_options.h"
 
 ABSL_FLAG(std::string, preset, "",
           "Named model settings for unset flags, as train's: 'bench'.");
@@ -53,6 +54,21 @@ ABSL_FLAG(bool, include_unsupported, false,
           "torchtitan's op-level recomputation).");
 ABSL_FLAG(bool, include_not_fitting, false,
           "Also list layouts that do not fit in device memory.");
+// Train's own flags the planner reads (mapped onto the TrainConfig by name).
+ABSL_FLAG(bool, use_precision_aware_optimizer, false,
+          "As train's: Adam's moments (and 16-bit weights' main copy) in "
+          "--exp-avg-dtype, --exp-avg-sq-dtype, --main-params-dtype; only "
+          "layouts with sharded state are planned with it.");
+ABSL_FLAG(std::string, main_params_dtype, "fp32", "As train's: fp32 or fp16.");
+ABSL_FLAG(std::string, exp_avg_dtype, "fp32",
+          "As train's: fp32, bf16 or fp16.");
+ABSL_FLAG(std::string, exp_avg_sq_dtype, "fp32",
+          "As train's: fp32, bf16 or fp16.");
+ABSL_FLAG(std::string, pipeline_schedule_file, "",
+          "As train's: a CSV schedule table, planned (as the 'sfile' "
+          "schedule) for the layouts of its shape: the pipeline size, "
+          "virtual stages and micro-batch count of the parallel flags and "
+          "--global-batch-size.");
 ABSL_FLAG(
     std::string, micro_batches, "",
     "Comma-separated micro-batch sizes to try (default 1, 2, 4, ... 64).");
@@ -111,6 +127,32 @@ int Run(const std::set<std::string>& explicitly_set) {
       return fail(absl::InvalidArgumentError(
           "--global-batch-size is required (sequences per step)"));
     }
+  }
+  {
+    // The precision flags as train checks them, for the sharded layouts
+    // the search plans them on (CheckLayout refuses the others).
+    training::TrainConfig sharded = *config;
+    sharded.set_use_distributed_optimizer(true);
+    sharded.set_global_batch_size(settings.global_batch);
+    const int world =
+        absl::GetFlag(FLAGS_devices_per_node) * absl::GetFlag(FLAGS_nnodes);
+    const int model_parallel = config->tensor_model_parallel_size() *
+                               config->pipeline_model_parallel_size() *
+                               config->context_parallel_size();
+    int microbatches = 1;
+    if (!config->pipeline_schedule_file().empty()) {
+      if (model_parallel < 1 || world % model_parallel != 0) {
+        return fail(absl::InvalidArgumentError(
+            "--pipeline-schedule-file: the parallel flags do not divide "
+            "--devices-per-node x --nnodes"));
+      }
+      auto batches = training::PlanBatches(sharded, world / model_parallel);
+      if (!batches.ok()) return fail(batches.status());
+      microbatches = batches->num_microbatches;
+    }
+    absl::Status s =
+        ReadPrecisionAndScheduleFile(sharded, microbatches, &settings);
+    if (!s.ok()) return fail(s);
   }
   auto cluster = MakeCluster(absl::GetFlag(FLAGS_device),
                              absl::GetFlag(FLAGS_devices_per_node),

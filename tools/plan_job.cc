@@ -1,7 +1,10 @@
 #include "tools/plan_job.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "planner/cpu_probe.h"
+#include "training/run_options.h"
 
 namespace mcc {
 namespace tools {
@@ -72,11 +75,35 @@ absl::StatusOr<planner::Layout> LayoutFromTrainConfig(
     }
     l.virtual_stages = per_stage / per_virtual;
   }
+  if (!config.pipeline_schedule_file().empty()) {
+    l.schedule = planner::PipelineSchedule::kFile;
+  } else if (config.pipeline_schedule() == "zb-h1") {
+    l.schedule = planner::PipelineSchedule::kZeroBubbleH1;
+  }
+  l.instances = std::max(1, config.num_distributed_optimizer_instances());
   const std::string r = config.recompute_granularity();
   l.recompute = r == "full"        ? planner::Recompute::kFull
                 : r == "selective" ? planner::Recompute::kSelective
                                    : planner::Recompute::kNone;
   return l;
+}
+
+absl::Status ReadPrecisionAndScheduleFile(const training::TrainConfig& config,
+                                          int microbatches,
+                                          TrainSettings* settings) {
+  auto precision = training::StatePrecisionFromConfig(config);
+  if (!precision.ok()) return precision.status();
+  settings->main_params_bytes =
+      static_cast<int>(DTypeSize(precision->main_params));
+  settings->exp_avg_bytes = static_cast<int>(DTypeSize(precision->exp_avg));
+  settings->exp_avg_sq_bytes =
+      static_cast<int>(DTypeSize(precision->exp_avg_sq));
+  if (!config.pipeline_schedule_file().empty()) {
+    auto options = training::PipelineOptionsFromConfig(config, microbatches);
+    if (!options.ok()) return options.status();
+    settings->schedule_table = options->table;
+  }
+  return absl::OkStatus();
 }
 
 planner::JobSpec MakeJobSpec(const gpt::GPTConfig& model, DType dtype,
@@ -91,6 +118,10 @@ planner::JobSpec MakeJobSpec(const gpt::GPTConfig& model, DType dtype,
   job.overlap_param_gather = s.overlap_param_gather;
   job.overlap_p2p = s.overlap_p2p;
   job.bucket_bytes = s.bucket_bytes;
+  job.main_params_bytes = s.main_params_bytes;
+  job.exp_avg_bytes = s.exp_avg_bytes;
+  job.exp_avg_sq_bytes = s.exp_avg_sq_bytes;
+  job.schedule_table = s.schedule_table;
   job.cluster = cluster;
   return job;
 }

@@ -324,6 +324,11 @@ TrainSettings DryRunSettings(const training::TrainConfig& config,
   s.overlap_param_gather = config.overlap_param_gather();
   s.overlap_p2p = !config.no_overlap_p2p_communication();
   s.bucket_bytes = config.ddp_bucket_size() * 4;
+  // Checked with the other flags before the dry run.
+  const int microbatches = static_cast<int>(
+      training::PlanBatches(config, world_size / model_parallel)
+          ->num_microbatches);
+  ReadPrecisionAndScheduleFile(config, microbatches, &s).IgnoreError();
   return s;
 }
 
