@@ -1082,6 +1082,11 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
         "(warm-up, other shapes), %d re-run after a loss-scale change",
         g.replays, g.captures, g.eager_microbatches, g.rescaled);
   }
+  // Each rank's own peak (the metrics file has rank 0's): the planner's
+  // per-stage memory is checked against these (tools/plan_memory_e2e_test).
+  LOG(INFO) << absl::StrFormat(
+      "rank %d peak memory: %d bytes", job->rank,
+      GetAllocator(job->context.device)->Stats().peak_bytes);
   if (log) {
     LogBf16GemmChoices();
     LOG(INFO) << absl::StrFormat("trained %d iterations in %.1f s", train_iters,
