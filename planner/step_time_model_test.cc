@@ -48,6 +48,38 @@ TEST(StepTimeModelTest, BubbleIsPipelineFillAndDrain) {
   EXPECT_NEAR(EstimateStepTime(job, l).bubble / work, 3.0 / 64, 1e-12);
 }
 
+// ZB-H1's table, walked with W as the weight-gradient GEMMs, idles less
+// than 1F1B's: (P - 1)(F + B - W) against (P - 1)(F + B).
+TEST(StepTimeModelTest, ZeroBubbleH1WalksItsTable) {
+  JobSpec job = H100Job(1, 64);
+  Layout l;
+  l.pp = 4;
+  l.dp = 2;
+  const StepTime one = EstimateStepTime(job, l);
+  l.schedule = PipelineSchedule::kZeroBubbleH1;
+  const StepTime zb = EstimateStepTime(job, l);
+  EXPECT_LT(zb.bubble, one.bubble);
+  EXPECT_GT(zb.bubble, 0);
+  EXPECT_DOUBLE_EQ(zb.gemm, one.gemm);
+}
+
+// HSDP: the reduce-scatter runs within an instance, and the shards'
+// all-reduce across instances; the optimizer's shard is an instance's.
+TEST(StepTimeModelTest, InstancesShardWithinAndReduceAcross) {
+  JobSpec job = H100Job(2, 64);
+  Layout l;
+  l.dp = 16;
+  l.zero = ZeroStage::kOptimizer;
+  const StepTime one = EstimateStepTime(job, l);
+  l.instances = 2;
+  const StepTime two = EstimateStepTime(job, l);
+  EXPECT_NEAR(two.optimizer, 2 * one.optimizer, 1e-12);
+  EXPECT_NE(two.dp_comm, one.dp_comm);
+  // 16-bit moments cost widening and rounding passes.
+  job.exp_avg_bytes = job.exp_avg_sq_bytes = 2;
+  EXPECT_GT(EstimateStepTime(job, l).optimizer, two.optimizer);
+}
+
 TEST(StepTimeModelTest, RecomputationAddsForwards) {
   JobSpec job = H100Job(1, 8);
   Layout l;
