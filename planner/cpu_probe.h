@@ -23,6 +23,14 @@ namespace planner {
 DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
                             int ranks_per_node);
 
+// The probe's GEMM readings onto *d: the peak (fp32_flops, bf16_flops) is
+// the fastest of the 1024^3 GEMM, the shaped GEMM at `rows` rows and at
+// `small_rows`, so gemm_efficiency and gemm_small_efficiency are the shaped
+// readings over it and the model's GEMMs run at the shaped rate even when
+// the cube ran slower (bf16 kernels chosen per shape; a loaded reading).
+void SetGemmRates(double peak, double shaped, double shaped_small, double rows,
+                  double small_rows, DeviceSpec* d);
+
 // The copy bandwidth a rank gets while it runs, out of the node's
 // `node_bandwidth` over all its `cores`: the ranks that run at once split it,
 // and no more run at once than there are cores. (DeviceSpec's rates are for a

@@ -19,6 +19,22 @@ TEST(CpuProbeTest, RanksSplitTheCopyBandwidthOfTheCoresTheyRunOn) {
   EXPECT_DOUBLE_EQ(RankMemoryBandwidth(8e9, 4, 0), 8e9);
 }
 
+// A shaped GEMM faster than the 1024^3 one keeps its own rate in the model:
+// the peak rises to it rather than the efficiency stopping at 1.
+TEST(CpuProbeTest, TheShapedRateIsNotCappedAtTheCubes) {
+  DeviceSpec d;
+  SetGemmRates(/*peak=*/100e9, /*shaped=*/400e9, /*shaped_small=*/200e9, 1024,
+               256, &d);
+  EXPECT_DOUBLE_EQ(d.PeakFlops(DType::kBFloat16) * GemmEfficiencyAt(d, 1024),
+                   400e9);
+  EXPECT_DOUBLE_EQ(d.PeakFlops(DType::kBFloat16) * GemmEfficiencyAt(d, 256),
+                   200e9);
+  // A cube faster than the shapes stays the peak.
+  SetGemmRates(500e9, 400e9, 200e9, 1024, 256, &d);
+  EXPECT_DOUBLE_EQ(d.PeakFlops(DType::kFloat32), 500e9);
+  EXPECT_DOUBLE_EQ(d.gemm_efficiency, 0.8);
+}
+
 }  // namespace
 }  // namespace planner
 }  // namespace mcc
