@@ -24,6 +24,7 @@
 #include "tools/flags/train_config_from_flags.h"
 #include "tools/flags/training_flags.h"
 #include "tools/plan_job.h"
+#include "training/job.h"
 #include "training/model_from_config.h"
 #include "training/run_options.h"
 
@@ -154,6 +155,8 @@ int Run(const std::set<std::string>& explicitly_set) {
         ReadPrecisionAndScheduleFile(sharded, microbatches, &settings);
     if (!s.ok()) return fail(s);
   }
+  // The CPU probe measures under the OpenMP wait policy train runs with.
+  if (absl::GetFlag(FLAGS_device) == "cpu") training::UsePassiveOpenMpWait();
   auto cluster = MakeCluster(absl::GetFlag(FLAGS_device),
                              absl::GetFlag(FLAGS_devices_per_node),
                              absl::GetFlag(FLAGS_nnodes), *model, dtype);

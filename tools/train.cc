@@ -691,6 +691,8 @@ int main(int argc, char** argv) {
   }
   if (config->dry_run()) {
     if (!mcc::training::IsFirstRank()) return 0;
+    // The probe measures under the OpenMP wait policy the run will use.
+    mcc::training::UsePassiveOpenMpWait();
     return mcc::tools::DryRun(
         *config, mcc::tools::DryRunSettings(*config, world_size), world_size);
   }

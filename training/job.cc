@@ -47,8 +47,6 @@ bool IsFirstRank() {
   return !env.ok() || env->rank == 0;
 }
 
-namespace {
-
 // oneDNN runs its GEMMs on libgomp, whose threads by default spin for a
 // while after each parallel region; on a 2-core machine that spinning takes a
 // core from ThreadPool's attention and elementwise kernels between the GEMMs
@@ -74,8 +72,6 @@ void UsePassiveOpenMpWait() {
   // Could not run again: carry on with the default policy.
   LOG(WARNING) << "could not re-run with OMP_WAIT_POLICY=passive";
 }
-
-}  // namespace
 
 void ConfigureThreads(const TrainConfig& train_config) {
   UsePassiveOpenMpWait();

@@ -89,6 +89,12 @@ int WorldSizeFromEnvironment();
 bool IsFirstRank();
 
 // Splits the CPU cores among the local ranks unless num_threads is given.
+// Runs this process again with OMP_WAIT_POLICY=passive unless it or
+// GOMP_SPINCOUNT is set (libgomp reads it before main): oneDNN's spinning
+// OpenMP threads otherwise take the cores from the other kernels. train does
+// it in ConfigureThreads; the planner's CPU probe must measure under the
+// same policy as the run it predicts.
+void UsePassiveOpenMpWait();
 void ConfigureThreads(const TrainConfig& train_config);
 
 // Sets job->device and, under a launcher (world size above 1), joins the
