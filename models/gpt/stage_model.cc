@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "parallel/pipeline/schedules.h"
 
 namespace mcc {
 namespace gpt {
@@ -23,8 +24,10 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(
     ModelChunkSpec spec;
     spec.first_layer = ranges[i].first;
     spec.num_layers = ranges[i].count;
-    spec.pre_process = stage == 0 && i == 0;
-    spec.post_process = stage == p - 1 && i == v - 1;
+    const int virtual_stage =
+        pipeline::VirtualStage(p, stage, i, split.v_shape);
+    spec.pre_process = virtual_stage == 0;
+    spec.post_process = virtual_stage == p * v - 1;
     spec.share_embedding_with_other_stage = p > 1;
     MCC_ASSIGN_OR_RETURN(auto chunk, GPTModel::Create(config, context, spec));
     for (const auto& param : chunk->parameters()) {

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "parallel/pipeline/schedules.h"
 
 namespace mcc {
 namespace pipeline {
@@ -22,6 +23,18 @@ absl::Status ValidatePipelineConfig(const PipelineConfig& c) {
     return absl::InvalidArgumentError(
         "--decoder-first-pipeline-num-layers and "
         "--decoder-last-pipeline-num-layers must not be negative");
+  }
+  if (c.v_shape && (c.layers_per_virtual_stage <= 0 || p < 2 ||
+                    c.num_layers % (p * c.layers_per_virtual_stage) != 0 ||
+                    c.virtual_stages() != 2)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-schedule zbv runs two model chunks per stage: it needs "
+        "--pipeline-model-parallel-size of at least 2 and "
+        "--num-layers-per-virtual-pipeline-stage = --num-layers / (2 x "
+        "--pipeline-model-parallel-size) (--num-layers ",
+        c.num_layers, ", --pipeline-model-parallel-size ", p,
+        ", --num-layers-per-virtual-pipeline-stage ",
+        c.layers_per_virtual_stage, ")"));
   }
   if (c.layers_per_virtual_stage != 0) {
     if (p < 2) {
@@ -83,7 +96,7 @@ absl::StatusOr<std::vector<LayerRange>> StageLayers(const PipelineConfig& c,
   if (c.layers_per_virtual_stage > 0) {
     const int n = c.layers_per_virtual_stage;
     for (int v = 0; v < c.virtual_stages(); ++v) {
-      ranges.push_back({(v * p + stage) * n, n});
+      ranges.push_back({VirtualStage(p, stage, v, c.v_shape) * n, n});
     }
     return ranges;
   }

@@ -19,6 +19,10 @@ struct PipelineConfig {
   // (0: unset): the first (last) stage's count; the rest split evenly.
   int first_stage_layers = 0;
   int last_stage_layers = 0;
+  // --pipeline-schedule zbv: the two virtual stages of each stage are placed
+  // in a V (chunk 1 of stage p holds the (2P - 1 - p)-th run of layers), so
+  // stage 0 holds the embeddings and the output layer.
+  bool v_shape = false;
 
   int virtual_stages() const {
     return layers_per_virtual_stage > 0
@@ -38,7 +42,8 @@ absl::Status ValidatePipelineConfig(const PipelineConfig& config);
 
 // The layer ranges of pipeline stage `stage`, one per virtual stage (model
 // chunk) in order. Virtual stage v of stage p holds the (v * P + p)-th run
-// of layers, as Megatron's interleaved schedule assigns them.
+// of layers, as Megatron's interleaved schedule assigns them; V-shaped,
+// virtual stage 1 of stage p holds the (2P - 1 - p)-th.
 absl::StatusOr<std::vector<LayerRange>> StageLayers(
     const PipelineConfig& config, int stage);
 

@@ -1,42 +1,113 @@
 #include "parallel/pipeline/p2p.h"
 
+#include <algorithm>
+#include <map>
+
 namespace mcc {
 namespace pipeline {
 
+int StageLayout::NeighbourAt(int chunk, int step) const {
+  const int v = virtual_stage(chunk) + step;
+  if (v < 0 || v >= stages * chunks) return -1;
+  int s = 0, c = 0;
+  StageAndChunkOf(stages, v, v_shape, &s, &c);
+  return s;
+}
+
+bool StageLayout::TakesBatchInput(int chunk) const {
+  return virtual_stage(chunk) == 0;
+}
+
+bool StageLayout::ComputesLoss(int chunk) const {
+  return virtual_stage(chunk) == stages * chunks - 1;
+}
+
 bool StageLayout::Receives(const Action& a) const {
   if (stages <= 1 || a.kind == Action::kWeight) return false;
-  if (a.kind == Action::kForward) return !(stage == 0 && a.chunk == 0);
-  return !(stage == stages - 1 && a.chunk == chunks - 1);
+  const int from = NeighbourAt(a.chunk, a.kind == Action::kForward ? -1 : 1);
+  return from >= 0 && from != stage;
 }
 
 int StageLayout::Source(const Action& a) const {
-  return a.kind == Action::kForward ? Prev() : Next();
+  return NeighbourAt(a.chunk, a.kind == Action::kForward ? -1 : 1);
 }
 
 bool StageLayout::Sends(const Action& a) const {
   if (stages <= 1 || a.kind == Action::kWeight) return false;
-  if (a.kind == Action::kForward) {
-    return !(stage == stages - 1 && a.chunk == chunks - 1);
-  }
-  return !(stage == 0 && a.chunk == 0);
+  const int to = Destination(a);
+  return to >= 0 && to != stage;
 }
 
 int StageLayout::Destination(const Action& a) const {
-  return a.kind == Action::kForward ? Next() : Prev();
+  return NeighbourAt(a.chunk, a.kind == Action::kForward ? 1 : -1);
 }
 
 Action StageLayout::Consumer(const Action& a) const {
   Action c = a;
-  if (a.kind == Action::kForward) {
-    if (stage == stages - 1) ++c.chunk;
-  } else if (stage == 0) {
-    --c.chunk;
-  }
+  const int v = virtual_stage(a.chunk) + (a.kind == Action::kForward ? 1 : -1);
+  int s = 0;
+  StageAndChunkOf(stages, v, v_shape, &s, &c.chunk);
   return c;
 }
 
-std::vector<TransferBatch> PlanTransfers(const StageLayout& layout,
-                                         const std::vector<Action>& actions) {
+bool StageLayout::HandsOffLocally(const Action& a) const {
+  return stages > 1 && a.kind != Action::kWeight && Destination(a) == stage;
+}
+
+Action StageLayout::LocalConsumer(const Action& a) const { return Consumer(a); }
+
+bool StageLayout::TakesLocalInput(const Action& a) const {
+  return stages > 1 && a.kind != Action::kWeight && Source(a) == stage;
+}
+
+namespace {
+
+// ZB-V's receives (see PlanTransfers). Each is posted in the batch before
+// its unit; then, per peer, a receive moves up to the batch
+// of any that the peer's send order puts after it (received ahead), and
+// each batch posts a peer's receives in that order.
+void PlanVShapedReceives(const StageLayout& layout,
+                         const std::vector<Action>& actions,
+                         const std::vector<std::vector<Action>>& stage_actions,
+                         std::vector<TransferBatch>* plan) {
+  const int n = static_cast<int>(actions.size());
+  std::vector<int> unit_of(n, 0);
+  for (size_t u = 0; u < plan->size(); ++u) {
+    for (int i = (*plan)[u].first_action; i < (*plan)[u].end_action; ++i) {
+      unit_of[i] = static_cast<int>(u);
+    }
+  }
+  std::vector<int> post_at(n, -1);
+  for (int i = 0; i < n; ++i) {
+    if (layout.Receives(actions[i])) post_at[i] = unit_of[i];
+  }
+  // Per peer, this stage's receiving actions in the order the peer sends
+  // their inputs.
+  std::map<int, std::vector<int>> channels;
+  for (int peer = 0; peer < layout.stages; ++peer) {
+    if (peer == layout.stage) continue;
+    const StageLayout from{layout.stages, peer, layout.chunks, true};
+    for (const Action& a : stage_actions[peer]) {
+      if (!from.Sends(a) || from.Destination(a) != layout.stage) continue;
+      const Action wanted = from.Consumer(a);
+      for (int i = 0; i < n; ++i) {
+        if (actions[i] == wanted) channels[peer].push_back(i);
+      }
+    }
+  }
+  for (auto& [peer, order] : channels) {
+    for (int k = static_cast<int>(order.size()) - 2; k >= 0; --k) {
+      post_at[order[k]] = std::min(post_at[order[k]], post_at[order[k + 1]]);
+    }
+    for (int i : order) (*plan)[post_at[i]].recv_actions.push_back(i);
+  }
+}
+
+}  // namespace
+
+std::vector<TransferBatch> PlanTransfers(
+    const StageLayout& layout, const std::vector<Action>& actions,
+    const std::vector<std::vector<Action>>* stage_actions) {
   const int n = static_cast<int>(actions.size());
   // Pairs only in a steady state: not when every forward precedes every
   // backward (the interleaved schedule with as many micro-batches as
@@ -64,12 +135,17 @@ std::vector<TransferBatch> PlanTransfers(const StageLayout& layout,
     for (int i = previous_begin; i < previous_end; ++i) {
       if (layout.Sends(actions[i])) b.send_actions.push_back(i);
     }
-    for (int i = begin; i < end; ++i) {
-      if (layout.Receives(actions[i])) b.recv_actions.push_back(i);
+    if (!layout.v_shape || stage_actions == nullptr) {
+      for (int i = begin; i < end; ++i) {
+        if (layout.Receives(actions[i])) b.recv_actions.push_back(i);
+      }
     }
     plan.push_back(std::move(b));
     previous_begin = begin;
     previous_end = end;
+  }
+  if (layout.v_shape && stage_actions != nullptr) {
+    PlanVShapedReceives(layout, actions, *stage_actions, &plan);
   }
   return plan;
 }

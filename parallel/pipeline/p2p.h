@@ -15,11 +15,16 @@ namespace pipeline {
 // are the pipeline group's ranks; activations flow to the next stage,
 // gradients to the previous one, and the last stage's next is stage 0 (and
 // stage 0's previous the last) so that interleaved chunks form a ring:
-// virtual stage chunk x stages + stage feeds the one after it.
+// virtual stage chunk x stages + stage feeds the one after it. V-shaped
+// (ZB-V, two chunks): chunk 0 flows down the stages and chunk 1 back up, so
+// the last stage's chunk 0 hands its output to its own chunk 1 (and chunk
+// 1's input gradient to chunk 0) without a transfer, and stage 0's chunk 1
+// computes the loss.
 struct StageLayout {
   int stages = 1;
   int stage = 0;
   int chunks = 1;  // Model chunks (virtual stages) per stage.
+  bool v_shape = false;
 
   int Next() const { return (stage + 1) % stages; }
   int Prev() const { return (stage + stages - 1) % stages; }
@@ -33,6 +38,24 @@ struct StageLayout {
   int Destination(const Action& a) const;
   // The action of stage Destination(a) that consumes what `a` sends.
   Action Consumer(const Action& a) const;
+  // Whether what `a` produces (forward output, input gradient) is consumed
+  // by another chunk of this stage (the V's turn on the last stage), and
+  // by which action.
+  bool HandsOffLocally(const Action& a) const;
+  Action LocalConsumer(const Action& a) const;
+  // Whether `a`'s input comes from another chunk of this stage.
+  bool TakesLocalInput(const Action& a) const;
+  // The (stage, chunk) that takes the batch input and the one computing the
+  // loss.
+  bool TakesBatchInput(int chunk) const;
+  bool ComputesLoss(int chunk) const;
+
+ private:
+  int virtual_stage(int chunk) const {
+    return VirtualStage(stages, stage, chunk, v_shape);
+  }
+  // The stage after (before) this chunk's virtual stage, or -1 at the ends.
+  int NeighbourAt(int chunk, int step) const;
 };
 
 // A stage's schedule cut into units that compute without communicating,
@@ -43,11 +66,11 @@ struct StageLayout {
 // a forward followed by a backward in the steady state make one unit
 // (Megatron's interleaved steady state, which sends both results and
 // receives both inputs of the next pair together; one action per batch
-// would deadlock there over NCCL). Posting exactly these batches, in order, is
-// free of deadlock and needs no tags: between two stages the sends of one match
-// the other's receives in posting order, even when the previous and the next
-// stage are the same peer (two stages), and also where each batch waits for
-// the one posted before it and every send waits for its receive (NCCL's
+// would deadlock there over NCCL). Posting exactly these batches, in order,
+// is free of deadlock and needs no tags: between two stages the sends of one
+// match the other's receives in posting order, even when the previous and the
+// next stage are the same peer (two stages), and also where each batch waits
+// for the one posted before it and every send waits for its receive (NCCL's
 // stream order). p2p_test checks this for every schedule by simulation.
 struct TransferBatch {
   // The batch precedes actions [first_action, end_action) (the unit; both
@@ -60,8 +83,17 @@ struct TransferBatch {
 };
 // One batch per unit, then one after the last (units + 1 in all; some may
 // be empty).
-std::vector<TransferBatch> PlanTransfers(const StageLayout& layout,
-                                         const std::vector<Action>& actions);
+//
+// V-shaped (ZB-V), a channel between two stages carries two streams (chunk
+// 0's activations and chunk 1's gradients one way, the reverse the other)
+// whose production order on the sender differs from their consumption
+// order on the receiver. Then `stage_actions` (every stage's actions) must
+// be given: a receive is posted together with those of every message the
+// peer sends before it on that channel not yet received (received ahead,
+// held until their action), so transfers still match in posting order.
+std::vector<TransferBatch> PlanTransfers(
+    const StageLayout& layout, const std::vector<Action>& actions,
+    const std::vector<std::vector<Action>>* stage_actions = nullptr);
 
 // Posts a batch's transfers over the pipeline group together
 // (ProcessGroup::BatchP2P: one ncclGroupStart/End over NCCL), without tags.

@@ -38,20 +38,21 @@ void Trace(std::chrono::steady_clock::time_point since, Describe describe) {
 // A forward or backward: "forward mb 3" ("... chunk 1" with virtual
 // stages), with the micro-batch, chunk, stage and virtual stage (Megatron's
 // model chunk index, chunk x stages + stage) as arguments.
-void TraceAction(const Action& a, int stage, int stages, int chunks,
-                 bool forward_only,
+void TraceAction(const Action& a, const StageLayout& layout, bool forward_only,
                  std::chrono::steady_clock::time_point since) {
   Trace(since, [&](observability::TraceEvent* e) {
     e->name = absl::StrCat(a.kind == Action::kForward    ? "forward"
                            : a.kind == Action::kBackward ? "backward"
                                                          : "weight",
                            " mb ", a.microbatch);
-    if (chunks > 1) absl::StrAppend(&e->name, " chunk ", a.chunk);
+    if (layout.chunks > 1) absl::StrAppend(&e->name, " chunk ", a.chunk);
     e->category = forward_only ? "eval" : "compute";
-    e->args = {{"microbatch", absl::StrCat(a.microbatch)},
-               {"chunk", absl::StrCat(a.chunk)},
-               {"stage", absl::StrCat(stage)},
-               {"virtual_stage", absl::StrCat(a.chunk * stages + stage)}};
+    e->args = {
+        {"microbatch", absl::StrCat(a.microbatch)},
+        {"chunk", absl::StrCat(a.chunk)},
+        {"stage", absl::StrCat(layout.stage)},
+        {"virtual_stage", absl::StrCat(VirtualStage(layout.stages, layout.stage,
+                                                    a.chunk, layout.v_shape))}};
   });
 }
 
@@ -83,15 +84,43 @@ absl::StatusOr<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(
                      " model chunks (virtual stages) need a pipeline "
                      "group of at least 2 stages"));
   }
-  if (e->stage_ == 0 && !e->chunks_[0]->takes_batch_input()) {
-    return absl::InvalidArgumentError(
-        "pipeline: the first stage's first chunk must take the batch input "
-        "(hold the embeddings)");
+  const bool v_shape = IsVShaped(options.schedule);
+  if (v_shape && (v != 2 || e->stages_ < 2)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline: ", ScheduleName(options.schedule),
+        " runs two model chunks per stage on at least 2 stages, not ", v,
+        " on ", e->stages_));
   }
-  if (e->stage_ == e->stages_ - 1 && !e->chunks_[v - 1]->computes_loss()) {
+  if (v_shape && !options.overlap_p2p) {
     return absl::InvalidArgumentError(
-        "pipeline: the last stage's last chunk must compute the loss (hold "
-        "the output layer)");
+        "pipeline: ZB-V needs overlapped p2p (not "
+        "--no-overlap-p2p-communication): it receives some inputs ahead, and "
+        "with every batch waited for at once two stages can each wait on a "
+        "send the other has not yet reached");
+  }
+  if (v_shape && pipeline != nullptr && !pipeline->device().is_cpu()) {
+    return absl::UnimplementedError(
+        "pipeline: ZB-V runs over the CPU (gloo) pipeline group only: over "
+        "NCCL a send holds its stream until its receive is posted, and the "
+        "V's transfer plan is only deadlock-free with sends that do not");
+  }
+  const StageLayout layout{e->stages_, e->stage_, v, v_shape};
+  int loss_chunk = 0;
+  StageAndChunkOf(e->stages_, e->stages_ * v - 1, v_shape, &e->loss_stage_,
+                  &loss_chunk);
+  for (int c = 0; c < v; ++c) {
+    if (layout.TakesBatchInput(c) && !e->chunks_[c]->takes_batch_input()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pipeline: chunk ", c, " of stage ", e->stage_,
+                       " is the first virtual stage and must take the batch "
+                       "input (hold the embeddings)"));
+    }
+    if (layout.ComputesLoss(c) && !e->chunks_[c]->computes_loss()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline: chunk ", c, " of stage ", e->stage_,
+          " is the last virtual stage and must compute the loss (hold the "
+          "output layer)"));
+    }
   }
   if (options.schedule == ScheduleKind::kNoPipelining && e->stages_ > 1) {
     options.schedule = ScheduleKind::kOneFOneB;
@@ -102,15 +131,15 @@ absl::StatusOr<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(
 
 absl::Status PipelineExecutor::BroadcastLossTotals(Tensor* totals) {
   if (stages_ == 1) return absl::OkStatus();
-  // The totals' fp32 parts travel bit for bit; only the last stage's are
-  // defined here.
+  // The totals' fp32 parts travel bit for bit; only the loss stage's (the
+  // last, or stage 0 in a V) are defined here.
   const Device device = pipeline_->device();
   if (!totals->defined()) {
     *totals = Tensor::Empty({ops::kLossTotalsSize}, DType::kFloat32, device);
   } else if (totals->device() != device) {
     MCC_ASSIGN_OR_RETURN(*totals, totals->To(device));
   }
-  return pipeline_->BroadcastSync(totals, stages_ - 1);
+  return pipeline_->BroadcastSync(totals, loss_stage_);
 }
 
 absl::StatusOr<std::vector<Action>> PipelineExecutor::TrainingActions(
@@ -118,18 +147,21 @@ absl::StatusOr<std::vector<Action>> PipelineExecutor::TrainingActions(
   auto found = checked_actions_.find(m);
   if (found != checked_actions_.end()) return found->second;
   const int v = static_cast<int>(chunks_.size());
-  const ScheduleShape shape{stages_, v, m};
+  const bool v_shape = IsVShaped(options_.schedule);
+  const ScheduleShape shape{stages_, v, m, v_shape};
   ScheduleTable generated;
   const ScheduleTable* table = options_.table.get();
   int max_held = 0;
   if (table != nullptr) {
     const ScheduleShape& s = table->shape;
     if (s.ranks != shape.ranks || s.chunks != shape.chunks ||
-        s.microbatches != shape.microbatches) {
+        s.microbatches != shape.microbatches || s.v_shape != shape.v_shape) {
+      auto placement = [](bool v) { return v ? " (V-shaped)" : ""; };
       return absl::InvalidArgumentError(absl::StrCat(
           "pipeline schedule table is for ", s.ranks, " ranks, ", s.chunks,
-          " chunks and ", s.microbatches, " micro-batches, but this step has ",
-          shape.ranks, " ranks, ", shape.chunks, " chunks and ",
+          " chunks", placement(s.v_shape), " and ", s.microbatches,
+          " micro-batches, but this step has ", shape.ranks, " ranks, ",
+          shape.chunks, " chunks", placement(shape.v_shape), " and ",
           shape.microbatches, " micro-batches"));
     }
     max_held = options_.table_max_held;
@@ -139,9 +171,10 @@ absl::StatusOr<std::vector<Action>> PipelineExecutor::TrainingActions(
     // busiest rank.
     MCC_ASSIGN_OR_RETURN(
         ScheduleTable reference,
-        GenerateScheduleTable(
-            v > 1 ? ScheduleKind::kInterleaved : ScheduleKind::kOneFOneB,
-            shape));
+        GenerateScheduleTable(v_shape ? ScheduleKind::kZeroBubbleV
+                              : v > 1 ? ScheduleKind::kInterleaved
+                                      : ScheduleKind::kOneFOneB,
+                              shape));
     MCC_ASSIGN_OR_RETURN(ScheduleCheck check, CheckSchedule(reference));
     for (int peak : check.peak_held) max_held = std::max(max_held, peak);
   }
@@ -152,9 +185,28 @@ absl::StatusOr<std::vector<Action>> PipelineExecutor::TrainingActions(
   MCC_RETURN_IF_ERROR(CheckSchedule(*table, max_held).status());
   std::vector<ScheduleRow> rows;
   bool split = false;
+  std::vector<std::vector<const ScheduleRow*>> by_rank(stages_);
   for (const ScheduleRow& row : table->rows) {
     split |= row.op == ScheduleOp::kWeight;
     if (row.rank == stage_) rows.push_back(row);
+    by_rank[row.rank].push_back(&row);
+  }
+  if (v_shape) {
+    // Every stage's order: the V's transfers are planned from the peers'.
+    std::vector<std::vector<Action>>& all = stage_actions_[m];
+    all.assign(stages_, {});
+    for (int r = 0; r < stages_; ++r) {
+      std::sort(by_rank[r].begin(), by_rank[r].end(),
+                [](const ScheduleRow* a, const ScheduleRow* b) {
+                  return a->step < b->step;
+                });
+      for (const ScheduleRow* row : by_rank[r]) {
+        all[r].push_back({row->op == ScheduleOp::kForward    ? Action::kForward
+                          : row->op == ScheduleOp::kBackward ? Action::kBackward
+                                                             : Action::kWeight,
+                          row->microbatch, row->chunk});
+      }
+    }
   }
   std::sort(rows.begin(), rows.end(),
             [](const ScheduleRow& a, const ScheduleRow& b) {
@@ -197,7 +249,8 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
   const int v = static_cast<int>(chunks_.size());
   ScheduleKind kind = options_.schedule;
   // ZB-H1 with several chunks is refused by BuildSchedule, naming it.
-  if (v > 1 && kind != ScheduleKind::kZeroBubbleH1) {
+  if (v > 1 && kind != ScheduleKind::kZeroBubbleH1 &&
+      kind != ScheduleKind::kZeroBubbleV) {
     kind = ScheduleKind::kInterleaved;
   }
   std::vector<Action> actions;
@@ -212,8 +265,8 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
   for (const Action& a : actions) split |= a.kind == Action::kWeight;
   PipelineStepResult result;
   PipelineStats& stats = result.stats;
-  const bool last_stage = stage_ == stages_ - 1;
-  if (last_stage) result.microbatch_losses.resize(m);
+  const bool loss_stage = stage_ == loss_stage_;
+  if (loss_stage) result.microbatch_losses.resize(m);
   std::vector<std::vector<std::unique_ptr<parallel::ActivationRecord>>> records(
       v);
   for (auto& r : records) r.resize(m);
@@ -229,12 +282,37 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
   // computing it), so at most the micro-batches in flight hold theirs;
   // others at the step's end. Without overlap_p2p every batch is waited for
   // at once (Megatron's send_forward_recv_backward and friends).
-  const StageLayout layout{stages_, stage_, v};
-  const std::vector<TransferBatch> plan = stages_ > 1
-                                              ? PlanTransfers(layout, actions)
-                                              : std::vector<TransferBatch>();
+  const StageLayout layout{stages_, stage_, v, IsVShaped(kind)};
+  // V-shaped, receives are planned from every stage's order (p2p.h).
+  std::vector<std::vector<Action>> forward_only_orders;
+  const std::vector<std::vector<Action>>* stage_actions = nullptr;
+  if (layout.v_shape && stages_ > 1) {
+    if (forward_only || m == 0) {
+      for (int r = 0; r < stages_; ++r) {
+        MCC_ASSIGN_OR_RETURN(
+            std::vector<Action> order,
+            BuildSchedule(kind, stages_, r, v, m, forward_only));
+        forward_only_orders.push_back(std::move(order));
+      }
+      stage_actions = &forward_only_orders;
+    } else {
+      stage_actions = &stage_actions_.at(m);
+    }
+  }
+  // What one chunk hands another on this stage (the V's turn), by the
+  // consuming action's (chunk, micro-batch): forward outputs, then input
+  // gradients.
+  std::map<std::pair<int, int>, Tensor> local_inputs[2];
+  const std::vector<TransferBatch> plan =
+      stages_ > 1 ? PlanTransfers(layout, actions, stage_actions)
+                  : std::vector<TransferBatch>();
   struct Posted {
     std::shared_ptr<comm::Work> work;
+    // V-shaped, a batch's sends go as a work of their own, so that waiting
+    // for its receives (some received ahead) never waits for the peer to
+    // reach the matching receives (p2p_test: blocking sends deadlock ZB-V).
+    std::shared_ptr<comm::Work> send_work;
+    bool received = false;     // `work` (the receives) waited for.
     std::vector<Tensor> sent;  // Alive until the work is done.
     int held_outputs = 0;      // Forward outputs counted in held_outputs.
     bool waited = false;
@@ -262,15 +340,20 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
   };
   auto wait_batch = [&](size_t b) -> absl::Status {
     Posted& p = posted[b];
-    if (p.waited || p.work == nullptr) return absl::OkStatus();
+    if (p.waited || (p.work == nullptr && p.send_work == nullptr)) {
+      return absl::OkStatus();
+    }
     p.waited = true;
     const auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = p.work->Wait();
+    absl::Status s =
+        p.work != nullptr && !p.received ? p.work->Wait() : absl::OkStatus();
+    if (s.ok() && p.send_work != nullptr) s = p.send_work->Wait();
+    const std::string what = (p.work != nullptr ? p.work : p.send_work)->what();
     stats.wait_seconds += Seconds(t0);
     Trace(t0, [&](observability::TraceEvent* e) {
       e->name = plan[b].recv_actions.empty() ? "wait send" : "wait recv";
       e->category = "wait";
-      e->args = {{"what", p.work->what()}};
+      e->args = {{"what", what}};
     });
     held_outputs -= p.held_outputs;
     p.sent.clear();
@@ -305,9 +388,14 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
       recvs.push_back({inputs[i], layout.Source(a)});
       input_batch[i] = static_cast<int>(b);
     }
-    p.work = p2p_->Exchange(sends, recvs);
+    if (layout.v_shape && !sends.empty() && !recvs.empty()) {
+      p.send_work = p2p_->Exchange(sends, {});
+      p.work = p2p_->Exchange({}, recvs);
+    } else {
+      p.work = p2p_->Exchange(sends, recvs);
+    }
     if (!options_.overlap_p2p) return wait_batch(b);
-    if (batch.recv_actions.empty()) {
+    if (batch.recv_actions.empty() || p.send_work != nullptr) {
       for (int i : batch.send_actions) {
         if (actions[i].kind != Action::kForward) continue;
         output_batch[actions[i].chunk][actions[i].microbatch] =
@@ -342,9 +430,41 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
   MCC_RETURN_IF_ERROR(post_due(0));
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
-    if (input_batch[i] >= 0) MCC_RETURN_IF_ERROR(wait_batch(input_batch[i]));
+    if (input_batch[i] >= 0) {
+      Posted& p = posted[input_batch[i]];
+      if (p.send_work != nullptr && !p.received && !p.waited) {
+        // Only the receives; the sends complete at the peer's pace.
+        const auto t0 = std::chrono::steady_clock::now();
+        absl::Status s = p.work->Wait();
+        stats.wait_seconds += Seconds(t0);
+        Trace(t0, [&](observability::TraceEvent* e) {
+          e->name = "wait recv";
+          e->category = "wait";
+          e->args = {{"what", p.work->what()}};
+        });
+        p.received = true;
+        if (!s.ok()) {
+          return absl::Status(s.code(), absl::StrCat(batch_name(input_batch[i]),
+                                                     ": ", s.message()));
+        }
+      } else {
+        MCC_RETURN_IF_ERROR(wait_batch(input_batch[i]));
+      }
+    }
     Tensor input = std::move(inputs[i]);
     inputs[i] = Tensor();
+    if (layout.TakesLocalInput(a)) {
+      auto& local = local_inputs[a.kind == Action::kForward ? 0 : 1];
+      auto it = local.find({a.chunk, a.microbatch});
+      if (it == local.end()) {
+        return absl::InternalError(
+            absl::StrCat(name(a),
+                         ": runs before the action on this stage it takes its "
+                         "input from"));
+      }
+      input = std::move(it->second);
+      local.erase(it);
+    }
     if (a.kind == Action::kBackward) {
       const int b = output_batch[a.chunk][a.microbatch];
       if (b >= 0) MCC_RETURN_IF_ERROR(wait_batch(b));
@@ -360,11 +480,11 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
                             absl::StrCat(name(a), ": ", y.status().message()));
       }
       stats.forward_seconds += Seconds(t0);
-      TraceAction(a, stage_, stages_, v, forward_only, t0);
+      TraceAction(a, layout, forward_only, t0);
       if (!forward_only)
         stats.max_in_flight = std::max(stats.max_in_flight, ++in_flight);
       record = std::move(y->record);
-      if (last_stage && a.chunk == v - 1) {
+      if (layout.ComputesLoss(a.chunk)) {
         MCC_RETURN_IF_ERROR(keep_loss(a, std::move(y->loss_sum)));
       } else {
         outputs[i] = std::move(y->output);
@@ -380,9 +500,9 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
                             absl::StrCat(name(a), ": ", dx.status().message()));
       }
       stats.backward_seconds += Seconds(t0);
-      TraceAction(a, stage_, stages_, v, forward_only, t0);
+      TraceAction(a, layout, forward_only, t0);
       if (!split) --in_flight;
-      if (!(stage_ == 0 && a.chunk == 0)) outputs[i] = std::move(*dx);
+      if (!layout.TakesBatchInput(a.chunk)) outputs[i] = std::move(*dx);
     } else {
       if (last_microbatch_) last_microbatch_(a.microbatch == m - 1);
       absl::Status s = chunk->BackwardWeightStep(std::move(record));
@@ -392,7 +512,7 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
       const double seconds = Seconds(t0);
       stats.backward_seconds += seconds;
       stats.weight_seconds += seconds;
-      TraceAction(a, stage_, stages_, v, forward_only, t0);
+      TraceAction(a, layout, forward_only, t0);
       --in_flight;
     }
     if (layout.Sends(a) && !outputs[i].defined()) {
@@ -401,12 +521,23 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
                        a.kind == Action::kForward ? "output" : "input gradient",
                        " to send"));
     }
+    if (layout.HandsOffLocally(a)) {
+      const Action next = layout.LocalConsumer(a);
+      if (!outputs[i].defined()) {
+        return absl::InternalError(absl::StrCat(
+            name(a), ": the chunk returned nothing to hand to chunk ",
+            next.chunk));
+      }
+      local_inputs[a.kind == Action::kForward ? 0 : 1]
+                  [{next.chunk, next.microbatch}] = std::move(outputs[i]);
+      outputs[i] = Tensor();
+    }
     MCC_RETURN_IF_ERROR(post_due(i + 1));
   }
   for (size_t b = 0; b < posted.size(); ++b) {
     MCC_RETURN_IF_ERROR(wait_batch(b));
   }
-  if (last_stage) {
+  if (loss_stage) {
     // Totalled on the losses' device in micro-batch order (no host read);
     // without micro-batches, zeros where a loss would have been.
     const Device device =

@@ -58,13 +58,14 @@ struct PipelineStepResult {
   // The step's loss totals (core/ops/loss_totals.h: the mean over
   // micro-batches of each one's mean loss, the summed loss and the token
   // count, each an exact float64 in three fp32 parts), totalled on the
-  // last stage's device and broadcast to every stage over the pipeline
-  // group: an fp32 [ops::kLossTotalsSize] tensor on the pipeline group's
-  // device (with one stage, on the loss's device, or zeros on the CPU
-  // without micro-batches). Nothing is read to the host.
+  // loss stage's (the last; stage 0 under ZB-V) device and broadcast to every
+  // stage over the pipeline group: an fp32 [ops::kLossTotalsSize] tensor on the
+  // pipeline group's device (with one stage, on the loss's device, or zeros on
+  // the CPU without micro-batches). Nothing is read to the host.
   Tensor loss_totals;
   // Each micro-batch's StageOutput::loss_sum, on the stage that computes
-  // the loss (empty on the others), for tests that look at one.
+  // the loss (the last, or stage 0 under ZB-V; empty on the others), for
+  // tests that look at one.
   std::vector<Tensor> microbatch_losses;
   PipelineStats stats;
 };
@@ -117,8 +118,11 @@ class PipelineExecutor {
   std::unique_ptr<PipelineP2P> p2p_;
   PipelineOptions options_;
   int stages_ = 1, stage_ = 0;
+  int loss_stage_ = 0;  // Holds the last virtual stage (computes the loss).
   std::function<void(bool)> last_microbatch_;
   std::map<int, std::vector<Action>> checked_actions_;  // By micro-batches.
+  // V-shaped: every stage's actions, by micro-batches.
+  std::map<int, std::vector<std::vector<Action>>> stage_actions_;
 };
 
 }  // namespace pipeline

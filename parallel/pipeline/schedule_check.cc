@@ -99,10 +99,13 @@ class Simulator {
   }
 
   std::vector<Need> Needs(const ScheduleRow& row) const {
-    const int stage = row.chunk * shape_.ranks + row.rank;
+    const int stage =
+        VirtualStage(shape_.ranks, row.rank, row.chunk, shape_.v_shape);
     const int last = shape_.chunks * shape_.ranks - 1;
     auto at = [&](int v, ScheduleOp op) {
-      return Need{v % shape_.ranks, v / shape_.ranks, row.microbatch, op};
+      Need need{0, 0, row.microbatch, op};
+      StageAndChunkOf(shape_.ranks, v, shape_.v_shape, &need.rank, &need.chunk);
+      return need;
     };
     switch (row.op) {
       case ScheduleOp::kForward:

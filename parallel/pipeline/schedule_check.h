@@ -21,12 +21,12 @@ struct ScheduleCheck {
 };
 
 // Checks that the table is well formed (CheckScheduleRows) and that it runs
-// to the end without deadlock, where on virtual stage v = chunk * ranks +
-// rank: F waits for F of the same micro-batch on v - 1; B waits for F on v
-// and B on v + 1; W waits for B on v. Sends never block (as the executor's).
-// A table that stalls is refused naming the lowest stalled rank's next row
-// and the first thing it waits for. With max_held > 0, a rank holding more
-// than max_held activations at once is refused too.
+// to the end without deadlock, where on virtual stage v (VirtualStage: chunk
+// * ranks + rank, or the V's order): F waits for F of the same micro-batch on v
+// - 1; B waits for F on v and B on v + 1; W waits for B on v. Sends never block
+// (as the executor's). A table that stalls is refused naming the lowest stalled
+// rank's next row and the first thing it waits for. With max_held > 0, a rank
+// holding more than max_held activations at once is refused too.
 absl::StatusOr<ScheduleCheck> CheckSchedule(const ScheduleTable& table,
                                             int max_held = 0);
 

@@ -132,6 +132,7 @@ absl::StatusOr<ScheduleTable> GenerateScheduleTable(
   if (absl::Status s = CheckScheduleShape(shape); !s.ok()) return s;
   ScheduleTable table;
   table.shape = shape;
+  table.shape.v_shape = IsVShaped(kind);
   for (int r = 0; r < shape.ranks; ++r) {
     absl::StatusOr<std::vector<Action>> actions =
         BuildSchedule(kind, shape.ranks, r, shape.chunks, shape.microbatches);

@@ -14,7 +14,9 @@ namespace pipeline {
 // A pipeline schedule as data: which rank runs which operation at which
 // step. Chunk c on rank r is virtual stage c * ranks + r (Megatron's model
 // chunk order), so the forward of chunk c on the last rank feeds chunk c + 1
-// on rank 0.
+// on rank 0; in a V-shaped table (ZB-V) odd chunks run the other way (chunk
+// 1 on rank r is virtual stage 2 * ranks - 1 - r), so the last rank's chunk
+// 0 feeds its own chunk 1.
 enum class ScheduleOp {
   kForward,   // F
   kBackward,  // B: the input gradient (the whole backward without W rows).
@@ -37,6 +39,7 @@ struct ScheduleShape {
   int ranks = 1;
   int chunks = 1;  // Model chunks (virtual stages) per rank.
   int microbatches = 1;
+  bool v_shape = false;  // Chunks placed in a V (VirtualStage).
 };
 
 struct ScheduleTable {
@@ -55,7 +58,7 @@ absl::Status CheckScheduleShape(const ScheduleShape& shape);
 absl::Status CheckScheduleRows(const ScheduleTable& table);
 
 // The table of the order the executor runs today: BuildSchedule's actions for
-// every rank, step = position in that rank's list.
+// every rank, step = position in that rank's list (V-shaped for ZB-V).
 absl::StatusOr<ScheduleTable> GenerateScheduleTable(ScheduleKind kind,
                                                     const ScheduleShape& shape);
 

@@ -302,10 +302,75 @@ TEST(ScheduleTableTest, SplitWeightGradientRunsAndHoldsUntilW) {
               HasSubstr("missing row: rank 0 W micro-batch 1 chunk 0"));
 }
 
+// ZB-V: for every pipeline size and micro-batch count the V-shaped table
+// runs to the end, every rank holds at most 2P (micro-batch, chunk) pairs
+// (each half a 1F1B stage's layers: 1F1B's first-stage peak in bytes, and
+// exactly that once the V is full), and each chunk's last W is micro-batch
+// m - 1's (data parallelism reduces after it).
+TEST(ScheduleTableTest, ZeroBubbleVRunsWithinOneFOneBPeak) {
+  for (int p = 2; p <= 8; ++p) {
+    for (int m = 1; m <= 4 * p; ++m) {
+      auto table = GenerateScheduleTable(ScheduleKind::kZeroBubbleV, {p, 2, m});
+      ASSERT_TRUE(table.ok()) << table.status();
+      EXPECT_TRUE(table->shape.v_shape);
+      auto check = CheckSchedule(*table, 2 * std::min(p, m));
+      ASSERT_TRUE(check.ok())
+          << "pp " << p << " m " << m << ": " << check.status();
+      if (m >= 2 * p - 1) {
+        for (int r = 0; r < p; ++r) {
+          EXPECT_EQ(check->peak_held[r], 2 * p) << "pp " << p << " rank " << r;
+        }
+      }
+      for (int r = 0; r < p; ++r) {
+        int last_w[2] = {-1, -1}, last_step[2] = {-1, -1};
+        for (const ScheduleRow& row : table->rows) {
+          if (row.rank == r && row.op == W && row.step > last_step[row.chunk]) {
+            last_step[row.chunk] = row.step;
+            last_w[row.chunk] = row.microbatch;
+          }
+        }
+        EXPECT_EQ(last_w[0], m - 1);
+        EXPECT_EQ(last_w[1], m - 1);
+      }
+    }
+  }
+  // The same rows read as a loop (chunk 1 of rank r as virtual stage P + r)
+  // wait for forwards that never come.
+  auto table = GenerateScheduleTable(ScheduleKind::kZeroBubbleV, {4, 2, 8});
+  ASSERT_TRUE(table.ok());
+  table->shape.v_shape = false;
+  EXPECT_THAT(std::string(CheckSchedule(*table).status().message()),
+              HasSubstr("deadlocks"));
+}
+
+TEST(ScheduleTableTest, ZeroBubbleVBubbleIsBelowZeroBubbleH1) {
+  // With F = B = W the V's only idle time is its fill and drain; with
+  // enough micro-batches it is far below ZB-H1's and 1F1B's.
+  for (int p : {2, 4, 8}) {
+    for (int m : {2 * p, 4 * p}) {
+      const double v = TheoreticalBubble(ScheduleKind::kZeroBubbleV, p, 2, m);
+      EXPECT_GE(v, 0.0);
+      EXPECT_LT(v, TheoreticalBubble(ScheduleKind::kZeroBubbleH1, p, 1, m))
+          << "pp " << p << " m " << m;
+    }
+  }
+  EXPECT_EQ(TheoreticalBubble(ScheduleKind::kZeroBubbleV, 1, 2, 8), 0.0);
+}
+
+TEST(ScheduleTableTest, ZeroBubbleVNeedsTwoChunks) {
+  EXPECT_THAT(
+      std::string(GenerateScheduleTable(ScheduleKind::kZeroBubbleV, {4, 3, 8})
+                      .status()
+                      .message()),
+      HasSubstr("ZB-V runs two model chunks per stage (a V), not 3"));
+  EXPECT_FALSE(BuildSchedule(ScheduleKind::kZeroBubbleV, 2, 0, 1, 4).ok());
+}
+
 TEST(ScheduleCsvTest, RoundTripsGeneratedTables) {
-  for (ScheduleKind kind :
-       {ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved}) {
-    const ScheduleShape shape{4, kind == ScheduleKind::kInterleaved ? 2 : 1, 8};
+  for (ScheduleKind kind : {ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved,
+                            ScheduleKind::kZeroBubbleV}) {
+    ScheduleShape shape{4, kind == ScheduleKind::kOneFOneB ? 1 : 2, 8};
+    shape.v_shape = IsVShaped(kind);
     auto table = GenerateScheduleTable(kind, shape);
     ASSERT_TRUE(table.ok());
     const std::string csv = WriteScheduleCsv(*table);

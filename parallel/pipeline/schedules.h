@@ -45,8 +45,28 @@ enum class ScheduleKind {
   // stage holds an activation from its forward to its W, at most
   // min(stages, micro-batches) at once: 1F1B's first stage's peak.
   kZeroBubbleH1,
+  // ZB-V of the zero-bubble paper (Qi et al., "Pipeline parallelism with
+  // controllable memory", 2024): two model chunks per stage placed in a V,
+  // chunk 0 of stage s on virtual stage s and chunk 1 on 2P - 1 - s, so the
+  // last stage hands chunk 0's output to its own chunk 1 and stage 0 holds
+  // both the embeddings and the loss. Each stage warms up with chunk 0's
+  // forwards, runs F/B/W triples of both chunks in the steady state and
+  // defers W's into the cool-down. A stage holds at most 2P (micro-batch,
+  // chunk) activations, each of half a 1F1B stage's layers: 1F1B's first
+  // stage's peak in bytes.
+  kZeroBubbleV,
 };
 std::string ScheduleName(ScheduleKind kind);
+
+// Whether `kind` places its two chunks per stage in a V (ZB-V) rather than
+// in Megatron's loop (chunk c of stage s on virtual stage c * P + s).
+bool IsVShaped(ScheduleKind kind);
+// The virtual stage (position in the model, 0 = embeddings) of chunk
+// `chunk` on stage `stage` of `stages`, and the (stage, chunk) holding
+// virtual stage `virtual_stage`, for either placement.
+int VirtualStage(int stages, int stage, int chunk, bool v_shape);
+void StageAndChunkOf(int stages, int virtual_stage, bool v_shape, int* stage,
+                     int* chunk);
 
 // The order of actions stage `stage` of `stages` runs for one step of
 // `microbatches` micro-batches over `chunks` model chunks per stage. With
@@ -60,6 +80,9 @@ absl::StatusOr<std::vector<Action>> BuildSchedule(ScheduleKind kind, int stages,
 // drain, divided by the virtual-stage count when interleaved; 0 without
 // pipelining. ZB-H1: (P - 1) / (3m + P - 1), the paper's (P - 1)(F + B - W)
 // idle time over m(F + B + W) of compute with F, B and W taking equal time.
+// ZB-V: the idle share of BuildSchedule's order run with every F, B and W
+// of a chunk taking equal time (simulated; 0 in the paper's ideal, here
+// the fill and drain its warm-up and cool-down leave).
 double TheoreticalBubble(ScheduleKind kind, int stages, int chunks,
                          int microbatches);
 
