@@ -34,6 +34,10 @@ struct Parameter {
   // Also held by another rank's parameter (the tied word embedding on the
   // first and last pipeline stage); counted once in norms and checkpoints.
   bool shared_with_other_stage = false;
+  // The other copy of a shared parameter sits on the same pipeline rank
+  // (ZB-V's V puts the embeddings and the output layer both on stage 0):
+  // this one (the output layer's) is left out of the gradient norm.
+  bool norm_counted_by_other_copy = false;
   // Global rows of dimension 0 that belong to the model; the rows after them
   // pad the tensor for an even split over TP (the padded vocabulary). They
   // stay zero, take no gradient and are left out of checkpoints, so the

@@ -18,6 +18,7 @@ bool CountsInGradNorm(const Parameter& p, int tensor_rank, int pipeline_rank) {
   if (p.expert_parallel) return true;
   if (!p.is_tensor_parallel() && tensor_rank != 0) return false;
   if (p.shared_with_other_stage && pipeline_rank != 0) return false;
+  if (p.norm_counted_by_other_copy) return false;
   return true;
 }
 

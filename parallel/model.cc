@@ -1,10 +1,13 @@
 #include "parallel/model.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/comm/all_reduce_coalesced.h"
+#include "core/ops/elementwise.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -156,6 +159,31 @@ absl::Status PipelineStage::BackwardWeightStep(
     return absl::InvalidArgumentError(
         "BackwardWeightStep: this chunk does not split its backward, so its "
         "BackwardInputStep leaves no record for the weight gradient");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SumSharedGradientsWithinStage(const std::vector<Model*>& models) {
+  std::map<std::string, std::vector<Parameter*>> copies;
+  for (Model* model : models) {
+    for (const auto& p : model->parameters()) {
+      if (p->shared_with_other_stage) copies[p->name].push_back(p.get());
+    }
+  }
+  for (auto& [name, list] : copies) {
+    if (list.size() < 2) continue;
+    Tensor& sum = list[0]->main_grad;
+    for (size_t i = 1; i < list.size(); ++i) {
+      if (list[i]->main_grad.shape() != sum.shape()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("shared parameter '", name,
+                         "': the stage's copies differ in shape"));
+      }
+      MCC_RETURN_IF_ERROR(ops::Add(sum, list[i]->main_grad, &sum));
+    }
+    for (size_t i = 1; i < list.size(); ++i) {
+      MCC_RETURN_IF_ERROR(list[i]->main_grad.CopyFrom(sum));
+    }
   }
   return absl::OkStatus();
 }

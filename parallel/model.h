@@ -266,6 +266,14 @@ class PipelineStage {
       std::unique_ptr<ActivationRecord> record);
 };
 
+// Where one stage holds both copies of a shared parameter (a tied word
+// embedding under ZB-V, whose V puts the embeddings and the output layer on
+// stage 0, in two chunks): sums the copies' `main_grad` (same name, in
+// chunk order) into each, as the embedding group's all-reduce does between
+// stages. Call before the chunks' SyncSharedGradients (with a null
+// embedding group then). Copies of one name must match in shape.
+absl::Status SumSharedGradientsWithinStage(const std::vector<Model*>& models);
+
 }  // namespace parallel
 }  // namespace mcc
 

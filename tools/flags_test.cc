@@ -548,8 +548,11 @@ std::vector<Row> Table() {
       {"--pipeline-schedule", "zb-h1"}, pp2);
   add("train", "pipeline_schedule", V::kWarned,
       {"--pipeline-schedule", "zb-h1"}, tm);
+  // ZB-V needs two virtual stages per stage (refused without, naming it).
   add("train", "pipeline_schedule", V::kRefused, {"--pipeline-schedule", "zbv"},
       pp2);
+  add("train", "pipeline_schedule", V::kEffect, {"--pipeline-schedule", "zbv"},
+      With(pp2, {"--num-layers-per-virtual-pipeline-stage", "1"}));
   // ZB-H1 at PP 2 over 2 micro-batches, as a table; and one whose second
   // micro-batch has no backward on rank 1.
   const std::string zb_table =

@@ -56,8 +56,12 @@ ABSL_FLAG(std::string, pipeline_schedule, "1f1b",
           "stage): 1f1b (interleaved 1F1B with virtual stages), interleaved, "
           "zb-h1 (zero-bubble H1: 1F1B's order and peak memory, each "
           "backward split into input and weight gradients, weight gradients "
-          "deferred into the cool-down's idle time) or zbv (refused: not "
-          "built).");
+          "deferred into the cool-down's idle time) or zbv (zero-bubble V: "
+          "two chunks per stage placed in a V, so stage 0 holds the "
+          "embeddings and the loss; needs --num-layers-per-virtual-pipeline-"
+          "stage = --num-layers / (2 x --pipeline-model-parallel-size), "
+          "overlapped p2p and the CPU pipeline group; peak activations "
+          "equal 1F1B's).");
 ABSL_FLAG(std::string, pipeline_schedule_file, "",
           "A flag of ours (Megatron has no equivalent): a CSV schedule table "
           "to run instead of --pipeline-schedule's, with the header "

@@ -216,6 +216,8 @@ absl::StatusOr<pipeline::PipelineConfig> PipelineConfigFromConfig(
   c.layers_per_virtual_stage = config.num_layers_per_virtual_pipeline_stage();
   c.first_stage_layers = config.decoder_first_pipeline_num_layers();
   c.last_stage_layers = config.decoder_last_pipeline_num_layers();
+  // ZB-V places the two virtual stages of each stage in a V.
+  c.v_shape = config.pipeline_schedule() == "zbv" && c.pipeline_size > 1;
   MCC_RETURN_IF_ERROR(pipeline::ValidatePipelineConfig(c));
   return c;
 }

@@ -454,9 +454,11 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
   parts.optimizer = optimizer.get();
   parts.dp_group = job->dp();
   parts.context_group = job->cp();
-  // Tied embedding and output weights on the first and last stages.
-  parts.embedding_group =
-      job->pp() != nullptr ? job->state->embedding() : nullptr;
+  // Tied embedding and output weights on the first and last stages (both
+  // on stage 0 under ZB-V's V: summed there, without the group).
+  parts.embedding_group = job->pp() != nullptr && !job->pipeline.v_shape
+                              ? job->state->embedding()
+                              : nullptr;
   // The cross-rank consistency checks' replica groups.
   data_parallel::ReplicaGroupSources replica_sources;
   if (job->state != nullptr) {

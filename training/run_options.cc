@@ -414,9 +414,9 @@ absl::StatusOr<pipeline::PipelineOptions> PipelineOptionsFromConfig(
     }
     options.schedule = pipeline::ScheduleKind::kZeroBubbleH1;
   } else if (name == "zbv") {
-    return absl::UnimplementedError(
-        "--pipeline-schedule zbv: the V-shaped zero-bubble schedule is not "
-        "built here (its two chunks per rank need a V-shaped layer split)");
+    // PipelineConfigFromConfig refused any other chunk count, naming the
+    // flags.
+    options.schedule = pipeline::ScheduleKind::kZeroBubbleV;
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("--pipeline-schedule: '", name,
@@ -435,8 +435,8 @@ absl::StatusOr<pipeline::PipelineOptions> PipelineOptionsFromConfig(
   }
   std::stringstream text;
   text << in.rdbuf();
-  const pipeline::ScheduleShape shape{split.pipeline_size, chunks,
-                                      microbatches};
+  const pipeline::ScheduleShape shape{split.pipeline_size, chunks, microbatches,
+                                      split.v_shape};
   auto table = pipeline::ReadScheduleCsv(text.str(), shape);
   if (!table.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -444,8 +444,9 @@ absl::StatusOr<pipeline::PipelineOptions> PipelineOptionsFromConfig(
   }
   // What the executor checks before the first step, here before launch.
   auto reference = pipeline::GenerateScheduleTable(
-      chunks > 1 ? pipeline::ScheduleKind::kInterleaved
-                 : pipeline::ScheduleKind::kOneFOneB,
+      split.v_shape ? pipeline::ScheduleKind::kZeroBubbleV
+      : chunks > 1  ? pipeline::ScheduleKind::kInterleaved
+                    : pipeline::ScheduleKind::kOneFOneB,
       shape);
   if (!reference.ok()) return reference.status();
   MCC_ASSIGN_OR_RETURN(pipeline::ScheduleCheck bound,

@@ -255,6 +255,8 @@ absl::Status Trainer::FinalizeModelGrads() {
     MCC_RETURN_IF_ERROR(dp->SyncSharedGradients(parts_.embedding_group));
     return dp->FinalizeGradients();
   }
+  // Both tied copies on this stage (ZB-V's stage 0): summed here.
+  MCC_RETURN_IF_ERROR(parallel::SumSharedGradientsWithinStage(parts_.models));
   for (parallel::Model* model : parts_.models) {
     MCC_RETURN_IF_ERROR(model->SyncSharedGradients(parts_.embedding_group));
   }

@@ -59,6 +59,9 @@ absl::StatusOr<std::unique_ptr<GPTModel>> GPTModel::Create(
             config.hidden_size, init, context));
     if (tied && chunk.share_embedding_with_other_stage) {
       model->word_embeddings_->weight()->shared_with_other_stage = true;
+      // The output layer's copy on the embeddings' stage (ZB-V's stage 0).
+      model->word_embeddings_->weight()->norm_counted_by_other_copy =
+          chunk.embedding_copy_on_this_stage && !chunk.pre_process;
     }
   }
   if (chunk.pre_process) {

@@ -62,6 +62,10 @@ struct ModelChunkSpec {
   // output-layer weight: its gradient is summed with that copy's
   // (SyncSharedGradients) instead of being reported ready during backward.
   bool share_embedding_with_other_stage = false;
+  // That other copy is another chunk of this stage (ZB-V's stage 0 holds
+  // the embeddings and the output layer): the output layer's copy is left
+  // out of the gradient norm.
+  bool embedding_copy_on_this_stage = false;
 };
 
 // The activations one micro-batch leaves in a model chunk between its

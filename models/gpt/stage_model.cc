@@ -29,6 +29,9 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(
     spec.pre_process = virtual_stage == 0;
     spec.post_process = virtual_stage == p * v - 1;
     spec.share_embedding_with_other_stage = p > 1;
+    spec.embedding_copy_on_this_stage =
+        p > 1 && pipeline::VirtualStage(p, stage, 0, split.v_shape) == 0 &&
+        pipeline::VirtualStage(p, stage, v - 1, split.v_shape) == p * v - 1;
     MCC_ASSIGN_OR_RETURN(auto chunk, GPTModel::Create(config, context, spec));
     for (const auto& param : chunk->parameters()) {
       model->parameters_.push_back(param);

@@ -1,5 +1,7 @@
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 
+#include <map>
+#include <string>
 #include <unordered_map>
 #include <utility>
 
@@ -560,19 +562,37 @@ absl::Status FullyShardedDataParallel::ReduceAcrossInstances() {
 
 absl::Status FullyShardedDataParallel::SyncSharedGradients(
     comm::ProcessGroup* embedding_group) {
-  if (embedding_group == nullptr || embedding_group->size() == 1) {
-    return absl::OkStatus();
+  const bool across_stages =
+      embedding_group != nullptr && embedding_group->size() > 1;
+  // Each copy's whole gradient with its (shard view, whole range) pairs;
+  // copies of one name on this rank (ZB-V holds both on stage 0) are
+  // summed here, in unit order, before the sum across stages.
+  struct Copy {
+    std::string name;
+    Tensor whole;
+    std::vector<std::pair<Tensor, Tensor>> mine;
+  };
+  std::vector<Copy> copies;
+  std::map<std::string, int> count;
+  for (Unit& unit : units_) {
+    for (const auto& p : unit.layout.params) {
+      if (p->shared_with_other_stage) ++count[p->name];
+    }
   }
+  bool local_pairs = false;
+  for (const auto& [name, n] : count) local_pairs |= n > 1;
+  if (!across_stages && !local_pairs) return absl::OkStatus();
   for (Unit& unit : units_) {
     for (size_t i = 0; i < unit.layout.params.size(); ++i) {
       const auto& p = unit.layout.params[i];
       if (!p->shared_with_other_stage) continue;
       // The stages' layouts differ, so their pieces do not line up: the
       // whole gradient meets over DP first (zeros outside each piece),
-      // then the two stages sum it.
+      // then the two copies sum it.
       const int64_t numel = NumElements(unit.layout.shapes[i]);
-      Tensor whole = Tensor::Zeros({numel}, DType::kFloat32, device_);
-      std::vector<std::pair<Tensor, Tensor>> mine;  // (shard view, whole).
+      Copy copy;
+      copy.name = p->name;
+      copy.whole = Tensor::Zeros({numel}, DType::kFloat32, device_);
       for (const auto& piece : unit.pieces) {
         if (piece.param != static_cast<int>(i)) continue;
         const int64_t n = piece.end - piece.begin;
@@ -580,27 +600,57 @@ absl::Status FullyShardedDataParallel::SyncSharedGradients(
             Tensor shard,
             unit.grad_shard.Slice(piece.shard_offset, piece.shard_offset + n));
         MCC_ASSIGN_OR_RETURN(Tensor range,
-                             whole.Slice(piece.begin, piece.begin + n));
+                             copy.whole.Slice(piece.begin, piece.begin + n));
         MCC_RETURN_IF_ERROR(range.CopyFrom(shard));
-        mine.emplace_back(shard, range);
+        copy.mine.emplace_back(shard, range);
       }
       // The pieces split over the shard group (an instance under HSDP,
       // whose peers across instances hold the same pieces).
       if (shard_size() > 1) {
         MCC_RETURN_IF_ERROR(
-            shard_->AllReduceSync(&whole, comm::ReduceOp::kSum));
+            shard_->AllReduceSync(&copy.whole, comm::ReduceOp::kSum));
       }
-      absl::Status s =
-          embedding_group->AllReduceSync(&whole, comm::ReduceOp::kSum);
-      if (!s.ok()) {
-        return absl::Status(
-            s.code(),
-            absl::StrCat("FSDP sum of the shared gradient of '", p->name,
-                         "' over the embedding group: ", s.message()));
+      copies.push_back(std::move(copy));
+    }
+  }
+  for (size_t a = 0; a < copies.size(); ++a) {
+    for (size_t b = a + 1; b < copies.size(); ++b) {
+      if (copies[b].name != copies[a].name) continue;
+      if (copies[b].whole.numel() != copies[a].whole.numel()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("FSDP shared gradient of '", copies[a].name,
+                         "': this stage's copies differ in size"));
       }
-      for (auto& [shard, range] : mine) {
-        MCC_RETURN_IF_ERROR(shard.CopyFrom(range));
+      MCC_RETURN_IF_ERROR(
+          ops::Add(copies[a].whole, copies[b].whole, &copies[a].whole));
+      MCC_RETURN_IF_ERROR(copies[b].whole.CopyFrom(copies[a].whole));
+    }
+  }
+  std::map<std::string, bool> summed;  // Across stages, once per name.
+  for (Copy& copy : copies) {
+    if (across_stages) {
+      bool& done = summed[copy.name];
+      if (!done) {
+        absl::Status s =
+            embedding_group->AllReduceSync(&copy.whole, comm::ReduceOp::kSum);
+        if (!s.ok()) {
+          return absl::Status(
+              s.code(),
+              absl::StrCat("FSDP sum of the shared gradient of '", copy.name,
+                           "' over the embedding group: ", s.message()));
+        }
+        for (Copy& other : copies) {
+          if (&other != &copy && other.name == copy.name) {
+            MCC_RETURN_IF_ERROR(other.whole.CopyFrom(copy.whole));
+          }
+        }
+        done = true;
       }
+    }
+  }
+  for (Copy& copy : copies) {
+    for (auto& [shard, range] : copy.mine) {
+      MCC_RETURN_IF_ERROR(shard.CopyFrom(range));
     }
   }
   return absl::OkStatus();

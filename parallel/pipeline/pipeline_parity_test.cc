@@ -54,6 +54,7 @@ struct Case {
   // A case whose losses and gradient norms this one's equal bit for bit
   // (run beside it): ZB-H1 against 1F1B of the same layout.
   std::string bit_for_bit_with;
+  int num_layers = 0;  // 0: kLayers.
 };
 
 std::vector<Case> Cases() {
@@ -111,6 +112,18 @@ std::vector<Case> Cases() {
     }
     v.push_back(zb);
   }
+  // ZB-V: two chunks per stage in a V (one layer each at PP 2, so the
+  // tied embedding's copies are both on stage 0, summed there), alone, at
+  // PP 4 (8 layers), and with ZeRO-3 over DP 2.
+  for (Case zbv : {Case{"pp2_zbv", 2, 1, 2, 1}, Case{"pp4_zbv", 4, 1, 4, 1},
+                   Case{"pp2_dp2_zero3_zbv", 4, 1, 2, 1}}) {
+    zbv.schedule = ScheduleKind::kZeroBubbleV;
+    if (zbv.pp == 4) zbv.num_layers = 8;
+    if (zbv.world > zbv.pp) {
+      zbv.sharding = fsdp::ShardingStrategy::kOptimGradsParams;
+    }
+    v.push_back(zbv);
+  }
   Case fill{"pp4_all_forward_all_backward", 4, 1, 4};
   fill.schedule = ScheduleKind::kAllForwardAllBackward;
   v.push_back(fill);
@@ -124,7 +137,7 @@ constexpr int kGlobalMicrobatches = 8;
 
 TrainOptions Options(const Case& c) {
   TrainOptions o;
-  o.model.num_layers = kLayers;
+  o.model.num_layers = c.num_layers > 0 ? c.num_layers : kLayers;
   // Dropout masks follow each rank's count of forward calls, which is the
   // serial run's only without data parallelism (each DP rank then sees
   // other micro-batches than the serial run's first ones).
@@ -151,6 +164,7 @@ TrainOptions Options(const Case& c) {
   o.pipeline.layers_per_virtual_stage = c.layers_per_virtual_stage;
   o.pipeline.first_stage_layers = c.first;
   o.pipeline.last_stage_layers = c.last;
+  o.pipeline.v_shape = c.schedule == ScheduleKind::kZeroBubbleV;
   o.schedule.schedule = c.schedule;
   o.schedule.overlap_p2p = c.overlap_p2p;
   if (c.inf_on_last_stage) {
@@ -268,6 +282,11 @@ TEST_P(PipelineParityTest, EqualsSerial) {
   const int m = kGlobalMicrobatches / dp;
   if (c.schedule == ScheduleKind::kAllForwardAllBackward) {
     EXPECT_EQ(held, m);
+  } else if (c.schedule == ScheduleKind::kZeroBubbleV) {
+    // 2P (micro-batch, chunk) pairs of half a stage each once the V is
+    // full: 1F1B's first-stage peak in layers.
+    EXPECT_EQ(held, m >= 2 * c.pp - 1 ? 2 * c.pp : held);
+    EXPECT_LE(held, 2 * c.pp);
   } else if (c.layers_per_virtual_stage == 0) {
     // ZB-H1's first stage runs each W right after its B: 1F1B's count.
     EXPECT_LE(held, c.pp);

@@ -155,7 +155,9 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
   parts.optimizer = opt.get();
   parts.dp_group = dp;
   parts.context_group = cp;
-  parts.embedding_group = state ? state->embedding() : nullptr;
+  // ZB-V holds both tied copies on stage 0 (summed there).
+  parts.embedding_group =
+      state != nullptr && !split.v_shape ? state->embedding() : nullptr;
   data_parallel::ReplicaGroupSources sources;
   if (state != nullptr) {
     sources.data = state->data();
