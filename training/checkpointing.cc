@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint_reader.h"
@@ -308,10 +309,14 @@ absl::Status LoadOptimizerCheckpoint(const std::string& dir, const Job& job,
                                      optim::Optimizer* optimizer) {
   MCC_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(dir));
   const checkpoint::CommonState& common = reader->common_state();
-  auto index = StateIndex(optimizer);
+  // Every state tensor of the name: ZB-V's stage 0 holds two copies of the
+  // tied embedding (the output layer's), each with its own state.
+  std::vector<optim::StateTensor> all_states = optimizer->StateTensors();
+  std::set<std::string> loaded;
   for (const auto& p : job.model->parameters()) {
-    for (auto& [key, s] : index) {
-      if (key.first != p->name) continue;
+    if (!loaded.insert(p->name).second) continue;
+    for (optim::StateTensor& s : all_states) {
+      if (s.param_name != p->name) continue;
       const std::string name =
           absl::StrCat("optimizer.", s.state, ".", p->name);
       if (!reader->FindTensor(name).ok()) {

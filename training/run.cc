@@ -424,9 +424,12 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
   const std::string schedule_name =
       pipeline_options.table != nullptr
           ? std::string("the --pipeline-schedule-file table")
-          : pipeline::ScheduleName(job->model->num_chunks() > 1
-                                       ? pipeline::ScheduleKind::kInterleaved
-                                       : pipeline_options.schedule);
+          : pipeline::ScheduleName(
+                job->model->num_chunks() > 1 &&
+                        pipeline_options.schedule !=
+                            pipeline::ScheduleKind::kZeroBubbleV
+                    ? pipeline::ScheduleKind::kInterleaved
+                    : pipeline_options.schedule);
   MCC_ASSIGN_OR_RETURN(optim::OptimizerConfig opt_config,
                        OptimizerConfigFromConfig(config));
   optim::OptimizerGroups groups;
