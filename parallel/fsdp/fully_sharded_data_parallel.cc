@@ -374,6 +374,7 @@ absl::Status FullyShardedDataParallel::Open(int u, bool backward) {
   }
   MCC_RETURN_IF_ERROR(WaitGather(u));
   ++unit.open;
+  if (backward && unit.open_backward > 0) ++stats_.split_backward_opens;
   if (backward && unit.open_backward++ == 0) {
     // At most one earlier unit's full gradient stays in flight, so
     // gradient memory is 1/DP plus two units.

@@ -74,6 +74,9 @@ struct FsdpStats {
   // Gathers whose data had arrived when their unit first waited for them.
   int64_t gathers_ready_on_use = 0;
   int64_t reduce_scatters = 0;
+  // Backward opens of a unit whose gradient buffer a pending W kept alive
+  // (split backward; see AllowsSplitBackward).
+  int64_t split_backward_opens = 0;
 };
 
 // The sharded implementation of the data-parallel interface
@@ -171,6 +174,19 @@ class FullyShardedDataParallel : public parallel::UnitHooks,
   std::string Describe() const override;
 
   // parallel::UnitHooks.
+  // A split backward (zero-bubble schedules: B now, W later) runs here: the
+  // model closes a unit's backward (AfterBackward) only after its W, and a
+  // unit stays open (its gathered parameters kept, under ZeRO-3, and its
+  // full fp32 gradient buffer alive) while any micro-batch's W on it is
+  // pending, other micro-batches' forwards and B's opening it again in
+  // between (counted, not re-gathered or re-allocated). The buffer is
+  // reduce-scattered once the unit's last pending W has run. Extra memory:
+  // per unit with pending W's, its full gradient (and, ZeRO-3, its
+  // gathered parameters) instead of 1/DP of them: at most the units of the
+  // chunks whose W's the schedule defers (ZB-H1's stage s: s micro-batches
+  // of every unit, all in one buffer). stats().split_backward_opens counts
+  // the backward opens that found the unit's buffer still alive.
+  bool AllowsSplitBackward() const override { return true; }
   absl::Status BeforeForward(int unit) override;
   absl::Status AfterForward(int unit) override;
   absl::Status BeforeBackward(int unit) override;
@@ -231,6 +247,9 @@ class FullyShardedDataParallel : public parallel::UnitHooks,
     }
     absl::Status AfterBackward(int unit) override {
       return owner_->AfterBackward(offset_ + unit);
+    }
+    bool AllowsSplitBackward() const override {
+      return owner_->AllowsSplitBackward();
     }
 
    private:

@@ -209,6 +209,11 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
         std::max(result.max_in_flight, m.pipeline.max_in_flight);
     result.max_held_outputs =
         std::max(result.max_held_outputs, m.pipeline.max_held_outputs);
+    if (auto* sharded =
+            dynamic_cast<fsdp::FullyShardedDataParallel*>(ddp.get())) {
+      result.split_backward_opens = std::max(
+          result.split_backward_opens, sharded->stats().split_backward_opens);
+    }
     StepInfo info;
     info.grad_norm = m.grad_norm;
     info.skipped = m.skipped;

@@ -91,6 +91,10 @@ struct TrainResult {
   std::vector<StepInfo> steps;
   int max_in_flight = 0;     // Most micro-batches held at once on this stage.
   int max_held_outputs = 0;  // Most sent forward outputs held at once.
+  // Sharded data parallelism: backward opens of a unit kept open by a
+  // pending weight gradient (FsdpStats::split_backward_opens): the split
+  // backward ran under ZeRO-2/3.
+  int64_t split_backward_opens = 0;
   // The last step's parameter all-gather waits (overlap_param_gather).
   data_parallel::ParamGatherTrace param_gather;
   int num_buckets = 0;
