@@ -96,7 +96,7 @@ class TinyLm : public mcc::parallel::Model,
   // grad-ready hooks, in the record; W runs them. Without these overrides
   // the contract's defaults would run the whole backward in B, correct but
   // without the schedule's gain. Unit hooks that do not allow the split
-  // (ZeRO-3's) get those defaults.
+  // (UnitHooks::AllowsSplitBackward) get those defaults.
   absl::StatusOr<mcc::Tensor> BackwardInputStep(
       const mcc::Tensor& output_grad, float grad_scale,
       std::unique_ptr<mcc::parallel::ActivationRecord>* record) override;

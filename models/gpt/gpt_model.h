@@ -163,8 +163,9 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   // The split backward (parallel/model.h): B leaves the linear layers' and
   // the embeddings' weight gradients, and the units' AfterBackward and
   // grad-ready hooks, in the record for W; norm weights get theirs in B.
-  // While a unit hook does not allow the split (sharded data parallelism),
-  // B runs the whole backward and W nothing.
+  // While a unit hook does not allow the split (UnitHooks::
+  // AllowsSplitBackward; DDP's and FSDP's do), B runs the whole backward
+  // and W nothing.
   absl::StatusOr<Tensor> BackwardInputStep(
       const Tensor& output_grad, float grad_scale,
       std::unique_ptr<parallel::ActivationRecord>* record) override;
