@@ -634,6 +634,7 @@ std::vector<StateTensor> Optimizer::StateTensors() {
       StateTensor s;
       s.name = absl::StrCat(r.param->name, ".", state);
       s.param_name = r.param->name;
+      s.param = r.param.get();
       s.state = state;
       s.tensor = t;
       s.offset = r.begin;

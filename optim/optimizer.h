@@ -132,6 +132,9 @@ struct OptimizerPieces {
 struct StateTensor {
   std::string name;  // "<param>.exp_avg", "<param>.main_param", ...
   std::string param_name;
+  // The parameter itself: two copies share a name where one stage holds
+  // both (ZB-V's tied embedding), each with its own state.
+  const Parameter* param = nullptr;
   std::string
       state;  // "exp_avg", "exp_avg_sq", "momentum_buffer", "main_param"
   Tensor tensor;

@@ -4,7 +4,8 @@
 # losses within 1e-5 relative and logs ZB-V's stage timers; its checkpoint
 # (global layer names) resumes under 1F1B at PP 2 and at PP 1, and a 1F1B
 # checkpoint resumes under ZB-V, each continuing within 1e-6 of the
-# uninterrupted run; bad combinations fail before training, naming the flag.
+# uninterrupted run, also at PP 2 x DP 2 with the distributed optimizer and
+# with ZeRO-3; bad combinations fail before training, naming the flag.
 set -euo pipefail
 launch=$1
 train=$2
@@ -42,6 +43,21 @@ compare "$work/zbv.jsonl" "$work/zbv_as_pp1.jsonl" 1e-6
 run pp2_as_zbv 2 "${zbv[@]}" --load "$work/pp2_8"
 [[ "$(first_iteration "$work/pp2_as_zbv.jsonl")" == 9 ]]
 compare "$work/pp2.jsonl" "$work/pp2_as_zbv.jsonl" 1e-6
+
+# PP 2 x DP 2 with the state sharded (the distributed optimizer, ZeRO-3):
+# stage 0's two copies of the tied embedding each save their own shards,
+# and the checkpoint resumes under 1F1B.
+for sharding in "--use-distributed-optimizer" \
+    "--data-parallel-sharding-strategy optim_grads_params"; do
+  # shellcheck disable=SC2086
+  run zbv_dp2 4 "${zbv[@]}" $sharding --save "$work/dp2_ckpt" --save-interval 8
+  rm -rf "$work/dp2_8"
+  only_iteration_8 "$work/dp2_ckpt" "$work/dp2_8"
+  # shellcheck disable=SC2086
+  run zbv_dp2_as_pp2 4 --pipeline-model-parallel-size 2 $sharding --load "$work/dp2_8"
+  compare "$work/zbv_dp2.jsonl" "$work/zbv_dp2_as_pp2.jsonl" 1e-6
+  rm -rf "$work/dp2_ckpt"
+done
 
 expect_error() {  # pattern flags...
   local pattern=$1

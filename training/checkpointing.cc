@@ -21,12 +21,14 @@ namespace {
 constexpr char kRngKey[] = "dropout_forward_calls";
 
 // The optimizer's state tensors grouped by (parameter, state).
-std::map<std::pair<std::string, std::string>, optim::StateTensor> StateIndex(
-    optim::Optimizer* optimizer) {
-  std::map<std::pair<std::string, std::string>, optim::StateTensor> index;
+// By parameter, not name: ZB-V's stage 0 holds two copies of the tied
+// embedding under one name, and each gathers its own pieces over DP.
+std::map<std::pair<const Parameter*, std::string>, optim::StateTensor>
+StateIndex(optim::Optimizer* optimizer) {
+  std::map<std::pair<const Parameter*, std::string>, optim::StateTensor> index;
   if (optimizer == nullptr) return index;
   for (auto& s : optimizer->StateTensors()) {
-    index[{s.param_name, s.state}] = s;
+    index[{s.param, s.state}] = s;
   }
   return index;
 }
@@ -208,7 +210,7 @@ absl::Status SaveTrainingCheckpoint(const std::string& dir, const Job& job,
     const bool holds_rows = ParameterRef(p->name, *p, p->value).has_value();
     if (holds_rows) refs.push_back(*ParameterRef(p->name, *p, p->value));
     for (const std::string& state : states) {
-      auto it = index.find({p->name, state});
+      auto it = index.find({p.get(), state});
       // Collective over DP: every rank gathers, whether it saves or not.
       MCC_ASSIGN_OR_RETURN(
           Tensor whole,

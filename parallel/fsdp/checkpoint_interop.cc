@@ -98,13 +98,16 @@ absl::StatusOr<TrainingTensors> GatherTrainingTensors(
     MCC_ASSIGN_OR_RETURN(out[p->name], ToHost(p->value));
   }
   if (optimizer != nullptr) {
-    std::map<std::pair<std::string, std::string>, optim::StateTensor> index;
+    // By parameter: ZB-V's stage 0 holds two copies of the tied embedding
+    // under one name, each gathering its own pieces.
+    std::map<std::pair<const Parameter*, std::string>, optim::StateTensor>
+        index;
     std::vector<std::string> states;
     for (auto& s : optimizer->StateTensors()) {
       if (std::find(states.begin(), states.end(), s.state) == states.end()) {
         states.push_back(s.state);
       }
-      index[{s.param_name, s.state}] = s;
+      index[{s.param, s.state}] = s;
     }
     // The state splits over the optimizer's shard group (an instance
     // under HSDP), which is `dp` otherwise.
@@ -113,7 +116,7 @@ absl::StatusOr<TrainingTensors> GatherTrainingTensors(
         optimizer->sharded() && dp != nullptr && dp->size() > 1;
     for (const auto& p : params) {
       for (const std::string& state : states) {
-        auto it = index.find({p->name, state});
+        auto it = index.find({p.get(), state});
         auto whole = WholeState(it == index.end() ? nullptr : &it->second,
                                 p->value.numel(), sharded, dp);
         if (!whole.ok()) {
