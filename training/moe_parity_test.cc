@@ -131,6 +131,13 @@ std::vector<Case> Cases() {
   Case bf16 = Expert("ep2_dp4_bf16", 4, 2);
   bf16.bf16 = true;
   v.push_back(bf16);
+  // EP 2 beside CP 2: the experts split over ranks that hold different
+  // parts of the same sequences; the per-sequence balancing statistics
+  // summed over CP, the expert gradients over the expert-data group.
+  Case ep2_cp2 = Expert("ep2_cp2_seq_aux", 4, 2);
+  ep2_cp2.cp = 2;
+  ep2_cp2.balancing = gpt::MoeLoadBalancing::kSeqAuxLoss;
+  v.push_back(ep2_cp2);
   return v;
 }
 
