@@ -22,6 +22,7 @@ common=(--mock-data --vocab-size 64 --num-layers 2 --hidden-size 32
         --moe-ffn-hidden-size 32 --moe-layer-freq "[1,0]"
         --moe-shared-expert-intermediate-size 16 --moe-aux-loss-coeff 1e-2
         --moe-z-loss-coeff 1e-3)
+source "$3"
 # A world of N ranks for --dry-run (it runs as rank 0 alone).
 world() {
   env RANK=0 WORLD_SIZE="$1" LOCAL_RANK=0 LOCAL_WORLD_SIZE="$1" \
@@ -32,14 +33,7 @@ world() {
 check() {
   local name=$1 nproc=$2
   shift 2
-  if [[ $nproc == 1 ]]; then
-    "$train" "${common[@]}" "$@" --metrics-file "$work/$name.jsonl" \
-      > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
-  else
-    "$launch" --nproc_per_node "$nproc" -- "$train" "${common[@]}" "$@" \
-      --metrics-file "$work/$name.jsonl" > "$work/$name.log" 2>&1 \
-      || { cat "$work/$name.log"; exit 1; }
-  fi
+  run "$name" "$nproc" "$@"
   world "$nproc" "$train" "${common[@]}" "$@" --dry-run > "$work/$name.dry" \
     2> "$work/$name.dry.err" || { cat "$work/$name.dry" "$work/$name.dry.err"; exit 1; }
   grep -q "^mixture of experts: " "$work/$name.dry" || { cat "$work/$name.dry"; exit 1; }
