@@ -366,6 +366,28 @@ inline KeyRange Visible(const Dims& dm, int64_t bi, int64_t row, int64_t j0,
   return r;
 }
 
+// The backward's dropout on one block of br query rows (from i0) by bc keys
+// (from j0): the kept-and-rescaled mask of each row, zero outside the keys
+// the row sees, turns dP into dS = P * (dP * mask - D) in place and P into
+// the dropped P the value gradient takes. mask and words: kBlock scratch.
+void DropoutBlockGrads(const Dims& dm, int64_t bi, int64_t h, int64_t i0,
+                       int64_t j0, int64_t br, int64_t bc, const float* drow,
+                       float* pb, float* dsb, float* mask, uint32_t* words) {
+  for (int64_t r = 0; r < br; ++r) {
+    float* p = pb + r * kBlock;
+    float* ds = dsb + r * kBlock;
+    const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
+    std::fill(mask, mask + kBlock, 1.0f);
+    DropRow(dm, bi, h, i0 + r, j0 + vis.begin, vis.end - vis.begin,
+            mask + vis.begin, words);
+    for (int64_t c = 0; c < bc; ++c) {
+      const float m = c >= vis.begin && c < vis.end ? mask[c] : 0.0f;
+      ds[c] = p[c] * (ds[c] * m - drow[i0 + r]);
+      p[c] *= m;
+    }
+  }
+}
+
 // The smallest first key of query rows [i0, i0 + br) of batch entry bi (0
 // without a first_key): key blocks ending at or below it are skipped whole.
 inline int64_t FirstKeyOfBlock(const Dims& dm, int64_t bi, int64_t i0,
@@ -550,21 +572,8 @@ void BackwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v,
                   // still equals rowsum(P * dP).
                   BlockGemm(br, bc, d, dop + i0 * d, d, 1, vt + j0, ldt, dsb,
                             kBlock, false);
-                  for (int64_t r = 0; r < br; ++r) {
-                    float* p = pb + r * kBlock;
-                    float* ds = dsb + r * kBlock;
-                    const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
-                    std::fill(mask.begin(), mask.end(), 1.0f);
-                    DropRow(dm, bi, h, i0 + r, j0 + vis.begin,
-                            vis.end - vis.begin, mask.data() + vis.begin,
-                            words.data());
-                    for (int64_t c = 0; c < bc; ++c) {
-                      const float m =
-                          c >= vis.begin && c < vis.end ? mask[c] : 0.0f;
-                      ds[c] = p[c] * (ds[c] * m - drow[i0 + r]);
-                      p[c] *= m;
-                    }
-                  }
+                  DropoutBlockGrads(dm, bi, h, i0, j0, br, bc, drow, pb, dsb,
+                                    mask.data(), words.data());
                   BlockGemm(bc, d, br, pb, 1, kBlock, dop + i0 * d, d,
                             dvp + j0 * d, d, true);
                   BlockGemm(br, d, bc, dsb, kBlock, 1, kp + j0 * d, d,
@@ -969,20 +978,9 @@ void BackwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
                   if (dm.dropout_p == 0) {
                     DsBlock16(pb, dsb, br, bc, drow + i0);
                   }
-                  for (int64_t r = 0; dm.dropout_p > 0 && r < br; ++r) {
-                    float* p = pb + r * kBlock;
-                    float* ds = dsb + r * kBlock;
-                    const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
-                    std::fill(mask.begin(), mask.end(), 1.0f);
-                    DropRow(dm, bi, h, i0 + r, j0 + vis.begin,
-                            vis.end - vis.begin, mask.data() + vis.begin,
-                            words.data());
-                    for (int64_t c = 0; c < bc; ++c) {
-                      const float m =
-                          c >= vis.begin && c < vis.end ? mask[c] : 0.0f;
-                      ds[c] = p[c] * (ds[c] * m - drow[i0 + r]);
-                      p[c] *= m;
-                    }
+                  if (dm.dropout_p > 0) {
+                    DropoutBlockGrads(dm, bi, h, i0, j0, br, bc, drow, pb, dsb,
+                                      mask.data(), words.data());
                   }
                   const int64_t kq = RoundUpEven(br), kk = RoundUpEven(bc);
                   RoundToBf16Pairs(pb, kBlock, br, bc, p_pairs, 2 * kBlock);
