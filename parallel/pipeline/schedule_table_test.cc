@@ -101,7 +101,9 @@ TEST(ScheduleTableTest, ZeroBubbleH1KeepsOneFOneBOrderAndPeak) {
         EXPECT_EQ(zb_fb, one_fb) << "pp " << p << " m " << m << " rank " << r;
       }
       // The last rank holds P at the peak when m >= P (it defers P - 1 W's).
-      if (m >= p) EXPECT_EQ(check->peak_held[p - 1], p) << "pp " << p;
+      if (m >= p) {
+        EXPECT_EQ(check->peak_held[p - 1], p) << "pp " << p;
+      }
     }
   }
   auto actions = BuildSchedule(ScheduleKind::kZeroBubbleH1, 2, 0, 1, 4);
