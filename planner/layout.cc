@@ -33,6 +33,8 @@ absl::string_view PipelineScheduleName(PipelineSchedule schedule) {
       return "zb-h1";
     case PipelineSchedule::kFile:
       return "file";
+    case PipelineSchedule::kZeroBubbleV:
+      return "zbv";
   }
   return "?";
 }
@@ -84,7 +86,8 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
     return absl::InvalidArgumentError(absl::StrCat(
         "layout '", name, "': cannot read '", part,
         "' (expected parts like tp2sp, pp2v2, dp2, cp1, z1, rselective "
-        "(rnone, rfull, rops), mb4, ep2, etp1, szb-h1 (s1f1b, sfile), i2, "
+        "(rnone, rfull, rops), mb4, ep2, etp1, szb-h1 (s1f1b, szbv, sfile), "
+        "i2, "
         "o50, joined by dots)"));
   };
   for (absl::string_view part : absl::StrSplit(name, '.', absl::SkipEmpty())) {
@@ -126,6 +129,8 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
       l.schedule = PipelineSchedule::kOneFOneB;
     } else if (part == "szb-h1") {
       l.schedule = PipelineSchedule::kZeroBubbleH1;
+    } else if (part == "szbv") {
+      l.schedule = PipelineSchedule::kZeroBubbleV;
     } else if (part == "sfile") {
       l.schedule = PipelineSchedule::kFile;
     } else if (part == "rnone") {

@@ -37,6 +37,9 @@ enum class PipelineSchedule {
   kOneFOneB,      // 1F1B, interleaved with virtual stages (train's default)
   kZeroBubbleH1,  // zb-h1: weight gradients deferred into 1F1B's bubbles
   kFile,          // the job's --pipeline-schedule-file table
+  // zbv: two model chunks a stage placed in a V, weight gradients deferred;
+  // train runs it over the CPU (gloo) pipeline group only.
+  kZeroBubbleV,
 };
 
 // One way to run a job: the parallel sizes, sharding, recomputation and

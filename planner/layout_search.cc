@@ -19,14 +19,17 @@ std::vector<int> Divisors(int n) {
 
 // The pipeline schedules, HSDP instance counts and offload shares `base`
 // can run with: on a pipeline, 1F1B (interleaved with virtual stages),
-// ZB-H1 on one chunk a stage, and the job's schedule file; with sharded
-// state, every instance count dividing DP x CP; on a device with a host
+// ZB-H1 on one chunk a stage, ZB-V on two, and the job's schedule file; with
+// sharded state, every instance count dividing DP x CP; on a device with a host
 // link (GPUs), the state offloaded by half or whole.
 std::vector<Layout> Variants(const JobSpec& job, const Layout& base) {
   std::vector<PipelineSchedule> schedules = {PipelineSchedule::kOneFOneB};
   if (base.pp > 1) {
     if (base.virtual_stages == 1) {
       schedules.push_back(PipelineSchedule::kZeroBubbleH1);
+    }
+    if (base.virtual_stages == 2) {
+      schedules.push_back(PipelineSchedule::kZeroBubbleV);
     }
     if (job.schedule_table != nullptr) {
       schedules.push_back(PipelineSchedule::kFile);
@@ -60,6 +63,11 @@ std::vector<Layout> Variants(const JobSpec& job, const Layout& base) {
 std::string UnsupportedHere(const JobSpec& job, const Layout& l) {
   if (l.cp > 1 && job.model.attention_dropout > 0) {
     return "context parallelism needs --attention-dropout 0";
+  }
+  if (l.schedule == PipelineSchedule::kZeroBubbleV &&
+      job.cluster.device.host_link_bandwidth > 0) {
+    // A device with a host link is a GPU: its pipeline runs over NCCL.
+    return "zbv runs over the CPU (gloo) pipeline group only";
   }
   if (l.recompute == Recompute::kSelectiveOps) {
     return "torchtitan's op-level checkpointing is not a train mode";
@@ -131,6 +139,10 @@ std::vector<Prediction> SearchLayouts(const JobSpec& job,
                 for (const Layout& v : Variants(job, l)) {
                   auto p = Predict(job, v);
                   if (!p.ok()) continue;
+                  // A variant (ZB-V on a GPU) may be what train refuses.
+                  if (!options.include_unsupported && !p->unsupported.empty()) {
+                    continue;
+                  }
                   if (!p->fits && !options.include_not_fitting) continue;
                   out.push_back(*std::move(p));
                 }

@@ -58,6 +58,10 @@ TEST(LayoutTest, ScheduleInstancesAndOffloadRoundTrip) {
   EXPECT_EQ(l->instances, 2);
   EXPECT_EQ(l->offload_percent, 50);
   EXPECT_EQ(l->Name(), "tp1.pp2.dp4.cp1.z1.rnone.mb2.szb-h1.i2.o50");
+  auto v = ParseLayout("pp2v2.szbv");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->schedule, PipelineSchedule::kZeroBubbleV);
+  EXPECT_EQ(v->Name(), "tp1.pp2v2.dp1.cp1.z0.rnone.mb1.szbv");
   // The defaults add nothing to the name.
   EXPECT_EQ(ParseLayout("pp2.s1f1b.i1")->Name(),
             "tp1.pp2.dp1.cp1.z0.rnone.mb1");

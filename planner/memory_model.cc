@@ -210,6 +210,9 @@ absl::Status CheckLayout(const JobSpec& job, const Layout& l) {
   if (l.schedule == PipelineSchedule::kZeroBubbleH1 && l.virtual_stages > 1) {
     return bad("zb-h1 runs one model chunk per stage");
   }
+  if (l.schedule == PipelineSchedule::kZeroBubbleV && l.virtual_stages != 2) {
+    return bad("zbv runs two model chunks per stage, not ", l.virtual_stages);
+  }
   if (l.pp > 1 && l.schedule != PipelineSchedule::kOneFOneB) {
     // The executor's table for this shape (a file's must match it).
     auto table = LayoutScheduleTable(job, l, NumMicroBatches(job, l));
@@ -252,7 +255,10 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   MemoryBreakdown mem;
   mem.stage = stage;
   const MoeStageParams moe = MoeParamsOnStage(job, l, stage);
-  mem.params = StageParams(c, l.tp, l.pp, stage, layers) + moe.delta;
+  // ZB-V's V puts the last virtual stage, with the output layer, on stage 0.
+  const int head_stage = l.schedule == PipelineSchedule::kZeroBubbleV ? 0 : -1;
+  mem.params =
+      StageParams(c, l.tp, l.pp, stage, layers, head_stage) + moe.delta;
   const double P = static_cast<double>(mem.params);
   // Optimizer state is sharded over the data-parallel ranks (with CP, over
   // DP x CP, as Megatron's distributed optimizer does), under HSDP over one
@@ -338,7 +344,9 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   const int last_stage = l.pp * chunks - 1;
   std::vector<ChunkCost> cost(chunks);
   std::vector<double> weight_record(chunks);
-  const pipeline::ScheduleShape shape{l.pp, chunks, std::max(m, 1)};
+  const pipeline::ScheduleShape shape{
+      l.pp, chunks, std::max(m, 1),
+      l.schedule == PipelineSchedule::kZeroBubbleV};
   auto rows = LayoutRankRows(job, l, m, stage);
   const bool split = LayoutSplitsBackward(job, l);
   for (int k = 0; k < chunks; ++k) {

@@ -45,11 +45,11 @@ ParamCount CountParams(const gpt::GPTConfig& config, int tp) {
 }
 
 int64_t StageParams(const gpt::GPTConfig& config, int tp, int pp, int stage,
-                    int layers) {
+                    int layers, int head_stage) {
   const ParamCount p = CountParams(config, tp);
   int64_t n = layers * p.layer;
   if (stage == 0) n += p.embedding;
-  if (stage == pp - 1) {
+  if (stage == (head_stage < 0 ? pp - 1 : head_stage)) {
     n += p.final_norm;
     if (config.untie_embeddings_and_output_weights || pp > 1) {
       n += p.output_layer;

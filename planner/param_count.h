@@ -39,10 +39,11 @@ struct ParamCount {
 ParamCount CountParams(const gpt::GPTConfig& config, int tp);
 
 // Elements on pipeline rank `stage` of `pp` holding `layers` layers: the
-// embedding on the first, the final norm and the output layer on the last;
-// a tied output layer is a second copy only when pp > 1.
+// embedding on the first, the final norm and the output layer on
+// `head_stage` (-1: the last; ZB-V's V puts them on the first); a tied
+// output layer is a second copy only when pp > 1.
 int64_t StageParams(const gpt::GPTConfig& config, int tp, int pp, int stage,
-                    int layers);
+                    int layers, int head_stage = -1);
 
 // The whole model's parameters (TP 1, the tied weight once), without the
 // padding rows of the vocabulary; every expert of a mixture of experts.

@@ -17,6 +17,9 @@ pipeline::ScheduleKind KindOf(const Layout& l) {
   if (l.schedule == PipelineSchedule::kZeroBubbleH1) {
     return pipeline::ScheduleKind::kZeroBubbleH1;
   }
+  if (l.schedule == PipelineSchedule::kZeroBubbleV) {
+    return pipeline::ScheduleKind::kZeroBubbleV;
+  }
   return l.virtual_stages > 1 ? pipeline::ScheduleKind::kInterleaved
                               : pipeline::ScheduleKind::kOneFOneB;
 }
@@ -59,14 +62,16 @@ bool LayoutSplitsBackward(const JobSpec& job, const Layout& l) {
   if (FromFile(l)) {
     return job.schedule_table != nullptr && SplitsBackward(*job.schedule_table);
   }
-  return KindOf(l) == pipeline::ScheduleKind::kZeroBubbleH1;
+  return KindOf(l) == pipeline::ScheduleKind::kZeroBubbleH1 ||
+         KindOf(l) == pipeline::ScheduleKind::kZeroBubbleV;
 }
 
 absl::StatusOr<pipeline::ScheduleTable> LayoutScheduleTable(const JobSpec& job,
                                                             const Layout& l,
                                                             int microbatches) {
-  const pipeline::ScheduleShape shape{l.pp, l.virtual_stages,
-                                      std::max(1, microbatches)};
+  pipeline::ScheduleShape shape{l.pp, l.virtual_stages,
+                                std::max(1, microbatches)};
+  shape.v_shape = l.schedule == PipelineSchedule::kZeroBubbleV;
   if (FromFile(l)) {
     if (job.schedule_table == nullptr) {
       return absl::InvalidArgumentError(
@@ -106,7 +111,7 @@ bool SplitsBackward(const pipeline::ScheduleTable& table) {
 }
 
 int VirtualStageOf(const pipeline::ScheduleShape& shape, int rank, int chunk) {
-  return chunk * shape.ranks + rank;
+  return pipeline::VirtualStage(shape.ranks, rank, chunk, shape.v_shape);
 }
 
 absl::StatusOr<double> SimulateStepSeconds(

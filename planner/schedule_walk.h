@@ -39,8 +39,8 @@ std::vector<pipeline::ScheduleRow> RowsOfRank(
 bool SplitsBackward(const pipeline::ScheduleTable& table);
 
 // The virtual stage (model chunk, in layer order) rank `rank`'s chunk
-// `chunk` runs: chunk x ranks + rank, the tables' convention
-// (schedule_table.h).
+// `chunk` runs: chunk x ranks + rank, or in a V-shaped table (ZB-V) odd
+// chunks the other way, the tables' convention (schedule_table.h).
 int VirtualStageOf(const pipeline::ScheduleShape& shape, int rank, int chunk);
 
 // Seconds from the first row's start to the last row's end when each row

@@ -91,6 +91,46 @@ TEST(ScheduleWalkTest, InterleavedBubble) {
   EXPECT_DOUBLE_EQ(*s, 12 + 1.5);
 }
 
+// ZB-V: the layout's table is the executor's V-shaped one (chunk 1 of the
+// last rank follows its chunk 0; rank 0 holds the first and the last
+// virtual stage), and with unit F = B = W its simulated bubble is the
+// schedule's stated one, below ZB-H1's.
+TEST(ScheduleWalkTest, ZeroBubbleVWalksTheVShapedTable) {
+  JobSpec job;
+  Layout l;
+  l.pp = 4;
+  l.virtual_stages = 2;
+  l.schedule = PipelineSchedule::kZeroBubbleV;
+  auto v = LayoutScheduleTable(job, l, 8);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->shape.v_shape);
+  EXPECT_TRUE(SplitsBackward(*v));
+  EXPECT_TRUE(LayoutSplitsBackward(job, l));
+  EXPECT_EQ(VirtualStageOf(v->shape, 0, 0), 0);
+  EXPECT_EQ(VirtualStageOf(v->shape, 0, 1), 7);
+  EXPECT_EQ(VirtualStageOf(v->shape, 3, 0), 3);
+  EXPECT_EQ(VirtualStageOf(v->shape, 3, 1), 4);
+  for (int P : {2, 4}) {
+    for (int m : {2 * P, 4 * P}) {
+      auto t = pipeline::GenerateScheduleTable(
+          pipeline::ScheduleKind::kZeroBubbleV, {P, 2, m});
+      ASSERT_TRUE(t.ok()) << t.status();
+      // Each chunk is half a stage: F = B = W = 1/2.
+      auto s = SimulateStepSeconds(
+          *t, [](const ScheduleRow& r) { return UnitTimes(r, 0.5, 0.5, 0.5); });
+      ASSERT_TRUE(s.ok()) << s.status();
+      const double bubble = (*s - 3.0 * m) / *s;
+      EXPECT_NEAR(bubble,
+                  pipeline::TheoreticalBubble(
+                      pipeline::ScheduleKind::kZeroBubbleV, P, 2, m),
+                  1e-12)
+          << P << " " << m;
+      EXPECT_LT(bubble, pipeline::TheoreticalBubble(
+                            pipeline::ScheduleKind::kZeroBubbleH1, P, 1, m));
+    }
+  }
+}
+
 TEST(ScheduleWalkTest, AStalledTableIsNamed) {
   pipeline::ScheduleTable t;
   t.shape = {2, 1, 1};

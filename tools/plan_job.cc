@@ -79,6 +79,8 @@ absl::StatusOr<planner::Layout> LayoutFromTrainConfig(
     l.schedule = planner::PipelineSchedule::kFile;
   } else if (config.pipeline_schedule() == "zb-h1") {
     l.schedule = planner::PipelineSchedule::kZeroBubbleH1;
+  } else if (config.pipeline_schedule() == "zbv") {
+    l.schedule = planner::PipelineSchedule::kZeroBubbleV;
   }
   l.instances = std::max(1, config.num_distributed_optimizer_instances());
   const std::string r = config.recompute_granularity();

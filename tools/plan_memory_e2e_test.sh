@@ -3,7 +3,8 @@
 # check): every rank's allocator peak ("rank R peak memory: N bytes", train's
 # last line) within 10% of the planner's prediction for its pipeline stage,
 # for ZB-H1 beside 1F1B (PP 2: the last stage keeps each micro-batch's
-# weight-gradient inputs until W), HSDP with 2 instances of DP 2 (4 ranks),
+# weight-gradient inputs until W) and ZB-V (two chunks a stage in a V:
+# stage 0 holds the embedding and the output layer), HSDP with 2 instances of DP 2 (4 ranks),
 # and the distributed optimizer with bf16 Adam moments (bf16 weights), whose
 # saving against fp32 moments is the predicted state bytes.
 set -euo pipefail
@@ -47,6 +48,8 @@ predict() {
 run pp_1f1b 2 "${act[@]}" --pipeline-model-parallel-size 2
 run pp_zb 2 "${act[@]}" --pipeline-model-parallel-size 2 \
   --pipeline-schedule zb-h1
+run pp_zbv 2 "${act[@]}" --pipeline-model-parallel-size 2 \
+  --num-layers-per-virtual-pipeline-stage 1 --pipeline-schedule zbv
 predict act2 2 "${act[@]}" --micro-batches 2
 run hsdp 4 "${state[@]}" --use-distributed-optimizer \
   --num-distributed-optimizer-instances 2
@@ -75,7 +78,8 @@ def check(what, measured, predicted):
         failed.append(what)
 # Pipeline stage s is rank s at PP 2 on 2 ranks.
 for run, name in (("pp_1f1b", "tp1.pp2.dp1.cp1.z0.rnone.mb2"),
-                  ("pp_zb", "tp1.pp2.dp1.cp1.z0.rnone.mb2.szb-h1")):
+                  ("pp_zb", "tp1.pp2.dp1.cp1.z0.rnone.mb2.szb-h1"),
+                  ("pp_zbv", "tp1.pp2v2.dp1.cp1.z0.rnone.mb2.szbv")):
     stages = layout("act2", name)["stage_memory"]
     for rank, peak in enumerate(peaks(run)):
         check("%s rank %d" % (run, rank), peak, int(stages[rank]))
