@@ -661,7 +661,7 @@ TEST(HttpFrontendChatTest, TemplateAppliedAndStoppedAtEndOfTurn) {
       PostChat(server.port(),
                R"({"messages": [{"role": "user", "content": [{"type": "text",)"
                R"( "text": "h"}, {"type": "text", "text": "i"}]}],)"
-               R"( "max_completion_tokens": 1})");
+               R"( "max_completion_tokens": 1, "temperature": 0})");
   ASSERT_TRUE(shorter);
   ASSERT_EQ(shorter->status, 200) << shorter->body;
   auto k = nlohmann::json::parse(shorter->body);
@@ -675,7 +675,7 @@ TEST(HttpFrontendChatTest, StreamedAsOpenAiChunks) {
   TestServer server(ChatSetup());
   auto res = PostChat(server.port(),
                       R"({"messages": [{"role": "user", "content": "hi"}],)"
-                      R"( "max_tokens": 10, "stream": true,)"
+                      R"( "max_tokens": 10, "temperature": 0, "stream": true,)"
                       R"( "stream_options": {"include_usage": true}})");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
