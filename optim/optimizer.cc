@@ -289,21 +289,9 @@ absl::Status Optimizer::StepOffloaded(const UpdateHyper& base,
   MCC_RETURN_IF_ERROR(grads_on_host.Synchronize());
   for (Range& r : ranges_) {
     if (!r.offloaded) continue;
-    UpdateHyper h = base;
-    h.weight_decay =
-        r.param->weight_decay ? static_cast<float>(config_.weight_decay) : 0.f;
-    Tensor* model16 =
-        r.device_model.dtype() == DType::kFloat32 ? nullptr : &r.host_model;
-    if (config_.state_precision.lowered()) {
-      MCC_RETURN_IF_ERROR(ApplyLowered(h, r.host_grad, &r, model16));
-    } else {
-      const bool write16 = model16 != nullptr && rule_->Writes16BitCopy();
-      MCC_RETURN_IF_ERROR(rule_->Apply(h, r.host_grad, &r.master, &r.state,
-                                       write16 ? model16 : nullptr));
-      if (model16 != nullptr && !write16) {
-        MCC_RETURN_IF_ERROR(ops::Convert(r.master, model16));
-      }
-    }
+    MCC_RETURN_IF_ERROR(UpdateRange(
+        base, r.host_grad, &r,
+        r.device_model.dtype() == DType::kFloat32 ? nullptr : &r.host_model));
     MCC_RETURN_IF_ERROR(side_->CopyToDevice(r.device_model.raw_data(),
                                             r.host_model.raw_data(),
                                             r.host_model.nbytes()));
@@ -551,44 +539,46 @@ absl::StatusOr<StepInfo> Optimizer::ApplyStep(
   if (side_ != nullptr) {
     MCC_ASSIGN_OR_RETURN(grads_on_host, FetchOffloadedGrads());
   }
+  UpdateHyper base;
+  base.lr = static_cast<float>(lr);
+  base.grad_scale = grad_scale;
+  base.step = step_;
   for (Range& r : ranges_) {
     if (r.offloaded) continue;
     MCC_ASSIGN_OR_RETURN(Tensor g, GradOf(r));
-    Tensor model = r.master;  // External pieces: the main copy is the model.
-    if (!r.grad.defined()) {
+    // A main copy of our own (16-bit weights) refreshes the parameter's
+    // value; otherwise the main copy is the model (fp32 weights, a
+    // wrapper's shard).
+    Tensor model;
+    if (r.own_master) {
       MCC_ASSIGN_OR_RETURN(model, View(r.param->value, r));
     }
-    UpdateHyper h;
-    h.lr = static_cast<float>(lr);
-    h.weight_decay =
-        r.param->weight_decay ? static_cast<float>(config_.weight_decay) : 0.f;
-    h.grad_scale = grad_scale;
-    h.step = step_;
-    const bool write16 = r.own_master &&
-                         (model.dtype() == DType::kBFloat16 ||
-                          model.dtype() == DType::kFloat16) &&
-                         rule_->Writes16BitCopy();
-    if (config_.state_precision.lowered()) {
-      MCC_RETURN_IF_ERROR(
-          ApplyLowered(h, g, &r, r.own_master ? &model : nullptr));
-      continue;
-    }
     MCC_RETURN_IF_ERROR(
-        rule_->Apply(h, g, &r.master, &r.state, write16 ? &model : nullptr));
-    if (r.own_master && !write16) {
-      MCC_RETURN_IF_ERROR(ops::Convert(r.master, &model));
-    }
+        UpdateRange(base, g, &r, r.own_master ? &model : nullptr));
   }
   if (grads_on_host.has_value()) {
-    UpdateHyper base;
-    base.lr = static_cast<float>(lr);
-    base.grad_scale = grad_scale;
-    base.step = step_;
     MCC_RETURN_IF_ERROR(StepOffloaded(base, *grads_on_host));
   }
   if (scaler_) scaler_->Update(false);
   if (after_update_) MCC_RETURN_IF_ERROR(after_update_());
   return info;
+}
+
+absl::Status Optimizer::UpdateRange(const UpdateHyper& base, const Tensor& grad,
+                                    Range* r, Tensor* model16) {
+  UpdateHyper h = base;
+  h.weight_decay =
+      r->param->weight_decay ? static_cast<float>(config_.weight_decay) : 0.f;
+  if (config_.state_precision.lowered()) {
+    return ApplyLowered(h, grad, r, model16);
+  }
+  const bool write16 = model16 != nullptr && rule_->Writes16BitCopy();
+  MCC_RETURN_IF_ERROR(rule_->Apply(h, grad, &r->master, &r->state,
+                                   write16 ? model16 : nullptr));
+  if (model16 != nullptr && !write16) {
+    MCC_RETURN_IF_ERROR(ops::Convert(r->master, model16));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Optimizer::ApplyLowered(const UpdateHyper& h, const Tensor& grad,

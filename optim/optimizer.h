@@ -282,6 +282,11 @@ class Optimizer {
   // Fixes the optimizer's device at the first piece; later pieces must
   // agree.
   absl::Status CheckDevice(const Parameter& p, const Tensor& t);
+  // One update of one range from `grad` (the weight decay per parameter
+  // over `base`); model16, when given, receives the 16-bit weights (a main
+  // copy of the optimizer's own).
+  absl::Status UpdateRange(const UpdateHyper& base, const Tensor& grad,
+                           Range* r, Tensor* model16);
   // The update of one range whose main copy or state is stored below fp32:
   // widened to fp32, updated, and rounded back to nearest.
   absl::Status ApplyLowered(const UpdateHyper& h, const Tensor& grad, Range* r,
