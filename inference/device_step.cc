@@ -203,11 +203,25 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
                      "fp32, not ",
                      DTypeName(options.dtype)));
   }
-  if (w.tp_size != 1 || !w.pre_process || !w.post_process) {
+  if (!w.pre_process || !w.post_process) {
     return absl::UnimplementedError(
-        "the engine on a device runs one process holding the whole model so "
-        "far (--tensor-model-parallel-size 1 --pipeline-model-parallel-size "
-        "1); use --device cpu for a TP or PP layout");
+        "the engine on a device runs every layer in each process so far "
+        "(--pipeline-model-parallel-size 1); use --device cpu for a PP "
+        "layout");
+  }
+  if (w.tp_size > 1) {
+    if (options.tp == nullptr || options.tp->size() != w.tp_size ||
+        options.tp->device() != options.device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weights of tensor-parallel rank ", w.tp_rank, " of ", w.tp_size,
+          " need a tensor-parallel group of ", w.tp_size, " ranks moving ",
+          options.device.ToString(), " tensors"));
+    }
+    if (!options.graph_batch_sizes.empty()) {
+      return absl::UnimplementedError(
+          "decode graphs (--cuda-graph) with --tensor-model-parallel-size > 1 "
+          "are not built: the collectives run eagerly; drop --cuda-graph");
+    }
   }
   if (w.config.window_left >= 0) {
     return absl::UnimplementedError(
@@ -245,6 +259,8 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
   step->local_heads_ = w.local_heads;
   step->local_groups_ = w.local_groups;
   step->vocab_rows_ = w.vocab_rows;
+  step->vocab_start_ = w.vocab_start;
+  step->tp_size_ = w.tp_size;
   step->shape_ = shape;
   const Device dev = options.device;
   const DType wt = options.dtype;
@@ -337,6 +353,31 @@ absl::Status DeviceStep::Gemm(const Tensor& x, const Linear& lin,
   return absl::OkStatus();
 }
 
+absl::Status DeviceStep::SumOverTp(Tensor* x) const {
+  if (tp_size_ <= 1) return absl::OkStatus();
+  // Ranks' parts one after another along dim 0.
+  const int64_t n = x->size(0);
+  Shape all_shape = x->shape();
+  all_shape[0] = tp_size_ * n;
+  Tensor all = Empty(all_shape, x->dtype(), x->device());
+  MCC_RETURN_IF_ERROR(options_.tp->AllGatherSync(*x, &all));
+  // Rank 0's part, then each next rank's added: the CPU engine's order.
+  for (int r = 0; r < tp_size_; ++r) {
+    MCC_ASSIGN_OR_RETURN(Tensor part, all.Slice(r * n, (r + 1) * n));
+    MCC_RETURN_IF_ERROR(r == 0 ? x->CopyFrom(part) : ops::Add(*x, part, x));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceStep::RowParallelGemm(const Tensor& x, const Linear& lin,
+                                         Tensor* y) const {
+  if (tp_size_ <= 1) return Gemm(x, lin, y);
+  MCC_RETURN_IF_ERROR(Gemm(x, Linear{lin.weight, Tensor()}, y));
+  MCC_RETURN_IF_ERROR(SumOverTp(y));
+  if (lin.bias.defined()) MCC_RETURN_IF_ERROR(ops::BiasAdd(*y, lin.bias, y));
+  return absl::OkStatus();
+}
+
 absl::Status DeviceStep::ApplyNorm(const Norm& norm, const Tensor& x,
                                    Tensor* y) const {
   const float eps = static_cast<float>(config_.norm_epsilon);
@@ -391,7 +432,7 @@ absl::Status DeviceStep::RunLayer(int i, const Tensor& positions,
       ops::PagedAttention(q, k_pool_[i], v_pool_[i], tables, positions, &ctx));
   MCC_ASSIGN_OR_RETURN(ctx, ctx.Reshape({n, heads * d}));
   Tensor attn = Empty({n, h}, DType::kFloat32, dev);
-  MCC_RETURN_IF_ERROR(Gemm(ctx, l.proj, &attn));
+  MCC_RETURN_IF_ERROR(RowParallelGemm(ctx, l.proj, &attn));
   MCC_RETURN_IF_ERROR(ops::Add(*x, attn, x));
   MCC_RETURN_IF_ERROR(ApplyNorm(l.ln2, *x, &ln));
   const int64_t f1 = l.fc1.weight.size(0);
@@ -401,7 +442,7 @@ absl::Status DeviceStep::RunLayer(int i, const Tensor& positions,
   Tensor act = Empty({n, swiglu ? f1 / 2 : f1}, wt, dev);
   MCC_RETURN_IF_ERROR(swiglu ? ops::SwiGLU(fc1, &act) : ops::Gelu(fc1, &act));
   Tensor mlp = Empty({n, h}, DType::kFloat32, dev);
-  MCC_RETURN_IF_ERROR(Gemm(act, l.fc2, &mlp));
+  MCC_RETURN_IF_ERROR(RowParallelGemm(act, l.fc2, &mlp));
   return ops::Add(*x, mlp, x);
 }
 
@@ -431,7 +472,18 @@ absl::StatusOr<Tensor> DeviceStep::Forward(const Tensor& ints,
   MCC_ASSIGN_OR_RETURN(Tensor slots, ints.Slice(2 * n, 3 * n));
   MCC_ASSIGN_OR_RETURN(Tensor picked_rows, ints.Slice(3 * n, 3 * n + l));
   Tensor x = Empty({n, h}, DType::kFloat32, dev);
-  MCC_RETURN_IF_ERROR(ops::EmbeddingLookup(tokens, word_embeddings_, &x));
+  if (tp_size_ > 1) {
+    // Vocab-parallel: rows of other ranks' shards are zero here, and the
+    // sum over TP takes each row from the one rank holding it (exact).
+    ops::EmbeddingShard shard;
+    shard.vocab_start = vocab_start_;
+    shard.mask_outside = true;
+    MCC_RETURN_IF_ERROR(
+        ops::EmbeddingLookup(tokens, word_embeddings_, &x, shard));
+    MCC_RETURN_IF_ERROR(SumOverTp(&x));
+  } else {
+    MCC_RETURN_IF_ERROR(ops::EmbeddingLookup(tokens, word_embeddings_, &x));
+  }
   if (position_embeddings_.defined()) {
     Tensor pe = Empty({n, h}, DType::kFloat32, dev);
     MCC_RETURN_IF_ERROR(
@@ -448,7 +500,12 @@ absl::StatusOr<Tensor> DeviceStep::Forward(const Tensor& ints,
   MCC_RETURN_IF_ERROR(ApplyNorm(final_norm_, picked, &normed));
   Tensor logits = Empty({l, vocab_rows_}, DType::kFloat32, dev);
   MCC_RETURN_IF_ERROR(Gemm(normed, Linear{head_, Tensor()}, &logits));
-  return logits;
+  if (tp_size_ <= 1) return logits;
+  // Each rank's vocabulary shard, [tp x l, vocab_rows], put in order on
+  // the host.
+  Tensor all = Empty({tp_size_ * l, vocab_rows_}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(options_.tp->AllGatherSync(logits, &all));
+  return all;
 }
 
 absl::StatusOr<Tensor> DeviceStep::RunGraph(int64_t b, const Tensor& ints,
@@ -575,9 +632,16 @@ absl::StatusOr<std::vector<float>> DeviceStep::Run(const StepRows& rows) {
   const int64_t vocab = config_.vocab_size;
   std::vector<float> out(l * vocab);
   const float* p = host.data<float>();
-  for (int64_t j = 0; j < l; ++j) {
-    std::copy(p + j * vocab_rows_, p + j * vocab_rows_ + vocab,
-              out.begin() + j * vocab);
+  // [tp, logit rows run, vocab_rows]: rank r's shard holds columns
+  // [r * vocab_rows, (r + 1) * vocab_rows) of the padded vocabulary.
+  for (int64_t r = 0; r < tp_size_; ++r) {
+    const int64_t first = r * vocab_rows_;
+    if (first >= vocab) break;
+    const int64_t cols = std::min(vocab_rows_, vocab - first);
+    for (int64_t j = 0; j < l; ++j) {
+      const float* src = p + (r * logits_run + j) * vocab_rows_;
+      std::copy(src, src + cols, out.begin() + j * vocab + first);
+    }
   }
   return out;
 }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/comm/process_group.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/graph_capture.h"
@@ -56,6 +57,13 @@ struct DeviceStepOptions {
   // that size eager. Padding rows compute in scratch blocks of the pool
   // (past the engine's), so they touch no sequence.
   std::vector<int64_t> graph_batch_sizes;
+  // The tensor-parallel group moving tensors on `device` (NCCL on CUDA, gloo
+  // on the test device), for weights of a TP shard (tp_size > 1); null at
+  // TP 1. Its ranks step together: every rank runs each step. Partial sums
+  // (row-parallel outputs, the vocab-parallel embedding) are all-gathered
+  // and added in rank order, as the CPU engine does, so a row's sum does
+  // not depend on the other rows. Decode graphs are not taken under TP.
+  comm::ProcessGroup* tp = nullptr;
 };
 
 // Bytes the weights take on the device in `dtype`.
@@ -81,7 +89,8 @@ InferenceWeights WeightShapes(const gpt::GPTConfig& config);
 
 class DeviceStep {
  public:
-  // Copies the weights (TP 1, PP 1, dense: int8 weights are refused) to the
+  // Copies the weights (one TP shard of a PP 1 model with options.tp, dense:
+  // int8 weights are refused) to the
   // device and allocates a pool of `kv_blocks` blocks of `shape` there,
   // after CheckFitsDevice (nothing is allocated when they do not fit).
   static absl::StatusOr<std::unique_ptr<DeviceStep>> Create(
@@ -130,6 +139,11 @@ class DeviceStep {
       int64_t kv_blocks, const DeviceStepOptions& options,
       const std::string& what, const uint64_t* seed);
   absl::Status Gemm(const Tensor& x, const Linear& lin, Tensor* y) const;
+  // x [n, ...] overwritten with the sum of every TP rank's x, in rank order.
+  absl::Status SumOverTp(Tensor* x) const;
+  // A row-parallel layer: y = (sum over TP of x W^T) + bias.
+  absl::Status RowParallelGemm(const Tensor& x, const Linear& lin,
+                               Tensor* y) const;
   absl::Status ApplyNorm(const Norm& norm, const Tensor& x, Tensor* y) const;
   // 0, or the captured batch size a decode step of `rows` pads to.
   int64_t GraphBatchFor(const StepRows& rows) const;
@@ -146,6 +160,8 @@ class DeviceStep {
   DeviceStepOptions options_;
   gpt::GPTConfig config_;
   int64_t local_heads_ = 0, local_groups_ = 0, vocab_rows_ = 0;
+  int64_t vocab_start_ = 0;
+  int tp_size_ = 1;
   KvCacheShape shape_;
   Tensor word_embeddings_, position_embeddings_, head_;
   Norm final_norm_;

@@ -442,13 +442,23 @@ TEST(DeviceStepTest, DecodeGraphsGiveTheEagerBits) {
   EXPECT_EQ(want_engine->runner->device_step()->graph_replays(), 0);
 }
 
-TEST(DeviceStepTest, RefusesInt8AndTensorParallelWeights) {
+TEST(DeviceStepTest, RefusesInt8PipelineAndTensorParallelWithoutGroup) {
   auto weights = Weights(TinyConfig());
   ASSERT_TRUE(weights.ok());
   const KvCacheShape shape = CacheShapeFor(*weights, kBlockSize);
+  // A TP shard needs its TP group (multi-process TP runs in
+  // //tools/serve:serve_device_e2e_test).
   InferenceWeights tp = *weights;
   tp.tp_size = 2;
-  EXPECT_EQ(DeviceStep::Create(tp, shape, 4, TestDevice(DType::kBFloat16))
+  const absl::Status no_group =
+      DeviceStep::Create(tp, shape, 4, TestDevice(DType::kBFloat16)).status();
+  EXPECT_EQ(no_group.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(no_group.message().find("tensor-parallel group of 2"),
+            std::string::npos)
+      << no_group;
+  InferenceWeights stage = *weights;
+  stage.post_process = false;
+  EXPECT_EQ(DeviceStep::Create(stage, shape, 4, TestDevice(DType::kBFloat16))
                 .status()
                 .code(),
             absl::StatusCode::kUnimplemented);

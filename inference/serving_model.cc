@@ -38,9 +38,11 @@ std::vector<int64_t> GraphBatchSizes(const ServeConfig& serve) {
 absl::StatusOr<std::unique_ptr<ModelRunner>> DeviceRunner(
     const ServeConfig& serve, InferenceWeights weights,
     const KvCacheShape& shape, DType checkpoint_dtype,
-    const training::DeviceChoice& device, const std::string& path) {
+    const training::DeviceChoice& device, const std::string& path,
+    comm::ProcessGroup* tp, comm::ProcessGroup* world) {
   DeviceStepOptions options;
   options.device = device.device;
+  options.tp = tp;
   options.dtype = checkpoint_dtype == DType::kFloat32 && !serve.run().bf16()
                       ? DType::kFloat32
                       : DType::kBFloat16;
@@ -67,18 +69,25 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> DeviceRunner(
     MCC_ASSIGN_OR_RETURN(blocks,
                          PagedKvCache::BlocksIn(shape, serve.kv_cache_bytes()));
   }
+  if (world != nullptr) {
+    // Rank 0 plans with its own count: every rank holds the fewest.
+    Tensor t = *Tensor::FromInts({blocks}, {1});
+    MCC_RETURN_IF_ERROR(world->AllReduceSync(&t, comm::ReduceOp::kMin));
+    blocks = t.data<int64_t>()[0];
+  }
   MCC_ASSIGN_OR_RETURN(
       std::unique_ptr<DeviceStep> step,
       DeviceStep::Create(weights, shape, blocks, options, path));
   const gpt::GPTConfig& c = weights.config;
   LOG(INFO) << absl::StrFormat(
       "serving %s on %s (%s): %d layers, hidden %d, %d heads, vocabulary "
-      "%d, context %d; weights %s in %s, KV cache %d blocks of %d positions "
-      "(%s, fp32)%s",
+      "%d, context %d; TP %d; weights %s a rank in %s, KV cache %d blocks "
+      "of %d positions (%s, fp32)%s",
       path, device.device.ToString(), device.reason, c.num_layers,
       c.hidden_size, c.num_attention_heads, c.vocab_size, c.max_positions(),
-      FormatBytes(step->weight_bytes()), DTypeName(options.dtype), blocks,
-      shape.block_size, FormatBytes(step->pool_bytes()),
+      weights.tp_size, FormatBytes(step->weight_bytes()),
+      DTypeName(options.dtype), blocks, shape.block_size,
+      FormatBytes(step->pool_bytes()),
       options.batch_invariant ? "; batch-invariant GEMMs" : "");
   if (!options.graph_batch_sizes.empty()) {
     LOG(INFO) << "decode steps as CUDA graphs for up to "
@@ -156,9 +165,8 @@ absl::StatusOr<training::DeviceChoice> ServingDevice(const ServeConfig& serve) {
                        training::ChooseDevice(value));
   if (choice.device.is_cpu()) return choice;
   std::string unsupported;
-  if (run.tensor_model_parallel_size() * run.pipeline_model_parallel_size() >
-      1) {
-    unsupported = "a TP or PP layout";
+  if (run.pipeline_model_parallel_size() > 1) {
+    unsupported = "a PP layout";
   } else if (!serve.quantize().empty()) {
     unsupported = absl::StrCat("--quantize ", serve.quantize());
   }
@@ -171,8 +179,8 @@ absl::StatusOr<training::DeviceChoice> ServingDevice(const ServeConfig& serve) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--device ", value,
-                   ": the engine on a device runs one "
-                   "process without --quantize so far, not ",
+                   ": the engine on a device runs TP layouts without "
+                   "--quantize so far, not ",
                    unsupported, "; use --device cpu"));
 }
 
@@ -312,10 +320,18 @@ absl::StatusOr<ServingModel> LoadServingModel(const ServeConfig& serve) {
                        ServingDevice(serve));
   out.job = std::make_unique<training::Job>();
   training::Job& job = *out.job;
+  // On a device the TP group moves its tensors there (NCCL on CUDA); the
+  // world and the checkpoint's load stay on host groups.
   MCC_RETURN_IF_ERROR(training::JoinWorld(
-      run, &job, {Device::CPU(), "the inference engine runs on the CPU"}));
+      run, &job,
+      device.device.is_cpu()
+          ? training::DeviceChoice{Device::CPU(),
+                                   "the inference engine runs on the CPU"}
+          : device));
   job.config = config;
-  job.context.tp_group = job.tp();
+  job.context.tp_group = job.state != nullptr
+                             ? job.state->GroupFor(job.tp(), Device::CPU())
+                             : nullptr;
   job.context.sequence_parallel = false;
   job.context.dtype = static_cast<DType>(stored.params_dtype());
   if (job.context.dtype != DType::kBFloat16 &&
@@ -337,13 +353,15 @@ absl::StatusOr<ServingModel> LoadServingModel(const ServeConfig& serve) {
   const KvCacheShape shape = CacheShapeFor(weights, serve.kv_block_size());
   if (!device.device.is_cpu()) {
     MCC_ASSIGN_OR_RETURN(
-        out.runner, DeviceRunner(serve, std::move(weights), shape,
-                                 job.context.dtype, device, (*reader)->path()));
-    out.layout.world = nullptr;
-    out.layout.pipeline = job.pp();
+        out.runner,
+        DeviceRunner(serve, std::move(weights), shape, job.context.dtype,
+                     device, (*reader)->path(), job.tp(),
+                     job.world.has_value() ? job.world->group.get() : nullptr));
+    out.layout.world = job.world.has_value() ? job.world->group.get() : nullptr;
+    out.layout.pipeline = nullptr;
     out.layout.pp_rank = 0;
     out.layout.pp_size = 1;
-    out.layout.tp_rank = 0;
+    out.layout.tp_rank = job.state != nullptr ? job.state->tensor_rank() : 0;
     return out;
   }
   MCC_ASSIGN_OR_RETURN(PagedKvCache cache,

@@ -398,6 +398,11 @@ def main():
                           "logprobs": [[round(v, 4) for v in l]
                                        for l in r["logprobs"]]}))
         return
+    if args.only == "concurrent":
+        # Batch invariance alone: concurrent requests equal one at a time.
+        test_concurrent_equals_one_at_a_time()
+        print("concurrent requests equal one at a time")
+        return
     test_health_and_metrics()
     greedy = test_megatron_api()
     test_megatron_bad_requests(args.context)

@@ -3,12 +3,15 @@
 # behind a GPU's wall) answers the CPU engine's greedy tokens on the same
 # fp32 checkpoint through both APIs, refuses a request longer than its KV
 # pool with a 400, logs where it runs, and refuses what it does not run yet
-# (--quantize int8 on a device).
-# Args: TRAIN SERVE_TESTDEV CLIENT.
+# (--quantize int8 on a device). At TP 2 (two processes, the TP group's
+# tensors on the test device through gloo) it answers the same tokens, and
+# with --batch-invariant concurrent requests equal the same requests alone.
+# Args: TRAIN SERVE_TESTDEV CLIENT LAUNCH.
 set -euo pipefail
 train=$1
 serve=$2
 client=$3
+launch=$4
 python=/usr/bin/python3
 [[ -x $python ]] || python=python3
 work=${TEST_TMPDIR:-$(mktemp -d)}
@@ -22,11 +25,13 @@ fail() { echo "FAILED: $*"; exit 1; }
 "$train" "${model[@]}" --micro-batch-size 2 --train-iters 6 \
   --save "$work/ckpt" > "$work/train.log" 2>&1 || { cat "$work/train.log"; fail train; }
 
-start() {  # start NAME FLAGS...: sets $port and $pid
+start() {  # start NAME FLAGS...: sets $port and $pid ($nproc processes)
   local name=$1
   shift
   rm -f "$work/$name.port"
-  "$serve" --port 0 --port-file "$work/$name.port" --num-threads 1 \
+  local prefix=()
+  [[ ${nproc:-1} == 1 ]] || prefix=("$launch" --nproc_per_node "$nproc" --)
+  "${prefix[@]}" "$serve" --port 0 --port-file "$work/$name.port" --num-threads 1 \
     --load "$work/ckpt" "$@" > "$work/$name.log" 2>&1 &
   pid=$!
   pids+=("$pid")
@@ -64,10 +69,33 @@ grep -q "on testdev:0 .*weights .* in fp32, KV cache 2 blocks of 16 positions" "
   || { cat "$work/dev.log"; fail "the log does not say where the engine runs"; }
 stop "$pid"
 
+# TP 2 on the test device: the row-parallel sums and the vocab-parallel
+# embedding and logits go over the device's TP group.
+nproc=2 start tp2 --device test --tensor-model-parallel-size 2 --max-batch-size 8 \
+  --batch-invariant
+"$python" "$client" "$port" --only greedy > "$work/greedy_tp2.json"
+"$python" - "$work/greedy_cpu.json" "$work/greedy_tp2.json" <<'PY' || fail "TP 2 on the device answers differently from the CPU"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["tokens"] == b["tokens"] and a["text"] == b["text"], (a, b)
+for x, y in zip(a["logprobs"], b["logprobs"]):
+    assert len(x) == len(y) and all(abs(u - v) < 2e-4 for u, v in zip(x, y)), (x, y)
+PY
+"$python" "$client" "$port" --only concurrent || { cat "$work/tp2.log"; fail "TP 2 on the device: batched differs from alone"; }
+grep -q "on testdev:0 .*; TP 2; weights .* a rank in fp32" "$work/tp2.log" \
+  || { cat "$work/tp2.log"; fail "the TP 2 log does not say its layout"; }
+stop "$pid"
+if "$launch" --nproc_per_node 2 -- "$serve" --load "$work/ckpt" --device test \
+    --tensor-model-parallel-size 2 --cuda-graph --port 0 > "$work/tp2graph.log" 2>&1; then
+  fail "--cuda-graph at TP 2 on a device was accepted"
+fi
+grep -q "decode graphs (--cuda-graph) with --tensor-model-parallel-size > 1 are not built" "$work/tp2graph.log" \
+  || { cat "$work/tp2graph.log"; fail "--cuda-graph at TP 2: no reason given"; }
+
 if "$serve" --load "$work/ckpt" --device test --quantize int8 --port 0 \
     > "$work/int8.log" 2>&1; then
   fail "--device test --quantize int8 was accepted"
 fi
-grep -q "\-\-device test: the engine on a device runs one process without --quantize" "$work/int8.log" \
+grep -q "\-\-device test: the engine on a device runs TP layouts without --quantize" "$work/int8.log" \
   || { cat "$work/int8.log"; fail "--quantize int8 on a device: no reason given"; }
 echo "serve --device checks passed"
