@@ -223,11 +223,6 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
           "are not built: the collectives run eagerly; drop --cuda-graph");
     }
   }
-  if (w.config.window_left >= 0) {
-    return absl::UnimplementedError(
-        "a sliding window (--window-size, Mistral's sliding_window) runs on "
-        "the CPU engine only so far: use --device cpu");
-  }
   for (const LayerWeights& lw : w.layers) {
     if (lw.is_moe()) {
       return absl::UnimplementedError(
@@ -428,8 +423,8 @@ absl::Status DeviceStep::RunLayer(int i, const Tensor& positions,
   }
   MCC_RETURN_IF_ERROR(ops::PagedKvWrite(k, v, slots, &k_pool_[i], &v_pool_[i]));
   Tensor ctx = Empty({n, heads, d}, DType::kFloat32, dev);
-  MCC_RETURN_IF_ERROR(
-      ops::PagedAttention(q, k_pool_[i], v_pool_[i], tables, positions, &ctx));
+  MCC_RETURN_IF_ERROR(ops::PagedAttention(
+      q, k_pool_[i], v_pool_[i], tables, positions, &ctx, config_.window_left));
   MCC_ASSIGN_OR_RETURN(ctx, ctx.Reshape({n, heads * d}));
   Tensor attn = Empty({n, h}, DType::kFloat32, dev);
   MCC_RETURN_IF_ERROR(RowParallelGemm(ctx, l.proj, &attn));
@@ -588,7 +583,12 @@ absl::StatusOr<std::vector<float>> DeviceStep::Run(const StepRows& rows) {
   for (int64_t r = 0; r < n; ++r) {
     const BlockTable& t = rows.tables[rows.table[r]];
     const int64_t p = rows.positions[r];
-    for (int64_t k = 0; k <= p / bs; ++k) {
+    // Blocks wholly before a sliding window may have been freed: not read.
+    const int64_t first_block =
+        config_.window_left >= 0
+            ? std::max<int64_t>(0, p - config_.window_left) / bs
+            : 0;
+    for (int64_t k = first_block; k <= p / bs; ++k) {
       if (t[k] < 0 || t[k] >= kv_blocks_) {
         return absl::InvalidArgumentError(
             absl::StrCat("block ", t[k], " of step row ", r,

@@ -37,9 +37,15 @@ absl::Status PagedKvWriteCpu(const Tensor& k, const Tensor& v,
   return absl::OkStatus();
 }
 
+// The first position row r reads (its window's start).
+int64_t FirstKey(int64_t position, int64_t window_left) {
+  return window_left >= 0 ? std::max<int64_t>(0, position - window_left) : 0;
+}
+
 absl::Status PagedAttentionCpu(const Tensor& q, const Tensor& k_pool,
                                const Tensor& v_pool, const Tensor& block_tables,
-                               const Tensor& positions, Tensor* out) {
+                               const Tensor& positions, Tensor* out,
+                               int64_t window_left) {
   const int64_t rows = q.size(0), heads = q.size(1), d = q.size(2);
   const int64_t blocks = k_pool.size(0), bs = k_pool.size(1);
   const int64_t groups = k_pool.size(2), per_group = heads / groups;
@@ -52,7 +58,8 @@ absl::Status PagedAttentionCpu(const Tensor& q, const Tensor& k_pool,
           "PagedAttention: position ", pos[r], " of row ", r,
           " is outside its block table of ", max_blocks, " blocks of ", bs));
     }
-    for (int64_t b = 0; b <= pos[r] / bs; ++b) {
+    for (int64_t b = FirstKey(pos[r], window_left) / bs; b <= pos[r] / bs;
+         ++b) {
       const int32_t block = tables[r * max_blocks + b];
       if (block < 0 || block >= blocks) {
         return absl::InvalidArgumentError(
@@ -71,12 +78,13 @@ absl::Status PagedAttentionCpu(const Tensor& q, const Tensor& k_pool,
         std::vector<float> scores, acc(d);
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t r = t / heads, h = t % heads, g = h / per_group;
+          const int64_t first = FirstKey(pos[r], window_left);
           const int64_t keys = pos[r] + 1;
           const int32_t* table = tables + r * max_blocks;
           const float* qrow = qp + t * d;
           scores.resize(keys);
           float max_score = -INFINITY;
-          for (int64_t j = 0; j < keys; ++j) {
+          for (int64_t j = first; j < keys; ++j) {
             const int64_t slot = table[j / bs] * bs + j % bs;
             const float* krow = kp + (slot * groups + g) * d;
             float dot = 0;
@@ -87,7 +95,7 @@ absl::Status PagedAttentionCpu(const Tensor& q, const Tensor& k_pool,
           }
           float sum = 0;
           std::fill(acc.begin(), acc.end(), 0.0f);
-          for (int64_t j = 0; j < keys; ++j) {
+          for (int64_t j = first; j < keys; ++j) {
             const float p = std::exp(scores[j] - max_score);
             sum += p;
             const int64_t slot = table[j / bs] * bs + j % bs;
@@ -183,7 +191,8 @@ absl::Status PagedKvWrite(const Tensor& k, const Tensor& v, const Tensor& slots,
 
 absl::Status PagedAttention(const Tensor& q, const Tensor& k_pool,
                             const Tensor& v_pool, const Tensor& block_tables,
-                            const Tensor& positions, Tensor* out) {
+                            const Tensor& positions, Tensor* out,
+                            int64_t window_left) {
   ScopedOpTimer op_timer("PagedAttention");
   const char* op = "PagedAttention";
   MCC_RETURN_IF_ERROR(CheckDefined(op, {{"q", &q},
@@ -223,7 +232,7 @@ absl::Status PagedAttention(const Tensor& q, const Tensor& k_pool,
   }
   if (q.numel() == 0) return absl::OkStatus();
   return PagedAttentionKernels()(q.device(), q, k_pool, v_pool, block_tables,
-                                 positions, out);
+                                 positions, out, window_left);
 }
 
 absl::Status RotaryAtPositions(const Tensor& x, const Tensor& positions,

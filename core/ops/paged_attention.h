@@ -31,12 +31,16 @@ absl::Status PagedKvWrite(const Tensor& k, const Tensor& v, const Tensor& slots,
 // sequence's positions 0 .. positions[r] (int64 [rows]) through its block
 // table block_tables[r] (int32 [rows, max_blocks]; entries past the
 // position's block are not read); head h reads group h / (heads / groups).
+// With a sliding window (window_left >= 0, Mistral's sliding_window - 1)
+// only positions max(0, p - window_left) .. p are read, so table entries
+// of blocks wholly before the window (freed by the engine) are not read.
 // Each row is computed alone in a fixed order (its result does not depend
 // on the other rows). The caller keeps tables within the pool: the CUDA
 // kernel does not check them.
 absl::Status PagedAttention(const Tensor& q, const Tensor& k_pool,
                             const Tensor& v_pool, const Tensor& block_tables,
-                            const Tensor& positions, Tensor* out);
+                            const Tensor& positions, Tensor* out,
+                            int64_t window_left = -1);
 
 // RotaryForward (core/ops/rotary.h) of x [rows, heads, head_dim] (fp32 or
 // bf16; y like x, may be x) with row r at position positions[r] (int64
@@ -49,9 +53,12 @@ using PagedKvWriteKernel = absl::Status (*)(const Tensor& k, const Tensor& v,
                                             const Tensor& slots, Tensor* k_pool,
                                             Tensor* v_pool);
 KernelSlot<PagedKvWriteKernel>& PagedKvWriteKernels();
-using PagedAttentionKernel = absl::Status (*)(
-    const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
-    const Tensor& block_tables, const Tensor& positions, Tensor* out);
+using PagedAttentionKernel = absl::Status (*)(const Tensor& q,
+                                              const Tensor& k_pool,
+                                              const Tensor& v_pool,
+                                              const Tensor& block_tables,
+                                              const Tensor& positions,
+                                              Tensor* out, int64_t window_left);
 KernelSlot<PagedAttentionKernel>& PagedAttentionKernels();
 using RotaryAtPositionsKernel = absl::Status (*)(const Tensor& x,
                                                  const Tensor& positions,

@@ -97,6 +97,51 @@ TEST(PagedAttentionTest, MatchesCachedAttentionOverEachSequence) {
   }
 }
 
+// A sliding window: row (s, p) attends to positions p - window .. p only,
+// as CachedAttention over those keys alone; table entries of blocks wholly
+// before the window (freed by the engine) are never read (here -1).
+TEST(PagedAttentionTest, SlidingWindowReadsOnlyTheWindow) {
+  Fixture f;
+  const int64_t window = 5;
+  const std::vector<std::pair<int, int64_t>> rows = {
+      {0, 6}, {2, 3}, {1, 0}, {2, 9}, {2, 5}};
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const Tensor q = RandomTensor({n, kHeads, kDim}, DType::kFloat32, 7);
+  Tensor tables = f.Tables(rows);
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t first = std::max<int64_t>(0, rows[r].second - window);
+    for (int64_t b = 0; b < first / kBlockSize; ++b) {
+      tables.data<int32_t>()[r * tables.size(1) + b] = -1;
+    }
+  }
+  Tensor out = Tensor::Empty(q.shape(), DType::kFloat32);
+  ASSERT_TRUE(PagedAttention(q, f.k_pool, f.v_pool, tables,
+                             Fixture::Positions(rows), &out, window)
+                  .ok());
+  const int64_t row = kGroups * kDim;
+  for (int64_t r = 0; r < n; ++r) {
+    const auto [s, p] = rows[r];
+    const int64_t first = std::max<int64_t>(0, p - window);
+    const int64_t keys = p - first + 1;
+    Tensor k = Tensor::Empty({1, keys, kGroups, kDim}, DType::kFloat32);
+    Tensor v = Tensor::Empty(k.shape(), DType::kFloat32);
+    std::memcpy(k.data<float>(), f.k_seq[s].data<float>() + first * row,
+                keys * row * sizeof(float));
+    std::memcpy(v.data<float>(), f.v_seq[s].data<float>() + first * row,
+                keys * row * sizeof(float));
+    Tensor qr = *q.Slice(r, r + 1)->Reshape({1, 1, kHeads, kDim});
+    Tensor want = Tensor::Empty(qr.shape(), DType::kFloat32);
+    ASSERT_TRUE(CachedAttention(qr, k, v, keys - 1, &want).ok());
+    ExpectAllNear(out.Slice(r, r + 1)->ToDoubles(), want.ToDoubles(), 1e-6,
+                  1e-5, "row " + std::to_string(r));
+  }
+  // Without the window the freed entries are read, and refused by name.
+  const absl::Status s = PagedAttention(q, f.k_pool, f.v_pool, tables,
+                                        Fixture::Positions(rows), &out);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("block -1"), std::string::npos) << s;
+}
+
 TEST(PagedAttentionTest, ARowIsTheSameBitsAloneOrBatched) {
   Fixture f;
   const std::vector<std::pair<int, int64_t>> rows = {{2, 9}, {0, 4}, {1, 0}};

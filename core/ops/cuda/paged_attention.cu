@@ -40,7 +40,7 @@ cudaError_t PagedAttention(const float* q, const float* k_pool,
                            const int64_t* positions, float* out, int64_t rows,
                            int64_t heads, int64_t groups, int64_t head_dim,
                            int64_t block_size, int64_t max_blocks, float scale,
-                           cudaStream_t stream) {
+                           int64_t window_left, cudaStream_t stream) {
   if (rows * heads == 0 || head_dim == 0) return cudaSuccess;
   if (head_dim > kPagedAttentionMaxHeadDim) return cudaErrorInvalidValue;
   paged::Params p;
@@ -57,6 +57,7 @@ cudaError_t PagedAttention(const float* q, const float* k_pool,
   p.block_size = block_size;
   p.max_blocks = max_blocks;
   p.scale = scale;
+  p.window_left = window_left;
   paged::PagedAttentionKernel<<<static_cast<unsigned int>(rows * heads),
                                 paged::kThreads, paged::kSmemBytes, stream>>>(
       p);

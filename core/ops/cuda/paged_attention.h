@@ -26,14 +26,15 @@ cudaError_t PagedKvWrite(const float* k, const float* v, const int64_t* slots,
 
 // out [rows, heads, d] = softmax(scale q k^T) v of q [rows, heads, d] over
 // the pools [blocks, block_size, groups, d], row r seeing its positions
-// 0 .. positions[r] through tables [rows, max_blocks] (int32, on the
+// 0 .. positions[r] (from max(0, positions[r] - window_left) when
+// window_left >= 0) through tables [rows, max_blocks] (int32, on the
 // device). fp32; deterministic, each row alone.
 cudaError_t PagedAttention(const float* q, const float* k_pool,
                            const float* v_pool, const int32_t* tables,
                            const int64_t* positions, float* out, int64_t rows,
                            int64_t heads, int64_t groups, int64_t head_dim,
                            int64_t block_size, int64_t max_blocks, float scale,
-                           cudaStream_t stream);
+                           int64_t window_left, cudaStream_t stream);
 
 // y = x [args.batch rows, args.heads, args.head_dim] rotated as Rotary
 // (rotary.h) does, row r at positions[r] (on the device) instead of

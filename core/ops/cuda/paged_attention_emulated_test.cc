@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -37,13 +38,17 @@ Tensor Random(const Shape& shape, uint32_t seed) {
 
 TEST(PagedAttentionEmulatedTest, MatchesTheCpuKernel) {
   struct Case {
-    int64_t heads, groups, d, block_size;
+    int64_t heads, groups, d, block_size, window_left;
   };
   for (const Case& c :
-       {Case{4, 2, 40, 4}, Case{2, 2, 64, 16}, Case{8, 1, 16, 3}}) {
+       {Case{4, 2, 40, 4, -1}, Case{2, 2, 64, 16, -1}, Case{8, 1, 16, 3, -1},
+        Case{4, 2, 40, 4, 6}, Case{8, 1, 16, 3, 0}}) {
     SCOPED_TRACE(::testing::Message()
                  << "heads " << c.heads << " groups " << c.groups << " d "
-                 << c.d << " block " << c.block_size);
+                 << c.d << " block " << c.block_size << " window "
+                 << c.window_left);
+    // Block 16 of the pool holds NaNs: the table entries of blocks wholly
+    // before a row's window point there, so reading one spoils the row.
     const int64_t blocks = 16, max_blocks = 8;
     const std::vector<int64_t> pos = {0, 13, 5, 20};
     const int64_t rows = static_cast<int64_t>(pos.size());
@@ -56,15 +61,29 @@ TEST(PagedAttentionEmulatedTest, MatchesTheCpuKernel) {
         t[r * max_blocks + b] = order[(r * 3 + b) % blocks];
       }
     }
+    if (c.window_left >= 0) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t first = std::max<int64_t>(0, pos[r] - c.window_left);
+        for (int64_t b = 0; b < first / c.block_size; ++b) {
+          t[r * max_blocks + b] = blocks;
+        }
+      }
+    }
     const Tensor tables =
         *Tensor::FromInts(t, {rows, max_blocks}, DType::kInt32);
     const Tensor positions = *Tensor::FromInts(pos, {rows});
     const Tensor q = Random({rows, c.heads, c.d}, 1);
-    const Tensor k = Random({blocks, c.block_size, c.groups, c.d}, 2);
-    const Tensor v = Random(k.shape(), 3);
+    Tensor k = Random({blocks + 1, c.block_size, c.groups, c.d}, 2);
+    Tensor v = Random(k.shape(), 3);
+    const int64_t block_elems = c.block_size * c.groups * c.d;
+    for (Tensor* pool : {&k, &v}) {
+      std::fill_n(pool->data<float>() + blocks * block_elems, block_elems,
+                  std::numeric_limits<float>::quiet_NaN());
+    }
     Tensor want = Tensor::Empty(q.shape(), DType::kFloat32);
     Tensor got = Tensor::Zeros(q.shape(), DType::kFloat32);
-    ASSERT_TRUE(PagedAttention(q, k, v, tables, positions, &want).ok());
+    ASSERT_TRUE(
+        PagedAttention(q, k, v, tables, positions, &want, c.window_left).ok());
     paged::Params p;
     p.q = q.data<float>();
     p.k = k.data<float>();
@@ -79,6 +98,7 @@ TEST(PagedAttentionEmulatedTest, MatchesTheCpuKernel) {
     p.block_size = c.block_size;
     p.max_blocks = max_blocks;
     p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+    p.window_left = c.window_left;
     Emulator::Launch(Dim3{static_cast<unsigned int>(rows * c.heads), 1, 1},
                      paged::kThreads, paged::kSmemBytes,
                      [&] { paged::PagedAttentionKernel(p); });

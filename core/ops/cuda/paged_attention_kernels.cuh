@@ -39,6 +39,7 @@ struct Params {
   int64_t rows = 0, heads = 0, groups = 0, d = 0;
   int64_t block_size = 0, max_blocks = 0;
   float scale = 1.0f;
+  int64_t window_left = -1;  // >= 0: keys p - window_left .. p only.
 };
 
 constexpr int kThreads = 256;
@@ -55,6 +56,9 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(Params p) {
   const int64_t h = t % p.heads, r = t / p.heads;
   const int64_t g = h / (p.heads / p.groups);
   const int64_t keys = p.positions[r] + 1;
+  const int64_t first = p.window_left >= 0 && keys - 1 - p.window_left > 0
+                            ? keys - 1 - p.window_left
+                            : 0;
   const int32_t* table = p.tables + r * p.max_blocks;
   const int d = static_cast<int>(p.d);
   float qv[kPerLane], acc[kPerLane];
@@ -65,7 +69,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(Params p) {
     acc[i] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  for (int64_t j = warp; j < keys; j += kWarps) {
+  for (int64_t j = first + warp; j < keys; j += kWarps) {
     const int64_t slot =
         static_cast<int64_t>(table[j / p.block_size]) * p.block_size +
         j % p.block_size;

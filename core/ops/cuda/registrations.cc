@@ -795,7 +795,8 @@ absl::Status PagedKvWriteCuda(const Tensor& k, const Tensor& v,
 absl::Status PagedAttentionCuda(const Tensor& q, const Tensor& k_pool,
                                 const Tensor& v_pool,
                                 const Tensor& block_tables,
-                                const Tensor& positions, Tensor* out) {
+                                const Tensor& positions, Tensor* out,
+                                int64_t window_left) {
   KernelScope s("PagedAttention", q);
   MCC_RETURN_IF_ERROR(s.status());
   const int64_t d = q.size(2);
@@ -811,7 +812,7 @@ absl::Status PagedAttentionCuda(const Tensor& q, const Tensor& k_pool,
                         static_cast<const int32_t*>(In(block_tables)),
                         static_cast<const int64_t*>(In(positions)), F32(out),
                         q.size(0), q.size(1), k_pool.size(2), d, k_pool.size(1),
-                        block_tables.size(1), scale, s.stream()));
+                        block_tables.size(1), scale, window_left, s.stream()));
 }
 
 absl::Status RotaryAtPositionsCuda(const Tensor& x, const Tensor& positions,
