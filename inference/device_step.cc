@@ -15,6 +15,8 @@
 #include "core/ops/embedding.h"
 #include "core/ops/gemm.h"
 #include "core/ops/layout.h"
+#include "core/ops/moe_permute.h"
+#include "core/ops/moe_router.h"
 #include "core/ops/norm.h"
 #include "core/ops/paged_attention.h"
 #include "core/status_macros.h"
@@ -83,6 +85,21 @@ int64_t DeviceWeightBytes(const InferenceWeights& w, DType dtype) {
     }
     for (const NormWeights* n : {&lw.ln1, &lw.ln2, &lw.q_norm, &lw.k_norm}) {
       bytes += NormBytes(*n);
+    }
+    if (lw.is_moe()) {
+      const MoeWeights& m = lw.moe;
+      bytes +=
+          static_cast<int64_t>(m.router_weight.size() + m.expert_bias.size() +
+                               m.shared_gate.size()) *
+          4;
+      std::vector<const LinearWeights*> experts = {&m.shared_fc1,
+                                                   &m.shared_fc2};
+      for (const LinearWeights& e : m.fc1) experts.push_back(&e);
+      for (const LinearWeights& e : m.fc2) experts.push_back(&e);
+      for (const LinearWeights* lin : experts) {
+        bytes +=
+            Elements(*lin) * size + static_cast<int64_t>(lin->bias.size()) * 4;
+      }
     }
   }
   bytes +=
@@ -224,10 +241,17 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
     }
   }
   for (const LayerWeights& lw : w.layers) {
-    if (lw.is_moe()) {
+    if (lw.is_moe() && (w.tp_size > 1 || seed != nullptr)) {
       return absl::UnimplementedError(
-          "MoE layers (--num-experts) run on the CPU engine only so far: use "
+          "MoE layers (--num-experts) on a device run at "
+          "--tensor-model-parallel-size 1 from a checkpoint so far: use "
           "--device cpu");
+    }
+    if (lw.is_moe() && !options.graph_batch_sizes.empty()) {
+      // Each MoE layer reads its experts' row counts back to the host.
+      return absl::UnimplementedError(
+          "decode graphs (--cuda-graph) of MoE layers are not built: drop "
+          "--cuda-graph");
     }
     if (!lw.qkv.q.empty()) {
       return absl::UnimplementedError(
@@ -293,6 +317,27 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
     MCC_ASSIGN_OR_RETURN(l.proj, linear(lw.proj));
     MCC_ASSIGN_OR_RETURN(l.fc1, linear(lw.fc1));
     MCC_ASSIGN_OR_RETURN(l.fc2, linear(lw.fc2));
+    if (lw.is_moe()) {
+      const MoeWeights& m = lw.moe;
+      const int64_t e = static_cast<int64_t>(m.fc1.size());
+      l.moe.router = m.router;
+      // Router and gate in fp32, as the training model's router GEMM.
+      MCC_ASSIGN_OR_RETURN(
+          l.moe.router_gate.weight,
+          Upload(m.router_weight, {e, h}, DType::kFloat32, dev));
+      MCC_ASSIGN_OR_RETURN(l.moe.expert_bias,
+                           Upload(m.expert_bias, {e}, DType::kFloat32, dev));
+      for (int64_t x = 0; x < e; ++x) {
+        MCC_ASSIGN_OR_RETURN(l.moe.fc1.emplace_back(), linear(m.fc1[x]));
+        MCC_ASSIGN_OR_RETURN(l.moe.fc2.emplace_back(), linear(m.fc2[x]));
+      }
+      if (m.shared_fc1.out > 0) {
+        MCC_ASSIGN_OR_RETURN(l.moe.shared_fc1, linear(m.shared_fc1));
+        MCC_ASSIGN_OR_RETURN(l.moe.shared_fc2, linear(m.shared_fc2));
+      }
+      MCC_ASSIGN_OR_RETURN(l.moe.shared_gate.weight,
+                           Upload(m.shared_gate, {1, h}, DType::kFloat32, dev));
+    }
   }
   MCC_ASSIGN_OR_RETURN(step->word_embeddings_,
                        matrix(w.word_embeddings, w.vocab_rows, h));
@@ -430,15 +475,94 @@ absl::Status DeviceStep::RunLayer(int i, const Tensor& positions,
   MCC_RETURN_IF_ERROR(RowParallelGemm(ctx, l.proj, &attn));
   MCC_RETURN_IF_ERROR(ops::Add(*x, attn, x));
   MCC_RETURN_IF_ERROR(ApplyNorm(l.ln2, *x, &ln));
-  const int64_t f1 = l.fc1.weight.size(0);
-  Tensor fc1 = Empty({n, f1}, DType::kFloat32, dev);
-  MCC_RETURN_IF_ERROR(Gemm(ln, l.fc1, &fc1));
-  const bool swiglu = config_.activation == gpt::Activation::kSwiGLU;
-  Tensor act = Empty({n, swiglu ? f1 / 2 : f1}, wt, dev);
-  MCC_RETURN_IF_ERROR(swiglu ? ops::SwiGLU(fc1, &act) : ops::Gelu(fc1, &act));
   Tensor mlp = Empty({n, h}, DType::kFloat32, dev);
-  MCC_RETURN_IF_ERROR(RowParallelGemm(act, l.fc2, &mlp));
+  MCC_RETURN_IF_ERROR(!l.moe.fc1.empty() ? MoeMlp(l.moe, ln, &mlp)
+                                         : Mlp(l.fc1, l.fc2, ln, &mlp));
   return ops::Add(*x, mlp, x);
+}
+
+absl::Status DeviceStep::Mlp(const Linear& fc1, const Linear& fc2,
+                             const Tensor& x, Tensor* y) const {
+  const Device dev = options_.device;
+  const int64_t n = x.size(0), f1 = fc1.weight.size(0);
+  Tensor h1 = Empty({n, f1}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(Gemm(x, fc1, &h1));
+  const bool swiglu = config_.activation == gpt::Activation::kSwiGLU;
+  Tensor act = Empty({n, swiglu ? f1 / 2 : f1}, options_.dtype, dev);
+  MCC_RETURN_IF_ERROR(swiglu ? ops::SwiGLU(h1, &act) : ops::Gelu(h1, &act));
+  return RowParallelGemm(act, fc2, y);
+}
+
+absl::Status DeviceStep::MoeMlp(const Moe& moe, const Tensor& ln,
+                                Tensor* y) const {
+  // The CPU engine's MoE (model_runner.cc) with the training model's ops:
+  // route in fp32, copy each token to its k experts grouped by expert, run
+  // each expert over its rows, and sum the k outputs per token in choice
+  // order with their weights; the shared expert (gated) is added last.
+  const Device dev = options_.device;
+  const int64_t n = ln.size(0), h = config_.hidden_size;
+  const int64_t e = static_cast<int64_t>(moe.fc1.size()), k = moe.router.topk;
+  Tensor ln32 = ln;
+  if (ln.dtype() != DType::kFloat32) {
+    ln32 = Empty(ln.shape(), DType::kFloat32, dev);
+    MCC_RETURN_IF_ERROR(ops::Convert(ln, &ln32));
+  }
+  Tensor logits = Empty({n, e}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(Gemm(ln32, moe.router_gate, &logits));
+  Tensor scores = Empty({n, e}, DType::kFloat32, dev);
+  Tensor indices = Empty({n, k}, DType::kInt32, dev);
+  Tensor weights = Empty({n, k}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(ops::MoeRouterForward(
+      logits, moe.expert_bias.defined() ? &moe.expert_bias : nullptr,
+      moe.router, &scores, &indices, &weights));
+  Tensor row_to_slot = Empty({n * k}, DType::kInt32, dev);
+  Tensor slot_to_row = Empty({n * k}, DType::kInt32, dev);
+  Tensor counts = Empty({e}, DType::kInt64, dev);
+  MCC_RETURN_IF_ERROR(
+      ops::MoeSortTokens(indices, e, &row_to_slot, &slot_to_row, &counts));
+  Tensor permuted = Empty({n * k, h}, ln.dtype(), dev);
+  MCC_RETURN_IF_ERROR(ops::MoePermute(ln, row_to_slot, &permuted));
+  // The experts' row counts on the host (one small copy a layer): each
+  // expert's GEMMs take its rows.
+  MCC_ASSIGN_OR_RETURN(Tensor host_counts, counts.To(Device::CPU()));
+  Tensor expert_out = Empty({n * k, h}, DType::kFloat32, dev);
+  int64_t first = 0;
+  for (int64_t x = 0; x < e; ++x) {
+    const int64_t rows = host_counts.data<int64_t>()[x];
+    if (rows == 0) continue;
+    MCC_ASSIGN_OR_RETURN(Tensor in, permuted.Slice(first, first + rows));
+    MCC_ASSIGN_OR_RETURN(Tensor out, expert_out.Slice(first, first + rows));
+    MCC_RETURN_IF_ERROR(Mlp(moe.fc1[x], moe.fc2[x], in, &out));
+    first += rows;
+  }
+  MCC_RETURN_IF_ERROR(ops::MoeUnpermute(expert_out, slot_to_row, &weights, y));
+  if (!moe.shared_fc1.weight.defined()) return absl::OkStatus();
+  Tensor shared = Empty({n, h}, DType::kFloat32, dev);
+  MCC_RETURN_IF_ERROR(Mlp(moe.shared_fc1, moe.shared_fc2, ln, &shared));
+  if (moe.shared_gate.weight.defined()) {
+    // gate = sigmoid(x . w_g): the router's sigmoid score of one expert,
+    // unnormalised, scales the shared expert's rows (an unpermute of k 1).
+    Tensor gate_logit = Empty({n, 1}, DType::kFloat32, dev);
+    MCC_RETURN_IF_ERROR(Gemm(ln32, moe.shared_gate, &gate_logit));
+    ops::MoeRouterOptions sigmoid;
+    sigmoid.topk = 1;
+    sigmoid.score_function = ops::MoeScoreFunction::kSigmoid;
+    sigmoid.normalize_topk = false;
+    Tensor gate_score = Empty({n, 1}, DType::kFloat32, dev);
+    Tensor gate_index = Empty({n, 1}, DType::kInt32, dev);
+    Tensor gate = Empty({n, 1}, DType::kFloat32, dev);
+    MCC_RETURN_IF_ERROR(ops::MoeRouterForward(gate_logit, nullptr, sigmoid,
+                                              &gate_score, &gate_index, &gate));
+    std::vector<int64_t> identity(n);
+    for (int64_t r = 0; r < n; ++r) identity[r] = r;
+    MCC_ASSIGN_OR_RETURN(Tensor rows_host,
+                         Tensor::FromInts(identity, {n}, DType::kInt32));
+    MCC_ASSIGN_OR_RETURN(Tensor rows, rows_host.To(dev));
+    Tensor gated = Empty({n, h}, DType::kFloat32, dev);
+    MCC_RETURN_IF_ERROR(ops::MoeUnpermute(shared, rows, &gate, &gated));
+    shared = gated;
+  }
+  return ops::Add(*y, shared, y);
 }
 
 int64_t DeviceStep::GraphBatchFor(const StepRows& rows) const {

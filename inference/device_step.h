@@ -33,6 +33,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/graph_capture.h"
+#include "core/ops/moe_router.h"
 #include "core/tensor.h"
 #include "inference/inference_weights.h"
 #include "inference/model_runner.h"
@@ -127,9 +128,20 @@ class DeviceStep {
   struct Norm {
     Tensor weight, bias;  // fp32; bias undefined for RMSNorm
   };
+  // An MoE layer's weights (router and expert bias fp32, experts in
+  // options.dtype): empty experts for a dense layer.
+  struct Moe {
+    ops::MoeRouterOptions router;
+    Linear router_gate;  // [experts, hidden] fp32
+    Tensor expert_bias;  // [experts] fp32, or undefined
+    std::vector<Linear> fc1, fc2;
+    Linear shared_fc1, shared_fc2;  // undefined weight: no shared expert
+    Linear shared_gate;             // [1, hidden] fp32, or undefined
+  };
   struct Layer {
     Norm ln1, ln2, q_norm, k_norm;
     Linear qkv, proj, fc1, fc2;
+    Moe moe;
   };
 
   DeviceStep() = default;
@@ -156,6 +168,11 @@ class DeviceStep {
                                   const Tensor& tables);
   absl::Status RunLayer(int i, const Tensor& positions, const Tensor& slots,
                         const Tensor& tables, Tensor* x);
+  // The MoE MLP of ln [n, hidden] into y [n, hidden] fp32.
+  absl::Status MoeMlp(const Moe& moe, const Tensor& ln, Tensor* y) const;
+  // fc2(act(fc1(x))) [rows, hidden] fp32.
+  absl::Status Mlp(const Linear& fc1, const Linear& fc2, const Tensor& x,
+                   Tensor* y) const;
 
   DeviceStepOptions options_;
   gpt::GPTConfig config_;

@@ -64,6 +64,18 @@ std::vector<std::pair<std::string, gpt::GPTConfig>> Variants() {
   gpt::GPTConfig mistral = llama;
   mistral.window_left = 5;
   v.push_back({"mistral_sliding_window", mistral});
+  // Qwen2-MoE-like: 4 experts, top-2, a gated shared expert, expert bias,
+  // a dense first layer.
+  gpt::GPTConfig moe = llama;
+  moe.num_experts = 4;
+  moe.moe_router_topk = 2;
+  moe.moe_ffn_hidden_size = 48;
+  moe.moe_layer_freq = "[0,1]";
+  moe.moe_shared_expert_intermediate_size = 32;
+  moe.moe_shared_expert_gate = true;
+  moe.moe_router_enable_expert_bias = true;
+  moe.moe_router_score_function = ops::MoeScoreFunction::kSigmoid;
+  v.push_back({"qwen_moe_shared_gate", moe});
   return v;
 }
 
@@ -266,11 +278,16 @@ TEST(DeviceStepTest, GreedyTokensEqualTheCpuEngines) {
 }
 
 TEST(DeviceStepTest, BatchInvariantModeGivesTheSameBitsBatchedOrAlone) {
-  const gpt::GPTConfig config = Variants()[2].second;
-  const std::vector<GenerationRequest> requests =
-      GreedyRequests(5, config.vocab_size);
-  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
-    SCOPED_TRACE(DTypeName(dtype));
+  // The Llama-like model in both dtypes, the MoE one in bf16 (its experts'
+  // row counts change with the batch).
+  for (const auto& [config, dtype] :
+       {std::pair{Variants()[2].second, DType::kFloat32},
+        std::pair{Variants()[2].second, DType::kBFloat16},
+        std::pair{Variants()[5].second, DType::kBFloat16}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << DTypeName(dtype) << " experts " << config.num_experts);
+    const std::vector<GenerationRequest> requests =
+        GreedyRequests(5, config.vocab_size);
     const DeviceStepOptions o = TestDevice(dtype, /*batch_invariant=*/true);
     auto batched = MakeEngine(config, &o, 8);
     ASSERT_TRUE(batched.ok()) << batched.status();
