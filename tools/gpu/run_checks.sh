@@ -42,7 +42,7 @@
 # device tool does), else BUNDLE/out. It receives, as the run goes:
 #   run.log      everything printed
 #   summary.tsv  one line per section as it ends: section, state (ok,
-#                failed, timeout, skipped, not-run), seconds, detail
+#                failed, timeout, skipped, not-run, not-chosen), seconds, detail
 #   logs.tgz     every log (BUNDLE/logs), rewritten after each section and
 #                on exit, also when the run is killed with TERM or INT
 # The last line printed (and the last of run.log) is the summary:
@@ -54,6 +54,13 @@
 # any binary that sees no CUDA device die saying why, a skipped GPU test is
 # a failure and a section that skips is a failure. Without one (CI's
 # rehearsal, tools/gpu/run_checks_test.sh) tests skip, saying so.
+#
+# --sections a,b,...: run only those sections (preflight always runs; the
+# others are recorded not-chosen, which is not a failure), in the script's
+# order. The sections: kernels parity_fp32 moe_parity moe_gemm parity_gpt2
+# parity_offload gpt2_throughput pytorch_peer bench parity_bf16 cuda_graph
+# offload nccl multi_rank serve_8b. Their default budgets add up to more
+# than the run's, so one call on the device picks what it needs most.
 #
 # Time: RUN_CHECKS_BUDGET (default 420 s) for the whole run, so that a rerun
 # fits the device tool's 15 minutes; each section has its own budget
@@ -75,6 +82,7 @@ dir="gpu_bundle"
 out="${OUT:-}"
 full_bench=0
 expect_gpu=""
+sections=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) out="$2"; shift ;;
@@ -82,6 +90,8 @@ while [[ $# -gt 0 ]]; do
     --full-bench) full_bench=1 ;;
     --quick) ;;  # The default now; kept for old command lines.
     --expect-gpu) expect_gpu=1 ;;
+    --sections) sections="$2"; shift ;;
+    --sections=*) sections="${1#--sections=}" ;;
     --no-expect-gpu) expect_gpu=0 ;;
     *) dir="$1" ;;
   esac
@@ -198,6 +208,13 @@ section_seconds() {
   ((want < 0)) && want=0
   echo "${want}"
 }
+# unchosen NAME: true (and the section recorded "not-chosen", not a
+# failure) when --sections names others only.
+unchosen() {
+  [[ -z "${sections}" || ",${sections}," == *",$1,"* ]] && return 1
+  record "$1" not-chosen 0 "not in --sections"
+  return 0
+}
 # capped SECONDS DEADLINE: SECONDS cut to DEADLINE (epoch seconds).
 capped() {
   local left=$(($2 - $(date +%s)))
@@ -227,6 +244,7 @@ fi
 # one rerun for diagnosis; records the section.
 run_tests() {
   local name="$1" section_deadline t exe log rc n_skip passed=0 bad=0 detail=()
+  unchosen "${name}" && return
   section_deadline=$(($(date +%s) + $(section_seconds "$1" "$2")))
   shift 2
   local start=${SECONDS}
@@ -303,6 +321,7 @@ run_tests kernels 150 "${kernel_tests[@]}"
 # train_section NAME DEFAULT_BUDGET SCRIPT PREFIX [VAR=VALUE...]
 train_section() {
   local name="$1" seconds script="${scripts}/$3" prefix="$4" line state rc
+  unchosen "${name}" && return
   seconds="$(section_seconds "$1" "$2")"
   shift 4
   local start=${SECONDS}
@@ -339,6 +358,7 @@ train_section moe_parity 25 check_train_parity.sh "TRAIN PARITY" PARITY_PRECISIO
   PARITY_MODEL_FLAGS="--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-shared-expert-intermediate-size 64 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3 --moe-router-enable-expert-bias --disable-bias-linear"
 moe_gemm_section() {
   local seconds start=${SECONDS} exe="${bin}/core/ops/cuda/grouped_gemm_bench" rc state line
+  unchosen moe_gemm && return
   seconds="$(section_seconds moe_gemm 15)"
   if ((seconds < 2)); then
     record moe_gemm not-run 0 "the run's budget is spent"
@@ -383,6 +403,7 @@ train_section gpt2_throughput 75 check_gpt2_throughput.sh "GPT2 THROUGHPUT"
 # train's tokens/s over the fastest of them.
 peer_section() {
   local seconds start=${SECONDS} python mbs ours line state rc best ratio=""
+  unchosen pytorch_peer && return
   seconds="$(section_seconds pytorch_peer 80)"
   python="${GPU_CHECK_PYTHON:-/opt/torch/.venv/bin/python3}"
   [[ -x "${python}" ]] || python="$(command -v python3)"
@@ -422,6 +443,7 @@ peer_section
 # --- bench: the kernels' speed and the GEMM peak the MFU is taken against.
 bench_section() {
   local seconds start=${SECONDS} exe="${bin}/core/ops/cuda/bench" rc state args=()
+  unchosen bench && return
   # By default the short bench (5 iterations, no GEMM sweep; the bf16 GEMM
   # peak and the attention rows stay) to fit the run's budget;
   # --full-bench runs all of it with a budget of its own.

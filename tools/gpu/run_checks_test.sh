@@ -104,6 +104,20 @@ fi
 grep -q 'libcudart.so.13 *.*/gpu_bundle/lib/libcudart.so.13' "${work}/rehearsal.txt" &&
   pass "preflight prints resolved libraries" || fail "preflight did not print libcudart's file"
 
+# --- --sections runs only the named sections; the others are not-chosen,
+# which is not a failure.
+"${scripts}/run_checks.sh" --no-expect-gpu --sections moe_gemm,parity_offload \
+  --out "${work}/out_sections" "${bundle}" >"${work}/sections.txt" 2>&1
+rc=$?
+chosen="$(cut -f1,2 "${work}/out_sections/summary.tsv" | tr '\t\n' ' ;')"
+want_chosen="section state;preflight ok;kernels not-chosen;parity_fp32 not-chosen;moe_parity not-chosen;moe_gemm skipped;parity_gpt2 not-chosen;parity_offload ok;gpt2_throughput not-chosen;pytorch_peer not-chosen;bench not-chosen;parity_bf16 not-chosen;cuda_graph not-chosen;offload not-chosen;nccl not-chosen;multi_rank not-chosen;serve_8b not-chosen;run ok;"
+if [[ ${rc} -eq 0 && "${chosen}" == "${want_chosen}" ]]; then
+  pass "--sections runs the chosen sections only"
+else
+  fail "--sections: rc ${rc}; sections: ${chosen}"
+  cat "${work}/sections.txt"
+fi
+
 # --- a hung test is killed and the next one runs; a spent budget fails.
 mkdir -p "${bundle}/bin/hang"
 printf '#!/bin/sh\ntrap "" TERM\nsleep 600\n' >"${bundle}/bin/hang/hang_test"
