@@ -155,6 +155,61 @@ std::optional<ShardedTensorRef> ParameterRef(const std::string& name,
   return ref;
 }
 
+absl::StatusOr<std::vector<ShardedTensorRef>> ParameterRefs(
+    const std::string& name, const Parameter& p, const Tensor& local) {
+  std::vector<ShardedTensorRef> refs;
+  if (!p.expert_parallel || p.expert_tensor_count <= 1) {
+    if (auto ref = ParameterRef(name, p, local)) refs.push_back(*ref);
+    return refs;
+  }
+  // An expert weight sliced over ETP: the EP box (dimension 0), and along
+  // expert_tensor_dim this rank's piece of each of the blocks.
+  const int d = p.expert_tensor_dim;
+  const int blocks = p.expert_tensor_blocks;
+  const int q = p.expert_tensor_rank;
+  const int count = p.expert_tensor_count;
+  const Shape& global = p.global_shape;
+  if (d < 1 || d >= static_cast<int>(global.size()) ||
+      local.dim() != static_cast<int>(global.size()) || blocks < 1 || q < 0 ||
+      q >= count || global[d] % (int64_t{blocks} * count) != 0 ||
+      local.size(d) * count != global[d] ||
+      (p.partition_dim >= 0 && p.partition_dim != 0)) {
+    return absl::InternalError(absl::StrCat(
+        name, ": expert tensor slice (dimension ", d, ", rank ", q, " of ",
+        count, ", ", blocks, " blocks) of local ", local.ShapeString(),
+        " does not fit global ", ShapeToString(global)));
+  }
+  const int64_t block = global[d] / blocks;  // f rows (or columns)
+  const int64_t piece = block / count;       // this rank's share of each
+  Shape offsets(global.size(), 0);
+  if (p.partition_dim == 0) offsets[0] = p.partition_rank * local.size(0);
+  if (blocks == 1) {
+    offsets[d] = q * piece;
+    refs.push_back(ShardedTensorRef{name, global, offsets, local});
+    return refs;
+  }
+  // Two or more blocks (SwiGLU's gate and up): each expert's piece of a
+  // block is contiguous only when the blocks split dimension 1, so one box
+  // per (expert, block), each a view of the local tensor.
+  if (d != 1) {
+    return absl::InternalError(
+        absl::StrCat(name, ": expert tensor blocks split along dimension ", d,
+                     "; only dimension 1 is built"));
+  }
+  Shape rows = local.shape();
+  rows[0] *= blocks;
+  rows[1] = piece;
+  MCC_ASSIGN_OR_RETURN(Tensor by_block, local.Reshape(rows));
+  for (int64_t i = 0; i < rows[0]; ++i) {
+    Shape at = offsets;
+    at[0] += i / blocks;
+    at[1] = (i % blocks) * block + q * piece;
+    MCC_ASSIGN_OR_RETURN(Tensor view, by_block.Slice(i, i + 1));
+    refs.push_back(ShardedTensorRef{name, global, at, view});
+  }
+  return refs;
+}
+
 absl::Status LoadParameterRef(CheckpointReader& reader,
                               const ShardedTensorRef& ref, bool vocab_padded) {
   MCC_ASSIGN_OR_RETURN(const checkpoint::TensorRecord* t,
@@ -188,9 +243,11 @@ absl::Status LoadParameterRef(CheckpointReader& reader,
 absl::Status LoadParameters(CheckpointReader& reader,
                             const ParameterList& params) {
   for (const auto& p : params) {
-    std::optional<ShardedTensorRef> ref = ParameterRef(p->name, *p, p->value);
-    if (!ref.has_value()) continue;
-    MCC_RETURN_IF_ERROR(LoadParameterRef(reader, *ref, p->unpadded_rows >= 0));
+    MCC_ASSIGN_OR_RETURN(std::vector<ShardedTensorRef> refs,
+                         ParameterRefs(p->name, *p, p->value));
+    for (const ShardedTensorRef& ref : refs) {
+      MCC_RETURN_IF_ERROR(LoadParameterRef(reader, ref, p->unpadded_rows >= 0));
+    }
   }
   return absl::OkStatus();
 }
@@ -207,8 +264,9 @@ absl::Status SaveTrainingCheckpoint(const std::string& dir, const Job& job,
   const std::vector<std::string> states = StateNames(optimizer);
   for (const auto& p : job.model->parameters()) {
     // A rank holding only vocabulary padding saves nothing of this tensor.
-    const bool holds_rows = ParameterRef(p->name, *p, p->value).has_value();
-    if (holds_rows) refs.push_back(*ParameterRef(p->name, *p, p->value));
+    MCC_ASSIGN_OR_RETURN(std::vector<ShardedTensorRef> mine,
+                         ParameterRefs(p->name, *p, p->value));
+    refs.insert(refs.end(), mine.begin(), mine.end());
     for (const std::string& state : states) {
       auto it = index.find({p.get(), state});
       // Collective over DP: every rank gathers, whether it saves or not.
@@ -216,10 +274,10 @@ absl::Status SaveTrainingCheckpoint(const std::string& dir, const Job& job,
           Tensor whole,
           WholeLocalState(job, optimizer, *p, state,
                           it == index.end() ? nullptr : &it->second));
-      if (holds_rows) {
-        refs.push_back(*ParameterRef(
-            absl::StrCat("optimizer.", state, ".", p->name), *p, whole));
-      }
+      MCC_ASSIGN_OR_RETURN(
+          mine, ParameterRefs(absl::StrCat("optimizer.", state, ".", p->name),
+                              *p, whole));
+      refs.insert(refs.end(), mine.begin(), mine.end());
     }
   }
   // Buffers (the routers' expert biases): replicated, no optimizer state.
@@ -328,9 +386,11 @@ absl::Status LoadOptimizerCheckpoint(const std::string& dir, const Job& job,
       }
       // Zeros: the vocabulary padding's state is not stored.
       Tensor whole = Tensor::Zeros(p->value.shape(), DType::kFloat32);
-      if (auto ref = ParameterRef(name, *p, whole)) {
+      MCC_ASSIGN_OR_RETURN(std::vector<ShardedTensorRef> refs,
+                           ParameterRefs(name, *p, whole));
+      for (const ShardedTensorRef& ref : refs) {
         MCC_RETURN_IF_ERROR(
-            LoadParameterRef(*reader, *ref, p->unpadded_rows >= 0));
+            LoadParameterRef(*reader, ref, p->unpadded_rows >= 0));
       }
       MCC_ASSIGN_OR_RETURN(Tensor flat, whole.Reshape({-1}));
       MCC_ASSIGN_OR_RETURN(Tensor piece,

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "checkpoint/async_saver.h"
@@ -33,6 +34,17 @@ struct TrainingProgress {
 std::optional<ShardedTensorRef> ParameterRef(const std::string& name,
                                              const Parameter& p,
                                              const Tensor& local);
+
+// Every box a parameter's local tensor holds: ParameterRef's (none when
+// the rank holds only padding rows) or, for an expert weight sliced over
+// expert tensor parallelism, its pieces of the full [E, ...] tensor, which
+// holds every expert whole so that any EP/ETP layout loads it. SwiGLU's fc1
+// [E, 2f, h] keeps gate and up stacked (as Hugging Face import and the
+// inference engine read it), so its ETP piece is one box per local expert
+// and block, rows [b f + q f / ETP, b f + (q + 1) f / ETP) of block b, each
+// a view of the local tensor.
+absl::StatusOr<std::vector<ShardedTensorRef>> ParameterRefs(
+    const std::string& name, const Parameter& p, const Tensor& local);
 
 // Reads ref's box. With vocab_padded, also from checkpoints written before
 // the padding left the model (their vocabulary tensors hold the padded
