@@ -76,12 +76,6 @@ absl::Status MoeFromConfig(const TrainConfig& config, gpt::GPTConfig* c) {
         "--num-experts with --fp16: the MoE layer runs in fp32 or bf16 "
         "(give --bf16)");
   }
-  if (config.context_parallel_size() > 1 && c->moe_expert_capacity_factor > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--moe-expert-capacity-factor with --context-parallel-size ",
-        config.context_parallel_size(),
-        ": token dropping is not built for context parallelism"));
-  }
   if (c->moe_router_bias_update_rate < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--moe-router-bias-update-rate (",

@@ -45,6 +45,7 @@ struct Case {
   bool recompute = false;
   int tp = 1;
   double capacity_factor = 0;  // 0: dropless.
+  std::string drop_policy = "probs";
   int cp = 1;
   parallel::LayerContext::CpCommType cp_comm =
       parallel::LayerContext::CpCommType::kP2P;
@@ -102,6 +103,18 @@ std::vector<Case> Cases() {
   Case cp2_aux{"cp2_aux", 2};
   cp2_aux.cp = 2;
   v.push_back(cp2_aux);
+  // Token dropping under CP: over the whole micro-batch the CP ranks share,
+  // in the serial token order (not Megatron's per-rank drop).
+  Case cp2_capacity{"cp2_capacity", 2};
+  cp2_capacity.cp = 2;
+  cp2_capacity.capacity_factor = 1.0;
+  v.push_back(cp2_capacity);
+  Case cp2_position{"cp2_a2a_capacity_position", 2};
+  cp2_position.cp = 2;
+  cp2_position.cp_comm = parallel::LayerContext::CpCommType::kAllToAll;
+  cp2_position.capacity_factor = 1.0;
+  cp2_position.drop_policy = "position";
+  v.push_back(cp2_position);
   // Expert parallelism: experts split over EP ranks (tokens dispatched),
   // their gradients reduced over the expert-data-parallel group only.
   v.push_back(Expert("ep2", 2, 2));
@@ -159,6 +172,7 @@ TrainOptions Options(const Case& c) {
   m.moe_router_enable_expert_bias = true;
   m.moe_router_bias_update_rate = 1e-2;
   m.moe_expert_capacity_factor = c.capacity_factor;
+  m.moe_token_drop_policy = c.drop_policy;
   m.moe_router_load_balancing_type = c.balancing;
   if (c.recompute) {
     m.recompute_granularity = gpt::RecomputeGranularity::kFull;
@@ -214,6 +228,7 @@ TrainResult Serial(const Case& c) {
   Case serial;
   serial.recompute = c.recompute;
   serial.capacity_factor = c.capacity_factor;
+  serial.drop_policy = c.drop_policy;
   serial.balancing = c.balancing;
   serial.bf16 = c.bf16;
   TrainOptions o = Options(serial);

@@ -243,15 +243,6 @@ void TransformerLayer::AppendParameters(ParameterList* out) const {
 absl::StatusOr<std::unique_ptr<moe::MoeMlp>> TransformerLayer::CreateMoe(
     const std::string& prefix, int layer_number, const GPTConfig& config,
     const parallel::LayerContext& context) {
-  if (GroupSize(context.cp_group) > 1 &&
-      config.moe_expert_capacity_factor > 0) {
-    // Each rank would drop over its own part of the sequences (Megatron's
-    // choice), not over the micro-batch as the serial run does.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "layer ", layer_number, ": --moe-expert-capacity-factor with ",
-        "--context-parallel-size ", GroupSize(context.cp_group),
-        " is not built (token dropping under context parallelism)"));
-  }
   moe::MoeMlpConfig m;
   m.hidden_size = config.hidden_size;
   m.num_experts = config.num_experts;

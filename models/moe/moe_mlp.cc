@@ -282,11 +282,16 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, int64_t sequences,
     MCC_ASSIGN_OR_RETURN(Tensor host_weights, act->weights.To(Device::CPU()));
     Tensor kept_indices = Tensor::Empty({t, k}, DType::kInt32);
     Tensor kept_weights = Tensor::Empty({t, k}, DType::kFloat32);
-    MCC_RETURN_IF_ERROR(
-        DropOverCapacity(host_indices, host_weights, e,
-                         ExpertCapacity(t, k, e, config_.capacity_factor),
-                         config_.drop_policy, &kept_indices, &kept_weights)
-            .status());
+    if (context_parallel_size() > 1) {
+      MCC_RETURN_IF_ERROR(DropInContext(host_indices, host_weights, sequences,
+                                        dev, &kept_indices, &kept_weights));
+    } else {
+      MCC_RETURN_IF_ERROR(
+          DropOverCapacity(host_indices, host_weights, e,
+                           ExpertCapacity(t, k, e, config_.capacity_factor),
+                           config_.drop_policy, &kept_indices, &kept_weights)
+              .status());
+    }
     MCC_ASSIGN_OR_RETURN(sort_indices, kept_indices.To(dev));
     MCC_ASSIGN_OR_RETURN(act->dispatch_weights, kept_weights.To(dev));
     buckets = e + 1;
@@ -532,6 +537,45 @@ absl::Status MoeMlp::SumSequenceCounts(int64_t sequences,
       config_.context_parallel->AllReduceSync(&summed, comm::ReduceOp::kSum));
   act->sequence_counts = summed;
   return absl::OkStatus();
+}
+
+absl::Status MoeMlp::DropInContext(const Tensor& indices, const Tensor& weights,
+                                   int64_t sequences, const Device& device,
+                                   Tensor* kept_indices,
+                                   Tensor* kept_weights) const {
+  // The CP ranks' slots, gathered in one collective: indices as floats
+  // (exact below 2^24) beside the weights, [t, 2k] per rank.
+  const int64_t t = indices.size(0), k = indices.size(1);
+  const int c = context_parallel_size();
+  Tensor packed = Tensor::Empty({t, 2 * k}, DType::kFloat32);
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t i = 0; i < k; ++i) {
+      packed.data<float>()[r * 2 * k + i] =
+          static_cast<float>(indices.data<int32_t>()[r * k + i]);
+      packed.data<float>()[r * 2 * k + k + i] =
+          weights.data<float>()[r * k + i];
+    }
+  }
+  MCC_ASSIGN_OR_RETURN(Tensor mine, packed.To(device));
+  Tensor all = Tensor::Empty({c * t, 2 * k}, DType::kFloat32, device);
+  MCC_RETURN_IF_ERROR(config_.context_parallel->AllGatherSync(mine, &all));
+  MCC_ASSIGN_OR_RETURN(Tensor host, all.To(Device::CPU()));
+  Tensor all_indices = Tensor::Empty({c * t, k}, DType::kInt32);
+  Tensor all_weights = Tensor::Empty({c * t, k}, DType::kFloat32);
+  for (int64_t r = 0; r < c * t; ++r) {
+    for (int64_t i = 0; i < k; ++i) {
+      all_indices.data<int32_t>()[r * k + i] =
+          static_cast<int32_t>(host.data<float>()[r * 2 * k + i]);
+      all_weights.data<float>()[r * k + i] =
+          host.data<float>()[r * 2 * k + k + i];
+    }
+  }
+  return DropOverCapacityInContext(all_indices, all_weights, sequences, c,
+                                   config_.context_parallel->rank(),
+                                   config_.num_experts, config_.capacity_factor,
+                                   config_.drop_policy, kept_indices,
+                                   kept_weights)
+      .status();
 }
 
 ops::MoeSequenceTotals MoeMlp::Totals(const Activations& act) const {

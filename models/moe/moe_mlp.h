@@ -24,7 +24,9 @@
 // permutation and unpermutation also across thread counts.
 //
 // A capacity factor drops the slots over each expert's capacity
-// (token_drop.h, Megatron's semantics), on each rank's own tokens.
+// (token_drop.h, Megatron's semantics), on each rank's own tokens; under
+// context parallelism on the whole micro-batch the CP ranks share, as the
+// serial run drops (DropOverCapacityInContext).
 //
 // Expert parallelism: given an expert-model-parallel group of EP ranks, the
 // layer holds only its E / EP experts (the serial layer's weights for them:
@@ -223,6 +225,11 @@ class MoeMlp {
   // The whole sequences' routed counts (CP > 1), into act.
   absl::Status SumSequenceCounts(int64_t sequences, Activations* act) const;
   ops::MoeSequenceTotals Totals(const Activations& act) const;
+  // Token dropping under CP (host indices and weights [t, k]): the CP
+  // ranks' slots gathered and dropped as the serial micro-batch's.
+  absl::Status DropInContext(const Tensor& indices, const Tensor& weights,
+                             int64_t sequences, const Device& device,
+                             Tensor* kept_indices, Tensor* kept_weights) const;
 
   MoeMlpConfig config_;
   std::unique_ptr<TokenDispatcher> dispatcher_;      // Null without EP.

@@ -3,7 +3,8 @@
 
 // Expert capacity and token dropping (--moe-expert-capacity-factor,
 // --moe-token-drop-policy), with Megatron-Core's semantics: on each rank's
-// own tokens, before any dispatch,
+// own tokens (under context parallelism, on the whole micro-batch the CP
+// ranks share: DropOverCapacityInContext), before any dispatch,
 //
 //   capacity = ceil(tokens * topk / num_experts * capacity_factor)
 //
@@ -49,6 +50,21 @@ absl::StatusOr<int64_t> DropOverCapacity(const Tensor& indices,
                                          TokenDropPolicy policy,
                                          Tensor* dispatch_indices,
                                          Tensor* dispatch_weights);
+
+// Under context parallelism (C ranks, each holding chunks c and 2C - 1 - c
+// of every sequence: parallel/context_parallel/chunk_layout.h), with the
+// serial run's result: the slots of all C ranks, gathered in rank order
+// (rank c's [t, k] rows at [c t, (c + 1) t), its row r token r / sequences
+// of sequence r % sequences), are put in the serial micro-batch's token
+// order, dropped over its capacity, ExpertCapacity(C t, ...), and this
+// rank's rows written to dispatch_*. Megatron drops over each CP rank's own
+// tokens instead; that choice depends on the split of the sequences, so it
+// does not equal the serial run. Returns the slots dropped on this rank.
+absl::StatusOr<int64_t> DropOverCapacityInContext(
+    const Tensor& gathered_indices, const Tensor& gathered_weights,
+    int64_t sequences, int context_size, int context_rank, int64_t num_experts,
+    double capacity_factor, TokenDropPolicy policy, Tensor* dispatch_indices,
+    Tensor* dispatch_weights);
 
 }  // namespace moe
 }  // namespace mcc
