@@ -151,6 +151,12 @@ std::vector<Case> Cases() {
   ep2_cp2.cp = 2;
   ep2_cp2.balancing = gpt::MoeLoadBalancing::kSeqAuxLoss;
   v.push_back(ep2_cp2);
+  // Token dropping beside EP and CP: dropped over the CP ranks' whole
+  // micro-batch before the dispatch.
+  Case ep2_cp2_capacity = Expert("ep2_cp2_capacity", 4, 2);
+  ep2_cp2_capacity.cp = 2;
+  ep2_cp2_capacity.capacity_factor = 1.0;
+  v.push_back(ep2_cp2_capacity);
   return v;
 }
 
