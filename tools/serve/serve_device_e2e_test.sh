@@ -44,6 +44,17 @@ start() {  # start NAME FLAGS...: sets $port and $pid ($nproc processes)
   port=$(cat "$work/$name.port")
 }
 stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+# same_as_cpu ANSWER: the CPU engine's greedy tokens and text, log-probabilities
+# within 2e-4 (fp32 summation orders).
+same_as_cpu() {
+  "$python" - "$work/greedy_cpu.json" "$1" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["tokens"] == b["tokens"] and a["text"] == b["text"], (a, b)
+for x, y in zip(a["logprobs"], b["logprobs"]):
+    assert len(x) == len(y) and all(abs(u - v) < 2e-4 for u, v in zip(x, y)), (x, y)
+PY
+}
 
 start cpu --device cpu
 "$python" "$client" "$port" --only greedy > "$work/greedy_cpu.json"
@@ -53,13 +64,7 @@ stop "$pid"
 # (keys and values, fp32), so 65536 bytes hold 2 blocks = 32 positions.
 start dev --device test --kv-cache-bytes 65536 --max-batch-size 4 --cuda-graph
 "$python" "$client" "$port" --only greedy > "$work/greedy_dev.json"
-"$python" - "$work/greedy_cpu.json" "$work/greedy_dev.json" <<'PY' || fail "the device answers differently from the CPU"
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-assert a["tokens"] == b["tokens"] and a["text"] == b["text"], (a, b)
-for x, y in zip(a["logprobs"], b["logprobs"]):
-    assert len(x) == len(y) and all(abs(u - v) < 2e-4 for u, v in zip(x, y)), (x, y)
-PY
+same_as_cpu "$work/greedy_dev.json" || fail "the device answers differently from the CPU"
 code=$(curl -s -o "$work/err.json" -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" \
   -d '{"prompt": "Hello", "max_tokens": 40}')
 [[ $code == 400 ]] && grep -q "pool holds only 2" "$work/err.json" \
@@ -74,13 +79,7 @@ stop "$pid"
 nproc=2 start tp2 --device test --tensor-model-parallel-size 2 --max-batch-size 8 \
   --batch-invariant
 "$python" "$client" "$port" --only greedy > "$work/greedy_tp2.json"
-"$python" - "$work/greedy_cpu.json" "$work/greedy_tp2.json" <<'PY' || fail "TP 2 on the device answers differently from the CPU"
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-assert a["tokens"] == b["tokens"] and a["text"] == b["text"], (a, b)
-for x, y in zip(a["logprobs"], b["logprobs"]):
-    assert len(x) == len(y) and all(abs(u - v) < 2e-4 for u, v in zip(x, y)), (x, y)
-PY
+same_as_cpu "$work/greedy_tp2.json" || fail "TP 2 on the device answers differently from the CPU"
 "$python" "$client" "$port" --only concurrent || { cat "$work/tp2.log"; fail "TP 2 on the device: batched differs from alone"; }
 grep -q "on testdev:0 .*; TP 2; weights .* a rank in fp32" "$work/tp2.log" \
   || { cat "$work/tp2.log"; fail "the TP 2 log does not say its layout"; }
