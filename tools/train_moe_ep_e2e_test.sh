@@ -2,11 +2,13 @@
 # Expert parallelism through the train binary (issue 41): a MoE GPT with 8
 # experts trained at EP 4 (DP 4) matches the serial run, and its checkpoint
 # (expert weights saved as the full [E, ...] tensors, split on dimension 0
-# by EP) resumes at EP 1, at EP 2, at EP 2 x PP 2 and at TP 2 (experts
-# replicated over TP) within 1e-6 of the straight serial run; a checkpoint
+# by EP) resumes at EP 1, at EP 2, at EP 2 x PP 2, at TP 2 (experts
+# replicated over TP) and at EP 2 x TP 2 with SP (DP 2) within 1e-6 of the
+# straight serial run; a checkpoint
 # saved at EP 2 of DP 4 with the distributed optimizer (expert state sharded
 # over the expert-data-parallel group) resumes serially alike. Layouts not
-# built are refused by name before any process starts.
+# built (EP beside TP without SP, ...) are refused by name before any
+# process starts.
 set -euo pipefail
 launch=$1
 train=$2
@@ -40,7 +42,14 @@ run from_ep4_ep2 2 --load "$work/ep4" --expert-model-parallel-size 2
 run from_ep4_ep2_pp2 4 --load "$work/ep4" --expert-model-parallel-size 2 \
   --pipeline-model-parallel-size 2
 run from_ep4_tp2 2 --load "$work/ep4" --tensor-model-parallel-size 2
-for r in from_ep4_ep1 from_ep4_ep2 from_ep4_ep2_pp2 from_ep4_tp2; do
+# Megatron's layout beside TP: under SP each TP rank routes its own tokens
+# and the EP 2 group spans the TP ranks (ETP 1; TP's ETP would split the
+# experts, whose checkpoints are not built).
+run from_ep4_ep2_tp2_sp 4 --load "$work/ep4" --expert-model-parallel-size 2 \
+  --tensor-model-parallel-size 2 --sequence-parallel \
+  --expert-tensor-parallel-size 1
+for r in from_ep4_ep1 from_ep4_ep2 from_ep4_ep2_pp2 from_ep4_tp2 \
+    from_ep4_ep2_tp2_sp; do
   [[ $(first_iteration "$work/$r.jsonl") == 15 ]] || { echo "$r did not resume"; exit 1; }
   compare "$work/serial.jsonl" "$work/$r.jsonl" 1e-6
   echo "$r vs serial: $(worst "$work/serial.jsonl" "$work/$r.jsonl")"

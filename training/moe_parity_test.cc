@@ -4,14 +4,15 @@
 // under data parallelism (replicated, the distributed optimizer, ZeRO-3),
 // pipeline parallelism (1F1B and interleaved), full recomputation and
 // tensor parallelism without SP (the MoE layers replicated over TP),
-// context parallelism (ring and all-to-all, with seq_aux_loss), and expert
+// context parallelism (ring and all-to-all, with seq_aux_loss), expert
 // parallelism (EP, ETP, with PP and the distributed optimizer, both
-// dispatchers, bf16). The balancing losses' gradients must scale as the LM
-// loss's for the layouts to agree: DP splits the micro-batches the serial
-// run accumulates, and the expert bias steps by the load summed over DP.
-// Under CP each rank holds part of every sequence: the balancing statistics
-// must be the whole sequences' (counts summed over CP) for the losses to be
-// the serial ones.
+// dispatchers, bf16) and sequence parallelism (TP 2 + SP with experts
+// replicated, split over ETP = TP, or over EP 2 beside TP). The balancing
+// losses' gradients must scale as the LM loss's for the layouts to agree: DP
+// splits the micro-batches the serial run accumulates, and the expert bias
+// steps by the load summed over DP. Under CP (and SP) each rank holds part of
+// every sequence: the balancing statistics must be the whole sequences' (counts
+// summed over CP and TP) for the losses to be the serial ones.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -55,6 +56,7 @@ struct Case {
   int etp = 0;  // 0: TP's.
   bool alltoall = true;
   bool bf16 = false;
+  bool sp = false;  // --sequence-parallel (tp > 1).
 };
 
 Case Expert(std::string name, int world, int ep, int etp = 1) {
@@ -157,6 +159,25 @@ std::vector<Case> Cases() {
   ep2_cp2_capacity.cp = 2;
   ep2_cp2_capacity.capacity_factor = 1.0;
   v.push_back(ep2_cp2_capacity);
+  // Sequence parallelism: each TP rank routes its own T / TP tokens, the
+  // balancing counts summed over TP, the router's and shared expert's
+  // gradients summed over TP (sequence-parallel parameters). ETP 1, EP 1:
+  // the experts replicated over TP and summed likewise; ETP 0 = TP's (the
+  // TP ranks' rows gathered before the experts); EP 2 over the TP ranks
+  // beside DP 2 (expert data parallel 2).
+  Case tp2_sp = Expert("tp2_sp", 2, 1, 1);
+  tp2_sp.tp = 2;
+  tp2_sp.sp = true;
+  v.push_back(tp2_sp);
+  Case etp2_tp2_sp = Expert("etp2_tp2_sp_seq_aux", 2, 1, 0);
+  etp2_tp2_sp.tp = 2;
+  etp2_tp2_sp.sp = true;
+  etp2_tp2_sp.balancing = gpt::MoeLoadBalancing::kSeqAuxLoss;
+  v.push_back(etp2_tp2_sp);
+  Case ep2_tp2_sp = Expert("ep2_tp2_sp", 4, 2, 1);
+  ep2_tp2_sp.tp = 2;
+  ep2_tp2_sp.sp = true;
+  v.push_back(ep2_tp2_sp);
   return v;
 }
 
@@ -184,7 +205,10 @@ TrainOptions Options(const Case& c) {
     m.recompute_granularity = gpt::RecomputeGranularity::kFull;
     m.recompute_num_layers = 2;
   }
-  o.expert_layout = c.ep > 1 || c.etp > 1;
+  // ETP 0 is TP's under SP (job.cc's default), else 1.
+  const int etp = c.etp == 0 ? (c.sp ? c.tp : 1) : c.etp;
+  o.expert_layout = c.ep > 1 || etp > 1;
+  o.sequence_parallel = c.sp;
   o.moe_alltoall = c.alltoall;
   if (c.bf16) o.dtype = DType::kBFloat16;
   o.steps = 10;

@@ -464,22 +464,25 @@ absl::StatusOr<pipeline::PipelineOptions> PipelineOptionsFromConfig(
 
 absl::Status CheckExpertLayout(const TrainConfig& config) {
   const int ep = config.expert_model_parallel_size();
-  const int etp = config.expert_tensor_parallel_size();
+  const int tp = config.tensor_model_parallel_size();
+  // ETP 0 is TP's under SP (Megatron's default), else 1 (job.cc).
+  const int etp = config.expert_tensor_parallel_size() == 0
+                      ? (config.sequence_parallel() ? tp : 1)
+                      : config.expert_tensor_parallel_size();
   if (config.num_experts() == 0 || (ep <= 1 && etp <= 1)) {
     return absl::OkStatus();
   }
   const std::string what =
       absl::StrCat("--expert-model-parallel-size ", ep,
                    " / --expert-tensor-parallel-size ", etp);
-  if (config.tensor_model_parallel_size() > 1) {
-    // Without SP every TP rank routes the same tokens; MoE with SP is not
-    // built in the GPT yet.
+  if (tp > 1 && !config.sequence_parallel()) {
+    // Without SP every TP rank routes the same tokens: the expert groups
+    // would count them TP times (Megatron's layout takes SP's shards).
     return absl::UnimplementedError(absl::StrCat(
-        what, " with --tensor-model-parallel-size ",
-        config.tensor_model_parallel_size(),
+        what, " with --tensor-model-parallel-size ", tp,
         ": expert parallelism beside tensor parallelism needs "
-        "--sequence-parallel, which the GPT's MoE layers do not take yet; "
-        "give TP 1, or EP 1 and ETP 1 (experts replicated over TP)"));
+        "--sequence-parallel (each TP rank routing its own tokens); give it, "
+        "or TP 1, or EP 1 and ETP 1 (experts replicated over TP)"));
   }
   auto strategy =
       fsdp::ParseShardingStrategy(config.data_parallel_sharding_strategy());

@@ -225,7 +225,7 @@ TEST(ExpertParallelOptionsTest, RefusalsNameTheFlag) {
 }
 
 // What the GPT runs of an expert layout, and what it refuses by name.
-TEST(ExpertLayoutTest, AcceptsTp1AndRefusesWhatIsNotBuilt) {
+TEST(ExpertLayoutTest, AcceptsTp1OrSpAndRefusesWhatIsNotBuilt) {
   TrainConfig config;
   config.set_num_experts(8);
   EXPECT_TRUE(CheckExpertLayout(config).ok());
@@ -241,6 +241,20 @@ TEST(ExpertLayoutTest, AcceptsTp1AndRefusesWhatIsNotBuilt) {
   tp.set_tensor_model_parallel_size(2);
   EXPECT_NE(message(tp).find("needs --sequence-parallel"), std::string::npos)
       << message(tp);
+  // Under SP each TP rank routes its own tokens: EP beside TP runs, and ETP
+  // 0 is TP's there (its checkpoints refused as ETP 2's).
+  TrainConfig tp_sp = tp;
+  tp_sp.set_sequence_parallel(true);
+  tp_sp.set_expert_tensor_parallel_size(1);
+  EXPECT_TRUE(CheckExpertLayout(tp_sp).ok()) << CheckExpertLayout(tp_sp);
+  tp_sp.set_expert_tensor_parallel_size(0);
+  EXPECT_NE(message(tp_sp).find("--expert-tensor-parallel-size 2"),
+            std::string::npos)
+      << message(tp_sp);
+  tp_sp.clear_save();
+  EXPECT_TRUE(CheckExpertLayout(tp_sp).ok());
+  tp_sp.set_expert_model_parallel_size(1);  // ETP 2 = TP alone.
+  EXPECT_TRUE(CheckExpertLayout(tp_sp).ok());
   TrainConfig zero3 = config;
   zero3.set_data_parallel_sharding_strategy("optim_grads_params");
   EXPECT_NE(message(zero3).find("--data-parallel-sharding-strategy "

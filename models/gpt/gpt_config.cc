@@ -166,14 +166,13 @@ absl::Status GPTConfig::ValidateMoe(int tp, bool sequence_parallel) const {
         "--num-experts: the experts have no biases; give "
         "--disable-bias-linear");
   }
-  if (tp > 1 && sequence_parallel) {
-    // Without SP every TP rank holds every token and runs the whole MoE
-    // layer (replicated experts, as the norms); with SP each would route
-    // only its share, which the balancing losses and counts do not sum.
-    return bad("--num-experts with --sequence-parallel (tensor-parallel size ",
-               tp,
-               "): the MoE layer is not built for sequence parallelism (nor "
-               "expert tensor parallelism); drop --sequence-parallel");
+  if (tp > 1 && sequence_parallel && moe_expert_capacity_factor > 0) {
+    // Under SP each TP rank routes its own part of the sequences and would
+    // drop over that part, not over the micro-batch as the serial run does.
+    return bad(
+        "--moe-expert-capacity-factor with --sequence-parallel "
+        "(tensor-parallel size ",
+        tp, ") is not built: give a dropless run (0)");
   }
   return absl::OkStatus();
 }

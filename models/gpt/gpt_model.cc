@@ -893,15 +893,30 @@ absl::Status GPTModel::RecordMoe(int local_layer,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int64_t>> GPTModel::SumOverContext(
+std::vector<comm::ProcessGroup*> GPTModel::SequenceShardGroups() const {
+  std::vector<comm::ProcessGroup*> groups;
+  if (cp_size() > 1) groups.push_back(context_.cp_group);
+  if (context_.sequence_parallel && GroupSize(context_.tp_group) > 1) {
+    groups.push_back(context_.tp_group);
+  }
+  return groups;
+}
+
+absl::Status GPTModel::SumOverSequenceShards(Tensor* t) const {
+  for (comm::ProcessGroup* g : SequenceShardGroups()) {
+    MCC_RETURN_IF_ERROR(g->AllReduceSync(t, comm::ReduceOp::kSum));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> GPTModel::SumOverSequenceShards(
     std::vector<int64_t> counts) const {
-  if (cp_size() == 1) return counts;
+  if (SequenceShardGroups().empty()) return counts;
   MCC_ASSIGN_OR_RETURN(
       Tensor t,
       Tensor::FromInts(counts, {static_cast<int64_t>(counts.size())}));
   MCC_ASSIGN_OR_RETURN(t, t.To(context_.device));
-  MCC_RETURN_IF_ERROR(
-      context_.cp_group->AllReduceSync(&t, comm::ReduceOp::kSum));
+  MCC_RETURN_IF_ERROR(SumOverSequenceShards(&t));
   MCC_ASSIGN_OR_RETURN(t, t.To(Device::CPU()));
   counts.assign(t.data<int64_t>(), t.data<int64_t>() + counts.size());
   return counts;
@@ -912,15 +927,13 @@ absl::StatusOr<std::vector<MoeLayerStats>> GPTModel::TakeMoeStats() {
   for (MoeAccumulator& acc : moe_) {
     MoeLayerStats st;
     st.layer = acc.layer;
-    // The CP ranks' counts and loss shares add up to the whole sequences'.
-    MCC_ASSIGN_OR_RETURN(st.tokens_per_expert, SumOverContext(acc.log_tokens));
+    // The CP (and SP) ranks' counts and loss shares add up to the whole
+    // sequences'.
+    MCC_ASSIGN_OR_RETURN(st.tokens_per_expert,
+                         SumOverSequenceShards(acc.log_tokens));
     st.micro_batches = acc.micro_batches;
-    if (cp_size() > 1) {
-      MCC_RETURN_IF_ERROR(
-          context_.cp_group->AllReduceSync(&acc.aux_sum, comm::ReduceOp::kSum));
-      MCC_RETURN_IF_ERROR(
-          context_.cp_group->AllReduceSync(&acc.z_sum, comm::ReduceOp::kSum));
-    }
+    MCC_RETURN_IF_ERROR(SumOverSequenceShards(&acc.aux_sum));
+    MCC_RETURN_IF_ERROR(SumOverSequenceShards(&acc.z_sum));
     MCC_ASSIGN_OR_RETURN(Tensor aux, acc.aux_sum.To(Device::CPU()));
     MCC_ASSIGN_OR_RETURN(Tensor z, acc.z_sum.To(Device::CPU()));
     st.aux_loss_sum = aux.data<float>()[0];
@@ -939,7 +952,7 @@ absl::Status GPTModel::UpdateExpertBias(comm::ProcessGroup* dp_group) {
     moe::MoeMlp* moe = layers_[acc.local_layer]->moe();
     if (!moe->expert_bias().defined()) continue;
     MCC_ASSIGN_OR_RETURN(std::vector<int64_t> counts,
-                         SumOverContext(acc.bias_tokens));
+                         SumOverSequenceShards(acc.bias_tokens));
     acc.bias_tokens.assign(counts.size(), 0);
     if (dp_group != nullptr && dp_group->size() > 1) {
       // Every data-parallel replica steps its bias by the global load.

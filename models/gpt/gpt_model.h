@@ -36,7 +36,8 @@ struct MicroBatch {
 
 // What the training forwards of one MoE layer routed since the model's last
 // TakeMoeStats (summed over micro-batches, this rank's tokens; under context
-// parallelism the whole sequences', summed over the CP group).
+// or sequence parallelism the whole sequences', summed over the CP and TP
+// groups).
 struct MoeLayerStats {
   int layer = 0;  // Global layer number.
   std::vector<int64_t> tokens_per_expert;
@@ -202,13 +203,15 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
 
   // Mixture of experts. The router loads and losses of this chunk's MoE
   // layers since the last call (empty for a dense model); one small
-  // device-to-host copy per MoE layer. Collective over the CP group when
-  // it has more than one rank and this chunk has MoE layers.
+  // device-to-host copy per MoE layer. Collective over the CP group (and
+  // the TP group under sequence parallelism) when it has more than one rank
+  // and this chunk has MoE layers.
   absl::StatusOr<std::vector<MoeLayerStats>> TakeMoeStats();
   // --moe-router-enable-expert-bias: steps every expert bias of this chunk
   // by the tokens its layer routed in the training forwards since the last
-  // call, summed over dp_group (null: this rank's) and the CP group (the
-  // whole sequences'), as Megatron after each step. Collective over those
+  // call, summed over dp_group (null: this rank's) and the CP group and
+  // the TP group under SP (the whole sequences'), as Megatron after each
+  // step. Collective over those
   // groups when they have more than one rank and this chunk has expert
   // biases.
   absl::Status UpdateExpertBias(comm::ProcessGroup* dp_group);
@@ -285,9 +288,14 @@ class GPTModel : public parallel::Model, public parallel::PipelineStage {
   absl::StatusOr<MicroBatch> ContextSlice(const MicroBatch& full) const;
   absl::StatusOr<Tensor> LocalPositions(int64_t b, int64_t s) const;
   uint64_t EmbeddingDropoutOffset(uint64_t call, int64_t b, int64_t s) const;
-  // Per-expert counts summed over the CP group (the whole sequences').
-  absl::StatusOr<std::vector<int64_t>> SumOverContext(
+  // The groups holding the other parts of this rank's sequences: CP, and
+  // TP under sequence parallelism (each TP rank routes its own tokens).
+  std::vector<comm::ProcessGroup*> SequenceShardGroups() const;
+  // Per-expert counts (or a loss share) summed over those groups (the
+  // whole sequences').
+  absl::StatusOr<std::vector<int64_t>> SumOverSequenceShards(
       std::vector<int64_t> counts) const;
+  absl::Status SumOverSequenceShards(Tensor* t) const;
 
   GPTConfig config_;
   parallel::LayerContext context_;

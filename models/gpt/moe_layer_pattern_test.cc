@@ -71,10 +71,18 @@ TEST(MoeLayerPatternTest, ConfigPicksLayersAndValidatesByFlagName) {
   absl::Status s = c.Validate(1, false);
   EXPECT_NE(s.message().find("--moe-router-topk (5)"), std::string::npos) << s;
   c.moe_router_topk = 2;
-  // Replicated over TP without SP; refused with SP.
+  // Replicated over TP without SP; each TP rank's own tokens with SP, but
+  // token dropping there is refused.
+  EXPECT_TRUE(c.Validate(2, false).ok());
+  EXPECT_TRUE(c.Validate(2, true).ok());
+  c.moe_expert_capacity_factor = 1.0;
   EXPECT_TRUE(c.Validate(2, false).ok());
   s = c.Validate(2, true);
-  EXPECT_NE(s.message().find("--sequence-parallel"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("--moe-expert-capacity-factor with "
+                             "--sequence-parallel"),
+            std::string::npos)
+      << s;
+  c.moe_expert_capacity_factor = 0;
   c.add_bias_linear = true;
   s = c.Validate(1, false);
   EXPECT_NE(s.message().find("--disable-bias-linear"), std::string::npos) << s;

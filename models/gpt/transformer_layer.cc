@@ -243,6 +243,10 @@ void TransformerLayer::AppendParameters(ParameterList* out) const {
 absl::StatusOr<std::unique_ptr<moe::MoeMlp>> TransformerLayer::CreateMoe(
     const std::string& prefix, int layer_number, const GPTConfig& config,
     const parallel::LayerContext& context) {
+  // Under SP each TP rank routes its own 1/TP of the tokens (Megatron's
+  // layout; GPTConfig refuses token dropping there); without it every TP
+  // rank routes all of them.
+  const bool sp = context.sequence_parallel && GroupSize(context.tp_group) > 1;
   moe::MoeMlpConfig m;
   m.hidden_size = config.hidden_size;
   m.num_experts = config.num_experts;
@@ -286,6 +290,7 @@ absl::StatusOr<std::unique_ptr<moe::MoeMlp>> TransformerLayer::CreateMoe(
   // Every layer draws its own weights; every rank draws the same.
   m.seed = context.seed * 1000003u + 7919u * (layer_number + 1);
   m.context_parallel = context.cp_group;
+  if (sp) m.sequence_parallel = context.tp_group;
   // The experts' layout (ParallelState's expert groups): E / EP experts
   // here, each split over ETP; whole experts otherwise.
   moe::ExpertParallelism ep;
@@ -303,10 +308,22 @@ absl::StatusOr<std::unique_ptr<moe::MoeMlp>> TransformerLayer::CreateMoe(
         absl::StrCat("layer ", layer_number,
                      " (--num-experts): ", created.status().message()));
   }
+  moe::MoeMlp& layer = **created;
   if (context.expert_layout) {
-    // Reduced over the expert-data-parallel group, not the dense one.
-    (*created)->fc1_weight().expert_parallel = true;
-    (*created)->fc2_weight().expert_parallel = true;
+    // Reduced over the expert-data-parallel group, not the dense one (under
+    // SP that group spans the TP ranks too: their partial sums add there).
+    layer.fc1_weight().expert_parallel = true;
+    layer.fc2_weight().expert_parallel = true;
+  }
+  if (sp) {
+    // Replicated over TP but applied to this rank's tokens only: partial
+    // gradients, summed over TP as the norms' (the shared expert stays a
+    // whole replicated MLP, not a TP-split one).
+    ParameterList params;
+    layer.AppendParameters(&params);
+    for (const auto& p : params) {
+      if (!p->expert_parallel) p->sequence_parallel = true;
+    }
   }
   return created;
 }

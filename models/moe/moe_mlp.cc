@@ -265,11 +265,11 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, int64_t sequences,
         Totals(*act)));
   }
   if (config_.z_loss_coeff > 0) {
-    // A mean over the tokens: each CP rank's share is its mean over C.
+    // A mean over the tokens: each of the C ranks holding equal parts of
+    // the sequences has its mean over C as its share.
     act->z_loss = Tensor::Empty({1}, DType::kFloat32, dev);
     MCC_RETURN_IF_ERROR(ops::MoeZLoss(
-        act->logits, config_.z_loss_coeff / context_parallel_size(),
-        &act->z_loss));
+        act->logits, config_.z_loss_coeff / sequence_shards(), &act->z_loss));
   }
 
   // Slots over capacity go to the bucket after the last expert, with weight
@@ -469,8 +469,8 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
   }
   if (act.z_loss.defined()) {
     MCC_RETURN_IF_ERROR(ops::MoeZLossBackward(
-        act.logits, config_.z_loss_coeff / context_parallel_size(),
-        loss_grad_scale, &dlogits));
+        act.logits, config_.z_loss_coeff / sequence_shards(), loss_grad_scale,
+        &dlogits));
   }
   MCC_RETURN_IF_ERROR(ops::Gemm(dlogits, true, act.x32, false,
                                 &router_->main_grad, 1.0f, 1.0f));
@@ -516,12 +516,22 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
   return dx;
 }
 
+int MoeMlp::sequence_shards() const {
+  int n = 1;
+  for (comm::ProcessGroup* g :
+       {config_.context_parallel, config_.sequence_parallel}) {
+    if (g != nullptr) n *= g->size();
+  }
+  return n;
+}
+
 absl::Status MoeMlp::SumSequenceCounts(int64_t sequences,
                                        Activations* act) const {
   act->sequence_counts = Tensor();
-  if (context_parallel_size() == 1) return absl::OkStatus();
+  if (sequence_shards() == 1) return absl::OkStatus();
   // Counted on the host (the forward reads the expert counts there too),
-  // then summed over the ranks holding the rest of each sequence.
+  // then summed over the ranks holding the rest of each sequence (CP, then
+  // TP under SP: the sum over both is the sum over their product).
   const int64_t e = config_.num_experts, k = config_.router.topk;
   MCC_ASSIGN_OR_RETURN(Tensor host, act->indices.To(Device::CPU()));
   const int32_t* idx = host.data<int32_t>();
@@ -533,8 +543,11 @@ absl::Status MoeMlp::SumSequenceCounts(int64_t sequences,
   }
   MCC_ASSIGN_OR_RETURN(Tensor summed, Tensor::FromInts(counts, {sequences, e}));
   MCC_ASSIGN_OR_RETURN(summed, summed.To(act->indices.device()));
-  MCC_RETURN_IF_ERROR(
-      config_.context_parallel->AllReduceSync(&summed, comm::ReduceOp::kSum));
+  for (comm::ProcessGroup* g :
+       {config_.context_parallel, config_.sequence_parallel}) {
+    if (g == nullptr || g->size() == 1) continue;
+    MCC_RETURN_IF_ERROR(g->AllReduceSync(&summed, comm::ReduceOp::kSum));
+  }
   act->sequence_counts = summed;
   return absl::OkStatus();
 }
@@ -582,9 +595,9 @@ ops::MoeSequenceTotals MoeMlp::Totals(const Activations& act) const {
   ops::MoeSequenceTotals totals;
   if (!act.sequence_counts.defined()) return totals;
   totals.counts = &act.sequence_counts;
-  // Every CP rank holds the same number of each sequence's tokens.
+  // Every CP and SP rank holds the same number of each sequence's tokens.
   totals.length =
-      act.x.size(0) / act.sequence_counts.size(0) * context_parallel_size();
+      act.x.size(0) / act.sequence_counts.size(0) * sequence_shards();
   return totals;
 }
 

@@ -41,12 +41,15 @@
 // dimension is split over it (Megatron's ETP: fc1 column-, fc2
 // row-parallel), ffn_hidden_size divisible by ETP.
 //
-// Context parallelism: given the CP group (each rank holding part of every
+// Context and sequence parallelism: given the CP group, or the TP group
+// when the input is sequence-parallel (each rank holding part of every
 // sequence), the layer stays token-wise; only the balancing statistics are
-// the whole sequences': the routed counts are summed over the group, and
+// the whole sequences': the routed counts are summed over the groups, and
 // aux_loss and z_loss become this rank's share of the whole micro-batch's
-// losses (the shares add up over the group), with the whole losses'
-// gradients for this rank's tokens.
+// losses (the shares add up over the groups), with the whole losses'
+// gradients for this rank's tokens. The router and shared expert then see
+// only this rank's tokens: their gradients are partial sums (the caller
+// marks them sequence_parallel, summed over TP).
 //
 // Not here yet (issue 41): CUDA kernels, logging of the balance,
 // checkpoint names (the expert weights' Parameter records only the EP
@@ -96,6 +99,10 @@ struct MoeMlpConfig {
   // The context-parallel group (null or size 1: every token of each
   // sequence is here).
   comm::ProcessGroup* context_parallel = nullptr;
+  // The tensor-parallel group when the input is sequence-parallel (each TP
+  // rank holding 1/TP of every sequence's tokens, Megatron's SP layout);
+  // null or size 1 otherwise (every TP rank routes the same tokens).
+  comm::ProcessGroup* sequence_parallel = nullptr;
 };
 
 // Where the experts live. Null group or size 1: all experts on this rank.
@@ -134,11 +141,12 @@ class MoeMlp {
     // sigmoid and (identity) slot order for the weighted sum, fp32 [t, 1].
     Tensor shared_out, gate_logits, gate_scores, gate_indices, gate_slots;
     int64_t sequences = 1;
-    // Context parallelism with the balancing loss: int64 [sequences of the
-    // loss, E], the whole sequences' routed slots (summed over the group).
+    // Context or sequence parallelism with the balancing loss: int64
+    // [sequences of the loss, E], the whole sequences' routed slots (summed
+    // over the groups).
     Tensor sequence_counts;
-    // fp32 [1] each; undefined when the loss is off. Under context
-    // parallelism this rank's share of the whole sequences' loss.
+    // fp32 [1] each; undefined when the loss is off. Under context or
+    // sequence parallelism this rank's share of the whole sequences' loss.
     Tensor aux_loss, z_loss;
   };
 
@@ -213,16 +221,13 @@ class MoeMlp {
   ops::MoeRouterOptions GateOptions() const;
   absl::Status ActivateBackward(const Tensor& dout, const Tensor& in,
                                 Tensor* din) const;
-  int context_parallel_size() const {
-    return config_.context_parallel != nullptr
-               ? config_.context_parallel->size()
-               : 1;
-  }
+  // The ranks holding parts of each sequence: CP x (TP under SP).
+  int sequence_shards() const;
   // The sequences the balancing loss averages over (b, or 1 for aux_loss).
   int64_t balance_sequences(int64_t sequences) const {
     return config_.load_balancing == LoadBalancing::kSeqAuxLoss ? sequences : 1;
   }
-  // The whole sequences' routed counts (CP > 1), into act.
+  // The whole sequences' routed counts (sequence_shards() > 1), into act.
   absl::Status SumSequenceCounts(int64_t sequences, Activations* act) const;
   ops::MoeSequenceTotals Totals(const Activations& act) const;
   // Token dropping under CP (host indices and weights [t, k]): the CP
