@@ -202,7 +202,6 @@ void SetMoeSearchDefaults(const gpt::GPTConfig& c, int ep, Layout* l) {
   if (c.num_experts <= 0) return;
   l->ep = ep;
   l->etp = 1;
-  l->sequence_parallel = false;
 }
 
 std::string DescribeMoe(const JobSpec& job, const Layout& l) {

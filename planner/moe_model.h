@@ -107,8 +107,8 @@ MoeLayerWork MoeWork(const JobSpec& job, const Layout& l);
 // divisors of the experts that divide a stage's `stage_ranks`.
 std::vector<int> ExpertParallelSizes(const gpt::GPTConfig& c, int stage_ranks);
 // A searched layout of a mixture of experts as train runs it: EP `ep`, the
-// MoE layers whole on every TP rank (ETP 1), no SP (ValidateMoe refuses
-// it). Nothing for a dense model.
+// experts whole (ETP 1), SP as the search set it (beside TP each TP rank
+// then routes its own tokens). Nothing for a dense model.
 void SetMoeSearchDefaults(const gpt::GPTConfig& c, int ep, Layout* l);
 
 // One line for tools/plan --explain: the experts, their layout, the

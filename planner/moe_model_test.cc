@@ -226,9 +226,9 @@ TEST(MoeModelTest, StepTimeCountsActiveExpertsAndAllToAll) {
   EXPECT_GT(ep2.total(), ep1.total() - ep1.ep_comm);
 }
 
-// The search tries every EP dividing the experts and the ranks, as train
-// runs MoE layers (ETP 1, no SP); EP > 1 is listed as not runnable beside
-// TP or ZeRO-2/3, which train refuses with it.
+// The search tries every EP dividing the experts and the ranks (ETP 1, SP
+// beside TP as for dense layers); EP > 1 is listed as not runnable beside
+// ZeRO-2/3, which train refuses with it (beside TP it runs under SP).
 TEST(MoeModelTest, SearchTriesExpertParallelism) {
   JobSpec job = MoeJob(4);
   job.cluster.device = *ShippedDevice("h100");
@@ -238,13 +238,12 @@ TEST(MoeModelTest, SearchTriesExpertParallelism) {
   std::set<int> eps;
   for (const Prediction& p : SearchLayouts(job, options)) {
     eps.insert(p.layout.ep);
-    EXPECT_FALSE(p.layout.sequence_parallel) << p.layout.Name();
+    EXPECT_EQ(p.layout.sequence_parallel, p.layout.tp > 1) << p.layout.Name();
     EXPECT_EQ(p.layout.etp, 1) << p.layout.Name();
     // ZB-V runs over gloo only: refused on the H100.
     const bool refused =
-        (p.layout.ep > 1 &&
-         (p.layout.tp > 1 || p.layout.zero == ZeroStage::kGradients ||
-          p.layout.zero == ZeroStage::kParameters)) ||
+        (p.layout.ep > 1 && (p.layout.zero == ZeroStage::kGradients ||
+                             p.layout.zero == ZeroStage::kParameters)) ||
         p.layout.schedule == PipelineSchedule::kZeroBubbleV;
     EXPECT_EQ(refused, !p.unsupported.empty()) << p.layout.Name();
   }
