@@ -111,12 +111,15 @@ ABSL_FLAG(std::string, cp_comm_type, "p2p",
           "attention, K/V passed around the ring) or a2a (all-to-all over "
           "heads; heads must divide by the CP size).");
 ABSL_FLAG(bool, sequence_parallel, false,
-          "Split norm and dropout regions along the sequence over TP.");
+          "Split norm and dropout regions along the sequence over TP; MoE "
+          "layers then route each TP rank's own tokens (expert parallelism "
+          "beside TP needs it).");
 ABSL_FLAG(int32_t, expert_model_parallel_size, 1,
           "Expert-parallel size (EP): the MoE layers' experts split evenly "
           "over this many ranks of the data-parallel dimension, tokens "
           "moving to them and back (Megatron-Core's rank layout; attention "
-          "keeps its TP, CP and DP). Needs MoE layers.");
+          "keeps its TP, CP and DP). Needs MoE layers; beside TP > 1, "
+          "--sequence-parallel.");
 ABSL_FLAG(int32_t, expert_tensor_parallel_size, 0,
           "Tensor-parallel size inside each expert (ETP: fc1 split by "
           "output, fc2 by input); 0: --tensor-model-parallel-size's, as "
