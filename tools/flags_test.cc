@@ -532,6 +532,20 @@ std::vector<Row> Table() {
   add("train", "sequence_parallel", V::kEffect, {"--sequence-parallel"},
       With(dp2, {"--tensor-model-parallel-size", "2"}));
   add("train", "sequence_parallel", V::kWarned, {"--sequence-parallel"}, tm);
+  // MoE layers under SP: each TP rank routes its own tokens (experts over
+  // ETP = TP); EP beside TP runs with SP, and is refused without it.
+  const Context moe_tp2 =
+      Nproc(With(tm, {"--disable-bias-linear", "--num-experts", "4",
+                      "--tensor-model-parallel-size", "2"}),
+            2);
+  add("train", "sequence_parallel", V::kEffect, {"--sequence-parallel"},
+      moe_tp2);
+  add("train", "expert_model_parallel_size", V::kEffect,
+      {"--expert-model-parallel-size", "2"},
+      With(moe_tp2,
+           {"--sequence-parallel", "--expert-tensor-parallel-size", "1"}));
+  add("train", "expert_model_parallel_size", V::kRefused,
+      {"--expert-model-parallel-size", "2"}, moe_tp2);
   add("train", "num_layers_per_virtual_pipeline_stage", V::kEffect,
       {"--num-layers-per-virtual-pipeline-stage", "1"}, pp2);
   add("train", "num_layers_per_virtual_pipeline_stage", V::kRefused,
