@@ -4,7 +4,8 @@
 # (expert weights saved as the full [E, ...] tensors, split on dimension 0
 # by EP) resumes at EP 1, at EP 2, at EP 2 x PP 2, at TP 2 (experts
 # replicated over TP) and at EP 2 x TP 2 with SP (DP 2) within 1e-6 of the
-# straight serial run; a checkpoint
+# straight serial run; one saved at EP 2 x TP 2 + SP resumes serially; a
+# checkpoint
 # saved at EP 2 of DP 4 with the distributed optimizer (expert state sharded
 # over the expert-data-parallel group) resumes serially alike. Layouts not
 # built (EP beside TP without SP, ...) are refused by name before any
@@ -54,6 +55,17 @@ for r in from_ep4_ep1 from_ep4_ep2 from_ep4_ep2_pp2 from_ep4_tp2 \
   compare "$work/serial.jsonl" "$work/$r.jsonl" 1e-6
   echo "$r vs serial: $(worst "$work/serial.jsonl" "$work/$r.jsonl")"
 done
+
+# Saved at EP 2 x TP 2 + SP (TP rank 1 holds the other half of the
+# experts), resumed serially.
+run ep2_tp2_sp 4 --expert-model-parallel-size 2 --tensor-model-parallel-size 2 \
+  --sequence-parallel --expert-tensor-parallel-size 1 --train-iters 10 \
+  --save "$work/ep2_tp2_sp"
+compare "$work/serial.jsonl" "$work/ep2_tp2_sp.jsonl" 1e-5
+run from_ep2_tp2_sp 1 --load "$work/ep2_tp2_sp"
+[[ $(first_iteration "$work/from_ep2_tp2_sp.jsonl") == 15 ]] || { echo "from_ep2_tp2_sp did not resume"; exit 1; }
+compare "$work/serial.jsonl" "$work/from_ep2_tp2_sp.jsonl" 1e-6
+echo "from_ep2_tp2_sp vs serial: $(worst "$work/serial.jsonl" "$work/from_ep2_tp2_sp.jsonl")"
 
 run ep2_distopt 4 --expert-model-parallel-size 2 --use-distributed-optimizer \
   --train-iters 10 --save "$work/ep2_distopt"
