@@ -178,6 +178,14 @@ std::vector<Case> Cases() {
   ep2_tp2_sp.tp = 2;
   ep2_tp2_sp.sp = true;
   v.push_back(ep2_tp2_sp);
+  // CP 2 x TP 2 + SP: each rank a quarter of every sequence, the counts
+  // summed over both groups, the experts over ETP = TP.
+  Case cp2_tp2_sp = Expert("cp2_tp2_sp_seq_aux", 4, 1, 0);
+  cp2_tp2_sp.tp = 2;
+  cp2_tp2_sp.cp = 2;
+  cp2_tp2_sp.sp = true;
+  cp2_tp2_sp.balancing = gpt::MoeLoadBalancing::kSeqAuxLoss;
+  v.push_back(cp2_tp2_sp);
   return v;
 }
 
