@@ -282,7 +282,9 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, int64_t sequences,
     MCC_ASSIGN_OR_RETURN(Tensor host_weights, act->weights.To(Device::CPU()));
     Tensor kept_indices = Tensor::Empty({t, k}, DType::kInt32);
     Tensor kept_weights = Tensor::Empty({t, k}, DType::kFloat32);
-    if (context_parallel_size() > 1) {
+    // Token dropping is refused under SP (GPTConfig): only CP shares here.
+    if (config_.context_parallel != nullptr &&
+        config_.context_parallel->size() > 1) {
       MCC_RETURN_IF_ERROR(DropInContext(host_indices, host_weights, sequences,
                                         dev, &kept_indices, &kept_weights));
     } else {
@@ -559,7 +561,7 @@ absl::Status MoeMlp::DropInContext(const Tensor& indices, const Tensor& weights,
   // The CP ranks' slots, gathered in one collective: indices as floats
   // (exact below 2^24) beside the weights, [t, 2k] per rank.
   const int64_t t = indices.size(0), k = indices.size(1);
-  const int c = context_parallel_size();
+  const int c = config_.context_parallel->size();
   Tensor packed = Tensor::Empty({t, 2 * k}, DType::kFloat32);
   for (int64_t r = 0; r < t; ++r) {
     for (int64_t i = 0; i < k; ++i) {
