@@ -58,8 +58,10 @@ bool NativeBf16Available();
 const char* NativeBf16Isa();
 
 // How GemmBF16 picks its path. kAuto (the default) times both paths on the
-// first GEMM of each shape class (transposes, m, n, k and thread count) and
-// keeps the faster one for the rest of the process; the native path must be
+// first GEMM of each shape class (transposes, m, n, k and thread count; a
+// one-thread GEMM by its thread's CPU time, so that other jobs on the
+// machine do not decide) and keeps the faster one for the rest of the
+// process; the native path must be
 // at least 10% faster to be chosen. GEMMs under 4 MFLOP and CPUs without
 // native bf16 always run widened. The environment variable
 // MCC_BF16_GEMM_PATH=auto|native|widened sets the policy for the process.
