@@ -12,8 +12,10 @@
 // layer: the whole MoeMlp (router with its balancing loss, permute, grouped
 //   SwiGLU experts, unpermute; forward and backward) against a dense SwiGLU
 //   MLP of the same active FLOPs (ffn = topk x the expert's ffn), built from
-//   the same ops as the experts; T tokens, no shared expert. The router's
-//   own GEMMs are extra FLOPs the MoE layer pays (printed).
+//   the same ops as the experts; T tokens, no shared expert, new tokens
+//   every call (so the experts' row counts change as they do step by
+//   step). The router's own GEMMs are extra FLOPs the MoE layer pays
+//   (printed).
 //
 // Each pair is timed alternately (--reps times, medians) by wall time and by
 // the process's CPU time. With --threads 1 (the default) the CPU time is the
@@ -54,6 +56,8 @@ ABSL_FLAG(std::string, layers, "8x2x1408,64x8x256",
           "MoE layers: experts x topk x expert ffn, comma-separated.");
 ABSL_FLAG(int64_t, tokens, 2048, "Tokens per layer call.");
 ABSL_FLAG(int64_t, hidden, 512, "The layers' hidden size.");
+ABSL_FLAG(bool, same_tokens, false,
+          "Route the same tokens every call (fixed expert row counts).");
 ABSL_FLAG(bool, profile, true, "Print each layer's per-op wall time shares.");
 
 namespace mcc {
@@ -293,9 +297,14 @@ void CheckDenseMatchesOneExpert(DType dt, const Tensor& x, const Tensor& dy) {
 void LayerSection(DType dt, int reps) {
   const int64_t t = absl::GetFlag(FLAGS_tokens),
                 h = absl::GetFlag(FLAGS_hidden);
-  const Tensor x = Random({t, h}, 1.0f, 4, dt);
   const Tensor dy = Random({t, h}, 1.0f, 5, dt);
-  CheckDenseMatchesOneExpert(dt, x, dy);
+  // New tokens every call, as every training step has: the experts' row
+  // counts change call by call (unless --same_tokens).
+  std::vector<Tensor> xs;
+  for (int i = 0; i < (absl::GetFlag(FLAGS_same_tokens) ? 1 : reps + 2); ++i) {
+    xs.push_back(Random({t, h}, 1.0f, 4 + 100 * i, dt));
+  }
+  CheckDenseMatchesOneExpert(dt, xs[0], dy);
   PrintHeader(absl::StrCat("MoE layer forward + backward, ", DTypeName(dt),
                            ", ", t, " tokens, h", h)
                   .c_str(),
@@ -312,17 +321,22 @@ void LayerSection(DType dt, int reps) {
     dense.g1 = Tensor::Zeros({2 * fd, h}, DType::kFloat32);
     dense.g2 = Tensor::Zeros({h, fd}, DType::kFloat32);
     MoeMlp::Activations act;
+    size_t moe_calls = 0, dense_calls = 0;
     auto run_moe = [&] {
       act = MoeMlp::Activations();
-      auto y = (*moe)->Forward(x, 1, &act);
+      auto y = (*moe)->Forward(xs[moe_calls++ % xs.size()], 1, &act);
       CheckOk(y.status());
       CheckOk((*moe)->Backward(dy, act).status());
     };
     auto run_dense = [&] {
+      const Tensor& x = xs[dense_calls++ % xs.size()];
       dense.Forward(x);
       dense.Backward(x, dy);
     };
+    const int64_t primitives = ops::internal::MatmulPrimitivesCreated();
     const auto times = TimePair(reps, run_dense, run_moe);
+    const int64_t created =
+        ops::internal::MatmulPrimitivesCreated() - primitives;
     // Experts: 3 GEMMs of 2 t k f h (fc1 twice as wide) forward, twice that
     // backward; the router 2 t E h forward, twice that backward.
     const double flops = 18.0 * t * topk * f * h;
@@ -335,11 +349,12 @@ void LayerSection(DType dt, int reps) {
         flops, times.first, times.second);
     std::printf(
         "  router GEMMs +%.1f%% FLOPs; busiest expert %lld rows (mean %lld); "
-        "ms per call: dense %.1f cpu / %.1f wall, MoE %.1f cpu / %.1f wall\n",
+        "ms per call: dense %.1f cpu / %.1f wall, MoE %.1f cpu / %.1f wall; "
+        "oneDNN matmul primitives created while timing: %lld\n",
         100.0 * router / flops, static_cast<long long>(busiest),
         static_cast<long long>(t * topk / experts), 1e3 * times.first.cpu,
-        1e3 * times.first.wall, 1e3 * times.second.cpu,
-        1e3 * times.second.wall);
+        1e3 * times.first.wall, 1e3 * times.second.cpu, 1e3 * times.second.wall,
+        static_cast<long long>(created));
     if (absl::GetFlag(FLAGS_profile)) {
       for (int side = 0; side < 2; ++side) {
         OpProfile::Reset();

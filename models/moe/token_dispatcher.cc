@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/op_profile.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -82,6 +83,7 @@ int64_t TokenDispatcher::SourceOffset(const DispatchPlan& plan, int s,
 
 absl::StatusOr<DispatchPlan> TokenDispatcher::Plan(
     const std::vector<int64_t>& tokens_per_expert) const {
+  ScopedOpTimer op_timer("MoeDispatchPlan");
   const int64_t e = num_experts_;
   if (static_cast<int64_t>(tokens_per_expert.size()) != e) {
     return absl::InvalidArgumentError(
@@ -110,6 +112,7 @@ absl::StatusOr<DispatchPlan> TokenDispatcher::Plan(
 
 absl::StatusOr<Tensor> TokenDispatcher::Dispatch(
     const Tensor& rows, const DispatchPlan& plan) const {
+  ScopedOpTimer op_timer("MoeDispatch");
   MCC_RETURN_IF_ERROR(CheckRows("Dispatch", rows, plan.rows));
   const int p = group_->size(), me = group_->rank();
   const int64_t e = num_experts_, el = local_experts_, h = rows.size(1);
@@ -181,6 +184,7 @@ absl::StatusOr<Tensor> TokenDispatcher::Dispatch(
 
 absl::StatusOr<Tensor> TokenDispatcher::Combine(
     const Tensor& local_rows, const DispatchPlan& plan) const {
+  ScopedOpTimer op_timer("MoeCombine");
   MCC_RETURN_IF_ERROR(CheckRows("Combine", local_rows, plan.local_rows));
   const int p = group_->size(), me = group_->rank();
   const int64_t e = num_experts_, el = local_experts_, h = local_rows.size(1);

@@ -32,7 +32,9 @@
 // Dispatch and Combine only copy rows, so both are exact, are each other's
 // transpose (the backward of one is the other over the same plan) and give
 // the same rows in the same order on every run and with either type.
-// Tensors are on the group's device; counts travel as int64 on it.
+// Tensors are on the group's device; counts travel as int64 on it. Plan,
+// Dispatch and Combine show in the op profile (core/op_profile.h) as
+// MoeDispatchPlan, MoeDispatch and MoeCombine.
 
 #include <cstdint>
 #include <memory>
