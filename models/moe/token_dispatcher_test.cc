@@ -1,13 +1,16 @@
 // The dispatchers in real processes (gloo, 4 ranks): rows tagged with their
 // source rank, expert and place arrive grouped by local expert, then by
 // source, in the source's order; Combine brings every row back to its place.
-// Uneven counts with empty experts and a rank that sends nothing.
+// Uneven counts with empty experts and a rank that sends nothing; fp32 and
+// bf16 (whose allgather Combine sums 16-bit pairs as int32 words), signed
+// values, bit for bit.
 #include "models/moe/token_dispatcher.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/comm/init.h"
@@ -41,18 +44,23 @@ MCC_WORKER(dispatch) {
   auto d = TokenDispatcher::Create(type, world->group.get(), kExperts);
   if (!d.ok()) return comm::testing::ReportFailure("create", d.status(), 4);
   const int me = world->group->rank();
-  const int64_t h = 3;
+  const DType dt = std::string(std::getenv("MOE_DTYPE")) == "bf16"
+                       ? DType::kBFloat16
+                       : DType::kFloat32;
+  // bf16 rows of an even width take the word path.
+  const int64_t h = dt == DType::kBFloat16 ? 4 : 3;
+  auto sign = [](int64_t j) { return j % 2 == 1 ? -1.0f : 1.0f; };
   std::vector<int64_t> counts;
   std::vector<float> values;
   for (int64_t e = 0; e < kExperts; ++e) {
     counts.push_back(Count(me, e));
     for (int64_t i = 0; i < Count(me, e); ++i) {
       for (int64_t j = 0; j < h; ++j)
-        values.push_back(Tag(me, e, i) + 0.25f * j);
+        values.push_back(sign(j) * (Tag(me, e, i) + 0.25f * j));
     }
   }
   const int64_t n = values.size() / h;
-  Tensor rows = *Tensor::FromVector(values, {n, h}, DType::kFloat32);
+  Tensor rows = *Tensor::FromVector(values, {n, h}, dt);
   auto plan = (*d)->Plan(counts);
   if (!plan.ok()) return comm::testing::ReportFailure("plan", plan.status(), 5);
   auto local = (*d)->Dispatch(rows, *plan);
@@ -68,32 +76,36 @@ MCC_WORKER(dispatch) {
       local_counts[j] += Count(s, e);
       for (int64_t i = 0; i < Count(s, e); ++i) {
         for (int64_t c = 0; c < h; ++c)
-          want.push_back(Tag(s, e, i) + 0.25f * c);
+          want.push_back(sign(c) * (Tag(s, e, i) + 0.25f * c));
       }
     }
   }
   if (plan->local_counts != local_counts || plan->rows != n ||
-      local->ToFloats() != want) {
+      local->ToFloats() !=
+          Tensor::FromVector(want, {plan->local_rows, h}, dt)->ToFloats()) {
     std::fprintf(stderr, "rank %d: dispatched rows are not as expected\n", me);
     return 7;
   }
   auto back = (*d)->Combine(*local, *plan);
   if (!back.ok())
     return comm::testing::ReportFailure("combine", back.status(), 8);
-  if (back->shape() != rows.shape() || back->ToFloats() != values) {
+  if (back->shape() != rows.shape() || back->ToFloats() != rows.ToFloats()) {
     std::fprintf(stderr, "rank %d: combined rows are not the sent ones\n", me);
     return 9;
   }
   return 0;
 }
 
-class TokenDispatcherTest : public ::testing::TestWithParam<std::string> {};
+// (dispatcher, dtype)
+class TokenDispatcherTest
+    : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(TokenDispatcherTest, RowsArriveGroupedAndReturn) {
   auto results = comm::testing::RunWorkers(
       kRanks, "dispatch", absl::Seconds(60), [&](int) {
         return std::map<std::string, std::string>{
-            {"MOE_DISPATCHER", GetParam()}};
+            {"MOE_DISPATCHER", GetParam().first},
+            {"MOE_DTYPE", GetParam().second}};
       });
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, 0) << comm::testing::Describe(results);
@@ -101,7 +113,11 @@ TEST_P(TokenDispatcherTest, RowsArriveGroupedAndReturn) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, TokenDispatcherTest,
-                         ::testing::Values("alltoall", "allgather"));
+                         ::testing::Values(std::make_pair("alltoall", "fp32"),
+                                           std::make_pair("allgather", "fp32"),
+                                           std::make_pair("alltoall", "bf16"),
+                                           std::make_pair("allgather",
+                                                          "bf16")));
 
 TEST(TokenDispatcherNamesTest, UnknownTypeIsRefused) {
   auto bad = ParseTokenDispatcherType("flex");
