@@ -109,11 +109,18 @@ MatmulCache& Cache() {
 
 // c (m x n, row stride ldc) is fp32 unless c_dt says otherwise (a bf16 c is
 // rounded once from the fp32 accumulators, as F32ToBF16 would).
+// With runtime_dims, one primitive serves every m, k and leading dimension
+// of its n (the grouped GEMM's experts, whose rows change every step: a
+// primitive per exact shape was created, ~0.3 ms, at each new row count, and
+// kept for the life of the process). oneDNN 2.6 runs such a primitive
+// through its jit bf16 GEMM, measured as fast as the brgemm kernel of a
+// fixed shape or faster (one thread, 61-1024 rows).
 void MatmulPrimitive(
     dnnl::memory::data_type dt, bool trans_a, bool trans_b, int64_t m,
     int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
     const void* b, int64_t ldb, float beta, void* c, int64_t ldc,
-    dnnl::memory::data_type c_dt = dnnl::memory::data_type::f32) {
+    dnnl::memory::data_type c_dt = dnnl::memory::data_type::f32,
+    bool runtime_dims = false) {
   using dims = dnnl::memory::dims;
   MatmulCache& cache = Cache();
   const dnnl::memory::desc a_md({m, k}, dt,
@@ -121,8 +128,12 @@ void MatmulPrimitive(
   const dnnl::memory::desc b_md({k, n}, dt,
                                 trans_b ? dims{1, ldb} : dims{ldb, 1});
   const dnnl::memory::desc c_md({m, n}, c_dt, dims{ldc, 1});
+  constexpr int64_t kAny = DNNL_RUNTIME_DIM_VAL;
   const MatmulKey key(static_cast<int>(dt), static_cast<int>(c_dt), trans_a,
-                      trans_b, m, n, k, lda, ldb, ldc, alpha, beta);
+                      trans_b, runtime_dims ? kAny : m, n,
+                      runtime_dims ? kAny : k, runtime_dims ? kAny : lda,
+                      runtime_dims ? kAny : ldb, runtime_dims ? kAny : ldc,
+                      alpha, beta);
   std::shared_ptr<const CachedMatmul> prim;
   {
     std::lock_guard<std::mutex> lock(cache.mu);
@@ -138,7 +149,15 @@ void MatmulPrimitive(
       ops.append_sum(beta);
       attr.set_post_ops(ops);
     }
-    const dnnl::matmul::desc desc(a_md, b_md, c_md);
+    const dnnl::matmul::desc desc =
+        runtime_dims
+            ? dnnl::matmul::desc(
+                  dnnl::memory::desc({kAny, kAny}, dt,
+                                     trans_a ? dims{1, kAny} : dims{kAny, 1}),
+                  dnnl::memory::desc({kAny, n}, dt,
+                                     trans_b ? dims{1, kAny} : dims{kAny, 1}),
+                  dnnl::memory::desc({kAny, n}, c_dt, dims{kAny, 1}))
+            : dnnl::matmul::desc(a_md, b_md, c_md);
     const dnnl::matmul::primitive_desc pd(desc, attr, cache.engine);
     prim = std::make_shared<const CachedMatmul>(
         CachedMatmul{dnnl::matmul(pd), pd.scratchpad_desc()});
@@ -304,8 +323,11 @@ void GemmNativeBf16(
     void* c, int64_t ldc,
     dnnl::memory::data_type c_dt = dnnl::memory::data_type::f32) {
   SyncOmpThreads();
+  // Row counts that change call by call (ScopedBf16ShapeClass) share one
+  // primitive.
   MatmulPrimitive(dnnl::memory::data_type::bf16, trans_a, trans_b, m, n, k,
-                  alpha, a, lda, b, ldb, beta, c, ldc, c_dt);
+                  alpha, a, lda, b, ldb, beta, c, ldc, c_dt,
+                  /*runtime_dims=*/t_bf16_shape_class);
 }
 
 // Below this many flops a GEMM takes microseconds: measuring would cost more
