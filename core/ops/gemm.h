@@ -128,7 +128,9 @@ namespace internal {
 // the call's own. For GEMMs whose sizes change call by call (the grouped
 // GEMM's experts, core/ops/grouped_gemm.h, whose row counts change every
 // step), so that they share one measurement per class instead of timing
-// both paths at every new size. Nests; other threads are unaffected.
+// both paths at every new size; their native-path GEMMs also share one
+// oneDNN primitive with runtime m, k and leading dimensions instead of
+// creating one per size. Nests; other threads are unaffected.
 class ScopedBf16ShapeClass {
  public:
   ScopedBf16ShapeClass();
