@@ -59,6 +59,12 @@ absl::StatusOr<std::unique_ptr<ParallelState>> ParallelState::Create(
       sizes.distributed_optimizer_instances > 1
           ? layout.CrossInstanceGroups()
           : std::vector<std::vector<int>>(),
+      sizes.distributed_optimizer_instances > 1
+          ? layout.ExpertInstanceGroups()
+          : std::vector<std::vector<int>>(),
+      sizes.distributed_optimizer_instances > 1
+          ? layout.ExpertCrossInstanceGroups()
+          : std::vector<std::vector<int>>(),
   };
   const bool twins = device_world != nullptr && device_world != world;
   state->groups_[kWorld] = {world, twins ? device_world : world};
@@ -67,7 +73,11 @@ absl::StatusOr<std::unique_ptr<ParallelState>> ParallelState::Create(
     // An expert group over a dense group's ranks is that group (no new
     // subgroup: every rank decides alike from the layout alone).
     bool shared = false;
-    for (int j = kTensor; k >= kExpertModel && j < kExpertModel; ++j) {
+    // The experts' instances likewise share the dense instances' groups
+    // where they coincide (EP 1, ETP = TP).
+    const int last_shareable =
+        k >= kExpertInstance ? kCrossInstance : kExpertModel - 1;
+    for (int j = kTensor; k >= kExpertModel && j <= last_shareable; ++j) {
       if (j != kEmbedding && kinds[j] == kinds[k]) {
         g = state->groups_[j];
         shared = true;

@@ -68,6 +68,19 @@ class ParallelState {
                ? device(kCrossInstance)
                : nullptr;
   }
+  // The same over the expert-data-parallel group
+  // (RankLayout::ExpertInstanceGroups): where the experts' state is
+  // sharded under HSDP, and across. Null with one instance.
+  comm::ProcessGroup* expert_instance() const {
+    return layout_.distributed_optimizer_instances() > 1
+               ? device(kExpertInstance)
+               : nullptr;
+  }
+  comm::ProcessGroup* expert_cross_instance() const {
+    return layout_.distributed_optimizer_instances() > 1
+               ? device(kExpertCrossInstance)
+               : nullptr;
+  }
 
   // The twin of `group` (any group of this state, either twin) that moves
   // tensors on `device`: the one place where a tensor's device picks the
@@ -106,6 +119,8 @@ class ParallelState {
     kExpertData,
     kInstance,
     kCrossInstance,
+    kExpertInstance,
+    kExpertCrossInstance,
     kNumKinds
   };
   struct Twins {

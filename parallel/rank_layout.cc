@@ -49,6 +49,16 @@ absl::StatusOr<RankLayout> RankLayout::Create(int world_size,
         " must be positive and divide data-parallel size (", world_size / model,
         ") x context-parallel-size (", sizes.context, ") = ", dp_cp));
   }
+  const int edp = world_size / expert_model;
+  if (instances > 1 && edp % instances != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num-distributed-optimizer-instances ", instances,
+        " must divide the expert-data-parallel size ", edp,
+        " (world size / (expert-tensor-parallel-size ", etp,
+        " x expert-model-parallel-size ", sizes.expert_model,
+        " x pipeline-model-parallel-size ", sizes.pipeline,
+        ")): the experts' optimizer state splits into as many instances"));
+  }
   RankLayout layout;
   layout.instances_ = instances;
   layout.world_size_ = world_size;
@@ -58,7 +68,7 @@ absl::StatusOr<RankLayout> RankLayout::Create(int world_size,
   layout.dp_ = world_size / model;
   layout.etp_ = etp;
   layout.ep_ = sizes.expert_model;
-  layout.edp_ = world_size / expert_model;
+  layout.edp_ = edp;
   return layout;
 }
 
@@ -194,6 +204,40 @@ std::vector<std::vector<int>> RankLayout::CrossInstanceGroups() const {
     }
   }
   return groups;
+}
+
+namespace {
+
+// Each group cut into `n` contiguous runs (across: false), or the ranks at
+// the same place in every run (across: true).
+std::vector<std::vector<int>> SplitIntoInstances(
+    const std::vector<std::vector<int>>& groups, int n, bool across) {
+  std::vector<std::vector<int>> out;
+  for (const auto& g : groups) {
+    const size_t per = g.size() / n;
+    if (!across) {
+      for (int i = 0; i < n; ++i) {
+        out.emplace_back(g.begin() + i * per, g.begin() + (i + 1) * per);
+      }
+      continue;
+    }
+    for (size_t j = 0; j < per; ++j) {
+      std::vector<int> ranks;
+      for (int i = 0; i < n; ++i) ranks.push_back(g[i * per + j]);
+      out.push_back(std::move(ranks));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> RankLayout::ExpertInstanceGroups() const {
+  return SplitIntoInstances(ExpertDataGroups(), instances_, false);
+}
+
+std::vector<std::vector<int>> RankLayout::ExpertCrossInstanceGroups() const {
+  return SplitIntoInstances(ExpertDataGroups(), instances_, true);
 }
 
 std::vector<std::vector<int>> RankLayout::EmbeddingGroups() const {

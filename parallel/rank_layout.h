@@ -34,7 +34,8 @@ struct ParallelSizes {
   // --num-distributed-optimizer-instances (HSDP): the DP x CP ranks of each
   // group split into this many instances of contiguous ranks; optimizer
   // state is sharded within an instance and replicated across them. Must
-  // divide DP x CP.
+  // divide DP x CP, and the expert-data-parallel size (the experts' state
+  // splits into as many instances of the expert-data group).
   int distributed_optimizer_instances = 1;
 };
 
@@ -100,6 +101,12 @@ class RankLayout {
   // EDP [dp]: the ranks holding the same expert shards, over which expert
   // gradients are reduced.
   std::vector<std::vector<int>> ExpertDataGroups() const;
+  // HSDP: each EDP group cut into distributed_optimizer_instances
+  // contiguous runs, and across them the ranks at the same place in every
+  // run (as InstanceGroups over DP x CP; Megatron's intra- and inter-partial
+  // expert data-parallel groups).
+  std::vector<std::vector<int>> ExpertInstanceGroups() const;
+  std::vector<std::vector<int>> ExpertCrossInstanceGroups() const;
 
   // The group of a given kind that contains rank.
   static std::vector<int> GroupOf(const std::vector<std::vector<int>>& groups,

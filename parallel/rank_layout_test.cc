@@ -216,6 +216,29 @@ TEST(RankLayoutTest, InstancesAreContiguousRunsOfTheDataGroup) {
   ExpectPartition(l->CrossInstanceGroups(), 8, 2);
 }
 
+// HSDP with experts: each EDP group cut into instances the same way.
+TEST(RankLayoutTest, ExpertInstancesSplitTheExpertDataGroup) {
+  ParallelSizes sizes;
+  sizes.expert_model = 2;
+  sizes.distributed_optimizer_instances = 2;
+  auto l = RankLayout::Create(8, sizes);  // DP 8, EP 2, EDP 4.
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->ExpertDataGroups(),
+            (std::vector<std::vector<int>>{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(l->ExpertInstanceGroups(),
+            (std::vector<std::vector<int>>{{0, 2}, {4, 6}, {1, 3}, {5, 7}}));
+  EXPECT_EQ(l->ExpertCrossInstanceGroups(),
+            (std::vector<std::vector<int>>{{0, 4}, {2, 6}, {1, 5}, {3, 7}}));
+  // 4 instances of DP 8 fit, but not of EDP 2 at EP 4.
+  sizes.expert_model = 4;
+  sizes.distributed_optimizer_instances = 4;
+  absl::Status s = RankLayout::Create(8, sizes).status();
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("--num-distributed-optimizer-instances 4 must divide "
+                        "the expert-data-parallel size 2"));
+}
+
 TEST(RankLayoutTest, InstancesMustDivideDataParallelism) {
   ParallelSizes sizes;
   sizes.distributed_optimizer_instances = 3;

@@ -7,9 +7,10 @@
 # straight serial run; one saved at EP 2 x TP 2 + SP resumes serially; a
 # checkpoint
 # saved at EP 2 of DP 4 with the distributed optimizer (expert state sharded
-# over the expert-data-parallel group) resumes serially alike. Layouts not
-# built (EP beside TP without SP, ...) are refused by name before any
-# process starts.
+# over the expert-data-parallel group) resumes serially alike, and so does
+# one saved at EP 2 of DP 4 under ZeRO-3 (optim_grads_params); EP 2 of DP 4
+# in 2 HSDP instances matches the serial run. Layouts not built (EP beside
+# TP without SP, ...) are refused by name before any process starts.
 set -euo pipefail
 launch=$1
 train=$2
@@ -73,6 +74,21 @@ run from_ep2_distopt 1 --load "$work/ep2_distopt"
 compare "$work/serial.jsonl" "$work/from_ep2_distopt.jsonl" 1e-6
 echo "from_ep2_distopt vs serial: $(worst "$work/serial.jsonl" "$work/from_ep2_distopt.jsonl")"
 
+# ZeRO-3 at EP 2 of DP 4: expert weights and state sharded over the
+# expert-data-parallel group (2 ranks), the rest over DP 4; resumed serially.
+run ep2_zero3 4 --expert-model-parallel-size 2 \
+  --data-parallel-sharding-strategy optim_grads_params \
+  --train-iters 10 --save "$work/ep2_zero3"
+compare "$work/serial.jsonl" "$work/ep2_zero3.jsonl" 1e-5
+run from_ep2_zero3 1 --load "$work/ep2_zero3"
+compare "$work/serial.jsonl" "$work/from_ep2_zero3.jsonl" 1e-6
+echo "from_ep2_zero3 vs serial: $(worst "$work/serial.jsonl" "$work/from_ep2_zero3.jsonl")"
+# HSDP: 2 instances of DP 4, the expert-data group of 2 split alike.
+run ep2_hsdp2 4 --expert-model-parallel-size 2 --use-distributed-optimizer \
+  --num-distributed-optimizer-instances 2 --train-iters 10
+compare "$work/serial.jsonl" "$work/ep2_hsdp2.jsonl" 1e-5
+echo "ep2_hsdp2 vs serial: $(worst "$work/serial.jsonl" "$work/ep2_hsdp2.jsonl")"
+
 # Not built: refused by name before any process starts.
 refused() {
   local name=$1 want=$2
@@ -85,6 +101,7 @@ refused() {
 }
 refused ep_tp "needs --sequence-parallel" --expert-model-parallel-size 2 \
   --tensor-model-parallel-size 2
-refused ep_zero3 "not ZeRO-2/3" --expert-model-parallel-size 2 \
-  --data-parallel-sharding-strategy optim_grads_params
+refused ep4_hsdp2 "must divide the expert-data-parallel size 1" \
+  --expert-model-parallel-size 4 --use-distributed-optimizer \
+  --num-distributed-optimizer-instances 2
 echo "expert parallelism end to end: parity and resharded resume OK"

@@ -5,14 +5,15 @@
 // pipeline parallelism (1F1B and interleaved), full recomputation and
 // tensor parallelism without SP (the MoE layers replicated over TP),
 // context parallelism (ring and all-to-all, with seq_aux_loss), expert
-// parallelism (EP, ETP, with PP and the distributed optimizer, both
-// dispatchers, bf16) and sequence parallelism (TP 2 + SP with experts
-// replicated, split over ETP = TP, or over EP 2 beside TP). The balancing
-// losses' gradients must scale as the LM loss's for the layouts to agree: DP
-// splits the micro-batches the serial run accumulates, and the expert bias
-// steps by the load summed over DP. Under CP (and SP) each rank holds part of
-// every sequence: the balancing statistics must be the whole sequences' (counts
-// summed over CP and TP) for the losses to be the serial ones.
+// parallelism (EP, ETP, with PP, the distributed optimizer, ZeRO-2/3 and
+// HSDP, both dispatchers, bf16) and sequence parallelism (TP 2 + SP with
+// experts replicated, split over ETP = TP, or over EP 2 beside TP). The
+// balancing losses' gradients must scale as the LM loss's for the layouts to
+// agree: DP splits the micro-batches the serial run accumulates, and the
+// expert bias steps by the load summed over DP. Under CP (and SP) each rank
+// holds part of every sequence: the balancing statistics must be the whole
+// sequences' (counts summed over CP and TP) for the losses to be the serial
+// ones.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -57,6 +58,7 @@ struct Case {
   bool alltoall = true;
   bool bf16 = false;
   bool sp = false;  // --sequence-parallel (tp > 1).
+  int instances = 1;  // --num-distributed-optimizer-instances (HSDP).
 };
 
 Case Expert(std::string name, int world, int ep, int etp = 1) {
@@ -143,6 +145,26 @@ std::vector<Case> Cases() {
   etp2_distopt.distopt = true;
   etp2_distopt.alltoall = false;
   v.push_back(etp2_distopt);
+  // ZeRO-3 and ZeRO-2 at EP 2 of DP 4: the expert weights' shards (and
+  // their gradients' reduce-scatters, and under ZeRO-3 the parameters'
+  // all-gathers) over the expert-data group of 2, the rest over DP 4.
+  Case ep2_zero3 = Expert("ep2_dp4_zero3", 4, 2);
+  ep2_zero3.sharding = fsdp::ShardingStrategy::kOptimGradsParams;
+  v.push_back(ep2_zero3);
+  Case ep2_zero2 = Expert("ep2_dp4_zero2", 4, 2);
+  ep2_zero2.sharding = fsdp::ShardingStrategy::kOptimGrads;
+  v.push_back(ep2_zero2);
+  // HSDP: 2 instances of DP 4 (dense state over 2 ranks each); the expert
+  // data group of 2 split alike (each rank its instance's experts' state),
+  // the reduced expert shards summed across the instances.
+  Case ep2_hsdp = Expert("ep2_dp4_distopt_hsdp2", 4, 2);
+  ep2_hsdp.distopt = true;
+  ep2_hsdp.instances = 2;
+  v.push_back(ep2_hsdp);
+  Case ep2_zero3_hsdp = Expert("ep2_dp4_zero3_hsdp2", 4, 2);
+  ep2_zero3_hsdp.sharding = fsdp::ShardingStrategy::kOptimGradsParams;
+  ep2_zero3_hsdp.instances = 2;
+  v.push_back(ep2_zero3_hsdp);
   Case bf16 = Expert("ep2_dp4_bf16", 4, 2);
   bf16.bf16 = true;
   v.push_back(bf16);
@@ -247,6 +269,7 @@ MCC_WORKER(moe_train) {
   sizes.context = c.cp;
   sizes.expert_model = c.ep;
   sizes.expert_tensor = c.etp;
+  sizes.distributed_optimizer_instances = c.instances;
   auto state = optim::testing::InitWorkerState(sizes);
   if (!state.ok()) return 3;
   auto result = optim::testing::Train(Options(c), state->get());

@@ -107,6 +107,9 @@ absl::StatusOr<std::unique_ptr<data_parallel::DataParallel>> MakeDataParallel(
     // HSDP (--num-distributed-optimizer-instances).
     fsdp_config.ddp.hybrid.instance = job.state->instance();
     fsdp_config.ddp.hybrid.cross_instance = job.state->cross_instance();
+    fsdp_config.ddp.hybrid.expert_instance = job.state->expert_instance();
+    fsdp_config.ddp.hybrid.expert_cross_instance =
+        job.state->expert_cross_instance();
   }
   // Expert weights (MoE over the expert groups) reduce over expert DP.
   if (job.context.expert_layout) {

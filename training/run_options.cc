@@ -484,23 +484,12 @@ absl::Status CheckExpertLayout(const TrainConfig& config) {
         "--sequence-parallel (each TP rank routing its own tokens); give it, "
         "or TP 1, or EP 1 and ETP 1 (experts replicated over TP)"));
   }
-  auto strategy =
-      fsdp::ParseShardingStrategy(config.data_parallel_sharding_strategy());
-  if (strategy.ok() && fsdp::ShardsGradients(*strategy)) {
-    return absl::UnimplementedError(absl::StrCat(
-        what, " with --data-parallel-sharding-strategy ",
-        config.data_parallel_sharding_strategy(),
-        ": sharding expert weights over the expert-data-parallel group is "
-        "built for the distributed optimizer (--use-distributed-optimizer) "
-        "only, not ZeRO-2/3"));
-  }
-  if (config.num_distributed_optimizer_instances() > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        what, " with --num-distributed-optimizer-instances ",
-        config.num_distributed_optimizer_instances(), ": not built"));
-  }
-  // Checkpoints hold every expert weight whole (ParameterRefs), so EP and
-  // ETP both reshard on --load.
+  // ZeRO-2/3 (optim_grads, optim_grads_params) shard the expert weights
+  // over the expert-data-parallel group, the rest over DP; with
+  // --num-distributed-optimizer-instances N the expert-data group splits
+  // into N instances as DP does (parallel::RankLayout refuses an N that
+  // does not divide it). Checkpoints hold every expert weight whole
+  // (ParameterRefs), so EP and ETP both reshard on --load.
   return absl::OkStatus();
 }
 

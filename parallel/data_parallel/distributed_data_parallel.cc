@@ -146,11 +146,8 @@ DistributedDataParallel::Create(const ParameterList& params,
           "' is an expert weight (expert_parallel) but no expert-data-parallel "
           "group was given (DdpConfig::expert_data)"));
     }
-    if (config.hybrid.enabled()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "DistributedDataParallel: expert weights ('", experts[0]->name,
-          "') with --num-distributed-optimizer-instances > 1 are not built"));
-    }
+    MCC_RETURN_IF_ERROR(
+        CheckExpertHybridSharding(config.hybrid, config.expert_data));
   }
   // Buckets in reverse parameter order, each closed once it holds
   // bucket_size_bytes of fp32 gradients.
@@ -170,7 +167,10 @@ DistributedDataParallel::Create(const ParameterList& params,
         used = 0;
       }
     }
-    comm::ProcessGroup* edp = config.expert_data;
+    // Expert buckets split over the expert-data group (its instance under
+    // HSDP).
+    comm::ProcessGroup* edp =
+        config.hybrid.ExpertShardGroup(config.expert_data);
     const int shards = expert ? (edp == nullptr ? 1 : edp->size()) : dp_size;
     const int shard = expert ? (edp == nullptr ? 0 : edp->rank()) : dp_rank;
     for (const ParameterList& in_bucket : bucket_params) {
@@ -381,14 +381,15 @@ absl::Status DistributedDataParallel::FinishGradSync() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (!grad_work_[b]) continue;
     absl::Status s = grad_work_[b]->Wait();
-    if (s.ok() && cross_ != nullptr && cross_->size() > 1 &&
-        !buckets_[b].expert) {
+    comm::ProcessGroup* cross = CrossGroupOf(buckets_[b]);
+    if (s.ok() && cross != nullptr && cross->size() > 1) {
       // HSDP: the instance's reduced shard, summed over the instances
       // (once its reduce-scatter is done).
+      comm::ProcessGroup* group = ShardGroupOf(buckets_[b]);
+      const int r = group == nullptr ? 0 : group->rank();
       const int64_t shard = buckets_[b].layout.shard_numel();
-      auto mine = buckets_[b].grad_data.Slice(shard_rank() * shard,
-                                              (shard_rank() + 1) * shard);
-      s = mine.ok() ? cross_->AllReduceSync(&*mine, comm::ReduceOp::kSum)
+      auto mine = buckets_[b].grad_data.Slice(r * shard, (r + 1) * shard);
+      s = mine.ok() ? cross->AllReduceSync(&*mine, comm::ReduceOp::kSum)
                     : mine.status();
     }
     if (!s.ok() && status.ok()) {
@@ -515,7 +516,8 @@ DistributedDataParallel::CreateOptimizer(const optim::OptimizerConfig& config,
   }
   pieces.sharded = config_.use_distributed_optimizer;
   pieces.shard_group = shard_;
-  pieces.expert_shard_group = config_.expert_data;
+  pieces.expert_shard_group =
+      config_.hybrid.ExpertShardGroup(config_.expert_data);
   for (const Bucket& b : buckets_) pieces.expert_params |= b.expert;
   pieces.device = device_;
   if (config_.use_distributed_optimizer) {

@@ -49,7 +49,8 @@ struct DdpConfig {
   // the same experts). Parameters marked expert_parallel go to buckets of
   // their own, reduced (and, under the distributed optimizer, sharded)
   // over it and scaled by 1 / DP like the rest (Megatron's expert
-  // buffers). Null: such parameters are refused. Not with hybrid.
+  // buffers). Null: such parameters are refused. Under hybrid, their state
+  // shards over hybrid.expert_instance.
   comm::ProcessGroup* expert_data = nullptr;
   // Test-only fault for the consistency checks' tests: FinalizeGradients
   // still takes part in the sequence-parallel all-reduce of the parameter
@@ -205,7 +206,12 @@ class DistributedDataParallel : public DataParallel {
     return b.expert ? config_.expert_data : dp_;
   }
   comm::ProcessGroup* ShardGroupOf(const Bucket& b) const {
-    return b.expert ? config_.expert_data : shard_;
+    return b.expert ? config_.hybrid.ExpertShardGroup(config_.expert_data)
+                    : shard_;
+  }
+  // HSDP: where a bucket's reduced shard is summed across instances.
+  comm::ProcessGroup* CrossGroupOf(const Bucket& b) const {
+    return b.expert ? config_.hybrid.ExpertCrossGroup() : cross_;
   }
 
   comm::ProcessGroup* dp_ = nullptr;

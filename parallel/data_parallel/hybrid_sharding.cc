@@ -29,5 +29,23 @@ absl::Status CheckHybridSharding(const HybridSharding& hybrid,
   return absl::OkStatus();
 }
 
+absl::Status CheckExpertHybridSharding(const HybridSharding& hybrid,
+                                       comm::ProcessGroup* expert_data) {
+  if (!hybrid.enabled()) return absl::OkStatus();
+  const int edp = expert_data == nullptr ? 1 : expert_data->size();
+  const int in = hybrid.expert_instance ? hybrid.expert_instance->size() : 0;
+  const int across =
+      hybrid.expert_cross_instance ? hybrid.expert_cross_instance->size() : 0;
+  if (in * across != edp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num-distributed-optimizer-instances with expert weights: an "
+        "expert instance of ",
+        in, " ranks times ", across,
+        " instances is not the expert-data-parallel group's ", edp,
+        " ranks (HybridSharding::expert_instance / expert_cross_instance)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace data_parallel
 }  // namespace mcc

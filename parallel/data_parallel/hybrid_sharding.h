@@ -27,6 +27,12 @@ struct HybridSharding {
   comm::ProcessGroup* instance = nullptr;
   // The ranks of the other instances holding this rank's shard.
   comm::ProcessGroup* cross_instance = nullptr;
+  // Mixture of experts: the expert-data-parallel group split alike
+  // (parallel::RankLayout::ExpertInstanceGroups), where expert weights'
+  // state is sharded, and across. Needed when HSDP meets expert weights
+  // over more than one expert-data-parallel rank.
+  comm::ProcessGroup* expert_instance = nullptr;
+  comm::ProcessGroup* expert_cross_instance = nullptr;
 
   bool enabled() const { return instance != nullptr; }
   int instances() const {
@@ -36,12 +42,25 @@ struct HybridSharding {
   comm::ProcessGroup* ShardGroup(comm::ProcessGroup* dp) const {
     return enabled() ? instance : dp;
   }
+  // The group expert weights' state is sharded over: the expert instance,
+  // or all of `expert_data`; and where a reduced expert shard is summed
+  // (null without HSDP).
+  comm::ProcessGroup* ExpertShardGroup(comm::ProcessGroup* expert_data) const {
+    return enabled() ? expert_instance : expert_data;
+  }
+  comm::ProcessGroup* ExpertCrossGroup() const {
+    return enabled() ? expert_cross_instance : nullptr;
+  }
 };
 
 // Refuses HSDP where state is not sharded (`shards_state` false), and
 // groups whose sizes do not multiply to dp's, naming the flag.
 absl::Status CheckHybridSharding(const HybridSharding& hybrid,
                                  comm::ProcessGroup* dp, bool shards_state);
+// With expert weights over `expert_data` (may be null: one rank): under
+// HSDP the expert instance groups must be given and multiply to its size.
+absl::Status CheckExpertHybridSharding(const HybridSharding& hybrid,
+                                       comm::ProcessGroup* expert_data);
 
 }  // namespace data_parallel
 }  // namespace mcc

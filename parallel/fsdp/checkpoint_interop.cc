@@ -110,15 +110,19 @@ absl::StatusOr<TrainingTensors> GatherTrainingTensors(
       index[{s.param, s.state}] = s;
     }
     // The state splits over the optimizer's shard group (an instance
-    // under HSDP), which is `dp` otherwise.
+    // under HSDP), which is `dp` otherwise; expert weights' over the
+    // expert-data group.
     if (optimizer->shard_group() != nullptr) dp = optimizer->shard_group();
-    const bool sharded =
-        optimizer->sharded() && dp != nullptr && dp->size() > 1;
     for (const auto& p : params) {
+      // Expert weights' state splits over the expert-data-parallel group.
+      comm::ProcessGroup* group =
+          p->expert_parallel ? optimizer->expert_shard_group() : dp;
+      const bool sharded =
+          optimizer->sharded() && group != nullptr && group->size() > 1;
       for (const std::string& state : states) {
         auto it = index.find({p.get(), state});
         auto whole = WholeState(it == index.end() ? nullptr : &it->second,
-                                p->value.numel(), sharded, dp);
+                                p->value.numel(), sharded, group);
         if (!whole.ok()) {
           return absl::Status(whole.status().code(),
                               absl::StrCat(StateKey(state, p->name), ": ",

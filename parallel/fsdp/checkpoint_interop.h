@@ -26,7 +26,8 @@ using TrainingTensors = std::map<std::string, Tensor>;
 // (as training/checkpointing saves them), so a layout without FSDP can
 // load them and the other way round. fsdp and dp may be null (a plain
 // model and optimizer). Collective over dp, or over the optimizer's shard
-// group where it has one (an instance under HSDP).
+// group where it has one (an instance under HSDP); expert weights'
+// (expert_parallel) state over the optimizer's expert shard group.
 absl::StatusOr<TrainingTensors> GatherTrainingTensors(
     const ParameterList& params, data_parallel::DataParallel* fsdp,
     optim::Optimizer* optimizer, comm::ProcessGroup* dp);

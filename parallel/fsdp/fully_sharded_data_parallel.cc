@@ -1,5 +1,6 @@
 #include "parallel/fsdp/fully_sharded_data_parallel.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -37,6 +38,9 @@ constexpr size_t kMaxRecordedRequests = 1 << 20;
 // DrainReductions: take only the finished ones.
 constexpr size_t kAnyPending = ~size_t{0};
 
+int SizeOf(const comm::ProcessGroup* g) { return g == nullptr ? 1 : g->size(); }
+int RankIn(const comm::ProcessGroup* g) { return g == nullptr ? 0 : g->rank(); }
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>>
@@ -48,16 +52,17 @@ FullyShardedDataParallel::Create(const ParameterList& params,
     return absl::InvalidArgumentError("FSDP: no parameters");
   }
   for (const auto& p : params) {
-    if (p != nullptr && p->expert_parallel) {
-      // Its units would shard over the expert-data-parallel group.
-      return absl::UnimplementedError(absl::StrCat(
-          "FSDP (", ShardingStrategyName(config.strategy),
-          "): the expert weight '", p->name,
-          "' is laid out over expert parallelism (--expert-model-parallel-size"
-          " / --expert-tensor-parallel-size / --sequence-parallel with "
-          "--num-experts); sharding it is not built (use "
-          "--use-distributed-optimizer)"));
+    if (p == nullptr || !p->expert_parallel) continue;
+    // Expert weights shard over the expert-data-parallel group.
+    if (config.ddp.expert_data == nullptr && dp != nullptr && dp->size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "FSDP: parameter '", p->name,
+          "' is an expert weight (expert_parallel) but no expert-data-parallel "
+          "group was given (DdpConfig::expert_data)"));
     }
+    MCC_RETURN_IF_ERROR(data_parallel::CheckExpertHybridSharding(
+        config.ddp.hybrid, config.ddp.expert_data));
+    break;
   }
   if (!ShardsGradients(config.strategy)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -79,6 +84,9 @@ FullyShardedDataParallel::Create(const ParameterList& params,
   f->shard_ = config.ddp.hybrid.ShardGroup(dp);
   f->cross_ =
       config.ddp.hybrid.enabled() ? config.ddp.hybrid.cross_instance : nullptr;
+  // Under HSDP the experts' instance and across.
+  f->expert_ = config.ddp.hybrid.ExpertShardGroup(config.ddp.expert_data);
+  f->expert_cross_ = config.ddp.hybrid.ExpertCrossGroup();
   f->tp_ = tp != nullptr && tp->size() > 1 ? tp : nullptr;
   f->params_ = params;
   f->dtype_ = params[0] ? params[0]->value.dtype() : DType::kFloat32;
@@ -117,48 +125,61 @@ FullyShardedDataParallel::Create(const ParameterList& params,
                      " parameters, the model ", params.size()));
   }
 
-  const int n = f->shard_size(), r = f->shard_rank();
   for (const ParameterList& unit_params : units) {
     Unit unit;
-    MCC_ASSIGN_OR_RETURN(
-        unit.layout,
-        data_parallel::FlatLayout::Create(
-            unit_params, n, absl::StrCat("FSDP unit ", f->units_.size())));
-    unit.pieces = unit.layout.Pieces(r);
-    const int64_t shard = unit.layout.shard_numel();
-    unit.main_shard = Tensor::Zeros({shard}, DType::kFloat32, f->device_);
-    unit.grad_shard = Tensor::Zeros({shard}, DType::kFloat32, f->device_);
-    for (const auto& piece : unit.pieces) {
-      MCC_RETURN_IF_ERROR(ConvertRange(
-          unit.layout.params[piece.param]->value, piece.begin, unit.main_shard,
-          piece.shard_offset, piece.end - piece.begin));
+    const int index = static_cast<int>(f->units_.size());
+    ParameterList dense, experts;
+    for (const auto& p : unit_params) {
+      (p->expert_parallel ? experts : dense).push_back(p);
     }
-    if (config.strategy == ShardingStrategy::kOptimGrads) {
-      // Whole parameters stay, as views of one flat buffer the updated
-      // shards are gathered into.
-      unit.full =
-          Tensor::Zeros({unit.layout.padded_numel}, f->dtype_, f->device_);
-      for (size_t i = 0; i < unit.layout.params.size(); ++i) {
-        const Tensor& v = unit.layout.params[i]->value;
-        MCC_RETURN_IF_ERROR(
-            ConvertRange(v, 0, unit.full, unit.layout.offsets[i], v.numel()));
+    for (const bool expert : {false, true}) {
+      const ParameterList& list = expert ? experts : dense;
+      if (expert && list.empty()) continue;
+      Part part;
+      part.expert = expert;
+      comm::ProcessGroup* group = f->ShardGroupOf(part);
+      MCC_ASSIGN_OR_RETURN(
+          part.layout,
+          data_parallel::FlatLayout::Create(
+              list, SizeOf(group),
+              absl::StrCat("FSDP unit ", index, expert ? " experts" : "")));
+      part.pieces = part.layout.Pieces(RankIn(group));
+      const int64_t shard = part.layout.shard_numel();
+      part.main_shard = Tensor::Zeros({shard}, DType::kFloat32, f->device_);
+      part.grad_shard = Tensor::Zeros({shard}, DType::kFloat32, f->device_);
+      for (const auto& piece : part.pieces) {
+        MCC_RETURN_IF_ERROR(ConvertRange(
+            part.layout.params[piece.param]->value, piece.begin,
+            part.main_shard, piece.shard_offset, piece.end - piece.begin));
       }
-      unit.resident = true;
-    }
-    for (const auto& p : unit.layout.params) {
-      // Dropped here; bound to unit buffers while the unit computes.
-      p->main_grad = Tensor();
-      if (config.strategy == ShardingStrategy::kOptimGradsParams) {
-        p->value = Tensor();
+      if (config.strategy == ShardingStrategy::kOptimGrads) {
+        // Whole parameters stay, as views of one flat buffer the updated
+        // shards are gathered into.
+        part.full =
+            Tensor::Zeros({part.layout.padded_numel}, f->dtype_, f->device_);
+        for (size_t i = 0; i < part.layout.params.size(); ++i) {
+          const Tensor& v = part.layout.params[i]->value;
+          MCC_RETURN_IF_ERROR(
+              ConvertRange(v, 0, part.full, part.layout.offsets[i], v.numel()));
+        }
       }
+      for (const auto& p : part.layout.params) {
+        // Dropped here; bound to unit buffers while the unit computes.
+        p->main_grad = Tensor();
+        if (config.strategy == ShardingStrategy::kOptimGradsParams) {
+          p->value = Tensor();
+        }
+      }
+      unit.parts.push_back(std::move(part));
     }
+    unit.resident = config.strategy == ShardingStrategy::kOptimGrads;
     f->units_.push_back(std::move(unit));
   }
   for (int u = 0; u < f->num_units(); ++u) {
     if (f->units_[u].resident) f->BindValues(u);
   }
   VLOG(1) << "FSDP " << ShardingStrategyName(config.strategy) << ": "
-          << f->num_units() << " units over DP " << n;
+          << f->num_units() << " units over DP " << SizeOf(f->shard_);
   return f;
 }
 
@@ -202,7 +223,9 @@ FullyShardedDataParallel::~FullyShardedDataParallel() {
     models_[i]->RemoveUnitHooks(chunk_hooks_[i].get());
   }
   for (Unit& u : units_) {
-    if (u.gather) u.gather->Wait().IgnoreError();
+    for (Part& part : u.parts) {
+      if (part.gather) part.gather->Wait().IgnoreError();
+    }
   }
   for (PendingReduce& p : pending_) p.work->Wait().IgnoreError();
 }
@@ -213,20 +236,26 @@ FullyShardedDataParallel::CreateOptimizer(
     const optim::OptimizerGroups& groups) {
   optim::OptimizerPieces shards;
   for (Unit& unit : units_) {
-    for (const auto& piece : unit.pieces) {
-      optim::ExternalShard s;
-      s.param = unit.layout.params[piece.param];
-      s.begin = piece.begin;
-      s.end = piece.end;
-      s.param_shape = unit.layout.shapes[piece.param];
-      const int64_t lo = piece.shard_offset, hi = lo + piece.end - piece.begin;
-      MCC_ASSIGN_OR_RETURN(s.value, unit.main_shard.Slice(lo, hi));
-      MCC_ASSIGN_OR_RETURN(s.grad, unit.grad_shard.Slice(lo, hi));
-      shards.pieces.push_back(std::move(s));
+    for (Part& part : unit.parts) {
+      shards.expert_params |= part.expert;
+      for (const auto& piece : part.pieces) {
+        optim::ExternalShard s;
+        s.param = part.layout.params[piece.param];
+        s.begin = piece.begin;
+        s.end = piece.end;
+        s.param_shape = part.layout.shapes[piece.param];
+        const int64_t lo = piece.shard_offset,
+                      hi = lo + piece.end - piece.begin;
+        MCC_ASSIGN_OR_RETURN(s.value, part.main_shard.Slice(lo, hi));
+        MCC_ASSIGN_OR_RETURN(s.grad, part.grad_shard.Slice(lo, hi));
+        shards.pieces.push_back(std::move(s));
+      }
     }
   }
   shards.sharded = true;
   shards.shard_group = shard_;
+  // Expert pieces: their norms sum over the expert-data group.
+  shards.expert_shard_group = expert_;
   shards.device = device_;
   shards.after_update = [this] { return AfterOptimizerStep(); };
   return optim::Optimizer::CreateForPieces(std::move(shards), config, groups);
@@ -259,12 +288,13 @@ void FullyShardedDataParallel::ResetStats() {
 }
 
 void FullyShardedDataParallel::BindValues(int u) {
-  Unit& unit = units_[u];
-  for (size_t i = 0; i < unit.layout.params.size(); ++i) {
-    const int64_t off = unit.layout.offsets[i];
-    const Shape& shape = unit.layout.shapes[i];
-    Tensor v = *unit.full.Slice(off, off + NumElements(shape));
-    unit.layout.params[i]->value = *v.Reshape(shape);
+  for (Part& part : units_[u].parts) {
+    for (size_t i = 0; i < part.layout.params.size(); ++i) {
+      const int64_t off = part.layout.offsets[i];
+      const Shape& shape = part.layout.shapes[i];
+      Tensor v = *part.full.Slice(off, off + NumElements(shape));
+      part.layout.params[i]->value = *v.Reshape(shape);
+    }
   }
 }
 
@@ -279,23 +309,26 @@ absl::Status FullyShardedDataParallel::CheckUnit(int unit,
 
 absl::Status FullyShardedDataParallel::LaunchGather(int u, bool prefetch) {
   Unit& unit = units_[u];
-  const int64_t shard = unit.layout.shard_numel();
-  if (unit.gather) MCC_RETURN_IF_ERROR(WaitGather(u));
-  if (dtype_ == DType::kFloat32) {
-    unit.send = unit.main_shard;
-  } else {
-    // Gathered in the model dtype: half the bytes moved and held.
-    unit.send = Tensor::Empty({shard}, dtype_, device_);
-    MCC_RETURN_IF_ERROR(ops::Convert(unit.main_shard, &unit.send));
-  }
-  if (!unit.full.defined()) {
-    unit.full = Tensor::Empty({unit.layout.padded_numel}, dtype_, device_);
-  }
-  if (shard_size() == 1) {
-    MCC_RETURN_IF_ERROR(unit.full.CopyFrom(unit.send));
-    unit.send = Tensor();
-  } else {
-    unit.gather = shard_->AllGather(unit.send, &unit.full);
+  MCC_RETURN_IF_ERROR(WaitGather(u));
+  for (Part& part : unit.parts) {
+    const int64_t shard = part.layout.shard_numel();
+    if (dtype_ == DType::kFloat32) {
+      part.send = part.main_shard;
+    } else {
+      // Gathered in the model dtype: half the bytes moved and held.
+      part.send = Tensor::Empty({shard}, dtype_, device_);
+      MCC_RETURN_IF_ERROR(ops::Convert(part.main_shard, &part.send));
+    }
+    if (!part.full.defined()) {
+      part.full = Tensor::Empty({part.layout.padded_numel}, dtype_, device_);
+    }
+    comm::ProcessGroup* group = ShardGroupOf(part);
+    if (SizeOf(group) == 1) {
+      MCC_RETURN_IF_ERROR(part.full.CopyFrom(part.send));
+      part.send = Tensor();
+    } else {
+      part.gather = group->AllGather(part.send, &part.full);
+    }
   }
   const bool was_resident = unit.resident;
   unit.resident = true;
@@ -311,19 +344,29 @@ absl::Status FullyShardedDataParallel::LaunchGather(int u, bool prefetch) {
 
 absl::Status FullyShardedDataParallel::WaitGather(int u) {
   Unit& unit = units_[u];
-  if (!unit.gather) return absl::OkStatus();
-  const bool ready = unit.gather->IsCompleted();
-  stats_.gathers_ready_on_use += ready;
-  absl::Status s = unit.gather->Wait();
-  unit.gather.reset();
-  unit.send = Tensor();
-  Trace(FsdpEvent::kGatherDone, u, false, ready);
-  if (!s.ok()) {
-    return absl::Status(
-        s.code(), absl::StrCat("FSDP parameter all-gather of unit ", u,
-                               " on DP rank ", dp_rank(), ": ", s.message()));
+  bool any = false, ready = true;
+  for (const Part& part : unit.parts) {
+    if (!part.gather) continue;
+    any = true;
+    ready = ready && part.gather->IsCompleted();
   }
-  return absl::OkStatus();
+  if (!any) return absl::OkStatus();
+  stats_.gathers_ready_on_use += ready;
+  absl::Status status;
+  for (Part& part : unit.parts) {
+    if (!part.gather) continue;
+    absl::Status s = part.gather->Wait();
+    part.gather.reset();
+    part.send = Tensor();
+    if (!s.ok() && status.ok()) {
+      status = absl::Status(
+          s.code(), absl::StrCat("FSDP parameter all-gather of unit ", u,
+                                 part.expert ? " (experts)" : "",
+                                 " on DP rank ", dp_rank(), ": ", s.message()));
+    }
+  }
+  Trace(FsdpEvent::kGatherDone, u, false, ready);
+  return status;
 }
 
 absl::Status FullyShardedDataParallel::Release(int u) {
@@ -332,8 +375,10 @@ absl::Status FullyShardedDataParallel::Release(int u) {
     return absl::OkStatus();
   }
   MCC_RETURN_IF_ERROR(WaitGather(u));
-  for (const auto& p : unit.layout.params) p->value = Tensor();
-  unit.full = Tensor();
+  for (Part& part : unit.parts) {
+    for (const auto& p : part.layout.params) p->value = Tensor();
+    part.full = Tensor();
+  }
   unit.resident = false;
   stats_.gathered_units = ResidentUnits();
   Trace(FsdpEvent::kReleased, u);
@@ -378,15 +423,19 @@ absl::Status FullyShardedDataParallel::Open(int u, bool backward) {
   if (backward && unit.open_backward++ == 0) {
     // At most one earlier unit's full gradient stays in flight, so
     // gradient memory is 1/DP plus two units.
-    MCC_RETURN_IF_ERROR(DrainReductions(1));
-    unit.full_grad =
-        Tensor::Zeros({unit.layout.padded_numel}, DType::kFloat32, device_);
-    for (size_t i = 0; i < unit.layout.params.size(); ++i) {
-      const int64_t off = unit.layout.offsets[i];
-      const Shape& shape = unit.layout.shapes[i];
-      MCC_ASSIGN_OR_RETURN(Tensor g,
-                           unit.full_grad.Slice(off, off + NumElements(shape)));
-      MCC_ASSIGN_OR_RETURN(unit.layout.params[i]->main_grad, g.Reshape(shape));
+    // (Its parts' reductions: the dense one and the experts'.)
+    MCC_RETURN_IF_ERROR(DrainReductions(PendingOfLastUnit()));
+    for (Part& part : unit.parts) {
+      part.full_grad =
+          Tensor::Zeros({part.layout.padded_numel}, DType::kFloat32, device_);
+      for (size_t i = 0; i < part.layout.params.size(); ++i) {
+        const int64_t off = part.layout.offsets[i];
+        const Shape& shape = part.layout.shapes[i];
+        MCC_ASSIGN_OR_RETURN(
+            Tensor g, part.full_grad.Slice(off, off + NumElements(shape)));
+        MCC_ASSIGN_OR_RETURN(part.layout.params[i]->main_grad,
+                             g.Reshape(shape));
+      }
     }
   }
   expected_next_ = NextUnit(k, req);
@@ -439,38 +488,50 @@ absl::Status FullyShardedDataParallel::AfterBackward(int unit) {
 
 absl::Status FullyShardedDataParallel::LaunchReduceScatter(int u) {
   Unit& unit = units_[u];
-  PendingReduce pr;
-  pr.unit = u;
-  pr.in = std::move(unit.full_grad);
-  unit.full_grad = Tensor();
-  for (const auto& p : unit.layout.params) p->main_grad = Tensor();
   const int n = dp_size();
-  if (n == 1) {
-    pr.out = pr.in;
-    pr.work = comm::Work::Done(absl::OkStatus());
-  } else {
+  for (size_t k = 0; k < unit.parts.size(); ++k) {
+    Part& part = unit.parts[k];
+    PendingReduce pr;
+    pr.unit = u;
+    pr.part = static_cast<int>(k);
+    pr.in = std::move(part.full_grad);
+    part.full_grad = Tensor();
+    for (const auto& p : part.layout.params) p->main_grad = Tensor();
+    comm::ProcessGroup* group = ShardGroupOf(part);
     comm::ReduceOp op = comm::ReduceOp::kAvg;
-    // Under HSDP the instance's average is not DP's: scale and sum.
-    if (!config_.ddp.average_in_collective || cross_ != nullptr) {
-      // As DDP: scale by 1/DP, then sum.
+    // Under HSDP the instance's average is not DP's, nor for the experts
+    // the expert-data group's: scale by 1/DP, then sum.
+    if (n > 1 && (!config_.ddp.average_in_collective || cross_ != nullptr ||
+                  part.expert)) {
       op = comm::ReduceOp::kSum;
-      MCC_ASSIGN_OR_RETURN(Tensor used, pr.in.Slice(0, unit.layout.numel));
+      MCC_ASSIGN_OR_RETURN(Tensor used, pr.in.Slice(0, part.layout.numel));
       MCC_RETURN_IF_ERROR(
           ops::Scale(used, 1.0f / static_cast<float>(n), &used));
     }
-    if (shard_size() == 1) {  // HSDP with one rank per instance.
+    if (SizeOf(group) == 1) {
+      // DP 1, HSDP with one rank per instance, or experts held by this
+      // rank alone.
       pr.out = pr.in;
       pr.work = comm::Work::Done(absl::OkStatus());
     } else {
       pr.out =
-          Tensor::Empty({unit.layout.shard_numel()}, DType::kFloat32, device_);
-      pr.work = shard_->ReduceScatter(pr.in, &pr.out, op);
+          Tensor::Empty({part.layout.shard_numel()}, DType::kFloat32, device_);
+      pr.work = group->ReduceScatter(pr.in, &pr.out, op);
     }
+    pending_.push_back(std::move(pr));
   }
   ++stats_.reduce_scatters;
   Trace(FsdpEvent::kReduceScatterLaunched, u);
-  pending_.push_back(std::move(pr));
   return absl::OkStatus();
+}
+
+size_t FullyShardedDataParallel::PendingOfLastUnit() const {
+  size_t n = 0;
+  for (auto it = pending_.rbegin();
+       it != pending_.rend() && it->unit == pending_.back().unit; ++it) {
+    ++n;
+  }
+  return std::max<size_t>(n, 1);
 }
 
 absl::Status FullyShardedDataParallel::DrainReductions(size_t max_pending) {
@@ -480,11 +541,11 @@ absl::Status FullyShardedDataParallel::DrainReductions(size_t max_pending) {
     absl::Status s = pr.work->Wait();
     if (!s.ok()) {
       return absl::Status(
-          s.code(),
-          absl::StrCat("FSDP gradient reduce-scatter of unit ", pr.unit,
-                       " on DP rank ", dp_rank(), ": ", s.message()));
+          s.code(), absl::StrCat("FSDP gradient reduce-scatter of unit ",
+                                 pr.unit, pr.part > 0 ? " (experts)" : "",
+                                 " on DP rank ", dp_rank(), ": ", s.message()));
     }
-    Tensor& shard = units_[pr.unit].grad_shard;
+    Tensor& shard = units_[pr.unit].parts[pr.part].grad_shard;
     // pr.out is the whole full-gradient buffer when DP is 1: add its first
     // shard's worth (the same elements).
     Tensor reduced = pr.out;
@@ -511,7 +572,9 @@ absl::Status FullyShardedDataParallel::BeginStep() {
 }
 
 void FullyShardedDataParallel::ZeroGrads() {
-  for (Unit& u : units_) u.grad_shard.Zero();
+  for (Unit& u : units_) {
+    for (Part& part : u.parts) part.grad_shard.Zero();
+  }
   // A step starts: record its order, prefetch by the last one's.
   recording_.clear();
   request_index_ = 0;
@@ -538,19 +601,24 @@ absl::Status FullyShardedDataParallel::FinishGradSync() {
 }
 
 absl::Status FullyShardedDataParallel::ReduceAcrossInstances() {
-  if (cross_ == nullptr || cross_->size() == 1) return absl::OkStatus();
+  if (cross_ == nullptr && expert_cross_ == nullptr) return absl::OkStatus();
   // Once per step, after every micro-batch's reduce-scatter has landed, in
   // unit order on every rank: a sum is linear, so the accumulated shard
   // sums as well as each micro-batch's would, and no rank can meet these
   // collectives in another order than its peers (backward drains
   // reduce-scatters as they complete, which differs by rank).
-  std::vector<std::shared_ptr<comm::Work>> work;
-  for (Unit& unit : units_) {
-    work.push_back(cross_->AllReduce(&unit.grad_shard, comm::ReduceOp::kSum));
+  std::vector<std::pair<int, std::shared_ptr<comm::Work>>> work;
+  for (int u = 0; u < num_units(); ++u) {
+    for (Part& part : units_[u].parts) {
+      comm::ProcessGroup* cross = CrossGroupOf(part);
+      if (cross == nullptr || cross->size() == 1) continue;
+      work.emplace_back(
+          u, cross->AllReduce(&part.grad_shard, comm::ReduceOp::kSum));
+    }
   }
   absl::Status status;
-  for (size_t u = 0; u < work.size(); ++u) {
-    absl::Status s = work[u]->Wait();
+  for (auto& [u, w] : work) {
+    absl::Status s = w->Wait();
     if (!s.ok() && status.ok()) {
       status = absl::Status(
           s.code(), absl::StrCat("FSDP cross-instance gradient all-reduce of "
@@ -575,15 +643,17 @@ absl::Status FullyShardedDataParallel::SyncSharedGradients(
   };
   std::vector<Copy> copies;
   std::map<std::string, int> count;
-  for (Unit& unit : units_) {
-    for (const auto& p : unit.layout.params) {
+  // Expert weights are never shared across stages: dense parts only.
+  for (Unit& u : units_) {
+    for (const auto& p : u.parts[0].layout.params) {
       if (p->shared_with_other_stage) ++count[p->name];
     }
   }
   bool local_pairs = false;
   for (const auto& [name, n] : count) local_pairs |= n > 1;
   if (!across_stages && !local_pairs) return absl::OkStatus();
-  for (Unit& unit : units_) {
+  for (Unit& u : units_) {
+    Part& unit = u.parts[0];
     for (size_t i = 0; i < unit.layout.params.size(); ++i) {
       const auto& p = unit.layout.params[i];
       if (!p->shared_with_other_stage) continue;
@@ -607,7 +677,7 @@ absl::Status FullyShardedDataParallel::SyncSharedGradients(
       }
       // The pieces split over the shard group (an instance under HSDP,
       // whose peers across instances hold the same pieces).
-      if (shard_size() > 1) {
+      if (SizeOf(shard_) > 1) {
         MCC_RETURN_IF_ERROR(
             shard_->AllReduceSync(&copy.whole, comm::ReduceOp::kSum));
       }
@@ -659,18 +729,20 @@ absl::Status FullyShardedDataParallel::SyncSharedGradients(
 
 absl::StatusOr<Tensor> FullyShardedDataParallel::HeldGradient(
     const Parameter& param) const {
-  for (const Unit& unit : units_) {
-    for (size_t i = 0; i < unit.layout.params.size(); ++i) {
-      if (unit.layout.params[i].get() != &param) continue;
-      // A parameter's pieces in one shard are contiguous there.
-      int64_t lo = -1, hi = -1;
-      for (const auto& piece : unit.pieces) {
-        if (piece.param != static_cast<int>(i)) continue;
-        if (lo < 0) lo = piece.shard_offset;
-        hi = piece.shard_offset + piece.end - piece.begin;
+  for (const Unit& u : units_) {
+    for (const Part& part : u.parts) {
+      for (size_t i = 0; i < part.layout.params.size(); ++i) {
+        if (part.layout.params[i].get() != &param) continue;
+        // A parameter's pieces in one shard are contiguous there.
+        int64_t lo = -1, hi = -1;
+        for (const auto& piece : part.pieces) {
+          if (piece.param != static_cast<int>(i)) continue;
+          if (lo < 0) lo = piece.shard_offset;
+          hi = piece.shard_offset + piece.end - piece.begin;
+        }
+        if (lo < 0) return Tensor::Empty({0}, DType::kFloat32, device_);
+        return part.grad_shard.Slice(lo, hi);
       }
-      if (lo < 0) return Tensor::Empty({0}, DType::kFloat32, device_);
-      return unit.grad_shard.Slice(lo, hi);
     }
   }
   return absl::InvalidArgumentError(absl::StrCat(
@@ -682,14 +754,16 @@ absl::Status FullyShardedDataParallel::FinalizeGradients() {
   // The shards' pieces of sequence-parallel parameters, summed over TP in
   // one collective (TP ranks' layouts agree, so the pieces match).
   std::vector<Tensor> pieces;
-  for (Unit& unit : units_) {
-    for (const auto& piece : unit.pieces) {
-      if (!unit.layout.params[piece.param]->sequence_parallel) continue;
-      MCC_ASSIGN_OR_RETURN(
-          Tensor view,
-          unit.grad_shard.Slice(piece.shard_offset,
-                                piece.shard_offset + piece.end - piece.begin));
-      pieces.push_back(std::move(view));
+  for (Unit& u : units_) {
+    for (Part& part : u.parts) {
+      for (const auto& piece : part.pieces) {
+        if (!part.layout.params[piece.param]->sequence_parallel) continue;
+        MCC_ASSIGN_OR_RETURN(Tensor view,
+                             part.grad_shard.Slice(
+                                 piece.shard_offset,
+                                 piece.shard_offset + piece.end - piece.begin));
+        pieces.push_back(std::move(view));
+      }
     }
   }
   std::vector<Tensor*> grads;
@@ -722,17 +796,19 @@ absl::Status FullyShardedDataParallel::GatherFullParams() {
 }
 
 absl::Status FullyShardedDataParallel::ScatterFullParams() {
-  for (Unit& unit : units_) {
-    for (const auto& piece : unit.pieces) {
-      const auto& p = unit.layout.params[piece.param];
-      if (!p->value.defined()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("FSDP ScatterFullParams: parameter '", p->name,
-                         "' is not gathered (call GatherFullParams first)"));
+  for (Unit& u : units_) {
+    for (Part& part : u.parts) {
+      for (const auto& piece : part.pieces) {
+        const auto& p = part.layout.params[piece.param];
+        if (!p->value.defined()) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("FSDP ScatterFullParams: parameter '", p->name,
+                           "' is not gathered (call GatherFullParams first)"));
+        }
+        MCC_RETURN_IF_ERROR(ConvertRange(p->value, piece.begin, part.main_shard,
+                                         piece.shard_offset,
+                                         piece.end - piece.begin));
       }
-      MCC_RETURN_IF_ERROR(ConvertRange(p->value, piece.begin, unit.main_shard,
-                                       piece.shard_offset,
-                                       piece.end - piece.begin));
     }
   }
   return absl::OkStatus();
@@ -759,7 +835,13 @@ std::string FullyShardedDataParallel::Describe() const {
   }
   if (cross_ != nullptr) {
     absl::StrAppend(&out, "; HSDP: ", cross_->size(), " instances of ",
-                    shard_size(), " ranks");
+                    SizeOf(shard_), " ranks");
+  }
+  bool experts = false;
+  for (const Unit& u : units_) experts |= u.parts.size() > 1;
+  if (experts) {
+    absl::StrAppend(&out, "; expert weights sharded over expert DP ",
+                    SizeOf(expert_));
   }
   return out;
 }

@@ -97,6 +97,13 @@ struct FsdpStats {
 // over the previous step) runs ahead. (no_shard and optim are the
 // replicated DistributedDataParallel.)
 //
+// Mixture of experts: a unit's expert weights (Parameter::expert_parallel)
+// form a second flat part of it, sharded, reduce-scattered (scaled by 1/DP,
+// then summed) and gathered over the expert-data-parallel group
+// (config.ddp.expert_data; under HSDP its instance, the reduced shard then
+// summed across instances), while the rest shards over DP as above; the
+// unit's hooks gather and reduce both parts.
+//
 // Pipeline parallelism: one wrapper serves every model chunk of this rank
 // (one pipeline stage, or several virtual stages of an interleaved
 // schedule), their units numbered one after another. Each chunk's unit is
@@ -195,8 +202,13 @@ class FullyShardedDataParallel : public parallel::UnitHooks,
   ShardingStrategy strategy() const { return config_.strategy; }
   const FsdpConfig& config() const { return config_; }
   int num_units() const { return static_cast<int>(units_.size()); }
-  const data_parallel::FlatLayout& layout(int unit) const {
-    return units_[unit].layout;
+  // The layout of a unit's dense parameters (part 0) or of its expert
+  // weights (part 1, where it holds any).
+  int num_parts(int unit) const {
+    return static_cast<int>(units_[unit].parts.size());
+  }
+  const data_parallel::FlatLayout& layout(int unit, int part = 0) const {
+    return units_[unit].parts[part].layout;
   }
   const std::vector<FsdpEvent>& trace() const { return trace_; }
   void ClearTrace() { trace_.clear(); }
@@ -204,7 +216,12 @@ class FullyShardedDataParallel : public parallel::UnitHooks,
   void ResetStats();
 
  private:
-  struct Unit {
+  // One flat layout of a unit's parameters with its shards and buffers:
+  // the dense parameters, sharded over DP (or the HSDP instance), and,
+  // where the unit holds mixture-of-experts weights (expert_parallel), a
+  // second part of them sharded over the expert-data-parallel group.
+  struct Part {
+    bool expert = false;
     data_parallel::FlatLayout layout;
     std::vector<data_parallel::FlatPiece> pieces;  // This rank's.
     Tensor main_shard;  // fp32 [shard]: the optimizer's main copy.
@@ -212,13 +229,17 @@ class FullyShardedDataParallel : public parallel::UnitHooks,
     Tensor full;        // Model dtype [padded]: the gathered parameters.
     Tensor send;        // The gather's input while it runs.
     std::shared_ptr<comm::Work> gather;
-    bool resident = false;  // `full` holds (or is receiving) the values.
-    int open = 0;           // Unit hook calls open (forward and backward).
-    int open_backward = 0;
     Tensor full_grad;  // fp32 [padded] while a backward is open.
+  };
+  struct Unit {
+    std::vector<Part> parts;  // The dense part, then the expert one if any.
+    bool resident = false;    // `full` holds (or is receiving) the values.
+    int open = 0;             // Unit hook calls open (forward and backward).
+    int open_backward = 0;
   };
   struct PendingReduce {
     int unit = 0;
+    int part = 0;
     std::shared_ptr<comm::Work> work;
     Tensor in, out;
   };
@@ -273,6 +294,9 @@ class FullyShardedDataParallel : public parallel::UnitHooks,
   // Adds finished reduce-scatters into the gradient shards, in issue order,
   // waiting for the oldest until at most `max_pending` remain in flight.
   absl::Status DrainReductions(size_t max_pending);
+  // The reductions in flight of the last unit that launched any (one per
+  // part); at least 1.
+  size_t PendingOfLastUnit() const;
   // The unit the recorded order expects after request k (-1: none known).
   int NextUnit(int64_t k, const Request& now) const;
   absl::Status AfterOptimizerStep();
@@ -284,14 +308,24 @@ class FullyShardedDataParallel : public parallel::UnitHooks,
   FsdpConfig config_;
   // HSDP: each unit's gradient shard summed over the instances.
   absl::Status ReduceAcrossInstances();
-  int shard_size() const { return shard_ == nullptr ? 1 : shard_->size(); }
-  int shard_rank() const { return shard_ == nullptr ? 0 : shard_->rank(); }
+  // Where a part's shards split and (HSDP) its reduced shard is summed.
+  comm::ProcessGroup* ShardGroupOf(const Part& part) const {
+    return part.expert ? expert_ : shard_;
+  }
+  comm::ProcessGroup* CrossGroupOf(const Part& part) const {
+    return part.expert ? expert_cross_ : cross_;
+  }
 
   comm::ProcessGroup* dp_ = nullptr;
   // Where shards split: dp_, or under HSDP (config.ddp.hybrid) this rank's
   // instance; cross_ (HSDP only) all-reduces each reduced gradient shard.
   comm::ProcessGroup* shard_ = nullptr;
   comm::ProcessGroup* cross_ = nullptr;
+  // The expert-data-parallel group (config.ddp.expert_data) the expert
+  // parts shard over, or under HSDP its instance (expert_cross_ then sums
+  // their reduced shards); null: one rank.
+  comm::ProcessGroup* expert_ = nullptr;
+  comm::ProcessGroup* expert_cross_ = nullptr;
   comm::ProcessGroup* tp_ = nullptr;
   // Set by Wrap: the chunks and the hooks installed on them, to detach.
   std::vector<parallel::Model*> models_;

@@ -135,6 +135,13 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     if (fsdp::ShardsGradients(o.sharding)) config.strategy = o.sharding;
     config.ddp = o.ddp;
     if (o.expert_layout) config.ddp.expert_data = state->expert_data();
+    if (state != nullptr && state->instance() != nullptr) {
+      // HSDP (--num-distributed-optimizer-instances), as train wires it.
+      config.ddp.hybrid.instance = state->instance();
+      config.ddp.hybrid.cross_instance = state->cross_instance();
+      config.ddp.hybrid.expert_instance = state->expert_instance();
+      config.ddp.hybrid.expert_cross_instance = state->expert_cross_instance();
+    }
     // Under CP gradients are reduced over DP x CP (Megatron's
     // data-parallel group with context parallelism).
     MCC_ASSIGN_OR_RETURN(ddp, training::WrapDataParallel(
