@@ -72,11 +72,9 @@ std::string UnsupportedHere(const JobSpec& job, const Layout& l) {
   if (l.recompute == Recompute::kSelectiveOps) {
     return "torchtitan's op-level checkpointing is not a train mode";
   }
-  if ((l.ep > 1 || l.etp > 1) &&
-      ((l.tp > 1 && !l.sequence_parallel) || l.zero == ZeroStage::kGradients ||
-       l.zero == ZeroStage::kParameters)) {
+  if ((l.ep > 1 || l.etp > 1) && l.tp > 1 && !l.sequence_parallel) {
     return "the GPT runs expert (tensor) parallelism at TP 1 or beside TP with "
-           "--sequence-parallel, with DDP or the distributed optimizer only "
+           "--sequence-parallel only "
            "(--expert-model-parallel-size, --expert-tensor-parallel-size)";
   }
   return "";

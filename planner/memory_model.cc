@@ -230,6 +230,12 @@ absl::Status CheckLayout(const JobSpec& job, const Layout& l) {
   if (l.instances > 1 && l.zero == ZeroStage::kNone) {
     return bad("optimizer instances (HSDP) need sharded state (ZeRO >= 1)");
   }
+  if (job.model.num_experts > 0 && ExpertDataParallel(l) % l.instances != 0) {
+    // The experts' state splits into the instances too (train's
+    // RankLayout refuses this).
+    return bad(l.instances, " optimizer instances do not divide expert DP ",
+               ExpertDataParallel(l));
+  }
   if (l.offload_percent < 0 || l.offload_percent > 100) {
     return bad("offload ", l.offload_percent, "% is not 0-100");
   }
@@ -263,11 +269,13 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   // Optimizer state is sharded over the data-parallel ranks (with CP, over
   // DP x CP, as Megatron's distributed optimizer does), under HSDP over one
   // instance's share of them and replicated across the instances; experts'
-  // over the expert-data-parallel ranks. Ps: this rank's share of sharded
-  // elements.
+  // over the expert-data-parallel ranks (under HSDP an instance's share).
+  // Ps: this rank's share of sharded elements.
   const double shards = static_cast<double>(l.dp) * l.cp / l.instances;
+  const double expert_shards =
+      static_cast<double>(ExpertDataParallel(l)) / l.instances;
   const double Ps = (P - moe.experts) / shards +
-                    static_cast<double>(moe.experts) / ExpertDataParallel(l);
+                    static_cast<double>(moe.experts) / expert_shards;
   // Bytes a parameter of the states (fp32, or the precision-aware
   // optimizer's 16-bit moments) and of the main copy (16-bit weights only).
   const double state_bytes =

@@ -171,6 +171,35 @@ TEST(MoeModelTest, ExpertStateShardsOverExpertDataParallel) {
   const double P2 = static_cast<double>(m2.params);
   EXPECT_DOUBLE_EQ(m2.optimizer_state,
                    8 * ((P2 - split.experts) / 4 + split.experts / 2.0));
+  // ZeRO-2/3 (train shards each unit's expert weights over expert DP too):
+  // at TP 1, DP 8, EP 2 the experts' main copy and gradient shards over
+  // EDP 4, the rest over DP 8.
+  Layout z3;
+  z3.dp = 8;
+  z3.ep = 2;
+  z3.etp = 1;
+  z3.zero = ZeroStage::kParameters;
+  ASSERT_TRUE(CheckLayout(job, z3).ok()) << CheckLayout(job, z3);
+  EXPECT_EQ(ExpertDataParallel(z3), 4);
+  const MoeStageParams moe3 = MoeParamsOnStage(job, z3, 0);
+  const MemoryBreakdown m3 = EstimateStageMemory(job, z3, 0);
+  const double Ps3 =
+      (static_cast<double>(m3.params) - moe3.experts) / 8 + moe3.experts / 4.0;
+  EXPECT_DOUBLE_EQ(m3.optimizer_state, 8 * Ps3);
+  EXPECT_DOUBLE_EQ(m3.main_weights, 4 * Ps3);
+  // HSDP: 2 instances, each holding the whole state once (dense over 4
+  // ranks, experts over 2); 3 instances do not divide DP 8.
+  z3.instances = 2;
+  ASSERT_TRUE(CheckLayout(job, z3).ok()) << CheckLayout(job, z3);
+  const MemoryBreakdown h = EstimateStageMemory(job, z3, 0);
+  EXPECT_DOUBLE_EQ(h.optimizer_state,
+                   8 * ((static_cast<double>(h.params) - moe3.experts) / 4 +
+                        moe3.experts / 2.0));
+  z3.ep = 4;
+  z3.instances = 4;  // EDP 2: the experts' state cannot split in 4
+  EXPECT_NE(CheckLayout(job, z3).message().find("do not divide expert DP 2"),
+            absl::string_view::npos)
+      << CheckLayout(job, z3);
 }
 
 TEST(MoeModelTest, ImbalanceIsBoundedOrStated) {
@@ -227,8 +256,8 @@ TEST(MoeModelTest, StepTimeCountsActiveExpertsAndAllToAll) {
 }
 
 // The search tries every EP dividing the experts and the ranks (ETP 1, SP
-// beside TP as for dense layers); EP > 1 is listed as not runnable beside
-// ZeRO-2/3, which train refuses with it (beside TP it runs under SP).
+// beside TP as for dense layers); EP > 1 runs beside TP under SP and under
+// ZeRO-2/3 (expert weights sharded over expert DP).
 TEST(MoeModelTest, SearchTriesExpertParallelism) {
   JobSpec job = MoeJob(4);
   job.cluster.device = *ShippedDevice("h100");
@@ -236,17 +265,21 @@ TEST(MoeModelTest, SearchTriesExpertParallelism) {
   options.include_unsupported = true;
   options.micro_batches = {1};
   std::set<int> eps;
+  bool ep_zero3_runs = false;
   for (const Prediction& p : SearchLayouts(job, options)) {
     eps.insert(p.layout.ep);
+    ep_zero3_runs |= p.layout.ep > 1 &&
+                     p.layout.zero == ZeroStage::kParameters &&
+                     p.unsupported.empty();
     EXPECT_EQ(p.layout.sequence_parallel, p.layout.tp > 1) << p.layout.Name();
     EXPECT_EQ(p.layout.etp, 1) << p.layout.Name();
     // ZB-V runs over gloo only: refused on the H100.
     const bool refused =
-        (p.layout.ep > 1 && (p.layout.zero == ZeroStage::kGradients ||
-                             p.layout.zero == ZeroStage::kParameters)) ||
+        (p.layout.ep > 1 && p.layout.tp > 1 && !p.layout.sequence_parallel) ||
         p.layout.schedule == PipelineSchedule::kZeroBubbleV;
     EXPECT_EQ(refused, !p.unsupported.empty()) << p.layout.Name();
   }
+  EXPECT_TRUE(ep_zero3_runs);
   EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));
   EXPECT_EQ(ExpertParallelSizes(job.model, 8), (std::vector<int>{1, 2, 4, 8}));
   gpt::GPTConfig dense = job.model;
