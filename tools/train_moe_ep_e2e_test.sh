@@ -84,10 +84,16 @@ run from_ep2_zero3 1 --load "$work/ep2_zero3"
 compare "$work/serial.jsonl" "$work/from_ep2_zero3.jsonl" 1e-6
 echo "from_ep2_zero3 vs serial: $(worst "$work/serial.jsonl" "$work/from_ep2_zero3.jsonl")"
 # HSDP: 2 instances of DP 4, the expert-data group of 2 split alike.
+# Its checkpoint (expert state gathered over the expert instance) resumes
+# serially.
 run ep2_hsdp2 4 --expert-model-parallel-size 2 --use-distributed-optimizer \
-  --num-distributed-optimizer-instances 2 --train-iters 10
+  --num-distributed-optimizer-instances 2 --train-iters 10 \
+  --save "$work/ep2_hsdp2"
 compare "$work/serial.jsonl" "$work/ep2_hsdp2.jsonl" 1e-5
 echo "ep2_hsdp2 vs serial: $(worst "$work/serial.jsonl" "$work/ep2_hsdp2.jsonl")"
+run from_ep2_hsdp2 1 --load "$work/ep2_hsdp2"
+compare "$work/serial.jsonl" "$work/from_ep2_hsdp2.jsonl" 1e-6
+echo "from_ep2_hsdp2 vs serial: $(worst "$work/serial.jsonl" "$work/from_ep2_hsdp2.jsonl")"
 
 # Not built: refused by name before any process starts.
 refused() {

@@ -154,6 +154,11 @@ std::vector<Case> Cases() {
   Case ep2_zero2 = Expert("ep2_dp4_zero2", 4, 2);
   ep2_zero2.sharding = fsdp::ShardingStrategy::kOptimGrads;
   v.push_back(ep2_zero2);
+  // ZeRO-3 of experts split over ETP 2 too (EDP 1: only the dense part
+  // shards; the expert slices stay whole on their ETP x EP rank).
+  Case ep2_etp2_zero3 = Expert("ep2_etp2_zero3", 4, 2, 2);
+  ep2_etp2_zero3.sharding = fsdp::ShardingStrategy::kOptimGradsParams;
+  v.push_back(ep2_etp2_zero3);
   // HSDP: 2 instances of DP 4 (dense state over 2 ranks each); the expert
   // data group of 2 split alike (each rank its instance's experts' state),
   // the reduced expert shards summed across the instances.
