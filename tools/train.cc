@@ -59,8 +59,8 @@ ABSL_FLAG(std::string, pipeline_schedule, "1f1b",
           "deferred into the cool-down's idle time) or zbv (zero-bubble V: "
           "two chunks per stage placed in a V, so stage 0 holds the "
           "embeddings and the loss; needs --num-layers-per-virtual-pipeline-"
-          "stage = --num-layers / (2 x --pipeline-model-parallel-size), "
-          "overlapped p2p and the CPU pipeline group; peak activations "
+          "stage = --num-layers / (2 x --pipeline-model-parallel-size) "
+          "and the CPU pipeline group; peak activations "
           "equal 1F1B's).");
 ABSL_FLAG(std::string, pipeline_schedule_file, "",
           "A flag of ours (Megatron has no equivalent): a CSV schedule table "

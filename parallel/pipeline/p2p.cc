@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 namespace mcc {
 namespace pipeline {
@@ -62,44 +63,73 @@ bool StageLayout::TakesLocalInput(const Action& a) const {
 
 namespace {
 
-// ZB-V's receives (see PlanTransfers). Each is posted in the batch before
-// its unit; then, per peer, a receive moves up to the batch
-// of any that the peer's send order puts after it (received ahead), and
-// each batch posts a peer's receives in that order.
-void PlanVShapedReceives(const StageLayout& layout,
-                         const std::vector<Action>& actions,
-                         const std::vector<std::vector<Action>>& stage_actions,
-                         std::vector<TransferBatch>* plan) {
-  const int n = static_cast<int>(actions.size());
-  std::vector<int> unit_of(n, 0);
-  for (size_t u = 0; u < plan->size(); ++u) {
-    for (int i = (*plan)[u].first_action; i < (*plan)[u].end_action; ++i) {
-      unit_of[i] = static_cast<int>(u);
+// ZB-V's transfers (see PlanTransfers): every stage runs the same
+// unit-time simulation of all stages' orders. In rounds, each stage runs
+// its next action once its input has been sent; a result is sent right
+// after the action producing it. That lists every action and transfer in
+// one global order, and each stage posts its transfers in that order: the
+// ones between two of its actions make the batch before the second.
+void PlanVShapedInGlobalOrder(
+    const StageLayout& layout,
+    const std::vector<std::vector<Action>>& stage_actions,
+    std::vector<TransferBatch>* plan) {
+  const int stages = layout.stages;
+  // Per stage, the index of each action, to find a transfer's consumer.
+  std::vector<std::map<std::tuple<int, int, int>, int>> index(stages);
+  for (int s = 0; s < stages; ++s) {
+    for (size_t i = 0; i < stage_actions[s].size(); ++i) {
+      const Action& a = stage_actions[s][i];
+      index[s][{a.kind, a.chunk, a.microbatch}] = static_cast<int>(i);
     }
   }
-  std::vector<int> post_at(n, -1);
-  for (int i = 0; i < n; ++i) {
-    if (layout.Receives(actions[i])) post_at[i] = unit_of[i];
+  std::vector<StageLayout> layouts;
+  for (int s = 0; s < stages; ++s) {
+    layouts.push_back({stages, s, layout.chunks, true});
   }
-  // Per peer, this stage's receiving actions in the order the peer sends
-  // their inputs.
-  std::map<int, std::vector<int>> channels;
-  for (int peer = 0; peer < layout.stages; ++peer) {
-    if (peer == layout.stage) continue;
-    const StageLayout from{layout.stages, peer, layout.chunks, true};
-    for (const Action& a : stage_actions[peer]) {
-      if (!from.Sends(a) || from.Destination(a) != layout.stage) continue;
-      const Action wanted = from.Consumer(a);
-      for (int i = 0; i < n; ++i) {
-        if (actions[i] == wanted) channels[peer].push_back(i);
+  // Whether each stage's actions have run, and where each runs next.
+  std::vector<std::vector<bool>> ran(stages);
+  for (int s = 0; s < stages; ++s) ran[s].assign(stage_actions[s].size(), 0);
+  std::vector<int> next(stages, 0);
+  // A transfer to this stage goes in the batch before its next action at
+  // the time it is sent.
+  const int me = layout.stage;
+  std::vector<bool> planned(stage_actions[me].size(), false);
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int s = 0; s < stages; ++s) {
+      if (next[s] >= static_cast<int>(stage_actions[s].size())) continue;
+      const Action& a = stage_actions[s][next[s]];
+      if (layouts[s].Receives(a)) {
+        const int from = layouts[s].Source(a);
+        // The sender's action whose consumer `a` is.
+        Action sent = a;
+        int unused = 0;
+        const int v = VirtualStage(stages, s, a.chunk, true) +
+                      (a.kind == Action::kForward ? -1 : 1);
+        StageAndChunkOf(stages, v, true, &unused, &sent.chunk);
+        auto it = index[from].find({sent.kind, sent.chunk, sent.microbatch});
+        if (it == index[from].end() || !ran[from][it->second]) continue;
+      }
+      ran[s][next[s]++] = true;
+      progress = true;
+      // This stage's own sends go in the batch after the action
+      // (PlanTransfers).
+      if (s != me && layouts[s].Sends(a) && layouts[s].Destination(a) == me) {
+        const Action wanted = layouts[s].Consumer(a);
+        const int consumer =
+            index[me].at({wanted.kind, wanted.chunk, wanted.microbatch});
+        (*plan)[next[me]].recv_actions.push_back(consumer);
+        planned[consumer] = true;
       }
     }
   }
-  for (auto& [peer, order] : channels) {
-    for (int k = static_cast<int>(order.size()) - 2; k >= 0; --k) {
-      post_at[order[k]] = std::min(post_at[order[k]], post_at[order[k + 1]]);
+  // A stall means the orders cannot run together (CheckSchedule refuses
+  // such tables first); the rest are received just before their action.
+  for (int i = 0; i < static_cast<int>(stage_actions[me].size()); ++i) {
+    if (!planned[i] && layout.Receives(stage_actions[me][i])) {
+      (*plan)[i].recv_actions.push_back(i);
     }
-    for (int i : order) (*plan)[post_at[i]].recv_actions.push_back(i);
   }
 }
 
@@ -119,8 +149,9 @@ std::vector<TransferBatch> PlanTransfers(
   }
   std::vector<std::pair<int, int>> units;
   for (int i = 0; i < n;) {
-    const bool pair = layout.chunks > 1 && steady && i + 1 < n &&
-                      actions[i].kind == Action::kForward &&
+    // ZB-V: every action is a unit, so a batch may sit between any two.
+    const bool pair = layout.chunks > 1 && steady && !layout.v_shape &&
+                      i + 1 < n && actions[i].kind == Action::kForward &&
                       actions[i + 1].kind == Action::kBackward;
     units.emplace_back(i, pair ? i + 2 : i + 1);
     i = units.back().second;
@@ -145,7 +176,7 @@ std::vector<TransferBatch> PlanTransfers(
     previous_end = end;
   }
   if (layout.v_shape && stage_actions != nullptr) {
-    PlanVShapedReceives(layout, actions, *stage_actions, &plan);
+    PlanVShapedInGlobalOrder(layout, *stage_actions, &plan);
   }
   return plan;
 }

@@ -88,9 +88,15 @@ struct TransferBatch {
 // 0's activations and chunk 1's gradients one way, the reverse the other)
 // whose production order on the sender differs from their consumption
 // order on the receiver. Then `stage_actions` (every stage's actions) must
-// be given: a receive is posted together with those of every message the
-// peer sends before it on that channel not yet received (received ahead,
-// held until their action), so transfers still match in posting order.
+// be given, and every action is a unit. Each stage simulates all stages'
+// orders with unit-time actions (an action runs once its input was sent, a
+// result is sent right after its action), which lists every transfer in
+// one global order, and posts a receive in the batch before its next
+// action at the time of the send (received ahead, held until its action).
+// Each stage's transfers are then the global order's, so between two
+// stages they match in posting order, and the plan cannot deadlock even
+// where every send waits for its receive (NCCL): the earliest unfinished
+// transfer is in both its stages' current batches.
 std::vector<TransferBatch> PlanTransfers(
     const StageLayout& layout, const std::vector<Action>& actions,
     const std::vector<std::vector<Action>>* stage_actions = nullptr);

@@ -91,18 +91,13 @@ absl::StatusOr<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(
         " runs two model chunks per stage on at least 2 stages, not ", v,
         " on ", e->stages_));
   }
-  if (v_shape && !options.overlap_p2p) {
-    return absl::InvalidArgumentError(
-        "pipeline: ZB-V needs overlapped p2p (not "
-        "--no-overlap-p2p-communication): it receives some inputs ahead, and "
-        "with every batch waited for at once two stages can each wait on a "
-        "send the other has not yet reached");
-  }
   if (v_shape && pipeline != nullptr && !pipeline->device().is_cpu()) {
+    // The transfer plan is safe with NCCL's blocking sends (p2p.h; p2p_test
+    // simulates it, and pipeline_parity_test runs it through the NCCL-like
+    // wrapper), but it has not been run on a GPU yet.
     return absl::UnimplementedError(
-        "pipeline: ZB-V runs over the CPU (gloo) pipeline group only: over "
-        "NCCL a send holds its stream until its receive is posted, and the "
-        "V's transfer plan is only deadlock-free with sends that do not");
+        "pipeline: ZB-V runs over the CPU (gloo) pipeline group only: its "
+        "transfers have not been run over NCCL on a device yet");
   }
   const StageLayout layout{e->stages_, e->stage_, v, v_shape};
   int loss_chunk = 0;
@@ -309,8 +304,9 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(int num_microbatches,
   struct Posted {
     std::shared_ptr<comm::Work> work;
     // V-shaped, a batch's sends go as a work of their own, so that waiting
-    // for its receives (some received ahead) never waits for the peer to
-    // reach the matching receives (p2p_test: blocking sends deadlock ZB-V).
+    // for its receives (some received ahead) does not wait for the peer to
+    // take the send. Over NCCL's stream order the sends run first, which is
+    // the plan's global order (p2p_test).
     std::shared_ptr<comm::Work> send_work;
     bool received = false;     // `work` (the receives) waited for.
     std::vector<Tensor> sent;  // Alive until the work is done.
