@@ -1,8 +1,9 @@
 // Pipeline parallelism in real processes (gloo) against the serial run:
-// PP 2 and 4, with TP 2 (and SP) and DP 2 where the world allows, the
+// PP 2 and 4, with TP 2 (and SP), CP 2 and DP 2 where the world allows, the
 // interleaved schedule with 2 virtual stages, uneven splits, p2p without
 // overlap, recomputation, the distributed optimizer, ZeRO-2 and ZeRO-3
-// (1F1B and interleaved) and untied embeddings,
+// (1F1B and interleaved) and untied embeddings, and the zero-bubble
+// schedules (ZB-H1, ZB-V) with each of these where it applies,
 // with dropout on, over 10 steps. The *_nccl_like cases move activations
 // through a wrapper with NCCL's point-to-point semantics (tags ignored, one
 // operation at a time, sends that wait for their receive), so a posting
@@ -54,7 +55,9 @@ struct Case {
   // A case whose losses and gradient norms this one's equal bit for bit
   // (run beside it): ZB-H1 against 1F1B of the same layout.
   std::string bit_for_bit_with;
-  int num_layers = 0;  // 0: kLayers.
+  int num_layers = 0;      // 0: kLayers.
+  int cp = 1;              // Context parallelism (dropout off: CP refuses it).
+  bool selective = false;  // Selective recomputation (attention rebuilt).
 };
 
 std::vector<Case> Cases() {
@@ -131,6 +134,43 @@ std::vector<Case> Cases() {
   Case fill{"pp4_all_forward_all_backward", 4, 1, 4};
   fill.schedule = ScheduleKind::kAllForwardAllBackward;
   v.push_back(fill);
+  // The zero-bubble schedules beside TP 2 + SP, CP 2, recomputation (full
+  // and selective) and the distributed optimizer. Appended last so that
+  // they land on the shards holding one case each.
+  Case zbv_tp{"pp2_tp2_sp_zbv", 4, 2, 2, 1};
+  Case zbv_cp{"pp2_cp2_zbv", 4, 1, 2, 1};
+  zbv_cp.cp = 2;
+  Case zbv_full{"pp2_recompute_zbv", 2, 1, 2, 1};
+  zbv_full.recompute = true;
+  Case zbv_selective{"pp2_selective_zbv", 2, 1, 2, 1};
+  zbv_selective.selective = true;
+  Case zbv_distopt{"pp2_dp2_distopt_zbv", 4, 1, 2, 1, 0, 0, true, true};
+  for (Case zbv : {zbv_tp, zbv_cp, zbv_full, zbv_selective, zbv_distopt}) {
+    zbv.schedule = ScheduleKind::kZeroBubbleV;
+    v.push_back(zbv);
+  }
+  Case h1_cp{"pp2_cp2_zb_h1", 4, 1, 2};
+  h1_cp.cp = 2;
+  Case h1_full{"pp2_recompute_untied_zb_h1", 2, 1, 2};
+  h1_full.recompute = true;
+  h1_full.untied = true;
+  h1_full.bit_for_bit_with = "pp2_recompute_untied";
+  Case h1_selective{"pp2_selective_zb_h1", 2, 1, 2};
+  h1_selective.selective = true;
+  for (Case h1 : {h1_cp, h1_full, h1_selective}) {
+    h1.schedule = ScheduleKind::kZeroBubbleH1;
+    v.push_back(h1);
+  }
+  // ZB-V's transfer plan with sends that wait for their receive: through
+  // the NCCL-like wrapper, and without overlap (every batch waited for at
+  // once).
+  Case zbv_nccl{"pp2_nccl_like_zbv", 2, 1, 2, 1};
+  zbv_nccl.nccl_like = true;
+  Case zbv_no_overlap{"pp2_zbv_no_overlap", 2, 1, 2, 1, 0, 0, false};
+  for (Case zbv : {zbv_nccl, zbv_no_overlap}) {
+    zbv.schedule = ScheduleKind::kZeroBubbleV;
+    v.push_back(zbv);
+  }
   return v;
 }
 
@@ -149,6 +189,9 @@ TrainOptions Options(const Case& c) {
   o.model.hidden_dropout = dropout ? 0.1 : 0.0;
   o.model.attention_dropout = dropout ? 0.1 : 0.0;
   o.model.untie_embeddings_and_output_weights = c.untied;
+  if (c.selective) {
+    o.model.recompute_granularity = gpt::RecomputeGranularity::kSelective;
+  }
   if (c.recompute) {
     o.model.recompute_granularity = gpt::RecomputeGranularity::kFull;
     o.model.recompute_num_layers = 1;
@@ -191,6 +234,7 @@ MCC_WORKER(pp_train) {
   parallel::ParallelSizes sizes;
   sizes.tensor = c.tp;
   sizes.pipeline = c.pp;
+  sizes.context = c.cp;
   auto state = optim::testing::InitWorkerState(sizes);
   if (!state.ok()) return 3;
   TrainOptions options = Options(c);
@@ -221,7 +265,7 @@ MCC_WORKER(pp_train) {
 // The same model and optimizer in one process, without pipelining.
 TrainResult Serial(const Case& c) {
   Case serial = c;
-  serial.world = serial.tp = serial.pp = 1;
+  serial.world = serial.tp = serial.pp = serial.cp = 1;
   serial.layers_per_virtual_stage = serial.first = serial.last = 0;
   serial.distopt = false;
   serial.sharding = fsdp::ShardingStrategy::kNoShard;
@@ -299,7 +343,7 @@ TEST_P(PipelineParityTest, EqualsSerial) {
   } else {
     EXPECT_EQ(outputs, 0);
   }
-  const int dp = c.world / (c.tp * c.pp);
+  const int dp = c.world / (c.tp * c.pp * c.cp);
   const int m = kGlobalMicrobatches / dp;
   if (c.schedule == ScheduleKind::kAllForwardAllBackward) {
     EXPECT_EQ(held, m);
