@@ -97,17 +97,23 @@ std::string FormatStageBalance(const JobSpec& job, const Layout& l,
       Ms(t.embedding_mb), "; equal stages would idle ",
       absl::StrFormat("%.1f%%", 100.0 * (l.pp - 1) / (m + l.pp - 1)),
       "):\n  even split: ", line(even));
-  if (l.virtual_stages > 1) {
+  if (l.virtual_stages > 1 && l.schedule != PipelineSchedule::kZeroBubbleV) {
     absl::StrAppend(&out,
-                    "  (uneven splits do not combine with virtual stages)\n");
+                    "  (uneven splits do not combine with the interleaved "
+                    "schedule's virtual stages; they do with zbv)\n");
     return out;
   }
   const StageSplit balanced = BalancedStageSplit(job, l, t);
   if (balanced.first_stage_layers == 0 && balanced.last_stage_layers == 0) {
     absl::StrAppend(&out, "  the even split is the most balanced\n");
   } else {
-    absl::StrAppend(&out, "  balanced with ", balanced.Flags(), ": ",
-                    line(balanced));
+    absl::StrAppend(
+        &out, "  balanced with ", balanced.Flags(),
+        l.schedule == PipelineSchedule::kZeroBubbleV
+            ? " (each stage's layers halved over its two chunks; without "
+              "--num-layers-per-virtual-pipeline-stage)"
+            : "",
+        ": ", line(balanced));
   }
   return out;
 }

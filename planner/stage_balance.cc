@@ -10,13 +10,18 @@ namespace mcc {
 namespace planner {
 namespace {
 
+bool VShaped(const Layout& layout) {
+  return layout.schedule == PipelineSchedule::kZeroBubbleV;
+}
+
 // Appends a stage of n layers: its time per micro-batch, with the embedding
-// on the first stage and the output layer and loss on the last.
-void AddStage(const StepTime& time, int stage, int pp, int n,
+// on the first stage and the output layer and loss on the last (on the
+// first too under ZB-V, whose V turns back to stage 0).
+void AddStage(const StepTime& time, int stage, int pp, bool v_shape, int n,
               StageSplit* split) {
   double s = n * time.layer_mb;
   if (stage == 0) s += time.embedding_mb;
-  if (stage == pp - 1) s += time.head_mb;
+  if (stage == (v_shape ? 0 : pp - 1)) s += time.head_mb;
   split->layers.push_back(n);
   split->seconds.push_back(s);
 }
@@ -29,6 +34,11 @@ bool SplitOf(const JobSpec& job, const Layout& layout, const StepTime& time,
   c.pipeline_size = layout.pp;
   c.first_stage_layers = first;
   c.last_stage_layers = last;
+  c.v_shape = VShaped(layout);
+  if (c.v_shape && first == 0 && last == 0) {
+    // ZB-V's even split is set by the chunk size.
+    c.layers_per_virtual_stage = c.num_layers / (2 * std::max(1, layout.pp));
+  }
   if (!pipeline::ValidatePipelineConfig(c).ok()) return false;
   StageSplit split;
   split.first_stage_layers = first;
@@ -39,7 +49,7 @@ bool SplitOf(const JobSpec& job, const Layout& layout, const StepTime& time,
     int n = 0;
     for (const pipeline::LayerRange& r : *ranges) n += r.count;
     if (n < 1) return false;
-    AddStage(time, stage, layout.pp, n, &split);
+    AddStage(time, stage, layout.pp, c.v_shape, n, &split);
   }
   *out = std::move(split);
   return true;
@@ -79,7 +89,7 @@ std::string StageSplit::Flags() const {
 StageSplit EvenStageSplit(const JobSpec& job, const Layout& layout,
                           const StepTime& time) {
   StageSplit split;
-  if (layout.pp > 1 && layout.virtual_stages == 1 &&
+  if (layout.pp > 1 && (layout.virtual_stages == 1 || VShaped(layout)) &&
       SplitOf(job, layout, time, 0, 0, &split)) {
     return split;
   }
@@ -87,7 +97,8 @@ StageSplit EvenStageSplit(const JobSpec& job, const Layout& layout,
   const int pp = std::max(1, layout.pp);
   split = StageSplit();
   for (int stage = 0; stage < pp; ++stage) {
-    AddStage(time, stage, pp, job.model.num_layers / pp, &split);
+    AddStage(time, stage, pp, VShaped(layout), job.model.num_layers / pp,
+             &split);
   }
   return split;
 }
@@ -95,7 +106,9 @@ StageSplit EvenStageSplit(const JobSpec& job, const Layout& layout,
 StageSplit BalancedStageSplit(const JobSpec& job, const Layout& layout,
                               const StepTime& time) {
   StageSplit best = EvenStageSplit(job, layout, time);
-  if (layout.pp <= 1 || layout.virtual_stages != 1) return best;
+  if (layout.pp <= 1 || (layout.virtual_stages != 1 && !VShaped(layout))) {
+    return best;
+  }
   // The even split is refused when pp does not divide the layers.
   pipeline::PipelineConfig even;
   even.num_layers = job.model.num_layers;

@@ -39,7 +39,9 @@ struct StageSplit {
 // per-layer, output-layer and embedding times (`time` from
 // EstimateStepTime for `layout`). Ties keep the even split, then the fewer
 // flags. Only for pp > 1 without virtual stages (Megatron's uneven flags do
-// not combine with interleaving); otherwise both are the even split.
+// not combine with interleaving) or under ZB-V (each stage's count halved
+// over its two chunks, the output layer on stage 0 beside the embedding);
+// otherwise both are the even split.
 StageSplit EvenStageSplit(const JobSpec& job, const Layout& layout,
                           const StepTime& time);
 StageSplit BalancedStageSplit(const JobSpec& job, const Layout& layout,

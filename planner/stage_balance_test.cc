@@ -98,6 +98,31 @@ TEST(StageBalanceTest, InterleavedLayoutsKeepTheEvenSplit) {
   EXPECT_EQ(best.last_stage_layers, 0);
 }
 
+TEST(StageBalanceTest, ZeroBubbleVBalancesStageZerosHeadAndEmbedding) {
+  // ZB-V's V turns back to stage 0: the output layer is there beside the
+  // embedding. 12 layers, PP 2, the head worth 4 layers: the even 6 | 6
+  // gives stage 0 10 layers' time; 4 | 8 (both even, halved over the
+  // chunks) gives 8 | 8.
+  Layout l = Pp(2);
+  l.schedule = PipelineSchedule::kZeroBubbleV;
+  l.virtual_stages = 2;
+  const StepTime t = Times(1, 4, 0);
+  const StageSplit even = EvenStageSplit(Job(12), l, t);
+  EXPECT_EQ(even.layers, (std::vector<int>{6, 6}));
+  EXPECT_DOUBLE_EQ(even.seconds[0], 10);
+  EXPECT_DOUBLE_EQ(even.seconds[1], 6);
+  const StageSplit best = BalancedStageSplit(Job(12), l, t);
+  EXPECT_EQ(best.layers, (std::vector<int>{4, 8}));
+  EXPECT_DOUBLE_EQ(best.bottleneck(), 8);
+  EXPECT_TRUE(best.Flags() == "--decoder-first-pipeline-num-layers 4" ||
+              best.Flags() == "--decoder-last-pipeline-num-layers 8")
+      << best.Flags();
+  // Every count it picks is even (halved over the two chunks).
+  const StageSplit odd = BalancedStageSplit(Job(12), l, Times(1, 3, 0));
+  EXPECT_EQ(odd.layers[0] % 2, 0);
+  EXPECT_EQ(odd.layers[1] % 2, 0);
+}
+
 }  // namespace
 }  // namespace planner
 }  // namespace mcc

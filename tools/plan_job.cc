@@ -74,6 +74,9 @@ absl::StatusOr<planner::Layout> LayoutFromTrainConfig(
           " does not divide the ", per_stage, " layers of a stage"));
     }
     l.virtual_stages = per_stage / per_virtual;
+  } else if (config.pipeline_schedule() == "zbv" && l.pp > 1) {
+    // ZB-V with the balanced split: two chunks, each half its stage.
+    l.virtual_stages = 2;
   }
   if (!config.pipeline_schedule_file().empty()) {
     l.schedule = planner::PipelineSchedule::kFile;

@@ -5,7 +5,9 @@
 # (global layer names) resumes under 1F1B at PP 2 and at PP 1, and a 1F1B
 # checkpoint resumes under ZB-V, each continuing within 1e-6 of the
 # uninterrupted run, also at PP 2 x DP 2 with the distributed optimizer and
-# with ZeRO-3; bad combinations fail before training, naming the flag.
+# with ZeRO-3; the balanced split's first/last stage flags run under ZB-V
+# too, and the planner's report names them; bad combinations fail before
+# training, naming the flag.
 set -euo pipefail
 launch=$1
 train=$2
@@ -59,6 +61,15 @@ for sharding in "--use-distributed-optimizer" \
   rm -rf "$work/dp2_ckpt"
 done
 
+# The balanced split's flags under ZB-V: 6 layers, 2 on stage 0 (one per
+# chunk, beside the embedding and the output layer), 4 on stage 1.
+run serial6 1 --num-layers 6
+run zbv_uneven 2 --num-layers 6 --pipeline-model-parallel-size 2 \
+  --pipeline-schedule zbv --decoder-first-pipeline-num-layers 2
+compare "$work/serial6.jsonl" "$work/zbv_uneven.jsonl" 1e-5
+grep -q "layers by stage 0-0+5-5 | 1-2+3-4" "$work/zbv_uneven.log" \
+  || { echo "not the V's uneven split"; cat "$work/zbv_uneven.log"; exit 1; }
+
 expect_error() {  # pattern flags...
   local pattern=$1
   shift
@@ -73,5 +84,17 @@ expect_error "--pipeline-schedule zbv runs two model chunks per stage" \
 expect_error "--pipeline-schedule zbv runs two model chunks per stage" \
   --pipeline-model-parallel-size 2 --num-layers 8 \
   --num-layers-per-virtual-pipeline-stage 1 --pipeline-schedule zbv
+expect_error "each stage needs an even count" --pipeline-model-parallel-size 2 \
+  --pipeline-schedule zbv --decoder-first-pipeline-num-layers 1
+expect_error "interleaved schedule) cannot be combined with" \
+  --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 \
+  --decoder-first-pipeline-num-layers 2
+# The planner's report names ZB-V's balanced split (the output layer of a
+# 16384-word vocabulary outweighs the layers on stage 0).
+"$train" "${common[@]}" --vocab-size 16384 --num-layers 8 \
+  --pipeline-model-parallel-size 2 --pipeline-schedule zbv \
+  --num-layers-per-virtual-pipeline-stage 2 --dry-run > "$work/dry.txt" 2>&1
+grep -q "balanced with --decoder-last-pipeline-num-layers 6 (each stage's" \
+  "$work/dry.txt" || { cat "$work/dry.txt"; exit 1; }
 unset WORLD_SIZE RANK LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT
 echo "ZB-V end-to-end: parity, resharding and errors OK"

@@ -24,9 +24,19 @@ absl::Status ValidatePipelineConfig(const PipelineConfig& c) {
         "--decoder-first-pipeline-num-layers and "
         "--decoder-last-pipeline-num-layers must not be negative");
   }
-  if (c.v_shape && (c.layers_per_virtual_stage <= 0 || p < 2 ||
-                    c.num_layers % (p * c.layers_per_virtual_stage) != 0 ||
-                    c.virtual_stages() != 2)) {
+  if (c.v_shape && uneven) {
+    // ZB-V with the balanced split: each stage's layers, halved.
+    if (c.layers_per_virtual_stage != 0) {
+      return absl::InvalidArgumentError(
+          "--pipeline-schedule zbv with --decoder-first-pipeline-num-layers / "
+          "--decoder-last-pipeline-num-layers halves each stage's layers over "
+          "its two chunks: leave --num-layers-per-virtual-pipeline-stage "
+          "unset");
+    }
+  } else if (c.v_shape &&
+             (c.layers_per_virtual_stage <= 0 || p < 2 ||
+              c.num_layers % (p * c.layers_per_virtual_stage) != 0 ||
+              c.virtual_stages() != 2)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--pipeline-schedule zbv runs two model chunks per stage: it needs "
         "--pipeline-model-parallel-size of at least 2 and "
@@ -43,10 +53,13 @@ absl::Status ValidatePipelineConfig(const PipelineConfig& c) {
           "--pipeline-model-parallel-size of at least 2");
     }
     if (uneven) {
+      // Megatron takes the chunk count from
+      // --num-virtual-stages-per-pipeline-rank then, which is not built.
       return absl::InvalidArgumentError(
-          "--num-layers-per-virtual-pipeline-stage cannot be combined with "
+          "--num-layers-per-virtual-pipeline-stage (the interleaved "
+          "schedule) cannot be combined with "
           "--decoder-first-pipeline-num-layers / "
-          "--decoder-last-pipeline-num-layers");
+          "--decoder-last-pipeline-num-layers (--pipeline-schedule zbv can)");
     }
     if (c.layers_per_virtual_stage < 0 ||
         c.num_layers % (p * c.layers_per_virtual_stage) != 0) {
@@ -80,6 +93,22 @@ absl::Status ValidatePipelineConfig(const PipelineConfig& c) {
         " leave ", rest, " of --num-layers ", c.num_layers,
         " layers, which do not split evenly over the other ", middle, " of ", p,
         " stages"));
+  }
+  if (c.v_shape) {
+    for (int stage = 0; stage < p; ++stage) {
+      const int n =
+          stage == 0 && c.first_stage_layers > 0      ? c.first_stage_layers
+          : stage == p - 1 && c.last_stage_layers > 0 ? c.last_stage_layers
+                                                      : rest / middle;
+      if (n < 2 || n % 2 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--pipeline-schedule zbv halves each stage's layers over its two "
+            "chunks, but --decoder-first-pipeline-num-layers ",
+            c.first_stage_layers, " and --decoder-last-pipeline-num-layers ",
+            c.last_stage_layers, " give stage ", stage, " ", n, " of ",
+            c.num_layers, " layers (each stage needs an even count)"));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -117,6 +146,19 @@ absl::StatusOr<std::vector<LayerRange>> StageLayers(const PipelineConfig& c,
                        (i == p - 1 && c.last_stage_layers > 0);
     if (!fixed) counts[i] = rest / middle;
   }
+  if (c.v_shape) {
+    // Virtual stage v holds half of its stage's layers, after those of
+    // virtual stages 0 .. v - 1.
+    int first = 0;
+    ranges.resize(2);
+    for (int v = 0; v < 2 * p; ++v) {
+      int s = 0, chunk = 0;
+      StageAndChunkOf(p, v, true, &s, &chunk);
+      if (s == stage) ranges[chunk] = {first, counts[s] / 2};
+      first += counts[s] / 2;
+    }
+    return ranges;
+  }
   int first = 0;
   for (int i = 0; i < stage; ++i) first += counts[i];
   ranges.push_back({first, counts[stage]});
@@ -131,11 +173,10 @@ absl::Status ValidateMicroBatches(const PipelineConfig& c,
         " micro-batches (--global-batch-size / (--micro-batch-size x "
         "data-parallel size)); it needs at least one"));
   }
-  if (c.layers_per_virtual_stage > 0 &&
-      num_microbatches % c.pipeline_size != 0) {
+  if (c.virtual_stages() > 1 && num_microbatches % c.pipeline_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the interleaved schedule (--num-layers-per-virtual-pipeline-stage) "
-        "needs the number of micro-batches (",
+        "the interleaved schedule (--num-layers-per-virtual-pipeline-stage; "
+        "also zbv's two chunks) needs the number of micro-batches (",
         num_microbatches,
         " = --global-batch-size / (--micro-batch-size x data-parallel size)) "
         "to be a multiple of --pipeline-model-parallel-size ",

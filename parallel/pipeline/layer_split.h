@@ -21,13 +21,16 @@ struct PipelineConfig {
   int last_stage_layers = 0;
   // --pipeline-schedule zbv: the two virtual stages of each stage are placed
   // in a V (chunk 1 of stage p holds the (2P - 1 - p)-th run of layers), so
-  // stage 0 holds the embeddings and the output layer.
+  // stage 0 holds the embeddings and the output layer. With the first/last
+  // stage flags (and no layers_per_virtual_stage) each stage's count is
+  // halved over its two chunks.
   bool v_shape = false;
 
   int virtual_stages() const {
-    return layers_per_virtual_stage > 0
-               ? num_layers / (pipeline_size * layers_per_virtual_stage)
-               : 1;
+    if (layers_per_virtual_stage > 0) {
+      return num_layers / (pipeline_size * layers_per_virtual_stage);
+    }
+    return v_shape ? 2 : 1;
   }
 };
 
@@ -43,7 +46,8 @@ absl::Status ValidatePipelineConfig(const PipelineConfig& config);
 // The layer ranges of pipeline stage `stage`, one per virtual stage (model
 // chunk) in order. Virtual stage v of stage p holds the (v * P + p)-th run
 // of layers, as Megatron's interleaved schedule assigns them; V-shaped,
-// virtual stage 1 of stage p holds the (2P - 1 - p)-th.
+// virtual stage 1 of stage p holds the (2P - 1 - p)-th. V-shaped with an
+// uneven split, the runs of stage p are half its count each.
 absl::StatusOr<std::vector<LayerRange>> StageLayers(
     const PipelineConfig& config, int stage);
 

@@ -167,7 +167,11 @@ std::vector<Case> Cases() {
   Case zbv_nccl{"pp2_nccl_like_zbv", 2, 1, 2, 1};
   zbv_nccl.nccl_like = true;
   Case zbv_no_overlap{"pp2_zbv_no_overlap", 2, 1, 2, 1, 0, 0, false};
-  for (Case zbv : {zbv_nccl, zbv_no_overlap}) {
+  // ZB-V with the balanced split's flags: 6 layers, 2 on stage 0 (one per
+  // chunk, beside the embedding and the output layer), 4 on stage 1.
+  Case zbv_uneven{"pp2_zbv_uneven", 2, 1, 2, 0, 2, 0};
+  zbv_uneven.num_layers = 6;
+  for (Case zbv : {zbv_nccl, zbv_no_overlap, zbv_uneven}) {
     zbv.schedule = ScheduleKind::kZeroBubbleV;
     v.push_back(zbv);
   }
