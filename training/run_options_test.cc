@@ -167,6 +167,29 @@ TEST(BatchRampTest, EverySizeAheadIsChecked) {
 
 // The experts' flags: accepted as defaults and where MoE layers exist,
 // refused by name otherwise.
+// The first/last stage split with virtual stages: ZB-V halves each
+// stage's layers over its chunks; the interleaved schedule refuses it.
+TEST(PipelineOptionsTest, UnevenSplitWithVirtualStages) {
+  TrainConfig config;
+  config.set_num_layers(6);
+  config.set_pipeline_model_parallel_size(2);
+  config.set_decoder_first_pipeline_num_layers(2);
+  config.set_pipeline_schedule("zbv");
+  auto zbv = PipelineOptionsFromConfig(config, 8);
+  ASSERT_TRUE(zbv.ok()) << zbv.status();
+  EXPECT_EQ(zbv->schedule, pipeline::ScheduleKind::kZeroBubbleV);
+  config.set_decoder_first_pipeline_num_layers(1);
+  EXPECT_NE(PipelineOptionsFromConfig(config, 8).status().message().find(
+                "each stage needs an even count"),
+            std::string::npos);
+  config.set_decoder_first_pipeline_num_layers(2);
+  config.set_pipeline_schedule("interleaved");
+  config.set_num_layers_per_virtual_pipeline_stage(1);
+  EXPECT_NE(PipelineOptionsFromConfig(config, 8).status().message().find(
+                "(the interleaved schedule) cannot be combined"),
+            std::string::npos);
+}
+
 TEST(ExpertParallelOptionsTest, RefusalsNameTheFlag) {
   auto message = [](const TrainConfig& c, int64_t experts, int world) {
     return std::string(CheckExpertParallelOptions(c, experts, world).message());
