@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <tuple>
@@ -358,7 +358,9 @@ int CurrentGemmThreads() {
 }
 
 // Times both paths on the call's own operands into scratch (so c and its
-// beta are untouched), alternating, best of a few runs each.
+// beta are untouched), alternating, best of a few runs each (seen before:
+// bf16 2048 x 512 x 512 NT widened at 250 GFLOP/s against native at 488 on
+// a loaded 2-core machine, timed by wall clock).
 // m, n, k: the call's own (shape may hold their classes).
 Bf16GemmChoice MeasureBf16Paths(const Bf16GemmShape& shape, int64_t m,
                                 int64_t n, int64_t k, float alpha,
@@ -397,7 +399,7 @@ Bf16GemmChoice MeasureBf16Paths(const Bf16GemmShape& shape, int64_t m,
   // The first runs create the primitive and grow the scratch panels.
   const double warm = seconds(native) + seconds(widened);
   const int reps =
-      static_cast<int>(std::clamp(0.04 / std::max(warm, 1e-9), 2.0, 5.0));
+      static_cast<int>(std::clamp(0.04 / std::max(warm, 1e-9), 3.0, 5.0));
   double t_native = 1e30, t_widened = 1e30;
   for (int r = 0; r < reps; ++r) {
     t_native = std::min(t_native, seconds(native));

@@ -88,7 +88,8 @@ struct Bf16GemmChoice {
   Bf16GemmShape shape;
   GemmPath path = GemmPath::kConvertToF32;
   bool measured = false;
-  double native_gflops = 0, widened_gflops = 0;  // As measured on first use.
+  // As measured on first use: flops per (CPU seconds / threads).
+  double native_gflops = 0, widened_gflops = 0;
 };
 
 // The shape classes measured so far in this process, in first-use order.
