@@ -89,15 +89,18 @@ absl::Status AddCpu(const Tensor& a, const Tensor& b, Tensor* y) {
         const TA* ap = a.data<TA>();
         const TB* bp = b.data<TB>();
         TY* yp = y->data<TY>();
+        // One pass through registers: a 16-bit operand is widened and the
+        // 16-bit result rounded in place (the same fp32 sum and rounding as
+        // converting through fp32 buffers, without their three extra passes).
+        constexpr Lanes16 L = kLanes16For<TA, TB, TY>;
         ParallelForElements(a.numel(), [&](int64_t s, int64_t e) {
-          float abuf[kBlock], bbuf[kBlock], ybuf[kBlock];
-          for (int64_t i = s; i < e; i += kBlock) {
-            const int64_t n = std::min(kBlock, e - i);
-            const float* af = AsF32(ap + i, n, abuf);
-            const float* bf = AsF32(bp + i, n, bbuf);
-            float* yf = OutF32(yp + i, ybuf);
-            for (int64_t j = 0; j < n; ++j) yf[j] = af[j] + bf[j];
-            FinishF32(yf, yp + i, n);
+          for (int64_t i = s; i < e; i += 16) {
+            const int64_t n = std::min<int64_t>(16, e - i);
+            __m256 alo, ahi, blo, bhi;
+            LoadUpTo16<L>(ap + i, n, &alo, &ahi);
+            LoadUpTo16<L>(bp + i, n, &blo, &bhi);
+            StoreUpTo16<L>(yp + i, _mm256_add_ps(alo, blo),
+                           _mm256_add_ps(ahi, bhi), n);
           }
         });
       });

@@ -129,6 +129,50 @@ TEST(AddTest, MatchesFp32SumRoundedOnce) {
   }
 }
 
+// Every dtype triple, a length that leaves a tail of 13, and values that
+// test the rounding: NaN, infinities, bf16/fp16 halfway cases, fp32
+// denormals and sums that overflow 16 bits. The result must be the fp32 sum
+// of the widened operands rounded once to y's dtype, bit for bit.
+TEST(AddTest, EveryDtypeTripleBitForBitWithSpecialValues) {
+  const int64_t n = 16 * 70 + 13;
+  std::vector<float> av = RandomTensor({n}, DType::kFloat32, 6).ToFloats();
+  std::vector<float> bv = RandomTensor({n}, DType::kFloat32, 7).ToFloats();
+  const float specials[][2] = {
+      {std::nanf(""), 1.0f},  {1.0f, -std::nanf("")}, {INFINITY, -INFINITY},
+      {INFINITY, 1.0f},       {1.0f, 0x1.0p-8f},  // 1 + 2^-8: a bf16 halfway
+                                                  // case (ties to even)
+      {1.0f, 0x1.8p-8f},                          // above halfway: rounds up
+      {0x1.02p0f, 0x1.0p-8f},  // odd bf16 mantissa at halfway: rounds up
+      {1.0f, 0x1.0p-11f},      // fp16 halfway case
+      {1e-39f, 2e-39f},        // fp32 denormals (bf16 keeps them)
+      {-1e-39f, 0.0f},        {65504.0f, 32.0f},  // overflows fp16
+      {3e38f, 3e38f},                             // overflows fp32 and bf16
+      {-0.0f, -0.0f},
+  };
+  for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]); ++i) {
+    // Once inside the whole 16-element vectors, once in the tail.
+    av[37 + 3 * i] = av[n - 13 + i] = specials[i][0];
+    bv[37 + 3 * i] = bv[n - 13 + i] = specials[i][1];
+  }
+  for (DType ad : kFloats) {
+    for (DType bd : kFloats) {
+      for (DType yd : kFloats) {
+        Tensor a = *Tensor::FromVector(av, {n}, ad);
+        Tensor b = *Tensor::FromVector(bv, {n}, bd);
+        Tensor y = Tensor::Zeros({n}, yd);
+        ASSERT_TRUE(Add(a, b, &y).ok());
+        const std::vector<float> aw = a.ToFloats(), bw = b.ToFloats();
+        std::vector<float> sums(n);
+        for (int64_t i = 0; i < n; ++i) sums[i] = aw[i] + bw[i];
+        const Tensor want = *Tensor::FromVector(sums, {n}, yd);
+        ASSERT_EQ(testing::Bytes(y), testing::Bytes(want))
+            << DTypeName(ad) << " + " << DTypeName(bd) << " -> "
+            << DTypeName(yd);
+      }
+    }
+  }
+}
+
 TEST(AccumulateTest, IsOneFusedMultiplyAdd) {
   for (DType xd : kFloats) {
     Tensor x = RandomTensor({2500}, xd, 6);
