@@ -491,6 +491,20 @@ absl::Status ShardedCrossEntropyBackwardCpu(
                   const __m256 vm = _mm256_set1_ps(mx[r]);
                   const __m256 vi = _mm256_set1_ps(inv);
                   const __m256 vg = _mm256_set1_ps(g);
+                  // 16 at a time in the 16-bit lane order (bf16 logits and
+                  // gradients skip the widening shifts and cross-lane
+                  // shuffles); each lane's arithmetic is the 8-wide loop's.
+                  constexpr Lanes16 L = kLanes16For<T, TO>;
+                  for (; c + 16 <= valid; c += 16) {
+                    __m256 lo, hi;
+                    Load16<L>(row + c, &lo, &hi);
+                    const __m256 plo =
+                        _mm256_mul_ps(nn::Exp8(_mm256_sub_ps(lo, vm)), vi);
+                    const __m256 phi =
+                        _mm256_mul_ps(nn::Exp8(_mm256_sub_ps(hi, vm)), vi);
+                    Store16<L>(drow + c, _mm256_mul_ps(plo, vg),
+                               _mm256_mul_ps(phi, vg));
+                  }
                   for (; c + 8 <= valid; c += 8) {
                     const __m256 p = _mm256_mul_ps(
                         nn::Exp8(_mm256_sub_ps(Load8(row + c), vm)), vi);

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "core/ops/nn_internal.h"
 #include "core/ops/nn_test_util.h"
 #include "gtest/gtest.h"
 
@@ -205,6 +207,52 @@ TEST(ShardedCrossEntropyTest, TwoShardsWithPaddingMatchFloat64) {
       // rounding of 2^-8.
       const double rtol = dt == DType::kBFloat16 ? 8e-3 : 1e-5;
       ExpectClose(dlogits.ToDoubles(), want, 1e-6, rtol, "dlogits");
+    }
+  }
+}
+
+// The backward's value per element is fixed by its formula: Exp8's exp of
+// (logit - row_max) times 1 / sum, times dloss (minus dloss at the target),
+// rounded once to dlogits' dtype; whatever the vector width, every element
+// must equal it bit for bit. Widths of 16-element vectors plus 8 plus a
+// scalar tail, padding columns, a target on another shard and an ignored row.
+TEST(ShardedCrossEntropyTest, BackwardBitForBitWithThePerElementFormula) {
+  const int64_t rows = 4, local = 16 * 5 + 8 + 3, valid = local - 2;
+  const int64_t vocab_start = 100;
+  const std::vector<int64_t> t = {vocab_start + 17, vocab_start + 90, 5,
+                                  kDefaultIgnoreIndex};
+  Tensor targets = Tensor::FromInts(t, {rows}, DType::kInt64).value();
+  const std::vector<float> mx = {1.5f, -0.25f, 3.0f, 0.0f};
+  const std::vector<float> sum = {7.3f, 40.1f, 2.25f, 1.0f};
+  const std::vector<float> g = {0.37f, -1.3f, 2.0f, 1.0f};
+  Tensor row_max = Tensor::FromVector(mx, {rows}).value();
+  std::vector<float> sums_v(2 * rows, 0.0f);
+  std::copy(sum.begin(), sum.end(), sums_v.begin());
+  Tensor sums = Tensor::FromVector(sums_v, {2, rows}).value();
+  Tensor dloss = Tensor::FromVector(g, {rows}).value();
+  for (DType ld : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (DType gd : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      SCOPED_TRACE(
+          absl::StrCat(DTypeName(ld), " logits, ", DTypeName(gd), " dlogits"));
+      Tensor logits = testing::RandomTensor({rows, local}, ld, 9, -6, 6);
+      const std::vector<float> x = logits.ToFloats();
+      Tensor dlogits = Tensor::Full({rows, local}, 3.0, gd);
+      ASSERT_TRUE(ShardedCrossEntropyBackward(logits, targets, row_max, sums,
+                                              dloss, vocab_start, valid,
+                                              kDefaultIgnoreIndex, &dlogits)
+                      .ok());
+      std::vector<float> want(rows * local, 0.0f);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (t[r] == kDefaultIgnoreIndex) continue;
+        const float inv = 1.0f / sum[r];
+        for (int64_t c = 0; c < valid; ++c) {
+          const float p = nn::ExpS(x[r * local + c] - mx[r]) * inv;
+          want[r * local + c] =
+              vocab_start + c == t[r] ? p * g[r] - g[r] : p * g[r];
+        }
+      }
+      const Tensor want_t = Tensor::FromVector(want, {rows, local}, gd).value();
+      EXPECT_EQ(testing::Bytes(dlogits), testing::Bytes(want_t));
     }
   }
 }
