@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/op_profile.h"
+#include "core/ops/avx512_util.h"
 #include "core/ops/bf16_dot_gemm.h"
 #include "core/ops/cpu_isa.h"
 #include "core/ops/dropout.h"
@@ -672,28 +673,8 @@ void PackPairsTransposed(const BFloat16* src, int64_t stride, int64_t rows,
 #define MCC_AVX512_SOFTMAX \
   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq")))
 
-// kernel_util's VecExp on 16 lanes: Exp8's operations in the same order, so
-// each lane equals Exp8's bit for bit.
-MCC_AVX512_SOFTMAX inline __m512 Exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)),
-                    _mm512_set1_ps(88.7f));
-  const __m512 fx = _mm512_roundscale_ps(
-      _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fmadd_ps(fx, _mm512_set1_ps(-0.693359375f), x);
-  r = _mm512_fmadd_ps(fx, _mm512_set1_ps(2.12194440e-4f), r);
-  const __m512 r2 = _mm512_mul_ps(r, r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0f));
-  const __m512i e = _mm512_slli_epi32(
-      _mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-}
+// Exp16 (avx512_util.h): Exp8's operations lane for lane, so each lane
+// equals Exp8's bit for bit.
 
 inline __mmask16 Lanes(int64_t n) {
   return static_cast<__mmask16>((1u << std::min<int64_t>(16, n)) - 1);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/cpu_isa.h"
 #include "core/ops/nn_internal.h"
 #include "core/ops/nn_test_util.h"
 #include "gtest/gtest.h"
@@ -211,12 +212,7 @@ TEST(ShardedCrossEntropyTest, TwoShardsWithPaddingMatchFloat64) {
   }
 }
 
-// The backward's value per element is fixed by its formula: Exp8's exp of
-// (logit - row_max) times 1 / sum, times dloss (minus dloss at the target),
-// rounded once to dlogits' dtype; whatever the vector width, every element
-// must equal it bit for bit. Widths of 16-element vectors plus 8 plus a
-// scalar tail, padding columns, a target on another shard and an ignored row.
-TEST(ShardedCrossEntropyTest, BackwardBitForBitWithThePerElementFormula) {
+void ExpectBackwardMatchesPerElementFormula() {
   const int64_t rows = 4, local = 16 * 5 + 8 + 3, valid = local - 2;
   const int64_t vocab_start = 100;
   const std::vector<int64_t> t = {vocab_start + 17, vocab_start + 90, 5,
@@ -234,7 +230,13 @@ TEST(ShardedCrossEntropyTest, BackwardBitForBitWithThePerElementFormula) {
     for (DType gd : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
       SCOPED_TRACE(
           absl::StrCat(DTypeName(ld), " logits, ", DTypeName(gd), " dlogits"));
-      Tensor logits = testing::RandomTensor({rows, local}, ld, 9, -6, 6);
+      std::vector<float> xv =
+          testing::RandomTensor({rows, local}, DType::kFloat32, 9, -6, 6)
+              .ToFloats();
+      xv[5] = -1000.0f;          // exp clamps at -87.3
+      xv[local + 20] = -100.0f;  // 16-wide part
+      xv[local + 84] = -120.0f;  // 8-wide part
+      Tensor logits = Tensor::FromVector(xv, {rows, local}, ld).value();
       const std::vector<float> x = logits.ToFloats();
       Tensor dlogits = Tensor::Full({rows, local}, 3.0, gd);
       ASSERT_TRUE(ShardedCrossEntropyBackward(logits, targets, row_max, sums,
@@ -254,6 +256,24 @@ TEST(ShardedCrossEntropyTest, BackwardBitForBitWithThePerElementFormula) {
       const Tensor want_t = Tensor::FromVector(want, {rows, local}, gd).value();
       EXPECT_EQ(testing::Bytes(dlogits), testing::Bytes(want_t));
     }
+  }
+}
+
+// The backward's value per element is fixed by its formula: Exp8's exp of
+// (logit - row_max) times 1 / sum, times dloss (minus dloss at the target),
+// rounded once to dlogits' dtype; whatever the vector width or ISA (AVX2,
+// and AVX-512 where the CPU has it), every element must equal it bit for
+// bit. Widths of 16-element vectors plus 8 plus a scalar tail, padding
+// columns, a target on another shard, an ignored row, and logits far enough
+// below the maximum for exp's clamp.
+TEST(ShardedCrossEntropyTest, BackwardBitForBitWithThePerElementFormula) {
+  std::vector<CpuIsa> isas = {CpuIsa::kAvx2};
+  if (CpuSupportsAvx512()) isas.push_back(CpuIsa::kAvx512);
+  for (CpuIsa isa : isas) {
+    SCOPED_TRACE(CpuIsaName(isa));
+    const CpuIsa saved = internal::SetKernelIsaForTesting(isa);
+    ExpectBackwardMatchesPerElementFormula();
+    internal::SetKernelIsaForTesting(saved);
   }
 }
 
