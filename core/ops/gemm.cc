@@ -399,7 +399,7 @@ Bf16GemmChoice MeasureBf16Paths(const Bf16GemmShape& shape, int64_t m,
   // The first runs create the primitive and grow the scratch panels.
   const double warm = seconds(native) + seconds(widened);
   const int reps =
-      static_cast<int>(std::clamp(0.04 / std::max(warm, 1e-9), 3.0, 5.0));
+      static_cast<int>(std::clamp(0.04 / std::max(warm, 1e-9), 2.0, 5.0));
   double t_native = 1e30, t_widened = 1e30;
   for (int r = 0; r < reps; ++r) {
     t_native = std::min(t_native, seconds(native));
