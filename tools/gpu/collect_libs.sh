@@ -52,6 +52,7 @@ if [[ ${#binaries[@]} -eq 0 ]]; then
     "${bin_root}/parallel/context_parallel/softmax_merge_cuda_test"
     "${bin_root}/core/ops/cuda/int8_test"
     "${bin_root}/core/ops/cuda/fp8_test"
+    "${bin_root}/core/ops/cuda/fp8_weight_test"
     "${bin_root}/core/ops/cuda/index_check_loss_totals_test"
     "${bin_root}/core/ops/cuda/graph_capture_test"
     "${bin_root}/core/ops/cuda/moe_test"

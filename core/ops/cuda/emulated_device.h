@@ -68,6 +68,12 @@ inline float* SharedFloats() {
 }
 }  // namespace moe
 
+namespace fp8w {
+inline float* SharedFloats() {
+  return ::mcc::cuda_emu::Emulator::Current().shared();
+}
+}  // namespace fp8w
+
 }  // namespace cuda_kernels
 }  // namespace mcc
 

@@ -19,6 +19,7 @@
 #include "core/ops/cuda/embedding.h"
 #include "core/ops/cuda/flash_attention.h"
 #include "core/ops/cuda/fp8.h"
+#include "core/ops/cuda/fp8_weight.h"
 #include "core/ops/cuda/gemm.h"
 #include "core/ops/cuda/grouped_gemm.h"
 #include "core/ops/cuda/index_check.h"
@@ -37,6 +38,7 @@
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/fp8_gemm.h"
+#include "core/ops/fp8_weight.h"
 #include "core/ops/gemm.h"
 #include "core/ops/grouped_gemm.h"
 #include "core/ops/index_check.h"
@@ -541,6 +543,50 @@ absl::Status Fp8GemmCuda(const Tensor& a, bool trans_a, Fp8Format a_format,
                                   c->numel(), s.stream()));
 }
 
+// ---- Weight-only FP8 (core/ops/fp8_weight.h) -------------------------------
+
+// The rows are checked first (one host synchronisation, at load), so a
+// failed call writes nothing, as the CPU kernel.
+absl::Status QuantizeWeightFp8Cuda(const Tensor& w, const Tensor& absmax,
+                                   Tensor* codes, Tensor* scales) {
+  KernelScope s("QuantizeWeightFp8", w);
+  MCC_RETURN_IF_ERROR(s.status());
+  const int64_t rows = w.size(0), cols = w.size(1);
+  Tensor scratch = Tensor::Empty({1}, DType::kInt64, w.device());
+  MCC_RETURN_IF_ERROR(
+      s.Check(k::CheckFp8WeightRows(In(w), ElemTypeOf(w), F32(&absmax), rows,
+                                    cols, KeyOf(&scratch), s.stream())));
+  MCC_ASSIGN_OR_RETURN(const unsigned long long key,
+                       ReadKey(s, KeyOf(&scratch)));
+  if (key != kNoKey) {
+    const int64_t r = static_cast<int64_t>(key) / cols;
+    const int64_t c = static_cast<int64_t>(key) % cols;
+    // The two values, for the CPU kernel's message.
+    MCC_ASSIGN_OR_RETURN(Tensor row, w.Slice(r, r + 1));
+    MCC_ASSIGN_OR_RETURN(row, row.Reshape({cols}));
+    MCC_ASSIGN_OR_RETURN(Tensor element, row.Slice(c, c + 1));
+    MCC_ASSIGN_OR_RETURN(element, element.To(Device::CPU()));
+    MCC_ASSIGN_OR_RETURN(Tensor limit, absmax.Slice(r, r + 1));
+    MCC_ASSIGN_OR_RETURN(limit, limit.To(Device::CPU()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("QuantizeWeightFp8: absmax[", r,
+                     "] = ", limit.ToFloats()[0], " is below |w[", r, ", ", c,
+                     "]| = ", std::fabs(element.ToFloats()[0])));
+  }
+  return s.Check(k::QuantizeWeightFp8(In(w), ElemTypeOf(w), F32(&absmax), rows,
+                                      cols, codes->data<int8_t>(), F32(scales),
+                                      s.stream()));
+}
+
+absl::Status Fp8WeightGemmCuda(const Tensor& x, const Tensor& codes,
+                               const Tensor& scales, Tensor* y) {
+  KernelScope s("Fp8WeightGemm", x);
+  MCC_RETURN_IF_ERROR(s.status());
+  return s.Check(k::Fp8WeightGemm(
+      In(x), ElemTypeOf(x), codes.data<int8_t>(), F32(&scales), Out(y),
+      ElemTypeOf(*y), x.size(0), codes.size(0), x.size(1), s.stream()));
+}
+
 // ---- Reductions ------------------------------------------------------------
 
 // Float64 scratch on the device for a call's reductions (int64 storage: the
@@ -955,6 +1001,8 @@ bool RegisterCudaKernels() {
     Int8GemmKernels().Register(kCuda, &Int8GemmCuda);
     AbsMaxKernels().Register(kCuda, &AbsMaxCuda);
     Fp8GemmKernels().Register(kCuda, &Fp8GemmCuda);
+    QuantizeWeightFp8Kernels().Register(kCuda, &QuantizeWeightFp8Cuda);
+    Fp8WeightGemmKernels().Register(kCuda, &Fp8WeightGemmCuda);
     // The kernels before this block.
     GeluKernels().Register(kCuda, &GeluCuda);
     GeluBackwardKernels().Register(kCuda, &GeluBackwardCuda);
