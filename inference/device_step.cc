@@ -13,7 +13,9 @@
 #include "core/ops/bias.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
+#include "core/ops/fp8_weight.h"
 #include "core/ops/gemm.h"
+#include "core/ops/int8_gemm.h"
 #include "core/ops/layout.h"
 #include "core/ops/moe_permute.h"
 #include "core/ops/moe_router.h"
@@ -73,15 +75,53 @@ Tensor Empty(Shape shape, DType dtype, Device device) {
   return Tensor::Empty(std::move(shape), dtype, device);
 }
 
+// Host int8 values [rows, cols] (int8 weights or E4M3 codes) on `device`.
+absl::StatusOr<Tensor> UploadBytes(const std::vector<int8_t>& values,
+                                   int64_t rows, int64_t cols, Device device) {
+  if (static_cast<int64_t>(values.size()) != rows * cols) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a quantised weight holds ", values.size(),
+                     " values, not [", rows, ", ", cols, "]"));
+  }
+  Tensor host = Tensor::Empty({rows, cols}, DType::kInt8);
+  std::copy(values.begin(), values.end(), host.data<int8_t>());
+  return host.To(device);
+}
+
+bool Quantised(const LinearWeights& lin) {
+  return !lin.q.empty() || !lin.fp8_codes.empty();
+}
+
 }  // namespace
+
+LinearWeightBytes DeviceLinearWeightBytes(const InferenceWeights& w,
+                                          DType dtype) {
+  LinearWeightBytes out;
+  for (const LayerWeights& lw : w.layers) {
+    for (const LinearWeights* lin : {&lw.qkv, &lw.proj, &lw.fc1, &lw.fc2}) {
+      const int64_t dense = Elements(*lin) * DTypeSize(dtype);
+      out.dense += dense;
+      // One byte a weight and an fp32 scale a row.
+      out.stored += Quantised(*lin) ? Elements(*lin) + lin->out * 4 : dense;
+    }
+  }
+  return out;
+}
+
+const char* LinearWeightsFormat(const InferenceWeights& w) {
+  for (const LayerWeights& lw : w.layers) {
+    if (!lw.qkv.q.empty()) return "int8";
+    if (!lw.qkv.fp8_codes.empty()) return "FP8 (E4M3)";
+  }
+  return "";
+}
 
 int64_t DeviceWeightBytes(const InferenceWeights& w, DType dtype) {
   const int64_t size = DTypeSize(dtype);
-  int64_t bytes = 0;
+  int64_t bytes = DeviceLinearWeightBytes(w, dtype).stored;
   for (const LayerWeights& lw : w.layers) {
     for (const LinearWeights* lin : {&lw.qkv, &lw.proj, &lw.fc1, &lw.fc2}) {
-      bytes +=
-          Elements(*lin) * size + static_cast<int64_t>(lin->bias.size()) * 4;
+      bytes += static_cast<int64_t>(lin->bias.size()) * 4;
     }
     for (const NormWeights* n : {&lw.ln1, &lw.ln2, &lw.q_norm, &lw.k_norm}) {
       bytes += NormBytes(*n);
@@ -253,10 +293,9 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
           "decode graphs (--cuda-graph) of MoE layers are not built: drop "
           "--cuda-graph");
     }
-    if (!lw.qkv.q.empty()) {
-      return absl::UnimplementedError(
-          "--quantize int8 runs on the CPU engine only so far: use --device "
-          "cpu");
+    if (seed != nullptr && Quantised(lw.qkv)) {
+      return absl::InvalidArgumentError(
+          "random weights are made dense on the device");
     }
   }
   MCC_ASSIGN_OR_RETURN(const int64_t memory, DeviceMemoryFor(options));
@@ -302,7 +341,26 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
   };
   auto linear = [&](const LinearWeights& lin) -> absl::StatusOr<Linear> {
     Linear out;
-    MCC_ASSIGN_OR_RETURN(out.weight, matrix(lin.weight, lin.out, lin.in));
+    if (!lin.q.empty()) {
+      out.format = Linear::kInt8;
+      MCC_ASSIGN_OR_RETURN(out.weight,
+                           UploadBytes(lin.q, lin.out, lin.in, dev));
+      MCC_ASSIGN_OR_RETURN(out.scales,
+                           Upload(lin.scales, {lin.out}, DType::kFloat32, dev));
+    } else if (!lin.fp8_codes.empty()) {
+      out.format = Linear::kFp8;
+      MCC_ASSIGN_OR_RETURN(out.weight,
+                           UploadBytes(lin.fp8_codes, lin.out, lin.in, dev));
+      MCC_ASSIGN_OR_RETURN(
+          out.scales, Upload(lin.fp8_scales, {lin.out}, DType::kFloat32, dev));
+    } else {
+      MCC_ASSIGN_OR_RETURN(out.weight, matrix(lin.weight, lin.out, lin.in));
+    }
+    if (out.format != Linear::kDense && out.scales.numel() != lin.out) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a quantised weight [", lin.out, ", ", lin.in, "] has ",
+                       out.scales.numel(), " scales"));
+    }
     MCC_ASSIGN_OR_RETURN(out.bias,
                          Upload(lin.bias, {lin.out}, DType::kFloat32, dev));
     return out;
@@ -372,21 +430,33 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
 
 absl::Status DeviceStep::Gemm(const Tensor& x, const Linear& lin,
                               Tensor* y) const {
-  // GEMM inputs in the weights' dtype; outputs fp32.
+  // GEMM inputs in the weights' dtype (quantised weights take x as it
+  // is: their kernels widen it and decode the weights in their loads);
+  // outputs fp32.
   Tensor in = x;
-  if (x.dtype() != lin.weight.dtype()) {
+  if (lin.format == Linear::kDense && x.dtype() != lin.weight.dtype()) {
     in = Empty(x.shape(), lin.weight.dtype(), x.device());
     MCC_RETURN_IF_ERROR(ops::Convert(x, &in));
   }
+  auto gemm = [&lin](const Tensor& a, Tensor* out) {
+    switch (lin.format) {
+      case Linear::kInt8:
+        return ops::Int8Gemm(a, lin.weight, lin.scales, out);
+      case Linear::kFp8:
+        return ops::Fp8WeightGemm(a, lin.weight, lin.scales, out);
+      default:
+        return ops::Gemm(a, false, lin.weight, true, out);
+    }
+  };
   if (!options_.batch_invariant || in.size(0) <= 1) {
-    MCC_RETURN_IF_ERROR(ops::Gemm(in, false, lin.weight, true, y));
+    MCC_RETURN_IF_ERROR(gemm(in, y));
   } else {
     // One row at a time: every row through the same kernel, whatever the
     // batch (the library picks kernels by the row count).
     for (int64_t r = 0; r < in.size(0); ++r) {
       MCC_ASSIGN_OR_RETURN(Tensor yr, y->Slice(r, r + 1));
       MCC_ASSIGN_OR_RETURN(Tensor xr, in.Slice(r, r + 1));
-      MCC_RETURN_IF_ERROR(ops::Gemm(xr, false, lin.weight, true, &yr));
+      MCC_RETURN_IF_ERROR(gemm(xr, &yr));
     }
   }
   if (lin.bias.defined()) MCC_RETURN_IF_ERROR(ops::BiasAdd(*y, lin.bias, y));
@@ -412,7 +482,9 @@ absl::Status DeviceStep::SumOverTp(Tensor* x) const {
 absl::Status DeviceStep::RowParallelGemm(const Tensor& x, const Linear& lin,
                                          Tensor* y) const {
   if (tp_size_ <= 1) return Gemm(x, lin, y);
-  MCC_RETURN_IF_ERROR(Gemm(x, Linear{lin.weight, Tensor()}, y));
+  Linear no_bias = lin;
+  no_bias.bias = Tensor();
+  MCC_RETURN_IF_ERROR(Gemm(x, no_bias, y));
   MCC_RETURN_IF_ERROR(SumOverTp(y));
   if (lin.bias.defined()) MCC_RETURN_IF_ERROR(ops::BiasAdd(*y, lin.bias, y));
   return absl::OkStatus();
@@ -618,7 +690,8 @@ absl::StatusOr<Tensor> DeviceStep::Forward(const Tensor& ints,
   Tensor normed = Empty({l, h}, options_.dtype, dev);
   MCC_RETURN_IF_ERROR(ApplyNorm(final_norm_, picked, &normed));
   Tensor logits = Empty({l, vocab_rows_}, DType::kFloat32, dev);
-  MCC_RETURN_IF_ERROR(Gemm(normed, Linear{head_, Tensor()}, &logits));
+  MCC_RETURN_IF_ERROR(
+      Gemm(normed, Linear{Linear::kDense, head_, Tensor(), Tensor()}, &logits));
   if (tp_size_ <= 1) return logits;
   // Each rank's vocabulary shard, [tp x l, vocab_rows], put in order on
   // the host.

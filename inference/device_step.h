@@ -67,8 +67,20 @@ struct DeviceStepOptions {
   comm::ProcessGroup* tp = nullptr;
 };
 
-// Bytes the weights take on the device in `dtype`.
+// Bytes the weights take on the device in `dtype` (quantised linear layers
+// as their int8 values or E4M3 codes and fp32 scales).
 int64_t DeviceWeightBytes(const InferenceWeights& weights, DType dtype);
+
+// The linear layers' weights on the device (codes and scales where
+// quantised), and the same weights dense in `dtype`: the log's figures.
+struct LinearWeightBytes {
+  int64_t stored = 0, dense = 0;
+};
+LinearWeightBytes DeviceLinearWeightBytes(const InferenceWeights& weights,
+                                          DType dtype);
+
+// "int8" or "FP8 (E4M3)" when the linear layers are quantised; else "".
+const char* LinearWeightsFormat(const InferenceWeights& weights);
 
 // The memory the step may use under `options` (see memory_bytes); -1 for no
 // bound.
@@ -90,10 +102,12 @@ InferenceWeights WeightShapes(const gpt::GPTConfig& config);
 
 class DeviceStep {
  public:
-  // Copies the weights (one TP shard of a PP 1 model with options.tp, dense:
-  // int8 weights are refused) to the
-  // device and allocates a pool of `kv_blocks` blocks of `shape` there,
-  // after CheckFitsDevice (nothing is allocated when they do not fit).
+  // Copies the weights (one TP shard of a PP 1 model with options.tp;
+  // linear layers dense, int8 or FP8: quantised ones stay one byte a weight
+  // on the device and run through ops::Int8Gemm / ops::Fp8WeightGemm, which
+  // decode the weights inside the GEMM's loads) to the device and allocates
+  // a pool of `kv_blocks` blocks of `shape` there, after CheckFitsDevice
+  // (nothing is allocated when they do not fit).
   static absl::StatusOr<std::unique_ptr<DeviceStep>> Create(
       const InferenceWeights& weights, const KvCacheShape& shape,
       int64_t kv_blocks, const DeviceStepOptions& options,
@@ -122,7 +136,11 @@ class DeviceStep {
 
  private:
   struct Linear {
-    Tensor weight;  // [out, in], options.dtype
+    enum Format { kDense, kInt8, kFp8 };
+    Format format = kDense;
+    // [out, in]: options.dtype (dense), int8 values, or E4M3 codes (int8).
+    Tensor weight;
+    Tensor scales;  // [out] fp32 (quantised formats), or undefined
     Tensor bias;    // [out] fp32, or undefined
   };
   struct Norm {

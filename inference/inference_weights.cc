@@ -56,8 +56,9 @@ absl::Status CopyInt8(const parallel::Int8Weight& int8,
 }
 
 // The dense fp32 values e4m3(code) / s of a layer ConvertToFp8 turned FP8:
-// the engine has no FP8 kernel, so it computes with these (the model's
-// weights stay one byte each; this copy is fp32 as every dense one).
+// the CPU engine has no FP8 kernel, so it computes with these (the model's
+// weights stay one byte each; this copy is fp32 as every dense one); and
+// the codes and scales themselves, which the device engine computes with.
 absl::Status CopyFp8Dequantised(const parallel::Fp8Weight& fp8,
                                 const std::string& prefix, LinearWeights* lin) {
   const Tensor& q = fp8.q->value;
@@ -78,6 +79,8 @@ absl::Status CopyFp8Dequantised(const parallel::Fp8Weight& fp8,
     const auto code = static_cast<uint8_t>(static_cast<int8_t>(codes[i]));
     lin->weight[i] = Fp8ToFloat(code, Fp8Format::kE4M3) / s[i / lin->in];
   }
+  lin->fp8_codes.assign(codes.begin(), codes.end());
+  lin->fp8_scales = s;
   return absl::OkStatus();
 }
 

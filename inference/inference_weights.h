@@ -23,6 +23,12 @@ struct LinearWeights {
   // then empty.
   std::vector<int8_t> q;
   std::vector<float> scales;
+  // Weight-only FP8 (models/gpt/fp8_quantization.h): E4M3 codes in the
+  // weight's layout and fp32 scales [out (local)] (w = e4m3(code) / scale),
+  // for the engine on a device (inference/device_step.h); the CPU engine
+  // computes with the dequantised values in weight, kept beside them.
+  std::vector<int8_t> fp8_codes;
+  std::vector<float> fp8_scales;
   std::vector<float> bias;  // Empty without bias; full for row-parallel.
   int64_t out = 0, in = 0;
 };
@@ -75,7 +81,8 @@ struct InferenceWeights {
 // any device) into fp32 host arrays; the linear layers of a model turned
 // int8 (eval/serve --quantize int8, or a quantised checkpoint) are copied as
 // int8 values and scales; those turned FP8 (--quantize fp8) as their
-// dequantised fp32 values (the engine has no FP8 kernel yet). A step that
+// dequantised fp32 values (the CPU engine has no FP8 kernel) and as their
+// codes and scales (for the device engine). A step that
 // transforms weights at load belongs here, after this copy.
 absl::StatusOr<InferenceWeights> LoadInferenceWeights(
     const gpt::GPTModel& model);

@@ -102,6 +102,7 @@ ModelRunner::ModelRunner(InferenceWeights weights, comm::ProcessGroup* tp,
     for (LinearWeights* lin : packed) {
       std::vector<float>().swap(lin->weight);
       std::vector<int8_t>().swap(lin->q);
+      std::vector<int8_t>().swap(lin->fp8_codes);
     }
   }
   if (weights_.post_process && weights_.vocab_rows > 0) {
@@ -139,6 +140,7 @@ ModelRunner::ModelRunner(InferenceWeights weights,
     for (LinearWeights* lin : {&lw.qkv, &lw.proj, &lw.fc1, &lw.fc2}) {
       std::vector<float>().swap(lin->weight);
       std::vector<int8_t>().swap(lin->q);
+      std::vector<int8_t>().swap(lin->fp8_codes);
     }
   }
   std::vector<float>().swap(weights_.word_embeddings);

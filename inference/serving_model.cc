@@ -79,14 +79,27 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> DeviceRunner(
       std::unique_ptr<DeviceStep> step,
       DeviceStep::Create(weights, shape, blocks, options, path));
   const gpt::GPTConfig& c = weights.config;
+  std::string quantised;
+  if (*LinearWeightsFormat(weights) != '\0') {
+    // The linear layers against the same weights in bf16 (the issue's
+    // "weight memory halves").
+    const LinearWeightBytes linear =
+        DeviceLinearWeightBytes(weights, DType::kBFloat16);
+    quantised = absl::StrFormat(
+        " (linear layers %s: %s instead of %s in bf16, %.2fx less)",
+        LinearWeightsFormat(weights), FormatBytes(linear.stored),
+        FormatBytes(linear.dense),
+        linear.stored > 0 ? static_cast<double>(linear.dense) / linear.stored
+                          : 0.0);
+  }
   LOG(INFO) << absl::StrFormat(
       "serving %s on %s (%s): %d layers, hidden %d, %d heads, vocabulary "
-      "%d, context %d; TP %d; weights %s a rank in %s, KV cache %d blocks "
-      "of %d positions (%s, fp32)%s",
+      "%d, context %d; TP %d; weights %s a rank in %s%s, KV cache %d "
+      "blocks of %d positions (%s, fp32)%s",
       path, device.device.ToString(), device.reason, c.num_layers,
       c.hidden_size, c.num_attention_heads, c.vocab_size, c.max_positions(),
       weights.tp_size, FormatBytes(step->weight_bytes()),
-      DTypeName(options.dtype), blocks, shape.block_size,
+      DTypeName(options.dtype), quantised, blocks, shape.block_size,
       FormatBytes(step->pool_bytes()),
       options.batch_invariant ? "; batch-invariant GEMMs" : "");
   if (!options.graph_batch_sizes.empty()) {
@@ -167,8 +180,6 @@ absl::StatusOr<training::DeviceChoice> ServingDevice(const ServeConfig& serve) {
   std::string unsupported;
   if (run.pipeline_model_parallel_size() > 1) {
     unsupported = "a PP layout";
-  } else if (!serve.quantize().empty()) {
-    unsupported = absl::StrCat("--quantize ", serve.quantize());
   }
   if (unsupported.empty()) return choice;
   if (value == "auto") {
@@ -179,8 +190,7 @@ absl::StatusOr<training::DeviceChoice> ServingDevice(const ServeConfig& serve) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--device ", value,
-                   ": the engine on a device runs TP layouts without "
-                   "--quantize so far, not ",
+                   ": the engine on a device runs TP layouts so far, not ",
                    unsupported, "; use --device cpu"));
 }
 
@@ -208,6 +218,11 @@ absl::StatusOr<ServingModel> LoadRandomModel(const ServeConfig& serve) {
     return absl::InvalidArgumentError(
         "--random-weights makes the weights on a device (--device cuda) in "
         "one process, without --load");
+  }
+  if (!serve.quantize().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--random-weights makes dense bf16 weights; --quantize ",
+                     serve.quantize(), " needs a checkpoint (--load)"));
   }
   out.job = std::make_unique<training::Job>();
   // The job (one process) needs no device of its own: the step holds it.

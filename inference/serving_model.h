@@ -45,8 +45,7 @@ absl::Status CheckServeConfig(const ServeConfig& config);
 
 // The device the engine runs on by config.run().device() (cpu, cuda, auto;
 // training/device_choice.h): auto keeps the CPU for what the device engine
-// does not run yet (a TP or PP layout, --quantize), which --device cuda
-// refuses.
+// does not run yet (a TP or PP layout), which --device cuda refuses.
 absl::StatusOr<training::DeviceChoice> ServingDevice(const ServeConfig& config);
 
 // Loads config.run().load() into this rank's part of the layout: the

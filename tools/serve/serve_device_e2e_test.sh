@@ -2,8 +2,9 @@
 # serve --device: the engine on a device (here the test device, CPU kernels
 # behind a GPU's wall) answers the CPU engine's greedy tokens on the same
 # fp32 checkpoint through both APIs, refuses a request longer than its KV
-# pool with a 400, logs where it runs, and refuses what it does not run yet
-# (--quantize int8 on a device). At TP 2 (two processes, the TP group's
+# pool with a 400, logs where it runs, serves int8 and FP8 weights as the
+# CPU engine does (logging their bytes against bf16's), and refuses
+# --quantize with --random-weights. At TP 2 (two processes, the TP group's
 # tensors on the test device through gloo) it answers the same tokens, and
 # with --batch-invariant concurrent requests equal the same requests alone.
 # Args: TRAIN SERVE_TESTDEV CLIENT LAUNCH.
@@ -44,10 +45,11 @@ start() {  # start NAME FLAGS...: sets $port and $pid ($nproc processes)
   port=$(cat "$work/$name.port")
 }
 stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
-# same_as_cpu ANSWER: the CPU engine's greedy tokens and text, log-probabilities
-# within 2e-4 (fp32 summation orders).
+# same_as_cpu ANSWER [REFERENCE]: the CPU engine's greedy tokens and text
+# (greedy_cpu.json unless given), log-probabilities within 2e-4 (fp32
+# summation orders).
 same_as_cpu() {
-  "$python" - "$work/greedy_cpu.json" "$1" <<'PY'
+  "$python" - "${2:-$work/greedy_cpu.json}" "$1" <<'PY'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 assert a["tokens"] == b["tokens"] and a["text"] == b["text"], (a, b)
@@ -91,10 +93,28 @@ fi
 grep -q "decode graphs (--cuda-graph) with --tensor-model-parallel-size > 1 are not built" "$work/tp2graph.log" \
   || { cat "$work/tp2graph.log"; fail "--cuda-graph at TP 2: no reason given"; }
 
-if "$serve" --load "$work/ckpt" --device test --quantize int8 --port 0 \
-    > "$work/int8.log" 2>&1; then
-  fail "--device test --quantize int8 was accepted"
+# Quantised weights on the device (int8 values, E4M3 codes: one byte a
+# weight there, decoded inside the GEMMs): the CPU engine's greedy tokens on
+# the same quantised model, and the log gives the linear layers' bytes
+# against bf16's.
+for q in int8 fp8; do
+  start "cpu_$q" --device cpu --quantize "$q"
+  "$python" "$client" "$port" --only greedy > "$work/greedy_cpu_$q.json"
+  stop "$pid"
+  start "dev_$q" --device test --quantize "$q"
+  "$python" "$client" "$port" --only greedy > "$work/greedy_dev_$q.json"
+  stop "$pid"
+  same_as_cpu "$work/greedy_dev_$q.json" "$work/greedy_cpu_$q.json" \
+    || fail "--quantize $q: the device answers differently from the CPU"
+  grep -E "on testdev:0 .*\(linear layers (int8|FP8 \(E4M3\)): .* instead of .* in bf16, 1\.9[0-9]x less\)" "$work/dev_$q.log" \
+    || { cat "$work/dev_$q.log"; fail "--quantize $q on a device: the log gives no weight bytes"; }
+done
+
+if "$serve" --device test --random-weights --quantize int8 --port 0 \
+    --vocab-size 512 --num-layers 4 --hidden-size 64 --num-attention-heads 4 \
+    --seq-length 64 > "$work/random_int8.log" 2>&1; then
+  fail "--random-weights --quantize int8 was accepted"
 fi
-grep -q "\-\-device test: the engine on a device runs TP layouts without --quantize" "$work/int8.log" \
-  || { cat "$work/int8.log"; fail "--quantize int8 on a device: no reason given"; }
+grep -q "\-\-quantize int8 needs a checkpoint" "$work/random_int8.log" \
+  || { cat "$work/random_int8.log"; fail "--random-weights --quantize: no reason given"; }
 echo "serve --device checks passed"
