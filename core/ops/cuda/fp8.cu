@@ -49,6 +49,20 @@ __global__ void CastKernel(TypedLoad load, TypedStore store, const float* scale,
   fp8::CastRange(load, store, scale, fmt, n);
 }
 
+__global__ void CastBytesKernel(TypedLoad load, uint8_t* out,
+                                const float* scale, fp8::Format fmt,
+                                int64_t rows, int64_t cols, bool transpose) {
+  fp8::CastBytesRange(load, out, scale, fmt, rows, cols, transpose);
+}
+
+__global__ void ScaleInversesKernel(const float* first, const float* second,
+                                    float* out) {
+  if (threadIdx.x == 0) {
+    out[0] = __fdiv_rn(1.0f, first[0]);
+    out[1] = __fdiv_rn(1.0f, second[0]);
+  }
+}
+
 __global__ void DequantizeKernel(const float* sum, const float* sa,
                                  const float* sb, float alpha, float beta,
                                  void* c, ElemType ct, int64_t n) {
@@ -95,6 +109,22 @@ cudaError_t CastToFp8Values(const void* x, ElemType xt, const float* scale,
   CastKernel<<<BlocksFor(n), kThreads, 0, stream>>>(
       TypedLoad{x, xt}, TypedStore{out, out_t}, scale,
       e5m2 ? fp8::E5M2() : fp8::E4M3(), n);
+  return cudaGetLastError();
+}
+
+cudaError_t CastToFp8Bytes(const void* x, ElemType xt, const float* scale,
+                           bool e5m2, uint8_t* out, int64_t rows, int64_t cols,
+                           bool transpose, cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  CastBytesKernel<<<BlocksFor(rows * cols), kThreads, 0, stream>>>(
+      TypedLoad{x, xt}, out, scale, e5m2 ? fp8::E5M2() : fp8::E4M3(), rows,
+      cols, transpose);
+  return cudaGetLastError();
+}
+
+cudaError_t Fp8ScaleInverses(const float* first, const float* second,
+                             float* out, cudaStream_t stream) {
+  ScaleInversesKernel<<<1, 32, 0, stream>>>(first, second, out);
   return cudaGetLastError();
 }
 

@@ -28,6 +28,18 @@ cudaError_t CastToFp8Values(const void* x, ElemType xt, const float* scale,
                             bool e5m2, void* out, ElemType out_t, int64_t n,
                             cudaStream_t stream);
 
+// FP8 storage (E4M3 or E5M2 codes, core/fp8.h's bits) of x [rows, cols]
+// times scale[0]: out [rows, cols], or [cols, rows] when `transpose` (the
+// layouts cuBLASLt's FP8 matmul takes).
+cudaError_t CastToFp8Bytes(const void* x, ElemType xt, const float* scale,
+                           bool e5m2, uint8_t* out, int64_t rows, int64_t cols,
+                           bool transpose, cudaStream_t stream);
+
+// out[0] = 1 / first[0], out[1] = 1 / second[0] (cuBLASLt's dequantising
+// scale pointers).
+cudaError_t Fp8ScaleInverses(const float* first, const float* second,
+                             float* out, cudaStream_t stream);
+
 // c[i] = alpha (1/sa) (1/sb) sum[i] + beta c[i] (beta 0: c not read), with
 // the factor formed as the CPU kernel forms it and one rounding to c's type.
 cudaError_t Fp8Dequantize(const float* sum, const float* sa, const float* sb,

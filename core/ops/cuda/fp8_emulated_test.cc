@@ -80,6 +80,22 @@ TEST(Fp8EmulatedTest, RoundingMatchesTheCpuBitForBit) {
   }
 }
 
+TEST(Fp8EmulatedTest, CodesMatchTheCpuBitForBit) {
+  for (Fp8Format format : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    int bad = 0;
+    for (float v : Probes(format)) {
+      const uint8_t want = FloatToFp8(v, format);
+      const uint8_t got =
+          fp8::Fp8Bits(fp8::RoundToFp8(v, FormatOf(format)), FormatOf(format));
+      if (got != want && ++bad < 10) {
+        ADD_FAILURE() << Fp8FormatName(format) << " " << v << ": CPU "
+                      << int{want} << ", kernel " << int{got};
+      }
+    }
+    EXPECT_EQ(bad, 0) << Fp8FormatName(format);
+  }
+}
+
 struct VectorLoad {
   const float* p;
   float operator()(int64_t i) const { return p[i]; }
@@ -105,6 +121,33 @@ TEST(Fp8EmulatedTest, ScaledCastOverManyBlocks) {
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(Bits(out[i]), Bits(RoundToFp8(x[i] * scale, format)))
           << Fp8FormatName(format) << " element " << i;
+    }
+  }
+}
+
+// The byte cast, plain and transposed, over several blocks.
+TEST(Fp8EmulatedTest, ByteCastPlainAndTransposed) {
+  std::mt19937 gen(4);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const int64_t rows = 7, cols = 37;
+  std::vector<float> x(rows * cols);
+  for (float& v : x) v = nd(gen);
+  const float scale = 20.0f;
+  for (Fp8Format format : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    for (bool transpose : {false, true}) {
+      std::vector<uint8_t> out(rows * cols, 0xaa);
+      Emulator::Launch(Dim3{2, 1, 1}, 64, 0, [&] {
+        fp8::CastBytesRange(VectorLoad{x.data()}, out.data(), &scale,
+                            FormatOf(format), rows, cols, transpose);
+      });
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const int64_t at = transpose ? c * rows + r : r * cols + c;
+          ASSERT_EQ(out[at], FloatToFp8(x[r * cols + c] * scale, format))
+              << Fp8FormatName(format) << " transpose " << transpose << " ("
+              << r << ", " << c << ")";
+        }
+      }
     }
   }
 }

@@ -84,6 +84,27 @@ __device__ __forceinline__ float RoundToFp8(float f, Format fmt) {
   return FloatOf(BitsOf(r) | sign);
 }
 
+// The code (bit pattern) of a value r that RoundToFp8 returned in `fmt`:
+// core/fp8.h's FloatToFp8 of the unrounded value, NaN as its nan code.
+__device__ __forceinline__ uint8_t Fp8Bits(float r, Format fmt) {
+  const uint32_t u = BitsOf(r);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t abs_bits = u & 0x7fffffffu;
+  const bool e4m3 = fmt.mantissa_bits == 3;
+  if (abs_bits > 0x7f800000u) return sign | (e4m3 ? 0x7f : 0x7e);
+  const int min_normal_exp = 1 - fmt.bias;
+  const float a = FloatOf(abs_bits);
+  if (a < Pow2(min_normal_exp)) {
+    // A whole number of the smallest subnormal: exact.
+    return sign |
+           static_cast<uint8_t>(a * Pow2(fmt.mantissa_bits - min_normal_exp));
+  }
+  const int drop = 23 - fmt.mantissa_bits;
+  return sign | static_cast<uint8_t>((abs_bits >> drop) -
+                                     (static_cast<uint32_t>(127 - fmt.bias)
+                                      << fmt.mantissa_bits));
+}
+
 // out[i] = RoundToFp8(load(i) * scale[0]) for i in [0, n), grid-stride (a
 // kernel's body). The product is one fp32 rounding, as the CPU kernel's.
 template <typename Load, typename Store>
@@ -96,6 +117,25 @@ __device__ __forceinline__ void CastRange(Load load, Store store,
        i < n; i += stride) {
     const float v = load(i) * s;
     store(i, RoundToFp8(v, fmt));
+  }
+}
+
+// FP8 storage for cuBLASLt: x [rows, cols] (load) scaled, rounded and
+// encoded; out (bytes) [rows, cols], or [cols, rows] when `transpose`.
+// Grid-stride over the output (reads uncoalesced when transposing: not
+// tuned).
+template <typename Load>
+__device__ __forceinline__ void CastBytesRange(Load load, uint8_t* out,
+                                               const float* scale, Format fmt,
+                                               int64_t rows, int64_t cols,
+                                               bool transpose) {
+  const float s = scale[0];
+  const int64_t n = rows * cols;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       o < n; o += stride) {
+    const int64_t i = transpose ? (o % rows) * cols + o / rows : o;
+    out[o] = Fp8Bits(RoundToFp8(load(i) * s, fmt), fmt);
   }
 }
 

@@ -19,6 +19,7 @@
 #include "core/ops/cuda/embedding.h"
 #include "core/ops/cuda/flash_attention.h"
 #include "core/ops/cuda/fp8.h"
+#include "core/ops/cuda/fp8_lt_gemm.h"
 #include "core/ops/cuda/fp8_weight.h"
 #include "core/ops/cuda/gemm.h"
 #include "core/ops/cuda/grouped_gemm.h"
@@ -515,17 +516,20 @@ absl::Status AbsMaxCuda(const Tensor& x, Tensor* amax) {
                            F32(amax), s.stream()));
 }
 
-// The operands cast to their FP8 values held in bf16 (exact: FP8's 2 or 3
-// mantissa bits and exponent range fit bf16's), multiplied by cuBLAS in
-// fp32 (every product of two FP8 values is exact in fp32), then scaled back
-// once: the contract's numbers with bf16 tensor cores. cuBLASLt's native
-// FP8 matmul (twice bf16's rate on Hopper) is not used yet: it needs the
-// FP8 storage layouts (transposed copies for dgrad and wgrad) and has not
-// been run on a GPU here.
+// cuBLASLt's native FP8 matmul where the device and the case allow it
+// (fp8_lt_gemm.h: sm_89+, K and N multiples of 16, not E5M2 x E5M2).
+// Otherwise the operands cast to their FP8 values held in bf16 (exact:
+// FP8's 2 or 3 mantissa bits and exponent range fit bf16's), multiplied by
+// cuBLAS in fp32 (every product of two FP8 values is exact in fp32), then
+// scaled back once: the contract's numbers with bf16 tensor cores.
 absl::Status Fp8GemmCuda(const Tensor& a, bool trans_a, Fp8Format a_format,
                          const Tensor& a_scale, const Tensor& b, bool trans_b,
                          Fp8Format b_format, const Tensor& b_scale, Tensor* c,
                          float alpha, float beta) {
+  const absl::Status native =
+      Fp8GemmCublasLt(a, trans_a, a_format, a_scale, b, trans_b, b_format,
+                      b_scale, c, alpha, beta);
+  if (!absl::IsUnimplemented(native)) return native;  // Ran, or failed.
   KernelScope s("Fp8Gemm", a);
   MCC_RETURN_IF_ERROR(s.status());
   Tensor a8 = Tensor::Empty(a.shape(), DType::kBFloat16, a.device());
