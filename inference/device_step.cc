@@ -16,6 +16,7 @@
 #include "core/ops/fp8_weight.h"
 #include "core/ops/gemm.h"
 #include "core/ops/int8_gemm.h"
+#include "core/ops/int8_quantize.h"
 #include "core/ops/layout.h"
 #include "core/ops/moe_permute.h"
 #include "core/ops/moe_router.h"
@@ -184,11 +185,41 @@ absl::Status CheckFitsDevice(const InferenceWeights& weights,
                    options, memory_bytes, what);
 }
 
-static int64_t RandomWeightBytes(const InferenceWeights& shapes, DType dtype) {
+absl::StatusOr<RandomQuantize> RandomQuantizeFromFlag(
+    const std::string& value) {
+  if (value.empty()) return RandomQuantize::kNone;
+  if (value == "int8") return RandomQuantize::kInt8;
+  if (value == "fp8") return RandomQuantize::kFp8PerChannel;
+  if (value == "fp8-per-tensor") return RandomQuantize::kFp8PerTensor;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--quantize must be int8, fp8 or fp8-per-tensor (or empty), got '", value,
+      "'"));
+}
+
+LinearWeightBytes RandomLinearWeightBytes(const InferenceWeights& shapes,
+                                          DType dtype,
+                                          RandomQuantize quantize) {
+  LinearWeightBytes out;
+  for (const LayerWeights& lw : shapes.layers) {
+    for (const LinearWeights* lin : {&lw.qkv, &lw.proj, &lw.fc1, &lw.fc2}) {
+      const int64_t dense = Elements(*lin) * DTypeSize(dtype);
+      out.dense += dense;
+      out.stored += quantize == RandomQuantize::kNone
+                        ? dense
+                        : Elements(*lin) + lin->out * 4;
+    }
+  }
+  return out;
+}
+
+static int64_t RandomWeightBytes(const InferenceWeights& shapes, DType dtype,
+                                 RandomQuantize quantize) {
   const int64_t h = shapes.config.hidden_size;
   const int64_t tables =
       shapes.config.untie_embeddings_and_output_weights ? 2 : 1;
-  return DeviceWeightBytes(shapes, dtype) +
+  const LinearWeightBytes linear =
+      RandomLinearWeightBytes(shapes, dtype, quantize);
+  return DeviceWeightBytes(shapes, dtype) - linear.dense + linear.stored +
          tables * shapes.vocab_rows * h * DTypeSize(dtype);
 }
 
@@ -241,19 +272,22 @@ InferenceWeights WeightShapes(const gpt::GPTConfig& c) {
 absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Create(
     const InferenceWeights& w, const KvCacheShape& shape, int64_t kv_blocks,
     const DeviceStepOptions& options, const std::string& what) {
-  return Make(w, shape, kv_blocks, options, what, nullptr);
+  return Make(w, shape, kv_blocks, options, what, nullptr,
+              RandomQuantize::kNone);
 }
 
 absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::CreateRandom(
     const InferenceWeights& shapes, const KvCacheShape& shape,
-    int64_t kv_blocks, const DeviceStepOptions& options, uint64_t seed) {
-  return Make(shapes, shape, kv_blocks, options, "random weights", &seed);
+    int64_t kv_blocks, const DeviceStepOptions& options, uint64_t seed,
+    RandomQuantize quantize) {
+  return Make(shapes, shape, kv_blocks, options, "random weights", &seed,
+              quantize);
 }
 
 absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
     const InferenceWeights& w, const KvCacheShape& shape, int64_t kv_blocks,
     const DeviceStepOptions& options, const std::string& what,
-    const uint64_t* seed) {
+    const uint64_t* seed, RandomQuantize quantize) {
   if (options.dtype != DType::kBFloat16 && options.dtype != DType::kFloat32) {
     return absl::InvalidArgumentError(
         absl::StrCat("the engine on a device keeps its weights in bf16 or "
@@ -299,8 +333,9 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
     }
   }
   MCC_ASSIGN_OR_RETURN(const int64_t memory, DeviceMemoryFor(options));
-  const int64_t bytes = seed == nullptr ? DeviceWeightBytes(w, options.dtype)
-                                        : RandomWeightBytes(w, options.dtype);
+  const int64_t bytes = seed == nullptr
+                            ? DeviceWeightBytes(w, options.dtype)
+                            : RandomWeightBytes(w, options.dtype, quantize);
   MCC_RETURN_IF_ERROR(CheckFits(bytes, shape,
                                 kv_blocks + ScratchBlocks(options, shape),
                                 options, memory, what));
@@ -353,6 +388,29 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
                            UploadBytes(lin.fp8_codes, lin.out, lin.in, dev));
       MCC_ASSIGN_OR_RETURN(
           out.scales, Upload(lin.fp8_scales, {lin.out}, DType::kFloat32, dev));
+    } else if (seed != nullptr && quantize != RandomQuantize::kNone) {
+      // Drawn dense, quantised on the device, the dense copy dropped.
+      MCC_ASSIGN_OR_RETURN(const Tensor dense,
+                           matrix(lin.weight, lin.out, lin.in));
+      Tensor absmax = Empty({lin.out}, DType::kFloat32, dev);
+      out.weight = Empty({lin.out, lin.in}, DType::kInt8, dev);
+      out.scales = Empty({lin.out}, DType::kFloat32, dev);
+      if (quantize == RandomQuantize::kInt8) {
+        out.format = Linear::kInt8;
+        MCC_RETURN_IF_ERROR(ops::RowAbsMax(dense, &absmax));
+        MCC_RETURN_IF_ERROR(
+            ops::QuantizeRowsInt8(dense, absmax, &out.weight, &out.scales));
+      } else {
+        out.format = Linear::kFp8;
+        MCC_RETURN_IF_ERROR(
+            ops::Fp8WeightAbsMax(dense,
+                                 quantize == RandomQuantize::kFp8PerChannel
+                                     ? ops::Fp8WeightScaling::kPerChannel
+                                     : ops::Fp8WeightScaling::kPerTensor,
+                                 &absmax));
+        MCC_RETURN_IF_ERROR(
+            ops::QuantizeWeightFp8(dense, absmax, &out.weight, &out.scales));
+      }
     } else {
       MCC_ASSIGN_OR_RETURN(out.weight, matrix(lin.weight, lin.out, lin.in));
     }

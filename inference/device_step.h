@@ -82,6 +82,16 @@ LinearWeightBytes DeviceLinearWeightBytes(const InferenceWeights& weights,
 // "int8" or "FP8 (E4M3)" when the linear layers are quantised; else "".
 const char* LinearWeightsFormat(const InferenceWeights& weights);
 
+// How DeviceStep::CreateRandom leaves the linear layers: dense, or quantised
+// on the device as serve --quantize int8 | fp8 | fp8-per-tensor does.
+enum class RandomQuantize { kNone, kInt8, kFp8PerChannel, kFp8PerTensor };
+// From --quantize's value ("" none); InvalidArgument naming the flag.
+absl::StatusOr<RandomQuantize> RandomQuantizeFromFlag(const std::string& value);
+
+// The linear layers' bytes of CreateRandom's weights for `shapes`.
+LinearWeightBytes RandomLinearWeightBytes(const InferenceWeights& shapes,
+                                          DType dtype, RandomQuantize quantize);
+
 // The memory the step may use under `options` (see memory_bytes); -1 for no
 // bound.
 absl::StatusOr<int64_t> DeviceMemoryFor(const DeviceStepOptions& options);
@@ -118,9 +128,13 @@ class DeviceStep {
   // one tensor at a time on the host and copied over, so no whole copy of
   // the model exists on the host (for an 8B-shaped model on a GPU machine
   // that has no checkpoint).
+  // With `quantize`, each linear layer is drawn dense, quantised on the
+  // device (ops::QuantizeRowsInt8 / QuantizeWeightFp8) and the dense copy
+  // dropped, so an 8B-shaped model's int8 or FP8 decode can be measured.
   static absl::StatusOr<std::unique_ptr<DeviceStep>> CreateRandom(
       const InferenceWeights& shapes, const KvCacheShape& shape,
-      int64_t kv_blocks, const DeviceStepOptions& options, uint64_t seed);
+      int64_t kv_blocks, const DeviceStepOptions& options, uint64_t seed,
+      RandomQuantize quantize = RandomQuantize::kNone);
 
   // The whole model over the rows (ModelRunner::Run's contract for one
   // stage holding every layer): keys and values written into the pool
@@ -167,7 +181,7 @@ class DeviceStep {
   static absl::StatusOr<std::unique_ptr<DeviceStep>> Make(
       const InferenceWeights& weights, const KvCacheShape& shape,
       int64_t kv_blocks, const DeviceStepOptions& options,
-      const std::string& what, const uint64_t* seed);
+      const std::string& what, const uint64_t* seed, RandomQuantize quantize);
   absl::Status Gemm(const Tensor& x, const Linear& lin, Tensor* y) const;
   // x [n, ...] overwritten with the sum of every TP rank's x, in rank order.
   absl::Status SumOverTp(Tensor* x) const;

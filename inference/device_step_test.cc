@@ -528,6 +528,56 @@ TEST(DeviceStepTest, RandomWeightsMadeOnTheDeviceRun) {
 // log-probabilities equal the eager engine's bit for bit, padding rows
 // included (3 running sequences replay the graph of 4), and steps do
 // replay.
+// Random weights quantised on the device (serve --random-weights
+// --quantize): the bytes counted as stored, and the logits near the dense
+// random model's (the same draws), within the quantisation's error.
+TEST(DeviceStepTest, RandomWeightsQuantisedOnTheDevice) {
+  gpt::GPTConfig c = Variants()[2].second;  // RoPE, GQA, SwiGLU, untied
+  c.ffn_hidden_size = 96;
+  const InferenceWeights shapes = WeightShapes(c);
+  const KvCacheShape shape = CacheShapeFor(shapes, kBlockSize);
+  const DeviceStepOptions o = TestDevice(DType::kBFloat16);
+  std::vector<int64_t> prompt;
+  for (int i = 0; i < 12; ++i) prompt.push_back((i * 53 + 3) % 256);
+  auto dense_step = DeviceStep::CreateRandom(shapes, shape, kBlocks, o, 7);
+  ASSERT_TRUE(dense_step.ok()) << dense_step.status();
+  ModelRunner dense(shapes, std::move(*dense_step),
+                    PagedKvCache::BookkeepingOnly(shape, kBlocks));
+  auto want = PrefillLogits(&dense, prompt);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (RandomQuantize q :
+       {RandomQuantize::kInt8, RandomQuantize::kFp8PerChannel,
+        RandomQuantize::kFp8PerTensor}) {
+    SCOPED_TRACE(static_cast<int>(q));
+    auto step = DeviceStep::CreateRandom(shapes, shape, kBlocks, o, 7, q);
+    ASSERT_TRUE(step.ok()) << step.status();
+    const LinearWeightBytes linear =
+        RandomLinearWeightBytes(shapes, DType::kBFloat16, q);
+    // One byte a weight and an fp32 scale a row, against two bytes a weight.
+    const int64_t h = c.hidden_size, v = c.padded_vocab_size(1);
+    const int64_t per_layer = (64 + 2 * 32) * h + h * h + 2 * 96 * h + h * 96;
+    const int64_t rows_per_layer = (64 + 2 * 32) + h + 2 * 96 + h;
+    EXPECT_EQ(linear.dense, 2 * c.num_layers * per_layer);
+    EXPECT_EQ(linear.stored, c.num_layers * (per_layer + 4 * rows_per_layer));
+    EXPECT_EQ((*step)->weight_bytes(),
+              linear.stored + 2 * (2 * v * h) + 4 * (2 * c.num_layers * h + h));
+    ModelRunner runner(shapes, std::move(*step),
+                       PagedKvCache::BookkeepingOnly(shape, kBlocks));
+    auto got = PrefillLogits(&runner, prompt);
+    ASSERT_TRUE(got.ok()) << got.status();
+    double gap = 0, scale = 0;
+    for (size_t i = 0; i < want->size(); ++i) {
+      gap = std::max(gap, std::fabs(double{(*got)[i]} - (*want)[i]));
+      scale = std::max(scale, std::fabs(double{(*want)[i]}));
+    }
+    std::printf("random weights quantised (%d): max |logit gap| %.3g of %.3g\n",
+                static_cast<int>(q), gap, scale);
+    EXPECT_GT(gap, 0.0);
+    EXPECT_LE(gap, 0.05 * scale);
+  }
+  EXPECT_FALSE(RandomQuantizeFromFlag("int4").ok());
+}
+
 TEST(DeviceStepTest, DecodeGraphsGiveTheEagerBits) {
   const gpt::GPTConfig config = Variants()[3].second;  // Qwen-like
   const std::vector<GenerationRequest> requests =

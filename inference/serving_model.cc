@@ -219,11 +219,8 @@ absl::StatusOr<ServingModel> LoadRandomModel(const ServeConfig& serve) {
         "--random-weights makes the weights on a device (--device cuda) in "
         "one process, without --load");
   }
-  if (!serve.quantize().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--random-weights makes dense bf16 weights; --quantize ",
-                     serve.quantize(), " needs a checkpoint (--load)"));
-  }
+  MCC_ASSIGN_OR_RETURN(const RandomQuantize quantize,
+                       RandomQuantizeFromFlag(serve.quantize()));
   out.job = std::make_unique<training::Job>();
   // The job (one process) needs no device of its own: the step holds it.
   MCC_RETURN_IF_ERROR(training::JoinWorld(
@@ -241,9 +238,11 @@ absl::StatusOr<ServingModel> LoadRandomModel(const ServeConfig& serve) {
     // The weights' bytes as CreateRandom counts them: the shapes' plus the
     // embedding tables.
     const int64_t tables = config.untie_embeddings_and_output_weights ? 2 : 1;
+    const LinearWeightBytes linear =
+        RandomLinearWeightBytes(shapes, options.dtype, quantize);
     const int64_t weight_bytes =
-        DeviceWeightBytes(shapes, options.dtype) +
-        tables * shapes.vocab_rows * config.hidden_size * 2;
+        DeviceWeightBytes(shapes, options.dtype) - linear.dense +
+        linear.stored + tables * shapes.vocab_rows * config.hidden_size * 2;
     blocks = static_cast<int64_t>(serve.kv_cache_memory_fraction() *
                                   static_cast<double>(std::max<int64_t>(
                                       memory - weight_bytes, 0))) /
@@ -256,15 +255,26 @@ absl::StatusOr<ServingModel> LoadRandomModel(const ServeConfig& serve) {
   MCC_ASSIGN_OR_RETURN(
       std::unique_ptr<DeviceStep> step,
       DeviceStep::CreateRandom(shapes, shape, blocks, options,
-                               static_cast<uint64_t>(config.seed)));
+                               static_cast<uint64_t>(config.seed), quantize));
+  std::string quantised;
+  if (quantize != RandomQuantize::kNone) {
+    const LinearWeightBytes linear =
+        RandomLinearWeightBytes(shapes, DType::kBFloat16, quantize);
+    quantised = absl::StrFormat(
+        " (linear layers %s, quantised on the device: %s instead of %s in "
+        "bf16, %.2fx less)",
+        quantize == RandomQuantize::kInt8 ? "int8" : "FP8 (E4M3)",
+        FormatBytes(linear.stored), FormatBytes(linear.dense),
+        static_cast<double>(linear.dense) / linear.stored);
+  }
   LOG(INFO) << absl::StrFormat(
       "serving random weights (test-only) on %s: %d layers, hidden %d, %d "
       "heads, %d query groups, ffn %d, vocabulary %d, context %d; weights "
-      "%s in bf16, KV cache %d blocks of %d positions (%s, fp32)%s",
+      "%s in bf16%s, KV cache %d blocks of %d positions (%s, fp32)%s",
       device.device.ToString(), config.num_layers, config.hidden_size,
       config.num_attention_heads, config.query_groups(), config.ffn(),
       config.vocab_size, config.max_positions(),
-      FormatBytes(step->weight_bytes()), blocks, shape.block_size,
+      FormatBytes(step->weight_bytes()), quantised, blocks, shape.block_size,
       FormatBytes(step->pool_bytes()),
       options.batch_invariant ? "; batch-invariant GEMMs" : "");
   if (!options.graph_batch_sizes.empty()) {
