@@ -325,7 +325,8 @@ struct GemmCase {
 TEST(Fp8WeightEmulatedTest, GemmKernelsWithinTheBoundOfTheCpu) {
   const GemmCase cases[] = {{1, 1, 1},   {1, 65, 129}, {3, 33, 31},
                             {8, 17, 70}, {9, 40, 33},  {37, 70, 257},
-                            {70, 33, 1}, {2, 5, 0}};
+                            {70, 33, 1}, {2, 5, 0},    {1, 9, 128},
+                            {4, 20, 68}, {8, 3, 4}};
   for (DType xt : kFloatTypes) {
     for (DType yt : {xt, DType::kFloat32}) {
       for (const GemmCase& c : cases) {

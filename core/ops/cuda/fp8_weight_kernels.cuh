@@ -170,9 +170,11 @@ __device__ __forceinline__ void StoreScaled(const GemmParams& p, int64_t i,
 }
 
 // ---- Decode shapes (m <= kSkinnyRows): one warp per output column ------
-// Each warp streams its weight row once, lanes over k (a warp reads 32
-// consecutive codes), every x row's partial sum kept in registers, then a
-// butterfly over the lanes. The weight is read once for all m rows.
+// Each warp streams its weight row once, lanes over k (a warp reads 128
+// consecutive codes as 4-byte words when k is a multiple of 4, else 32
+// bytes), every x row's partial sum kept in registers, then a butterfly
+// over the lanes. The weight is read once for all m rows, and a row's sum
+// does not depend on m (batch-invariant).
 constexpr int kSkinnyRows = 8;
 constexpr int kSkinnyThreads = 256;
 
@@ -181,17 +183,39 @@ __device__ __forceinline__ void SkinnyGemmBody(const GemmParams& p) {
   const int64_t warps = blockDim.x / 32;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * warps +
                         static_cast<int64_t>(threadIdx.x / 32);
+  // Whole 4-byte words when every weight row starts on one.
+  const bool packed =
+      p.k % 4 == 0 && reinterpret_cast<uintptr_t>(p.codes) % 4 == 0;
   // Every lane of a warp takes the same columns: the shuffles below are
   // reached by all 32.
   for (int64_t j = first; j < p.n;
        j += static_cast<int64_t>(gridDim.x) * warps) {
     float acc[kSkinnyRows] = {};
     const int8_t* wrow = p.codes + j * p.k;
-    for (int64_t c = lane; c < p.k; c += 32) {
-      const float w = DecodeE4M3(static_cast<uint8_t>(wrow[c]));
-      for (int i = 0; i < kSkinnyRows; ++i) {
-        if (i < p.m) {
-          acc[i] = fmaf(internal::LoadAs(p.x, p.xt, i * p.k + c), w, acc[i]);
+    if (packed) {
+      // Four codes a lane a step (a warp reads 128 consecutive bytes); the
+      // word's byte b is code 4 c4 + b (little-endian, as on the host).
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(wrow);
+      for (int64_t c4 = lane; c4 < p.k / 4; c4 += 32) {
+        const uint32_t word = words[c4];
+        for (int b = 0; b < 4; ++b) {
+          const float w = DecodeE4M3(static_cast<uint8_t>(word >> (8 * b)));
+          const int64_t c = 4 * c4 + b;
+          for (int i = 0; i < kSkinnyRows; ++i) {
+            if (i < p.m) {
+              acc[i] =
+                  fmaf(internal::LoadAs(p.x, p.xt, i * p.k + c), w, acc[i]);
+            }
+          }
+        }
+      }
+    } else {
+      for (int64_t c = lane; c < p.k; c += 32) {
+        const float w = DecodeE4M3(static_cast<uint8_t>(wrow[c]));
+        for (int i = 0; i < kSkinnyRows; ++i) {
+          if (i < p.m) {
+            acc[i] = fmaf(internal::LoadAs(p.x, p.xt, i * p.k + c), w, acc[i]);
+          }
         }
       }
     }
