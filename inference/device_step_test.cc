@@ -300,6 +300,9 @@ TEST(DeviceStepTest, GreedyTokensEqualTheCpuEngines) {
 TEST(DeviceStepTest, QuantisedWeightsGiveTheCpuEnginesTokens) {
   for (const std::string quantize : {"int8", "fp8", "fp8-per-tensor"}) {
     for (const auto& [name, config] : Variants()) {
+      // Weight-only quantisation does not cover MoE layers (refused by
+      // name, on the CPU too).
+      if (config.num_experts > 0) continue;
       SCOPED_TRACE(absl::StrCat(quantize, " ", name));
       const std::vector<GenerationRequest> requests =
           GreedyRequests(6, config.vocab_size);
