@@ -78,11 +78,22 @@ ChunkCost CostOfChunk(const JobSpec& job, const Layout& l, int layers, bool pre,
   const MoeLayerWork mw = MoeWork(job, l);
   const double moe_layer = mw.record_bytes - mw.dense_record_bytes;
   if (moe > 0) c.record += moe * moe_layer * (layers - recomputed) / layers;
-  // A layer's backward holds dy, dh1 and dx, the MLP's (or attention's)
-  // input gradients and, under SP, the all-gathered input of a column-
-  // parallel layer for its weight gradient.
+  // A layer's backward (models/gpt TransformerLayer::Backward) peaks in the
+  // attention kernel's backward: three hidden-state gradients (dh1, the
+  // second norm's and its input's), the dense MLP's two input gradients,
+  // which live to the end of the layer's backward, and attention's: the
+  // projection's input gradient, the output gradient in head layout, dq, dk,
+  // dv and the fused dQKV they merge into, beside one thread's fp32 kernel
+  // scratch (about 8 sequence x head-dim floats). Traced with the
+  // allocator's live tensors at the peak of a PP 2 stage 0 (the planner had
+  // taken the larger of the MLP's and attention's only: -5.8%). Under SP,
+  // the all-gathered input of a column-parallel layer for its weight
+  // gradient.
   const double mlp_grads = d.T * (d.f + d.f1) / d.t * d.e;
-  double attn_grads = d.T * (d.h + 2 * (d.h + 2 * d.kv)) / d.t * d.e;
+  const double local_seq = static_cast<double>(job.model.seq_length) / l.cp;
+  const double attn_scratch = 8 * local_seq * job.model.head_dim() * 4;
+  double attn_grads =
+      d.T * (2 * d.h + 2 * (d.h + 2 * d.kv)) / d.t * d.e + attn_scratch;
   const double gathered = l.sequence_parallel ? d.T * d.h * d.e : 0;
   // Forward: the fused QKV output before it splits into q, k, v.
   c.forward_transient = d.T * (d.h + 2 * d.kv) / d.t * d.e + gathered;
@@ -101,9 +112,12 @@ ChunkCost CostOfChunk(const JobSpec& job, const Layout& l, int layers, bool pre,
     c.forward_transient += 6 * q + 4 * kv * d.e + 1.5 * lse;
     attn_grads += 6 * q + 20 * kv + 4 * kv * d.e + q * d.e;
   }
-  c.backward_transient =
-      3 * hidden + std::max({mlp_grads, attn_grads, mw.backward_bytes}) +
-      gathered + rebuilt_at_once * (layer + (moe > 0 ? moe_layer : 0));
+  // An MoE layer's backward frees its experts' buffers before attention's.
+  const double branch_grads =
+      std::max(moe < layers ? mlp_grads + attn_grads : 0.0,
+               moe > 0 ? std::max(attn_grads, mw.backward_bytes) : 0.0);
+  c.backward_transient = 3 * hidden + branch_grads + gathered +
+                         rebuilt_at_once * (layer + (moe > 0 ? moe_layer : 0));
   if (pre) {
     c.record += 2 * d.T * 8;  // int64 token ids and positions
   }

@@ -198,7 +198,7 @@ TEST(MemoryModelTest, DistributedOptimizerBuffers) {
   for (int dp : {2, 4}) {
     SCOPED_TRACE(dp);
     JobSpec job = SmallJob(dp);
-    job.model.seq_length = 8;
+    job.model.seq_length = 4;
     job.global_batch = dp;
     Layout l;
     l.dp = dp;
@@ -216,7 +216,7 @@ TEST(MemoryModelTest, DistributedOptimizerBuffers) {
       EXPECT_EQ(gloo.comm_buffers, none.comm_buffers);
       EXPECT_EQ(gloo.total(), none.total());
     } else {
-      // One sequence of 8 tokens a rank: without partial sums DDP's setup
+      // One sequence of 4 tokens a rank: without partial sums DDP's setup
       // (12 P) is the peak, with them the reduction (held + 2 P).
       const double partials = 2 * 4 * P / dp;
       EXPECT_DOUBLE_EQ(none.total(), 12 * P);
