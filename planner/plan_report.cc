@@ -80,23 +80,38 @@ std::string FormatTable(const JobSpec& job,
 std::string FormatStageBalance(const JobSpec& job, const Layout& l,
                                const StepTime& t) {
   const int m = NumMicroBatches(job, l);
+  // Steps and idle shares under the layout's own schedule (its table
+  // walked with these stage times; 1F1B's closed form for 1F1B).
+  std::string schedule;
   auto line = [&](const StageSplit& split) {
+    const double step = ScheduleStepSeconds(job, l, split, &schedule);
     std::vector<std::string> stages;
     for (size_t i = 0; i < split.layers.size(); ++i) {
+      const double idle = step > 0 ? 1 - m * split.seconds[i] / step : 0;
       stages.push_back(absl::StrFormat("%d layers %s (idle %.1f%%)",
                                        split.layers[i], Ms(split.seconds[i]),
-                                       100 * split.idle_share(i, m)));
+                                       100 * idle));
     }
-    return absl::StrFormat("%s; 1F1B step %s\n", absl::StrJoin(stages, ", "),
-                           Ms(split.step_seconds(m)));
+    return absl::StrFormat("%s; %s step %s\n", absl::StrJoin(stages, ", "),
+                           schedule, Ms(step));
   };
+  // Equal stages: every stage a head-less one's time.
+  StageSplit equal = EvenStageSplit(job, l, t);
+  const double equal_stage = t.layer_mb * job.model.num_layers / l.pp;
+  for (size_t i = 0; i < equal.seconds.size(); ++i) {
+    equal.seconds[i] = equal_stage;
+    equal.weight_seconds[i] = t.layer_weight_mb * job.model.num_layers / l.pp;
+  }
+  const double equal_step = ScheduleStepSeconds(job, l, equal, &schedule);
   const StageSplit even = EvenStageSplit(job, l, t);
   std::string out = absl::StrCat(
       "pipeline stages, per micro-batch forward and backward (a layer ",
       Ms(t.layer_mb), ", output layer and loss ", Ms(t.head_mb), ", embedding ",
       Ms(t.embedding_mb), "; equal stages would idle ",
-      absl::StrFormat("%.1f%%", 100.0 * (l.pp - 1) / (m + l.pp - 1)),
-      "):\n  even split: ", line(even));
+      absl::StrFormat("%.1f%%", equal_step > 0
+                                    ? 100 * (1 - m * equal_stage / equal_step)
+                                    : 0.0),
+      " under ", schedule, "):\n  even split: ", line(even));
   if (l.virtual_stages > 1 && l.schedule != PipelineSchedule::kZeroBubbleV) {
     absl::StrAppend(&out,
                     "  (uneven splits do not combine with the interleaved "

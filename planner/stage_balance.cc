@@ -5,6 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "parallel/pipeline/layer_split.h"
+#include "parallel/pipeline/schedule_table.h"
+#include "planner/memory_model.h"
+#include "planner/schedule_walk.h"
 
 namespace mcc {
 namespace planner {
@@ -15,15 +18,20 @@ bool VShaped(const Layout& layout) {
 }
 
 // Appends a stage of n layers: its time per micro-batch, with the embedding
-// on the first stage and the output layer and loss on the last (on the
-// first too under ZB-V, whose V turns back to stage 0).
-void AddStage(const StepTime& time, int stage, int pp, bool v_shape, int n,
+// on the first stage and the output layer and loss on `head_stage` (the
+// last, or the first under ZB-V, whose V turns back to stage 0).
+void AddStage(const StepTime& time, int stage, int head_stage, int n,
               StageSplit* split) {
   double s = n * time.layer_mb;
+  double w = n * time.layer_weight_mb;
   if (stage == 0) s += time.embedding_mb;
-  if (stage == (v_shape ? 0 : pp - 1)) s += time.head_mb;
+  if (stage == head_stage) {
+    s += time.head_mb;
+    w += time.head_weight_mb;
+  }
   split->layers.push_back(n);
   split->seconds.push_back(s);
+  split->weight_seconds.push_back(w);
 }
 
 // The split the flags give, or nothing when they are refused.
@@ -49,7 +57,7 @@ bool SplitOf(const JobSpec& job, const Layout& layout, const StepTime& time,
     int n = 0;
     for (const pipeline::LayerRange& r : *ranges) n += r.count;
     if (n < 1) return false;
-    AddStage(time, stage, layout.pp, c.v_shape, n, &split);
+    AddStage(time, stage, c.v_shape ? 0 : layout.pp - 1, n, &split);
   }
   *out = std::move(split);
   return true;
@@ -94,11 +102,13 @@ StageSplit EvenStageSplit(const JobSpec& job, const Layout& layout,
     return split;
   }
   // Interleaved or a single stage: the layers as the layout has them.
+  // ZB-V's V puts the last virtual stage, with the head, on stage 0.
   const int pp = std::max(1, layout.pp);
+  const int head_stage =
+      layout.schedule == PipelineSchedule::kZeroBubbleV ? 0 : pp - 1;
   split = StageSplit();
   for (int stage = 0; stage < pp; ++stage) {
-    AddStage(time, stage, pp, VShaped(layout), job.model.num_layers / pp,
-             &split);
+    AddStage(time, stage, head_stage, job.model.num_layers / pp, &split);
   }
   return split;
 }
@@ -134,6 +144,51 @@ StageSplit BalancedStageSplit(const JobSpec& job, const Layout& layout,
     }
   }
   return best;
+}
+
+double ScheduleStepSeconds(const JobSpec& job, const Layout& layout,
+                           const StageSplit& split, std::string* schedule) {
+  const int m = NumMicroBatches(job, layout);
+  if (schedule != nullptr) {
+    switch (layout.schedule) {
+      case PipelineSchedule::kOneFOneB:
+        *schedule = layout.virtual_stages > 1 ? "interleaved 1F1B" : "1F1B";
+        break;
+      case PipelineSchedule::kZeroBubbleH1:
+        *schedule = "ZB-H1";
+        break;
+      case PipelineSchedule::kFile:
+        *schedule = "the schedule file's";
+        break;
+      case PipelineSchedule::kZeroBubbleV:
+        *schedule = "ZB-V";
+        break;
+    }
+  }
+  if (layout.pp <= 1 ||
+      (layout.schedule == PipelineSchedule::kOneFOneB &&
+       layout.virtual_stages == 1) ||
+      split.seconds.size() != static_cast<size_t>(layout.pp)) {
+    return split.step_seconds(m);
+  }
+  auto table = LayoutScheduleTable(job, layout, m);
+  if (!table.ok()) return split.step_seconds(m);
+  // A stage's time is shared by its model chunks.
+  const double chunks = std::max(1, layout.virtual_stages);
+  auto step = SimulateStepSeconds(*table, [&](const pipeline::ScheduleRow& r) {
+    const double s = split.seconds[r.rank] / chunks;
+    const double w = split.weight_seconds[r.rank] / chunks;
+    switch (r.op) {
+      case pipeline::ScheduleOp::kForward:
+        return s / 3;
+      case pipeline::ScheduleOp::kBackward:
+        return 2 * s / 3 - w;
+      case pipeline::ScheduleOp::kWeight:
+        return w;
+    }
+    return 0.0;
+  });
+  return step.ok() ? *step : split.step_seconds(m);
 }
 
 }  // namespace planner

@@ -24,7 +24,10 @@ struct StageSplit {
   int last_stage_layers = 0;
   std::vector<int> layers;      // Per stage.
   std::vector<double> seconds;  // Per stage, per micro-batch, fwd + bwd.
-  double bottleneck() const;    // The slowest stage's seconds.
+  // Of `seconds`, the weight-gradient step W of a schedule that splits the
+  // backward (0 otherwise).
+  std::vector<double> weight_seconds;
+  double bottleneck() const;  // The slowest stage's seconds.
   // A 1F1B step of m micro-batches: the slowest stage runs all m, the
   // others' one micro-batch each fill and drain around it.
   double step_seconds(int micro_batches) const;
@@ -46,6 +49,16 @@ StageSplit EvenStageSplit(const JobSpec& job, const Layout& layout,
                           const StepTime& time);
 StageSplit BalancedStageSplit(const JobSpec& job, const Layout& layout,
                               const StepTime& time);
+
+// The step of `split` under the layout's own schedule: the table the
+// executor runs (LayoutScheduleTable) walked with each stage's forward a
+// third of its time, W its weight_seconds and B the rest
+// (SimulateStepSeconds). 1F1B keeps StageSplit::step_seconds' closed form.
+// The name of that schedule ("1F1B", "ZB-H1", "the schedule file's") goes
+// to *schedule when given.
+double ScheduleStepSeconds(const JobSpec& job, const Layout& layout,
+                           const StageSplit& split,
+                           std::string* schedule = nullptr);
 
 }  // namespace planner
 }  // namespace mcc

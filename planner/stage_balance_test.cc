@@ -123,6 +123,39 @@ TEST(StageBalanceTest, ZeroBubbleVBalancesStageZerosHeadAndEmbedding) {
   EXPECT_EQ(odd.layers[1] % 2, 0);
 }
 
+// The balanced split's step is quoted under the layout's own schedule:
+// ZB-H1's walked table with equal stages and F = B = W idles the
+// zero-bubble paper's (P - 1) / (3m + P - 1), below 1F1B's
+// (P - 1) / (m + P - 1), and an uneven split's ZB-H1 step is shorter than
+// its 1F1B step.
+TEST(StageBalanceTest, StepFollowsTheLayoutsSchedule) {
+  JobSpec job = Job(8);
+  job.global_batch = 8;  // 8 micro-batches of 1
+  StepTime t = Times(1, 0, 0);
+  t.layer_weight_mb = 1.0 / 3;  // W = a third, as F
+  Layout l = Pp(2);
+  l.micro_batch = 1;
+  l.schedule = PipelineSchedule::kZeroBubbleH1;
+  const StageSplit equal = EvenStageSplit(job, l, t);
+  ASSERT_EQ(equal.weight_seconds, (std::vector<double>{4.0 / 3, 4.0 / 3}));
+  std::string name;
+  const double zb = ScheduleStepSeconds(job, l, equal, &name);
+  EXPECT_EQ(name, "ZB-H1");
+  EXPECT_NEAR(1 - 8 * 4 / zb, 1.0 / (3 * 8 + 1), 1e-12);
+  Layout one_f_one_b = Pp(2);
+  one_f_one_b.micro_batch = 1;
+  EXPECT_DOUBLE_EQ(ScheduleStepSeconds(job, one_f_one_b, equal, &name),
+                   equal.step_seconds(8));
+  EXPECT_EQ(name, "1F1B");
+  // A heavy head on the last stage: ZB-H1 still fills part of the drain.
+  t.head_mb = 1.5;
+  t.head_weight_mb = 0.5;
+  const StageSplit uneven = EvenStageSplit(job, l, t);
+  EXPECT_DOUBLE_EQ(uneven.weight_seconds[1], 4.0 / 3 + 0.5);
+  EXPECT_LT(ScheduleStepSeconds(job, l, uneven), uneven.step_seconds(8));
+  EXPECT_GE(ScheduleStepSeconds(job, l, uneven), 8 * uneven.bottleneck());
+}
+
 }  // namespace
 }  // namespace planner
 }  // namespace mcc

@@ -300,6 +300,10 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
                                           : 0.0)) /
                 layers;
   st.head_mb = st.head / m;
+  if (LayoutSplitsBackward(job, l)) {
+    st.layer_weight_mb = gemm_fwd;
+    st.head_weight_mb = gemm_call(T, h * V / t);
+  }
   // The lookup writes T x h, its gradient reads them and adds into the table.
   st.embedding_mb = 3 * T * h * elem_bytes / bw;
 

@@ -50,6 +50,11 @@ struct StepTime {
   double layer_mb = 0;
   double head_mb = 0;
   double embedding_mb = 0;
+  // Of those, what a schedule that splits the backward (ZB-H1) runs as the
+  // weight-gradient step W: a layer's and the output layer's weight GEMMs
+  // (0 when the layout's schedule does not split).
+  double layer_weight_mb = 0;
+  double head_weight_mb = 0;
   double model_flops = 0;  // Per step, all ranks (for MFU)
   double mfu = 0;          // model_flops / (total x world x peak)
   double tokens_per_second = 0;
