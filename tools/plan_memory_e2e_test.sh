@@ -2,11 +2,12 @@
 # tools/plan's per-rank memory against real short runs (issue 46's memory
 # check): every rank's allocator peak ("rank R peak memory: N bytes", train's
 # last line) within 10% of the planner's prediction for its pipeline stage,
-# for ZB-H1 beside 1F1B (PP 2: the last stage keeps each micro-batch's
-# weight-gradient inputs until W) and ZB-V (two chunks a stage in a V:
-# stage 0 holds the embedding and the output layer), HSDP with 2 instances of DP 2 (4 ranks),
-# and the distributed optimizer with bf16 Adam moments (bf16 weights), whose
-# saving against fp32 moments is the predicted state bytes.
+# for 1F1B, interleaved 1F1B (two chunks a stage), ZB-H1 beside 1F1B (PP 2:
+# the last stage keeps each micro-batch's weight-gradient inputs until W)
+# and ZB-V (two chunks a stage in a V: stage 0 holds the embedding and the
+# output layer), HSDP with 2 instances of DP 2 (4 ranks), and the
+# distributed optimizer with bf16 Adam moments (bf16 weights), whose saving
+# against fp32 moments is the predicted state bytes.
 set -euo pipefail
 launch=$1
 train=$2
@@ -48,6 +49,8 @@ predict() {
 run pp_1f1b 2 "${act[@]}" --pipeline-model-parallel-size 2
 run pp_zb 2 "${act[@]}" --pipeline-model-parallel-size 2 \
   --pipeline-schedule zb-h1
+run pp_interleaved 2 "${act[@]}" --pipeline-model-parallel-size 2 \
+  --num-layers-per-virtual-pipeline-stage 1
 run pp_zbv 2 "${act[@]}" --pipeline-model-parallel-size 2 \
   --num-layers-per-virtual-pipeline-stage 1 --pipeline-schedule zbv
 predict act2 2 "${act[@]}" --micro-batches 2
@@ -78,6 +81,7 @@ def check(what, measured, predicted):
         failed.append(what)
 # Pipeline stage s is rank s at PP 2 on 2 ranks.
 for run, name in (("pp_1f1b", "tp1.pp2.dp1.cp1.z0.rnone.mb2"),
+                  ("pp_interleaved", "tp1.pp2v2.dp1.cp1.z0.rnone.mb2"),
                   ("pp_zb", "tp1.pp2.dp1.cp1.z0.rnone.mb2.szb-h1"),
                   ("pp_zbv", "tp1.pp2v2.dp1.cp1.z0.rnone.mb2.szbv")):
     stages = layout("act2", name)["stage_memory"]
