@@ -1,5 +1,7 @@
 #include "observability/trace.h"
 
+#include <time.h>
+
 #include <chrono>
 #include <fstream>
 
@@ -58,10 +60,27 @@ void TraceRecorder::MarkClockSync() {
   clock_sync_us_ = now;
 }
 
+namespace {
+
+// The calling thread's CPU clock, microseconds (-1 if unreadable).
+int64_t ThreadCpuMicros() {
+  timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+}  // namespace
+
 void TraceRecorder::Record(TraceEvent event) {
   if (!enabled()) return;
   const int64_t step = this->step();
   if (step >= 0) event.args.emplace_back("step", absl::StrCat(step));
+  thread_local int64_t last_cpu_us = -1;
+  const int64_t cpu_us = ThreadCpuMicros();
+  if (last_cpu_us >= 0 && cpu_us >= 0) {
+    event.args.emplace_back("cpu_us", absl::StrCat(cpu_us - last_cpu_us));
+  }
+  last_cpu_us = cpu_us;
   std::lock_guard<std::mutex> lock(mu_);
   if (enabled_) events_.push_back(std::move(event));
 }

@@ -55,6 +55,13 @@ class TraceRecorder {
   // once: tools/merge_traces aligns the ranks' clocks on it.
   void MarkClockSync();
 
+  // Adds the "step" argument (see SetStep) and "cpu_us": the CPU time the
+  // calling thread used since it last recorded an event (since its first
+  // record: omitted). An event recorded, as the pipeline executor's are,
+  // by the thread that did the work, right after it, whose previous record
+  // came right before it (a wait), gets its own CPU time: unlike the
+  // duration, it leaves out time spent waiting for a core, so a loaded
+  // machine's timelines can still be weighed (tools/plot_timeline.py).
   void Record(TraceEvent event);
   std::vector<TraceEvent> Events() const;
   void Clear();

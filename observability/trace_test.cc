@@ -1,7 +1,10 @@
 #include "observability/trace.h"
 
+#include <chrono>
 #include <limits>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -142,6 +145,39 @@ TEST(TraceMergeTest, WrongTypedFieldsNameTheFileAndField) {
   ASSERT_FALSE(merged.ok());
   EXPECT_NE(merged.status().message().find("out of range"), std::string::npos)
       << merged.status();
+}
+
+// cpu_us is the recording thread's CPU time since its previous record:
+// a busy stretch counts, a sleep does not, the thread's first record has
+// none.
+TEST(TraceRecorderTest, CpuTimeSinceTheThreadsPreviousRecord) {
+  TraceRecorder r;
+  r.Enable(0);
+  std::thread([&] {
+    r.Record(Event("first", 0, 1, 0));
+    // Spin until this thread has had 20 ms of CPU, however loaded the
+    // machine.
+    auto thread_cpu_us = [] {
+      timespec ts;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+    };
+    const long long spin_until = thread_cpu_us() + 20000;
+    volatile double x = 0;
+    while (thread_cpu_us() < spin_until) x = x + 1;
+    r.Record(Event("busy", 1, 1, 0));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    r.Record(Event("slept", 2, 1, 0));
+  }).join();
+  std::map<std::string, std::map<std::string, std::string>> args;
+  for (const TraceEvent& e : r.Events()) {
+    args[e.name] = {e.args.begin(), e.args.end()};
+  }
+  EXPECT_EQ(args["first"].count("cpu_us"), 0u);
+  ASSERT_EQ(args["busy"].count("cpu_us"), 1u);
+  EXPECT_GE(std::stoll(args["busy"]["cpu_us"]), 20000);
+  ASSERT_EQ(args["slept"].count("cpu_us"), 1u);
+  EXPECT_LT(std::stoll(args["slept"]["cpu_us"]), 10000);
 }
 
 }  // namespace

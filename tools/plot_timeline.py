@@ -13,7 +13,14 @@ and the second chunk's boxes are hatched. Prints each rank's busy time, span
 and bubble fraction (1 - busy / span) over the plotted window; the span is
 that of the "pipeline schedule" events (category "schedule", what train
 logs as the schedule's time) when the trace has them, else from the first
-box to the last. Uses Debian's python3-matplotlib.
+box to the last.
+
+When the boxes carry their CPU time (train's traces: "cpu_us"), it also
+prints a bubble that a loaded machine does not distort: each step replayed
+with every box taking its CPU time (at most its duration) and waiting only
+for the boxes it depends on (F on the previous virtual stage's F, B on its
+F and the next virtual stage's B, W on its B; transfers free), each rank's
+CPU busy time against that replayed step. Uses Debian's python3-matplotlib.
 """
 import json
 import sys
@@ -41,11 +48,76 @@ def load_boxes(path, step):
             continue
         if e.get("cat") != "compute" or "microbatch" not in args:
             continue
+        dur = float(e["dur"])
+        # The box's CPU time (train's traces carry "cpu_us", the thread's
+        # CPU since its previous event), at most its duration.
+        cpu = min(dur, float(args["cpu_us"])) if "cpu_us" in args else None
         boxes.setdefault(e["pid"], []).append(
-            (float(e["ts"]), float(e["dur"]), int(args["microbatch"]),
+            (float(e["ts"]), dur, int(args["microbatch"]),
              e["name"][0].upper() if e["name"][:1] in "bw" else "F",
-             int(args.get("chunk", "0"))))
+             int(args.get("chunk", "0")),
+             int(args.get("virtual_stage", e["pid"])), cpu,
+             str(args.get("step"))))
     return boxes, spans
+
+
+def replay_step(boxes):
+    """One step's boxes run again, each rank in its own order, each box
+    taking its CPU time and waiting, as the executor does, for what it
+    depends on: F for the forward on the virtual stage before, B for its F
+    and the backward on the stage after, W for its B; transfers free.
+    Returns the makespan (microseconds), or None when the boxes do not
+    follow those dependencies."""
+    last_stage = max(b[5] for rank in boxes.values() for b in rank)
+    order = {r: sorted(bs) for r, bs in boxes.items()}
+    nxt = {r: 0 for r in order}
+    free = {r: 0.0 for r in order}
+    done = {}
+    remaining = sum(len(bs) for bs in order.values())
+    while remaining:
+        progressed = False
+        for r, bs in order.items():
+            while nxt[r] < len(bs):
+                _, _, mb, kind, _, vs, cpu, _ = bs[nxt[r]]
+                need = []
+                if kind == "F" and vs > 0:
+                    need.append(("F", mb, vs - 1))
+                if kind == "B":
+                    need.append(("F", mb, vs))
+                    if vs < last_stage:
+                        need.append(("B", mb, vs + 1))
+                if kind == "W":
+                    need.append(("B", mb, vs))
+                if any(n not in done for n in need):
+                    break
+                start = max([free[r]] + [done[n] for n in need])
+                free[r] = start + cpu
+                done[(kind, mb, vs)] = free[r]
+                nxt[r] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            return None
+    return max(free.values())
+
+
+def replay(boxes):
+    """Per step (its own fill and drain: steps are separated by the
+    gradient reduction and the optimizer), the replayed makespan; returns
+    the mean makespan and each rank's mean CPU busy time per step, or None
+    when a box has no CPU time or a step does not replay."""
+    if any(b[6] is None for rank in boxes.values() for b in rank):
+        return None
+    steps = sorted({b[7] for rank in boxes.values() for b in rank})
+    makespan = 0.0
+    for st in steps:
+        one = {r: [b for b in bs if b[7] == st] for r, bs in boxes.items()}
+        m = replay_step({r: bs for r, bs in one.items() if bs})
+        if m is None:
+            return None
+        makespan += m
+    busy = {r: sum(b[6] for b in bs) / len(steps) for r, bs in boxes.items()}
+    return makespan / len(steps), busy, len(steps)
 
 
 def bubble(boxes, span=None):
@@ -83,7 +155,7 @@ def main():
     min_label = (t1 - t0) / 100.0
     fig, ax = plt.subplots(figsize=(10, 0.6 * len(ranks) + 1.2), dpi=100)
     for row, rank in enumerate(ranks):
-        for ts, dur, mb, kind, chunk in boxes[rank]:
+        for ts, dur, mb, kind, chunk, *_ in boxes[rank]:
             colour = cmap(mb % cmap.N)
             alpha = {"F": 0.45, "B": 1.0, "W": 0.75}[kind]
             hatch = "//" if chunk % 2 else ("..." if kind == "W" else None)
@@ -99,6 +171,16 @@ def main():
         busy, span, frac = bubble(boxes[rank], spans.get(rank))
         print(f"rank {rank}: busy {busy / 1000:.2f} ms of {span / 1000:.2f} ms,"
               f" bubble {100 * frac:.1f}%")
+    # Weighed by CPU time: a loaded machine's waits for a core drop out.
+    replayed = replay(boxes)
+    if replayed is not None:
+        makespan, busy, steps = replayed
+        for rank in ranks:
+            wall = sum(b[1] for b in boxes[rank]) / steps
+            print(f"rank {rank}: CPU busy {busy[rank] / 1000:.2f} ms a step "
+                  f"({100 * busy[rank] / max(wall, 1e-9):.0f}% of its boxes' "
+                  f"wall time), replayed step {makespan / 1000:.2f} ms, "
+                  f"CPU-time bubble {100 * (1 - busy[rank] / makespan):.1f}%")
     ax.set_yticks(range(len(ranks)))
     ax.set_yticklabels([f"stage {r}" for r in ranks])
     ax.invert_yaxis()

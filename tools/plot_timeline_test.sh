@@ -36,4 +36,21 @@ out="$(/usr/bin/python3 "${plot}" "${dir}/trace.json" "${dir}/schedule.png")"
 echo "${out}"
 grep -q "rank 0: busy 12.00 ms of 20.00 ms, bubble 40.0%" <<<"${out}"
 grep -q "rank 1: busy 12.00 ms of 13.00 ms, bubble 7.7%" <<<"${out}"
+# With each box's CPU time ("cpu_us"), the step is replayed on CPU time:
+# 1F1B's (m + P - 1)(F + B) = 15 units, each stage busy 12 (20% bubble),
+# even when rank 0's boxes took twice as long waiting for a core.
+/usr/bin/python3 - "${dir}/trace.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for e in doc["traceEvents"]:
+    if e["cat"] == "compute":
+        e["args"]["cpu_us"] = str(e["dur"])
+        if e["pid"] == 0:
+            e["dur"] *= 2
+json.dump(doc, open(sys.argv[1], "w"))
+PY
+out="$(/usr/bin/python3 "${plot}" "${dir}/trace.json" "${dir}/schedule.png")"
+echo "${out}"
+grep -q "rank 0: CPU busy 12.00 ms a step (50% of its boxes' wall time), replayed step 15.00 ms, CPU-time bubble 20.0%" <<<"${out}"
+grep -q "rank 1: CPU busy 12.00 ms a step (100% of its boxes' wall time), replayed step 15.00 ms, CPU-time bubble 20.0%" <<<"${out}"
 echo PASS
