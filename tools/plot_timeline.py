@@ -2,7 +2,7 @@
 """Draws a pipeline schedule from a merged trace (tools/merge_traces) as PNG.
 
 Usage: /usr/bin/python3 tools/plot_timeline.py MERGED.json OUT.png [--step N]
-           [--title TEXT]
+           [--title TEXT] [--cpu-replay]
 
 One row per rank (pipeline stage), one box per forward or backward of a
 micro-batch (events of category "compute" whose args carry "microbatch"),
@@ -20,7 +20,8 @@ prints a bubble that a loaded machine does not distort: each step replayed
 with every box taking its CPU time (at most its duration) and waiting only
 for the boxes it depends on (F on the previous virtual stage's F, B on its
 F and the next virtual stage's B, W on its B; transfers free), each rank's
-CPU busy time against that replayed step. Uses Debian's python3-matplotlib.
+CPU busy time against that replayed step; --cpu-replay draws that replay
+instead of the measured times. Uses Debian's python3-matplotlib.
 """
 import json
 import sys
@@ -61,13 +62,14 @@ def load_boxes(path, step):
     return boxes, spans
 
 
-def replay_step(boxes):
+def replay_step(boxes, starts=None):
     """One step's boxes run again, each rank in its own order, each box
     taking its CPU time and waiting, as the executor does, for what it
     depends on: F for the forward on the virtual stage before, B for its F
     and the backward on the stage after, W for its B; transfers free.
     Returns the makespan (microseconds), or None when the boxes do not
-    follow those dependencies."""
+    follow those dependencies; each box's replayed start goes to
+    starts[(rank, box)] when given."""
     last_stage = max(b[5] for rank in boxes.values() for b in rank)
     order = {r: sorted(bs) for r, bs in boxes.items()}
     nxt = {r: 0 for r in order}
@@ -91,6 +93,8 @@ def replay_step(boxes):
                 if any(n not in done for n in need):
                     break
                 start = max([free[r]] + [done[n] for n in need])
+                if starts is not None:
+                    starts[(r, bs[nxt[r]])] = start
                 free[r] = start + cpu
                 done[(kind, mb, vs)] = free[r]
                 nxt[r] += 1
@@ -101,20 +105,25 @@ def replay_step(boxes):
     return max(free.values())
 
 
-def replay(boxes):
+def replay(boxes, starts=None):
     """Per step (its own fill and drain: steps are separated by the
     gradient reduction and the optimizer), the replayed makespan; returns
     the mean makespan and each rank's mean CPU busy time per step, or None
-    when a box has no CPU time or a step does not replay."""
+    when a box has no CPU time or a step does not replay. Each box's start
+    on the replayed steps laid end to end goes to starts[(rank, box)]."""
     if any(b[6] is None for rank in boxes.values() for b in rank):
         return None
     steps = sorted({b[7] for rank in boxes.values() for b in rank})
     makespan = 0.0
     for st in steps:
         one = {r: [b for b in bs if b[7] == st] for r, bs in boxes.items()}
-        m = replay_step({r: bs for r, bs in one.items() if bs})
+        step_starts = {}
+        m = replay_step({r: bs for r, bs in one.items() if bs}, step_starts)
         if m is None:
             return None
+        if starts is not None:
+            for key, start in step_starts.items():
+                starts[key] = makespan + start
         makespan += m
     busy = {r: sum(b[6] for b in bs) / len(steps) for r, bs in boxes.items()}
     return makespan / len(steps), busy, len(steps)
@@ -139,12 +148,24 @@ def main():
         i = args.index("--title")
         title = args[i + 1]
         del args[i:i + 2]
+    cpu_replay = "--cpu-replay" in args
+    if cpu_replay:
+        args.remove("--cpu-replay")
     if len(args) != 2:
         sys.exit(__doc__)
     trace, png = args
     boxes, spans = load_boxes(trace, step)
     if not boxes:
         sys.exit(f"{trace}: no compute events with a microbatch argument")
+    measured = boxes
+    if cpu_replay:
+        # Draw the replay: each box at its replayed start, its CPU time long.
+        starts = {}
+        if replay(boxes, starts) is None:
+            sys.exit(f"{trace}: --cpu-replay needs every box's cpu_us and "
+                     "the executor's dependencies")
+        boxes = {r: [(starts[(r, b)], b[6]) + b[2:] for b in bs]
+                 for r, bs in boxes.items()}
     t0 = min(b[0] for rank in boxes.values() for b in rank)
     n_mb = 1 + max(b[2] for rank in boxes.values() for b in rank)
     cmap = colormaps["tab10"] if n_mb <= 10 else colormaps["tab20"]
@@ -168,15 +189,15 @@ def main():
             if dur >= min_label:
                 ax.text((ts - t0 + dur / 2) / 1000.0, row, label,
                         ha="center", va="center", fontsize=6)
-        busy, span, frac = bubble(boxes[rank], spans.get(rank))
+        busy, span, frac = bubble(measured[rank], spans.get(rank))
         print(f"rank {rank}: busy {busy / 1000:.2f} ms of {span / 1000:.2f} ms,"
               f" bubble {100 * frac:.1f}%")
     # Weighed by CPU time: a loaded machine's waits for a core drop out.
-    replayed = replay(boxes)
+    replayed = replay(measured)
     if replayed is not None:
         makespan, busy, steps = replayed
         for rank in ranks:
-            wall = sum(b[1] for b in boxes[rank]) / steps
+            wall = sum(b[1] for b in measured[rank]) / steps
             print(f"rank {rank}: CPU busy {busy[rank] / 1000:.2f} ms a step "
                   f"({100 * busy[rank] / max(wall, 1e-9):.0f}% of its boxes' "
                   f"wall time), replayed step {makespan / 1000:.2f} ms, "
@@ -184,8 +205,8 @@ def main():
     ax.set_yticks(range(len(ranks)))
     ax.set_yticklabels([f"stage {r}" for r in ranks])
     ax.invert_yaxis()
-    ax.set_xlabel("time (ms); light: forward, dark: backward, dotted: "
-                  "weight gradient")
+    ax.set_xlabel(("CPU-time replay (ms)" if cpu_replay else "time (ms)") +
+                  "; light: forward, dark: backward, dotted: weight gradient")
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(png)

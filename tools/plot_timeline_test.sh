@@ -53,4 +53,9 @@ out="$(/usr/bin/python3 "${plot}" "${dir}/trace.json" "${dir}/schedule.png")"
 echo "${out}"
 grep -q "rank 0: CPU busy 12.00 ms a step (50% of its boxes' wall time), replayed step 15.00 ms, CPU-time bubble 20.0%" <<<"${out}"
 grep -q "rank 1: CPU busy 12.00 ms a step (100% of its boxes' wall time), replayed step 15.00 ms, CPU-time bubble 20.0%" <<<"${out}"
+# --cpu-replay draws that replay, with the same figures.
+rm -f "${dir}/replay.png"
+out="$(/usr/bin/python3 "${plot}" "${dir}/trace.json" "${dir}/replay.png" --cpu-replay)"
+grep -q "CPU-time bubble 20.0%" <<<"${out}"
+test "$(head -c 8 "${dir}/replay.png" | od -An -c | tr -d ' ')" = '211PNG\r\n032\n'
 echo PASS
