@@ -126,12 +126,16 @@ ChunkCost CostOfChunk(const JobSpec& job, const Layout& l, int layers, bool pre,
     // logits (model dtype), cross entropy's fp32 row maxima and sums and
     // int64 targets.
     const double logits = d.T * d.vocab / d.t * d.e;
-    c.record +=
+    const double head_record =
         2 * hidden + d.norm_stats * d.Tl * 4 + logits + 3 * d.T * 4 + d.T * 8;
+    c.record += head_record;
     // Backward: the logits' gradient while the logits are still held, and
-    // the fp32 per-token loss gradient.
-    c.backward_transient =
-        std::max(c.backward_transient, logits + d.T * 4 + d.T * d.h * d.e);
+    // the fp32 per-token loss gradient. The layers' backward comes after
+    // the head's, which has freed its record by then (seen in the
+    // allocator's live tensors: one rank's peak in cross entropy's
+    // backward, not in the last layer's).
+    c.backward_transient = std::max(c.backward_transient - head_record,
+                                    logits + d.T * 4 + d.T * d.h * d.e);
   }
   return c;
 }
