@@ -57,7 +57,7 @@ struct Case {
   int etp = 0;  // 0: TP's.
   bool alltoall = true;
   bool bf16 = false;
-  bool sp = false;  // --sequence-parallel (tp > 1).
+  bool sp = false;    // --sequence-parallel (tp > 1).
   int instances = 1;  // --num-distributed-optimizer-instances (HSDP).
 };
 

@@ -138,15 +138,19 @@ TEST(AddTest, EveryDtypeTripleBitForBitWithSpecialValues) {
   std::vector<float> av = RandomTensor({n}, DType::kFloat32, 6).ToFloats();
   std::vector<float> bv = RandomTensor({n}, DType::kFloat32, 7).ToFloats();
   const float specials[][2] = {
-      {std::nanf(""), 1.0f},  {1.0f, -std::nanf("")}, {INFINITY, -INFINITY},
-      {INFINITY, 1.0f},       {1.0f, 0x1.0p-8f},  // 1 + 2^-8: a bf16 halfway
-                                                  // case (ties to even)
-      {1.0f, 0x1.8p-8f},                          // above halfway: rounds up
+      {std::nanf(""), 1.0f},
+      {1.0f, -std::nanf("")},
+      {INFINITY, -INFINITY},
+      {INFINITY, 1.0f},
+      {1.0f, 0x1.0p-8f},       // 1 + 2^-8: a bf16 halfway
+                               // case (ties to even)
+      {1.0f, 0x1.8p-8f},       // above halfway: rounds up
       {0x1.02p0f, 0x1.0p-8f},  // odd bf16 mantissa at halfway: rounds up
       {1.0f, 0x1.0p-11f},      // fp16 halfway case
       {1e-39f, 2e-39f},        // fp32 denormals (bf16 keeps them)
-      {-1e-39f, 0.0f},        {65504.0f, 32.0f},  // overflows fp16
-      {3e38f, 3e38f},                             // overflows fp32 and bf16
+      {-1e-39f, 0.0f},
+      {65504.0f, 32.0f},  // overflows fp16
+      {3e38f, 3e38f},     // overflows fp32 and bf16
       {-0.0f, -0.0f},
   };
   for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]); ++i) {
