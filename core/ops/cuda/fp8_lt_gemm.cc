@@ -28,17 +28,6 @@ cudaDataType_t Fp8Type(Fp8Format f) {
   return f == Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
 }
 
-cudaDataType_t OutType(DType dtype) {
-  switch (dtype) {
-    case DType::kBFloat16:
-      return CUDA_R_16BF;
-    case DType::kFloat16:
-      return CUDA_R_16F;
-    default:
-      return CUDA_R_32F;
-  }
-}
-
 // sm_89 and later have FP8 tensor cores (cached per device; -1 unknown).
 bool HasFp8TensorCores(int device) {
   static std::atomic<int> known[kMaxDevices] = {};
@@ -112,7 +101,7 @@ absl::StatusOr<Fp8LtArgs> Fp8LtGemmArgs(const Shape& a, bool trans_a,
   args.ldc = cols;
   args.first_type = Fp8Type(b_format);
   args.second_type = Fp8Type(a_format);
-  args.c_type = OutType(c_dtype);
+  args.c_type = CudaDataTypeOf(c_dtype);
   args.transpose_b = !trans_b;
   args.transpose_a = trans_a;
   return args;

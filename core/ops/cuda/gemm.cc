@@ -30,17 +30,6 @@ std::atomic<int> g_route{static_cast<int>(internal::CudaGemmRoute::kAuto)};
 std::atomic<int64_t> g_lt_calls{0};
 std::atomic<int64_t> g_fallback_calls{0};
 
-cudaDataType_t CudaType(DType dtype) {
-  switch (dtype) {
-    case DType::kBFloat16:
-      return CUDA_R_16BF;
-    case DType::kFloat16:
-      return CUDA_R_16F;
-    default:
-      return CUDA_R_32F;
-  }
-}
-
 // Whether cuBLAS(Lt) with CUBLAS_COMPUTE_32F takes operands of `in` and a C
 // of `out` directly: fp32 -> fp32, and 16-bit operands -> their own type or
 // fp32. Other outputs go through an fp32 staging C.
@@ -347,8 +336,8 @@ absl::Status RunGemm(const char* op, const Tensor& a, bool trans_a,
   g.stride_first = batch > 1 && !b_shared ? k * n : 0;
   g.stride_second = batch > 1 ? m * k : 0;
   g.stride_c = batch > 1 ? m * n : 0;
-  g.in_type = CudaType(a.dtype());
-  g.out_type = CudaType(out.dtype());
+  g.in_type = CudaDataTypeOf(a.dtype());
+  g.out_type = CudaDataTypeOf(out.dtype());
   g.compute = a.dtype() == DType::kFloat32 && g_allow_tf32.load()
                   ? CUBLAS_COMPUTE_32F_FAST_TF32
                   : CUBLAS_COMPUTE_32F;
@@ -449,6 +438,17 @@ absl::Status BatchedGemmCuda(const Tensor& a, bool trans_a, const Tensor& b,
                              bool trans_b, Tensor* c, float alpha, float beta) {
   return RunGemm("BatchedGemm", a, trans_a, b, trans_b, c, alpha, beta,
                  /*batched=*/true);
+}
+
+cudaDataType_t CudaDataTypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
+    case DType::kFloat16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
+  }
 }
 
 namespace internal {

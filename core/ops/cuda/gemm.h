@@ -76,6 +76,10 @@ absl::StatusOr<cublasLtHandle_t> CublasLtHandle(int device);
 // OK, or an Internal error naming the call and cuBLAS's status string.
 absl::Status CublasToStatus(cublasStatus_t status, const char* call);
 
+// cuBLAS's element type for a GEMM operand of `dtype`: bf16, fp16, else
+// fp32 (shared by the GEMM, grouped GEMM and FP8 routes).
+cudaDataType_t CudaDataTypeOf(DType dtype);
+
 namespace internal {
 // For tests: the route every later GEMM takes. kCublas skips cuBLASLt;
 // kCublasLt makes a case that cuBLASLt cannot run an error instead of a

@@ -28,17 +28,6 @@ internal::GroupedGemmRoute Route() {
   return static_cast<internal::GroupedGemmRoute>(g_route.load());
 }
 
-cudaDataType_t CudaType(DType dtype) {
-  switch (dtype) {
-    case DType::kBFloat16:
-      return CUDA_R_16BF;
-    case DType::kFloat16:
-      return CUDA_R_16F;
-    default:
-      return CUDA_R_32F;
-  }
-}
-
 // Row-major c [m, n] = op(a) [m, k] op(b) [k, n], one group's product.
 struct Problem {
   const char* a;
@@ -107,7 +96,7 @@ absl::Status RunGrouped(const internal::CublasGroupedArgs& args, DType dtype,
                                   cudaMemcpyHostToDevice, scope.stream())));
   auto* device_pointers = static_cast<void**>(table.raw_data());
   MCC_ASSIGN_OR_RETURN(cublasHandle_t handle, CublasHandle(scope.device()));
-  const cudaDataType_t type = CudaType(dtype);
+  const cudaDataType_t type = CudaDataTypeOf(dtype);
   const cublasComputeType_t compute =
       dtype == DType::kFloat32 && CudaGemmAllowsTf32()
           ? CUBLAS_COMPUTE_32F_FAST_TF32
