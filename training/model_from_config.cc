@@ -71,11 +71,6 @@ absl::Status MoeFromConfig(const TrainConfig& config, gpt::GPTConfig* c) {
                      "' is not allgather or alltoall (flex is not built)"));
   }
   if (c->num_experts == 0) return absl::OkStatus();
-  if (config.fp16()) {
-    return absl::InvalidArgumentError(
-        "--num-experts with --fp16: the MoE layer runs in fp32 or bf16 "
-        "(give --bf16)");
-  }
   if (c->moe_router_bias_update_rate < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--moe-router-bias-update-rate (",

@@ -57,6 +57,7 @@ struct Case {
   int etp = 0;  // 0: TP's.
   bool alltoall = true;
   bool bf16 = false;
+  bool fp16 = false;  // With a static loss scale of 2^12.
   bool sp = false;    // --sequence-parallel (tp > 1).
   int instances = 1;  // --num-distributed-optimizer-instances (HSDP).
 };
@@ -173,6 +174,12 @@ std::vector<Case> Cases() {
   Case bf16 = Expert("ep2_dp4_bf16", 4, 2);
   bf16.bf16 = true;
   v.push_back(bf16);
+  // fp16 with loss scaling: the balancing and z-losses' gradients are
+  // scaled by the step's grad_scale, the loss scale included (Megatron's
+  // MoEAuxLossAutoScaler), as the LM loss's are.
+  Case fp16 = Expert("ep2_dp4_fp16", 4, 2);
+  fp16.fp16 = true;
+  v.push_back(fp16);
   // EP 2 beside CP 2: the experts split over ranks that hold different
   // parts of the same sequences; the per-sequence balancing statistics
   // summed over CP, the expert gradients over the expert-data group.
@@ -246,6 +253,11 @@ TrainOptions Options(const Case& c) {
   o.sequence_parallel = c.sp;
   o.moe_alltoall = c.alltoall;
   if (c.bf16) o.dtype = DType::kBFloat16;
+  if (c.fp16) {
+    o.dtype = DType::kFloat16;
+    o.optimizer.loss_scaling = true;
+    o.optimizer.loss_scaler.static_scale = 4096.0;
+  }
   o.steps = 10;
   o.global_microbatches = 4;
   o.ddp.use_distributed_optimizer = c.distopt;
@@ -297,6 +309,7 @@ TrainResult Serial(const Case& c) {
   serial.drop_policy = c.drop_policy;
   serial.balancing = c.balancing;
   serial.bf16 = c.bf16;
+  serial.fp16 = c.fp16;
   TrainOptions o = Options(serial);
   o.use_ddp = false;
   auto r = optim::testing::Train(o, nullptr);
@@ -312,8 +325,8 @@ TEST_P(MoeParityTest, EqualsSerial) {
                                                    absl::Seconds(300));
   ASSERT_TRUE(parallel.ok()) << parallel.status();
   const TrainResult serial = Serial(c);
-  if (c.bf16) {
-    // bf16 rounds each rank's partial sums (the expert GEMMs over other
+  if (c.bf16 || c.fp16) {
+    // 16-bit types round each rank's partial sums (the expert GEMMs over other
     // row groups, the reductions in another order): a looser bound.
     optim::testing::ExpectMatchesSerial(*parallel, serial, 10, 1e-3, 1e-2);
   } else {

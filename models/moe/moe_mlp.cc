@@ -114,9 +114,10 @@ absl::StatusOr<std::unique_ptr<MoeMlp>> MoeMlp::Create(
     return Invalid(absl::StrCat("capacity factor ", config.capacity_factor,
                                 " must be positive, or 0 for dropless"));
   }
-  if (config.dtype != DType::kFloat32 && config.dtype != DType::kBFloat16) {
+  if (config.dtype != DType::kFloat32 && config.dtype != DType::kBFloat16 &&
+      config.dtype != DType::kFloat16) {
     return Invalid(absl::StrCat("dtype ", DTypeName(config.dtype),
-                                " is not fp32 or bf16"));
+                                " is not fp32, bf16 or fp16"));
   }
   std::unique_ptr<MoeMlp> m(new MoeMlp(config));
   int ep_rank = 0, ep_size = 1;

@@ -14,7 +14,7 @@
 // with act SwiGLU (fc1 has 2f outputs: [gate, up]) or GELU, no biases
 // (--disable-bias-linear, as MoE models train). Hidden states are
 // [tokens, hidden], tokens sequence-major ([s, b] flattened) as elsewhere in
-// the models; fp32 or bf16 (16-bit weights and activations, fp32 main
+// the models; fp32, bf16 or fp16 (16-bit weights and activations, fp32 main
 // gradients and router). Forward records what Backward needs in an
 // Activations owned by the caller (the models' convention); Backward
 // accumulates the parameters' main_grad (fp32) and returns dx.
@@ -90,7 +90,9 @@ struct MoeMlpConfig {
   // capacity (token_drop.h) by drop_policy; 0: dropless.
   double capacity_factor = 0.0;
   TokenDropPolicy drop_policy = TokenDropPolicy::kProbs;
-  DType dtype = DType::kFloat32;  // Weights and activations: fp32 or bf16.
+  // Weights and activations: fp32, bf16 or fp16 (with loss scaling, the
+  // balancing losses' gradients scaled by Backward's loss_grad_scale).
+  DType dtype = DType::kFloat32;
   // Where the parameters, their gradients and the expert bias live (drawn
   // on the host, then copied).
   Device device = Device::CPU();
