@@ -315,11 +315,10 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> DeviceStep::Make(
     }
   }
   for (const LayerWeights& lw : w.layers) {
-    if (lw.is_moe() && (w.tp_size > 1 || seed != nullptr)) {
+    if (lw.is_moe() && seed != nullptr) {
       return absl::UnimplementedError(
-          "MoE layers (--num-experts) on a device run at "
-          "--tensor-model-parallel-size 1 from a checkpoint so far: use "
-          "--device cpu");
+          "MoE layers (--num-experts) on a device run from a checkpoint so "
+          "far (not --random-weights)");
     }
     if (lw.is_moe() && !options.graph_batch_sizes.empty()) {
       // Each MoE layer reads its experts' row counts back to the host.
@@ -607,12 +606,14 @@ absl::Status DeviceStep::RunLayer(int i, const Tensor& positions,
   MCC_RETURN_IF_ERROR(ApplyNorm(l.ln2, *x, &ln));
   Tensor mlp = Empty({n, h}, DType::kFloat32, dev);
   MCC_RETURN_IF_ERROR(!l.moe.fc1.empty() ? MoeMlp(l.moe, ln, &mlp)
-                                         : Mlp(l.fc1, l.fc2, ln, &mlp));
+                                         : Mlp(l.fc1, l.fc2, ln, &mlp,
+                                               /*row_parallel=*/true));
   return ops::Add(*x, mlp, x);
 }
 
 absl::Status DeviceStep::Mlp(const Linear& fc1, const Linear& fc2,
-                             const Tensor& x, Tensor* y) const {
+                             const Tensor& x, Tensor* y,
+                             bool row_parallel) const {
   const Device dev = options_.device;
   const int64_t n = x.size(0), f1 = fc1.weight.size(0);
   Tensor h1 = Empty({n, f1}, DType::kFloat32, dev);
@@ -620,12 +621,14 @@ absl::Status DeviceStep::Mlp(const Linear& fc1, const Linear& fc2,
   const bool swiglu = config_.activation == gpt::Activation::kSwiGLU;
   Tensor act = Empty({n, swiglu ? f1 / 2 : f1}, options_.dtype, dev);
   MCC_RETURN_IF_ERROR(swiglu ? ops::SwiGLU(h1, &act) : ops::Gelu(h1, &act));
-  return RowParallelGemm(act, fc2, y);
+  return row_parallel ? RowParallelGemm(act, fc2, y) : Gemm(act, fc2, y);
 }
 
 absl::Status DeviceStep::MoeMlp(const Moe& moe, const Tensor& ln,
                                 Tensor* y) const {
-  // The CPU engine's MoE (model_runner.cc) with the training model's ops:
+  // The CPU engine's MoE (model_runner.cc) with the training model's ops
+  // (every TP rank holds the whole layer, as the CPU engine's do, and
+  // computes it for all rows: no sum over TP):
   // route in fp32, copy each token to its k experts grouped by expert, run
   // each expert over its rows, and sum the k outputs per token in choice
   // order with their weights; the shared expert (gated) is added last.
@@ -662,13 +665,15 @@ absl::Status DeviceStep::MoeMlp(const Moe& moe, const Tensor& ln,
     if (rows == 0) continue;
     MCC_ASSIGN_OR_RETURN(Tensor in, permuted.Slice(first, first + rows));
     MCC_ASSIGN_OR_RETURN(Tensor out, expert_out.Slice(first, first + rows));
-    MCC_RETURN_IF_ERROR(Mlp(moe.fc1[x], moe.fc2[x], in, &out));
+    MCC_RETURN_IF_ERROR(Mlp(moe.fc1[x], moe.fc2[x], in, &out,
+                            /*row_parallel=*/false));
     first += rows;
   }
   MCC_RETURN_IF_ERROR(ops::MoeUnpermute(expert_out, slot_to_row, &weights, y));
   if (!moe.shared_fc1.weight.defined()) return absl::OkStatus();
   Tensor shared = Empty({n, h}, DType::kFloat32, dev);
-  MCC_RETURN_IF_ERROR(Mlp(moe.shared_fc1, moe.shared_fc2, ln, &shared));
+  MCC_RETURN_IF_ERROR(Mlp(moe.shared_fc1, moe.shared_fc2, ln, &shared,
+                          /*row_parallel=*/false));
   if (moe.shared_gate.weight.defined()) {
     // gate = sigmoid(x . w_g): the router's sigmoid score of one expert,
     // unnormalised, scales the shared expert's rows (an unpermute of k 1).

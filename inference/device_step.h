@@ -202,9 +202,10 @@ class DeviceStep {
                         const Tensor& tables, Tensor* x);
   // The MoE MLP of ln [n, hidden] into y [n, hidden] fp32.
   absl::Status MoeMlp(const Moe& moe, const Tensor& ln, Tensor* y) const;
-  // fc2(act(fc1(x))) [rows, hidden] fp32.
+  // fc2(act(fc1(x))) [rows, hidden] fp32; fc2 row-parallel (summed over
+  // TP) when `row_parallel`, else a whole layer (MoE experts).
   absl::Status Mlp(const Linear& fc1, const Linear& fc2, const Tensor& x,
-                   Tensor* y) const;
+                   Tensor* y, bool row_parallel) const;
 
   DeviceStepOptions options_;
   gpt::GPTConfig config_;

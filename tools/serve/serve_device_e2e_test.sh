@@ -7,7 +7,7 @@
 # --random-weights on the device with --quantize. At TP 2 (two processes,
 # the TP group's tensors on the test device through gloo) it answers the
 # same tokens, and with --batch-invariant concurrent requests equal the
-# same requests alone.
+# same requests alone; an MoE checkpoint at TP 2 too.
 # Args: TRAIN SERVE_TESTDEV CLIENT LAUNCH.
 set -euo pipefail
 train=$1
@@ -34,7 +34,7 @@ start() {  # start NAME FLAGS...: sets $port and $pid ($nproc processes)
   local prefix=()
   [[ ${nproc:-1} == 1 ]] || prefix=("$launch" --nproc_per_node "$nproc" --)
   "${prefix[@]}" "$serve" --port 0 --port-file "$work/$name.port" --num-threads 1 \
-    --load "$work/ckpt" "$@" > "$work/$name.log" 2>&1 &
+    --load "${ckpt:-$work/ckpt}" "$@" > "$work/$name.log" 2>&1 &
   pid=$!
   pids+=("$pid")
   for _ in $(seq 600); do
@@ -87,6 +87,22 @@ same_as_cpu "$work/greedy_tp2.json" || fail "TP 2 on the device answers differen
 grep -q "on testdev:0 .*; TP 2; weights .* a rank in fp32" "$work/tp2.log" \
   || { cat "$work/tp2.log"; fail "the TP 2 log does not say its layout"; }
 stop "$pid"
+# An MoE model (4 experts top-2, a gated shared expert) on the device at
+# TP 2: every TP rank runs the whole MoE layer, as the CPU engine does.
+"$train" "${model[@]}" --micro-batch-size 2 --train-iters 6 --disable-bias-linear \
+  --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 \
+  --moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate \
+  --save "$work/ckpt_moe" > "$work/train_moe.log" 2>&1 || { cat "$work/train_moe.log"; fail "train moe"; }
+ckpt=$work/ckpt_moe start cpu_moe --device cpu
+"$python" "$client" "$port" --only greedy > "$work/greedy_cpu_moe.json"
+stop "$pid"
+ckpt=$work/ckpt_moe nproc=2 start tp2_moe --device test --tensor-model-parallel-size 2 \
+  --batch-invariant
+"$python" "$client" "$port" --only greedy > "$work/greedy_tp2_moe.json"
+stop "$pid"
+same_as_cpu "$work/greedy_tp2_moe.json" "$work/greedy_cpu_moe.json" \
+  || fail "MoE at TP 2 on the device answers differently from the CPU"
+
 if "$launch" --nproc_per_node 2 -- "$serve" --load "$work/ckpt" --device test \
     --tensor-model-parallel-size 2 --cuda-graph --port 0 > "$work/tp2graph.log" 2>&1; then
   fail "--cuda-graph at TP 2 on a device was accepted"
