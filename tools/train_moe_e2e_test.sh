@@ -13,15 +13,7 @@ launch=$1
 train=$2
 source "$3"
 work=${TEST_TMPDIR:-$(mktemp -d)}
-common=(--mock-data --vocab-size 64 --num-layers 2 --hidden-size 32
-        --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
-        --global-batch-size 8 --eval-iters 0 --log-interval 5
-        --train-iters 20 --lr 1e-2 --lr-decay-iters 20 --num-threads 1
-        --disable-bias-linear --swiglu --num-experts 4 --moe-router-topk 2
-        --moe-ffn-hidden-size 32 --moe-layer-freq "[1,0]"
-        --moe-shared-expert-intermediate-size 16 --moe-aux-loss-coeff 1e-2
-        --moe-z-loss-coeff 1e-3 --moe-router-enable-expert-bias
-        --moe-router-bias-update-rate 1e-2)
+common=("${tiny_moe_flags[@]}" --moe-layer-freq "[1,0]" --num-experts 4)
 
 run serial 1 --tensorboard-dir "$work/tb"
 first=$(losses "$work/serial.jsonl" | head -1 | cut -d' ' -f2)

@@ -16,22 +16,8 @@ launch=$1
 train=$2
 source "$3"
 work=${TEST_TMPDIR:-$(mktemp -d)}
-common=(--mock-data --vocab-size 64 --num-layers 2 --hidden-size 32
-        --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
-        --global-batch-size 8 --eval-iters 0 --log-interval 5
-        --train-iters 20 --lr 1e-2 --lr-decay-iters 20 --num-threads 1
-        --disable-bias-linear --swiglu --num-experts 8 --moe-router-topk 2
-        --moe-ffn-hidden-size 32 --moe-layer-freq "[1,1]"
-        --moe-shared-expert-intermediate-size 16 --moe-aux-loss-coeff 1e-2
-        --moe-z-loss-coeff 1e-3 --moe-router-enable-expert-bias
-        --moe-router-bias-update-rate 1e-2 --moe-token-dispatcher-type alltoall)
-
-# The largest relative loss difference of two metrics files (for the log).
-worst() {
-  awk 'NR == FNR { ref[$1] = $2; next }
-    ($1 in ref) { d = (ref[$1] - $2) / ref[$1]; if (d < 0) d = -d; if (d > m) m = d }
-    END { printf "%.3g\n", m }' <(losses "$1") <(losses "$2")
-}
+common=("${tiny_moe_flags[@]}" --moe-layer-freq "[1,1]" --num-experts 8
+        --moe-token-dispatcher-type alltoall)
 
 run serial 1
 # The replicas checks see experts replicated over expert DP only.
