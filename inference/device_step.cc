@@ -675,26 +675,23 @@ absl::Status DeviceStep::MoeMlp(const Moe& moe, const Tensor& ln,
   MCC_RETURN_IF_ERROR(Mlp(moe.shared_fc1, moe.shared_fc2, ln, &shared,
                           /*row_parallel=*/false));
   if (moe.shared_gate.weight.defined()) {
-    // gate = sigmoid(x . w_g): the router's sigmoid score of one expert,
-    // unnormalised, scales the shared expert's rows (an unpermute of k 1).
+    // gate = sigmoid(x . w_g), the training model's way: a one-expert
+    // router's weight, applied by an unpermute over its (identity) slots.
     Tensor gate_logit = Empty({n, 1}, DType::kFloat32, dev);
     MCC_RETURN_IF_ERROR(Gemm(ln32, moe.shared_gate, &gate_logit));
-    ops::MoeRouterOptions sigmoid;
-    sigmoid.topk = 1;
-    sigmoid.score_function = ops::MoeScoreFunction::kSigmoid;
-    sigmoid.normalize_topk = false;
     Tensor gate_score = Empty({n, 1}, DType::kFloat32, dev);
     Tensor gate_index = Empty({n, 1}, DType::kInt32, dev);
     Tensor gate = Empty({n, 1}, DType::kFloat32, dev);
-    MCC_RETURN_IF_ERROR(ops::MoeRouterForward(gate_logit, nullptr, sigmoid,
+    MCC_RETURN_IF_ERROR(ops::MoeRouterForward(gate_logit, nullptr,
+                                              ops::SigmoidGateOptions(),
                                               &gate_score, &gate_index, &gate));
-    std::vector<int64_t> identity(n);
-    for (int64_t r = 0; r < n; ++r) identity[r] = r;
-    MCC_ASSIGN_OR_RETURN(Tensor rows_host,
-                         Tensor::FromInts(identity, {n}, DType::kInt32));
-    MCC_ASSIGN_OR_RETURN(Tensor rows, rows_host.To(dev));
+    Tensor rows = Empty({n}, DType::kInt32, dev);
+    Tensor slots = Empty({n}, DType::kInt32, dev);
+    Tensor count = Empty({1}, DType::kInt64, dev);
+    MCC_RETURN_IF_ERROR(
+        ops::MoeSortTokens(gate_index, 1, &rows, &slots, &count));
     Tensor gated = Empty({n, h}, DType::kFloat32, dev);
-    MCC_RETURN_IF_ERROR(ops::MoeUnpermute(shared, rows, &gate, &gated));
+    MCC_RETURN_IF_ERROR(ops::MoeUnpermute(shared, slots, &gate, &gated));
     shared = gated;
   }
   return ops::Add(*y, shared, y);

@@ -13,6 +13,14 @@
 namespace mcc {
 namespace ops {
 
+MoeRouterOptions SigmoidGateOptions() {
+  MoeRouterOptions o;
+  o.topk = 1;
+  o.score_function = MoeScoreFunction::kSigmoid;
+  o.normalize_topk = false;
+  return o;
+}
+
 const char* MoeScoreFunctionName(MoeScoreFunction f) {
   return f == MoeScoreFunction::kSigmoid ? "sigmoid" : "softmax";
 }

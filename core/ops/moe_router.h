@@ -65,6 +65,11 @@ struct MoeRouterOptions {
   float scaling_factor = 1.0f;
 };
 
+// A one-expert router whose top-1 weight is sigmoid(logit), not
+// renormalised: Qwen2-MoE's shared-expert gate through the router's
+// kernels (the training model's and the device engine's).
+MoeRouterOptions SigmoidGateOptions();
+
 // scores, indices and weights overwritten. expert_bias (fp32 [E]) may be
 // null.
 absl::Status MoeRouterForward(const Tensor& logits, const Tensor* expert_bias,

@@ -202,14 +202,6 @@ absl::StatusOr<Tensor> MoeMlp::RouterWeight32() const {
   return router_->value.To(DType::kFloat32);
 }
 
-ops::MoeRouterOptions MoeMlp::GateOptions() const {
-  ops::MoeRouterOptions o;
-  o.topk = 1;
-  o.score_function = ops::MoeScoreFunction::kSigmoid;
-  o.normalize_topk = false;
-  return o;
-}
-
 absl::Status MoeMlp::Activate(const Tensor& in, Tensor* out) const {
   return config_.activation == ExpertActivation::kSwiGLU ? ops::SwiGLU(in, out)
                                                          : ops::Gelu(in, out);
@@ -387,7 +379,7 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, int64_t sequences,
     act->gate_indices = Tensor::Empty({t, 1}, DType::kInt32, dev);
     Tensor gate_weights = Tensor::Empty({t, 1}, DType::kFloat32, dev);
     MCC_RETURN_IF_ERROR(ops::MoeRouterForward(
-        act->gate_logits, nullptr, GateOptions(), &act->gate_scores,
+        act->gate_logits, nullptr, ops::SigmoidGateOptions(), &act->gate_scores,
         &act->gate_indices, &gate_weights));
     Tensor rows = Tensor::Empty({t}, DType::kInt32, dev);
     act->gate_slots = Tensor::Empty({t}, DType::kInt32, dev);
@@ -492,9 +484,9 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy,
           ops::MoeUnpermuteBackward(dy, act.shared_out, act.gate_slots,
                                     &act.gate_scores, &dshared, &dgate));
       Tensor dgate_logits = Tensor::Empty({t, 1}, DType::kFloat32, dev);
-      MCC_RETURN_IF_ERROR(ops::MoeRouterBackward(act.gate_scores,
-                                                 act.gate_indices, dgate,
-                                                 GateOptions(), &dgate_logits));
+      MCC_RETURN_IF_ERROR(
+          ops::MoeRouterBackward(act.gate_scores, act.gate_indices, dgate,
+                                 ops::SigmoidGateOptions(), &dgate_logits));
       MCC_RETURN_IF_ERROR(ops::Gemm(dgate_logits, true, act.x32, false,
                                     &shared_gate_->main_grad, 1.0f, 1.0f));
       MCC_ASSIGN_OR_RETURN(const Tensor gate32,

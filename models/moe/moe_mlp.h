@@ -220,7 +220,6 @@ class MoeMlp {
   absl::StatusOr<Tensor> RouterWeight32() const;
   // The shared expert's gate as a one-expert router (sigmoid, top-1, not
   // renormalised): its combine weight is the gate.
-  ops::MoeRouterOptions GateOptions() const;
   absl::Status ActivateBackward(const Tensor& dout, const Tensor& in,
                                 Tensor* din) const;
   // The ranks holding parts of each sequence: CP x (TP under SP).
