@@ -208,6 +208,27 @@ void ExpectSameGreedyAnswers(const std::vector<GenerationEvent>& got,
   }
 }
 
+// Six greedy requests through the CPU engine and the test device's (fp32,
+// weights quantised as `quantize` says on both): the same answers. The
+// device engine is handed back through `device_engine` when given.
+void ExpectDeviceAnswersAsCpu(const gpt::GPTConfig& config,
+                              const std::string& quantize,
+                              Run* device_engine = nullptr) {
+  const std::vector<GenerationRequest> requests =
+      GreedyRequests(6, config.vocab_size);
+  auto cpu = MakeEngine(config, nullptr, 4, quantize);
+  const DeviceStepOptions o = TestDevice(DType::kFloat32);
+  auto dev = MakeEngine(config, &o, 4, quantize);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  auto want = RunAll(cpu->engine.get(), requests);
+  auto got = RunAll(dev->engine.get(), requests);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectSameGreedyAnswers(*got, *want);
+  if (device_engine != nullptr) *device_engine = std::move(*dev);
+}
+
 // One prefill step of `prompt` through a runner: the logits of every row.
 absl::StatusOr<std::vector<float>> PrefillLogits(
     ModelRunner* runner, const std::vector<int64_t>& prompt) {
@@ -284,18 +305,7 @@ TEST(DeviceStepTest, Bf16LogitsWithinBf16Rounding) {
 TEST(DeviceStepTest, GreedyTokensEqualTheCpuEngines) {
   for (const auto& [name, config] : Variants()) {
     SCOPED_TRACE(name);
-    const std::vector<GenerationRequest> requests =
-        GreedyRequests(6, config.vocab_size);
-    auto cpu = MakeEngine(config, nullptr, 4);
-    const DeviceStepOptions o = TestDevice(DType::kFloat32);
-    auto dev = MakeEngine(config, &o, 4);
-    ASSERT_TRUE(cpu.ok()) << cpu.status();
-    ASSERT_TRUE(dev.ok()) << dev.status();
-    auto want = RunAll(cpu->engine.get(), requests);
-    auto got = RunAll(dev->engine.get(), requests);
-    ASSERT_TRUE(want.ok()) << want.status();
-    ASSERT_TRUE(got.ok()) << got.status();
-    ExpectSameGreedyAnswers(*got, *want);
+    ExpectDeviceAnswersAsCpu(config, "");
   }
 }
 
@@ -311,18 +321,9 @@ TEST(DeviceStepTest, QuantisedWeightsGiveTheCpuEnginesTokens) {
       // name, on the CPU too).
       if (config.num_experts > 0) continue;
       SCOPED_TRACE(absl::StrCat(quantize, " ", name));
-      const std::vector<GenerationRequest> requests =
-          GreedyRequests(6, config.vocab_size);
-      auto cpu = MakeEngine(config, nullptr, 4, quantize);
-      const DeviceStepOptions o = TestDevice(DType::kFloat32);
-      auto dev = MakeEngine(config, &o, 4, quantize);
-      ASSERT_TRUE(cpu.ok()) << cpu.status();
-      ASSERT_TRUE(dev.ok()) << dev.status();
-      auto want = RunAll(cpu->engine.get(), requests);
-      auto got = RunAll(dev->engine.get(), requests);
-      ASSERT_TRUE(want.ok()) << want.status();
-      ASSERT_TRUE(got.ok()) << got.status();
-      ExpectSameGreedyAnswers(*got, *want);
+      inference::Run dev;
+      ExpectDeviceAnswersAsCpu(config, quantize, &dev);
+      ASSERT_NE(dev.runner, nullptr);
       auto weights = Weights(config, quantize);
       ASSERT_TRUE(weights.ok());
       const LinearWeightBytes bytes =
@@ -336,7 +337,7 @@ TEST(DeviceStepTest, QuantisedWeightsGiveTheCpuEnginesTokens) {
       }
       EXPECT_EQ(bytes.dense, 2 * elements);
       EXPECT_EQ(bytes.stored, elements + 4 * rows);
-      EXPECT_EQ(dev->runner->device_step()->weight_bytes(),
+      EXPECT_EQ(dev.runner->device_step()->weight_bytes(),
                 DeviceWeightBytes(*weights, DType::kFloat32));
       EXPECT_STREQ(LinearWeightsFormat(*weights),
                    quantize == "int8" ? "int8" : "FP8 (E4M3)");
