@@ -31,6 +31,16 @@ std::vector<int64_t> GraphBatchSizes(const ServeConfig& serve) {
   return sizes;
 }
 
+// The fewest KV blocks any rank of `world` (null: this process alone)
+// holds: rank 0 plans with its own count, so every rank must hold as many.
+absl::StatusOr<int64_t> FewestOverRanks(comm::ProcessGroup* world,
+                                        int64_t blocks) {
+  if (world == nullptr) return blocks;
+  Tensor t = *Tensor::FromInts({blocks}, {1});
+  MCC_RETURN_IF_ERROR(world->AllReduceSync(&t, comm::ReduceOp::kMin));
+  return t.data<int64_t>()[0];
+}
+
 // The engine on `device` (not the CPU): weights in the checkpoint's dtype
 // (bf16 for 16-bit checkpoints or --bf16, else fp32), the KV pool sized by
 // --kv-cache-bytes or --kv-cache-memory-fraction; refused with the figures
@@ -69,12 +79,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> DeviceRunner(
     MCC_ASSIGN_OR_RETURN(blocks,
                          PagedKvCache::BlocksIn(shape, serve.kv_cache_bytes()));
   }
-  if (world != nullptr) {
-    // Rank 0 plans with its own count: every rank holds the fewest.
-    Tensor t = *Tensor::FromInts({blocks}, {1});
-    MCC_RETURN_IF_ERROR(world->AllReduceSync(&t, comm::ReduceOp::kMin));
-    blocks = t.data<int64_t>()[0];
-  }
+  MCC_ASSIGN_OR_RETURN(blocks, FewestOverRanks(world, blocks));
   MCC_ASSIGN_OR_RETURN(
       std::unique_ptr<DeviceStep> step,
       DeviceStep::Create(weights, shape, blocks, options, path));
@@ -391,16 +396,12 @@ absl::StatusOr<ServingModel> LoadServingModel(const ServeConfig& serve) {
   }
   MCC_ASSIGN_OR_RETURN(PagedKvCache cache,
                        PagedKvCache::Create(shape, serve.kv_cache_bytes()));
-  // Every rank must hold as many blocks as rank 0 plans with: the fewest.
-  int64_t blocks = cache.num_blocks();
-  if (job.world.has_value()) {
-    Tensor t = *Tensor::FromInts({blocks}, {1});
-    MCC_RETURN_IF_ERROR(
-        job.world->group->AllReduceSync(&t, comm::ReduceOp::kMin));
-    blocks = t.data<int64_t>()[0];
-    if (blocks != cache.num_blocks()) {
-      cache = PagedKvCache::WithBlocks(shape, blocks);
-    }
+  MCC_ASSIGN_OR_RETURN(
+      const int64_t blocks,
+      FewestOverRanks(job.world.has_value() ? job.world->group.get() : nullptr,
+                      cache.num_blocks()));
+  if (blocks != cache.num_blocks()) {
+    cache = PagedKvCache::WithBlocks(shape, blocks);
   }
   if (job.is_logging_rank()) {
     LOG(INFO) << absl::StrFormat(
