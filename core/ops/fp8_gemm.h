@@ -16,6 +16,10 @@
 // 16-bit c is rounded once at the end. So, with u = 2^-24 and
 // gamma_K = K u / (1 - K u), against the exact sum over the same FP8
 // values:  |c - exact| <= (gamma_K + 3u) |alpha/(sa sb)| sum |A8 B8|.
+// One route is looser: cuBLASLt's native FP8 matmul on sm_89 and later
+// (core/ops/cuda/fp8_lt_gemm.h) accumulates in Hopper's FP8 tensor cores,
+// which keep about 14 bits between promotions to fp32, so there the bound
+// is about 2^-13 |alpha/(sa sb)| sum |A8 B8| (fp8_test allows 2^-11).
 //
 // Taking high-precision operands (the cast happens inside the op) keeps one
 // op per GEMM on every device: the CPU kernel emulates (rounds the operands

@@ -41,6 +41,18 @@ __global__ void __launch_bounds__(fp8w::kTileThreads)
   fp8w::TiledGemmBody(p);
 }
 
+// The weight rows both row passes (check, quantise) read.
+fp8w::QuantizeParams RowsOf(const void* w, ElemType wt, const float* absmax,
+                            int64_t rows, int64_t cols) {
+  fp8w::QuantizeParams p;
+  p.w = w;
+  p.wt = wt;
+  p.absmax = absmax;
+  p.rows = rows;
+  p.cols = cols;
+  return p;
+}
+
 unsigned int RowBlocks(int64_t rows) {
   return static_cast<unsigned int>(rows < 65536 ? (rows > 0 ? rows : 1)
                                                 : 65536);
@@ -53,12 +65,7 @@ cudaError_t CheckFp8WeightRows(const void* w, ElemType wt, const float* absmax,
                                unsigned long long* bad, cudaStream_t stream) {
   cudaError_t e = cudaMemsetAsync(bad, 0xff, sizeof(*bad), stream);
   if (e != cudaSuccess || rows == 0 || cols == 0) return e;
-  fp8w::QuantizeParams p;
-  p.w = w;
-  p.wt = wt;
-  p.absmax = absmax;
-  p.rows = rows;
-  p.cols = cols;
+  fp8w::QuantizeParams p = RowsOf(w, wt, absmax, rows, cols);
   p.bad = bad;
   CheckRowsKernel<<<RowBlocks(rows), RowThreads(cols), 0, stream>>>(p);
   return cudaGetLastError();
@@ -68,12 +75,7 @@ cudaError_t QuantizeWeightFp8(const void* w, ElemType wt, const float* absmax,
                               int64_t rows, int64_t cols, int8_t* codes,
                               float* scales, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  fp8w::QuantizeParams p;
-  p.w = w;
-  p.wt = wt;
-  p.absmax = absmax;
-  p.rows = rows;
-  p.cols = cols;
+  fp8w::QuantizeParams p = RowsOf(w, wt, absmax, rows, cols);
   p.codes = codes;
   p.scales = scales;
   QuantizeRowsKernel<<<RowBlocks(rows), RowThreads(cols), 0, stream>>>(p);
