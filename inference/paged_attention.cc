@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/ops/kernel_util.h"
+#include "core/ops/sliding_window.h"
 #include "core/thread_pool.h"
 
 namespace mcc {
@@ -122,9 +123,7 @@ void PagedAttention(const float* q, int64_t rows, int64_t heads,
           const int64_t r = t / heads, h = t % heads, g = h / per_group;
           // The window's first position; blocks before it may be freed.
           const int64_t first =
-              window_left >= 0
-                  ? std::max<int64_t>(0, positions[r] - window_left)
-                  : 0;
+              ops::SlidingWindowFirstKey(positions[r], window_left);
           const int64_t keys = positions[r] + 1 - first;
           const float* qrow = q + (r * heads + h) * d;
           scores.resize(keys);

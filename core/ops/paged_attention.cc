@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/op_profile.h"
 #include "core/ops/kernel_util.h"
+#include "core/ops/sliding_window.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
 
@@ -37,11 +38,6 @@ absl::Status PagedKvWriteCpu(const Tensor& k, const Tensor& v,
   return absl::OkStatus();
 }
 
-// The first position row r reads (its window's start).
-int64_t FirstKey(int64_t position, int64_t window_left) {
-  return window_left >= 0 ? std::max<int64_t>(0, position - window_left) : 0;
-}
-
 absl::Status PagedAttentionCpu(const Tensor& q, const Tensor& k_pool,
                                const Tensor& v_pool, const Tensor& block_tables,
                                const Tensor& positions, Tensor* out,
@@ -58,8 +54,8 @@ absl::Status PagedAttentionCpu(const Tensor& q, const Tensor& k_pool,
           "PagedAttention: position ", pos[r], " of row ", r,
           " is outside its block table of ", max_blocks, " blocks of ", bs));
     }
-    for (int64_t b = FirstKey(pos[r], window_left) / bs; b <= pos[r] / bs;
-         ++b) {
+    for (int64_t b = SlidingWindowFirstKey(pos[r], window_left) / bs;
+         b <= pos[r] / bs; ++b) {
       const int32_t block = tables[r * max_blocks + b];
       if (block < 0 || block >= blocks) {
         return absl::InvalidArgumentError(
@@ -78,7 +74,7 @@ absl::Status PagedAttentionCpu(const Tensor& q, const Tensor& k_pool,
         std::vector<float> scores, acc(d);
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t r = t / heads, h = t % heads, g = h / per_group;
-          const int64_t first = FirstKey(pos[r], window_left);
+          const int64_t first = SlidingWindowFirstKey(pos[r], window_left);
           const int64_t keys = pos[r] + 1;
           const int32_t* table = tables + r * max_blocks;
           const float* qrow = qp + t * d;

@@ -20,6 +20,7 @@
 
 #include "core/ops/cuda/decode_attention_warp.cuh"
 #include "core/ops/cuda/elem_type.h"
+#include "core/ops/sliding_window.h"
 
 #ifndef MCC_FA_UNROLL
 #define MCC_FA_UNROLL _Pragma("unroll")
@@ -56,9 +57,8 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(Params p) {
   const int64_t h = t % p.heads, r = t / p.heads;
   const int64_t g = h / (p.heads / p.groups);
   const int64_t keys = p.positions[r] + 1;
-  const int64_t first = p.window_left >= 0 && keys - 1 - p.window_left > 0
-                            ? keys - 1 - p.window_left
-                            : 0;
+  const int64_t first =
+      ::mcc::ops::SlidingWindowFirstKey(keys - 1, p.window_left);
   const int32_t* table = p.tables + r * p.max_blocks;
   const int d = static_cast<int>(p.d);
   float qv[kPerLane], acc[kPerLane];
