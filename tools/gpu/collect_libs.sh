@@ -49,6 +49,7 @@ if [[ ${#binaries[@]} -eq 0 ]]; then
     "${bin_root}/core/ops/cuda/gemm_test"
     "${bin_root}/core/ops/cuda/flash_attention_test"
     "${bin_root}/core/ops/cuda/cached_attention_test"
+    "${bin_root}/core/ops/cuda/paged_attention_test"
     "${bin_root}/parallel/context_parallel/softmax_merge_cuda_test"
     "${bin_root}/core/ops/cuda/int8_test"
     "${bin_root}/core/ops/cuda/fp8_test"
