@@ -10,6 +10,7 @@
 #include "core/cuda/runtime.h"
 #include "core/graph_capture.h"
 #include "core/ops/activation.h"
+#include "core/ops/attention.h"
 #include "core/ops/bias.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
@@ -22,6 +23,7 @@
 #include "core/ops/moe_router.h"
 #include "core/ops/norm.h"
 #include "core/ops/paged_attention.h"
+#include "core/ops/sliding_window.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
 #include "glog/logging.h"
@@ -91,6 +93,52 @@ absl::StatusOr<Tensor> UploadBytes(const std::vector<int8_t>& values,
 
 bool Quantised(const LinearWeights& lin) {
   return !lin.q.empty() || !lin.fp8_codes.empty();
+}
+
+// The order a step's rows run in: first those that attend through the
+// paged kernel (in step order), then those that attend through flash
+// attention, packed.
+struct RowOrder {
+  std::vector<int64_t> order;  // The step row of each row run.
+  int64_t paged_rows = 0;
+  // The packed rows' first keys, counted from the first packed row.
+  std::vector<int64_t> first_key;
+};
+
+// A run is a longest stretch of a step's rows of one request at
+// consecutive positions. A run whose first row's window starts at the
+// run's first position (a prompt chunk from position 0, or a window of one
+// key) reads only its own rows' keys, so with `flash` it attends as one
+// document of the packed sequence: causal from its first row, each row's
+// first key raised to its window's start. Other runs (decode rows, chunks
+// after a cached prefix) read the pool.
+RowOrder OrderRows(const StepRows& rows, int64_t window_left, bool flash) {
+  const int64_t n = rows.rows();
+  RowOrder plan;
+  std::vector<int64_t> packed;
+  for (int64_t r0 = 0, r1 = 0; r0 < n; r0 = r1) {
+    for (r1 = r0 + 1; r1 < n && rows.table[r1] == rows.table[r0] &&
+                      rows.positions[r1] == rows.positions[r1 - 1] + 1;
+         ++r1) {
+    }
+    const int64_t start = rows.positions[r0];
+    // A window's start never falls as the position grows: the run's first
+    // row decides.
+    if (!flash || ops::SlidingWindowFirstKey(start, window_left) < start) {
+      for (int64_t r = r0; r < r1; ++r) plan.order.push_back(r);
+      continue;
+    }
+    const int64_t base = static_cast<int64_t>(packed.size());
+    for (int64_t r = r0; r < r1; ++r) {
+      packed.push_back(r);
+      plan.first_key.push_back(
+          base + ops::SlidingWindowFirstKey(rows.positions[r], window_left) -
+          start);
+    }
+  }
+  plan.paged_rows = static_cast<int64_t>(plan.order.size());
+  plan.order.insert(plan.order.end(), packed.begin(), packed.end());
+  return plan;
 }
 
 }  // namespace
@@ -560,9 +608,48 @@ absl::Status DeviceStep::ApplyNorm(const Norm& norm, const Tensor& x,
   return ops::RMSNormForward(x, norm.weight, eps, y, &rstd);
 }
 
+absl::Status DeviceStep::Attend(int i, const Tensor& q, const Tensor& k,
+                                const Tensor& v, const Tensor& positions,
+                                const Tensor& tables, const AttentionPlan& plan,
+                                Tensor* ctx) const {
+  const int64_t n = q.size(0), np = plan.paged_rows;
+  if (np > 0) {
+    MCC_ASSIGN_OR_RETURN(const Tensor pq, q.Slice(0, np));
+    MCC_ASSIGN_OR_RETURN(const Tensor pt, tables.Slice(0, np));
+    MCC_ASSIGN_OR_RETURN(const Tensor pp, positions.Slice(0, np));
+    MCC_ASSIGN_OR_RETURN(Tensor out, ctx->Slice(0, np));
+    MCC_RETURN_IF_ERROR(ops::PagedAttention(pq, k_pool_[i], v_pool_[i], pt, pp,
+                                            &out, config_.window_left));
+  }
+  if (np == n) return absl::OkStatus();
+  // The packed prompts: [1, m, heads, d], the inputs in the weights' dtype
+  // (bf16 takes the tensor cores on a GPU), the output fp32 into ctx.
+  const Device dev = options_.device;
+  const int64_t m = n - np, heads = q.size(1), groups = k.size(1);
+  const int64_t d = q.size(2);
+  auto packed = [&](const Tensor& t, int64_t h) -> absl::StatusOr<Tensor> {
+    MCC_ASSIGN_OR_RETURN(Tensor rows, t.Slice(np, n));
+    MCC_ASSIGN_OR_RETURN(rows, rows.Reshape({1, m, h, d}));
+    if (options_.dtype == DType::kFloat32) return rows;
+    Tensor low = Empty(rows.shape(), options_.dtype, dev);
+    MCC_RETURN_IF_ERROR(ops::Convert(rows, &low));
+    return low;
+  };
+  MCC_ASSIGN_OR_RETURN(const Tensor fq, packed(q, heads));
+  MCC_ASSIGN_OR_RETURN(const Tensor fk, packed(k, groups));
+  MCC_ASSIGN_OR_RETURN(const Tensor fv, packed(v, groups));
+  MCC_ASSIGN_OR_RETURN(Tensor out, ctx->Slice(np, n));
+  MCC_ASSIGN_OR_RETURN(out, out.Reshape({1, m, heads, d}));
+  Tensor lse = Empty({1, heads, m}, DType::kFloat32, dev);
+  ops::AttentionOptions attention;
+  attention.causal = true;
+  attention.first_key = plan.first_key;
+  return ops::FlashAttentionForward(fq, fk, fv, attention, &out, &lse);
+}
+
 absl::Status DeviceStep::RunLayer(int i, const Tensor& positions,
                                   const Tensor& slots, const Tensor& tables,
-                                  Tensor* x) {
+                                  const AttentionPlan& plan, Tensor* x) {
   const Layer& l = layers_[i];
   const Device dev = options_.device;
   const int64_t n = x->size(0), h = config_.hidden_size, d = config_.head_dim();
@@ -597,8 +684,7 @@ absl::Status DeviceStep::RunLayer(int i, const Tensor& positions,
   }
   MCC_RETURN_IF_ERROR(ops::PagedKvWrite(k, v, slots, &k_pool_[i], &v_pool_[i]));
   Tensor ctx = Empty({n, heads, d}, DType::kFloat32, dev);
-  MCC_RETURN_IF_ERROR(ops::PagedAttention(
-      q, k_pool_[i], v_pool_[i], tables, positions, &ctx, config_.window_left));
+  MCC_RETURN_IF_ERROR(Attend(i, q, k, v, positions, tables, plan, &ctx));
   MCC_ASSIGN_OR_RETURN(ctx, ctx.Reshape({n, heads * d}));
   Tensor attn = Empty({n, h}, DType::kFloat32, dev);
   MCC_RETURN_IF_ERROR(RowParallelGemm(ctx, l.proj, &attn));
@@ -715,7 +801,8 @@ int64_t DeviceStep::GraphBatchFor(const StepRows& rows) const {
 
 absl::StatusOr<Tensor> DeviceStep::Forward(const Tensor& ints,
                                            const Tensor& tables, int64_t n,
-                                           int64_t l) {
+                                           int64_t l,
+                                           const AttentionPlan& plan) {
   const Device dev = options_.device;
   const int64_t h = config_.hidden_size;
   MCC_ASSIGN_OR_RETURN(Tensor tokens, ints.Slice(0, n));
@@ -742,7 +829,7 @@ absl::StatusOr<Tensor> DeviceStep::Forward(const Tensor& ints,
     MCC_RETURN_IF_ERROR(ops::Add(x, pe, &x));
   }
   for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
-    MCC_RETURN_IF_ERROR(RunLayer(i, positions, slots, tables, &x));
+    MCC_RETURN_IF_ERROR(RunLayer(i, positions, slots, tables, plan, &x));
   }
   // The logit rows (x read as a table of n rows), normed, through the head.
   Tensor picked = Empty({l, h}, DType::kFloat32, dev);
@@ -769,6 +856,8 @@ absl::StatusOr<Tensor> DeviceStep::RunGraph(int64_t b, const Tensor& ints,
   }
   MCC_RETURN_IF_ERROR(g.ints.CopyFrom(ints));
   MCC_RETURN_IF_ERROR(g.tables.CopyFrom(tables));
+  AttentionPlan all_paged;  // Decode steps: every row through the pool.
+  all_paged.paged_rows = b;
   if (g.graph.valid()) {
     MCC_RETURN_IF_ERROR(g.graph.Replay());
     ++graph_replays_;
@@ -776,12 +865,14 @@ absl::StatusOr<Tensor> DeviceStep::RunGraph(int64_t b, const Tensor& ints,
   }
   // First time at this size: eagerly (the answer, and the warm-up: handles
   // and workspaces made outside the capture), then captured for the next.
-  MCC_ASSIGN_OR_RETURN(Tensor logits, Forward(g.ints, g.tables, b, b));
+  MCC_ASSIGN_OR_RETURN(Tensor logits,
+                       Forward(g.ints, g.tables, b, b, all_paged));
   GraphCaptureOptions capture;
   capture.index_inputs_checked_outside = true;  // Checked on the host.
   absl::Status s = BeginGraphCapture(options_.device, capture);
   if (s.ok()) {
-    absl::StatusOr<Tensor> captured = Forward(g.ints, g.tables, b, b);
+    absl::StatusOr<Tensor> captured =
+        Forward(g.ints, g.tables, b, b, all_paged);
     absl::StatusOr<DeviceGraph> graph = EndGraphCapture();
     if (captured.ok() && graph.ok()) {
       g.logits = *captured;
@@ -835,25 +926,30 @@ absl::StatusOr<std::vector<float>> DeviceStep::Run(const StepRows& rows) {
   const int64_t b = GraphBatchFor(rows);
   const int64_t rows_run = b > 0 ? b : n, logits_run = b > 0 ? b : l;
   const int64_t width = b > 0 ? graph_table_width_ : max_blocks;
+  // Prompt rows that see only each other go last, for flash attention.
+  const RowOrder order =
+      OrderRows(rows, config_.window_left,
+                b == 0 && options_.flash_prefill && !options_.batch_invariant);
+  std::vector<int64_t> run_index(n);
+  for (int64_t r = 0; r < n; ++r) run_index[order.order[r]] = r;
   std::vector<int64_t> ints(3 * rows_run + logits_run);
   std::vector<int64_t> tables(rows_run * width, 0);
   for (int64_t r = 0; r < n; ++r) {
-    const BlockTable& t = rows.tables[rows.table[r]];
-    const int64_t p = rows.positions[r];
+    const int64_t src = order.order[r];  // The step's row r runs as.
+    const BlockTable& t = rows.tables[rows.table[src]];
+    const int64_t p = rows.positions[src];
     // Blocks wholly before a sliding window may have been freed: not read.
     const int64_t first_block =
-        config_.window_left >= 0
-            ? std::max<int64_t>(0, p - config_.window_left) / bs
-            : 0;
+        ops::SlidingWindowFirstKey(p, config_.window_left) / bs;
     for (int64_t k = first_block; k <= p / bs; ++k) {
       if (t[k] < 0 || t[k] >= kv_blocks_) {
         return absl::InvalidArgumentError(
-            absl::StrCat("block ", t[k], " of step row ", r,
+            absl::StrCat("block ", t[k], " of step row ", src,
                          " is outside the pool of ", kv_blocks_));
       }
       tables[r * width + k] = t[k];
     }
-    ints[r] = rows.tokens[r];
+    ints[r] = rows.tokens[src];
     ints[rows_run + r] = p;
     ints[2 * rows_run + r] = int64_t{t[p / bs]} * bs + p % bs;
   }
@@ -867,7 +963,7 @@ absl::StatusOr<std::vector<float>> DeviceStep::Run(const StepRows& rows) {
     ints[2 * rows_run + r] = block * bs + p;
   }
   for (int64_t j = 0; j < logits_run; ++j) {
-    ints[3 * rows_run + j] = j < l ? rows.logit_rows[j] : j;
+    ints[3 * rows_run + j] = j < l ? run_index[rows.logit_rows[j]] : j;
   }
   const Device dev = options_.device;
   MCC_ASSIGN_OR_RETURN(
@@ -882,7 +978,18 @@ absl::StatusOr<std::vector<float>> DeviceStep::Run(const StepRows& rows) {
   } else {
     MCC_ASSIGN_OR_RETURN(Tensor dev_ints, host_ints.To(dev));
     MCC_ASSIGN_OR_RETURN(Tensor dev_tables, host_tables.To(dev));
-    MCC_ASSIGN_OR_RETURN(logits, Forward(dev_ints, dev_tables, n, l));
+    AttentionPlan attention;
+    attention.paged_rows = order.paged_rows;
+    if (order.paged_rows < n) {
+      // The flash slot takes first_key on the host.
+      MCC_ASSIGN_OR_RETURN(
+          attention.first_key,
+          Tensor::FromInts(order.first_key, {1, n - order.paged_rows},
+                           DType::kInt32));
+    }
+    MCC_ASSIGN_OR_RETURN(logits,
+                         Forward(dev_ints, dev_tables, n, l, attention));
+    flash_prefill_rows_ += n - order.paged_rows;
   }
   if (l == 0) return std::vector<float>();
   MCC_ASSIGN_OR_RETURN(Tensor host, logits.To(Device::CPU()));

@@ -7,19 +7,25 @@
 // KV pool in device memory (fp32) and every computation a dispatch-table op
 // (core/ops): GEMMs through ops::Gemm (cuBLAS/cuBLASLt on CUDA), decode
 // attention through ops::PagedAttention reading the block tables on the
-// device. One host-to-device copy of the step's token ids, positions, slots
-// and tables, one device-to-host copy of the logits.
+// device, and prefill attention (prompt chunks with no cached prefix)
+// through ops::FlashAttentionForward, the tensor-core slot on a GPU (see
+// DeviceStepOptions::flash_prefill). One host-to-device copy of the step's
+// token ids, positions, slots and tables, one device-to-host copy of the
+// logits (and, with flash prefill, the packed rows' first keys, which the
+// flash slot takes on the host).
 //
 // Numbers: the CPU engine's fp32 path (row_gemm.h's fixed order) is not
 // reproduced bit for bit; in fp32 the logits agree to rounding (greedy
 // tokens equal the CPU engine's on the test models), in bf16 to bf16's
-// rounding of weights and GEMM inputs. Batch invariance: attention, norms,
-// rotary and activations compute each row alone; a GEMM library may choose
-// its kernel (and so its summation order) by the row count, so by default a
-// row's logits may change in the last bits with the rows around it. With
+// rounding of weights and GEMM inputs. Batch invariance: paged attention,
+// norms, rotary and activations compute each row alone; a GEMM library may
+// choose its kernel (and so its summation order) by the row count, and
+// flash prefill packs the step's prompts into one sequence, so by default
+// a row's logits may change in the last bits with the rows around it. With
 // batch_invariant every GEMM runs one row at a time (the same kernel for
-// every row whatever the batch): a request's tokens are then bit-identical
-// batched or alone, at the cost of reading the weights once per row.
+// every row whatever the batch) and every row attends through the paged
+// kernel: a request's tokens are then bit-identical batched or alone, at
+// the cost of reading the weights once per row.
 
 #include <cstdint>
 #include <map>
@@ -48,6 +54,18 @@ struct DeviceStepOptions {
   // kFloat32 (norms, biases and the KV pool stay fp32).
   DType dtype = DType::kBFloat16;
   bool batch_invariant = false;
+  // Rows of a request whose attention spans only its own rows of the step
+  // (a prompt chunk from position 0: no cached prefix) go through
+  // ops::FlashAttentionForward, packed as one sequence in which each
+  // request is causal within itself (AttentionOptions::first_key, the
+  // model's sliding window included); the other rows (decode, chunks after
+  // a cached prefix) keep ops::PagedAttention. Keys and values go to the
+  // pool either way. The flash inputs are in `dtype` (bf16: the tensor
+  // cores'), so in bf16 a prompt's logits differ from the paged kernel's
+  // (fp32) by bf16's rounding of q, k and v. Not under batch_invariant (a
+  // packed kernel's summation order depends on the packing, so a row's
+  // bits would depend on the other requests) nor in decode graphs.
+  bool flash_prefill = true;
   // The device memory the step may use; 0: the device's free memory (CUDA)
   // or no bound (other devices). For tests of the refusal.
   int64_t memory_bytes = 0;
@@ -146,6 +164,8 @@ class DeviceStep {
   int64_t weight_bytes() const { return weight_bytes_; }
   // Decode steps replayed from a graph so far.
   int64_t graph_replays() const { return graph_replays_; }
+  // Rows that went through flash prefill attention so far.
+  int64_t flash_prefill_rows() const { return flash_prefill_rows_; }
   int64_t pool_bytes() const { return pool_bytes_; }
 
  private:
@@ -191,15 +211,30 @@ class DeviceStep {
   absl::Status ApplyNorm(const Norm& norm, const Tensor& x, Tensor* y) const;
   // 0, or the captured batch size a decode step of `rows` pads to.
   int64_t GraphBatchFor(const StepRows& rows) const;
+  // How a step's rows attend: rows [0, paged_rows) through the paged
+  // kernel; the rest through flash attention as one packed sequence whose
+  // first_key (int32 [1, rows - paged_rows] on the host) starts each
+  // request's rows at its own first row, or its window's start.
+  struct AttentionPlan {
+    int64_t paged_rows = 0;
+    Tensor first_key;
+  };
   // The model over device inputs (ints: tokens, positions, slots [n each],
   // logit rows [l]; tables [n, width]): the logits [l, vocab_rows].
   absl::StatusOr<Tensor> Forward(const Tensor& ints, const Tensor& tables,
-                                 int64_t n, int64_t l);
+                                 int64_t n, int64_t l,
+                                 const AttentionPlan& plan);
   // A decode step of b rows from host inputs, through its graph.
   absl::StatusOr<Tensor> RunGraph(int64_t b, const Tensor& ints,
                                   const Tensor& tables);
   absl::Status RunLayer(int i, const Tensor& positions, const Tensor& slots,
-                        const Tensor& tables, Tensor* x);
+                        const Tensor& tables, const AttentionPlan& plan,
+                        Tensor* x);
+  // Attention of q [n, heads, d] over layer i's pool (k, v [n, groups, d]
+  // are the rows' own, already in the pool) into ctx [n, heads, d] fp32.
+  absl::Status Attend(int i, const Tensor& q, const Tensor& k, const Tensor& v,
+                      const Tensor& positions, const Tensor& tables,
+                      const AttentionPlan& plan, Tensor* ctx) const;
   // The MoE MLP of ln [n, hidden] into y [n, hidden] fp32.
   absl::Status MoeMlp(const Moe& moe, const Tensor& ln, Tensor* y) const;
   // fc2(act(fc1(x))) [rows, hidden] fp32; fc2 row-parallel (summed over
@@ -228,6 +263,7 @@ class DeviceStep {
   std::map<int64_t, Graph> graphs_;
   std::set<int64_t> graph_failed_;
   int64_t graph_replays_ = 0;
+  int64_t flash_prefill_rows_ = 0;
 };
 
 }  // namespace inference
