@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/ops/sliding_window.h"
+
 namespace mcc {
 namespace inference {
 
@@ -22,9 +24,11 @@ StepPlan Scheduler::Plan() {
   StepPlan plan;
   if (options_.window_left >= 0 && !options_.recompute_prefix) {
     // The next query of a running sequence is at `computed`; no later one
-    // reads before computed - window_left.
+    // reads before that query's first key.
     for (const auto& s : running_) {
-      cache_->FreeBefore(s->computed - options_.window_left, &s->table);
+      cache_->FreeBefore(
+          ops::SlidingWindowFirstKey(s->computed, options_.window_left),
+          &s->table);
     }
   }
   // Waiting requests join while the batch has room and the pool has blocks
