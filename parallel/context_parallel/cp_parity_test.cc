@@ -116,7 +116,9 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 TrainOptions Options(const Case& c) {
   TrainOptions o;
-  o.model.num_layers = 4;
+  // CP changes only attention, the same in every layer: 2 layers (one per
+  // stage at PP 2) cover it; interleaving needs 2 chunks of 1 on each stage.
+  o.model.num_layers = c.layers_per_virtual_stage > 0 ? 4 : 2;
   // No dropout: CP draws hidden-dropout masks per chunk, not the serial
   // ones, and refuses attention dropout.
   o.model.hidden_dropout = 0.0;
@@ -196,6 +198,7 @@ TrainResult Serial(const Case& c) {
   serial.sharding = fsdp::ShardingStrategy::kNoShard;
   serial.distopt = false;
   TrainOptions o = Options(serial);
+  o.model.num_layers = Options(c).model.num_layers;
   o.use_ddp = false;
   auto r = optim::testing::Train(o, nullptr);
   EXPECT_TRUE(r.ok()) << r.status();
