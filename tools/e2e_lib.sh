@@ -22,17 +22,20 @@ compare() {
 
 # run NAME NPROC FLAGS...: trains with common + FLAGS in NPROC processes
 # (one: without the launcher), writing $work/NAME.jsonl and NAME.log; on
-# failure prints the log and exits.
+# failure prints the log and exits. --peak-tflops 1 (common or FLAGS may
+# give another): no GEMM peak probe, which holds every run's start for over
+# half a second; only MFU depends on it.
 run() {
   local name=$1 nproc=$2
   shift 2
   if [[ $nproc == 1 ]]; then
-    "$train" "${common[@]}" "$@" --metrics-file "$work/$name.jsonl" \
-      > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
-  else
-    "$launch" --nproc_per_node "$nproc" -- "$train" "${common[@]}" "$@" \
+    "$train" --peak-tflops 1 "${common[@]}" "$@" \
       --metrics-file "$work/$name.jsonl" > "$work/$name.log" 2>&1 \
       || { cat "$work/$name.log"; exit 1; }
+  else
+    "$launch" --nproc_per_node "$nproc" -- "$train" --peak-tflops 1 \
+      "${common[@]}" "$@" --metrics-file "$work/$name.jsonl" \
+      > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
   fi
 }
 
