@@ -22,7 +22,9 @@ std::string Layout::Name() const {
           ? ""
           : absl::StrCat(".s", PipelineScheduleName(schedule)),
       instances > 1 ? absl::StrCat(".i", instances) : "",
-      offload_percent > 0 ? absl::StrCat(".o", offload_percent) : "");
+      offload_percent > 0 ? absl::StrCat(".o", offload_percent) : "",
+      first_stage_layers > 0 ? absl::StrCat(".first", first_stage_layers) : "",
+      last_stage_layers > 0 ? absl::StrCat(".last", last_stage_layers) : "");
 }
 
 absl::string_view PipelineScheduleName(PipelineSchedule schedule) {
@@ -87,8 +89,7 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
         "layout '", name, "': cannot read '", part,
         "' (expected parts like tp2sp, pp2v2, dp2, cp1, z1, rselective "
         "(rnone, rfull, rops), mb4, ep2, etp1, szb-h1 (s1f1b, szbv, sfile), "
-        "i2, "
-        "o50, joined by dots)"));
+        "i2, o50, first3, last5, joined by dots)"));
   };
   for (absl::string_view part : absl::StrSplit(name, '.', absl::SkipEmpty())) {
     int64_t v = 0;
@@ -121,6 +122,10 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
     } else if (part.size() == 2 && part[0] == 'z' && part[1] >= '0' &&
                part[1] <= '3') {
       l.zero = static_cast<ZeroStage>(part[1] - '0');
+    } else if (ReadCount(part, "first", &v)) {
+      l.first_stage_layers = static_cast<int>(v);
+    } else if (ReadCount(part, "last", &v)) {
+      l.last_stage_layers = static_cast<int>(v);
     } else if (ReadCount(part, "i", &v)) {
       l.instances = static_cast<int>(v);
     } else if (ReadCount(part, "o", &v) && v <= 100) {

@@ -67,11 +67,17 @@ struct Layout {
   // Percent of the fp32 main weights and optimizer state kept in host memory
   // (--optimizer-cpu-offload with --optimizer-offload-fraction); GPUs only.
   int offload_percent = 0;
+  // Megatron's --decoder-first-pipeline-num-layers and
+  // --decoder-last-pipeline-num-layers (0: unset): the first (last) stage's
+  // decoder layers, the rest split evenly (planner/stage_layers.h).
+  int first_stage_layers = 0;
+  int last_stage_layers = 0;
 
   int world() const { return tp * pp * dp * cp; }
   // A stable, parseable name: "tp2sp.pp2v2.dp2.cp1.z1.rnone.mb4", with
   // ".ep2" and ".etp1", then ".szb-h1" (".sfile"), ".i2" (instances) and
-  // ".o50" (offload percent) after it when they are not the defaults.
+  // ".o50" (offload percent), ".first3" and ".last5" (the first and last
+  // stages' layers) after it when they are not the defaults.
   std::string Name() const;
 };
 

@@ -1,9 +1,11 @@
 #include "planner/layout_search.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "planner/moe_model.h"
+#include "planner/stage_balance.h"
 
 namespace mcc {
 namespace planner {
@@ -58,6 +60,25 @@ std::vector<Layout> Variants(const JobSpec& job, const Layout& base) {
   return out;
 }
 
+// `even` with the first and last stages' layers that balance its stages'
+// predicted times (`time`, its step), when that is not the even split;
+// layouts the flags do not combine with (one stage, interleaving) have none.
+std::optional<Layout> BalancedVariant(const JobSpec& job, const Layout& even,
+                                      const StepTime& time) {
+  if (even.pp <= 1 || (even.virtual_stages > 1 &&
+                       even.schedule != PipelineSchedule::kZeroBubbleV)) {
+    return std::nullopt;
+  }
+  const StageSplit split = BalancedStageSplit(job, even, time);
+  if (split.first_stage_layers == 0 && split.last_stage_layers == 0) {
+    return std::nullopt;
+  }
+  Layout l = even;
+  l.first_stage_layers = split.first_stage_layers;
+  l.last_stage_layers = split.last_stage_layers;
+  return l;
+}
+
 }  // namespace
 
 std::string UnsupportedHere(const JobSpec& job, const Layout& l) {
@@ -108,6 +129,12 @@ std::vector<Prediction> SearchLayouts(const JobSpec& job,
     }
   }
   std::vector<Prediction> out;
+  auto keep = [&](Prediction p) {
+    // A variant (ZB-V on a GPU) may be what train refuses.
+    if (!options.include_unsupported && !p.unsupported.empty()) return;
+    if (!p.fits && !options.include_not_fitting) return;
+    out.push_back(std::move(p));
+  };
   for (int tp : Divisors(world)) {
     if (tp > job.cluster.devices_per_node) continue;
     for (int cp : Divisors(world / tp)) {
@@ -137,13 +164,16 @@ std::vector<Prediction> SearchLayouts(const JobSpec& job,
                 }
                 for (const Layout& v : Variants(job, l)) {
                   auto p = Predict(job, v);
-                  if (!p.ok()) continue;
-                  // A variant (ZB-V on a GPU) may be what train refuses.
-                  if (!options.include_unsupported && !p->unsupported.empty()) {
-                    continue;
-                  }
-                  if (!p->fits && !options.include_not_fitting) continue;
-                  out.push_back(*std::move(p));
+                  if (p.ok()) keep(*std::move(p));
+                  // Beside the even split, the one that balances the
+                  // stages' predicted times (also where only an uneven
+                  // split divides the layers).
+                  if (!p.ok() && job.model.num_layers % v.pp == 0) continue;
+                  auto balanced = BalancedVariant(
+                      job, v, p.ok() ? p->time : EstimateStepTime(job, v));
+                  if (!balanced) continue;
+                  auto b = Predict(job, *balanced);
+                  if (b.ok()) keep(*std::move(b));
                 }
               }
             }

@@ -39,9 +39,11 @@ struct SearchOptions {
 
 // Every TP x PP (x virtual stages) x DP x CP x ZeRO x recomputation x
 // micro-batch that divides the job (TP within a node), with each pipeline
-// schedule (1F1B or interleaved, ZB-H1, the job's schedule file), HSDP
-// instance count and, on GPUs, optimizer offload share it can run with,
-// predicted and sorted by step time, fitting layouts first.
+// schedule (1F1B or interleaved, ZB-H1, ZB-V, the job's schedule file),
+// HSDP instance count and, on GPUs, optimizer offload share it can run with,
+// and, beside a pipeline's even split, the first and last stages' layers
+// that balance its stages (stage_balance.h), predicted and sorted by step
+// time, fitting layouts first.
 std::vector<Prediction> SearchLayouts(const JobSpec& job,
                                       const SearchOptions& options);
 

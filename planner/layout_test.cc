@@ -67,9 +67,19 @@ TEST(LayoutTest, ScheduleInstancesAndOffloadRoundTrip) {
             "tp1.pp2.dp1.cp1.z0.rnone.mb1");
 }
 
+TEST(LayoutTest, StageLayerCountsRoundTrip) {
+  auto l = ParseLayout("last3.pp4.first1.szb-h1");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->first_stage_layers, 1);
+  EXPECT_EQ(l->last_stage_layers, 3);
+  EXPECT_EQ(l->Name(), "tp1.pp4.dp1.cp1.z0.rnone.mb1.szb-h1.first1.last3");
+  EXPECT_EQ(ParseLayout("pp2.last5")->Name(),
+            "tp1.pp2.dp1.cp1.z0.rnone.mb1.last5");
+}
+
 TEST(LayoutTest, BadPartsAreNamed) {
   for (const char* bad : {"tp0", "z4", "pp2v", "mbx", "rsome", "foo", "ep0",
-                          "etpx", "szbv2", "i0", "o101"}) {
+                          "etpx", "szbv2", "i0", "o101", "first0", "lastx"}) {
     auto l = ParseLayout(bad);
     ASSERT_FALSE(l.ok()) << bad;
     EXPECT_NE(l.status().message().find(bad), std::string::npos) << l.status();

@@ -10,6 +10,7 @@
 #include "planner/moe_model.h"
 #include "planner/param_count.h"
 #include "planner/schedule_walk.h"
+#include "planner/stage_layers.h"
 
 namespace mcc {
 namespace planner {
@@ -199,7 +200,11 @@ absl::Status CheckLayout(const JobSpec& job, const Layout& l) {
     return bad("TP x PP x DP x CP = ", l.world(), " is not the cluster's ",
                job.cluster.world(), " devices");
   }
-  if (c.num_layers % (l.pp * l.virtual_stages) != 0) {
+  if (UnevenSplit(l)) {
+    // As train splits them (its flags named), interleaving refused.
+    if (absl::Status s = CheckStageSplit(c, l); !s.ok())
+      return bad(s.message());
+  } else if (c.num_layers % (l.pp * l.virtual_stages) != 0) {
     return bad(c.num_layers, " layers do not split into ",
                l.pp * l.virtual_stages, " (virtual) stages");
   }
@@ -273,7 +278,11 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
                                     int stage) {
   const gpt::GPTConfig& c = job.model;
   const double e = static_cast<double>(DTypeSize(job.dtype));
-  const int layers = c.num_layers / l.pp;
+  // This stage's runs of layers, one a model chunk.
+  const std::vector<pipeline::LayerRange> ranges =
+      StageLayerRanges(c, l, stage);
+  int layers = 0;
+  for (const pipeline::LayerRange& r : ranges) layers += r.count;
   const int chunks = l.virtual_stages;
   const int m = NumMicroBatches(job, l);
   MemoryBreakdown mem;
@@ -365,7 +374,6 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   // each forward output it sent until that micro-batch's backward, every
   // input gradient it sent until the step ends, and posts each receive one
   // action ahead.
-  const int lc = layers / chunks;
   const double message = DimsOf(job, l).Tl * c.hidden_size * e;
   const int last_stage = l.pp * chunks - 1;
   std::vector<ChunkCost> cost(chunks);
@@ -377,9 +385,11 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   const bool split = LayoutSplitsBackward(job, l);
   for (int k = 0; k < chunks; ++k) {
     const int v = VirtualStageOf(shape, stage, k);
-    cost[k] = CostOfChunk(job, l, lc, v == 0, v == last_stage, v * lc);
+    const pipeline::LayerRange& r = ranges[k];
+    cost[k] = CostOfChunk(job, l, r.count, v == 0, v == last_stage, r.first);
     weight_record[k] =
-        split ? WeightGradRecordBytes(job, l, lc, v == 0, v == last_stage) : 0;
+        split ? WeightGradRecordBytes(job, l, r.count, v == 0, v == last_stage)
+              : 0;
   }
   double held = 0, sent = 0, peak_act = 0, peak_sent = 0, peak_total = 0;
   const double posted = l.pp > 1 ? message : 0;

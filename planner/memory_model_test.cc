@@ -313,6 +313,72 @@ TEST(MemoryModelTest, ZeroBubbleH1HoldsUntilW) {
   EXPECT_FALSE(CheckLayout(job, l).ok());
 }
 
+// --decoder-first/last-pipeline-num-layers: each stage's parameters and
+// records are its own layer count's (8 layers, PP 4, first 1 and last 1:
+// 1 | 3 | 3 | 1), under 1F1B, ZB-H1 and ZB-V (each stage's layers halved
+// over its two chunks: 2 | 4 | 4 | 6 with first 2, last 6); interleaving
+// is refused as train refuses it.
+TEST(MemoryModelTest, UnevenSplitGivesEachStageItsLayers) {
+  JobSpec job = SmallJob(4);
+  job.model.num_layers = 8;
+  job.global_batch = 8;
+  Layout l;
+  l.pp = 4;
+  l.first_stage_layers = 1;
+  l.last_stage_layers = 1;
+  const int counts[] = {1, 3, 3, 1};
+  for (PipelineSchedule s :
+       {PipelineSchedule::kOneFOneB, PipelineSchedule::kZeroBubbleH1}) {
+    l.schedule = s;
+    ASSERT_TRUE(CheckLayout(job, l).ok()) << CheckLayout(job, l);
+    Layout even = l;
+    even.first_stage_layers = even.last_stage_layers = 0;
+    for (int stage = 0; stage < 4; ++stage) {
+      const MemoryBreakdown m = EstimateStageMemory(job, l, stage);
+      EXPECT_EQ(m.params, StageParams(job.model, 1, 4, stage, counts[stage]))
+          << stage;
+      // A middle stage's records: three layers where the even split has two
+      // (same micro-batches in flight).
+      if (stage == 1 || stage == 2) {
+        const MemoryBreakdown e = EstimateStageMemory(job, even, stage);
+        EXPECT_EQ(m.in_flight, e.in_flight);
+        EXPECT_NEAR(m.activations, 1.5 * e.activations, 1e-9 * e.activations);
+      }
+    }
+  }
+  Layout v = l;
+  v.schedule = PipelineSchedule::kZeroBubbleV;
+  v.virtual_stages = 2;
+  job.model.num_layers = 16;
+  v.first_stage_layers = 2;
+  v.last_stage_layers = 6;
+  ASSERT_TRUE(CheckLayout(job, v).ok()) << CheckLayout(job, v);
+  const int v_counts[] = {2, 4, 4, 6};
+  for (int stage = 0; stage < 4; ++stage) {
+    EXPECT_EQ(EstimateStageMemory(job, v, stage).params,
+              StageParams(job.model, 1, 4, stage, v_counts[stage], 0))
+        << stage;
+  }
+  v.first_stage_layers = 3;  // 3 | 4 | 4 | 5: stage 0's 3 do not halve.
+  v.last_stage_layers = 5;
+  EXPECT_NE(CheckLayout(job, v).message().find("even count"), std::string::npos)
+      << CheckLayout(job, v);
+  Layout interleaved = l;
+  interleaved.schedule = PipelineSchedule::kOneFOneB;
+  interleaved.virtual_stages = 2;
+  EXPECT_NE(CheckLayout(job, interleaved)
+                .message()
+                .find("--num-layers-per-virtual-pipeline-stage"),
+            std::string::npos)
+      << CheckLayout(job, interleaved);
+  l.first_stage_layers = 5;  // 16 - 5 - 1 = 10 over 2 stages; 8 - 6 = 2.
+  job.model.num_layers = 9;
+  EXPECT_NE(CheckLayout(job, l).message().find(
+                "--decoder-first-pipeline-num-layers 5"),
+            std::string::npos)
+      << CheckLayout(job, l);
+}
+
 // HSDP shards the state within an instance: 2 instances of DP 2 hold twice
 // DP 4's per rank. 16-bit moments take 2 bytes each.
 TEST(MemoryModelTest, InstancesAndStatePrecision) {

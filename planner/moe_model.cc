@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "models/gpt/moe_layer_pattern.h"
+#include "planner/stage_layers.h"
 
 namespace mcc {
 namespace planner {
@@ -71,11 +72,10 @@ int MoeLayersIn(const gpt::GPTConfig& c, int first, int count) {
 }
 
 int MoeLayersOnStage(const gpt::GPTConfig& c, const Layout& l, int stage) {
-  const int chunks = std::max(1, l.virtual_stages);
-  const int per_chunk = c.num_layers / (l.pp * chunks);
+  if (c.num_experts <= 0) return 0;
   int n = 0;
-  for (int k = 0; k < chunks; ++k) {
-    n += MoeLayersIn(c, (k * l.pp + stage) * per_chunk, per_chunk);
+  for (const pipeline::LayerRange& r : StageLayerRanges(c, l, stage)) {
+    n += MoeLayersIn(c, r.first, r.count);
   }
   return n;
 }

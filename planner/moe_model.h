@@ -38,8 +38,8 @@ int ExpertDataParallel(const Layout& l);
 
 // MoE layers among the global layers [first, first + count).
 int MoeLayersIn(const gpt::GPTConfig& c, int first, int count);
-// MoE layers held by pipeline rank `stage` (layers split evenly over the
-// stages and their virtual chunks), and the most any stage holds.
+// MoE layers held by pipeline rank `stage` (its layers by the layout's
+// split, planner/stage_layers.h), and the most any stage holds.
 int MoeLayersOnStage(const gpt::GPTConfig& c, const Layout& l, int stage);
 int MostMoeLayersOnAStage(const gpt::GPTConfig& c, const Layout& l);
 

@@ -118,6 +118,11 @@ std::string FormatStageBalance(const JobSpec& job, const Layout& l,
                     "schedule's virtual stages; they do with zbv)\n");
     return out;
   }
+  if (l.first_stage_layers > 0 || l.last_stage_layers > 0) {
+    const StageSplit own = LayoutStageSplit(job, l, t);
+    absl::StrAppend(&out, "  this layout's split, ", own.Flags(), ": ",
+                    line(own));
+  }
   const StageSplit balanced = BalancedStageSplit(job, l, t);
   if (balanced.first_stage_layers == 0 && balanced.last_stage_layers == 0) {
     absl::StrAppend(&out, "  the even split is the most balanced\n");

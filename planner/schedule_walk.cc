@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "parallel/pipeline/schedules.h"
+#include "planner/stage_layers.h"
 
 namespace mcc {
 namespace planner {
@@ -175,6 +176,62 @@ absl::StatusOr<double> SimulateStepSeconds(
     }
   }
   return end;
+}
+
+ChunkSeconds ChunkSecondsOf(const gpt::GPTConfig& model, const Layout& l,
+                            const PipelineWork& work) {
+  const int ranks = std::max(1, l.pp);
+  const int chunks = std::max(1, l.virtual_stages);
+  const pipeline::ScheduleShape shape{
+      ranks, chunks, 1, l.schedule == PipelineSchedule::kZeroBubbleV};
+  const int last = ranks * chunks - 1;
+  ChunkSeconds out;
+  out.total.assign(ranks, std::vector<double>(chunks, 0));
+  out.weight.assign(ranks, std::vector<double>(chunks, 0));
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<pipeline::LayerRange> ranges =
+        StageLayerRanges(model, l, r);
+    for (int k = 0; k < chunks && k < static_cast<int>(ranges.size()); ++k) {
+      const int v = VirtualStageOf(shape, r, k);
+      double s = ranges[k].count * work.layer;
+      double w = ranges[k].count * work.layer_weight;
+      if (v == 0) s += work.embedding;
+      if (v == last) {
+        s += work.head;
+        w += work.head_weight;
+      }
+      out.total[r][k] = s;
+      out.weight[r][k] = w;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<double> WalkStepSeconds(const pipeline::ScheduleTable& table,
+                                       const ChunkSeconds& seconds) {
+  const pipeline::ScheduleShape& s = table.shape;
+  for (int r = 0; r < s.ranks; ++r) {
+    if (r >= static_cast<int>(seconds.total.size()) ||
+        r >= static_cast<int>(seconds.weight.size()) ||
+        static_cast<int>(seconds.total[r].size()) < s.chunks ||
+        static_cast<int>(seconds.weight[r].size()) < s.chunks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no time for rank ", r, "'s ", s.chunks, " chunk(s) of the table"));
+    }
+  }
+  return SimulateStepSeconds(table, [&](const pipeline::ScheduleRow& row) {
+    const double t = seconds.total[row.rank][row.chunk];
+    const double w = seconds.weight[row.rank][row.chunk];
+    switch (row.op) {
+      case pipeline::ScheduleOp::kForward:
+        return t / 3;
+      case pipeline::ScheduleOp::kBackward:
+        return 2 * t / 3 - w;
+      case pipeline::ScheduleOp::kWeight:
+        return w;
+    }
+    return 0.0;
+  });
 }
 
 }  // namespace planner

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "models/gpt/gpt_config.h"
 #include "parallel/pipeline/schedule_table.h"
 #include "planner/job_spec.h"
 #include "planner/layout.h"
@@ -51,6 +52,34 @@ int VirtualStageOf(const pipeline::ScheduleShape& shape, int rank, int chunk);
 absl::StatusOr<double> SimulateStepSeconds(
     const pipeline::ScheduleTable& table,
     const std::function<double(const pipeline::ScheduleRow&)>& seconds);
+
+// What a pipeline stage's work costs per micro-batch, forward and backward:
+// a decoder layer, the output layer and loss, the embedding; of the first
+// two, the weight-gradient step W of a schedule that splits the backward.
+struct PipelineWork {
+  double layer = 0;
+  double layer_weight = 0;
+  double head = 0;
+  double head_weight = 0;
+  double embedding = 0;
+};
+
+// One micro-batch's forward and backward seconds on each (rank, chunk), and
+// of them the W step: the chunk's layers (the layout's split,
+// planner/stage_layers.h), the embedding on virtual stage 0 and the output
+// layer on the last virtual stage (stage 0's second chunk under ZB-V).
+struct ChunkSeconds {
+  std::vector<std::vector<double>> total;   // [rank][chunk]
+  std::vector<std::vector<double>> weight;  // [rank][chunk]
+};
+ChunkSeconds ChunkSecondsOf(const gpt::GPTConfig& model, const Layout& layout,
+                            const PipelineWork& work);
+
+// SimulateStepSeconds with each row taking its (rank, chunk)'s time: a
+// forward a third of it, W its weight share, B the rest. The error names a
+// row that can never start or a (rank, chunk) `seconds` lacks.
+absl::StatusOr<double> WalkStepSeconds(const pipeline::ScheduleTable& table,
+                                       const ChunkSeconds& seconds);
 
 }  // namespace planner
 }  // namespace mcc

@@ -146,6 +146,18 @@ StageSplit BalancedStageSplit(const JobSpec& job, const Layout& layout,
   return best;
 }
 
+StageSplit LayoutStageSplit(const JobSpec& job, const Layout& layout,
+                            const StepTime& time) {
+  StageSplit split;
+  if (layout.pp > 1 &&
+      (layout.first_stage_layers > 0 || layout.last_stage_layers > 0) &&
+      SplitOf(job, layout, time, layout.first_stage_layers,
+              layout.last_stage_layers, &split)) {
+    return split;
+  }
+  return EvenStageSplit(job, layout, time);
+}
+
 double ScheduleStepSeconds(const JobSpec& job, const Layout& layout,
                            const StageSplit& split, std::string* schedule) {
   const int m = NumMicroBatches(job, layout);

@@ -49,6 +49,10 @@ StageSplit EvenStageSplit(const JobSpec& job, const Layout& layout,
                           const StepTime& time);
 StageSplit BalancedStageSplit(const JobSpec& job, const Layout& layout,
                               const StepTime& time);
+// The split the layout's own first and last stage counts give (the even one
+// when it sets neither or the flags refuse them).
+StageSplit LayoutStageSplit(const JobSpec& job, const Layout& layout,
+                            const StepTime& time);
 
 // The step of `split` under the layout's own schedule: the table the
 // executor runs (LayoutScheduleTable) walked with each stage's forward a

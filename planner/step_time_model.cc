@@ -9,6 +9,7 @@
 #include "planner/moe_model.h"
 #include "planner/param_count.h"
 #include "planner/schedule_walk.h"
+#include "planner/stage_layers.h"
 
 namespace mcc {
 namespace planner {
@@ -101,9 +102,14 @@ double EagerElementwiseBytes(const gpt::GPTConfig& c, double T, double Tl,
          T / t * ((h + kv) * rotary + repeat_kv + f * activation);
 }
 
-}  // namespace
-
-StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
+// One stage's step: `layers` decoder layers, the output layer and loss
+// when `head_here`. With `uneven` (a layout that sets the first or last
+// stage's layers) the bubble is the walk of the layout's table with every
+// (rank, chunk)'s own time beyond this stage's busy time `uneven_busy`;
+// otherwise the walk with every stage a head-less stage's time.
+StepTime StageStepTime(const JobSpec& job, const Layout& l, double layers,
+                       bool head_here, const ChunkSeconds* uneven,
+                       double uneven_busy) {
   const gpt::GPTConfig& c = job.model;
   const DeviceSpec& dev = job.cluster.device;
   const int per_node = job.cluster.devices_per_node;
@@ -116,7 +122,6 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   const double f = static_cast<double>(c.ffn());
   const double f1 = c.activation == gpt::Activation::kSwiGLU ? 2 * f : f;
   const double V = static_cast<double>(c.padded_vocab_size(l.tp));
-  const double layers = static_cast<double>(c.num_layers) / l.pp;
   const int m = NumMicroBatches(job, l);
 
   // Every GEMM of a micro-batch has T rows (the gathered sequence under
@@ -208,7 +213,7 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   // The last stage's head: output-layer GEMMs and cross entropy passes.
   const double head_mb =
       3 * gemm_call(T, h * V / t) + 6 * T * V / t * elem_bytes / bw;
-  st.head = m * head_mb;
+  st.head = head_here ? m * head_mb : 0;
 
   // TP: per layer two collectives of the hidden states each way; sequence
   // parallelism re-gathers two inputs in the backward. Plus the embedding's
@@ -298,8 +303,8 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   st.layer_mb = (stage_mb - 2 * (l.tp > 1 ? AllReduce(reduced_hidden_bytes,
                                                       l.tp, tp_inter, tp_dev)
                                           : 0.0)) /
-                layers;
-  st.head_mb = st.head / m;
+                std::max(layers, 1.0);
+  st.head_mb = head_mb;
   if (LayoutSplitsBackward(job, l)) {
     st.layer_weight_mb = gemm_fwd;
     st.head_weight_mb = gemm_call(T, h * V / t);
@@ -456,6 +461,21 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
           });
       if (makespan.ok()) st.bubble = std::max(0.0, *makespan - m * stage_mb);
     }
+    if (uneven != nullptr) {
+      // Stages of their own sizes: the slowest one runs all m micro-batches,
+      // the others' one each fill and drain around it (1F1B's closed form),
+      // or, as above, the table walked.
+      double sum = 0;
+      for (const std::vector<double>& rank : uneven->total) {
+        for (double chunk : rank) sum += chunk;
+      }
+      double makespan = (m - 1) * uneven_busy + sum;
+      if (table.ok()) {
+        auto walked = WalkStepSeconds(*table, *uneven);
+        if (walked.ok()) makespan = *walked;
+      }
+      st.bubble = std::max(0.0, makespan - m * uneven_busy);
+    }
   }
 
   // Optimizer: one pass for the gradient norm, one for the update over this
@@ -515,6 +535,39 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     st.mfu = st.model_flops / (seconds * l.world() * dev.PeakFlops(job.dtype));
     st.tokens_per_second = job.global_batch * c.seq_length / seconds;
   }
+  return st;
+}
+
+}  // namespace
+
+StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
+  const gpt::GPTConfig& c = job.model;
+  const double even_layers = static_cast<double>(c.num_layers) / l.pp;
+  const StepTime even = StageStepTime(job, l, even_layers, true, nullptr, 0);
+  if (!UnevenSplit(l) || l.pp <= 1) return even;
+  // The layout's split: each (rank, chunk)'s time from the per-layer, output
+  // layer and embedding times, and the slowest stage's step reported.
+  const ChunkSeconds chunks = ChunkSecondsOf(
+      c, l,
+      PipelineWork{even.layer_mb, even.layer_weight_mb, even.head_mb,
+                   even.head_weight_mb, even.embedding_mb});
+  int slowest = 0;
+  double busy = -1;
+  for (int r = 0; r < l.pp; ++r) {
+    double s = 0;
+    for (double chunk : chunks.total[r]) s += chunk;
+    if (s > busy) {
+      busy = s;
+      slowest = r;
+    }
+  }
+  const int head_stage =
+      l.schedule == PipelineSchedule::kZeroBubbleV ? 0 : l.pp - 1;
+  StepTime st = StageStepTime(job, l, StageLayerCount(c, l, slowest),
+                              slowest == head_stage, &chunks, busy);
+  // What balancing weighs stays per layer.
+  st.layer_mb = even.layer_mb;
+  st.layer_weight_mb = even.layer_weight_mb;
   return st;
 }
 

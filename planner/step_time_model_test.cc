@@ -63,6 +63,32 @@ TEST(StepTimeModelTest, ZeroBubbleH1WalksItsTable) {
   EXPECT_DOUBLE_EQ(zb.gemm, one.gemm);
 }
 
+// An uneven split is walked with each stage's own time: moving layers off
+// the last stage (which carries the output layer) shortens the step, and
+// the slowest stage's layers are the reported compute.
+TEST(StepTimeModelTest, UnevenSplitWalksEachStagesTime) {
+  JobSpec job = H100Job(1, 64);
+  job.model.num_layers = 16;
+  job.model.vocab_size = 48000;  // An output layer of about 3 layers.
+  Layout l;
+  l.pp = 4;
+  l.dp = 2;
+  for (PipelineSchedule s :
+       {PipelineSchedule::kOneFOneB, PipelineSchedule::kZeroBubbleH1}) {
+    l.schedule = s;
+    l.last_stage_layers = 0;
+    const StepTime even = EstimateStepTime(job, l);
+    ASSERT_GT(even.head_mb, 2.5 * even.layer_mb);
+    ASSERT_LT(even.head_mb, 3.9 * even.layer_mb);
+    l.last_stage_layers = 1;  // 5 | 5 | 5 | 1
+    const StepTime uneven = EstimateStepTime(job, l);
+    EXPECT_LT(uneven.total(), even.total());
+    EXPECT_NEAR(uneven.gemm, even.gemm * 5 / 4, 1e-9 * even.gemm);
+    EXPECT_EQ(uneven.head, 0);  // The slowest stage is a middle one.
+    EXPECT_GT(uneven.bubble, 0);
+  }
+}
+
 // HSDP: the reduce-scatter runs within an instance, and the shards'
 // all-reduce across instances; the optimizer's shard is an instance's.
 TEST(StepTimeModelTest, InstancesShardWithinAndReduceAcross) {

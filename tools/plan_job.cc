@@ -78,6 +78,9 @@ absl::StatusOr<planner::Layout> LayoutFromTrainConfig(
     // ZB-V with the balanced split: two chunks, each half its stage.
     l.virtual_stages = 2;
   }
+  // An uneven split (train has checked the flags).
+  l.first_stage_layers = config.decoder_first_pipeline_num_layers();
+  l.last_stage_layers = config.decoder_last_pipeline_num_layers();
   if (!config.pipeline_schedule_file().empty()) {
     l.schedule = planner::PipelineSchedule::kFile;
   } else if (config.pipeline_schedule() == "zb-h1") {

@@ -55,6 +55,7 @@ DType DTypeFromConfig(const training::TrainConfig& config);
 // (--tensor-model-parallel-size, --sequence-parallel, pipeline and virtual
 // stages, --context-parallel-size, --micro-batch-size, recomputation,
 // --pipeline-schedule and --pipeline-schedule-file,
+// --decoder-first/last-pipeline-num-layers,
 // --num-distributed-optimizer-instances); DP is what remains. The error names
 // the flag that does not divide.
 absl::StatusOr<planner::Layout> LayoutFromTrainConfig(
