@@ -63,6 +63,39 @@ bool SplitOf(const JobSpec& job, const Layout& layout, const StepTime& time,
   return true;
 }
 
+// The slowest stage's time of the split the flags give, from the stage
+// counts alone (as SplitOf adds them up), or -1 where SplitOf refuses it:
+// the rest must split evenly over the other stages, every stage at least one
+// layer (an even count under ZB-V). The search below tries every pair, so
+// this stays a few integer steps.
+double CandidateBottleneck(const Layout& layout, const StepTime& time, int n,
+                           int first, int last) {
+  const int pp = layout.pp;
+  const int rest = n - first - last;
+  const int middle = pp - (first > 0) - (last > 0);
+  if (n < pp || rest < 0 || (middle == 0 && rest != 0) ||
+      (middle > 0 && rest % middle != 0)) {
+    return -1;
+  }
+  const int each = middle > 0 ? rest / middle : 0;
+  const int counts[3] = {first > 0 ? first : each, each,
+                         last > 0 ? last : each};
+  const bool v = VShaped(layout);
+  const int head_stage = v ? 0 : pp - 1;
+  double worst = 0;
+  for (int k = 0; k < 3; ++k) {
+    if (k == 1 && pp < 3) continue;  // No stage between the ends.
+    const int c = counts[k];
+    if (c < 1 || (v && c % 2 != 0)) return -1;
+    const int stage = k == 0 ? 0 : k == 2 ? pp - 1 : 1;
+    double s = c * time.layer_mb;
+    if (stage == 0) s += time.embedding_mb;
+    if (stage == head_stage) s += time.head_mb;
+    worst = std::max(worst, s);
+  }
+  return worst;
+}
+
 }  // namespace
 
 double StageSplit::bottleneck() const {
@@ -128,13 +161,20 @@ StageSplit BalancedStageSplit(const JobSpec& job, const Layout& layout,
   for (int first = 0; first < n; ++first) {
     for (int last = 0; last < n; ++last) {
       if (first == 0 && last == 0) continue;
-      StageSplit split;
-      if (!SplitOf(job, layout, time, first, last, &split)) continue;
       const int flags = (first > 0) + (last > 0);
       const int best_flags =
           (best.first_stage_layers > 0) + (best.last_stage_layers > 0);
       // Better by more than rounding, or as good with fewer flags.
       const double margin = 1e-9 * best.bottleneck();
+      const double candidate =
+          CandidateBottleneck(layout, time, n, first, last);
+      if (candidate < 0 || (have && candidate > best.bottleneck() + margin) ||
+          (have && candidate >= best.bottleneck() - margin &&
+           flags >= best_flags)) {
+        continue;
+      }
+      StageSplit split;
+      if (!SplitOf(job, layout, time, first, last, &split)) continue;
       if (!have || split.bottleneck() < best.bottleneck() - margin ||
           (split.bottleneck() <= best.bottleneck() + margin &&
            flags < best_flags)) {
