@@ -58,6 +58,10 @@ struct Case {
   int num_layers = 0;      // 0: kLayers.
   int cp = 1;              // Context parallelism (dropout off: CP refuses it).
   bool selective = false;  // Selective recomputation (attention rebuilt).
+  // Micro-batches per step over all of DP (0: kGlobalMicrobatches). At PP 2
+  // 4 per stage reach every schedule's steady state (ZB-V's full V needs
+  // 2P - 1, interleaving a multiple of P).
+  int microbatches = 0;
 };
 
 std::vector<Case> Cases() {
@@ -144,20 +148,21 @@ std::vector<Case> Cases() {
   zbv_full.recompute = true;
   Case zbv_selective{"pp2_selective_zbv", 2, 1, 2, 1};
   zbv_selective.selective = true;
-  Case zbv_distopt{"pp2_dp2_distopt_zbv", 4, 1, 2, 1, 0, 0, true, true};
-  for (Case zbv : {zbv_tp, zbv_cp, zbv_full, zbv_selective, zbv_distopt}) {
+  // ZB-V with ZeRO-2: the split backward keeps a unit's full gradient
+  // buffer open over other micro-batches' B's (parameters stay resident).
+  Case zbv_zero2{"pp2_dp2_zero2_zbv", 4, 1, 2, 1};
+  zbv_zero2.sharding = fsdp::ShardingStrategy::kOptimGrads;
+  for (Case zbv : {zbv_tp, zbv_cp, zbv_full, zbv_selective, zbv_zero2}) {
     zbv.schedule = ScheduleKind::kZeroBubbleV;
     v.push_back(zbv);
   }
   Case h1_cp{"pp2_cp2_zb_h1", 4, 1, 2};
   h1_cp.cp = 2;
-  Case h1_full{"pp2_recompute_untied_zb_h1", 2, 1, 2};
-  h1_full.recompute = true;
-  h1_full.untied = true;
-  h1_full.bit_for_bit_with = "pp2_recompute_untied";
+  Case h1_zero2{"pp2_dp2_zero2_zb_h1", 4, 1, 2};
+  h1_zero2.sharding = fsdp::ShardingStrategy::kOptimGrads;
   Case h1_selective{"pp2_selective_zb_h1", 2, 1, 2};
   h1_selective.selective = true;
-  for (Case h1 : {h1_cp, h1_full, h1_selective}) {
+  for (Case h1 : {h1_cp, h1_zero2, h1_selective}) {
     h1.schedule = ScheduleKind::kZeroBubbleH1;
     v.push_back(h1);
   }
@@ -174,6 +179,33 @@ std::vector<Case> Cases() {
   for (Case zbv : {zbv_nccl, zbv_no_overlap, zbv_uneven}) {
     zbv.schedule = ScheduleKind::kZeroBubbleV;
     v.push_back(zbv);
+  }
+  // Interleaved 1F1B beside TP 2 + SP with selective recomputation, the
+  // distributed optimizer, and full recomputation without overlapped p2p;
+  // ZB-H1 with full recomputation and untied embeddings without overlapped
+  // p2p.
+  Case interleaved_tp{"pp2_tp2_sp_selective_interleaved", 4, 2, 2, 1};
+  interleaved_tp.selective = true;
+  Case interleaved_distopt{
+      "pp2_dp2_distopt_interleaved", 4, 1, 2, 1, 0, 0, true, true};
+  Case interleaved_full{
+      "pp2_recompute_interleaved_no_overlap", 2, 1, 2, 1, 0, 0, false};
+  interleaved_full.recompute = true;
+  for (const Case& c :
+       {interleaved_tp, interleaved_distopt, interleaved_full}) {
+    v.push_back(c);
+  }
+  Case h1_no_overlap{
+      "pp2_recompute_untied_zb_h1_no_overlap", 2, 1, 2, 0, 0, 0, false};
+  h1_no_overlap.recompute = true;
+  h1_no_overlap.untied = true;
+  h1_no_overlap.schedule = ScheduleKind::kZeroBubbleH1;
+  v.push_back(h1_no_overlap);
+  // PP 2 runs 4 micro-batches a step per DP rank (as DP 2 always did): the
+  // longer steady state of 8 adds no path there; PP 4 keeps 8. ZB-H1 and
+  // its 1F1B twin change together.
+  for (Case& c : v) {
+    if (c.pp == 2 && c.world == c.tp * c.pp * c.cp) c.microbatches = 4;
   }
   return v;
 }
@@ -201,7 +233,8 @@ TrainOptions Options(const Case& c) {
     o.model.recompute_num_layers = 1;
   }
   o.steps = 10;
-  o.global_microbatches = kGlobalMicrobatches;
+  o.global_microbatches =
+      c.microbatches > 0 ? c.microbatches : kGlobalMicrobatches;
   o.sequence_parallel = c.tp > 1;
   o.ddp.overlap_grad_reduce = true;
   o.ddp.use_distributed_optimizer = c.distopt;
@@ -348,7 +381,8 @@ TEST_P(PipelineParityTest, EqualsSerial) {
     EXPECT_EQ(outputs, 0);
   }
   const int dp = c.world / (c.tp * c.pp * c.cp);
-  const int m = kGlobalMicrobatches / dp;
+  const int m =
+      (c.microbatches > 0 ? c.microbatches : kGlobalMicrobatches) / dp;
   if (c.schedule == ScheduleKind::kAllForwardAllBackward) {
     EXPECT_EQ(held, m);
   } else if (c.schedule == ScheduleKind::kZeroBubbleV) {
