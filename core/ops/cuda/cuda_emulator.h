@@ -59,6 +59,14 @@ class Emulator {
   void SyncThreads() { Yield(kBlockBarrier); }
   void SyncWarp() { Yield(kWarpBarrier); }
 
+  // Words that thread `tid` publishes for the other lanes of its warp to
+  // read between two warp barriers (emulated warp-wide instructions such as
+  // mma_tile.cuh's products).
+  static constexpr int kExchangeWords = 8;
+  uint32_t* Exchange(unsigned int tid) {
+    return &exchange_[tid * kExchangeWords];
+  }
+
   float ShuffleXor(float v, int lane_mask) {
     const unsigned int t = running_;
     shuffle_[t] = v;
@@ -82,6 +90,7 @@ class Emulator {
            const std::function<void()>& kernel)
       : fibers_(threads),
         shuffle_(threads),
+        exchange_(threads * kExchangeWords),
         shared_((shared_bytes + sizeof(float) - 1) / sizeof(float)),
         kernel_(kernel) {
     if (threads == 0 || threads % 32 != 0) {
@@ -163,6 +172,7 @@ class Emulator {
   static inline Emulator* current_ = nullptr;
   std::vector<Fiber> fibers_;
   std::vector<float> shuffle_;
+  std::vector<uint32_t> exchange_;
   std::vector<float> shared_;
   const std::function<void()>& kernel_;
   ucontext_t scheduler_;

@@ -1,3 +1,5 @@
+#include <cstdint>
+
 #include "core/ops/cuda/flash_attention.h"
 #include "core/ops/cuda/kernel_util.cuh"
 
@@ -15,6 +17,7 @@ __device__ __forceinline__ float* SharedFloats() {
 }  // namespace mcc
 
 #include "core/ops/cuda/flash_attention_kernels.cuh"
+#include "core/ops/cuda/flash_attention_mma_kernels.cuh"
 
 namespace mcc {
 namespace cuda_kernels {
@@ -61,6 +64,29 @@ cudaError_t Forward(const flash::Params& p, cudaStream_t stream) {
                 flash::Smem<kD>::kForward, p, stream);
 }
 
+template <int kD, mma::Input kIn>
+cudaError_t MmaForward(const flash::Params& p, cudaStream_t stream) {
+  auto kernel = flash::MmaForwardKernel<kD, kIn>;
+  const size_t bytes = flash::MmaSmem<kD>::kForward;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes));
+  if (e != cudaSuccess) return e;
+  kernel<<<Dim(flash::MmaForwardGrid<kD>(p)), flash::kMmaThreads, bytes,
+           stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int kD>
+cudaError_t MmaForwardOf(const flash::Params& p, cudaStream_t stream) {
+  return p.qt == ElemType::kBF16 ? MmaForward<kD, mma::Input::kBF16>(p, stream)
+                                 : MmaForward<kD, mma::Input::kF16>(p, stream);
+}
+
+bool Aligned16(const void* ptr) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+}
+
 template <int kD>
 cudaError_t Backward(const flash::Params& p, cudaStream_t stream) {
   flash::
@@ -96,6 +122,30 @@ size_t FlashAttentionSharedBytes(int64_t head_dim) {
   }
 }
 
+FlashForwardKernel FlashAttentionForwardKernelFor(
+    const FlashAttentionArgs& args, const void* q, const void* k, const void* v,
+    ElemType qt) {
+  if (qt != ElemType::kBF16 && qt != ElemType::kF16) {
+    return FlashForwardKernel::kSimt;
+  }
+  if (args.head_dim != 64 && args.head_dim != 128) {
+    return FlashForwardKernel::kSimt;
+  }
+  // The tiles are read in 16-byte pieces.
+  if (!Aligned16(q) || !Aligned16(k) || !Aligned16(v)) {
+    return FlashForwardKernel::kSimt;
+  }
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                             device) != cudaSuccess) {
+    (void)cudaGetLastError();  // Leave no sticky error: the SIMT kernel runs.
+    return FlashForwardKernel::kSimt;
+  }
+  return major >= 8 ? FlashForwardKernel::kTensorCore
+                    : FlashForwardKernel::kSimt;
+}
+
 cudaError_t FlashAttentionForward(const FlashAttentionArgs& args, const void* q,
                                   const void* k, const void* v, ElemType qt,
                                   void* out, ElemType ot, float* lse,
@@ -111,6 +161,11 @@ cudaError_t FlashAttentionForward(const FlashAttentionArgs& args, const void* q,
   p.out = out;
   p.ot = ot;
   p.lse = lse;
+  if (FlashAttentionForwardKernelFor(args, q, k, v, qt) ==
+      FlashForwardKernel::kTensorCore) {
+    return args.head_dim == 64 ? MmaForwardOf<64>(p, stream)
+                               : MmaForwardOf<128>(p, stream);
+  }
   switch (flash::PaddedHeadDim(args.head_dim)) {
     case 64:
       return Forward<64>(p, stream);

@@ -9,7 +9,8 @@
 // dout [b, s, heads, d] (ot); lse [b, heads, s] fp32; dq like q (dqt); dk,
 // dv like k (dkt). head_dim up to kMaxHeadDim; the kernels are compiled for
 // padded head dims 64, 128 and 256 (a head dim pads to the next of them).
-// Arithmetic is fp32 whatever the element types; nothing [s, s] is stored;
+// Arithmetic is fp32 whatever the element types (but for the tensor-core
+// forward, below); nothing [s, s] is stored;
 // no atomics, so results are the same run to run.
 #ifndef CORE_OPS_CUDA_FLASH_ATTENTION_H_
 #define CORE_OPS_CUDA_FLASH_ATTENTION_H_
@@ -50,8 +51,21 @@ struct FlashAttentionArgs {
 // (cudaDevAttrMaxSharedMemoryPerBlockOptin) for a clear error.
 size_t FlashAttentionSharedBytes(int64_t head_dim);
 
+// The kernels FlashAttentionForward may run: the fp32 SIMT kernel, or, for
+// bf16 or fp16 q, k and v with head_dim 64 or 128 (16-byte aligned) on an
+// sm_80+ device, the tensor-core kernel (flash_attention_mma_kernels.cuh:
+// fp32 accumulation, P rounded to q's type for P V).
+enum class FlashForwardKernel { kSimt, kTensorCore };
+
+// Which forward kernel FlashAttentionForward runs for these arguments on
+// the current device.
+FlashForwardKernel FlashAttentionForwardKernelFor(
+    const FlashAttentionArgs& args, const void* q, const void* k, const void* v,
+    ElemType qt);
+
 // out = softmax(scale q k^T [causal mask]) v (dropped as args say), lse =
-// the rows' logsumexp of the scaled scores; both overwritten.
+// the rows' logsumexp of the scaled scores; both overwritten. The backward
+// takes out and lse from either forward kernel.
 cudaError_t FlashAttentionForward(const FlashAttentionArgs& args, const void* q,
                                   const void* k, const void* v, ElemType qt,
                                   void* out, ElemType ot, float* lse,

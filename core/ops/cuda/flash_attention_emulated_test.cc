@@ -21,6 +21,8 @@
 #include "core/ops/cuda/emulated_device.h"
 // The kernels, after the definitions they expect.
 #include "core/ops/cuda/flash_attention_kernels.cuh"
+// After the kernels' Params.
+#include "core/ops/cuda/flash_attention_emulated_params.h"
 
 namespace mcc {
 namespace ops {
@@ -29,7 +31,6 @@ namespace {
 namespace flash = ::mcc::cuda_kernels::flash;
 using cuda_emu::Dim3;
 using cuda_emu::Emulator;
-using cuda_kernels::ElemType;
 using flash_testing::AttentionCase;
 using flash_testing::Near;
 
@@ -37,42 +38,9 @@ using flash_testing::Near;
     ::testing::AddGlobalTestEnvironment(
         new flash_testing::WidenedCpuBf16Attention);
 
-ElemType TypeOf(const Tensor& t) {
-  switch (t.dtype()) {
-    case DType::kBFloat16:
-      return ElemType::kBF16;
-    case DType::kFloat16:
-      return ElemType::kF16;
-    default:
-      return ElemType::kF32;
-  }
-}
-
-// Params as the launchers (flash_attention.cu) and the registration
-// (registrations.cc) fill them.
-flash::Params ParamsFor(const AttentionCase& c, const AttentionOptions& o) {
-  flash::Params p;
-  p.b = c.b;
-  p.s = c.s;
-  p.hq = c.hq;
-  p.hkv = c.hkv;
-  p.d = c.d;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-  p.causal = o.causal;
-  p.dropout = o.dropout_p > 0.0f;
-  p.threshold = static_cast<uint32_t>(
-      std::lround(static_cast<double>(o.dropout_p) * (1 << 24)));
-  p.keep_scale = 1.0f / (1.0f - o.dropout_p);
-  p.seed = o.dropout_seed;
-  p.offset = o.dropout_offset;
-  p.head_offset = o.head_offset;
-  p.total_heads = o.total_heads > 0 ? o.total_heads : c.hq;
-  // The emulator reads host memory: the host first keys serve as they are.
-  if (o.first_key.defined()) p.first_key = o.first_key.data<int32_t>();
-  return p;
-}
-
-Dim3 DimOf(flash::Grid g) { return Dim3{g.x, g.y, g.z}; }
+using flash_testing::DimOf;
+using flash_testing::ElemTypeOf;
+using flash_testing::ParamsFor;
 
 template <int kD>
 void Forward(const flash::Params& p) {
@@ -113,13 +81,7 @@ void EmulatedForward(const AttentionCase& c, const AttentionOptions& o,
                      const flash_testing::HostInputs& in,
                      flash_testing::Results* r) {
   flash::Params p = ParamsFor(c, o);
-  p.q = in.q.raw_data();
-  p.k = in.k.raw_data();
-  p.v = in.v.raw_data();
-  p.qt = TypeOf(in.q);
-  p.out = r->out.raw_data();
-  p.ot = TypeOf(r->out);
-  p.lse = r->lse.data<float>();
+  flash_testing::SetForwardTensors(in, r, &p);
   ForHeadDim(c.d, [&](auto kd) { Forward<decltype(kd)::value>(p); });
 }
 
@@ -131,17 +93,17 @@ void EmulatedBackward(const AttentionCase& c, const AttentionOptions& o,
   p.q = in.q.raw_data();
   p.k = in.k.raw_data();
   p.v = in.v.raw_data();
-  p.qt = TypeOf(in.q);
+  p.qt = ElemTypeOf(in.q);
   p.out = out.raw_data();
   p.dout = in.dout.raw_data();
-  p.ot = TypeOf(out);
+  p.ot = ElemTypeOf(out);
   p.lse = const_cast<float*>(lse.data<float>());
   p.drow = row_dot.data();
   p.dq = r->dq.raw_data();
-  p.dqt = TypeOf(r->dq);
+  p.dqt = ElemTypeOf(r->dq);
   p.dk = r->dk.raw_data();
   p.dv = r->dv.raw_data();
-  p.dkt = TypeOf(r->dk);
+  p.dkt = ElemTypeOf(r->dk);
   ForHeadDim(c.d, [&](auto kd) { Backward<decltype(kd)::value>(p); });
 }
 
@@ -232,8 +194,8 @@ TEST(FlashAttentionEmulatedTest, FirstKeysMatchTheCpuKernel) {
           FlashAttentionForward(in.q, in.k, in.v, o, &want.out, &want.lse)
               .ok());
       EmulatedForward(c, o, in, &got);
-      const flash_testing::Bounds bd =
-          flash_testing::AttentionBounds(c, in, want.out, want.lse);
+      const flash_testing::Bounds bd = flash_testing::AttentionBounds(
+          c, in, want.out, want.lse, {}, o.first_key);
       EXPECT_TRUE(Near("out", got.out, want.out, bd.out));
       // -inf rows compare equal; the bound covers the finite ones.
       std::vector<double> gl = got.lse.ToDoubles(), wl = want.lse.ToDoubles();

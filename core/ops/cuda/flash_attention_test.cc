@@ -8,7 +8,10 @@
 // given the CPU forward's out and lse, so each comparison sees one kernel's
 // error. Skips without a CUDA device (the *_on_test_device build runs every
 // line in CI against the CPU kernels; see test_util.h).
+#include "core/ops/cuda/flash_attention.h"
+
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -37,6 +40,17 @@ using testing::ToHost;
 
 class CudaFlashAttentionTest : public CudaTest {};
 
+// The forward's arithmetic on this case: 16-bit inputs with head dim 64 or
+// 128 may take the tensor-core kernel (FlashAttentionForwardKernelFor), whose
+// bound is looser; the SIMT kernel and the test device's CPU kernel sit
+// inside it too.
+flash_testing::ForwardArithmetic ForwardArithmeticOf(const AttentionCase& c) {
+  const bool tensor_cores =
+      c.dtype != DType::kFloat32 && (c.d == 64 || c.d == 128);
+  return tensor_cores ? flash_testing::TensorCoreForward(c.dtype)
+                      : flash_testing::ForwardArithmetic{};
+}
+
 TEST(CudaFlashAttentionSlotsTest, HoldCudaKernels) {
   EXPECT_TRUE(FlashAttentionForwardKernels().Get(Device::CUDA(0)).ok());
   EXPECT_TRUE(FlashAttentionBackwardKernels().Get(Device::CUDA(0)).ok());
@@ -57,8 +71,8 @@ TEST_F(CudaFlashAttentionTest, MatchesTheCpuKernel) {
     const absl::Status fwd =
         FlashAttentionForward(q, k, v, o, &got.out, &got.lse);
     ASSERT_TRUE(fwd.ok()) << fwd;
-    const flash_testing::Bounds bd =
-        flash_testing::AttentionBounds(c, in, want.out, want.lse);
+    const flash_testing::Bounds bd = flash_testing::AttentionBounds(
+        c, in, want.out, want.lse, ForwardArithmeticOf(c));
     EXPECT_TRUE(Near("out", ToHost(got.out), want.out, bd.out));
     EXPECT_TRUE(Near("lse", ToHost(got.lse), want.lse, bd.lse));
 
@@ -119,8 +133,8 @@ TEST_F(CudaFlashAttentionTest, FirstKeysMatchTheCpuKernel) {
   const absl::Status fwd =
       FlashAttentionForward(q, k, v, o, &got.out, &got.lse);
   ASSERT_TRUE(fwd.ok()) << fwd;
-  const flash_testing::Bounds bd =
-      flash_testing::AttentionBounds(c, in, want.out, want.lse);
+  const flash_testing::Bounds bd = flash_testing::AttentionBounds(
+      c, in, want.out, want.lse, ForwardArithmeticOf(c), o.first_key);
   EXPECT_TRUE(Near("out", ToHost(got.out), want.out, bd.out));
   EXPECT_TRUE(Near("lse", ToHost(got.lse), want.lse, bd.lse));
   ASSERT_TRUE(FlashAttentionBackward(in.q, in.k, in.v, want.out, in.dout,
@@ -133,6 +147,78 @@ TEST_F(CudaFlashAttentionTest, FirstKeysMatchTheCpuKernel) {
   EXPECT_TRUE(Near("dq", ToHost(got.dq), want.dq, bd.dq));
   EXPECT_TRUE(Near("dk", ToHost(got.dk), want.dk, bd.dk));
   EXPECT_TRUE(Near("dv", ToHost(got.dv), want.dv, bd.dv));
+}
+
+// The tensor-core forward (bf16 and fp16, head dims 64 and 128, sm_80+):
+// several query and key tiles with ragged last ones, causal and not, GQA,
+// packed documents with a window and key ranges that leave rows without a
+// key, dropout; the kernel is the one FlashAttentionForward picks (checked
+// on a GPU), bounds as flash_attention_test_util.h derives them for it.
+TEST_F(CudaFlashAttentionTest, TensorCoreForwardMatchesTheCpuKernel) {
+  const DType bf16 = DType::kBFloat16, f16 = DType::kFloat16,
+              f32 = DType::kFloat32;
+  const std::vector<AttentionCase> cases = {
+      {2, 300, 4, 2, 64, true, bf16, bf16, f32},
+      {1, 257, 8, 2, 128, false, f16, f32, f32},
+      {2, 150, 4, 1, 128, true, bf16, f32, f32, 0.1f},
+      {1, 150, 2, 2, 64, false, bf16, bf16, f32},
+  };
+  uint32_t seed = 900;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const AttentionCase& c = cases[ci];
+    SCOPED_TRACE(c.Name());
+    AttentionOptions o = c.Options();
+    if (ci >= 2) {  // Documents of 70, 1 and 79 tokens, a 30-key window;
+                    // not causal: rows that see keys past theirs or none.
+      std::vector<int64_t> first;
+      for (int64_t bi = 0; bi < c.b; ++bi) {
+        for (int64_t i = 0; i < c.s; ++i) {
+          const int64_t start = i < 70 ? 0 : i < 71 ? 70 : 71;
+          first.push_back(c.causal ? std::max<int64_t>(start, i - 29)
+                                   : (i < 50    ? -20
+                                      : i < 100 ? 90
+                                                : 400));
+        }
+      }
+      o.first_key = *Tensor::FromInts(first, {c.b, c.s}, DType::kInt32);
+    }
+    const flash_testing::HostInputs in = flash_testing::MakeInputs(c, seed++);
+    flash_testing::Results want = flash_testing::EmptyResults(c, Device::CPU());
+    flash_testing::Results got = flash_testing::EmptyResults(c, KernelDevice());
+    const Tensor q = ToCuda(in.q), k = ToCuda(in.k), v = ToCuda(in.v);
+    if (!testing::OnTestDevice()) {
+      int major = 0;
+      ASSERT_EQ(
+          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0),
+          cudaSuccess);
+      cuda_kernels::FlashAttentionArgs args;
+      args.head_dim = c.d;
+      EXPECT_EQ(cuda_kernels::FlashAttentionForwardKernelFor(
+                    args, q.raw_data(), k.raw_data(), v.raw_data(),
+                    c.dtype == bf16 ? cuda_kernels::ElemType::kBF16
+                                    : cuda_kernels::ElemType::kF16) ==
+                    cuda_kernels::FlashForwardKernel::kTensorCore,
+                major >= 8);
+    }
+    ASSERT_TRUE(
+        FlashAttentionForward(in.q, in.k, in.v, o, &want.out, &want.lse).ok());
+    const absl::Status fwd =
+        FlashAttentionForward(q, k, v, o, &got.out, &got.lse);
+    ASSERT_TRUE(fwd.ok()) << fwd;
+    const flash_testing::Bounds bd = flash_testing::AttentionBounds(
+        c, in, want.out, want.lse, flash_testing::TensorCoreForward(c.dtype),
+        o.first_key);
+    EXPECT_TRUE(Near("out", ToHost(got.out), want.out, bd.out));
+    const std::vector<double> gl = ToHost(got.lse).ToDoubles(),
+                              wl = want.lse.ToDoubles();
+    int64_t bad = 0;
+    for (size_t i = 0; i < gl.size(); ++i) {
+      const bool ok = std::isinf(wl[i]) ? std::isinf(gl[i]) && gl[i] < 0
+                                        : std::fabs(gl[i] - wl[i]) <= bd.lse[i];
+      bad += !ok;
+    }
+    EXPECT_EQ(bad, 0) << "lse rows out of bound";
+  }
 }
 
 // A head dim above what the kernels take is an error naming the op, not a

@@ -28,6 +28,25 @@
 // output adds one ulp of its type at the larger value (each side rounds
 // once). c_ij is 1/(1-p) or 0 with dropout (the same mask on both sides:
 // a different mask gives errors of the order of the values, far outside).
+//
+// The tensor-core forward (flash_attention_mma_kernels.cuh) differs from
+// fp32 arithmetic in two ways (ForwardArithmetic below):
+//  - tensor cores add their fp32 accumulators with truncation, not round to
+//    nearest (up to 2u a step instead of u), and the kernel scales the
+//    score after the product instead of q before it: the score and the P V
+//    sums get twice their fp32 terms (E's 2 d u max A and out's 4 s u);
+//  - P is rounded to q's 16-bit type (unit roundoff u_p: 2^-8 for bf16,
+//    2^-11 for fp16) for P V, while l sums the fp32 P: every term P_ij
+//    v_jx / l gains a relative error u_p, so out gains u_p M_ix; fp16
+//    flushes P below 2^-24 to its subnormal grid (an absolute 2^-25 a
+//    term, not relative; l >= 1), so out gains 2^-25 V_ix, V_ix = sum_j
+//    c_ij |v_jx|. bf16 has fp32's range (no such term).
+// Products of 16-bit values are exact in fp32, so nothing else changes; lse
+// sums the fp32 P and keeps its bound but for E. With the factor 2:
+//   out_ix: 2 (2 E' + 8 s u + 4u + u_p) M_ix + 2 a_p V_ix,
+//   E' = E + 2 d u max A.
+// For bf16 u_p = 2^-8 dominates: out within about 2^-7 of M_ix (the sum of
+// P |v| along the row), against about 2^-18 for the fp32 kernel.
 #ifndef CORE_OPS_CUDA_FLASH_ATTENTION_TEST_UTIL_H_
 #define CORE_OPS_CUDA_FLASH_ATTENTION_TEST_UTIL_H_
 
@@ -135,9 +154,27 @@ struct Bounds {
   std::vector<double> out, lse, dq, dk, dv;
 };
 
+// How the forward kernel under test computes (the default: fp32 arithmetic).
+struct ForwardArithmetic {
+  bool truncating_accumulation = false;  // tensor cores' fp32 sums
+  double p_unit_roundoff = 0.0;          // P rounded to a 16-bit type for P V
+  double p_subnormal_step = 0.0;         // half the spacing of its subnormals
+};
+
+// The tensor-core forward's arithmetic for 16-bit inputs of type `dtype`.
+inline ForwardArithmetic TensorCoreForward(DType dtype) {
+  ForwardArithmetic a;
+  a.truncating_accumulation = true;
+  a.p_unit_roundoff = dtype == DType::kFloat16 ? 1.0 / 2048 : 1.0 / 256;
+  a.p_subnormal_step = dtype == DType::kFloat16 ? std::ldexp(1.0, -25) : 0.0;
+  return a;
+}
+
 // `out` and `lse` are the forward results both backward kernels were given.
 inline Bounds AttentionBounds(const AttentionCase& c, const HostInputs& in,
-                              const Tensor& out, const Tensor& lse) {
+                              const Tensor& out, const Tensor& lse,
+                              const ForwardArithmetic& fa = {},
+                              const Tensor& first_key = Tensor()) {
   constexpr double u = 1.0 / (1 << 24);
   const AttentionOptions o = c.Options();
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
@@ -159,7 +196,12 @@ inline Bounds AttentionBounds(const AttentionCase& c, const HostInputs& in,
   };
   // Pass 1: E over everything.
   double amax = 0.0, smax = 0.0, lmax = 0.0;
-  for (double x : lv) lmax = std::max(lmax, std::fabs(x));
+  // Rows that see no key (first_key) have lse -inf and bounds 0.
+  for (double x : lv) {
+    if (std::isfinite(x)) lmax = std::max(lmax, std::fabs(x));
+  }
+  const std::vector<double> fk =
+      first_key.defined() ? first_key.ToDoubles() : std::vector<double>();
   std::vector<double> sv(s), av(s), pv(s), cv(s), gv(s);
   Bounds bd;
   bd.out.assign(out.numel(), 0.0);
@@ -167,15 +209,20 @@ inline Bounds AttentionBounds(const AttentionCase& c, const HostInputs& in,
   bd.dq.assign(out.numel(), 0.0);
   bd.dk.assign(in.k.numel(), 0.0);
   bd.dv.assign(in.k.numel(), 0.0);
-  std::vector<double> mag_out(out.numel()), mag_dq(out.numel()),
-      mag_dk(in.k.numel()), mag_dv(in.k.numel());
+  std::vector<double> mag_out(out.numel()), sum_v(out.numel()),
+      mag_dq(out.numel()), mag_dk(in.k.numel()), mag_dv(in.k.numel());
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t h = 0; h < hq; ++h) {
       const int64_t kvh = h / group;
       for (int64_t i = 0; i < s; ++i) {
         const int64_t jend = c.causal ? i + 1 : s;
+        const int64_t jbegin =
+            fk.empty()
+                ? 0
+                : std::max<int64_t>(0, static_cast<int64_t>(fk[bi * s + i]));
+        if (jbegin >= jend) continue;
         double m = -INFINITY;
-        for (int64_t j = 0; j < jend; ++j) {
+        for (int64_t j = jbegin; j < jend; ++j) {
           double dot = 0.0, abs_dot = 0.0;
           for (int64_t x = 0; x < d; ++x) {
             // q scaled in fp32 as both kernels do.
@@ -191,13 +238,13 @@ inline Bounds AttentionBounds(const AttentionCase& c, const HostInputs& in,
           m = std::max(m, dot);
         }
         double l = 0.0;
-        for (int64_t j = 0; j < jend; ++j) l += std::exp(sv[j] - m);
+        for (int64_t j = jbegin; j < jend; ++j) l += std::exp(sv[j] - m);
         const double lse_exact = m + std::log(l);
         double row_c = 0.0;  // C_i
         for (int64_t x = 0; x < d; ++x) {
           row_c += std::fabs(dout[qi(bi, i, h, x)] * ov[qi(bi, i, h, x)]);
         }
-        for (int64_t j = 0; j < jend; ++j) {
+        for (int64_t j = jbegin; j < jend; ++j) {
           pv[j] = std::exp(sv[j] - lse_exact);
           cv[j] = 1.0;
           if (c.dropout > 0) {
@@ -220,15 +267,17 @@ inline Bounds AttentionBounds(const AttentionCase& c, const HostInputs& in,
           gv[j] = pv[j] * (cv[j] * b_ij + row_c);
         }
         for (int64_t x = 0; x < d; ++x) {
-          double mo = 0.0, mq = 0.0;
-          for (int64_t j = 0; j < jend; ++j) {
+          double mo = 0.0, mq = 0.0, sv_x = 0.0;
+          for (int64_t j = jbegin; j < jend; ++j) {
             mo += pv[j] * cv[j] * std::fabs(v[ki(bi, j, kvh, x)]);
+            sv_x += cv[j] * std::fabs(v[ki(bi, j, kvh, x)]);
             mq += gv[j] * std::fabs(k[ki(bi, j, kvh, x)]);
             const int64_t kx = ki(bi, j, kvh, x);
             mag_dv[kx] += pv[j] * cv[j] * std::fabs(dout[qi(bi, i, h, x)]);
             mag_dk[kx] += gv[j] * std::fabs(q[qi(bi, i, h, x)] * scale);
           }
           mag_out[qi(bi, i, h, x)] = mo;
+          sum_v[qi(bi, i, h, x)] = sv_x;
           mag_dq[qi(bi, i, h, x)] = scale * mq;
         }
       }
@@ -236,12 +285,16 @@ inline Bounds AttentionBounds(const AttentionCase& c, const HostInputs& in,
   }
   const double e = 2 * d * u * amax + 2 * u * (smax + lmax) + 8 * u;
   const double n = static_cast<double>(group * s);
+  const double acc = fa.truncating_accumulation ? 2.0 : 1.0;
+  const double e_fwd = e + (acc - 1) * 2 * d * u * amax;
   for (size_t i = 0; i < bd.out.size(); ++i) {
-    bd.out[i] = 2 * (2 * e + 4 * s * u + 4 * u) * mag_out[i];
+    bd.out[i] = 2 * (2 * e_fwd + 4 * acc * s * u + 4 * u + fa.p_unit_roundoff) *
+                    mag_out[i] +
+                2 * fa.p_subnormal_step * sum_v[i];
     bd.dq[i] = 2 * (e + 2 * d * u + 4 * u + 2 * s * u) * mag_dq[i];
   }
   for (size_t i = 0; i < bd.lse.size(); ++i) {
-    bd.lse[i] = 2 * (e + 2 * s * u + 2 * u * std::fabs(lv[i]) + 4 * u);
+    bd.lse[i] = 2 * (e_fwd + 2 * s * u + 2 * u * std::fabs(lv[i]) + 4 * u);
   }
   for (size_t i = 0; i < bd.dk.size(); ++i) {
     bd.dv[i] = 2 * (e + 2 * n * u + 2 * u) * mag_dv[i];

@@ -1,0 +1,74 @@
+// Params of the flash-attention kernels for a test case, as the launchers
+// (flash_attention.cu) and the registration (registrations.cc) fill them,
+// for the tests that run the kernels on the host emulator. Include after
+// flash_attention_kernels.cuh (and so after emulated_device.h). Test-only.
+#ifndef CORE_OPS_CUDA_FLASH_ATTENTION_EMULATED_PARAMS_H_
+#define CORE_OPS_CUDA_FLASH_ATTENTION_EMULATED_PARAMS_H_
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/ops/attention.h"
+#include "core/ops/cuda/elem_type.h"
+#include "core/ops/cuda/flash_attention_test_util.h"
+#include "core/tensor.h"
+
+namespace mcc {
+namespace ops {
+namespace flash_testing {
+
+inline cuda_kernels::ElemType ElemTypeOf(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::kBFloat16:
+      return cuda_kernels::ElemType::kBF16;
+    case DType::kFloat16:
+      return cuda_kernels::ElemType::kF16;
+    default:
+      return cuda_kernels::ElemType::kF32;
+  }
+}
+
+inline cuda_kernels::flash::Params ParamsFor(const AttentionCase& c,
+                                             const AttentionOptions& o) {
+  cuda_kernels::flash::Params p;
+  p.b = c.b;
+  p.s = c.s;
+  p.hq = c.hq;
+  p.hkv = c.hkv;
+  p.d = c.d;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+  p.causal = o.causal;
+  p.dropout = o.dropout_p > 0.0f;
+  p.threshold = static_cast<uint32_t>(
+      std::lround(static_cast<double>(o.dropout_p) * (1 << 24)));
+  p.keep_scale = 1.0f / (1.0f - o.dropout_p);
+  p.seed = o.dropout_seed;
+  p.offset = o.dropout_offset;
+  p.head_offset = o.head_offset;
+  p.total_heads = o.total_heads > 0 ? o.total_heads : c.hq;
+  // The emulator reads host memory: the host first keys serve as they are.
+  if (o.first_key.defined()) p.first_key = o.first_key.data<int32_t>();
+  return p;
+}
+
+// The forward's inputs and outputs into p.
+inline void SetForwardTensors(const HostInputs& in, Results* r,
+                              cuda_kernels::flash::Params* p) {
+  p->q = in.q.raw_data();
+  p->k = in.k.raw_data();
+  p->v = in.v.raw_data();
+  p->qt = ElemTypeOf(in.q);
+  p->out = r->out.raw_data();
+  p->ot = ElemTypeOf(r->out);
+  p->lse = r->lse.data<float>();
+}
+
+inline cuda_emu::Dim3 DimOf(cuda_kernels::flash::Grid g) {
+  return cuda_emu::Dim3{g.x, g.y, g.z};
+}
+
+}  // namespace flash_testing
+}  // namespace ops
+}  // namespace mcc
+
+#endif  // CORE_OPS_CUDA_FLASH_ATTENTION_EMULATED_PARAMS_H_
