@@ -2,14 +2,17 @@
 // ops as library code calls them: GEMM TFLOP/s through ops::Gemm beside a
 // direct cublasGemmEx call, and GB/s of the memory-bound kernels beside a
 // device-to-device cudaMemcpy, and flash-attention TFLOP/s (forward and
-// backward) beside the bf16 cuBLAS GEMM rate of the same run. Prints "no
-// CUDA device" and exits 0 without a GPU.
+// backward) beside the bf16 cuBLAS GEMM rate of the same run (bf16 rows
+// add the SIMT forward, FlashAttentionArgs::tensor_cores off, and the
+// tensor-core forward's speed-up over it). Prints "no CUDA device" and
+// exits 0 without a GPU.
 //
 //   bench [--iters=20] [--gemm=true] [--memory=true] [--attention=true]
 //         [--mem_elements=67108864]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -21,12 +24,14 @@
 #include "core/cuda/cuda_status.h"
 #include "core/cuda/event.h"
 #include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
 #include "core/ops/activation.h"
 #include "core/ops/adamw.h"
 #include "core/ops/attention.h"
 #include "core/ops/bias.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/cuda/cublas_library.h"
+#include "core/ops/cuda/flash_attention.h"
 #include "core/ops/cuda/gemm.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/gemm.h"
@@ -196,6 +201,34 @@ void BenchAttention() {
         absl::StrFormat("%dx%dx%d/%dx%d", a.b, a.s, a.heads, a.kv_heads, a.d)
             .c_str(),
         fwd, ft, 100 * ft / peak, bwd, bt, 100 * bt / peak);
+    if (a.dtype != DType::kFloat32) {
+      // The same forward on the SIMT kernel (the one before the tensor-core
+      // forward, and the one older GPUs run).
+      cuda_kernels::FlashAttentionArgs args;
+      args.batch = a.b;
+      args.seq = a.s;
+      args.heads = a.heads;
+      args.kv_heads = a.kv_heads;
+      args.head_dim = a.d;
+      args.scale = 1.0f / std::sqrt(static_cast<float>(a.d));
+      args.causal = a.causal;
+      args.tensor_cores = false;
+      const cudaStream_t stream = cuda::CurrentStream(0);
+      const double simt = TimeMs([&] {
+        MCC_CHECK_OK(cuda::CudaErrorToStatus(
+            cuda_kernels::FlashAttentionForward(
+                args, q.raw_data(), k.raw_data(), v.raw_data(),
+                cuda_kernels::ElemType::kBF16, out.raw_data(),
+                cuda_kernels::ElemType::kBF16,
+                static_cast<float*>(lse.raw_data()), stream),
+            "FlashAttentionForward (SIMT)", __FILE__, __LINE__));
+      });
+      std::printf(
+          "%-26s %-5s %-22s %9.3f %9.1f %5.1f%%  (SIMT forward; "
+          "the row above is %.2fx it)\n",
+          "", "", "", simt, ff / simt / 1e9, 100 * ff / simt / 1e9 / peak,
+          simt / fwd);
+    }
     std::fflush(stdout);
   }
   MCC_CHECK_OK(cuda::Synchronize(0));

@@ -125,7 +125,7 @@ size_t FlashAttentionSharedBytes(int64_t head_dim) {
 FlashForwardKernel FlashAttentionForwardKernelFor(
     const FlashAttentionArgs& args, const void* q, const void* k, const void* v,
     ElemType qt) {
-  if (qt != ElemType::kBF16 && qt != ElemType::kF16) {
+  if (!args.tensor_cores || (qt != ElemType::kBF16 && qt != ElemType::kF16)) {
     return FlashForwardKernel::kSimt;
   }
   if (args.head_dim != 64 && args.head_dim != 128) {

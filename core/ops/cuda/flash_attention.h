@@ -44,6 +44,9 @@ struct FlashAttentionArgs {
   // memory, the first key each query sees (AttentionOptions::first_key).
   // Null: none.
   const int32_t* first_key = nullptr;
+  // False: the forward always runs the SIMT kernel (benchmarks compare the
+  // two kernels with it).
+  bool tensor_cores = true;
 };
 
 // Dynamic shared memory (bytes) the largest kernel for this head_dim needs
