@@ -7,7 +7,8 @@
 // context parallelism (ring and all-to-all, with seq_aux_loss), expert
 // parallelism (EP, ETP, with PP, the distributed optimizer, ZeRO-2/3 and
 // HSDP, both dispatchers, bf16) and sequence parallelism (TP 2 + SP with
-// experts replicated, split over ETP = TP, or over EP 2 beside TP). The
+// experts replicated, split over ETP = TP, or over EP 2 beside TP, also
+// under PP 2 x TP 2 + SP). The
 // balancing losses' gradients must scale as the LM loss's for the layouts to
 // agree: DP splits the micro-batches the serial run accumulates, and the
 // expert bias steps by the load summed over DP. Under CP (and SP) each rank
@@ -211,6 +212,14 @@ std::vector<Case> Cases() {
   cp2_tp2_sp.sp = true;
   cp2_tp2_sp.balancing = gpt::MoeLoadBalancing::kSeqAuxLoss;
   v.push_back(cp2_tp2_sp);
+  // PP 2 x TP 2 + SP: each stage's MoE layers route its TP rank's tokens,
+  // the experts split over EP 2 laid over the TP ranks (EDP 1); the counts
+  // and expert-bias loads summed over TP per stage.
+  Case ep2_tp2_pp2_sp = Expert("ep2_tp2_pp2_sp", 4, 2, 1);
+  ep2_tp2_pp2_sp.tp = 2;
+  ep2_tp2_pp2_sp.pp = 2;
+  ep2_tp2_pp2_sp.sp = true;
+  v.push_back(ep2_tp2_pp2_sp);
   return v;
 }
 
