@@ -7,14 +7,13 @@
 // context parallelism (ring and all-to-all, with seq_aux_loss), expert
 // parallelism (EP, ETP, with PP, the distributed optimizer, ZeRO-2/3 and
 // HSDP, both dispatchers, bf16) and sequence parallelism (TP 2 + SP with
-// experts replicated, split over ETP = TP, or over EP 2 beside TP, also
-// under PP 2 x TP 2 + SP). The
-// balancing losses' gradients must scale as the LM loss's for the layouts to
-// agree: DP splits the micro-batches the serial run accumulates, and the
-// expert bias steps by the load summed over DP. Under CP (and SP) each rank
-// holds part of every sequence: the balancing statistics must be the whole
-// sequences' (counts summed over CP and TP) for the losses to be the serial
-// ones.
+// experts replicated, split over ETP = TP (in bf16 too), or over EP 2 beside
+// TP, also under PP 2 x TP 2 + SP). The balancing losses' gradients must
+// scale as the LM loss's for the layouts to agree: DP splits the micro-batches
+// the serial run accumulates, and the expert bias steps by the load summed over
+// DP. Under CP (and SP) each rank holds part of every sequence: the balancing
+// statistics must be the whole sequences' (counts summed over CP and TP) for
+// the losses to be the serial ones.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -220,6 +219,13 @@ std::vector<Case> Cases() {
   ep2_tp2_pp2_sp.pp = 2;
   ep2_tp2_pp2_sp.sp = true;
   v.push_back(ep2_tp2_pp2_sp);
+  // bf16 under SP: the TP ranks' rows gathered for the experts (ETP 0 =
+  // TP's) and the sequence-parallel gradients summed in 16 bits.
+  Case etp2_tp2_sp_bf16 = Expert("etp2_tp2_sp_bf16", 2, 1, 0);
+  etp2_tp2_sp_bf16.tp = 2;
+  etp2_tp2_sp_bf16.sp = true;
+  etp2_tp2_sp_bf16.bf16 = true;
+  v.push_back(etp2_tp2_sp_bf16);
   return v;
 }
 
@@ -326,6 +332,22 @@ TrainResult Serial(const Case& c) {
   return *r;
 }
 
+// The relative bound on each step's loss; grad norms get 10 times it (as
+// the other parity tests bound theirs). fp32: 1e-5, sums in another order.
+// 16-bit types: a stored element whose fp32 sum was taken in another order
+// (the expert GEMMs over other row groups, the gradients reduced over other
+// ranks) may land one step of the type (bf16: 2^-8) from the serial's, and
+// such flips move the batch's mean loss by a small share of a step: a
+// quarter step (2^-10, 1e-3). Beside TP the row-parallel layers' partial
+// products are rounded to 16 bits on each rank before they add (Megatron's
+// 16-bit reductions), a second rounding of the same elements the serial run
+// lacks: half a step (2^-9, 2e-3), cp_parity_test's bf16 bound. (The dense
+// GPT alone at TP 2 in bf16 measured 2.9e-4 loss, 7.3e-3 grad norm.)
+double LossBound(const Case& c) {
+  if (!c.bf16 && !c.fp16) return 1e-5;
+  return c.tp > 1 ? 2e-3 : 1e-3;
+}
+
 class MoeParityTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MoeParityTest, EqualsSerial) {
@@ -334,13 +356,8 @@ TEST_P(MoeParityTest, EqualsSerial) {
                                                    absl::Seconds(300));
   ASSERT_TRUE(parallel.ok()) << parallel.status();
   const TrainResult serial = Serial(c);
-  if (c.bf16 || c.fp16) {
-    // 16-bit types round each rank's partial sums (the expert GEMMs over other
-    // row groups, the reductions in another order): a looser bound.
-    optim::testing::ExpectMatchesSerial(*parallel, serial, 10, 1e-3, 1e-2);
-  } else {
-    optim::testing::ExpectMatchesSerial(*parallel, serial, 10, 1e-5, 1e-4);
-  }
+  const double bound = LossBound(c);
+  optim::testing::ExpectMatchesSerial(*parallel, serial, 10, bound, 10 * bound);
   double worst_norm = 0;
   for (int s = 0; s < 10; ++s) {
     worst_norm = std::max(
