@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -69,6 +70,15 @@ void Line(const char* name, const char* size, double sec, double amount,
 void SetNnBenchmarkCpuTime(bool cpu_time) { g_cpu_time = cpu_time; }
 
 void RunAttentionBenchmarks(bool quick) {
+  AttentionBenchmarkOptions options;
+  options.quick = quick;
+  RunAttentionBenchmarks(options);
+}
+
+void RunAttentionBenchmarks(const AttentionBenchmarkOptions& options) {
+  const bool quick = options.quick;
+  const bool one_shape = options.d > 0;
+  const int reps = std::max(1, options.reps);
   // Flash attention, causal. bf16 runs on both CPU paths where the CPU has
   // AVX512-BF16 (the dot-product kernels, then the widened ones), so their
   // times and the fp32 time come from one run.
@@ -88,9 +98,21 @@ void RunAttentionBenchmarks(bool quick) {
   variants.push_back({DType::kBFloat16, CpuBf16AttentionPath::kWidened,
                       bf16_dot ? "bf16 widened" : "bf16"});
   variants.push_back({DType::kFloat16, CpuBf16AttentionPath::kWidened, "fp16"});
-  for (int64_t d : {64, 128}) {
-    const int64_t b = quick ? 1 : 2, s = quick ? 512 : 2048, h = quick ? 2 : 8;
+  const std::vector<int64_t> head_dims = one_shape
+                                             ? std::vector<int64_t>{options.d}
+                                             : std::vector<int64_t>{64, 128};
+  for (int64_t d : head_dims) {
+    const int64_t b = one_shape ? options.b
+                      : quick   ? 1
+                                : 2,
+                  s = one_shape ? options.s
+                      : quick   ? 512
+                                : 2048,
+                  h = one_shape ? options.h
+                      : quick   ? 2
+                                : 8;
     for (const AttentionVariant& variant : variants) {
+      if (!options.only.empty() && options.only != variant.label) continue;
       const DType dt = variant.dtype;
       const CpuBf16AttentionPath saved_path =
           internal::SetCpuBf16AttentionPathForTesting(variant.path);
@@ -112,7 +134,7 @@ void RunAttentionBenchmarks(bool quick) {
                [&] {
                  MCC_CHECK_OK(FlashAttentionForward(q, k, v, {}, &out, &lse));
                },
-               3),
+               reps),
            FlashAttentionForwardFlops(b, s, h, d, true), "GFLOP/s");
       Line("FlashAttentionBackward (causal)", size,
            Time(
@@ -120,11 +142,12 @@ void RunAttentionBenchmarks(bool quick) {
                  MCC_CHECK_OK(FlashAttentionBackward(q, k, v, out, dout, lse,
                                                      {}, &dq, &dk, &dv));
                },
-               3),
+               reps),
            FlashAttentionBackwardFlops(b, s, h, d, true), "GFLOP/s");
       internal::SetCpuBf16AttentionPathForTesting(saved_path);
     }
   }
+  if (one_shape || !options.only.empty()) return;
   // Packed documents (AttentionOptions::first_key): the same problem cut
   // into documents of n tokens. Blocks across documents are skipped, so the
   // time falls with n against the full causal line (n = s); GFLOP/s counts
