@@ -653,6 +653,8 @@ bool UseBf16Dot(const Dims& dm) {
 
 // ---- bf16 inputs through AVX512-BF16 (CpuBf16AttentionPath::kDotProduct).
 
+inline int64_t RoundUpEven(int64_t n) { return (n + 1) / 2 * 2; }
+
 // K^T of one kv head in pair layout for Bf16DotGemm's B: columns are keys,
 // word (x / 2) * ld_words + t holds k[t, x] and k[t, x + 1] (d even).
 void PackPairsTransposed(const BFloat16* src, int64_t stride, int64_t rows,
@@ -680,38 +682,6 @@ inline __mmask16 Lanes(int64_t n) {
   return static_cast<__mmask16>((1u << std::min<int64_t>(16, n)) - 1);
 }
 
-// row[c] *= scale for c in [begin, end); returns the largest of them.
-MCC_AVX512_SOFTMAX inline float ScaleAndMax16(float* row, int64_t begin,
-                                              int64_t end, float scale) {
-  const __m512 s = _mm512_set1_ps(scale);
-  __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t c = begin; c < end; c += 16) {
-    const __mmask16 m = Lanes(end - c);
-    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + c), s);
-    _mm512_mask_storeu_ps(row + c, m, v);
-    mx = _mm512_mask_max_ps(mx, m, mx, v);
-  }
-  return _mm512_reduce_max_ps(mx);
-}
-
-// ExpRange in 16 lanes: row[c] = exp(row[c] - sub) on [begin, end), 0 on
-// the rest of [0, n); returns the sum over [begin, end).
-MCC_AVX512_SOFTMAX inline float ExpRange16(float* row, int64_t begin,
-                                           int64_t end, int64_t n, float sub) {
-  std::fill(row, row + begin, 0.0f);
-  const __m512 vs = _mm512_set1_ps(sub);
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t c = begin; c < end; c += 16) {
-    const __mmask16 m = Lanes(end - c);
-    const __m512 e =
-        Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + c), vs));
-    _mm512_mask_storeu_ps(row + c, m, e);
-    acc = _mm512_mask_add_ps(acc, m, acc, e);
-  }
-  std::fill(row + end, row + n, 0.0f);
-  return _mm512_reduce_add_ps(acc);
-}
-
 // dS = P (dP - D) for a block without dropout (ds holds dP on entry).
 MCC_AVX512_SOFTMAX void DsBlock16(const float* pb, float* dsb, int64_t br,
                                   int64_t bc, const float* drow) {
@@ -729,35 +699,155 @@ MCC_AVX512_SOFTMAX void DsBlock16(const float* pb, float* dsb, int64_t br,
   }
 }
 
+// Lane r of the result: the sum (kMax: the largest) of v[r]'s 16 lanes,
+// combined in _mm512_reduce_add_ps's order (halves of 8, 4, 2, then 1
+// lanes), so each sum equals that reduction's bit for bit; 16 rows take
+// four shuffle steps together instead of four each, one after another.
+template <bool kMax>
+MCC_AVX512_SOFTMAX inline __m512 Combine(__m512 a, __m512 b) {
+  return kMax ? _mm512_max_ps(a, b) : _mm512_add_ps(a, b);
+}
+template <bool kMax>
+MCC_AVX512_SOFTMAX inline __m512 ReduceRows16(const __m512* v) {
+  // Lanes j and j + 8 of each row: rows 2k, 2k + 1 in the halves of w[k].
+  __m512 w[8];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    w[k] = Combine<kMax>(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE),
+                         _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44));
+  }
+  // j and j + 4: row 4k + q in quarter q of x[k].
+  __m512 x[4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    x[k] = Combine<kMax>(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD),
+                         _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88));
+  }
+  // j and j + 2: in quarter q of y[k], lanes 0-1 row 8k + q, 2-3 8k + 4 + q.
+  __m512 y[2];
+#pragma GCC unroll 2
+  for (int k = 0; k < 2; ++k) {
+    y[k] = Combine<kMax>(_mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0x44),
+                         _mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0xEE));
+  }
+  // j and j + 1: lane 4q + t holds row 4t + q; put row r in lane r.
+  const __m512 z = Combine<kMax>(_mm512_shuffle_ps(y[0], y[1], 0x88),
+                                 _mm512_shuffle_ps(y[0], y[1], 0xDD));
+  const __m512i order =
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, z);
+}
+
+#define MCC_AVX512_BF16_SOFTMAX \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16")))
+
 // The forward's online softmax over one block of scores (br x bc, row
-// stride kBlock), in place, as ForwardCpu's row loop: rescales the running
-// sums lrow, maxima mrow and output rows oacc, and leaves P in sc.
-MCC_AVX512_SOFTMAX void ForwardSoftmax16(const Dims& dm, int64_t bi, int64_t h,
-                                         int64_t i0, int64_t br, int64_t j0,
-                                         int64_t bc, float* sc, float* mrow,
-                                         float* lrow, float* oacc,
-                                         uint32_t* words) {
-  const int64_t d = dm.d;
-  for (int64_t r = 0; r < br; ++r) {
-    float* row = sc + r * kBlock;
-    const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
-    if (vis.empty()) {
-      std::fill(row, row + bc, 0.0f);
-      continue;
+// stride kBlock), as ForwardCpu's row loop computes it for each row:
+// m = max(m, scale * max S), alpha = exp(m_old - m), P = exp(scale S - m),
+// l = l alpha + sum P, O *= alpha; rows that see no key of the block keep
+// their m, l and O and get P = 0. Rows go 16 at a time, so their maxima,
+// sums and alphas are vectors. P goes rounded to bf16 into pb (row stride
+// kBlock, zero to the even count) for P V; with dropout, the dropped fp32 P
+// is left in sc first (the normaliser counts every probability).
+MCC_AVX512_BF16_SOFTMAX void ForwardSoftmax16(const Dims& dm, int64_t bi,
+                                              int64_t h, int64_t i0, int64_t br,
+                                              int64_t j0, int64_t bc, float* sc,
+                                              float* mrow, float* lrow,
+                                              float* oacc, uint32_t* words,
+                                              BFloat16* pb) {
+  const int64_t d = dm.d, n_even = RoundUpEven(bc);
+  const bool dropout = dm.dropout_p > 0;
+  const __m512 scale = _mm512_set1_ps(dm.scale);
+  const __m512 neg_inf =
+      _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t r0 = 0; r0 < br; r0 += 16) {
+    const int64_t rows = std::min<int64_t>(16, br - r0);
+    const __mmask16 row_lanes = Lanes(rows);
+    int64_t begin[16], end[16];
+    __mmask16 seen = 0;
+    __m512 part[16];
+    // Scores scaled in place, and each row's largest.
+    for (int64_t r = 0; r < 16; ++r) {
+      part[r] = neg_inf;
+      if (r >= rows) continue;
+      float* row = sc + (r0 + r) * kBlock;
+      const KeyRange vis = Visible(dm, bi, i0 + r0 + r, j0, bc);
+      begin[r] = vis.begin;
+      end[r] = vis.end;
+      if (vis.empty()) {
+        if (dropout) std::fill(row, row + bc, 0.0f);
+        continue;
+      }
+      seen |= static_cast<__mmask16>(1u << r);
+      for (int64_t c = vis.begin; c < vis.end; c += 16) {
+        const __mmask16 m = Lanes(vis.end - c);
+        const __m512 v =
+            _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + c), scale);
+        _mm512_mask_storeu_ps(row + c, m, v);
+        part[r] = _mm512_mask_max_ps(part[r], m, part[r], v);
+      }
     }
-    const float mnew =
-        std::max(mrow[r], ScaleAndMax16(row, vis.begin, vis.end, dm.scale));
-    const float alpha = nn::ExpS(mrow[r] - mnew);
-    const float sum = ExpRange16(row, vis.begin, vis.end, bc, mnew);
-    lrow[r] = lrow[r] * alpha + sum;
-    mrow[r] = mnew;
-    if (dm.dropout_p > 0) {
-      DropRow(dm, bi, h, i0 + r, j0 + vis.begin, vis.end - vis.begin,
-              row + vis.begin, words);
+    // std::max(m_old, block max) is vmaxps(block max, m_old), NaN included.
+    const __m512 m_old = _mm512_maskz_loadu_ps(row_lanes, mrow + r0);
+    const __m512 m_new = _mm512_max_ps(ReduceRows16<true>(part), m_old);
+    const __m512 alpha = Exp16(_mm512_sub_ps(m_old, m_new));
+    alignas(64) float m_lane[16];
+    _mm512_store_ps(m_lane, m_new);
+    // P = exp(S - m), its lane sums, and P in bf16.
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = sc + (r0 + r) * kBlock;
+      BFloat16* prow = pb + (r0 + r) * kBlock;
+      part[r] = _mm512_setzero_ps();
+      if (((seen >> r) & 1) == 0) {
+        for (int64_t c = 0; c < n_even; c += 16) {
+          _mm256_mask_storeu_epi16(prow + c, Lanes(n_even - c),
+                                   _mm256_setzero_si256());
+        }
+        continue;
+      }
+      const __m512 sub = _mm512_set1_ps(m_lane[r]);
+      if (dropout) std::fill(row, row + begin[r], 0.0f);
+      for (int64_t c = 0; c < begin[r]; c += 16) {
+        _mm256_mask_storeu_epi16(prow + c, Lanes(begin[r] - c),
+                                 _mm256_setzero_si256());
+      }
+      for (int64_t c = begin[r]; c < end[r]; c += 16) {
+        const __mmask16 m = Lanes(end[r] - c);
+        const __m512 e =
+            Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + c), sub));
+        part[r] = _mm512_mask_add_ps(part[r], m, part[r], e);
+        if (dropout) {
+          _mm512_mask_storeu_ps(row + c, m, e);
+        } else {
+          _mm256_mask_storeu_epi16(prow + c, m, (__m256i)_mm512_cvtneps_pbh(e));
+        }
+      }
+      if (dropout) std::fill(row + end[r], row + bc, 0.0f);
+      for (int64_t c = end[r]; c < n_even; c += 16) {
+        _mm256_mask_storeu_epi16(prow + c, Lanes(n_even - c),
+                                 _mm256_setzero_si256());
+      }
     }
-    if (alpha != 1.0f) {
-      float* o = oacc + r * d;
-      const __m512 a = _mm512_set1_ps(alpha);
+    for (int64_t r = rows; r < 16; ++r) part[r] = _mm512_setzero_ps();
+    // l = l alpha + sum, one rounding (the row loop's contracted form).
+    const __m512 l_old = _mm512_maskz_loadu_ps(row_lanes, lrow + r0);
+    _mm512_mask_storeu_ps(
+        lrow + r0, seen,
+        _mm512_fmadd_ps(l_old, alpha, ReduceRows16<false>(part)));
+    _mm512_mask_storeu_ps(mrow + r0, seen, m_new);
+    alignas(64) float alpha_lane[16];
+    _mm512_store_ps(alpha_lane, alpha);
+    const __mmask16 rescale =
+        seen & _mm512_cmp_ps_mask(alpha, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (((seen >> r) & 1) == 0) continue;
+      if (dropout) {
+        DropRow(dm, bi, h, i0 + r0 + r, j0 + begin[r], end[r] - begin[r],
+                sc + (r0 + r) * kBlock + begin[r], words);
+      }
+      if (((rescale >> r) & 1) == 0) continue;
+      float* o = oacc + (r0 + r) * d;
+      const __m512 a = _mm512_set1_ps(alpha_lane[r]);
       for (int64_t x = 0; x < d; x += 16) {
         const __mmask16 m = Lanes(d - x);
         _mm512_mask_storeu_ps(
@@ -765,11 +855,14 @@ MCC_AVX512_SOFTMAX void ForwardSoftmax16(const Dims& dm, int64_t bi, int64_t h,
       }
     }
   }
+  if (dropout) RoundToBf16Rows(sc, kBlock, br, bc, pb, kBlock);
 }
 
+#undef MCC_AVX512_BF16_SOFTMAX
+
 // The backward's P = exp(scale S - lse) over one block in place (0 outside
-// each row's visible keys), one pass a row: the same operations as
-// ScaleAndMax16 then ExpRange16.
+// each row's visible keys), one pass a row: the same operations as the
+// forward's ForwardSoftmax16.
 MCC_AVX512_SOFTMAX void BackwardProbabilities16(const Dims& dm, int64_t bi,
                                                 int64_t i0, int64_t br,
                                                 int64_t j0, int64_t bc,
@@ -795,7 +888,13 @@ MCC_AVX512_SOFTMAX void BackwardProbabilities16(const Dims& dm, int64_t bi,
 
 #undef MCC_AVX512_SOFTMAX
 
-inline int64_t RoundUpEven(int64_t n) { return (n + 1) / 2 * 2; }
+// rows [rows, d] at row stride `stride` -> dst [rows, d] (contiguous).
+inline void CopyRows(const BFloat16* src, int64_t stride, int64_t rows,
+                     int64_t d, BFloat16* dst) {
+  for (int64_t t = 0; t < rows; ++t) {
+    std::memcpy(dst + t * d, src + t * stride, d * sizeof(BFloat16));
+  }
+}
 
 // ForwardCpu's algorithm with bf16 q, k, v (d even): S = q k^T on the
 // dot-product instruction, scaled in fp32; P rounded to bf16 for P V.
@@ -825,15 +924,18 @@ void ForwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
         }
       });
   ThreadPool::Global().ParallelFor(nqb * bh, 1, [&](int64_t t0, int64_t t1) {
-    // Scratch: O accumulator, scores, running max and sum; P in bf16.
+    // Scratch: O accumulator, scores, running max and sum; P and the query
+    // block in bf16.
     Tensor scratch = Tensor::Empty({kBlock * d + kBlock * kBlock + 2 * kBlock},
                                    DType::kFloat32);
-    Tensor p_scratch = Tensor::Empty({kBlock * kBlock}, DType::kBFloat16);
+    Tensor p_scratch =
+        Tensor::Empty({kBlock * kBlock + kBlock * d}, DType::kBFloat16);
     float* oacc = scratch.data<float>();
     float* sc = oacc + kBlock * d;
     float* mrow = sc + kBlock * kBlock;
     float* lrow = mrow + kBlock;
     BFloat16* pb = p_scratch.data<BFloat16>();
+    BFloat16* qblock = pb + kBlock * kBlock;
     std::vector<uint32_t> word_buffer(dm.dropout_p > 0 ? kBlock : 0);
     uint32_t* words = word_buffer.data();
     for (int64_t task = t0; task < t1; ++task) {
@@ -845,17 +947,19 @@ void ForwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
       const int64_t kbegin = FirstKeyOfBlock(dm, bi, i0, br) / kBlock * kBlock;
       const BFloat16* kt = packed_data + (bi * dm.hkv + kvh) * per_kv;
       const BFloat16* vp = kt + vt_offset;
-      const BFloat16* qh = q + (bi * s + i0) * q_stride + h * d;
+      // The query rows side by side: read from the [b, s, h, d] tensor at
+      // their row stride (a power of two), the block's rows share a few L1
+      // sets and evict each other in every product.
+      CopyRows(q + (bi * s + i0) * q_stride + h * d, q_stride, br, d, qblock);
       std::fill(oacc, oacc + br * d, 0.0f);
       std::fill(mrow, mrow + br, -std::numeric_limits<float>::infinity());
       std::fill(lrow, lrow + br, 0.0f);
       for (int64_t j0 = kbegin; j0 < kend; j0 += kBlock) {
         const int64_t bc = std::min(kBlock, kend - j0);
-        Bf16DotGemm(br, bc, d, qh, q_stride / 2, 1, kt + 2 * j0, 2 * ldk, sc,
+        Bf16DotGemm(br, bc, d, qblock, d / 2, 1, kt + 2 * j0, 2 * ldk, sc,
                     kBlock, false);
-        ForwardSoftmax16(dm, bi, h, i0, br, j0, bc, sc, mrow, lrow, oacc,
-                         words);
-        RoundToBf16Rows(sc, kBlock, br, bc, pb, kBlock);
+        ForwardSoftmax16(dm, bi, h, i0, br, j0, bc, sc, mrow, lrow, oacc, words,
+                         pb);
         Bf16DotGemm(br, d, RoundUpEven(bc), pb, kBlock / 2, 1, vp + j0 * d,
                     2 * d, oacc, d, true);
       }
