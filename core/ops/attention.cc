@@ -655,32 +655,80 @@ bool UseBf16Dot(const Dims& dm) {
 
 inline int64_t RoundUpEven(int64_t n) { return (n + 1) / 2 * 2; }
 
-// K^T of one kv head in pair layout for Bf16DotGemm's B: columns are keys,
-// word (x / 2) * ld_words + t holds k[t, x] and k[t, x + 1] (d even).
-void PackPairsTransposed(const BFloat16* src, int64_t stride, int64_t rows,
-                         int64_t d, BFloat16* dst, int64_t ld_words) {
-  uint32_t* out = reinterpret_cast<uint32_t*>(dst);
-  for (int64_t t = 0; t < rows; ++t) {
-    const BFloat16* row = src + t * stride;
-    for (int64_t p = 0; p < d / 2; ++p) {
-      uint32_t word;
-      std::memcpy(&word, row + 2 * p, sizeof(word));
-      out[p * ld_words + t] = word;
-    }
-  }
-}
-
 // The softmax pieces of the dot-product path in 512-bit vectors (that path
 // runs only where AVX-512 is on).
 #define MCC_AVX512_SOFTMAX \
   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq")))
 
-// Exp16 (avx512_util.h): Exp8's operations lane for lane, so each lane
-// equals Exp8's bit for bit.
-
 inline __mmask16 Lanes(int64_t n) {
   return static_cast<__mmask16>((1u << std::min<int64_t>(16, n)) - 1);
 }
+
+// Transposes 16 x 16 32-bit lanes in registers: r[i] lane j -> r[j] lane i.
+MCC_AVX512_SOFTMAX inline void Transpose16x16(__m512i* r) {
+  __m512i t[16], u[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4i + j], 128-bit lane L: rows 4i..4i+3 of column 4L + j.
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88);
+    const __m512i v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xDD);
+    const __m512i w0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+    const __m512i w1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xDD);
+    r[j] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+    r[j + 4] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+    r[j + 8] = _mm512_shuffle_i32x4(v0, w0, 0xDD);
+    r[j + 12] = _mm512_shuffle_i32x4(v1, w1, 0xDD);
+  }
+}
+
+// dst[j * ldd + i] = src[i * lds + j] for 32-bit elements, i < rows,
+// j < cols, in 16 x 16 tiles through registers.
+MCC_AVX512_SOFTMAX void Transpose32(const uint32_t* src, int64_t lds,
+                                    int64_t rows, int64_t cols, uint32_t* dst,
+                                    int64_t ldd) {
+  for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+    const int64_t ni = std::min<int64_t>(16, rows - i0);
+    for (int64_t j0 = 0; j0 < cols; j0 += 16) {
+      const int64_t nj = std::min<int64_t>(16, cols - j0);
+      const __mmask16 mj = Lanes(nj);
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        r[i] = i < ni ? _mm512_maskz_loadu_epi32(mj, src + (i0 + i) * lds + j0)
+                      : _mm512_setzero_si512();
+      }
+      Transpose16x16(r);
+      const __mmask16 mi = Lanes(ni);
+      for (int64_t j = 0; j < nj; ++j) {
+        _mm512_mask_storeu_epi32(dst + (j0 + j) * ldd + i0, mi, r[j]);
+      }
+    }
+  }
+}
+
+// K^T of one kv head in pair layout for Bf16DotGemm's B: columns are keys,
+// word (x / 2) * ld_words + t holds k[t, x] and k[t, x + 1] (d and the row
+// stride even): the transpose of the rows read as pair words.
+void PackPairsTransposed(const BFloat16* src, int64_t stride, int64_t rows,
+                         int64_t d, BFloat16* dst, int64_t ld_words) {
+  Transpose32(reinterpret_cast<const uint32_t*>(src), stride / 2, rows, d / 2,
+              reinterpret_cast<uint32_t*>(dst), ld_words);
+}
+
+// Exp16 (avx512_util.h): Exp8's operations lane for lane, so each lane
+// equals Exp8's bit for bit.
 
 // dS = P (dP - D) for a block without dropout (ds holds dP on entry).
 MCC_AVX512_SOFTMAX void DsBlock16(const float* pb, float* dsb, int64_t br,
@@ -1085,12 +1133,20 @@ void BackwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
                 nn::FromF32(dqp + t * d, dq + off + t * q_stride, d, dm.scale);
               }
             }
+            // dK, dV rows out of the transposed panels, through dQ's
+            // scratch (free now).
+            auto* rows = reinterpret_cast<uint32_t*>(dqp);
+            Transpose32(reinterpret_cast<const uint32_t*>(dkt), ldt, d, s, rows,
+                        d);
             for (int64_t t = 0; t < s; ++t) {
-              const int64_t o = (bi * s + t) * kv_stride + kvh * d;
-              for (int64_t x = 0; x < d; ++x) {
-                nn::StoreS(dk + o + x, dkt[x * ldt + t] * dm.scale);
-                nn::StoreS(dv + o + x, dvt[x * ldt + t]);
-              }
+              nn::FromF32(dqp + t * d, dk + (bi * s + t) * kv_stride + kvh * d,
+                          d, dm.scale);
+            }
+            Transpose32(reinterpret_cast<const uint32_t*>(dvt), ldt, d, s, rows,
+                        d);
+            for (int64_t t = 0; t < s; ++t) {
+              nn::FromF32(dqp + t * d, dv + (bi * s + t) * kv_stride + kvh * d,
+                          d);
             }
           }
         }
