@@ -730,23 +730,6 @@ void PackPairsTransposed(const BFloat16* src, int64_t stride, int64_t rows,
 // Exp16 (avx512_util.h): Exp8's operations lane for lane, so each lane
 // equals Exp8's bit for bit.
 
-// dS = P (dP - D) for a block without dropout (ds holds dP on entry).
-MCC_AVX512_SOFTMAX void DsBlock16(const float* pb, float* dsb, int64_t br,
-                                  int64_t bc, const float* drow) {
-  for (int64_t r = 0; r < br; ++r) {
-    const float* p = pb + r * kBlock;
-    float* ds = dsb + r * kBlock;
-    const __m512 dr = _mm512_set1_ps(drow[r]);
-    for (int64_t c = 0; c < bc; c += 16) {
-      const __mmask16 m = Lanes(bc - c);
-      _mm512_mask_storeu_ps(
-          ds + c, m,
-          _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + c),
-                        _mm512_sub_ps(_mm512_maskz_loadu_ps(m, ds + c), dr)));
-    }
-  }
-}
-
 // Lane r of the result: the sum (kMax: the largest) of v[r]'s 16 lanes,
 // combined in _mm512_reduce_add_ps's order (halves of 8, 4, 2, then 1
 // lanes), so each sum equals that reduction's bit for bit; 16 rows take
@@ -906,6 +889,79 @@ MCC_AVX512_BF16_SOFTMAX void ForwardSoftmax16(const Dims& dm, int64_t bi,
   if (dropout) RoundToBf16Rows(sc, kBlock, br, bc, pb, kBlock);
 }
 
+// Pair words of two rows converted together (v = _mm512_cvtne2ps_pbh(row
+// 1, row 0): row 0's 16 values low, row 1's high): word c = row0[c] |
+// row1[c] << 16, RoundToBf16Pairs's layout.
+MCC_AVX512_BF16_SOFTMAX inline __m512i PairWords(__m512bh v) {
+  alignas(64) static const uint16_t kInterleave[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), (__m512i)v);
+}
+
+// P (br x bc fp32, row stride kBlock) rounded to bf16 in pair layout for
+// Bf16DotGemm's B: RoundToBf16Pairs(pb, kBlock, br, bc, pairs, 2 kBlock).
+MCC_AVX512_BF16_SOFTMAX void PairsOfBlock16(const float* pb, int64_t br,
+                                            int64_t bc, BFloat16* pairs) {
+  for (int64_t r = 0; r < br; r += 2) {
+    const float* p0 = pb + r * kBlock;
+    const bool second = r + 1 < br;
+    uint32_t* out = reinterpret_cast<uint32_t*>(pairs + r * kBlock);
+    for (int64_t c = 0; c < bc; c += 16) {
+      const __mmask16 m = Lanes(bc - c);
+      const __m512 lo = _mm512_maskz_loadu_ps(m, p0 + c);
+      const __m512 hi = second ? _mm512_maskz_loadu_ps(m, p0 + kBlock + c)
+                               : _mm512_setzero_ps();
+      _mm512_mask_storeu_epi32(out + c, m,
+                               PairWords(_mm512_cvtne2ps_pbh(hi, lo)));
+    }
+  }
+}
+
+// dS = P (dP - D) of a block without dropout (dsb holds dP), straight to
+// bf16 in the two layouts its products take: rows (ds_rows, row stride
+// kBlock, a zero column after an odd bc: RoundToBf16Rows) and pairs
+// (ds_pairs: RoundToBf16Pairs); the fp32 dS is not stored.
+MCC_AVX512_BF16_SOFTMAX void DsToBf16Block16(const float* pb, const float* dsb,
+                                             int64_t br, int64_t bc,
+                                             const float* drow,
+                                             BFloat16* ds_rows,
+                                             BFloat16* ds_pairs) {
+  for (int64_t r = 0; r < br; r += 2) {
+    const bool second = r + 1 < br;
+    const float* p0 = pb + r * kBlock;
+    const float* dp0 = dsb + r * kBlock;
+    const __m512 d0 = _mm512_set1_ps(drow[r]);
+    const __m512 d1 = _mm512_set1_ps(second ? drow[r + 1] : 0.0f);
+    BFloat16* row0 = ds_rows + r * kBlock;
+    uint32_t* out = reinterpret_cast<uint32_t*>(ds_pairs + r * kBlock);
+    for (int64_t c = 0; c < bc; c += 16) {
+      const __mmask16 m = Lanes(bc - c);
+      const __m512 lo =
+          _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p0 + c),
+                        _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dp0 + c), d0));
+      const __m512 hi =
+          second ? _mm512_mul_ps(
+                       _mm512_maskz_loadu_ps(m, p0 + kBlock + c),
+                       _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dp0 + kBlock + c),
+                                     d1))
+                 : _mm512_setzero_ps();
+      const __m512bh v = _mm512_cvtne2ps_pbh(hi, lo);
+      const __m512i bits = (__m512i)v;
+      _mm256_mask_storeu_epi16(row0 + c, m, _mm512_castsi512_si256(bits));
+      if (second) {
+        _mm256_mask_storeu_epi16(row0 + kBlock + c, m,
+                                 _mm512_extracti64x4_epi64(bits, 1));
+      }
+      _mm512_mask_storeu_epi32(out + c, m, PairWords(v));
+    }
+    if (bc % 2 != 0) {
+      row0[bc] = BFloat16{};
+      if (second) row0[kBlock + bc] = BFloat16{};
+    }
+  }
+}
+
 #undef MCC_AVX512_BF16_SOFTMAX
 
 // The backward's P = exp(scale S - lse) over one block in place (0 outside
@@ -1053,10 +1109,12 @@ void BackwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
           float* pb = drow + s;
           float* dsb = pb + kBlock * kBlock;
           // bf16: K^T, V^T pairs [d / 2, 2 ldt]; K, q, dO row pairs
-          // [s2 / 2, 2d]; P pairs, dS pairs and dS rows of one block.
-          Tensor scratch16 =
-              Tensor::Empty({2 * d * ldt + 3 * s2 * d + 3 * kBlock * kBlock},
-                            DType::kBFloat16);
+          // [s2 / 2, 2d]; P pairs, dS pairs and dS rows of one block; q and
+          // dO rows side by side [s, d] (at the tensors' row stride, a power
+          // of two, a block's rows share a few L1 sets).
+          Tensor scratch16 = Tensor::Empty(
+              {2 * d * ldt + 3 * s2 * d + 3 * kBlock * kBlock + 2 * s * d},
+              DType::kBFloat16);
           BFloat16* kt = scratch16.data<BFloat16>();
           BFloat16* vt = kt + d * ldt;
           BFloat16* kv = vt + d * ldt;
@@ -1065,6 +1123,8 @@ void BackwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
           BFloat16* p_pairs = dov + s2 * d;
           BFloat16* ds_pairs = p_pairs + kBlock * kBlock;
           BFloat16* ds_rows = ds_pairs + kBlock * kBlock;
+          BFloat16* q_rows = ds_rows + kBlock * kBlock;
+          BFloat16* do_rows = q_rows + s * d;
           std::vector<uint32_t> words(dm.dropout_p > 0 ? kBlock : 0);
           std::vector<float> mask(dm.dropout_p > 0 ? kBlock : 0);
           for (int64_t task = t0; task < t1; ++task) {
@@ -1077,13 +1137,13 @@ void BackwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
             std::fill(dkt, dkt + 2 * d * ldt, 0.0f);
             for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
               const int64_t off = bi * s * q_stride + h * d;
-              const BFloat16* qh = q + off;
-              const BFloat16* doh = dout + off;
-              PackBf16RowPairs(qh, q_stride, s, d, qv);
-              PackBf16RowPairs(doh, q_stride, s, d, dov);
+              CopyRows(q + off, q_stride, s, d, q_rows);
+              CopyRows(dout + off, q_stride, s, d, do_rows);
+              PackBf16RowPairs(q_rows, d, s, d, qv);
+              PackBf16RowPairs(do_rows, d, s, d, dov);
               for (int64_t t = 0; t < s; ++t) {
                 const BFloat16* orow = out + off + t * q_stride;
-                const BFloat16* grow = doh + t * q_stride;
+                const BFloat16* grow = do_rows + t * d;
                 __m256 acc = _mm256_setzero_ps();
                 int64_t x = 0;
                 for (; x + 8 <= d; x += 8) {
@@ -1101,24 +1161,25 @@ void BackwardBf16Dot(const Dims& dm, const BFloat16* q, const BFloat16* k,
                   const int64_t br = std::min(kBlock, s - i0);
                   if (FirstKeyOfBlock(dm, bi, i0, br) >= j0 + bc) continue;
                   // P = exp(scale S - lse).
-                  Bf16DotGemm(br, bc, d, qh + i0 * q_stride, q_stride / 2, 1,
-                              kt + 2 * j0, 2 * ldt, pb, kBlock, false);
+                  Bf16DotGemm(br, bc, d, q_rows + i0 * d, d / 2, 1, kt + 2 * j0,
+                              2 * ldt, pb, kBlock, false);
                   BackwardProbabilities16(dm, bi, i0, br, j0, bc, lh, pb);
                   // dP = dO_i V_j^T; dS = P * (dP - D) (dropout as in
                   // BackwardCpu: dV takes P*M*c, dP is masked likewise).
-                  Bf16DotGemm(br, bc, d, doh + i0 * q_stride, q_stride / 2, 1,
+                  Bf16DotGemm(br, bc, d, do_rows + i0 * d, d / 2, 1,
                               vt + 2 * j0, 2 * ldt, dsb, kBlock, false);
                   if (dm.dropout_p == 0) {
-                    DsBlock16(pb, dsb, br, bc, drow + i0);
-                  }
-                  if (dm.dropout_p > 0) {
+                    PairsOfBlock16(pb, br, bc, p_pairs);
+                    DsToBf16Block16(pb, dsb, br, bc, drow + i0, ds_rows,
+                                    ds_pairs);
+                  } else {
                     DropoutBlockGrads(dm, bi, h, i0, j0, br, bc, drow, pb, dsb,
                                       mask.data(), words.data());
+                    RoundToBf16Pairs(pb, kBlock, br, bc, p_pairs, 2 * kBlock);
+                    RoundToBf16Pairs(dsb, kBlock, br, bc, ds_pairs, 2 * kBlock);
+                    RoundToBf16Rows(dsb, kBlock, br, bc, ds_rows, kBlock);
                   }
                   const int64_t kq = RoundUpEven(br), kk = RoundUpEven(bc);
-                  RoundToBf16Pairs(pb, kBlock, br, bc, p_pairs, 2 * kBlock);
-                  RoundToBf16Pairs(dsb, kBlock, br, bc, ds_pairs, 2 * kBlock);
-                  RoundToBf16Rows(dsb, kBlock, br, bc, ds_rows, kBlock);
                   // dV_j^T += dO_i^T P; dK_j^T += q_i^T dS (scale at the end).
                   Bf16DotGemm(d, bc, kq, dov + i0 * d, 1, d, p_pairs,
                               2 * kBlock, dvt + j0, ldt, true);
