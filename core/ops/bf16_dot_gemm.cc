@@ -119,6 +119,11 @@ MCC_AVX512_BF16 void Bf16DotGemm(int64_t m, int64_t n, int64_t k,
 
 namespace {
 
+// The first n (up to 16) lanes.
+inline __mmask16 Lanes16(int64_t n) {
+  return static_cast<__mmask16>((1u << std::min<int64_t>(16, n)) - 1);
+}
+
 // The bf16 bits of 16 floats, each in the low half of a 32-bit lane.
 MCC_AVX512_BF16 inline __m512i Bf16Lanes(__m512 v) {
   return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v));
@@ -164,21 +169,30 @@ MCC_AVX512_BF16 void RoundToBf16Pairs(const float* src, int64_t lds,
 
 MCC_AVX512_BF16 void PackBf16RowPairs(const BFloat16* src, int64_t stride,
                                       int64_t rows, int64_t d, BFloat16* dst) {
+  // 32 columns of two rows at a time: pair word x = row0[x] | row1[x] << 16,
+  // interleaved by two 16-bit permutes.
+  alignas(64) static const uint16_t kLow[32] = {
+      0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i low = _mm512_load_si512(kLow);
+  const __m512i high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
   for (int64_t t = 0; t < rows; t += 2) {
     const BFloat16* s0 = src + t * stride;
     const BFloat16* s1 = s0 + stride;
     const bool second = t + 1 < rows;
     uint32_t* out = reinterpret_cast<uint32_t*>(dst + (t / 2) * 2 * d);
-    for (int64_t x = 0; x < d; x += 16) {
-      const __mmask16 m =
-          static_cast<__mmask16>((1u << std::min<int64_t>(16, d - x)) - 1);
-      const __m512i lo =
-          _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s0 + x));
-      const __m512i hi =
-          second ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s1 + x))
-                 : _mm512_setzero_si512();
-      _mm512_mask_storeu_epi32(out + x, m,
-                               _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    for (int64_t x = 0; x < d; x += 32) {
+      const int64_t n = std::min<int64_t>(32, d - x);
+      const __mmask32 m = n == 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1;
+      const __m512i r0 = _mm512_maskz_loadu_epi16(m, s0 + x);
+      const __m512i r1 =
+          second ? _mm512_maskz_loadu_epi16(m, s1 + x) : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(out + x, Lanes16(n),
+                               _mm512_permutex2var_epi16(r0, low, r1));
+      if (n > 16) {
+        _mm512_mask_storeu_epi32(out + x + 16, Lanes16(n - 16),
+                                 _mm512_permutex2var_epi16(r0, high, r1));
+      }
     }
   }
 }
