@@ -308,15 +308,6 @@ inline float ExpRange(float* row, int64_t begin, int64_t end, int64_t n,
   return nn::HSum(acc);
 }
 
-inline float RowMax(const float* row, int64_t valid) {
-  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  int64_t c = 0;
-  for (; c + 8 <= valid; c += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(row + c));
-  float mx = nn::HMax(m);
-  for (; c < valid; ++c) mx = std::max(mx, row[c]);
-  return mx;
-}
-
 struct Dims {
   int64_t b, s, hq, hkv, d;
   float scale;
@@ -398,6 +389,297 @@ inline int64_t FirstKeyOfBlock(const Dims& dm, int64_t bi, int64_t i0,
   return std::max<int64_t>(0, *std::min_element(f, f + br));
 }
 
+// ---- The forward's online softmax over one block of scores, written once
+// for the fp32 kernels and the bf16 dot-product path. Row r of the block
+// (scores S, row stride kBlock) takes the keys [begin, end) it sees:
+//   m = max(m_old, max S),  alpha = exp(m_old - m),  P = exp(S - m),
+//   l = l_old alpha + sum P,  O *= alpha,
+// and a row that sees none keeps m, l and O and gets P = 0. Rows go
+// kLanes at a time so that their maxima, sums and alphas are vectors: one
+// shuffle reduction serves them all instead of a serial one per row. The
+// lane policies fix the numerics: SoftmaxLanes8 is the fp32 kernels' (AVX2,
+// 8 lanes: Exp8, RowMax's and HSum's order; the same results on every ISA),
+// SoftmaxLanes16 the bf16 path's (AVX-512: Exp16, _mm512_reduce_*_ps's
+// order). OnlineSoftmaxBlock is always inlined, and the 16-lane one only
+// into AVX-512 functions, so that the policy's intrinsics inline there too.
+
+inline __mmask16 Lanes(int64_t n) {
+  return static_cast<__mmask16>((1u << std::min<int64_t>(16, n)) - 1);
+}
+
+struct SoftmaxLanes8 {
+  using Vec = __m256;
+  static constexpr int kLanes = 8;
+  static Vec Broadcast(float x) { return _mm256_set1_ps(x); }
+  static Vec Max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
+  static Vec Sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+  static Vec Exp(Vec x) { return nn::Exp8(x); }
+  static Vec Fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+  static Vec LoadFirst(const float* p, int n) {
+    return _mm256_maskload_ps(p, Mask(n));
+  }
+  static void ToArray(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+  // RowMax's vector part: whole chunks of 8 (scores already scaled).
+  static Vec ScaleAndMax(float* row, int64_t begin, int64_t end,
+                         float /*scale*/) {
+    __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t c = begin; c + 8 <= end; c += 8) {
+      m = _mm256_max_ps(m, _mm256_loadu_ps(row + c));
+    }
+    return m;
+  }
+  // ... and its scalar part: the rest one by one.
+  static float MaxTail(float mx, const float* row, int64_t begin, int64_t end) {
+    for (int64_t c = begin + (end - begin) / 8 * 8; c < end; ++c) {
+      mx = std::max(mx, row[c]);
+    }
+    return mx;
+  }
+  // ExpRange: P in place (0 outside [begin, end) up to bc), lane sums.
+  static Vec ExpRow(float* row, int64_t begin, int64_t end, int64_t bc,
+                    float sub, BFloat16* /*prow*/) {
+    std::fill(row, row + begin, 0.0f);
+    const __m256 vs = _mm256_set1_ps(sub);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t c = begin;
+    for (; c + 8 <= end; c += 8) {
+      const __m256 e = nn::Exp8(_mm256_sub_ps(_mm256_loadu_ps(row + c), vs));
+      _mm256_storeu_ps(row + c, e);
+      acc = _mm256_add_ps(acc, e);
+    }
+    if (c < end) {
+      const __m256i m = Mask(end - c);
+      __m256 e = nn::Exp8(_mm256_sub_ps(_mm256_maskload_ps(row + c, m), vs));
+      e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
+      _mm256_maskstore_ps(row + c, m, e);
+      acc = _mm256_add_ps(acc, e);
+    }
+    std::fill(row + end, row + bc, 0.0f);
+    return acc;
+  }
+  static void ScaleRow(float* o, int64_t d, float alpha) {
+    for (int64_t x = 0; x < d; ++x) o[x] *= alpha;
+  }
+  // Lane r: HSum (kMax: HMax) of v[r], in the same order and operand order.
+  template <bool kMax>
+  static Vec Combine(Vec a, Vec b) {
+    return kMax ? _mm256_max_ps(a, b) : _mm256_add_ps(a, b);
+  }
+  template <bool kMax>
+  static Vec ReduceRows(const Vec* v) {
+    // Lanes j and j + 4 (low half first): rows 2k, 2k + 1 in w[k]'s halves.
+    __m256 w[4], x[2];
+    for (int k = 0; k < 4; ++k) {
+      w[k] =
+          Combine<kMax>(_mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x20),
+                        _mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x31));
+    }
+    // j and j + 2: in half H of x[k], lanes 0-1 row 4k + H, 2-3 4k + 2 + H.
+    for (int k = 0; k < 2; ++k) {
+      x[k] = Combine<kMax>(_mm256_shuffle_ps(w[2 * k], w[2 * k + 1], 0x44),
+                           _mm256_shuffle_ps(w[2 * k], w[2 * k + 1], 0xEE));
+    }
+    // j and j + 1: half H lane t holds row 2t + H; put row r in lane r.
+    const __m256 z = Combine<kMax>(_mm256_shuffle_ps(x[0], x[1], 0x88),
+                                   _mm256_shuffle_ps(x[0], x[1], 0xDD));
+    return _mm256_permutevar8x32_ps(z,
+                                    _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  }
+};
+
+#define MCC_AVX512_LANES MCC_AVX512_TARGET inline
+struct SoftmaxLanes16 {
+  using Vec = __m512;
+  static constexpr int kLanes = 16;
+  MCC_AVX512_LANES static Vec Broadcast(float x) { return _mm512_set1_ps(x); }
+  MCC_AVX512_LANES static Vec Max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
+  MCC_AVX512_LANES static Vec Sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+  MCC_AVX512_LANES static Vec Exp(Vec x) { return Exp16(x); }
+  MCC_AVX512_LANES static Vec Fma(Vec a, Vec b, Vec c) {
+    return _mm512_fmadd_ps(a, b, c);
+  }
+  MCC_AVX512_LANES static Vec LoadFirst(const float* p, int n) {
+    return _mm512_maskz_loadu_ps(Lanes(n), p);
+  }
+  MCC_AVX512_LANES static void ToArray(float* p, Vec v) {
+    _mm512_storeu_ps(p, v);
+  }
+  // Scores scaled in place; the largest in chunks of 16 from begin.
+  MCC_AVX512_LANES static Vec ScaleAndMax(float* row, int64_t begin,
+                                          int64_t end, float scale) {
+    const __m512 s = _mm512_set1_ps(scale);
+    __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t c = begin; c < end; c += 16) {
+      const __mmask16 m = Lanes(end - c);
+      const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + c), s);
+      _mm512_mask_storeu_ps(row + c, m, v);
+      mx = _mm512_mask_max_ps(mx, m, mx, v);
+    }
+    return mx;
+  }
+  static float MaxTail(float mx, const float*, int64_t, int64_t) { return mx; }
+  // P = exp(S - sub) on [begin, end): into prow in bf16 (zero to the even
+  // count) or, without prow, in place (0 on the rest of [0, bc)).
+  __attribute__((target(
+      "avx512f,avx512vl,avx512bw,avx512dq,avx512bf16"))) inline static Vec
+  ExpRow(float* row, int64_t begin, int64_t end, int64_t bc, float sub,
+         BFloat16* prow) {
+    const __m256i zero = _mm256_setzero_si256();
+    const int64_t n_even = (bc + 1) / 2 * 2;
+    if (prow != nullptr) {
+      for (int64_t c = 0; c < begin; c += 16) {
+        _mm256_mask_storeu_epi16(prow + c, Lanes(begin - c), zero);
+      }
+    } else {
+      std::fill(row, row + begin, 0.0f);
+    }
+    const __m512 vs = _mm512_set1_ps(sub);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t c = begin; c < end; c += 16) {
+      const __mmask16 m = Lanes(end - c);
+      const __m512 e =
+          Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + c), vs));
+      acc = _mm512_mask_add_ps(acc, m, acc, e);
+      if (prow != nullptr) {
+        _mm256_mask_storeu_epi16(prow + c, m, (__m256i)_mm512_cvtneps_pbh(e));
+      } else {
+        _mm512_mask_storeu_ps(row + c, m, e);
+      }
+    }
+    if (prow != nullptr) {
+      for (int64_t c = end; c < n_even; c += 16) {
+        _mm256_mask_storeu_epi16(prow + c, Lanes(n_even - c), zero);
+      }
+    } else {
+      std::fill(row + end, row + bc, 0.0f);
+    }
+    return acc;
+  }
+  MCC_AVX512_LANES static void ScaleRow(float* o, int64_t d, float alpha) {
+    const __m512 a = _mm512_set1_ps(alpha);
+    for (int64_t x = 0; x < d; x += 16) {
+      const __mmask16 m = Lanes(d - x);
+      _mm512_mask_storeu_ps(o + x, m,
+                            _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + x), a));
+    }
+  }
+  // Lane r: _mm512_reduce_add_ps (kMax: _max_ps) of v[r], in its order and
+  // operand order (halves of 8, 4, 2, then 1 lanes).
+  template <bool kMax>
+  MCC_AVX512_LANES static Vec Combine(Vec a, Vec b) {
+    return kMax ? _mm512_max_ps(a, b) : _mm512_add_ps(a, b);
+  }
+  template <bool kMax>
+  MCC_AVX512_LANES static Vec ReduceRows(const Vec* v) {
+    // Lanes j + 8 and j: rows 2k, 2k + 1 in the halves of w[k].
+    __m512 w[8], x[4], y[2];
+    for (int k = 0; k < 8; ++k) {
+      w[k] = Combine<kMax>(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE),
+                           _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44));
+    }
+    // j + 4 and j: row 4k + q in quarter q of x[k].
+    for (int k = 0; k < 4; ++k) {
+      x[k] = Combine<kMax>(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD),
+                           _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88));
+    }
+    // j and j + 2: quarter q of y[k], lanes 0-1 row 8k + q, 2-3 8k + 4 + q.
+    for (int k = 0; k < 2; ++k) {
+      y[k] = Combine<kMax>(_mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0x44),
+                           _mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0xEE));
+    }
+    // j and j + 1: lane 4q + t holds row 4t + q; put row r in lane r.
+    const __m512 z = Combine<kMax>(_mm512_shuffle_ps(y[0], y[1], 0x88),
+                                   _mm512_shuffle_ps(y[0], y[1], 0xDD));
+    return _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
+        z);
+  }
+};
+#undef MCC_AVX512_LANES
+
+// The online softmax of one block (br x bc, row stride kBlock) in place:
+// scales the scores by dm.scale first when scale_scores (the fp32 kernels
+// scale q instead); updates mrow, lrow and oacc's rows; leaves P in sc, or
+// with pb rounded to bf16 in pb (row stride kBlock), dropped after the sum
+// with dropout (the normaliser counts every probability).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+template <class L>
+__attribute__((always_inline)) inline void OnlineSoftmaxBlock(
+    const Dims& dm, int64_t bi, int64_t h, int64_t i0, int64_t br, int64_t j0,
+    int64_t bc, bool scale_scores, float* sc, float* mrow, float* lrow,
+    float* oacc, uint32_t* words, BFloat16* pb) {
+  using Vec = typename L::Vec;
+  constexpr int kL = L::kLanes;
+  const bool dropout = dm.dropout_p > 0;
+  // P in fp32 in sc: the fp32 kernels, and dropout before the rounding.
+  BFloat16* const p16 = dropout ? nullptr : pb;
+  const int64_t n_even = (bc + 1) / 2 * 2;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (int64_t r0 = 0; r0 < br; r0 += kL) {
+    const int rows = static_cast<int>(std::min<int64_t>(kL, br - r0));
+    int64_t begin[kL] = {}, end[kL] = {};
+    uint32_t seen = 0;
+    alignas(64) float m_lane[kL], l_lane[kL], alpha_lane[kL];
+    Vec part[kL];
+    for (int r = 0; r < kL; ++r) {
+      part[r] = L::Broadcast(neg_inf);
+      if (r >= rows) continue;
+      float* row = sc + (r0 + r) * kBlock;
+      const KeyRange vis = Visible(dm, bi, i0 + r0 + r, j0, bc);
+      begin[r] = vis.begin;
+      end[r] = vis.end;
+      if (vis.empty()) {
+        if (p16 == nullptr) std::fill(row, row + bc, 0.0f);
+        continue;
+      }
+      seen |= 1u << r;
+      part[r] = L::ScaleAndMax(row, vis.begin, vis.end,
+                               scale_scores ? dm.scale : 1.0f);
+    }
+    L::ToArray(m_lane, L::template ReduceRows<true>(part));
+    for (int r = 0; r < rows; ++r) {
+      if ((seen >> r) & 1) {
+        m_lane[r] =
+            L::MaxTail(m_lane[r], sc + (r0 + r) * kBlock, begin[r], end[r]);
+      }
+    }
+    // std::max(m_old, block max) is vmaxps(block max, m_old), NaN included.
+    const Vec m_old = L::LoadFirst(mrow + r0, rows);
+    const Vec m_new = L::Max(L::LoadFirst(m_lane, kL), m_old);
+    const Vec alpha = L::Exp(L::Sub(m_old, m_new));
+    L::ToArray(m_lane, m_new);
+    L::ToArray(alpha_lane, alpha);
+    for (int r = 0; r < kL; ++r) part[r] = L::Broadcast(0.0f);
+    for (int r = 0; r < rows; ++r) {
+      float* row = sc + (r0 + r) * kBlock;
+      BFloat16* prow = p16 == nullptr ? nullptr : p16 + (r0 + r) * kBlock;
+      if (((seen >> r) & 1) == 0) {
+        if (prow != nullptr) std::fill(prow, prow + n_even, BFloat16{});
+        continue;
+      }
+      part[r] = L::ExpRow(row, begin[r], end[r], bc, m_lane[r], prow);
+    }
+    // l = l_old alpha + sum, one rounding (the row loop's contracted form).
+    L::ToArray(l_lane, L::Fma(L::LoadFirst(lrow + r0, rows), alpha,
+                              L::template ReduceRows<false>(part)));
+    for (int r = 0; r < rows; ++r) {
+      if (((seen >> r) & 1) == 0) continue;
+      lrow[r0 + r] = l_lane[r];
+      mrow[r0 + r] = m_lane[r];
+      if (dropout) {
+        DropRow(dm, bi, h, i0 + r0 + r, j0 + begin[r], end[r] - begin[r],
+                sc + (r0 + r) * kBlock + begin[r], words);
+      }
+      if (alpha_lane[r] != 1.0f) {
+        L::ScaleRow(oacc + (r0 + r) * dm.d, dm.d, alpha_lane[r]);
+      }
+    }
+  }
+  if (pb != nullptr && dropout) RoundToBf16Rows(sc, kBlock, br, bc, pb, kBlock);
+}
+#pragma GCC diagnostic pop
+
 template <typename TQ, typename TO>
 void ForwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v, TO* out,
                 float* lse) {
@@ -453,31 +735,9 @@ void ForwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v, TO* out,
       for (int64_t j0 = kbegin; j0 < kend; j0 += kBlock) {
         const int64_t bc = std::min(kBlock, kend - j0);
         BlockGemm(br, bc, d, qp, d, 1, kt + j0, ldk, sc, kBlock, false);
-        for (int64_t r = 0; r < br; ++r) {
-          float* row = sc + r * kBlock;
-          const KeyRange vis = Visible(dm, bi, i0 + r, j0, bc);
-          if (vis.empty()) {
-            // Nothing of this block for the row: no weight, no rescale.
-            std::fill(row, row + bc, 0.0f);
-            continue;
-          }
-          const float mnew =
-              std::max(mrow[r], RowMax(row + vis.begin, vis.end - vis.begin));
-          const float alpha = nn::ExpS(mrow[r] - mnew);
-          const float sum = ExpRange(row, vis.begin, vis.end, bc, mnew);
-          lrow[r] = lrow[r] * alpha + sum;
-          mrow[r] = mnew;
-          // The normaliser counts every probability; only the values that
-          // reach the output are dropped.
-          if (dm.dropout_p > 0) {
-            DropRow(dm, bi, h, i0 + r, j0 + vis.begin, vis.end - vis.begin,
-                    row + vis.begin, words);
-          }
-          if (alpha != 1.0f) {
-            float* o = oacc + r * d;
-            for (int64_t x = 0; x < d; ++x) o[x] *= alpha;
-          }
-        }
+        OnlineSoftmaxBlock<SoftmaxLanes8>(dm, bi, h, i0, br, j0, bc,
+                                          /*scale_scores=*/false, sc, mrow,
+                                          lrow, oacc, words, nullptr);
         BlockGemm(br, d, bc, sc, kBlock, 1, vp + j0 * d, d, oacc, d, true);
       }
       for (int64_t r = 0; r < br; ++r) {
@@ -660,10 +920,6 @@ inline int64_t RoundUpEven(int64_t n) { return (n + 1) / 2 * 2; }
 #define MCC_AVX512_SOFTMAX \
   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq")))
 
-inline __mmask16 Lanes(int64_t n) {
-  return static_cast<__mmask16>((1u << std::min<int64_t>(16, n)) - 1);
-}
-
 // Transposes 16 x 16 32-bit lanes in registers: r[i] lane j -> r[j] lane i.
 MCC_AVX512_SOFTMAX inline void Transpose16x16(__m512i* r) {
   __m512i t[16], u[16];
@@ -730,163 +986,20 @@ void PackPairsTransposed(const BFloat16* src, int64_t stride, int64_t rows,
 // Exp16 (avx512_util.h): Exp8's operations lane for lane, so each lane
 // equals Exp8's bit for bit.
 
-// Lane r of the result: the sum (kMax: the largest) of v[r]'s 16 lanes,
-// combined in _mm512_reduce_add_ps's order (halves of 8, 4, 2, then 1
-// lanes), so each sum equals that reduction's bit for bit; 16 rows take
-// four shuffle steps together instead of four each, one after another.
-template <bool kMax>
-MCC_AVX512_SOFTMAX inline __m512 Combine(__m512 a, __m512 b) {
-  return kMax ? _mm512_max_ps(a, b) : _mm512_add_ps(a, b);
-}
-template <bool kMax>
-MCC_AVX512_SOFTMAX inline __m512 ReduceRows16(const __m512* v) {
-  // Lanes j and j + 8 of each row: rows 2k, 2k + 1 in the halves of w[k].
-  __m512 w[8];
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    w[k] = Combine<kMax>(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE),
-                         _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44));
-  }
-  // j and j + 4: row 4k + q in quarter q of x[k].
-  __m512 x[4];
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) {
-    x[k] = Combine<kMax>(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD),
-                         _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88));
-  }
-  // j and j + 2: in quarter q of y[k], lanes 0-1 row 8k + q, 2-3 8k + 4 + q.
-  __m512 y[2];
-#pragma GCC unroll 2
-  for (int k = 0; k < 2; ++k) {
-    y[k] = Combine<kMax>(_mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0x44),
-                         _mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0xEE));
-  }
-  // j and j + 1: lane 4q + t holds row 4t + q; put row r in lane r.
-  const __m512 z = Combine<kMax>(_mm512_shuffle_ps(y[0], y[1], 0x88),
-                                 _mm512_shuffle_ps(y[0], y[1], 0xDD));
-  const __m512i order =
-      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  return _mm512_permutexvar_ps(order, z);
-}
-
 #define MCC_AVX512_BF16_SOFTMAX \
   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16")))
 
-// The forward's online softmax over one block of scores (br x bc, row
-// stride kBlock), as ForwardCpu's row loop computes it for each row:
-// m = max(m, scale * max S), alpha = exp(m_old - m), P = exp(scale S - m),
-// l = l alpha + sum P, O *= alpha; rows that see no key of the block keep
-// their m, l and O and get P = 0. Rows go 16 at a time, so their maxima,
-// sums and alphas are vectors. P goes rounded to bf16 into pb (row stride
-// kBlock, zero to the even count) for P V; with dropout, the dropped fp32 P
-// is left in sc first (the normaliser counts every probability).
+// The forward's online softmax of the dot-product path: OnlineSoftmaxBlock
+// in 16 lanes (scores scaled here), P rounded to bf16 into pb.
 MCC_AVX512_BF16_SOFTMAX void ForwardSoftmax16(const Dims& dm, int64_t bi,
                                               int64_t h, int64_t i0, int64_t br,
                                               int64_t j0, int64_t bc, float* sc,
                                               float* mrow, float* lrow,
                                               float* oacc, uint32_t* words,
                                               BFloat16* pb) {
-  const int64_t d = dm.d, n_even = RoundUpEven(bc);
-  const bool dropout = dm.dropout_p > 0;
-  const __m512 scale = _mm512_set1_ps(dm.scale);
-  const __m512 neg_inf =
-      _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t r0 = 0; r0 < br; r0 += 16) {
-    const int64_t rows = std::min<int64_t>(16, br - r0);
-    const __mmask16 row_lanes = Lanes(rows);
-    int64_t begin[16], end[16];
-    __mmask16 seen = 0;
-    __m512 part[16];
-    // Scores scaled in place, and each row's largest.
-    for (int64_t r = 0; r < 16; ++r) {
-      part[r] = neg_inf;
-      if (r >= rows) continue;
-      float* row = sc + (r0 + r) * kBlock;
-      const KeyRange vis = Visible(dm, bi, i0 + r0 + r, j0, bc);
-      begin[r] = vis.begin;
-      end[r] = vis.end;
-      if (vis.empty()) {
-        if (dropout) std::fill(row, row + bc, 0.0f);
-        continue;
-      }
-      seen |= static_cast<__mmask16>(1u << r);
-      for (int64_t c = vis.begin; c < vis.end; c += 16) {
-        const __mmask16 m = Lanes(vis.end - c);
-        const __m512 v =
-            _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + c), scale);
-        _mm512_mask_storeu_ps(row + c, m, v);
-        part[r] = _mm512_mask_max_ps(part[r], m, part[r], v);
-      }
-    }
-    // std::max(m_old, block max) is vmaxps(block max, m_old), NaN included.
-    const __m512 m_old = _mm512_maskz_loadu_ps(row_lanes, mrow + r0);
-    const __m512 m_new = _mm512_max_ps(ReduceRows16<true>(part), m_old);
-    const __m512 alpha = Exp16(_mm512_sub_ps(m_old, m_new));
-    alignas(64) float m_lane[16];
-    _mm512_store_ps(m_lane, m_new);
-    // P = exp(S - m), its lane sums, and P in bf16.
-    for (int64_t r = 0; r < rows; ++r) {
-      float* row = sc + (r0 + r) * kBlock;
-      BFloat16* prow = pb + (r0 + r) * kBlock;
-      part[r] = _mm512_setzero_ps();
-      if (((seen >> r) & 1) == 0) {
-        for (int64_t c = 0; c < n_even; c += 16) {
-          _mm256_mask_storeu_epi16(prow + c, Lanes(n_even - c),
-                                   _mm256_setzero_si256());
-        }
-        continue;
-      }
-      const __m512 sub = _mm512_set1_ps(m_lane[r]);
-      if (dropout) std::fill(row, row + begin[r], 0.0f);
-      for (int64_t c = 0; c < begin[r]; c += 16) {
-        _mm256_mask_storeu_epi16(prow + c, Lanes(begin[r] - c),
-                                 _mm256_setzero_si256());
-      }
-      for (int64_t c = begin[r]; c < end[r]; c += 16) {
-        const __mmask16 m = Lanes(end[r] - c);
-        const __m512 e =
-            Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + c), sub));
-        part[r] = _mm512_mask_add_ps(part[r], m, part[r], e);
-        if (dropout) {
-          _mm512_mask_storeu_ps(row + c, m, e);
-        } else {
-          _mm256_mask_storeu_epi16(prow + c, m, (__m256i)_mm512_cvtneps_pbh(e));
-        }
-      }
-      if (dropout) std::fill(row + end[r], row + bc, 0.0f);
-      for (int64_t c = end[r]; c < n_even; c += 16) {
-        _mm256_mask_storeu_epi16(prow + c, Lanes(n_even - c),
-                                 _mm256_setzero_si256());
-      }
-    }
-    for (int64_t r = rows; r < 16; ++r) part[r] = _mm512_setzero_ps();
-    // l = l alpha + sum, one rounding (the row loop's contracted form).
-    const __m512 l_old = _mm512_maskz_loadu_ps(row_lanes, lrow + r0);
-    _mm512_mask_storeu_ps(
-        lrow + r0, seen,
-        _mm512_fmadd_ps(l_old, alpha, ReduceRows16<false>(part)));
-    _mm512_mask_storeu_ps(mrow + r0, seen, m_new);
-    alignas(64) float alpha_lane[16];
-    _mm512_store_ps(alpha_lane, alpha);
-    const __mmask16 rescale =
-        seen & _mm512_cmp_ps_mask(alpha, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
-    for (int64_t r = 0; r < rows; ++r) {
-      if (((seen >> r) & 1) == 0) continue;
-      if (dropout) {
-        DropRow(dm, bi, h, i0 + r0 + r, j0 + begin[r], end[r] - begin[r],
-                sc + (r0 + r) * kBlock + begin[r], words);
-      }
-      if (((rescale >> r) & 1) == 0) continue;
-      float* o = oacc + (r0 + r) * d;
-      const __m512 a = _mm512_set1_ps(alpha_lane[r]);
-      for (int64_t x = 0; x < d; x += 16) {
-        const __mmask16 m = Lanes(d - x);
-        _mm512_mask_storeu_ps(
-            o + x, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + x), a));
-      }
-    }
-  }
-  if (dropout) RoundToBf16Rows(sc, kBlock, br, bc, pb, kBlock);
+  OnlineSoftmaxBlock<SoftmaxLanes16>(dm, bi, h, i0, br, j0, bc,
+                                     /*scale_scores=*/true, sc, mrow, lrow,
+                                     oacc, words, pb);
 }
 
 // Pair words of two rows converted together (v = _mm512_cvtne2ps_pbh(row
