@@ -6,7 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/op_profile.h"
+#include "core/ops/avx512_util.h"
 #include "core/ops/bias.h"
+#include "core/ops/cpu_isa.h"
 #include "core/ops/kernel_util.h"
 #include "core/status_macros.h"
 
@@ -291,6 +293,98 @@ inline void SwiGLUGradBlock(const TDY* g, const TX* a, const TX* b, TDX* da,
     StoreUpTo16<L>(db + i, dblo, dbhi, m);
   }
 }
+
+// 512-bit versions of the GELU blocks, taken where KernelIsa() is kAvx512:
+// each lane runs the 8-lane helpers' operations in the same order (the same
+// division, no vrcpps), so the results are bit for bit the AVX2 blocks'
+// (activation_test runs both). Operands stay in natural lane order: the
+// widening and narrowing are one instruction each at this width, so the bias
+// and its gradient's partial sums are never shuffled.
+template <int kDegree>
+MCC_AVX512_TARGET inline __m512 RecipOnePlusExp2x16(__m512 t,
+                                                    __m512* one_minus) {
+  t = _mm512_min_ps(_mm512_max_ps(t, _mm512_set1_ps(-125.0f)),
+                    _mm512_set1_ps(126.0f));
+  const __m512 magic = _mm512_set1_ps(12582912.0f);
+  const __m512 s = _mm512_add_ps(t, magic);
+  const __m512 f = _mm512_sub_ps(t, _mm512_sub_ps(s, magic));
+  __m512 p;
+  if constexpr (kDegree == 4) {
+    p = _mm512_set1_ps(9.569964864e-3f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.591750652e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402474477e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931218604e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999992627e-1f));
+  } else {
+    static_assert(kDegree == 3, "2^f's polynomial has degree 3 or 4");
+    p = _mm512_set1_ps(5.517024989e-2f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.426079015e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.932609265e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999282809e-1f));
+  }
+  const __m512 e = _mm512_castsi512_ps(_mm512_add_epi32(
+      _mm512_castps_si512(p), _mm512_slli_epi32(_mm512_castps_si512(s), 23)));
+  const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), e);
+  const __m512 r = _mm512_div_ps(_mm512_set1_ps(1.0f), d);
+  if (one_minus != nullptr) *one_minus = _mm512_mul_ps(e, r);
+  return r;
+}
+
+template <int kDegree>
+MCC_AVX512_TARGET inline __m512 GeluSigmoid16(__m512 v, __m512* one_minus) {
+  const __m512 t = _mm512_mul_ps(
+      v, _mm512_fmadd_ps(_mm512_set1_ps(kGeluT3), _mm512_mul_ps(v, v),
+                         _mm512_set1_ps(kGeluT1)));
+  return RecipOnePlusExp2x16<kDegree>(t, one_minus);
+}
+
+template <int kDegree>
+MCC_AVX512_TARGET inline __m512 Gelu16(__m512 v) {
+  return _mm512_mul_ps(v, GeluSigmoid16<kDegree>(v, nullptr));
+}
+
+MCC_AVX512_TARGET inline __m512 GeluGrad16(__m512 v) {
+  __m512 oms;
+  const __m512 s = GeluSigmoid16<FullPrecision::kDegree>(v, &oms);
+  const __m512 du =
+      _mm512_mul_ps(_mm512_set1_ps(kSqrt2OverPi),
+                    _mm512_fmadd_ps(_mm512_set1_ps(3.0f * kGeluCoeff),
+                                    _mm512_mul_ps(v, v), _mm512_set1_ps(1.0f)));
+  const __m512 sech = _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(v, v), s), oms);
+  return _mm512_fmadd_ps(sech, du, s);
+}
+
+// GeluBlock's result with 16 lanes (P's degree; P divides, as shipped).
+template <typename P, typename TX, typename TY>
+MCC_AVX512_TARGET void GeluBlock512(const TX* x, const float* b, TY* y,
+                                    int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = std::min<int64_t>(16, n - i);
+    __m512 v = LoadUpTo16F32(x + i, m);
+    if (b != nullptr) v = _mm512_add_ps(v, LoadUpTo16F32(b + i, m));
+    StoreUpTo16F32(y + i, Gelu16<P::kDegree>(v), m);
+  }
+}
+
+// GeluGradBlock's results with 16 lanes (acc in natural order).
+template <typename TDY, typename TX, typename TDX>
+MCC_AVX512_TARGET void GeluGradBlock512(const TDY* dy, const TX* x,
+                                        const float* b, TDX* dx, float* acc,
+                                        int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = std::min<int64_t>(16, n - i);
+    __m512 v = LoadUpTo16F32(x + i, m);
+    if (b != nullptr) v = _mm512_add_ps(v, LoadUpTo16F32(b + i, m));
+    const __m512 d = _mm512_mul_ps(LoadUpTo16F32(dy + i, m), GeluGrad16(v));
+    StoreUpTo16F32(dx + i, d, m);
+    if (acc != nullptr) {
+      StoreUpTo16F32(acc + i, _mm512_add_ps(LoadUpTo16F32(acc + i, m), d), m);
+    }
+  }
+}
+
+// Whether the shipped GELU blocks run 16 lanes wide here.
+bool GeluBlocks512() { return KernelIsa() == CpuIsa::kAvx512; }
 #else
 // Portable fallback: widen into fp32 scratch, compute, narrow (P unused).
 struct FullPrecision {};
@@ -389,9 +483,17 @@ void GeluForwardCpu(const Tensor& x, std::vector<float>* bias32, Tensor* y) {
       using P = PolicyFor<Force, TY>;
       const TX* xp = x.data<TX>();
       TY* yp = y->data<TY>();
+      const float* bp = bias32 ? bias32->data() : nullptr;
+#if defined(__AVX2__)
+      if (std::is_void<Force>::value && GeluBlocks512()) {
+        ForEachBlock(x.numel(), h, [&](int64_t off, int64_t col, int64_t n) {
+          GeluBlock512<P>(xp + off, bp ? bp + col : nullptr, yp + off, n);
+        });
+        return;
+      }
+#endif
       const bool shuffled = bias32 != nullptr && ShuffleColumns<TX, TY>(h);
       if (shuffled) ShuffleLanes16(bias32->data(), h);
-      const float* bp = bias32 ? bias32->data() : nullptr;
       ForEachBlock(x.numel(), h, [&](int64_t off, int64_t col, int64_t n) {
         GeluBlock<P>(xp + off, bp ? bp + col : nullptr, shuffled, yp + off, n);
       });
@@ -411,6 +513,15 @@ void GeluBackwardCpu(const Tensor& dy, const Tensor& x, Tensor* dx) {
         const TX* xp = x.data<TX>();
         const TDY* dyp = dy.data<TDY>();
         TDX* dxp = dx->data<TDX>();
+#if defined(__AVX2__)
+        if (GeluBlocks512()) {
+          ForEachBlock(x.numel(), h, [&](int64_t off, int64_t, int64_t n) {
+            GeluGradBlock512(dyp + off, xp + off, nullptr, dxp + off, nullptr,
+                             n);
+          });
+          return;
+        }
+#endif
         ForEachBlock(x.numel(), h, [&](int64_t off, int64_t col, int64_t n) {
           GeluGradBlock(dyp + off, xp + off, nullptr, dxp + off, nullptr, false,
                         n);
@@ -514,7 +625,12 @@ absl::Status BiasGeluBackwardCpu(const Tensor& dy, const Tensor& x,
         // Bias and the partial sums in the bf16 blocks' layout: dbias is
         // accumulated in a shuffled copy (the same sums in the same order)
         // and put back in place at the end.
-        const bool shuffled = ShuffleColumns<TDY, TX, TDX>(h);
+#if defined(__AVX2__)
+        const bool wide = GeluBlocks512();
+#else
+        const bool wide = false;
+#endif
+        const bool shuffled = !wide && ShuffleColumns<TDY, TX, TDX>(h);
         std::vector<float> db_shuffled;
         float* db = dbias->data<float>();
         if (shuffled) {
@@ -530,6 +646,13 @@ absl::Status BiasGeluBackwardCpu(const Tensor& dy, const Tensor& x,
               for (int64_t j0 = 0; j0 < h; j0 += kBlock) {
                 const int64_t n = std::min(kBlock, h - j0);
                 const int64_t off = r * h + j0;
+#if defined(__AVX2__)
+                if (wide) {
+                  GeluGradBlock512(dyp + off, xp + off, bp + j0, dxp + off,
+                                   acc + j0, n);
+                  continue;
+                }
+#endif
                 GeluGradBlock(dyp + off, xp + off, bp + j0, dxp + off, acc + j0,
                               shuffled, n);
               }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "core/ops/cpu_isa.h"
 #include "core/ops/test_util.h"
 #include "gtest/gtest.h"
 
@@ -554,6 +555,75 @@ TEST(ActivationTest, UnrefinedRcpAtItsBoundBreaksTheBound) {
 }
 
 #endif  // defined(__AVX2__)
+
+// ---- The 512-bit GELU blocks against the AVX2 ones --------------------------
+
+// Inputs for the width comparison: random over GELU's whole working range,
+// plus NaN, infinities, zeros, fp32 denormals and values past the clamps.
+std::vector<float> WidthTestValues(int64_t n, uint32_t seed) {
+  const Tensor r = RandomTensor({n}, DType::kFloat32, seed, -12.0f, 12.0f);
+  std::vector<float> v(r.data<float>(), r.data<float>() + n);
+  const float special[] = {NAN,    -NAN,   INFINITY, -INFINITY, 0.0f,
+                           -0.0f,  1e-39f, -1e-39f,  -1e5f,     1e5f,
+                           -90.0f, 90.0f,  -0.75f,   3.4e38f,   -3.4e38f};
+  for (size_t i = 0; i < sizeof(special) / sizeof(special[0]); ++i) {
+    v[(i * 37) % n] = special[i];
+  }
+  return v;
+}
+
+// Runs fn under each ISA and returns the bytes of the tensors it fills.
+template <typename Fn>
+std::vector<std::vector<uint8_t>> UnderIsa(CpuIsa isa, Fn&& fn) {
+  const CpuIsa saved = internal::SetKernelIsaForTesting(isa);
+  std::vector<std::vector<uint8_t>> out = fn();
+  internal::SetKernelIsaForTesting(saved);
+  return out;
+}
+
+// Every dtype combination, rows with and without a tail (h = 129, 160 and
+// one of 2 blocks plus a tail), with and without a bias: the AVX-512 blocks
+// give the AVX2 blocks' bytes (outputs and bias gradient).
+TEST(ActivationTest, Avx512GeluBlocksEqualAvx2BitForBit) {
+  if (!CpuSupportsAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const DType dts[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+  for (int64_t h : {129, 160, 2 * 1024 + 3}) {
+    const int64_t rows = 7;
+    const Shape shape{rows, h};
+    const std::vector<float> xv = WidthTestValues(rows * h, 11);
+    const std::vector<float> dyv = WidthTestValues(rows * h, 12);
+    const std::vector<float> bv = WidthTestValues(h, 13);
+    for (DType xt : dts)
+      for (DType yt : dts)
+        for (DType bt : dts) {
+          SCOPED_TRACE(::testing::Message()
+                       << "h=" << h << " x " << DTypeName(xt) << " y/dy/dx "
+                       << DTypeName(yt) << " bias " << DTypeName(bt));
+          const Tensor x = Tensor::FromVector(xv, shape, xt).value();
+          const Tensor dy = Tensor::FromVector(dyv, shape, yt).value();
+          const Tensor b = Tensor::FromVector(bv, {h}, bt).value();
+          auto run = [&] {
+            Tensor y = Tensor::Zeros(shape, yt), yb = Tensor::Zeros(shape, yt);
+            Tensor dx = Tensor::Zeros(shape, yt);
+            Tensor dxb = Tensor::Zeros(shape, yt);
+            Tensor db = Tensor::Full({h}, 0.125, DType::kFloat32);
+            EXPECT_TRUE(Gelu(x, &y).ok());
+            EXPECT_TRUE(BiasGelu(x, b, &yb).ok());
+            EXPECT_TRUE(GeluBackward(dy, x, &dx).ok());
+            EXPECT_TRUE(BiasGeluBackward(dy, x, b, &dxb, &db).ok());
+            return std::vector<std::vector<uint8_t>>{
+                Bytes(y), Bytes(yb), Bytes(dx), Bytes(dxb), Bytes(db)};
+          };
+          const auto avx2 = UnderIsa(CpuIsa::kAvx2, run);
+          const auto avx512 = UnderIsa(CpuIsa::kAvx512, run);
+          const char* what[] = {"gelu", "bias gelu", "gelu backward",
+                                "bias gelu dx", "bias gelu dbias"};
+          for (size_t k = 0; k < avx2.size(); ++k) {
+            EXPECT_TRUE(avx2[k] == avx512[k]) << what[k];
+          }
+        }
+  }
+}
 
 TEST(ActivationTest, BadInputsNameShapesAndLeaveOutputUntouched) {
   Tensor x = RandomTensor({4, 8}, DType::kFloat32, 1);

@@ -60,7 +60,8 @@ MCC_AVX512_TARGET inline __m512 Load16F32(const Float16* p) {
 MCC_AVX512_TARGET inline void Store16F32(float* p, __m512 v) {
   _mm512_storeu_ps(p, v);
 }
-MCC_AVX512_TARGET inline void Store16F32(BFloat16* p, __m512 v) {
+// The 16 bf16 results' bits (BF16Bits8 on 16 lanes), packed to 16 bits.
+MCC_AVX512_TARGET inline __m256i BF16Bits16(__m512 v) {
   const __m512i u = _mm512_castps_si512(v);
   const __m512i hi = _mm512_srli_epi32(u, 16);
   const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
@@ -69,12 +70,46 @@ MCC_AVX512_TARGET inline void Store16F32(BFloat16* p, __m512 v) {
       16);
   const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   bits = _mm512_mask_or_epi32(bits, nan, hi, _mm512_set1_epi32(0x0040));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                      _mm512_cvtepi32_epi16(bits));
+  return _mm512_cvtepi32_epi16(bits);
+}
+MCC_AVX512_TARGET inline void Store16F32(BFloat16* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), BF16Bits16(v));
 }
 MCC_AVX512_TARGET inline void Store16F32(Float16* p, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                       _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+// The first n <= 16 elements (Load16F32 / Store16F32 for n = 16): masked
+// loads read the rest as 0 without touching their memory, masked stores
+// leave it unwritten. For kernels' row tails.
+MCC_AVX512_TARGET inline __mmask16 FirstLanes16(int64_t n) {
+  return static_cast<__mmask16>((1u << n) - 1);
+}
+MCC_AVX512_TARGET inline __m512 LoadUpTo16F32(const float* p, int64_t n) {
+  return n == 16 ? Load16F32(p) : _mm512_maskz_loadu_ps(FirstLanes16(n), p);
+}
+MCC_AVX512_TARGET inline __m512 LoadUpTo16F32(const BFloat16* p, int64_t n) {
+  if (n == 16) return Load16F32(p);
+  const __m256i h = _mm256_maskz_loadu_epi16(FirstLanes16(n), p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+MCC_AVX512_TARGET inline __m512 LoadUpTo16F32(const Float16* p, int64_t n) {
+  if (n == 16) return Load16F32(p);
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(FirstLanes16(n), p));
+}
+MCC_AVX512_TARGET inline void StoreUpTo16F32(float* p, __m512 v, int64_t n) {
+  if (n == 16) return Store16F32(p, v);
+  _mm512_mask_storeu_ps(p, FirstLanes16(n), v);
+}
+MCC_AVX512_TARGET inline void StoreUpTo16F32(BFloat16* p, __m512 v, int64_t n) {
+  if (n == 16) return Store16F32(p, v);
+  _mm256_mask_storeu_epi16(p, FirstLanes16(n), BF16Bits16(v));
+}
+MCC_AVX512_TARGET inline void StoreUpTo16F32(Float16* p, __m512 v, int64_t n) {
+  if (n == 16) return Store16F32(p, v);
+  _mm256_mask_storeu_epi16(p, FirstLanes16(n),
+                           _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
 }  // namespace ops

@@ -140,6 +140,53 @@ TEST_F(Avx512UtilTest, Exp16EqualsExp8BitForBit) {
   EXPECT_EQ(Bytes(e16), Bytes(e8));
 }
 
+template <typename T>
+MCC_AVX512_TARGET void LoadUpTo(const T* p, int64_t n, float* out) {
+  _mm512_storeu_ps(out, LoadUpTo16F32(p, n));
+}
+template <typename T>
+MCC_AVX512_TARGET void StoreUpTo(const float* v, int64_t n, T* out) {
+  StoreUpTo16F32(out, _mm512_loadu_ps(v), n);
+}
+
+// The first n of 16 as the full-width helpers move them; the rest read as 0
+// and left unwritten (a sentinel stays).
+template <typename T>
+void ExpectUpTo16MovesOnlyTheFirstN(const std::vector<float>& v) {
+  std::vector<T> src(v.size()), full(v.size());
+  StoreAll8(v, src.data());
+  StoreAll16(v, full.data());
+  std::vector<float> loaded(v.size());
+  LoadAll16(src, loaded.data());
+  for (size_t i = 0; i + 16 <= v.size(); i += 16) {
+    for (int64_t n = 0; n <= 16; ++n) {
+      float got[16];
+      LoadUpTo(src.data() + i, n, got);
+      for (int64_t j = 0; j < 16; ++j) {
+        const float want = j < n ? loaded[i + j] : 0.0f;
+        ASSERT_EQ(std::memcmp(&got[j], &want, sizeof(float)), 0)
+            << "load i " << i << " n " << n << " lane " << j;
+      }
+      std::vector<T> out(16);
+      std::memset(out.data(), 0x5a, 16 * sizeof(T));
+      StoreUpTo(v.data() + i, n, out.data());
+      for (int64_t j = 0; j < 16; ++j) {
+        T want = full[i + j];
+        if (j >= n) std::memset(&want, 0x5a, sizeof(T));
+        ASSERT_EQ(std::memcmp(&out[j], &want, sizeof(T)), 0)
+            << "store i " << i << " n " << n << " lane " << j;
+      }
+    }
+  }
+}
+
+TEST_F(Avx512UtilTest, UpTo16MovesTheFirstNAsTheFullHelpersDo) {
+  const std::vector<float> v = TestValues();
+  ExpectUpTo16MovesOnlyTheFirstN<float>(v);
+  ExpectUpTo16MovesOnlyTheFirstN<BFloat16>(v);
+  ExpectUpTo16MovesOnlyTheFirstN<Float16>(v);
+}
+
 }  // namespace
 }  // namespace ops
 }  // namespace mcc
