@@ -175,6 +175,52 @@ TEST(GroupedGemmSingleTest, EachGroupIsTheDenseGemm) {
   EXPECT_EQ(Bytes(y.Slice(40, 64).value()), Bytes(y1));
 }
 
+// Groups of few rows, whose weights and fp32 gradients the CPU kernel reads
+// into cache first, still give each group's ordinary GEMM bit for bit:
+// forward, input gradient, and the weight gradient accumulated into dw.
+TEST(GroupedGemmSingleTest, SmallGroupsAreTheDenseGemmsBitForBit) {
+  const std::vector<int64_t> sizes = {3, 64, 0, 17};
+  const int64_t m = 84, k = 32, n = 48, groups = 4;
+  Tensor x = RandomTensor({m, k}, DType::kFloat32, 7);
+  Tensor w = RandomTensor({groups, n, k}, DType::kFloat32, 8);
+  Tensor dy = RandomTensor({m, n}, DType::kFloat32, 9);
+  Tensor dw = RandomTensor({groups, n, k}, DType::kFloat32, 10);
+  Tensor dw0 = dw.Clone();
+  Tensor y = Tensor::Empty({m, n}, DType::kFloat32);
+  Tensor dx = Tensor::Empty({m, k}, DType::kFloat32);
+  ASSERT_TRUE(GroupedGemm(x, w, true, sizes, &y).ok());
+  ASSERT_TRUE(GroupedGemm(dy, w, false, sizes, &dx).ok());
+  ASSERT_TRUE(GroupedGemmWeightGrad(x, dy, true, sizes, &dw, 1.0f).ok());
+  int64_t row = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t r = sizes[g];
+    Tensor wg = w.Slice(g, g + 1).value().Reshape({n, k}).value();
+    Tensor dwg = dw0.Slice(g, g + 1).value().Reshape({n, k}).value().Clone();
+    if (r > 0) {
+      Tensor xg = x.Slice(row, row + r).value();
+      Tensor dyg = dy.Slice(row, row + r).value();
+      Tensor yg = Tensor::Empty({r, n}, DType::kFloat32);
+      Tensor dxg = Tensor::Empty({r, k}, DType::kFloat32);
+      ASSERT_TRUE(Gemm(xg, false, wg, true, &yg).ok());
+      ASSERT_TRUE(Gemm(dyg, false, wg, false, &dxg).ok());
+      ASSERT_TRUE(Gemm(dyg, true, xg, false, &dwg, 1.0f, 1.0f).ok());
+      EXPECT_EQ(Bytes(y.Slice(row, row + r).value()), Bytes(yg)) << g;
+      EXPECT_EQ(Bytes(dx.Slice(row, row + r).value()), Bytes(dxg)) << g;
+    }
+    EXPECT_EQ(Bytes(dw.Slice(g, g + 1).value().Reshape({n, k}).value()),
+              Bytes(dwg))
+        << g;
+    EXPECT_EQ(Bytes(w.Slice(g, g + 1).value().Reshape({n, k}).value()),
+              Bytes(RandomTensor({groups, n, k}, DType::kFloat32, 8)
+                        .Slice(g, g + 1)
+                        .value()
+                        .Reshape({n, k})
+                        .value()))
+        << "w of group " << g << " changed";
+    row += r;
+  }
+}
+
 // Expert row counts change every step; the bf16 path is measured once per
 // power-of-two shape class, not at every new count (each measurement times
 // both paths: several times the GEMM itself).
