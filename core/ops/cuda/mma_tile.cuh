@@ -38,6 +38,9 @@ enum class Input { kBF16, kF16 };
 // B[2g..][t]); 3 C's rows g and g+8 swapped.
 inline int emulated_layout_fault = 0;
 
+// Warp-level products run so far (tests count a kernel's work with it).
+inline int64_t emulated_products = 0;
+
 inline float HalfBitsToFloat(Input in, uint16_t bits) {
   if (in == Input::kBF16) {
     const uint32_t u = static_cast<uint32_t>(bits) << 16;
@@ -67,6 +70,7 @@ inline void MmaM16N8K16(float c[4], const uint32_t a[4], const uint32_t b[2]) {
   for (int r = 0; r < 4; ++r) mine[r] = a[r];
   mine[4] = b[0];
   mine[5] = b[1];
+  if (lane == 0) ++emulated_products;
   __syncwarp();
   const int fault = emulated_layout_fault;
   // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >=
