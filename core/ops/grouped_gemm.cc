@@ -76,11 +76,12 @@ constexpr int64_t kWarmMaxRows = 256;
 // panels beside them) are warmed.
 constexpr int64_t kWarmMaxBytes = 512 << 10;
 
-// Reads one byte of every cache line of [p, p + bytes), front to back, so a
-// small-row GEMM finds the matrix in cache: a plain sequential stream runs
-// at the memory's bandwidth, where the GEMM's own strided reads stall on
-// each miss (moegemm_probe: fp32 weight gradient of 64 x 64 rows 8.3 ms ->
-// 6.5-6.8 ms; the streaming alone ~0.9 ms). Only reads: no result changes.
+// Reads one byte of every cache line of t's (contiguous, host) data, front
+// to back, so a small-row GEMM finds the matrix in cache: a plain sequential
+// stream runs at the memory's bandwidth, where the GEMM's own strided reads
+// stall on each miss (one thread, fp32 weight gradient of 64 x 64 rows:
+// 8.3 ms -> 6.5-6.8 ms, the stream alone ~0.9 ms; docs/benchmarks/
+// 2026-12-05.md). Only reads: no result changes.
 void WarmCache(const Tensor& t) {
   const unsigned char* p = static_cast<const unsigned char*>(t.raw_data());
   unsigned char sum = 0;
