@@ -155,36 +155,6 @@ void CopyInner(const T* s, int64_t ss, T* d, int64_t ds, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i * ds] = s[i * ss];
 }
 
-// memcpy, with short runs (up to 128 bytes: a bf16 head of 64 in the q/k/v
-// split) copied inline in 32-byte pieces instead of through a library call
-// (longer ones, fp32 heads of 64 included, ran no faster inline).
-inline void CopyRun(char* d, const char* s, int64_t bytes) {
-  if (bytes > 128) {
-    std::memcpy(d, s, bytes);
-    return;
-  }
-  int64_t i = 0;
-  for (; i + 32 <= bytes; i += 32) std::memcpy(d + i, s + i, 32);
-  if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
-}
-
-// Copies one run of the innermost dimension.
-inline void CopyInnerRun(const char* s, char* d, size_t es, int64_t n,
-                         int64_t ss, int64_t ds) {
-  if (ss == 1 && ds == 1) {
-    CopyRun(d, s, n * static_cast<int64_t>(es));
-  } else if (es == 4) {
-    CopyInner(reinterpret_cast<const uint32_t*>(s), ss,
-              reinterpret_cast<uint32_t*>(d), ds, n);
-  } else if (es == 2) {
-    CopyInner(reinterpret_cast<const uint16_t*>(s), ss,
-              reinterpret_cast<uint16_t*>(d), ds, n);
-  } else {
-    CopyInner(reinterpret_cast<const uint64_t*>(s), ss,
-              reinterpret_cast<uint64_t*>(d), ds, n);
-  }
-}
-
 absl::Status StridedCopyCpu(const Tensor& src, const StridedCopyPlan& plan,
                             Tensor* dst) {
   const StridedCopyPlan p = Simplify(plan);
@@ -202,25 +172,27 @@ absl::Status StridedCopyCpu(const Tensor& src, const StridedCopyPlan& plan,
   for (int k = 0; k < inner; ++k) outer *= p.shape[k];
   const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1));
   ThreadPool::Global().ParallelFor(outer, grain, [&](int64_t o0, int64_t o1) {
-    // The outer index of run o0 by division once, then counted up digit by
-    // digit (an odometer) with the two offsets kept alongside.
-    int64_t idx[kMaxCopyDims] = {};
-    int64_t so = 0, dof = 0;
-    for (int64_t k = inner - 1, rest = o0; k >= 0; --k) {
-      idx[k] = rest % p.shape[k];
-      rest /= p.shape[k];
-      so += idx[k] * p.src_strides[k];
-      dof += idx[k] * p.dst_strides[k];
-    }
     for (int64_t o = o0; o < o1; ++o) {
-      CopyInnerRun(sp + so * es, dp + dof * es, es, n, ss, ds);
+      int64_t rest = o, so = 0, dof = 0;
       for (int k = inner - 1; k >= 0; --k) {
-        so += p.src_strides[k];
-        dof += p.dst_strides[k];
-        if (++idx[k] < p.shape[k]) break;
-        so -= p.shape[k] * p.src_strides[k];
-        dof -= p.shape[k] * p.dst_strides[k];
-        idx[k] = 0;
+        const int64_t i = rest % p.shape[k];
+        rest /= p.shape[k];
+        so += i * p.src_strides[k];
+        dof += i * p.dst_strides[k];
+      }
+      const char* s = sp + so * es;
+      char* d = dp + dof * es;
+      if (ss == 1 && ds == 1) {
+        std::memcpy(d, s, n * es);
+      } else if (es == 4) {
+        CopyInner(reinterpret_cast<const uint32_t*>(s), ss,
+                  reinterpret_cast<uint32_t*>(d), ds, n);
+      } else if (es == 2) {
+        CopyInner(reinterpret_cast<const uint16_t*>(s), ss,
+                  reinterpret_cast<uint16_t*>(d), ds, n);
+      } else {
+        CopyInner(reinterpret_cast<const uint64_t*>(s), ss,
+                  reinterpret_cast<uint64_t*>(d), ds, n);
       }
     }
   });
