@@ -32,6 +32,7 @@
 #include "core/ops/embedding.h"
 #include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
+#include "core/ops/layout.h"
 #include "core/ops/reduce.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
@@ -416,6 +417,43 @@ void BenchMemoryBound() {
     });
     AddMem("sum_of_squares", dt, s, n * e,
            [&] { CHECK(SumOfSquares(x).ok()); });
+  }
+  // The attention's q/k/v split of the QKV projection's output and its
+  // backward merge at `train --preset bench`'s shape (b 4, s 512, 8 heads of
+  // 64): rows [s, b] of [heads, 3, d] <-> q, k, v [b, s, heads, d], three
+  // CopyStrided calls each way (layout.h's plan).
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    const int64_t b = 4, sq = 512, heads = 8, d = 64, row = heads * 3 * d;
+    Tensor qkv = Tensor::Full({sq * b, row}, 0.5, dt);
+    Tensor q = Tensor::Zeros({b, sq, heads, d}, dt);
+    Tensor k = Tensor::Zeros({b, sq, heads, d}, dt);
+    Tensor v = Tensor::Zeros({b, sq, heads, d}, dt);
+    auto plan = [&](int part) {
+      StridedCopyPlan p;
+      p.rank = 5;
+      const int64_t shape[5] = {b, sq, heads, 1, d};
+      const int64_t fused[5] = {row, b * row, 3 * d, d, 1};
+      const int64_t split[5] = {sq * heads * d, heads * d, d, d, 1};
+      for (int i = 0; i < 5; ++i) {
+        p.shape[i] = shape[i];
+        p.src_strides[i] = fused[i];
+        p.dst_strides[i] = split[i];
+      }
+      p.src_offset = part * d;
+      return p;
+    };
+    const double bytes = 2.0 * qkv.numel() * DTypeSize(dt);
+    const Shape shape{sq * b, row};
+    AddMem("qkv_split", dt, shape, bytes, [&] {
+      Check(CopyStrided(qkv, plan(0), &q));
+      Check(CopyStrided(qkv, plan(1), &k));
+      Check(CopyStrided(qkv, plan(2), &v));
+    });
+    AddMem("qkv_merge", dt, shape, bytes, [&] {
+      Check(CopyStrided(q, SwapSides(plan(0)), &qkv));
+      Check(CopyStrided(k, SwapSides(plan(1)), &qkv));
+      Check(CopyStrided(v, SwapSides(plan(2)), &qkv));
+    });
   }
   // Embedding: rows of 2048 from a 32000-row table; 8192 tokens in fp32,
   // 16384 in 16-bit dtypes (64 MiB out either way, as above).

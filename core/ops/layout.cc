@@ -155,6 +155,23 @@ void CopyInner(const T* s, int64_t ss, T* d, int64_t ds, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i * ds] = s[i * ss];
 }
 
+// Copies one run of the innermost dimension.
+inline void CopyInnerRun(const char* s, char* d, size_t es, int64_t n,
+                         int64_t ss, int64_t ds) {
+  if (ss == 1 && ds == 1) {
+    std::memcpy(d, s, n * es);
+  } else if (es == 4) {
+    CopyInner(reinterpret_cast<const uint32_t*>(s), ss,
+              reinterpret_cast<uint32_t*>(d), ds, n);
+  } else if (es == 2) {
+    CopyInner(reinterpret_cast<const uint16_t*>(s), ss,
+              reinterpret_cast<uint16_t*>(d), ds, n);
+  } else {
+    CopyInner(reinterpret_cast<const uint64_t*>(s), ss,
+              reinterpret_cast<uint64_t*>(d), ds, n);
+  }
+}
+
 absl::Status StridedCopyCpu(const Tensor& src, const StridedCopyPlan& plan,
                             Tensor* dst) {
   const StridedCopyPlan p = Simplify(plan);
@@ -172,27 +189,25 @@ absl::Status StridedCopyCpu(const Tensor& src, const StridedCopyPlan& plan,
   for (int k = 0; k < inner; ++k) outer *= p.shape[k];
   const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1));
   ThreadPool::Global().ParallelFor(outer, grain, [&](int64_t o0, int64_t o1) {
+    // The outer index of run o0 by division once, then counted up digit by
+    // digit (an odometer) with the two offsets kept alongside.
+    int64_t idx[kMaxCopyDims] = {};
+    int64_t so = 0, dof = 0;
+    for (int64_t k = inner - 1, rest = o0; k >= 0; --k) {
+      idx[k] = rest % p.shape[k];
+      rest /= p.shape[k];
+      so += idx[k] * p.src_strides[k];
+      dof += idx[k] * p.dst_strides[k];
+    }
     for (int64_t o = o0; o < o1; ++o) {
-      int64_t rest = o, so = 0, dof = 0;
+      CopyInnerRun(sp + so * es, dp + dof * es, es, n, ss, ds);
       for (int k = inner - 1; k >= 0; --k) {
-        const int64_t i = rest % p.shape[k];
-        rest /= p.shape[k];
-        so += i * p.src_strides[k];
-        dof += i * p.dst_strides[k];
-      }
-      const char* s = sp + so * es;
-      char* d = dp + dof * es;
-      if (ss == 1 && ds == 1) {
-        std::memcpy(d, s, n * es);
-      } else if (es == 4) {
-        CopyInner(reinterpret_cast<const uint32_t*>(s), ss,
-                  reinterpret_cast<uint32_t*>(d), ds, n);
-      } else if (es == 2) {
-        CopyInner(reinterpret_cast<const uint16_t*>(s), ss,
-                  reinterpret_cast<uint16_t*>(d), ds, n);
-      } else {
-        CopyInner(reinterpret_cast<const uint64_t*>(s), ss,
-                  reinterpret_cast<uint64_t*>(d), ds, n);
+        so += p.src_strides[k];
+        dof += p.dst_strides[k];
+        if (++idx[k] < p.shape[k]) break;
+        so -= p.shape[k] * p.src_strides[k];
+        dof -= p.shape[k] * p.dst_strides[k];
+        idx[k] = 0;
       }
     }
   });

@@ -7,6 +7,7 @@
 
 #include "core/ops/test_util.h"
 #include "core/status_macros.h"
+#include "core/thread_pool.h"
 #include "gtest/gtest.h"
 
 namespace mcc {
@@ -177,6 +178,67 @@ TEST(CopyStridedTest, CopiesAPieceOfAFlatBuffer) {
   });
   const std::vector<float> got = out[1].ToFloats();
   for (int i = 0; i < 30; ++i) EXPECT_EQ(got[i], 56 + i);
+}
+
+// The plan's copy by its definition (every index by division).
+std::vector<double> CopyByDefinition(const std::vector<double>& src,
+                                     const StridedCopyPlan& p,
+                                     std::vector<double> dst) {
+  int64_t total = 1;
+  for (int k = 0; k < p.rank; ++k) total *= p.shape[k];
+  for (int64_t flat = 0; flat < total; ++flat) {
+    int64_t rest = flat, so = p.src_offset, dof = p.dst_offset;
+    for (int k = p.rank - 1; k >= 0; --k) {
+      const int64_t i = rest % p.shape[k];
+      rest /= p.shape[k];
+      so += i * p.src_strides[k];
+      dof += i * p.dst_strides[k];
+    }
+    dst[dof] = src[so];
+  }
+  return dst;
+}
+
+// Many runs split over several threads (chunks start mid-way through the
+// outer dimensions), contiguous runs of 2 to 600 bytes, and runs strided on
+// either side, against the definition.
+TEST(CopyStridedTest, ChunkedCopiesMatchTheDefinition) {
+  const int threads = ThreadPool::Global().num_threads();
+  ThreadPool::SetGlobalThreads(3);
+  for (DType dtype : {DType::kBFloat16, DType::kFloat32, DType::kInt64}) {
+    for (int64_t d : {1, 15, 16, 17, 64, 75, 128, 129, 150}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " d=" << d);
+      // At least 3 chunks of kGrain / d runs each.
+      const int64_t b = 3, groups = 5, sq = 3 * 32768 / (b * groups * d) + 1;
+      const int64_t row = groups * 3 * d;
+      // Random values: distinct enough in bf16 that a misplaced run shows.
+      Tensor src = dtype == DType::kInt64
+                       ? Iota({sq * b, row}, dtype)
+                       : RandomTensor({sq * b, row}, dtype, 7);
+      for (bool transposed : {false, true}) {
+        // Split-like: rows [s, b] of [groups, 3, d] -> [b, s, groups, d]
+        // (part 1); transposed: -> [b, s, d, groups] (runs strided in dst).
+        StridedCopyPlan p;
+        p.rank = 4;
+        const int64_t shape[4] = {b, sq, groups, d};
+        const int64_t ss[4] = {row, b * row, 3 * d, 1};
+        const int64_t ds[4] = {sq * groups * d, groups * d, transposed ? 1 : d,
+                               transposed ? groups : 1};
+        for (int k = 0; k < 4; ++k) {
+          p.shape[k] = shape[k];
+          p.src_strides[k] = ss[k];
+          p.dst_strides[k] = ds[k];
+        }
+        p.src_offset = d;
+        Tensor dst = Tensor::Zeros({b * sq * groups * d}, dtype);
+        ASSERT_TRUE(CopyStrided(src, p, &dst).ok());
+        const std::vector<double> zeros(dst.numel(), 0.0);
+        EXPECT_EQ(dst.ToDoubles(), CopyByDefinition(src.ToDoubles(), p, zeros))
+            << (transposed ? "transposed" : "split");
+      }
+    }
+  }
+  ThreadPool::SetGlobalThreads(threads);
 }
 
 TEST(CopyStridedTest, RefusesBadPlans) {
