@@ -1,7 +1,8 @@
 // HSDP (--num-distributed-optimizer-instances) in real processes (gloo):
 // DP 4 in 2 instances of 2 against DP 4 in one, for the distributed
 // optimizer (ZeRO-1), optim_grads (ZeRO-2) and optim_grads_params (ZeRO-3),
-// 10 steps each; and a checkpoint saved at 2 instances continuing at one.
+// 4 steps each; and their checkpoint continuing at one instance for 4 more,
+// against the same DP 4 run's next steps.
 //
 // Bound: both runs hold fp32 state and differ only in the order the fp32
 // gradient sums are taken (reduce-scatter within 2 ranks, then across 2
@@ -153,11 +154,18 @@ double ExpectClose(const TrainResult& a, const TrainResult& b, int offset_b) {
 
 class HsdpParityTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(HsdpParityTest, TwoInstancesOfDp2EqualOneOfDp4) {
+// One run of DP 4 in one instance is the reference for both halves: the
+// first kHalf steps of 2 instances of DP 2 (which save), and the next kHalf
+// at one instance continuing from their checkpoint.
+constexpr int kHalf = 4;
+
+TEST_P(HsdpParityTest, TwoInstancesEqualOneAndTheirCheckpointContinuesAtOne) {
   const std::string strategy = GetParam();
-  const TrainResult one = RunHsdp(strategy, 1, 0, 10, "", "");
+  const std::string path =
+      optim::testing::TmpPath(absl::StrCat("hsdp_ckpt_", strategy));
+  const TrainResult one = RunHsdp(strategy, 1, 0, 2 * kHalf, "", "");
   const StateBytes bytes_one = last_bytes;
-  const TrainResult two = RunHsdp(strategy, 2, 0, 10, "", "");
+  const TrainResult two = RunHsdp(strategy, 2, 0, kHalf, "", path);
   const StateBytes bytes_two = last_bytes;
   // Each instance holds the whole state once; a rank holds its instance's
   // share: twice as much in an instance of 2 as in one of 4 (up to where
@@ -175,24 +183,17 @@ TEST_P(HsdpParityTest, TwoInstancesOfDp2EqualOneOfDp4) {
               0.02 * bytes_one.instance);
   EXPECT_NEAR(bytes_two.per_rank * 2.0, bytes_two.instance,
               0.02 * bytes_two.instance);
-  ASSERT_EQ(two.loss.size(), 10u);
+  ASSERT_EQ(two.loss.size(), static_cast<size_t>(kHalf));
   const double worst = ExpectClose(two, one, 0);
   std::printf("%s: 2 instances vs 1, worst relative difference %.3g\n",
               strategy.c_str(), worst);
-  EXPECT_LT(two.loss[9], two.loss[0]);
-}
+  EXPECT_LT(two.loss[kHalf - 1], two.loss[0]);
 
-TEST_P(HsdpParityTest, CheckpointOfTwoInstancesContinuesAtOne) {
-  const std::string strategy = GetParam();
-  const std::string path =
-      optim::testing::TmpPath(absl::StrCat("hsdp_ckpt_", strategy));
-  const TrainResult whole = RunHsdp(strategy, 1, 0, 10, "", "");
-  RunHsdp(strategy, 2, 0, 5, "", path);
-  const TrainResult second = RunHsdp(strategy, 1, 5, 5, path, "");
-  ASSERT_EQ(second.loss.size(), 5u);
-  const double worst = ExpectClose(second, whole, 5);
+  const TrainResult second = RunHsdp(strategy, 1, kHalf, kHalf, path, "");
+  ASSERT_EQ(second.loss.size(), static_cast<size_t>(kHalf));
+  const double worst_continued = ExpectClose(second, one, kHalf);
   std::printf("%s: saved at 2 instances, continued at 1: worst %.3g\n",
-              strategy.c_str(), worst);
+              strategy.c_str(), worst_continued);
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, HsdpParityTest,
