@@ -1,5 +1,7 @@
 #include "planner/plan_report.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -8,6 +10,7 @@
 #include "planner/megatron_memory.h"
 #include "planner/moe_model.h"
 #include "planner/param_count.h"
+#include "planner/schedule_walk.h"
 #include "planner/stage_balance.h"
 
 namespace mcc {
@@ -87,7 +90,9 @@ std::string FormatStageBalance(const JobSpec& job, const Layout& l,
     const double step = ScheduleStepSeconds(job, l, split, &schedule);
     std::vector<std::string> stages;
     for (size_t i = 0; i < split.layers.size(); ++i) {
-      const double idle = step > 0 ? 1 - m * split.seconds[i] / step : 0;
+      // Rounding may put the busiest stage a hair past the step.
+      const double idle =
+          step > 0 ? std::max(0.0, 1 - m * split.seconds[i] / step) : 0;
       stages.push_back(absl::StrFormat("%d layers %s (idle %.1f%%)",
                                        split.layers[i], Ms(split.seconds[i]),
                                        100 * idle));
@@ -97,6 +102,7 @@ std::string FormatStageBalance(const JobSpec& job, const Layout& l,
   };
   // Equal stages: every stage a head-less one's time.
   StageSplit equal = EvenStageSplit(job, l, t);
+  equal.chunks = ChunkSeconds();  // Each stage's time shared by its chunks.
   const double equal_stage = t.layer_mb * job.model.num_layers / l.pp;
   for (size_t i = 0; i < equal.seconds.size(); ++i) {
     equal.seconds[i] = equal_stage;

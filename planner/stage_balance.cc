@@ -34,6 +34,11 @@ void AddStage(const StepTime& time, int stage, int head_stage, int n,
   split->weight_seconds.push_back(w);
 }
 
+PipelineWork WorkOf(const StepTime& time) {
+  return PipelineWork{time.layer_mb, time.layer_weight_mb, time.head_mb,
+                      time.head_weight_mb, time.embedding_mb};
+}
+
 // The split the flags give, or nothing when they are refused.
 bool SplitOf(const JobSpec& job, const Layout& layout, const StepTime& time,
              int first, int last, StageSplit* out) {
@@ -59,6 +64,10 @@ bool SplitOf(const JobSpec& job, const Layout& layout, const StepTime& time,
     if (n < 1) return false;
     AddStage(time, stage, c.v_shape ? 0 : layout.pp - 1, n, &split);
   }
+  Layout at = layout;
+  at.first_stage_layers = first;
+  at.last_stage_layers = last;
+  split.chunks = ChunkSecondsOf(job.model, at, WorkOf(time));
   *out = std::move(split);
   return true;
 }
@@ -143,6 +152,9 @@ StageSplit EvenStageSplit(const JobSpec& job, const Layout& layout,
   for (int stage = 0; stage < pp; ++stage) {
     AddStage(time, stage, head_stage, job.model.num_layers / pp, &split);
   }
+  Layout even = layout;
+  even.first_stage_layers = even.last_stage_layers = 0;
+  split.chunks = ChunkSecondsOf(job.model, even, WorkOf(time));
   return split;
 }
 
@@ -225,7 +237,14 @@ double ScheduleStepSeconds(const JobSpec& job, const Layout& layout,
   }
   auto table = LayoutScheduleTable(job, layout, m);
   if (!table.ok()) return split.step_seconds(m);
-  // A stage's time is shared by its model chunks.
+  // Each chunk's own time where the split has it.
+  const size_t ranks = static_cast<size_t>(layout.pp);
+  if (split.chunks.total.size() == ranks &&
+      split.chunks.weight.size() == ranks) {
+    auto step = WalkStepSeconds(*table, split.chunks);
+    if (step.ok()) return *step;
+  }
+  // Otherwise a stage's time is shared by its model chunks.
   const double chunks = std::max(1, layout.virtual_stages);
   auto step = SimulateStepSeconds(*table, [&](const pipeline::ScheduleRow& r) {
     const double s = split.seconds[r.rank] / chunks;

@@ -13,6 +13,7 @@
 
 #include "planner/job_spec.h"
 #include "planner/layout.h"
+#include "planner/schedule_walk.h"
 #include "planner/step_time_model.h"
 
 namespace mcc {
@@ -27,6 +28,11 @@ struct StageSplit {
   // Of `seconds`, the weight-gradient step W of a schedule that splits the
   // backward (0 otherwise).
   std::vector<double> weight_seconds;
+  // `seconds` and `weight_seconds` by stage and model chunk: each chunk's
+  // layers, the embedding on virtual stage 0 and the output layer on the
+  // last (stage 0's second chunk under ZB-V). Empty: a stage's time shared
+  // evenly by its chunks.
+  ChunkSeconds chunks;
   double bottleneck() const;  // The slowest stage's seconds.
   // A 1F1B step of m micro-batches: the slowest stage runs all m, the
   // others' one micro-batch each fill and drain around it.
@@ -55,9 +61,10 @@ StageSplit LayoutStageSplit(const JobSpec& job, const Layout& layout,
                             const StepTime& time);
 
 // The step of `split` under the layout's own schedule: the table the
-// executor runs (LayoutScheduleTable) walked with each stage's forward a
-// third of its time, W its weight_seconds and B the rest
-// (SimulateStepSeconds). 1F1B keeps StageSplit::step_seconds' closed form.
+// executor runs (LayoutScheduleTable) walked with each chunk's forward a
+// third of its time, W its weight share and B the rest (WalkStepSeconds
+// over split.chunks; ZB-V's head on stage 0's second chunk). 1F1B keeps
+// StageSplit::step_seconds' closed form.
 // The name of that schedule ("1F1B", "ZB-H1", "the schedule file's") goes
 // to *schedule when given.
 double ScheduleStepSeconds(const JobSpec& job, const Layout& layout,

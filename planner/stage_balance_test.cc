@@ -156,6 +156,48 @@ TEST(StageBalanceTest, StepFollowsTheLayoutsSchedule) {
   EXPECT_GE(ScheduleStepSeconds(job, l, uneven), 8 * uneven.bottleneck());
 }
 
+// ZB-V's step is its own table walked, not 1F1B's closed form: with equal
+// stages (F = B = W) it idles far less than 1F1B's (P - 1) / (m + P - 1),
+// and the output layer is charged to stage 0's second chunk (the last
+// virtual stage), the embedding to its first.
+TEST(StageBalanceTest, ZeroBubbleVWalksItsOwnTable) {
+  JobSpec job = Job(8);
+  job.global_batch = 8;  // 8 micro-batches of 1
+  StepTime t = Times(1, 0, 0);
+  t.layer_weight_mb = 1.0 / 3;
+  Layout l = Pp(2);
+  l.micro_batch = 1;
+  l.schedule = PipelineSchedule::kZeroBubbleV;
+  l.virtual_stages = 2;
+  const StageSplit equal = EvenStageSplit(job, l, t);
+  std::string name;
+  const double zbv = ScheduleStepSeconds(job, l, equal, &name);
+  EXPECT_EQ(name, "ZB-V");
+  EXPECT_GE(zbv, 8 * equal.bottleneck() - 1e-9);
+  // 1F1B's formula: 8 x 4 + 4 = 36, idling 1 / 9.
+  ASSERT_DOUBLE_EQ(equal.step_seconds(8), 36);
+  EXPECT_LT(1 - 8 * 4 / zbv, 0.5 / 9) << zbv;
+  // A heavy head: stage 0 runs 1 + 1 layers and the head, on its second
+  // chunk.
+  t.head_mb = 3;
+  t.head_weight_mb = 1;
+  t.embedding_mb = 0.5;
+  const StageSplit heavy = EvenStageSplit(job, l, t);
+  ASSERT_EQ(heavy.chunks.total.size(), 2u);
+  EXPECT_DOUBLE_EQ(heavy.chunks.total[0][0], 2 + 0.5);
+  EXPECT_DOUBLE_EQ(heavy.chunks.total[0][1], 2 + 3);
+  EXPECT_DOUBLE_EQ(heavy.chunks.total[1][0], 2);
+  EXPECT_DOUBLE_EQ(heavy.chunks.weight[0][1], 2.0 / 3 + 1);
+  const double step = ScheduleStepSeconds(job, l, heavy);
+  EXPECT_GE(step, 8 * heavy.bottleneck() - 1e-9);
+  EXPECT_LT(step, heavy.step_seconds(8));
+  // The head spread over both chunks (the stage's time halved) walks to a
+  // different step.
+  StageSplit spread = heavy;
+  spread.chunks = ChunkSeconds();
+  EXPECT_NE(ScheduleStepSeconds(job, l, spread), step);
+}
+
 }  // namespace
 }  // namespace planner
 }  // namespace mcc
