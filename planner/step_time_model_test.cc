@@ -89,6 +89,26 @@ TEST(StepTimeModelTest, UnevenSplitWalksEachStagesTime) {
   }
 }
 
+// ZB-V's even split is walked with each chunk's own time: stage 0 holds the
+// output layer (its second chunk) and the embedding, runs every micro-batch
+// back to back and reports (almost) no bubble; the compute is the even
+// split's.
+TEST(StepTimeModelTest, ZeroBubbleVChargesTheHeadToStageZero) {
+  JobSpec job = H100Job(1, 64);
+  Layout l;
+  l.pp = 4;
+  l.dp = 2;
+  l.virtual_stages = 2;
+  const StepTime interleaved = EstimateStepTime(job, l);
+  l.schedule = PipelineSchedule::kZeroBubbleV;
+  const StepTime zbv = EstimateStepTime(job, l);
+  EXPECT_DOUBLE_EQ(zbv.gemm, interleaved.gemm);
+  EXPECT_DOUBLE_EQ(zbv.head, interleaved.head);
+  const double work = zbv.gemm + zbv.attention + zbv.elementwise + zbv.head;
+  EXPECT_LT(zbv.bubble, 0.01 * work);
+  EXPECT_LT(zbv.bubble, interleaved.bubble);
+}
+
 // HSDP: the reduce-scatter runs within an instance, and the shards'
 // all-reduce across instances; the optimizer's shard is an instance's.
 TEST(StepTimeModelTest, InstancesShardWithinAndReduceAcross) {
