@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "parallel/pipeline/p2p.h"
 #include "parallel/pipeline/schedule_table.h"
 #include "parallel/pipeline/schedules.h"
 #include "planner/moe_model.h"
@@ -139,6 +140,60 @@ ChunkCost CostOfChunk(const JobSpec& job, const Layout& l, int layers, bool pre,
                                     logits + d.T * 4 + d.T * d.h * d.e);
   }
   return c;
+}
+
+// Messages this rank's sent tensors hold while each of its rows runs, as
+// the executor keeps them with overlapped transfers (pipeline_executor.cc):
+// a row's results go in the transfer batch before the next unit
+// (PlanTransfers); a batch that also receives is waited for, which frees
+// what it sent, before the first row it brings an input to; one that only
+// sends, before the backward of a forward output it holds, else at the
+// step's end. Not for V-shaped tables, whose sends go as a work of their
+// own (empty then).
+std::vector<int> SentMessagesAtRows(
+    const Layout& l, int stage,
+    const std::vector<pipeline::ScheduleRow>& rows) {
+  if (l.schedule == PipelineSchedule::kZeroBubbleV || l.pp < 2) return {};
+  std::vector<pipeline::Action> actions;
+  for (const pipeline::ScheduleRow& r : rows) {
+    pipeline::Action a;
+    a.kind = r.op == pipeline::ScheduleOp::kForward ? pipeline::Action::kForward
+             : r.op == pipeline::ScheduleOp::kBackward
+                 ? pipeline::Action::kBackward
+                 : pipeline::Action::kWeight;
+    a.microbatch = r.microbatch;
+    a.chunk = r.chunk;
+    actions.push_back(a);
+  }
+  const int n = static_cast<int>(actions.size());
+  const pipeline::StageLayout layout{l.pp, stage, std::max(1, l.virtual_stages),
+                                     false};
+  std::vector<int> held(n + 1, 0);
+  for (const pipeline::TransferBatch& b :
+       pipeline::PlanTransfers(layout, actions)) {
+    if (b.send_actions.empty()) continue;
+    int release = n;
+    if (!b.recv_actions.empty()) {
+      release = *std::min_element(b.recv_actions.begin(), b.recv_actions.end());
+    } else {
+      for (int i : b.send_actions) {
+        if (actions[i].kind != pipeline::Action::kForward) continue;
+        for (int j = i + 1; j < n; ++j) {
+          if (actions[j].kind == pipeline::Action::kBackward &&
+              actions[j].chunk == actions[i].chunk &&
+              actions[j].microbatch == actions[i].microbatch) {
+            release = std::min(release, j);
+            break;
+          }
+        }
+      }
+    }
+    for (int j = b.first_action; j < release && j < n; ++j) {
+      held[j] += static_cast<int>(b.send_actions.size());
+    }
+  }
+  held.resize(n);
+  return held;
 }
 
 }  // namespace
@@ -371,8 +426,9 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   // adding a record at each forward and dropping it after its backward
   // (B), or, when the table splits the backward, keeping what the weight
   // gradient needs from B to W. With overlapped transfers the executor holds
-  // each forward output it sent until that micro-batch's backward, every
-  // input gradient it sent until the step ends, and posts each receive one
+  // what it sent until it waits for that transfer batch (SentMessagesAtRows;
+  // under ZB-V each forward output until that micro-batch's backward and
+  // every input gradient until the step ends), and posts each receive one
   // action ahead.
   const double message = DimsOf(job, l).Tl * c.hidden_size * e;
   const int last_stage = l.pp * chunks - 1;
@@ -402,10 +458,16 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
     }
   };
   if (rows.ok()) {
-    for (const pipeline::ScheduleRow& a : *rows) {
+    const std::vector<int> sent_at = job.overlap_p2p
+                                         ? SentMessagesAtRows(l, stage, *rows)
+                                         : std::vector<int>();
+    const bool walked_sends = !sent_at.empty();
+    for (size_t i = 0; i < rows->size(); ++i) {
+      const pipeline::ScheduleRow& a = (*rows)[i];
       const ChunkCost& cc = cost[a.chunk];
       const int v = VirtualStageOf(shape, stage, a.chunk);
-      const bool sends = l.pp > 1 && job.overlap_p2p;
+      if (walked_sends) sent = sent_at[i] * message;
+      const bool sends = l.pp > 1 && job.overlap_p2p && !walked_sends;
       switch (a.op) {
         case pipeline::ScheduleOp::kForward:
           held += cc.record;
