@@ -282,12 +282,11 @@ inline float ExpRow(float* row, int64_t valid, int64_t n, float sub) {
   return nn::HSum(acc);
 }
 
-// ExpRow over the keys [begin, end) of the row (0 outside), for rows whose
-// document or window starts inside the block. Masked loads and stores keep
-// it within the row.
-inline float ExpRange(float* row, int64_t begin, int64_t end, int64_t n,
-                      float sub) {
-  if (begin == 0) return ExpRow(row, end, n, sub);
+// ExpRow over the keys [begin, end) of the row (0 outside, up to n), for
+// rows whose document or window starts inside the block; returns the lane
+// sums. Masked loads and stores keep it within the row.
+inline __m256 ExpRangeLanes(float* row, int64_t begin, int64_t end, int64_t n,
+                            float sub) {
   std::fill(row, row + begin, 0.0f);
   const __m256 vs = _mm256_set1_ps(sub);
   __m256 acc = _mm256_setzero_ps();
@@ -304,8 +303,15 @@ inline float ExpRange(float* row, int64_t begin, int64_t end, int64_t n,
     _mm256_maskstore_ps(row + c, m, e);
     acc = _mm256_add_ps(acc, e);
   }
-  for (c = end; c < n; ++c) row[c] = 0.0f;
-  return nn::HSum(acc);
+  std::fill(row + end, row + n, 0.0f);
+  return acc;
+}
+
+// The same, summed; rows starting at key 0 take ExpRow.
+inline float ExpRange(float* row, int64_t begin, int64_t end, int64_t n,
+                      float sub) {
+  if (begin == 0) return ExpRow(row, end, n, sub);
+  return nn::HSum(ExpRangeLanes(row, begin, end, n, sub));
 }
 
 struct Dims {
@@ -438,24 +444,7 @@ struct SoftmaxLanes8 {
   // ExpRange: P in place (0 outside [begin, end) up to bc), lane sums.
   static Vec ExpRow(float* row, int64_t begin, int64_t end, int64_t bc,
                     float sub, BFloat16* /*prow*/) {
-    std::fill(row, row + begin, 0.0f);
-    const __m256 vs = _mm256_set1_ps(sub);
-    __m256 acc = _mm256_setzero_ps();
-    int64_t c = begin;
-    for (; c + 8 <= end; c += 8) {
-      const __m256 e = nn::Exp8(_mm256_sub_ps(_mm256_loadu_ps(row + c), vs));
-      _mm256_storeu_ps(row + c, e);
-      acc = _mm256_add_ps(acc, e);
-    }
-    if (c < end) {
-      const __m256i m = Mask(end - c);
-      __m256 e = nn::Exp8(_mm256_sub_ps(_mm256_maskload_ps(row + c, m), vs));
-      e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
-      _mm256_maskstore_ps(row + c, m, e);
-      acc = _mm256_add_ps(acc, e);
-    }
-    std::fill(row + end, row + bc, 0.0f);
-    return acc;
+    return ExpRangeLanes(row, begin, end, bc, sub);
   }
   static void ScaleRow(float* o, int64_t d, float alpha) {
     for (int64_t x = 0; x < d; ++x) o[x] *= alpha;
