@@ -5,8 +5,10 @@
 #ifndef CORE_OPS_CUDA_FLASH_ATTENTION_EMULATED_PARAMS_H_
 #define CORE_OPS_CUDA_FLASH_ATTENTION_EMULATED_PARAMS_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "core/ops/attention.h"
 #include "core/ops/cuda/elem_type.h"
@@ -65,6 +67,30 @@ inline void SetForwardTensors(const HostInputs& in, Results* r,
 
 inline cuda_emu::Dim3 DimOf(cuda_kernels::flash::Grid g) {
   return cuda_emu::Dim3{g.x, g.y, g.z};
+}
+
+// first_key per row: documents of 70, 1, 40 and 39 tokens (then 5 and 145)
+// with a window of 30 keys when causal; not causal, key ranges before,
+// inside and past the rows' own (rows that see no key: out 0, lse -inf).
+inline AttentionOptions WithFirstKeys(const AttentionCase& c) {
+  std::vector<int64_t> first;
+  for (int64_t bi = 0; bi < c.b; ++bi) {
+    const std::vector<int64_t> starts =
+        bi == 0 ? std::vector<int64_t>{0, 70, 71, 111}
+                : std::vector<int64_t>{0, 5};
+    for (int64_t i = 0; i < c.s; ++i) {
+      int64_t start = 0;
+      for (int64_t st : starts) start = st <= i ? st : start;
+      if (!c.causal) {
+        first.push_back(i < 50 ? -20 : i < 100 ? 90 : 400);
+      } else {
+        first.push_back(std::max<int64_t>(start, i - 29));
+      }
+    }
+  }
+  AttentionOptions o = c.Options();
+  o.first_key = *Tensor::FromInts(first, {c.b, c.s}, DType::kInt32);
+  return o;
 }
 
 }  // namespace flash_testing

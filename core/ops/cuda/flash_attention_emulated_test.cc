@@ -165,26 +165,7 @@ TEST(FlashAttentionEmulatedTest, FirstKeysMatchTheCpuKernel) {
                                DType::kFloat32,
                                variant == 1 ? 0.1f : 0.0f};
       SCOPED_TRACE(c.Name() + " variant " + std::to_string(variant));
-      // Documents of 70, 1, 40 and 39 tokens (then 5 and 145) with a
-      // window of 30 keys; not causal: a key chunk before, inside and past
-      // the rows' documents.
-      std::vector<int64_t> first;
-      for (int64_t bi = 0; bi < c.b; ++bi) {
-        const std::vector<int64_t> starts =
-            bi == 0 ? std::vector<int64_t>{0, 70, 71, 111}
-                    : std::vector<int64_t>{0, 5};
-        for (int64_t i = 0; i < c.s; ++i) {
-          int64_t start = 0;
-          for (int64_t st : starts) start = st <= i ? st : start;
-          if (!causal) {
-            first.push_back(i < 50 ? -20 : i < 100 ? 90 : 400);
-          } else {
-            first.push_back(std::max<int64_t>(start, i - 29));
-          }
-        }
-      }
-      AttentionOptions o = c.Options();
-      o.first_key = *Tensor::FromInts(first, {c.b, c.s}, DType::kInt32);
+      const AttentionOptions o = flash_testing::WithFirstKeys(c);
       const flash_testing::HostInputs in = flash_testing::MakeInputs(c, seed++);
       flash_testing::Results want =
           flash_testing::EmptyResults(c, Device::CPU());

@@ -132,30 +132,6 @@ TEST(FlashAttentionMmaEmulatedTest, MatchesTheCpuKernel) {
   }
 }
 
-// first_key per row: documents of 70, 1, 40 and 39 tokens (then 5 and 145)
-// with a window of 30 keys when causal; not causal, key ranges before,
-// inside and past the rows' own (rows that see no key: out 0, lse -inf).
-AttentionOptions WithFirstKeys(const AttentionCase& c) {
-  std::vector<int64_t> first;
-  for (int64_t bi = 0; bi < c.b; ++bi) {
-    const std::vector<int64_t> starts =
-        bi == 0 ? std::vector<int64_t>{0, 70, 71, 111}
-                : std::vector<int64_t>{0, 5};
-    for (int64_t i = 0; i < c.s; ++i) {
-      int64_t start = 0;
-      for (int64_t st : starts) start = st <= i ? st : start;
-      if (!c.causal) {
-        first.push_back(i < 50 ? -20 : i < 100 ? 90 : 400);
-      } else {
-        first.push_back(std::max<int64_t>(start, i - 29));
-      }
-    }
-  }
-  AttentionOptions o = c.Options();
-  o.first_key = *Tensor::FromInts(first, {c.b, c.s}, DType::kInt32);
-  return o;
-}
-
 TEST(FlashAttentionMmaEmulatedTest, FirstKeysMatchTheCpuKernel) {
   uint32_t seed = 400;
   for (const AttentionCase& c : std::vector<AttentionCase>{
@@ -164,7 +140,7 @@ TEST(FlashAttentionMmaEmulatedTest, FirstKeysMatchTheCpuKernel) {
            {2, 150, 2, 2, 128, false, bf16, bf16, f32},
        }) {
     SCOPED_TRACE(c.Name());
-    EXPECT_TRUE(MatchesCpu(c, WithFirstKeys(c), seed++));
+    EXPECT_TRUE(MatchesCpu(c, flash_testing::WithFirstKeys(c), seed++));
   }
 }
 
