@@ -201,6 +201,12 @@ std::vector<Case> Cases() {
   h1_no_overlap.untied = true;
   h1_no_overlap.schedule = ScheduleKind::kZeroBubbleH1;
   v.push_back(h1_no_overlap);
+  // Interleaved 1F1B at PP 4: 8 layers, two one-layer chunks a stage, so
+  // each stage's chunks are four stages apart (stage 0 holds layers 0 and 4)
+  // and the virtual chunk order wraps around the ring; 8 micro-batches.
+  Case interleaved_pp4{"pp4_interleaved", 4, 1, 4, 1};
+  interleaved_pp4.num_layers = 8;
+  v.push_back(interleaved_pp4);
   // PP 2 runs 4 micro-batches a step per DP rank (as DP 2 always did): the
   // longer steady state of 8 adds no path there; PP 4 keeps 8. ZB-H1 and
   // its 1F1B twin change together.
