@@ -207,6 +207,19 @@ std::vector<Case> Cases() {
   Case interleaved_pp4{"pp4_interleaved", 4, 1, 4, 1};
   interleaved_pp4.num_layers = 8;
   v.push_back(interleaved_pp4);
+  // ZB-V at PP 4 (8 layers) through the NCCL-like wrapper: the global
+  // transfer order with sends that wait for their receive over four stages.
+  Case zbv_nccl_pp4{"pp4_nccl_like_zbv", 4, 1, 4, 1};
+  zbv_nccl_pp4.num_layers = 8;
+  zbv_nccl_pp4.nccl_like = true;
+  zbv_nccl_pp4.schedule = ScheduleKind::kZeroBubbleV;
+  v.push_back(zbv_nccl_pp4);
+  // ZB-H1 at PP 4 with an uneven split (6 layers: 1, 2, 2, 1) and every
+  // transfer batch waited for at once.
+  Case h1_uneven{"pp4_uneven_zb_h1_no_overlap", 4, 1, 4, 0, 1, 1, false};
+  h1_uneven.num_layers = 6;
+  h1_uneven.schedule = ScheduleKind::kZeroBubbleH1;
+  v.push_back(h1_uneven);
   // PP 2 runs 4 micro-batches a step per DP rank (as DP 2 always did): the
   // longer steady state of 8 adds no path there; PP 4 keeps 8. ZB-H1 and
   // its 1F1B twin change together.
