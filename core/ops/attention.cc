@@ -406,7 +406,7 @@ inline int64_t FirstKeyOfBlock(const Dims& dm, int64_t bi, int64_t i0,
 // lane policies fix the numerics: SoftmaxLanes8 is the fp32 kernels' (AVX2,
 // 8 lanes: Exp8, RowMax's and HSum's order; the same results on every ISA),
 // SoftmaxLanes16 the bf16 path's (AVX-512: Exp16, _mm512_reduce_*_ps's
-// order). OnlineSoftmaxBlock is always inlined, and the 16-lane one only
+// order). OnlineSoftmaxBlock8/16 are always inlined, and the 16-lane one only
 // into AVX-512 functions, so that the policy's intrinsics inline there too.
 
 inline __mmask16 Lanes(int64_t n) {
@@ -591,83 +591,12 @@ struct SoftmaxLanes16 {
 // scale q instead); updates mrow, lrow and oacc's rows; leaves P in sc, or
 // with pb rounded to bf16 in pb (row stride kBlock), dropped after the sum
 // with dropout (the normaliser counts every probability).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
-template <class L>
-__attribute__((always_inline)) inline void OnlineSoftmaxBlock(
-    const Dims& dm, int64_t bi, int64_t h, int64_t i0, int64_t br, int64_t j0,
-    int64_t bc, bool scale_scores, float* sc, float* mrow, float* lrow,
-    float* oacc, uint32_t* words, BFloat16* pb) {
-  using Vec = typename L::Vec;
-  constexpr int kL = L::kLanes;
-  const bool dropout = dm.dropout_p > 0;
-  // P in fp32 in sc: the fp32 kernels, and dropout before the rounding.
-  BFloat16* const p16 = dropout ? nullptr : pb;
-  const int64_t n_even = (bc + 1) / 2 * 2;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  for (int64_t r0 = 0; r0 < br; r0 += kL) {
-    const int rows = static_cast<int>(std::min<int64_t>(kL, br - r0));
-    int64_t begin[kL] = {}, end[kL] = {};
-    uint32_t seen = 0;
-    alignas(64) float m_lane[kL], l_lane[kL], alpha_lane[kL];
-    Vec part[kL];
-    for (int r = 0; r < kL; ++r) {
-      part[r] = L::Broadcast(neg_inf);
-      if (r >= rows) continue;
-      float* row = sc + (r0 + r) * kBlock;
-      const KeyRange vis = Visible(dm, bi, i0 + r0 + r, j0, bc);
-      begin[r] = vis.begin;
-      end[r] = vis.end;
-      if (vis.empty()) {
-        if (p16 == nullptr) std::fill(row, row + bc, 0.0f);
-        continue;
-      }
-      seen |= 1u << r;
-      part[r] = L::ScaleAndMax(row, vis.begin, vis.end,
-                               scale_scores ? dm.scale : 1.0f);
-    }
-    L::ToArray(m_lane, L::template ReduceRows<true>(part));
-    for (int r = 0; r < rows; ++r) {
-      if ((seen >> r) & 1) {
-        m_lane[r] =
-            L::MaxTail(m_lane[r], sc + (r0 + r) * kBlock, begin[r], end[r]);
-      }
-    }
-    // std::max(m_old, block max) is vmaxps(block max, m_old), NaN included.
-    const Vec m_old = L::LoadFirst(mrow + r0, rows);
-    const Vec m_new = L::Max(L::LoadFirst(m_lane, kL), m_old);
-    const Vec alpha = L::Exp(L::Sub(m_old, m_new));
-    L::ToArray(m_lane, m_new);
-    L::ToArray(alpha_lane, alpha);
-    for (int r = 0; r < kL; ++r) part[r] = L::Broadcast(0.0f);
-    for (int r = 0; r < rows; ++r) {
-      float* row = sc + (r0 + r) * kBlock;
-      BFloat16* prow = p16 == nullptr ? nullptr : p16 + (r0 + r) * kBlock;
-      if (((seen >> r) & 1) == 0) {
-        if (prow != nullptr) std::fill(prow, prow + n_even, BFloat16{});
-        continue;
-      }
-      part[r] = L::ExpRow(row, begin[r], end[r], bc, m_lane[r], prow);
-    }
-    // l = l_old alpha + sum, one rounding (the row loop's contracted form).
-    L::ToArray(l_lane, L::Fma(L::LoadFirst(lrow + r0, rows), alpha,
-                              L::template ReduceRows<false>(part)));
-    for (int r = 0; r < rows; ++r) {
-      if (((seen >> r) & 1) == 0) continue;
-      lrow[r0 + r] = l_lane[r];
-      mrow[r0 + r] = m_lane[r];
-      if (dropout) {
-        DropRow(dm, bi, h, i0 + r0 + r, j0 + begin[r], end[r] - begin[r],
-                sc + (r0 + r) * kBlock + begin[r], words);
-      }
-      if (alpha_lane[r] != 1.0f) {
-        L::ScaleRow(oacc + (r0 + r) * dm.d, dm.d, alpha_lane[r]);
-      }
-    }
-  }
-  if (pb != nullptr && dropout) RoundToBf16Rows(sc, kBlock, br, bc, pb, kBlock);
-}
-#pragma GCC diagnostic pop
+// OnlineSoftmaxBlock8 (the fp32 kernels) and OnlineSoftmaxBlock16 (the bf16
+// dot path, AVX-512 only) from one text: online_softmax_block.inc.
+#define MCC_ONLINE_SOFTMAX_NAME OnlineSoftmaxBlock8
+#define MCC_ONLINE_SOFTMAX_LANES SoftmaxLanes8
+#define MCC_ONLINE_SOFTMAX_TARGET
+#include "core/ops/online_softmax_block.inc"
 
 template <typename TQ, typename TO>
 void ForwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v, TO* out,
@@ -724,9 +653,9 @@ void ForwardCpu(const Dims& dm, const TQ* q, const TQ* k, const TQ* v, TO* out,
       for (int64_t j0 = kbegin; j0 < kend; j0 += kBlock) {
         const int64_t bc = std::min(kBlock, kend - j0);
         BlockGemm(br, bc, d, qp, d, 1, kt + j0, ldk, sc, kBlock, false);
-        OnlineSoftmaxBlock<SoftmaxLanes8>(dm, bi, h, i0, br, j0, bc,
-                                          /*scale_scores=*/false, sc, mrow,
-                                          lrow, oacc, words, nullptr);
+        OnlineSoftmaxBlock8(dm, bi, h, i0, br, j0, bc,
+                            /*scale_scores=*/false, sc, mrow, lrow, oacc, words,
+                            nullptr);
         BlockGemm(br, d, bc, sc, kBlock, 1, vp + j0 * d, d, oacc, d, true);
       }
       for (int64_t r = 0; r < br; ++r) {
@@ -978,6 +907,11 @@ void PackPairsTransposed(const BFloat16* src, int64_t stride, int64_t rows,
 #define MCC_AVX512_BF16_SOFTMAX \
   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16")))
 
+#define MCC_ONLINE_SOFTMAX_NAME OnlineSoftmaxBlock16
+#define MCC_ONLINE_SOFTMAX_LANES SoftmaxLanes16
+#define MCC_ONLINE_SOFTMAX_TARGET MCC_AVX512_BF16_SOFTMAX
+#include "core/ops/online_softmax_block.inc"
+
 // The forward's online softmax of the dot-product path: OnlineSoftmaxBlock
 // in 16 lanes (scores scaled here), P rounded to bf16 into pb.
 MCC_AVX512_BF16_SOFTMAX void ForwardSoftmax16(const Dims& dm, int64_t bi,
@@ -986,9 +920,8 @@ MCC_AVX512_BF16_SOFTMAX void ForwardSoftmax16(const Dims& dm, int64_t bi,
                                               float* mrow, float* lrow,
                                               float* oacc, uint32_t* words,
                                               BFloat16* pb) {
-  OnlineSoftmaxBlock<SoftmaxLanes16>(dm, bi, h, i0, br, j0, bc,
-                                     /*scale_scores=*/true, sc, mrow, lrow,
-                                     oacc, words, pb);
+  OnlineSoftmaxBlock16(dm, bi, h, i0, br, j0, bc,
+                       /*scale_scores=*/true, sc, mrow, lrow, oacc, words, pb);
 }
 
 // Pair words of two rows converted together (v = _mm512_cvtne2ps_pbh(row
