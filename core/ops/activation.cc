@@ -294,9 +294,9 @@ inline void SwiGLUGradBlock(const TDY* g, const TX* a, const TX* b, TDX* da,
   }
 }
 
-// 512-bit versions of the GELU blocks, taken where KernelIsa() is kAvx512:
-// each lane runs the 8-lane helpers' operations in the same order (the same
-// division, no vrcpps), so the results are bit for bit the AVX2 blocks'
+// 512-bit versions of the GELU and SwiGLU blocks, taken where KernelIsa() is
+// kAvx512: each lane runs the 8-lane helpers' operations in the same order (the
+// same division, no vrcpps), so the results are bit for bit the AVX2 blocks'
 // (activation_test runs both). Operands stay in natural lane order: the
 // widening and narrowing are one instruction each at this width, so the bias
 // and its gradient's partial sums are never shuffled.
@@ -383,7 +383,47 @@ MCC_AVX512_TARGET void GeluGradBlock512(const TDY* dy, const TX* x,
   }
 }
 
-// Whether the shipped GELU blocks run 16 lanes wide here.
+// SigmoidAndComplement8 on 16 lanes.
+template <int kDegree>
+MCC_AVX512_TARGET inline __m512 SigmoidAndComplement16(__m512 a,
+                                                       __m512* one_minus) {
+  return RecipOnePlusExp2x16<kDegree>(
+      _mm512_mul_ps(a, _mm512_set1_ps(-1.4426950408889634f)), one_minus);
+}
+
+// SwiGLUBlock's result with 16 lanes (P's degree; P divides, as shipped).
+template <typename P, typename TX, typename TY>
+MCC_AVX512_TARGET void SwiGLUBlock512(const TX* a, const TX* b, TY* y,
+                                      int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = std::min<int64_t>(16, n - i);
+    const __m512 av = LoadUpTo16F32(a + i, m);
+    const __m512 bv = LoadUpTo16F32(b + i, m);
+    const __m512 s = SigmoidAndComplement16<P::kDegree>(av, nullptr);
+    StoreUpTo16F32(y + i, _mm512_mul_ps(_mm512_mul_ps(av, s), bv), m);
+  }
+}
+
+// SwiGLUGradBlock's results with 16 lanes.
+template <typename TDY, typename TX, typename TDX>
+MCC_AVX512_TARGET void SwiGLUGradBlock512(const TDY* g, const TX* a,
+                                          const TX* b, TDX* da, TDX* db,
+                                          int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = std::min<int64_t>(16, n - i);
+    const __m512 gv = LoadUpTo16F32(g + i, m);
+    const __m512 av = LoadUpTo16F32(a + i, m);
+    const __m512 bv = LoadUpTo16F32(b + i, m);
+    __m512 oms;
+    const __m512 s = SigmoidAndComplement16<FullPrecision::kDegree>(av, &oms);
+    const __m512 dsilu = _mm512_mul_ps(s, _mm512_fmadd_ps(av, oms, one));
+    StoreUpTo16F32(da + i, _mm512_mul_ps(_mm512_mul_ps(gv, bv), dsilu), m);
+    StoreUpTo16F32(db + i, _mm512_mul_ps(gv, _mm512_mul_ps(av, s)), m);
+  }
+}
+
+// Whether the shipped GELU and SwiGLU blocks run 16 lanes wide here.
 bool GeluBlocks512() { return KernelIsa() == CpuIsa::kAvx512; }
 #else
 // Portable fallback: widen into fp32 scratch, compute, narrow (P unused).
@@ -700,6 +740,15 @@ void SwiGLUForwardCpu(const Tensor& x, Tensor* y) {
       using P = PolicyFor<Force, TY>;
       const TX* xp = x.data<TX>();
       TY* yp = y->data<TY>();
+#if defined(__AVX2__)
+      if (std::is_void<Force>::value && GeluBlocks512()) {
+        ForEachBlock(y->numel(), h, [&](int64_t off, int64_t col, int64_t n) {
+          const TX* a = xp + off / h * 2 * h + col;
+          SwiGLUBlock512<P>(a, a + h, yp + off, n);
+        });
+        return;
+      }
+#endif
       ForEachBlock(y->numel(), h, [&](int64_t off, int64_t col, int64_t n) {
         const int64_t row = off / h;
         const TX* a = xp + row * 2 * h + col;
@@ -752,6 +801,16 @@ absl::Status SwiGLUBackwardCpu(const Tensor& dy, const Tensor& x, Tensor* dx) {
         const TX* xp = x.data<TX>();
         const TDY* dyp = dy.data<TDY>();
         TDX* dxp = dx->data<TDX>();
+#if defined(__AVX2__)
+        if (GeluBlocks512()) {
+          ForEachBlock(dy.numel(), h, [&](int64_t off, int64_t col, int64_t n) {
+            const int64_t a_off = off / h * 2 * h + col, b_off = a_off + h;
+            SwiGLUGradBlock512(dyp + off, xp + a_off, xp + b_off, dxp + a_off,
+                               dxp + b_off, n);
+          });
+          return;
+        }
+#endif
         ForEachBlock(dy.numel(), h, [&](int64_t off, int64_t col, int64_t n) {
           const int64_t row = off / h;
           const int64_t a_off = row * 2 * h + col, b_off = a_off + h;

@@ -625,6 +625,40 @@ TEST(ActivationTest, Avx512GeluBlocksEqualAvx2BitForBit) {
   }
 }
 
+// SwiGLU and its backward likewise: every dtype of x, of y / dy and of dx,
+// rows of h = 129, 160 and 2051 halves (tails of 1, none and 3), NaN,
+// infinities, denormals and values past the clamps in a, b and dy.
+TEST(ActivationTest, Avx512SwiGLUBlocksEqualAvx2BitForBit) {
+  if (!CpuSupportsAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const DType dts[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+  for (int64_t h : {129, 160, 2 * 1024 + 3}) {
+    const int64_t rows = 7;
+    const Shape xshape{rows, 2 * h}, yshape{rows, h};
+    const std::vector<float> xv = WidthTestValues(rows * 2 * h, 21);
+    const std::vector<float> dyv = WidthTestValues(rows * h, 22);
+    for (DType xt : dts)
+      for (DType yt : dts)
+        for (DType dxt : dts) {
+          SCOPED_TRACE(::testing::Message()
+                       << "h=" << h << " x " << DTypeName(xt) << " y/dy "
+                       << DTypeName(yt) << " dx " << DTypeName(dxt));
+          const Tensor x = Tensor::FromVector(xv, xshape, xt).value();
+          const Tensor dy = Tensor::FromVector(dyv, yshape, yt).value();
+          auto run = [&] {
+            Tensor y = Tensor::Zeros(yshape, yt);
+            Tensor dx = Tensor::Zeros(xshape, dxt);
+            EXPECT_TRUE(SwiGLU(x, &y).ok());
+            EXPECT_TRUE(SwiGLUBackward(dy, x, &dx).ok());
+            return std::vector<std::vector<uint8_t>>{Bytes(y), Bytes(dx)};
+          };
+          const auto avx2 = UnderIsa(CpuIsa::kAvx2, run);
+          const auto avx512 = UnderIsa(CpuIsa::kAvx512, run);
+          EXPECT_TRUE(avx2[0] == avx512[0]) << "swiglu";
+          EXPECT_TRUE(avx2[1] == avx512[1]) << "swiglu backward";
+        }
+  }
+}
+
 TEST(ActivationTest, BadInputsNameShapesAndLeaveOutputUntouched) {
   Tensor x = RandomTensor({4, 8}, DType::kFloat32, 1);
   Tensor y = RandomTensor({4, 5}, DType::kFloat32, 2);
