@@ -391,12 +391,23 @@ MCC_AVX512_TARGET inline __m512 SigmoidAndComplement16(__m512 a,
       _mm512_mul_ps(a, _mm512_set1_ps(-1.4426950408889634f)), one_minus);
 }
 
+// How far ahead the 512-bit SwiGLU blocks prefetch each input stream.
+// Without it the hardware prefetchers left the loads of a waiting on DRAM
+// (perf: ~50% of the bf16 forward block's samples on them), a, b = a + h and
+// y being several streams: bench swiglu bf16 forward 13.9 -> 20.5 GB/s,
+// backward 18.5 -> 21.7 on Zen 5. A hint only: results are unchanged.
+constexpr int kSwiGLUPrefetchBytes = 2048;
+
 // SwiGLUBlock's result with 16 lanes (P's degree; P divides, as shipped).
 template <typename P, typename TX, typename TY>
 MCC_AVX512_TARGET void SwiGLUBlock512(const TX* a, const TX* b, TY* y,
                                       int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const int64_t m = std::min<int64_t>(16, n - i);
+    _mm_prefetch(reinterpret_cast<const char*>(a + i) + kSwiGLUPrefetchBytes,
+                 _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + i) + kSwiGLUPrefetchBytes,
+                 _MM_HINT_T0);
     const __m512 av = LoadUpTo16F32(a + i, m);
     const __m512 bv = LoadUpTo16F32(b + i, m);
     const __m512 s = SigmoidAndComplement16<P::kDegree>(av, nullptr);
@@ -412,6 +423,12 @@ MCC_AVX512_TARGET void SwiGLUGradBlock512(const TDY* g, const TX* a,
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += 16) {
     const int64_t m = std::min<int64_t>(16, n - i);
+    _mm_prefetch(reinterpret_cast<const char*>(g + i) + kSwiGLUPrefetchBytes,
+                 _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(a + i) + kSwiGLUPrefetchBytes,
+                 _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + i) + kSwiGLUPrefetchBytes,
+                 _MM_HINT_T0);
     const __m512 gv = LoadUpTo16F32(g + i, m);
     const __m512 av = LoadUpTo16F32(a + i, m);
     const __m512 bv = LoadUpTo16F32(b + i, m);
