@@ -1,8 +1,8 @@
 // Prefetching under optim_grads_params is real overlap: in a step whose
 // unit order is known, the next unit's all-gather is issued while the
 // current unit is open (before its compute ends), in forward and in
-// backward, and the gathered data has mostly arrived by the time the next
-// unit asks for it.
+// backward (how much of the gathered data has arrived by the time the next
+// unit asks for it is printed: timing, not asserted).
 #include <cstdio>
 #include <map>
 #include <string>
@@ -103,7 +103,10 @@ MCC_WORKER(fsdp_overlap) {
       "of the unit gathers had arrived before their unit asked\n",
       world->group->rank(), checked, prefetched, ready);
   if (checked < 2 * 2 * 10) return 5;  // 2 steps x 2 micro-batches x ...
-  if (ready == 0) return 6;
+  // How many gathers arrived before their unit asked is timing, not
+  // correctness: on an idle 2-core machine 26-35 of 40 do, but under a
+  // loaded CI run a rank saw 0 (the gloo thread not scheduled in time).
+  // It is printed above; the launch order checked per unit is the property.
   return failures == 0 ? 0 : 7;
 }
 
