@@ -103,6 +103,20 @@ using PrecisionFor = std::conditional_t<std::is_same<TY, BFloat16>::value,
 // 2.71e-6 (degree 4) or 7.54e-5 (degree 3), evaluated in fp32 as below,
 // measured over every float f in [-1/2, 1/2]. Callers fold log2(e) into t's
 // constants.
+// The fits' coefficients, highest power first; the AVX2 and AVX-512 blocks
+// both evaluate them by Horner's rule in fused multiply-adds.
+constexpr float kExp2Degree4[] = {9.569964864e-3f, 5.591750652e-2f,
+                                  2.402474477e-1f, 6.931218604e-1f,
+                                  9.999992627e-1f};
+constexpr float kExp2Degree3[] = {5.517024989e-2f, 2.426079015e-1f,
+                                  6.932609265e-1f, 9.999282809e-1f};
+template <int kDegree>
+constexpr const float* Exp2Poly() {
+  static_assert(kDegree == 3 || kDegree == 4,
+                "2^f's polynomial has degree 3 or 4");
+  return kDegree == 4 ? kExp2Degree4 : kExp2Degree3;
+}
+
 template <typename P>
 inline __m256 RecipOnePlusExp2(__m256 t, __m256* one_minus) {
   // 2^i stays a normal float's scale and 1 + 2^t stays finite.
@@ -111,18 +125,10 @@ inline __m256 RecipOnePlusExp2(__m256 t, __m256* one_minus) {
   const __m256 magic = _mm256_set1_ps(12582912.0f);
   const __m256 s = _mm256_add_ps(t, magic);
   const __m256 f = _mm256_sub_ps(t, _mm256_sub_ps(s, magic));
-  __m256 p;
-  if constexpr (P::kDegree == 4) {
-    p = _mm256_set1_ps(9.569964864e-3f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.591750652e-2f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402474477e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931218604e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.999992627e-1f));
-  } else {
-    p = _mm256_set1_ps(5.517024989e-2f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.426079015e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.932609265e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.999282809e-1f));
+  const float* c = Exp2Poly<P::kDegree>();
+  __m256 p = _mm256_set1_ps(c[0]);
+  for (int k = 1; k <= P::kDegree; ++k) {
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c[k]));
   }
   const __m256 e = _mm256_castsi256_ps(_mm256_add_epi32(
       _mm256_castps_si256(p), _mm256_slli_epi32(_mm256_castps_si256(s), 23)));
@@ -308,19 +314,10 @@ MCC_AVX512_TARGET inline __m512 RecipOnePlusExp2x16(__m512 t,
   const __m512 magic = _mm512_set1_ps(12582912.0f);
   const __m512 s = _mm512_add_ps(t, magic);
   const __m512 f = _mm512_sub_ps(t, _mm512_sub_ps(s, magic));
-  __m512 p;
-  if constexpr (kDegree == 4) {
-    p = _mm512_set1_ps(9.569964864e-3f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.591750652e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402474477e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931218604e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999992627e-1f));
-  } else {
-    static_assert(kDegree == 3, "2^f's polynomial has degree 3 or 4");
-    p = _mm512_set1_ps(5.517024989e-2f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.426079015e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.932609265e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999282809e-1f));
+  const float* c = Exp2Poly<kDegree>();
+  __m512 p = _mm512_set1_ps(c[0]);
+  for (int k = 1; k <= kDegree; ++k) {
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[k]));
   }
   const __m512 e = _mm512_castsi512_ps(_mm512_add_epi32(
       _mm512_castps_si512(p), _mm512_slli_epi32(_mm512_castps_si512(s), 23)));
