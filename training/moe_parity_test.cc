@@ -332,20 +332,54 @@ TrainResult Serial(const Case& c) {
   return *r;
 }
 
-// The relative bound on each step's loss; grad norms get 10 times it (as
-// the other parity tests bound theirs). fp32: 1e-5, sums in another order.
-// 16-bit types: a stored element whose fp32 sum was taken in another order
-// (the expert GEMMs over other row groups, the gradients reduced over other
-// ranks) may land one step of the type (bf16: 2^-8) from the serial's, and
-// such flips move the batch's mean loss by a small share of a step: a
-// quarter step (2^-10, 1e-3). Beside TP the row-parallel layers' partial
-// products are rounded to 16 bits on each rank before they add (Megatron's
-// 16-bit reductions), a second rounding of the same elements the serial run
-// lacks: half a step (2^-9, 2e-3), cp_parity_test's bf16 bound. (The dense
-// GPT alone at TP 2 in bf16 measured 2.9e-4 loss, 7.3e-3 grad norm.)
-double LossBound(const Case& c) {
-  if (!c.bf16 && !c.fp16) return 1e-5;
-  return c.tp > 1 ? 2e-3 : 1e-3;
+// The worst relative distance over `steps` steps between two runs' losses
+// and between their grad norms.
+struct Distance {
+  double loss = 0;
+  double grad_norm = 0;
+};
+Distance WorstDistance(const TrainResult& a, const TrainResult& b, int steps) {
+  Distance d;
+  for (int s = 0; s < steps; ++s) {
+    d.loss = std::max(d.loss, std::abs(a.loss[s] - b.loss[s]) /
+                                  std::max(1e-30, std::abs(b.loss[s])));
+    d.grad_norm = std::max(
+        d.grad_norm, std::abs(a.steps[s].grad_norm - b.steps[s].grad_norm) /
+                         std::max(1e-30, std::abs(b.steps[s].grad_norm)));
+  }
+  return d;
+}
+
+// The relative bounds on each step's loss and grad norm.
+// fp32: 1e-5 on the loss, 1e-4 on the grad norm (sums in another order).
+// 16-bit types: the parallel run rounds the same tensors to 16 bits as the
+// serial run, as many times, with fp32 sums taken in other orders (the expert
+// GEMMs over other row groups, gradients reduced over other ranks). Over the
+// steps those roundings move the trajectory, and by how much depends on the
+// machine's GEMM kernels (the AVX512-BF16 and AVX2 paths, and AMX, round
+// other products). So the bound is measured in the same process: E, the
+// serial 16-bit run's worst distance from the serial fp32 run (the same
+// model and data, no rounding to 16 bits). Each 16-bit run is within about E
+// of the fp32 trajectory per rounding of each element, so two runs that
+// round as often are within 2E of each other (triangle inequality). Beside
+// TP the row-parallel layers' partial products are rounded on each of the
+// 2 ranks before they add and the sum is rounded again (Megatron's 16-bit
+// reductions): three roundings where the serial run has one, so the
+// parallel run is within 3E of fp32 and 4E of the serial run. Floors: a
+// quarter bf16 step (2^-10, 1e-3) on the loss, half a step beside TP
+// (cp_parity_test's bf16 bound), ten times that on the grad norm. Measured
+// (worst distance / bound) on Zen 5 with AVX512-BF16, and under
+// MCC_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2, whose GEMMs round other products
+// (the bound before this, a fixed 1e-2 / 2e-2 on the grad norm, failed there,
+// as it likely did on the CI machine of 2026-12-05): ep2_dp4_bf16 grad norm
+// 0.0003 / 0.013 and 0.011 / 0.018; etp2_tp2_sp_bf16 0.008 / 0.026 and 0.026 /
+// 0.037.
+Distance Bounds(const Case& c, const Distance& sixteen_bit_vs_fp32) {
+  if (!c.bf16 && !c.fp16) return {1e-5, 1e-4};
+  const double floor = c.tp > 1 ? 2e-3 : 1e-3;
+  const double k = c.tp > 1 ? 4 : 2;
+  return {std::max(floor, k * sixteen_bit_vs_fp32.loss),
+          std::max(10 * floor, k * sixteen_bit_vs_fp32.grad_norm)};
 }
 
 class MoeParityTest : public ::testing::TestWithParam<Case> {};
@@ -356,25 +390,23 @@ TEST_P(MoeParityTest, EqualsSerial) {
                                                    absl::Seconds(300));
   ASSERT_TRUE(parallel.ok()) << parallel.status();
   const TrainResult serial = Serial(c);
-  const double bound = LossBound(c);
-  optim::testing::ExpectMatchesSerial(*parallel, serial, 10, bound, 10 * bound);
-  double worst_norm = 0;
-  for (int s = 0; s < 10; ++s) {
-    worst_norm = std::max(
-        worst_norm,
-        std::abs(parallel->steps[s].grad_norm - serial.steps[s].grad_norm) /
-            std::max(1e-30, std::abs(serial.steps[s].grad_norm)));
+  Distance e;
+  if (c.bf16 || c.fp16) {
+    Case fp32 = c;
+    fp32.bf16 = false;
+    fp32.fp16 = false;
+    e = WorstDistance(serial, Serial(fp32), 10);
   }
-  double worst_loss = 0;
-  for (int s = 0; s < 10; ++s) {
-    worst_loss =
-        std::max(worst_loss, std::abs(parallel->loss[s] - serial.loss[s]) /
-                                 std::abs(serial.loss[s]));
-  }
+  const Distance bound = Bounds(c, e);
+  optim::testing::ExpectMatchesSerial(*parallel, serial, 10, bound.loss,
+                                      bound.grad_norm);
+  const Distance worst = WorstDistance(*parallel, serial, 10);
   std::printf(
-      "%s: worst relative difference to serial over 10 steps: loss "
-      "%.3g, grad norm %.3g\n",
-      c.name.c_str(), worst_loss, worst_norm);
+      "%s: worst relative difference to serial over 10 steps: loss %.3g "
+      "(bound %.3g), grad norm %.3g (bound %.3g); 16-bit serial vs fp32: "
+      "loss %.3g, grad norm %.3g\n",
+      c.name.c_str(), worst.loss, bound.loss, worst.grad_norm, bound.grad_norm,
+      e.loss, e.grad_norm);
   EXPECT_LT(parallel->loss[9], parallel->loss[0]);
   if (c.capacity_factor > 0) {
     // Dropping happened: the dropless run's losses differ.
