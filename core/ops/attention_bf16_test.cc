@@ -273,7 +273,10 @@ void CheckBothPaths(const Problem& p, uint32_t seed) {
 
   internal::SetCpuBf16AttentionPathForTesting(
       CpuBf16AttentionPath::kDotProduct);
-  if (CpuBf16AttentionPathInUse() == CpuBf16AttentionPath::kDotProduct) {
+  // The kernels take the dot-product path only at the AVX-512 kernel ISA
+  // (MCC_CPU_ISA=avx2 caps it to the widened one).
+  if (CpuBf16AttentionPathInUse() == CpuBf16AttentionPath::kDotProduct &&
+      KernelIsa() == CpuIsa::kAvx512) {
     const Outputs dot = RunKernels(p, tq, tk, tv, tdout);
     CheckBounds(p, q, k, v, dout, dot, kUb, "dot product");
     EXPECT_NE(dot.out, widened.out) << "the dot-product path was not taken";
@@ -286,7 +289,9 @@ void CheckBothPaths(const Problem& p, uint32_t seed) {
     EXPECT_EQ(capped.dk, widened.dk) << "AVX2 cap: not the widened path";
     EXPECT_EQ(capped.dv, widened.dv) << "AVX2 cap: not the widened path";
   } else {
-    std::printf("no AVX512-BF16 on this CPU: only the widened path runs\n");
+    std::printf(
+        "no AVX512-BF16 on this CPU, or MCC_CPU_ISA=avx2: only the widened "
+        "path runs\n");
   }
   internal::SetCpuBf16AttentionPathForTesting(saved);
 }
@@ -376,6 +381,7 @@ TEST(AttentionBf16PathsTest, DropoutAgreesWithWidenedPath) {
                    dk.ToDoubles(), dv.ToDoubles()};
   };
   if (!CpuSupportsAvx512Bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  if (KernelIsa() != CpuIsa::kAvx512) GTEST_SKIP() << "MCC_CPU_ISA=avx2";
   const Outputs widened = run(CpuBf16AttentionPath::kWidened);
   const Outputs dot = run(CpuBf16AttentionPath::kDotProduct);
   testing::ExpectClose(dot.out, widened.out, 2e-2, 2e-2, "out");
