@@ -178,7 +178,16 @@ TEST(GroupedGemmSingleTest, EachGroupIsTheDenseGemm) {
 // Groups of few rows, whose weights and fp32 gradients the CPU kernel reads
 // into cache first, still give each group's ordinary GEMM bit for bit:
 // forward, input gradient, and the weight gradient accumulated into dw.
+// On one thread, so that each group is one GEMM: on more, a group's rows
+// split at the threads' row boundaries, and oneDNN's AVX2 kernels (not its
+// AVX-512 ones) round a row differently with the number of rows beside it
+// (seen under ONEDNN_MAX_CPU_ISA=AVX2).
 TEST(GroupedGemmSingleTest, SmallGroupsAreTheDenseGemmsBitForBit) {
+  struct OneThread {
+    int threads = ThreadPool::Global().num_threads();
+    OneThread() { ThreadPool::SetGlobalThreads(1); }
+    ~OneThread() { ThreadPool::SetGlobalThreads(threads); }
+  } one_thread;
   const std::vector<int64_t> sizes = {3, 64, 0, 17};
   const int64_t m = 84, k = 32, n = 48, groups = 4;
   Tensor x = RandomTensor({m, k}, DType::kFloat32, 7);
