@@ -165,9 +165,15 @@ TEST_P(DataParallelParityTest, EqualsSerialWithGradientAccumulation) {
   // fp16: each rank scales its loss by scale / 2 micro-batches, the serial
   // run by scale / 4, so the fp16 activation gradients that fall into
   // fp16's subnormal range round differently (powers of two are otherwise
-  // exact); the norms then differ by about 1e-4.
-  testing::ExpectMatchesSerial(*parallel, serial, 10, 1e-5,
-                               c.dtype == DType::kFloat16 ? 5e-4 : 1e-5);
+  // exact); the norms then differ by about 1e-4 (bound 5e-4). The updates
+  // differ by as much, and the later losses by a share of it (7.3e-6 with
+  // Zen 5's AVX-512 GEMMs, 1.7e-5 at step 8 under ONEDNN_MAX_CPU_ISA=AVX2),
+  // so a fifth of the norms' bound (1e-4) on the loss; fp32 losses and norms
+  // stay within 1e-5.
+  const bool fp16 = c.dtype == DType::kFloat16;
+  const double worst = testing::ExpectMatchesSerial(
+      *parallel, serial, 10, fp16 ? 1e-4 : 1e-5, fp16 ? 5e-4 : 1e-5);
+  std::printf("worst relative loss difference to serial: %.3g\n", worst);
   int clipped = 0;
   std::string norms;
   for (const auto& info : serial.steps) {
