@@ -17,6 +17,7 @@ __device__ __forceinline__ float* SharedFloats() {
 }  // namespace mcc
 
 #include "core/ops/cuda/flash_attention_kernels.cuh"
+#include "core/ops/cuda/flash_attention_mma_backward_kernels.cuh"
 #include "core/ops/cuda/flash_attention_mma_kernels.cuh"
 
 namespace mcc {
@@ -64,17 +65,23 @@ cudaError_t Forward(const flash::Params& p, cudaStream_t stream) {
                 flash::Smem<kD>::kForward, p, stream);
 }
 
-template <int kD, mma::Input kIn>
-cudaError_t MmaForward(const flash::Params& p, cudaStream_t stream) {
-  auto kernel = flash::MmaForwardKernel<kD, kIn>;
-  const size_t bytes = flash::MmaSmem<kD>::kForward;
+// Launch with the tensor-core kernels' block of kMmaThreads.
+template <typename Kernel>
+cudaError_t LaunchMma(Kernel kernel, flash::Grid grid, size_t bytes,
+                      const flash::Params& p, cudaStream_t stream) {
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(bytes));
   if (e != cudaSuccess) return e;
-  kernel<<<Dim(flash::MmaForwardGrid<kD>(p)), flash::kMmaThreads, bytes,
-           stream>>>(p);
+  kernel<<<Dim(grid), flash::kMmaThreads, bytes, stream>>>(p);
   return cudaGetLastError();
+}
+
+template <int kD, mma::Input kIn>
+cudaError_t MmaForward(const flash::Params& p, cudaStream_t stream) {
+  return LaunchMma(flash::MmaForwardKernel<kD, kIn>,
+                   flash::MmaForwardGrid<kD>(p), flash::MmaSmem<kD>::kForward,
+                   p, stream);
 }
 
 template <int kD>
@@ -83,16 +90,48 @@ cudaError_t MmaForwardOf(const flash::Params& p, cudaStream_t stream) {
                                  : MmaForward<kD, mma::Input::kF16>(p, stream);
 }
 
+cudaError_t RowDot(const flash::Params& p, cudaStream_t stream) {
+  flash::
+      RowDotKernel<<<Dim(flash::RowDotGrid(p)), flash::kThreads, 0, stream>>>(
+          p);
+  return cudaGetLastError();
+}
+
+template <int kD, mma::Input kIn>
+cudaError_t MmaBackward(const flash::Params& p, cudaStream_t stream) {
+  cudaError_t e = RowDot(p, stream);
+  if (e != cudaSuccess) return e;
+  e = LaunchMma(flash::MmaKvGradKernel<kD, kIn>, flash::MmaKvGradGrid<kD>(p),
+                flash::MmaBackwardSmem<kD>::kKvGrad, p, stream);
+  if (e != cudaSuccess) return e;
+  return LaunchMma(flash::MmaQGradKernel<kD, kIn>, flash::MmaQGradGrid<kD>(p),
+                   flash::MmaBackwardSmem<kD>::kQGrad, p, stream);
+}
+
+template <int kD>
+cudaError_t MmaBackwardOf(const flash::Params& p, cudaStream_t stream) {
+  return p.qt == ElemType::kBF16 ? MmaBackward<kD, mma::Input::kBF16>(p, stream)
+                                 : MmaBackward<kD, mma::Input::kF16>(p, stream);
+}
+
+// FlashAttentionSharedBytes reports the SIMT kernels' needs: the tensor-core
+// kernels' must not exceed them.
+static_assert(flash::MmaSmem<64>::kForward <= flash::Smem<64>::kForward &&
+                  flash::MmaSmem<128>::kForward <= flash::Smem<128>::kForward &&
+                  flash::MmaBackwardSmem<64>::kKvGrad <=
+                      flash::Smem<64>::kKvGrad &&
+                  flash::MmaBackwardSmem<128>::kKvGrad <=
+                      flash::Smem<128>::kKvGrad,
+              "a tensor-core kernel needs more shared memory than the SIMT "
+              "kernels of its head dim");
+
 bool Aligned16(const void* ptr) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
 }
 
 template <int kD>
 cudaError_t Backward(const flash::Params& p, cudaStream_t stream) {
-  flash::
-      RowDotKernel<<<Dim(flash::RowDotGrid(p)), flash::kThreads, 0, stream>>>(
-          p);
-  cudaError_t e = cudaGetLastError();
+  cudaError_t e = RowDot(p, stream);
   if (e != cudaSuccess) return e;
   e = Launch(flash::KvGradKernel<kD>, flash::KvGradGrid<kD>(p),
              flash::Smem<kD>::kKvGrad, p, stream);
@@ -122,28 +161,36 @@ size_t FlashAttentionSharedBytes(int64_t head_dim) {
   }
 }
 
-FlashForwardKernel FlashAttentionForwardKernelFor(
-    const FlashAttentionArgs& args, const void* q, const void* k, const void* v,
-    ElemType qt) {
+FlashKernel FlashAttentionForwardKernelFor(const FlashAttentionArgs& args,
+                                           const void* q, const void* k,
+                                           const void* v, ElemType qt) {
   if (!args.tensor_cores || (qt != ElemType::kBF16 && qt != ElemType::kF16)) {
-    return FlashForwardKernel::kSimt;
+    return FlashKernel::kSimt;
   }
   if (args.head_dim != 64 && args.head_dim != 128) {
-    return FlashForwardKernel::kSimt;
+    return FlashKernel::kSimt;
   }
   // The tiles are read in 16-byte pieces.
   if (!Aligned16(q) || !Aligned16(k) || !Aligned16(v)) {
-    return FlashForwardKernel::kSimt;
+    return FlashKernel::kSimt;
   }
   int device = 0, major = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
                              device) != cudaSuccess) {
     (void)cudaGetLastError();  // Leave no sticky error: the SIMT kernel runs.
-    return FlashForwardKernel::kSimt;
+    return FlashKernel::kSimt;
   }
-  return major >= 8 ? FlashForwardKernel::kTensorCore
-                    : FlashForwardKernel::kSimt;
+  return major >= 8 ? FlashKernel::kTensorCore : FlashKernel::kSimt;
+}
+
+FlashKernel FlashAttentionBackwardKernelFor(const FlashAttentionArgs& args,
+                                            const void* q, const void* k,
+                                            const void* v, const void* dout,
+                                            ElemType qt) {
+  // dO's tiles are read in 16-byte pieces when it is q's type.
+  if (!Aligned16(dout)) return FlashKernel::kSimt;
+  return FlashAttentionForwardKernelFor(args, q, k, v, qt);
 }
 
 cudaError_t FlashAttentionForward(const FlashAttentionArgs& args, const void* q,
@@ -162,7 +209,7 @@ cudaError_t FlashAttentionForward(const FlashAttentionArgs& args, const void* q,
   p.ot = ot;
   p.lse = lse;
   if (FlashAttentionForwardKernelFor(args, q, k, v, qt) ==
-      FlashForwardKernel::kTensorCore) {
+      FlashKernel::kTensorCore) {
     return args.head_dim == 64 ? MmaForwardOf<64>(p, stream)
                                : MmaForwardOf<128>(p, stream);
   }
@@ -203,6 +250,11 @@ cudaError_t FlashAttentionBackward(const FlashAttentionArgs& args,
   p.dk = dk;
   p.dv = dv;
   p.dkt = dkt;
+  if (FlashAttentionBackwardKernelFor(args, q, k, v, dout, qt) ==
+      FlashKernel::kTensorCore) {
+    return args.head_dim == 64 ? MmaBackwardOf<64>(p, stream)
+                               : MmaBackwardOf<128>(p, stream);
+  }
   switch (flash::PaddedHeadDim(args.head_dim)) {
     case 64:
       return Backward<64>(p, stream);

@@ -10,7 +10,7 @@
 // dv like k (dkt). head_dim up to kMaxHeadDim; the kernels are compiled for
 // padded head dims 64, 128 and 256 (a head dim pads to the next of them).
 // Arithmetic is fp32 whatever the element types (but for the tensor-core
-// forward, below); nothing [s, s] is stored;
+// kernels, below); nothing [s, s] is stored;
 // no atomics, so results are the same run to run.
 #ifndef CORE_OPS_CUDA_FLASH_ATTENTION_H_
 #define CORE_OPS_CUDA_FLASH_ATTENTION_H_
@@ -44,8 +44,8 @@ struct FlashAttentionArgs {
   // memory, the first key each query sees (AttentionOptions::first_key).
   // Null: none.
   const int32_t* first_key = nullptr;
-  // False: the forward always runs the SIMT kernel (benchmarks compare the
-  // two kernels with it).
+  // False: the forward and the backward always run the SIMT kernels
+  // (benchmarks compare the two kinds with it; tests pin one).
   bool tensor_cores = true;
 };
 
@@ -54,17 +54,26 @@ struct FlashAttentionArgs {
 // (cudaDevAttrMaxSharedMemoryPerBlockOptin) for a clear error.
 size_t FlashAttentionSharedBytes(int64_t head_dim);
 
-// The kernels FlashAttentionForward may run: the fp32 SIMT kernel, or, for
-// bf16 or fp16 q, k and v with head_dim 64 or 128 (16-byte aligned) on an
-// sm_80+ device, the tensor-core kernel (flash_attention_mma_kernels.cuh:
-// fp32 accumulation, P rounded to q's type for P V).
-enum class FlashForwardKernel { kSimt, kTensorCore };
+// The kernels FlashAttentionForward and FlashAttentionBackward may run: the
+// fp32 SIMT kernels, or, for bf16 or fp16 q, k and v with head_dim 64 or
+// 128 (16-byte aligned) on an sm_80+ device, the tensor-core kernels
+// (fp32 accumulation; the forward, flash_attention_mma_kernels.cuh, rounds
+// P to q's type for P V; the backward, flash_attention_mma_backward_
+// kernels.cuh, rounds P and dS, and dO when its type is not q's).
+enum class FlashKernel { kSimt, kTensorCore };
 
 // Which forward kernel FlashAttentionForward runs for these arguments on
 // the current device.
-FlashForwardKernel FlashAttentionForwardKernelFor(
-    const FlashAttentionArgs& args, const void* q, const void* k, const void* v,
-    ElemType qt);
+FlashKernel FlashAttentionForwardKernelFor(const FlashAttentionArgs& args,
+                                           const void* q, const void* k,
+                                           const void* v, ElemType qt);
+
+// Which backward kernels FlashAttentionBackward runs: the forward's
+// conditions, and dout 16-byte aligned.
+FlashKernel FlashAttentionBackwardKernelFor(const FlashAttentionArgs& args,
+                                            const void* q, const void* k,
+                                            const void* v, const void* dout,
+                                            ElemType qt);
 
 // out = softmax(scale q k^T [causal mask]) v (dropped as args say), lse =
 // the rows' logsumexp of the scaled scores; both overwritten. The backward

@@ -47,6 +47,22 @@
 //   E' = E + 2 d u max A.
 // For bf16 u_p = 2^-8 dominates: out within about 2^-7 of M_ix (the sum of
 // P |v| along the row), against about 2^-18 for the fp32 kernel.
+//
+// The tensor-core backward (flash_attention_mma_backward_kernels.cuh,
+// BackwardArithmetic below) recomputes the score with truncating sums (E'
+// as the forward's), sums dP = dO . v with them (4 d u B_ij instead of 2 d
+// u B_ij), rounds dO to q's type when its type differs (u_o = u_p, else
+// 0: a relative u_o of dP and of dV's terms), rounds P c (for dV) and dS
+// (for dK, dQ) to q's type before their products (u_p of each term; fp16's
+// subnormal flush adds an absolute a_p = 2^-25 a term), sums dK, dV and dQ
+// with truncating adds (4 n u, 4 s u) and scales dK and dQ after the sum
+// (u). With F = E' + 4 d u + 4u + u_o + u_p + u and the factor 2:
+//   dV_jx:  2 (E' + 4 n u + 3u + u_o + u_p) sum_i P_ij c_ij |dO_ix|
+//           + 2 a_p sum_{i: c_ij > 0} |dO_ix|
+//   dK_jx:  2 (F + 4 n u) sum_i G_ij |scale q_ix| + 2 a_p sum_i |scale q_ix|
+//   dQ_ix:  2 (F + 4 s u) scale sum_j G_ij |k_jx| + 2 a_p scale sum_j |k_jx|
+// (sums over the visible pairs). D is the SIMT kernels' RowDotKernel's on
+// both paths. For bf16 u_p = 2^-8 dominates, as in the forward.
 #ifndef CORE_OPS_CUDA_FLASH_ATTENTION_TEST_UTIL_H_
 #define CORE_OPS_CUDA_FLASH_ATTENTION_TEST_UTIL_H_
 
@@ -170,11 +186,32 @@ inline ForwardArithmetic TensorCoreForward(DType dtype) {
   return a;
 }
 
+// How the backward kernels under test compute (the default: fp32).
+struct BackwardArithmetic {
+  bool truncating_accumulation = false;  // tensor cores' fp32 sums
+  double operand_unit_roundoff = 0.0;    // P c and dS rounded for products
+  double operand_subnormal_step = 0.0;   // half the spacing of subnormals
+  double dout_unit_roundoff = 0.0;       // dO rounded to q's type
+};
+
+// The tensor-core backward's arithmetic for 16-bit q, k, v of type `dtype`
+// and dout of type `out_dtype`.
+inline BackwardArithmetic TensorCoreBackward(DType dtype, DType out_dtype) {
+  BackwardArithmetic a;
+  a.truncating_accumulation = true;
+  a.operand_unit_roundoff = dtype == DType::kFloat16 ? 1.0 / 2048 : 1.0 / 256;
+  a.operand_subnormal_step =
+      dtype == DType::kFloat16 ? std::ldexp(1.0, -25) : 0.0;
+  a.dout_unit_roundoff = out_dtype == dtype ? 0.0 : a.operand_unit_roundoff;
+  return a;
+}
+
 // `out` and `lse` are the forward results both backward kernels were given.
 inline Bounds AttentionBounds(const AttentionCase& c, const HostInputs& in,
                               const Tensor& out, const Tensor& lse,
                               const ForwardArithmetic& fa = {},
-                              const Tensor& first_key = Tensor()) {
+                              const Tensor& first_key = Tensor(),
+                              const BackwardArithmetic& ba = {}) {
   constexpr double u = 1.0 / (1 << 24);
   const AttentionOptions o = c.Options();
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
@@ -211,6 +248,9 @@ inline Bounds AttentionBounds(const AttentionCase& c, const HostInputs& in,
   bd.dv.assign(in.k.numel(), 0.0);
   std::vector<double> mag_out(out.numel()), sum_v(out.numel()),
       mag_dq(out.numel()), mag_dk(in.k.numel()), mag_dv(in.k.numel());
+  // The sums the subnormal flush of 16-bit P c and dS scales.
+  std::vector<double> flush_dq(out.numel()), flush_dk(in.k.numel()),
+      flush_dv(in.k.numel());
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t h = 0; h < hq; ++h) {
       const int64_t kvh = h / group;
@@ -267,18 +307,22 @@ inline Bounds AttentionBounds(const AttentionCase& c, const HostInputs& in,
           gv[j] = pv[j] * (cv[j] * b_ij + row_c);
         }
         for (int64_t x = 0; x < d; ++x) {
-          double mo = 0.0, mq = 0.0, sv_x = 0.0;
+          double mo = 0.0, mq = 0.0, sv_x = 0.0, sk_x = 0.0;
           for (int64_t j = jbegin; j < jend; ++j) {
             mo += pv[j] * cv[j] * std::fabs(v[ki(bi, j, kvh, x)]);
             sv_x += cv[j] * std::fabs(v[ki(bi, j, kvh, x)]);
             mq += gv[j] * std::fabs(k[ki(bi, j, kvh, x)]);
+            sk_x += std::fabs(k[ki(bi, j, kvh, x)]);
             const int64_t kx = ki(bi, j, kvh, x);
             mag_dv[kx] += pv[j] * cv[j] * std::fabs(dout[qi(bi, i, h, x)]);
             mag_dk[kx] += gv[j] * std::fabs(q[qi(bi, i, h, x)] * scale);
+            if (cv[j] > 0) flush_dv[kx] += std::fabs(dout[qi(bi, i, h, x)]);
+            flush_dk[kx] += std::fabs(q[qi(bi, i, h, x)] * scale);
           }
           mag_out[qi(bi, i, h, x)] = mo;
           sum_v[qi(bi, i, h, x)] = sv_x;
           mag_dq[qi(bi, i, h, x)] = scale * mq;
+          flush_dq[qi(bi, i, h, x)] = scale * sk_x;
         }
       }
     }
@@ -287,18 +331,32 @@ inline Bounds AttentionBounds(const AttentionCase& c, const HostInputs& in,
   const double n = static_cast<double>(group * s);
   const double acc = fa.truncating_accumulation ? 2.0 : 1.0;
   const double e_fwd = e + (acc - 1) * 2 * d * u * amax;
+  // The backward's: with fp32 arithmetic (ba = {}) the terms reduce to the
+  // SIMT kernels' (E + 2 d u + 4u for dS, 2 n u for a sum of n terms).
+  const double bacc = ba.truncating_accumulation ? 2.0 : 1.0;
+  const double e_bwd = e + (bacc - 1) * 2 * d * u * amax;
+  const double u_o = ba.dout_unit_roundoff, u_op = ba.operand_unit_roundoff;
+  const double late_scale = ba.truncating_accumulation ? u : 0.0;
+  const double ds_rel = e_bwd + 2 * bacc * d * u + 4 * u + u_o + u_op +
+                        late_scale;  // F, with dS's own rounding
+  const double a_op = ba.operand_subnormal_step;
   for (size_t i = 0; i < bd.out.size(); ++i) {
     bd.out[i] = 2 * (2 * e_fwd + 4 * acc * s * u + 4 * u + fa.p_unit_roundoff) *
                     mag_out[i] +
                 2 * fa.p_subnormal_step * sum_v[i];
-    bd.dq[i] = 2 * (e + 2 * d * u + 4 * u + 2 * s * u) * mag_dq[i];
+    bd.dq[i] =
+        2 * (ds_rel + 2 * bacc * s * u) * mag_dq[i] + 2 * a_op * flush_dq[i];
   }
   for (size_t i = 0; i < bd.lse.size(); ++i) {
     bd.lse[i] = 2 * (e_fwd + 2 * s * u + 2 * u * std::fabs(lv[i]) + 4 * u);
   }
   for (size_t i = 0; i < bd.dk.size(); ++i) {
-    bd.dv[i] = 2 * (e + 2 * n * u + 2 * u) * mag_dv[i];
-    bd.dk[i] = 2 * (e + 2 * d * u + 4 * u + 2 * n * u) * mag_dk[i];
+    bd.dv[i] =
+        2 * (e_bwd + 2 * bacc * n * u + 2 * u + late_scale + u_o + u_op) *
+            mag_dv[i] +
+        2 * a_op * flush_dv[i];
+    bd.dk[i] =
+        2 * (ds_rel + 2 * bacc * n * u) * mag_dk[i] + 2 * a_op * flush_dk[i];
   }
   return bd;
 }
