@@ -3,9 +3,9 @@
 // direct cublasGemmEx call, and GB/s of the memory-bound kernels beside a
 // device-to-device cudaMemcpy, and flash-attention TFLOP/s (forward and
 // backward) beside the bf16 cuBLAS GEMM rate of the same run (bf16 rows
-// add the SIMT forward, FlashAttentionArgs::tensor_cores off, and the
-// tensor-core forward's speed-up over it). Prints "no CUDA device" and
-// exits 0 without a GPU.
+// add the SIMT forward and backward, FlashAttentionArgs::tensor_cores off,
+// and the tensor-core kernels' speed-ups over them). Prints "no CUDA device"
+// and exits 0 without a GPU.
 //
 //   bench [--iters=20] [--gemm=true] [--memory=true] [--attention=true]
 //         [--mem_elements=67108864]
@@ -202,8 +202,8 @@ void BenchAttention() {
             .c_str(),
         fwd, ft, 100 * ft / peak, bwd, bt, 100 * bt / peak);
     if (a.dtype != DType::kFloat32) {
-      // The same forward on the SIMT kernel (the one before the tensor-core
-      // forward, and the one older GPUs run).
+      // The same forward and backward on the SIMT kernels (the ones before
+      // the tensor-core kernels, and the ones older GPUs run).
       cuda_kernels::FlashAttentionArgs args;
       args.batch = a.b;
       args.seq = a.s;
@@ -223,11 +223,26 @@ void BenchAttention() {
                 static_cast<float*>(lse.raw_data()), stream),
             "FlashAttentionForward (SIMT)", __FILE__, __LINE__));
       });
+      Tensor row_dot =
+          Tensor::Empty({a.b, a.heads, a.s}, DType::kFloat32, kGpu);
+      const double simt_bwd = TimeMs([&] {
+        MCC_CHECK_OK(cuda::CudaErrorToStatus(
+            cuda_kernels::FlashAttentionBackward(
+                args, q.raw_data(), k.raw_data(), v.raw_data(),
+                cuda_kernels::ElemType::kBF16, out.raw_data(), dout.raw_data(),
+                cuda_kernels::ElemType::kBF16,
+                static_cast<const float*>(lse.raw_data()), dq.raw_data(),
+                cuda_kernels::ElemType::kBF16, dk.raw_data(), dv.raw_data(),
+                cuda_kernels::ElemType::kBF16,
+                static_cast<float*>(row_dot.raw_data()), stream),
+            "FlashAttentionBackward (SIMT)", __FILE__, __LINE__));
+      });
       std::printf(
-          "%-26s %-5s %-22s %9.3f %9.1f %5.1f%%  (SIMT forward; "
-          "the row above is %.2fx it)\n",
+          "%-26s %-5s %-22s %9.3f %9.1f %5.1f%% %9.3f %9.1f %5.1f%%  (SIMT; "
+          "the row above is %.2fx / %.2fx it)\n",
           "", "", "", simt, ff / simt / 1e9, 100 * ff / simt / 1e9 / peak,
-          simt / fwd);
+          simt_bwd, bf / simt_bwd / 1e9, 100 * bf / simt_bwd / 1e9 / peak,
+          simt / fwd, simt_bwd / bwd);
     }
     std::fflush(stdout);
   }

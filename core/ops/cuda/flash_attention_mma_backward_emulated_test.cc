@@ -173,6 +173,25 @@ TEST(FlashAttentionMmaBackwardEmulatedTest, FirstKeysMatchTheCpuKernel) {
   }
 }
 
+// Packed documents cost less: with 64-token documents in a causal sequence
+// of 256, each key tile meets only its own query tile in MmaKvGradKernel,
+// and each query tile only its own key tile in MmaQGradKernel: 4 of the 10
+// tile pairs plain causal attention runs, so 4/10 the products.
+TEST(FlashAttentionMmaBackwardEmulatedTest, DocumentsSkipTheirEarlierTiles) {
+  const AttentionCase c = {1, 256, 1, 1, 64, true, bf16, bf16, f32};
+  AttentionOptions docs = c.Options();
+  std::vector<int64_t> first;
+  for (int64_t i = 0; i < c.s; ++i) first.push_back(i / 64 * 64);
+  docs.first_key = *Tensor::FromInts(first, {c.b, c.s}, DType::kInt32);
+  mma::emulated_products = 0;
+  EXPECT_TRUE(MatchesCpu(c, c.Options(), 600));
+  const int64_t plain_products = mma::emulated_products;
+  mma::emulated_products = 0;
+  EXPECT_TRUE(MatchesCpu(c, docs, 600));
+  EXPECT_GT(plain_products, 0);
+  EXPECT_EQ(mma::emulated_products * 10, plain_products * 4);
+}
+
 // The bound sees a wrong fragment layout: each planted fault in the
 // emulation's reading of A, B or C fails it.
 TEST(FlashAttentionMmaBackwardEmulatedTest, PlantedLayoutFaultsFail) {
