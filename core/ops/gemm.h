@@ -158,6 +158,11 @@ class ScopedSingleThreadedGemm {
   int saved_;
 };
 
+// Sets oneDNN's OpenMP team for a GEMM about to run on this thread (the
+// pool's size, or one under ScopedSingleThreadedGemm), for oneDNN primitives
+// run outside this file (core/ops/expert_weight_packing.h).
+void SyncGemmOmpThreads();
+
 // For tests: force the oneDNN matmul-primitive path (normally only taken for
 // native bf16) for fp32 too, so its strides, alpha and beta are checked on
 // machines without AVX512-BF16. Returns the previous setting.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/op_profile.h"
+#include "core/ops/expert_weight_packing.h"
 #include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
 #include "core/status_macros.h"
@@ -95,10 +96,13 @@ bool ShouldWarm(int64_t rows, const Tensor& t) {
          t.nbytes() <= static_cast<size_t>(kWarmMaxBytes);
 }
 
-// y rows [r0, r1) (across groups): one GEMM per group piece.
+// y rows [r0, r1) (across groups): one GEMM per group piece, through the
+// expert's packed weight where `packs` (the caller's
+// ScopedExpertWeightPacking) takes it.
 absl::Status GroupedGemmRows(const Tensor& x, const Tensor& w, bool trans_w,
                              absl::Span<const int64_t> sizes, Tensor* y,
-                             float beta, int64_t r0, int64_t r1) {
+                             float beta, int64_t r0, int64_t r1,
+                             internal::ExpertWeightPacks* packs) {
   int64_t first = 0;
   for (size_t g = 0; g < sizes.size() && first < r1; ++g) {
     const int64_t lo = std::max(r0, first), hi = std::min(r1, first + sizes[g]);
@@ -106,6 +110,12 @@ absl::Status GroupedGemmRows(const Tensor& x, const Tensor& w, bool trans_w,
     if (lo >= hi) continue;
     MCC_ASSIGN_OR_RETURN(Tensor xg, x.Slice(lo, hi));
     MCC_ASSIGN_OR_RETURN(Tensor yg, y->Slice(lo, hi));
+    if (packs != nullptr) {
+      MCC_ASSIGN_OR_RETURN(
+          const bool done,
+          internal::PackedExpertGemm(packs, w, trans_w, g, xg, &yg, beta));
+      if (done) continue;
+    }
     MCC_ASSIGN_OR_RETURN(Tensor wg, GroupMatrix(w, g));
     if (ShouldWarm(hi - lo, wg)) WarmCache(wg);
     MCC_RETURN_IF_ERROR(Gemm(xg, false, wg, trans_w, &yg, 1.0f, beta));
@@ -119,17 +129,19 @@ absl::Status GroupedGemmCpu(const Tensor& x, const Tensor& w, bool trans_w,
   // Expert row counts change every step: one bf16 path measurement per
   // power-of-two shape class, not per count.
   internal::ScopedBf16ShapeClass shape_class;
+  // The scope lives on the calling thread; the pool's workers get it here.
+  internal::ExpertWeightPacks* packs = internal::CurrentExpertWeightPacks();
   const int threads = ThreadPool::Global().num_threads();
   const int64_t rows = x.size(0);
   if (threads < 2 || rows < 2 * threads) {
-    return GroupedGemmRows(x, w, trans_w, sizes, y, beta, 0, rows);
+    return GroupedGemmRows(x, w, trans_w, sizes, y, beta, 0, rows, packs);
   }
   // Output rows are independent: thread t takes rows [t R / T, (t + 1) R /
   // T) whatever the groups, so skewed groups share evenly. Which GEMMs run
   // depends only on the sizes and the thread count: a call repeats its bits.
   return OnEachThread(threads, [&](int t) {
     return GroupedGemmRows(x, w, trans_w, sizes, y, beta, rows * t / threads,
-                           rows * (t + 1) / threads);
+                           rows * (t + 1) / threads, packs);
   });
 }
 
