@@ -1,5 +1,7 @@
 #include "core/ops/expert_weight_packing.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -105,16 +107,67 @@ std::shared_ptr<const PackedMatmul> MatmulFor(DType in, DType out, int64_t m,
   return table.prims.emplace(key, std::move(made)).first->second;
 }
 
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
+// Buffers of ended scopes, kept for the next scope's packs of the same size
+// (the next training step's): a fresh 32 MiB buffer cost more in page
+// faults (or, with 2 MiB pages, in the kernel's compaction) than the
+// packing itself.
+struct BufferPool {
+  std::mutex mu;
+  std::multimap<size_t, void*> idle;
+  int64_t idle_bytes = 0;
 };
+
+BufferPool& Pool() {
+  static auto* pool = new BufferPool;
+  return *pool;
+}
+
+struct ReturnToPool {
+  size_t bytes = 0;
+  void operator()(void* p) const {
+    BufferPool& pool = Pool();
+    std::lock_guard<std::mutex> lock(pool.mu);
+    pool.idle.emplace(bytes, p);
+    pool.idle_bytes += static_cast<int64_t>(bytes);
+  }
+};
+
+using PooledBuffer = std::unique_ptr<void, ReturnToPool>;
+
+// `bytes` (a multiple of 2 MiB): an idle buffer of that size, else a new
+// one asking for 2 MiB pages; null if out of memory.
+PooledBuffer TakeBuffer(size_t bytes) {
+  BufferPool& pool = Pool();
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    auto it = pool.idle.find(bytes);
+    if (it != pool.idle.end()) {
+      void* p = it->second;
+      pool.idle.erase(it);
+      pool.idle_bytes -= static_cast<int64_t>(bytes);
+      return PooledBuffer(p, ReturnToPool{bytes});
+    }
+  }
+  void* p = std::aligned_alloc(size_t{2} << 20, bytes);
+  if (p == nullptr) return PooledBuffer(nullptr, ReturnToPool{bytes});
+  madvise(p, bytes, MADV_HUGEPAGE);  // A hint: ignored if refused.
+  return PooledBuffer(p, ReturnToPool{bytes});
+}
 
 // One weight tensor [G, ., .] in one transposition: each op(w_g) [K, N]
 // in the blocked layout, packed on first use.
 struct WeightPack {
   Tensor w;  // Holds the storage: its address stays this weight's.
   dnnl::memory::desc layout;
-  std::vector<std::unique_ptr<void, AlignedFree>> experts;
+  // op(w_g) as stored ([K, N] with w's strides) into `layout`: one
+  // primitive for every expert (creating one per expert cost ~0.1 ms each).
+  dnnl::memory::desc plain;
+  dnnl::reorder pack;
+  // All experts' packs in one buffer, expert g's at g * stride, made when
+  // packed[g] is set.
+  PooledBuffer buffer;
+  size_t stride = 0;
+  std::vector<bool> packed;
 };
 
 // Address, G, dims 1 and 2, dtype, transposition.
@@ -143,36 +196,43 @@ class ExpertWeightPacks {
           MatmulFor(w.dtype(), DType::kFloat32, kPackedMaxRows, n, k, 0.0f);
       if (ref->usable) {
         pack.layout = ref->weights;
-        pack.experts.resize(w.size(0));
+        pack.plain = dnnl::memory::desc({k, n}, DnnlType(w.dtype()),
+                                        trans_w ? dims{1, k} : dims{n, 1});
+        pack.pack = dnnl::reorder(dnnl::reorder::primitive_desc(
+            Engine(), pack.plain, Engine(), pack.layout));
+        pack.stride = (pack.layout.get_size() + 63) / 64 * 64;
+        constexpr size_t kHugePage = size_t{2} << 20;
+        const size_t total =
+            (w.size(0) * pack.stride + kHugePage - 1) / kHugePage * kHugePage;
+        pack.buffer = TakeBuffer(total);
+        if (pack.buffer == nullptr) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("GroupedGemm: no memory for packed expert weights (",
+                           total, " bytes)"));
+        }
+        pack.packed.assign(w.size(0), false);
       }
       it = packs_.emplace(key, std::move(pack)).first;
     }
     WeightPack& pack = it->second;
-    if (pack.experts.empty()) return nullptr;
+    if (pack.packed.empty()) return nullptr;
     *layout = pack.layout;
-    if (pack.experts[g] == nullptr) {
-      const size_t bytes = pack.layout.get_size();
-      void* dst = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-      if (dst == nullptr) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("GroupedGemm: no memory for expert ", g,
-                         "'s packed weight (", bytes, " bytes)"));
-      }
-      pack.experts[g].reset(dst);
+    char* dst = static_cast<char*>(pack.buffer.get()) + g * pack.stride;
+    if (!pack.packed[g]) {
+      const size_t bytes = pack.stride;
       const size_t elem = w.dtype() == DType::kFloat32 ? 4 : 2;
       const char* src = static_cast<const char*>(w.raw_data()) +
                         g * w.size(1) * w.size(2) * elem;
-      const dnnl::memory::desc plain({k, n}, DnnlType(w.dtype()),
-                                     trans_w ? dims{1, k} : dims{n, 1});
-      dnnl::memory from(plain, Engine(), const_cast<char*>(src));
+      dnnl::memory from(pack.plain, Engine(), const_cast<char*>(src));
       dnnl::memory to(pack.layout, Engine(), dst);
       SyncGemmOmpThreads();
-      dnnl::reorder(from, to).execute(ThreadStream(), from, to);
+      pack.pack.execute(ThreadStream(), from, to);
       ThreadStream().wait();
+      pack.packed[g] = true;
       ++matrices_;
       bytes_ += static_cast<int64_t>(bytes);
     }
-    return static_cast<const void*>(pack.experts[g].get());
+    return static_cast<const void*>(dst);
   }
 
   int64_t matrices() const {
@@ -210,6 +270,9 @@ absl::StatusOr<bool> PackedExpertGemm(ExpertWeightPacks* packs, const Tensor& w,
     return false;
   }
   if (out != DType::kFloat32 && out != in) return false;
+  // fp32's data gradient (w as stored, [K, N]) ran as fast unpacked
+  // (moe_layer_bench, 64 x 64 rows: 76-82% of dense either way): no pack.
+  if (in == DType::kFloat32 && !trans_w) return false;
   const int64_t k = xg.size(1), n = yg->size(1);
   const std::shared_ptr<const PackedMatmul> mm =
       MatmulFor(in, out, m, n, k, beta);
@@ -237,6 +300,20 @@ absl::StatusOr<bool> PackedExpertGemm(ExpertWeightPacks* packs, const Tensor& w,
 }
 
 }  // namespace internal
+
+int64_t IdleExpertWeightPackBytes() {
+  internal::BufferPool& pool = internal::Pool();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  return pool.idle_bytes;
+}
+
+void FreeIdleExpertWeightPacks() {
+  internal::BufferPool& pool = internal::Pool();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  for (const auto& [bytes, p] : pool.idle) std::free(p);
+  pool.idle.clear();
+  pool.idle_bytes = 0;
+}
 
 ScopedExpertWeightPacking::ScopedExpertWeightPacking()
     : packs_(std::make_unique<internal::ExpertWeightPacks>()),

@@ -13,8 +13,9 @@
 // scope, into the layout oneDNN's brgemm matmul reads directly, and runs
 // that expert's rows through a matmul primitive of the group's exact row
 // count (at most kPackedMaxRows primitives per shape, kept for the
-// process). Every micro-batch's forward (trans_w) and data gradient
-// (!trans_w: a second packed copy) of a training step then share one pack.
+// process). Every micro-batch's forward (trans_w) and, for bf16, data
+// gradient (!trans_w: a second packed copy) of a training step then share
+// one pack. fp32's data gradient stays unpacked (it ran as fast without).
 //
 // Contract: the weight tensors given to GroupedGemm do not change while the
 // scope lives (one training step's forward and backward passes; the
@@ -23,13 +24,19 @@
 // address, shape, dtype and transposition and holds the weight's storage,
 // so the address cannot be reused by another tensor inside the scope.
 //
-// Memory: one packed copy of each weight per transposition used (the
-// MoE layer's fc1 and fc2, forward and data gradient: twice the expert
-// weights), freed with the scope. Results: brgemm's fp32 accumulation of
-// the same products in its own order, within the grouped GEMM's stated
-// bounds but not bit for bit those of the unpacked path. Only fp32 weights,
-// and bf16 where oneDNN has native bf16 kernels; fp16 and the weight
-// gradient are unchanged. Without a scope nothing changes.
+// Memory: one packed copy of each weight per transposition packed (the
+// MoE layer's fc1 and fc2: the expert weights once for fp32, twice for
+// bf16), in 2 MiB-aligned buffers (2 MiB pages requested). When the scope
+// ends they go idle and the next scope reuses those of the same size (the
+// next step's), so the process keeps one scope's peak until
+// FreeIdleExpertWeightPacks. The first call in a scope pays the packing
+// (64 experts of h512 f256: fp32 ~3x a forward call, bf16 ~1x; see
+// docs/benchmarks/2026-12-05.md), so it gains with several micro-batches.
+// Results: brgemm's fp32 accumulation of the same products in its own order,
+// within the grouped GEMM's stated bounds but not bit for bit those of the
+// unpacked path. Only fp32 weights, and bf16 where oneDNN has native bf16
+// kernels; fp16 and the weight gradient are unchanged. Without a scope nothing
+// changes.
 
 #include <cstdint>
 #include <memory>
@@ -46,6 +53,10 @@ constexpr int64_t kPackedMaxRows = 128;
 namespace internal {
 class ExpertWeightPacks;
 }  // namespace internal
+
+// Bytes of ended scopes' pack buffers held for reuse, and their release.
+int64_t IdleExpertWeightPackBytes();
+void FreeIdleExpertWeightPacks();
 
 // Nests: the innermost scope on a thread is the one used. Not copyable.
 class ScopedExpertWeightPacking {
