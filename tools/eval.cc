@@ -83,6 +83,7 @@ std::vector<flags::UnusedFlag> RefusedFlags() {
       {"expert_tensor_parallel_size", true, no_moe},
       {"moe_expert_capacity_factor", true, no_moe},
       {"moe_token_drop_policy", true, no_moe},
+      {"moe_pack_expert_weights", true, no_moe},
       {"save", true, no_saving},
       {"save_interval", true, no_saving},
       {"async_save", true, no_saving},

@@ -406,6 +406,8 @@ std::vector<Row> Table() {
   add("train", "num_experts", V::kEffect, {"--num-experts", "4"}, no_bias);
   add("train", "num_experts", V::kRefused, {"--num-experts", "4"}, tm);
   add("train", "moe_router_topk", V::kEffect, {"--moe-router-topk", "1"}, moe);
+  add("train", "moe_pack_expert_weights", V::kEffect,
+      {"--moe-pack-expert-weights"}, moe);
   add("train", "moe_router_topk", V::kWarned, {"--moe-router-topk", "1"}, tm);
   add("train", "moe_router_topk", V::kRefused, {"--moe-router-topk", "5"}, moe);
   add("train", "moe_ffn_hidden_size", V::kEffect,
@@ -527,6 +529,8 @@ std::vector<Row> Table() {
       {"--moe-expert-capacity-factor", "1.25"}, tm);
   add("train", "moe_token_drop_policy", V::kWarned,
       {"--moe-token-drop-policy", "position"}, tm);
+  add("train", "moe_pack_expert_weights", V::kWarned,
+      {"--moe-pack-expert-weights"}, tm);
   add("train", "moe_token_drop_policy", V::kRefused,
       {"--moe-token-drop-policy", "random"}, tm);
   add("train", "sequence_parallel", V::kEffect, {"--sequence-parallel"},
@@ -1005,6 +1009,8 @@ std::vector<Row> Table() {
       {"--moe-expert-capacity-factor", "1.25"}, el);
   add("eval", "moe_token_drop_policy", V::kRefused,
       {"--moe-token-drop-policy", "position"}, el);
+  add("eval", "moe_pack_expert_weights", V::kRefused,
+      {"--moe-pack-expert-weights"}, el);
   add("eval", "sequence_parallel", V::kWarned, {"--sequence-parallel"}, el);
   add("eval", "debug_collectives", V::kEffect, {"--debug-collectives"},
       Nproc(el, 2));

@@ -428,6 +428,7 @@ std::vector<flags::UnusedFlag> IgnoredFlags(const training::TrainConfig& config,
   const std::string no_experts = "it needs --num-experts (a dense model)";
   return {
       {"expert_tensor_parallel_size", dense, no_experts},
+      {"moe_pack_expert_weights", dense, no_experts},
       {"moe_token_drop_policy", config.moe_expert_capacity_factor() <= 0,
        "it needs --moe-expert-capacity-factor (a dropless run drops "
        "nothing)"},

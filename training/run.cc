@@ -484,6 +484,8 @@ absl::Status Run(const TrainConfig& config, ExitConditions* exit_conditions,
   const bool per_layer_grad_norms = config.timing_log_level() >= 2;
   std::vector<double> layer_grad_norms;
   TrainerOptions trainer_options;
+  trainer_options.pack_expert_weights =
+      config.moe_pack_expert_weights() && config.num_experts() > 0;
   // --rerun-mode validate_results: what the check saw of the first run.
   MCC_ASSIGN_OR_RETURN(std::optional<RerunCheckOptions> rerun_options,
                        RerunCheckOptionsFromConfig(config));

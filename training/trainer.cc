@@ -4,11 +4,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/ops/expert_weight_packing.h"
 #include "core/ops/loss_totals.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
+#include "glog/logging.h"
 #include "observability/trace.h"
 
 namespace mcc {
@@ -298,8 +301,19 @@ absl::StatusOr<StepMetrics> Trainer::Step(int num_microbatches,
       for (parallel::Model* model : parts_.models) model->ZeroGradients();
     }
     absl::Time start = absl::Now();
+    // The weights stay as they are until the optimizer step below: the
+    // packs live for the micro-batches only.
+    std::optional<ops::ScopedExpertWeightPacking> packing;
+    if (options_.pack_expert_weights) packing.emplace();
     MCC_ASSIGN_OR_RETURN(pipeline::PipelineStepResult result,
                          parts_.executor->Run(num_microbatches, grad_scale));
+    if (packing.has_value()) {
+      LOG_FIRST_N(INFO, 1) << absl::StrFormat(
+          "MoE expert weights packed for the step's micro-batches: %.1f MiB "
+          "(--moe-pack-expert-weights)",
+          packing->packed_bytes() / 1048576.0);
+      packing.reset();
+    }
     m.pipeline = result.stats;
     m.forward_backward_seconds += SecondsSince(start);
 

@@ -122,6 +122,11 @@ struct TrainerOptions {
   // consumed through the step over the final global batch, as Megatron's
   // scheduler counts samples.
   std::function<double(int64_t iteration)> schedule_position;
+  // Keeps the MoE experts' weights packed for the CPU grouped GEMM over a
+  // step's micro-batches (ops::ScopedExpertWeightPacking around the
+  // forward and backward passes, ended before the optimizer step changes
+  // them; --moe-pack-expert-weights).
+  bool pack_expert_weights = false;
 };
 
 // What one step did. Every rank of the data-parallel group gets the same

@@ -128,6 +128,11 @@ ABSL_FLAG(double, moe_expert_capacity_factor, 0,
           "Capacity per expert = ceil(tokens x topk / experts x this) of "
           "each rank's tokens; routed slots past it are dropped (they add "
           "nothing to their token's output). 0 or negative: dropless.");
+ABSL_FLAG(bool, moe_pack_expert_weights, false,
+          "CPU: pack each MoE expert's weight once per step for the grouped "
+          "GEMM and reuse it in every micro-batch (faster at few rows per "
+          "expert with several micro-batches; one more copy of the expert "
+          "weights, two for bf16).");
 ABSL_FLAG(std::string, moe_token_drop_policy, "probs",
           "Which slots an expert over capacity keeps: probs (the largest "
           "routing weights) or position (the first tokens).");

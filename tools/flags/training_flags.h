@@ -59,6 +59,7 @@ ABSL_DECLARE_FLAG(int32_t, expert_model_parallel_size);
 ABSL_DECLARE_FLAG(int32_t, expert_tensor_parallel_size);
 ABSL_DECLARE_FLAG(double, moe_expert_capacity_factor);
 ABSL_DECLARE_FLAG(std::string, moe_token_drop_policy);
+ABSL_DECLARE_FLAG(bool, moe_pack_expert_weights);
 ABSL_DECLARE_FLAG(bool, sequence_parallel);
 ABSL_DECLARE_FLAG(int32_t, num_layers_per_virtual_pipeline_stage);
 ABSL_DECLARE_FLAG(int32_t, decoder_first_pipeline_num_layers);
