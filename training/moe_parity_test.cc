@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "core/comm/mp_test_util.h"
+#include "core/ops/expert_weight_packing.h"
 #include "gtest/gtest.h"
 #include "parallel/fsdp/sharding_strategy.h"
 #include "parallel/parallel_state.h"
@@ -61,6 +62,8 @@ struct Case {
   bool fp16 = false;  // With a static loss scale of 2^12.
   bool sp = false;    // --sequence-parallel (tp > 1).
   int instances = 1;  // --num-distributed-optimizer-instances (HSDP).
+  // --moe-pack-expert-weights (the serial run it is compared with is not).
+  bool pack = false;
 };
 
 Case Expert(std::string name, int world, int ep, int etp = 1) {
@@ -226,6 +229,16 @@ std::vector<Case> Cases() {
   etp2_tp2_sp_bf16.sp = true;
   etp2_tp2_sp_bf16.bf16 = true;
   v.push_back(etp2_tp2_sp_bf16);
+  // The experts' weights packed once per step (fp32: forward; bf16: forward
+  // and input gradient), against the unpacked serial run: under 1F1B, where
+  // micro-batches' forwards and backwards interleave, and with EP in bf16.
+  Case pp2_packed{"pp2_packed", 2, 2};
+  pp2_packed.pack = true;
+  v.push_back(pp2_packed);
+  Case ep2_packed_bf16 = Expert("ep2_packed_bf16", 2, 2);
+  ep2_packed_bf16.bf16 = true;
+  ep2_packed_bf16.pack = true;
+  v.push_back(ep2_packed_bf16);
   return v;
 }
 
@@ -266,6 +279,7 @@ TrainOptions Options(const Case& c) {
   }
   o.steps = 10;
   o.global_microbatches = 4;
+  o.pack_expert_weights = c.pack;
   o.ddp.use_distributed_optimizer = c.distopt;
   o.sharding = c.sharding;
   o.optimizer.clip_grad = 1.0;
@@ -299,6 +313,12 @@ MCC_WORKER(moe_train) {
   if (!result.ok()) {
     std::fprintf(stderr, "train: %s\n", result.status().ToString().c_str());
     return 4;
+  }
+  // The packs were made (and went idle as each step's scope ended).
+  if (c.pack && ops::ExpertWeightPackingAvailable(Options(c).dtype) &&
+      ops::IdleExpertWeightPackBytes() == 0) {
+    std::fprintf(stderr, "%s: nothing was packed\n", c.name.c_str());
+    return 6;
   }
   if ((*state)->world()->rank() == 0) {
     auto s = optim::testing::WriteResult(

@@ -301,6 +301,14 @@ absl::StatusOr<bool> PackedExpertGemm(ExpertWeightPacks* packs, const Tensor& w,
 
 }  // namespace internal
 
+bool ExpertWeightPackingAvailable(DType dtype) {
+  if (dtype == DType::kBFloat16 && !NativeBf16Available()) return false;
+  if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) return false;
+  return internal::MatmulFor(dtype, DType::kFloat32, kPackedMaxRows, 64, 64,
+                             0.0f)
+      ->usable;
+}
+
 int64_t IdleExpertWeightPackBytes() {
   internal::BufferPool& pool = internal::Pool();
   std::lock_guard<std::mutex> lock(pool.mu);

@@ -54,6 +54,10 @@ namespace internal {
 class ExpertWeightPacks;
 }  // namespace internal
 
+// Whether groups of `dtype` (fp32 or bf16) take the packed path on this CPU
+// (oneDNN has brgemm kernels for it).
+bool ExpertWeightPackingAvailable(DType dtype);
+
 // Bytes of ended scopes' pack buffers held for reuse, and their release.
 int64_t IdleExpertWeightPackBytes();
 void FreeIdleExpertWeightPacks();

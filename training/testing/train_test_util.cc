@@ -173,6 +173,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o,
     sources.embedding = state->embedding();
   }
   training::TrainerOptions options;
+  options.pack_expert_weights = o.pack_expert_weights;
   options.before_optimizer_step = [&](int64_t iteration) -> absl::Status {
     const int step = static_cast<int>(iteration - 1);
     // WrapDataParallel gives the replicated implementation here.

@@ -52,6 +52,8 @@ struct TrainOptions {
   LrScheduleConfig lr;
   int steps = 10;
   int global_microbatches = 4;  // Split evenly over DP.
+  // TrainerOptions::pack_expert_weights (--moe-pack-expert-weights).
+  bool pack_expert_weights = false;
   // Steps (0-based) after whose gradient sync every rank writes inf into
   // element 0 of the first parameter's gradient.
   std::vector<int> inject_inf_steps;
