@@ -61,10 +61,11 @@ ABSL_FLAG(int64_t, hidden, 512, "The layers' hidden size.");
 ABSL_FLAG(bool, same_tokens, false,
           "Route the same tokens every call (fixed expert row counts).");
 ABSL_FLAG(bool, pack_expert_weights, true,
-          "gemm: time the grouped forward and data gradient inside a "
-          "ScopedExpertWeightPacking (core/ops/expert_weight_packing.h: each "
-          "expert's weight packed once, as in a training step's later "
-          "micro-batches) and print the first call's cost (the packing).");
+          "Time the grouped forward and data gradient (gemm) and the MoE "
+          "layer (layer) inside a ScopedExpertWeightPacking "
+          "(core/ops/expert_weight_packing.h: each expert's weight packed "
+          "once, as in a training step's later micro-batches); gemm also "
+          "prints a step's first call (the packing).");
 ABSL_FLAG(bool, profile, true, "Print each layer's per-op wall time shares.");
 
 namespace mcc {
@@ -378,6 +379,11 @@ void LayerSection(DType dt, int reps) {
       dense.Forward(x);
       dense.Backward(x, dy);
     };
+    // The timed calls share one step's packs (Backward only accumulates
+    // gradients: the weights do not change); TimePair's untimed call makes
+    // them.
+    std::optional<ops::ScopedExpertWeightPacking> packing;
+    if (absl::GetFlag(FLAGS_pack_expert_weights)) packing.emplace();
     const int64_t primitives = ops::internal::MatmulPrimitivesCreated();
     const auto times = TimePair(reps, run_dense, run_moe);
     const int64_t created =
@@ -395,11 +401,13 @@ void LayerSection(DType dt, int reps) {
     std::printf(
         "  router GEMMs +%.1f%% FLOPs; busiest expert %lld rows (mean %lld); "
         "ms per call: dense %.1f cpu / %.1f wall, MoE %.1f cpu / %.1f wall; "
-        "oneDNN matmul primitives created while timing: %lld\n",
+        "oneDNN matmul primitives created while timing: %lld; expert weights "
+        "packed: %.1f MiB\n",
         100.0 * router / flops, static_cast<long long>(busiest),
         static_cast<long long>(t * topk / experts), 1e3 * times.first.cpu,
         1e3 * times.first.wall, 1e3 * times.second.cpu, 1e3 * times.second.wall,
-        static_cast<long long>(created));
+        static_cast<long long>(created),
+        packing ? packing->packed_bytes() / 1048576.0 : 0.0);
     if (absl::GetFlag(FLAGS_profile)) {
       for (int side = 0; side < 2; ++side) {
         OpProfile::Reset();
