@@ -265,8 +265,11 @@ absl::StatusOr<bool> PackedExpertGemm(ExpertWeightPacks* packs, const Tensor& w,
       !xg.device().is_cpu()) {
     return false;
   }
+  // bf16 packs run oneDNN's native kernels: not where the process pinned
+  // the widened path (MCC_BF16_GEMM_PATH=widened).
   if (in != DType::kFloat32 &&
-      !(in == DType::kBFloat16 && NativeBf16Available())) {
+      !(in == DType::kBFloat16 && NativeBf16Available() &&
+        CurrentBf16PathPolicy() != Bf16PathPolicy::kWidened)) {
     return false;
   }
   if (out != DType::kFloat32 && out != in) return false;
@@ -302,7 +305,11 @@ absl::StatusOr<bool> PackedExpertGemm(ExpertWeightPacks* packs, const Tensor& w,
 }  // namespace internal
 
 bool ExpertWeightPackingAvailable(DType dtype) {
-  if (dtype == DType::kBFloat16 && !NativeBf16Available()) return false;
+  if (dtype == DType::kBFloat16 &&
+      (!NativeBf16Available() ||
+       internal::CurrentBf16PathPolicy() == Bf16PathPolicy::kWidened)) {
+    return false;
+  }
   if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) return false;
   return internal::MatmulFor(dtype, DType::kFloat32, kPackedMaxRows, 64, 64,
                              0.0f)

@@ -35,8 +35,9 @@
 // Results: brgemm's fp32 accumulation of the same products in its own order,
 // within the grouped GEMM's stated bounds but not bit for bit those of the
 // unpacked path. Only fp32 weights, and bf16 where oneDNN has native bf16
-// kernels; fp16 and the weight gradient are unchanged. Without a scope nothing
-// changes.
+// kernels (packed bf16 groups run them without the per-shape timing of
+// core/ops/gemm.h; not at all under MCC_BF16_GEMM_PATH=widened); fp16 and
+// the weight gradient are unchanged. Without a scope nothing changes.
 
 #include <cstdint>
 #include <memory>

@@ -185,6 +185,20 @@ TEST(ExpertWeightPackingSingleTest, EndedScopesBuffersAreReusedUntilFreed) {
   EXPECT_EQ(IdleExpertWeightPackBytes(), 0);
 }
 
+// A process that pinned bf16 GEMMs to the widened path keeps it: no bf16
+// packs (they would run oneDNN's native kernels).
+TEST(ExpertWeightPackingSingleTest, WidenedBf16PolicyPacksNothing) {
+  if (!ExpertWeightPackingAvailable(DType::kBFloat16)) {
+    GTEST_SKIP() << "no native bf16 brgemm on this CPU";
+  }
+  const Bf16PathPolicy saved =
+      internal::SetBf16PathPolicyForTesting(Bf16PathPolicy::kWidened);
+  EXPECT_FALSE(ExpertWeightPackingAvailable(DType::kBFloat16));
+  EXPECT_FALSE(PackedPathRuns(DType::kBFloat16));
+  internal::SetBf16PathPolicyForTesting(saved);
+  EXPECT_TRUE(PackedPathRuns(DType::kBFloat16));
+}
+
 // Without a scope nothing is packed: the unpacked path's bits (one thread,
 // so the group is one GEMM).
 TEST(ExpertWeightPackingSingleTest, NoScopeIsTheUnpackedPath) {

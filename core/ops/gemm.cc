@@ -714,6 +714,8 @@ ScopedBf16ShapeClass::ScopedBf16ShapeClass() : saved_(t_bf16_shape_class) {
 
 ScopedBf16ShapeClass::~ScopedBf16ShapeClass() { t_bf16_shape_class = saved_; }
 
+Bf16PathPolicy CurrentBf16PathPolicy() { return CurrentPolicy(); }
+
 void SyncGemmOmpThreads() { SyncOmpThreads(); }
 
 bool SetForceMatmulPrimitiveForTesting(bool force) {

@@ -158,6 +158,9 @@ class ScopedSingleThreadedGemm {
   int saved_;
 };
 
+// The bf16 path policy in effect (MCC_BF16_GEMM_PATH or the test setter).
+Bf16PathPolicy CurrentBf16PathPolicy();
+
 // Sets oneDNN's OpenMP team for a GEMM about to run on this thread (the
 // pool's size, or one under ScopedSingleThreadedGemm), for oneDNN primitives
 // run outside this file (core/ops/expert_weight_packing.h).
