@@ -4,12 +4,17 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/cuda/cublas_library.h"
 #include "core/ops/cuda/fp8.h"
 #include "core/ops/cuda/gemm.h"
 #include "core/ops/cuda/launch.h"
+#include "core/ops/cuda/lt_plan_cache.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -52,19 +57,137 @@ absl::Status Lt(cublasStatus_t status, const char* call) {
   return CublasToStatus(status, call);
 }
 
-// The descriptors of one call (destroyed with it).
-struct Descriptors {
+// One key's plan: descriptors and the heuristic's algorithm (found false:
+// it had none, so the call falls back without asking again). Released with
+// the last holder (the cache may evict it while a call still launches).
+struct Fp8LtPlan {
+  bool found = false;
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t first = nullptr, second = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~Descriptors() {
-    if (pref) Cublas().cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatmulAlgo_t algo = {};
+  size_t workspace = 0;
+  // The scale pointers are the one per-call attribute of `op`: a call sets
+  // them and launches under this lock (cublasLtMatmul reads the descriptor
+  // before it returns).
+  std::mutex launch_mu;
+
+  Fp8LtPlan() = default;
+  Fp8LtPlan(const Fp8LtPlan&) = delete;
+  Fp8LtPlan& operator=(const Fp8LtPlan&) = delete;
+  ~Fp8LtPlan() {
     if (c) Cublas().cublasLtMatrixLayoutDestroy(c);
     if (second) Cublas().cublasLtMatrixLayoutDestroy(second);
     if (first) Cublas().cublasLtMatrixLayoutDestroy(first);
     if (op) Cublas().cublasLtMatmulDescDestroy(op);
   }
 };
+
+using Fp8LtPlanCache = LtPlanCache<internal::Fp8LtPlanKey, Fp8LtPlan>;
+
+Fp8LtPlanCache& PlanCacheOf(int device) {
+  static auto* caches = [] {
+    auto* c = new std::vector<std::unique_ptr<Fp8LtPlanCache>>();
+    for (int i = 0; i < kMaxDevices; ++i) {
+      c->push_back(
+          std::make_unique<Fp8LtPlanCache>(internal::kFp8LtPlansPerDevice));
+    }
+    return c;
+  }();
+  return *(*caches)[device];
+}
+
+absl::Status SetScalePointers(cublasLtMatmulDesc_t op, const float* first,
+                              const float* second) {
+  MCC_RETURN_IF_ERROR(
+      Lt(Cublas().cublasLtMatmulDescSetAttribute(
+             op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &first, sizeof(first)),
+         "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)"));
+  return Lt(
+      Cublas().cublasLtMatmulDescSetAttribute(
+          op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &second, sizeof(second)),
+      "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+}
+
+// Builds the descriptors of `key` and asks the heuristic for its best
+// algorithm, with the scale pointers bound to `first_scale` and
+// `second_scale` (they select FP8 kernels; each call binds its own).
+absl::StatusOr<std::unique_ptr<Fp8LtPlan>> MakePlan(
+    cublasLtHandle_t handle, const internal::Fp8LtPlanKey& key,
+    const float* first_scale, const float* second_scale) {
+  auto plan = std::make_unique<Fp8LtPlan>();
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const auto& value,
+                 const char* call) {
+    return Lt(Cublas().cublasLtMatmulDescSetAttribute(plan->op, attr, &value,
+                                                      sizeof(value)),
+              call);
+  };
+  MCC_RETURN_IF_ERROR(Lt(
+      Cublas().cublasLtMatmulDescCreate(&plan->op, key.compute, key.scale_type),
+      "cublasLtMatmulDescCreate"));
+  MCC_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSA, key.op_first,
+                          "cublasLtMatmulDescSetAttribute(TRANSA)"));
+  MCC_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSB, key.op_second,
+                          "cublasLtMatmulDescSetAttribute(TRANSB)"));
+  MCC_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE, key.epilogue,
+                          "cublasLtMatmulDescSetAttribute(EPILOGUE)"));
+  // Scalar fp32 is cuBLASLt's default scale mode; setting it explicitly
+  // would refuse libraries older than the attribute.
+  if (key.first_scale_mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F) {
+    MCC_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                            key.first_scale_mode,
+                            "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)"));
+  }
+  if (key.second_scale_mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F) {
+    MCC_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                            key.second_scale_mode,
+                            "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)"));
+  }
+  MCC_RETURN_IF_ERROR(SetScalePointers(plan->op, first_scale, second_scale));
+  // The first operand (op T) is stored k x m, the second k x n.
+  MCC_RETURN_IF_ERROR(
+      Lt(Cublas().cublasLtMatrixLayoutCreate(&plan->first, key.first_type,
+                                             key.k, key.m, key.ld_first),
+         "cublasLtMatrixLayoutCreate(A)"));
+  MCC_RETURN_IF_ERROR(
+      Lt(Cublas().cublasLtMatrixLayoutCreate(&plan->second, key.second_type,
+                                             key.k, key.n, key.ld_second),
+         "cublasLtMatrixLayoutCreate(B)"));
+  MCC_RETURN_IF_ERROR(Lt(Cublas().cublasLtMatrixLayoutCreate(
+                             &plan->c, key.c_type, key.m, key.n, key.ldc),
+                         "cublasLtMatrixLayoutCreate(C)"));
+  cublasLtMatmulPreference_t pref = nullptr;
+  MCC_RETURN_IF_ERROR(Lt(Cublas().cublasLtMatmulPreferenceCreate(&pref),
+                         "cublasLtMatmulPreferenceCreate"));
+  cublasStatus_t st = Cublas().cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &key.max_workspace,
+      sizeof(key.max_workspace));
+  for (const auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = Cublas().cublasLtMatmulPreferenceSetAttribute(
+          pref, attr, &key.c_alignment, sizeof(key.c_alignment));
+    }
+  }
+  cublasLtMatmulHeuristicResult_t result = {};
+  int returned = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = Cublas().cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->first,
+                                                 plan->second, plan->c, plan->c,
+                                                 pref, 1, &result, &returned);
+  }
+  Cublas().cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+      (st == CUBLAS_STATUS_SUCCESS &&
+       (returned == 0 || result.state != CUBLAS_STATUS_SUCCESS))) {
+    return std::move(
+        plan);  // found == false: no algorithm, kept so as not to ask again.
+  }
+  MCC_RETURN_IF_ERROR(Lt(st, "cublasLtMatmulAlgoGetHeuristic"));
+  plan->found = true;
+  plan->algo = result.algo;
+  plan->workspace = result.workspaceSize;
+  return std::move(plan);
+}
 
 }  // namespace
 
@@ -107,6 +230,36 @@ absl::StatusOr<Fp8LtArgs> Fp8LtGemmArgs(const Shape& a, bool trans_a,
   return args;
 }
 
+Fp8LtPlanKey Fp8LtPlanKeyOf(const Fp8LtArgs& args, int device,
+                            uint32_t c_alignment) {
+  Fp8LtPlanKey key;
+  key.device = device;
+  key.m = args.m;
+  key.n = args.n;
+  key.k = args.k;
+  key.ld_first = args.ld_first;
+  key.ld_second = args.ld_second;
+  key.ldc = args.ldc;
+  key.first_type = args.first_type;
+  key.second_type = args.second_type;
+  key.c_type = args.c_type;
+  key.scale_type = CUDA_R_32F;
+  key.compute = CUBLAS_COMPUTE_32F;
+  key.op_first = CUBLAS_OP_T;
+  key.op_second = CUBLAS_OP_N;
+  key.first_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  key.second_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  key.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  key.max_workspace = kCublasLtWorkspaceBytes;
+  key.c_alignment = c_alignment;
+  return key;
+}
+
+LtPlanCacheCounts Fp8LtPlanCacheCounts(int device) {
+  if (device < 0 || device >= kMaxDevices) return LtPlanCacheCounts();
+  return PlanCacheOf(device).Counts();
+}
+
 int SetFp8CublasLtForTesting(int use) { return g_use_lt.exchange(use); }
 
 }  // namespace internal
@@ -132,63 +285,22 @@ absl::Status Fp8GemmCublasLt(const Tensor& a, bool trans_a, Fp8Format a_format,
     return absl::UnimplementedError("an empty product");
   }
   // The plan first, so that a case without an algorithm launches nothing.
-  Descriptors d;
-  MCC_RETURN_IF_ERROR(Lt(
-      Cublas().cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-      "cublasLtMatmulDescCreate"));
-  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-  MCC_RETURN_IF_ERROR(
-      Lt(Cublas().cublasLtMatmulDescSetAttribute(
-             d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)),
-         "cublasLtMatmulDescSetAttribute(TRANSA)"));
-  MCC_RETURN_IF_ERROR(
-      Lt(Cublas().cublasLtMatmulDescSetAttribute(
-             d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)),
-         "cublasLtMatmulDescSetAttribute(TRANSB)"));
-  // The first operand (op T) is stored k x m, the second k x n.
-  MCC_RETURN_IF_ERROR(
-      Lt(Cublas().cublasLtMatrixLayoutCreate(&d.first, args.first_type, args.k,
-                                             args.m, args.ld_first),
-         "cublasLtMatrixLayoutCreate(A)"));
-  MCC_RETURN_IF_ERROR(
-      Lt(Cublas().cublasLtMatrixLayoutCreate(&d.second, args.second_type,
-                                             args.k, args.n, args.ld_second),
-         "cublasLtMatrixLayoutCreate(B)"));
-  MCC_RETURN_IF_ERROR(Lt(Cublas().cublasLtMatrixLayoutCreate(
-                             &d.c, args.c_type, args.m, args.n, args.ldc),
-                         "cublasLtMatrixLayoutCreate(C)"));
-  // Scale pointers: set before the heuristic (they select FP8 kernels);
-  // the addresses are bound below, once the scratch exists.
+  // The scales' inverses are bound to it per call.
   Tensor inverses = Tensor::Empty({2}, DType::kFloat32, a.device());
   float* inv = static_cast<float*>(inverses.raw_data());
   const float* first_scale = inv;       // 1 / sb: b is the first operand.
   const float* second_scale = inv + 1;  // 1 / sa
-  MCC_RETURN_IF_ERROR(Lt(Cublas().cublasLtMatmulDescSetAttribute(
-                             d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                             &first_scale, sizeof(first_scale)),
-                         "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)"));
-  MCC_RETURN_IF_ERROR(Lt(Cublas().cublasLtMatmulDescSetAttribute(
-                             d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                             &second_scale, sizeof(second_scale)),
-                         "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)"));
-  MCC_RETURN_IF_ERROR(Lt(Cublas().cublasLtMatmulPreferenceCreate(&d.pref),
-                         "cublasLtMatmulPreferenceCreate"));
-  const uint64_t max_workspace = kCublasLtWorkspaceBytes;
-  MCC_RETURN_IF_ERROR(Lt(Cublas().cublasLtMatmulPreferenceSetAttribute(
-                             d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                             &max_workspace, sizeof(max_workspace)),
-                         "cublasLtMatmulPreferenceSetAttribute"));
   MCC_ASSIGN_OR_RETURN(cublasLtHandle_t handle, CublasLtHandle(s.device()));
-  cublasLtMatmulHeuristicResult_t result = {};
-  int returned = 0;
-  const cublasStatus_t st = Cublas().cublasLtMatmulAlgoGetHeuristic(
-      handle, d.op, d.first, d.second, d.c, d.c, d.pref, 1, &result, &returned);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
-      (st == CUBLAS_STATUS_SUCCESS &&
-       (returned == 0 || result.state != CUBLAS_STATUS_SUCCESS))) {
+  const internal::Fp8LtPlanKey key =
+      internal::Fp8LtPlanKeyOf(args, s.device(), LtAlignmentOf(c->raw_data()));
+  MCC_ASSIGN_OR_RETURN(std::shared_ptr<Fp8LtPlan> plan,
+                       PlanCacheOf(s.device()).GetOrMake(key, [&] {
+                         return MakePlan(handle, key, first_scale,
+                                         second_scale);
+                       }));
+  if (!plan->found) {
     return absl::UnimplementedError("cuBLASLt has no FP8 algorithm here");
   }
-  MCC_RETURN_IF_ERROR(Lt(st, "cublasLtMatmulAlgoGetHeuristic"));
 
   // FP8 copies in the TN layout, and the dequantising scales.
   const int64_t m_rows = trans_a ? a.size(1) : a.size(0);
@@ -209,17 +321,19 @@ absl::Status Fp8GemmCublasLt(const Tensor& a, bool trans_a, Fp8Format a_format,
       static_cast<const float*>(b_scale.raw_data()),
       static_cast<const float*>(a_scale.raw_data()), inv, s.stream())));
   Tensor workspace;
-  if (result.workspaceSize > 0) {
-    workspace = Tensor::Empty({static_cast<int64_t>(result.workspaceSize)},
+  if (plan->workspace > 0) {
+    workspace = Tensor::Empty({static_cast<int64_t>(plan->workspace)},
                               DType::kInt8, a.device());
   }
-  return Lt(
-      Cublas().cublasLtMatmul(
-          handle, d.op, &alpha, first8.raw_data(), d.first, second8.raw_data(),
-          d.second, &beta, c->raw_data(), d.c, c->raw_data(), d.c, &result.algo,
-          result.workspaceSize > 0 ? workspace.raw_data() : nullptr,
-          result.workspaceSize, s.stream()),
-      "cublasLtMatmul");
+  std::lock_guard<std::mutex> lock(plan->launch_mu);
+  MCC_RETURN_IF_ERROR(SetScalePointers(plan->op, first_scale, second_scale));
+  return Lt(Cublas().cublasLtMatmul(
+                handle, plan->op, &alpha, first8.raw_data(), plan->first,
+                second8.raw_data(), plan->second, &beta, c->raw_data(), plan->c,
+                c->raw_data(), plan->c, &plan->algo,
+                plan->workspace > 0 ? workspace.raw_data() : nullptr,
+                plan->workspace, s.stream()),
+            "cublasLtMatmul");
 }
 
 }  // namespace cuda

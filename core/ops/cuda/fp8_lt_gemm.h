@@ -23,11 +23,15 @@
 
 #include <cublasLt.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <tuple>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/fp8.h"
+#include "core/ops/cuda/lt_plan_cache.h"
 #include "core/tensor.h"
 
 namespace mcc {
@@ -67,6 +71,59 @@ absl::StatusOr<Fp8LtArgs> Fp8LtGemmArgs(const Shape& a, bool trans_a,
                                         Fp8Format a_format, const Shape& b,
                                         bool trans_b, Fp8Format b_format,
                                         DType c_dtype);
+
+// Everything that determines the FP8 matmul's cuBLASLt plan (matmul
+// descriptor, layouts, preference and the heuristic's algorithm) on one
+// device: the plan is built once per key and cached (bounded, per device).
+// A field that changes what cuBLASLt is asked must be here, in Tie(), and in
+// fp8_lt_plan_key_test's list of fields.
+struct Fp8LtPlanKey {
+  int device = 0;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t ld_first = 0, ld_second = 0, ldc = 0;
+  cudaDataType_t first_type = CUDA_R_8F_E4M3, second_type = CUDA_R_8F_E4M3;
+  cudaDataType_t c_type = CUDA_R_32F;  // C and D.
+  cudaDataType_t scale_type = CUDA_R_32F;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  cublasOperation_t op_first = CUBLAS_OP_T, op_second = CUBLAS_OP_N;
+  // Per-tensor fp32 scales through A/B_SCALE_POINTER (the pointers are
+  // bound per call; whether they are set is part of the plan).
+  cublasLtMatmulMatrixScale_t first_scale_mode =
+      CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  cublasLtMatmulMatrixScale_t second_scale_mode =
+      CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  uint64_t max_workspace = 0;
+  // C's (and D's) address alignment (LtAlignmentOf); the FP8 copies are
+  // fresh allocations, aligned as the allocator aligns.
+  uint32_t c_alignment = 256;
+
+  auto Tie() const {
+    return std::make_tuple(
+        device, m, n, k, ld_first, ld_second, ldc, first_type, second_type,
+        c_type, scale_type, compute, op_first, op_second, first_scale_mode,
+        second_scale_mode, epilogue, max_workspace, c_alignment);
+  }
+  bool operator==(const Fp8LtPlanKey& o) const { return Tie() == o.Tie(); }
+  bool operator!=(const Fp8LtPlanKey& o) const { return !(*this == o); }
+  template <typename H>
+  friend H AbslHashValue(H h, const Fp8LtPlanKey& key) {
+    return H::combine(std::move(h), key.Tie());
+  }
+};
+
+// The key of one call: its arguments on `device`, C at `c_alignment`, with
+// the route's fixed choices (TN, fp32 compute and scales, per-tensor scale
+// pointers, no epilogue, a workspace of up to kCublasLtWorkspaceBytes).
+Fp8LtPlanKey Fp8LtPlanKeyOf(const Fp8LtArgs& args, int device,
+                            uint32_t c_alignment);
+
+// Plans held per device.
+inline constexpr size_t kFp8LtPlansPerDevice = 256;
+
+// How `device`'s plan cache has been used (all zero for a device index
+// outside [0, 64)).
+LtPlanCacheCounts Fp8LtPlanCacheCounts(int device);
 
 // For tests: 0 runs every Fp8Gemm on the bf16-held path, 1 through
 // cuBLASLt where it takes the case (the default). Returns the previous

@@ -15,6 +15,7 @@
 #include "core/ops/cuda/cublas_library.h"
 #include "core/ops/cuda/elementwise.h"
 #include "core/ops/cuda/launch.h"
+#include "core/ops/cuda/lt_plan_cache.h"
 #include "core/status_macros.h"
 
 namespace mcc {
@@ -35,16 +36,6 @@ std::atomic<int64_t> g_fallback_calls{0};
 // fp32. Other outputs go through an fp32 staging C.
 bool DirectOutput(DType in, DType out) {
   return out == DType::kFloat32 ? true : in == out;
-}
-
-// The largest power of two, up to cuBLASLt's default 256, that divides the
-// address: the heuristic must only offer algorithms that work with it (a
-// view into a larger tensor may start anywhere).
-uint32_t Alignment(const void* p) {
-  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
-  uint32_t align = 256;
-  while (align > 1 && address % align != 0) align >>= 1;
-  return align;
 }
 
 // One GEMM in cuBLAS's column-major terms. Row-major C = op(A) op(B) is
@@ -225,7 +216,8 @@ absl::Status RunLt(const ColumnMajorGemm& g, const void* first,
                    const Device& device, cudaStream_t stream, bool* ran) {
   *ran = false;
   MCC_ASSIGN_OR_RETURN(cublasLtHandle_t handle, CublasLtHandle(device.index));
-  LtKey key{device.index, g, Alignment(first), Alignment(second), Alignment(c)};
+  LtKey key{device.index, g, LtAlignmentOf(first), LtAlignmentOf(second),
+            LtAlignmentOf(c)};
   MCC_ASSIGN_OR_RETURN(const LtPlan* plan, PlanFor(handle, key));
   if (!plan->found) return absl::OkStatus();
   // From the caching allocator; later work in this stream's order may reuse
