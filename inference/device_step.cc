@@ -981,11 +981,13 @@ absl::StatusOr<std::vector<float>> DeviceStep::Run(const StepRows& rows) {
     AttentionPlan attention;
     attention.paged_rows = order.paged_rows;
     if (order.paged_rows < n) {
-      // The flash slot takes first_key on the host.
+      // Uploaded once for the step: every layer's flash call reads it on
+      // the device (a host one would be copied by each).
       MCC_ASSIGN_OR_RETURN(
-          attention.first_key,
+          const Tensor host_first_key,
           Tensor::FromInts(order.first_key, {1, n - order.paged_rows},
                            DType::kInt32));
+      MCC_ASSIGN_OR_RETURN(attention.first_key, host_first_key.To(dev));
     }
     MCC_ASSIGN_OR_RETURN(logits,
                          Forward(dev_ints, dev_tables, n, l, attention));

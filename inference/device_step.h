@@ -213,8 +213,9 @@ class DeviceStep {
   int64_t GraphBatchFor(const StepRows& rows) const;
   // How a step's rows attend: rows [0, paged_rows) through the paged
   // kernel; the rest through flash attention as one packed sequence whose
-  // first_key (int32 [1, rows - paged_rows] on the host) starts each
-  // request's rows at its own first row, or its window's start.
+  // first_key (int32 [1, rows - paged_rows], uploaded to the device once a
+  // step for every layer's call) starts each request's rows at its own
+  // first row, or its window's start.
   struct AttentionPlan {
     int64_t paged_rows = 0;
     Tensor first_key;

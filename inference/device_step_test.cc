@@ -18,7 +18,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/allocator.h"
+#include "core/ops/attention.h"
 #include "core/status_macros.h"
+#include "core/tensor.h"
+#include "core/testing/test_device.h"
 #include "data/tokenizer.h"
 #include "gtest/gtest.h"
 #include "inference/engine.h"
@@ -410,6 +413,80 @@ TEST(DeviceStepTest, FlashPrefillGivesThePagedPathsLogits) {
       }
     }
   }
+}
+
+// Each flash-attention call of the test below: its first_key's device and
+// address.
+struct FlashCall {
+  Device device;
+  const void* first_key;
+};
+std::vector<FlashCall>* flash_calls = nullptr;
+
+// The test device's flash-attention forward while the test below runs:
+// records the call, then runs the CPU kernel on host views, as the test
+// device does without a kernel of its own.
+absl::Status RecordingFlashForward(const Tensor& q, const Tensor& k,
+                                   const Tensor& v,
+                                   const ops::AttentionOptions& options,
+                                   Tensor* out, Tensor* lse) {
+  flash_calls->push_back(
+      {options.first_key.device(), options.first_key.raw_data()});
+  MCC_ASSIGN_OR_RETURN(ops::FlashAttentionForwardKernel cpu,
+                       ops::FlashAttentionForwardKernels().Get(Device::CPU()));
+  ops::AttentionOptions host = options;
+  host.first_key = HostView(options.first_key);
+  Tensor host_out = HostView(*out), host_lse = HostView(*lse);
+  return cpu(HostView(q), HostView(k), HostView(v), host, &host_out, &host_lse);
+}
+
+// The packed prompts' first keys go to the device once a step, not once a
+// layer: every layer's flash call of a step gets the same tensor on the
+// device (the CUDA slot uses such a one as it is and copies only a host
+// one), and a step makes one host-to-device copy more than the same step
+// through the paged kernel, with three layers.
+TEST(DeviceStepTest, FlashPrefillUploadsTheFirstKeysOnceAStep) {
+  gpt::GPTConfig config = TinyConfig();
+  config.num_layers = 3;
+  const DeviceStepOptions flash = TestDevice(DType::kFloat32);
+  DeviceStepOptions paged = flash;
+  paged.flash_prefill = false;
+  auto flash_runner = MakeRunner(config, &flash);
+  auto paged_runner = MakeRunner(config, &paged);
+  ASSERT_TRUE(flash_runner.ok()) << flash_runner.status();
+  ASSERT_TRUE(paged_runner.ok()) << paged_runner.status();
+
+  const DeviceType type = Device::TestDevice().type;
+  auto& slot = ops::FlashAttentionForwardKernels();
+  ASSERT_FALSE(slot.HasKernel(type));
+  std::vector<FlashCall> calls;
+  flash_calls = &calls;
+  slot.Register(type, &RecordingFlashForward);
+  int64_t before = testing::TestDeviceCopiesFromHost();
+  auto got = MixedPrefillLogits(flash_runner->get());
+  const int64_t flash_copies = testing::TestDeviceCopiesFromHost() - before;
+  slot.Register(type, nullptr);
+  flash_calls = nullptr;
+  before = testing::TestDeviceCopiesFromHost();
+  auto want = MixedPrefillLogits(paged_runner->get());
+  const int64_t paged_copies = testing::TestDeviceCopiesFromHost() - before;
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(want.ok()) << want.status();
+
+  // Two steps of three layers each.
+  ASSERT_EQ(calls.size(), 6u);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].device.ToString(), Device::TestDevice().ToString())
+        << "call " << i;
+    EXPECT_EQ(calls[i].first_key, calls[i - i % 3].first_key)
+        << "call " << i << " got another first_key than its step's first";
+  }
+  EXPECT_EQ(flash_copies, paged_copies + 2)
+      << "host-to-device copies: flash " << flash_copies << ", paged "
+      << paged_copies;
+  double gap = 0, scale = 0;
+  Gap(*got, *want, &gap, &scale);
+  EXPECT_LE(gap, 1e-5 * std::max(1.0, scale));
 }
 
 // Quantised weights on the device (int8 values or E4M3 codes, decoded in

@@ -1287,14 +1287,20 @@ absl::Status CheckQkv(absl::string_view op, const Tensor& q, const Tensor& k,
   }
   const Tensor& first_key = options.first_key;
   if (first_key.defined() &&
-      (first_key.dtype() != DType::kInt32 || !first_key.device().is_cpu() ||
+      (first_key.dtype() != DType::kInt32 ||
+       !(first_key.device().is_cpu() || first_key.device() == q.device()) ||
        first_key.shape() != Shape{q.size(0), q.size(1)})) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": first_key ", first_key.Describe(),
         " (packed documents / sliding window) must be int32 [batch, seq] = ",
-        ShapeToString({q.size(0), q.size(1)}), " on the host"));
+        ShapeToString({q.size(0), q.size(1)}), " on the host or on q's device ",
+        q.device().ToString()));
   }
-  *dm = DimsOf(q, k, options);
+  // The checks need the sizes only: first_key's data is the kernels' to read
+  // (it may be on q's device).
+  AttentionOptions sizes = options;
+  sizes.first_key = Tensor();
+  *dm = DimsOf(q, k, sizes);
   if (dm->head_offset < 0 || dm->head_offset + dm->hq > dm->total_heads) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": heads [", dm->head_offset, ", ", dm->head_offset + dm->hq,

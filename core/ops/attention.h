@@ -52,16 +52,18 @@ struct AttentionOptions {
   int64_t head_offset = 0;
   int64_t total_heads = 0;
   // Packed documents (--reset-attention-mask) and sliding windows
-  // (--window-size): int32 [batch, seq] on the host, the first key each query
-  // row may see. Query i of batch entry bi sees key j only when
-  // j >= first_key[bi, i] (and j <= i when causal). A document mask is the
+  // (--window-size): int32 [batch, seq] on the host or on q's device, the
+  // first key each query row may see. Query i of batch entry bi sees key j only
+  // when j >= first_key[bi, i] (and j <= i when causal). A document mask is the
   // index of the row's document start; a window of w keys raises it to
   // i - w + 1. Undefined: no lower limit. Values may lie outside [0, seq]:
   // a row that sees no key at all gets out 0 and lse -inf (a context-
   // parallel ring step with a key chunk wholly before the row's document).
   // No [seq, seq] mask is built: key blocks wholly below a query block's
   // smallest first key are skipped, so the cost falls with the documents'
-  // lengths. The CUDA kernels copy it to the device and skip tiles alike.
+  // lengths. The CUDA kernels skip tiles alike; they copy a host first_key
+  // to the device on every call, so a caller that makes many calls with one
+  // (the inference engine's layers) uploads it once and passes that.
   Tensor first_key;
 };
 
@@ -96,6 +98,24 @@ namespace internal {
 CpuBf16AttentionPath SetCpuBf16AttentionPathForTesting(
     CpuBf16AttentionPath path);
 }  // namespace internal
+
+}  // namespace ops
+
+namespace kernel_slot_internal {
+// On a host-backed device (the test device) the CPU kernels read first_key
+// through a host view, as they read the op's other tensors: it may live on
+// q's device.
+template <>
+struct HostArg<const ops::AttentionOptions&> {
+  explicit HostArg(const ops::AttentionOptions& o) : options(o) {
+    options.first_key = HostView(o.first_key);
+  }
+  operator const ops::AttentionOptions&() const { return options; }  // NOLINT
+  ops::AttentionOptions options;
+};
+}  // namespace kernel_slot_internal
+
+namespace ops {
 
 // Kernels, with the ops' signatures and contracts (out, lse, dq, dk, dv
 // overwritten; dropout masks drawn as AttentionOptions says).

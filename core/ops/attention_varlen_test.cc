@@ -10,6 +10,7 @@
 
 #include "core/ops/attention.h"
 #include "core/ops/nn_test_util.h"
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
 
 namespace mcc {
@@ -278,6 +279,47 @@ TEST(AttentionVarlenTest, DropoutWithUnlimitedFirstKeysIsUnchanged) {
       FlashAttentionBackward(q, k, k, o2, q, l2, with, &g2[0], &g2[1], &g2[2])
           .ok());
   for (int i = 0; i < 3; ++i) EXPECT_EQ(g1[i].ToDoubles(), g2[i].ToDoubles());
+}
+
+// first_key may live on q's device (the inference engine uploads it once
+// for all its layers): the same bytes as the CPU run, forward and
+// backward, with no copy between the device and the host; on a device
+// other than q's and the host it is refused.
+TEST(AttentionVarlenTest, FirstKeyOnQsDevice) {
+  const int64_t b = 2, s = 9, h = 2, d = 8;
+  const Shape qs{b, s, h, d};
+  std::vector<int64_t> first;
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t i = 0; i < s; ++i) first.push_back(i < 4 ? 0 : 4 + bi);
+  }
+  const Tensor first_key = *Tensor::FromInts(first, {b, s}, DType::kInt32);
+  std::vector<Tensor> args = {testing::RandomTensor(qs, DType::kFloat32, 1),
+                              testing::RandomTensor(qs, DType::kFloat32, 2),
+                              testing::RandomTensor(qs, DType::kFloat32, 3),
+                              Tensor::Full(qs, 0.0, DType::kFloat32),
+                              Tensor::Full({b, h, s}, 0.0, DType::kFloat32),
+                              first_key,
+                              testing::RandomTensor(qs, DType::kFloat32, 4),
+                              Tensor::Full(qs, 0.0, DType::kFloat32),
+                              Tensor::Full(qs, 0.0, DType::kFloat32),
+                              Tensor::Full(qs, 0.0, DType::kFloat32)};
+  testing::ExpectSameOnTestDevice(args, [](std::vector<Tensor>& t) {
+    AttentionOptions options;
+    options.first_key = t[5];
+    MCC_RETURN_IF_ERROR(
+        FlashAttentionForward(t[0], t[1], t[2], options, &t[3], &t[4]));
+    return FlashAttentionBackward(t[0], t[1], t[2], t[3], t[6], t[4], options,
+                                  &t[7], &t[8], &t[9]);
+  });
+
+  Tensor q = Tensor::Full(qs, 0.5, DType::kFloat32);
+  Tensor out = Tensor::Empty(qs, DType::kFloat32);
+  Tensor lse = Tensor::Empty({b, h, s}, DType::kFloat32);
+  AttentionOptions options;
+  options.first_key = *first_key.To(Device::TestDevice());
+  const absl::Status st = FlashAttentionForward(q, q, q, options, &out, &lse);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("first_key"), absl::string_view::npos) << st;
 }
 
 TEST(AttentionVarlenTest, BadFirstKeyIsRefusedByName) {

@@ -737,13 +737,15 @@ k::FlashAttentionArgs AttentionArgsOf(const Tensor& q, const Tensor& kv,
   return a;
 }
 
-// AttentionOptions::first_key (host int32 [b, s]) in the device's memory,
-// for the kernels to read; undefined without one. Back to the caching
+// AttentionOptions::first_key (int32 [b, s]) in the device's memory, for
+// the kernels to read; undefined without one. One already there is used as
+// it is; a host one is copied, and the copy goes back to the caching
 // allocator when the caller's scope ends (later work on the stream may
 // reuse it safely).
 absl::StatusOr<Tensor> FirstKeyOnDevice(const AttentionOptions& o,
                                         Device device) {
   if (!o.first_key.defined()) return Tensor();
+  if (o.first_key.device() == device) return o.first_key;
   return o.first_key.To(device);
 }
 
