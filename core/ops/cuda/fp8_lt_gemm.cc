@@ -155,37 +155,16 @@ absl::StatusOr<std::unique_ptr<Fp8LtPlan>> MakePlan(
   MCC_RETURN_IF_ERROR(Lt(Cublas().cublasLtMatrixLayoutCreate(
                              &plan->c, key.c_type, key.m, key.n, key.ldc),
                          "cublasLtMatrixLayoutCreate(C)"));
-  cublasLtMatmulPreference_t pref = nullptr;
-  MCC_RETURN_IF_ERROR(Lt(Cublas().cublasLtMatmulPreferenceCreate(&pref),
-                         "cublasLtMatmulPreferenceCreate"));
-  cublasStatus_t st = Cublas().cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &key.max_workspace,
-      sizeof(key.max_workspace));
-  for (const auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-    if (st == CUBLAS_STATUS_SUCCESS) {
-      st = Cublas().cublasLtMatmulPreferenceSetAttribute(
-          pref, attr, &key.c_alignment, sizeof(key.c_alignment));
-    }
-  }
-  cublasLtMatmulHeuristicResult_t result = {};
-  int returned = 0;
-  if (st == CUBLAS_STATUS_SUCCESS) {
-    st = Cublas().cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->first,
-                                                 plan->second, plan->c, plan->c,
-                                                 pref, 1, &result, &returned);
-  }
-  Cublas().cublasLtMatmulPreferenceDestroy(pref);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
-      (st == CUBLAS_STATUS_SUCCESS &&
-       (returned == 0 || result.state != CUBLAS_STATUS_SUCCESS))) {
-    return std::move(
-        plan);  // found == false: no algorithm, kept so as not to ask again.
-  }
-  MCC_RETURN_IF_ERROR(Lt(st, "cublasLtMatmulAlgoGetHeuristic"));
-  plan->found = true;
-  plan->algo = result.algo;
-  plan->workspace = result.workspaceSize;
+  // The FP8 copies are fresh allocations: cuBLASLt's default alignment.
+  MCC_ASSIGN_OR_RETURN(const CublasLtAlgorithm best,
+                       CublasLtBestAlgorithm(
+                           handle, plan->op, plan->first, plan->second, plan->c,
+                           key.max_workspace, 256, 256, key.c_alignment));
+  // Without an algorithm (found false) the plan is kept all the same, so as
+  // not to ask again.
+  plan->found = best.found;
+  plan->algo = best.algo;
+  plan->workspace = best.workspace;
   return std::move(plan);
 }
 

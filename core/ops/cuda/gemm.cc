@@ -150,46 +150,17 @@ absl::Status MakePlan(cublasLtHandle_t handle, const LtKey& key, LtPlan* plan) {
                  &plan->c);
   if (!s.ok()) return fail(s);
 
-  cublasLtMatmulPreference_t pref = nullptr;
-  s = Lt(Cublas().cublasLtMatmulPreferenceCreate(&pref),
-         "cublasLtMatmulPreferenceCreate");
-  if (!s.ok()) return fail(s);
-  const uint64_t max_workspace = kCublasLtWorkspaceBytes;
-  cublasStatus_t st = Cublas().cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
-      sizeof(max_workspace));
-  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_first},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_second},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c},
-  };
-  for (const auto& [attr, value] : aligns) {
-    if (st == CUBLAS_STATUS_SUCCESS) {
-      st = Cublas().cublasLtMatmulPreferenceSetAttribute(pref, attr, &value,
-                                                         sizeof(value));
-    }
-  }
-  cublasLtMatmulHeuristicResult_t result = {};
-  int returned = 0;
-  if (st == CUBLAS_STATUS_SUCCESS) {
-    st = Cublas().cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->first,
-                                                 plan->second, plan->c, plan->c,
-                                                 pref, 1, &result, &returned);
-  }
-  Cublas().cublasLtMatmulPreferenceDestroy(pref);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
-      (st == CUBLAS_STATUS_SUCCESS &&
-       (returned == 0 || result.state != CUBLAS_STATUS_SUCCESS))) {
+  absl::StatusOr<CublasLtAlgorithm> best = CublasLtBestAlgorithm(
+      handle, plan->op, plan->first, plan->second, plan->c,
+      kCublasLtWorkspaceBytes, key.align_first, key.align_second, key.align_c);
+  if (!best.ok()) return fail(best.status());
+  if (!best->found) {
     Destroy(plan);  // No algorithm: the caller falls back.
     return absl::OkStatus();
   }
-  if (st != CUBLAS_STATUS_SUCCESS) {
-    return fail(Lt(st, "cublasLtMatmulAlgoGetHeuristic"));
-  }
   plan->found = true;
-  plan->algo = result.algo;
-  plan->workspace = result.workspaceSize;
+  plan->algo = best->algo;
+  plan->workspace = best->workspace;
   return absl::OkStatus();
 }
 
@@ -391,6 +362,50 @@ absl::StatusOr<cublasHandle_t> CublasHandle(int device) {
       Cublas().cublasSetStream(handle, ::mcc::cuda::CurrentStream(device)),
       "cublasSetStream"));
   return handle;
+}
+
+absl::StatusOr<CublasLtAlgorithm> CublasLtBestAlgorithm(
+    cublasLtHandle_t handle, cublasLtMatmulDesc_t op,
+    cublasLtMatrixLayout_t first, cublasLtMatrixLayout_t second,
+    cublasLtMatrixLayout_t c, uint64_t max_workspace, uint32_t align_first,
+    uint32_t align_second, uint32_t align_c) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  MCC_RETURN_IF_ERROR(
+      CublasToStatus(Cublas().cublasLtMatmulPreferenceCreate(&pref),
+                     "cublasLtMatmulPreferenceCreate"));
+  cublasStatus_t st = Cublas().cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
+      sizeof(max_workspace));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_first},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_second},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c},
+  };
+  for (const auto& [attr, value] : aligns) {
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = Cublas().cublasLtMatmulPreferenceSetAttribute(pref, attr, &value,
+                                                         sizeof(value));
+    }
+  }
+  cublasLtMatmulHeuristicResult_t result = {};
+  int returned = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = Cublas().cublasLtMatmulAlgoGetHeuristic(
+        handle, op, first, second, c, c, pref, 1, &result, &returned);
+  }
+  Cublas().cublasLtMatmulPreferenceDestroy(pref);
+  CublasLtAlgorithm best;
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+      (st == CUBLAS_STATUS_SUCCESS &&
+       (returned == 0 || result.state != CUBLAS_STATUS_SUCCESS))) {
+    return best;  // found == false
+  }
+  MCC_RETURN_IF_ERROR(CublasToStatus(st, "cublasLtMatmulAlgoGetHeuristic"));
+  best.found = true;
+  best.algo = result.algo;
+  best.workspace = result.workspaceSize;
+  return best;
 }
 
 absl::StatusOr<cublasLtHandle_t> CublasLtHandle(int device) {

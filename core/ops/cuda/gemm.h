@@ -31,6 +31,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -72,6 +73,22 @@ absl::StatusOr<cublasHandle_t> CublasHandle(int device);
 // This thread's cuBLASLt handle for a device (the stream is passed per
 // call).
 absl::StatusOr<cublasLtHandle_t> CublasLtHandle(int device);
+
+// cuBLASLt's first (best) algorithm for a matmul's descriptors (C's layout
+// also D's), with a workspace of up to max_workspace bytes and the
+// operands' address alignments (LtAlignmentOf; 256 = cuBLASLt's default).
+// found == false when it has none (the route falls back); an error for any
+// other failure. Shared by the GEMM and FP8 routes' plans.
+struct CublasLtAlgorithm {
+  bool found = false;
+  cublasLtMatmulAlgo_t algo = {};
+  size_t workspace = 0;
+};
+absl::StatusOr<CublasLtAlgorithm> CublasLtBestAlgorithm(
+    cublasLtHandle_t handle, cublasLtMatmulDesc_t op,
+    cublasLtMatrixLayout_t first, cublasLtMatrixLayout_t second,
+    cublasLtMatrixLayout_t c, uint64_t max_workspace, uint32_t align_first,
+    uint32_t align_second, uint32_t align_c);
 
 // OK, or an Internal error naming the call and cuBLAS's status string.
 absl::Status CublasToStatus(cublasStatus_t status, const char* call);
