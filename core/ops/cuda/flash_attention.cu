@@ -24,26 +24,6 @@ namespace mcc {
 namespace cuda_kernels {
 namespace {
 
-flash::Params ParamsOf(const FlashAttentionArgs& a) {
-  flash::Params p;
-  p.b = a.batch;
-  p.s = a.seq;
-  p.hq = a.heads;
-  p.hkv = a.kv_heads;
-  p.d = a.head_dim;
-  p.scale = a.scale;
-  p.causal = a.causal;
-  p.dropout = a.dropout;
-  p.threshold = a.threshold;
-  p.keep_scale = a.keep_scale;
-  p.seed = a.seed;
-  p.offset = a.offset;
-  p.head_offset = a.head_offset;
-  p.total_heads = a.total_heads > 0 ? a.total_heads : a.heads;
-  p.first_key = a.first_key;
-  return p;
-}
-
 dim3 Dim(flash::Grid g) { return dim3(g.x, g.y, g.z); }
 
 // Raises the kernel's dynamic shared-memory limit to `bytes` (above the
@@ -200,7 +180,7 @@ cudaError_t FlashAttentionForward(const FlashAttentionArgs& args, const void* q,
   if (args.batch * args.seq * args.heads * args.head_dim == 0) {
     return cudaSuccess;
   }
-  flash::Params p = ParamsOf(args);
+  flash::Params p = flash::ParamsOf(args);
   p.q = q;
   p.k = k;
   p.v = v;
@@ -235,7 +215,7 @@ cudaError_t FlashAttentionBackward(const FlashAttentionArgs& args,
   if (args.batch * args.seq * args.heads * args.head_dim == 0) {
     return cudaSuccess;
   }
-  flash::Params p = ParamsOf(args);
+  flash::Params p = flash::ParamsOf(args);
   p.q = q;
   p.k = k;
   p.v = v;

@@ -12,6 +12,7 @@
 
 #include "core/ops/attention.h"
 #include "core/ops/cuda/elem_type.h"
+#include "core/ops/cuda/flash_attention_options.h"
 #include "core/ops/cuda/flash_attention_test_util.h"
 #include "core/tensor.h"
 
@@ -30,24 +31,12 @@ inline cuda_kernels::ElemType ElemTypeOf(const Tensor& t) {
   }
 }
 
+// As registrations.cc and the launcher fill them (softmax_scale unset:
+// 1/sqrt(d)).
 inline cuda_kernels::flash::Params ParamsFor(const AttentionCase& c,
                                              const AttentionOptions& o) {
-  cuda_kernels::flash::Params p;
-  p.b = c.b;
-  p.s = c.s;
-  p.hq = c.hq;
-  p.hkv = c.hkv;
-  p.d = c.d;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-  p.causal = o.causal;
-  p.dropout = o.dropout_p > 0.0f;
-  p.threshold = static_cast<uint32_t>(
-      std::lround(static_cast<double>(o.dropout_p) * (1 << 24)));
-  p.keep_scale = 1.0f / (1.0f - o.dropout_p);
-  p.seed = o.dropout_seed;
-  p.offset = o.dropout_offset;
-  p.head_offset = o.head_offset;
-  p.total_heads = o.total_heads > 0 ? o.total_heads : c.hq;
+  cuda_kernels::flash::Params p = cuda_kernels::flash::ParamsOf(
+      cuda::FlashAttentionArgsOf(c.b, c.s, c.hq, c.hkv, c.d, o));
   // The emulator reads host memory: the host first keys serve as they are.
   if (o.first_key.defined()) p.first_key = o.first_key.data<int32_t>();
   return p;

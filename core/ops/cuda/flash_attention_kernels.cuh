@@ -36,6 +36,7 @@
 #include <cstdint>
 
 #include "core/ops/cuda/elem_type.h"
+#include "core/ops/cuda/flash_attention_args.h"
 
 #ifndef MCC_FA_UNROLL
 #define MCC_FA_UNROLL _Pragma("unroll")
@@ -79,6 +80,28 @@ struct Params {
   // first_key[bi * s + i] only. Null: none.
   const int32_t* first_key = nullptr;
 };
+
+// The parameters of a launch (flash_attention.cu) from its arguments; the
+// pointers, element types and (backward) D are the launcher's to add.
+inline Params ParamsOf(const FlashAttentionArgs& a) {
+  Params p;
+  p.b = a.batch;
+  p.s = a.seq;
+  p.hq = a.heads;
+  p.hkv = a.kv_heads;
+  p.d = a.head_dim;
+  p.scale = a.scale;
+  p.causal = a.causal;
+  p.dropout = a.dropout;
+  p.threshold = a.threshold;
+  p.keep_scale = a.keep_scale;
+  p.seed = a.seed;
+  p.offset = a.offset;
+  p.head_offset = a.head_offset;
+  p.total_heads = a.total_heads > 0 ? a.total_heads : a.heads;
+  p.first_key = a.first_key;
+  return p;
+}
 
 constexpr int kGroup = 8;  // Lanes that share a row.
 constexpr int kThreads = 256;

@@ -18,6 +18,7 @@
 #include "core/ops/cuda/elementwise.h"
 #include "core/ops/cuda/embedding.h"
 #include "core/ops/cuda/flash_attention.h"
+#include "core/ops/cuda/flash_attention_options.h"
 #include "core/ops/cuda/fp8.h"
 #include "core/ops/cuda/fp8_lt_gemm.h"
 #include "core/ops/cuda/fp8_weight.h"
@@ -710,31 +711,11 @@ absl::Status DropoutCuda(const Tensor& x, float p, uint64_t seed,
 
 // ---- Attention -------------------------------------------------------------
 
-// The kernels' arguments, with the scale, threshold and keep scale computed
-// exactly as the CPU kernel (core/ops/attention.cc) computes them.
+// The kernels' arguments for q and k (flash_attention_options.h).
 k::FlashAttentionArgs AttentionArgsOf(const Tensor& q, const Tensor& kv,
                                       const AttentionOptions& o) {
-  k::FlashAttentionArgs a;
-  a.batch = q.size(0);
-  a.seq = q.size(1);
-  a.heads = q.size(2);
-  a.kv_heads = kv.size(2);
-  a.head_dim = q.size(3);
-  a.scale =
-      o.softmax_scale > 0.0f
-          ? o.softmax_scale
-          : 1.0f /
-                std::sqrt(static_cast<float>(std::max<int64_t>(a.head_dim, 1)));
-  a.causal = o.causal;
-  a.dropout = o.dropout_p > 0.0f;
-  a.threshold = static_cast<uint32_t>(
-      std::lround(static_cast<double>(o.dropout_p) * (1 << 24)));
-  a.keep_scale = 1.0f / (1.0f - o.dropout_p);
-  a.seed = o.dropout_seed;
-  a.offset = o.dropout_offset;
-  a.head_offset = o.head_offset;
-  a.total_heads = o.total_heads > 0 ? o.total_heads : a.heads;
-  return a;
+  return FlashAttentionArgsOf(q.size(0), q.size(1), q.size(2), kv.size(2),
+                              q.size(3), o);
 }
 
 // AttentionOptions::first_key (int32 [b, s]) in the device's memory, for
