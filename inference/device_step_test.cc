@@ -318,6 +318,21 @@ TEST(DeviceStepTest, GreedyTokensEqualTheCpuEngines) {
   }
 }
 
+// Runners on the test device with flash prefill on and off.
+struct FlashAndPaged {
+  std::unique_ptr<ModelRunner> flash, paged;
+};
+absl::StatusOr<FlashAndPaged> FlashAndPagedRunners(const gpt::GPTConfig& config,
+                                                   DType dtype) {
+  const DeviceStepOptions flash = TestDevice(dtype);
+  DeviceStepOptions paged = flash;
+  paged.flash_prefill = false;
+  FlashAndPaged runners;
+  MCC_ASSIGN_OR_RETURN(runners.flash, MakeRunner(config, &flash));
+  MCC_ASSIGN_OR_RETURN(runners.paged, MakeRunner(config, &paged));
+  return runners;
+}
+
 // Two steps through a runner: request 0's first 6 prompt tokens, then a
 // step of three new prompts of 7, 1 and 11 tokens (flash prefill) with
 // request 0's next 4 tokens (after its cached prefix: the paged kernel)
@@ -376,20 +391,15 @@ TEST(DeviceStepTest, FlashPrefillGivesThePagedPathsLogits) {
   for (const auto& [name, config] : Variants()) {
     for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
       SCOPED_TRACE(absl::StrCat(name, " ", DTypeName(dtype)));
-      const DeviceStepOptions flash = TestDevice(dtype);
-      DeviceStepOptions paged = flash;
-      paged.flash_prefill = false;
-      auto flash_runner = MakeRunner(config, &flash);
-      auto paged_runner = MakeRunner(config, &paged);
-      ASSERT_TRUE(flash_runner.ok()) << flash_runner.status();
-      ASSERT_TRUE(paged_runner.ok()) << paged_runner.status();
-      auto got = MixedPrefillLogits(flash_runner->get());
-      auto want = MixedPrefillLogits(paged_runner->get());
+      auto runners = FlashAndPagedRunners(config, dtype);
+      ASSERT_TRUE(runners.ok()) << runners.status();
+      auto got = MixedPrefillLogits(runners->flash.get());
+      auto want = MixedPrefillLogits(runners->paged.get());
       ASSERT_TRUE(got.ok()) << got.status();
       ASSERT_TRUE(want.ok()) << want.status();
       // 6 rows of the first step, 7 + 1 + 11 of the second.
-      EXPECT_EQ((*flash_runner)->device_step()->flash_prefill_rows(), 25);
-      EXPECT_EQ((*paged_runner)->device_step()->flash_prefill_rows(), 0);
+      EXPECT_EQ(runners->flash->device_step()->flash_prefill_rows(), 25);
+      EXPECT_EQ(runners->paged->device_step()->flash_prefill_rows(), 0);
       double gap = 0, scale = 0;
       Gap(*got, *want, &gap, &scale);
       std::printf(
@@ -448,13 +458,8 @@ absl::Status RecordingFlashForward(const Tensor& q, const Tensor& k,
 TEST(DeviceStepTest, FlashPrefillUploadsTheFirstKeysOnceAStep) {
   gpt::GPTConfig config = TinyConfig();
   config.num_layers = 3;
-  const DeviceStepOptions flash = TestDevice(DType::kFloat32);
-  DeviceStepOptions paged = flash;
-  paged.flash_prefill = false;
-  auto flash_runner = MakeRunner(config, &flash);
-  auto paged_runner = MakeRunner(config, &paged);
-  ASSERT_TRUE(flash_runner.ok()) << flash_runner.status();
-  ASSERT_TRUE(paged_runner.ok()) << paged_runner.status();
+  auto runners = FlashAndPagedRunners(config, DType::kFloat32);
+  ASSERT_TRUE(runners.ok()) << runners.status();
 
   const DeviceType type = Device::TestDevice().type;
   auto& slot = ops::FlashAttentionForwardKernels();
@@ -463,12 +468,12 @@ TEST(DeviceStepTest, FlashPrefillUploadsTheFirstKeysOnceAStep) {
   flash_calls = &calls;
   slot.Register(type, &RecordingFlashForward);
   int64_t before = testing::TestDeviceCopiesFromHost();
-  auto got = MixedPrefillLogits(flash_runner->get());
+  auto got = MixedPrefillLogits(runners->flash.get());
   const int64_t flash_copies = testing::TestDeviceCopiesFromHost() - before;
   slot.Register(type, nullptr);
   flash_calls = nullptr;
   before = testing::TestDeviceCopiesFromHost();
-  auto want = MixedPrefillLogits(paged_runner->get());
+  auto want = MixedPrefillLogits(runners->paged.get());
   const int64_t paged_copies = testing::TestDeviceCopiesFromHost() - before;
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_TRUE(want.ok()) << want.status();
