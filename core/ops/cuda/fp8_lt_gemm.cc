@@ -60,40 +60,19 @@ absl::Status Lt(cublasStatus_t status, const char* call) {
 // One key's plan: descriptors and the heuristic's algorithm (found false:
 // it had none, so the call falls back without asking again). Released with
 // the last holder (the cache may evict it while a call still launches).
-struct Fp8LtPlan {
-  bool found = false;
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t first = nullptr, second = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo = {};
-  size_t workspace = 0;
+struct Fp8LtPlan : CublasLtPlan {
   // The scale pointers are the one per-call attribute of `op`: a call sets
   // them and launches under this lock (cublasLtMatmul reads the descriptor
   // before it returns).
   std::mutex launch_mu;
-
-  Fp8LtPlan() = default;
-  Fp8LtPlan(const Fp8LtPlan&) = delete;
-  Fp8LtPlan& operator=(const Fp8LtPlan&) = delete;
-  ~Fp8LtPlan() {
-    if (c) Cublas().cublasLtMatrixLayoutDestroy(c);
-    if (second) Cublas().cublasLtMatrixLayoutDestroy(second);
-    if (first) Cublas().cublasLtMatrixLayoutDestroy(first);
-    if (op) Cublas().cublasLtMatmulDescDestroy(op);
-  }
 };
 
-using Fp8LtPlanCache = LtPlanCache<internal::Fp8LtPlanKey, Fp8LtPlan>;
-
-Fp8LtPlanCache& PlanCacheOf(int device) {
-  static auto* caches = [] {
-    auto* c = new std::vector<std::unique_ptr<Fp8LtPlanCache>>();
-    for (int i = 0; i < kMaxDevices; ++i) {
-      c->push_back(
-          std::make_unique<Fp8LtPlanCache>(internal::kFp8LtPlansPerDevice));
-    }
-    return c;
-  }();
-  return *(*caches)[device];
+// The plans of one device index, in [0, kMaxDevices); null beyond.
+LtPlanCache<internal::Fp8LtPlanKey, Fp8LtPlan>* PlanCacheOf(int device) {
+  static auto* caches =
+      new PerDeviceLtPlanCaches<internal::Fp8LtPlanKey, Fp8LtPlan>(
+          kMaxDevices, internal::kFp8LtPlansPerDevice);
+  return caches->Of(device);
 }
 
 absl::Status SetScalePointers(cublasLtMatmulDesc_t op, const float* first,
@@ -235,8 +214,8 @@ Fp8LtPlanKey Fp8LtPlanKeyOf(const Fp8LtArgs& args, int device,
 }
 
 LtPlanCacheCounts Fp8LtPlanCacheCounts(int device) {
-  if (device < 0 || device >= kMaxDevices) return LtPlanCacheCounts();
-  return PlanCacheOf(device).Counts();
+  auto* cache = PlanCacheOf(device);
+  return cache != nullptr ? cache->Counts() : LtPlanCacheCounts();
 }
 
 int SetFp8CublasLtForTesting(int use) { return g_use_lt.exchange(use); }
@@ -272,8 +251,9 @@ absl::Status Fp8GemmCublasLt(const Tensor& a, bool trans_a, Fp8Format a_format,
   MCC_ASSIGN_OR_RETURN(cublasLtHandle_t handle, CublasLtHandle(s.device()));
   const internal::Fp8LtPlanKey key =
       internal::Fp8LtPlanKeyOf(args, s.device(), LtAlignmentOf(c->raw_data()));
+  // The device index is in range: it has a cuBLASLt handle.
   MCC_ASSIGN_OR_RETURN(std::shared_ptr<Fp8LtPlan> plan,
-                       PlanCacheOf(s.device()).GetOrMake(key, [&] {
+                       PlanCacheOf(s.device())->GetOrMake(key, [&] {
                          return MakePlan(handle, key, first_scale,
                                          second_scale);
                        }));

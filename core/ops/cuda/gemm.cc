@@ -8,7 +8,6 @@
 #include <mutex>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
@@ -73,14 +72,11 @@ struct LtKey {
 };
 
 // Descriptors and the chosen algorithm for one key; immutable once cached
-// (cuBLASLt only reads them), never destroyed.
-struct LtPlan {
-  bool found = false;
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t first = nullptr, second = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo = {};
-  size_t workspace = 0;
-};
+// (cuBLASLt only reads them), released with their last holder.
+using LtPlan = CublasLtPlan;
+
+// Plans held per device.
+constexpr size_t kLtPlansPerDevice = 256;
 
 absl::Status Lt(cublasStatus_t status, const char* call) {
   return CublasToStatus(status, call);
@@ -110,20 +106,12 @@ absl::Status MakeLayout(cudaDataType_t type, bool trans, int64_t rows,
   return absl::OkStatus();
 }
 
-void Destroy(LtPlan* plan) {
-  if (plan->op) Cublas().cublasLtMatmulDescDestroy(plan->op);
-  if (plan->first) Cublas().cublasLtMatrixLayoutDestroy(plan->first);
-  if (plan->second) Cublas().cublasLtMatrixLayoutDestroy(plan->second);
-  if (plan->c) Cublas().cublasLtMatrixLayoutDestroy(plan->c);
-  *plan = LtPlan();
-}
-
 // Builds the descriptors and asks the heuristic for its best algorithm;
 // found == false (and no descriptors) when it has none.
 absl::Status MakePlan(cublasLtHandle_t handle, const LtKey& key, LtPlan* plan) {
   const ColumnMajorGemm& g = key.g;
   auto fail = [plan](absl::Status s) {
-    Destroy(plan);
+    plan->Release();
     return s;
   };
   absl::Status s =
@@ -155,7 +143,7 @@ absl::Status MakePlan(cublasLtHandle_t handle, const LtKey& key, LtPlan* plan) {
       kCublasLtWorkspaceBytes, key.align_first, key.align_second, key.align_c);
   if (!best.ok()) return fail(best.status());
   if (!best->found) {
-    Destroy(plan);  // No algorithm: the caller falls back.
+    plan->Release();  // No algorithm: the caller falls back.
     return absl::OkStatus();
   }
   plan->found = true;
@@ -164,20 +152,18 @@ absl::Status MakePlan(cublasLtHandle_t handle, const LtKey& key, LtPlan* plan) {
   return absl::OkStatus();
 }
 
-// The cached plan for a key (built on first use).
-absl::StatusOr<const LtPlan*> PlanFor(cublasLtHandle_t handle,
-                                      const LtKey& key) {
-  static auto* mu = new std::mutex;
-  static auto* plans =
-      new absl::flat_hash_map<LtKey, std::unique_ptr<LtPlan>>();
-  std::lock_guard<std::mutex> lock(*mu);
-  auto it = plans->find(key);
-  if (it != plans->end()) return it->second.get();
-  auto plan = std::make_unique<LtPlan>();
-  MCC_RETURN_IF_ERROR(MakePlan(handle, key, plan.get()));
-  const LtPlan* result = plan.get();
-  plans->emplace(key, std::move(plan));
-  return result;
+// The cached plan for a key (built on first use; key.device is in range:
+// it has a cuBLASLt handle).
+absl::StatusOr<std::shared_ptr<LtPlan>> PlanFor(cublasLtHandle_t handle,
+                                                const LtKey& key) {
+  static auto* caches =
+      new PerDeviceLtPlanCaches<LtKey, LtPlan>(kMaxDevices, kLtPlansPerDevice);
+  return caches->Of(key.device)
+      ->GetOrMake(key, [&]() -> absl::StatusOr<std::unique_ptr<LtPlan>> {
+        auto plan = std::make_unique<LtPlan>();
+        MCC_RETURN_IF_ERROR(MakePlan(handle, key, plan.get()));
+        return std::move(plan);
+      });
 }
 
 // Runs g through cuBLASLt; *ran = false (nothing launched) when it has no
@@ -189,7 +175,8 @@ absl::Status RunLt(const ColumnMajorGemm& g, const void* first,
   MCC_ASSIGN_OR_RETURN(cublasLtHandle_t handle, CublasLtHandle(device.index));
   LtKey key{device.index, g, LtAlignmentOf(first), LtAlignmentOf(second),
             LtAlignmentOf(c)};
-  MCC_ASSIGN_OR_RETURN(const LtPlan* plan, PlanFor(handle, key));
+  MCC_ASSIGN_OR_RETURN(const std::shared_ptr<LtPlan> plan,
+                       PlanFor(handle, key));
   if (!plan->found) return absl::OkStatus();
   // From the caching allocator; later work in this stream's order may reuse
   // it once the call is queued, as with the staging buffers.
@@ -362,6 +349,18 @@ absl::StatusOr<cublasHandle_t> CublasHandle(int device) {
       Cublas().cublasSetStream(handle, ::mcc::cuda::CurrentStream(device)),
       "cublasSetStream"));
   return handle;
+}
+
+CublasLtPlan::~CublasLtPlan() { Release(); }
+
+void CublasLtPlan::Release() {
+  if (op) Cublas().cublasLtMatmulDescDestroy(op);
+  if (first) Cublas().cublasLtMatrixLayoutDestroy(first);
+  if (second) Cublas().cublasLtMatrixLayoutDestroy(second);
+  if (c) Cublas().cublasLtMatrixLayoutDestroy(c);
+  op = nullptr;
+  first = second = c = nullptr;
+  found = false;
 }
 
 absl::StatusOr<CublasLtAlgorithm> CublasLtBestAlgorithm(

@@ -7,7 +7,8 @@
 // GEMM, without staging.
 //
 // Route: cuBLASLt (cublasLtMatmul with the heuristic's first algorithm,
-// cached per shape, dtypes, transposes and operand alignment; a workspace
+// cached per shape, dtypes, transposes and operand alignment, up to 256
+// plans a device, least recently used dropped first; a workspace
 // of up to kCublasLtWorkspaceBytes from the caching allocator). When
 // cuBLASLt finds no algorithm for a case, cublasGemmEx (or its strided
 // batched form) runs it. A c dtype that neither takes from these operands
@@ -73,6 +74,23 @@ absl::StatusOr<cublasHandle_t> CublasHandle(int device);
 // This thread's cuBLASLt handle for a device (the stream is passed per
 // call).
 absl::StatusOr<cublasLtHandle_t> CublasLtHandle(int device);
+
+// A cuBLASLt plan: a matmul's descriptors and the algorithm chosen for
+// them (found false: the heuristic had none). Owns the descriptors.
+struct CublasLtPlan {
+  bool found = false;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo = {};
+  size_t workspace = 0;
+
+  CublasLtPlan() = default;
+  CublasLtPlan(const CublasLtPlan&) = delete;
+  CublasLtPlan& operator=(const CublasLtPlan&) = delete;
+  ~CublasLtPlan();
+  // Destroys the descriptors: found false, nothing held.
+  void Release();
+};
 
 // cuBLASLt's first (best) algorithm for a matmul's descriptors (C's layout
 // also D's), with a workspace of up to max_workspace bytes and the

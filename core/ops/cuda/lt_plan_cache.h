@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -97,6 +98,30 @@ class LtPlanCache {
   std::list<Entry> lru_;  // Most recently used first.
   absl::flat_hash_map<Key, typename std::list<Entry>::iterator> index_;
   LtPlanCacheCounts counts_;
+};
+
+// One LtPlanCache per device index in [0, devices), each of `capacity`
+// plans (a route's plans are per device: its handle, descriptors and
+// algorithms belong to one device, and one device's shapes do not evict
+// another's).
+template <typename Key, typename Plan>
+class PerDeviceLtPlanCaches {
+ public:
+  PerDeviceLtPlanCaches(int devices, size_t capacity) {
+    for (int i = 0; i < devices; ++i) {
+      caches_.push_back(std::make_unique<LtPlanCache<Key, Plan>>(capacity));
+    }
+  }
+  // Null for an index out of range.
+  LtPlanCache<Key, Plan>* Of(int device) {
+    if (device < 0 || device >= static_cast<int>(caches_.size())) {
+      return nullptr;
+    }
+    return caches_[device].get();
+  }
+
+ private:
+  std::vector<std::unique_ptr<LtPlanCache<Key, Plan>>> caches_;
 };
 
 }  // namespace cuda

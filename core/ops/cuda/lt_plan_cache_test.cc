@@ -139,6 +139,22 @@ TEST(LtPlanCacheTest, ConcurrentMissesOnOneKeyBuildOnce) {
   EXPECT_EQ(cache.Counts().hits, 8 * 200 - 4);
 }
 
+TEST(LtPlanCacheTest, EachDeviceHasItsOwnBoundedCache) {
+  PerDeviceLtPlanCaches<int, Plan> caches(3, 1);
+  ASSERT_NE(caches.Of(0), nullptr);
+  ASSERT_NE(caches.Of(2), nullptr);
+  EXPECT_EQ(caches.Of(3), nullptr);
+  EXPECT_EQ(caches.Of(-1), nullptr);
+  EXPECT_NE(caches.Of(0), caches.Of(1));
+  int calls = 0;
+  ASSERT_TRUE(caches.Of(0)->GetOrMake(1, Maker(10, &calls)).ok());
+  ASSERT_TRUE(caches.Of(1)->GetOrMake(2, Maker(20, &calls)).ok());
+  // Device 1's plan did not evict device 0's (capacity 1 each).
+  EXPECT_EQ((*caches.Of(0)->GetOrMake(1, Maker(0, &calls)))->value, 10);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(caches.Of(1)->capacity(), 1u);
+}
+
 TEST(LtPlanCacheTest, AlignmentIsTheLargestPowerOfTwoUpTo256) {
   EXPECT_EQ(LtAlignmentOf(reinterpret_cast<const void*>(uintptr_t{4096})),
             256u);
