@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/ops/abs_max.h"
 #include "core/ops/cuda/fp8_lt_gemm.h"
+#include "core/ops/cuda/lt_plan_cache.h"
 #include "core/ops/cuda/test_util.h"
 #include "core/ops/fp8_gemm.h"
 #include "core/tensor.h"
@@ -139,6 +140,37 @@ TEST_F(CudaFp8Test, GemmWithinTheContractsBound) {
     }
     internal::SetFp8CublasLtForTesting(previous);
   }
+}
+
+// The cuBLASLt route builds a call's plan (descriptors, layouts, heuristic)
+// once: the same shapes again hit the cached plan, with the same bytes out.
+TEST_F(CudaFp8Test, ARepeatedGemmReusesItsCublasLtPlan) {
+  const int device = KernelDevice().index;
+  const int previous = internal::SetFp8CublasLtForTesting(1);
+  const Tensor a = ToCuda(RandomHost({80, 64}, DType::kBFloat16, 4));
+  const Tensor b = ToCuda(RandomHost({48, 64}, DType::kBFloat16, 5));
+  const Tensor sa = ToCuda(*Tensor::FromVector({100.0f}, {1}));
+  const Tensor sb = ToCuda(*Tensor::FromVector({1000.0f}, {1}));
+  auto run = [&](Tensor* c) {
+    return Fp8Gemm(a, false, Fp8Format::kE4M3, sa, b, true, Fp8Format::kE5M2,
+                   sb, c, 1.0f, 0.0f);
+  };
+  Tensor c1 = ToCuda(RandomHost({80, 48}, DType::kBFloat16, 6));
+  Tensor c2 = ToCuda(RandomHost({80, 48}, DType::kBFloat16, 7));
+  const LtPlanCacheCounts before = internal::Fp8LtPlanCacheCounts(device);
+  ASSERT_TRUE(run(&c1).ok());
+  const LtPlanCacheCounts first = internal::Fp8LtPlanCacheCounts(device);
+  ASSERT_TRUE(run(&c2).ok());
+  const LtPlanCacheCounts second = internal::Fp8LtPlanCacheCounts(device);
+  internal::SetFp8CublasLtForTesting(previous);
+  EXPECT_TRUE(SameBytes(c2, c1));
+  if (first.misses + first.hits == before.misses + before.hits) {
+    GTEST_SKIP() << "the cuBLASLt FP8 matmul does not run here (test device, "
+                    "or no FP8 tensor cores)";
+  }
+  EXPECT_EQ(second.misses, first.misses);
+  EXPECT_EQ(second.hits, first.hits + 1);
+  EXPECT_LE(second.size, static_cast<int64_t>(internal::kFp8LtPlansPerDevice));
 }
 
 }  // namespace
