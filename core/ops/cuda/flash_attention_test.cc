@@ -192,6 +192,23 @@ TEST_F(CudaFlashAttentionTest, FirstKeysMatchTheCpuKernel) {
   EXPECT_TRUE(Near("dv", ToHost(got.dv), want.dv, bd.dv));
 }
 
+// The tensor-core tests' first keys: documents of 70, 1 and 79 tokens with a
+// 30-key window (causal); not causal, key ranges before, inside and past the
+// rows' own, leaving rows that see keys past theirs or none.
+Tensor TensorCoreCaseFirstKeys(const AttentionCase& c) {
+  std::vector<int64_t> first;
+  for (int64_t bi = 0; bi < c.b; ++bi) {
+    for (int64_t i = 0; i < c.s; ++i) {
+      const int64_t start = i < 70 ? 0 : i < 71 ? 70 : 71;
+      first.push_back(c.causal ? std::max<int64_t>(start, i - 29)
+                               : (i < 50    ? -20
+                                  : i < 100 ? 90
+                                            : 400));
+    }
+  }
+  return *Tensor::FromInts(first, {c.b, c.s}, DType::kInt32);
+}
+
 // The tensor-core forward (bf16 and fp16, head dims 64 and 128, sm_80+):
 // several query and key tiles with ragged last ones, causal and not, GQA,
 // packed documents with a window and key ranges that leave rows without a
@@ -211,20 +228,7 @@ TEST_F(CudaFlashAttentionTest, TensorCoreForwardMatchesTheCpuKernel) {
     const AttentionCase& c = cases[ci];
     SCOPED_TRACE(c.Name());
     AttentionOptions o = c.Options();
-    if (ci >= 2) {  // Documents of 70, 1 and 79 tokens, a 30-key window;
-                    // not causal: rows that see keys past theirs or none.
-      std::vector<int64_t> first;
-      for (int64_t bi = 0; bi < c.b; ++bi) {
-        for (int64_t i = 0; i < c.s; ++i) {
-          const int64_t start = i < 70 ? 0 : i < 71 ? 70 : 71;
-          first.push_back(c.causal ? std::max<int64_t>(start, i - 29)
-                                   : (i < 50    ? -20
-                                      : i < 100 ? 90
-                                                : 400));
-        }
-      }
-      o.first_key = *Tensor::FromInts(first, {c.b, c.s}, DType::kInt32);
-    }
+    if (ci >= 2) o.first_key = TensorCoreCaseFirstKeys(c);
     const flash_testing::HostInputs in = flash_testing::MakeInputs(c, seed++);
     flash_testing::Results want = flash_testing::EmptyResults(c, Device::CPU());
     flash_testing::Results got = flash_testing::EmptyResults(c, KernelDevice());
@@ -272,20 +276,7 @@ TEST_F(CudaFlashAttentionTest, TensorCoreBackwardMatchesTheCpuKernel) {
     const AttentionCase& c = cases[ci];
     SCOPED_TRACE(c.Name());
     AttentionOptions o = c.Options();
-    if (ci >= 2) {  // Documents of 70, 1 and 79 tokens, a 30-key window;
-                    // not causal: rows that see keys past theirs or none.
-      std::vector<int64_t> first;
-      for (int64_t bi = 0; bi < c.b; ++bi) {
-        for (int64_t i = 0; i < c.s; ++i) {
-          const int64_t start = i < 70 ? 0 : i < 71 ? 70 : 71;
-          first.push_back(c.causal ? std::max<int64_t>(start, i - 29)
-                                   : (i < 50    ? -20
-                                      : i < 100 ? 90
-                                                : 400));
-        }
-      }
-      o.first_key = *Tensor::FromInts(first, {c.b, c.s}, DType::kInt32);
-    }
+    if (ci >= 2) o.first_key = TensorCoreCaseFirstKeys(c);
     const flash_testing::HostInputs in = flash_testing::MakeInputs(c, seed++);
     flash_testing::Results want = flash_testing::EmptyResults(c, Device::CPU());
     flash_testing::Results got = flash_testing::EmptyResults(c, KernelDevice());
