@@ -54,6 +54,27 @@ inline void SetForwardTensors(const HostInputs& in, Results* r,
   p->lse = r->lse.data<float>();
 }
 
+// The backward's inputs (the forward's out and lse) and gradients into p;
+// row_dot (b * hq * s floats) holds D = rowsum(dO * O).
+inline void SetBackwardTensors(const HostInputs& in, const Tensor& out,
+                               const Tensor& lse, std::vector<float>* row_dot,
+                               Results* r, cuda_kernels::flash::Params* p) {
+  p->q = in.q.raw_data();
+  p->k = in.k.raw_data();
+  p->v = in.v.raw_data();
+  p->qt = ElemTypeOf(in.q);
+  p->out = out.raw_data();
+  p->dout = in.dout.raw_data();
+  p->ot = ElemTypeOf(out);
+  p->lse = const_cast<float*>(lse.data<float>());
+  p->drow = row_dot->data();
+  p->dq = r->dq.raw_data();
+  p->dqt = ElemTypeOf(r->dq);
+  p->dk = r->dk.raw_data();
+  p->dv = r->dv.raw_data();
+  p->dkt = ElemTypeOf(r->dk);
+}
+
 inline cuda_emu::Dim3 DimOf(cuda_kernels::flash::Grid g) {
   return cuda_emu::Dim3{g.x, g.y, g.z};
 }

@@ -66,20 +66,7 @@ void MmaBackward(const AttentionCase& c, const AttentionOptions& o,
                  const Tensor& lse, flash_testing::Results* r) {
   flash::Params p = flash_testing::ParamsFor(c, o);
   std::vector<float> row_dot(c.b * c.hq * c.s);
-  p.q = in.q.raw_data();
-  p.k = in.k.raw_data();
-  p.v = in.v.raw_data();
-  p.qt = ElemTypeOf(in.q);
-  p.out = out.raw_data();
-  p.dout = in.dout.raw_data();
-  p.ot = ElemTypeOf(out);
-  p.lse = const_cast<float*>(lse.data<float>());
-  p.drow = row_dot.data();
-  p.dq = r->dq.raw_data();
-  p.dqt = ElemTypeOf(r->dq);
-  p.dk = r->dk.raw_data();
-  p.dv = r->dv.raw_data();
-  p.dkt = ElemTypeOf(r->dk);
+  flash_testing::SetBackwardTensors(in, out, lse, &row_dot, r, &p);
   const bool bf16 = c.dtype == DType::kBFloat16;
   ASSERT_TRUE(bf16 || c.dtype == DType::kFloat16);
   ASSERT_TRUE(c.d == 64 || c.d == 128);
