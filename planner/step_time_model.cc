@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include "models/gpt/model_flops.h"
 #include "planner/memory_model.h"
@@ -102,14 +103,24 @@ double EagerElementwiseBytes(const gpt::GPTConfig& c, double T, double Tl,
          T / t * ((h + kv) * rotary + repeat_kv + f * activation);
 }
 
+// A layout whose stages differ (an uneven split, or ZB-V's V with the
+// output layer on stage 0): the step its table takes with every (rank,
+// chunk)'s own time, and one rank's place in it.
+struct StageOfUnevenLayout {
+  int stage = 0;
+  int head_stage = 0;
+  double busy_mb = 0;   // The stage's compute a micro-batch (its chunks').
+  double makespan = 0;  // The table walked, every stage its own time.
+};
+
 // One stage's step: `layers` decoder layers, the output layer and loss
-// when `head_here`. With `uneven` (a layout that sets the first or last
-// stage's layers) the bubble is the walk of the layout's table with every
-// (rank, chunk)'s own time beyond this stage's busy time `uneven_busy`;
-// otherwise the walk with every stage a head-less stage's time.
+// when `head_here`. With `uneven`, the bubble is the walked step beyond
+// this stage's busy time, and the DP reduction and the optimizer move this
+// stage's own parameters; otherwise the bubble is the walk with every
+// stage a head-less stage's time, and they move the even split's (the last
+// stage's gradients, the first stage's state).
 StepTime StageStepTime(const JobSpec& job, const Layout& l, double layers,
-                       bool head_here, const ChunkSeconds* uneven,
-                       double uneven_busy) {
+                       bool head_here, const StageOfUnevenLayout* uneven) {
   const gpt::GPTConfig& c = job.model;
   const DeviceSpec& dev = job.cluster.device;
   const int per_node = job.cluster.devices_per_node;
@@ -312,6 +323,12 @@ StepTime StageStepTime(const JobSpec& job, const Layout& l, double layers,
   // The lookup writes T x h, its gradient reads them and adds into the table.
   st.embedding_mb = 3 * T * h * elem_bytes / bw;
 
+  // Whose parameters the DP reduction (and the experts' over EDP) and the
+  // optimizer step move.
+  const int grads_stage = uneven != nullptr ? uneven->stage : l.pp - 1;
+  const int state_stage = uneven != nullptr ? uneven->stage : 0;
+  const int head_stage = uneven != nullptr ? uneven->head_stage : -1;
+
   // DP: fp32 gradients (train reduces in fp32), parameters gathered in the
   // model dtype. Under HSDP the state is sharded within an instance of
   // DP x CP / instances ranks: gradients reduce-scatter within it, then the
@@ -324,12 +341,13 @@ StepTime StageStepTime(const JobSpec& job, const Layout& l, double layers,
     const bool in_inter = l.tp * shards_in > per_node;
     const DeviceSpec dp_dev = ForGroup(dev, shards, per_node);
     // Experts' gradients are reduced over EDP, below.
-    const MoeStageParams moe = MoeParamsOnStage(job, l, l.pp - 1);
+    const MoeStageParams moe = MoeParamsOnStage(job, l, grads_stage);
     const DeviceSpec in_dev = ForGroup(dev, shards_in, per_node);
     const DeviceSpec across_dev = ForGroup(dev, instances, per_node);
-    const double P = static_cast<double>(
-        StageParams(c, l.tp, l.pp, l.pp - 1, static_cast<int>(layers)) +
-        moe.delta - moe.experts);
+    const double P =
+        static_cast<double>(StageParams(c, l.tp, l.pp, grads_stage,
+                                        static_cast<int>(layers), head_stage) +
+                            moe.delta - moe.experts);
     const double grads = 4 * P, params = e * P;
     // The sharded gradient reduction: within the instance, then across.
     const double sharded_reduce =
@@ -386,7 +404,7 @@ StepTime StageStepTime(const JobSpec& job, const Layout& l, double layers,
 
   // Experts' gradients: reduced (and their state sharded) over the expert-
   // data-parallel ranks, in the same way as the dense ones over DP x CP.
-  const MoeStageParams moe_last = MoeParamsOnStage(job, l, l.pp - 1);
+  const MoeStageParams moe_last = MoeParamsOnStage(job, l, grads_stage);
   const int edp = ExpertDataParallel(l);
   if (moe_last.experts > 0 && edp > 1) {
     const bool inter = l.world() / l.pp > per_node;
@@ -443,9 +461,10 @@ StepTime StageStepTime(const JobSpec& job, const Layout& l, double layers,
     st.bubble = w > 0 ? (l.pp - 1.0) * (f_chunk + b_chunk - w)
                       : (l.pp - 1.0) / v * stage_mb;
     const bool small = static_cast<double>(l.pp) * v * m <= (1 << 16);
-    auto table = small ? LayoutScheduleTable(job, l, m)
-                       : absl::StatusOr<pipeline::ScheduleTable>(
-                             absl::OutOfRangeError("large"));
+    auto table = small && uneven == nullptr
+                     ? LayoutScheduleTable(job, l, m)
+                     : absl::StatusOr<pipeline::ScheduleTable>(
+                           absl::OutOfRangeError("not walked here"));
     if (table.ok()) {
       auto makespan =
           SimulateStepSeconds(*table, [&](const pipeline::ScheduleRow& row) {
@@ -462,28 +481,17 @@ StepTime StageStepTime(const JobSpec& job, const Layout& l, double layers,
       if (makespan.ok()) st.bubble = std::max(0.0, *makespan - m * stage_mb);
     }
     if (uneven != nullptr) {
-      // Stages of their own sizes: the slowest one runs all m micro-batches,
-      // the others' one each fill and drain around it (1F1B's closed form),
-      // or, as above, the table walked.
-      double sum = 0;
-      for (const std::vector<double>& rank : uneven->total) {
-        for (double chunk : rank) sum += chunk;
-      }
-      double makespan = (m - 1) * uneven_busy + sum;
-      if (table.ok()) {
-        auto walked = WalkStepSeconds(*table, *uneven);
-        if (walked.ok()) makespan = *walked;
-      }
-      st.bubble = std::max(0.0, makespan - m * uneven_busy);
+      st.bubble = std::max(0.0, uneven->makespan - m * uneven->busy_mb);
     }
   }
 
   // Optimizer: one pass for the gradient norm, one for the update over this
   // rank's shard of fp32 state.
-  const MoeStageParams moe_first = MoeParamsOnStage(job, l, 0);
-  const double P_local = static_cast<double>(
-      StageParams(c, l.tp, l.pp, 0, static_cast<int>(layers)) +
-      moe_first.delta);
+  const MoeStageParams moe_first = MoeParamsOnStage(job, l, state_stage);
+  const double P_local =
+      static_cast<double>(StageParams(c, l.tp, l.pp, state_stage,
+                                      static_cast<int>(layers), head_stage) +
+                          moe_first.delta);
   const double X_local = static_cast<double>(moe_first.experts);
   const double shard = l.zero == ZeroStage::kNone
                            ? P_local
@@ -543,7 +551,7 @@ StepTime StageStepTime(const JobSpec& job, const Layout& l, double layers,
 StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
   const gpt::GPTConfig& c = job.model;
   const double even_layers = static_cast<double>(c.num_layers) / l.pp;
-  const StepTime even = StageStepTime(job, l, even_layers, true, nullptr, 0);
+  const StepTime even = StageStepTime(job, l, even_layers, true, nullptr);
   // Even splits but ZB-V's: every stage but the last a head-less stage's
   // time, as above. ZB-V's V puts the output layer on stage 0's second
   // chunk, so its stages are walked as an uneven split's (with equal
@@ -554,25 +562,42 @@ StepTime EstimateStepTime(const JobSpec& job, const Layout& l) {
     return even;
   }
   // The layout's split: each (rank, chunk)'s time from the per-layer, output
-  // layer and embedding times, and the slowest stage's step reported.
+  // layer and embedding times; the table walked with them once.
   const ChunkSeconds chunks = ChunkSecondsOf(
       c, l,
       PipelineWork{even.layer_mb, even.layer_weight_mb, even.head_mb,
                    even.head_weight_mb, even.embedding_mb});
-  int slowest = 0;
-  double busy = -1;
+  std::vector<double> busy(l.pp, 0.0);
+  double slowest = 0, sum = 0;
   for (int r = 0; r < l.pp; ++r) {
-    double s = 0;
-    for (double chunk : chunks.total[r]) s += chunk;
-    if (s > busy) {
-      busy = s;
-      slowest = r;
+    for (double chunk : chunks.total[r]) busy[r] += chunk;
+    slowest = std::max(slowest, busy[r]);
+    sum += busy[r];
+  }
+  const int m = NumMicroBatches(job, l);
+  // Beyond 2^16 cells, the slowest stage runs all m micro-batches and the
+  // others' one each fill and drain around it (1F1B's closed form).
+  double makespan = (m - 1) * slowest + sum;
+  if (static_cast<double>(l.pp) * l.virtual_stages * m <= (1 << 16)) {
+    auto table = LayoutScheduleTable(job, l, m);
+    if (table.ok()) {
+      auto walked = WalkStepSeconds(*table, chunks);
+      if (walked.ok()) makespan = *walked;
     }
   }
+  // Every rank's step: the walked step (its own compute and its bubble),
+  // then its own stage's gradient reduction and optimizer step (a stage
+  // with more parameters than the slowest one can finish last). The step is
+  // the last rank's.
   const int head_stage =
       l.schedule == PipelineSchedule::kZeroBubbleV ? 0 : l.pp - 1;
-  StepTime st = StageStepTime(job, l, StageLayerCount(c, l, slowest),
-                              slowest == head_stage, &chunks, busy);
+  StepTime st;
+  for (int r = 0; r < l.pp; ++r) {
+    const StageOfUnevenLayout stage{r, head_stage, busy[r], makespan};
+    StepTime rank = StageStepTime(job, l, StageLayerCount(c, l, r),
+                                  r == head_stage, &stage);
+    if (r == 0 || rank.total() > st.total()) st = rank;
+  }
   // What balancing weighs stays per layer.
   st.layer_mb = even.layer_mb;
   st.layer_weight_mb = even.layer_weight_mb;

@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "planner/memory_model.h"
+#include "planner/param_count.h"
 
 namespace mcc {
 namespace planner {
@@ -87,6 +88,36 @@ TEST(StepTimeModelTest, UnevenSplitWalksEachStagesTime) {
     EXPECT_EQ(uneven.head, 0);  // The slowest stage is a middle one.
     EXPECT_GT(uneven.bubble, 0);
   }
+}
+
+// Each rank of an uneven split reduces and updates its own stage's
+// parameters: with a slow DP link, the first stage (5 layers and the
+// embedding) finishes after the slowest-computing one (3 layers and a wide
+// output layer), and the step is the first stage's.
+TEST(StepTimeModelTest, UnevenSplitReducesEachStagesOwnParameters) {
+  JobSpec job = H100Job(1, 64);
+  job.model.vocab_size = 96000;  // An output layer of about 6 layers.
+  job.overlap_grad_reduce = false;
+  DeviceSpec& d = job.cluster.device;
+  const double link = 1e9;  // bytes/s, no latency, no reduction figure
+  d.intra_node_bandwidth = d.subgroup_bandwidth = link;
+  d.reduce_bandwidth = d.subgroup_reduce_bandwidth = 0;
+  d.intra_node_latency = d.subgroup_latency = 0;
+  d.link_efficiency = 1;
+  Layout l;
+  l.pp = 2;
+  l.dp = 2;
+  l.first_stage_layers = 5;  // 5 | 3
+  const StepTime st = EstimateStepTime(job, l);
+  const double first = StageParams(job.model, 1, 2, 0, 5);
+  const double last = StageParams(job.model, 1, 2, 1, 3);
+  ASSERT_GT(first, 1.1 * last);
+  // The last stage computes longer.
+  const double per_layer = st.layer_mb;
+  ASSERT_GT(st.head_mb, 2.5 * per_layer);
+  // DP 2's all-reduce moves 2 x (1/2) of the 4-byte gradients.
+  EXPECT_NEAR(st.dp_comm, 4 * first / link, 1e-9 * st.dp_comm);
+  EXPECT_EQ(st.head, 0);
 }
 
 // ZB-V's even split is walked with each chunk's own time: stage 0 holds the
