@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "planner/plan_report.h"
@@ -123,6 +124,29 @@ TEST(LayoutSearchTest, ReportsSayWhenTheProbeDrifted) {
   EXPECT_NE(FormatExplain(job, *p).find(note), std::string::npos);
   const auto json = nlohmann::json::parse(FormatJson(job, {*p}));
   EXPECT_DOUBLE_EQ(json["cluster"]["probe_drift"].get<double>(), 0.4);
+}
+
+// Megatron's estimate is its formula's, which assumes an even split; an
+// uneven layout's breakdown says so and gives the formula on its own first
+// stage beside it.
+TEST(LayoutSearchTest, MegatronsEstimateSaysItAssumesAnEvenSplit) {
+  const JobSpec job = Job();
+  const std::string note = "its formula assumes an even split (4 layers";
+  auto even = Predict(job, *ParseLayout("tp1.pp2.dp4.z1.mb1"));
+  ASSERT_TRUE(even.ok()) << even.status();
+  EXPECT_EQ(FormatExplain(job, *even).find(note), std::string::npos);
+  auto uneven = Predict(job, *ParseLayout("tp1.pp2.dp4.z1.mb1.first6"));
+  ASSERT_TRUE(uneven.ok()) << uneven.status();
+  const std::string text = FormatExplain(job, *uneven);
+  EXPECT_NE(text.find(absl::StrCat(note,
+                                   " on the first stage); with this "
+                                   "layout's 6 there")),
+            std::string::npos)
+      << text;
+  const auto json = nlohmann::json::parse(FormatJson(job, {*uneven}));
+  const auto& memory = json["layouts"][0]["memory"];
+  EXPECT_GT(memory["megatron_formula_first_stage"].get<double>(),
+            memory["megatron_theoretical"].get<double>());
 }
 
 TEST(LayoutSearchTest, ReportsNameEveryPart) {

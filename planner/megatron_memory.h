@@ -28,6 +28,16 @@ MegatronMemory MegatronTheoreticalMemory(const JobSpec& job,
                                          const Layout& layout,
                                          int num_microbatches);
 
+// Megatron's formula assumes an even split (L / PP layers on the first
+// stage, whatever --decoder-first-pipeline-num-layers says). The same
+// formula with `first_stage_layers` decoder layers on the first stage (its
+// parameters, and that many layers' activations for each of the
+// micro-batches in flight), for a layout that sets the split.
+MegatronMemory MegatronFormulaForFirstStage(const JobSpec& job,
+                                            const Layout& layout,
+                                            int num_microbatches,
+                                            double first_stage_layers);
+
 }  // namespace planner
 }  // namespace mcc
 

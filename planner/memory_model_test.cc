@@ -496,6 +496,27 @@ TEST(MegatronMemoryTest, ByHand) {
                    (98944.0 + 8192) * 9);
 }
 
+// Megatron's formula puts L / PP layers on the first stage whatever the
+// split; applied to the layout's own first stage, each layer moved there
+// adds its parameters (49408 x 18 bytes: 2 h^2 (2 + f/h + 2/h)) and its
+// activations for each of the PP micro-batches in flight (4096 x 34 x 2).
+TEST(MegatronMemoryTest, FirstStageOfAnUnevenSplit) {
+  JobSpec job = SmallJob(2);
+  job.model.num_layers = 4;
+  Layout l;
+  l.pp = 2;
+  l.micro_batch = 2;
+  const MegatronMemory even = MegatronTheoreticalMemory(job, l, 4);
+  EXPECT_DOUBLE_EQ(MegatronFormulaForFirstStage(job, l, 4, 2).total(),
+                   even.total());
+  l.first_stage_layers = 3;  // 3 | 1
+  EXPECT_DOUBLE_EQ(MegatronTheoreticalMemory(job, l, 4).total(), even.total());
+  const MegatronMemory three = MegatronFormulaForFirstStage(job, l, 4, 3);
+  EXPECT_DOUBLE_EQ(three.weights_and_optimizer - even.weights_and_optimizer,
+                   49408.0 * 18);
+  EXPECT_DOUBLE_EQ(three.activations - even.activations, 4096.0 * 34 * 2);
+}
+
 // On the stage with the output layer the head's backward frees the head's
 // record (logits and all) before the layers' backward starts: when a
 // layer's backward transient is the larger, the peak does not grow with the

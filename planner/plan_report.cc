@@ -12,6 +12,7 @@
 #include "planner/param_count.h"
 #include "planner/schedule_walk.h"
 #include "planner/stage_balance.h"
+#include "planner/stage_layers.h"
 
 namespace mcc {
 namespace planner {
@@ -213,6 +214,17 @@ std::string FormatExplain(const JobSpec& job, const Prediction& p) {
                    job.model.num_experts > 0
                        ? " (its dense formula: the experts not counted)"
                        : ""));
+  if (l.pp > 1 && UnevenSplit(l)) {
+    const int first = StageLayerCount(job.model, l, 0);
+    const MegatronMemory own =
+        MegatronFormulaForFirstStage(job, l, micro_batches, first);
+    absl::StrAppendFormat(
+        &out,
+        "  %-20s %12s  its formula assumes an even split (%g layers on the "
+        "first stage); with this layout's %d there\n",
+        "", GiB(own.total()), static_cast<double>(job.model.num_layers) / l.pp,
+        first);
+  }
   absl::StrAppend(&out, "step time of the slowest stage:\n");
   auto trow = [&](const char* name, double s, double hidden) {
     absl::StrAppendFormat(&out, "  %-20s %12s", name, Ms(s));
@@ -319,7 +331,12 @@ std::string FormatJson(const JobSpec& job,
                          {"allocator_overhead", m.allocator_overhead},
                          {"host_bytes", m.host_bytes},
                          {"total", m.total()},
-                         {"megatron_theoretical", meg.total()}}},
+                         {"megatron_theoretical", meg.total()},
+                         {"megatron_formula_first_stage",
+                          MegatronFormulaForFirstStage(
+                              job, p.layout, NumMicroBatches(job, p.layout),
+                              StageLayerCount(job.model, p.layout, 0))
+                              .total()}}},
                        {"time",
                         {{"gemm", t.gemm},
                          {"attention", t.attention},
