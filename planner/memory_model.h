@@ -25,6 +25,10 @@ struct MemoryBreakdown {
   double activations = 0;   // Records of the micro-batches in flight.
   double comm_buffers = 0;  // Pipeline transfers, gather/scatter buffers.
   double workspace = 0;     // Transients of the step at the peak.
+  // The step's micro-batches as the data loader made them (token ids,
+  // labels, loss mask), held until the next step's arrive, and, where the
+  // device's memory is the host's (the CPU), the loader's prefetched ones.
+  double input_batches = 0;
   double allocator_overhead = 0;
   // The offloaded share of main weights and optimizer state, in pinned host
   // memory (not in total()).
@@ -36,7 +40,7 @@ struct MemoryBreakdown {
   std::string peak_at = "the schedule";
   double total() const {
     return weights + gradients + main_weights + optimizer_state + activations +
-           comm_buffers + workspace + allocator_overhead;
+           comm_buffers + workspace + input_batches + allocator_overhead;
   }
 };
 

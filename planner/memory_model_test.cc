@@ -224,7 +224,8 @@ TEST(MemoryModelTest, DistributedOptimizerBuffers) {
       EXPECT_EQ(gloo.comm_buffers, 4 * P / dp + partials);
       EXPECT_EQ(gloo.activations, 0);
       EXPECT_EQ(gloo.peak_at, "the gradient reduction");
-      EXPECT_DOUBLE_EQ(gloo.total(), held + partials);
+      // And the step's input micro-batches, held through the reduction.
+      EXPECT_DOUBLE_EQ(gloo.total(), held + partials + gloo.input_batches);
     }
   }
 }
@@ -471,6 +472,37 @@ TEST(MemoryModelTest, LayoutsThatDoNotDivideAreRefusedByName) {
   l.micro_batch = 3;
   EXPECT_NE(CheckLayout(job, l).message().find("global batch"),
             std::string::npos);
+}
+
+// Every rank holds the step's micro-batches as the loader made them (int64
+// token ids and labels, fp32 loss mask: 20 bytes a token) and, on the CPU,
+// the loader's 4 prefetched ones (with int64 positions: 28 bytes a token);
+// a GPU holds the staged step's only. Traced at a PP 2 stage 0's peak:
+// 98304 bytes for 4 + 4 micro-batches of 512 tokens.
+TEST(MemoryModelTest, EveryRankHoldsTheStepsInputBatches) {
+  JobSpec job = SmallJob(1);
+  ASSERT_LE(job.cluster.device.host_link_bandwidth, 0);
+  ASSERT_EQ(job.cluster.device.allocator_overhead, 0);
+  Layout l;
+  l.micro_batch = 2;
+  const double tokens = 2 * 32;
+  const MemoryBreakdown four = EstimateStageMemory(job, l, 0);
+  EXPECT_DOUBLE_EQ(four.input_batches, 4 * tokens * 20 + 4 * tokens * 28);
+  job.global_batch = 16;  // 8 micro-batches a step
+  const MemoryBreakdown eight = EstimateStageMemory(job, l, 0);
+  EXPECT_DOUBLE_EQ(eight.total() - four.total(), 4 * tokens * 20);
+  job.cluster.device = *ShippedDevice("h100");
+  EXPECT_DOUBLE_EQ(EstimateStageMemory(job, l, 0).input_batches,
+                   8 * tokens * 20);
+  // PP 2, 98304 bytes on the traced run's shape (seq 256, micro-batch 2,
+  // global batch 8, the CPU).
+  job = SmallJob(2);
+  job.model.num_layers = 4;
+  job.model.seq_length = 256;
+  l.pp = 2;
+  for (int stage : {0, 1}) {
+    EXPECT_DOUBLE_EQ(EstimateStageMemory(job, l, stage).input_batches, 98304);
+  }
 }
 
 // Megatron's estimate by hand for SmallModel (vocabulary 128, TP 1, PP 1,

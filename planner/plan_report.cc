@@ -198,6 +198,10 @@ std::string FormatExplain(const JobSpec& job, const Prediction& p) {
       absl::StrCat(m.in_flight, " micro-batch chunk record(s) in flight"));
   row("comm buffers", m.comm_buffers, "pipeline, gather/scatter");
   row("workspace", m.workspace, "transients at the peak");
+  row("input batches", m.input_batches,
+      job.cluster.device.host_link_bandwidth <= 0
+          ? "the step's micro-batches and the loader's prefetched ones"
+          : "the step's micro-batches, staged");
   row("allocator overhead", m.allocator_overhead, "");
   row("total", m.total(),
       absl::StrCat("of ", GiB(job.cluster.device.memory_bytes),
@@ -327,6 +331,7 @@ std::string FormatJson(const JobSpec& job,
                          {"in_flight", m.in_flight},
                          {"peak_at", m.peak_at},
                          {"comm_buffers", m.comm_buffers},
+                         {"input_batches", m.input_batches},
                          {"workspace", m.workspace},
                          {"allocator_overhead", m.allocator_overhead},
                          {"host_bytes", m.host_bytes},

@@ -30,7 +30,7 @@ for l in ls:
     m = l["memory"]
     parts = sum(m[k] for k in ("weights", "gradients", "main_weights",
         "optimizer_state", "activations", "comm_buffers", "workspace",
-        "allocator_overhead"))
+        "input_batches", "allocator_overhead"))
     assert abs(parts - m["total"]) <= 1e-6 * m["total"], l["layout"]
     assert 0 < l["mfu"] < 1, l["layout"]
 print("json OK:", len(ls), "layouts")
@@ -42,7 +42,8 @@ PY
   > "$work/explain.txt"
 cat "$work/explain.txt"
 for part in weights gradients "main weights" "optimizer state" activations \
-    "comm buffers" workspace "allocator overhead" "Megatron's estimate" \
+    "comm buffers" workspace "input batches" "allocator overhead" \
+    "Megatron's estimate" \
     GEMMs "TP communication" "DP communication" "PP communication" \
     "pipeline bubble" optimizer MFU; do
   grep -q "$part" "$work/explain.txt" || { echo "no '$part'"; exit 1; }
