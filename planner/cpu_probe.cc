@@ -505,16 +505,23 @@ double RankMemoryBandwidth(double node_bandwidth, int ranks, int cores) {
   return node_bandwidth / std::max(1, std::min(ranks, cores));
 }
 
+int ProbeThreadsPerRank(int cores, int ranks_per_node, int num_threads) {
+  if (num_threads > 0) return num_threads;
+  return std::max(1, cores / std::max(1, ranks_per_node));
+}
+
 DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
-                            int ranks_per_node) {
+                            int ranks_per_node, int num_threads) {
   const double ranks = std::max(1, ranks_per_node);
   DeviceSpec d;
   d.name = "cpu";
-  // Kernels run on the threads one rank gets (train's default: cores /
-  // local ranks), so a loaded machine's share shows as it will in the run.
+  // Kernels run on the threads one rank gets (--num-threads, or train's
+  // default: cores / local ranks), so a loaded machine's share shows as it
+  // will in the run.
   const int saved_threads = ThreadPool::Global().num_threads();
   const int cores = std::max(1u, std::thread::hardware_concurrency());
-  const int threads_per_rank = std::max(1, cores / static_cast<int>(ranks));
+  const int threads_per_rank =
+      ProbeThreadsPerRank(cores, static_cast<int>(ranks), num_threads);
   ThreadPool::SetGlobalThreads(threads_per_rank);
   const double peak = GemmRate(1024, 1024, 1024, dtype);
   // The shaped GEMMs and attention run on as many ranks at once as the cores
@@ -691,7 +698,9 @@ DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
   d.elementwise_16bit_at_fp32_cost = true;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   d.memory_bytes = static_cast<double>(pages) * page / ranks;
-  d.source = "measured on this machine at start (--device cpu)";
+  d.source = absl::StrCat("measured on this machine at start (--device cpu), ",
+                          threads_per_rank, " kernel thread",
+                          threads_per_rank == 1 ? "" : "s", " a rank");
   return d;
 }
 

@@ -20,8 +20,14 @@ namespace planner {
 // ranks outnumber cores (DeviceSpec::core_share); and TCP loopback bandwidth
 // and round-trip latency. Takes a few seconds; not thread-safe (it resizes the
 // kernel thread pool for the measurement and restores it).
+// `threads_per_rank`: the kernel threads each rank runs with (train's
+// --num-threads); 0 for train's default, cores / ranks.
 DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
-                            int ranks_per_node);
+                            int ranks_per_node, int threads_per_rank = 0);
+
+// The kernel threads a rank of the probe runs with: `num_threads` where set
+// (> 0), else train's default of the cores shared out over the node's ranks.
+int ProbeThreadsPerRank(int cores, int ranks_per_node, int num_threads);
 
 // The probe's GEMM readings onto *d: the peak (fp32_flops, bf16_flops) is
 // the fastest of the 1024^3 GEMM, the shaped GEMM at `rows` rows and at

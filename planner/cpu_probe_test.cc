@@ -35,6 +35,18 @@ TEST(CpuProbeTest, TheShapedRateIsNotCappedAtTheCubes) {
   EXPECT_DOUBLE_EQ(d.gemm_efficiency, 0.8);
 }
 
+// The probe's kernels run on the threads a rank of the run gets: train's
+// --num-threads where set (a --num-threads 1 run on 2 cores had been
+// probed with 2-thread GEMMs), else the cores shared over the ranks.
+TEST(CpuProbeTest, ThreadsPerRankFollowNumThreads) {
+  EXPECT_EQ(ProbeThreadsPerRank(2, 1, 1), 1);
+  EXPECT_EQ(ProbeThreadsPerRank(2, 1, 0), 2);
+  EXPECT_EQ(ProbeThreadsPerRank(2, 2, 0), 1);
+  EXPECT_EQ(ProbeThreadsPerRank(2, 4, 0), 1);
+  EXPECT_EQ(ProbeThreadsPerRank(16, 4, 0), 4);
+  EXPECT_EQ(ProbeThreadsPerRank(16, 4, 2), 2);
+}
+
 }  // namespace
 }  // namespace planner
 }  // namespace mcc

@@ -42,7 +42,11 @@ int DryRun(const training::TrainConfig& config, const TrainSettings& settings,
   const int per_node = env.ok() ? std::max(1, env->local_world_size) : 1;
   const int nodes = std::max(1, world_size / per_node);
   const DType dtype = DTypeFromConfig(config);
-  auto cluster = MakeCluster("cpu", per_node, nodes, *model, dtype);
+  // The probe's kernels run on the threads a rank of the run will
+  // (--num-threads; before, cores / ranks whatever it said: a
+  // --num-threads 1 run on 2 cores was predicted with 2-thread GEMMs).
+  auto cluster =
+      MakeCluster("cpu", per_node, nodes, *model, dtype, config.num_threads());
   if (!cluster.ok()) return fail(cluster.status());
   const planner::JobSpec job = MakeJobSpec(*model, dtype, settings, *cluster);
   auto prediction = planner::Predict(job, *layout);

@@ -13,7 +13,7 @@ absl::StatusOr<planner::ClusterSpec> MakeCluster(const std::string& device,
                                                  int devices_per_node,
                                                  int nodes,
                                                  const gpt::GPTConfig& model,
-                                                 DType dtype) {
+                                                 DType dtype, int num_threads) {
   if (devices_per_node < 1 || nodes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--devices-per-node (", devices_per_node,
@@ -23,7 +23,8 @@ absl::StatusOr<planner::ClusterSpec> MakeCluster(const std::string& device,
   cluster.devices_per_node = devices_per_node;
   cluster.nodes = nodes;
   if (device == "cpu") {
-    cluster.device = planner::MeasureCpuDevice(model, dtype, devices_per_node);
+    cluster.device =
+        planner::MeasureCpuDevice(model, dtype, devices_per_node, num_threads);
   } else {
     auto spec = planner::ShippedDevice(device);
     if (!spec.ok()) return spec.status();

@@ -41,12 +41,11 @@ absl::Status ReadPrecisionAndScheduleFile(const training::TrainConfig& config,
 
 // The cluster: --device a100/h100/h200 from the shipped table, or cpu,
 // measured now for `devices_per_node` ranks sharing this machine (about two
-// seconds). The error names --device.
-absl::StatusOr<planner::ClusterSpec> MakeCluster(const std::string& device,
-                                                 int devices_per_node,
-                                                 int nodes,
-                                                 const gpt::GPTConfig& model,
-                                                 DType dtype);
+// seconds), each with `num_threads` kernel threads (0: train's default,
+// cores / ranks). The error names --device.
+absl::StatusOr<planner::ClusterSpec> MakeCluster(
+    const std::string& device, int devices_per_node, int nodes,
+    const gpt::GPTConfig& model, DType dtype, int num_threads = 0);
 
 // The model dtype the shared flags ask for (--bf16, --fp16, else fp32).
 DType DTypeFromConfig(const training::TrainConfig& config);
