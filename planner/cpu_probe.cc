@@ -7,9 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -33,15 +36,17 @@ namespace {
 
 // Appends the rate of each `work`-sized call of `run` over about `budget`
 // (at least four calls; the first, a warm-up, is not counted) to *rates.
-// False when a call fails.
+// False when a call fails. `on_this_thread`: the call's work runs on the
+// calling thread (else it is timed by the wall clock whatever
+// MCC_PROBE_CLOCK says).
 template <typename Fn>
 bool CallRates(double work, absl::Duration budget, Fn& run,
-               std::vector<double>* rates) {
+               std::vector<double>* rates, bool on_this_thread = true) {
   const absl::Time start = absl::Now();
   for (int i = 0; i < 1000; ++i) {
-    const absl::Time t0 = absl::Now();
+    const double t0 = ProbeClockSeconds(on_this_thread);
     if (!run()) return false;
-    const double s = absl::ToDoubleSeconds(absl::Now() - t0);
+    const double s = ProbeClockSeconds(on_this_thread) - t0;
     if (i > 0 && s > 0) rates->push_back(work / s);
     if (i >= 3 && absl::Now() - start > budget) break;
   }
@@ -57,9 +62,12 @@ double Median(std::vector<double> v) {
 
 // Best rate of `work`-sized calls of `run` over about `budget`.
 template <typename Fn>
-double BestRate(double work, absl::Duration budget, Fn run) {
+double BestRate(double work, absl::Duration budget, Fn run,
+                bool on_this_thread = true) {
   std::vector<double> rates;
-  if (!CallRates(work, budget, run, &rates) || rates.empty()) return 0;
+  if (!CallRates(work, budget, run, &rates, on_this_thread) || rates.empty()) {
+    return 0;
+  }
   return *std::max_element(rates.begin(), rates.end());
 }
 
@@ -228,15 +236,18 @@ double CopyBandwidth() {
   const size_t bytes = size_t{64} << 20;
   std::vector<std::vector<char>> src(threads, std::vector<char>(bytes, 1));
   std::vector<std::vector<char>> dst(threads, std::vector<char>(bytes, 0));
-  return BestRate(2.0 * bytes * threads, absl::Milliseconds(300), [&] {
-    std::vector<std::thread> pool;
-    for (int i = 0; i < threads; ++i) {
-      pool.emplace_back(
-          [&, i] { std::memcpy(dst[i].data(), src[i].data(), bytes); });
-    }
-    for (std::thread& t : pool) t.join();
-    return true;
-  });
+  return BestRate(
+      2.0 * bytes * threads, absl::Milliseconds(300),
+      [&] {
+        std::vector<std::thread> pool;
+        for (int i = 0; i < threads; ++i) {
+          pool.emplace_back(
+              [&, i] { std::memcpy(dst[i].data(), src[i].data(), bytes); });
+        }
+        for (std::thread& t : pool) t.join();
+        return true;
+      },
+      /*on_this_thread=*/false);
 }
 
 // One direction of a TCP connection on 127.0.0.1: bytes per second and the
@@ -503,6 +514,24 @@ void SetGemmRates(double peak, double shaped, double shaped_small, double rows,
 
 double RankMemoryBandwidth(double node_bandwidth, int ranks, int cores) {
   return node_bandwidth / std::max(1, std::min(ranks, cores));
+}
+
+double ProbeClockSeconds(bool on_this_thread) {
+  static const bool thread_cpu = [] {
+    const char* v = std::getenv("MCC_PROBE_CLOCK");
+    if (v == nullptr || std::string(v).empty() || std::string(v) == "wall") {
+      return false;
+    }
+    LOG_IF(WARNING, std::string(v) != "thread_cpu")
+        << "MCC_PROBE_CLOCK=" << v << " is neither wall nor thread_cpu: wall";
+    return std::string(v) == "thread_cpu";
+  }();
+  if (!thread_cpu || !on_this_thread) {
+    return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  }
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
 int ProbeThreadsPerRank(int cores, int ranks_per_node, int num_threads) {

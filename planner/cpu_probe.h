@@ -25,6 +25,14 @@ namespace planner {
 DeviceSpec MeasureCpuDevice(const gpt::GPTConfig& model, DType dtype,
                             int ranks_per_node, int threads_per_rank = 0);
 
+// Seconds by the clock that times one probe call: the wall clock, or with
+// MCC_PROBE_CLOCK=thread_cpu (read once) the calling thread's CPU time
+// where `on_this_thread` (the call's work runs on the calling thread). The
+// CPU clock predicts an idle machine's step on a loaded one (other
+// processes' time slices do not count); it suits runs of one kernel thread
+// a rank (--num-threads 1), whose GEMMs run on the calling thread.
+double ProbeClockSeconds(bool on_this_thread);
+
 // The kernel threads a rank of the probe runs with: `num_threads` where set
 // (> 0), else train's default of the cores shared out over the node's ranks.
 int ProbeThreadsPerRank(int cores, int ranks_per_node, int num_threads);

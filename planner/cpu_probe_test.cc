@@ -1,5 +1,9 @@
 #include "planner/cpu_probe.h"
 
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
 #include "gtest/gtest.h"
 
 namespace mcc {
@@ -33,6 +37,23 @@ TEST(CpuProbeTest, TheShapedRateIsNotCappedAtTheCubes) {
   SetGemmRates(500e9, 400e9, 200e9, 1024, 256, &d);
   EXPECT_DOUBLE_EQ(d.PeakFlops(DType::kFloat32), 500e9);
   EXPECT_DOUBLE_EQ(d.gemm_efficiency, 0.8);
+}
+
+// MCC_PROBE_CLOCK=thread_cpu times a call by the calling thread's CPU time:
+// a sleep does not count, a spin does; work on other threads is timed by
+// the wall clock.
+TEST(CpuProbeTest, ThreadCpuClockCountsOnlyThisThreadsWork) {
+  setenv("MCC_PROBE_CLOCK", "thread_cpu", 1);
+  double t0 = ProbeClockSeconds(true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_LT(ProbeClockSeconds(true) - t0, 0.05);
+  t0 = ProbeClockSeconds(true);
+  const double wall0 = ProbeClockSeconds(false);
+  volatile double sink = 0;
+  while (ProbeClockSeconds(true) - t0 < 0.03) sink = sink + 1;
+  EXPECT_GE(ProbeClockSeconds(false) - wall0, 0.03);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_GE(ProbeClockSeconds(false) - wall0, 0.13);
 }
 
 // The probe's kernels run on the threads a rank of the run gets: train's
