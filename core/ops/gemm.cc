@@ -1,11 +1,13 @@
 #include "core/ops/gemm.h"
 
+#include <immintrin.h>
 #include <omp.h>
 #include <time.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <memory>
 #include <mutex>
@@ -80,21 +82,164 @@ void CheckLeadingDims(const char* op, bool trans_a, bool trans_b, int64_t m,
   CHECK_GE(ldc, std::max<int64_t>(1, n)) << op << ": ldc";
 }
 
+// ---- B in oneDNN's bf16 brgemm layout ---------------------------------------
+
+// oneDNN 2.6's bf16 brgemm takes B in "BA16a64b2a": 64-column blocks of all
+// k rows (k rounded up to 32, n to 64, the padding zero), and inside a block
+// the two bf16 of each k pair side by side for each column (VNNI). In 32-bit
+// words: word (p, j) of block nb, holding rows 2p and 2p + 1 of column
+// 64 nb + j, is at nb * (kpad / 2) * 64 + p * 64 + j.
+bool IsBrgemmBf16BLayout(const dnnl::memory::desc& md, int64_t k, int64_t n) {
+  const dnnl_memory_desc_t& d = md.data;
+  const int64_t kpad = (k + 31) / 32 * 32, npad = (n + 63) / 64 * 64;
+  if (d.ndims != 2 || d.data_type != dnnl_bf16 ||
+      d.format_kind != dnnl_blocked || d.offset0 != 0 ||
+      d.padded_dims[0] != kpad || d.padded_dims[1] != npad) {
+    return false;
+  }
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  return b.inner_nblks == 3 && b.inner_blks[0] == 16 && b.inner_idxs[0] == 0 &&
+         b.inner_blks[1] == 64 && b.inner_idxs[1] == 1 &&
+         b.inner_blks[2] == 2 && b.inner_idxs[2] == 0 &&
+         b.strides[0] == 32 * 64 && b.strides[1] == kpad * 64;
+}
+
+// Words (p, j) of one block from a row-major B (k x n): row 2p's and row
+// 2p + 1's element of each column, side by side.
+void PackBlockFromRows(const uint16_t* b, int64_t ldb, int64_t k, int64_t kpad,
+                       int64_t cols, uint32_t* out) {
+  for (int64_t p = 0; p < kpad / 2; ++p, out += 64) {
+    const int64_t r = 2 * p;
+    if (r >= k) {
+      std::memset(out, 0, 64 * sizeof(uint32_t));
+      continue;
+    }
+    const uint16_t* lo = b + r * ldb;
+    if (r + 1 < k) {
+      const uint16_t* hi = lo + ldb;
+      for (int64_t j = 0; j < cols; ++j) {
+        out[j] = uint32_t{lo[j]} | (uint32_t{hi[j]} << 16);
+      }
+    } else {
+      for (int64_t j = 0; j < cols; ++j) out[j] = lo[j];
+    }
+    for (int64_t j = cols; j < 64; ++j) out[j] = 0;
+  }
+}
+
+// 8 x 8 transpose of 32-bit words: in rows at stride in_ld, out rows at
+// stride 64.
+inline void Transpose8x8Words(const uint32_t* in, int64_t in_ld,
+                              uint32_t* out) {
+  __m256i r[8], t[8];
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i * in_ld));
+  }
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm256_permute2x128_si256(r[i], r[i + 4], 0x20);
+    t[i + 4] = _mm256_permute2x128_si256(r[i], r[i + 4], 0x31);
+  }
+  for (int i = 0; i < 8; ++i) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i * 64), t[i]);
+  }
+}
+
+// Words (p, j) of one block from B given transposed (w: n x k, row-major):
+// the k pair (2p, 2p + 1) of row j of w is its p-th 32-bit word already.
+void PackBlockFromTransposed(const uint16_t* w, int64_t ldw, int64_t k,
+                             int64_t kpad, int64_t cols, uint32_t* out) {
+  const int64_t full_pairs = k / 2;  // Pairs with both rows inside k.
+  // Whole 8 x 8 tiles through registers where the rows can be read as words.
+  const bool words = ldw % 2 == 0;
+  const int64_t tiled_p = words ? full_pairs / 8 * 8 : 0;
+  const int64_t tiled_j = words ? cols / 8 * 8 : 0;
+  for (int64_t j0 = 0; j0 < tiled_j; j0 += 8) {
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(w + j0 * ldw);
+    for (int64_t p0 = 0; p0 < tiled_p; p0 += 8) {
+      Transpose8x8Words(src + p0, ldw / 2, out + p0 * 64 + j0);
+    }
+  }
+  for (int64_t p = 0; p < kpad / 2; ++p) {
+    uint32_t* row = out + p * 64;
+    const int64_t j_from = p < tiled_p ? tiled_j : 0;
+    for (int64_t j = j_from; j < cols; ++j) {
+      const uint16_t* e = w + j * ldw + 2 * p;
+      if (p < full_pairs) {
+        uint16_t pair[2];
+        std::memcpy(pair, e, sizeof(pair));
+        row[j] = uint32_t{pair[0]} | (uint32_t{pair[1]} << 16);
+      } else {
+        row[j] = 2 * p < k ? uint32_t{e[0]} : 0;
+      }
+    }
+    for (int64_t j = cols; j < 64; ++j) row[j] = 0;
+  }
+}
+
+// op(B) (k x n; b is n x k when trans_b) into the layout above, one
+// 64-column block per task.
+void PackBrgemmBf16B(const BFloat16* b, bool trans_b, int64_t k, int64_t n,
+                     int64_t ldb, void* packed) {
+  const int64_t kpad = (k + 31) / 32 * 32;
+  const int64_t blocks = (n + 63) / 64;
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(b);
+  uint32_t* dst = static_cast<uint32_t*>(packed);
+  ThreadPool::Global().ParallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t nb = b0; nb < b1; ++nb) {
+      const int64_t cols = std::min<int64_t>(64, n - nb * 64);
+      uint32_t* out = dst + nb * (kpad / 2) * 64;
+      if (trans_b) {
+        PackBlockFromTransposed(src + nb * 64 * ldb, ldb, k, kpad, cols, out);
+      } else {
+        PackBlockFromRows(src + nb * 64, ldb, k, kpad, cols, out);
+      }
+    }
+  });
+}
+
 // ---- oneDNN matmul primitives, cached per shape ----------------------------
 
-// Input dtype, output dtype, transposes, m, n, k, lda, ldb, ldc, alpha, beta.
+// Input dtype, output dtype, transposes, m, n, k, lda, ldb, ldc, alpha, beta,
+// whether B is packed first.
 using MatmulKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t,
-                             int64_t, int64_t, int64_t, float, float>;
+                             int64_t, int64_t, int64_t, float, float, bool>;
 
 // A primitive with its scratchpad's layout. The scratchpad is the caller's
 // (scratchpad_mode::user, one buffer per thread): with oneDNN's own,
 // threads executing one primitive at once ran at a third of its rate each
 // (two threads, one 2048 x 512 x 512 bf16 shape: 120 against 370 GFLOP/s
 // alone or in separate processes).
+// pack_b (where defined) reorders B into the layout the primitive was made
+// for (its weights_desc, packed_b) before each call.
 struct CachedMatmul {
   dnnl::matmul prim;
   dnnl::memory::desc scratchpad;
+  dnnl::reorder pack_b;
+  dnnl::memory::desc packed_b;
+  bool pack_b_ourselves = false;  // packed_b is IsBrgemmBf16BLayout's.
 };
+
+// bf16 GEMMs with at least this many rows take B packed once up front
+// (fixed-shape primitives; runtime_dims ones take B as it is). oneDNN 2.6's
+// brgemm matmul given a plain B packs it into its VNNI blocks again for each
+// block of rows: its copy_b kernels were 6.7% of a `train --preset bench
+// --bf16` iteration (perf with DNNL_JIT_PROFILE=2). PackBrgemmBf16B writes the
+// same blocks once (0.7% of the iteration); oneDNN's own reorder (the
+// fallback for any other layout) took 2.7%. bench --cpu_time, one thread, the
+// bench preset's shapes and 1024^3: 0-9% faster than oneDNN with the plain B
+// at 512 to 8192 rows; the same bytes (the same kernel on the same blocks).
+// Fewer rows were not measured.
+std::atomic<int64_t> g_pack_b_min_rows{512};
 
 struct MatmulCache {
   std::mutex mu;
@@ -129,11 +274,13 @@ void MatmulPrimitive(
                                 trans_b ? dims{1, ldb} : dims{ldb, 1});
   const dnnl::memory::desc c_md({m, n}, c_dt, dims{ldc, 1});
   constexpr int64_t kAny = DNNL_RUNTIME_DIM_VAL;
+  const bool pack_b = dt == dnnl::memory::data_type::bf16 && !runtime_dims &&
+                      m >= g_pack_b_min_rows.load(std::memory_order_relaxed);
   const MatmulKey key(static_cast<int>(dt), static_cast<int>(c_dt), trans_a,
                       trans_b, runtime_dims ? kAny : m, n,
                       runtime_dims ? kAny : k, runtime_dims ? kAny : lda,
                       runtime_dims ? kAny : ldb, runtime_dims ? kAny : ldc,
-                      alpha, beta);
+                      alpha, beta, pack_b);
   std::shared_ptr<const CachedMatmul> prim;
   {
     std::lock_guard<std::mutex> lock(cache.mu);
@@ -158,9 +305,23 @@ void MatmulPrimitive(
                                      trans_b ? dims{1, kAny} : dims{kAny, 1}),
                   dnnl::memory::desc({kAny, n}, c_dt, dims{kAny, 1}))
             : dnnl::matmul::desc(a_md, b_md, c_md);
-    const dnnl::matmul::primitive_desc pd(desc, attr, cache.engine);
-    prim = std::make_shared<const CachedMatmul>(
-        CachedMatmul{dnnl::matmul(pd), pd.scratchpad_desc()});
+    const dnnl::matmul::primitive_desc pd =
+        pack_b ? dnnl::matmul::primitive_desc(
+                     dnnl::matmul::desc(
+                         a_md,
+                         dnnl::memory::desc({k, n}, dt,
+                                            dnnl::memory::format_tag::any),
+                         c_md),
+                     attr, cache.engine)
+               : dnnl::matmul::primitive_desc(desc, attr, cache.engine);
+    CachedMatmul made{dnnl::matmul(pd), pd.scratchpad_desc()};
+    if (pack_b && pd.weights_desc() != b_md) {
+      made.packed_b = pd.weights_desc();
+      made.pack_b_ourselves = IsBrgemmBf16BLayout(made.packed_b, k, n);
+      made.pack_b = dnnl::reorder(dnnl::reorder::primitive_desc(
+          cache.engine, b_md, cache.engine, made.packed_b));
+    }
+    prim = std::make_shared<const CachedMatmul>(std::move(made));
     g_primitives_created.fetch_add(1);
     std::lock_guard<std::mutex> lock(cache.mu);
     cache.prims.emplace(key, prim);
@@ -174,6 +335,25 @@ void MatmulPrimitive(
   const size_t scratch_bytes = prim->scratchpad.get_size();
   if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
   dnnl::memory sm(prim->scratchpad, cache.engine, scratch.data());
+  if (prim->packed_b) {
+    // One buffer per thread, as the scratchpad (the largest B so far: 8 MiB
+    // for the bench preset's logits), at a 64-byte boundary.
+    thread_local std::vector<uint8_t> packed_buffer;
+    const size_t packed_bytes = prim->packed_b.get_size();
+    if (packed_buffer.size() < packed_bytes + 64) {
+      packed_buffer.resize(packed_bytes + 64);
+    }
+    void* packed = packed_buffer.data() +
+                   (-reinterpret_cast<uintptr_t>(packed_buffer.data()) & 63);
+    dnnl::memory pm(prim->packed_b, cache.engine, packed);
+    if (prim->pack_b_ourselves) {
+      PackBrgemmBf16B(static_cast<const BFloat16*>(b), trans_b, k, n, ldb,
+                      packed);
+    } else {
+      prim->pack_b.execute(*stream, bm, pm);
+    }
+    bm = pm;
+  }
   prim->prim.execute(*stream, {{DNNL_ARG_SRC, am},
                                {DNNL_ARG_WEIGHTS, bm},
                                {DNNL_ARG_DST, cm},
@@ -723,6 +903,10 @@ bool SetForceMatmulPrimitiveForTesting(bool force) {
 }
 
 int64_t MatmulPrimitivesCreated() { return g_primitives_created.load(); }
+
+int64_t SetBf16PackBMinRowsForTesting(int64_t rows) {
+  return g_pack_b_min_rows.exchange(rows);
+}
 
 Bf16PathPolicy SetBf16PathPolicyForTesting(Bf16PathPolicy policy) {
   CurrentPolicy();  // Reads the environment first, so it cannot override.

@@ -172,6 +172,9 @@ void SyncGemmOmpThreads();
 bool SetForceMatmulPrimitiveForTesting(bool force);
 // Primitives created so far by the matmul-primitive path (cache misses).
 int64_t MatmulPrimitivesCreated();
+// For tests: native bf16 GEMMs with at least this many rows (default 512)
+// pack B once before oneDNN runs; returns the previous value.
+int64_t SetBf16PackBMinRowsForTesting(int64_t rows);
 // For tests: the widening path converts bf16 operands in panels of at most
 // this many elements (default 4M); returns the previous value.
 int64_t SetBf16WidenPanelForTesting(int64_t elements);

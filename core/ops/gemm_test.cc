@@ -436,6 +436,55 @@ TEST(GemmTest, EachBf16PathMatchesReference) {
   }
 }
 
+// Native bf16 GEMMs with many rows hand oneDNN a B packed once up front
+// (for speed): every transpose, beta and output dtype must give the bytes
+// the same call gives with B as it is, and stay within the reference bound.
+// k is long, so the sums cross several of oneDNN's k blocks.
+TEST(GemmTest, NativeBf16WithBPackedFirstGivesTheSameBytes) {
+  if (!NativeBf16Available()) {
+    std::printf("no native bf16 on this CPU: nothing to check\n");
+    GTEST_SKIP() << "no native bf16 on this CPU";
+  }
+  ScopedBf16Policy scoped(Bf16PathPolicy::kNative);
+  // Padded columns and k pairs (1100 -> 1120, 144 -> 192), then an odd k
+  // (its last pair half padding) with whole 64-column blocks.
+  for (auto [m, n, k] :
+       {std::make_tuple(int64_t{160}, int64_t{144}, int64_t{1100}),
+        std::make_tuple(int64_t{64}, int64_t{128}, int64_t{333})}) {
+    uint32_t seed = 900;
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (float beta : {0.0f, 1.0f}) {
+          for (DType c_dtype : {DType::kFloat32, DType::kBFloat16}) {
+            const std::string what = ::testing::PrintToString(
+                std::make_tuple(m, n, k, ta, tb, beta, DTypeName(c_dtype)));
+            Tensor a = RandomTensor(ta ? Shape{k, m} : Shape{m, k},
+                                    DType::kBFloat16, ++seed);
+            Tensor b = RandomTensor(tb ? Shape{n, k} : Shape{k, n},
+                                    DType::kBFloat16, ++seed);
+            Tensor c0 = RandomTensor({m, n}, c_dtype, ++seed);
+            Tensor plain = c0.Clone();
+            Tensor packed = c0.Clone();
+            const int64_t saved = internal::SetBf16PackBMinRowsForTesting(
+                std::numeric_limits<int64_t>::max());
+            ASSERT_TRUE(Gemm(a, ta, b, tb, &plain, 0.5f, beta).ok()) << what;
+            internal::SetBf16PackBMinRowsForTesting(1);
+            ASSERT_TRUE(Gemm(a, ta, b, tb, &packed, 0.5f, beta).ok()) << what;
+            internal::SetBf16PackBMinRowsForTesting(saved);
+            EXPECT_EQ(Bytes(packed), Bytes(plain)) << what;
+            if (c_dtype != DType::kFloat32) continue;
+            std::vector<double> want, scale;
+            RefGemm(ta, tb, m, n, k, 0.5, a.ToDoubles(), ta ? m : k,
+                    b.ToDoubles(), tb ? k : n, beta, c0.ToDoubles(), n, &want,
+                    &scale);
+            ExpectWithin(packed.ToDoubles(), want, scale, F32Tol(k), what);
+          }
+        }
+      }
+    }
+  }
+}
+
 // On the native path a bf16 c is written by oneDNN itself, without fp32
 // staging. oneDNN may block its sums differently for a bf16 and an fp32
 // output (an AMX kernel may), so the two fp32 accumulations can differ by the
