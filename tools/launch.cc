@@ -27,6 +27,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -124,6 +126,18 @@ void EmitLines(int rank, std::string* buf, int fd, bool flush) {
 }
 
 void Log(const std::string& s) { WriteAll(2, "[launch] " + s + "\n"); }
+
+// Whether process pid is stopped (state T or t in /proc/PID/stat: after the
+// command name in parentheses, which may itself hold spaces or ')').
+bool IsStopped(pid_t pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(f)),
+                   std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  const char state = stat[close + 2];
+  return state == 'T' || state == 't';
+}
 
 // Moves the child's output into the launcher's; false at EOF.
 bool Drain(Child* c, int* fd, std::string* buf, int out) {
@@ -448,6 +462,15 @@ int main(int argc, char** argv) {
         kill_at = absl::Now() + grace;
       }
       if (!killed && running > 0 && absl::Now() >= kill_at) {
+        // A stopped rank (a hung node, as SIGSTOP makes one) holds SIGTERM
+        // until it runs again: name it, as the flight recorder cannot when
+        // it stopped before the first collective.
+        for (const Child& c : children) {
+          if (c.running && IsStopped(c.pid)) {
+            Log(absl::StrCat("rank ", c.rank, " (pid ", c.pid,
+                             ") is stopped (SIGSTOP or a debugger)"));
+          }
+        }
         Log(absl::StrCat("ranks still running after the grace period of ",
                          absl::FormatDuration(grace), "; sending SIGKILL"));
         SignalAll(children, SIGKILL);

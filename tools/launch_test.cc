@@ -289,6 +289,20 @@ TEST(LaunchTest, RanksIgnoringSigtermAreKilledAfterTheGracePeriod) {
   EXPECT_LT(run.elapsed, absl::Seconds(10)) << run.output;
 }
 
+// A stopped rank (a hung node) keeps SIGTERM pending: the launcher names it
+// before the SIGKILL, as no flight-recorder dump can when it stopped before
+// the first collective.
+TEST(LaunchTest, AStoppedRankIsNamedWhenTheJobIsKilled) {
+  LaunchResult run = Launch({"--nproc_per_node=2", "--grace_period_s=1", "--",
+                             g_prog, "stopped", "1", "5"});
+  EXPECT_EQ(run.exit_code, 5) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("rank 0 (pid"));
+  EXPECT_THAT(run.output,
+              ::testing::ContainsRegex("rank 1 \\(pid [0-9]+\\) is stopped"));
+  EXPECT_THAT(run.output, HasSubstr("sending SIGKILL"));
+  EXPECT_LT(run.elapsed, absl::Seconds(10)) << run.output;
+}
+
 TEST(LaunchTest, ForwardsSigint) {
   LaunchResult run = Launch({"--nproc_per_node=2", "--", g_prog, "wait_signal"},
                             "] ready", SIGINT, 2);

@@ -50,6 +50,14 @@ int main(int argc, char** argv) {
     if (rank == std::atoi(argv[2])) sleep(60);
     return 0;
   }
+  if (mode == "stopped") {  // Rank argv[2] stops itself; the others fail.
+    if (rank == std::atoi(argv[2])) {
+      raise(SIGSTOP);
+      return 0;
+    }
+    usleep(300000);
+    return std::atoi(argv[3]);
+  }
   if (mode == "fail" || mode == "stubborn") {
     const int bad = std::atoi(argv[2]);
     if (rank == bad) {
@@ -80,7 +88,10 @@ int main(int argc, char** argv) {
   }
   if (mode == "allreduce") {
     mcc::comm::GroupOptions options;
-    options.timeout = absl::Seconds(20);
+    // Generous: launch_test's shared-secret case starts the second node
+    // only after a stranger's launch has been refused, and on a loaded
+    // machine that took node 0's ranks past a 20 s wait (2026-12-05 CI).
+    options.timeout = absl::Seconds(60);
     auto world = mcc::comm::InitWorldFromEnvironment(options);
     if (!world.ok()) {
       fprintf(stderr, "%s\n", world.status().ToString().c_str());

@@ -215,8 +215,11 @@ for ((i = 1; i <= runs; i++)); do
     # is read whole: under pipefail a writer into "grep -q" can die of
     # SIGPIPE once grep has matched.
     hang_report=$("${analyze_hang}" "${dir}/fr" 2>&1)
+    # Stopped before the first collective (no dumps name it), the launcher
+    # names it when it kills the job.
     if ! grep -q "rank ${victim}\b.*left no dump" <<<"${hang_report}" &&
-       ! grep -q "rank ${victim} (pid [0-9]*) is still running" "${dir}/killed.log"; then
+       ! grep -q "rank ${victim} (pid [0-9]*) is still running" "${dir}/killed.log" &&
+       ! grep -q "rank ${victim} (pid [0-9]*) is stopped" "${dir}/killed.log"; then
       unnamed=$((unnamed + 1))
       echo "run ${i} (${what}, rank ${victim}): analyze_hang did not name the stopped rank"
       tail -3 <<<"${hang_report}"
