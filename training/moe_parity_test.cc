@@ -359,13 +359,12 @@ struct Distance {
   double grad_norm = 0;
 };
 Distance WorstDistance(const TrainResult& a, const TrainResult& b, int steps) {
+  using optim::testing::RelDiff;
   Distance d;
   for (int s = 0; s < steps; ++s) {
-    d.loss = std::max(d.loss, std::abs(a.loss[s] - b.loss[s]) /
-                                  std::max(1e-30, std::abs(b.loss[s])));
-    d.grad_norm = std::max(
-        d.grad_norm, std::abs(a.steps[s].grad_norm - b.steps[s].grad_norm) /
-                         std::max(1e-30, std::abs(b.steps[s].grad_norm)));
+    d.loss = std::max(d.loss, RelDiff(a.loss[s], b.loss[s]));
+    d.grad_norm = std::max(d.grad_norm,
+                           RelDiff(a.steps[s].grad_norm, b.steps[s].grad_norm));
   }
   return d;
 }
