@@ -13,8 +13,25 @@
 
 namespace mcc {
 namespace comm {
+namespace {
+
+// OpenSSL without its atexit clean-up: the rendezvous store's service
+// threads may still be answering (and hashing) while the process exits, and
+// OPENSSL_cleanup freeing the library's state under them crashed rank 0 of a
+// finished job ("double free or corruption" in OPENSSL_cleanup from exit,
+// moe_parity_test ep2_pp2, 2026-12-05). The process's exit frees the memory.
+void InitOpenSsl() {
+  static const bool done = [] {
+    OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
+    return true;
+  }();
+  (void)done;
+}
+
+}  // namespace
 
 absl::StatusOr<std::string> RandomBytes(size_t n) {
+  InitOpenSsl();
   std::string out(n, '\0');
   if (n > 0 && RAND_bytes(reinterpret_cast<unsigned char*>(&out[0]),
                           static_cast<int>(n)) != 1) {
@@ -32,6 +49,7 @@ absl::StatusOr<std::string> RandomSecretHex() {
 
 std::string StoreHelloMac(absl::string_view secret, absl::string_view nonce,
                           absl::string_view job_id, int rank) {
+  InitOpenSsl();
   // Framed as a store message, so no two (nonce, job, rank) share an input.
   const std::string input =
       EncodeStoreMessage('h', {"mcc-store-hello-v1", std::string(nonce),
