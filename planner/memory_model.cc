@@ -1,6 +1,8 @@
 #include "planner/memory_model.h"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -82,8 +84,10 @@ ChunkCost CostOfChunk(const JobSpec& job, const Layout& l, int layers, bool pre,
   const double moe_layer = mw.record_bytes - mw.dense_record_bytes;
   if (moe > 0) c.record += moe * moe_layer * (layers - recomputed) / layers;
   // A layer's backward (models/gpt TransformerLayer::Backward) peaks in the
-  // attention kernel's backward: three hidden-state gradients (dh1, the
-  // second norm's and its input's), the dense MLP's two input gradients,
+  // attention kernel's backward: four hidden-state gradients (the layer's
+  // output gradient, which its caller holds through the call: received from
+  // the next stage, or the final norm's; dh1, the second norm's and its
+  // input's), the dense MLP's two input gradients,
   // which live to the end of the layer's backward, and attention's: the
   // projection's input gradient, the output gradient in head layout, dq, dk,
   // dv and the fused dQKV they merge into, beside one thread's fp32 kernel
@@ -119,7 +123,7 @@ ChunkCost CostOfChunk(const JobSpec& job, const Layout& l, int layers, bool pre,
   const double branch_grads =
       std::max(moe < layers ? mlp_grads + attn_grads : 0.0,
                moe > 0 ? std::max(attn_grads, mw.backward_bytes) : 0.0);
-  c.backward_transient = 3 * hidden + branch_grads + gathered +
+  c.backward_transient = 4 * hidden + branch_grads + gathered +
                          rebuilt_at_once * (layer + (moe > 0 ? moe_layer : 0));
   if (pre) {
     c.record += 2 * d.T * 8;  // int64 token ids and positions
@@ -133,28 +137,38 @@ ChunkCost CostOfChunk(const JobSpec& job, const Layout& l, int layers, bool pre,
         2 * hidden + d.norm_stats * d.Tl * 4 + logits + 3 * d.T * 4 + d.T * 8;
     c.record += head_record;
     // Backward: the logits' gradient while the logits are still held, and
-    // the fp32 per-token loss gradient. The layers' backward comes after
-    // the head's, which has freed its record by then (seen in the
-    // allocator's live tensors: one rank's peak in cross entropy's
-    // backward, not in the last layer's).
-    c.backward_transient = std::max(c.backward_transient - head_record,
-                                    logits + d.T * 4 + d.T * d.h * d.e);
+    // the fp32 per-token loss gradient. Cross entropy's backward frees the
+    // logits before the output layer's computes its input gradient, so that
+    // one is never beside both (counting it over-predicted a one-process
+    // run and the last pipeline stage by one hidden-state tensor). The
+    // layers' backward comes after the head's, which has freed its record
+    // by then (seen in the allocator's live tensors: one rank's peak in
+    // cross entropy's backward, not in the last layer's).
+    c.backward_transient =
+        std::max(c.backward_transient - head_record, logits + d.T * 4);
   }
   return c;
 }
 
-// Messages this rank's sent tensors hold while each of its rows runs, as
-// the executor keeps them with overlapped transfers (pipeline_executor.cc):
-// a row's results go in the transfer batch before the next unit
-// (PlanTransfers); a batch that also receives is waited for, which frees
-// what it sent, before the first row it brings an input to; one that only
-// sends, before the backward of a forward output it holds, else at the
-// step's end. Not for V-shaped tables, whose sends go as a work of their
-// own (empty then).
-std::vector<int> SentMessagesAtRows(
-    const Layout& l, int stage,
+// Messages the executor (pipeline_executor.cc) holds beside the records
+// while each of this rank's rows runs, per row.
+struct HeldMessages {
+  // Sent tensors, kept with overlapped transfers until their batch is
+  // waited for: a batch that also receives (not in a V) before the first
+  // row it brings an input to; else before the backward of a forward output
+  // it holds, or at the step's end.
+  std::vector<int> sent;
+  // Inputs that exist before their row: receives posted ahead (the
+  // interleaved steady state posts a backward's gradient with the forward
+  // before it; a V receives ahead), and in a V what one chunk hands the
+  // other. A forward's input is its record once it runs, and a backward's
+  // is the output gradient its layers' backward counts.
+  std::vector<int> waiting;
+};
+
+// The actions of `rows`.
+std::vector<pipeline::Action> ActionsOf(
     const std::vector<pipeline::ScheduleRow>& rows) {
-  if (l.schedule == PipelineSchedule::kZeroBubbleV || l.pp < 2) return {};
   std::vector<pipeline::Action> actions;
   for (const pipeline::ScheduleRow& r : rows) {
     pipeline::Action a;
@@ -166,15 +180,39 @@ std::vector<int> SentMessagesAtRows(
     a.chunk = r.chunk;
     actions.push_back(a);
   }
-  const int n = static_cast<int>(actions.size());
+  return actions;
+}
+
+HeldMessages WalkHeldMessages(const JobSpec& job, const Layout& l, int m,
+                              int stage,
+                              const std::vector<pipeline::ScheduleRow>& rows) {
+  const int n = static_cast<int>(rows.size());
+  HeldMessages held;
+  held.sent.assign(n, 0);
+  held.waiting.assign(n, 0);
+  if (l.pp < 2) return held;
+  const std::vector<pipeline::Action> actions = ActionsOf(rows);
+  const bool v_shape = l.schedule == PipelineSchedule::kZeroBubbleV;
   const pipeline::StageLayout layout{l.pp, stage, std::max(1, l.virtual_stages),
-                                     false};
-  std::vector<int> held(n + 1, 0);
+                                     v_shape};
+  // A V plans its receives from every stage's order.
+  std::vector<std::vector<pipeline::Action>> orders;
+  if (v_shape) {
+    for (int r = 0; r < l.pp; ++r) {
+      auto other = LayoutRankRows(job, l, m, r);
+      if (!other.ok()) return held;
+      orders.push_back(ActionsOf(*other));
+    }
+  }
+  auto add = [&](std::vector<int>* v, int from, int to) {
+    for (int j = std::max(0, from); j < to && j < n; ++j) ++(*v)[j];
+  };
   for (const pipeline::TransferBatch& b :
-       pipeline::PlanTransfers(layout, actions)) {
-    if (b.send_actions.empty()) continue;
+       pipeline::PlanTransfers(layout, actions, v_shape ? &orders : nullptr)) {
+    for (int j : b.recv_actions) add(&held.waiting, b.first_action, j);
+    if (b.send_actions.empty() || !job.overlap_p2p) continue;
     int release = n;
-    if (!b.recv_actions.empty()) {
+    if (!b.recv_actions.empty() && !v_shape) {
       release = *std::min_element(b.recv_actions.begin(), b.recv_actions.end());
     } else {
       for (int i : b.send_actions) {
@@ -189,12 +227,48 @@ std::vector<int> SentMessagesAtRows(
         }
       }
     }
-    for (int j = b.first_action; j < release && j < n; ++j) {
-      held[j] += static_cast<int>(b.send_actions.size());
+    for (size_t k = 0; k < b.send_actions.size(); ++k) {
+      add(&held.sent, b.first_action, release);
     }
   }
-  held.resize(n);
+  // The V's turn: held from the producing row's end to the consuming row.
+  for (int i = 0; i < n; ++i) {
+    if (!layout.HandsOffLocally(actions[i])) continue;
+    const pipeline::Action c = layout.LocalConsumer(actions[i]);
+    for (int j = i + 1; j < n; ++j) {
+      if (actions[j].kind == c.kind && actions[j].chunk == c.chunk &&
+          actions[j].microbatch == c.microbatch) {
+        add(&held.waiting, i + 1, j);
+        break;
+      }
+    }
+  }
   return held;
+}
+
+// WalkHeldMessages, remembered for generated schedules: they depend on the
+// schedule's shape only, and a search plans many layouts of one shape (a V
+// simulates every stage's order for each stage).
+HeldMessages HeldMessagesAtRows(
+    const JobSpec& job, const Layout& l, int m, int stage,
+    const std::vector<pipeline::ScheduleRow>& rows) {
+  if (l.schedule == PipelineSchedule::kFile) {
+    return WalkHeldMessages(job, l, m, stage, rows);
+  }
+  using Key = std::tuple<int, int, int, int, int, bool>;
+  thread_local std::map<Key, HeldMessages> cache;
+  const Key key{static_cast<int>(l.schedule),
+                l.pp,
+                l.virtual_stages,
+                m,
+                stage,
+                job.overlap_p2p};
+  auto it = cache.find(key);
+  if (it != cache.end() && it->second.sent.size() == rows.size()) {
+    return it->second;
+  }
+  if (cache.size() > 4096) cache.clear();
+  return cache[key] = WalkHeldMessages(job, l, m, stage, rows);
 }
 
 }  // namespace
@@ -426,11 +500,8 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
   // Activations: walk this stage's rows of the table the executor runs,
   // adding a record at each forward and dropping it after its backward
   // (B), or, when the table splits the backward, keeping what the weight
-  // gradient needs from B to W. With overlapped transfers the executor holds
-  // what it sent until it waits for that transfer batch (SentMessagesAtRows;
-  // under ZB-V each forward output until that micro-batch's backward and
-  // every input gradient until the step ends), and posts each receive one
-  // action ahead.
+  // gradient needs from B to W; beside them the messages the executor
+  // holds (HeldMessagesAtRows).
   const double message = DimsOf(job, l).Tl * c.hidden_size * e;
   const int last_stage = l.pp * chunks - 1;
   std::vector<ChunkCost> cost(chunks);
@@ -448,42 +519,32 @@ MemoryBreakdown EstimateStageMemory(const JobSpec& job, const Layout& l,
         split ? WeightGradRecordBytes(job, l, r.count, v == 0, v == last_stage)
               : 0;
   }
-  double held = 0, sent = 0, peak_act = 0, peak_sent = 0, peak_total = 0;
-  const double posted = l.pp > 1 ? message : 0;
+  double held = 0, messages = 0, peak_act = 0, peak_sent = 0, peak_total = 0;
   int records = 0;
   auto consider = [&](double transient) {
-    if (held + sent + posted + transient > peak_total) {
-      peak_total = held + sent + posted + transient;
+    if (held + messages + transient > peak_total) {
+      peak_total = held + messages + transient;
       peak_act = held;
-      peak_sent = sent + posted;
+      peak_sent = messages;
     }
   };
   if (rows.ok()) {
-    const std::vector<int> sent_at = job.overlap_p2p
-                                         ? SentMessagesAtRows(l, stage, *rows)
-                                         : std::vector<int>();
-    const bool walked_sends = !sent_at.empty();
+    const HeldMessages at = HeldMessagesAtRows(job, l, m, stage, *rows);
     for (size_t i = 0; i < rows->size(); ++i) {
       const pipeline::ScheduleRow& a = (*rows)[i];
       const ChunkCost& cc = cost[a.chunk];
-      const int v = VirtualStageOf(shape, stage, a.chunk);
-      if (walked_sends) sent = sent_at[i] * message;
-      const bool sends = l.pp > 1 && job.overlap_p2p && !walked_sends;
+      messages = (at.sent[i] + at.waiting[i]) * message;
       switch (a.op) {
         case pipeline::ScheduleOp::kForward:
           held += cc.record;
           ++records;
           mem.in_flight = std::max(mem.in_flight, records);
           consider(cc.forward_transient);
-          if (sends && v != last_stage) sent += message;
           break;
         case pipeline::ScheduleOp::kBackward:
-          // The forward output, released as it starts.
-          if (sends && v != last_stage) sent -= message;
           consider(cc.backward_transient);
           held += weight_record[a.chunk] - cc.record;
           if (!split) --records;
-          if (sends && v != 0) sent += message;
           break;
         case pipeline::ScheduleOp::kWeight:
           // The weight GEMMs accumulate into main_grad: nothing new.
