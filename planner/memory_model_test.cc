@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "models/gpt/gpt_model.h"
 #include "planner/megatron_memory.h"
@@ -120,29 +121,36 @@ TEST(MemoryModelTest, RecordBytesMatchTheAllocator) {
   }
 }
 
+// A serial model of `job` (in job.dtype) with two micro-batches of b zero
+// sequences, after one whole step, so that its gradient buffers exist and
+// what a test measures next is the step's own allocations.
+absl::StatusOr<std::unique_ptr<gpt::GPTModel>> WarmSerialModel(
+    const JobSpec& job, int64_t b) {
+  parallel::LayerContext ctx;
+  ctx.dtype = job.dtype;
+  MCC_ASSIGN_OR_RETURN(std::unique_ptr<gpt::GPTModel> model,
+                       gpt::GPTModel::Create(job.model, ctx));
+  auto batches = std::make_shared<std::vector<gpt::MicroBatch>>(2);
+  for (gpt::MicroBatch& mb : *batches) {
+    mb.tokens = Tensor::Zeros({b, job.model.seq_length}, DType::kInt64);
+    mb.labels = Tensor::Zeros({b, job.model.seq_length}, DType::kInt64);
+  }
+  model->SetMicroBatches(batches);
+  MCC_ASSIGN_OR_RETURN(auto warm, model->ForwardStep(0, Tensor(), true));
+  MCC_RETURN_IF_ERROR(
+      model->BackwardStep(Tensor(), 1.0f, std::move(warm.record)).status());
+  return model;
+}
+
 // What B leaves for W (the split backward), measured on the allocator of a
 // real serial model, equals the predicted weight-gradient record.
 TEST(MemoryModelTest, WeightGradRecordMatchesTheAllocator) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
     JobSpec job = SmallJob(1);
     job.dtype = dtype;
-    gpt::GPTConfig c = job.model;
-    parallel::LayerContext ctx;
-    ctx.dtype = dtype;
-    auto model = gpt::GPTModel::Create(c, ctx);
-    ASSERT_TRUE(model.ok()) << model.status();
     const int64_t b = 2;
-    auto batches = std::make_shared<std::vector<gpt::MicroBatch>>(2);
-    for (gpt::MicroBatch& mb : *batches) {
-      mb.tokens = Tensor::Zeros({b, c.seq_length}, DType::kInt64);
-      mb.labels = Tensor::Zeros({b, c.seq_length}, DType::kInt64);
-    }
-    (*model)->SetMicroBatches(batches);
-    // A whole step first, so the gradient buffers exist.
-    auto warm = (*model)->ForwardStep(0, Tensor(), true);
-    ASSERT_TRUE(warm.ok()) << warm.status();
-    ASSERT_TRUE(
-        (*model)->BackwardStep(Tensor(), 1.0f, std::move(warm->record)).ok());
+    auto model = WarmSerialModel(job, b);
+    ASSERT_TRUE(model.ok()) << model.status();
     Allocator* cpu = GetAllocator(Device::CPU());
     const int64_t before = cpu->Stats().current_bytes;
     auto out = (*model)->ForwardStep(1, Tensor(), /*backward_after=*/true);
@@ -174,23 +182,9 @@ TEST(MemoryModelTest, HeadBackwardPeakMatchesTheAllocator) {
       job.dtype = dtype;
       job.model.vocab_size = vocab;
       job.global_batch = 2;
-      gpt::GPTConfig c = job.model;
-      parallel::LayerContext ctx;
-      ctx.dtype = dtype;
-      auto model = gpt::GPTModel::Create(c, ctx);
-      ASSERT_TRUE(model.ok()) << model.status();
       const int64_t b = 2;
-      auto batches = std::make_shared<std::vector<gpt::MicroBatch>>(2);
-      for (gpt::MicroBatch& mb : *batches) {
-        mb.tokens = Tensor::Zeros({b, c.seq_length}, DType::kInt64);
-        mb.labels = Tensor::Zeros({b, c.seq_length}, DType::kInt64);
-      }
-      (*model)->SetMicroBatches(batches);
-      // A whole step first, so the gradient buffers exist.
-      auto warm = (*model)->ForwardStep(0, Tensor(), true);
-      ASSERT_TRUE(warm.ok()) << warm.status();
-      ASSERT_TRUE(
-          (*model)->BackwardStep(Tensor(), 1.0f, std::move(warm->record)).ok());
+      auto model = WarmSerialModel(job, b);
+      ASSERT_TRUE(model.ok()) << model.status();
       Allocator* cpu = GetAllocator(Device::CPU());
       const int64_t before = cpu->Stats().current_bytes;
       cpu->ResetPeak();
