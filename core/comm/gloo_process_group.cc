@@ -9,10 +9,15 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/comm/backend.h"
 #include "core/comm/serial_queue.h"
 #include "core/status_macros.h"
@@ -71,6 +76,12 @@ class GlooStore : public gloo::rendezvous::Store {
   std::shared_ptr<comm::Store> store_;
   absl::Duration timeout_;
 };
+
+ABSL_CONST_INIT absl::Mutex connect_hook_mu(absl::kConstInit);
+std::function<void()>& ConnectHook() {
+  static auto* hook = new std::function<void()>;
+  return *hook;
+}
 
 std::shared_ptr<gloo::transport::Device> SharedDevice() {
   static std::once_flag once;
@@ -244,25 +255,69 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
       rank, size, name, std::move(global_ranks), store, options));
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
   context->setTimeout(ToChrono(options.timeout));
-  try {
-    GlooStore gloo_store(std::make_shared<PrefixStore>("gloo", store),
-                         options.timeout);
-    std::shared_ptr<gloo::transport::Device> device = SharedDevice();
-    context->connectFullMesh(gloo_store, device);
-    // A rank's mesh can be complete while a peer is still finishing its
-    // side; without this barrier a fast rank that returned and exited
-    // would break the slower rank's creation ("Connection closed by
-    // peer"). PyTorch's init_process_group ends with a barrier likewise.
-    if (size > 1) {
-      gloo::BarrierOptions opts(context);
-      opts.setTag(kCreationBarrierTag);
-      opts.setTimeout(ToChrono(options.timeout));
-      gloo::barrier(opts);
+  // Debian's gloo (a 2022 snapshot) can wait forever inside
+  // connectFullMesh's Pair::connect when a peer stops after publishing its
+  // address (a SIGSTOPped or hung rank at start-up): seen as a job whose
+  // other ranks never failed. So the connection runs on a thread of its own
+  // and this call gives up at twice the group's timeout (the store wait for
+  // the slowest peer and the creation barrier may each take one). A thread
+  // that never returns stays blocked in gloo with its own references to
+  // the context, the store and the device; the caller fails the job.
+  struct Connecting {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    std::string error ABSL_GUARDED_BY(mu);
+  };
+  auto connecting = std::make_shared<Connecting>();
+  std::function<void()> hook;
+  {
+    absl::MutexLock lock(&connect_hook_mu);
+    hook = ConnectHook();
+  }
+  std::thread([connecting, context, store, size, timeout = options.timeout,
+               hook = std::move(hook)] {
+    if (hook) hook();
+    std::string error;
+    try {
+      GlooStore gloo_store(std::make_shared<PrefixStore>("gloo", store),
+                           timeout);
+      std::shared_ptr<gloo::transport::Device> device = SharedDevice();
+      context->connectFullMesh(gloo_store, device);
+      // A rank's mesh can be complete while a peer is still finishing its
+      // side; without this barrier a fast rank that returned and exited
+      // would break the slower rank's creation ("Connection closed by
+      // peer"). PyTorch's init_process_group ends with a barrier likewise.
+      if (size > 1) {
+        gloo::BarrierOptions opts(context);
+        opts.setTag(kCreationBarrierTag);
+        opts.setTimeout(ToChrono(timeout));
+        gloo::barrier(opts);
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+      if (error.empty()) error = "unknown error";
     }
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("creating gloo group '", name,
-                                               "' (rank ", rank, " of ", size,
-                                               ") failed: ", e.what()));
+    absl::MutexLock lock(&connecting->mu);
+    connecting->done = true;
+    connecting->error = std::move(error);
+  }).detach();
+  {
+    absl::MutexLock lock(&connecting->mu);
+    const absl::Duration limit = options.timeout == absl::InfiniteDuration()
+                                     ? absl::InfiniteDuration()
+                                     : 2 * options.timeout;
+    if (!connecting->mu.AwaitWithTimeout(absl::Condition(&connecting->done),
+                                         limit)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "creating gloo group '", name, "' (rank ", rank, " of ", size,
+          ") did not connect within ", absl::FormatDuration(limit),
+          ": a peer stopped or hung while the group was connecting"));
+    }
+    if (!connecting->error.empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("creating gloo group '", name, "' (rank ", rank, " of ",
+                       size, ") failed: ", connecting->error));
+    }
   }
   group->context_ = std::move(context);
   return group;
@@ -657,5 +712,14 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> CreateGlooProcessGroup(
   return std::make_shared<ProcessGroup>(std::move(backend));
 }
 
+namespace internal {
+
+std::function<void()> SetGlooConnectHookForTesting(std::function<void()> hook) {
+  absl::MutexLock lock(&connect_hook_mu);
+  std::swap(ConnectHook(), hook);
+  return hook;
+}
+
+}  // namespace internal
 }  // namespace comm
 }  // namespace mcc

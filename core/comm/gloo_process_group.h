@@ -1,6 +1,7 @@
 #ifndef CORE_COMM_GLOO_PROCESS_GROUP_H_
 #define CORE_COMM_GLOO_PROCESS_GROUP_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,14 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> CreateGlooProcessGroup(
     std::shared_ptr<Store> store, int rank, int size, std::string name,
     std::vector<int> global_ranks, GroupOptions options);
 
+namespace internal {
+
+// Runs `hook` on the connecting thread before gloo connects each group
+// created after this call (empty: none), and returns the hook it replaces.
+// For tests of a connection that never returns.
+std::function<void()> SetGlooConnectHookForTesting(std::function<void()> hook);
+
+}  // namespace internal
 }  // namespace comm
 }  // namespace mcc
 
