@@ -204,8 +204,9 @@ HeldMessages WalkHeldMessages(const JobSpec& job, const Layout& l, int m,
       orders.push_back(ActionsOf(*other));
     }
   }
-  auto add = [&](std::vector<int>* v, int from, int to) {
-    for (int j = std::max(0, from); j < to && j < n; ++j) ++(*v)[j];
+  // count messages held on the rows [from, to).
+  auto add = [&](std::vector<int>* v, int from, int to, int count = 1) {
+    for (int j = std::max(0, from); j < to && j < n; ++j) (*v)[j] += count;
   };
   for (const pipeline::TransferBatch& b :
        pipeline::PlanTransfers(layout, actions, v_shape ? &orders : nullptr)) {
@@ -227,9 +228,8 @@ HeldMessages WalkHeldMessages(const JobSpec& job, const Layout& l, int m,
         }
       }
     }
-    for (size_t k = 0; k < b.send_actions.size(); ++k) {
-      add(&held.sent, b.first_action, release);
-    }
+    add(&held.sent, b.first_action, release,
+        static_cast<int>(b.send_actions.size()));
   }
   // The V's turn: held from the producing row's end to the consuming row.
   for (int i = 0; i < n; ++i) {
